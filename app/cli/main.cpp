@@ -1,1 +1,44 @@
-int main() { return 0; }
+// varscope-cli: headless generation, inspection and benchmarks on the VARScope core.
+#include <c10/util/Exception.h>
+
+#include <iostream>
+#include <map>
+
+#include "app/cli/commands.h"
+#include "core/io/state_dict.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"VARScope command line: generate with VAR models, inspect checkpoints"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "varscope-cli 0.1.0");
+    std::map<CLI::App*, varscope::cli::Runner> runners;
+    auto add = [&](varscope::cli::Runner (*fn)(CLI::App&), const char* name) {
+        auto runner = fn(app);
+        runners[app.get_subcommand(name)] = std::move(runner);
+    };
+    add(varscope::cli::add_info, "info");
+    add(varscope::cli::add_generate, "generate");
+    add(varscope::cli::add_teacher_forward, "teacher-forward");
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    try {
+        for (auto* sub : app.get_subcommands()) return runners.at(sub)();
+    } catch (const varscope::CheckpointError& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return 2;
+    } catch (const std::invalid_argument& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return 2;
+    } catch (const c10::Error& e) {
+        std::cerr << "error (LibTorch): " << e.what_without_backtrace() << "\n";
+        return 3;
+    } catch (const std::exception& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return 3;
+    }
+    return 0;
+}

@@ -1,0 +1,38 @@
+// `varscope-cli info CKPT`: what a checkpoint holds and which architecture it describes.
+#include <ATen/ATen.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "app/cli/commands.h"
+#include "core/io/checkpoint.h"
+#include "core/models/detect.h"
+#include "core/models/var.h"
+#include "core/models/vqvae.h"
+
+namespace varscope::cli {
+
+Runner add_info(CLI::App& app) {
+    auto* cmd = app.add_subcommand("info", "print the model family and architecture of a checkpoint");
+    auto path = std::make_shared<std::string>();
+    auto list = std::make_shared<bool>(false);
+    cmd->add_option("checkpoint", *path, "checkpoint file (.pth or .safetensors)")->required()->check(CLI::ExistingFile);
+    cmd->add_flag("--tensors", *list, "also list every tensor with its shape and dtype");
+    return [path, list]() {
+        const StateDict d = load_checkpoint(*path);
+        const ModelFamily fam = detect_family(d);
+        int64_t numel = 0;
+        for (const auto& [n, t] : d) numel += t.numel();
+        std::cout << *path << "\n  family:  " << family_name(fam) << "\n  tensors: " << d.size()
+                  << " (" << numel / 1e6 << "M values)\n";
+        if (fam == ModelFamily::VarTransformer)
+            std::cout << "  config:  " << VarConfig::infer_from(d).to_json().dump() << "\n";
+        else if (fam == ModelFamily::MultiScaleVqvae)
+            std::cout << "  config:  " << VqvaeConfig::infer_from(d, patch_nums_256()).to_json().dump() << "\n";
+        if (*list)
+            for (const auto& [n, t] : d) std::cout << "  " << n << " " << t.sizes() << " " << t.scalar_type() << "\n";
+        return fam == ModelFamily::Unknown ? 1 : 0;
+    };
+}
+
+}  // namespace varscope::cli

@@ -1,0 +1,17 @@
+// varscope-cli subcommands. Each registers its options on the CLI11 app and runs on the public
+// library API only (core/pipeline.h and friends).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace varscope::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_info(CLI::App& app);
+Runner add_generate(CLI::App& app);
+Runner add_teacher_forward(CLI::App& app);
+
+}  // namespace varscope::cli

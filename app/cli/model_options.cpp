@@ -1,0 +1,35 @@
+#include "app/cli/model_options.h"
+
+#include <stdexcept>
+
+namespace varscope::cli {
+
+void ModelOptions::add_to(CLI::App& cmd) {
+    cmd.add_option("--var", var_path, "VAR transformer checkpoint (.pth or .safetensors)")->check(CLI::ExistingFile);
+    cmd.add_option("--vae", vae_path, "multi-scale VQVAE checkpoint (.pth or .safetensors)")->check(CLI::ExistingFile);
+    cmd.add_option("--random", random_depth, "use random (official-init) weights of VAR-d<N> instead of checkpoints")
+        ->check(CLI::Range(1, 64));
+    cmd.add_option("--init-seed", init_seed, "seed of the random weights");
+    cmd.add_option("--patch-nums", patch_nums, "patch schedule, e.g. 1,2,3,4,5,6,8,10,13,16")->delimiter(',');
+    cmd.add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
+    cmd.add_option("--precision", precision, "transformer precision")
+        ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))->capture_default_str();
+}
+
+VarPipeline ModelOptions::build() const {
+    LoadOptions lo{device, parse_precision(precision)};
+    if (random_depth > 0) {
+        if (!var_path.empty() || !vae_path.empty())
+            throw std::invalid_argument("--random cannot be combined with --var/--vae");
+        VarConfig vc = VarConfig::for_depth(random_depth, patch_nums);
+        VqvaeConfig ac;  // the official vae_ch160v4096z32 architecture
+        ac.patch_nums = vc.patch_nums;
+        return VarPipeline::random(vc, ac, init_seed, lo);
+    }
+    if (var_path.empty() || vae_path.empty())
+        throw std::invalid_argument(
+            "no model: pass --var and --vae checkpoints, or --random <depth> for random weights");
+    return VarPipeline::load({var_path, vae_path, patch_nums}, lo);
+}
+
+}  // namespace varscope::cli

@@ -1,0 +1,25 @@
+// Options shared by the subcommands that need a VAR model: checkpoint files or random weights.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+#include "core/pipeline.h"
+
+namespace varscope::cli {
+
+struct ModelOptions {
+    std::string var_path, vae_path;
+    int64_t random_depth = 0;  // > 0: official-init random weights of VAR-d<depth>
+    uint64_t init_seed = 0;
+    std::vector<int64_t> patch_nums;
+    std::string device = "cpu";
+    std::string precision = "fp32";
+
+    void add_to(CLI::App& cmd);
+    VarPipeline build() const;  // throws with a clear message on bad combinations
+};
+
+}  // namespace varscope::cli

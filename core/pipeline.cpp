@@ -1,0 +1,120 @@
+#include "core/pipeline.h"
+
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+
+#include <sstream>
+#include <stdexcept>
+
+#include "core/io/checkpoint.h"
+#include "core/models/detect.h"
+
+namespace varscope {
+namespace {
+
+StateDict load_family(const std::string& path, ModelFamily want, const char* role) {
+    if (path.empty()) throw CheckpointError(std::string("no ") + role + " checkpoint given");
+    StateDict d = load_checkpoint(path);
+    const ModelFamily got = detect_family(d);
+    if (got != want)
+        throw CheckpointError(path + ": expected a " + family_name(want) + " checkpoint for the " +
+                              role + ", but its tensors look like " + family_name(got));
+    return d;
+}
+
+at::ScalarType to_scalar(Precision p) {
+    switch (p) {
+        case Precision::Fp16: return at::kHalf;
+        case Precision::Bf16: return at::kBFloat16;
+        case Precision::Fp32: break;
+    }
+    return at::kFloat;
+}
+
+void place(VarTransformer& var, Vqvae& vae, const LoadOptions& o) {
+    const at::Device dev = parse_device(o.device);
+    var->to(dev, to_scalar(o.precision));
+    vae->to(dev);
+    var->eval();
+    vae->eval();
+}
+
+}  // namespace
+
+bool cuda_available() { return torch::cuda::is_available(); }
+
+Precision parse_precision(const std::string& s) {
+    if (s == "fp32" || s == "float32") return Precision::Fp32;
+    if (s == "fp16" || s == "float16") return Precision::Fp16;
+    if (s == "bf16" || s == "bfloat16") return Precision::Bf16;
+    throw std::invalid_argument("precision must be fp32, fp16 or bf16, got '" + s + "'");
+}
+
+at::Device parse_device(const std::string& s) {
+    at::Device dev(at::kCPU);
+    try {
+        dev = at::Device(s);
+    } catch (const c10::Error&) {
+        throw std::invalid_argument("device must be cpu, cuda or cuda:N, got '" + s + "'");
+    }
+    if (dev.is_cuda()) {
+        if (!cuda_available()) throw std::invalid_argument("device '" + s + "' asked for, but no CUDA device is available");
+        if (dev.has_index() && dev.index() >= static_cast<int>(torch::cuda::device_count()))
+            throw std::invalid_argument("device '" + s + "' does not exist (" +
+                                        std::to_string(torch::cuda::device_count()) + " CUDA devices)");
+    } else if (!dev.is_cpu()) {
+        throw std::invalid_argument("device must be cpu, cuda or cuda:N, got '" + s + "'");
+    }
+    return dev;
+}
+
+VarPipeline VarPipeline::load(const VarModelFiles& f, const LoadOptions& o) {
+    StateDict var_sd = load_family(f.var_path, ModelFamily::VarTransformer, "VAR transformer");
+    StateDict vae_sd = load_family(f.vae_path, ModelFamily::MultiScaleVqvae, "VQVAE");
+    VarConfig vc = VarConfig::infer_from(var_sd, f.patch_nums);
+    VqvaeConfig ac = VqvaeConfig::infer_from(vae_sd, vc.patch_nums);
+    VarTransformer var(vc);
+    var->load(var_sd, f.var_path);
+    Vqvae vae(ac);
+    vae->load(vae_sd, f.vae_path);
+    place(var, vae, o);
+    return VarPipeline(std::make_shared<VarSampler>(var, vae));
+}
+
+VarPipeline VarPipeline::random(const VarConfig& vc, const VqvaeConfig& ac, uint64_t seed,
+                                const LoadOptions& o) {
+    VarTransformer var(vc);
+    var->init_weights(seed);
+    Vqvae vae(ac);
+    place(var, vae, o);
+    return VarPipeline(std::make_shared<VarSampler>(var, vae));
+}
+
+VarSampleResult VarPipeline::generate(const VarSampleOptions& opt, SamplingHooks* hooks, ProbeSink* probe) {
+    return sampler_->sample(opt, hooks, probe);
+}
+
+at::Device VarPipeline::device() const { return sampler_->transformer()->pos_1LC.device(); }
+
+int64_t count_parameters(const torch::nn::Module& m) {
+    int64_t n = 0;
+    for (const auto& p : m.parameters()) n += p.numel();
+    return n;
+}
+
+std::string VarPipeline::describe() const {
+    const auto& v = var_config();
+    const auto& a = vae_config();
+    std::ostringstream os;
+    os << "VAR d" << v.depth << ": width " << v.embed_dim << ", " << v.num_heads << " heads, "
+       << v.num_classes << " classes, vocab " << v.vocab_size << ", " << v.num_scales()
+       << " scales up to " << v.patch_nums.back() << "x" << v.patch_nums.back() << ", "
+       << count_parameters(*sampler_->transformer()) / 1e6 << "M params"
+       << (v.shared_aln ? ", shared AdaLN" : "") << "\n"
+       << "VQVAE: ch " << a.ch << ", z " << a.z_channels << ", vocab " << a.vocab_size
+       << ", downsample " << a.downsample() << ", "
+       << count_parameters(*sampler_->vqvae()) / 1e6 << "M params";
+    return os.str();
+}
+
+}  // namespace varscope

@@ -1,0 +1,57 @@
+// VARScope's narrow library API: load a VAR model pair (or build one with random weights) and
+// generate. The CLI is its first user; the GUI uses the same calls.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/models/var.h"
+#include "core/models/vqvae.h"
+#include "core/sampling/var_sampler.h"
+
+namespace varscope {
+
+enum class Precision { Fp32, Fp16, Bf16 };
+Precision parse_precision(const std::string& s);  // "fp32" | "fp16" | "bf16"
+// "cpu", "cuda", "cuda:N"; throws std::invalid_argument when CUDA is asked for but absent.
+at::Device parse_device(const std::string& s);
+bool cuda_available();
+
+struct VarModelFiles {
+    std::string var_path;              // VAR transformer checkpoint (.pth / .safetensors)
+    std::string vae_path;              // multi-scale VQVAE checkpoint
+    std::vector<int64_t> patch_nums;   // empty = infer from the checkpoint
+};
+
+struct LoadOptions {
+    std::string device = "cpu";
+    Precision precision = Precision::Fp32;  // transformer weights; the VQVAE stays fp32
+};
+
+class VarPipeline {
+public:
+    static VarPipeline load(const VarModelFiles& files, const LoadOptions& options);
+    // Official-init random weights, for benchmarks and tests (no checkpoint needed).
+    static VarPipeline random(const VarConfig& var, const VqvaeConfig& vae, uint64_t seed,
+                              const LoadOptions& options);
+
+    VarSampleResult generate(const VarSampleOptions& options, SamplingHooks* hooks = nullptr,
+                             ProbeSink* probe = nullptr);
+    VarSampler& sampler() { return *sampler_; }
+    const VarConfig& var_config() const { return sampler_->transformer()->config(); }
+    const VqvaeConfig& vae_config() const { return sampler_->vqvae()->config(); }
+    at::Device device() const;
+    std::string describe() const;  // one line per model: architecture and size
+
+private:
+    explicit VarPipeline(std::shared_ptr<VarSampler> s) : sampler_(std::move(s)) {}
+    std::shared_ptr<VarSampler> sampler_;
+};
+
+// Parameters of a module (for reports).
+int64_t count_parameters(const torch::nn::Module& m);
+
+}  // namespace varscope

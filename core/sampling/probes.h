@@ -1,0 +1,64 @@
+// Probes: what the sampling loop reports for inspection (GUI panels, CLI timings, tests).
+// Plain data and a sink interface; no UI dependency. Tensors in records are CPU copies.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace varscope {
+
+struct ScaleRecord {
+    int64_t scale = 0;       // index si
+    int64_t patch_num = 0;   // the scale's side length pn
+    double millis = 0.0;     // wall time of this scale (device-synchronised when timing is on)
+    at::Tensor tokens;       // (B, pn*pn) sampled indices
+    at::Tensor f_hat;        // (B, Cvae, H, W) accumulated features after this scale, if wanted
+};
+
+struct AttentionRecord {
+    int64_t scale = 0;
+    int64_t layer = 0;
+    at::Tensor probs;  // (heads, q_tokens, k_tokens) for the first conditional sample, float
+};
+
+// Receives records while sampling runs. Called on the sampling thread.
+class ProbeSink {
+public:
+    virtual ~ProbeSink() = default;
+    // Return true to have attention probabilities materialised for this (scale, layer).
+    virtual bool wants_attention(int64_t scale, int64_t layer) const { return false; }
+    virtual bool wants_fhat() const { return false; }
+    virtual void on_attention(AttentionRecord record) {}
+    virtual void on_scale(ScaleRecord record) {}
+};
+
+// Keeps every record; which attention maps to keep is chosen up front.
+class ProbeRecorder : public ProbeSink {
+public:
+    struct Selection {
+        std::vector<int64_t> layers;  // empty = none
+        std::vector<int64_t> scales;  // empty = all scales
+        bool fhat = false;
+    };
+    ProbeRecorder() = default;
+    explicit ProbeRecorder(Selection sel) : sel_(std::move(sel)) {}
+
+    bool wants_attention(int64_t scale, int64_t layer) const override;
+    bool wants_fhat() const override { return sel_.fhat; }
+    void on_attention(AttentionRecord record) override;
+    void on_scale(ScaleRecord record) override;
+
+    std::vector<ScaleRecord> scales() const;
+    std::vector<AttentionRecord> attention() const;
+
+private:
+    Selection sel_;
+    mutable std::mutex mu_;
+    std::vector<ScaleRecord> scales_;
+    std::vector<AttentionRecord> attention_;
+};
+
+}  // namespace varscope

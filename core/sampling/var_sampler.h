@@ -1,0 +1,69 @@
+// The VAR next-scale sampling loop: one loop for the baseline and every accelerator, which
+// plug in through SamplingHooks; ProbeSink receives what the inspector shows.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <optional>
+#include <stdexcept>
+#include <vector>
+
+#include "core/models/var.h"
+#include "core/models/vqvae.h"
+#include "core/sampling/hooks.h"
+#include "core/sampling/probes.h"
+
+namespace varscope {
+
+enum class AttentionBackend { Sdpa, Eager };
+
+struct VarSampleOptions {
+    std::vector<int64_t> class_ids;  // one per image (-1 = unconditional); empty = random labels
+    int64_t batch = 1;               // used when class_ids is empty
+    std::optional<uint64_t> seed = 0;  // nullopt = non-deterministic
+    double cfg = 4.0;
+    int64_t top_k = 900;
+    double top_p = 0.95;
+    bool more_smooth = false;  // official Gumbel-softmax smoothing (visualisation only)
+    AttentionBackend attention = AttentionBackend::Sdpa;
+    bool time_scales = true;   // synchronise the device per scale to time it
+    const std::atomic<bool>* cancel = nullptr;  // checked before every scale
+    void validate(const VarConfig& cfg) const;  // std::invalid_argument naming the field
+};
+
+struct VarSampleResult {
+    at::Tensor images;               // (B, 3, H, W) float in [0, 1], on the model's device
+    at::Tensor labels;               // (B) int64 class ids used
+    std::vector<at::Tensor> tokens;  // per scale (B, pn*pn) int64
+    at::Tensor f_hat;                // (B, Cvae, H, W) final accumulated features
+    std::vector<double> scale_millis;
+    double decode_millis = 0.0;
+    double total_millis = 0.0;
+    int64_t kv_bytes = 0;            // KV-cache bytes held at the end (all layers)
+};
+
+class SamplingCancelled : public std::runtime_error {
+public:
+    SamplingCancelled() : std::runtime_error("sampling cancelled") {}
+};
+
+class VarSampler {
+public:
+    VarSampler(VarTransformer var, Vqvae vae);
+    VarSampleResult sample(const VarSampleOptions& options, SamplingHooks* hooks = nullptr,
+                           ProbeSink* probe = nullptr);
+
+    // Handles share the modules (ModuleHolder is a shared pointer).
+    VarTransformer transformer() const { return var_; }
+    Vqvae vqvae() const { return vae_; }
+
+private:
+    VarTransformer var_;
+    Vqvae vae_;
+};
+
+// Synchronises `device` if it is a CUDA device (no-op on CPU).
+void synchronize_device(const at::Device& device);
+
+}  // namespace varscope
