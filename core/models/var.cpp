@@ -51,6 +51,25 @@ at::Tensor l2_normalize(const at::Tensor& x) {
     return x / x.norm(2, {-1}, /*keepdim=*/true).clamp_min(1e-12);
 }
 
+// The schedule written in the lvl_1L buffer (level index of each token), which official and
+// our own checkpoints carry; empty if absent or not a sequence of square token maps.
+std::vector<int64_t> schedule_from_levels(const StateDict& d) {
+    auto it = d.find("lvl_1L");
+    if (it == d.end() || it->second.numel() == 0) return {};
+    auto lv = it->second.reshape({-1}).to(at::kLong);
+    const int64_t levels = lv.max().item<int64_t>() + 1;
+    if (levels < 1 || levels > 64) return {};
+    auto counts = at::bincount(lv, {}, levels);
+    std::vector<int64_t> pn;
+    for (int64_t i = 0; i < levels; ++i) {
+        const int64_t n = counts[i].item<int64_t>();
+        const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(n))));
+        if (side * side != n) return {};
+        pn.push_back(side);
+    }
+    return pn;
+}
+
 }  // namespace
 
 std::vector<int64_t> patch_nums_256() { return {1, 2, 3, 4, 5, 6, 8, 10, 13, 16}; }
@@ -112,6 +131,8 @@ VarConfig VarConfig::infer_from(const StateDict& d, const std::vector<int64_t>& 
     const int64_t levels = require(d, "lvl_embed.weight").size(0);
     if (!patch_nums.empty()) {
         c.patch_nums = patch_nums;
+    } else if (auto from_levels = schedule_from_levels(d); !from_levels.empty()) {
+        c.patch_nums = from_levels;
     } else if (L == sum_squares(patch_nums_256())) {
         c.patch_nums = patch_nums_256();
     } else if (L == sum_squares(patch_nums_512())) {
