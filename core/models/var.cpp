@@ -113,7 +113,7 @@ void VarConfig::validate() const {
 
 VarConfig VarConfig::infer_from(const StateDict& d, const std::vector<int64_t>& patch_nums) {
     VarConfig c;
-    const auto& we = require(d, "word_embed.weight");  // (C, Cvae)
+    const at::Tensor we = require(d, "word_embed.weight");  // (C, Cvae)
     c.embed_dim = we.size(0);
     c.cvae = we.size(1);
     c.num_classes = require(d, "class_emb.weight").size(0) - 1;
@@ -294,7 +294,11 @@ AdaLNBeforeHeadImpl::AdaLNBeforeHeadImpl(int64_t dim, int64_t cond_dim, double e
 }
 
 at::Tensor AdaLNBeforeHeadImpl::forward(const at::Tensor& x, const at::Tensor& cond) const {
-    auto p = linear(fc_, at::silu(cond)).view({-1, 1, 2, dim_}).unbind(2);  // scale, shift
+    // Modulation in the weights' precision, normalisation in the input's (fp32 for the head).
+    auto p = linear(fc_, at::silu(cond.to(fc_->weight.scalar_type())))
+                 .to(x.scalar_type())
+                 .view({-1, 1, 2, dim_})
+                 .unbind(2);  // scale, shift
     return at::layer_norm(x, {dim_}, {}, {}, eps_).mul(p[0].add(1)).add_(p[1]);
 }
 
@@ -396,7 +400,7 @@ at::Tensor VarTransformerImpl::first_scale_input(const at::Tensor& cond_BD) cons
 }
 
 at::Tensor VarTransformerImpl::logits(const at::Tensor& h, const at::Tensor& cond_BD) const {
-    auto normed = head_nm->forward(h.to(at::kFloat), cond_BD.to(at::kFloat));
+    auto normed = head_nm->forward(h.to(at::kFloat), cond_BD);
     return linear(head, normed.to(head->weight.scalar_type())).to(at::kFloat);
 }
 

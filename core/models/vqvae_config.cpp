@@ -63,7 +63,7 @@ VqvaeConfig VqvaeConfig::infer_from(const StateDict& dict, std::vector<int64_t> 
     c.patch_nums = std::move(patch_nums);
 
     c.ch = need(dict, "encoder.conv_in.weight", "ch").size(0);
-    const at::Tensor& emb = need(dict, "quantize.embedding.weight", "vocab_size and z_channels");
+    const at::Tensor emb = need(dict, "quantize.embedding.weight", "vocab_size and z_channels");
     c.vocab_size = emb.size(0);
     c.z_channels = emb.size(1);
     c.quant_conv_ks = need(dict, "quant_conv.weight", "quant_conv_ks").size(-1);
