@@ -17,6 +17,9 @@ StateDict load_checkpoint(const std::string& path);
 StateDict load_pth(const std::string& path);
 StateDict load_safetensors(const std::string& path);
 
+// The "__metadata__" string map of a safetensors file (empty when it has none).
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
+
 // Writes contiguous CPU copies of the tensors; metadata lands in the "__metadata__" header.
 void save_safetensors(const StateDict& tensors, const std::string& path,
                       const std::map<std::string, std::string>& metadata = {});
