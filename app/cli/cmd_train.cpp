@@ -1,0 +1,97 @@
+// `varscope-cli train vqvae|var`: train the embedded models (config file + flag overrides,
+// periodic checkpoints, resume from the run folder, a JSONL loss log).
+#include <ATen/ATen.h>
+
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "app/cli/commands.h"
+#include "core/training/trainers.h"
+
+namespace varscope::cli {
+namespace {
+
+struct TrainArgs {
+    std::string config, data, out, vae;
+    int64_t steps = 0, batch = 0;
+    double lr = 0;
+    std::string device;
+    int64_t seed = -1;
+};
+
+nlohmann::json read_config(const std::string& path) {
+    if (path.empty()) return nlohmann::json::object();
+    std::ifstream f(path);
+    if (!f) throw std::invalid_argument("cannot open config '" + path + "'");
+    auto j = nlohmann::json::parse(f, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+        throw std::invalid_argument("config '" + path + "' is not a JSON object");
+    return j;
+}
+
+TrainConfig train_config(const nlohmann::json& j, const TrainArgs& a) {
+    nlohmann::json t = j.value("train", nlohmann::json::object());
+    if (a.steps > 0) t["steps"] = a.steps;
+    if (a.batch > 0) t["batch"] = a.batch;
+    if (a.lr > 0) t["lr"] = a.lr;
+    if (!a.device.empty()) t["device"] = a.device;
+    if (a.seed >= 0) t["seed"] = a.seed;
+    return TrainConfig::from_json(t);
+}
+
+void add_common(CLI::App* cmd, TrainArgs& a) {
+    cmd->add_option("--config", a.config, "JSON with \"model\" and \"train\" sections")->check(CLI::ExistingFile);
+    cmd->add_option("--data", a.data, "packed data set (varscope-cli pack-emoji)")->required()->check(CLI::ExistingFile);
+    cmd->add_option("--out", a.out, "run folder: checkpoints, log.jsonl, final weights; an existing run resumes")->required();
+    cmd->add_option("--steps", a.steps, "override train.steps")->check(CLI::PositiveNumber);
+    cmd->add_option("--batch", a.batch, "override train.batch")->check(CLI::PositiveNumber);
+    cmd->add_option("--lr", a.lr, "override train.lr")->check(CLI::Range(1e-8, 1.0));
+    cmd->add_option("--device", a.device, "override train.device (cpu, cuda, cuda:N)");
+    cmd->add_option("--seed", a.seed, "override train.seed")->check(CLI::NonNegativeNumber);
+}
+
+void write_report(const TrainArgs& a, const nlohmann::json& report) {
+    std::ofstream f(a.out + "/report.json");
+    f << report.dump(2) << "\n";
+    std::cout << report.dump(2) << "\n";
+}
+
+}  // namespace
+
+Runner add_train(CLI::App& app) {
+    auto* train = app.add_subcommand("train", "train the embedded models on a packed data set");
+    train->require_subcommand(1);
+    auto va = std::make_shared<TrainArgs>(), ta = std::make_shared<TrainArgs>();
+    auto* vq = train->add_subcommand("vqvae", "train a multi-scale VQVAE");
+    add_common(vq, *va);
+    auto* vr = train->add_subcommand("var", "train a class-conditional VAR transformer on a frozen VQVAE");
+    add_common(vr, *ta);
+    vr->add_option("--vae", ta->vae, "trained VQVAE weights")->required()->check(CLI::ExistingFile);
+    return [vq, vr, va, ta]() {
+        if (vq->parsed()) {
+            const auto j = read_config(va->config);
+            VqvaeTrainJob job;
+            job.model = VqvaeConfig::from_json(j.value("model", nlohmann::json::object()));
+            job.train = train_config(j, *va);
+            job.data_path = va->data;
+            job.run_dir = va->out;
+            job.restart_every = j.value("restart_every", job.restart_every);
+            write_report(*va, train_vqvae(job, std::cerr));
+        } else if (vr->parsed()) {
+            const auto j = read_config(ta->config);
+            VarTrainJob job;
+            job.model = VarConfig::from_json(j.value("model", nlohmann::json::object()));
+            job.train = train_config(j, *ta);
+            job.data_path = ta->data;
+            job.vae_path = ta->vae;
+            job.run_dir = ta->out;
+            job.cond_drop = j.value("cond_drop", job.cond_drop);
+            if (!(job.cond_drop >= 0 && job.cond_drop < 1)) throw std::invalid_argument("cond_drop must be in [0, 1)");
+            write_report(*ta, train_var(job, std::cerr));
+        }
+        return 0;
+    };
+}
+
+}  // namespace varscope::cli

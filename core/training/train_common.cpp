@@ -1,0 +1,162 @@
+#include "core/training/train_common.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "core/io/checkpoint.h"
+#include "core/io/module_binding.h"
+
+namespace fs = std::filesystem;
+
+namespace varscope {
+
+nlohmann::json TrainConfig::to_json() const {
+    return {{"steps", steps}, {"batch", batch}, {"lr", lr}, {"weight_decay", weight_decay},
+            {"warmup", warmup}, {"log_every", log_every}, {"checkpoint_every", checkpoint_every},
+            {"seed", seed}, {"device", device}};
+}
+
+TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
+    TrainConfig c;
+    if (!j.is_object()) throw std::invalid_argument("train config: expected a JSON object");
+    auto get = [&](const char* k, auto& v) {
+        if (!j.contains(k)) return;
+        try {
+            j.at(k).get_to(v);
+        } catch (const nlohmann::json::exception&) {
+            throw std::invalid_argument(std::string("train config: '") + k + "' has the wrong type");
+        }
+    };
+    get("steps", c.steps);
+    get("batch", c.batch);
+    get("lr", c.lr);
+    get("weight_decay", c.weight_decay);
+    get("warmup", c.warmup);
+    get("log_every", c.log_every);
+    get("checkpoint_every", c.checkpoint_every);
+    get("seed", c.seed);
+    get("device", c.device);
+    auto need = [](bool ok, const char* msg) {
+        if (!ok) throw std::invalid_argument(std::string("train config: ") + msg);
+    };
+    need(c.steps >= 1, "'steps' must be >= 1");
+    need(c.batch >= 1 && c.batch <= 65536, "'batch' must be in [1, 65536]");
+    need(c.lr > 0 && c.lr < 1, "'lr' must be in (0, 1)");
+    need(c.weight_decay >= 0, "'weight_decay' must be >= 0");
+    need(c.warmup >= 0, "'warmup' must be >= 0");
+    need(c.log_every >= 1 && c.checkpoint_every >= 1, "'log_every' and 'checkpoint_every' must be >= 1");
+    return c;
+}
+
+double TrainConfig::lr_at(int64_t step) const {
+    if (step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+    const double t = static_cast<double>(step - warmup) / std::max<int64_t>(1, steps - warmup);
+    return lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * std::min(1.0, t))));
+}
+
+at::Tensor ImageDataset::batch_images(const at::Tensor& rows) const {
+    return images.index_select(0, rows.to(images.device())).to(at::kFloat).div(127.5).sub(1.0);
+}
+
+ImageDataset load_image_dataset(const std::string& path, const at::Device& device) {
+    StateDict d = load_checkpoint(path);
+    auto img = d.find("images"), lab = d.find("labels");
+    if (img == d.end() || lab == d.end())
+        throw std::invalid_argument(path + ": a packed data set needs 'images' and 'labels' tensors "
+                                    "(make one with varscope-cli pack-emoji)");
+    if (img->second.scalar_type() != at::kByte || img->second.dim() != 4 || img->second.size(1) != 3)
+        throw std::invalid_argument(path + ": 'images' must be uint8 (N, 3, H, W)");
+    if (lab->second.dim() != 1 || lab->second.size(0) != img->second.size(0))
+        throw std::invalid_argument(path + ": 'labels' must be (N) with N = number of images");
+    ImageDataset ds;
+    ds.images = img->second.to(device);
+    ds.labels = lab->second.to(at::kLong).to(device);
+    ds.num_classes = ds.labels.max().item<int64_t>() + 1;
+    return ds;
+}
+
+BatchSampler::BatchSampler(int64_t n, int64_t batch, uint64_t seed) : n_(n), batch_(std::min(batch, n)), seed_(seed) {
+    if (n < 1) throw std::invalid_argument("BatchSampler: empty data set");
+}
+
+at::Tensor BatchSampler::next() {
+    if (!perm_.defined() || pos_ + batch_ > n_) {
+        if (perm_.defined()) ++epoch_;
+        auto gen = at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(epoch_));
+        perm_ = at::randperm(n_, gen, at::kLong);
+        pos_ = 0;
+    }
+    auto rows = perm_.narrow(0, pos_, batch_);
+    pos_ += batch_;
+    return rows;
+}
+
+RunDirectory::RunDirectory(std::string dir) : dir_(std::move(dir)) {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec || !fs::is_directory(dir_))
+        throw std::invalid_argument("cannot create run folder '" + dir_ + "': " + ec.message());
+}
+
+std::string RunDirectory::path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+
+int64_t RunDirectory::resume(torch::nn::Module& model, torch::optim::Optimizer& opt, const std::string& what) {
+    if (!fs::exists(path("state.json"))) return 0;
+    std::ifstream f(path("state.json"));
+    nlohmann::json st = nlohmann::json::parse(f, nullptr, false);
+    if (st.is_discarded() || !st.contains("step"))
+        throw std::invalid_argument(path("state.json") + " is not a valid training state");
+    BindOptions o;
+    o.what = what;
+    bind_state_dict(model, load_checkpoint(path("last.safetensors")), o);
+    torch::serialize::InputArchive ar;
+    ar.load_from(path("optimizer.pt"));
+    opt.load(ar);
+    return st["step"].get<int64_t>();
+}
+
+void RunDirectory::save(const torch::nn::Module& model, torch::optim::Optimizer& opt, int64_t step,
+                        const nlohmann::json& model_config) {
+    // Write everything under temporary names first, then rename: a crash never leaves a
+    // weights file that does not match the optimizer state.
+    save_safetensors(module_state_dict(model), path("last.safetensors.tmp"),
+                     {{"varscope.config", model_config.dump()}, {"varscope.step", std::to_string(step)}});
+    torch::serialize::OutputArchive ar;
+    opt.save(ar);
+    ar.save_to(path("optimizer.pt.tmp"));
+    {
+        std::ofstream f(path("state.json.tmp"));
+        f << nlohmann::json{{"step", step}}.dump() << "\n";
+    }
+    for (const char* n : {"last.safetensors", "optimizer.pt", "state.json"})
+        fs::rename(path(std::string(n) + ".tmp"), path(n));
+}
+
+void RunDirectory::log(const nlohmann::json& record) {
+    std::ofstream f(path("log.jsonl"), std::ios::app);
+    f << record.dump() << "\n";
+}
+
+void export_half(const torch::nn::Module& model, const std::string& path,
+                 const nlohmann::json& model_config, const std::vector<std::string>& drop) {
+    StateDict out;
+    for (auto& [name, t] : module_state_dict(model)) {
+        if (std::find(drop.begin(), drop.end(), name) != drop.end()) continue;
+        out[name] = t.is_floating_point() ? t.detach().to(at::kCPU, at::kHalf) : t.detach().cpu();
+    }
+    save_safetensors(out, path, {{"varscope.config", model_config.dump()}});
+}
+
+void set_learning_rate(torch::optim::Optimizer& opt, double lr) {
+    for (auto& g : opt.param_groups()) g.options().set_lr(lr);
+}
+
+}  // namespace varscope
