@@ -13,5 +13,6 @@ using Runner = std::function<int()>;
 Runner add_info(CLI::App& app);
 Runner add_generate(CLI::App& app);
 Runner add_teacher_forward(CLI::App& app);
+Runner add_pack_emoji(CLI::App& app);
 
 }  // namespace varscope::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
     add(varscope::cli::add_info, "info");
     add(varscope::cli::add_generate, "generate");
     add(varscope::cli::add_teacher_forward, "teacher-forward");
+    add(varscope::cli::add_pack_emoji, "pack-emoji");
 
     try {
         app.parse(argc, argv);
