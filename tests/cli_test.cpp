@@ -14,8 +14,8 @@ struct Run {
     std::string out;
 };
 
-Run cli(const std::string& args) {
-    std::string cmd = std::string(VARSCOPE_CLI_PATH) + " " + args + " 2>&1";
+Run cli_env(const std::string& env, const std::string& args) {
+    std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(VARSCOPE_CLI_PATH) + " " + args + " 2>&1";
     Run r{-1, {}};
     FILE* p = popen(cmd.c_str(), "r");
     if (!p) return r;
@@ -26,6 +26,8 @@ Run cli(const std::string& args) {
     return r;
 }
 
+Run cli(const std::string& args) { return cli_env("", args); }
+
 }  // namespace
 
 TEST(Cli, MissingCheckpointIsAClearError) {
@@ -35,7 +37,8 @@ TEST(Cli, MissingCheckpointIsAClearError) {
 }
 
 TEST(Cli, NoModelGiven) {
-    auto r = cli("generate -o x.ppm");
+    varscope::testing::TempDir empty;  // no embedded model there
+    auto r = cli_env("VARSCOPE_RESOURCES=" + empty.path().string(), "generate -o x.ppm");
     EXPECT_EQ(r.code, 2);
     EXPECT_NE(r.out.find("no model"), std::string::npos) << r.out;
 }
@@ -71,4 +74,13 @@ TEST(Cli, TruncatedCheckpointAndGoodRun) {
     EXPECT_NE(again.out.find("--force"), std::string::npos) << again.out;
     auto fmt = cli("generate --random 2 --patch-nums 1,2 -q -o " + dir.file("img.gif"));
     EXPECT_NE(fmt.out.find("unsupported image format"), std::string::npos) << fmt.out;
+}
+
+TEST(Cli, EmbeddedModelGeneratesFromAPrompt) {
+    varscope::testing::TempDir dir;
+    const std::string out = dir.file("heart.ppm");
+    auto r = cli("generate --prompt \"red heart\" --seed 1 --cfg 3 -q -o " + out);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("[1891] HEAVY BLACK HEART"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("(class 1891)"), std::string::npos) << r.out;
 }

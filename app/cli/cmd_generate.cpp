@@ -12,7 +12,10 @@
 #include "app/cli/commands.h"
 #include "app/cli/image_io.h"
 #include "app/cli/model_options.h"
+#include "core/data/emoji_classes.h"
 #include "core/io/checkpoint.h"
+#include "core/resources.h"
+#include "core/text/class_matcher.h"
 
 namespace varscope::cli {
 namespace {
@@ -20,6 +23,7 @@ namespace {
 struct GenerateArgs {
     ModelOptions model;
     std::vector<int64_t> classes;
+    std::string prompt;
     int64_t batch = 1;
     uint64_t seed = 0;
     bool random_seed = false;
@@ -77,6 +81,22 @@ int run(GenerateArgs& a) {
         throw std::invalid_argument("nothing to write: pass --out, --timings-json or --tokens-out");
 
     VarPipeline pipe = a.model.build();
+    if (!a.prompt.empty()) {
+        if (!a.classes.empty()) throw std::invalid_argument("pass either --prompt or --class, not both");
+        const int64_t nc = pipe.var_config().num_classes;
+        const std::string list = class_list_for(a.model.effective_var_path(), nc);
+        if (list.empty()) throw std::invalid_argument("--prompt needs a class-name list for this model; none was found");
+        auto classes = load_class_list(list);
+        if (static_cast<int64_t>(classes.size()) != nc)
+            throw std::invalid_argument(list + " names " + std::to_string(classes.size()) +
+                                        " classes but the model has " + std::to_string(nc));
+        auto matches = ClassMatcher(std::move(classes)).rank(a.prompt, 5);
+        if (matches.empty()) throw std::invalid_argument("no class matches the prompt '" + a.prompt + "'");
+        std::cerr << "prompt '" << a.prompt << "':";
+        for (const auto& m : matches) std::cerr << "  [" << m.class_id << "] " << m.label;
+        std::cerr << "\n";
+        opt.class_ids.assign(a.batch, matches.front().class_id);
+    }
     opt.validate(pipe.var_config());  // fail before any work
     std::cerr << pipe.describe() << "\n";
     for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt);
@@ -149,6 +169,7 @@ Runner add_generate(CLI::App& app) {
     auto* cmd = app.add_subcommand("generate", "generate class-conditional images");
     a->model.add_to(*cmd);
     cmd->add_option("--class", a->classes, "class id(s); one per image, or one for the whole batch (-1 = unconditional); none = random")->delimiter(',');
+    cmd->add_option("-p,--prompt", a->prompt, "words naming the class, e.g. \"red heart\" (best match is used; ranked list printed)");
     cmd->add_option("--batch", a->batch, "images to generate when one or no class is given")->check(CLI::Range(1, 4096));
     cmd->add_option("--seed", a->seed, "random seed (same seed, same device: same image)")->capture_default_str();
     cmd->add_flag("--random-seed", a->random_seed, "do not seed the sampler");

@@ -18,6 +18,7 @@ struct TrainArgs {
     double lr = 0;
     std::string device;
     int64_t seed = -1;
+    double max_seconds = -1;
 };
 
 nlohmann::json read_config(const std::string& path) {
@@ -37,6 +38,7 @@ TrainConfig train_config(const nlohmann::json& j, const TrainArgs& a) {
     if (a.lr > 0) t["lr"] = a.lr;
     if (!a.device.empty()) t["device"] = a.device;
     if (a.seed >= 0) t["seed"] = a.seed;
+    if (a.max_seconds >= 0) t["max_seconds"] = a.max_seconds;
     return TrainConfig::from_json(t);
 }
 
@@ -49,6 +51,8 @@ void add_common(CLI::App* cmd, TrainArgs& a) {
     cmd->add_option("--lr", a.lr, "override train.lr")->check(CLI::Range(1e-8, 1.0));
     cmd->add_option("--device", a.device, "override train.device (cpu, cuda, cuda:N)");
     cmd->add_option("--seed", a.seed, "override train.seed")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--max-seconds", a.max_seconds, "stop after this wall time, then export (0 = no limit)")
+        ->check(CLI::NonNegativeNumber);
 }
 
 void write_report(const TrainArgs& a, const nlohmann::json& report) {

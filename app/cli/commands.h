@@ -14,5 +14,6 @@ Runner add_info(CLI::App& app);
 Runner add_generate(CLI::App& app);
 Runner add_teacher_forward(CLI::App& app);
 Runner add_pack_emoji(CLI::App& app);
+Runner add_train(CLI::App& app);
 
 }  // namespace varscope::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
     add(varscope::cli::add_generate, "generate");
     add(varscope::cli::add_teacher_forward, "teacher-forward");
     add(varscope::cli::add_pack_emoji, "pack-emoji");
+    add(varscope::cli::add_train, "train");
 
     try {
         app.parse(argc, argv);

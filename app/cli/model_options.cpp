@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "core/resources.h"
+
 namespace varscope::cli {
 
 void ModelOptions::add_to(CLI::App& cmd) {
@@ -26,10 +28,24 @@ VarPipeline ModelOptions::build() const {
         ac.patch_nums = vc.patch_nums;
         return VarPipeline::random(vc, ac, init_seed, lo);
     }
+    if (var_path.empty() && vae_path.empty()) {
+        if (!embedded_model_available())
+            throw std::invalid_argument(
+                "no model: pass --var and --vae checkpoints, or --random <depth> for random weights "
+                "(the embedded emoji model was not found in " + resource_dir() + "/models)");
+        auto files = embedded_model_files();
+        files.patch_nums = patch_nums;
+        return VarPipeline::load(files, lo);
+    }
     if (var_path.empty() || vae_path.empty())
-        throw std::invalid_argument(
-            "no model: pass --var and --vae checkpoints, or --random <depth> for random weights");
+        throw std::invalid_argument("pass both --var and --vae (or neither, for the embedded emoji model)");
     return VarPipeline::load({var_path, vae_path, patch_nums}, lo);
+}
+
+std::string ModelOptions::effective_var_path() const {
+    if (random_depth > 0) return {};
+    if (!var_path.empty()) return var_path;
+    return embedded_model_available() ? embedded_model_files().var_path : std::string();
 }
 
 }  // namespace varscope::cli

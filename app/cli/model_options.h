@@ -1,4 +1,5 @@
-// Options shared by the subcommands that need a VAR model: checkpoint files or random weights.
+// Options shared by the subcommands that need a VAR model: checkpoint files, random weights, or
+// (neither given) the embedded emoji model.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -20,6 +21,8 @@ struct ModelOptions {
 
     void add_to(CLI::App& cmd);
     VarPipeline build() const;  // throws with a clear message on bad combinations
+    // The var checkpoint actually used (the embedded one when none was given); "" for --random.
+    std::string effective_var_path() const;
 };
 
 }  // namespace varscope::cli

@@ -21,7 +21,7 @@ namespace varscope {
 nlohmann::json TrainConfig::to_json() const {
     return {{"steps", steps}, {"batch", batch}, {"lr", lr}, {"weight_decay", weight_decay},
             {"warmup", warmup}, {"log_every", log_every}, {"checkpoint_every", checkpoint_every},
-            {"seed", seed}, {"device", device}};
+            {"seed", seed}, {"device", device}, {"max_seconds", max_seconds}};
 }
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
@@ -44,6 +44,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
     get("checkpoint_every", c.checkpoint_every);
     get("seed", c.seed);
     get("device", c.device);
+    get("max_seconds", c.max_seconds);
     auto need = [](bool ok, const char* msg) {
         if (!ok) throw std::invalid_argument(std::string("train config: ") + msg);
     };
@@ -52,6 +53,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
     need(c.lr > 0 && c.lr < 1, "'lr' must be in (0, 1)");
     need(c.weight_decay >= 0, "'weight_decay' must be >= 0");
     need(c.warmup >= 0, "'warmup' must be >= 0");
+    need(c.max_seconds >= 0, "'max_seconds' must be >= 0");
     need(c.log_every >= 1 && c.checkpoint_every >= 1, "'log_every' and 'checkpoint_every' must be >= 1");
     return c;
 }

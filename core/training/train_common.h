@@ -30,6 +30,7 @@ struct TrainConfig {
     int64_t checkpoint_every = 1000;
     uint64_t seed = 0;
     std::string device = "cuda";
+    double max_seconds = 0;     // stop early (and still export) after this wall time; 0 = off
 
     nlohmann::json to_json() const;
     // Missing keys keep defaults; wrong types / ranges throw std::invalid_argument naming the key.

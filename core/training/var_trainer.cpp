@@ -56,7 +56,15 @@ nlohmann::json train_var(const VarTrainJob& job, std::ostream& out) {
     BatchSampler sampler(data.size(), job.train.batch, job.train.seed);
     auto gen = at::detail::createCPUGenerator(job.train.seed + 29);
     const int64_t V = job.model.vocab_size;
+    const double budget = job.train.max_seconds;
+    auto out_of_time = [&] {
+        return budget > 0 && std::chrono::duration<double>(Clock::now() - t0).count() > budget;
+    };
     for (; step < job.train.steps; ++step) {
+        if (step % 10 == 0 && out_of_time()) {
+            out << "time budget of " << budget << " s reached at step " << step << "\n";
+            break;
+        }
         set_learning_rate(opt, job.train.lr_at(step));
         auto rows = sampler.next().to(dev);
         auto labels = data.labels.index_select(0, rows);
@@ -78,7 +86,7 @@ nlohmann::json train_var(const VarTrainJob& job, std::ostream& out) {
         }
         if ((step + 1) % job.train.checkpoint_every == 0) run.save(*var, opt, step + 1, cfg_json);
     }
-    run.save(*var, opt, job.train.steps, cfg_json);
+    run.save(*var, opt, step, cfg_json);
     save_safetensors(module_state_dict(*var), run.path("final.safetensors"), {{"varscope.config", cfg_json.dump()}});
     std::vector<std::string> derived{"attn_bias_for_masking"};
     for (int64_t i = 0; i < job.model.depth; ++i) derived.push_back("blocks." + std::to_string(i) + ".attn.zero_k_bias");
@@ -98,7 +106,7 @@ nlohmann::json train_var(const VarTrainJob& job, std::ostream& out) {
         }
     }
     nlohmann::json report = {{"token_acc", correct / targets.numel()}, {"loss", loss_sum / data.size()},
-                             {"steps", job.train.steps},
+                             {"steps", step},
                              {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
                              {"train", job.train.to_json()}, {"model", cfg_json}};
     run.log({{"final", report}});

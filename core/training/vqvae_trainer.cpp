@@ -95,7 +95,15 @@ nlohmann::json train_vqvae(const VqvaeTrainJob& job, std::ostream& out) {
     } else {
         out << "resumed at step " << step << "\n";
     }
+    const double budget = job.train.max_seconds;
+    auto out_of_time = [&] {
+        return budget > 0 && std::chrono::duration<double>(Clock::now() - t0).count() > budget;
+    };
     for (; step < job.train.steps; ++step) {
+        if (step % 10 == 0 && out_of_time()) {
+            out << "time budget of " << budget << " s reached at step " << step << "\n";
+            break;
+        }
         set_learning_rate(opt, job.train.lr_at(step));
         auto img = data.batch_images(sampler.next());
         auto r = vae->forward_train(img, step % job.train.log_every == 0);
@@ -119,11 +127,11 @@ nlohmann::json train_vqvae(const VqvaeTrainJob& job, std::ostream& out) {
         }
         if ((step + 1) % job.train.checkpoint_every == 0) run.save(*vae, opt, step + 1, cfg_json);
     }
-    run.save(*vae, opt, job.train.steps, cfg_json);
+    run.save(*vae, opt, step, cfg_json);
     save_safetensors(module_state_dict(*vae), run.path("final.safetensors"), {{"varscope.config", cfg_json.dump()}});
     export_half(*vae, run.path("export-fp16.safetensors"), cfg_json);
     auto report = evaluate_vqvae(vae, data);
-    report["steps"] = job.train.steps;
+    report["steps"] = step;
     report["seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
     report["train"] = job.train.to_json();
     report["model"] = cfg_json;

@@ -1,0 +1,47 @@
+#include "core/resources.h"
+
+#include <cstdlib>
+
+#include "core/build_paths.h"
+#include <filesystem>
+
+namespace fs = std::filesystem;
+
+namespace varscope {
+
+std::string resource_dir() {
+    if (const char* env = std::getenv("VARSCOPE_RESOURCES"); env && *env) return env;
+    return VARSCOPE_RESOURCE_DIR;
+}
+
+bool embedded_model_available() {
+    const fs::path m = fs::path(resource_dir()) / "models";
+    return fs::exists(m / "emoji-var.safetensors") && fs::exists(m / "emoji-vqvae.safetensors");
+}
+
+VarModelFiles embedded_model_files() {
+    const fs::path m = fs::path(resource_dir()) / "models";
+    VarModelFiles f{(m / "emoji-var.safetensors").string(), (m / "emoji-vqvae.safetensors").string(), {}};
+    for (const auto& p : {f.var_path, f.vae_path})
+        if (!fs::exists(p))
+            throw CheckpointError("the embedded emoji model is missing: '" + p +
+                                  "' (set VARSCOPE_RESOURCES to the resources folder, or pass --var/--vae)");
+    return f;
+}
+
+std::string class_list_for(const std::string& var_path, int64_t num_classes) {
+    const fs::path v(var_path);
+    for (const fs::path& c : {v.parent_path() / (v.stem().string() + "-classes.json"),
+                              v.parent_path() / "emoji-classes.json"})
+        if (fs::exists(c)) {
+            // A list beside the checkpoint only counts if its size fits; checked by the caller.
+            return c.string();
+        }
+    if (num_classes == 1000) {
+        const fs::path in = fs::path(resource_dir()) / "imagenet-classes.json";
+        if (fs::exists(in)) return in.string();
+    }
+    return {};
+}
+
+}  // namespace varscope

@@ -1,0 +1,19 @@
+// Where VARScope's shipped files live, and the bundled emoji model (no download needed).
+#pragma once
+
+#include <string>
+
+#include "core/pipeline.h"
+
+namespace varscope {
+
+// $VARSCOPE_RESOURCES if set, else the resources/ folder this build was configured from.
+std::string resource_dir();
+// resources/models/emoji-{var,vqvae}.safetensors; throws CheckpointError if they are missing.
+VarModelFiles embedded_model_files();
+bool embedded_model_available();
+// The class-name list that belongs to a VAR checkpoint: "<var>-classes.json" or
+// "emoji-classes.json" beside it, else the ImageNet list for 1000-class models; "" if none.
+std::string class_list_for(const std::string& var_path, int64_t num_classes);
+
+}  // namespace varscope

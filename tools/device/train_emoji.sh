@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Trains the embedded emoji models on the GPU machine with the project's own CLI.
+#   STAGE=vqvae  -> trains the VQVAE (resources/training/emoji-vqvae.json)
+#   STAGE=var    -> trains the VAR on resources/models/emoji-vqvae.safetensors
+# Needs (git-ignored, carried): .device/deps and .device/data/emoji64.safetensors.gz
+# (varscope-cli pack-emoji output). MAX_SECONDS caps the training wall time.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+STAGE=${STAGE:-vqvae}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/train_${STAGE}.log") 2>&1
+nvidia-smi -L
+gunzip -c .device/data/emoji64.safetensors.gz > /tmp/emoji64.safetensors || exit 1
+cmake -S . -B /tmp/build -G Ninja -DVARSCOPE_BUILD_GUI=OFF -DVARSCOPE_WITH_OPENCV=OFF -DVARSCOPE_BUILD_TESTS=OFF \
+  -DVARSCOPE_PYTHON="$(command -v python3)" -DCMAKE_PREFIX_PATH="$PWD/.device/deps" >/dev/null || exit 1
+ninja -C /tmp/build varscope-cli | tail -2 || exit 1
+CLI=/tmp/build/app/cli/varscope-cli
+RUN=/tmp/runs/$STAGE
+if [ "$STAGE" = vqvae ]; then
+  $CLI train vqvae --config resources/training/emoji-vqvae.json --data /tmp/emoji64.safetensors \
+    --out "$RUN" ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} 2>&1 | grep -v '^ ' | tail -40
+else
+  $CLI train var --config resources/training/emoji-var.json --data /tmp/emoji64.safetensors \
+    --vae resources/models/emoji-vqvae.safetensors --out "$RUN" ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} \
+    2>&1 | grep -v '^ ' | tail -60
+fi
+cp "$RUN/export-fp16.safetensors" "$OUT/emoji-$STAGE.safetensors"
+cp "$RUN/log.jsonl" "$OUT/log-$STAGE.jsonl"
+cp "$RUN/report.json" "$OUT/report-$STAGE.json"
+ls -la "$OUT"
