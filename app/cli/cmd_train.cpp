@@ -13,7 +13,7 @@ namespace varscope::cli {
 namespace {
 
 struct TrainArgs {
-    std::string config, data, out, vae;
+    std::string config, data, out, vae, init;
     int64_t steps = 0, batch = 0;
     double lr = 0;
     std::string device;
@@ -72,6 +72,8 @@ Runner add_train(CLI::App& app) {
     auto* vr = train->add_subcommand("var", "train a class-conditional VAR transformer on a frozen VQVAE");
     add_common(vr, *ta);
     vr->add_option("--vae", ta->vae, "trained VQVAE weights")->required()->check(CLI::ExistingFile);
+    vr->add_option("--init", ta->init, "start from these VAR weights (fine-tuning / continuing a shipped model)")
+        ->check(CLI::ExistingFile);
     return [vq, vr, va, ta]() {
         if (vq->parsed()) {
             const auto j = read_config(va->config);
@@ -89,6 +91,7 @@ Runner add_train(CLI::App& app) {
             job.train = train_config(j, *ta);
             job.data_path = ta->data;
             job.vae_path = ta->vae;
+            job.init_path = ta->init;
             job.run_dir = ta->out;
             job.cond_drop = j.value("cond_drop", job.cond_drop);
             if (!(job.cond_drop >= 0 && job.cond_drop < 1)) throw std::invalid_argument("cond_drop must be in [0, 1)");

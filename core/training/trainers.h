@@ -26,6 +26,7 @@ struct VarTrainJob {
     std::string data_path;
     std::string vae_path;  // trained VQVAE weights
     std::string run_dir;
+    std::string init_path;   // optional: start from these weights (e.g. a shipped fp16 export)
     double cond_drop = 0.1;  // class dropout, so classifier-free guidance works
 };
 

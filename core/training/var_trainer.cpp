@@ -52,7 +52,17 @@ nlohmann::json train_var(const VarTrainJob& job, std::ostream& out) {
                                                    .weight_decay(job.train.weight_decay));
     const nlohmann::json cfg_json = job.model.to_json();
     int64_t step = run.resume(*var, opt, run.path("last.safetensors"));
-    if (step) out << "resumed at step " << step << "\n";
+    if (step) {
+        out << "resumed at step " << step << "\n";
+    } else if (!job.init_path.empty()) {
+        BindOptions o;
+        o.what = job.init_path;
+        o.optional_buffers = {"attn_bias_for_masking", "lvl_1L"};
+        for (int64_t i = 0; i < job.model.depth; ++i)
+            o.optional_buffers.push_back("blocks." + std::to_string(i) + ".attn.zero_k_bias");
+        bind_state_dict(*var, load_checkpoint(job.init_path), o);
+        out << "initialised from " << job.init_path << "\n";
+    }
     BatchSampler sampler(data.size(), job.train.batch, job.train.seed);
     auto gen = at::detail::createCPUGenerator(job.train.seed + 29);
     const int64_t V = job.model.vocab_size;

@@ -22,6 +22,7 @@ if [ "$STAGE" = vqvae ]; then
 else
   $CLI train var --config resources/training/emoji-var.json --data /tmp/emoji64.safetensors \
     --vae resources/models/emoji-vqvae.safetensors --out "$RUN" ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} \
+    ${INIT:+--init $INIT} ${LR:+--lr $LR} ${STEPS:+--steps $STEPS} \
     2>&1 | grep -v '^ ' | tail -60
 fi
 cp "$RUN/export-fp16.safetensors" "$OUT/emoji-$STAGE.safetensors"

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Sample grid of the embedded emoji model: one row per prompt, N samples per row.
+
+Runs `varscope-cli generate --prompt P --batch N --seed S -o row.npy` for each prompt and tiles
+the images into one PNG (written with zlib, no imaging library needed). Needs numpy.
+"""
+import argparse
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+
+import numpy as np
+
+
+def write_png(path, rgb):
+    h, w, _ = rgb.shape
+    raw = b"".join(b"\x00" + rgb[y].tobytes() for y in range(h))
+    def chunk(tag, data):
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--per-row", type=int, default=4)
+    ap.add_argument("--cfg", type=float, default=3.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scale", type=int, default=2, help="pixel upscaling for viewing")
+    ap.add_argument("prompts", nargs="+")
+    a = ap.parse_args()
+    rows, labels = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, p in enumerate(a.prompts):
+            out = os.path.join(tmp, f"r{i}.npy")
+            r = subprocess.run([a.cli, "generate", "--prompt", p, "--batch", str(a.per_row), "--seed", str(a.seed),
+                                "--cfg", str(a.cfg), "-q", "-o", out], capture_output=True, text=True)
+            if r.returncode:
+                sys.exit(f"{p!r}: {r.stderr}")
+            labels.append(next((l for l in r.stderr.splitlines() if l.startswith("prompt")), p))
+            imgs = [np.load(out.replace(".npy", f"_{j}.npy")) for j in range(a.per_row)]
+            rows.append(np.concatenate([np.pad(m.transpose(1, 2, 0), ((2, 2), (2, 2), (0, 0)), constant_values=1.0)
+                                        for m in imgs], axis=1))
+    grid = np.concatenate(rows, axis=0)
+    grid = np.kron(grid, np.ones((a.scale, a.scale, 1)))
+    write_png(a.out, (grid.clip(0, 1) * 255).round().astype(np.uint8))
+    for l in labels:
+        print(l)
+
+
+if __name__ == "__main__":
+    main()
