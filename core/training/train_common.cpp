@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <stdexcept>
 
 #include "core/io/checkpoint.h"
@@ -159,6 +160,19 @@ void export_half(const torch::nn::Module& model, const std::string& path,
 
 void set_learning_rate(torch::optim::Optimizer& opt, double lr) {
     for (auto& g : opt.param_groups()) g.options().set_lr(lr);
+}
+
+TimeBudget::TimeBudget(double seconds) : seconds_(seconds), start_(std::chrono::steady_clock::now()) {}
+
+double TimeBudget::elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+bool TimeBudget::spent(int64_t step, std::ostream& out) {
+    if (seconds_ <= 0 || elapsed() <= seconds_) return false;
+    if (!reported_) out << "time budget of " << seconds_ << " s reached at step " << step << "\n";
+    reported_ = true;
+    return true;
 }
 
 }  // namespace varscope

@@ -4,7 +4,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <chrono>
 #include <functional>
+#include <iosfwd>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -82,5 +84,19 @@ void export_half(const torch::nn::Module& model, const std::string& path,
                  const nlohmann::json& model_config, const std::vector<std::string>& drop = {});
 
 void set_learning_rate(torch::optim::Optimizer& opt, double lr);
+
+// Wall-clock budget of a run (TrainConfig::max_seconds); 0 = unlimited.
+class TimeBudget {
+public:
+    explicit TimeBudget(double seconds);
+    double elapsed() const;
+    // True when the budget is spent; says so on `out` once.
+    bool spent(int64_t step, std::ostream& out);
+
+private:
+    double seconds_;
+    std::chrono::steady_clock::time_point start_;
+    bool reported_ = false;
+};
 
 }  // namespace varscope

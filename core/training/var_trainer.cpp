@@ -66,15 +66,9 @@ nlohmann::json train_var(const VarTrainJob& job, std::ostream& out) {
     BatchSampler sampler(data.size(), job.train.batch, job.train.seed);
     auto gen = at::detail::createCPUGenerator(job.train.seed + 29);
     const int64_t V = job.model.vocab_size;
-    const double budget = job.train.max_seconds;
-    auto out_of_time = [&] {
-        return budget > 0 && std::chrono::duration<double>(Clock::now() - t0).count() > budget;
-    };
+    TimeBudget budget(job.train.max_seconds);
     for (; step < job.train.steps; ++step) {
-        if (step % 10 == 0 && out_of_time()) {
-            out << "time budget of " << budget << " s reached at step " << step << "\n";
-            break;
-        }
+        if (step % 10 == 0 && budget.spent(step, out)) break;
         set_learning_rate(opt, job.train.lr_at(step));
         auto rows = sampler.next().to(dev);
         auto labels = data.labels.index_select(0, rows);

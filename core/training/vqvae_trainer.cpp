@@ -95,15 +95,9 @@ nlohmann::json train_vqvae(const VqvaeTrainJob& job, std::ostream& out) {
     } else {
         out << "resumed at step " << step << "\n";
     }
-    const double budget = job.train.max_seconds;
-    auto out_of_time = [&] {
-        return budget > 0 && std::chrono::duration<double>(Clock::now() - t0).count() > budget;
-    };
+    TimeBudget budget(job.train.max_seconds);
     for (; step < job.train.steps; ++step) {
-        if (step % 10 == 0 && out_of_time()) {
-            out << "time budget of " << budget << " s reached at step " << step << "\n";
-            break;
-        }
+        if (step % 10 == 0 && budget.spent(step, out)) break;
         set_learning_rate(opt, job.train.lr_at(step));
         auto img = data.batch_images(sampler.next());
         auto r = vae->forward_train(img, step % job.train.log_every == 0);
