@@ -4,6 +4,8 @@
 #include "core/models/vqvae_parity.h"
 
 #include <gtest/gtest.h>
+
+#include "tests/tiny_models.h"
 #include <nlohmann/json.hpp>
 
 #include "core/io/module_binding.h"
@@ -14,12 +16,7 @@ namespace {
 
 // ch=32, ch_mult {1,2}, z=8, V=64, patch_nums {1,2,4}: f is 4x4 for an 8x8 image.
 VqvaeConfig small_config(int64_t share = 4) {
-    VqvaeConfig c;
-    c.vocab_size = 64;
-    c.z_channels = 8;
-    c.ch = 32;
-    c.ch_mult = {1, 2};
-    c.patch_nums = {1, 2, 4};
+    VqvaeConfig c = varscope::testing::tiny_vqvae_config();
     c.share_quant_resi = share;
     return c;
 }

@@ -86,6 +86,12 @@ ImageDataset load_image_dataset(const std::string& path, const at::Device& devic
     return ds;
 }
 
+ImageDataset prepare_training(const TrainConfig& train, const std::string& data_path) {
+    at::globalContext().setAllowTF32CuBLAS(true);
+    at::globalContext().setAllowTF32CuDNN(true);
+    return load_image_dataset(data_path, at::Device(train.device));
+}
+
 BatchSampler::BatchSampler(int64_t n, int64_t batch, uint64_t seed) : n_(n), batch_(std::min(batch, n)), seed_(seed) {
     if (n < 1) throw std::invalid_argument("BatchSampler: empty data set");
 }

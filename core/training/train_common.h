@@ -50,6 +50,8 @@ struct ImageDataset {
     at::Tensor batch_images(const at::Tensor& rows) const;
 };
 ImageDataset load_image_dataset(const std::string& path, const at::Device& device);
+// Start of every training run: TF32 matrix units on, the data set loaded onto train.device.
+ImageDataset prepare_training(const TrainConfig& train, const std::string& data_path);
 
 // Draws batches by reshuffling a seeded permutation every epoch.
 class BatchSampler {

@@ -15,9 +15,7 @@ nlohmann::json train_var(const VarTrainJob& job, std::ostream& out) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     const at::Device dev(job.train.device);
-    at::globalContext().setAllowTF32CuBLAS(true);
-    at::globalContext().setAllowTF32CuDNN(true);
-    ImageDataset data = load_image_dataset(job.data_path, dev);
+    ImageDataset data = prepare_training(job.train, job.data_path);
     if (data.num_classes > job.model.num_classes)
         throw std::invalid_argument("the data has " + std::to_string(data.num_classes) +
                                     " classes but the VAR config only " + std::to_string(job.model.num_classes));

@@ -72,9 +72,7 @@ nlohmann::json train_vqvae(const VqvaeTrainJob& job, std::ostream& out) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     const at::Device dev(job.train.device);
-    at::globalContext().setAllowTF32CuBLAS(true);
-    at::globalContext().setAllowTF32CuDNN(true);
-    ImageDataset data = load_image_dataset(job.data_path, dev);
+    ImageDataset data = prepare_training(job.train, job.data_path);
     RunDirectory run(job.run_dir);
     torch::manual_seed(job.train.seed);
     Vqvae vae(job.model);
