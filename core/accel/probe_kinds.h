@@ -13,4 +13,15 @@ constexpr const char* kPtsScores = "pts_scores";
 // 0 = restored from the cache; one record per layer. values: {"ratio", "kept"}.
 constexpr const char* kPtsKept = "pts_kept";
 
+// LazyVAR (core/accel/lazyvar.h), method "lazyvar".
+// Update index 1 - cos(f_hat before, f_hat after) of scale `scale` over the latent channels, on
+// the final latent grid: (H, W) float, first sample; values: {"mean"}.
+constexpr const char* kUpdateIndex = "update_index";
+// Tokens a pruned scale computes: (pn, pn) bool, true = computed, false = zero residual.
+// values: {"kept": tokens, "ratio": kept share, "rank_begin": first update-index rank taken}.
+constexpr const char* kLazyVarKept = "lazyvar_kept";
+// One record per decoded group, scale = its first scale: int64 (p) list of the group's scales.
+// values: {"first_scale", "size"}.
+constexpr const char* kLazyVarGroup = "lazyvar_group";
+
 }  // namespace varscope::probe_kinds
