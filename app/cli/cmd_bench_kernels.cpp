@@ -1,0 +1,384 @@
+// `varscope-cli bench attention` and `bench cs4a`: our sparse attention kernels against torch's
+// dense SDPA backends (flash, cuDNN) and SDPA with a boolean mask, at SparVAR's Table 1 setting
+// (Infinity-8B last scale) and VAR-d30's last scales. CUDA events, warm-up, an L2 flush before
+// every timed call, the median of many calls (see kernels/cuda_timing.h). FlexAttention is
+// Python-only: tools/bench/flex_attention_bench.py times it and --flex-json merges its numbers.
+#include <ATen/ATen.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/version.h>
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "app/cli/commands.h"
+#include "core/accel/csla_mask.h"
+#include "kernels/attention_dispatch.h"
+#include "kernels/cuda_timing.h"
+
+namespace varscope::cli {
+namespace {
+
+namespace vk = varscope::kernels;
+using nlohmann::json;
+
+struct LastScaleConfig {
+    std::string name;
+    std::vector<int64_t> patch_nums;
+    int64_t batch, heads, head_dim;
+};
+
+// SparVAR Table 1 (Infinity-8B, 1024px) and VAR-d30 (30 heads x 64 dims, batch 2 = CFG pair).
+const std::vector<LastScaleConfig> kConfigs = {
+    {"infinity-8b-1024", {1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64}, 1, 24, 128},
+    {"var-d30-256", {1, 2, 3, 4, 5, 6, 8, 10, 13, 16}, 2, 30, 64},
+    {"var-d30-512", {1, 2, 3, 4, 6, 9, 13, 18, 24, 32}, 2, 30, 64},
+};
+
+struct BenchOptions {
+    std::vector<int64_t> blocks{64, 128};
+    std::vector<std::string> configs{"infinity-8b-1024", "var-d30-256", "var-d30-512"};
+    int warmup = 10, iters = 50, device = 0;
+    bool no_flush = false;
+    double keep = 0.2;       // cs4a
+    int64_t query_block = 192;  // cs4a (SparVAR's C)
+    std::string json_path, flex_json;
+};
+
+const LastScaleConfig& config_named(const std::string& name) {
+    for (const auto& c : kConfigs)
+        if (c.name == name) return c;
+    throw std::invalid_argument("unknown config '" + name + "'");
+}
+
+int64_t token_count(const std::vector<int64_t>& pns, size_t upto) {
+    int64_t n = 0;
+    for (size_t i = 0; i <= upto; ++i) n += pns[i] * pns[i];
+    return n;
+}
+
+std::string utc_date() {
+    const std::time_t now = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    return buf;
+}
+
+json environment(const BenchOptions& o) {
+    const auto info = vk::cuda_device_info(o.device);
+    json env;
+    env["device"] = info.name;
+    env["sm_count"] = info.sm_count;
+    env["compute_capability"] = std::to_string(info.cc_major) + "." + std::to_string(info.cc_minor);
+    env["l2_bytes"] = info.l2_bytes;
+    env["date"] = utc_date();
+    env["torch"] = TORCH_VERSION;
+    env["cuda_runtime"] = info.runtime_version;
+    env["cuda_driver"] = info.driver_version;
+    env["cudnn"] = at::detail::getCUDAHooks().versionCuDNN();
+    env["warmup"] = o.warmup;
+    env["iterations"] = o.iters;
+    env["l2_flush"] = !o.no_flush;
+    env["statistic"] = "median";
+    return env;
+}
+
+// Runs fn under the timer; a backend that refuses the inputs is reported, not fatal.
+json time_backend(const std::function<void()>& fn, const BenchOptions& o) {
+    json r;
+    try {
+        const auto t = vk::time_on_gpu(fn, o.device, o.warmup, o.iters, !o.no_flush);
+        r["median_ms"] = t.median_ms;
+        r["min_ms"] = t.min_ms;
+        r["max_ms"] = t.max_ms;
+    } catch (const std::exception& e) {
+        std::string msg = e.what();
+        r["error"] = msg.substr(0, msg.find('\n'));
+    }
+    return r;
+}
+
+double ms_of(const json& r) { return r.contains("median_ms") ? r["median_ms"].get<double>() : NAN; }
+
+double rel_error(const at::Tensor& a, const at::Tensor& b) {
+    const auto x = a.to(at::kDouble), y = b.to(at::kDouble);
+    return ((x - y).norm() / y.norm()).item<double>();
+}
+
+std::map<std::string, double> read_flex(const std::string& path) {
+    std::map<std::string, double> flex;
+    if (path.empty()) return flex;
+    std::ifstream in(path);
+    if (!in) {
+        std::cerr << "warning: cannot read " << path << "; FlexAttention column left empty\n";
+        return flex;
+    }
+    const auto j = json::parse(in);
+    for (const auto& r : j.at("results"))
+        if (r.contains("flex_ms"))
+            flex[r.at("config").get<std::string>() + "/" + std::to_string(r.at("block").get<int>())] =
+                r.at("flex_ms").get<double>();
+    return flex;
+}
+
+void write_json(const std::string& path, const json& j) {
+    if (path.empty()) return;
+    std::ofstream out(path);
+    out << j.dump(2) << "\n";
+    std::cout << "wrote " << path << "\n";
+}
+
+std::string fmt(double v, const char* f = "%.3f") {
+    if (std::isnan(v)) return "-";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, f, v);
+    return buf;
+}
+
+void add_common(CLI::App* cmd, BenchOptions& o) {
+    cmd->add_option("--configs", o.configs, "configs: infinity-8b-1024 var-d30-256 var-d30-512");
+    cmd->add_option("--warmup", o.warmup, "warm-up calls per backend")->check(CLI::Range(0, 1000));
+    cmd->add_option("--iters", o.iters, "timed calls per backend (median reported)")
+        ->check(CLI::Range(1, 100000));
+    cmd->add_option("--device-index", o.device, "CUDA device index")->check(CLI::NonNegativeNumber);
+    cmd->add_flag("--no-flush", o.no_flush, "do not flush L2 between timed calls");
+    cmd->add_option("--json", o.json_path, "write the results as JSON here");
+}
+
+void require_cuda() {
+    if (!at::hasCUDA()) throw std::runtime_error("bench needs a CUDA device (none visible)");
+    if (!vk::cuda_kernels_built()) throw std::runtime_error("this build has no CUDA kernels");
+}
+
+int run_attention(const BenchOptions& o) {
+    require_cuda();
+    c10::InferenceMode guard;
+    const auto flex = read_flex(o.flex_json);
+    const auto dev = at::TensorOptions().device(at::kCUDA, o.device);
+    json results = json::array();
+    std::printf("%-18s %5s %7s %8s %8s %8s %8s %8s %7s %7s %7s %6s %7s %7s\n", "config", "block",
+                "sparse%", "ours_ms", "flash", "cudnn", "boolmsk", "flex", "xflash", "xcudnn",
+                "xflex", "ideal", "%ideal", "TFLOP/s");
+    for (const auto& name : o.configs) {
+        const auto& c = config_named(name);
+        const size_t last = c.patch_nums.size() - 1;
+        const int64_t lq = c.patch_nums[last] * c.patch_nums[last], lk = token_count(c.patch_nums, last);
+        at::manual_seed(0);
+        const auto opts = dev.dtype(at::kBFloat16);
+        const auto q = at::randn({c.batch, c.heads, lq, c.head_dim}, opts);
+        const auto k = at::randn({c.batch, c.heads, lk, c.head_dim}, opts);
+        const auto v = at::randn({c.batch, c.heads, lk, c.head_dim}, opts);
+        const CslaSpec spec;  // sinks: scales <= 5; windows 3 (middle), [3, 5, 7] (last three)
+        const auto token_mask = csla_token_mask(c.patch_nums, static_cast<int64_t>(last), spec);
+        const auto token_mask_gpu = token_mask.to(dev.device());
+        const double token_sparsity = mask_sparsity(token_mask);
+
+        json flash = time_backend([&] { at::_scaled_dot_product_flash_attention(q, k, v); }, o);
+        json cudnn = time_backend(
+            [&] { at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, false); }, o);
+        json boolmask =
+            time_backend([&] { at::scaled_dot_product_attention(q, k, v, token_mask_gpu); }, o);
+
+        for (const int64_t block : o.blocks) {
+            const auto block_mask = csla_block_mask(token_mask, block, block);
+            const auto lists = csla_block_lists(block_mask);
+            const auto idx = lists.indices.to(dev.device()), cnt = lists.counts.to(dev.device());
+            const double sparsity = mask_sparsity(block_mask);
+            vk::AttentionOptions ko;
+            ko.path = vk::KernelPath::Cuda;
+            ko.out = at::empty_like(q);
+            json ours = time_backend(
+                [&] { vk::block_sparse_attention(q, k, v, idx, cnt, block, block, ko); }, o);
+            // Correctness of what was timed: against SDPA with the expanded block mask.
+            const auto expanded = expand_block_mask(block_mask, block, block, lq, lk).to(dev.device());
+            const auto want = at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat),
+                                                               v.to(at::kFloat), expanded);
+            const double err = rel_error(ko.out, want);
+            const double active_pairs = expanded.sum().item<double>();
+            const double flops = 4.0 * c.batch * c.heads * active_pairs * c.head_dim;
+
+            const double t = ms_of(ours), tf = ms_of(flash), tc = ms_of(cudnn);
+            const auto fk = flex.find(c.name + "/" + std::to_string(block));
+            const double tx = fk == flex.end() ? NAN : fk->second;
+            const double ideal = 1.0 / (1.0 - sparsity);
+            json r;
+            r["config"] = c.name;
+            r["block"] = block;
+            r["batch"] = c.batch;
+            r["heads"] = c.heads;
+            r["head_dim"] = c.head_dim;
+            r["q_len"] = lq;
+            r["kv_len"] = lk;
+            r["dtype"] = "bf16";
+            r["block_sparsity"] = sparsity;
+            r["token_sparsity"] = token_sparsity;
+            r["ours"] = ours;
+            r["sdpa_flash"] = flash;
+            r["sdpa_cudnn"] = cudnn;
+            r["sdpa_bool_mask"] = boolmask;
+            if (!std::isnan(tx)) r["flex_ms"] = tx;
+            r["rel_error_vs_fp32_sdpa"] = err;
+            r["speedup_vs_flash"] = tf / t;
+            r["speedup_vs_cudnn"] = tc / t;
+            r["speedup_vs_flex"] = tx / t;
+            r["ideal_speedup"] = ideal;
+            r["percent_of_ideal_vs_flash"] = 100.0 * (tf / t) / ideal;
+            r["ideal_ms_from_cudnn"] = tc / ideal;
+            r["ours_tflops"] = flops / (t * 1e-3) / 1e12;
+            results.push_back(r);
+            std::printf("%-18s %5lld %7.2f %8s %8s %8s %8s %8s %7s %7s %7s %6.2f %7s %7s  err %.1e\n",
+                        c.name.c_str(), static_cast<long long>(block), 100 * sparsity,
+                        fmt(t).c_str(), fmt(tf).c_str(), fmt(tc).c_str(),
+                        fmt(ms_of(boolmask)).c_str(), fmt(tx).c_str(), fmt(tf / t, "%.2f").c_str(),
+                        fmt(tc / t, "%.2f").c_str(), fmt(tx / t, "%.2f").c_str(), ideal,
+                        fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(),
+                        fmt(flops / (t * 1e-3) / 1e12, "%.0f").c_str(), err);
+            std::fflush(stdout);
+        }
+    }
+    json out;
+    out["benchmark"] = "attention";
+    out["environment"] = environment(o);
+    out["results"] = results;
+    write_json(o.json_path, out);
+    return 0;
+}
+
+// CS4A at the last scale: each query block of `query_block` rows attends to the sink tokens plus
+// a random `keep` fraction of the other keys (sorted, like mapped Top-K indices), gathered.
+int run_cs4a(const BenchOptions& o) {
+    require_cuda();
+    c10::InferenceMode guard;
+    const auto dev = at::TensorOptions().device(at::kCUDA, o.device);
+    json results = json::array();
+    std::printf("%-18s %6s %5s %8s %8s %8s %7s %7s %6s %7s %9s %9s\n", "config", "keep", "C",
+                "ours_ms", "flash", "cudnn", "xflash", "xcudnn", "ideal", "%ideal", "colsum_ms",
+                "dec_flash");
+    for (const auto& name : o.configs) {
+        const auto& c = config_named(name);
+        const size_t last = c.patch_nums.size() - 1;
+        const int64_t lq = c.patch_nums[last] * c.patch_nums[last], lk = token_count(c.patch_nums, last);
+        const int64_t sinks = token_count(c.patch_nums, 4);  // scales <= 5
+        at::manual_seed(0);
+        const auto opts = dev.dtype(at::kBFloat16);
+        const auto q = at::randn({c.batch, c.heads, lq, c.head_dim}, opts);
+        const auto k = at::randn({c.batch, c.heads, lk, c.head_dim}, opts);
+        const auto v = at::randn({c.batch, c.heads, lk, c.head_dim}, opts);
+        const int64_t nqb = (lq + o.query_block - 1) / o.query_block;
+        const int64_t keep_n = std::max<int64_t>(sinks, std::llround(o.keep * lk));
+        auto idx = at::empty({nqb, keep_n}, at::kInt);
+        for (int64_t u = 0; u < nqb; ++u) {
+            const auto rest = at::randperm(lk - sinks).narrow(0, 0, keep_n - sinks) + sinks;
+            idx[u] = std::get<0>(at::cat({at::arange(sinks), rest}).sort()).to(at::kInt);
+        }
+        const auto idx_gpu = idx.to(dev.device());
+        const auto cnt_gpu = at::full({nqb}, keep_n, dev.dtype(at::kInt));
+        vk::AttentionOptions ko;
+        ko.path = vk::KernelPath::Cuda;
+        ko.return_lse = true;  // CS4A merges with O_cache through the lse
+        ko.out = at::empty_like(q);
+        json ours = time_backend(
+            [&] { vk::gathered_attention(q, k, v, idx_gpu, cnt_gpu, o.query_block, ko); }, o);
+        json flash = time_backend([&] { at::_scaled_dot_product_flash_attention(q, k, v); }, o);
+        json cudnn = time_backend(
+            [&] { at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, false); }, o);
+        const auto mask = at::zeros({nqb, lk}, at::kBool).scatter_(1, idx.to(at::kLong), true)
+                              .repeat_interleave(o.query_block, 0)
+                              .narrow(0, 0, lq)
+                              .to(dev.device());
+        const auto want = at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat),
+                                                           v.to(at::kFloat), mask);
+        const double err = rel_error(ko.out, want);
+
+        // Decision scale (one before the last two): dense column sums vs dense flash there.
+        const size_t dec = last - 2;
+        const int64_t dq = c.patch_nums[dec] * c.patch_nums[dec], dk = token_count(c.patch_nums, dec);
+        const auto qd = at::randn({c.batch, c.heads, dq, c.head_dim}, opts);
+        const auto kd = at::randn({c.batch, c.heads, dk, c.head_dim}, opts);
+        const auto vd = at::randn({c.batch, c.heads, dk, c.head_dim}, opts);
+        json colsum = time_backend(
+            [&] { vk::block_column_sum(qd, kd, o.query_block, std::nullopt, vk::KernelPath::Cuda); }, o);
+        json dec_flash = time_backend([&] { at::_scaled_dot_product_flash_attention(qd, kd, vd); }, o);
+
+        const double t = ms_of(ours), tf = ms_of(flash), tc = ms_of(cudnn);
+        const double ideal = static_cast<double>(lk) / keep_n;
+        json r;
+        r["config"] = c.name;
+        r["batch"] = c.batch;
+        r["heads"] = c.heads;
+        r["head_dim"] = c.head_dim;
+        r["q_len"] = lq;
+        r["kv_len"] = lk;
+        r["query_block"] = o.query_block;
+        r["keys_per_block"] = keep_n;
+        r["keep_ratio"] = static_cast<double>(keep_n) / lk;
+        r["ours"] = ours;
+        r["sdpa_flash"] = flash;
+        r["sdpa_cudnn"] = cudnn;
+        r["rel_error_vs_fp32_sdpa"] = err;
+        r["speedup_vs_flash"] = tf / t;
+        r["speedup_vs_cudnn"] = tc / t;
+        r["ideal_speedup"] = ideal;
+        r["percent_of_ideal_vs_flash"] = 100.0 * (tf / t) / ideal;
+        r["decision_scale"] = {{"q_len", dq}, {"kv_len", dk}, {"column_sum", colsum},
+                               {"sdpa_flash", dec_flash}};
+        results.push_back(r);
+        std::printf("%-18s %6.3f %5lld %8s %8s %8s %7s %7s %6.2f %7s %9s %9s  err %.1e\n",
+                    c.name.c_str(), static_cast<double>(keep_n) / lk,
+                    static_cast<long long>(o.query_block), fmt(t).c_str(), fmt(tf).c_str(),
+                    fmt(tc).c_str(), fmt(tf / t, "%.2f").c_str(), fmt(tc / t, "%.2f").c_str(), ideal,
+                    fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(), fmt(ms_of(colsum)).c_str(),
+                    fmt(ms_of(dec_flash)).c_str(), err);
+        std::fflush(stdout);
+    }
+    json out;
+    out["benchmark"] = "cs4a";
+    out["environment"] = environment(o);
+    out["results"] = results;
+    write_json(o.json_path, out);
+    return 0;
+}
+
+Runner guarded(std::function<int()> fn) {
+    return [fn] {
+        try {
+            return fn();
+        } catch (const std::exception& e) {
+            std::cerr << "error: " << e.what() << "\n";
+            return 1;
+        }
+    };
+}
+
+}  // namespace
+
+Runner add_bench_attention(CLI::App& bench) {
+    auto o = std::make_shared<BenchOptions>();
+    auto* cmd = bench.add_subcommand(
+        "attention", "CSLA block-sparse kernel vs SDPA flash / cuDNN / bool mask (and Flex)");
+    add_common(cmd, *o);
+    cmd->add_option("--blocks", o->blocks, "block sizes (multiples of 64)");
+    cmd->add_option("--flex-json", o->flex_json,
+                    "FlexAttention times from tools/bench/flex_attention_bench.py");
+    return guarded([o] { return run_attention(*o); });
+}
+
+Runner add_bench_cs4a(CLI::App& bench) {
+    auto o = std::make_shared<BenchOptions>();
+    auto* cmd = bench.add_subcommand("cs4a", "CS4A gathered sparse attention vs SDPA flash / cuDNN");
+    add_common(cmd, *o);
+    cmd->add_option("--keep", o->keep, "fraction of keys each query block keeps")
+        ->check(CLI::Range(0.001, 1.0));
+    cmd->add_option("--query-block", o->query_block, "query rows per index list (multiple of 64)");
+    return guarded([o] { return run_cs4a(*o); });
+}
+
+}  // namespace varscope::cli

@@ -1,0 +1,147 @@
+#include "kernels/attention_dispatch.h"
+
+#include "kernels/attention_reference.h"
+#ifdef VARSCOPE_KERNELS_CUDA
+#include "kernels/cuda/attention_cuda.h"
+#endif
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace varscope::kernels {
+namespace {
+
+std::atomic<bool> g_force_reference{false};
+
+void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor* v) {
+    TORCH_CHECK(q.dim() == 4 && k.dim() == 4, "attention expects (B, H, L, D) tensors, got q ",
+                q.sizes(), " and k ", k.sizes());
+    TORCH_CHECK(k.size(0) == q.size(0) && k.size(1) == q.size(1) && k.size(3) == q.size(3),
+                "k ", k.sizes(), " does not match q ", q.sizes());
+    TORCH_CHECK(k.device() == q.device() && k.scalar_type() == q.scalar_type(),
+                "q and k must share device and dtype");
+    if (v != nullptr) {
+        TORCH_CHECK(v->sizes() == k.sizes() && v->device() == q.device() &&
+                        v->scalar_type() == q.scalar_type(),
+                    "v ", v->sizes(), " must match k ", k.sizes(), " in shape, device and dtype");
+    }
+}
+
+double scale_or_default(const at::Tensor& q, std::optional<double> scale) {
+    return scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+}
+
+// Reference or CUDA for these inputs; throws when the CUDA path was demanded but cannot run.
+bool use_cuda(const at::Tensor& q, int64_t block_q, int64_t block_k, KernelPath path) {
+    if (path == KernelPath::Reference) return false;
+    std::string why;
+    const bool ok = cuda_attention_supported(q, block_q, block_k, &why);
+    TORCH_CHECK(ok || path != KernelPath::Cuda, "CUDA attention kernel requested but ", why);
+    return ok;
+}
+
+void copy_into_out(AttentionResult& r, const at::Tensor& out) {
+    if (!out.defined()) return;
+    out.copy_(r.out);
+    r.out = out;
+}
+
+}  // namespace
+
+void force_reference_kernels(bool on) { g_force_reference = on; }
+
+bool reference_kernels_forced() {
+    if (g_force_reference) return true;
+    const char* env = std::getenv("VARSCOPE_REFERENCE_KERNELS");
+    return env != nullptr && std::strcmp(env, "") != 0 && std::strcmp(env, "0") != 0;
+}
+
+bool cuda_kernels_built() {
+#ifdef VARSCOPE_KERNELS_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
+bool cuda_attention_supported(const at::Tensor& q, int64_t block_q, int64_t block_k,
+                              std::string* why_not) {
+    auto fail = [&](const std::string& why) {
+        if (why_not) *why_not = why;
+        return false;
+    };
+    if (!cuda_kernels_built()) return fail("this build has no CUDA kernels");
+    if (reference_kernels_forced()) return fail("the reference kernels are forced");
+    if (!q.is_cuda()) return fail("the inputs are not on a CUDA device");
+    if (q.scalar_type() != at::kBFloat16 && q.scalar_type() != at::kHalf)
+        return fail("the kernels take bfloat16 or float16 only");
+    if (q.dim() != 4 || (q.size(3) != 64 && q.size(3) != 128))
+        return fail("the kernels take head dim 64 or 128 only");
+    if (block_q % 64 != 0 || block_k % 64 != 0)
+        return fail("the kernels need block sizes that are multiples of 64");
+    if (q.size(2) > INT32_MAX / 2) return fail("sequence too long for 32-bit indexing");
+#ifdef VARSCOPE_KERNELS_CUDA
+    std::string why;
+    if (!cuda::device_has_kernel_image(q.get_device(), &why)) return fail(why);
+#endif
+    return true;
+}
+
+AttentionResult block_sparse_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                       const at::Tensor& block_indices,
+                                       const at::Tensor& block_counts, int64_t block_q,
+                                       int64_t block_k, const AttentionOptions& options) {
+    check_qkv(q, k, &v);
+    TORCH_CHECK(block_q > 0 && block_k > 0, "block sizes must be positive");
+#ifdef VARSCOPE_KERNELS_CUDA
+    if (use_cuda(q, block_q, block_k, options.path)) {
+        return cuda::block_sparse_attention(q, k, v, block_indices, block_counts, block_q, block_k,
+                                            scale_or_default(q, options.scale), options.return_lse,
+                                            options.out);
+    }
+#else
+    use_cuda(q, block_q, block_k, options.path);
+#endif
+    auto r = reference::block_sparse_attention(q, k, v, block_indices, block_counts, block_q,
+                                               block_k, options.scale, options.return_lse);
+    copy_into_out(r, options.out);
+    return r;
+}
+
+AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& key_indices, const at::Tensor& key_counts,
+                                   int64_t block_q, const AttentionOptions& options) {
+    check_qkv(q, k, &v);
+    TORCH_CHECK(block_q > 0, "block_q must be positive");
+#ifdef VARSCOPE_KERNELS_CUDA
+    if (use_cuda(q, block_q, 64, options.path)) {
+        return cuda::gathered_attention(q, k, v, key_indices, key_counts, block_q,
+                                        scale_or_default(q, options.scale), options.return_lse,
+                                        options.out);
+    }
+#else
+    use_cuda(q, block_q, 64, options.path);
+#endif
+    auto r = reference::gathered_attention(q, k, v, key_indices, key_counts, block_q,
+                                           options.scale, options.return_lse);
+    copy_into_out(r, options.out);
+    return r;
+}
+
+at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t block_q,
+                            std::optional<double> scale, KernelPath path) {
+    check_qkv(q, k, nullptr);
+    TORCH_CHECK(block_q > 0, "block_q must be positive");
+#ifdef VARSCOPE_KERNELS_CUDA
+    if (use_cuda(q, block_q, 64, path)) {
+        return cuda::block_column_sum(q, k, block_q, scale_or_default(q, scale));
+    }
+#else
+    use_cuda(q, block_q, 64, path);
+#endif
+    return reference::block_column_sum(q, k, block_q, scale);
+}
+
+}  // namespace varscope::kernels

@@ -1,0 +1,66 @@
+// Sparse attention entry points used by the accelerators (SparVAR's CSLA and CS4A). Each picks
+// the CUDA kernel for CUDA tensors when this build has kernels for the device, the dtype and the
+// head dim, and the LibTorch reference otherwise; force_reference_kernels(true) or the
+// environment variable VARSCOPE_REFERENCE_KERNELS=1 always selects the reference.
+//
+// Layout: q (B, H, Lq, D), k and v (B, H, Lk, D), any strides with a contiguous last dim.
+// Block lists and index lists are shared by every batch row and head: build them once per scale
+// and reuse them for all layers.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace varscope::kernels {
+
+enum class KernelPath { Auto, Reference, Cuda };
+
+struct AttentionOptions {
+    std::optional<double> scale;  // softmax scale; default 1/sqrt(D)
+    KernelPath path = KernelPath::Auto;
+    bool return_lse = false;  // also return log-sum-exp per query row (B, H, Lq), float32
+    at::Tensor out;           // optional preallocated output (B, H, Lq, D), q's dtype, contiguous
+};
+
+struct AttentionResult {
+    at::Tensor out;  // (B, H, Lq, D), q's dtype
+    at::Tensor lse;  // (B, H, Lq) float32, natural log; -inf for rows without keys; or undefined
+};
+
+// Block-sparse attention (CSLA). block_indices (nqb, max_active) int32: active key blocks of
+// each query block, padded with -1; block_counts (nqb) int32. Query block u covers rows
+// [u*block_q, (u+1)*block_q), key block v covers keys [v*block_k, (v+1)*block_k), both clipped
+// to the sequence. Query rows without an active key produce 0 (lse = -inf).
+AttentionResult block_sparse_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                       const at::Tensor& block_indices,
+                                       const at::Tensor& block_counts, int64_t block_q,
+                                       int64_t block_k, const AttentionOptions& options = {});
+
+// Gathered sparse attention (CS4A). key_indices (nqb, max_keys) int32: the distinct key rows
+// each query block attends to, padded with -1; key_counts (nqb) int32. The returned lse lets the
+// caller merge the result with attention over other keys (e.g. O_cache).
+AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& key_indices, const at::Tensor& key_counts,
+                                   int64_t block_q, const AttentionOptions& options = {});
+
+// Attention mass per key per query block at a decision scale: (B, H, ceil(Lq/block_q), Lk)
+// float32, the softmax probabilities of dense attention summed over each block's query rows,
+// without materialising the probabilities on the CUDA path.
+at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t block_q,
+                            std::optional<double> scale = std::nullopt,
+                            KernelPath path = KernelPath::Auto);
+
+void force_reference_kernels(bool on);
+bool reference_kernels_forced();  // the switch above or VARSCOPE_REFERENCE_KERNELS=1
+
+// True when this build contains CUDA kernels at all.
+bool cuda_kernels_built();
+// Whether the CUDA path would run for these inputs (device, dtype, head dim, block sizes, image
+// for the device's architecture, switch). why_not receives the reason when it would not.
+bool cuda_attention_supported(const at::Tensor& q, int64_t block_q, int64_t block_k,
+                              std::string* why_not = nullptr);
+
+}  // namespace varscope::kernels

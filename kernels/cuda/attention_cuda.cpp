@@ -1,0 +1,170 @@
+#include "kernels/cuda/attention_cuda.h"
+
+#include "kernels/cuda/attention_params.h"
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <atomic>
+#include <cmath>
+
+namespace varscope::kernels::cuda {
+
+cudaError_t probe_kernel_image();  // kernel_probe.cu
+
+namespace {
+
+constexpr double kLog2e = 1.4426950408889634;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check_cuda(cudaError_t err, const char* what) {
+    TORCH_CHECK(err == cudaSuccess, "CUDA error in ", what, ": ", cudaGetErrorString(err));
+}
+
+// The kernels read 16-byte chunks of rows: the last dim must be contiguous and every row start
+// 16-byte aligned. Anything else is copied once.
+at::Tensor kernel_layout(const at::Tensor& t) {
+    const bool ok = t.stride(3) == 1 && t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0 &&
+                    t.stride(2) % 8 == 0 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+    return ok ? t : t.contiguous();
+}
+
+void set_strides(int64_t (&dst)[3], const at::Tensor& t) {
+    dst[0] = t.stride(0);
+    dst[1] = t.stride(1);
+    dst[2] = t.stride(2);
+}
+
+AttentionParams base_params(const at::Tensor& q, const at::Tensor& k, double scale) {
+    AttentionParams p;
+    p.q = q.data_ptr();
+    p.k = k.data_ptr();
+    set_strides(p.q_stride, q);
+    set_strides(p.k_stride, k);
+    p.batch = static_cast<int>(q.size(0));
+    p.heads = static_cast<int>(q.size(1));
+    p.len_q = static_cast<int>(q.size(2));
+    p.len_k = static_cast<int>(k.size(2));
+    p.scale_log2 = static_cast<float>(scale * kLog2e);
+    return p;
+}
+
+void launch(const AttentionParams& p, const at::Tensor& q, TileMode mode, Epilogue epi) {
+    const auto stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+    const int64_t d = q.size(3);
+    const bool bf16 = q.scalar_type() == at::kBFloat16;
+    cudaError_t err = cudaErrorNotSupported;
+    if (d == 64) {
+        err = bf16 ? launch_attention_d64_bf16(p, mode, epi, stream)
+                   : launch_attention_d64_fp16(p, mode, epi, stream);
+    } else if (d == 128) {
+        err = bf16 ? launch_attention_d128_bf16(p, mode, epi, stream)
+                   : launch_attention_d128_fp16(p, mode, epi, stream);
+    }
+    check_cuda(err, "attention kernel launch");
+}
+
+at::Tensor prepare_out(at::Tensor out, const at::Tensor& q) {
+    if (!out.defined()) return at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
+    TORCH_CHECK(out.sizes() == q.sizes() && out.scalar_type() == q.scalar_type() &&
+                    out.device() == q.device() && out.is_contiguous(),
+                "out must be a contiguous ", q.scalar_type(), " tensor of shape ", q.sizes(),
+                " on ", q.device());
+    return out;
+}
+
+at::Tensor device_list(const at::Tensor& t, const at::Tensor& q) {
+    return t.to(q.device(), at::kInt).contiguous();
+}
+
+AttentionResult run_listed(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                           const at::Tensor& lists, const at::Tensor& counts, int64_t block_q,
+                           int64_t block_k, double scale, bool return_lse, at::Tensor out,
+                           TileMode mode) {
+    TORCH_CHECK(block_q % kQueryTile == 0 && block_k % kKeyTile == 0,
+                "CUDA sparse attention needs block sizes that are multiples of 64, got ", block_q,
+                " and ", block_k);
+    const c10::cuda::CUDAGuard guard(q_in.device());
+    const auto q = kernel_layout(q_in), k = kernel_layout(k_in), v = kernel_layout(v_in);
+    const auto idx = device_list(lists, q), cnt = device_list(counts, q);
+    TORCH_CHECK(idx.size(0) >= ceil_div(q.size(2), block_q) && cnt.size(0) == idx.size(0),
+                "lists must cover ", ceil_div(q.size(2), block_q), " query blocks");
+    AttentionResult r;
+    r.out = prepare_out(std::move(out), q_in);
+    if (return_lse) r.lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
+    AttentionParams p = base_params(q, k, scale);
+    p.v = v.data_ptr();
+    set_strides(p.v_stride, v);
+    p.o = r.out.data_ptr();
+    set_strides(p.o_stride, r.out);
+    p.lse = return_lse ? r.lse.data_ptr<float>() : nullptr;
+    p.lists = idx.data_ptr<int32_t>();
+    p.counts = cnt.data_ptr<int32_t>();
+    p.list_stride = static_cast<int>(idx.size(1));
+    p.block_q = static_cast<int>(block_q);
+    p.block_k = static_cast<int>(block_k);
+    launch(p, q, mode, Epilogue::Output);
+    return r;
+}
+
+}  // namespace
+
+bool device_has_kernel_image(int device, std::string* why_not) {
+    // 0 = unknown, 1 = has an image, 2 = has none; the answer never changes within a process.
+    static std::atomic<int> known[64] = {};
+    const int cached = device >= 0 && device < 64 ? known[device].load() : 0;
+    if (cached == 1) return true;
+    int current = 0;
+    check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+    if (current != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    const cudaError_t err = probe_kernel_image();
+    if (current != device) check_cuda(cudaSetDevice(current), "cudaSetDevice");
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();  // clear the sticky-free error the probe left
+        if (why_not) *why_not = std::string("no kernel image for this GPU: ") + cudaGetErrorString(err);
+        if (device >= 0 && device < 64) known[device] = 2;
+        return false;
+    }
+    if (device >= 0 && device < 64) known[device] = 1;
+    return true;
+}
+
+AttentionResult block_sparse_attention(const at::Tensor& q, const at::Tensor& k,
+                                       const at::Tensor& v, const at::Tensor& block_indices,
+                                       const at::Tensor& block_counts, int64_t block_q,
+                                       int64_t block_k, double scale, bool return_lse,
+                                       at::Tensor out) {
+    return run_listed(q, k, v, block_indices, block_counts, block_q, block_k, scale, return_lse,
+                      std::move(out), TileMode::BlockSparse);
+}
+
+AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& key_indices, const at::Tensor& key_counts,
+                                   int64_t block_q, double scale, bool return_lse, at::Tensor out) {
+    return run_listed(q, k, v, key_indices, key_counts, block_q, kKeyTile, scale, return_lse,
+                      std::move(out), TileMode::Gathered);
+}
+
+at::Tensor block_column_sum(const at::Tensor& q_in, const at::Tensor& k_in, int64_t block_q,
+                            double scale) {
+    TORCH_CHECK(block_q % kQueryTile == 0,
+                "CUDA column sum needs block_q a multiple of 64, got ", block_q);
+    const c10::cuda::CUDAGuard guard(q_in.device());
+    const auto q = kernel_layout(q_in), k = kernel_layout(k_in);
+    const int64_t nqb = ceil_div(q.size(2), block_q);
+    auto lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
+    auto colsum = at::zeros({q.size(0), q.size(1), nqb, k.size(2)}, q.options().dtype(at::kFloat));
+    AttentionParams p = base_params(q, k, scale);
+    p.block_q = static_cast<int>(block_q);
+    p.num_query_blocks = static_cast<int>(nqb);
+    p.lse = lse.data_ptr<float>();
+    launch(p, q, TileMode::Dense, Epilogue::LseOnly);
+    p.lse = nullptr;
+    p.lse_in = lse.data_ptr<float>();
+    p.colsum = colsum.data_ptr<float>();
+    launch(p, q, TileMode::Dense, Epilogue::ColumnSum);
+    return colsum;
+}
+
+}  // namespace varscope::kernels::cuda

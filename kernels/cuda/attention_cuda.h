@@ -1,0 +1,27 @@
+// LibTorch-facing wrappers of the CUDA attention kernels (only built with CUDA). Inputs are
+// validated by the dispatch (kernels/attention_dispatch.cpp); these check what the kernels need.
+#pragma once
+
+#include "kernels/attention_dispatch.h"
+
+#include <string>
+
+namespace varscope::kernels::cuda {
+
+// Whether the kernels were compiled for this device's architecture.
+bool device_has_kernel_image(int device, std::string* why_not);
+
+AttentionResult block_sparse_attention(const at::Tensor& q, const at::Tensor& k,
+                                       const at::Tensor& v, const at::Tensor& block_indices,
+                                       const at::Tensor& block_counts, int64_t block_q,
+                                       int64_t block_k, double scale, bool return_lse,
+                                       at::Tensor out);
+
+AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& key_indices, const at::Tensor& key_counts,
+                                   int64_t block_q, double scale, bool return_lse, at::Tensor out);
+
+at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t block_q,
+                            double scale);
+
+}  // namespace varscope::kernels::cuda

@@ -1,0 +1,11 @@
+// Attention kernels for head dim 128, fp16: one file per variant so they compile in parallel.
+#include "kernels/cuda/attention_kernel.cuh"
+
+namespace varscope::kernels::cuda {
+
+cudaError_t launch_attention_d128_fp16(const AttentionParams& p, TileMode mode, Epilogue epi,
+                                        cudaStream_t stream) {
+    return launch_attention_for<AttentionTraits<128, __half>>(p, mode, epi, stream);
+}
+
+}  // namespace varscope::kernels::cuda

@@ -1,0 +1,11 @@
+// Attention kernels for head dim 64, bf16: one file per variant so they compile in parallel.
+#include "kernels/cuda/attention_kernel.cuh"
+
+namespace varscope::kernels::cuda {
+
+cudaError_t launch_attention_d64_bf16(const AttentionParams& p, TileMode mode, Epilogue epi,
+                                        cudaStream_t stream) {
+    return launch_attention_for<AttentionTraits<64, __nv_bfloat16>>(p, mode, epi, stream);
+}
+
+}  // namespace varscope::kernels::cuda

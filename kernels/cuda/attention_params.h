@@ -1,0 +1,62 @@
+// Launch parameters shared by the CUDA attention kernels and their LibTorch wrapper. Plain C++:
+// the .cu files never include LibTorch, so they compile quickly and in parallel.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace varscope::kernels::cuda {
+
+// Which key tiles a query tile visits.
+enum class TileMode : int {
+    BlockSparse = 0,  // key blocks from a block list (CSLA)
+    Gathered = 1,     // key rows from an index list, gathered into tiles (CS4A)
+    Dense = 2,        // every key (decision scale)
+};
+
+// What a kernel produces.
+enum class Epilogue : int {
+    Output = 0,     // attention output (+ log-sum-exp when lse != nullptr)
+    LseOnly = 1,    // only the log-sum-exp per query row (no V)
+    ColumnSum = 2,  // sum of probabilities per key over each query block (needs lse_in)
+};
+
+enum class ElemType : int { BFloat16 = 0, Float16 = 1 };
+
+struct AttentionParams {
+    const void* q = nullptr;
+    const void* k = nullptr;
+    const void* v = nullptr;
+    void* o = nullptr;
+    float* lse = nullptr;           // (batch, heads, len_q), natural log; optional
+    const float* lse_in = nullptr;  // ColumnSum: log-sum-exp of each query row
+    float* colsum = nullptr;        // ColumnSum: (batch, heads, num_query_blocks, len_k), zeroed
+    // Strides in elements: batch, head, row. The last dimension is contiguous.
+    int64_t q_stride[3] = {0, 0, 0};
+    int64_t k_stride[3] = {0, 0, 0};
+    int64_t v_stride[3] = {0, 0, 0};
+    int64_t o_stride[3] = {0, 0, 0};
+    int batch = 0, heads = 0, len_q = 0, len_k = 0;
+    float scale_log2 = 0.f;  // softmax scale * log2(e)
+    // BlockSparse: lists[qb * list_stride + i] = active key block, i < counts[qb].
+    // Gathered: lists[qb * list_stride + i] = key row, i < counts[qb].
+    const int32_t* lists = nullptr;
+    const int32_t* counts = nullptr;
+    int list_stride = 0;
+    int block_q = 64;  // query rows per list entry / per column-sum block (multiple of 64)
+    int block_k = 64;  // BlockSparse: keys per block (multiple of 64)
+    int num_query_blocks = 0;
+};
+
+// Query rows per CTA and keys per tile: block sizes must be multiples of these.
+inline constexpr int kQueryTile = 64;
+inline constexpr int kKeyTile = 64;
+
+// One entry point per (head dim, element type); each lives in its own .cu file.
+cudaError_t launch_attention_d64_bf16(const AttentionParams&, TileMode, Epilogue, cudaStream_t);
+cudaError_t launch_attention_d64_fp16(const AttentionParams&, TileMode, Epilogue, cudaStream_t);
+cudaError_t launch_attention_d128_bf16(const AttentionParams&, TileMode, Epilogue, cudaStream_t);
+cudaError_t launch_attention_d128_fp16(const AttentionParams&, TileMode, Epilogue, cudaStream_t);
+
+}  // namespace varscope::kernels::cuda

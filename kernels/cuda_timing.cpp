@@ -1,0 +1,84 @@
+#include "kernels/cuda_timing.h"
+
+#include <ATen/ATen.h>
+
+#ifdef VARSCOPE_KERNELS_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+#include <algorithm>
+
+namespace varscope::kernels {
+
+#ifdef VARSCOPE_KERNELS_CUDA
+namespace {
+void check(cudaError_t err, const char* what) {
+    TORCH_CHECK(err == cudaSuccess, "CUDA error in ", what, ": ", cudaGetErrorString(err));
+}
+}  // namespace
+
+CudaDeviceInfo cuda_device_info(int device) {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    CudaDeviceInfo info;
+    info.name = prop.name;
+    info.sm_count = prop.multiProcessorCount;
+    info.cc_major = prop.major;
+    info.cc_minor = prop.minor;
+    info.l2_bytes = prop.l2CacheSize;
+    check(cudaRuntimeGetVersion(&info.runtime_version), "cudaRuntimeGetVersion");
+    check(cudaDriverGetVersion(&info.driver_version), "cudaDriverGetVersion");
+    return info;
+}
+
+GpuTiming time_on_gpu(const std::function<void()>& fn, int device, int warmup, int iterations,
+                      bool flush_l2) {
+    TORCH_CHECK(iterations > 0, "iterations must be positive");
+    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+    // Writing a buffer twice the L2 size evicts whatever the previous call left there.
+    at::Tensor flush;
+    if (flush_l2) {
+        const auto bytes = std::max<long long>(cuda_device_info(device).l2_bytes * 2, 1 << 20);
+        flush = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
+    }
+    for (int i = 0; i < warmup; ++i) fn();
+    check(cudaStreamSynchronize(stream), "warm-up");
+    std::vector<cudaEvent_t> starts(iterations), stops(iterations);
+    for (int i = 0; i < iterations; ++i) {
+        check(cudaEventCreate(&starts[i]), "cudaEventCreate");
+        check(cudaEventCreate(&stops[i]), "cudaEventCreate");
+    }
+    for (int i = 0; i < iterations; ++i) {
+        if (flush_l2) check(cudaMemsetAsync(flush.data_ptr(), i & 0xff, flush.numel(), stream), "flush");
+        check(cudaEventRecord(starts[i], stream), "cudaEventRecord");
+        fn();
+        check(cudaEventRecord(stops[i], stream), "cudaEventRecord");
+    }
+    check(cudaStreamSynchronize(stream), "timed runs");
+    GpuTiming t;
+    for (int i = 0; i < iterations; ++i) {
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, starts[i], stops[i]), "cudaEventElapsedTime");
+        t.samples_ms.push_back(ms);
+        cudaEventDestroy(starts[i]);
+        cudaEventDestroy(stops[i]);
+    }
+    auto sorted = t.samples_ms;
+    std::sort(sorted.begin(), sorted.end());
+    t.min_ms = sorted.front();
+    t.max_ms = sorted.back();
+    const size_t n = sorted.size();
+    t.median_ms = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    return t;
+}
+#else
+CudaDeviceInfo cuda_device_info(int) { TORCH_CHECK(false, "this build has no CUDA kernels"); }
+GpuTiming time_on_gpu(const std::function<void()>&, int, int, int, bool) {
+    TORCH_CHECK(false, "this build has no CUDA kernels");
+}
+#endif
+
+}  // namespace varscope::kernels

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""FlexAttention timing for `varscope-cli bench attention --flex-json` (Flex is Python-only).
+
+Builds SparVAR's CSLA block mask the way core/accel/csla_mask.cpp does (sinks = scales <= 5,
+windows 3 for the middle key scales and [3, 5, 7] for the last three, round-half-to-even
+rescaling, block = OR over its tokens), runs torch.compile'd flex_attention on random bf16 inputs
+and times it like the C++ bench: CUDA events, warm-up, an L2 flush before each call, the median.
+"""
+import argparse
+import json
+import statistics
+
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+CONFIGS = {
+    "infinity-8b-1024": ([1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64], 1, 24, 128),
+    "var-d30-256": ([1, 2, 3, 4, 5, 6, 8, 10, 13, 16], 2, 30, 64),
+    "var-d30-512": ([1, 2, 3, 4, 6, 9, 13, 18, 24, 32], 2, 30, 64),
+}
+
+
+def round_half_even(num, den):
+    q, twice_rem = divmod(num, den)[0], 2 * (num % den)
+    return q + 1 if twice_rem > den or (twice_rem == den and q % 2 == 1) else q
+
+
+def csla_token_mask(pns, sink_scales=5, windows=(3, 5, 7), middle=3):
+    k = len(pns) - 1
+    pq = pns[k]
+    parts = []
+    for h, ph in enumerate(pns):
+        if h < sink_scales:
+            parts.append(torch.ones(pq * pq, ph * ph, dtype=torch.bool))
+            continue
+        dist = k - h
+        w = windows[len(windows) - 1 - dist] if dist < len(windows) else middle
+        r = w // 2
+        near = torch.zeros(pq, ph, dtype=torch.bool)
+        for x in range(pq):
+            c = round_half_even(x * ph, pq)
+            near[x, max(0, c - r):min(ph - 1, c + r) + 1] = True
+        parts.append((near.view(pq, 1, ph, 1) & near.view(1, pq, 1, ph)).reshape(pq * pq, ph * ph))
+    return torch.cat(parts, 1)
+
+
+def block_mask_of(token_mask, b):
+    lq, lk = token_mask.shape
+    nq, nk = -(-lq // b), -(-lk // b)
+    padded = torch.nn.functional.pad(token_mask.to(torch.uint8), (0, nk * b - lk, 0, nq * b - lq))
+    return padded.view(nq, b, nk, b).amax(dim=(1, 3)).bool()
+
+
+def time_ms(fn, warmup, iters, flush):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    stops = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        flush.fill_(i & 0xFF)
+        starts[i].record()
+        fn()
+        stops[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, stops))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--configs", nargs="+", default=["infinity-8b-1024"])
+    ap.add_argument("--blocks", nargs="+", type=int, default=[64, 128])
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    dev = torch.device("cuda")
+    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    flush = torch.empty(2 * l2, dtype=torch.uint8, device=dev)
+    compiled = torch.compile(flex_attention, dynamic=False)
+    results = []
+    for name in a.configs:
+        pns, batch, heads, d = CONFIGS[name]
+        tm = csla_token_mask(pns)
+        lq, lk = tm.shape
+        torch.manual_seed(0)
+        q = torch.randn(batch, heads, lq, d, device=dev, dtype=torch.bfloat16)
+        k = torch.randn(batch, heads, lk, d, device=dev, dtype=torch.bfloat16)
+        v = torch.randn(batch, heads, lk, d, device=dev, dtype=torch.bfloat16)
+        for b in a.blocks:
+            bm = block_mask_of(tm, b).to(dev)
+            sparsity = 1.0 - bm.float().mean().item()
+
+            def mask_mod(bi, hi, qi, ki, bm=bm, b=b):
+                return bm[qi // b, ki // b]
+
+            mask = create_block_mask(mask_mod, None, None, lq, lk, device=dev, BLOCK_SIZE=b)
+            row = {"config": name, "block": b, "block_sparsity": sparsity}
+            for opts in (None, {"BLOCK_M": b, "BLOCK_N": b}, {"BLOCK_M": 64, "BLOCK_N": 64}):
+                try:
+                    fn = lambda: compiled(q, k, v, block_mask=mask, kernel_options=opts)
+                    out = fn()
+                    expanded = bm.repeat_interleave(b, 0).repeat_interleave(b, 1)[:lq, :lk]
+                    want = torch.nn.functional.scaled_dot_product_attention(
+                        q.float(), k.float(), v.float(), attn_mask=expanded)
+                    row["rel_error_vs_fp32_sdpa"] = ((out.float() - want).norm() / want.norm()).item()
+                    row["flex_ms"] = time_ms(fn, a.warmup, a.iters, flush)
+                    row["kernel_options"] = opts
+                    break
+                except Exception as e:  # noqa: BLE001 - report and try the next tile setting
+                    row.setdefault("errors", []).append(f"{opts}: {type(e).__name__}: {str(e)[:200]}")
+            results.append(row)
+            print(f"flex {name} block {b}: sparsity {100 * sparsity:.2f}% "
+                  f"{row.get('flex_ms', float('nan')):.3f} ms err {row.get('rel_error_vs_fp32_sdpa')}",
+                  flush=True)
+    env = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+           "cuda": torch.version.cuda, "warmup": a.warmup, "iterations": a.iters,
+           "statistic": "median", "l2_flush": True}
+    with open(a.out, "w") as f:
+        json.dump({"benchmark": "flex_attention", "environment": env, "results": results}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
