@@ -40,4 +40,18 @@ inline VarPipeline tiny_pipeline(uint64_t seed = 1, bool shared_aln = false) {
     return p;
 }
 
+// Six scales up to 8x8 tokens, four blocks: enough scales for the accelerators' schedules
+// (pruned last scales, groups, sink and local scales) and still fast on a CPU.
+inline VarPipeline small_pipeline(uint64_t seed = 1) {
+    auto vae = tiny_vqvae_config();
+    vae.patch_nums = {1, 2, 3, 4, 6, 8};
+    auto var = tiny_var_config();
+    var.depth = 4;
+    var.patch_nums = vae.patch_nums;
+    auto p = VarPipeline::random(var, vae, seed, {});
+    randomise(*p.sampler().transformer(), seed);
+    randomise(*p.sampler().vqvae(), seed + 1);
+    return p;
+}
+
 }  // namespace varscope::testing

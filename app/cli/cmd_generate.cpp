@@ -12,26 +12,16 @@
 #include "app/cli/commands.h"
 #include "app/cli/image_io.h"
 #include "app/cli/model_options.h"
-#include "core/data/emoji_classes.h"
+#include "app/cli/sampling_args.h"
 #include "core/io/checkpoint.h"
-#include "core/resources.h"
-#include "core/text/class_matcher.h"
 
 namespace varscope::cli {
 namespace {
 
 struct GenerateArgs {
     ModelOptions model;
-    std::vector<int64_t> classes;
-    std::string prompt;
-    int64_t batch = 1;
-    uint64_t seed = 0;
-    bool random_seed = false;
-    double cfg = 4.0;
-    int64_t top_k = 900;
-    double top_p = 0.95;
-    bool more_smooth = false;
-    std::string attention = "sdpa";
+    SamplingArgs sampling;
+    std::string accel;
     std::string out;
     bool force = false;
     std::string timings_json, tokens_out;
@@ -67,45 +57,21 @@ std::string now_utc() {
 }
 
 int run(GenerateArgs& a) {
-    VarSampleOptions opt;
-    opt.class_ids = a.classes;
-    if (a.classes.size() == 1 && a.batch > 1) opt.class_ids.assign(a.batch, a.classes[0]);
-    opt.batch = a.batch;
-    opt.seed = a.random_seed ? std::nullopt : std::optional<uint64_t>(a.seed);
-    opt.cfg = a.cfg;
-    opt.top_k = a.top_k;
-    opt.top_p = a.top_p;
-    opt.more_smooth = a.more_smooth;
-    opt.attention = a.attention == "eager" ? AttentionBackend::Eager : AttentionBackend::Sdpa;
     if (a.out.empty() && a.timings_json.empty() && a.tokens_out.empty())
         throw std::invalid_argument("nothing to write: pass --out, --timings-json or --tokens-out");
-
+    const AccelConfig accel = parse_accel_argument(a.accel);  // fail before loading models
     VarPipeline pipe = a.model.build();
-    if (!a.prompt.empty()) {
-        if (!a.classes.empty()) throw std::invalid_argument("pass either --prompt or --class, not both");
-        const int64_t nc = pipe.var_config().num_classes;
-        const std::string list = class_list_for(a.model.effective_var_path(), nc);
-        if (list.empty()) throw std::invalid_argument("--prompt needs a class-name list for this model; none was found");
-        auto classes = load_class_list(list);
-        if (static_cast<int64_t>(classes.size()) != nc)
-            throw std::invalid_argument(list + " names " + std::to_string(classes.size()) +
-                                        " classes but the model has " + std::to_string(nc));
-        auto matches = ClassMatcher(std::move(classes)).rank(a.prompt, 5);
-        if (matches.empty()) throw std::invalid_argument("no class matches the prompt '" + a.prompt + "'");
-        std::cerr << "prompt '" << a.prompt << "':";
-        for (const auto& m : matches) std::cerr << "  [" << m.class_id << "] " << m.label;
-        std::cerr << "\n";
-        opt.class_ids.assign(a.batch, matches.front().class_id);
-    }
-    opt.validate(pipe.var_config());  // fail before any work
+    const VarSampleOptions opt = a.sampling.resolve(pipe, a.model);
+    const auto hooks = build_accelerators(accel, pipe.var_config());
+    if (hooks) std::cerr << "accelerators: " << accel.summary() << "\n";
     std::cerr << pipe.describe() << "\n";
-    for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt);
+    for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt, hooks.get());
 
     std::vector<VarSampleResult> runs;
     for (int64_t r = 0; r < a.repeat; ++r) {
         std::cerr << "run " << r + 1 << "/" << a.repeat << " on " << pipe.device() << "\n";
         ProgressPrinter progress(pipe.var_config().num_scales());
-        runs.push_back(pipe.generate(opt, nullptr, a.quiet ? nullptr : &progress));
+        runs.push_back(pipe.generate(opt, hooks.get(), a.quiet ? nullptr : &progress));
         std::cerr << "  decode " << runs.back().decode_millis << " ms, total "
                   << runs.back().total_millis << " ms\n";
     }
@@ -126,7 +92,7 @@ int run(GenerateArgs& a) {
         StateDict t{{"labels", res.labels.cpu()}};
         for (size_t si = 0; si < res.tokens.size(); ++si)
             t["tokens." + std::to_string(si)] = res.tokens[si].cpu();
-        save_safetensors(t, a.tokens_out, {{"seed", std::to_string(a.seed)}});
+        save_safetensors(t, a.tokens_out, {{"seed", std::to_string(a.sampling.seed)}, {"accel", accel.summary()}});
     }
     if (!a.timings_json.empty()) {
         const auto& c = pipe.var_config();
@@ -145,9 +111,11 @@ int run(GenerateArgs& a) {
                             {"config", c.to_json()},
                             {"precision", a.model.precision},
                             {"batch", res.labels.size(0)},
-                            {"cfg", a.cfg},
-                            {"top_k", a.top_k},
-                            {"top_p", a.top_p},
+                            {"cfg", a.sampling.cfg},
+                            {"top_k", a.sampling.top_k},
+                            {"top_p", a.sampling.top_p},
+                            {"accel", accel.to_json()},
+                            {"accel_summary", accel.summary()},
                             {"warmup_runs", a.warmup},
                             {"runs", runs.size()},
                             {"total_ms_each", totals},
@@ -168,16 +136,8 @@ Runner add_generate(CLI::App& app) {
     auto a = std::make_shared<GenerateArgs>();
     auto* cmd = app.add_subcommand("generate", "generate class-conditional images");
     a->model.add_to(*cmd);
-    cmd->add_option("--class", a->classes, "class id(s); one per image, or one for the whole batch (-1 = unconditional); none = random")->delimiter(',');
-    cmd->add_option("-p,--prompt", a->prompt, "words naming the class, e.g. \"red heart\" (best match is used; ranked list printed)");
-    cmd->add_option("--batch", a->batch, "images to generate when one or no class is given")->check(CLI::Range(1, 4096));
-    cmd->add_option("--seed", a->seed, "random seed (same seed, same device: same image)")->capture_default_str();
-    cmd->add_flag("--random-seed", a->random_seed, "do not seed the sampler");
-    cmd->add_option("--cfg", a->cfg, "classifier-free guidance scale (ramped over scales)")->check(CLI::Range(0.0, 100.0))->capture_default_str();
-    cmd->add_option("--top-k", a->top_k, "top-k filter, 0 = off")->check(CLI::NonNegativeNumber)->capture_default_str();
-    cmd->add_option("--top-p", a->top_p, "top-p (nucleus) filter, 0 = off")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-    cmd->add_flag("--more-smooth", a->more_smooth, "Gumbel-softmax smoothing (visualisation only)");
-    cmd->add_option("--attention", a->attention, "attention backend")->check(CLI::IsMember({"sdpa", "eager"}))->capture_default_str();
+    a->sampling.add_to(*cmd);
+    cmd->add_option("--accel", a->accel, "accelerators: a JSON config file, inline JSON, or a preset (" + preset_names() + ")");
     cmd->add_option("-o,--out", a->out, "output image; batches get _<i> suffixes. Formats: " + supported_image_formats());
     cmd->add_flag("--force", a->force, "overwrite existing output files");
     cmd->add_option("--timings-json", a->timings_json, "write per-scale timings (median over --repeat runs) as JSON");

@@ -15,5 +15,12 @@ Runner add_generate(CLI::App& app);
 Runner add_teacher_forward(CLI::App& app);
 Runner add_pack_emoji(CLI::App& app);
 Runner add_train(CLI::App& app);
+Runner add_compare(CLI::App& app);
+Runner add_bench(CLI::App& app);  // parent of the bench subcommands below
+
+// `bench` subcommands, each in its own file; `bench` is their parent app.
+Runner add_bench_attention(CLI::App& bench);  // cmd_bench_kernels.cpp
+Runner add_bench_cs4a(CLI::App& bench);       // cmd_bench_kernels.cpp
+Runner add_bench_e2e(CLI::App& bench);        // cmd_bench_e2e.cpp
 
 }  // namespace varscope::cli

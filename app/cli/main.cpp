@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
     add(varscope::cli::add_teacher_forward, "teacher-forward");
     add(varscope::cli::add_pack_emoji, "pack-emoji");
     add(varscope::cli::add_train, "train");
+    add(varscope::cli::add_compare, "compare");
+    add(varscope::cli::add_bench, "bench");
 
     try {
         app.parse(argc, argv);

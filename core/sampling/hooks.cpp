@@ -1,6 +1,26 @@
 #include "core/sampling/hooks.h"
 
+#include <algorithm>
+
 namespace varscope {
+
+int64_t ScaleContext::packed_length() const {
+    int64_t n = 0;
+    for (const auto& s : segments) n += s.length();
+    return n;
+}
+
+int64_t HookChain::scales_to_run(const VarConfig& config) {
+    int64_t n = config.num_scales();
+    for (auto& h : hooks_) n = std::min(n, h->scales_to_run(config));
+    return n;
+}
+
+int64_t HookChain::group_size(const ScaleContext& ctx) {
+    int64_t g = 1;
+    for (auto& h : hooks_) g = std::max(g, h->group_size(ctx));
+    return g;
+}
 
 void HookChain::on_scale_begin(ScaleContext& ctx) {
     for (auto& h : hooks_) h->on_scale_begin(ctx);
@@ -10,6 +30,17 @@ at::Tensor HookChain::select_tokens(const BlockContext& ctx, const at::Tensor& x
     for (auto& h : hooks_)
         if (auto idx = h->select_tokens(ctx, x); idx.defined()) return idx;
     return {};
+}
+
+at::Tensor HookChain::restore_tokens(const BlockContext& ctx, const at::Tensor& x,
+                                     const at::Tensor& rows, const at::Tensor& hr) {
+    for (auto& h : hooks_)
+        if (auto out = h->restore_tokens(ctx, x, rows, hr); out.defined()) return out;
+    return {};
+}
+
+void HookChain::on_block_output(const BlockContext& ctx, const at::Tensor& x) {
+    for (auto& h : hooks_) h->on_block_output(ctx, x);
 }
 
 void HookChain::on_kv_append(const BlockContext& ctx) {
@@ -27,9 +58,9 @@ void HookChain::on_logits(const ScaleContext& ctx, at::Tensor& logits) {
     for (auto& h : hooks_) h->on_logits(ctx, logits);
 }
 
-void HookChain::on_scale_end(const ScaleContext& ctx, const at::Tensor& tokens,
-                             const at::Tensor& f_hat) {
-    for (auto& h : hooks_) h->on_scale_end(ctx, tokens, f_hat);
+void HookChain::on_scale_end(const ScaleContext& ctx, const ScaleSegment& seg,
+                             const at::Tensor& tokens, const at::Tensor& f_hat) {
+    for (auto& h : hooks_) h->on_scale_end(ctx, seg, tokens, f_hat);
 }
 
 }  // namespace varscope

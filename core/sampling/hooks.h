@@ -1,5 +1,16 @@
 // Hook points of the one VAR sampling loop. Accelerators (FastVAR, SparVAR, LazyVAR, AMS-KV,
 // scale skipping) implement SamplingHooks; with no hooks the loop is the official sampler.
+//
+// The loop, per step:
+//   scales_to_run()            -> scales after it are skipped (f_hat is decoded as it stands)
+//   group_size(ctx)            -> 1 = one scale per step; p > 1 decodes p scales in one pass
+//                                 with inputs taken from the same f_hat (LazyVAR's PGD)
+//   on_scale_begin(ctx)        -> may set ctx.segments[i].rows (scale-level pruning: left-out
+//                                 tokens are not computed and get a zero residual)
+//   per block: select_tokens -> [attention input] -> KV append -> on_kv_append -> attend
+//              -> FFN -> restore_tokens -> on_block_output
+//   on_logits(ctx, logits)     -> guided logits of the step's packed rows
+//   per scale of the step: tokens sampled, residual folded into f_hat, on_scale_end
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -13,55 +24,92 @@ namespace varscope {
 
 class KvCache;
 
+// One scale decoded within a step.
+struct ScaleSegment {
+    int64_t scale = 0;        // si
+    int64_t patch_num = 0;    // pn
+    int64_t token_begin = 0;  // first token of this scale in the full schedule's sequence
+    at::Tensor rows;          // int64 token indices (into pn*pn) that enter the transformer;
+                              // undefined = all of them
+    int64_t offset = 0;       // first row of this segment in the step's packed sequence
+    int64_t tokens() const { return patch_num * patch_num; }
+    int64_t length() const { return rows.defined() ? rows.numel() : tokens(); }
+};
+
 struct ScaleContext {
     const VarConfig& config;
-    int64_t scale;       // si
-    int64_t patch_num;   // pn
-    int64_t batch;       // B (the model runs 2B rows with CFG)
-    int64_t token_begin; // first token index of this scale in the full sequence
-    at::Tensor f_hat;    // (B, Cvae, H, W) accumulated before this scale (read-only for hooks)
+    int64_t scale;        // first scale of this step (si)
+    int64_t patch_num;    // its side length pn
+    int64_t batch;        // B (the model runs 2B rows with CFG: conditional first)
+    int64_t token_begin;  // first token index of this scale in the full sequence
+    at::Tensor f_hat;     // (B, Cvae, H, W) accumulated before this step (read-only for hooks)
+    std::vector<ScaleSegment> segments;  // the scales of this step, in order (usually one)
+    int64_t step = 0;     // index of this step (differs from scale once groups ran)
+    int64_t packed_length() const;  // rows of the step's packed sequence
 };
 
 struct BlockContext {
     const ScaleContext& scale;
     int64_t layer;
     KvCache& cache;
+    // Additive attention mask (q_rows, kv_len) for grouped steps (block-causal inside the
+    // group); undefined when every query may see every cached key.
+    at::Tensor mask = {};
 };
 
 class SamplingHooks {
 public:
     virtual ~SamplingHooks() = default;
+    // Scales [0, n) are run; the rest are skipped. Default: all.
+    virtual int64_t scales_to_run(const VarConfig& config) { return config.num_scales(); }
+    // Number of scales decoded together starting at ctx.scale (ctx.segments is still empty).
+    virtual int64_t group_size(const ScaleContext& ctx) { return 1; }
     virtual void on_scale_begin(ScaleContext& ctx) {}
-    // Tokens of this scale that the block computes, as int64 indices into the scale's tokens;
-    // an undefined tensor means all. Rows left out keep their input (zero residual update).
+    // Rows of the step's packed sequence that this block computes (int64); undefined = all.
     virtual at::Tensor select_tokens(const BlockContext& ctx, const at::Tensor& x) { return {}; }
-    // After this scale's keys/values were appended; a policy may rewrite the layer's cache.
+    // Builds the block output from its input x (2B, n, C) and the computed rows h; undefined
+    // = the default: left-out rows keep their input (zero residual update).
+    virtual at::Tensor restore_tokens(const BlockContext& ctx, const at::Tensor& x,
+                                      const at::Tensor& rows, const at::Tensor& h) {
+        return {};
+    }
+    // The block's full output (2B, n, C), after restoration.
+    virtual void on_block_output(const BlockContext& ctx, const at::Tensor& x) {}
+    // After this step's keys/values were appended; a policy may rewrite the layer's cache.
     virtual void on_kv_append(const BlockContext& ctx) {}
     // Replaces the attention of this block; return an undefined tensor to use the default.
     virtual at::Tensor attend(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
                               const at::Tensor& v, double softmax_scale) {
         return {};
     }
-    // Guided logits (B, l, V) before sampling.
+    // Guided logits (B, packed rows, V) before sampling.
     virtual void on_logits(const ScaleContext& ctx, at::Tensor& logits) {}
-    // After the tokens of this scale were folded into f_hat.
-    virtual void on_scale_end(const ScaleContext& ctx, const at::Tensor& tokens,
-                              const at::Tensor& f_hat) {}
+    // After the tokens of `seg` were folded into f_hat. tokens: (B, pn*pn), -1 where the
+    // scale's token was not computed (pruned).
+    virtual void on_scale_end(const ScaleContext& ctx, const ScaleSegment& seg,
+                              const at::Tensor& tokens, const at::Tensor& f_hat) {}
 };
 
-// Several policies in order; for attend/select_tokens the first one that answers wins.
+// Several policies in order. scales_to_run takes the minimum, group_size the maximum; for
+// select_tokens / restore_tokens / attend the first one that answers wins.
 class HookChain : public SamplingHooks {
 public:
     void add(std::shared_ptr<SamplingHooks> h) { hooks_.push_back(std::move(h)); }
     bool empty() const { return hooks_.empty(); }
+    size_t size() const { return hooks_.size(); }
 
+    int64_t scales_to_run(const VarConfig& config) override;
+    int64_t group_size(const ScaleContext& ctx) override;
     void on_scale_begin(ScaleContext& ctx) override;
     at::Tensor select_tokens(const BlockContext& ctx, const at::Tensor& x) override;
+    at::Tensor restore_tokens(const BlockContext& ctx, const at::Tensor& x,
+                              const at::Tensor& rows, const at::Tensor& h) override;
+    void on_block_output(const BlockContext& ctx, const at::Tensor& x) override;
     void on_kv_append(const BlockContext& ctx) override;
     at::Tensor attend(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
                       const at::Tensor& v, double softmax_scale) override;
     void on_logits(const ScaleContext& ctx, at::Tensor& logits) override;
-    void on_scale_end(const ScaleContext& ctx, const at::Tensor& tokens,
+    void on_scale_end(const ScaleContext& ctx, const ScaleSegment& seg, const at::Tensor& tokens,
                       const at::Tensor& f_hat) override;
 
 private:

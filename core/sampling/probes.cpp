@@ -21,6 +21,24 @@ void ProbeRecorder::on_scale(ScaleRecord r) {
     scales_.push_back(std::move(r));
 }
 
+void ProbeRecorder::on_accel(AccelRecord r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    accel_.push_back(std::move(r));
+}
+
+std::vector<AccelRecord> ProbeRecorder::accel() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return accel_;
+}
+
+std::vector<AccelRecord> ProbeRecorder::accel(const std::string& kind, int64_t scale) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<AccelRecord> out;
+    for (const auto& r : accel_)
+        if (r.kind == kind && (scale < 0 || r.scale == scale)) out.push_back(r);
+    return out;
+}
+
 std::vector<ScaleRecord> ProbeRecorder::scales() const {
     std::lock_guard<std::mutex> lock(mu_);
     return scales_;

@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -16,12 +17,25 @@ struct ScaleRecord {
     double millis = 0.0;     // wall time of this scale (device-synchronised when timing is on)
     at::Tensor tokens;       // (B, pn*pn) sampled indices
     at::Tensor f_hat;        // (B, Cvae, H, W) accumulated features after this scale, if wanted
+    int64_t step = 0;        // loop step that decoded it (scales of a LazyVAR group share one)
+    bool skipped = false;    // scale not run (scale skipping); tokens undefined, millis 0
 };
 
 struct AttentionRecord {
     int64_t scale = 0;
     int64_t layer = 0;
     at::Tensor probs;  // (heads, q_tokens, k_tokens) for the first conditional sample, float
+};
+
+// What an accelerator decided at one scale (and layer), for the inspector. `kind` names the
+// record type (core/accel/probe_kinds.h lists them with their tensor layouts); tensors are CPU.
+struct AccelRecord {
+    std::string method;  // "fastvar", "sparvar", "lazyvar", "ams_kv", "skip"
+    std::string kind;    // e.g. "pts_scores", "csla_block_mask", "update_index", "kv_bytes"
+    int64_t scale = -1;
+    int64_t layer = -1;  // -1 = not layer specific
+    at::Tensor data;
+    std::map<std::string, double> values;  // scalar facts, e.g. {"sparsity", 0.83}
 };
 
 // Receives records while sampling runs. Called on the sampling thread.
@@ -33,6 +47,9 @@ public:
     virtual bool wants_fhat() const { return false; }
     virtual void on_attention(AttentionRecord record) {}
     virtual void on_scale(ScaleRecord record) {}
+    // Accelerators ask before computing costly records (e.g. dense maps) only for probes.
+    virtual bool wants_accel(const std::string& method, const std::string& kind) const { return true; }
+    virtual void on_accel(AccelRecord record) {}
 };
 
 // Keeps every record; which attention maps to keep is chosen up front.
@@ -50,15 +67,20 @@ public:
     bool wants_fhat() const override { return sel_.fhat; }
     void on_attention(AttentionRecord record) override;
     void on_scale(ScaleRecord record) override;
+    void on_accel(AccelRecord record) override;
 
     std::vector<ScaleRecord> scales() const;
     std::vector<AttentionRecord> attention() const;
+    std::vector<AccelRecord> accel() const;
+    // Records of one kind (optionally one scale), in arrival order.
+    std::vector<AccelRecord> accel(const std::string& kind, int64_t scale = -1) const;
 
 private:
     Selection sel_;
     mutable std::mutex mu_;
     std::vector<ScaleRecord> scales_;
     std::vector<AttentionRecord> attention_;
+    std::vector<AccelRecord> accel_;
 };
 
 }  // namespace varscope

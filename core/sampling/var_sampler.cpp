@@ -4,7 +4,9 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "core/sampling/kv_cache.h"
 #include "core/sampling/token_sampling.h"
@@ -24,10 +26,11 @@ at::Tensor named_tensor(const torch::nn::Module& m, const std::string& name) {
     throw std::logic_error("model has no tensor '" + name + "'");
 }
 
-// One block of one scale, with the hook points the accelerators use.
+// One block of one step, with the hook points the accelerators use. `step_mask` is the
+// additive block-causal mask among the step's packed rows (grouped steps only).
 at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at::Tensor& cond,
-                     const BlockContext& ctx, SamplingHooks* hooks, ProbeSink* probe,
-                     AttentionBackend backend) {
+                     BlockContext& ctx, SamplingHooks* hooks, ProbeSink* probe,
+                     AttentionBackend backend, const at::Tensor& step_mask) {
     const auto m = blk.modulation(cond);
     const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x) : at::Tensor();
     const at::Tensor xs = rows.defined() ? x.index_select(1, rows) : x;
@@ -36,23 +39,50 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at
     ctx.cache.append(ctx.layer, qkv.k, qkv.v);
     if (hooks) hooks->on_kv_append(ctx);
     auto [k, v] = ctx.cache.view(ctx.layer);
+    if (step_mask.defined()) {
+        // The step's own keys are the newest entries of the cache; everything before them
+        // (earlier steps) is visible to every query of the step.
+        const at::Tensor sm =
+            rows.defined() ? step_mask.index_select(0, rows).index_select(1, rows) : step_mask;
+        const int64_t earlier = k.size(2) - sm.size(1);
+        TORCH_CHECK(earlier >= 0, "KV cache lost keys of the current grouped step");
+        ctx.mask = at::cat({at::zeros({sm.size(0), earlier}, sm.options()), sm}, 1);
+    }
 
     const double s = blk.attn->softmax_scale();
     at::Tensor o = hooks ? hooks->attend(ctx, qkv.q, k, v, s) : at::Tensor();
     if (!o.defined()) {
         if (probe && probe->wants_attention(ctx.scale.scale, ctx.layer)) {
             at::Tensor probs;
-            o = attention_eager(qkv.q, k, v, s, {}, &probs);
+            o = attention_eager(qkv.q, k, v, s, ctx.mask, &probs);
             probe->on_attention({ctx.scale.scale, ctx.layer, probs[0].to(at::kFloat).cpu()});
         } else if (backend == AttentionBackend::Eager) {
-            o = attention_eager(qkv.q, k, v, s);
+            o = attention_eager(qkv.q, k, v, s, ctx.mask);
         } else {
-            o = attention_sdpa(qkv.q, k, v, s);
+            o = attention_sdpa(qkv.q, k, v, s, ctx.mask);
         }
     }
     auto h = xs + blk.attn->project_out(o).mul(m.gamma1);
     h = h + blk.ffn_branch(h, m);
-    return rows.defined() ? x.index_copy(1, rows, h) : h;
+    at::Tensor out = h;
+    if (rows.defined()) {
+        out = hooks->restore_tokens(ctx, x, rows, h);
+        if (!out.defined()) out = x.index_copy(1, rows, h);
+    }
+    if (hooks) hooks->on_block_output(ctx, out);
+    return out;
+}
+
+// Additive mask (L, L) over a grouped step's packed rows: a row sees the rows of its own and of
+// earlier scales of the group (the training-time block-causal mask restricted to the group).
+at::Tensor group_mask(const std::vector<ScaleSegment>& segs, const at::TensorOptions& options) {
+    std::vector<int64_t> seg_of_row;
+    for (size_t i = 0; i < segs.size(); ++i)
+        seg_of_row.insert(seg_of_row.end(), segs[i].length(), static_cast<int64_t>(i));
+    const auto id = at::tensor(seg_of_row, at::kLong);
+    const auto visible = id.unsqueeze(1) >= id.unsqueeze(0);
+    return at::zeros(visible.sizes(), options)
+        .masked_fill(visible.logical_not().to(options.device()), -std::numeric_limits<double>::infinity());
 }
 
 std::optional<at::Generator> make_generator(const at::Device& device, std::optional<uint64_t> seed) {
@@ -119,7 +149,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
 
     auto cond_BD = var_->class_embedding(at::cat({labels, at::full_like(labels, -1)}));
     const auto lvl_pos = var_->level_position();
-    at::Tensor next = var_->first_scale_input(cond_BD);
+    const at::Tensor first = var_->first_scale_input(cond_BD);
     at::Tensor f_hat = at::zeros({B, c.cvae, c.patch_nums.back(), c.patch_nums.back()},
                                  at::TensorOptions(device).dtype(at::kFloat));
     KvCache cache(c.depth, 2 * B, c.num_heads, c.head_dim(), c.total_tokens(),
@@ -128,50 +158,121 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     VarSampleResult res;
     res.labels = labels;
     const at::Tensor cond = var_->block_condition(cond_BD);
-    for (int64_t si = 0; si < S; ++si) {
-        if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw SamplingCancelled();
-        const auto t_scale = Clock::now();
-        const int64_t pn = c.patch_nums[si];
-        ScaleContext sctx{c, si, pn, B, c.scale_begin(si), f_hat};
-        if (hooks) hooks->on_scale_begin(sctx);
+    const int64_t S_run = hooks ? std::clamp<int64_t>(hooks->scales_to_run(c), 1, S) : S;
+    const auto act = at::TensorOptions(device).dtype(dtype);
 
-        at::Tensor x = next;
+    // The transformer input of scale si: the start tokens, or f_hat (area-downsampled to the
+    // scale's size) embedded, restricted to `rows` when a policy pruned the scale.
+    auto scale_input = [&](int64_t si, const at::Tensor& rows) {
+        if (si == 0) {
+            TORCH_CHECK(!rows.defined(), "the first scale cannot be pruned");
+            return first;
+        }
+        const int64_t pn = c.patch_nums[si];
+        auto tokens_in = at::adaptive_avg_pool2d(f_hat, {pn, pn}).view({B, c.cvae, -1}).transpose(1, 2).to(dtype);
+        auto pos = lvl_pos.narrow(1, c.scale_begin(si), pn * pn);
+        if (rows.defined()) {
+            tokens_in = tokens_in.index_select(1, rows);
+            pos = pos.index_select(1, rows);
+        }
+        return (at::linear(tokens_in, var_->word_embed->weight, var_->word_embed->bias) + pos)
+            .repeat({2, 1, 1});
+    };
+
+    int64_t step = 0;
+    for (int64_t si = 0; si < S_run; ++step) {
+        if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw SamplingCancelled();
+        const auto t_step = Clock::now();
+        // Hooks see f_hat as it was before the step (the VQVAE updates it in place).
+        ScaleContext sctx{c, si, c.patch_nums[si], B, c.scale_begin(si),
+                          hooks ? f_hat.clone() : f_hat, {}, step};
+        const int64_t group = hooks ? std::clamp<int64_t>(hooks->group_size(sctx), 1, S_run - si) : 1;
+        for (int64_t g = 0; g < group; ++g) {
+            ScaleSegment seg;
+            seg.scale = si + g;
+            seg.patch_num = c.patch_nums[si + g];
+            seg.token_begin = c.scale_begin(si + g);
+            sctx.segments.push_back(seg);
+        }
+        if (hooks) hooks->on_scale_begin(sctx);
+        int64_t offset = 0;
+        std::vector<at::Tensor> inputs;
+        for (auto& seg : sctx.segments) {
+            if (seg.rows.defined()) {
+                seg.rows = seg.rows.to(at::kLong).to(device);
+                TORCH_CHECK(seg.rows.dim() == 1 && seg.rows.numel() > 0,
+                            "a policy pruned every token of scale ", seg.scale);
+            }
+            seg.offset = offset;
+            offset += seg.length();
+            inputs.push_back(scale_input(seg.scale, seg.rows));
+        }
+        at::Tensor x = inputs.size() == 1 ? inputs[0] : at::cat(inputs, 1);
+        const at::Tensor step_mask = sctx.segments.size() > 1 ? group_mask(sctx.segments, act) : at::Tensor();
+
         for (int64_t layer = 0; layer < c.depth; ++layer) {
             BlockContext bctx{sctx, layer, cache};
-            x = run_block(var_->block(layer), x, cond, bctx, hooks, probe, opt.attention);
+            x = run_block(var_->block(layer), x, cond, bctx, hooks, probe, opt.attention, step_mask);
         }
-        auto logits = guide(var_->logits(x, cond_BD), guidance_at_scale(opt.cfg, si, S));
+        const auto raw_logits = var_->logits(x, cond_BD);
+        std::vector<at::Tensor> guided;
+        for (const auto& seg : sctx.segments) {
+            const auto part = sctx.segments.size() == 1 ? raw_logits : raw_logits.narrow(1, seg.offset, seg.length());
+            guided.push_back(guide(part, guidance_at_scale(opt.cfg, seg.scale, S)));
+        }
+        at::Tensor logits = guided.size() == 1 ? guided[0] : at::cat(guided, 1);
         if (hooks) hooks->on_logits(sctx, logits);
-        at::Tensor idx = sample_tokens(logits, {opt.top_k, opt.top_p}, gen);
 
-        at::Tensor h_BlC;
-        if (!opt.more_smooth) {
-            h_BlC = at::embedding(codebook, idx);
-        } else {
-            // Gumbel-softmax over the filtered logits, temperature annealed with the scale.
-            const double ratio = static_cast<double>(si) / std::max<int64_t>(S - 1, 1);
-            const double tau = std::max(0.27 * (1 - ratio * 0.95), 0.005);
-            auto gumbel = -at::empty_like(logits).exponential_(1.0, gen).log();
-            auto soft = ((logits.mul(1 + ratio) + gumbel) / tau).softmax(-1);
-            h_BlC = at::matmul(soft, codebook.unsqueeze(0));
+        std::vector<at::Tensor> fhat_after;  // per scale of the step, for probes that want it
+        for (const auto& seg : sctx.segments) {
+            const int64_t sj = seg.scale, pn = seg.patch_num;
+            at::Tensor seg_logits =
+                sctx.segments.size() == 1 ? logits : logits.narrow(1, seg.offset, seg.length());
+            at::Tensor idx = sample_tokens(seg_logits, {opt.top_k, opt.top_p}, gen);
+            at::Tensor h_BlC;
+            if (!opt.more_smooth) {
+                h_BlC = at::embedding(codebook, idx);
+            } else {
+                // Gumbel-softmax over the filtered logits, temperature annealed with the scale.
+                const double ratio = static_cast<double>(sj) / std::max<int64_t>(S - 1, 1);
+                const double tau = std::max(0.27 * (1 - ratio * 0.95), 0.005);
+                auto gumbel = -at::empty_like(seg_logits).exponential_(1.0, gen).log();
+                auto soft = ((seg_logits.mul(1 + ratio) + gumbel) / tau).softmax(-1);
+                h_BlC = at::matmul(soft, codebook.unsqueeze(0));
+            }
+            if (seg.rows.defined()) {
+                // Pruned positions: no token, zero residual.
+                idx = at::full({B, pn * pn}, -1, idx.options()).index_copy(1, seg.rows, idx);
+                h_BlC = at::zeros({B, pn * pn, h_BlC.size(2)}, h_BlC.options()).index_copy(1, seg.rows, h_BlC);
+            }
+            auto h_BChw = h_BlC.transpose(1, 2).reshape({B, c.cvae, pn, pn}).to(at::kFloat);
+            vae_->next_autoregressive_input(sj, S, f_hat, h_BChw);
+            if (hooks) hooks->on_scale_end(sctx, seg, idx, f_hat);
+            res.tokens.push_back(idx);
+            if (probe && probe->wants_fhat()) fhat_after.push_back(f_hat.cpu());
         }
-        auto h_BChw = h_BlC.transpose(1, 2).reshape({B, c.cvae, pn, pn}).to(at::kFloat);
-        auto [fh, next_in] = vae_->next_autoregressive_input(si, S, f_hat, h_BChw);
-        f_hat = fh;
-        if (si + 1 < S) {
-            const int64_t nb = c.scale_begin(si + 1), nl = c.patch_nums[si + 1] * c.patch_nums[si + 1];
-            auto tokens_in = next_in.view({B, c.cvae, -1}).transpose(1, 2).to(dtype);
-            next = (at::linear(tokens_in, var_->word_embed->weight, var_->word_embed->bias) +
-                    lvl_pos.narrow(1, nb, nl))
-                       .repeat({2, 1, 1});
-        }
-        if (hooks) hooks->on_scale_end(sctx, idx, f_hat);
         if (opt.time_scales) synchronize_device(device);
-        res.scale_millis.push_back(millis_since(t_scale));
-        res.tokens.push_back(idx);
+        const double step_ms = millis_since(t_step);
+        for (size_t g = 0; g < sctx.segments.size(); ++g) {
+            const auto& seg = sctx.segments[g];
+            // A grouped step is one forward pass: its time is booked on its first scale.
+            res.scale_millis.push_back(g == 0 ? step_ms : 0.0);
+            if (probe) {
+                ScaleRecord rec{seg.scale, seg.patch_num, res.scale_millis.back(),
+                                res.tokens[seg.scale].cpu(), {}, step, false};
+                if (!fhat_after.empty()) rec.f_hat = fhat_after[g];
+                probe->on_scale(std::move(rec));
+            }
+        }
+        si += static_cast<int64_t>(sctx.segments.size());
+    }
+    for (int64_t si = S_run; si < S; ++si) {
+        // Skipped scales: no tokens; f_hat is decoded as it stands.
+        const int64_t pn = c.patch_nums[si];
+        res.tokens.push_back(at::full({B, pn * pn}, -1, at::TensorOptions(device).dtype(at::kLong)));
+        res.scale_millis.push_back(0.0);
         if (probe) {
-            ScaleRecord rec{si, pn, res.scale_millis.back(), idx.cpu(), {}};
-            if (probe->wants_fhat()) rec.f_hat = f_hat.cpu();
+            ScaleRecord rec{si, pn, 0.0, res.tokens.back().cpu(), {}, step, true};
             probe->on_scale(std::move(rec));
         }
     }

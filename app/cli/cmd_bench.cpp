@@ -1,0 +1,25 @@
+// `varscope-cli bench`: benchmarks that print ratios measured side by side in one run.
+#include <map>
+
+#include "app/cli/commands.h"
+
+namespace varscope::cli {
+
+Runner add_bench(CLI::App& app) {
+    auto* bench = app.add_subcommand("bench", "Benchmarks: kernels vs torch backends, end to end");
+    bench->require_subcommand(1);
+    auto runners = std::make_shared<std::map<CLI::App*, Runner>>();
+    auto add = [&](Runner (*fn)(CLI::App&), const char* name) {
+        auto r = fn(*bench);
+        (*runners)[bench->get_subcommand(name)] = std::move(r);
+    };
+    add(add_bench_attention, "attention");
+    add(add_bench_cs4a, "cs4a");
+    add(add_bench_e2e, "e2e");
+    return [bench, runners]() -> int {
+        for (auto* sub : bench->get_subcommands()) return runners->at(sub)();
+        return 2;
+    };
+}
+
+}  // namespace varscope::cli

@@ -1,0 +1,70 @@
+#include "app/cli/sampling_args.h"
+
+#include <iostream>
+
+#include "core/data/emoji_classes.h"
+#include "core/resources.h"
+#include "core/text/class_matcher.h"
+
+namespace varscope::cli {
+
+void SamplingArgs::add_to(CLI::App& cmd) {
+    cmd.add_option("--class", classes, "class id(s); one per image, or one for the whole batch (-1 = unconditional); none = random")->delimiter(',');
+    cmd.add_option("-p,--prompt", prompt, "words naming the class, e.g. \"red heart\" (best match is used; ranked list printed)");
+    cmd.add_option("--batch", batch, "images to generate when one or no class is given")->check(CLI::Range(1, 4096));
+    cmd.add_option("--seed", seed, "random seed (same seed, same device: same image)")->capture_default_str();
+    cmd.add_flag("--random-seed", random_seed, "do not seed the sampler");
+    cmd.add_option("--cfg", cfg, "classifier-free guidance scale (ramped over scales)")->check(CLI::Range(0.0, 100.0))->capture_default_str();
+    cmd.add_option("--top-k", top_k, "top-k filter, 0 = off")->check(CLI::NonNegativeNumber)->capture_default_str();
+    cmd.add_option("--top-p", top_p, "top-p (nucleus) filter, 0 = off")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+    cmd.add_flag("--more-smooth", more_smooth, "Gumbel-softmax smoothing (visualisation only)");
+    cmd.add_option("--attention", attention, "attention backend")->check(CLI::IsMember({"sdpa", "eager"}))->capture_default_str();
+}
+
+VarSampleOptions SamplingArgs::resolve(const VarPipeline& pipe, const ModelOptions& model) const {
+    VarSampleOptions opt;
+    opt.class_ids = classes;
+    if (classes.size() == 1 && batch > 1) opt.class_ids.assign(batch, classes[0]);
+    opt.batch = batch;
+    opt.seed = random_seed ? std::nullopt : std::optional<uint64_t>(seed);
+    opt.cfg = cfg;
+    opt.top_k = top_k;
+    opt.top_p = top_p;
+    opt.more_smooth = more_smooth;
+    opt.attention = attention == "eager" ? AttentionBackend::Eager : AttentionBackend::Sdpa;
+    if (!prompt.empty()) {
+        if (!classes.empty()) throw std::invalid_argument("pass either --prompt or --class, not both");
+        const int64_t nc = pipe.var_config().num_classes;
+        const std::string list = class_list_for(model.effective_var_path(), nc);
+        if (list.empty()) throw std::invalid_argument("--prompt needs a class-name list for this model; none was found");
+        auto names = load_class_list(list);
+        if (static_cast<int64_t>(names.size()) != nc)
+            throw std::invalid_argument(list + " names " + std::to_string(names.size()) +
+                                        " classes but the model has " + std::to_string(nc));
+        auto matches = ClassMatcher(std::move(names)).rank(prompt, 5);
+        if (matches.empty()) throw std::invalid_argument("no class matches the prompt '" + prompt + "'");
+        std::cerr << "prompt '" << prompt << "':";
+        for (const auto& m : matches) std::cerr << "  [" << m.class_id << "] " << m.label;
+        std::cerr << "\n";
+        opt.class_ids.assign(batch, matches.front().class_id);
+    }
+    opt.validate(pipe.var_config());
+    return opt;
+}
+
+AccelConfig parse_accel_argument(const std::string& arg) {
+    if (arg.empty()) return {};
+    try {
+        return AccelConfig::from_argument(arg);
+    } catch (const AccelConfigError& e) {
+        throw std::invalid_argument(std::string("--accel: ") + e.what());
+    }
+}
+
+std::string preset_names() {
+    std::string s;
+    for (const auto& [name, _] : accel_presets()) s += (s.empty() ? "" : ", ") + name;
+    return s;
+}
+
+}  // namespace varscope::cli

@@ -1,0 +1,151 @@
+#include "core/accel/accel_config.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace varscope {
+namespace {
+
+
+const std::vector<std::string>& method_ids() {
+    static const std::vector<std::string> ids = {"skip", "fastvar", "sparvar", "lazyvar", "ams_kv"};
+    return ids;
+}
+
+}  // namespace
+
+bool AccelConfig::any_enabled() const {
+    return skip.enabled || fastvar.enabled || sparvar.enabled || lazyvar.enabled || ams_kv.enabled;
+}
+
+std::string AccelConfig::summary() const {
+    std::string s;
+    auto add = [&](bool on, const std::string& name) {
+        if (on) s += (s.empty() ? "" : " + ") + name;
+    };
+    add(skip.enabled, "skip-" + std::to_string(skip.last_n));
+    add(fastvar.enabled, "FastVAR");
+    add(sparvar.enabled, "SparVAR");
+    add(lazyvar.enabled, "LazyVAR");
+    add(ams_kv.enabled, "AMS-KV");
+    return s.empty() ? "baseline" : s;
+}
+
+AccelConfig AccelConfig::from_json(const nlohmann::json& j) {
+    if (!j.is_object()) throw AccelConfigError("accelerator config must be a JSON object");
+    for (const auto& [key, value] : j.items()) {
+        bool known = false;
+        for (const auto& id : method_ids()) known = known || id == key;
+        if (!known) {
+            std::string allowed;
+            for (const auto& id : method_ids()) allowed += (allowed.empty() ? "" : ", ") + id;
+            throw AccelConfigError(key + ": unknown accelerator (allowed: " + allowed + ")");
+        }
+    }
+    auto part = [&](const char* id) {
+        auto it = j.find(id);
+        return it == j.end() ? nlohmann::json{{"enabled", false}} : *it;
+    };
+    AccelConfig c;
+    c.skip = ScaleSkipConfig::from_json(part("skip"));
+    c.fastvar = FastVarConfig::from_json(part("fastvar"));
+    c.sparvar = SparVarConfig::from_json(part("sparvar"));
+    c.lazyvar = LazyVarConfig::from_json(part("lazyvar"));
+    c.ams_kv = AmsKvConfig::from_json(part("ams_kv"));
+    return c;
+}
+
+AccelConfig AccelConfig::from_file(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw AccelConfigError("cannot open accelerator config '" + path + "'");
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::parse_error& e) {
+        throw AccelConfigError("'" + path + "' is not valid JSON: " + e.what());
+    }
+    try {
+        return from_json(j);
+    } catch (const AccelConfigError& e) {
+        throw AccelConfigError("'" + path + "': " + e.what());
+    }
+}
+
+AccelConfig AccelConfig::from_argument(const std::string& arg) {
+    const auto& presets = accel_presets();
+    if (auto it = presets.find(arg); it != presets.end()) return from_json(it->second);
+    const auto first = arg.find_first_not_of(" \t\n");
+    if (first != std::string::npos && arg[first] == '{') {
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(arg);
+        } catch (const nlohmann::json::parse_error& e) {
+            throw AccelConfigError(std::string("inline accelerator config is not valid JSON: ") +
+                                   e.what());
+        }
+        return from_json(j);
+    }
+    std::ifstream probe(arg);
+    if (!probe) {
+        std::string names;
+        for (const auto& [name, _] : presets) names += (names.empty() ? "" : ", ") + name;
+        throw AccelConfigError("'" + arg + "' is neither a config file, inline JSON, nor a preset (" +
+                               names + ")");
+    }
+    return from_file(arg);
+}
+
+nlohmann::json AccelConfig::to_json() const {
+    return {{"skip", skip.to_json()},       {"fastvar", fastvar.to_json()},
+            {"sparvar", sparvar.to_json()}, {"lazyvar", lazyvar.to_json()},
+            {"ams_kv", ams_kv.to_json()}};
+}
+
+const std::vector<MethodSpec>& accel_methods() {
+    static const std::vector<MethodSpec> all = {
+        ScaleSkipConfig::spec(), FastVarConfig::spec(), SparVarConfig::spec(),
+        LazyVarConfig::spec(), AmsKvConfig::spec()};
+    return all;
+}
+
+const std::map<std::string, nlohmann::json>& accel_presets() {
+    static const std::map<std::string, nlohmann::json> presets = [] {
+        std::map<std::string, nlohmann::json> p;
+        p["baseline"] = nlohmann::json::object();
+        for (const auto& m : accel_methods()) {
+            auto d = m.defaults();
+            d["enabled"] = true;
+            p[m.id] = {{m.id, d}};
+        }
+        auto on = [](const MethodSpec& m) {
+            auto d = m.defaults();
+            d["enabled"] = true;
+            return d;
+        };
+        // The papers' combinations (sparvar.txt: with scale skipping; ams-kv with token pruning).
+        p["sparvar+skip"] = {{"sparvar", on(SparVarConfig::spec())}, {"skip", on(ScaleSkipConfig::spec())}};
+        p["fastvar+ams_kv"] = {{"fastvar", on(FastVarConfig::spec())}, {"ams_kv", on(AmsKvConfig::spec())}};
+        return p;
+    }();
+    return presets;
+}
+
+std::shared_ptr<SamplingHooks> build_accelerators(const AccelConfig& cfg, const VarConfig& model,
+                                                  ProbeSink* probe) {
+    if (!cfg.any_enabled()) return nullptr;
+    // Grouped steps (LazyVAR's PGD) pack several scales into one pass; the per-block token
+    // pruning and sparse-attention policies assume one scale per step.
+    if (cfg.lazyvar.enabled && (cfg.fastvar.enabled || cfg.sparvar.enabled))
+        throw AccelConfigError(
+            "lazyvar: cannot be combined with fastvar or sparvar (they prune or sparsify per "
+            "scale; LazyVAR decodes groups of scales in one pass)");
+    auto chain = std::make_shared<HookChain>();
+    if (cfg.skip.enabled) chain->add(make_scale_skip(cfg.skip, model, probe));
+    if (cfg.lazyvar.enabled) chain->add(make_lazyvar(cfg.lazyvar, model, probe));
+    if (cfg.fastvar.enabled) chain->add(make_fastvar(cfg.fastvar, model, probe));
+    if (cfg.sparvar.enabled) chain->add(make_sparvar(cfg.sparvar, model, probe));
+    if (cfg.ams_kv.enabled) chain->add(make_ams_kv(cfg.ams_kv, model, probe));
+    return chain;
+}
+
+}  // namespace varscope

@@ -1,0 +1,52 @@
+// The accelerator configuration as a whole: which methods are on and their settings, read from
+// JSON (file or GUI), validated against the methods' ParamSpec tables, and turned into one
+// HookChain for the sampling loop. A method that is off adds no hook, so the loop is the
+// baseline.
+//
+// JSON: {"skip": {...}, "fastvar": {...}, "sparvar": {...}, "lazyvar": {...}, "ams_kv": {...}}
+// Each object takes "enabled" (default true when the object is given) and the method's keys.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/accel/ams_kv.h"
+#include "core/accel/fastvar.h"
+#include "core/accel/lazyvar.h"
+#include "core/accel/param_spec.h"
+#include "core/accel/scale_skip.h"
+#include "core/accel/sparvar.h"
+#include "core/sampling/hooks.h"
+
+namespace varscope {
+
+struct AccelConfig {
+    ScaleSkipConfig skip;
+    FastVarConfig fastvar;
+    SparVarConfig sparvar;
+    LazyVarConfig lazyvar;
+    AmsKvConfig ams_kv;
+
+    bool any_enabled() const;
+    std::string summary() const;  // e.g. "FastVAR + AMS-KV", or "baseline"
+
+    static AccelConfig from_json(const nlohmann::json& j);  // AccelConfigError on bad input
+    static AccelConfig from_file(const std::string& path);  // ... naming the file
+    // Accepts a file path, an inline JSON object, or a preset name (see accel_presets()).
+    static AccelConfig from_argument(const std::string& arg);
+    nlohmann::json to_json() const;
+};
+
+// All methods' tables, in panel order.
+const std::vector<MethodSpec>& accel_methods();
+
+// Named settings: each method at its paper's defaults, and the papers' combinations.
+const std::map<std::string, nlohmann::json>& accel_presets();
+
+// The hooks for `cfg` on this model (nullptr when nothing is enabled). Checks what depends on
+// the model (scale counts, layer counts) and which combinations are allowed.
+std::shared_ptr<SamplingHooks> build_accelerators(const AccelConfig& cfg, const VarConfig& model,
+                                                  ProbeSink* probe = nullptr);
+
+}  // namespace varscope

@@ -1,0 +1,23 @@
+// AMS-KV policy for the VAR sampling loop. SKELETON: owned by the AMS-KV work item; replace.
+#pragma once
+
+#include <memory>
+
+#include "core/accel/param_spec.h"
+#include "core/sampling/hooks.h"
+#include "core/sampling/probes.h"
+
+namespace varscope {
+
+struct AmsKvConfig {
+    bool enabled = false;
+
+    static const MethodSpec& spec();
+    static AmsKvConfig from_json(const nlohmann::json& j);
+    nlohmann::json to_json() const;
+};
+
+std::shared_ptr<SamplingHooks> make_ams_kv(const AmsKvConfig& cfg, const VarConfig& model,
+                                          ProbeSink* probe);
+
+}  // namespace varscope

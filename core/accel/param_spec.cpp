@@ -1,0 +1,143 @@
+#include "core/accel/param_spec.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace varscope {
+namespace {
+
+std::string range_text(const ParamSpec& p) {
+    std::ostringstream os;
+    os << "[" << p.min << ", " << p.max << "]";
+    return os.str();
+}
+
+std::string kind_name(ParamKind k) {
+    switch (k) {
+        case ParamKind::Bool: return "true or false";
+        case ParamKind::Int: return "an integer";
+        case ParamKind::Real: return "a number";
+        case ParamKind::IntList: return "a list of integers";
+        case ParamKind::RealList: return "a list of numbers";
+    }
+    return "?";
+}
+
+}  // namespace
+
+nlohmann::json MethodSpec::defaults() const {
+    nlohmann::json j = {{"enabled", false}};
+    for (const auto& p : params) j[p.key] = p.default_value;
+    return j;
+}
+
+ParamReader::ParamReader(const nlohmann::json& object, const MethodSpec& spec)
+    : obj_(object), spec_(spec) {
+    if (!obj_.is_object())
+        throw AccelConfigError(spec_.id + ": must be a JSON object, got " + obj_.dump());
+    for (const auto& [key, value] : obj_.items()) {
+        if (key == "enabled") {
+            if (!value.is_boolean()) fail(key, "must be true or false, got " + value.dump());
+            continue;
+        }
+        bool known = false;
+        for (const auto& p : spec_.params) known = known || p.key == key;
+        if (!known) {
+            std::string allowed = "enabled";
+            for (const auto& p : spec_.params) allowed += ", " + p.key;
+            fail(key, "unknown field (allowed: " + allowed + ")");
+        }
+    }
+}
+
+void ParamReader::fail(const std::string& key, const std::string& message) const {
+    throw AccelConfigError(spec_.id + "." + key + ": " + message);
+}
+
+const ParamSpec& ParamReader::spec_of(const std::string& key) const {
+    for (const auto& p : spec_.params)
+        if (p.key == key) return p;
+    throw std::logic_error("accelerator '" + spec_.id + "' has no parameter '" + key + "'");
+}
+
+const nlohmann::json& ParamReader::value_of(const ParamSpec& p) const {
+    auto it = obj_.find(p.key);
+    return it == obj_.end() ? p.default_value : *it;
+}
+
+bool ParamReader::enabled() const {
+    auto it = obj_.find("enabled");
+    // An object given without "enabled" means the user wants the method on.
+    return it == obj_.end() ? true : it->get<bool>();
+}
+
+bool ParamReader::get_bool(const std::string& key) const {
+    const auto& p = spec_of(key);
+    const auto& v = value_of(p);
+    if (!v.is_boolean()) fail(key, "must be " + kind_name(p.kind) + ", got " + v.dump());
+    return v.get<bool>();
+}
+
+int64_t ParamReader::get_int(const std::string& key) const {
+    const auto& p = spec_of(key);
+    const auto& v = value_of(p);
+    if (!v.is_number_integer()) fail(key, "must be " + kind_name(p.kind) + ", got " + v.dump());
+    const auto x = v.get<int64_t>();
+    if (x < p.min || x > p.max)
+        fail(key, "must be in " + range_text(p) + ", got " + std::to_string(x));
+    return x;
+}
+
+double ParamReader::get_real(const std::string& key) const {
+    const auto& p = spec_of(key);
+    const auto& v = value_of(p);
+    if (!v.is_number()) fail(key, "must be " + kind_name(p.kind) + ", got " + v.dump());
+    const auto x = v.get<double>();
+    if (!std::isfinite(x) || x < p.min || x > p.max)
+        fail(key, "must be in " + range_text(p) + ", got " + v.dump());
+    return x;
+}
+
+std::vector<int64_t> ParamReader::get_int_list(const std::string& key) const {
+    const auto& p = spec_of(key);
+    const auto& v = value_of(p);
+    if (!v.is_array()) fail(key, "must be " + kind_name(p.kind) + ", got " + v.dump());
+    const auto n = static_cast<int64_t>(v.size());
+    if (n < p.min_items || n > p.max_items)
+        fail(key, "must have " + std::to_string(p.min_items) + " to " +
+                      std::to_string(p.max_items) + " entries, got " + std::to_string(n));
+    std::vector<int64_t> out;
+    for (int64_t i = 0; i < n; ++i) {
+        const auto& e = v[i];
+        const std::string at = key + "[" + std::to_string(i) + "]";
+        if (!e.is_number_integer()) fail(at, "must be an integer, got " + e.dump());
+        const auto x = e.get<int64_t>();
+        if (x < p.min || x > p.max)
+            fail(at, "must be in " + range_text(p) + ", got " + std::to_string(x));
+        out.push_back(x);
+    }
+    return out;
+}
+
+std::vector<double> ParamReader::get_real_list(const std::string& key) const {
+    const auto& p = spec_of(key);
+    const auto& v = value_of(p);
+    if (!v.is_array()) fail(key, "must be " + kind_name(p.kind) + ", got " + v.dump());
+    const auto n = static_cast<int64_t>(v.size());
+    if (n < p.min_items || n > p.max_items)
+        fail(key, "must have " + std::to_string(p.min_items) + " to " +
+                      std::to_string(p.max_items) + " entries, got " + std::to_string(n));
+    std::vector<double> out;
+    for (int64_t i = 0; i < n; ++i) {
+        const auto& e = v[i];
+        const std::string at = key + "[" + std::to_string(i) + "]";
+        if (!e.is_number()) fail(at, "must be a number, got " + e.dump());
+        const auto x = e.get<double>();
+        if (!std::isfinite(x) || x < p.min || x > p.max)
+            fail(at, "must be in " + range_text(p) + ", got " + e.dump());
+        out.push_back(x);
+    }
+    return out;
+}
+
+}  // namespace varscope

@@ -1,0 +1,65 @@
+// Hyperparameter descriptions shared by the accelerators' config parsers, the CLI and the GUI's
+// method panel: one table per method (name, paper symbol, range, default, help) drives the
+// JSON validation, the error messages and the sliders, so they cannot drift apart.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace varscope {
+
+enum class ParamKind { Bool, Int, Real, IntList, RealList };
+
+struct ParamSpec {
+    std::string key;     // JSON key inside the method's object, e.g. "ratios"
+    std::string label;   // UI label, e.g. "Pruning ratios (last N scales)"
+    std::string symbol;  // the paper's symbol, e.g. "N", "τ", "C_min"; may be empty
+    std::string help;    // tooltip: what it does; names the paper default
+    ParamKind kind = ParamKind::Real;
+    double min = 0.0;    // inclusive range of the value (of every element for lists)
+    double max = 1.0;
+    nlohmann::json default_value;  // the paper's default
+    int64_t min_items = 1;         // list length range (lists only)
+    int64_t max_items = 64;
+};
+
+struct MethodSpec {
+    std::string id;       // JSON key of the method, e.g. "fastvar"
+    std::string title;    // e.g. "FastVAR"
+    std::string paper;    // e.g. "fastvar.txt §3, App. G"
+    std::string summary;  // one sentence for the panel header
+    std::vector<ParamSpec> params;  // "enabled" is implicit and always first
+    nlohmann::json defaults() const;  // {"enabled": false, key: default...}
+};
+
+// Invalid accelerator configuration; the message starts with the field path
+// ("fastvar.ratios[2]: must be in [0, 1], got 1.5").
+class AccelConfigError : public std::invalid_argument {
+public:
+    using std::invalid_argument::invalid_argument;
+};
+
+// Reads one method's JSON object against its spec: types, ranges, list lengths, and no
+// unknown keys (a typo must not silently fall back to a default). Missing keys take defaults.
+class ParamReader {
+public:
+    ParamReader(const nlohmann::json& object, const MethodSpec& spec);
+    bool enabled() const;
+    bool get_bool(const std::string& key) const;
+    int64_t get_int(const std::string& key) const;
+    double get_real(const std::string& key) const;
+    std::vector<int64_t> get_int_list(const std::string& key) const;
+    std::vector<double> get_real_list(const std::string& key) const;
+    [[noreturn]] void fail(const std::string& key, const std::string& message) const;
+
+private:
+    const ParamSpec& spec_of(const std::string& key) const;
+    const nlohmann::json& value_of(const ParamSpec& p) const;
+    const nlohmann::json& obj_;
+    const MethodSpec& spec_;
+};
+
+}  // namespace varscope
