@@ -24,4 +24,19 @@ constexpr const char* kLazyVarKept = "lazyvar_kept";
 // values: {"first_scale", "size"}.
 constexpr const char* kLazyVarGroup = "lazyvar_group";
 
+// SparVAR (core/accel/sparvar.h), method "sparvar"; sparse scales only unless noted.
+// CSLA token mask M^(k) of a sparse scale: bool (Lq, Lk), the same for every CSLA layer;
+// layer = -1; values: {"sparsity"}.
+constexpr const char* kCslaTokenMask = "csla_token_mask";
+// CSLA block mask (Eq. 3): bool (ceil(Lq/B), ceil(Lk/B)); layer = -1;
+// values: {"token_sparsity", "block_sparsity", "block": B}.
+constexpr const char* kCslaBlockMask = "csla_block_mask";
+// CS4A Top-k keys of each query block at the decision scale: int64 (H, G_S, k), ascending key
+// ids, first conditional sample; one per CS4A layer; values: {"top_k", "query_block", "kv_len"}.
+constexpr const char* kCs4aSelected = "cs4a_selected";
+// CS4A keys of each query block at a sparse scale after the cross-scale mapping (sinks
+// included): int64 (H, G_K, m), ascending, -1 padded; one per CS4A layer;
+// values: {"kept_fraction", "decision_scale"}.
+constexpr const char* kCs4aMapped = "cs4a_mapped";
+
 }  // namespace varscope::probe_kinds
