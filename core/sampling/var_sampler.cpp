@@ -249,7 +249,10 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             vae_->next_autoregressive_input(sj, S, f_hat, h_BChw);
             if (hooks) hooks->on_scale_end(sctx, seg, idx, f_hat);
             res.tokens.push_back(idx);
-            if (probe && probe->wants_fhat()) fhat_after.push_back(f_hat.cpu());
+            // A copy even on the CPU, where cpu() would alias f_hat, which the VQVAE updates in
+            // place: every record would show the final features.
+            if (probe && probe->wants_fhat())
+                fhat_after.push_back(f_hat.to(at::kCPU, f_hat.scalar_type(), false, /*copy=*/true));
         }
         if (opt.time_scales) synchronize_device(device);
         const double step_ms = millis_since(t_step);
