@@ -55,6 +55,9 @@ struct BlockContext {
     // Additive attention mask (q_rows, kv_len) for grouped steps (block-causal inside the
     // group); undefined when every query may see every cached key.
     at::Tensor mask = {};
+    // An attend() override that computes less than dense attention sets the multiply-add
+    // FLOPs it spent here (the loop counts 4*B*H*Lq*Lk*d otherwise), for the benchmarks.
+    double attention_flops = -1.0;
 };
 
 class SamplingHooks {
@@ -66,6 +69,7 @@ public:
     virtual int64_t group_size(const ScaleContext& ctx) { return 1; }
     virtual void on_scale_begin(ScaleContext& ctx) {}
     // Rows of the step's packed sequence that this block computes (int64); undefined = all.
+    // (K): the same rows for every batch row; (2B, K): per batch row (not in grouped steps).
     virtual at::Tensor select_tokens(const BlockContext& ctx, const at::Tensor& x) { return {}; }
     // Builds the block output from its input x (2B, n, C) and the computed rows h; undefined
     // = the default: left-out rows keep their input (zero residual update).

@@ -33,13 +33,18 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at
                      AttentionBackend backend, const at::Tensor& step_mask) {
     const auto m = blk.modulation(cond);
     const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x) : at::Tensor();
-    const at::Tensor xs = rows.defined() ? x.index_select(1, rows) : x;
+    // rows: (K) for every batch row, or (2B, K) chosen per batch row (FastVAR).
+    const bool per_row = rows.defined() && rows.dim() == 2;
+    const at::Tensor xs = !rows.defined() ? x
+                          : per_row ? x.gather(1, rows.unsqueeze(-1).expand({-1, -1, x.size(2)}))
+                                    : x.index_select(1, rows);
 
     auto qkv = blk.attn->project_qkv(blk.attn_input(xs, m));
     ctx.cache.append(ctx.layer, qkv.k, qkv.v);
     if (hooks) hooks->on_kv_append(ctx);
     auto [k, v] = ctx.cache.view(ctx.layer);
     if (step_mask.defined()) {
+        TORCH_CHECK(!per_row, "per-row token selection cannot be used in grouped steps");
         // The step's own keys are the newest entries of the cache; everything before them
         // (earlier steps) is visible to every query of the step.
         const at::Tensor sm =
@@ -67,7 +72,8 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at
     at::Tensor out = h;
     if (rows.defined()) {
         out = hooks->restore_tokens(ctx, x, rows, h);
-        if (!out.defined()) out = x.index_copy(1, rows, h);
+        if (!out.defined())
+            out = per_row ? x.scatter(1, rows.unsqueeze(-1).expand_as(h), h) : x.index_copy(1, rows, h);
     }
     if (hooks) hooks->on_block_output(ctx, out);
     return out;
