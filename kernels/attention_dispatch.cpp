@@ -14,6 +14,7 @@ namespace varscope::kernels {
 namespace {
 
 std::atomic<bool> g_force_reference{false};
+std::atomic<int> g_kernel_variant{0};
 
 void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor* v) {
     TORCH_CHECK(q.dim() == 4 && k.dim() == 4, "attention expects (B, H, L, D) tensors, got q ",
@@ -49,6 +50,12 @@ void copy_into_out(AttentionResult& r, const at::Tensor& out) {
 }
 
 }  // namespace
+
+void set_attention_kernel_variant(int variant) {
+    TORCH_CHECK(variant == 0 || variant == 1, "kernel variant must be 0 or 1, got ", variant);
+    g_kernel_variant = variant;
+}
+int attention_kernel_variant() { return g_kernel_variant; }
 
 void force_reference_kernels(bool on) { g_force_reference = on; }
 

@@ -53,6 +53,11 @@ at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t bl
                             std::optional<double> scale = std::nullopt,
                             KernelPath path = KernelPath::Auto);
 
+// CUDA output kernel generation: 0 = current (v2, 32 query rows per warp), 1 = v1 (16 rows per
+// warp). Only benchmarks and tests switch this, to compare the two.
+void set_attention_kernel_variant(int variant);
+int attention_kernel_variant();
+
 void force_reference_kernels(bool on);
 bool reference_kernels_forced();  // the switch above or VARSCOPE_REFERENCE_KERNELS=1
 

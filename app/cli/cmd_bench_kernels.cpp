@@ -164,9 +164,9 @@ int run_attention(const BenchOptions& o) {
     const auto flex = read_flex(o.flex_json);
     const auto dev = at::TensorOptions().device(at::kCUDA, o.device);
     json results = json::array();
-    std::printf("%-18s %5s %7s %8s %8s %8s %8s %8s %7s %7s %7s %6s %7s %7s\n", "config", "block",
-                "sparse%", "ours_ms", "flash", "cudnn", "boolmsk", "flex", "xflash", "xcudnn",
-                "xflex", "ideal", "%ideal", "TFLOP/s");
+    std::printf("%-18s %5s %7s %8s %8s %8s %8s %8s %8s %7s %7s %7s %6s %7s %7s\n", "config",
+                "block", "sparse%", "ours_ms", "v1_ms", "flash", "cudnn", "boolmsk", "flex",
+                "xflash", "xcudnn", "xflex", "ideal", "%ideal", "TFLOP/s");
     for (const auto& name : o.configs) {
         const auto& c = config_named(name);
         const size_t last = c.patch_nums.size() - 1;
@@ -195,8 +195,11 @@ int run_attention(const BenchOptions& o) {
             vk::AttentionOptions ko;
             ko.path = vk::KernelPath::Cuda;
             ko.out = at::empty_like(q);
-            json ours = time_backend(
-                [&] { vk::block_sparse_attention(q, k, v, idx, cnt, block, block, ko); }, o);
+            auto run_ours = [&] { vk::block_sparse_attention(q, k, v, idx, cnt, block, block, ko); };
+            vk::set_attention_kernel_variant(1);
+            json ours_v1 = time_backend(run_ours, o);
+            vk::set_attention_kernel_variant(0);
+            json ours = time_backend(run_ours, o);
             // Correctness of what was timed: against SDPA with the expanded block mask.
             const auto expanded = expand_block_mask(block_mask, block, block, lq, lk).to(dev.device());
             const auto want = at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat),
@@ -221,6 +224,7 @@ int run_attention(const BenchOptions& o) {
             r["block_sparsity"] = sparsity;
             r["token_sparsity"] = token_sparsity;
             r["ours"] = ours;
+            r["ours_v1"] = ours_v1;
             r["sdpa_flash"] = flash;
             r["sdpa_cudnn"] = cudnn;
             r["sdpa_bool_mask"] = boolmask;
@@ -234,9 +238,9 @@ int run_attention(const BenchOptions& o) {
             r["ideal_ms_from_cudnn"] = tc / ideal;
             r["ours_tflops"] = flops / (t * 1e-3) / 1e12;
             results.push_back(r);
-            std::printf("%-18s %5lld %7.2f %8s %8s %8s %8s %8s %7s %7s %7s %6.2f %7s %7s  err %.1e\n",
+            std::printf("%-18s %5lld %7.2f %8s %8s %8s %8s %8s %8s %7s %7s %7s %6.2f %7s %7s  err %.1e\n",
                         c.name.c_str(), static_cast<long long>(block), 100 * sparsity,
-                        fmt(t).c_str(), fmt(tf).c_str(), fmt(tc).c_str(),
+                        fmt(t).c_str(), fmt(ms_of(ours_v1)).c_str(), fmt(tf).c_str(), fmt(tc).c_str(),
                         fmt(ms_of(boolmask)).c_str(), fmt(tx).c_str(), fmt(tf / t, "%.2f").c_str(),
                         fmt(tc / t, "%.2f").c_str(), fmt(tx / t, "%.2f").c_str(), ideal,
                         fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(),
@@ -259,8 +263,8 @@ int run_cs4a(const BenchOptions& o) {
     c10::InferenceMode guard;
     const auto dev = at::TensorOptions().device(at::kCUDA, o.device);
     json results = json::array();
-    std::printf("%-18s %6s %5s %8s %8s %8s %7s %7s %6s %7s %9s %9s\n", "config", "keep", "C",
-                "ours_ms", "flash", "cudnn", "xflash", "xcudnn", "ideal", "%ideal", "colsum_ms",
+    std::printf("%-18s %6s %5s %8s %8s %8s %8s %7s %7s %6s %7s %9s %9s\n", "config", "keep", "C",
+                "ours_ms", "v1_ms", "flash", "cudnn", "xflash", "xcudnn", "ideal", "%ideal", "colsum_ms",
                 "dec_flash");
     for (const auto& name : o.configs) {
         const auto& c = config_named(name);
@@ -285,8 +289,11 @@ int run_cs4a(const BenchOptions& o) {
         ko.path = vk::KernelPath::Cuda;
         ko.return_lse = true;  // CS4A merges with O_cache through the lse
         ko.out = at::empty_like(q);
-        json ours = time_backend(
-            [&] { vk::gathered_attention(q, k, v, idx_gpu, cnt_gpu, o.query_block, ko); }, o);
+        auto run_ours = [&] { vk::gathered_attention(q, k, v, idx_gpu, cnt_gpu, o.query_block, ko); };
+        vk::set_attention_kernel_variant(1);
+        json ours_v1 = time_backend(run_ours, o);
+        vk::set_attention_kernel_variant(0);
+        json ours = time_backend(run_ours, o);
         json flash = time_backend([&] { at::_scaled_dot_product_flash_attention(q, k, v); }, o);
         json cudnn = time_backend(
             [&] { at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, false); }, o);
@@ -321,6 +328,7 @@ int run_cs4a(const BenchOptions& o) {
         r["keys_per_block"] = keep_n;
         r["keep_ratio"] = static_cast<double>(keep_n) / lk;
         r["ours"] = ours;
+        r["ours_v1"] = ours_v1;
         r["sdpa_flash"] = flash;
         r["sdpa_cudnn"] = cudnn;
         r["rel_error_vs_fp32_sdpa"] = err;
@@ -331,9 +339,10 @@ int run_cs4a(const BenchOptions& o) {
         r["decision_scale"] = {{"q_len", dq}, {"kv_len", dk}, {"column_sum", colsum},
                                {"sdpa_flash", dec_flash}};
         results.push_back(r);
-        std::printf("%-18s %6.3f %5lld %8s %8s %8s %7s %7s %6.2f %7s %9s %9s  err %.1e\n",
+        std::printf("%-18s %6.3f %5lld %8s %8s %8s %8s %7s %7s %6.2f %7s %9s %9s  err %.1e\n",
                     c.name.c_str(), static_cast<double>(keep_n) / lk,
-                    static_cast<long long>(o.query_block), fmt(t).c_str(), fmt(tf).c_str(),
+                    static_cast<long long>(o.query_block), fmt(t).c_str(),
+                    fmt(ms_of(ours_v1)).c_str(), fmt(tf).c_str(),
                     fmt(tc).c_str(), fmt(tf / t, "%.2f").c_str(), fmt(tc / t, "%.2f").c_str(), ideal,
                     fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(), fmt(ms_of(colsum)).c_str(),
                     fmt(ms_of(dec_flash)).c_str(), err);

@@ -104,6 +104,7 @@ AttentionResult run_listed(const at::Tensor& q_in, const at::Tensor& k_in, const
     p.list_stride = static_cast<int>(idx.size(1));
     p.block_q = static_cast<int>(block_q);
     p.block_k = static_cast<int>(block_k);
+    p.kernel_variant = attention_kernel_variant();
     launch(p, q, mode, Epilogue::Output);
     return r;
 }

@@ -423,6 +423,310 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// v2 (output epilogue): 2 warps of 32 rows each per 64-row CTA. Every K/V fragment read from
+// shared memory now feeds two 16-row mma tiles, halving the shared-memory traffic per mma that
+// limited v1 (one ldmatrix.x4 per two mma). K and V have one buffer each, FlashAttention-2
+// style: V_t loads while S = Q K_t^T and the softmax run, K_{t+1} loads during P V_t. 48 KB of
+// shared memory at d128, so four CTAs (8 warps) share an SM.
+// ---------------------------------------------------------------------------------------------
+template <int kHeadDim, typename Elem_>
+struct AttentionTraitsV2 {
+    using Elem = Elem_;
+    static constexpr int kD = kHeadDim;
+    static constexpr int kBlockM = kQueryTile;
+    static constexpr int kBlockN = kKeyTile;
+    static constexpr int kWarps = 2;
+    static constexpr int kThreads = kWarps * 32;
+    static constexpr int kMTiles = 2;  // 16-row mma tiles per warp
+    static constexpr int kChunks = kD / 8;
+    static constexpr int kTileElems = kBlockN * kD;
+    static constexpr int kQElems = kBlockM * kD;
+    static constexpr int kNTiles = kBlockN / 8;
+    static constexpr int kDTiles = kD / 8;
+    static constexpr bool kQInRegs = kD == 64;  // d128 would not fit the register budget
+    static_assert(kBlockM == kWarps * 16 * kMTiles, "rows per CTA");
+    static constexpr size_t smem_bytes() {
+        return sizeof(Elem_) * (kQElems + 2 * kTileElems) + sizeof(int) * kBlockN;
+    }
+};
+
+template <class Tr, TileMode kMode>
+__global__ void __launch_bounds__(Tr::kThreads, 4) attention_output_kernel_v2(const AttentionParams p) {
+    using Elem = typename Tr::Elem;
+    using M = detail::Mma<Elem>;
+    constexpr int kBN = Tr::kBlockN;
+    constexpr int kCh = Tr::kChunks;
+    constexpr int kMT = Tr::kMTiles;
+
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    Elem* s_q = reinterpret_cast<Elem*>(smem_raw);
+    Elem* s_k = s_q + Tr::kQElems;
+    Elem* s_v = s_k + Tr::kTileElems;
+    int* s_valid = reinterpret_cast<int*>(s_v + Tr::kTileElems);
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int q0 = blockIdx.x * Tr::kBlockM;
+    const Elem* q_g = static_cast<const Elem*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
+    const Elem* k_g = static_cast<const Elem*>(p.k) + b * p.k_stride[0] + h * p.k_stride[1];
+    const Elem* v_g = static_cast<const Elem*>(p.v) + b * p.v_stride[0] + h * p.v_stride[1];
+
+    const int qb = q0 / p.block_q;
+    const int32_t* list = nullptr;
+    int count = 0, n_tiles = 0;
+    const int tiles_per_block = p.block_k / kBN;
+    if constexpr (kMode == TileMode::Dense) {
+        n_tiles = detail::ceil_div(p.len_k, kBN);
+    } else {
+        list = p.lists + static_cast<int64_t>(qb) * p.list_stride;
+        count = min(max(p.counts[qb], 0), p.list_stride);
+        n_tiles = kMode == TileMode::BlockSparse ? count * tiles_per_block
+                                                 : detail::ceil_div(count, kBN);
+    }
+    auto tile_start = [&](int t) -> int {
+        if constexpr (kMode == TileMode::Dense) {
+            return t * kBN;
+        } else {
+            const int block = list[t / tiles_per_block];
+            if (block < 0) return p.len_k;
+            const long start = static_cast<long>(block) * p.block_k + (t % tiles_per_block) * kBN;
+            return start < p.len_k ? static_cast<int>(start) : p.len_k;
+        }
+    };
+    // Copies rows of K or V for tile t; the K copy also records which key slots are valid.
+    auto load_rows = [&](int t, const Elem* src_g, int64_t row_stride, Elem* dst, bool mark) {
+        const int start = kMode == TileMode::Gathered ? 0 : tile_start(t);
+#pragma unroll
+        for (int i = tid; i < kBN * kCh; i += Tr::kThreads) {
+            const int r = i / kCh, c = i % kCh;
+            int key;
+            if constexpr (kMode == TileMode::Gathered) {
+                const int slot = t * kBN + r;
+                key = slot < count ? list[slot] : -1;
+                if (key >= p.len_k) key = -1;
+            } else {
+                key = start + r < p.len_k ? start + r : -1;
+            }
+            const bool ok = key >= 0;
+            const int64_t off = ok ? static_cast<int64_t>(key) * row_stride + c * 8 : 0;
+            detail::cp_async_16(dst + detail::swizzle<kCh>(r, c), src_g + off, ok);
+            if (mark && c == 0) s_valid[r] = ok ? 1 : 0;
+        }
+    };
+
+#pragma unroll
+    for (int i = tid; i < Tr::kBlockM * kCh; i += Tr::kThreads) {
+        const int r = i / kCh, c = i % kCh;
+        const bool ok = q0 + r < p.len_q;
+        const int64_t off = ok ? static_cast<int64_t>(q0 + r) * p.q_stride[2] + c * 8 : 0;
+        detail::cp_async_16(s_q + detail::swizzle<kCh>(r, c), q_g + off, ok);
+    }
+    detail::cp_async_commit();
+    if (n_tiles > 0) load_rows(0, k_g, p.k_stride[2], s_k, true);
+    detail::cp_async_commit();
+
+    const int warp_row = warp * 16 * kMT;
+    const int col_base = 2 * (lane & 3);
+    float o_acc[kMT][Tr::kDTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int i = 0; i < Tr::kDTiles; ++i) o_acc[mt][i][0] = o_acc[mt][i][1] = o_acc[mt][i][2] = o_acc[mt][i][3] = 0.f;
+    float row_max[kMT][2], row_sum[kMT][2];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+        row_max[mt][0] = row_max[mt][1] = -INFINITY;
+        row_sum[mt][0] = row_sum[mt][1] = 0.f;
+    }
+    uint32_t q_frag[Tr::kQInRegs ? Tr::kD / 16 : 1][kMT][4];
+
+    for (int t = 0; t < n_tiles; ++t) {
+        detail::cp_async_wait<0>();
+        __syncthreads();  // K_t landed; every warp is done with V_{t-1}
+        load_rows(t, v_g, p.v_stride[2], s_v, false);
+        detail::cp_async_commit();
+        if constexpr (Tr::kQInRegs) {
+            if (t == 0) {
+#pragma unroll
+                for (int kk = 0; kk < Tr::kD / 16; ++kk)
+#pragma unroll
+                    for (int mt = 0; mt < kMT; ++mt)
+                        detail::ldmatrix_x4(q_frag[kk][mt],
+                                            s_q + detail::swizzle<kCh>(warp_row + mt * 16 + (lane & 15),
+                                                                       kk * 2 + (lane >> 4)));
+            }
+        }
+
+        float s[kMT][Tr::kNTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int i = 0; i < Tr::kNTiles; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < Tr::kD / 16; ++kk) {
+            uint32_t qa[kMT][4];
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+                if constexpr (Tr::kQInRegs) {
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) qa[mt][j] = q_frag[kk][mt][j];
+                } else {
+                    detail::ldmatrix_x4(qa[mt], s_q + detail::swizzle<kCh>(warp_row + mt * 16 + (lane & 15),
+                                                                           kk * 2 + (lane >> 4)));
+                }
+            }
+#pragma unroll
+            for (int np = 0; np < Tr::kNTiles / 2; ++np) {
+                uint32_t bf[4];
+                detail::ldmatrix_x4(
+                    bf, s_k + detail::swizzle<kCh>(np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                                   kk * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt) {
+                    M::run(s[mt][2 * np], qa[mt], bf[0], bf[1]);
+                    M::run(s[mt][2 * np + 1], qa[mt], bf[2], bf[3]);
+                }
+            }
+        }
+
+        bool full_tile;
+        int n_valid = kBN;
+        if constexpr (kMode == TileMode::Gathered) {
+            full_tile = false;
+        } else {
+            n_valid = p.len_k - tile_start(t);
+            full_tile = n_valid >= kBN;
+        }
+        float alpha[kMT][2];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+            float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int nt = 0; nt < Tr::kNTiles; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float x = s[mt][nt][e] * p.scale_log2;
+                    if (!full_tile) {
+                        const int col = nt * 8 + col_base + (e & 1);
+                        bool ok;
+                        if constexpr (kMode == TileMode::Gathered) {
+                            ok = s_valid[col] != 0;
+                        } else {
+                            ok = col < n_valid;
+                        }
+                        if (!ok) x = -INFINITY;
+                    }
+                    s[mt][nt][e] = x;
+                    tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
+                }
+            }
+            float base[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+                tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+                const float m_new = fmaxf(row_max[mt][r], tile_max[r]);
+                base[r] = m_new == -INFINITY ? 0.f : m_new;
+                alpha[mt][r] = exp2f(row_max[mt][r] - base[r]);
+                row_max[mt][r] = m_new;
+            }
+            float tile_sum[2] = {0.f, 0.f};
+#pragma unroll
+            for (int nt = 0; nt < Tr::kNTiles; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    s[mt][nt][e] = exp2f(s[mt][nt][e] - base[e >> 1]);
+                    tile_sum[e >> 1] += s[mt][nt][e];
+                }
+            }
+            row_sum[mt][0] = row_sum[mt][0] * alpha[mt][0] + tile_sum[0];
+            row_sum[mt][1] = row_sum[mt][1] * alpha[mt][1] + tile_sum[1];
+#pragma unroll
+            for (int dt = 0; dt < Tr::kDTiles; ++dt) {
+                o_acc[mt][dt][0] *= alpha[mt][0];
+                o_acc[mt][dt][1] *= alpha[mt][0];
+                o_acc[mt][dt][2] *= alpha[mt][1];
+                o_acc[mt][dt][3] *= alpha[mt][1];
+            }
+        }
+
+        // P as A fragments now: the float scores die here, before the next K copy is issued.
+        uint32_t pa[kMT][kBN / 16][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+            for (int kk = 0; kk < kBN / 16; ++kk) {
+                pa[mt][kk][0] = M::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pa[mt][kk][1] = M::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pa[mt][kk][2] = M::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pa[mt][kk][3] = M::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+        }
+
+        detail::cp_async_wait<0>();
+        __syncthreads();  // V_t landed; every warp is done with K_t
+        if (t + 1 < n_tiles) load_rows(t + 1, k_g, p.k_stride[2], s_k, true);
+        detail::cp_async_commit();
+
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) {
+#pragma unroll
+            for (int dp = 0; dp < Tr::kD / 16; ++dp) {
+                uint32_t bf[4];
+                detail::ldmatrix_x4_trans(
+                    bf, s_v + detail::swizzle<kCh>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                                   dp * 2 + (lane >> 4)));
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt) {
+                    M::run(o_acc[mt][2 * dp], pa[mt][kk], bf[0], bf[1]);
+                    M::run(o_acc[mt][2 * dp + 1], pa[mt][kk], bf[2], bf[3]);
+                }
+            }
+        }
+    }
+    detail::cp_async_wait<0>();
+
+    Elem* o_g = static_cast<Elem*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+    float* lse_bh = p.lse != nullptr ? p.lse + (static_cast<int64_t>(b) * p.heads + h) * p.len_q : nullptr;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+        const int rows[2] = {q0 + warp_row + mt * 16 + (lane >> 2), q0 + warp_row + mt * 16 + (lane >> 2) + 8};
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float sum = row_sum[mt][r];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            if (rows[r] >= p.len_q) continue;
+            if (lse_bh != nullptr && (lane & 3) == 0) {
+                lse_bh[rows[r]] = sum > 0.f ? (row_max[mt][r] + log2f(sum)) * 0.6931471805599453f
+                                            : -INFINITY;
+            }
+            Elem* o_row = o_g + static_cast<int64_t>(rows[r]) * p.o_stride[2];
+#pragma unroll
+            for (int dt = 0; dt < Tr::kDTiles; ++dt) {
+                *reinterpret_cast<uint32_t*>(o_row + dt * 8 + col_base) =
+                    M::pack(o_acc[mt][dt][2 * r] * inv, o_acc[mt][dt][2 * r + 1] * inv);
+            }
+        }
+    }
+}
+
+template <class Tr2, TileMode kMode>
+cudaError_t launch_output_v2(const AttentionParams& p, cudaStream_t stream) {
+    if (p.len_q == 0 || p.batch == 0 || p.heads == 0) return cudaSuccess;
+    const size_t smem = Tr2::smem_bytes();
+    auto kernel = attention_output_kernel_v2<Tr2, kMode>;
+    static const cudaError_t attr_err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem));
+    if (attr_err != cudaSuccess) return attr_err;
+    const dim3 grid(detail::ceil_div(p.len_q, Tr2::kBlockM), p.heads, p.batch);
+    kernel<<<grid, Tr2::kThreads, smem, stream>>>(p);
+    return cudaGetLastError();
+}
+
 template <class Tr, TileMode kMode, Epilogue kEpi>
 cudaError_t launch_tiles(const AttentionParams& p, cudaStream_t stream) {
     if (p.len_q == 0 || p.batch == 0 || p.heads == 0) return cudaSuccess;
@@ -441,6 +745,14 @@ cudaError_t launch_tiles(const AttentionParams& p, cudaStream_t stream) {
 template <class Tr>
 cudaError_t launch_attention_for(const AttentionParams& p, TileMode mode, Epilogue epi,
                                  cudaStream_t stream) {
+    using Tr2 = AttentionTraitsV2<Tr::kD, typename Tr::Elem>;
+    if (epi == Epilogue::Output && p.kernel_variant != 1) {
+        switch (mode) {
+            case TileMode::BlockSparse: return launch_output_v2<Tr2, TileMode::BlockSparse>(p, stream);
+            case TileMode::Gathered: return launch_output_v2<Tr2, TileMode::Gathered>(p, stream);
+            case TileMode::Dense: return launch_output_v2<Tr2, TileMode::Dense>(p, stream);
+        }
+    }
     switch (mode) {
         case TileMode::BlockSparse:
             if (epi == Epilogue::Output) return launch_tiles<Tr, TileMode::BlockSparse, Epilogue::Output>(p, stream);

@@ -166,10 +166,18 @@ const std::vector<Shape> kShapes = {
 
 }  // namespace
 
+// Restores the default kernel variant when a test ends, also on failure.
+struct VariantGuard {
+    ~VariantGuard() { vk::set_attention_kernel_variant(0); }
+};
+
 TEST(KernelsAttentionGpu, BlockSparseMatchesReference) {
     REQUIRE_KERNELS();
     c10::InferenceMode guard;
+    VariantGuard restore;
     at::manual_seed(11);
+    for (const int variant : {0, 1}) {
+    vk::set_attention_kernel_variant(variant);
     for (const auto dtype : {at::kBFloat16, at::kHalf}) {
         for (const auto& s : kShapes) {
             for (const int64_t block : {64, 128}) {
@@ -191,10 +199,12 @@ TEST(KernelsAttentionGpu, BlockSparseMatchesReference) {
                                               std::string(c10::toString(dtype)) + " lq=" +
                                                   std::to_string(s.lq) + " lk=" + std::to_string(s.lk) +
                                                   " d=" + std::to_string(s.d) + " block=" +
-                                                  std::to_string(block) + (strided ? " strided" : ""));
+                                                  std::to_string(block) + (strided ? " strided" : "") +
+                                                  " variant " + std::to_string(variant));
                 }
             }
         }
+    }
     }
 }
 
@@ -226,7 +236,10 @@ TEST(KernelsAttentionGpu, BlockSparseMixedBlockSizesAndAllActiveEqualsDense) {
 TEST(KernelsAttentionGpu, GatheredMatchesReference) {
     REQUIRE_KERNELS();
     c10::InferenceMode guard;
+    VariantGuard restore;
     at::manual_seed(13);
+    for (const int variant : {0, 1}) {
+    vk::set_attention_kernel_variant(variant);
     for (const auto dtype : {at::kBFloat16, at::kHalf}) {
         for (const auto& s : kShapes) {
             for (const int64_t block_q : {64, 192}) {
@@ -246,9 +259,11 @@ TEST(KernelsAttentionGpu, GatheredMatchesReference) {
                                           std::string(c10::toString(dtype)) + " gathered lq=" +
                                               std::to_string(s.lq) + " lk=" + std::to_string(s.lk) +
                                               " d=" + std::to_string(s.d) + " bq=" +
-                                              std::to_string(block_q));
+                                              std::to_string(block_q) + " variant " +
+                                              std::to_string(variant));
             }
         }
+    }
     }
 }
 

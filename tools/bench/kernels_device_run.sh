@@ -8,11 +8,16 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/kernels_run.log") 2>&1
 T0=$(date +%s)
+# The shared checkout is edited by several people at once; SRC may point at a clean snapshot of
+# a commit (git archive HEAD, carried), which then builds instead of the working tree.
+SRC=${SRC:-.}
+[ -d "$SRC/resources" ] || ln -s "$PWD/resources" "$SRC/resources"
+echo "source: $SRC"
 stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 nvidia-smi -L
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
-cmake -S . -B /tmp/build -G Ninja -DVARSCOPE_BUILD_GUI=OFF -DVARSCOPE_WITH_OPENCV=OFF \
+cmake -S "$SRC" -B /tmp/build -G Ninja -DVARSCOPE_BUILD_GUI=OFF -DVARSCOPE_WITH_OPENCV=OFF \
   -DVARSCOPE_PYTHON="$(command -v python3)" -DCMAKE_PREFIX_PATH="$PWD/.device/deps" \
   -DVARSCOPE_WERROR=OFF -DVARSCOPE_CUDA_ARCHS=90a > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
 stamp configured
@@ -26,7 +31,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 ITERS=${BENCH_ITERS:-50}
 if [ "${SKIP_FLEX:-0}" != 1 ]; then
-  PYTHONUNBUFFERED=1 timeout 200 python3 tools/bench/flex_attention_bench.py --iters "$ITERS" \
+  PYTHONUNBUFFERED=1 timeout 200 python3 "$SRC/tools/bench/flex_attention_bench.py" --iters "$ITERS" \
     --out "$OUT/flex.json" > "$OUT/flex.log" 2>&1
   echo "flex rc=$?"; grep -E "^flex|Error" "$OUT/flex.log" | head -10
   stamp flex

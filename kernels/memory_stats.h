@@ -1,0 +1,19 @@
+// Device memory of the CUDA caching allocator, for benchmark reports (peak memory per method).
+// Kept in kernels/ because it needs the CUDA headers; without CUDA kernels it reports zeros.
+#pragma once
+
+#include <cstdint>
+
+namespace varscope::kernels {
+
+struct DeviceMemory {
+    int64_t allocated = 0;       // bytes in live tensors now
+    int64_t peak_allocated = 0;  // most bytes in live tensors since the last reset
+    int64_t reserved = 0;        // bytes the allocator holds from the driver
+};
+
+DeviceMemory cuda_memory(int device);
+void reset_cuda_peak_memory(int device);
+void empty_cuda_cache();
+
+}  // namespace varscope::kernels
