@@ -1,9 +1,236 @@
 #include "core/accel/sparvar.h"
 
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "core/accel/probe_kinds.h"
+#include "core/accel/sparvar_cs4a.h"
+#include "core/accel/sparvar_csla.h"
+
 namespace varscope {
+namespace {
+
+constexpr const char* kMethod = "sparvar";
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+class SparVar : public SamplingHooks {
+public:
+    SparVar(const SparVarConfig& cfg, const VarConfig& model, ProbeSink* probe)
+        : cfg_(cfg), probe_(probe) {
+        const int64_t S = model.num_scales();
+        first_sparse_ = S - cfg.sparse_scales;
+        decision_ = first_sparse_ - 1;
+        cs4a_layers_ = cfg.cs4a_layers(model.depth);
+        // top_k = 1 keeps every key: CS4A is exactly dense attention, so leave it to the loop.
+        cs4a_off_ = cfg.top_k >= 1.0;
+        for (int64_t s = 0; s < std::min(cfg.sink_scales, S); ++s)
+            sink_tokens_ += model.patch_nums[s] * model.patch_nums[s];
+        states_.resize(model.depth);
+    }
+
+    at::Tensor attend(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
+                      const at::Tensor& v, double softmax_scale) override {
+        const int64_t scale = ctx.scale.scale;
+        const bool sparse = scale >= first_sparse_, decision = scale == decision_;
+        const bool cs4a = ctx.layer < cs4a_layers_;
+        if (!(sparse || (decision && cs4a))) return {};
+        if (cs4a && cs4a_off_) return {};
+        check_layout(ctx, q, k);
+        if (!cs4a) return csla(ctx, q, k, v, softmax_scale);
+        return decision ? cs4a_decide(ctx, q, k, v, softmax_scale)
+                        : cs4a_sparse(ctx, q, k, v, softmax_scale);
+    }
+
+private:
+    struct Cs4aState {
+        at::Tensor selection;  // bool (2B, H, G_S, N_<=S), sinks included
+        at::Tensor cache;      // float (2B, H, N_S, d): O_dense - O_sparse at S; or undefined
+    };
+    struct CslaEntry {
+        sparvar::CslaScaleMask mask;
+        at::Tensor additive;  // on the attention's device and dtype
+        bool dense = false;
+    };
+
+    // The reference assumes one whole scale per step over the full KV prefix.
+    void check_layout(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k) const {
+        const auto& sc = ctx.scale;
+        const auto& pns = sc.config.patch_nums;
+        const int64_t pn = pns[sc.scale];
+        int64_t prefix = 0;
+        for (int64_t s = 0; s <= sc.scale; ++s) prefix += pns[s] * pns[s];
+        const bool grouped = sc.segments.size() > 1;
+        const bool pruned = !sc.segments.empty() && sc.segments.front().rows.defined();
+        if (grouped || pruned || q.size(2) != pn * pn || k.size(2) != prefix)
+            throw std::logic_error(
+                "sparvar: scale " + str(sc.scale) + " layer " + str(ctx.layer) + " has " +
+                str(q.size(2)) + " queries and " + str(k.size(2)) + " cached keys, expected " +
+                str(pn * pn) + " and " + str(prefix) +
+                " (SparVAR needs whole scales over the full KV prefix: no token pruning, KV "
+                "eviction or grouped steps at the decision and sparse scales)");
+    }
+
+    bool wants(const char* kind) const { return probe_ && probe_->wants_accel(kMethod, kind); }
+
+    // ------------------------------------------------------------------ CSLA
+    const CslaEntry& csla_entry(const BlockContext& ctx, const at::Tensor& q) {
+        const int64_t scale = ctx.scale.scale;
+        auto it = csla_.find(scale);
+        if (it == csla_.end()) {
+            CslaEntry e;
+            e.mask = sparvar::build_csla_scale_mask(ctx.scale.config.patch_nums, scale,
+                                                    cfg_.csla_spec(), cfg_.block, cfg_.token_mask);
+            e.dense = e.mask.dense();
+            it = csla_.emplace(scale, std::move(e)).first;
+        }
+        auto& e = it->second;
+        if (!e.dense && (!e.additive.defined() || e.additive.device() != q.device() ||
+                         e.additive.scalar_type() != q.scalar_type()))
+            e.additive = sparvar::additive_mask(e.mask.attend, q.options());
+        return e;
+    }
+
+    at::Tensor csla(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
+                    const at::Tensor& v, double softmax_scale) {
+        const auto& e = csla_entry(ctx, q);
+        if (ctx.layer == cs4a_layers_) emit_csla(ctx.scale.scale, e.mask);  // once per scale
+        if (e.dense) return {};
+        return attention_sdpa(q, k, v, softmax_scale, e.additive);
+    }
+
+    void emit_csla(int64_t scale, const sparvar::CslaScaleMask& m) {
+        if (wants(probe_kinds::kCslaTokenMask))
+            probe_->on_accel({kMethod, probe_kinds::kCslaTokenMask, scale, -1, m.token.clone(),
+                              {{"sparsity", m.token_sparsity}}});
+        if (wants(probe_kinds::kCslaBlockMask))
+            probe_->on_accel({kMethod, probe_kinds::kCslaBlockMask, scale, -1, m.block.clone(),
+                              {{"token_sparsity", m.token_sparsity},
+                               {"block_sparsity", m.block_sparsity},
+                               {"block", static_cast<double>(cfg_.block)}}});
+    }
+
+    // ------------------------------------------------------------------ CS4A
+    // Decision scale: dense attention (returned as the output), column sums, Top-k, O_cache.
+    at::Tensor cs4a_decide(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
+                           const at::Tensor& v, double softmax_scale) {
+        at::Tensor probs;
+        const auto o_dense = attention_eager(q, k, v, softmax_scale, {}, &probs);
+        const int64_t C = cfg_.query_block, lq = q.size(2), lk = k.size(2);
+        const auto sums = sparvar::block_column_sums(probs, C);
+        const int64_t top = sparvar::top_k_count(cfg_.top_k, lk);
+        const auto inds = sparvar::top_k_indices(sums, top);
+        if (wants(probe_kinds::kCs4aSelected))
+            probe_->on_accel({kMethod, probe_kinds::kCs4aSelected, ctx.scale.scale, ctx.layer,
+                              inds[0].cpu(),
+                              {{"top_k", static_cast<double>(top)},
+                               {"query_block", static_cast<double>(C)},
+                               {"kv_len", static_cast<double>(lk)}}});
+        auto& st = states_[ctx.layer];
+        st.selection = sparvar::selection_from_indices(inds, lk);
+        // Sinks join the set at S too, so O_cache is the residual of the same kind of set that
+        // the later scales attend to.
+        if (sink_tokens_ > 0) st.selection.narrow(3, 0, std::min(sink_tokens_, lk)).fill_(true);
+        st.cache = at::Tensor();
+        if (cfg_.use_cache) {
+            const auto mask = sparvar::expand_query_blocks(st.selection, C, lq);
+            st.cache = o_dense.to(at::kFloat) -
+                       sparvar::masked_attention(q, k, v, softmax_scale, mask);
+        }
+        return o_dense;
+    }
+
+    // Later scale: mapped selection, sparse attention, plus the upsampled O_cache.
+    at::Tensor cs4a_sparse(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
+                           const at::Tensor& v, double softmax_scale) {
+        const auto& st = states_[ctx.layer];
+        if (!st.selection.defined() || st.selection.size(0) != q.size(0))
+            throw std::logic_error("sparvar: layer " + str(ctx.layer) + " reached scale " +
+                                   str(ctx.scale.scale) + " without its decision scale " +
+                                   str(decision_));
+        const auto& pns = ctx.scale.config.patch_nums;
+        const auto sel = sparvar::map_selection(st.selection, pns, decision_, ctx.scale.scale,
+                                                cfg_.query_block, sink_tokens_,
+                                                cfg_.patch_mapping);
+        if (wants(probe_kinds::kCs4aMapped))
+            probe_->on_accel({kMethod, probe_kinds::kCs4aMapped, ctx.scale.scale, ctx.layer,
+                              sparvar::selection_lists(sel),
+                              {{"kept_fraction", sel[0].to(at::kFloat).mean().item<double>()},
+                               {"decision_scale", static_cast<double>(decision_)}}});
+        const auto mask = sparvar::expand_query_blocks(sel, cfg_.query_block, q.size(2));
+        auto o = sparvar::masked_attention(q, k, v, softmax_scale, mask);
+        if (st.cache.defined())
+            o = o + sparvar::upsample_cache(st.cache, pns[decision_], pns[ctx.scale.scale]);
+        return o.to(q.scalar_type());
+    }
+
+    SparVarConfig cfg_;
+    ProbeSink* probe_;
+    int64_t first_sparse_ = 0, decision_ = 0, cs4a_layers_ = 0, sink_tokens_ = 0;
+    bool cs4a_off_ = false;
+    std::vector<Cs4aState> states_;
+    std::map<int64_t, CslaEntry> csla_;  // per scale: the same mask for every CSLA layer
+};
+
+}  // namespace
 
 const MethodSpec& SparVarConfig::spec() {
-    static const MethodSpec s{"sparvar", "SparVAR", "", "(not implemented yet)", {}};
+    using K = ParamKind;
+    static const MethodSpec s{
+        "sparvar",
+        "SparVAR",
+        "sparvar.txt §3.2-3.3, App. A-C",
+        "Sparse attention at the last scales: cross-scale reuse of a decision scale's Top-K "
+        "pattern (CS4A, shallow layers) and sink + local block masks (CSLA, deep layers).",
+        {
+            {"sparse_scales", "Sparse scales (last N)", "",
+             "Number of final scales computed with sparse attention; the scale before them is the "
+             "sparse decision scale S, computed densely. Paper: 2 of 13 (S = scale 11).",
+             K::Int, 1, 30, 2},
+            {"cs4a_fraction", "CS4A share of layers", "",
+             "Fraction of layers, shallowest first, using CS4A; the deeper rest use CSLA. "
+             "Paper default 0.6 (App. C: ratio 6:4).",
+             K::Real, 0, 1, 0.6},
+            {"top_k", "Top-K fraction", "α",
+             "Fraction of the decision scale's keys kept per query block (Top-K on the column "
+             "sums). Paper: about 0.2 (§4.3). 1 keeps every key (CS4A off).",
+             K::Real, 0.001, 1, 0.2},
+            {"query_block", "Query block", "C",
+             "Query rows per block for the column sums and the index mapping. Paper: 192 "
+             "(App. A.2; 128 also mentioned in App. B).",
+             K::Int, 1, 4096, 192},
+            {"use_cache", "Add O_cache", "O_cache",
+             "Add the decision scale's residual O_dense - O_sparse, upsampled, to the sparse "
+             "output (Table 5: +0.7 dB PSNR). Paper default on.",
+             K::Bool, 0, 1, true},
+            {"patch_mapping", "Patch mapping", "",
+             "Map each selected key to its whole upsampled patch at the target scale instead of "
+             "App. A's single floor-projected point (Eq. 5). Paper: off (point mapping).",
+             K::Bool, 0, 1, false},
+            {"sink_scales", "Sink scales", "𝒮",
+             "Scales [0, n) whose tokens every query attends to (CS4A and CSLA). Paper: the "
+             "first 5 scales (\"scale <= 5\", Table 4).",
+             K::Int, 0, 30, 5},
+            {"windows", "Local windows (last scales)", "w_h",
+             "CSLA window sizes of the key scales just before and at the query scale (last entry "
+             "= the query's own scale); radius floor(w/2) after rescaling. Paper: [3, 5, 7].",
+             K::IntList, 1, 255, nlohmann::json::array({3, 5, 7}), 1, 30},
+            {"middle_window", "Local window (middle scales)", "w_h",
+             "CSLA window size of the non-sink key scales before those in the list. Paper: 3.",
+             K::Int, 1, 255, 3},
+            {"block", "Block size", "B",
+             "CSLA block size: a B x B tile is computed when any token pair in it is local "
+             "(Eq. 3). Paper: 128 (Table 1 also 64).",
+             K::Int, 1, 1024, 128},
+            {"token_mask", "Token-wise mask", "",
+             "Restrict attention to the token-wise mask instead of whole active blocks (Table 1's "
+             "\"sdpa + sparse mask\" row). Paper default off (block-wise).",
+             K::Bool, 0, 1, false},
+        }};
     return s;
 }
 
@@ -11,13 +238,67 @@ SparVarConfig SparVarConfig::from_json(const nlohmann::json& j) {
     ParamReader r(j, spec());
     SparVarConfig c;
     c.enabled = r.enabled();
+    c.sparse_scales = r.get_int("sparse_scales");
+    c.cs4a_fraction = r.get_real("cs4a_fraction");
+    c.top_k = r.get_real("top_k");
+    c.query_block = r.get_int("query_block");
+    c.use_cache = r.get_bool("use_cache");
+    c.patch_mapping = r.get_bool("patch_mapping");
+    c.sink_scales = r.get_int("sink_scales");
+    c.windows = r.get_int_list("windows");
+    c.middle_window = r.get_int("middle_window");
+    c.block = r.get_int("block");
+    c.token_mask = r.get_bool("token_mask");
     return c;
 }
 
-nlohmann::json SparVarConfig::to_json() const { return {{"enabled", enabled}}; }
+nlohmann::json SparVarConfig::to_json() const {
+    return {{"enabled", enabled},         {"sparse_scales", sparse_scales},
+            {"cs4a_fraction", cs4a_fraction}, {"top_k", top_k},
+            {"query_block", query_block}, {"use_cache", use_cache},
+            {"patch_mapping", patch_mapping}, {"sink_scales", sink_scales},
+            {"windows", windows},         {"middle_window", middle_window},
+            {"block", block},             {"token_mask", token_mask}};
+}
 
-std::shared_ptr<SamplingHooks> make_sparvar(const SparVarConfig&, const VarConfig&, ProbeSink*) {
-    throw AccelConfigError("sparvar: not implemented yet");
+int64_t SparVarConfig::cs4a_layers(int64_t depth) const {
+    return std::clamp<int64_t>(std::llround(cs4a_fraction * static_cast<double>(depth)), 0, depth);
+}
+
+std::shared_ptr<SamplingHooks> make_sparvar(const SparVarConfig& cfg, const VarConfig& model,
+                                          ProbeSink* probe) {
+    const int64_t S = model.num_scales();
+    if (cfg.sparse_scales < 1 || cfg.sparse_scales >= S)
+        throw AccelConfigError("sparvar.sparse_scales: must be in [1, " + str(S - 1) +
+                               "] for this " + str(S) +
+                               "-scale model (one earlier scale decides), got " +
+                               str(cfg.sparse_scales));
+    const int64_t decision = S - cfg.sparse_scales - 1;
+    if (cfg.sink_scales < 0 || cfg.sink_scales > decision)
+        throw AccelConfigError("sparvar.sink_scales: must be in [0, " + str(decision) +
+                               "] (at most the decision scale index S = " + str(decision) +
+                               " of this " + str(S) + "-scale model with sparse_scales = " +
+                               str(cfg.sparse_scales) + "), got " + str(cfg.sink_scales));
+    if (static_cast<int64_t>(cfg.windows.size()) > S)
+        throw AccelConfigError("sparvar.windows: at most " + str(S) +
+                               " entries (one per scale of this model), got " +
+                               str(cfg.windows.size()));
+    for (size_t i = 0; i < cfg.windows.size(); ++i)
+        if (cfg.windows[i] < 1)
+            throw AccelConfigError("sparvar.windows[" + str(i) + "]: must be >= 1, got " +
+                                   str(cfg.windows[i]));
+    if (cfg.middle_window < 1)
+        throw AccelConfigError("sparvar.middle_window: must be >= 1, got " +
+                               str(cfg.middle_window));
+    if (!(cfg.top_k > 0.0 && cfg.top_k <= 1.0))
+        throw AccelConfigError("sparvar.top_k: must be in (0, 1], got " + std::to_string(cfg.top_k));
+    if (!(cfg.cs4a_fraction >= 0.0 && cfg.cs4a_fraction <= 1.0))
+        throw AccelConfigError("sparvar.cs4a_fraction: must be in [0, 1], got " +
+                               std::to_string(cfg.cs4a_fraction));
+    if (cfg.query_block < 1)
+        throw AccelConfigError("sparvar.query_block: must be >= 1, got " + str(cfg.query_block));
+    if (cfg.block < 1) throw AccelConfigError("sparvar.block: must be >= 1, got " + str(cfg.block));
+    return std::make_shared<SparVar>(cfg, model, probe);
 }
 
 }  // namespace varscope
