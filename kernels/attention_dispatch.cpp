@@ -14,13 +14,13 @@ namespace varscope::kernels {
 namespace {
 
 std::atomic<bool> g_force_reference{false};
-std::atomic<int> g_kernel_variant{0};
+std::atomic<int> g_kernel_variant{1};
 
 void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor* v) {
     TORCH_CHECK(q.dim() == 4 && k.dim() == 4, "attention expects (B, H, L, D) tensors, got q ",
                 q.sizes(), " and k ", k.sizes());
-    TORCH_CHECK(k.size(0) == q.size(0) && k.size(1) == q.size(1) && k.size(3) == q.size(3),
-                "k ", k.sizes(), " does not match q ", q.sizes());
+    TORCH_CHECK(k.size(0) == q.size(0) && k.size(1) == q.size(1) && k.size(3) == q.size(3), "k ",
+                k.sizes(), " does not match q ", q.sizes());
     TORCH_CHECK(k.device() == q.device() && k.scalar_type() == q.scalar_type(),
                 "q and k must share device and dtype");
     if (v != nullptr) {
@@ -52,12 +52,16 @@ void copy_into_out(AttentionResult& r, const at::Tensor& out) {
 }  // namespace
 
 void set_attention_kernel_variant(int variant) {
-    TORCH_CHECK(variant == 0 || variant == 1, "kernel variant must be 0 or 1, got ", variant);
+    TORCH_CHECK(variant == 1 || variant == 2, "kernel variant must be 1 or 2, got ", variant);
     g_kernel_variant = variant;
 }
-int attention_kernel_variant() { return g_kernel_variant; }
+int attention_kernel_variant() {
+    return g_kernel_variant;
+}
 
-void force_reference_kernels(bool on) { g_force_reference = on; }
+void force_reference_kernels(bool on) {
+    g_force_reference = on;
+}
 
 bool reference_kernels_forced() {
     if (g_force_reference) return true;
@@ -96,8 +100,8 @@ bool cuda_attention_supported(const at::Tensor& q, int64_t block_q, int64_t bloc
     return true;
 }
 
-AttentionResult block_sparse_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                       const at::Tensor& block_indices,
+AttentionResult block_sparse_attention(const at::Tensor& q, const at::Tensor& k,
+                                       const at::Tensor& v, const at::Tensor& block_indices,
                                        const at::Tensor& block_counts, int64_t block_q,
                                        int64_t block_k, const AttentionOptions& options) {
     check_qkv(q, k, &v);
@@ -131,8 +135,8 @@ AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, con
 #else
     use_cuda(q, block_q, 64, options.path);
 #endif
-    auto r = reference::gathered_attention(q, k, v, key_indices, key_counts, block_q,
-                                           options.scale, options.return_lse);
+    auto r = reference::gathered_attention(q, k, v, key_indices, key_counts, block_q, options.scale,
+                                           options.return_lse);
     copy_into_out(r, options.out);
     return r;
 }

@@ -34,8 +34,8 @@ struct AttentionResult {
 // each query block, padded with -1; block_counts (nqb) int32. Query block u covers rows
 // [u*block_q, (u+1)*block_q), key block v covers keys [v*block_k, (v+1)*block_k), both clipped
 // to the sequence. Query rows without an active key produce 0 (lse = -inf).
-AttentionResult block_sparse_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                       const at::Tensor& block_indices,
+AttentionResult block_sparse_attention(const at::Tensor& q, const at::Tensor& k,
+                                       const at::Tensor& v, const at::Tensor& block_indices,
                                        const at::Tensor& block_counts, int64_t block_q,
                                        int64_t block_k, const AttentionOptions& options = {});
 
@@ -53,8 +53,8 @@ at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t bl
                             std::optional<double> scale = std::nullopt,
                             KernelPath path = KernelPath::Auto);
 
-// CUDA output kernel generation: 0 = current (v2, 32 query rows per warp), 1 = v1 (16 rows per
-// warp). Only benchmarks and tests switch this, to compare the two.
+// CUDA output kernel generation: 1 = v1 (4 warps x 16 query rows, the default), 2 = v2 (2 warps
+// x 32 rows). Only benchmarks and tests switch this, to compare the two.
 void set_attention_kernel_variant(int variant);
 int attention_kernel_variant();
 

@@ -14,7 +14,9 @@ double default_scale(const at::Tensor& q, std::optional<double> scale) {
     return scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
 
 // (nqb, n_targets) bool: entry i of row u is active when i < counts[u] and 0 <= index < n_targets.
 at::Tensor rows_from_lists(const at::Tensor& indices, const at::Tensor& counts, int64_t n_targets) {

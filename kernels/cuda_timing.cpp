@@ -52,7 +52,8 @@ GpuTiming time_on_gpu(const std::function<void()>& fn, int device, int warmup, i
         check(cudaEventCreate(&stops[i]), "cudaEventCreate");
     }
     for (int i = 0; i < iterations; ++i) {
-        if (flush_l2) check(cudaMemsetAsync(flush.data_ptr(), i & 0xff, flush.numel(), stream), "flush");
+        if (flush_l2)
+            check(cudaMemsetAsync(flush.data_ptr(), i & 0xff, flush.numel(), stream), "flush");
         check(cudaEventRecord(starts[i], stream), "cudaEventRecord");
         fn();
         check(cudaEventRecord(stops[i], stream), "cudaEventRecord");
@@ -75,7 +76,9 @@ GpuTiming time_on_gpu(const std::function<void()>& fn, int device, int warmup, i
     return t;
 }
 #else
-CudaDeviceInfo cuda_device_info(int) { TORCH_CHECK(false, "this build has no CUDA kernels"); }
+CudaDeviceInfo cuda_device_info(int) {
+    TORCH_CHECK(false, "this build has no CUDA kernels");
+}
 GpuTiming time_on_gpu(const std::function<void()>&, int, int, int, bool) {
     TORCH_CHECK(false, "this build has no CUDA kernels");
 }

@@ -23,9 +23,13 @@ void reset_cuda_peak_memory(int device) {
     alloc::resetPeakStats(static_cast<c10::DeviceIndex>(device));
 }
 
-void empty_cuda_cache() { alloc::emptyCache(); }
+void empty_cuda_cache() {
+    alloc::emptyCache();
+}
 #else
-DeviceMemory cuda_memory(int) { return {}; }
+DeviceMemory cuda_memory(int) {
+    return {};
+}
 void reset_cuda_peak_memory(int) {}
 void empty_cuda_cache() {}
 #endif

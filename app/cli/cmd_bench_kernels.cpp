@@ -48,7 +48,7 @@ struct BenchOptions {
     std::vector<std::string> configs{"infinity-8b-1024", "var-d30-256", "var-d30-512"};
     int warmup = 10, iters = 50, device = 0;
     bool no_flush = false;
-    double keep = 0.2;       // cs4a
+    double keep = 0.2;          // cs4a
     int64_t query_block = 192;  // cs4a (SparVAR's C)
     std::string json_path, flex_json;
 };
@@ -106,7 +106,9 @@ json time_backend(const std::function<void()>& fn, const BenchOptions& o) {
     return r;
 }
 
-double ms_of(const json& r) { return r.contains("median_ms") ? r["median_ms"].get<double>() : NAN; }
+double ms_of(const json& r) {
+    return r.contains("median_ms") ? r["median_ms"].get<double>() : NAN;
+}
 
 double rel_error(const at::Tensor& a, const at::Tensor& b) {
     const auto x = a.to(at::kDouble), y = b.to(at::kDouble);
@@ -124,8 +126,8 @@ std::map<std::string, double> read_flex(const std::string& path) {
     const auto j = json::parse(in);
     for (const auto& r : j.at("results"))
         if (r.contains("flex_ms"))
-            flex[r.at("config").get<std::string>() + "/" + std::to_string(r.at("block").get<int>())] =
-                r.at("flex_ms").get<double>();
+            flex[r.at("config").get<std::string>() + "/" +
+                 std::to_string(r.at("block").get<int>())] = r.at("flex_ms").get<double>();
     return flex;
 }
 
@@ -165,12 +167,13 @@ int run_attention(const BenchOptions& o) {
     const auto dev = at::TensorOptions().device(at::kCUDA, o.device);
     json results = json::array();
     std::printf("%-18s %5s %7s %8s %8s %8s %8s %8s %8s %7s %7s %7s %6s %7s %7s\n", "config",
-                "block", "sparse%", "ours_ms", "v1_ms", "flash", "cudnn", "boolmsk", "flex",
+                "block", "sparse%", "ours_ms", "v2_ms", "flash", "cudnn", "boolmsk", "flex",
                 "xflash", "xcudnn", "xflex", "ideal", "%ideal", "TFLOP/s");
     for (const auto& name : o.configs) {
         const auto& c = config_named(name);
         const size_t last = c.patch_nums.size() - 1;
-        const int64_t lq = c.patch_nums[last] * c.patch_nums[last], lk = token_count(c.patch_nums, last);
+        const int64_t lq = c.patch_nums[last] * c.patch_nums[last],
+                      lk = token_count(c.patch_nums, last);
         at::manual_seed(0);
         const auto opts = dev.dtype(at::kBFloat16);
         const auto q = at::randn({c.batch, c.heads, lq, c.head_dim}, opts);
@@ -195,13 +198,16 @@ int run_attention(const BenchOptions& o) {
             vk::AttentionOptions ko;
             ko.path = vk::KernelPath::Cuda;
             ko.out = at::empty_like(q);
-            auto run_ours = [&] { vk::block_sparse_attention(q, k, v, idx, cnt, block, block, ko); };
+            auto run_ours = [&] {
+                vk::block_sparse_attention(q, k, v, idx, cnt, block, block, ko);
+            };
+            vk::set_attention_kernel_variant(2);
+            json ours_v2 = time_backend(run_ours, o);
             vk::set_attention_kernel_variant(1);
-            json ours_v1 = time_backend(run_ours, o);
-            vk::set_attention_kernel_variant(0);
             json ours = time_backend(run_ours, o);
             // Correctness of what was timed: against SDPA with the expanded block mask.
-            const auto expanded = expand_block_mask(block_mask, block, block, lq, lk).to(dev.device());
+            const auto expanded =
+                expand_block_mask(block_mask, block, block, lq, lk).to(dev.device());
             const auto want = at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat),
                                                                v.to(at::kFloat), expanded);
             const double err = rel_error(ko.out, want);
@@ -224,7 +230,7 @@ int run_attention(const BenchOptions& o) {
             r["block_sparsity"] = sparsity;
             r["token_sparsity"] = token_sparsity;
             r["ours"] = ours;
-            r["ours_v1"] = ours_v1;
+            r["ours_v2"] = ours_v2;
             r["sdpa_flash"] = flash;
             r["sdpa_cudnn"] = cudnn;
             r["sdpa_bool_mask"] = boolmask;
@@ -238,13 +244,14 @@ int run_attention(const BenchOptions& o) {
             r["ideal_ms_from_cudnn"] = tc / ideal;
             r["ours_tflops"] = flops / (t * 1e-3) / 1e12;
             results.push_back(r);
-            std::printf("%-18s %5lld %7.2f %8s %8s %8s %8s %8s %8s %7s %7s %7s %6.2f %7s %7s  err %.1e\n",
-                        c.name.c_str(), static_cast<long long>(block), 100 * sparsity,
-                        fmt(t).c_str(), fmt(ms_of(ours_v1)).c_str(), fmt(tf).c_str(), fmt(tc).c_str(),
-                        fmt(ms_of(boolmask)).c_str(), fmt(tx).c_str(), fmt(tf / t, "%.2f").c_str(),
-                        fmt(tc / t, "%.2f").c_str(), fmt(tx / t, "%.2f").c_str(), ideal,
-                        fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(),
-                        fmt(flops / (t * 1e-3) / 1e12, "%.0f").c_str(), err);
+            std::printf(
+                "%-18s %5lld %7.2f %8s %8s %8s %8s %8s %8s %7s %7s %7s %6.2f %7s %7s  err %.1e\n",
+                c.name.c_str(), static_cast<long long>(block), 100 * sparsity, fmt(t).c_str(),
+                fmt(ms_of(ours_v2)).c_str(), fmt(tf).c_str(), fmt(tc).c_str(),
+                fmt(ms_of(boolmask)).c_str(), fmt(tx).c_str(), fmt(tf / t, "%.2f").c_str(),
+                fmt(tc / t, "%.2f").c_str(), fmt(tx / t, "%.2f").c_str(), ideal,
+                fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(),
+                fmt(flops / (t * 1e-3) / 1e12, "%.0f").c_str(), err);
             std::fflush(stdout);
         }
     }
@@ -264,12 +271,13 @@ int run_cs4a(const BenchOptions& o) {
     const auto dev = at::TensorOptions().device(at::kCUDA, o.device);
     json results = json::array();
     std::printf("%-18s %6s %5s %8s %8s %8s %8s %7s %7s %6s %7s %9s %9s\n", "config", "keep", "C",
-                "ours_ms", "v1_ms", "flash", "cudnn", "xflash", "xcudnn", "ideal", "%ideal", "colsum_ms",
-                "dec_flash");
+                "ours_ms", "v2_ms", "flash", "cudnn", "xflash", "xcudnn", "ideal", "%ideal",
+                "colsum_ms", "dec_flash");
     for (const auto& name : o.configs) {
         const auto& c = config_named(name);
         const size_t last = c.patch_nums.size() - 1;
-        const int64_t lq = c.patch_nums[last] * c.patch_nums[last], lk = token_count(c.patch_nums, last);
+        const int64_t lq = c.patch_nums[last] * c.patch_nums[last],
+                      lk = token_count(c.patch_nums, last);
         const int64_t sinks = token_count(c.patch_nums, 4);  // scales <= 5
         at::manual_seed(0);
         const auto opts = dev.dtype(at::kBFloat16);
@@ -289,15 +297,18 @@ int run_cs4a(const BenchOptions& o) {
         ko.path = vk::KernelPath::Cuda;
         ko.return_lse = true;  // CS4A merges with O_cache through the lse
         ko.out = at::empty_like(q);
-        auto run_ours = [&] { vk::gathered_attention(q, k, v, idx_gpu, cnt_gpu, o.query_block, ko); };
+        auto run_ours = [&] {
+            vk::gathered_attention(q, k, v, idx_gpu, cnt_gpu, o.query_block, ko);
+        };
+        vk::set_attention_kernel_variant(2);
+        json ours_v2 = time_backend(run_ours, o);
         vk::set_attention_kernel_variant(1);
-        json ours_v1 = time_backend(run_ours, o);
-        vk::set_attention_kernel_variant(0);
         json ours = time_backend(run_ours, o);
         json flash = time_backend([&] { at::_scaled_dot_product_flash_attention(q, k, v); }, o);
         json cudnn = time_backend(
             [&] { at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, false); }, o);
-        const auto mask = at::zeros({nqb, lk}, at::kBool).scatter_(1, idx.to(at::kLong), true)
+        const auto mask = at::zeros({nqb, lk}, at::kBool)
+                              .scatter_(1, idx.to(at::kLong), true)
                               .repeat_interleave(o.query_block, 0)
                               .narrow(0, 0, lq)
                               .to(dev.device());
@@ -307,13 +318,18 @@ int run_cs4a(const BenchOptions& o) {
 
         // Decision scale (one before the last two): dense column sums vs dense flash there.
         const size_t dec = last - 2;
-        const int64_t dq = c.patch_nums[dec] * c.patch_nums[dec], dk = token_count(c.patch_nums, dec);
+        const int64_t dq = c.patch_nums[dec] * c.patch_nums[dec],
+                      dk = token_count(c.patch_nums, dec);
         const auto qd = at::randn({c.batch, c.heads, dq, c.head_dim}, opts);
         const auto kd = at::randn({c.batch, c.heads, dk, c.head_dim}, opts);
         const auto vd = at::randn({c.batch, c.heads, dk, c.head_dim}, opts);
         json colsum = time_backend(
-            [&] { vk::block_column_sum(qd, kd, o.query_block, std::nullopt, vk::KernelPath::Cuda); }, o);
-        json dec_flash = time_backend([&] { at::_scaled_dot_product_flash_attention(qd, kd, vd); }, o);
+            [&] {
+                vk::block_column_sum(qd, kd, o.query_block, std::nullopt, vk::KernelPath::Cuda);
+            },
+            o);
+        json dec_flash =
+            time_backend([&] { at::_scaled_dot_product_flash_attention(qd, kd, vd); }, o);
 
         const double t = ms_of(ours), tf = ms_of(flash), tc = ms_of(cudnn);
         const double ideal = static_cast<double>(lk) / keep_n;
@@ -328,7 +344,7 @@ int run_cs4a(const BenchOptions& o) {
         r["keys_per_block"] = keep_n;
         r["keep_ratio"] = static_cast<double>(keep_n) / lk;
         r["ours"] = ours;
-        r["ours_v1"] = ours_v1;
+        r["ours_v2"] = ours_v2;
         r["sdpa_flash"] = flash;
         r["sdpa_cudnn"] = cudnn;
         r["rel_error_vs_fp32_sdpa"] = err;
@@ -336,14 +352,14 @@ int run_cs4a(const BenchOptions& o) {
         r["speedup_vs_cudnn"] = tc / t;
         r["ideal_speedup"] = ideal;
         r["percent_of_ideal_vs_flash"] = 100.0 * (tf / t) / ideal;
-        r["decision_scale"] = {{"q_len", dq}, {"kv_len", dk}, {"column_sum", colsum},
-                               {"sdpa_flash", dec_flash}};
+        r["decision_scale"] = {
+            {"q_len", dq}, {"kv_len", dk}, {"column_sum", colsum}, {"sdpa_flash", dec_flash}};
         results.push_back(r);
         std::printf("%-18s %6.3f %5lld %8s %8s %8s %8s %7s %7s %6.2f %7s %9s %9s  err %.1e\n",
                     c.name.c_str(), static_cast<double>(keep_n) / lk,
                     static_cast<long long>(o.query_block), fmt(t).c_str(),
-                    fmt(ms_of(ours_v1)).c_str(), fmt(tf).c_str(),
-                    fmt(tc).c_str(), fmt(tf / t, "%.2f").c_str(), fmt(tc / t, "%.2f").c_str(), ideal,
+                    fmt(ms_of(ours_v2)).c_str(), fmt(tf).c_str(), fmt(tc).c_str(),
+                    fmt(tf / t, "%.2f").c_str(), fmt(tc / t, "%.2f").c_str(), ideal,
                     fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(), fmt(ms_of(colsum)).c_str(),
                     fmt(ms_of(dec_flash)).c_str(), err);
         std::fflush(stdout);
@@ -382,7 +398,8 @@ Runner add_bench_attention(CLI::App& bench) {
 
 Runner add_bench_cs4a(CLI::App& bench) {
     auto o = std::make_shared<BenchOptions>();
-    auto* cmd = bench.add_subcommand("cs4a", "CS4A gathered sparse attention vs SDPA flash / cuDNN");
+    auto* cmd =
+        bench.add_subcommand("cs4a", "CS4A gathered sparse attention vs SDPA flash / cuDNN");
     add_common(cmd, *o);
     cmd->add_option("--keep", o->keep, "fraction of keys each query block keeps")
         ->check(CLI::Range(0.001, 1.0));

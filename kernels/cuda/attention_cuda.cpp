@@ -1,12 +1,12 @@
 #include "kernels/cuda/attention_cuda.h"
 
-#include "kernels/cuda/attention_params.h"
-
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <atomic>
 #include <cmath>
+
+#include "kernels/cuda/attention_params.h"
 
 namespace varscope::kernels::cuda {
 
@@ -16,7 +16,9 @@ namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
 
 void check_cuda(cudaError_t err, const char* what) {
     TORCH_CHECK(err == cudaSuccess, "CUDA error in ", what, ": ", cudaGetErrorString(err));
@@ -66,7 +68,8 @@ void launch(const AttentionParams& p, const at::Tensor& q, TileMode mode, Epilog
 }
 
 at::Tensor prepare_out(at::Tensor out, const at::Tensor& q) {
-    if (!out.defined()) return at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
+    if (!out.defined())
+        return at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
     TORCH_CHECK(out.sizes() == q.sizes() && out.scalar_type() == q.scalar_type() &&
                     out.device() == q.device() && out.is_contiguous(),
                 "out must be a contiguous ", q.scalar_type(), " tensor of shape ", q.sizes(),
@@ -92,7 +95,8 @@ AttentionResult run_listed(const at::Tensor& q_in, const at::Tensor& k_in, const
                 "lists must cover ", ceil_div(q.size(2), block_q), " query blocks");
     AttentionResult r;
     r.out = prepare_out(std::move(out), q_in);
-    if (return_lse) r.lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
+    if (return_lse)
+        r.lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
     AttentionParams p = base_params(q, k, scale);
     p.v = v.data_ptr();
     set_strides(p.v_stride, v);
@@ -123,7 +127,8 @@ bool device_has_kernel_image(int device, std::string* why_not) {
     if (current != device) check_cuda(cudaSetDevice(current), "cudaSetDevice");
     if (err != cudaSuccess) {
         (void)cudaGetLastError();  // clear the sticky-free error the probe left
-        if (why_not) *why_not = std::string("no kernel image for this GPU: ") + cudaGetErrorString(err);
+        if (why_not)
+            *why_not = std::string("no kernel image for this GPU: ") + cudaGetErrorString(err);
         if (device >= 0 && device < 64) known[device] = 2;
         return false;
     }
@@ -149,8 +154,8 @@ AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, con
 
 at::Tensor block_column_sum(const at::Tensor& q_in, const at::Tensor& k_in, int64_t block_q,
                             double scale) {
-    TORCH_CHECK(block_q % kQueryTile == 0,
-                "CUDA column sum needs block_q a multiple of 64, got ", block_q);
+    TORCH_CHECK(block_q % kQueryTile == 0, "CUDA column sum needs block_q a multiple of 64, got ",
+                block_q);
     const c10::cuda::CUDAGuard guard(q_in.device());
     const auto q = kernel_layout(q_in), k = kernel_layout(k_in);
     const int64_t nqb = ceil_div(q.size(2), block_q);

@@ -2,9 +2,9 @@
 // validated by the dispatch (kernels/attention_dispatch.cpp); these check what the kernels need.
 #pragma once
 
-#include "kernels/attention_dispatch.h"
-
 #include <string>
+
+#include "kernels/attention_dispatch.h"
 
 namespace varscope::kernels::cuda {
 

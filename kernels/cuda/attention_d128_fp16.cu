@@ -4,7 +4,7 @@
 namespace varscope::kernels::cuda {
 
 cudaError_t launch_attention_d128_fp16(const AttentionParams& p, TileMode mode, Epilogue epi,
-                                        cudaStream_t stream) {
+                                       cudaStream_t stream) {
     return launch_attention_for<AttentionTraits<128, __half>>(p, mode, epi, stream);
 }
 

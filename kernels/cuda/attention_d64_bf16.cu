@@ -4,7 +4,7 @@
 namespace varscope::kernels::cuda {
 
 cudaError_t launch_attention_d64_bf16(const AttentionParams& p, TileMode mode, Epilogue epi,
-                                        cudaStream_t stream) {
+                                      cudaStream_t stream) {
     return launch_attention_for<AttentionTraits<64, __nv_bfloat16>>(p, mode, epi, stream);
 }
 

@@ -6,13 +6,13 @@
 // column sum share one carefully checked inner loop.
 #pragma once
 
-#include "kernels/cuda/attention_params.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cfloat>
 #include <cstdint>
+
+#include "kernels/cuda/attention_params.h"
 
 namespace varscope::kernels::cuda {
 
@@ -57,7 +57,9 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
                  "r"(src_bytes));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
@@ -107,7 +109,9 @@ struct Mma<__half> {
     }
 };
 
-__host__ __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
+__host__ __device__ __forceinline__ int ceil_div(int a, int b) {
+    return (a + b - 1) / b;
+}
 
 }  // namespace detail
 
@@ -121,8 +125,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     Elem* s_q = reinterpret_cast<Elem*>(smem_raw);
-    Elem* s_k = s_q + Tr::kQElems;                 // 2 stages
-    Elem* s_v = s_k + 2 * Tr::kTileElems;          // 2 stages when kWithV
+    Elem* s_k = s_q + Tr::kQElems;         // 2 stages
+    Elem* s_v = s_k + 2 * Tr::kTileElems;  // 2 stages when kWithV
     int* s_valid = reinterpret_cast<int*>(s_v + (kWithV ? 2 * Tr::kTileElems : 0));  // [2][kBN]
     float* s_col = reinterpret_cast<float*>(s_valid + 2 * kBN);  // [kWarps][kBN]
 
@@ -131,9 +135,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
     const int q0 = blockIdx.x * Tr::kBlockM;
     const Elem* q_g = static_cast<const Elem*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
     const Elem* k_g = static_cast<const Elem*>(p.k) + b * p.k_stride[0] + h * p.k_stride[1];
-    const Elem* v_g = kWithV
-                          ? static_cast<const Elem*>(p.v) + b * p.v_stride[0] + h * p.v_stride[1]
-                          : nullptr;
+    const Elem* v_g =
+        kWithV ? static_cast<const Elem*>(p.v) + b * p.v_stride[0] + h * p.v_stride[1] : nullptr;
 
     // --- the key tiles this query tile visits ---
     const int qb = q0 / p.block_q;
@@ -145,8 +148,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
     } else {
         list = p.lists + static_cast<int64_t>(qb) * p.list_stride;
         count = min(max(p.counts[qb], 0), p.list_stride);
-        n_tiles = kMode == TileMode::BlockSparse ? count * tiles_per_block
-                                                 : detail::ceil_div(count, kBN);
+        n_tiles =
+            kMode == TileMode::BlockSparse ? count * tiles_per_block : detail::ceil_div(count, kBN);
     }
     // First key of tile t (BlockSparse / Dense); len_k when the block entry is invalid.
     auto tile_start = [&](int t) -> int {
@@ -203,8 +206,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
     uint32_t q_frag[Tr::kD / 16][4];
 #pragma unroll
     for (int kk = 0; kk < Tr::kD / 16; ++kk) {
-        detail::ldmatrix_x4(q_frag[kk],
-                            s_q + detail::swizzle<kCh>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+        detail::ldmatrix_x4(
+            q_frag[kk], s_q + detail::swizzle<kCh>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
     }
 
     // Rows of this thread in the mma C layout: r0 = lane/4, r1 = r0 + 8 (within the warp's 16).
@@ -215,7 +218,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
     float o_acc[kWithV ? Tr::kDTiles : 1][4];
     if constexpr (kWithV) {
 #pragma unroll
-        for (int i = 0; i < Tr::kDTiles; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
+        for (int i = 0; i < Tr::kDTiles; ++i)
+            o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
     }
     float row_max[2] = {-INFINITY, -INFINITY};  // running max of scaled logits (log2 units)
     float row_sum[2] = {0.f, 0.f};              // thread-partial running sums
@@ -312,9 +316,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
                 for (int w = 0; w < Tr::kWarps; ++w) total += s_col[w * kBN + tid];
                 const int key = tile_start(t) + tid;
                 if (key < p.len_k) {
-                    float* dst = p.colsum +
-                                 ((static_cast<int64_t>(b) * p.heads + h) * p.num_query_blocks + qb) *
-                                     p.len_k;
+                    float* dst =
+                        p.colsum +
+                        ((static_cast<int64_t>(b) * p.heads + h) * p.num_query_blocks + qb) *
+                            p.len_k;
                     atomicAdd(dst + key, total);
                 }
             }
@@ -425,10 +430,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
 
 // ---------------------------------------------------------------------------------------------
 // v2 (output epilogue): 2 warps of 32 rows each per 64-row CTA. Every K/V fragment read from
-// shared memory now feeds two 16-row mma tiles, halving the shared-memory traffic per mma that
-// limited v1 (one ldmatrix.x4 per two mma). K and V have one buffer each, FlashAttention-2
-// style: V_t loads while S = Q K_t^T and the softmax run, K_{t+1} loads during P V_t. 48 KB of
-// shared memory at d128, so four CTAs (8 warps) share an SM.
+// shared memory feeds two 16-row mma tiles, halving v1's shared-memory traffic per mma. Measured
+// on the H200 it is 2-25 % slower than v1 (bench/results/2026-11-22-h200/NOTES.md), so v1 stays
+// the default and v2 is selectable (set_attention_kernel_variant(2)) for further tuning. K and V
+// have one buffer each, FlashAttention-2 style: V_t loads while S = Q K_t^T and the softmax run,
+// K_{t+1} loads during P V_t. 48 KB of shared memory at d128, so four CTAs (8 warps) share an SM.
 // ---------------------------------------------------------------------------------------------
 template <int kHeadDim, typename Elem_>
 struct AttentionTraitsV2 {
@@ -452,7 +458,8 @@ struct AttentionTraitsV2 {
 };
 
 template <class Tr, TileMode kMode>
-__global__ void __launch_bounds__(Tr::kThreads, 4) attention_output_kernel_v2(const AttentionParams p) {
+__global__ void __launch_bounds__(Tr::kThreads, 4)
+    attention_output_kernel_v2(const AttentionParams p) {
     using Elem = typename Tr::Elem;
     using M = detail::Mma<Elem>;
     constexpr int kBN = Tr::kBlockN;
@@ -481,8 +488,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 4) attention_output_kernel_v2(co
     } else {
         list = p.lists + static_cast<int64_t>(qb) * p.list_stride;
         count = min(max(p.counts[qb], 0), p.list_stride);
-        n_tiles = kMode == TileMode::BlockSparse ? count * tiles_per_block
-                                                 : detail::ceil_div(count, kBN);
+        n_tiles =
+            kMode == TileMode::BlockSparse ? count * tiles_per_block : detail::ceil_div(count, kBN);
     }
     auto tile_start = [&](int t) -> int {
         if constexpr (kMode == TileMode::Dense) {
@@ -532,7 +539,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 4) attention_output_kernel_v2(co
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int i = 0; i < Tr::kDTiles; ++i) o_acc[mt][i][0] = o_acc[mt][i][1] = o_acc[mt][i][2] = o_acc[mt][i][3] = 0.f;
+        for (int i = 0; i < Tr::kDTiles; ++i)
+            o_acc[mt][i][0] = o_acc[mt][i][1] = o_acc[mt][i][2] = o_acc[mt][i][3] = 0.f;
     float row_max[kMT][2], row_sum[kMT][2];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
@@ -552,9 +560,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 4) attention_output_kernel_v2(co
                 for (int kk = 0; kk < Tr::kD / 16; ++kk)
 #pragma unroll
                     for (int mt = 0; mt < kMT; ++mt)
-                        detail::ldmatrix_x4(q_frag[kk][mt],
-                                            s_q + detail::swizzle<kCh>(warp_row + mt * 16 + (lane & 15),
-                                                                       kk * 2 + (lane >> 4)));
+                        detail::ldmatrix_x4(
+                            q_frag[kk][mt],
+                            s_q + detail::swizzle<kCh>(warp_row + mt * 16 + (lane & 15),
+                                                       kk * 2 + (lane >> 4)));
             }
         }
 
@@ -562,7 +571,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 4) attention_output_kernel_v2(co
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-            for (int i = 0; i < Tr::kNTiles; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
+            for (int i = 0; i < Tr::kNTiles; ++i)
+                s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < Tr::kD / 16; ++kk) {
             uint32_t qa[kMT][4];
@@ -572,8 +582,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 4) attention_output_kernel_v2(co
 #pragma unroll
                     for (int j = 0; j < 4; ++j) qa[mt][j] = q_frag[kk][mt][j];
                 } else {
-                    detail::ldmatrix_x4(qa[mt], s_q + detail::swizzle<kCh>(warp_row + mt * 16 + (lane & 15),
-                                                                           kk * 2 + (lane >> 4)));
+                    detail::ldmatrix_x4(qa[mt],
+                                        s_q + detail::swizzle<kCh>(warp_row + mt * 16 + (lane & 15),
+                                                                   kk * 2 + (lane >> 4)));
                 }
             }
 #pragma unroll
@@ -688,10 +699,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 4) attention_output_kernel_v2(co
     detail::cp_async_wait<0>();
 
     Elem* o_g = static_cast<Elem*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
-    float* lse_bh = p.lse != nullptr ? p.lse + (static_cast<int64_t>(b) * p.heads + h) * p.len_q : nullptr;
+    float* lse_bh =
+        p.lse != nullptr ? p.lse + (static_cast<int64_t>(b) * p.heads + h) * p.len_q : nullptr;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
-        const int rows[2] = {q0 + warp_row + mt * 16 + (lane >> 2), q0 + warp_row + mt * 16 + (lane >> 2) + 8};
+        const int rows[2] = {q0 + warp_row + mt * 16 + (lane >> 2),
+                             q0 + warp_row + mt * 16 + (lane >> 2) + 8};
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             float sum = row_sum[mt][r];
@@ -700,8 +713,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 4) attention_output_kernel_v2(co
             const float inv = sum > 0.f ? 1.f / sum : 0.f;
             if (rows[r] >= p.len_q) continue;
             if (lse_bh != nullptr && (lane & 3) == 0) {
-                lse_bh[rows[r]] = sum > 0.f ? (row_max[mt][r] + log2f(sum)) * 0.6931471805599453f
-                                            : -INFINITY;
+                lse_bh[rows[r]] =
+                    sum > 0.f ? (row_max[mt][r] + log2f(sum)) * 0.6931471805599453f : -INFINITY;
             }
             Elem* o_row = o_g + static_cast<int64_t>(rows[r]) * p.o_stride[2];
 #pragma unroll
@@ -718,9 +731,8 @@ cudaError_t launch_output_v2(const AttentionParams& p, cudaStream_t stream) {
     if (p.len_q == 0 || p.batch == 0 || p.heads == 0) return cudaSuccess;
     const size_t smem = Tr2::smem_bytes();
     auto kernel = attention_output_kernel_v2<Tr2, kMode>;
-    static const cudaError_t attr_err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
+    static const cudaError_t attr_err = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (attr_err != cudaSuccess) return attr_err;
     const dim3 grid(detail::ceil_div(p.len_q, Tr2::kBlockM), p.heads, p.batch);
     kernel<<<grid, Tr2::kThreads, smem, stream>>>(p);
@@ -733,9 +745,8 @@ cudaError_t launch_tiles(const AttentionParams& p, cudaStream_t stream) {
     constexpr bool kWithV = kEpi == Epilogue::Output;
     const size_t smem = Tr::smem_bytes(kWithV);
     auto kernel = attention_tiles_kernel<Tr, kMode, kEpi>;
-    static const cudaError_t attr_err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
+    static const cudaError_t attr_err = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (attr_err != cudaSuccess) return attr_err;
     const dim3 grid(detail::ceil_div(p.len_q, Tr::kBlockM), p.heads, p.batch);
     kernel<<<grid, Tr::kThreads, smem, stream>>>(p);
@@ -746,24 +757,32 @@ template <class Tr>
 cudaError_t launch_attention_for(const AttentionParams& p, TileMode mode, Epilogue epi,
                                  cudaStream_t stream) {
     using Tr2 = AttentionTraitsV2<Tr::kD, typename Tr::Elem>;
-    if (epi == Epilogue::Output && p.kernel_variant != 1) {
+    if (epi == Epilogue::Output && p.kernel_variant == 2) {
         switch (mode) {
-            case TileMode::BlockSparse: return launch_output_v2<Tr2, TileMode::BlockSparse>(p, stream);
-            case TileMode::Gathered: return launch_output_v2<Tr2, TileMode::Gathered>(p, stream);
-            case TileMode::Dense: return launch_output_v2<Tr2, TileMode::Dense>(p, stream);
+            case TileMode::BlockSparse:
+                return launch_output_v2<Tr2, TileMode::BlockSparse>(p, stream);
+            case TileMode::Gathered:
+                return launch_output_v2<Tr2, TileMode::Gathered>(p, stream);
+            case TileMode::Dense:
+                return launch_output_v2<Tr2, TileMode::Dense>(p, stream);
         }
     }
     switch (mode) {
         case TileMode::BlockSparse:
-            if (epi == Epilogue::Output) return launch_tiles<Tr, TileMode::BlockSparse, Epilogue::Output>(p, stream);
+            if (epi == Epilogue::Output)
+                return launch_tiles<Tr, TileMode::BlockSparse, Epilogue::Output>(p, stream);
             break;
         case TileMode::Gathered:
-            if (epi == Epilogue::Output) return launch_tiles<Tr, TileMode::Gathered, Epilogue::Output>(p, stream);
+            if (epi == Epilogue::Output)
+                return launch_tiles<Tr, TileMode::Gathered, Epilogue::Output>(p, stream);
             break;
         case TileMode::Dense:
-            if (epi == Epilogue::Output) return launch_tiles<Tr, TileMode::Dense, Epilogue::Output>(p, stream);
-            if (epi == Epilogue::LseOnly) return launch_tiles<Tr, TileMode::Dense, Epilogue::LseOnly>(p, stream);
-            if (epi == Epilogue::ColumnSum) return launch_tiles<Tr, TileMode::Dense, Epilogue::ColumnSum>(p, stream);
+            if (epi == Epilogue::Output)
+                return launch_tiles<Tr, TileMode::Dense, Epilogue::Output>(p, stream);
+            if (epi == Epilogue::LseOnly)
+                return launch_tiles<Tr, TileMode::Dense, Epilogue::LseOnly>(p, stream);
+            if (epi == Epilogue::ColumnSum)
+                return launch_tiles<Tr, TileMode::Dense, Epilogue::ColumnSum>(p, stream);
             break;
     }
     return cudaErrorNotSupported;

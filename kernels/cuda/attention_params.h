@@ -47,9 +47,9 @@ struct AttentionParams {
     int block_q = 64;  // query rows per list entry / per column-sum block (multiple of 64)
     int block_k = 64;  // BlockSparse: keys per block (multiple of 64)
     int num_query_blocks = 0;
-    // Output kernels: 0 = default (v2: 32 rows per warp), 1 = v1 (16 rows per warp, kept for
-    // comparison in the benchmarks and tests).
-    int kernel_variant = 0;
+    // Output kernels: 1 = v1 (4 warps x 16 rows, the default: faster on the H200), 2 = v2
+    // (2 warps x 32 rows, FA2-style K/V schedule; kept for comparison, see bench NOTES.md).
+    int kernel_variant = 1;
 };
 
 // Query rows per CTA and keys per tile: block sizes must be multiples of these.
