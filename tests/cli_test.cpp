@@ -3,6 +3,8 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "tests/test_util.h"
@@ -83,4 +85,35 @@ TEST(Cli, EmbeddedModelGeneratesFromAPrompt) {
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("[1891] HEAVY BLACK HEART"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("(class 1891)"), std::string::npos) << r.out;
+}
+
+TEST(Cli, CompareWritesBothSidesDiffAndMetrics) {
+    varscope::testing::TempDir dir;
+    const std::string out = dir.file("cmp");
+    auto r = cli("compare --random 2 --patch-nums 1,2,3 --class 1 --seed 2 --accel '{\"skip\": {\"last_n\": 1}}' -o " + out);
+    ASSERT_EQ(r.code, 0) << r.out;
+    // Without OpenCV the CLI writes .ppm; with it, PNG: the image names are the same either way.
+    std::ifstream metrics(out + "/metrics.json");
+    ASSERT_TRUE(metrics.good()) << r.out;
+    const auto j = nlohmann::json::parse(metrics);
+    EXPECT_EQ(j["accel_summary"], "skip-1");
+    ASSERT_EQ(j["scales"].size(), 3u);
+    EXPECT_DOUBLE_EQ(j["scales"][0]["identical_tokens"].get<double>(), 1.0);  // same seed, same scale 0
+    EXPECT_EQ(j["scales"][2]["undecoded_tokens"].get<int64_t>(), 9);          // the skipped 3x3 scale
+    // A second run refuses to overwrite.
+    auto again = cli("compare --random 2 --patch-nums 1,2,3 --class 1 --accel skip -o " + out);
+    EXPECT_NE(again.code, 0);
+    EXPECT_NE(again.out.find("--force"), std::string::npos) << again.out;
+}
+
+TEST(Cli, BadAcceleratorConfigNamesTheField) {
+    auto r = cli("generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel '{\"skip\": {\"last_n\": -3}}'");
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.out.find("skip.last_n: must be in [0, 12], got -3"), std::string::npos) << r.out;
+    auto typo = cli("generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel '{\"skip\": {\"lastn\": 1}}'");
+    EXPECT_NE(typo.out.find("skip.lastn: unknown field"), std::string::npos) << typo.out;
+    auto missing = cli("compare --random 2 --patch-nums 1,2 --accel /nonexistent/cfg.json");
+    EXPECT_NE(missing.out.find("neither a config file"), std::string::npos) << missing.out;
+    auto model = cli("generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel '{\"skip\": {\"last_n\": 2}}'");
+    EXPECT_NE(model.out.find("must be below the model's 2 scales"), std::string::npos) << model.out;
 }

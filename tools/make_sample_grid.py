@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Sample grid of the embedded emoji model: one row per prompt, N samples per row.
+"""Sample grid of the embedded emoji model: one row per prompt, one column per seed.
 
-Runs `varscope-cli generate --prompt P --batch N --seed S -o row.npy` for each prompt and tiles
+Runs `varscope-cli generate --prompt P --seed S -o img.npy` for each prompt and seed and tiles
 the images into one PNG (written with zlib, no imaging library needed). Needs numpy.
 """
 import argparse
@@ -29,22 +29,27 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--per-row", type=int, default=4)
+    ap.add_argument("--seeds", default="0,1,2,3", help="one column per seed")
+    ap.add_argument("--top-k", type=int, default=900)
+    ap.add_argument("--top-p", type=float, default=0.95)
     ap.add_argument("--cfg", type=float, default=3.0)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--scale", type=int, default=2, help="pixel upscaling for viewing")
     ap.add_argument("prompts", nargs="+")
     a = ap.parse_args()
     rows, labels = [], []
     with tempfile.TemporaryDirectory() as tmp:
+        seeds = [int(x) for x in a.seeds.split(",")]
         for i, p in enumerate(a.prompts):
-            out = os.path.join(tmp, f"r{i}.npy")
-            r = subprocess.run([a.cli, "generate", "--prompt", p, "--batch", str(a.per_row), "--seed", str(a.seed),
-                                "--cfg", str(a.cfg), "-q", "-o", out], capture_output=True, text=True)
-            if r.returncode:
-                sys.exit(f"{p!r}: {r.stderr}")
+            imgs = []
+            for s in seeds:
+                out = os.path.join(tmp, f"r{i}_{s}.npy")
+                r = subprocess.run([a.cli, "generate", "--prompt", p, "--seed", str(s), "--cfg", str(a.cfg),
+                                    "--top-k", str(a.top_k), "--top-p", str(a.top_p), "-q", "-o", out],
+                                   capture_output=True, text=True)
+                if r.returncode:
+                    sys.exit(f"{p!r}: {r.stderr}")
+                imgs.append(np.load(out))
             labels.append(next((l for l in r.stderr.splitlines() if l.startswith("prompt")), p))
-            imgs = [np.load(out.replace(".npy", f"_{j}.npy")) for j in range(a.per_row)]
             rows.append(np.concatenate([np.pad(m.transpose(1, 2, 0), ((2, 2), (2, 2), (0, 0)), constant_values=1.0)
                                         for m in imgs], axis=1))
     grid = np.concatenate(rows, axis=0)

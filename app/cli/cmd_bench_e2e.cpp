@@ -1,7 +1,183 @@
+// `varscope-cli bench e2e`: the whole sampling loop (transformer only, VQVAE decode excluded as
+// the papers measure it) for the baseline and each accelerator setting, side by side in one
+// run: per-scale latency, total, attention FLOPs, KV bytes, peak device memory, and how many
+// tokens stay identical to the baseline's for the same seed.
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <iomanip>
+#include <iostream>
+
 #include "app/cli/commands.h"
+#include "app/cli/model_options.h"
+#include "app/cli/run_report.h"
+#include "app/cli/sampling_args.h"
+#include "core/metrics/image_metrics.h"
+#include "kernels/memory_stats.h"
+
 namespace varscope::cli {
-Runner add_bench_e2e(CLI::App& bench) {
-    bench.add_subcommand("e2e", "End-to-end (not yet)");
-    return [] { return 2; };
+namespace {
+
+struct E2eArgs {
+    ModelOptions model;
+    SamplingArgs sampling;
+    std::vector<std::string> methods = {"baseline", "skip", "fastvar", "sparvar", "lazyvar",
+                                        "ams_kv", "sparvar+skip", "fastvar+ams_kv"};
+    int64_t repeat = 5, warmup = 2;
+    std::string json;
+    bool force = false;
+};
+
+struct MethodResult {
+    std::string name, summary, error;
+    nlohmann::json config;
+    std::vector<double> totals;
+    std::vector<std::vector<double>> scale_ms;
+    VarSampleResult last;
+    int64_t peak_bytes = 0;
+};
+
+MethodResult run_method(VarPipeline& pipe, const VarSampleOptions& opt, const std::string& name,
+                        const E2eArgs& a) {
+    MethodResult m;
+    m.name = name;
+    const bool cuda = pipe.device().is_cuda();
+    const int dev = cuda ? pipe.device().index() < 0 ? 0 : pipe.device().index() : 0;
+    try {
+        const AccelConfig cfg = parse_accel_argument(name == "baseline" ? "" : name);
+        m.summary = cfg.summary();
+        m.config = cfg.to_json();
+        const auto hooks = build_accelerators(cfg, pipe.var_config());
+        if (cuda) kernels::empty_cuda_cache();
+        const int64_t before = cuda ? kernels::cuda_memory(dev).allocated : 0;
+        if (cuda) kernels::reset_cuda_peak_memory(dev);
+        for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt, hooks.get());
+        for (int64_t r = 0; r < a.repeat; ++r) {
+            m.last = pipe.generate(opt, hooks.get());
+            m.totals.push_back(m.last.total_millis - m.last.decode_millis);
+            m.scale_ms.push_back(m.last.scale_millis);
+        }
+        if (cuda) m.peak_bytes = kernels::cuda_memory(dev).peak_allocated - before;
+    } catch (const c10::OutOfMemoryError&) {
+        m.error = "out of device memory";
+    } catch (const std::exception& e) {
+        m.error = e.what();
+    }
+    if (cuda) kernels::empty_cuda_cache();
+    return m;
 }
+
+int run(const E2eArgs& a) {
+    VarPipeline pipe = a.model.build();
+    VarSampleOptions opt = a.sampling.resolve(pipe, a.model);
+    opt.decode = false;
+    std::cerr << pipe.describe() << "\n" << "device " << pipe.device() << ", batch "
+              << (opt.class_ids.empty() ? opt.batch : static_cast<int64_t>(opt.class_ids.size()))
+              << ", " << a.warmup << " warm-up + " << a.repeat << " timed runs per method\n";
+
+    std::vector<MethodResult> results;
+    for (const auto& name : a.methods) {
+        std::cerr << "  " << name << " ..." << std::flush;
+        results.push_back(run_method(pipe, opt, name, a));
+        const auto& r = results.back();
+        std::cerr << (r.error.empty() ? " " + std::to_string(median(r.totals)) + " ms" : " failed: " + r.error) << "\n";
+    }
+    const MethodResult* base = nullptr;
+    for (const auto& r : results)
+        if (r.name == "baseline" && r.error.empty()) base = &r;
+
+    nlohmann::json j = environment_json(pipe.device().str());
+    const auto& c = pipe.var_config();
+    j.update({{"model", pipe.describe()},
+              {"config", c.to_json()},
+              {"precision", a.model.precision},
+              {"batch", opt.class_ids.empty() ? opt.batch : static_cast<int64_t>(opt.class_ids.size())},
+              {"cfg", a.sampling.cfg},
+              {"seed", a.sampling.seed},
+              {"runs", a.repeat},
+              {"warmup_runs", a.warmup},
+              {"timing", "transformer + sampling per scale, VQVAE decode excluded; median of runs"}});
+    nlohmann::json methods = nlohmann::json::array();
+    for (const auto& r : results) {
+        nlohmann::json m = {{"name", r.name}, {"summary", r.summary}, {"accel", r.config}};
+        if (!r.error.empty()) {
+            m["error"] = r.error;
+            methods.push_back(m);
+            continue;
+        }
+        std::vector<double> per_scale;
+        for (size_t si = 0; si < r.last.scale_millis.size(); ++si) {
+            std::vector<double> v;
+            for (const auto& run : r.scale_ms) v.push_back(run[si]);
+            per_scale.push_back(median(v));
+        }
+        m.update({{"median_total_ms", median(r.totals)},
+                  {"total_ms_each", r.totals},
+                  {"median_scale_ms", per_scale},
+                  {"attention_flops", r.last.attention_flops},
+                  {"kv_bytes_end", r.last.kv_bytes},
+                  {"kv_bytes_peak", r.last.kv_bytes_peak},
+                  {"peak_device_bytes", r.peak_bytes}});
+        if (base) {
+            const auto ag = token_agreement(base->last.tokens, r.last.tokens);
+            std::vector<double> fr;
+            int64_t same = 0, total = 0;
+            for (const auto& t : ag) {
+                fr.push_back(t.fraction());
+                same += t.identical;
+                total += t.total;
+            }
+            m.update({{"speedup", median(base->totals) / median(r.totals)},
+                      {"attention_flops_ratio", r.last.attention_flops / base->last.attention_flops},
+                      {"kv_bytes_ratio", static_cast<double>(r.last.kv_bytes_peak) / base->last.kv_bytes_peak},
+                      {"peak_device_ratio", base->peak_bytes ? static_cast<double>(r.peak_bytes) / base->peak_bytes : 0.0},
+                      {"identical_tokens_per_scale", fr},
+                      {"identical_tokens", total ? static_cast<double>(same) / total : 1.0}});
+        }
+        methods.push_back(m);
+    }
+    j["methods"] = methods;
+    if (!a.json.empty()) write_json(j, a.json, a.force);
+
+    // The short table, last.
+    std::cout << "\n" << std::left << std::setw(18) << "method" << std::right << std::setw(11)
+              << "total ms" << std::setw(9) << "speedup" << std::setw(11) << "attn FLOPs" << std::setw(10)
+              << "KV peak" << std::setw(12) << "device MB" << std::setw(11) << "same tok" << "\n";
+    for (const auto& m : methods) {
+        std::cout << std::left << std::setw(18) << m["name"].get<std::string>() << std::right;
+        if (m.contains("error")) {
+            std::cout << "  " << m["error"].get<std::string>() << "\n";
+            continue;
+        }
+        std::cout << std::fixed << std::setprecision(2) << std::setw(11) << m["median_total_ms"].get<double>();
+        if (m.contains("speedup")) {
+            std::cout << std::setw(8) << m["speedup"].get<double>() << "x" << std::setw(10)
+                      << 100 * m["attention_flops_ratio"].get<double>() << "%" << std::setw(9)
+                      << 100 * m["kv_bytes_ratio"].get<double>() << "%";
+        } else {
+            std::cout << std::setw(30) << "";
+        }
+        std::cout << std::setw(12) << std::setprecision(0) << m["peak_device_bytes"].get<int64_t>() / 1048576.0;
+        if (m.contains("identical_tokens"))
+            std::cout << std::setw(10) << std::setprecision(1) << 100 * m["identical_tokens"].get<double>() << "%";
+        std::cout << "\n";
+    }
+    return 0;
+}
+
+}  // namespace
+
+Runner add_bench_e2e(CLI::App& bench) {
+    auto a = std::make_shared<E2eArgs>();
+    auto* cmd = bench.add_subcommand("e2e", "whole sampling loop: baseline vs accelerator settings, side by side");
+    a->model.add_to(*cmd);
+    a->sampling.add_to(*cmd);
+    cmd->add_option("--methods", a->methods, "presets, JSON files or inline JSON, in order; 'baseline' first for ratios")->delimiter(';')->capture_default_str();
+    cmd->add_option("--repeat", a->repeat, "timed runs per method")->check(CLI::Range(1, 1000))->capture_default_str();
+    cmd->add_option("--warmup", a->warmup, "untimed runs per method first")->check(CLI::Range(0, 100))->capture_default_str();
+    cmd->add_option("--json", a->json, "write the results (with device, date, torch version) as JSON");
+    cmd->add_flag("--force", a->force, "overwrite --json");
+    return [a]() { return run(*a); };
+}
+
 }  // namespace varscope::cli

@@ -12,6 +12,7 @@
 #include "app/cli/commands.h"
 #include "app/cli/image_io.h"
 #include "app/cli/model_options.h"
+#include "app/cli/run_report.h"
 #include "app/cli/sampling_args.h"
 #include "core/io/checkpoint.h"
 
@@ -43,18 +44,6 @@ public:
 private:
     int64_t scales_;
 };
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-std::string now_utc() {
-    auto t = std::time(nullptr);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-    return buf;
-}
 
 int run(GenerateArgs& a) {
     if (a.out.empty() && a.timings_json.empty() && a.tokens_out.empty())

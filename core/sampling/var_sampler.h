@@ -28,6 +28,7 @@ struct VarSampleOptions {
     bool more_smooth = false;  // official Gumbel-softmax smoothing (visualisation only)
     AttentionBackend attention = AttentionBackend::Sdpa;
     bool time_scales = true;   // synchronise the device per scale to time it
+    bool decode = true;        // run the VQVAE decoder (benchmarks of the transformer skip it)
     const std::atomic<bool>* cancel = nullptr;  // checked before every scale
     void validate(const VarConfig& cfg) const;  // std::invalid_argument naming the field
 };
@@ -41,6 +42,8 @@ struct VarSampleResult {
     double decode_millis = 0.0;
     double total_millis = 0.0;
     int64_t kv_bytes = 0;            // KV-cache bytes held at the end (all layers)
+    int64_t kv_bytes_peak = 0;       // the most KV bytes held after any step
+    double attention_flops = 0.0;    // attention FLOPs (QK^T and PV) actually computed
 };
 
 class SamplingCancelled : public std::runtime_error {

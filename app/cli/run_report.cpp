@@ -1,0 +1,53 @@
+#include "app/cli/run_report.h"
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "core/pipeline.h"
+
+namespace varscope::cli {
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+std::string now_utc() {
+    auto t = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+    return buf;
+}
+
+void write_json(const nlohmann::json& j, const std::string& path, bool overwrite) {
+    namespace fs = std::filesystem;
+    if (!overwrite && fs::exists(path))
+        throw std::invalid_argument("'" + path + "' exists; pass --force to overwrite it");
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream f(tmp);
+        f << j.dump(2) << "\n";
+        if (!f) throw std::runtime_error("could not write '" + tmp + "'");
+    }
+    std::error_code ec;
+    fs::rename(tmp, path, ec);
+    if (ec) {
+        fs::remove(tmp);
+        throw std::runtime_error("could not move '" + tmp + "' to '" + path + "': " + ec.message());
+    }
+}
+
+nlohmann::json environment_json(const std::string& device) {
+    nlohmann::json j = {{"date", now_utc()}, {"torch", TORCH_VERSION}, {"device", device}, {"cuda_available", cuda_available()}};
+    return j;
+}
+
+}  // namespace varscope::cli
