@@ -1,0 +1,415 @@
+// Qt Test suite of the desktop app (offscreen platform): widgets build, the method panel follows
+// the accelerators' ParamSpec tables, generations on tiny random models run through the worker
+// and fill the panels, exports write valid files that restore their settings.
+#include <QCheckBox>
+#include <QFile>
+#include <QImageReader>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QStandardItemModel>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <qcustomplot.h>
+
+#include <cmath>
+
+#include "tests/ui/tiny_engine.h"
+#include "ui/comparison_view.h"
+#include "ui/inspector.h"
+#include "ui/main_window.h"
+#include "ui/method_panel.h"
+#include "ui/metrics_model.h"
+#include "ui/model_panel.h"
+#include "ui/plots_panel.h"
+#include "visualization/colormap.h"
+#include "visualization/figure.h"
+#include "visualization/float_grid.h"
+#include "visualization/heatmap_view.h"
+#include "visualization/image_metrics.h"
+
+using namespace varscope::gui;
+
+namespace {
+
+constexpr int kJobTimeoutMs = 120000;
+
+void test_loader(Engine& e, const ModelSource& s) {
+    if (s.kind == ModelSource::Kind::Custom)
+        varscope::testing::install_tiny_model(e, s.custom_name == "small-random");
+    else
+        e.load(s);
+}
+
+Request tiny_request(bool small = false) {
+    Request r;
+    r.model.kind = ModelSource::Kind::Custom;
+    r.model.custom_name = small ? "small-random" : "tiny-random";
+    r.model.device = "cpu";
+    r.gen.class_id = 3;
+    r.gen.seed = 7;
+    r.gen.cfg = 2.0;
+    r.gen.top_k = 0;
+    r.gen.top_p = 0;
+    return r;
+}
+
+bool wait_job(MainWindow& w) {
+    if (!w.busy()) return true;
+    QSignalSpy spy(&w, &MainWindow::jobFinished);
+    return spy.wait(kJobTimeoutMs) || !w.busy();
+}
+
+QImage noise_image(int w, int h, unsigned seed) {
+    QImage img(w, h, QImage::Format_RGB32);
+    unsigned x = seed;
+    for (int y = 0; y < h; ++y)
+        for (int c = 0; c < w; ++c) {
+            x = x * 1664525u + 1013904223u;
+            img.setPixel(c, y, qRgb(int(x >> 24), int((x >> 16) & 255), int((x >> 8) & 255)));
+        }
+    return img;
+}
+
+}  // namespace
+
+class UiTest : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase() {
+        QCoreApplication::setOrganizationName("VARScopeTest");
+        QCoreApplication::setApplicationName("varscope_ui_tests");
+        QSettings().clear();
+    }
+
+    // --- visualization ----------------------------------------------------------------------
+    void metricsOfIdenticalAndDifferentImages() {
+        const QImage a = noise_image(48, 40, 1);
+        QVERIFY(std::isinf(varscope::viz::psnr(a, a)));
+        QCOMPARE(varscope::viz::ssim(a, a), 1.0);
+        QImage b = a;
+        b.setPixel(3, 4, qRgb(0, 0, 0));
+        const double p = varscope::viz::psnr(a, b);
+        QVERIFY(p > 30 && std::isfinite(p));
+        const QImage c = noise_image(48, 40, 2);
+        QVERIFY(varscope::viz::psnr(a, c) < 12);  // unrelated noise
+        QVERIFY(varscope::viz::ssim(a, c) < 0.2);
+        // A uniform shift of 10 levels: MSE = 100 exactly.
+        QImage d(8, 8, QImage::Format_RGB32), e(8, 8, QImage::Format_RGB32);
+        d.fill(qRgb(100, 100, 100));
+        e.fill(qRgb(110, 110, 110));
+        QVERIFY(std::abs(varscope::viz::psnr(d, e) - 10 * std::log10(255.0 * 255.0 / 100.0)) < 1e-9);
+    }
+
+    void heatmapsAndOverlays() {
+        using namespace varscope::viz;
+        FloatGrid g(2, 3, {0, 1, 2, 3, 4, NAN});
+        QCOMPARE(g.range().first, 0.f);
+        QCOMPARE(g.range().second, 4.f);
+        const QImage img = render_heatmap(g, Colormap::Gray, {0, 4});
+        QCOMPARE(img.size(), QSize(3, 2));
+        QCOMPARE(qRed(img.pixel(0, 0)), 0);
+        QCOMPARE(qRed(img.pixel(1, 1)), 255);
+        QCOMPARE(colormap_rgb(Colormap::Viridis, 0.0), qRgb(68, 1, 84));
+        QImage base(30, 20, QImage::Format_RGB32);
+        base.fill(Qt::black);
+        const QImage over = token_overlay(base, FloatGrid(1, 2, {0, 1}), Colormap::Gray, {0, 1}, 1.0);
+        QCOMPARE(qRed(over.pixel(25, 10)), 255);
+        QCOMPARE(qRed(over.pixel(2, 10)), 0);
+        const FloatGrid d = image_difference(base, over.convertToFormat(QImage::Format_RGB32));
+        QCOMPARE(d.at(10, 25), 1.f);
+        QCOMPARE(d.at(10, 2), 0.f);
+        HeatmapView view;
+        view.resize(300, 200);
+        view.setGrid(g);
+        view.show();
+        QVERIFY(view.hasData());
+        QVERIFY(!view.grab().isNull());
+    }
+
+    // --- widgets ----------------------------------------------------------------------------
+    void methodPanelFollowsSpecs() {
+        MethodPanel panel;
+        const auto& methods = Engine::methods();
+        QVERIFY(!methods.empty());
+        for (const auto& m : methods) {
+            auto* enable = panel.findChild<QCheckBox*>(QString::fromStdString(m.id + ".enabled"));
+            QVERIFY2(enable, m.id.c_str());
+            QVERIFY(!panel.config()[m.id]["enabled"].get<bool>());
+            enable->setChecked(true);
+            QVERIFY(panel.config()[m.id]["enabled"].get<bool>());
+            enable->setChecked(false);
+            for (const auto& p : m.params) {
+                const QString name = QString::fromStdString(m.id + "." + p.key);
+                QVERIFY2(panel.findChild<QWidget*>(name), qPrintable(name));
+                const auto value = panel.config()[m.id][p.key];  // the paper default
+                if (p.kind == varscope::ParamKind::Real)
+                    QVERIFY(std::abs(value.get<double>() - p.default_value.get<double>()) < 1e-4);
+                else
+                    QVERIFY2(value == p.default_value, qPrintable(name));
+                if (p.kind == varscope::ParamKind::Int) {
+                    auto* spin = panel.findChild<QSpinBox*>(name);
+                    auto* slider = panel.findChild<QSlider*>(name + ".slider");
+                    QVERIFY(spin && slider);
+                    slider->setValue(slider->maximum());
+                    QCOMPARE(panel.config()[m.id][p.key].get<int64_t>(), int64_t(p.max));
+                    QVERIFY(spin->toolTip().contains(QString::fromStdString(p.symbol).toHtmlEscaped()));
+                } else if (p.kind == varscope::ParamKind::Real) {
+                    auto* slider = panel.findChild<QSlider*>(name + ".slider");
+                    slider->setValue(slider->maximum());
+                    QVERIFY(std::abs(panel.config()[m.id][p.key].get<double>() - p.max) < 1e-9);
+                } else if (p.kind == varscope::ParamKind::IntList || p.kind == varscope::ParamKind::RealList) {
+                    auto* edit = panel.findChild<QLineEdit*>(name);
+                    edit->setText("1e9");  // out of every sensible range
+                    emit edit->editingFinished();
+                    QVERIFY(!panel.valid());
+                    QVERIFY(panel.validationError().contains(QString::fromStdString(m.id + "." + p.key)));
+                    edit->setText(QString::fromStdString(p.default_value.dump()).remove('[').remove(']'));
+                    emit edit->editingFinished();
+                    QVERIFY2(panel.valid(), qPrintable(panel.validationError()));
+                }
+            }
+        }
+        // Presets switch methods on with their defaults.
+        for (const auto& m : methods) {
+            QVERIFY(panel.applyPreset(QString::fromStdString(m.id)));
+            QVERIFY(panel.config()[m.id]["enabled"].get<bool>());
+        }
+        QVERIFY(panel.applyPreset("baseline"));
+        for (const auto& m : methods) QVERIFY(!panel.config()[m.id]["enabled"].get<bool>());
+    }
+
+    void sliderChangesEmitConfig() {
+        MethodPanel panel;
+        QSignalSpy spy(&panel, &MethodPanel::configChanged);
+        auto* slider = panel.findChild<QSlider*>("skip.last_n.slider");
+        if (!slider) QSKIP("scale skipping exposes no last_n slider");
+        panel.findChild<QCheckBox*>("skip.enabled")->setChecked(true);
+        slider->setValue(2);
+        QVERIFY(spy.count() >= 2);
+        QCOMPARE(panel.config()["skip"]["last_n"].get<int64_t>(), int64_t(2));
+        QCOMPARE(panel.findChild<QSpinBox*>("skip.last_n")->value(), 2);
+    }
+
+    void devicePickerReflectsCuda() {
+        ModelPanel panel;
+        auto* combo = panel.findChild<QComboBox*>();
+        QVERIFY(combo);
+        bool found = false;
+        for (auto* c : panel.findChildren<QComboBox*>()) {
+            const int i = c->findData("cuda");
+            if (i < 0) continue;
+            found = true;
+            auto* items = qobject_cast<QStandardItemModel*>(c->model());
+            QCOMPARE(items->item(i)->isEnabled(), Engine::cuda_available());
+        }
+        QVERIFY(found);
+    }
+
+    void promptSuggestsClasses() {
+        if (!Engine::embedded_available()) QSKIP("embedded model missing");
+        ModelPanel panel;
+        const QString list = QString::fromStdString(varscope_source_dir()) + "/resources/models/emoji-classes.json";
+        if (!QFile::exists(list)) QSKIP("no emoji class list");
+        panel.setClassList(list, 1911);
+        panel.promptEdit()->setText("red heart");
+        emit panel.promptEdit()->textEdited("red heart");
+        QVERIFY(panel.suggestions()->count() > 0);
+        QVERIFY(panel.suggestions()->item(0)->text().contains("HEART", Qt::CaseInsensitive));
+        QCOMPARE(panel.classBox()->value(), panel.suggestions()->item(0)->data(Qt::UserRole).toInt());
+    }
+
+    // --- end to end -------------------------------------------------------------------------
+    void generationFillsPanels() {
+        MainWindow w(test_loader);
+        w.resize(1400, 900);
+        w.show();
+        QSignalSpy results(&w, &MainWindow::resultsUpdated);
+        w.applyRequest(tiny_request(), true);
+        QVERIFY(wait_job(w));
+        auto base = w.comparison()->baseline();
+        QVERIFY(base);
+        QVERIFY(base->image.width() >= 4 && base->image.width() == base->image.height());
+        QCOMPARE(base->filmstrip.size(), 3);
+        for (const auto& f : base->filmstrip) QVERIFY(!f.isNull());
+        QCOMPARE(base->run.label, int64_t(3));
+        // No accelerator enabled: the accelerated side is the baseline.
+        QVERIFY(w.comparison()->accelerated());
+        QVERIFY(w.comparison()->accelerated()->same_as_baseline);
+        QVERIFY(w.comparison()->metrics().valid);
+        QVERIFY(std::isinf(w.comparison()->metrics().psnr));
+        // Attention of layer 0 at every scale: (heads, q, k) with k = all tokens so far.
+        QCOMPARE(base->run.attention.size(), size_t(3));
+        const auto& last = base->run.attention.back().probs;
+        QCOMPARE(last.shape, (std::vector<int64_t>{2, 16, 21}));
+        double row = 0;
+        for (int k = 0; k < 21; ++k) row += last.values[size_t(k)];
+        QVERIFY(std::abs(row - 1.0) < 1e-4);  // probabilities
+        QVERIFY(w.inspector()->attention()->view()->hasData());
+        QCOMPARE(w.inspector()->attention()->view()->grid().cols, 21);
+        QCOMPARE(w.metricsModel()->rowCount(), 3);
+        QCOMPARE(w.plots()->latencyPlot()->graph(0)->dataCount(), 3);
+        QVERIFY(results.count() >= 2);
+
+        // Another seed re-samples the baseline; the same seed again comes from the cache.
+        Request r = tiny_request();
+        r.gen.seed = 8;
+        w.applyRequest(r, true);
+        QVERIFY(wait_job(w));
+        QVERIFY(!w.comparison()->baseline()->cached);
+        w.applyRequest(tiny_request(), true);
+        QVERIFY(wait_job(w));
+        QVERIFY(w.comparison()->baseline()->cached);
+        QCOMPARE(w.comparison()->baseline()->image, base->image);
+    }
+
+    void everyMethodRunsOrReportsItsError() {
+        MainWindow w(test_loader);
+        w.show();
+        w.applyRequest(tiny_request(true), true);
+        QVERIFY(wait_job(w));
+        QVERIFY(w.comparison()->baseline());
+        for (const auto& m : Engine::methods()) {
+            QVERIFY(w.methodPanel()->applyPreset(QString::fromStdString(m.id)));
+            w.generate();
+            QVERIFY(wait_job(w));
+            QVERIFY(w.comparison()->baseline()->cached);  // only the accelerated side re-ran
+            auto acc = w.comparison()->accelerated();
+            auto* message = w.methodPanel()->findChild<QLabel*>("methodMessage");
+            if (acc) {
+                QVERIFY2(!acc->same_as_baseline, m.id.c_str());
+                QVERIFY2(acc->run.accel_summary != "baseline", m.id.c_str());
+                QVERIFY(!acc->image.isNull());
+                QVERIFY(w.comparison()->metrics().valid);
+            } else {
+                // e.g. "not implemented yet": shown in the panel, no crash, no dialog.
+                QVERIFY2(!message->text().isEmpty(), m.id.c_str());
+            }
+        }
+    }
+
+    void debouncedSliderRerunsAcceleratedSide() {
+        MainWindow w(test_loader);
+        w.show();
+        w.applyRequest(tiny_request(true), true);
+        QVERIFY(wait_job(w));
+        auto* slider = w.methodPanel()->findChild<QSlider*>("skip.last_n.slider");
+        if (!slider) QSKIP("scale skipping exposes no last_n slider");
+        w.methodPanel()->findChild<QCheckBox*>("skip.enabled")->setChecked(true);
+        slider->setValue(1);
+        slider->setValue(2);
+        QVERIFY(!w.busy());  // debounced: nothing submitted yet
+        QSignalSpy finished(&w, &MainWindow::jobFinished);
+        QVERIFY(finished.wait(kJobTimeoutMs));
+        QCOMPARE(finished.count(), 1);  // one run for both slider moves
+        QVERIFY(w.comparison()->baseline()->cached);
+    }
+
+    void cancelStopsTheRun() {
+        MainWindow w(test_loader);
+        w.applyRequest(tiny_request(true), false);
+        QSignalSpy failed(w.worker(), &GenerationWorker::sideFailed);
+        w.generate();
+        w.cancel();
+        QVERIFY(wait_job(w));
+        QCOMPARE(failed.count(), 1);
+        QCOMPARE(failed.front().at(3).toBool(), true);  // cancelled, not an error
+        QVERIFY(!w.comparison()->baseline());
+        // The next generation runs normally.
+        w.generate();
+        QVERIFY(wait_job(w));
+        QVERIFY(w.comparison()->baseline());
+    }
+
+    void badCheckpointIsReported() {
+        QTemporaryDir dir;
+        const QString bad = dir.filePath("bad.safetensors");
+        QFile f(bad);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("not a checkpoint");
+        f.close();
+        GenerationWorker worker;
+        worker.setLoader(test_loader);
+        QSignalSpy failed(&worker, &GenerationWorker::modelFailed);
+        QSignalSpy done(&worker, &GenerationWorker::jobFinished);
+        Job job;
+        job.request.model.kind = ModelSource::Kind::Files;
+        job.request.model.var_path = bad.toStdString();
+        job.request.model.vae_path = bad.toStdString();
+        worker.submit(job);
+        QVERIFY(done.wait(kJobTimeoutMs));
+        QCOMPARE(failed.count(), 1);
+        QVERIFY(!failed.front().at(1).toString().isEmpty());
+    }
+
+    void exportsWriteValidFilesAndRestore() {
+        MainWindow w(test_loader);
+        w.resize(1400, 900);
+        w.show();
+        w.applyRequest(tiny_request(), true);
+        QVERIFY(wait_job(w));
+        QTemporaryDir dir;
+        QString error;
+        ExportOptions o;
+        o.plots = true;
+        for (const char* suffix : {"png", "svg", "pdf"}) {
+            o.path = dir.filePath(QStringLiteral("figure.") + suffix);
+            QVERIFY2(w.exportFigure(o, &error), qPrintable(error));
+            QVERIFY(QFileInfo(o.path).size() > 100);
+            QVERIFY(!w.exportFigure(o, &error));  // never overwrites without asking
+        }
+        QFile svg(dir.filePath("figure.svg"));
+        QVERIFY(svg.open(QIODevice::ReadOnly));
+        QVERIFY(svg.readAll().contains("<svg"));
+        QFile pdf(dir.filePath("figure.pdf"));
+        QVERIFY(pdf.open(QIODevice::ReadOnly));
+        QVERIFY(pdf.read(5) == "%PDF-");
+        QImageReader reader(dir.filePath("figure.png"));
+        const QString settings = reader.text(kSettingsTextKey);
+        const QImage png = reader.read();
+        QVERIFY(!png.isNull());
+        QVERIFY(png.width() > 500);
+        const Request back = Request::from_json(nlohmann::json::parse(settings.toStdString()));
+        QCOMPARE(back.gen.seed, uint64_t(7));
+        QCOMPARE(back.gen.class_id, int64_t(3));
+        QCOMPARE(back.model.custom_name, std::string("tiny-random"));
+
+        QVERIFY2(w.exportMetrics(dir.filePath("m.csv"), &error), qPrintable(error));
+        QFile csv(dir.filePath("m.csv"));
+        QVERIFY(csv.open(QIODevice::ReadOnly));
+        const QList<QByteArray> lines = csv.readAll().trimmed().split('\n');
+        QCOMPARE(lines.size(), 4);  // header + 3 scales
+        QVERIFY(lines[0].startsWith("scale,tokens,baseline_ms"));
+        QVERIFY2(w.exportMetrics(dir.filePath("m.json"), &error), qPrintable(error));
+        QFile js(dir.filePath("m.json"));
+        QVERIFY(js.open(QIODevice::ReadOnly));
+        const auto j = nlohmann::json::parse(js.readAll().toStdString());
+        QCOMPARE(j["scales"].size(), size_t(3));
+        QCOMPARE(j["settings"]["seed"].get<int>(), 7);
+
+        // Restoring from the PNG brings the seed back (and regenerates).
+        Request other = tiny_request();
+        other.gen.seed = 99;
+        w.applyRequest(other, false);
+        QCOMPARE(w.modelPanel()->seedBox()->value(), 99);
+        QVERIFY2(w.restoreFromPng(dir.filePath("figure.png"), &error), qPrintable(error));
+        QCOMPARE(w.modelPanel()->seedBox()->value(), 7);
+        QVERIFY(wait_job(w));
+        QVERIFY(w.comparison()->baseline()->cached);
+        // A PNG without settings is refused with a message.
+        QImage plain(4, 4, QImage::Format_RGB32);
+        plain.fill(Qt::red);
+        QVERIFY(plain.save(dir.filePath("plain.png")));
+        QVERIFY(!w.restoreFromPng(dir.filePath("plain.png"), &error));
+        QVERIFY(error.contains("no VARScope settings"));
+    }
+
+private:
+    static std::string varscope_source_dir() { return VARSCOPE_SOURCE_DIR; }
+};
+
+QTEST_MAIN(UiTest)
+#include "ui_test.moc"

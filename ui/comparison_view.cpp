@@ -1,0 +1,190 @@
+#include "ui/comparison_view.h"
+
+#include <QCheckBox>
+#include <QGridLayout>
+#include <QLabel>
+#include <QPushButton>
+
+#include <cmath>
+
+#include "ui/filmstrip.h"
+#include "visualization/float_grid.h"
+#include "visualization/image_canvas.h"
+#include "visualization/image_metrics.h"
+
+namespace varscope::gui {
+namespace {
+constexpr float kDiffMax = 0.5f;  // |Δ| range of the difference image (mean over RGB)
+
+QString bytes_text(int64_t b) {
+    if (b >= (int64_t(1) << 20)) return QString::number(b / double(1 << 20), 'f', 2) + " MiB";
+    if (b >= 1024) return QString::number(b / 1024.0, 'f', 1) + " KiB";
+    return QString::number(b) + " B";
+}
+}  // namespace
+
+QString ComparisonMetrics::text() const {
+    if (!valid) return {};
+    const QString p = std::isinf(psnr) ? QStringLiteral("∞") : QString::number(psnr, 'f', 2);
+    return QObject::tr("PSNR %1 dB · SSIM %2 · speedup %3× (%4 → %5 ms) · KV %6 → %7")
+        .arg(p)
+        .arg(ssim, 0, 'f', 4)
+        .arg(speedup, 0, 'f', 2)
+        .arg(base_ms, 0, 'f', 1)
+        .arg(accel_ms, 0, 'f', 1)
+        .arg(bytes_text(base_kv), bytes_text(accel_kv));
+}
+
+ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
+    sync_ = new viz::ViewSync(this);
+    auto* grid = new QGridLayout(this);
+    grid->setContentsMargins(4, 4, 4, 4);
+    auto make = [&](const QString& caption, const QString& empty) {
+        auto* c = new viz::ImageCanvas(this);
+        c->setSync(sync_);
+        c->setCaption(caption);
+        c->setEmptyText(empty);
+        return c;
+    };
+    base_canvas_ = make(tr("Baseline"), tr("Press Generate (Ctrl+Enter) to sample an image"));
+    accel_canvas_ = make(tr("Accelerated"), tr("Enable an accelerator on the left to compare"));
+    diff_canvas_ = make(tr("|accelerated − baseline|"), tr("Difference appears after both sides ran"));
+    base_canvas_->setObjectName("baselineCanvas");
+    accel_canvas_->setObjectName("acceleratedCanvas");
+    base_strip_ = new Filmstrip(this);
+    accel_strip_ = new Filmstrip(this);
+    grid->addWidget(base_canvas_, 0, 0);
+    grid->addWidget(accel_canvas_, 0, 1);
+    grid->addWidget(diff_canvas_, 0, 2);
+    grid->addWidget(base_strip_, 1, 0);
+    grid->addWidget(accel_strip_, 1, 1);
+    grid->setRowStretch(0, 1);
+    diff_canvas_->hide();
+
+    auto* bar = new QHBoxLayout;
+    show_diff_ = new QCheckBox(tr("Difference"), this);
+    show_diff_->setObjectName("showDifference");
+    show_diff_->setToolTip(tr("Show |accelerated − baseline| as a heatmap (D)"));
+    show_diff_->setShortcut(QKeySequence(Qt::Key_D));
+    connect(show_diff_, &QCheckBox::toggled, this, &ComparisonView::setShowDifference);
+    auto* fit = new QPushButton(tr("Fit"), this);
+    fit->setToolTip(tr("Reset zoom and pan (or double-click an image); wheel zooms, drag pans"));
+    connect(fit, &QPushButton::clicked, sync_, &viz::ViewSync::reset);
+    metrics_label_ = new QLabel(this);
+    metrics_label_->setObjectName("metricsLabel");
+    metrics_label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    bar->addWidget(show_diff_);
+    bar->addWidget(fit);
+    bar->addSpacing(12);
+    bar->addWidget(metrics_label_, 1);
+    grid->addLayout(bar, 2, 0, 1, 3);
+
+    for (auto* s : {base_strip_, accel_strip_})
+        connect(s, &Filmstrip::frameClicked, this, [this](int i) {
+            base_strip_->setSelected(i);
+            accel_strip_->setSelected(i);
+            emit scaleSelected(i);
+        });
+}
+
+QStringList ComparisonView::scaleCaptions(const SideResult& r) {
+    QStringList c;
+    for (const auto& s : r.run.scales)
+        c << (s.skipped ? tr("skip") : QString::number(s.patch_num) + QStringLiteral("²"));
+    return c;
+}
+
+void ComparisonView::setResult(const SideResultPtr& r) {
+    if (!r) return;
+    if (r->side == Side::Baseline) {
+        base_ = r;
+        base_canvas_->setImage(r->image);
+        base_canvas_->setBusy({});
+        base_canvas_->setCaption(tr("Baseline · %1 ms%2")
+                                     .arg(r->run.total_ms, 0, 'f', 1)
+                                     .arg(r->cached ? tr(" (cached)") : QString()));
+        base_strip_->setFrames(r->filmstrip, scaleCaptions(*r));
+    } else {
+        accel_ = r;
+        accel_canvas_->setImage(r->image);
+        accel_canvas_->setBusy({});
+        accel_canvas_->setCaption(r->same_as_baseline
+                                      ? tr("Accelerated: none enabled (= baseline)")
+                                      : tr("%1 · %2 ms")
+                                            .arg(QString::fromStdString(r->run.accel_summary))
+                                            .arg(r->run.total_ms, 0, 'f', 1));
+        accel_strip_->setFrames(r->filmstrip, scaleCaptions(*r));
+    }
+    updateComparison();
+}
+
+void ComparisonView::updateComparison() {
+    metrics_ = {};
+    diff_image_ = {};
+    if (base_ && accel_ && !base_->image.isNull() && !accel_->image.isNull()) {
+        metrics_.valid = true;
+        metrics_.psnr = viz::psnr(base_->image, accel_->image);
+        metrics_.ssim = viz::ssim(base_->image, accel_->image);
+        metrics_.base_ms = base_->run.total_ms;
+        metrics_.accel_ms = accel_->run.total_ms;
+        metrics_.speedup = accel_->run.total_ms > 0 ? base_->run.total_ms / accel_->run.total_ms : 0;
+        metrics_.base_kv = base_->run.kv_bytes;
+        metrics_.accel_kv = accel_->run.kv_bytes;
+        const viz::FloatGrid d = viz::image_difference(base_->image, accel_->image);
+        diff_image_ = viz::render_heatmap(d, viz::Colormap::Magma, {0.f, kDiffMax});
+        diff_canvas_->setCaption(tr("|Δ| (mean RGB, 0 … %1) · mean %2")
+                                     .arg(kDiffMax)
+                                     .arg(d.mean(), 0, 'f', 4));
+    }
+    diff_canvas_->setImage(diff_image_);
+    metrics_label_->setText(metricsText());
+}
+
+QString ComparisonView::metricsText() const { return metrics_.text(); }
+
+void ComparisonView::setProgress(Side side, int scale, int scales) {
+    auto* c = side == Side::Baseline ? base_canvas_ : accel_canvas_;
+    c->setBusy(tr("scale %1/%2").arg(scale + 1).arg(scales));
+}
+
+void ComparisonView::setSideMessage(Side side, const QString& message) {
+    auto* c = side == Side::Baseline ? base_canvas_ : accel_canvas_;
+    c->setBusy({});
+    if (side == Side::Accelerated) {
+        accel_.reset();
+        c->setImage({});
+        accel_strip_->setFrames({}, {});
+        updateComparison();
+    }
+    c->setEmptyText(message);
+    c->setCaption(side == Side::Baseline ? tr("Baseline") : tr("Accelerated"));
+}
+
+void ComparisonView::markStale() {
+    base_canvas_->setBusy(tr("waiting…"));
+    accel_canvas_->setBusy(tr("waiting…"));
+}
+
+void ComparisonView::clearBusy() {
+    base_canvas_->setBusy({});
+    accel_canvas_->setBusy({});
+}
+
+void ComparisonView::clear() {
+    base_.reset();
+    accel_.reset();
+    base_canvas_->setImage({});
+    accel_canvas_->setImage({});
+    base_strip_->setFrames({}, {});
+    accel_strip_->setFrames({}, {});
+    updateComparison();
+}
+
+void ComparisonView::setShowDifference(bool on) {
+    if (show_diff_->isChecked() != on) show_diff_->setChecked(on);
+    diff_canvas_->setVisible(on);
+}
+
+bool ComparisonView::showDifference() const { return show_diff_->isChecked(); }
+
+}  // namespace varscope::gui

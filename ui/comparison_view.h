@@ -1,0 +1,69 @@
+// Centre of the window: baseline | accelerated (| difference) with synchronised zoom and pan,
+// per-scale filmstrips under each, and the comparison metrics (PSNR, SSIM, speedup, KV bytes).
+#pragma once
+
+#include <QWidget>
+
+#include "ui/run_types.h"
+
+class QCheckBox;
+class QLabel;
+
+namespace varscope::viz {
+class ImageCanvas;
+class ViewSync;
+}  // namespace varscope::viz
+
+namespace varscope::gui {
+
+class Filmstrip;
+
+struct ComparisonMetrics {
+    bool valid = false;
+    double psnr = 0, ssim = 0, speedup = 0;
+    double base_ms = 0, accel_ms = 0;
+    int64_t base_kv = 0, accel_kv = 0;
+    QString text() const;  // one line for the UI and figure notes
+};
+
+class ComparisonView : public QWidget {
+    Q_OBJECT
+public:
+    explicit ComparisonView(QWidget* parent = nullptr);
+
+    void setResult(const SideResultPtr& r);
+    void setProgress(Side side, int scale, int scales);
+    void setSideMessage(Side side, const QString& message);  // error / cancelled text
+    void markStale();  // new job: keep images, show progress badges
+    void clearBusy();
+    void clear();
+    void setShowDifference(bool on);
+    bool showDifference() const;
+
+    SideResultPtr baseline() const { return base_; }
+    SideResultPtr accelerated() const { return accel_; }
+    QImage differenceImage() const { return diff_image_; }
+    const ComparisonMetrics& metrics() const { return metrics_; }
+    QString metricsText() const;
+
+signals:
+    void scaleSelected(int scale);
+
+private:
+    void updateComparison();
+    static QStringList scaleCaptions(const SideResult& r);
+
+    viz::ViewSync* sync_;
+    viz::ImageCanvas* base_canvas_;
+    viz::ImageCanvas* accel_canvas_;
+    viz::ImageCanvas* diff_canvas_;
+    Filmstrip* base_strip_;
+    Filmstrip* accel_strip_;
+    QCheckBox* show_diff_;
+    QLabel* metrics_label_;
+    SideResultPtr base_, accel_;
+    QImage diff_image_;
+    ComparisonMetrics metrics_;
+};
+
+}  // namespace varscope::gui

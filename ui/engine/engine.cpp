@@ -1,0 +1,214 @@
+#include "ui/engine/engine.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "core/accel/accel_config.h"
+#include "core/pipeline.h"
+#include "core/resources.h"
+
+namespace varscope::gui {
+namespace {
+
+// (3, H, W) float in [0, 1] -> 8-bit RGB.
+RgbImage to_rgb(const at::Tensor& chw) {
+    auto t = chw.detach().to(at::kCPU, at::kFloat).clamp(0, 1).mul(255).round().to(at::kByte);
+    t = t.permute({1, 2, 0}).contiguous();
+    RgbImage img;
+    img.height = static_cast<int>(t.size(0));
+    img.width = static_cast<int>(t.size(1));
+    img.rgb.assign(t.data_ptr<uint8_t>(), t.data_ptr<uint8_t>() + t.numel());
+    return img;
+}
+
+FloatArray to_array(const at::Tensor& t) {
+    FloatArray a;
+    if (!t.defined()) return a;
+    auto c = t.detach().to(at::kCPU, at::kFloat).contiguous();
+    a.shape.assign(c.sizes().begin(), c.sizes().end());
+    a.values.assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+    return a;
+}
+
+// Records everything and reports each finished scale.
+class ProgressRecorder : public ProbeRecorder {
+public:
+    ProgressRecorder(Selection sel, const ProgressFn& progress, int64_t scales)
+        : ProbeRecorder(std::move(sel)), progress_(progress), scales_(scales) {}
+    void on_scale(ScaleRecord r) override {
+        const int64_t si = r.scale;
+        ProbeRecorder::on_scale(std::move(r));
+        if (progress_) progress_(si, scales_);
+    }
+
+private:
+    const ProgressFn& progress_;
+    int64_t scales_;
+};
+
+}  // namespace
+
+std::string ModelSource::key() const {
+    switch (kind) {
+        case Kind::Embedded: return "embedded|" + device;
+        case Kind::Files: return "files|" + var_path + "|" + vae_path + "|" + device;
+        case Kind::Custom: return "custom|" + custom_name + "|" + device;
+    }
+    return {};
+}
+
+std::string ModelSource::display_name() const {
+    switch (kind) {
+        case Kind::Embedded: return "Embedded emoji VAR";
+        case Kind::Files: return std::filesystem::path(var_path).filename().string();
+        case Kind::Custom: return custom_name;
+    }
+    return {};
+}
+
+std::string GenerationSettings::baseline_key(const std::string& model_key) const {
+    std::ostringstream os;
+    os << model_key << "|c" << class_id << "|s" << seed << "|cfg" << cfg << "|k" << top_k << "|p"
+       << top_p << "|a" << attention_layer << "|f" << filmstrip;
+    return os.str();
+}
+
+Engine::Engine() = default;
+Engine::~Engine() = default;
+
+bool Engine::loaded() const { return pipeline_ != nullptr; }
+
+void Engine::load(const ModelSource& source) {
+    LoadOptions opt;
+    opt.device = source.device;
+    std::unique_ptr<VarPipeline> p;
+    switch (source.kind) {
+        case ModelSource::Kind::Embedded:
+            p = std::make_unique<VarPipeline>(VarPipeline::load(embedded_model_files(), opt));
+            break;
+        case ModelSource::Kind::Files:
+            p = std::make_unique<VarPipeline>(
+                VarPipeline::load({source.var_path, source.vae_path, {}}, opt));
+            break;
+        case ModelSource::Kind::Custom:
+            throw std::invalid_argument("a custom model must be installed with set_pipeline()");
+    }
+    set_pipeline(std::move(p), source);
+}
+
+void Engine::set_pipeline(std::unique_ptr<VarPipeline> pipeline, const ModelSource& source) {
+    pipeline_ = std::move(pipeline);
+    key_ = source.key();
+    const auto& v = pipeline_->var_config();
+    info_ = {};
+    info_.description = pipeline_->describe();
+    info_.device = pipeline_->device().str();
+    info_.num_classes = v.num_classes;
+    info_.depth = v.depth;
+    info_.num_heads = v.num_heads;
+    info_.patch_nums = v.patch_nums;
+    info_.image_size = v.patch_nums.back() * pipeline_->vae_config().downsample();
+    const std::string var_path = source.kind == ModelSource::Kind::Embedded
+                                     ? embedded_model_files().var_path
+                                     : source.var_path;
+    if (!var_path.empty()) info_.class_list_path = class_list_for(var_path, v.num_classes);
+}
+
+RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
+                      const std::atomic<bool>* cancel, const ProgressFn& progress) {
+    if (!pipeline_) throw std::runtime_error("no model is loaded");
+    const auto& cfg = pipeline_->var_config();
+    VarSampleOptions opt;
+    opt.class_ids = {s.class_id};
+    opt.seed = s.seed;
+    opt.cfg = s.cfg;
+    opt.top_k = s.top_k;
+    opt.top_p = s.top_p;
+    opt.cancel = cancel;
+    opt.validate(cfg);
+
+    ProbeRecorder::Selection sel;
+    if (s.attention_layer >= 0 && s.attention_layer < cfg.depth) sel.layers = {s.attention_layer};
+    sel.fhat = s.filmstrip;
+    ProgressRecorder rec(sel, progress, cfg.num_scales());
+
+    RunOutput out;
+    std::shared_ptr<SamplingHooks> hooks;
+    if (accelerated) {
+        const AccelConfig ac = AccelConfig::from_json(nlohmann::json::parse(s.accel_json));
+        out.accel_summary = ac.summary();
+        hooks = build_accelerators(ac, cfg, &rec);
+    } else {
+        out.accel_summary = "baseline";
+    }
+    VarSampleResult res;
+    try {
+        res = pipeline_->generate(opt, hooks.get(), &rec);
+    } catch (const SamplingCancelled&) {
+        throw Cancelled();
+    }
+
+    out.image = to_rgb(res.images[0]);
+    out.label = res.labels[0].item<int64_t>();
+    out.total_ms = res.total_millis;
+    out.decode_ms = res.decode_millis;
+    out.kv_bytes = res.kv_bytes;
+
+    c10::InferenceMode guard;
+    auto vae = pipeline_->sampler().vqvae();
+    for (auto& r : rec.scales()) {
+        if (cancel && cancel->load()) throw Cancelled();
+        ScaleOutput so;
+        so.scale = r.scale;
+        so.patch_num = r.patch_num;
+        so.millis = r.millis;
+        so.skipped = r.skipped;
+        if (r.tokens.defined()) {
+            auto t = r.tokens[0].to(at::kLong).contiguous();
+            so.tokens.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+        }
+        if (r.f_hat.defined()) {
+            auto f = r.f_hat.narrow(0, 0, 1).to(pipeline_->device());
+            so.fhat = to_rgb(vae->decode(f)[0].add(1).mul(0.5));
+        }
+        out.scales.push_back(std::move(so));
+    }
+    for (auto& a : rec.attention()) out.attention.push_back({a.scale, a.layer, to_array(a.probs)});
+    for (auto& a : rec.accel())
+        out.accel.push_back({a.method, a.kind, a.scale, a.layer, to_array(a.data), a.values});
+    return out;
+}
+
+const std::vector<MethodSpec>& Engine::methods() { return accel_methods(); }
+
+std::map<std::string, nlohmann::json> Engine::presets() { return accel_presets(); }
+
+std::string Engine::validate_accel(const nlohmann::json& j) {
+    try {
+        AccelConfig::from_json(j);
+        return {};
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+}
+
+std::string Engine::accel_summary(const nlohmann::json& j) {
+    try {
+        return AccelConfig::from_json(j).summary();
+    } catch (const std::exception&) {
+        return "invalid";
+    }
+}
+
+bool Engine::cuda_available() { return varscope::cuda_available(); }
+bool Engine::embedded_available() { return embedded_model_available(); }
+
+std::string Engine::embedded_class_list() {
+    if (!embedded_model_available()) return {};
+    return class_list_for(embedded_model_files().var_path, 0);
+}
+
+}  // namespace varscope::gui

@@ -1,0 +1,543 @@
+#include "ui/inspector.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "visualization/heatmap_view.h"
+
+namespace varscope::gui {
+namespace {
+
+QComboBox* colormap_combo(QWidget* parent, viz::Colormap initial) {
+    auto* c = new QComboBox(parent);
+    c->addItems(viz::colormap_names());
+    c->setCurrentIndex(static_cast<int>(initial));
+    c->setToolTip(QObject::tr("Colormap"));
+    return c;
+}
+
+std::vector<int64_t> patch_nums_of(const SideResultPtr& r) {
+    std::vector<int64_t> pn;
+    if (r)
+        for (const auto& s : r->run.scales) pn.push_back(s.patch_num);
+    return pn;
+}
+
+bool is_binary(const std::vector<float>& v) {
+    return !v.empty() && std::all_of(v.begin(), v.end(), [](float x) { return x == 0.f || x == 1.f; });
+}
+
+}  // namespace
+
+int64_t ScaleLayout::begin(size_t scale) const {
+    int64_t b = 0;
+    for (size_t i = 0; i < scale && i < patch_nums.size(); ++i) b += tokens(i);
+    return b;
+}
+
+std::tuple<int64_t, int64_t, int64_t> ScaleLayout::locate(int64_t token) const {
+    for (size_t s = 0; s < patch_nums.size(); ++s) {
+        if (token < tokens(s)) return {int64_t(s), token / patch_nums[s], token % patch_nums[s]};
+        token -= tokens(s);
+    }
+    return {-1, 0, 0};
+}
+
+// --- attention -------------------------------------------------------------------------------
+
+AttentionInspector::AttentionInspector(QWidget* parent) : QWidget(parent) {
+    auto* v = new QVBoxLayout(this);
+    auto* bar = new QHBoxLayout;
+    side_ = new QComboBox(this);
+    side_->addItems({tr("Baseline"), tr("Accelerated")});
+    side_->setToolTip(tr("Which run's attention to show (accelerators that replace attention "
+                         "report their own maps in their tabs)"));
+    scale_ = new QComboBox(this);
+    scale_->setObjectName("attentionScale");
+    scale_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+    scale_->setToolTip(tr("Query scale"));
+    layer_ = new QSpinBox(this);
+    layer_->setObjectName("attentionLayer");
+    layer_->setPrefix(tr("layer "));
+    layer_->setToolTip(tr("Transformer block; another layer re-runs with eager attention there"));
+    head_ = new QComboBox(this);
+    head_->setToolTip(tr("Attention head (or the mean over heads)"));
+    head_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+    cmap_ = colormap_combo(this, viz::Colormap::Inferno);
+    log_ = new QCheckBox(tr("log"), this);
+    log_->setChecked(true);
+    log_->setToolTip(tr("log10 of the probabilities (small weights become visible)"));
+    bar->addWidget(side_);
+    bar->addWidget(new QLabel(tr("Scale"), this));
+    bar->addWidget(scale_);
+    bar->addWidget(layer_);
+    bar->addWidget(head_);
+    bar->addWidget(cmap_);
+    bar->addWidget(log_);
+    bar->addStretch(1);
+    v->addLayout(bar);
+    view_ = new viz::HeatmapView(this);
+    view_->setObjectName("attentionView");
+    view_->setKeepAspect(false);
+    view_->setEmptyText(tr("Attention maps are recorded for one layer at every scale.\n"
+                           "Press Generate to see them."));
+    v->addWidget(view_, 1);
+
+    connect(side_, qOverload<int>(&QComboBox::currentIndexChanged), this, &AttentionInspector::refresh);
+    connect(scale_, qOverload<int>(&QComboBox::currentIndexChanged), this, &AttentionInspector::refresh);
+    connect(head_, qOverload<int>(&QComboBox::currentIndexChanged), this, &AttentionInspector::refresh);
+    connect(log_, &QCheckBox::toggled, this, &AttentionInspector::refresh);
+    connect(cmap_, qOverload<int>(&QComboBox::currentIndexChanged), this,
+            [this](int i) { view_->setColormap(static_cast<viz::Colormap>(i)); });
+    view_->setColormap(viz::Colormap::Inferno);
+    connect(layer_, qOverload<int>(&QSpinBox::valueChanged), this, [this](int l) {
+        refresh();
+        emit layerRequested(l);
+    });
+}
+
+void AttentionInspector::setDepth(int depth, int heads) {
+    const QSignalBlocker b(layer_);
+    layer_->setRange(0, std::max(0, depth - 1));
+    if (layer_->value() >= depth) layer_->setValue(depth - 1);
+    const QSignalBlocker h(head_);
+    head_->clear();
+    head_->addItem(tr("mean"));
+    for (int i = 0; i < heads; ++i) head_->addItem(tr("head %1").arg(i));
+}
+
+int AttentionInspector::layer() const { return layer_->value(); }
+
+void AttentionInspector::setScale(int scale) {
+    if (scale >= 0 && scale < scale_->count()) scale_->setCurrentIndex(scale);
+}
+
+void AttentionInspector::setResults(const SideResultPtr& base, const SideResultPtr& accel) {
+    base_ = base;
+    accel_ = accel;
+    const auto pn = patch_nums_of(base ? base : accel);
+    const int keep = scale_->currentIndex();
+    {
+        const QSignalBlocker b(scale_);
+        scale_->clear();
+        for (size_t s = 0; s < pn.size(); ++s)
+            scale_->addItem(tr("%1: %2×%2").arg(s).arg(pn[s]));
+        scale_->setCurrentIndex(keep >= 0 && keep < scale_->count() ? keep : scale_->count() - 1);
+    }
+    refresh();
+}
+
+void AttentionInspector::refresh() {
+    const SideResultPtr r = side_->currentIndex() == 0 ? base_ : accel_;
+    const int scale = scale_->currentIndex(), layer = layer_->value();
+    const AttentionOutput* rec = nullptr;
+    if (r)
+        for (const auto& a : r->run.attention)
+            if (a.scale == scale && a.layer == layer) rec = &a;
+    if (!rec || rec->probs.shape.size() != 3) {
+        view_->clear();
+        if (!r)
+            view_->setEmptyText(tr("Press Generate to record attention maps."));
+        else if (r->run.attention.empty())
+            view_->setEmptyText(side_->currentIndex() == 1
+                                    ? tr("The accelerated run reported no dense attention maps "
+                                         "(its attention may be replaced by a sparse kernel).")
+                                    : tr("No attention recorded for layer %1 yet: regenerating…").arg(layer));
+        else
+            view_->setEmptyText(tr("No attention recorded for scale %1, layer %2.").arg(scale).arg(layer));
+        return;
+    }
+    const int64_t heads = rec->probs.dim(0), q = rec->probs.dim(1), k = rec->probs.dim(2);
+    const int head = head_->currentIndex() - 1;  // -1 = mean
+    viz::FloatGrid g = viz::FloatGrid::filled(int(q), int(k), 0.f);
+    const auto& vals = rec->probs.values;
+    for (int64_t h = 0; h < heads; ++h) {
+        if (head >= 0 && h != head) continue;
+        for (int64_t i = 0; i < q * k; ++i) g.values[size_t(i)] += vals[size_t(h * q * k + i)];
+    }
+    if (head < 0)
+        for (auto& x : g.values) x /= float(heads);
+    if (log_->isChecked())
+        for (auto& x : g.values) x = std::log10(std::max(x, 1e-6f));
+
+    ScaleLayout layout{patch_nums_of(r)};
+    std::vector<int> cols;
+    for (size_t s = 1; s < layout.patch_nums.size(); ++s) {
+        const int64_t b = layout.begin(s);
+        if (b < k) cols.push_back(int(b));
+    }
+    view_->setGrid(g);
+    view_->setPartitions({}, cols);
+    view_->setLegendLabel(log_->isChecked() ? tr("log10 p") : tr("p"));
+    view_->setTitle(tr("Scale %1 (%2×%2 queries) attending to %3 keys · layer %4 · %5")
+                        .arg(scale)
+                        .arg(layout.patch_nums[size_t(scale)])
+                        .arg(k)
+                        .arg(layer)
+                        .arg(head < 0 ? tr("mean of %1 heads").arg(heads) : tr("head %1").arg(head)));
+    const int64_t qpn = layout.patch_nums[size_t(scale)];
+    view_->setCellLabeler([layout, qpn](int row, int col) {
+        auto [ks, ky, kx] = layout.locate(col);
+        return QObject::tr("query (%1,%2) → key scale %3 (%4,%5)")
+            .arg(row / qpn)
+            .arg(row % qpn)
+            .arg(ks)
+            .arg(ky)
+            .arg(kx);
+    });
+}
+
+// --- accelerator records ---------------------------------------------------------------------
+
+AccelInspector::AccelInspector(const QString& method, const QString& hint, QWidget* parent)
+    : QWidget(parent), method_(method), hint_(hint) {
+    auto* v = new QVBoxLayout(this);
+    auto* bar = new QHBoxLayout;
+    kind_ = new QComboBox(this);
+    kind_->setObjectName("kind");
+    kind_->setToolTip(tr("Record kind reported by the accelerator"));
+    kind_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+    scale_ = new QComboBox(this);
+    scale_->setToolTip(tr("Scale"));
+    layer_ = new QComboBox(this);
+    layer_->setToolTip(tr("Layer"));
+    index_ = new QSpinBox(this);
+    index_->setPrefix(tr("slice "));
+    index_->setToolTip(tr("Index over the leading dimensions of a >2-D record (e.g. heads)"));
+    mode_ = new QComboBox(this);
+    mode_->addItems({tr("Heatmap"), tr("Overlay on image")});
+    mode_->setToolTip(tr("Token records (one value per token of the scale) can be laid over the image"));
+    cmap_ = colormap_combo(this, viz::Colormap::Viridis);
+    for (QWidget* w : std::initializer_list<QWidget*>{kind_, scale_, layer_, index_, mode_, cmap_}) bar->addWidget(w);
+    bar->addStretch(1);
+    v->addLayout(bar);
+    values_ = new QLabel(this);
+    values_->setWordWrap(true);
+    values_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    v->addWidget(values_);
+    view_ = new viz::HeatmapView(this);
+    view_->setObjectName("recordView");
+    view_->setEmptyText(hint_);
+    v->addWidget(view_, 1);
+
+    connect(kind_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
+        if (!updating_) rebuildScales();
+    });
+    for (auto* c : {scale_, layer_, mode_})
+        connect(c, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
+            if (!updating_) refresh();
+        });
+    connect(index_, qOverload<int>(&QSpinBox::valueChanged), this, [this] {
+        if (!updating_) refresh();
+    });
+    connect(cmap_, qOverload<int>(&QComboBox::currentIndexChanged), this,
+            [this](int i) { view_->setColormap(static_cast<viz::Colormap>(i)); });
+    rebuildKinds();
+}
+
+QStringList AccelInspector::kinds() const {
+    QStringList k;
+    for (int i = 0; i < kind_->count(); ++i) k << kind_->itemData(i).toString();
+    return k;
+}
+
+bool AccelInspector::selectKind(const QString& kind) {
+    const int i = kind_->findData(kind);
+    if (i < 0) return false;
+    kind_->setCurrentIndex(i);
+    return true;
+}
+
+void AccelInspector::setScale(int scale) {
+    const int i = scale_->findData(scale);
+    if (i >= 0) scale_->setCurrentIndex(i);
+}
+
+void AccelInspector::setResults(const SideResultPtr& base, const SideResultPtr& accel) {
+    base_ = base;
+    accel_ = accel;
+    records_.clear();
+    if (accel_ && !accel_->same_as_baseline)
+        for (const auto& a : accel_->run.accel)
+            if (method_.isEmpty() || QString::fromStdString(a.method) == method_) records_.push_back(&a);
+    rebuildKinds();
+}
+
+void AccelInspector::rebuildKinds() {
+    const QString keep = kind_->currentData().toString();
+    updating_ = true;
+    kind_->clear();
+    std::vector<std::string> seen;
+    for (const auto* r : records_) {
+        const std::string key = r->method + "/" + r->kind;
+        if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+        seen.push_back(key);
+        kind_->addItem(QString::fromStdString(method_.isEmpty() ? key : r->kind),
+                       QString::fromStdString(key));
+    }
+    const int i = kind_->findData(keep);
+    kind_->setCurrentIndex(i >= 0 ? i : 0);
+    updating_ = false;
+    for (QWidget* w : std::initializer_list<QWidget*>{kind_, scale_, layer_, index_, mode_, cmap_})
+        w->setEnabled(!records_.empty());
+    rebuildScales();
+}
+
+std::vector<const AccelOutput*> AccelInspector::matching() const {
+    std::vector<const AccelOutput*> out;
+    const QString key = kind_->currentData().toString();
+    for (const auto* r : records_)
+        if (QString::fromStdString(r->method + "/" + r->kind) == key) out.push_back(r);
+    return out;
+}
+
+void AccelInspector::rebuildScales() {
+    const auto recs = matching();
+    const QVariant keep_scale = scale_->currentData(), keep_layer = layer_->currentData();
+    updating_ = true;
+    std::set<int64_t> scales, layers;
+    for (const auto* r : recs) {
+        scales.insert(r->scale);
+        layers.insert(r->layer);
+    }
+    // Records without tensors but with scalar values (e.g. bytes per layer and scale) are
+    // shown together as a layer x scale table.
+    const bool table = !recs.empty() && std::all_of(recs.begin(), recs.end(), [](const AccelOutput* r) {
+        return r->data.empty() && !r->values.empty();
+    });
+    scale_->clear();
+    layer_->clear();
+    if (table) {
+        for (const auto& [key, _] : recs.front()->values)
+            layer_->addItem(QString::fromStdString(key), QString::fromStdString(key));
+        scale_->addItem(tr("all scales"), -2);
+    } else {
+        // 1-D records of equal length, one per scale (e.g. bytes per layer): stackable into a
+        // (entries x scales) map.
+        const bool stackable = scales.size() > 1 && std::all_of(recs.begin(), recs.end(), [&](const AccelOutput* r) {
+            return r->data.shape.size() == 1 && r->layer < 0 && r->data.shape == recs.front()->data.shape;
+        });
+        if (stackable) scale_->addItem(tr("all scales (stacked)"), -3);
+        for (int64_t s : scales) scale_->addItem(s < 0 ? tr("all scales") : tr("scale %1").arg(s), qlonglong(s));
+        for (int64_t l : layers) layer_->addItem(l < 0 ? tr("all layers") : tr("layer %1").arg(l), qlonglong(l));
+    }
+    int si = scale_->findData(keep_scale);
+    scale_->setCurrentIndex(si >= 0 ? si : std::max(0, scale_->count() - 1));
+    int li = layer_->findData(keep_layer);
+    layer_->setCurrentIndex(li >= 0 ? li : 0);
+    updating_ = false;
+    refresh();
+}
+
+void AccelInspector::refresh() {
+    const auto recs = matching();
+    view_->setBackground({});
+    view_->setPartitions({}, {});
+    if (recs.empty()) {
+        view_->clear();
+        const bool ran = accel_ && !accel_->same_as_baseline;
+        view_->setEmptyText(ran && !method_.isEmpty() &&
+                                    QString::fromStdString(accel_->run.accel_summary) != "baseline"
+                                ? hint_ + "\n" + tr("(No records from this method in the last run.)")
+                                : hint_);
+        values_->clear();
+        return;
+    }
+    const std::vector<int64_t> pn = patch_nums_of(accel_);
+    // Layer x scale table of one scalar value.
+    if (scale_->currentData().toLongLong() == -2) {
+        const std::string key = layer_->currentData().toString().toStdString();
+        std::set<int64_t> ls, ss;
+        for (const auto* r : recs) {
+            ls.insert(r->layer);
+            ss.insert(r->scale);
+        }
+        const std::vector<int64_t> lv(ls.begin(), ls.end()), sv(ss.begin(), ss.end());
+        viz::FloatGrid g = viz::FloatGrid::filled(int(lv.size()), int(sv.size()), NAN);
+        for (const auto* r : recs) {
+            const auto it = r->values.find(key);
+            if (it == r->values.end()) continue;
+            const int row = int(std::find(lv.begin(), lv.end(), r->layer) - lv.begin());
+            const int col = int(std::find(sv.begin(), sv.end(), r->scale) - sv.begin());
+            g.at(row, col) = float(it->second);
+        }
+        view_->setKeepAspect(false);
+        view_->setGrid(g);
+        view_->setTitle(tr("%1: %2 per layer (rows) × scale (columns)")
+                            .arg(kind_->currentText(), QString::fromStdString(key)));
+        view_->setCellLabeler([lv, sv](int row, int col) {
+            return QObject::tr("layer %1, scale %2").arg(lv[size_t(row)]).arg(sv[size_t(col)]);
+        });
+        values_->setText(tr("%1 records").arg(recs.size()));
+        index_->setVisible(false);
+        return;
+    }
+    if (scale_->currentData().toLongLong() == -3) {
+        std::vector<const AccelOutput*> by_scale(recs.begin(), recs.end());
+        std::sort(by_scale.begin(), by_scale.end(),
+                  [](const AccelOutput* a, const AccelOutput* b) { return a->scale < b->scale; });
+        const int rows = int(by_scale.front()->data.values.size());
+        viz::FloatGrid g = viz::FloatGrid::filled(rows, int(by_scale.size()), NAN);
+        std::vector<int64_t> sv;
+        for (size_t c = 0; c < by_scale.size(); ++c) {
+            sv.push_back(by_scale[c]->scale);
+            for (int r = 0; r < rows; ++r) g.at(r, int(c)) = by_scale[c]->data.values[size_t(r)];
+        }
+        view_->setKeepAspect(false);
+        view_->setGrid(g);
+        view_->setColormap(static_cast<viz::Colormap>(cmap_->currentIndex()));
+        view_->setTitle(tr("%1 per entry (rows, e.g. layers) × scale (columns)").arg(kind_->currentText()));
+        view_->setCellLabeler([sv](int row, int col) {
+            return QObject::tr("entry %1, scale %2").arg(row).arg(sv[size_t(col)]);
+        });
+        values_->setText(tr("%1 records stacked").arg(by_scale.size()));
+        index_->setVisible(false);
+        mode_->setEnabled(false);
+        return;
+    }
+    const qlonglong scale = scale_->currentData().toLongLong(), layer = layer_->currentData().toLongLong();
+    const AccelOutput* rec = nullptr;
+    for (const auto* r : recs)
+        if (r->scale == scale && r->layer == layer) rec = r;
+    if (!rec)
+        for (const auto* r : recs)
+            if (r->scale == scale) rec = r;
+    if (!rec) rec = recs.back();
+
+    QStringList facts;
+    for (const auto& [k, v] : rec->values)
+        facts << QStringLiteral("%1 = %2").arg(QString::fromStdString(k), viz::format_value(v));
+    // Shape -> grid: (n) as one row, or as the scale's pn x pn token map; (r, c) as is; more
+    // dimensions: the leading ones are flattened into the slice index.
+    const auto& shape = rec->data.shape;
+    const int64_t spn = rec->scale >= 0 && size_t(rec->scale) < pn.size() ? pn[size_t(rec->scale)] : 0;
+    int64_t rows = 1, cols = int64_t(rec->data.values.size()), slices = 1;
+    if (shape.size() == 1 && spn > 0 && shape[0] == spn * spn) {
+        rows = cols = spn;
+    } else if (shape.size() >= 2) {
+        rows = shape[shape.size() - 2];
+        cols = shape.back();
+        slices = rows * cols > 0 ? int64_t(rec->data.values.size()) / (rows * cols) : 1;
+    }
+    index_->setVisible(slices > 1);
+    {
+        const QSignalBlocker b(index_);
+        index_->setRange(0, int(std::max<int64_t>(0, slices - 1)));
+    }
+    if (rec->data.empty()) {
+        view_->clear();
+        view_->setEmptyText(tr("This record has no tensor."));
+        values_->setText(facts.join(" · "));
+        return;
+    }
+    const int64_t slice = std::min<int64_t>(index_->value(), slices - 1);
+    viz::FloatGrid g(int(rows), int(cols),
+                     std::vector<float>(rec->data.values.begin() + slice * rows * cols,
+                                        rec->data.values.begin() + (slice + 1) * rows * cols));
+    // Index lists (rows x k key ids, -1 padded, e.g. CS4A's selected keys of each query block)
+    // are shown as a mask over the dense (rows x keys) map.
+    const bool index_list = rec->kind.find("selected") != std::string::npos ||
+                            rec->kind.find("mapped") != std::string::npos;
+    if (index_list) {
+        int64_t keys = 0;
+        if (auto it = rec->values.find("kv_len"); it != rec->values.end()) keys = int64_t(it->second);
+        for (float v : g.values) keys = std::max<int64_t>(keys, int64_t(v) + 1);
+        viz::FloatGrid mask = viz::FloatGrid::filled(int(rows), int(std::max<int64_t>(keys, 1)), 0.f);
+        for (int r = 0; r < g.rows; ++r)
+            for (int c = 0; c < g.cols; ++c)
+                if (g.at(r, c) >= 0) mask.at(r, int(g.at(r, c))) = 1.f;
+        g = mask;
+        facts << tr("%1 of %2 keys per row").arg(cols).arg(keys);
+    }
+    const int64_t final_pn = pn.empty() ? 0 : pn.back();
+    const bool token_map = g.rows == g.cols && ((spn > 0 && g.rows == spn) || g.rows == final_pn);
+    const bool binary = is_binary(g.values);
+    if (binary) facts << tr("zeros %1 %").arg(100.0 * g.zero_fraction(), 0, 'f', 1);
+    QString dims;
+    for (int64_t d : shape) dims += (dims.isEmpty() ? "" : "×") + QString::number(d);
+    facts.prepend(tr("shape %1").arg(dims.isEmpty() ? tr("scalar") : dims));
+    values_->setText(facts.join(" · "));
+    mode_->setEnabled(token_map);
+    view_->setKeepAspect(token_map || rows == cols);
+    view_->setGrid(g, binary ? std::optional<viz::ValueRange>(viz::ValueRange{0.f, 1.f}) : std::nullopt);
+    if (binary && cmap_->currentIndex() == static_cast<int>(viz::Colormap::Viridis))
+        view_->setColormap(viz::Colormap::Mask);
+    else
+        view_->setColormap(static_cast<viz::Colormap>(cmap_->currentIndex()));
+    if (token_map && mode_->currentIndex() == 1 && accel_) view_->setBackground(accel_->image, 0.55);
+    view_->setTitle(tr("%1 · scale %2%3")
+                        .arg(kind_->currentText())
+                        .arg(rec->scale)
+                        .arg(rec->layer >= 0 ? tr(" · layer %1").arg(rec->layer) : QString()));
+    view_->setCellLabeler([token_map, index_list](int row, int col) {
+        return token_map    ? QObject::tr("token (%1,%2)").arg(row).arg(col)
+               : index_list ? QObject::tr("query block %1, key %2").arg(row).arg(col)
+                            : QObject::tr("[%1, %2]").arg(row).arg(col);
+    });
+}
+
+// --- tabs ------------------------------------------------------------------------------------
+
+Inspector::Inspector(QWidget* parent) : QTabWidget(parent) {
+    setObjectName("inspector");
+    attention_ = new AttentionInspector(this);
+    addTab(attention_, tr("Attention"));
+    const std::vector<std::tuple<QString, QString, QString>> tabs = {
+        {"fastvar", tr("FastVAR tokens"),
+         tr("Enable FastVAR to see the pivotal-token scores and the pruned tokens per scale.")},
+        {"sparvar", tr("SparVAR masks"),
+         tr("Enable SparVAR to see the CSLA token/block masks and CS4A selected indices.")},
+        {"lazyvar", tr("LazyVAR"),
+         tr("Enable LazyVAR to see update-index heatmaps and group assignments.")},
+        {"ams_kv", tr("AMS-KV"), tr("Enable AMS-KV to see cache occupancy per layer × scale.")},
+        {"", tr("All records"), tr("Accelerator probe records of the last accelerated run appear here.")}};
+    for (const auto& [id, title, hint] : tabs) {
+        auto* tab = new AccelInspector(id, hint, this);
+        tab->setObjectName("inspector." + (id.isEmpty() ? QStringLiteral("all") : id));
+        methods_.emplace_back(id, tab);
+        addTab(tab, title);
+    }
+    connect(attention_, &AttentionInspector::layerRequested, this, &Inspector::attentionLayerRequested);
+}
+
+void Inspector::setResults(const SideResultPtr& base, const SideResultPtr& accel) {
+    attention_->setResults(base, accel);
+    for (auto& [_, tab] : methods_) tab->setResults(base, accel);
+}
+
+void Inspector::setModel(int depth, int heads) { attention_->setDepth(depth, heads); }
+
+void Inspector::setScale(int scale) {
+    attention_->setScale(scale);
+    for (auto& [_, tab] : methods_) tab->setScale(scale);
+}
+
+AccelInspector* Inspector::methodTab(const QString& method) const {
+    for (const auto& [id, tab] : methods_)
+        if (id == method) return tab;
+    return nullptr;
+}
+
+QImage Inspector::currentPanelImage() const {
+    viz::HeatmapView* v = nullptr;
+    if (currentWidget() == attention_)
+        v = attention_->view();
+    else
+        for (const auto& [_, tab] : methods_)
+            if (currentWidget() == tab) v = tab->view();
+    if (!v || !v->hasData()) return {};
+    return v->grab().toImage();
+}
+
+QString Inspector::currentPanelTitle() const { return tabText(currentIndex()); }
+
+}  // namespace varscope::gui

@@ -1,0 +1,110 @@
+// Inspector tabs fed by probe records: the attention map of a chosen scale/layer/head with
+// key-scale partitions, and one generic record viewer per accelerator (heatmap of a 2-D
+// tensor, token overlay on the image, mask sparsity, layer x scale tables of scalar values).
+// Records are keyed by (method, kind); new kinds need no code here.
+#pragma once
+
+#include <QTabWidget>
+#include <QWidget>
+
+#include "ui/run_types.h"
+
+class QCheckBox;
+class QComboBox;
+class QLabel;
+class QSpinBox;
+
+namespace varscope::viz {
+class HeatmapView;
+}
+
+namespace varscope::gui {
+
+// Layout helpers for a scale schedule (patch_nums of the scales that ran).
+struct ScaleLayout {
+    std::vector<int64_t> patch_nums;
+    int64_t begin(size_t scale) const;   // first token of the scale in the full sequence
+    int64_t tokens(size_t scale) const { return patch_nums[scale] * patch_nums[scale]; }
+    // (scale, y, x) of a token index in the full sequence; scale = -1 if out of range.
+    std::tuple<int64_t, int64_t, int64_t> locate(int64_t token) const;
+};
+
+class AttentionInspector : public QWidget {
+    Q_OBJECT
+public:
+    explicit AttentionInspector(QWidget* parent = nullptr);
+    void setResults(const SideResultPtr& base, const SideResultPtr& accel);
+    void setDepth(int depth, int heads);
+    void setScale(int scale);
+    int layer() const;
+    viz::HeatmapView* view() const { return view_; }
+
+signals:
+    void layerRequested(int layer);  // attention of another layer is needed (re-run)
+
+private:
+    void refresh();
+    SideResultPtr base_, accel_;
+    QComboBox* side_;
+    QComboBox* scale_;
+    QSpinBox* layer_;
+    QComboBox* head_;
+    QComboBox* cmap_;
+    QCheckBox* log_;
+    viz::HeatmapView* view_;
+};
+
+class AccelInspector : public QWidget {
+    Q_OBJECT
+public:
+    // method: "fastvar", ... or "" for every method; hint: the empty-state text.
+    AccelInspector(const QString& method, const QString& hint, QWidget* parent = nullptr);
+    void setResults(const SideResultPtr& base, const SideResultPtr& accel);
+    void setScale(int scale);
+    viz::HeatmapView* view() const { return view_; }
+    int recordCount() const { return int(records_.size()); }
+    QStringList kinds() const;
+    bool selectKind(const QString& kind);
+
+private:
+    void rebuildKinds();
+    void rebuildScales();
+    void refresh();
+    std::vector<const AccelOutput*> matching() const;  // of the chosen kind
+
+    QString method_, hint_;
+    SideResultPtr base_, accel_;
+    std::vector<const AccelOutput*> records_;
+    QComboBox* kind_;
+    QComboBox* scale_;
+    QComboBox* layer_;
+    QSpinBox* index_;
+    QComboBox* mode_;
+    QComboBox* cmap_;
+    QLabel* values_;
+    viz::HeatmapView* view_;
+    bool updating_ = false;
+};
+
+class Inspector : public QTabWidget {
+    Q_OBJECT
+public:
+    explicit Inspector(QWidget* parent = nullptr);
+    void setResults(const SideResultPtr& base, const SideResultPtr& accel);
+    void setModel(int depth, int heads);
+    void setScale(int scale);
+    AttentionInspector* attention() const { return attention_; }
+    AccelInspector* methodTab(const QString& method) const;
+    // The visible panel as an image (for figures); null when it has no data.
+    QImage currentPanelImage() const;
+    QString currentPanelTitle() const;
+
+signals:
+    void attentionLayerRequested(int layer);
+
+private:
+    AttentionInspector* attention_;
+    std::vector<std::pair<QString, AccelInspector*>> methods_;
+};
+
+}  // namespace varscope::gui

@@ -1,0 +1,534 @@
+#include "ui/main_window.h"
+
+#include <qcustomplot.h>
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDateTime>
+#include <QDir>
+#include <QDockWidget>
+#include <QDragEnterEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHeaderView>
+#include <QImageReader>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QProgressBar>
+#include <QScrollArea>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QTableView>
+#include <QToolBar>
+#include <QVBoxLayout>
+
+#include "ui/comparison_view.h"
+#include "ui/inspector.h"
+#include "ui/method_panel.h"
+#include "ui/metrics_model.h"
+#include "ui/model_panel.h"
+#include "ui/plots_panel.h"
+#include "visualization/figure.h"
+#include "visualization/heatmap_view.h"
+
+namespace varscope::gui {
+
+MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMainWindow(parent) {
+    setWindowTitle(tr("VARScope"));
+    setAcceptDrops(true);
+    worker_ = new GenerationWorker(this);
+    if (loader) worker_->setLoader(std::move(loader));
+
+    comparison_ = new ComparisonView(this);
+    setCentralWidget(comparison_);
+
+    // Left: model + methods in one scrollable column.
+    model_panel_ = new ModelPanel(this);
+    method_panel_ = new MethodPanel(this);
+    auto* left = new QWidget(this);
+    auto* lv = new QVBoxLayout(left);
+    lv->setContentsMargins(2, 2, 2, 2);
+    lv->addWidget(model_panel_);
+    auto* methods_title = new QLabel(tr("<b>Accelerators</b>"), left);
+    lv->addWidget(methods_title);
+    lv->addWidget(method_panel_);
+    lv->addStretch(1);
+    auto* scroll = new QScrollArea(this);
+    scroll->setWidget(left);
+    scroll->setWidgetResizable(true);
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    auto* left_dock = new QDockWidget(tr("Model and accelerators"), this);
+    left_dock->setObjectName("leftDock");
+    left_dock->setWidget(scroll);
+    left_dock->setMinimumWidth(330);
+    addDockWidget(Qt::LeftDockWidgetArea, left_dock);
+
+    inspector_ = new Inspector(this);
+    auto* right_dock = new QDockWidget(tr("Inspector"), this);
+    right_dock->setObjectName("inspectorDock");
+    right_dock->setWidget(inspector_);
+    addDockWidget(Qt::RightDockWidgetArea, right_dock);
+
+    plots_ = new PlotsPanel(this);
+    metrics_ = new MetricsModel(this);
+    table_ = new QTableView(this);
+    table_->setModel(metrics_);
+    table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    table_->verticalHeader()->hide();
+    auto* bottom_tabs = new QTabWidget(this);
+    bottom_tabs->addTab(plots_, tr("Plots"));
+    bottom_tabs->addTab(table_, tr("Per-scale table"));
+    auto* bottom_dock = new QDockWidget(tr("Plots"), this);
+    bottom_dock->setObjectName("plotsDock");
+    bottom_dock->setWidget(bottom_tabs);
+    addDockWidget(Qt::BottomDockWidgetArea, bottom_dock);
+
+    status_model_ = new QLabel(tr("No model loaded"), this);
+    progress_ = new QProgressBar(this);
+    progress_->setMaximumWidth(220);
+    progress_->setTextVisible(true);
+    progress_->hide();
+    statusBar()->addWidget(status_model_, 1);
+    statusBar()->addPermanentWidget(progress_);
+
+    buildActions();
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    for (auto* d : {left_dock, right_dock, bottom_dock}) view->addAction(d->toggleViewAction());
+
+    // Debounced re-run: sliders emit continuously; only the last value is generated.
+    debounce_.setSingleShot(true);
+    debounce_.setInterval(300);
+    connect(&debounce_, &QTimer::timeout, this, &MainWindow::generate);
+    connect(method_panel_, &MethodPanel::configChanged, this, [this] {
+        if (has_generated_) debounce_.start();
+    });
+    connect(model_panel_, &ModelPanel::settingsChanged, this, [this] {
+        if (has_generated_) debounce_.start();
+    });
+    connect(model_panel_, &ModelPanel::modelChanged, this, [this] {
+        comparison_->clear();
+        if (has_generated_) debounce_.start();
+    });
+    connect(model_panel_, &ModelPanel::recentFilesChanged, this, &MainWindow::writeSettings);
+    connect(inspector_, &Inspector::attentionLayerRequested, this, [this] {
+        if (has_generated_) debounce_.start();
+    });
+    connect(comparison_, &ComparisonView::scaleSelected, inspector_, &Inspector::setScale);
+    connect(plots_, &PlotsPanel::sweepRequested, this, &MainWindow::runSweep);
+
+    // Worker signals (queued: they come from the worker thread).
+    connect(worker_, &GenerationWorker::modelLoaded, this, [this](quint64, ModelInfo info) {
+        model_info_ = info;
+        model_panel_->setClassList(QString::fromStdString(info.class_list_path), int(info.num_classes));
+        inspector_->setModel(int(info.depth), int(info.num_heads));
+        status_model_->setText(QString::fromStdString(info.description).replace('\n', " · ") +
+                               " · " + QString::fromStdString(info.device));
+    });
+    connect(worker_, &GenerationWorker::modelFailed, this, [this](quint64 job, QString msg) {
+        if (job != latest_job_) return;
+        comparison_->clearBusy();
+        comparison_->setSideMessage(Side::Baseline, tr("The model could not be loaded."));
+        QMessageBox::critical(this, tr("Could not load the model"), msg);
+    });
+    connect(worker_, &GenerationWorker::progress, this, [this](quint64 job, int side, int scale, int scales) {
+        if (job != latest_job_) return;
+        comparison_->setProgress(Side(side), scale, scales);
+        progress_->setRange(0, scales);
+        progress_->setValue(scale + 1);
+        progress_->setFormat((side == 0 ? tr("baseline") : tr("accelerated")) + " %v/%m");
+        progress_->show();
+    });
+    connect(worker_, &GenerationWorker::sideFinished, this, [this](quint64 job, SideResultPtr r) {
+        if (job != latest_job_) return;
+        if (sweeping_ && r->side == Side::Accelerated) return;
+        comparison_->setResult(r);
+        if (r->side == Side::Accelerated) method_panel_->setRuntimeError({});
+        showResults();
+    });
+    connect(worker_, &GenerationWorker::sideFailed, this,
+            [this](quint64 job, int side, QString msg, bool cancelled) {
+                if (job != latest_job_) return;
+                comparison_->clearBusy();
+                if (cancelled) {
+                    statusBar()->showMessage(tr("Cancelled"), 4000);
+                    if (side == int(Side::Accelerated) || !comparison_->baseline())
+                        comparison_->setSideMessage(Side(side), tr("Cancelled"));
+                    return;
+                }
+                if (side == int(Side::Accelerated)) {
+                    // Shown in place (sliders would otherwise raise a dialog per move).
+                    method_panel_->setRuntimeError(tr("Accelerated run failed: %1").arg(msg));
+                    comparison_->setSideMessage(Side::Accelerated, tr("Accelerated run failed:\n%1").arg(msg));
+                    statusBar()->showMessage(tr("Accelerated run failed: %1").arg(msg), 8000);
+                    showResults();
+                } else {
+                    comparison_->setSideMessage(Side::Baseline, tr("Generation failed."));
+                    QMessageBox::critical(this, tr("Generation failed"), msg);
+                }
+            });
+    connect(worker_, &GenerationWorker::sweepPoint, this, [this](quint64 job, SweepPoint p) {
+        if (job == latest_job_) plots_->addSweepPoint(p);
+    });
+    connect(worker_, &GenerationWorker::jobFinished, this, [this](quint64 job) {
+        if (job != latest_job_) return;
+        active_job_ = 0;
+        progress_->hide();
+        if (sweeping_) {
+            sweeping_ = false;
+            plots_->setSweepRunning(false);
+        }
+        emit jobFinished();
+    });
+
+    readSettings();
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildActions() {
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    QToolBar* tb = addToolBar(tr("Main"));
+    tb->setObjectName("mainToolBar");
+    tb->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+    auto add = [&](const QString& text, const QKeySequence& key, auto slot, bool toolbar,
+                   QStyle::StandardPixmap icon = QStyle::SP_CustomBase) {
+        auto* a = new QAction(text, this);
+        a->setShortcut(key);
+        a->setToolTip(text + " (" + key.toString(QKeySequence::NativeText) + ")");
+        if (icon != QStyle::SP_CustomBase) a->setIcon(style()->standardIcon(icon));
+        connect(a, &QAction::triggered, this, slot);
+        addAction(a);
+        if (toolbar) tb->addAction(a);
+        return a;
+    };
+    auto* gen = add(tr("Generate"), QKeySequence(Qt::CTRL | Qt::Key_Return), &MainWindow::generate, true,
+                    QStyle::SP_MediaPlay);
+    gen->setObjectName("generateAction");
+    add(tr("Cancel"), QKeySequence(Qt::Key_Escape), &MainWindow::cancel, true, QStyle::SP_MediaStop);
+    tb->addSeparator();
+    add(tr("Random seed"), QKeySequence(Qt::CTRL | Qt::Key_R), [this] { model_panel_->rollDice(); }, false);
+    file->addAction(add(tr("Open checkpoints…"), QKeySequence::Open,
+                        [this] { model_panel_->openCheckpoints(); }, false));
+    file->addSeparator();
+    file->addAction(add(tr("Export comparison figure…"), QKeySequence(Qt::CTRL | Qt::Key_E),
+                        &MainWindow::exportFigureDialog, true, QStyle::SP_DialogSaveButton));
+    file->addAction(add(tr("Export metrics (CSV/JSON)…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E),
+                        &MainWindow::exportMetricsDialog, false));
+    file->addAction(add(tr("Save accelerated image…"), QKeySequence::Save, &MainWindow::saveImageDialog, false));
+    file->addSeparator();
+    file->addAction(add(tr("Quit"), QKeySequence::Quit, [this] { close(); }, false));
+    file->actions().front()->setStatusTip(tr("Drop a VARScope PNG on the window to restore its settings"));
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("Keyboard shortcuts"), this, [this] {
+        QMessageBox::information(
+            this, tr("Keyboard shortcuts"),
+            tr("Ctrl+Enter  generate\nEsc  cancel\nCtrl+R  random seed\nCtrl+O  open checkpoints\n"
+               "Ctrl+E  export comparison figure\nCtrl+Shift+E  export metrics\nCtrl+S  save accelerated "
+               "image\nD  toggle difference view\nWheel / drag / double-click  zoom / pan / fit\n\n"
+               "Drop a PNG exported by VARScope on the window to restore its settings."));
+    });
+}
+
+Request MainWindow::currentRequest() const {
+    Request r;
+    r.model = model_panel_->modelSource();
+    r.prompt = model_panel_->prompt();
+    r.gen = model_panel_->sampling();
+    r.gen.attention_layer = inspector_->attention()->layer();
+    r.gen.filmstrip = true;
+    r.accel = method_panel_->config();
+    return r;
+}
+
+void MainWindow::applyRequest(const Request& r, bool generateNow) {
+    const bool was = has_generated_;
+    has_generated_ = false;  // no debounced runs while the panels are being filled
+    model_panel_->applyRequest(r);
+    method_panel_->setConfig(r.accel);
+    has_generated_ = was;
+    debounce_.stop();
+    if (generateNow) generate();
+}
+
+void MainWindow::generate() {
+    debounce_.stop();
+    if (!method_panel_->valid()) {
+        statusBar()->showMessage(tr("Fix the accelerator settings first: %1").arg(method_panel_->validationError()),
+                                 6000);
+        return;
+    }
+    Job job;
+    job.request = currentRequest();
+    last_request_ = job.request;
+    has_generated_ = true;
+    comparison_->markStale();
+    latest_job_ = active_job_ = worker_->submit(std::move(job));
+}
+
+void MainWindow::runSweep(const QString& method, const QString& param, const std::vector<double>& values) {
+    Job job;
+    job.type = Job::Type::Sweep;
+    job.request = currentRequest();
+    job.sweep_method = method.toStdString();
+    job.sweep_param = param.toStdString();
+    job.sweep_values = values;
+    plots_->clearSweep();
+    plots_->setSweepRunning(true);
+    sweeping_ = true;
+    latest_job_ = active_job_ = worker_->submit(std::move(job));
+}
+
+void MainWindow::cancel() {
+    debounce_.stop();
+    worker_->cancel();
+}
+
+void MainWindow::showResults() {
+    const auto base = comparison_->baseline(), accel = comparison_->accelerated();
+    inspector_->setResults(base, accel);
+    plots_->setResults(base, accel);
+    metrics_->setResults(base, accel);
+    if (base)
+        status_model_->setToolTip(QString::fromStdString(last_request_.to_json().dump(2)));
+    emit resultsUpdated();
+}
+
+// --- export ----------------------------------------------------------------------------------
+
+bool MainWindow::confirmOverwrite(const QString& path) {
+    return !QFileInfo::exists(path) ||
+           QMessageBox::question(this, tr("File exists"), tr("%1 exists. Overwrite it?").arg(path)) ==
+               QMessageBox::Yes;
+}
+
+QString MainWindow::defaultExportName(const QString& suffix) const {
+    const QString dir = export_dir_.isEmpty() ? QDir::homePath() : export_dir_;
+    return QDir(dir).filePath(QStringLiteral("varscope-class%1-seed%2.%3")
+                                  .arg(last_request_.gen.class_id)
+                                  .arg(last_request_.gen.seed)
+                                  .arg(suffix));
+}
+
+QStringList MainWindow::figureNotes() const {
+    const Request& r = last_request_;
+    QStringList notes;
+    notes << tr("Model: %1 (%2)")
+                 .arg(QString::fromStdString(r.model.display_name()),
+                      QString::fromStdString(model_info_.description).section('\n', 0, 0));
+    notes << tr("Class %1 %2 · seed %3 · CFG %4 · top-k %5 · top-p %6 · device %7")
+                 .arg(r.gen.class_id)
+                 .arg(model_panel_->className(r.gen.class_id).isEmpty()
+                          ? QString()
+                          : "(" + model_panel_->className(r.gen.class_id) + ")")
+                 .arg(r.gen.seed)
+                 .arg(r.gen.cfg)
+                 .arg(r.gen.top_k)
+                 .arg(r.gen.top_p)
+                 .arg(QString::fromStdString(model_info_.device));
+    nlohmann::json enabled = nlohmann::json::object();
+    for (const auto& [id, m] : r.accel.items())
+        if (m.is_object() && m.value("enabled", false)) enabled[id] = m;
+    notes << tr("Accelerators: %1").arg(enabled.empty() ? tr("none") : QString::fromStdString(enabled.dump()));
+    notes << tr("Metrics: %1").arg(comparison_->metricsText());
+    notes << tr("VARScope · %1").arg(QDateTime::currentDateTime().toString(Qt::ISODate));
+    return notes;
+}
+
+bool MainWindow::exportFigure(const ExportOptions& o, QString* error, bool overwrite) {
+    const auto base = comparison_->baseline(), accel = comparison_->accelerated();
+    if (!base) {
+        if (error) *error = tr("Nothing to export yet: generate first.");
+        return false;
+    }
+    if (!overwrite && QFileInfo::exists(o.path)) {
+        if (error) *error = tr("%1 exists").arg(o.path);
+        return false;
+    }
+    viz::Figure f;
+    f.title = o.title.isEmpty() ? tr("VARScope comparison") : o.title;
+    if (o.baseline) f.panels.push_back({base->image, tr("Baseline · %1 ms").arg(base->run.total_ms, 0, 'f', 1)});
+    if (o.accelerated && accel)
+        f.panels.push_back({accel->image, tr("%1 · %2 ms")
+                                              .arg(QString::fromStdString(accel->run.accel_summary))
+                                              .arg(accel->run.total_ms, 0, 'f', 1)});
+    if (o.difference && !comparison_->differenceImage().isNull())
+        f.panels.push_back({comparison_->differenceImage(), tr("|accelerated − baseline| (0 … 0.5)")});
+    if (o.attention && inspector_->attention()->view()->hasData())
+        f.panels.push_back({inspector_->attention()->view()->grab().toImage(), tr("Attention")});
+    if (o.inspector && inspector_->currentWidget() != inspector_->attention()) {
+        const QImage img = inspector_->currentPanelImage();
+        if (!img.isNull()) f.panels.push_back({img, inspector_->currentPanelTitle()});
+    }
+    if (o.plots) f.panels.push_back({plots_->latencyPlot()->toPixmap(480, 360).toImage(), tr("Latency per scale")});
+    f.notes = figureNotes();
+    f.columns = std::min<int>(3, std::max<int>(1, int(f.panels.size())));
+    QMap<QString, QString> text;
+    text[kSettingsTextKey] = QString::fromStdString(last_request_.to_json().dump());
+    text["Software"] = "VARScope";
+    return viz::write_figure(f, o.path, text, error);
+}
+
+bool MainWindow::exportMetrics(const QString& path, QString* error, bool overwrite) {
+    if (!comparison_->baseline()) {
+        if (error) *error = tr("Nothing to export yet: generate first.");
+        return false;
+    }
+    if (!overwrite && QFileInfo::exists(path)) {
+        if (error) *error = tr("%1 exists").arg(path);
+        return false;
+    }
+    if (QFileInfo(path).suffix().toLower() == "csv") return viz::write_text_file(path, metrics_->toCsv(), error);
+    const auto& m = comparison_->metrics();
+    nlohmann::json summary = {{"settings", last_request_.to_json()},
+                              {"model", model_info_.description},
+                              {"device", model_info_.device}};
+    if (m.valid)
+        summary["comparison"] = {{"psnr_db", std::isinf(m.psnr) ? nlohmann::json("inf") : nlohmann::json(m.psnr)},
+                                 {"ssim", m.ssim},
+                                 {"speedup", m.speedup},
+                                 {"baseline_ms", m.base_ms},
+                                 {"accelerated_ms", m.accel_ms},
+                                 {"baseline_kv_bytes", m.base_kv},
+                                 {"accelerated_kv_bytes", m.accel_kv}};
+    return viz::write_text_file(path, metrics_->toJson(summary), error);
+}
+
+bool MainWindow::saveImage(Side side, const QString& path, QString* error, bool overwrite) {
+    const auto r = side == Side::Baseline ? comparison_->baseline() : comparison_->accelerated();
+    if (!r) {
+        if (error) *error = tr("Nothing to save yet: generate first.");
+        return false;
+    }
+    if (!overwrite && QFileInfo::exists(path)) {
+        if (error) *error = tr("%1 exists").arg(path);
+        return false;
+    }
+    QMap<QString, QString> text;
+    text[kSettingsTextKey] = QString::fromStdString(last_request_.to_json().dump());
+    return viz::write_image(r->image, path, text, error);
+}
+
+void MainWindow::exportFigureDialog() {
+    ExportOptions o;
+    o.title = tr("VARScope: %1").arg(QString::fromStdString(
+        comparison_->accelerated() ? comparison_->accelerated()->run.accel_summary : "baseline"));
+    o.path = defaultExportName("png");
+    ExportDialog dlg(o, inspector_->currentPanelTitle(), this);
+    if (dlg.exec() != QDialog::Accepted) return;
+    o = dlg.options();
+    export_dir_ = QFileInfo(o.path).path();
+    QString error;
+    if (!exportFigure(o, &error, true))  // the dialog asked before overwriting
+        QMessageBox::critical(this, tr("Export failed"), error);
+    else
+        statusBar()->showMessage(tr("Wrote %1").arg(o.path), 5000);
+}
+
+void MainWindow::exportMetricsDialog() {
+    const QString path = QFileDialog::getSaveFileName(this, tr("Export metrics"), defaultExportName("csv"),
+                                                      tr("CSV (*.csv);;JSON (*.json)"), nullptr,
+                                                      QFileDialog::DontConfirmOverwrite);
+    if (path.isEmpty() || !confirmOverwrite(path)) return;
+    export_dir_ = QFileInfo(path).path();
+    QString error;
+    if (!exportMetrics(path, &error, true)) QMessageBox::critical(this, tr("Export failed"), error);
+}
+
+void MainWindow::saveImageDialog() {
+    const QString path = QFileDialog::getSaveFileName(this, tr("Save accelerated image"), defaultExportName("png"),
+                                                      tr("PNG (*.png)"), nullptr, QFileDialog::DontConfirmOverwrite);
+    if (path.isEmpty() || !confirmOverwrite(path)) return;
+    export_dir_ = QFileInfo(path).path();
+    QString error;
+    if (!saveImage(comparison_->accelerated() ? Side::Accelerated : Side::Baseline, path, &error, true))
+        QMessageBox::critical(this, tr("Save failed"), error);
+}
+
+bool MainWindow::restoreFromPng(const QString& path, QString* error) {
+    QImageReader reader(path);
+    const QString text = reader.text(kSettingsTextKey);
+    if (text.isEmpty()) {
+        if (error) *error = tr("%1 carries no VARScope settings").arg(path);
+        return false;
+    }
+    try {
+        Request r = Request::from_json(nlohmann::json::parse(text.toStdString()));
+        r.gen.attention_layer = inspector_->attention()->layer();
+        applyRequest(r, true);
+        statusBar()->showMessage(tr("Settings restored from %1").arg(QFileInfo(path).fileName()), 5000);
+        return true;
+    } catch (const std::exception& e) {
+        if (error) *error = tr("%1: %2").arg(path, QString::fromStdString(e.what()));
+        return false;
+    }
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* e) {
+    if (e->mimeData()->hasUrls())
+        for (const QUrl& u : e->mimeData()->urls())
+            if (u.isLocalFile() && u.toLocalFile().endsWith(".png", Qt::CaseInsensitive)) {
+                e->acceptProposedAction();
+                return;
+            }
+}
+
+void MainWindow::dropEvent(QDropEvent* e) {
+    for (const QUrl& u : e->mimeData()->urls()) {
+        QString error;
+        if (u.isLocalFile() && restoreFromPng(u.toLocalFile(), &error)) return;
+        QMessageBox::warning(this, tr("Cannot restore settings"), error);
+    }
+}
+
+// --- settings --------------------------------------------------------------------------------
+
+void MainWindow::readSettings() {
+    QSettings s;
+    model_panel_->setRecentFiles(s.value("recentFiles").toStringList());
+    export_dir_ = s.value("exportDir").toString();
+    const QString last = s.value("lastRequest").toString();
+    if (!last.isEmpty()) {
+        try {
+            Request r = Request::from_json(nlohmann::json::parse(last.toStdString()));
+            const bool files_gone = r.model.kind == ModelSource::Kind::Files &&
+                                    !QFileInfo::exists(QString::fromStdString(r.model.var_path));
+            if (files_gone || r.model.kind == ModelSource::Kind::Custom) r.model = ModelSource{};
+            applyRequest(r, false);
+        } catch (const std::exception&) {
+            // stale or foreign settings: keep the defaults
+        }
+    }
+    if (!restoreGeometry(s.value("geometry").toByteArray())) resize(1560, 980);
+    if (!restoreState(s.value("windowState").toByteArray())) {
+        // First start: images large, plots a strip at the bottom.
+        const auto docks = findChildren<QDockWidget*>();
+        for (auto* d : docks) {
+            if (d->objectName() == "leftDock") resizeDocks({d}, {370}, Qt::Horizontal);
+            if (d->objectName() == "inspectorDock") resizeDocks({d}, {600}, Qt::Horizontal);
+            if (d->objectName() == "plotsDock") resizeDocks({d}, {300}, Qt::Vertical);
+        }
+    }
+}
+
+void MainWindow::writeSettings() {
+    QSettings s;
+    s.setValue("recentFiles", model_panel_->recentFiles());
+    s.setValue("exportDir", export_dir_);
+    Request r = currentRequest();
+    if (r.model.kind != ModelSource::Kind::Custom)
+        s.setValue("lastRequest", QString::fromStdString(r.to_json().dump()));
+    s.setValue("geometry", saveGeometry());
+    s.setValue("windowState", saveState());
+}
+
+void MainWindow::closeEvent(QCloseEvent* e) {
+    writeSettings();
+    worker_->cancel();
+    e->accept();
+}
+
+}  // namespace varscope::gui

@@ -1,0 +1,99 @@
+// The VARScope window: model and method panels (left), baseline | accelerated comparison
+// (centre), inspector tabs (right), plots and the per-scale table (bottom). All model work runs
+// on the GenerationWorker thread; this class only wires signals and composes exports.
+#pragma once
+
+#include <QMainWindow>
+#include <QTimer>
+
+#include "ui/export_dialog.h"
+#include "ui/generation_worker.h"
+
+class QLabel;
+class QProgressBar;
+class QTableView;
+
+namespace varscope::gui {
+
+class ComparisonView;
+class Inspector;
+class MethodPanel;
+class MetricsModel;
+class ModelPanel;
+class PlotsPanel;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    // loader: how the worker builds models (default: checkpoints via Engine::load).
+    explicit MainWindow(GenerationWorker::Loader loader = {}, QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    Request currentRequest() const;
+    void applyRequest(const Request& r, bool generateNow = true);
+
+    // Exports without dialogs (the dialogs call these); false + *error on failure. Existing
+    // files are refused unless overwrite is true.
+    bool exportFigure(const ExportOptions& o, QString* error, bool overwrite = false);
+    bool exportMetrics(const QString& path, QString* error, bool overwrite = false);
+    bool saveImage(Side side, const QString& path, QString* error, bool overwrite = false);
+    // Reads the settings embedded in a VARScope PNG and applies them.
+    bool restoreFromPng(const QString& path, QString* error);
+
+    ModelPanel* modelPanel() const { return model_panel_; }
+    MethodPanel* methodPanel() const { return method_panel_; }
+    ComparisonView* comparison() const { return comparison_; }
+    Inspector* inspector() const { return inspector_; }
+    PlotsPanel* plots() const { return plots_; }
+    MetricsModel* metricsModel() const { return metrics_; }
+    GenerationWorker* worker() const { return worker_; }
+    bool busy() const { return active_job_ != 0; }
+    int debounceMs() const { return debounce_.interval(); }
+
+public slots:
+    void generate();
+    void cancel();
+    void exportFigureDialog();
+    void exportMetricsDialog();
+    void saveImageDialog();
+
+signals:
+    void resultsUpdated();  // a side finished and the panels show it
+    void jobFinished();     // the worker went idle for the latest job
+
+protected:
+    void closeEvent(QCloseEvent* e) override;
+    void dragEnterEvent(QDragEnterEvent* e) override;
+    void dropEvent(QDropEvent* e) override;
+
+private:
+    void buildActions();
+    void readSettings();
+    void writeSettings();
+    void showResults();
+    void runSweep(const QString& method, const QString& param, const std::vector<double>& values);
+    bool confirmOverwrite(const QString& path);
+    QString defaultExportName(const QString& suffix) const;
+    QStringList figureNotes() const;
+
+    GenerationWorker* worker_;
+    ModelPanel* model_panel_;
+    MethodPanel* method_panel_;
+    ComparisonView* comparison_;
+    Inspector* inspector_;
+    PlotsPanel* plots_;
+    MetricsModel* metrics_;
+    QTableView* table_;
+    QLabel* status_model_;
+    QProgressBar* progress_;
+    QTimer debounce_;
+    quint64 active_job_ = 0;   // latest submitted job still running (0 = idle)
+    quint64 latest_job_ = 0;   // results of older jobs are ignored
+    bool has_generated_ = false;
+    bool sweeping_ = false;
+    ModelInfo model_info_;
+    Request last_request_;
+    QString export_dir_;
+};
+
+}  // namespace varscope::gui

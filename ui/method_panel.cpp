@@ -1,0 +1,318 @@
+#include "ui/method_panel.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSlider>
+#include <QSpinBox>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include <cmath>
+
+#include "ui/engine/engine.h"
+
+namespace varscope::gui {
+namespace {
+
+constexpr int kSliderSteps = 1000;
+
+QString json_text(const nlohmann::json& j) {
+    if (j.is_array()) {
+        QStringList parts;
+        for (const auto& v : j) parts << QString::fromStdString(v.dump());
+        return parts.join(", ");
+    }
+    return QString::fromStdString(j.dump());
+}
+
+QString tooltip(const ParamSpec& p) {
+    QString t = "<b>" + QString::fromStdString(p.label).toHtmlEscaped() + "</b>";
+    if (!p.symbol.empty()) t += " (" + QString::fromStdString(p.symbol).toHtmlEscaped() + ")";
+    if (!p.help.empty()) t += "<br>" + QString::fromStdString(p.help).toHtmlEscaped();
+    t += "<br>" + QObject::tr("Paper default: %1").arg(json_text(p.default_value).toHtmlEscaped());
+    if (p.kind != ParamKind::Bool)
+        t += "<br>" + QObject::tr("Range: [%1, %2]").arg(p.min).arg(p.max);
+    if (p.kind == ParamKind::IntList || p.kind == ParamKind::RealList)
+        t += "<br>" + QObject::tr("%1 to %2 comma-separated values").arg(p.min_items).arg(p.max_items);
+    return t;
+}
+
+int decimals_for(const ParamSpec& p) {
+    const double span = p.max - p.min;
+    return span <= 1 ? 4 : span <= 100 ? 3 : 2;
+}
+
+}  // namespace
+
+MethodPanel::MethodPanel(QWidget* parent) : QWidget(parent), methods_(Engine::methods()) {
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(4, 4, 4, 4);
+    auto* top = new QHBoxLayout;
+    presets_ = new QComboBox(this);
+    presets_->setObjectName("presets");
+    presets_->addItem(tr("Preset…"));
+    for (const QString& n : presetNames()) presets_->addItem(n);
+    presets_->setToolTip(tr("Each method at its paper's defaults, and the papers' combinations"));
+    connect(presets_, qOverload<int>(&QComboBox::activated), this, [this](int i) {
+        if (i > 0) applyPreset(presets_->itemText(i));
+        presets_->setCurrentIndex(0);
+    });
+    auto* reset = new QPushButton(tr("Baseline"), this);
+    reset->setToolTip(tr("Switch every accelerator off"));
+    connect(reset, &QPushButton::clicked, this, [this] { applyPreset("baseline"); });
+    top->addWidget(presets_, 1);
+    top->addWidget(reset);
+    layout->addLayout(top);
+
+    message_ = new QLabel(this);
+    message_->setObjectName("methodMessage");
+    message_->setWordWrap(true);
+    message_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    message_->setStyleSheet("QLabel { color: #b00020; }");
+    message_->hide();
+    layout->addWidget(message_);
+
+    for (const auto& m : methods_) layout->addWidget(buildSection(m));
+    layout->addStretch(1);
+}
+
+QWidget* MethodPanel::buildSection(const MethodSpec& m) {
+    auto* box = new QWidget(this);
+    box->setObjectName(QString::fromStdString("section." + m.id));
+    auto* v = new QVBoxLayout(box);
+    v->setContentsMargins(0, 2, 0, 2);
+    auto* header = new QHBoxLayout;
+    auto* arrow = new QToolButton(box);
+    arrow->setArrowType(Qt::RightArrow);
+    arrow->setCheckable(true);
+    arrow->setAutoRaise(true);
+    arrow->setToolTip(tr("Show the hyperparameters"));
+    auto* enable = new QCheckBox(QString::fromStdString(m.title), box);
+    enable->setObjectName(QString::fromStdString(m.id + ".enabled"));
+    QFont f = enable->font();
+    f.setBold(true);
+    enable->setFont(f);
+    const QString help = QString::fromStdString(m.summary) +
+                         (m.paper.empty() ? QString() : "\n" + tr("Paper: %1").arg(QString::fromStdString(m.paper)));
+    enable->setToolTip(help);
+    header->addWidget(arrow);
+    header->addWidget(enable, 1);
+    v->addLayout(header);
+    enables_.emplace_back(m.id, enable);
+
+    auto* body = new QWidget(box);
+    auto* form = new QFormLayout(body);
+    form->setContentsMargins(22, 0, 0, 4);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+    if (!m.summary.empty()) {
+        auto* s = new QLabel(QString::fromStdString(m.summary), body);
+        s->setWordWrap(true);
+        s->setStyleSheet("QLabel { color: palette(mid); }");
+        form->addRow(s);
+    }
+    if (m.params.empty()) {
+        auto* none = new QLabel(tr("No hyperparameters exposed yet."), body);
+        none->setStyleSheet("QLabel { font-style: italic; }");
+        form->addRow(none);
+    }
+    for (const auto& p : m.params) {
+        QString label = QString::fromStdString(p.label);
+        if (!p.symbol.empty()) label += " (" + QString::fromStdString(p.symbol) + ")";
+        auto* l = new QLabel(label, body);
+        l->setToolTip(tooltip(p));
+        l->setWordWrap(true);
+        form->addRow(l, buildEditor(m, p));
+    }
+    body->setVisible(false);
+    v->addWidget(body);
+    connect(arrow, &QToolButton::toggled, body, [arrow, body](bool on) {
+        arrow->setArrowType(on ? Qt::DownArrow : Qt::RightArrow);
+        body->setVisible(on);
+    });
+    connect(enable, &QCheckBox::toggled, this, [this, arrow](bool on) {
+        if (on && !updating_) arrow->setChecked(true);
+        changed();
+    });
+    return box;
+}
+
+QWidget* MethodPanel::buildEditor(const MethodSpec& m, const ParamSpec& p) {
+    const QString name = QString::fromStdString(m.id + "." + p.key);
+    Editor e{m.id, p, {}, {}};
+    QWidget* w = nullptr;
+    switch (p.kind) {
+        case ParamKind::Bool: {
+            auto* c = new QCheckBox(this);
+            c->setObjectName(name);
+            c->setToolTip(tooltip(p));
+            c->setChecked(p.default_value.is_boolean() && p.default_value.get<bool>());
+            connect(c, &QCheckBox::toggled, this, &MethodPanel::changed);
+            e.get = [c] { return nlohmann::json(c->isChecked()); };
+            e.set = [c](const nlohmann::json& j) { c->setChecked(j.is_boolean() && j.get<bool>()); };
+            w = c;
+            break;
+        }
+        case ParamKind::Int:
+        case ParamKind::Real: {
+            const bool integer = p.kind == ParamKind::Int;
+            auto* row = new QWidget(this);
+            auto* h = new QHBoxLayout(row);
+            h->setContentsMargins(0, 0, 0, 0);
+            auto* slider = new QSlider(Qt::Horizontal, row);
+            slider->setObjectName(name + ".slider");
+            const double lo = p.min, hi = p.max;
+            const bool int_slider = integer && hi - lo <= kSliderSteps;
+            slider->setRange(int_slider ? int(lo) : 0, int_slider ? int(hi) : kSliderSteps);
+            QAbstractSpinBox* spin;
+            std::function<double()> value;
+            std::function<void(double)> set_value;
+            if (integer) {
+                auto* s = new QSpinBox(row);
+                s->setRange(int(std::max(lo, -2e9)), int(std::min(hi, 2e9)));
+                spin = s;
+                value = [s] { return double(s->value()); };
+                set_value = [s](double v) { s->setValue(int(std::lround(v))); };
+                connect(s, qOverload<int>(&QSpinBox::valueChanged), this, &MethodPanel::changed);
+            } else {
+                auto* s = new QDoubleSpinBox(row);
+                s->setDecimals(decimals_for(p));
+                s->setRange(lo, hi);
+                s->setSingleStep((hi - lo) / 100.0);
+                spin = s;
+                value = [s] { return s->value(); };
+                set_value = [s](double v) { s->setValue(v); };
+                connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this, &MethodPanel::changed);
+            }
+            spin->setObjectName(name);
+            auto to_slider = [=](double v) {
+                return int_slider ? int(std::lround(v))
+                                  : int(std::lround((v - lo) / (hi - lo > 0 ? hi - lo : 1) * kSliderSteps));
+            };
+            auto from_slider = [=](int s) {
+                return int_slider ? double(s) : lo + (hi - lo) * s / double(kSliderSteps);
+            };
+            // Slider and spin box mirror each other; the spin box holds the value.
+            connect(slider, &QSlider::valueChanged, spin, [=](int s) {
+                if (to_slider(value()) != s) set_value(from_slider(s));
+            });
+            auto sync = [=] {
+                const QSignalBlocker b(slider);
+                slider->setValue(to_slider(value()));
+            };
+            if (integer)
+                connect(static_cast<QSpinBox*>(spin), qOverload<int>(&QSpinBox::valueChanged), slider, sync);
+            else
+                connect(static_cast<QDoubleSpinBox*>(spin), qOverload<double>(&QDoubleSpinBox::valueChanged),
+                        slider, sync);
+            if (p.default_value.is_number()) set_value(p.default_value.get<double>());
+            sync();
+            h->addWidget(slider, 1);
+            h->addWidget(spin);
+            e.get = [=] {
+                return integer ? nlohmann::json(int64_t(std::lround(value()))) : nlohmann::json(value());
+            };
+            e.set = [=](const nlohmann::json& j) {
+                if (j.is_number()) set_value(j.get<double>());
+                sync();
+            };
+            slider->setToolTip(tooltip(p));
+            spin->setToolTip(tooltip(p));
+            w = row;
+            break;
+        }
+        case ParamKind::IntList:
+        case ParamKind::RealList: {
+            auto* edit = new QLineEdit(this);
+            edit->setObjectName(name);
+            edit->setText(json_text(p.default_value));
+            edit->setPlaceholderText(tr("comma-separated numbers"));
+            connect(edit, &QLineEdit::editingFinished, this, &MethodPanel::changed);
+            const bool integer = p.kind == ParamKind::IntList;
+            // Unparseable entries are passed on as strings so that from_json names the entry.
+            e.get = [edit, integer] {
+                nlohmann::json arr = nlohmann::json::array();
+                for (const QString& part : edit->text().split(',', Qt::SkipEmptyParts)) {
+                    bool ok = false;
+                    const QString t = part.trimmed();
+                    if (integer) {
+                        const qlonglong v = t.toLongLong(&ok);
+                        if (ok) arr.push_back(int64_t(v));
+                    } else {
+                        const double v = t.toDouble(&ok);
+                        if (ok) arr.push_back(v);
+                    }
+                    if (!ok) arr.push_back(t.toStdString());
+                }
+                return arr;
+            };
+            e.set = [edit](const nlohmann::json& j) { edit->setText(json_text(j)); };
+            edit->setToolTip(tooltip(p));
+            w = edit;
+            break;
+        }
+    }
+    editors_.push_back(std::move(e));
+    return w;
+}
+
+nlohmann::json MethodPanel::config() const {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [id, box] : enables_) j[id] = {{"enabled", box->isChecked()}};
+    for (const auto& e : editors_) j[e.method][e.spec.key] = e.get();
+    return j;
+}
+
+void MethodPanel::setConfig(const nlohmann::json& j) {
+    updating_ = true;
+    for (const auto& [id, box] : enables_) {
+        const auto it = j.find(id);
+        box->setChecked(it != j.end() && it->is_object() && it->value("enabled", true));
+    }
+    for (auto& e : editors_) {
+        const auto m = j.find(e.method);
+        if (m != j.end() && m->is_object() && m->contains(e.spec.key)) e.set(m->at(e.spec.key));
+    }
+    updating_ = false;
+    changed();
+}
+
+QStringList MethodPanel::presetNames() const {
+    QStringList names;
+    for (const auto& [name, _] : Engine::presets()) names << QString::fromStdString(name);
+    return names;
+}
+
+bool MethodPanel::applyPreset(const QString& name) {
+    const auto presets = Engine::presets();
+    const auto it = presets.find(name.toStdString());
+    if (it == presets.end()) return false;
+    setConfig(it->second);
+    return true;
+}
+
+void MethodPanel::setRuntimeError(const QString& message) {
+    runtime_error_ = message;
+    showMessages();
+}
+
+void MethodPanel::changed() {
+    if (updating_) return;
+    error_ = QString::fromStdString(Engine::validate_accel(config()));
+    runtime_error_.clear();
+    showMessages();
+    if (error_.isEmpty()) emit configChanged();
+}
+
+void MethodPanel::showMessages() {
+    const QString text = !error_.isEmpty() ? tr("Invalid settings: %1").arg(error_) : runtime_error_;
+    message_->setText(text);
+    message_->setVisible(!text.isEmpty());
+}
+
+}  // namespace varscope::gui

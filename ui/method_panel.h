@@ -1,0 +1,61 @@
+// One collapsible section per accelerator with an enable switch and an editor for every
+// hyperparameter, all generated from core/accel's MethodSpec tables (Engine::methods()): new
+// parameters appear here as the methods land. Emits configChanged() with a valid AccelConfig
+// JSON; invalid input is reported in the panel (AccelConfig::from_json's message).
+#pragma once
+
+#include <QWidget>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/accel/param_spec.h"
+
+class QCheckBox;
+class QComboBox;
+class QLabel;
+class QVBoxLayout;
+
+namespace varscope::gui {
+
+class MethodPanel : public QWidget {
+    Q_OBJECT
+public:
+    explicit MethodPanel(QWidget* parent = nullptr);
+
+    nlohmann::json config() const;  // {"skip": {"enabled": ..., ...}, "fastvar": {...}, ...}
+    void setConfig(const nlohmann::json& j);  // missing methods are switched off
+    bool applyPreset(const QString& name);
+    bool valid() const { return error_.isEmpty(); }
+    QString validationError() const { return error_; }
+    // An error from running the accelerated side (e.g. "not implemented yet"); "" clears it.
+    void setRuntimeError(const QString& message);
+    QStringList presetNames() const;
+    const std::vector<MethodSpec>& methods() const { return methods_; }
+
+signals:
+    void configChanged();
+
+private:
+    struct Editor {
+        std::string method;
+        ParamSpec spec;
+        std::function<nlohmann::json()> get;
+        std::function<void(const nlohmann::json&)> set;
+    };
+    QWidget* buildSection(const MethodSpec& m);
+    QWidget* buildEditor(const MethodSpec& m, const ParamSpec& p);
+    void changed();
+    void showMessages();
+
+    std::vector<MethodSpec> methods_;
+    std::vector<Editor> editors_;
+    std::vector<std::pair<std::string, QCheckBox*>> enables_;
+    QComboBox* presets_;
+    QLabel* message_;
+    QString error_, runtime_error_;
+    bool updating_ = false;
+};
+
+}  // namespace varscope::gui

@@ -1,0 +1,144 @@
+#include "ui/metrics_model.h"
+
+#include <QStringList>
+
+namespace varscope::gui {
+namespace {
+const char* kColumns[] = {"scale", "tokens", "baseline ms", "accelerated ms", "speedup",
+                          "token agreement", "pruned", "baseline KV bytes", "accelerated KV bytes"};
+constexpr int kColumnCount = int(sizeof kColumns / sizeof *kColumns);
+
+double speedup(const ScaleMetrics& m) { return m.accel_ms > 0 ? m.base_ms / m.accel_ms : 0; }
+}  // namespace
+
+std::vector<double> kv_bytes_per_scale(const RunOutput& run) {
+    const size_t n = run.scales.size();
+    std::vector<double> out(n, 0.0);
+    bool recorded = false;
+    for (const auto& a : run.accel) {
+        if (a.kind != "kv_bytes" || a.scale < 0 || size_t(a.scale) >= n) continue;
+        auto it = a.values.find("total");  // core/accel/probe_kinds.h: kv_bytes
+        if (it == a.values.end()) it = a.values.find("bytes");
+        if (it == a.values.end()) continue;
+        out[size_t(a.scale)] += it->second;
+        recorded = true;
+    }
+    if (recorded) return out;
+    double total = 0, sum = 0;
+    for (const auto& s : run.scales)
+        if (!s.skipped) total += double(s.patch_num * s.patch_num);
+    for (size_t i = 0; i < n; ++i) {
+        if (!run.scales[i].skipped) sum += double(run.scales[i].patch_num * run.scales[i].patch_num);
+        out[i] = total > 0 ? double(run.kv_bytes) * sum / total : 0;
+    }
+    return out;
+}
+
+void MetricsModel::setResults(const SideResultPtr& base, const SideResultPtr& accel) {
+    beginResetModel();
+    rows_.clear();
+    if (base) {
+        const auto bkv = kv_bytes_per_scale(base->run);
+        const auto akv = accel ? kv_bytes_per_scale(accel->run) : std::vector<double>{};
+        for (size_t i = 0; i < base->run.scales.size(); ++i) {
+            const auto& b = base->run.scales[i];
+            ScaleMetrics m;
+            m.scale = int(b.scale);
+            m.patch_num = int(b.patch_num);
+            m.base_ms = b.millis;
+            m.base_kv = bkv[i];
+            if (accel && i < accel->run.scales.size()) {
+                const auto& a = accel->run.scales[i];
+                m.accel_ms = a.millis;
+                m.accel_kv = i < akv.size() ? akv[i] : 0;
+                if (!a.tokens.empty() && a.tokens.size() == b.tokens.size()) {
+                    size_t same = 0, pruned = 0;
+                    for (size_t t = 0; t < a.tokens.size(); ++t) {
+                        same += a.tokens[t] == b.tokens[t];
+                        pruned += a.tokens[t] < 0;
+                    }
+                    m.agreement = double(same) / double(a.tokens.size());
+                    m.pruned = double(pruned) / double(a.tokens.size());
+                } else if (a.skipped) {
+                    m.pruned = 1.0;
+                }
+            }
+            rows_.push_back(m);
+        }
+    }
+    endResetModel();
+}
+
+int MetricsModel::rowCount(const QModelIndex& parent) const {
+    return parent.isValid() ? 0 : int(rows_.size());
+}
+
+int MetricsModel::columnCount(const QModelIndex& parent) const {
+    return parent.isValid() ? 0 : kColumnCount;
+}
+
+QVariant MetricsModel::data(const QModelIndex& index, int role) const {
+    if (!index.isValid() || size_t(index.row()) >= rows_.size()) return {};
+    const ScaleMetrics& m = rows_[size_t(index.row())];
+    if (role == Qt::TextAlignmentRole) return int(Qt::AlignRight | Qt::AlignVCenter);
+    if (role != Qt::DisplayRole && role != Qt::UserRole) return {};
+    const bool raw = role == Qt::UserRole;
+    auto pct = [&](double v) -> QVariant {
+        if (v < 0) return raw ? QVariant(v) : QVariant(QStringLiteral("–"));
+        return raw ? QVariant(v) : QVariant(QString::number(100 * v, 'f', 1) + " %");
+    };
+    switch (index.column()) {
+        case 0: return m.scale;
+        case 1: return raw ? QVariant(m.patch_num) : QVariant(QStringLiteral("%1×%1").arg(m.patch_num));
+        case 2: return raw ? QVariant(m.base_ms) : QVariant(QString::number(m.base_ms, 'f', 2));
+        case 3: return raw ? QVariant(m.accel_ms) : QVariant(QString::number(m.accel_ms, 'f', 2));
+        case 4: return raw ? QVariant(speedup(m)) : QVariant(QString::number(speedup(m), 'f', 2) + "×");
+        case 5: return pct(m.agreement);
+        case 6: return pct(m.pruned);
+        case 7: return raw ? QVariant(m.base_kv) : QVariant(QString::number(m.base_kv / 1024.0, 'f', 1) + " KiB");
+        case 8: return raw ? QVariant(m.accel_kv) : QVariant(QString::number(m.accel_kv / 1024.0, 'f', 1) + " KiB");
+    }
+    return {};
+}
+
+QVariant MetricsModel::headerData(int section, Qt::Orientation o, int role) const {
+    if (role != Qt::DisplayRole || o != Qt::Horizontal || section < 0 || section >= kColumnCount) return {};
+    return tr(kColumns[section]);
+}
+
+QByteArray MetricsModel::toCsv() const {
+    QStringList lines;
+    QStringList header;
+    for (const char* c : kColumns) header << QString(c).replace(' ', '_');
+    lines << header.join(',');
+    for (const auto& m : rows_)
+        lines << QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9")
+                     .arg(m.scale)
+                     .arg(m.patch_num)
+                     .arg(m.base_ms, 0, 'f', 4)
+                     .arg(m.accel_ms, 0, 'f', 4)
+                     .arg(speedup(m), 0, 'f', 4)
+                     .arg(m.agreement, 0, 'f', 4)
+                     .arg(m.pruned, 0, 'f', 4)
+                     .arg(m.base_kv, 0, 'f', 0)
+                     .arg(m.accel_kv, 0, 'f', 0);
+    return (lines.join('\n') + '\n').toUtf8();
+}
+
+QByteArray MetricsModel::toJson(const nlohmann::json& summary) const {
+    nlohmann::json j = summary;
+    auto& scales = j["scales"] = nlohmann::json::array();
+    for (const auto& m : rows_)
+        scales.push_back({{"scale", m.scale},
+                          {"patch_num", m.patch_num},
+                          {"baseline_ms", m.base_ms},
+                          {"accelerated_ms", m.accel_ms},
+                          {"speedup", speedup(m)},
+                          {"token_agreement", m.agreement},
+                          {"pruned", m.pruned},
+                          {"baseline_kv_bytes", m.base_kv},
+                          {"accelerated_kv_bytes", m.accel_kv}});
+    return QByteArray::fromStdString(j.dump(2) + "\n");
+}
+
+}  // namespace varscope::gui

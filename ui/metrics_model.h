@@ -1,0 +1,45 @@
+// Per-scale comparison table (model/view): timings of both sides, speedup, token agreement,
+// pruned fraction and estimated KV bytes; exports CSV and JSON.
+#pragma once
+
+#include <QAbstractTableModel>
+#include <QByteArray>
+
+#include "ui/run_types.h"
+
+namespace varscope::gui {
+
+struct ScaleMetrics {
+    int scale = 0;
+    int patch_num = 0;
+    double base_ms = 0, accel_ms = 0;
+    double agreement = -1;  // fraction of equal tokens; -1 = n/a
+    double pruned = 0;      // fraction of tokens not computed on the accelerated side
+    double base_kv = 0, accel_kv = 0;  // bytes held after this scale (estimated)
+};
+
+// KV bytes after each scale, assuming the cache grows with the tokens appended so far and
+// ends at the run's final KV size; records of kind "kv_bytes" (value "total") win.
+std::vector<double> kv_bytes_per_scale(const RunOutput& run);
+
+class MetricsModel : public QAbstractTableModel {
+    Q_OBJECT
+public:
+    using QAbstractTableModel::QAbstractTableModel;
+    void setResults(const SideResultPtr& base, const SideResultPtr& accel);
+    const std::vector<ScaleMetrics>& rows() const { return rows_; }
+
+    int rowCount(const QModelIndex& parent = {}) const override;
+    int columnCount(const QModelIndex& parent = {}) const override;
+    QVariant data(const QModelIndex& index, int role) const override;
+    QVariant headerData(int section, Qt::Orientation o, int role) const override;
+
+    QByteArray toCsv() const;
+    // Per-scale rows plus `summary` (totals, PSNR, settings) in one object.
+    QByteArray toJson(const nlohmann::json& summary) const;
+
+private:
+    std::vector<ScaleMetrics> rows_;
+};
+
+}  // namespace varscope::gui

@@ -1,0 +1,361 @@
+#include "ui/model_panel.h"
+
+#include <QComboBox>
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QRandomGenerator>
+#include <QSpinBox>
+#include <QStandardItemModel>
+#include <QToolButton>
+
+#include <limits>
+
+#include "core/text/class_matcher.h"
+
+namespace varscope::gui {
+namespace {
+
+QString source_data(const ModelSource& s) {
+    return QString::fromStdString(s.kind == ModelSource::Kind::Files
+                                      ? "files\n" + s.var_path + "\n" + s.vae_path
+                                  : s.kind == ModelSource::Kind::Custom ? "custom\n" + s.custom_name
+                                                                        : std::string("embedded"));
+}
+
+ModelSource source_from_data(const QString& d) {
+    const QStringList parts = d.split('\n');
+    ModelSource s;
+    if (parts.value(0) == "files") {
+        s.kind = ModelSource::Kind::Files;
+        s.var_path = parts.value(1).toStdString();
+        s.vae_path = parts.value(2).toStdString();
+    } else if (parts.value(0) == "custom") {
+        s.kind = ModelSource::Kind::Custom;
+        s.custom_name = parts.value(1).toStdString();
+    }
+    return s;
+}
+
+// Picks the VAR and VQVAE checkpoints of an official pair.
+class CheckpointDialog : public QDialog {
+public:
+    explicit CheckpointDialog(QWidget* parent) : QDialog(parent) {
+        setWindowTitle(tr("Open checkpoints"));
+        auto* form = new QFormLayout(this);
+        auto row = [&](QLineEdit*& edit, const QString& what) {
+            edit = new QLineEdit(this);
+            edit->setPlaceholderText(tr("%1 checkpoint (.pth or .safetensors)").arg(what));
+            auto* browse = new QPushButton(tr("Browse…"), this);
+            connect(browse, &QPushButton::clicked, this, [this, edit, what] {
+                const QString f = QFileDialog::getOpenFileName(
+                    this, tr("%1 checkpoint").arg(what), QFileInfo(edit->text()).path(),
+                    tr("Checkpoints (*.pth *.safetensors *.pt);;All files (*)"));
+                if (!f.isEmpty()) edit->setText(f);
+            });
+            auto* h = new QHBoxLayout;
+            h->addWidget(edit, 1);
+            h->addWidget(browse);
+            form->addRow(what, h);
+        };
+        row(var_, tr("VAR"));
+        row(vae_, tr("VQVAE"));
+        auto* note = new QLabel(tr("Official pairs, e.g. var_d16.pth + vae_ch160v4096z32.pth."), this);
+        note->setWordWrap(true);
+        form->addRow(note);
+        auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
+        connect(buttons, &QDialogButtonBox::accepted, this, [this] {
+            for (auto* e : {var_, vae_})
+                if (!QFileInfo(e->text()).isFile()) {
+                    QMessageBox::warning(this, tr("Open checkpoints"),
+                                         tr("'%1' is not a file.").arg(e->text()));
+                    return;
+                }
+            accept();
+        });
+        connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+        form->addRow(buttons);
+        resize(560, sizeHint().height());
+    }
+    QLineEdit* var_;
+    QLineEdit* vae_;
+};
+
+}  // namespace
+
+ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
+    auto* form = new QFormLayout(this);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+
+    model_ = new QComboBox(this);
+    model_->setObjectName("modelCombo");
+    model_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    model_->setMinimumContentsLength(14);
+    model_->setToolTip(tr("Model: the embedded emoji VAR, or an opened checkpoint pair"));
+    auto* open = new QToolButton(this);
+    open->setText(tr("Open…"));
+    open->setToolTip(tr("Open a VAR + VQVAE checkpoint pair (Ctrl+O)"));
+    connect(open, &QToolButton::clicked, this, &ModelPanel::openCheckpoints);
+    auto* mrow = new QHBoxLayout;
+    mrow->addWidget(model_, 1);
+    mrow->addWidget(open);
+    form->addRow(tr("Model"), mrow);
+
+    device_ = new QComboBox(this);
+    device_->addItem(tr("CPU"), "cpu");
+    device_->addItem(tr("CUDA"), "cuda");
+    if (!Engine::cuda_available()) {
+        auto* items = qobject_cast<QStandardItemModel*>(device_->model());
+        items->item(1)->setEnabled(false);
+        items->item(1)->setToolTip(tr("No CUDA device (or LibTorch without CUDA)"));
+    } else {
+        device_->setCurrentIndex(1);
+    }
+    form->addRow(tr("Device"), device_);
+
+    prompt_ = new QLineEdit(this);
+    prompt_->setObjectName("prompt");
+    prompt_->setPlaceholderText(tr("e.g. red heart, cat, rocket"));
+    prompt_->setClearButtonEnabled(true);
+    form->addRow(tr("Prompt"), prompt_);
+    suggestions_ = new QListWidget(this);
+    suggestions_->setObjectName("suggestions");
+    suggestions_->setMaximumHeight(92);
+    suggestions_->setToolTip(tr("Best matching classes; click one to use it"));
+    form->addRow(QString(), suggestions_);
+
+    class_id_ = new QSpinBox(this);
+    class_id_->setObjectName("classId");
+    class_id_->setRange(0, 0);
+    class_name_ = new QLabel(this);
+    class_name_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* crow = new QHBoxLayout;
+    crow->addWidget(class_id_);
+    crow->addWidget(class_name_, 1);
+    form->addRow(tr("Class"), crow);
+
+    seed_ = new QSpinBox(this);
+    seed_->setObjectName("seed");
+    seed_->setRange(0, std::numeric_limits<int>::max());
+    dice_ = new QToolButton(this);
+    dice_->setText(QStringLiteral("🎲"));
+    dice_->setToolTip(tr("Random seed (Ctrl+R)"));
+    connect(dice_, &QToolButton::clicked, this, &ModelPanel::rollDice);
+    auto* srow = new QHBoxLayout;
+    srow->addWidget(seed_, 1);
+    srow->addWidget(dice_);
+    form->addRow(tr("Seed"), srow);
+
+    cfg_ = new QDoubleSpinBox(this);
+    cfg_->setRange(0, 20);
+    cfg_->setSingleStep(0.5);
+    cfg_->setValue(4.0);
+    cfg_->setToolTip(tr("Classifier-free guidance scale (ramped over the scales)"));
+    form->addRow(tr("CFG"), cfg_);
+    top_k_ = new QSpinBox(this);
+    top_k_->setRange(0, 100000);
+    top_k_->setValue(900);
+    top_k_->setToolTip(tr("Top-k filter; 0 = off"));
+    form->addRow(tr("Top-k"), top_k_);
+    top_p_ = new QDoubleSpinBox(this);
+    top_p_->setRange(0, 1);
+    top_p_->setDecimals(3);
+    top_p_->setSingleStep(0.01);
+    top_p_->setValue(0.95);
+    top_p_->setToolTip(tr("Top-p (nucleus) filter; 0 = off"));
+    form->addRow(tr("Top-p"), top_p_);
+
+    rebuildModelCombo(ModelSource{});
+    setClassList(QString::fromStdString(Engine::embedded_class_list()), -1);
+
+    connect(model_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
+        if (!updating_) emit modelChanged();
+    });
+    connect(device_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
+        if (!updating_) emit modelChanged();
+    });
+    connect(prompt_, &QLineEdit::textEdited, this, [this] {
+        updateSuggestions();
+        if (suggestions_->count() > 0) {
+            class_id_->setValue(suggestions_->item(0)->data(Qt::UserRole).toInt());
+        }
+    });
+    connect(suggestions_, &QListWidget::itemClicked, this, [this](QListWidgetItem* it) {
+        class_id_->setValue(it->data(Qt::UserRole).toInt());
+    });
+    connect(class_id_, qOverload<int>(&QSpinBox::valueChanged), this, [this](int id) {
+        class_name_->setText(className(id));
+        for (int i = 0; i < suggestions_->count(); ++i)
+            if (suggestions_->item(i)->data(Qt::UserRole).toInt() == id) suggestions_->setCurrentRow(i);
+        if (!updating_) emit settingsChanged();
+    });
+    connect(seed_, qOverload<int>(&QSpinBox::valueChanged), this, [this] {
+        if (!updating_) emit settingsChanged();
+    });
+    for (auto* box : {cfg_, top_p_})
+        connect(box, qOverload<double>(&QDoubleSpinBox::valueChanged), this, [this] {
+            if (!updating_) emit settingsChanged();
+        });
+    connect(top_k_, qOverload<int>(&QSpinBox::valueChanged), this, [this] {
+        if (!updating_) emit settingsChanged();
+    });
+}
+
+ModelPanel::~ModelPanel() = default;
+
+void ModelPanel::rebuildModelCombo(const ModelSource& select) {
+    updating_ = true;
+    model_->clear();
+    model_->addItem(tr("Embedded emoji VAR (d8, 1911 emoji)"), source_data(ModelSource{}));
+    if (!Engine::embedded_available()) {
+        auto* items = qobject_cast<QStandardItemModel*>(model_->model());
+        items->item(0)->setEnabled(false);
+        items->item(0)->setToolTip(tr("resources/models/emoji-*.safetensors not found"));
+    }
+    for (const QString& pair : recent_) {
+        const QStringList p = pair.split('\n');
+        ModelSource s;
+        s.kind = ModelSource::Kind::Files;
+        s.var_path = p.value(0).toStdString();
+        s.vae_path = p.value(1).toStdString();
+        model_->addItem(QFileInfo(p.value(0)).fileName() + " + " + QFileInfo(p.value(1)).fileName(),
+                        source_data(s));
+        model_->setItemData(model_->count() - 1, p.value(0) + "\n" + p.value(1), Qt::ToolTipRole);
+    }
+    if (select.kind == ModelSource::Kind::Custom)
+        model_->addItem(QString::fromStdString(select.custom_name), source_data(select));
+    ModelSource key = select;
+    key.device = "cpu";
+    const int idx = model_->findData(source_data(key));
+    model_->setCurrentIndex(std::max(idx, 0));
+    updating_ = false;
+}
+
+ModelSource ModelPanel::modelSource() const {
+    ModelSource s = source_from_data(model_->currentData().toString());
+    s.device = device_->currentData().toString().toStdString();
+    return s;
+}
+
+void ModelPanel::addRecent(const QString& var, const QString& vae) {
+    const QString pair = var + "\n" + vae;
+    recent_.removeAll(pair);
+    recent_.prepend(pair);
+    while (recent_.size() > 8) recent_.removeLast();
+    emit recentFilesChanged();
+}
+
+void ModelPanel::setRecentFiles(const QStringList& pairs) {
+    const ModelSource current = modelSource();
+    recent_ = pairs;
+    rebuildModelCombo(current);
+}
+
+void ModelPanel::setModelSource(const ModelSource& src) {
+    if (src.kind == ModelSource::Kind::Files)
+        addRecent(QString::fromStdString(src.var_path), QString::fromStdString(src.vae_path));
+    updating_ = true;
+    const int d = device_->findData(QString::fromStdString(src.device).startsWith("cuda") ? "cuda" : "cpu");
+    auto* items = qobject_cast<QStandardItemModel*>(device_->model());
+    if (d >= 0 && items->item(d)->isEnabled()) device_->setCurrentIndex(d);
+    updating_ = false;
+    rebuildModelCombo(src);
+}
+
+void ModelPanel::openCheckpoints() {
+    CheckpointDialog dlg(this);
+    if (dlg.exec() != QDialog::Accepted) return;
+    ModelSource s;
+    s.kind = ModelSource::Kind::Files;
+    s.var_path = dlg.var_->text().toStdString();
+    s.vae_path = dlg.vae_->text().toStdString();
+    s.device = device_->currentData().toString().toStdString();
+    setModelSource(s);
+    emit modelChanged();
+}
+
+QString ModelPanel::prompt() const { return prompt_->text(); }
+
+GenerationSettings ModelPanel::sampling() const {
+    GenerationSettings g;
+    g.class_id = class_id_->value();
+    g.seed = static_cast<uint64_t>(seed_->value());
+    g.cfg = cfg_->value();
+    g.top_k = top_k_->value();
+    g.top_p = top_p_->value();
+    return g;
+}
+
+void ModelPanel::applyRequest(const Request& r) {
+    setModelSource(r.model);
+    updating_ = true;
+    prompt_->setText(r.prompt);
+    updateSuggestions();
+    if (r.gen.class_id > class_id_->maximum()) class_id_->setMaximum(int(r.gen.class_id));
+    class_id_->setValue(int(r.gen.class_id));
+    seed_->setValue(int(r.gen.seed));
+    cfg_->setValue(r.gen.cfg);
+    top_k_->setValue(int(r.gen.top_k));
+    top_p_->setValue(r.gen.top_p);
+    updating_ = false;
+    class_name_->setText(className(class_id_->value()));
+}
+
+void ModelPanel::rollDice() {
+    seed_->setValue(int(QRandomGenerator::global()->bounded(1000000)));
+}
+
+void ModelPanel::setClassList(const QString& path, int numClasses) {
+    matcher_.reset();
+    if (!path.isEmpty()) {
+        try {
+            auto classes = load_class_list(path.toStdString());
+            if (numClasses < 0) numClasses = int(classes.size());
+            if (int(classes.size()) == numClasses)
+                matcher_ = std::make_unique<ClassMatcher>(std::move(classes));
+        } catch (const std::exception&) {
+            // No names: ids still work.
+        }
+    }
+    updating_ = true;
+    class_id_->setRange(0, std::max(0, numClasses - 1));
+    updating_ = false;
+    prompt_->setEnabled(matcher_ != nullptr);
+    // A prompt typed before the names were known picks its class now.
+    if (matcher_ && !prompt_->text().trimmed().isEmpty()) {
+        const auto best = matcher_->rank(prompt_->text().toStdString(), 1);
+        if (!best.empty() && best.front().class_id != class_id_->value())
+            class_id_->setValue(int(best.front().class_id));
+    }
+    prompt_->setPlaceholderText(matcher_ ? tr("e.g. red heart, cat, rocket")
+                                         : tr("no class names for this model: use the class id"));
+    class_name_->setText(className(class_id_->value()));
+    updateSuggestions();
+}
+
+QString ModelPanel::className(int64_t id) const {
+    if (!matcher_ || id < 0 || id >= int64_t(matcher_->size())) return {};
+    const auto& info = matcher_->info(id);
+    return QString::fromStdString(info.short_name.empty() ? info.name : info.short_name);
+}
+
+void ModelPanel::updateSuggestions() {
+    suggestions_->clear();
+    if (!matcher_) return;
+    for (const Match& m : matcher_->rank(prompt_->text().toStdString(), 6)) {
+        auto* it = new QListWidgetItem(QStringLiteral("[%1] %2").arg(m.class_id).arg(QString::fromStdString(m.label)));
+        it->setData(Qt::UserRole, int(m.class_id));
+        suggestions_->addItem(it);
+    }
+}
+
+}  // namespace varscope::gui

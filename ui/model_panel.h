@@ -1,0 +1,81 @@
+// Model and sampling controls: model picker (embedded model, official checkpoint pairs, recent
+// files), prompt with ranked class suggestions, class id, seed (with dice), CFG, top-k/top-p,
+// device. Emits modelChanged() / settingsChanged(); holds no model itself.
+#pragma once
+
+#include <QWidget>
+
+#include <memory>
+
+#include "ui/run_types.h"
+
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QListWidget;
+class QSpinBox;
+class QToolButton;
+
+namespace varscope {
+class ClassMatcher;
+}
+
+namespace varscope::gui {
+
+class ModelPanel : public QWidget {
+    Q_OBJECT
+public:
+    explicit ModelPanel(QWidget* parent = nullptr);
+    ~ModelPanel() override;
+
+    ModelSource modelSource() const;
+    // Selects the source, adding a checkpoint pair to the list (and the recent files).
+    void setModelSource(const ModelSource& src);
+    QString prompt() const;
+    GenerationSettings sampling() const;  // class, seed, cfg, top-k, top-p
+    void applyRequest(const Request& r);  // model + prompt + sampling
+
+    // Class names of the loaded model (from the engine); "" = none, prompt disabled;
+    // numClasses < 0 accepts the list's size.
+    void setClassList(const QString& path, int numClasses);
+    QStringList recentFiles() const { return recent_; }
+    void setRecentFiles(const QStringList& pairs);  // "var\nvae" entries
+    QString className(int64_t id) const;
+
+    QSpinBox* seedBox() const { return seed_; }
+    QSpinBox* classBox() const { return class_id_; }
+    QLineEdit* promptEdit() const { return prompt_; }
+    QListWidget* suggestions() const { return suggestions_; }
+
+public slots:
+    void rollDice();
+    void openCheckpoints();
+
+signals:
+    void modelChanged();
+    void settingsChanged();
+    void recentFilesChanged();
+
+private:
+    void updateSuggestions();
+    void rebuildModelCombo(const ModelSource& select);
+    void addRecent(const QString& var, const QString& vae);
+
+    QComboBox* model_;
+    QComboBox* device_;
+    QLineEdit* prompt_;
+    QListWidget* suggestions_;
+    QSpinBox* class_id_;
+    QLabel* class_name_;
+    QSpinBox* seed_;
+    QToolButton* dice_;
+    QDoubleSpinBox* cfg_;
+    QSpinBox* top_k_;
+    QDoubleSpinBox* top_p_;
+    QStringList recent_;
+    std::unique_ptr<ClassMatcher> matcher_;
+    bool updating_ = false;
+};
+
+}  // namespace varscope::gui

@@ -1,0 +1,211 @@
+#include "ui/plots_panel.h"
+
+#include <qcustomplot.h>
+
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+
+#include "ui/engine/engine.h"
+#include "ui/metrics_model.h"
+#include "visualization/float_grid.h"
+
+namespace varscope::gui {
+namespace {
+
+const QColor kBase(60, 110, 200), kAccel(220, 100, 30);
+
+QCustomPlot* make_plot(QWidget* parent, const QString& title, const QString& x, const QString& y) {
+    auto* p = new QCustomPlot(parent);
+    p->setMinimumSize(260, 180);
+    p->plotLayout()->insertRow(0);
+    auto* t = new QCPTextElement(p, title, QFont(p->font().family(), 10, QFont::Bold));
+    p->plotLayout()->addElement(0, 0, t);
+    p->xAxis->setLabel(x);
+    p->yAxis->setLabel(y);
+    p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    p->legend->setVisible(true);
+    p->legend->setFont(QFont(p->font().family(), 8));
+    p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    return p;
+}
+
+void set_series(QCustomPlot* p, int graph, const QString& name, const QColor& c,
+                const QVector<double>& x, const QVector<double>& y) {
+    while (p->graphCount() <= graph) p->addGraph();
+    auto* g = p->graph(graph);
+    g->setName(name);
+    g->setPen(QPen(c, 2));
+    g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 5));
+    g->setData(x, y);
+}
+
+}  // namespace
+
+PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
+    auto* v = new QVBoxLayout(this);
+    auto* grid = new QGridLayout;
+    latency_ = make_plot(this, tr("Latency per scale"), tr("scale"), tr("ms"));
+    latency_->setObjectName("latencyPlot");
+    cumulative_ = make_plot(this, tr("Cumulative time"), tr("scale"), tr("ms"));
+    kv_ = make_plot(this, tr("KV cache after each scale"), tr("scale"), tr("MiB"));
+    sweep_plot_ = make_plot(this, tr("Sweep: speedup vs PSNR"), tr("PSNR vs baseline (dB)"), tr("speedup ×"));
+    sweep_plot_->setObjectName("sweepPlot");
+    sweep_plot_->legend->setVisible(false);
+    grid->addWidget(latency_, 0, 0);
+    grid->addWidget(cumulative_, 0, 1);
+    grid->addWidget(kv_, 1, 0);
+    grid->addWidget(sweep_plot_, 1, 1);
+    v->addLayout(grid, 1);
+
+    auto* bar = new QHBoxLayout;
+    method_ = new QComboBox(this);
+    param_ = new QComboBox(this);
+    from_ = new QDoubleSpinBox(this);
+    to_ = new QDoubleSpinBox(this);
+    steps_ = new QSpinBox(this);
+    steps_->setRange(2, 50);
+    steps_->setValue(6);
+    steps_->setSuffix(tr(" steps"));
+    for (auto* s : {from_, to_}) s->setDecimals(3);
+    run_ = new QPushButton(tr("Run sweep"), this);
+    run_->setObjectName("runSweep");
+    sweep_status_ = new QLabel(this);
+    bar->addWidget(new QLabel(tr("Sweep"), this));
+    bar->addWidget(method_);
+    bar->addWidget(param_);
+    bar->addWidget(new QLabel(tr("from"), this));
+    bar->addWidget(from_);
+    bar->addWidget(new QLabel(tr("to"), this));
+    bar->addWidget(to_);
+    bar->addWidget(steps_);
+    bar->addWidget(run_);
+    bar->addWidget(sweep_status_, 1);
+    v->addLayout(bar);
+
+    for (const auto& m : Engine::methods()) {
+        const bool numeric = std::any_of(m.params.begin(), m.params.end(), [](const ParamSpec& p) {
+            return p.kind == ParamKind::Int || p.kind == ParamKind::Real;
+        });
+        if (numeric) method_->addItem(QString::fromStdString(m.title), QString::fromStdString(m.id));
+    }
+    connect(method_, qOverload<int>(&QComboBox::currentIndexChanged), this, &PlotsPanel::fillParams);
+    connect(param_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
+        const auto id = method_->currentData().toString().toStdString();
+        for (const auto& m : Engine::methods())
+            if (m.id == id)
+                for (const auto& p : m.params)
+                    if (QString::fromStdString(p.key) == param_->currentData().toString()) {
+                        for (auto* s : {from_, to_}) s->setRange(p.min, p.max);
+                        from_->setValue(p.min);
+                        to_->setValue(p.max);
+                    }
+    });
+    fillParams();
+    connect(run_, &QPushButton::clicked, this, [this] {
+        if (method_->count() == 0) return;
+        emit sweepRequested(method_->currentData().toString(), param_->currentData().toString(),
+                            sweepValues());
+    });
+    if (method_->count() == 0) {
+        run_->setEnabled(false);
+        sweep_status_->setText(tr("No accelerator exposes a numeric hyperparameter yet."));
+    }
+}
+
+void PlotsPanel::fillParams() {
+    param_->clear();
+    const auto id = method_->currentData().toString().toStdString();
+    for (const auto& m : Engine::methods())
+        if (m.id == id)
+            for (const auto& p : m.params)
+                if (p.kind == ParamKind::Int || p.kind == ParamKind::Real)
+                    param_->addItem(QString::fromStdString(p.symbol.empty() ? p.label : p.label + " (" + p.symbol + ")"),
+                                    QString::fromStdString(p.key));
+}
+
+std::vector<double> PlotsPanel::sweepValues() const {
+    std::vector<double> v;
+    const int n = steps_->value();
+    for (int i = 0; i < n; ++i) v.push_back(from_->value() + (to_->value() - from_->value()) * i / (n - 1));
+    return v;
+}
+
+void PlotsPanel::setResults(const SideResultPtr& base, const SideResultPtr& accel) {
+    QVector<double> xs, bms, ams, bcum, acum, bkv, akv;
+    if (base) {
+        const auto bk = kv_bytes_per_scale(base->run);
+        const auto ak = accel ? kv_bytes_per_scale(accel->run) : std::vector<double>{};
+        double bc = 0, ac = 0;
+        for (size_t i = 0; i < base->run.scales.size(); ++i) {
+            xs << double(i);
+            bms << base->run.scales[i].millis;
+            bc += base->run.scales[i].millis;
+            bcum << bc;
+            bkv << bk[i] / double(1 << 20);
+            if (accel && !accel->same_as_baseline && i < accel->run.scales.size()) {
+                ams << accel->run.scales[i].millis;
+                ac += accel->run.scales[i].millis;
+                acum << ac;
+                akv << (i < ak.size() ? ak[i] : 0) / double(1 << 20);
+            }
+        }
+    }
+    const QVector<double> axs = xs.mid(0, ams.size());
+    for (auto [plot, b, a] : {std::tuple{latency_, bms, ams}, std::tuple{cumulative_, bcum, acum},
+                              std::tuple{kv_, bkv, akv}}) {
+        set_series(plot, 0, tr("baseline"), kBase, xs, b);
+        set_series(plot, 1, tr("accelerated"), kAccel, axs, a);
+        plot->rescaleAxes();
+        plot->xAxis->setRange(-0.5, std::max<double>(1, xs.size()) - 0.5);
+        plot->yAxis->setRangeLower(0);
+        plot->yAxis->setRangeUpper(plot->yAxis->range().upper * 1.1 + 1e-9);
+        plot->graph(1)->setVisible(!a.isEmpty());
+        plot->graph(1)->removeFromLegend();
+        if (!a.isEmpty()) plot->graph(1)->addToLegend();
+        plot->replot();
+    }
+}
+
+void PlotsPanel::clearSweep() {
+    sweep_.clear();
+    sweep_plot_->clearGraphs();
+    sweep_plot_->clearItems();
+    sweep_plot_->replot();
+}
+
+void PlotsPanel::addSweepPoint(const SweepPoint& p) {
+    sweep_.push_back(p);
+    QVector<double> x, y;
+    for (const auto& s : sweep_) {
+        x << (std::isfinite(s.psnr) ? s.psnr : 99.0);  // identical image: plotted at 99 dB
+        y << s.speedup;
+    }
+    set_series(sweep_plot_, 0, param_->currentText(), kAccel, x, y);
+    sweep_plot_->graph(0)->setLineStyle(QCPGraph::lsNone);
+    auto* label = new QCPItemText(sweep_plot_);
+    label->position->setCoords(x.back(), y.back());
+    label->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+    label->setText(" " + viz::format_value(p.value));
+    label->setFont(QFont(font().family(), 8));
+    sweep_plot_->rescaleAxes();
+    sweep_plot_->xAxis->scaleRange(1.2);
+    sweep_plot_->yAxis->scaleRange(1.2);
+    sweep_plot_->replot();
+    sweep_status_->setText(tr("%1 points").arg(sweep_.size()));
+}
+
+void PlotsPanel::setSweepRunning(bool running) {
+    run_->setEnabled(!running && method_->count() > 0);
+    if (running) sweep_status_->setText(tr("sweeping…"));
+}
+
+}  // namespace varscope::gui

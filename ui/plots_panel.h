@@ -1,0 +1,54 @@
+// Plots (QCustomPlot): latency per scale and cumulative time for baseline vs accelerated, KV
+// memory per scale, and the sweep view (one hyperparameter stepped over a range, speedup
+// against PSNR, run on the worker).
+#pragma once
+
+#include <QWidget>
+
+#include <vector>
+
+#include "core/accel/param_spec.h"
+#include "ui/run_types.h"
+
+class QCustomPlot;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QPushButton;
+class QSpinBox;
+
+namespace varscope::gui {
+
+class PlotsPanel : public QWidget {
+    Q_OBJECT
+public:
+    explicit PlotsPanel(QWidget* parent = nullptr);
+    void setResults(const SideResultPtr& base, const SideResultPtr& accel);
+    void clearSweep();
+    void addSweepPoint(const SweepPoint& p);
+    void setSweepRunning(bool running);
+    const std::vector<SweepPoint>& sweep() const { return sweep_; }
+    QCustomPlot* latencyPlot() const { return latency_; }
+    QCustomPlot* sweepPlot() const { return sweep_plot_; }
+    std::vector<double> sweepValues() const;  // from the range controls
+
+signals:
+    void sweepRequested(QString method, QString param, std::vector<double> values);
+
+private:
+    void fillParams();
+    QCustomPlot* latency_;
+    QCustomPlot* cumulative_;
+    QCustomPlot* kv_;
+    QCustomPlot* sweep_plot_;
+    QComboBox* method_;
+    QComboBox* param_;
+    QDoubleSpinBox* from_;
+    QDoubleSpinBox* to_;
+    QSpinBox* steps_;
+    QPushButton* run_;
+    QLabel* sweep_status_;
+    std::vector<SweepPoint> sweep_;
+};
+
+}  // namespace varscope::gui

@@ -1,0 +1,52 @@
+#include "ui/run_types.h"
+
+namespace varscope::gui {
+
+nlohmann::json Request::to_json() const {
+    const char* kinds[] = {"embedded", "files", "custom"};
+    nlohmann::json m = {{"kind", kinds[static_cast<int>(model.kind)]}, {"device", model.device}};
+    if (model.kind == ModelSource::Kind::Files) {
+        m["var"] = model.var_path;
+        m["vae"] = model.vae_path;
+    }
+    if (model.kind == ModelSource::Kind::Custom) m["name"] = model.custom_name;
+    return {{"varscope", 1},
+            {"model", m},
+            {"prompt", prompt.toStdString()},
+            {"class_id", gen.class_id},
+            {"seed", gen.seed},
+            {"cfg", gen.cfg},
+            {"top_k", gen.top_k},
+            {"top_p", gen.top_p},
+            {"accel", accel}};
+}
+
+Request Request::from_json(const nlohmann::json& j) {
+    if (!j.is_object() || !j.contains("varscope"))
+        throw std::invalid_argument("not VARScope generation settings");
+    Request r;
+    const auto& m = j.at("model");
+    const std::string kind = m.value("kind", "embedded");
+    r.model.kind = kind == "files"    ? ModelSource::Kind::Files
+                   : kind == "custom" ? ModelSource::Kind::Custom
+                                      : ModelSource::Kind::Embedded;
+    r.model.device = m.value("device", "cpu");
+    r.model.var_path = m.value("var", "");
+    r.model.vae_path = m.value("vae", "");
+    r.model.custom_name = m.value("name", "");
+    r.prompt = QString::fromStdString(j.value("prompt", ""));
+    r.gen.class_id = j.value("class_id", int64_t{0});
+    r.gen.seed = j.value("seed", uint64_t{0});
+    r.gen.cfg = j.value("cfg", 4.0);
+    r.gen.top_k = j.value("top_k", int64_t{900});
+    r.gen.top_p = j.value("top_p", 0.95);
+    r.accel = j.value("accel", nlohmann::json::object());
+    return r;
+}
+
+QImage to_qimage(const RgbImage& img) {
+    if (img.empty()) return {};
+    return QImage(img.rgb.data(), img.width, img.height, img.width * 3, QImage::Format_RGB888).copy();
+}
+
+}  // namespace varscope::gui

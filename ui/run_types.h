@@ -1,0 +1,60 @@
+// Qt-side types shared by the worker and the widgets: the generation request (everything the
+// user set, serialisable to JSON for PNG text chunks and drag-and-drop restore) and results
+// converted to Qt images.
+#pragma once
+
+#include <QImage>
+#include <QMetaType>
+#include <QString>
+#include <QVector>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "ui/engine/engine.h"
+
+namespace varscope::gui {
+
+// Everything that determines a comparison: model, prompt/class, sampling, accelerators.
+struct Request {
+    ModelSource model;
+    QString prompt;
+    GenerationSettings gen;
+    nlohmann::json accel = nlohmann::json::object();
+
+    nlohmann::json to_json() const;
+    // Throws std::exception on malformed input (missing fields take defaults).
+    static Request from_json(const nlohmann::json& j);
+};
+
+// Key of the text chunk that carries Request::to_json() in every exported PNG.
+inline const char* kSettingsTextKey = "varscope.settings";
+
+QImage to_qimage(const RgbImage& img);
+
+enum class Side { Baseline = 0, Accelerated = 1 };
+
+// One finished side of a comparison.
+struct SideResult {
+    Side side = Side::Baseline;
+    RunOutput run;
+    QImage image;
+    QVector<QImage> filmstrip;  // per scale, empty image where not decoded
+    bool cached = false;        // baseline reused from the cache
+    bool same_as_baseline = false;  // no accelerator enabled: the baseline result is shown
+};
+using SideResultPtr = std::shared_ptr<const SideResult>;
+
+struct SweepPoint {
+    double value = 0;
+    double millis = 0;
+    double speedup = 0;
+    double psnr = 0;
+    double ssim = 0;
+};
+
+}  // namespace varscope::gui
+
+Q_DECLARE_METATYPE(varscope::gui::SideResultPtr)
+Q_DECLARE_METATYPE(varscope::gui::SweepPoint)
+Q_DECLARE_METATYPE(varscope::gui::ModelInfo)

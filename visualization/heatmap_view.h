@@ -1,0 +1,72 @@
+// A widget that shows a FloatGrid as a heatmap (optionally over an image) with a colour legend,
+// partition lines (e.g. between key scales of an attention map) and the value under the mouse.
+#pragma once
+
+#include <QImage>
+#include <QWidget>
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "visualization/float_grid.h"
+
+namespace varscope::viz {
+
+class HeatmapView : public QWidget {
+    Q_OBJECT
+public:
+    explicit HeatmapView(QWidget* parent = nullptr);
+
+    // range: nullopt = the grid's own min..max.
+    void setGrid(const FloatGrid& grid, std::optional<ValueRange> range = std::nullopt);
+    void clear();
+    void setColormap(Colormap c);
+    Colormap colormap() const { return cmap_; }
+    void setTitle(const QString& t);
+    void setEmptyText(const QString& t);
+    // Overlay mode: the grid is drawn over `image` with the given opacity.
+    void setBackground(const QImage& image, double alpha = 0.55);
+    // Lines before these rows / columns (cell indices), drawn over the map.
+    void setPartitions(std::vector<int> rows, std::vector<int> cols);
+    // Hover text for a cell; default "row r, col c".
+    void setCellLabeler(std::function<QString(int row, int col)> f);
+    void setKeepAspect(bool keep);
+    void setLegendLabel(const QString& label);
+
+    const FloatGrid& grid() const { return grid_; }
+    bool hasData() const { return !grid_.empty(); }
+    QString readout() const { return readout_; }
+    // The cell under a widget position, or (-1, -1).
+    QPoint cellAt(const QPointF& pos) const;
+
+    QSize sizeHint() const override { return {360, 320}; }
+    QSize minimumSizeHint() const override { return {160, 140}; }
+
+signals:
+    void hovered(int row, int col, float value);
+
+protected:
+    void paintEvent(QPaintEvent*) override;
+    void mouseMoveEvent(QMouseEvent*) override;
+    void leaveEvent(QEvent*) override;
+    void resizeEvent(QResizeEvent*) override;
+
+private:
+    QRectF mapRect() const;
+    void rebuild();
+
+    FloatGrid grid_;
+    ValueRange range_;
+    Colormap cmap_ = Colormap::Viridis;
+    QImage image_;       // the rendered map, one pixel per cell
+    QImage background_;  // overlay mode when set
+    double alpha_ = 0.55;
+    QString title_, empty_text_, readout_, legend_label_;
+    std::vector<int> row_parts_, col_parts_;
+    std::function<QString(int, int)> labeler_;
+    bool keep_aspect_ = true;
+    QPoint hover_{-1, -1};
+};
+
+}  // namespace varscope::viz
