@@ -447,6 +447,46 @@ TEST(SparVarPolicy, BlockOutputsEqualTheMaskedReference) {
     EXPECT_EQ(check.checked, 4);
 }
 
+TEST(SparVarPolicy, Cs4aOutputIsSparseAttentionPlusUpsampledCache) {
+    // Layer 0 (CS4A): recompute scale 5's output from scale 3's q, k, v with the pieces.
+    auto p = small_pipeline();
+    auto cfg = SparVarConfig::from_json(small_config());
+    struct Capture : SamplingHooks {
+        std::shared_ptr<SamplingHooks> inner;
+        std::map<int64_t, std::vector<at::Tensor>> seen;  // scale -> q, k, v, out
+        double scale = 0;
+        at::Tensor attend(const BlockContext& c, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& v, double s) override {
+            auto o = inner->attend(c, q, k, v, s);
+            if (c.layer == 0) seen[c.scale.scale] = {q, k, v, o}, scale = s;
+            return o;
+        }
+    } cap;
+    cap.inner = make_sparvar(cfg, p.var_config(), nullptr);
+    p.generate(options(), &cap);
+    ASSERT_TRUE(cap.seen.count(3) && cap.seen.count(5));
+    const auto& d = cap.seen[3];
+    const auto& t = cap.seen[5];
+    at::Tensor probs;
+    auto dense = attention_eager(d[0], d[1], d[2], cap.scale, {}, &probs);
+    EXPECT_TRUE(at::allclose(d[3], dense));
+    auto sums = sparvar::block_column_sums(probs, 4);
+    auto sel = sparvar::selection_from_indices(sparvar::top_k_indices(sums, 6), 30);
+    sel.narrow(3, 0, 5).fill_(true);  // sinks: scales 0, 1
+    auto cache = dense.to(at::kFloat) -
+                 sparvar::masked_attention(d[0], d[1], d[2], cap.scale,
+                                           sparvar::expand_query_blocks(sel, 4, 16));
+    const std::vector<int64_t> pns{1, 2, 3, 4, 6, 8};
+    auto mapped = sparvar::map_selection(sel, pns, 3, 5, 4, 5, false);
+    auto expect = sparvar::masked_attention(t[0], t[1], t[2], cap.scale,
+                                            sparvar::expand_query_blocks(mapped, 4, 64)) +
+                  sparvar::upsample_cache(cache, 4, 8);
+    EXPECT_TRUE(at::allclose(t[3].to(at::kFloat), expect, 1e-4, 1e-5));
+    // Without the cache the output is the sparse part alone.
+    EXPECT_FALSE(at::allclose(t[3].to(at::kFloat), expect - sparvar::upsample_cache(cache, 4, 8),
+                              1e-4, 1e-5));
+}
+
 TEST(SparVarPolicy, ProbesReportMasksAndSelections) {
     auto p = small_pipeline();
     ProbeRecorder rec;
