@@ -1,9 +1,305 @@
 #include "core/accel/ams_kv.h"
 
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "core/accel/probe_kinds.h"
+#include "core/sampling/kv_cache.h"
+
 namespace varscope {
+namespace {
+
+constexpr const char* kMethod = "ams_kv";
+constexpr int64_t kBudgetLimit = 100000;
+const double kNoSimilarity = std::numeric_limits<double>::quiet_NaN();
+
+// Tokens of one source scale held contiguously in a layer's cache (in cache order).
+struct Run {
+    int64_t scale = 0;
+    int64_t tokens = 0;
+};
+
+int64_t total(const std::vector<Run>& runs) {
+    int64_t n = 0;
+    for (const auto& r : runs) n += r.tokens;
+    return n;
+}
+
+// The runs that remain after keeping `ranges` of a cache described by `runs`.
+std::vector<Run> keep_runs(const std::vector<Run>& runs,
+                           const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+    std::vector<Run> out;
+    int64_t offset = 0;
+    for (const auto& r : runs) {
+        for (const auto& [start, len] : ranges) {
+            const int64_t lo = std::max(start, offset), hi = std::min(start + len, offset + r.tokens);
+            if (lo >= hi) continue;
+            if (!out.empty() && out.back().scale == r.scale)
+                out.back().tokens += hi - lo;
+            else
+                out.push_back({r.scale, hi - lo});
+        }
+        offset += r.tokens;
+    }
+    return out;
+}
+
+class AmsKv : public SamplingHooks {
+public:
+    AmsKv(const AmsKvConfig& cfg, const AmsKvBudgets& budgets, const VarConfig& model,
+          ProbeSink* probe)
+        : cfg_(cfg), b_(budgets), patch_nums_(model.patch_nums), probe_(probe) {
+        reset(model.depth);
+    }
+
+    bool compact_kv_cache(const VarConfig&) override { return b_.bounded; }
+
+    void on_scale_begin(ScaleContext& ctx) override {
+        if (ctx.step == 0) reset(ctx.config.depth);  // a new image: every layer starts over
+    }
+
+    void on_kv_append(const BlockContext& ctx) override {
+        LayerState& st = layers_.at(ctx.layer);
+        KvCache& cache = ctx.cache;
+        const int64_t before = total(st.runs), now = cache.length(ctx.layer);
+        if (now < before)
+            throw std::logic_error("ams_kv: layer " + std::to_string(ctx.layer) +
+                                   " lost KV tokens outside the policy");
+        const auto added = attribute(ctx.scale, now - before);
+        st.runs.insert(st.runs.end(), added.begin(), added.end());
+        st.similarity = kNoSimilarity;
+        const int64_t unit = now - before;
+        const bool grouped = ctx.scale.segments.size() > 1;
+        const bool promotable = !st.demanding && b_.c_max > b_.c_min;
+
+        // Similarity of this step's (last) scale to the previous scale, before anything is
+        // evicted; only when the algorithm needs it or the inspector asks.
+        const bool over = now > st.budget;
+        if (!added.empty() && ((over && promotable) || wants(probe_kinds::kAmsKvDemanding)))
+            st.similarity = measure_similarity(st, cache, ctx.layer, added.back().scale);
+
+        std::vector<std::pair<int64_t, int64_t>> keep;  // empty = keep everything
+        if (!grouped && unit > b_.c_max) {
+            keep = {{0, before}};  // Alg. 1 line 5: a scale larger than C_max is never cached
+        } else if (over) {
+            if (promotable && st.similarity < cfg_.theta) {  // NaN compares false
+                st.budget = b_.c_max;                         // line 11: cache-demanding
+                st.demanding = true;
+            }
+            if (!grouped && unit > st.budget)
+                keep = {{0, before}};  // line 13-14: C_i = C_{i-1}
+            else
+                keep = ams_kv::clru_ranges(now, condensed_tokens(st.runs), st.budget,
+                                           grouped ? unit : 0);
+        }
+        if (keep.size() == 1 && keep[0].first == 0 && keep[0].second == now)
+            keep.clear();
+
+        update_stash(st, cache, ctx, added, keep);
+        if (!keep.empty()) {
+            cache.retain(ctx.layer, keep);
+            st.runs = keep_runs(st.runs, keep);
+        }
+        if (ctx.layer + 1 == static_cast<int64_t>(layers_.size())) emit(ctx);
+    }
+
+    void on_scale_end(const ScaleContext&, const ScaleSegment& seg, const at::Tensor&,
+                      const at::Tensor&) override {
+        if (seg.scale + 1 == static_cast<int64_t>(patch_nums_.size()))
+            for (auto& st : layers_) st.stash = at::Tensor();  // nothing follows the last scale
+    }
+
+private:
+    struct LayerState {
+        std::vector<Run> runs;  // what the layer's cache holds, in order
+        int64_t budget = 0;     // C_bgt
+        bool demanding = false;
+        double similarity = kNoSimilarity;  // measured at the current step
+        at::Tensor stash;                   // keys of stash_scale, when evicted but still needed
+        int64_t stash_scale = -1;
+    };
+
+    void reset(int64_t depth) {
+        layers_.assign(static_cast<size_t>(depth), LayerState{});
+        for (auto& st : layers_) st.budget = b_.c_min;  // Alg. 1 line 3: cache-efficient
+    }
+
+    bool wants(const char* kind) const { return probe_ && probe_->wants_accel(kMethod, kind); }
+    int64_t tokens_of(int64_t scale) const { return patch_nums_[scale] * patch_nums_[scale]; }
+
+    // Source scales of the `n` tokens this step appended. Without per-scale counts (a grouped
+    // step whose rows another policy pruned inside the block) they count as the step's last scale.
+    std::vector<Run> attribute(const ScaleContext& sc, int64_t n) const {
+        if (n == 0) return {};
+        if (sc.segments.empty()) return {{sc.scale, n}};
+        if (sc.segments.size() == 1 || sc.packed_length() != n)
+            return {{sc.segments.back().scale, n}};
+        std::vector<Run> out;
+        for (const auto& seg : sc.segments)
+            if (seg.length() > 0) out.push_back({seg.scale, seg.length()});
+        return out;
+    }
+
+    int64_t condensed_tokens(const std::vector<Run>& runs) const {
+        int64_t n = 0;
+        for (const auto& r : runs) {
+            if (r.scale >= b_.c_cds) break;
+            n += r.tokens;
+        }
+        return n;
+    }
+
+    // Start of the complete key map of `scale` in the cache, or -1.
+    static int64_t complete_run_start(const std::vector<Run>& runs, int64_t scale, int64_t tokens) {
+        int64_t offset = 0;
+        for (const auto& r : runs) {
+            if (r.scale == scale && r.tokens == tokens) return offset;
+            offset += r.tokens;
+        }
+        return -1;
+    }
+
+    double measure_similarity(const LayerState& st, KvCache& cache, int64_t layer,
+                              int64_t scale) const {
+        if (scale == 0) return kNoSimilarity;
+        const int64_t cur_start = complete_run_start(st.runs, scale, tokens_of(scale));
+        if (cur_start < 0) return kNoSimilarity;
+        at::Tensor prev;
+        const int64_t prev_start = complete_run_start(st.runs, scale - 1, tokens_of(scale - 1));
+        if (prev_start >= 0)
+            prev = cache.keys(layer, prev_start, tokens_of(scale - 1));
+        else if (st.stash_scale == scale - 1 && st.stash.defined())
+            prev = st.stash;
+        else
+            return kNoSimilarity;
+        const auto cur = cache.keys(layer, cur_start, tokens_of(scale));
+        return ams_kv::similarity(prev, patch_nums_[scale - 1], cur, patch_nums_[scale]);
+    }
+
+    // Keeps a copy of this step's keys when the eviction would drop them but the next scale's
+    // promotion check still needs them.
+    void update_stash(LayerState& st, KvCache& cache, const BlockContext& ctx,
+                      const std::vector<Run>& added,
+                      const std::vector<std::pair<int64_t, int64_t>>& keep) {
+        st.stash = at::Tensor();
+        st.stash_scale = -1;
+        if (added.empty() || keep.empty() || st.demanding || b_.c_max <= b_.c_min) return;
+        const int64_t scale = added.back().scale;
+        if (scale + 1 >= static_cast<int64_t>(patch_nums_.size())) return;
+        const int64_t start = complete_run_start(st.runs, scale, tokens_of(scale));
+        if (start < 0) return;
+        if (complete_run_start(keep_runs(st.runs, keep), scale, tokens_of(scale)) >= 0) return;
+        st.stash = cache.keys(ctx.layer, start, tokens_of(scale)).clone();
+        st.stash_scale = scale;
+    }
+
+    void emit(const BlockContext& ctx) {
+        if (!probe_) return;
+        const int64_t L = static_cast<int64_t>(layers_.size());
+        const int64_t S = static_cast<int64_t>(patch_nums_.size());
+        for (const auto& seg : ctx.scale.segments) {
+            if (wants(probe_kinds::kKvBytes)) {
+                auto bytes = at::empty({L}, at::kLong);
+                int64_t sum = 0;
+                for (int64_t l = 0; l < L; ++l) {
+                    bytes[l] = ctx.cache.bytes(l);
+                    sum += ctx.cache.bytes(l);
+                }
+                AccelRecord r{kMethod, probe_kinds::kKvBytes, seg.scale, -1, bytes, {}};
+                r.values["total"] = static_cast<double>(sum);
+                probe_->on_accel(std::move(r));
+            }
+            if (wants(probe_kinds::kKvOccupancy)) {
+                auto occ = at::zeros({L, S}, at::kLong);
+                auto acc = occ.accessor<int64_t, 2>();
+                for (int64_t l = 0; l < L; ++l)
+                    for (const auto& r : layers_[l].runs) acc[l][r.scale] += r.tokens;
+                probe_->on_accel({kMethod, probe_kinds::kKvOccupancy, seg.scale, -1, occ, {}});
+            }
+            if (wants(probe_kinds::kAmsKvDemanding)) {
+                auto dem = at::zeros({L}, at::kBool);
+                AccelRecord r{kMethod, probe_kinds::kAmsKvDemanding, seg.scale, -1, {}, {}};
+                for (int64_t l = 0; l < L; ++l) {
+                    dem[l] = layers_[l].demanding;
+                    if (!std::isnan(layers_[l].similarity))
+                        r.values["similarity." + std::to_string(l)] = layers_[l].similarity;
+                }
+                r.data = dem;
+                r.values["theta"] = cfg_.theta;
+                r.values["c_min"] = static_cast<double>(b_.c_min);
+                r.values["c_max"] = static_cast<double>(b_.c_max);
+                probe_->on_accel(std::move(r));
+            }
+        }
+    }
+
+    AmsKvConfig cfg_;
+    AmsKvBudgets b_;
+    std::vector<int64_t> patch_nums_;
+    ProbeSink* probe_;
+    std::vector<LayerState> layers_;
+};
+
+}  // namespace
+
+namespace ams_kv {
+
+std::vector<std::pair<int64_t, int64_t>> clru_ranges(int64_t length, int64_t condensed,
+                                                     int64_t budget, int64_t keep_tail) {
+    if (length <= budget) return {{0, length}};  // no rolling within the budget
+    condensed = std::min(condensed, length);
+    const int64_t tail = std::min(std::max(budget - condensed, keep_tail), length - condensed);
+    std::vector<std::pair<int64_t, int64_t>> out;
+    if (condensed > 0) out.push_back({0, condensed});
+    if (tail > 0) out.push_back({length - tail, tail});
+    return out;
+}
+
+double similarity(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
+                  int64_t pn_cur) {
+    // (R, H, pn*pn, c) -> (R, H*c, pn, pn) maps of unit keys.
+    auto as_map = [](const at::Tensor& k, int64_t pn) {
+        auto unit = k.to(at::kFloat);
+        unit = unit / unit.norm(2, {-1}, true).clamp_min(1e-12);
+        const int64_t R = k.size(0), H = k.size(1), c = k.size(3);
+        return unit.permute({0, 1, 3, 2}).reshape({R, H * c, pn, pn});
+    };
+    const auto prev = as_map(k_prev, pn_prev), cur = as_map(k_cur, pn_cur);
+    const auto up = at::upsample_bilinear2d(prev, {pn_cur, pn_cur}, /*align_corners=*/false);
+    return -(cur - up).pow(2).mean().item<double>();
+}
+
+}  // namespace ams_kv
 
 const MethodSpec& AmsKvConfig::spec() {
-    static const MethodSpec s{"ams_kv", "AMS-KV", "", "(not implemented yet)", {}};
+    static const MethodSpec s{
+        "ams_kv",
+        "AMS-KV",
+        "ams-kv.txt Alg. 1-2, Eq. 3, App. E-F",
+        "Bound each layer's KV cache: keep the condensed and the most recent scales; layers "
+        "whose keys change most between scales get the larger budget.",
+        {{"c_cds", "Condensed scales", "C_cds",
+          "First scales always kept in every layer's cache (paper: 2, the 1x1 and 2x2 maps).",
+          ParamKind::Int, 0, 8, 2},
+         {"c_min", "Cache-efficient budget (tokens)", "C_min",
+          "Tokens a cache-efficient layer keeps. 0 = the paper's setting: the penultimate "
+          "scale plus the condensed scales (174 on the 10-scale 256px schedule).",
+          ParamKind::Int, 0, static_cast<double>(kBudgetLimit), 0},
+         {"c_max", "Cache-demanding budget (tokens)", "C_max",
+          "Tokens a cache-demanding layer keeps. 0 = the paper's setting: the last two scales "
+          "plus the condensed scales (430 on the 10-scale 256px schedule). A budget of at least "
+          "the schedule's total tokens for both never evicts (the baseline).",
+          ParamKind::Int, 0, static_cast<double>(kBudgetLimit), 0},
+         {"theta", "Similarity threshold", "θ",
+          "A layer whose key similarity -mean((k_i - up(k_{i-1}))^2) falls below θ when its "
+          "cache first overflows C_min becomes cache-demanding (paper: -0.008; stable in "
+          "[-0.01, -0.007]).",
+          ParamKind::Real, -1.0, 0.0, -0.008}}};
     return s;
 }
 
@@ -11,13 +307,53 @@ AmsKvConfig AmsKvConfig::from_json(const nlohmann::json& j) {
     ParamReader r(j, spec());
     AmsKvConfig c;
     c.enabled = r.enabled();
+    c.c_cds = r.get_int("c_cds");
+    c.c_min = r.get_int("c_min");
+    c.c_max = r.get_int("c_max");
+    c.theta = r.get_real("theta");
     return c;
 }
 
-nlohmann::json AmsKvConfig::to_json() const { return {{"enabled", enabled}}; }
+nlohmann::json AmsKvConfig::to_json() const {
+    return {{"enabled", enabled}, {"c_cds", c_cds}, {"c_min", c_min},
+            {"c_max", c_max},     {"theta", theta}};
+}
 
-std::shared_ptr<SamplingHooks> make_ams_kv(const AmsKvConfig&, const VarConfig&, ProbeSink*) {
-    throw AccelConfigError("ams_kv: not implemented yet");
+AmsKvBudgets resolve_ams_kv_budgets(const AmsKvConfig& cfg, const VarConfig& model) {
+    const int64_t S = model.num_scales();
+    const auto fail = [](const std::string& key, const std::string& msg) {
+        throw AccelConfigError("ams_kv." + key + ": " + msg);
+    };
+    if (cfg.c_cds < 0 || cfg.c_cds >= S)
+        fail("c_cds", "must be below the model's " + std::to_string(S) + " scales, got " +
+                          std::to_string(cfg.c_cds));
+    AmsKvBudgets b;
+    b.c_cds = cfg.c_cds;
+    b.cds_tokens = model.scale_begin(cfg.c_cds);
+    const auto tokens = [&](int64_t si) { return model.patch_nums[si] * model.patch_nums[si]; };
+    const int64_t last = tokens(S - 1), penultimate = S >= 2 ? tokens(S - 2) : 0;
+    b.c_min = cfg.c_min > 0 ? cfg.c_min : penultimate + b.cds_tokens;
+    b.c_max = cfg.c_max > 0 ? cfg.c_max : last + penultimate + b.cds_tokens;
+    // An auto value is named as such: the user did not type it.
+    const auto value = [](int64_t given, int64_t used, const char* key) {
+        return given > 0 ? std::to_string(given)
+                         : "the paper's setting " + std::to_string(used) + " (" + key + " = 0)";
+    };
+    if (b.c_min <= b.cds_tokens)
+        fail("c_min", "must exceed the " + std::to_string(b.cds_tokens) + " tokens of the " +
+                          std::to_string(b.c_cds) + " condensed scales, got " +
+                          value(cfg.c_min, b.c_min, "c_min"));
+    if (b.c_max < b.c_min)
+        fail("c_max", "must be at least c_min (" + std::to_string(b.c_min) + " tokens), got " +
+                          value(cfg.c_max, b.c_max, "c_max"));
+    b.bounded = b.c_max < model.total_tokens();
+    return b;
+}
+
+std::shared_ptr<SamplingHooks> make_ams_kv(const AmsKvConfig& cfg, const VarConfig& model,
+                                          ProbeSink* probe) {
+    const auto budgets = resolve_ams_kv_budgets(cfg, model);
+    return std::make_shared<AmsKv>(cfg, budgets, model, probe);
 }
 
 }  // namespace varscope

@@ -1,7 +1,57 @@
-// AMS-KV policy for the VAR sampling loop. SKELETON: owned by the AMS-KV work item; replace.
+// AMS-KV (ams-kv.txt, Algorithm 1 and 2, "AMS-KV: Adaptive Multi-Scale KV Caching"): a
+// per-layer KV-cache eviction policy that bounds the keys and values each layer holds.
+//
+// Units: budgets count tokens of one sequence (|C_i| in the paper), the same for every batch
+// row and head; a token holds one key and one value per head. The condensed scales are counted
+// in scales (C_cds = 2: the 1x1 and 2x2 maps, 5 tokens).
+//
+// Per layer, after each step's keys and values were appended (hook on_kv_append):
+//   Every layer starts cache-efficient with budget C_bgt = C_min.
+//   - A scale with more than C_max tokens is not kept at all (Alg. 1 line 5).
+//   - If the cache now exceeds C_bgt: a layer still at C_min is promoted to cache-demanding
+//     (C_bgt = C_max) when the similarity S(k_i, up(k_{i-1})) < θ (line 10, Eq. 3); then a scale
+//     larger than C_bgt is not kept (line 13), otherwise CLRU trims the cache to C_bgt (line 16).
+//   - CLRU (Alg. 2): keep the tokens of the condensed scales, then the C_bgt - |condensed| most
+//     recent tokens, evicting the oldest others (token granularity, so a scale may be kept in
+//     part, its most recent rows).
+//   The current scale's attention then sees only the kept keys (the loop reads the cache after
+//   the hook), as in the paper, where the cache update precedes the attention.
+//
+// Decisions where the paper leaves room:
+//   - Similarity: S = -mean((k_i - up(k_{i-1}))^2) over batch, heads, tokens and channels, with
+//     keys L2-normalised per head (a no-op for VAR, whose keys are unit vectors per head).
+//     The paper writes -||k_i - k^_{i-1}||_2 but its thresholds (θ in [-0.01, -0.007], App. E)
+//     only make sense for a per-element mean: for unit keys of 64 channels this distance is
+//     (2 - 2 cos)/64, about 0.008 at cos 0.75. up() is bilinear 2D interpolation of the
+//     (pn_{i-1} x pn_{i-1}) key map to pn_i x pn_i (align_corners false).
+//   - The similarity needs complete key maps of both scales; a scale pruned by another policy
+//     (fewer keys than pn*pn) gives no similarity and the layer is not promoted at that step.
+//     When the previous scale's keys would not survive the eviction and the layer may still be
+//     promoted, a copy of them is kept until the next step (never with the paper's budgets).
+//   - Defaults (0 = auto) follow the paper's experiments: C_max = the last two scales plus the
+//     condensed scales, C_min = the penultimate scale plus the condensed scales (430 and 174
+//     tokens on the 10-scale 256px schedule).
+//   - Grouped steps (LazyVAR) append several scales at once; they are handled as one unit and
+//     its keys are always kept (the grouped step's attention mask needs them); only older
+//     tokens are evicted.
+//   - The budget is bounded only when C_max is below the schedule's total tokens; then the loop
+//     uses the compact KV cache (memory follows the budget). Otherwise nothing is ever evicted
+//     and the baseline's preallocated cache is used, so the tokens equal the baseline's.
+//
+// Probe records (method "ams_kv", see core/accel/probe_kinds.h), one per scale after the step
+// that decoded it (all layers done), only when probe->wants_accel("ams_kv", kind):
+//   "kv_bytes":         int64 (layers), bytes of keys + values each layer holds.
+//                       values: {"total": sum of the tensor}.
+//   "kv_occupancy":     int64 (layers x scales), tokens each layer holds from each source scale.
+//   "ams_kv_demanding": bool (layers), true = cache-demanding (budget C_max).
+//                       values: {"theta": θ, "c_min": C_min, "c_max": C_max,
+//                                "similarity.<layer>": S of that layer at this step, where it
+//                                could be measured}.
 #pragma once
 
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "core/accel/param_spec.h"
 #include "core/sampling/hooks.h"
@@ -11,13 +61,39 @@ namespace varscope {
 
 struct AmsKvConfig {
     bool enabled = false;
+    int64_t c_cds = 2;     // C_cds: condensed scales, always kept
+    int64_t c_min = 0;     // C_min: budget of cache-efficient layers in tokens; 0 = paper default
+    int64_t c_max = 0;     // C_max: budget of cache-demanding layers in tokens; 0 = paper default
+    double theta = -0.008; // θ: similarity below which a layer is cache-demanding
 
     static const MethodSpec& spec();
     static AmsKvConfig from_json(const nlohmann::json& j);
     nlohmann::json to_json() const;
 };
 
+// The budgets in effect on a model (auto values resolved).
+struct AmsKvBudgets {
+    int64_t c_cds = 0;         // condensed scales
+    int64_t cds_tokens = 0;    // their tokens
+    int64_t c_min = 0, c_max = 0;
+    bool bounded = false;      // C_max below the schedule's total tokens: eviction can happen
+};
+
+// Throws AccelConfigError naming the field when the setting does not fit the model.
+AmsKvBudgets resolve_ams_kv_budgets(const AmsKvConfig& cfg, const VarConfig& model);
+
 std::shared_ptr<SamplingHooks> make_ams_kv(const AmsKvConfig& cfg, const VarConfig& model,
                                           ProbeSink* probe);
+
+namespace ams_kv {
+// CLRU (Alg. 2): token ranges {start, length} to keep of a cache of `length` tokens whose first
+// `condensed` tokens are condensed, within `budget`; at least the last `keep_tail` tokens stay.
+std::vector<std::pair<int64_t, int64_t>> clru_ranges(int64_t length, int64_t condensed,
+                                                     int64_t budget, int64_t keep_tail = 0);
+// -mean((k_cur - up(k_prev))^2) with per-head L2-normalised keys; k_prev (R, H, pp*pp, c),
+// k_cur (R, H, pc*pc, c).
+double similarity(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
+                  int64_t pn_cur);
+}  // namespace ams_kv
 
 }  // namespace varscope

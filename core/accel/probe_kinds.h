@@ -24,6 +24,16 @@ constexpr const char* kLazyVarKept = "lazyvar_kept";
 // values: {"first_scale", "size"}.
 constexpr const char* kLazyVarGroup = "lazyvar_group";
 
+// AMS-KV (core/accel/ams_kv.h), method "ams_kv": one record per scale after the step that
+// decoded it (every layer's cache updated), layer = -1.
+// Bytes of keys + values each layer holds: int64 (layers). values: {"total"}.
+constexpr const char* kKvBytes = "kv_bytes";
+// Tokens each layer holds from each source scale: int64 (layers x scales).
+constexpr const char* kKvOccupancy = "kv_occupancy";
+// Cache-demanding layers (budget C_max): bool (layers). values: {"theta", "c_min", "c_max",
+// "similarity.<layer>": -mean((k_i - up(k_{i-1}))^2) where measured at this step}.
+constexpr const char* kAmsKvDemanding = "ams_kv_demanding";
+
 // SparVAR (core/accel/sparvar.h), method "sparvar"; sparse scales only unless noted.
 // CSLA token mask M^(k) of a sparse scale: bool (Lq, Lk), the same for every CSLA layer;
 // layer = -1; values: {"sparsity"}.

@@ -16,6 +16,12 @@ int64_t HookChain::scales_to_run(const VarConfig& config) {
     return n;
 }
 
+bool HookChain::compact_kv_cache(const VarConfig& config) {
+    bool any = false;
+    for (auto& h : hooks_) any = h->compact_kv_cache(config) || any;
+    return any;
+}
+
 int64_t HookChain::group_size(const ScaleContext& ctx) {
     int64_t g = 1;
     for (auto& h : hooks_) g = std::max(g, h->group_size(ctx));

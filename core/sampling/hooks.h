@@ -3,6 +3,8 @@
 //
 // The loop, per step:
 //   scales_to_run()            -> scales after it are skipped (f_hat is decoded as it stands)
+//   compact_kv_cache()         -> (once, before the loop) KV-cache storage: preallocated or
+//                                 compact (memory follows what an eviction policy keeps)
 //   group_size(ctx)            -> 1 = one scale per step; p > 1 decodes p scales in one pass
 //                                 with inputs taken from the same f_hat (LazyVAR's PGD)
 //   on_scale_begin(ctx)        -> may set ctx.segments[i].rows (scale-level pruning: left-out
@@ -65,6 +67,10 @@ public:
     virtual ~SamplingHooks() = default;
     // Scales [0, n) are run; the rest are skipped. Default: all.
     virtual int64_t scales_to_run(const VarConfig& config) { return config.num_scales(); }
+    // true = the loop uses KvCache::compact (each layer holds exactly the tokens it keeps), for
+    // policies that bound the cache (AMS-KV); false = one buffer per layer for the whole
+    // schedule, the baseline's fast path.
+    virtual bool compact_kv_cache(const VarConfig& config) { return false; }
     // Number of scales decoded together starting at ctx.scale (ctx.segments is still empty).
     virtual int64_t group_size(const ScaleContext& ctx) { return 1; }
     virtual void on_scale_begin(ScaleContext& ctx) {}
@@ -94,8 +100,9 @@ public:
                               const at::Tensor& tokens, const at::Tensor& f_hat) {}
 };
 
-// Several policies in order. scales_to_run takes the minimum, group_size the maximum; for
-// select_tokens / restore_tokens / attend the first one that answers wins.
+// Several policies in order. scales_to_run takes the minimum, group_size the maximum,
+// compact_kv_cache is true if any policy asks; for select_tokens / restore_tokens / attend the
+// first one that answers wins.
 class HookChain : public SamplingHooks {
 public:
     void add(std::shared_ptr<SamplingHooks> h) { hooks_.push_back(std::move(h)); }
@@ -103,6 +110,7 @@ public:
     size_t size() const { return hooks_.size(); }
 
     int64_t scales_to_run(const VarConfig& config) override;
+    bool compact_kv_cache(const VarConfig& config) override;
     int64_t group_size(const ScaleContext& ctx) override;
     void on_scale_begin(ScaleContext& ctx) override;
     at::Tensor select_tokens(const BlockContext& ctx, const at::Tensor& x) override;
