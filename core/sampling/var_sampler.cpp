@@ -158,8 +158,11 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     const at::Tensor first = var_->first_scale_input(cond_BD);
     at::Tensor f_hat = at::zeros({B, c.cvae, c.patch_nums.back(), c.patch_nums.back()},
                                  at::TensorOptions(device).dtype(at::kFloat));
-    KvCache cache(c.depth, 2 * B, c.num_heads, c.head_dim(), c.total_tokens(),
-                  at::TensorOptions(device).dtype(dtype));
+    const auto kv_options = at::TensorOptions(device).dtype(dtype);
+    KvCache cache = hooks && hooks->compact_kv_cache(c)
+                        ? KvCache::compact(c.depth, 2 * B, c.num_heads, c.head_dim(), kv_options)
+                        : KvCache(c.depth, 2 * B, c.num_heads, c.head_dim(), c.total_tokens(),
+                                  kv_options);
 
     VarSampleResult res;
     res.labels = labels;
