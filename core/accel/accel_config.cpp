@@ -122,8 +122,13 @@ const std::map<std::string, nlohmann::json>& accel_presets() {
             d["enabled"] = true;
             return d;
         };
-        // The papers' combinations (sparvar.txt: with scale skipping; ams-kv with token pruning).
-        p["sparvar+skip"] = {{"sparvar", on(SparVarConfig::spec())}, {"skip", on(ScaleSkipConfig::spec())}};
+        // The papers' combinations. sparvar.txt pairs SparVAR with skipping the last 2 scales;
+        // the decision scale then stays the one before the first sparse scale that still runs.
+        auto sparvar_skip = on(SparVarConfig::spec());
+        sparvar_skip["sparse_scales"] = 3;
+        auto skip2 = on(ScaleSkipConfig::spec());
+        skip2["last_n"] = 2;
+        p["sparvar+skip"] = {{"sparvar", sparvar_skip}, {"skip", skip2}};
         p["fastvar+ams_kv"] = {{"fastvar", on(FastVarConfig::spec())}, {"ams_kv", on(AmsKvConfig::spec())}};
         return p;
     }();
@@ -139,6 +144,11 @@ std::shared_ptr<SamplingHooks> build_accelerators(const AccelConfig& cfg, const 
         throw AccelConfigError(
             "lazyvar: cannot be combined with fastvar or sparvar (they prune or sparsify per "
             "scale; LazyVAR decodes groups of scales in one pass)");
+    // SparVAR's index mapping needs every query row and the full key prefix of each scale.
+    if (cfg.sparvar.enabled && (cfg.fastvar.enabled || cfg.ams_kv.enabled))
+        throw AccelConfigError(
+            "sparvar: cannot be combined with fastvar or ams_kv (its CS4A index mapping and CSLA "
+            "masks address every query token and the full key prefix of each scale)");
     auto chain = std::make_shared<HookChain>();
     if (cfg.skip.enabled) chain->add(make_scale_skip(cfg.skip, model, probe));
     if (cfg.lazyvar.enabled) chain->add(make_lazyvar(cfg.lazyvar, model, probe));
