@@ -207,7 +207,8 @@ AccelInspector::AccelInspector(const QString& method, const QString& hint, QWidg
     kind_->setToolTip(tr("Record kind reported by the accelerator"));
     kind_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
     scale_ = new QComboBox(this);
-    scale_->setToolTip(tr("Scale"));
+    scale_->setToolTip(tr("Scale; \"stacked\" puts one record per scale side by side"));
+    scale_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
     layer_ = new QComboBox(this);
     layer_->setToolTip(tr("Layer"));
     index_ = new QSpinBox(this);
@@ -216,6 +217,7 @@ AccelInspector::AccelInspector(const QString& method, const QString& hint, QWidg
     mode_ = new QComboBox(this);
     mode_->addItems({tr("Heatmap"), tr("Overlay on image")});
     mode_->setToolTip(tr("Token records (one value per token of the scale) can be laid over the image"));
+    mode_->setCurrentIndex(1);
     cmap_ = colormap_combo(this, viz::Colormap::Viridis);
     for (QWidget* w : std::initializer_list<QWidget*>{kind_, scale_, layer_, index_, mode_, cmap_}) bar->addWidget(w);
     bar->addStretch(1);
@@ -326,11 +328,13 @@ void AccelInspector::rebuildScales() {
         const bool stackable = scales.size() > 1 && std::all_of(recs.begin(), recs.end(), [&](const AccelOutput* r) {
             return r->data.shape.size() == 1 && r->layer < 0 && r->data.shape == recs.front()->data.shape;
         });
-        if (stackable) scale_->addItem(tr("all scales (stacked)"), -3);
+        if (stackable) scale_->addItem(tr("stacked"), -3);
         for (int64_t s : scales) scale_->addItem(s < 0 ? tr("all scales") : tr("scale %1").arg(s), qlonglong(s));
         for (int64_t l : layers) layer_->addItem(l < 0 ? tr("all layers") : tr("layer %1").arg(l), qlonglong(l));
     }
+    // Default: the stacked overview where there is one, else the last scale.
     int si = scale_->findData(keep_scale);
+    if (si < 0) si = scale_->findData(-3);
     scale_->setCurrentIndex(si >= 0 ? si : std::max(0, scale_->count() - 1));
     int li = layer_->findData(keep_layer);
     layer_->setCurrentIndex(li >= 0 ? li : 0);

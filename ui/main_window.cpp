@@ -505,12 +505,13 @@ void MainWindow::readSettings() {
     if (!restoreGeometry(s.value("geometry").toByteArray())) resize(1560, 980);
     if (!restoreState(s.value("windowState").toByteArray())) {
         // First start: images large, plots a strip at the bottom.
-        const auto docks = findChildren<QDockWidget*>();
-        for (auto* d : docks) {
-            if (d->objectName() == "leftDock") resizeDocks({d}, {370}, Qt::Horizontal);
-            if (d->objectName() == "inspectorDock") resizeDocks({d}, {600}, Qt::Horizontal);
-            if (d->objectName() == "plotsDock") resizeDocks({d}, {300}, Qt::Vertical);
-        }
+        QTimer::singleShot(0, this, [this] {
+            for (auto* d : findChildren<QDockWidget*>()) {
+                if (d->objectName() == "leftDock") resizeDocks({d}, {370}, Qt::Horizontal);
+                if (d->objectName() == "inspectorDock") resizeDocks({d}, {620}, Qt::Horizontal);
+                if (d->objectName() == "plotsDock") resizeDocks({d}, {std::max(280, height() * 3 / 10)}, Qt::Vertical);
+            }
+        });
     }
 }
 

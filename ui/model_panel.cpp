@@ -16,6 +16,7 @@
 #include <QRandomGenerator>
 #include <QSpinBox>
 #include <QStandardItemModel>
+#include <QStyle>
 #include <QToolButton>
 
 #include <limits>
@@ -147,7 +148,7 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     seed_->setObjectName("seed");
     seed_->setRange(0, std::numeric_limits<int>::max());
     dice_ = new QToolButton(this);
-    dice_->setText(QStringLiteral("🎲"));
+    dice_->setIcon(style()->standardIcon(QStyle::SP_BrowserReload));
     dice_->setToolTip(tr("Random seed (Ctrl+R)"));
     connect(dice_, &QToolButton::clicked, this, &ModelPanel::rollDice);
     auto* srow = new QHBoxLayout;

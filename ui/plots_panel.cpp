@@ -25,7 +25,7 @@ const QColor kBase(60, 110, 200), kAccel(220, 100, 30);
 
 QCustomPlot* make_plot(QWidget* parent, const QString& title, const QString& x, const QString& y) {
     auto* p = new QCustomPlot(parent);
-    p->setMinimumSize(260, 180);
+    p->setMinimumSize(220, 170);
     p->plotLayout()->insertRow(0);
     auto* t = new QCPTextElement(p, title, QFont(p->font().family(), 10, QFont::Bold));
     p->plotLayout()->addElement(0, 0, t);
@@ -62,8 +62,8 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     sweep_plot_->legend->setVisible(false);
     grid->addWidget(latency_, 0, 0);
     grid->addWidget(cumulative_, 0, 1);
-    grid->addWidget(kv_, 1, 0);
-    grid->addWidget(sweep_plot_, 1, 1);
+    grid->addWidget(kv_, 0, 2);
+    grid->addWidget(sweep_plot_, 0, 3);
     v->addLayout(grid, 1);
 
     auto* bar = new QHBoxLayout;

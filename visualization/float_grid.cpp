@@ -92,7 +92,17 @@ FloatGrid image_difference(const QImage& a, const QImage& b) {
 QString format_value(double v) {
     if (!std::isfinite(v)) return QStringLiteral("n/a");
     const double m = std::abs(v);
-    if (m != 0 && (m < 1e-3 || m >= 1e5)) return QString::number(v, 'e', 2);
+    if (m >= 1e4) {  // compact SI suffixes: 1.76M, 12.4k
+        const char* suffix[] = {"k", "M", "G", "T"};
+        int i = 0;
+        double x = v / 1e3;
+        while (std::abs(x) >= 1e3 && i < 3) {
+            x /= 1e3;
+            ++i;
+        }
+        return QString::number(x, 'g', 3) + suffix[i];
+    }
+    if (m != 0 && m < 1e-3) return QString::number(v, 'e', 2);
     return QString::number(v, 'g', 4);
 }
 
