@@ -9,6 +9,7 @@
 
 #include "kernels/attention_dispatch.h"
 #include "kernels/attention_reference.h"
+#include "kernels/token_ops.h"
 
 namespace vk = varscope::kernels;
 
@@ -146,4 +147,89 @@ TEST(KernelsReference, DispatchOnCpuUsesTheReference) {
     EXPECT_THROW(vk::block_sparse_attention(q, k, v, idx, cnt, 64, 64, o), c10::Error);
     EXPECT_THROW(vk::block_sparse_attention(q, k.narrow(3, 0, 32), v, idx, cnt, 64, 64),
                  c10::Error);
+}
+
+// ---- token ops (kernels/token_ops.h): FastVAR's pivotal scores, LazyVAR's update index
+
+TEST(KernelsReference, PivotalScoresAreSquaredDistanceToTheRowMean) {
+    c10::InferenceMode guard;
+    at::manual_seed(11);
+    const auto x = at::randn({2, 5, 3});
+    const auto got = vk::reference::pivotal_scores(x);
+    ASSERT_EQ(got.sizes(), (at::IntArrayRef{2, 5}));
+    ASSERT_EQ(got.scalar_type(), at::kFloat);
+    const auto xd = x.to(at::kDouble);
+    for (int64_t r = 0; r < 2; ++r) {
+        for (int64_t n = 0; n < 5; ++n) {
+            double want = 0.0;
+            for (int64_t c = 0; c < 3; ++c) {
+                double mean = 0.0;
+                for (int64_t m = 0; m < 5; ++m) mean += xd[r][m][c].item<double>() / 5.0;
+                const double d = xd[r][n][c].item<double>() - mean;
+                want += d * d;
+            }
+            EXPECT_NEAR(got[r][n].item<double>(), want, 1e-5 * (1 + want)) << r << "," << n;
+        }
+    }
+    // bfloat16 tokens are scored in float32: the same as scoring their float32 values.
+    const auto xb = x.to(at::kBFloat16);
+    EXPECT_TRUE(at::allclose(vk::reference::pivotal_scores(xb),
+                             vk::reference::pivotal_scores(xb.to(at::kFloat))));
+}
+
+TEST(KernelsReference, PivotalSelectionKeepsTheTopScoresAscending) {
+    c10::InferenceMode guard;
+    // Row 0: token 3 is the outlier, then 0; row 1: tokens 1 and 4.
+    auto x = at::zeros({2, 5, 2});
+    x[0][3][0] = 5.0;
+    x[0][0][1] = -3.0;
+    x[1][4][1] = 4.0;
+    x[1][1][0] = -6.0;
+    const auto sel = vk::reference::pivotal_token_selection(x, 2);
+    EXPECT_TRUE(sel.kept.equal(at::tensor({0, 3, 1, 4}, at::kLong).view({2, 2})));
+    EXPECT_EQ(sel.scores.sizes(), (at::IntArrayRef{2, 5}));
+    EXPECT_TRUE(vk::reference::pivotal_token_selection(x, 5).kept.equal(
+        at::arange(5, at::kLong).expand({2, 5})));
+    EXPECT_THROW(vk::reference::pivotal_token_selection(x, 0), c10::Error);
+    EXPECT_THROW(vk::reference::pivotal_token_selection(x, 6), c10::Error);
+    EXPECT_THROW(vk::reference::pivotal_scores(at::zeros({5, 2})), c10::Error);
+}
+
+TEST(KernelsReference, UpdateIndexIsOneMinusCosineAlongChannels) {
+    c10::InferenceMode guard;
+    at::manual_seed(12);
+    const auto a = at::randn({2, 4, 3, 5});
+    auto b = at::randn({2, 4, 3, 5});
+    b.select(2, 0).select(2, 0).copy_(a.select(2, 0).select(2, 0) * 2.5);  // same direction
+    b.select(2, 0).select(2, 1).copy_(-a.select(2, 0).select(2, 1));       // opposite
+    b.select(2, 1).select(2, 0).zero_();                                    // zero vector
+    const auto got = vk::reference::update_index(a, b);
+    ASSERT_EQ(got.sizes(), (at::IntArrayRef{2, 3, 5}));
+    EXPECT_NEAR(got[0][0][0].item<double>(), 0.0, 1e-6);
+    EXPECT_NEAR(got[1][0][1].item<double>(), 2.0, 1e-6);
+    EXPECT_NEAR(got[0][1][0].item<double>(), 1.0, 1e-6);
+    for (int64_t n = 0; n < 2; ++n) {
+        const auto x = a[n].select(1, 2).select(1, 3).to(at::kDouble);  // (C) at (2, 3)
+        const auto y = b[n].select(1, 2).select(1, 3).to(at::kDouble);
+        const double cos = (x.dot(y) / (x.norm() * y.norm())).item<double>();
+        EXPECT_NEAR(got[n][2][3].item<double>(), 1.0 - cos, 1e-6);
+    }
+    EXPECT_THROW(vk::reference::update_index(a, b.narrow(1, 0, 3)), c10::Error);
+}
+
+TEST(KernelsReference, TokenOpsDispatchOnCpuUsesTheReference) {
+    c10::InferenceMode guard;
+    at::manual_seed(13);
+    const auto x = at::randn({2, 9, 4});
+    std::string why;
+    EXPECT_FALSE(vk::cuda_token_ops_supported(x, &why));
+    EXPECT_FALSE(why.empty());
+    const auto sel = vk::pivotal_token_selection(x, 4);
+    const auto ref = vk::reference::pivotal_token_selection(x, 4);
+    EXPECT_TRUE(sel.scores.equal(ref.scores));
+    EXPECT_TRUE(sel.kept.equal(ref.kept));
+    const auto a = at::randn({1, 3, 4, 4}), b = at::randn({1, 3, 4, 4});
+    EXPECT_TRUE(vk::update_index(a, b).equal(vk::reference::update_index(a, b)));
+    EXPECT_THROW(vk::pivotal_scores(x, vk::KernelPath::Cuda), c10::Error);
+    EXPECT_THROW(vk::update_index(a, b, vk::KernelPath::Cuda), c10::Error);
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/accel/probe_kinds.h"
+#include "kernels/token_ops.h"
 
 namespace varscope {
 namespace fastvar {
@@ -69,8 +70,8 @@ public:
 
         const int64_t B = s.batch;
         selected_ = {s.scale, ctx.layer};
-        const auto scores = fastvar::pivotal_scores(x.narrow(0, 0, B));  // conditional rows
-        auto kept = std::get<0>(at::sort(std::get<1>(scores.topk(keep, 1)), 1));  // (B, K)
+        // Conditional rows; the CUDA token kernel on GPU, the LibTorch reference otherwise.
+        const auto [scores, kept] = kernels::pivotal_token_selection(x.narrow(0, 0, B), keep);
         report(ctx, ratio, keep, scores, kept);
         return kept.repeat({2, 1});  // the unconditional row of image b shares its selection
     }

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/token_ops.h"
+
 namespace varscope {
 namespace {
 
@@ -100,7 +102,8 @@ class LazyVar : public SamplingHooks {
         if (!prev_fhat_.defined()) return;
         const bool probing = probing_index();
         if (index_needed(seg.scale) || probing) {
-            const auto index = lazyvar_update_index(prev_fhat_, f_hat);
+            // = lazyvar_update_index(); the CUDA token kernel on GPU.
+            const auto index = kernels::update_index(prev_fhat_, f_hat);
             guide_ = index.mean(0);
             if (probing) {
                 auto first = index[0].to(at::kFloat).cpu();

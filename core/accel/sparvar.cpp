@@ -10,6 +10,7 @@
 #include "core/accel/probe_kinds.h"
 #include "core/accel/sparvar_cs4a.h"
 #include "core/accel/sparvar_csla.h"
+#include "kernels/attention_dispatch.h"
 
 namespace varscope {
 namespace {
@@ -17,6 +18,57 @@ namespace {
 constexpr const char* kMethod = "sparvar";
 
 std::string str(int64_t v) { return std::to_string(v); }
+
+// The hook receives a const context, but the loop owns a mutable one per block and reads
+// attention_flops back after attend() (hooks.h), so writing it here is well-defined.
+void report_flops(const BlockContext& ctx, double pairs, int64_t head_dim) {
+    const_cast<BlockContext&>(ctx).attention_flops = 4.0 * pairs * static_cast<double>(head_dim);
+}
+
+double dense_pairs(const at::Tensor& q, const at::Tensor& k) {
+    return static_cast<double>(q.size(0) * q.size(1)) * static_cast<double>(q.size(2)) *
+           static_cast<double>(k.size(2));
+}
+
+// Gathered attention with its own key set per (batch row, head, query block): selection bool
+// (B, H, G, Lk). The kernel shares its lists across batch rows and heads, so each (b, h) becomes
+// its own stretch of one long sequence: queries padded to whole blocks, key ids offset by
+// (b * H + h) * Lk. Output (B, H, Lq, d) in q's dtype.
+at::Tensor gathered_per_head(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const at::Tensor& selection, int64_t query_block,
+                             double softmax_scale) {
+    const int64_t B = q.size(0), H = q.size(1), lq = q.size(2), d = q.size(3), lk = k.size(2);
+    const int64_t G = selection.size(2), n = B * H * G;
+    const auto qf = at::constant_pad_nd(q, {0, 0, 0, G * query_block - lq}, 0)
+                        .reshape({1, 1, B * H * G * query_block, d});
+    const auto kf = k.reshape({1, 1, B * H * lk, d}), vf = v.reshape({1, 1, B * H * lk, d});
+    const auto sel = selection.reshape({n, lk});
+    const auto counts = sel.sum(-1);
+    const int64_t width = counts.max().item<int64_t>();
+    const auto lopt = counts.options().dtype(at::kLong);
+    const auto keys = at::arange(lk, lopt).unsqueeze(0) +
+                      at::arange(n, lopt).div(G, "floor").mul(lk).unsqueeze(1);
+    // Selected key j goes to slot (number of selected keys before it); the rest to a dropped slot.
+    const auto slot = at::where(sel, sel.to(at::kLong).cumsum(-1) - 1, width);
+    const auto lists =
+        at::full({n, width + 1}, -1, lopt).scatter_(1, slot, keys).narrow(1, 0, width);
+    kernels::AttentionOptions opt;
+    opt.scale = softmax_scale;
+    opt.path = kernels::KernelPath::Cuda;
+    const auto out = kernels::gathered_attention(qf, kf, vf, lists.to(at::kInt),
+                                                 counts.to(at::kInt), query_block, opt)
+                         .out;
+    return out.view({B, H, G * query_block, d}).narrow(2, 0, lq);
+}
+
+// (query, key) pairs of a per-query-block selection (B, H, G, Lk) over lq query rows.
+double selected_pairs(const at::Tensor& selection, int64_t query_block, int64_t lq) {
+    const int64_t G = selection.size(2);
+    auto rows = at::full({G}, static_cast<double>(query_block),
+                         selection.options().dtype(at::kDouble));
+    rows[G - 1] = static_cast<double>(lq - (G - 1) * query_block);
+    return (selection.sum(-1).to(at::kDouble) * rows).sum().item<double>();
+}
 
 class SparVar : public SamplingHooks {
 public:
@@ -53,7 +105,9 @@ private:
     };
     struct CslaEntry {
         sparvar::CslaScaleMask mask;
-        at::Tensor additive;  // on the attention's device and dtype
+        at::Tensor additive;  // on the attention's device and dtype (reference path)
+        BlockLists lists;     // on the attention's device (kernel path)
+        double pairs = 0.0;   // active (query, key) pairs of one head
         bool dense = false;
     };
 
@@ -86,20 +140,48 @@ private:
             e.mask = sparvar::build_csla_scale_mask(ctx.scale.config.patch_nums, scale,
                                                     cfg_.csla_spec(), cfg_.block, cfg_.token_mask);
             e.dense = e.mask.dense();
+            e.pairs = static_cast<double>(e.mask.attend.sum().item<int64_t>());
             it = csla_.emplace(scale, std::move(e)).first;
         }
         auto& e = it->second;
-        if (!e.dense && (!e.additive.defined() || e.additive.device() != q.device() ||
-                         e.additive.scalar_type() != q.scalar_type()))
+        if (e.dense) return e;
+        if (csla_kernels(q)) {
+            if (!e.lists.indices.defined() || e.lists.indices.device() != q.device()) {
+                const auto host = csla_block_lists(e.mask.block);
+                e.lists = {host.indices.to(q.device()), host.counts.to(q.device())};
+            }
+        } else if (!e.additive.defined() || e.additive.device() != q.device() ||
+                   e.additive.scalar_type() != q.scalar_type()) {
             e.additive = sparvar::additive_mask(e.mask.attend, q.options());
+        }
         return e;
     }
+
+    // The CUDA kernels run for these inputs (kernels/attention_dispatch.h) and are not disabled.
+    bool kernels_for(const at::Tensor& q, int64_t block_q, int64_t block_k) const {
+        return !cfg_.reference_kernels &&
+               kernels::cuda_attention_supported(q, block_q, block_k);
+    }
+    // The block kernel computes whole blocks; the token-wise mask stays with the reference.
+    bool csla_kernels(const at::Tensor& q) const {
+        return !cfg_.token_mask && kernels_for(q, cfg_.block, cfg_.block);
+    }
+    bool cs4a_kernels(const at::Tensor& q) const { return kernels_for(q, cfg_.query_block, 64); }
 
     at::Tensor csla(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
                     const at::Tensor& v, double softmax_scale) {
         const auto& e = csla_entry(ctx, q);
         if (ctx.layer == cs4a_layers_) emit_csla(ctx.scale.scale, e.mask);  // once per scale
         if (e.dense) return {};
+        report_flops(ctx, e.pairs * static_cast<double>(q.size(0) * q.size(1)), q.size(3));
+        if (csla_kernels(q)) {
+            kernels::AttentionOptions opt;
+            opt.scale = softmax_scale;
+            opt.path = kernels::KernelPath::Cuda;
+            return kernels::block_sparse_attention(q, k, v, e.lists.indices, e.lists.counts,
+                                                   cfg_.block, cfg_.block, opt)
+                .out;
+        }
         return attention_sdpa(q, k, v, softmax_scale, e.additive);
     }
 
@@ -118,10 +200,20 @@ private:
     // Decision scale: dense attention (returned as the output), column sums, Top-k, O_cache.
     at::Tensor cs4a_decide(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
                            const at::Tensor& v, double softmax_scale) {
-        at::Tensor probs;
-        const auto o_dense = attention_eager(q, k, v, softmax_scale, {}, &probs);
         const int64_t C = cfg_.query_block, lq = q.size(2), lk = k.size(2);
-        const auto sums = sparvar::block_column_sums(probs, C);
+        const bool use_kernels = cs4a_kernels(q);
+        // Kernels: SDPA for the output and the column-sum kernel (two QK^T passes: log-sum-exp,
+        // then the sums); reference: one eager pass whose probabilities give both.
+        at::Tensor o_dense, sums;
+        if (use_kernels) {
+            o_dense = attention_sdpa(q, k, v, softmax_scale);
+            sums = kernels::block_column_sum(q, k, C, softmax_scale, kernels::KernelPath::Cuda);
+        } else {
+            at::Tensor probs;
+            o_dense = attention_eager(q, k, v, softmax_scale, {}, &probs);
+            sums = sparvar::block_column_sums(probs, C);
+        }
+        double pairs = dense_pairs(q, k) * (use_kernels ? 2.0 : 1.0);
         const int64_t top = sparvar::top_k_count(cfg_.top_k, lk);
         const auto inds = sparvar::top_k_indices(sums, top);
         if (wants(probe_kinds::kCs4aSelected))
@@ -137,10 +229,15 @@ private:
         if (sink_tokens_ > 0) st.selection.narrow(3, 0, std::min(sink_tokens_, lk)).fill_(true);
         st.cache = at::Tensor();
         if (cfg_.use_cache) {
-            const auto mask = sparvar::expand_query_blocks(st.selection, C, lq);
-            st.cache = o_dense.to(at::kFloat) -
-                       sparvar::masked_attention(q, k, v, softmax_scale, mask);
+            pairs += selected_pairs(st.selection, C, lq);
+            const auto o_sparse =
+                use_kernels
+                    ? gathered_per_head(q, k, v, st.selection, C, softmax_scale).to(at::kFloat)
+                    : sparvar::masked_attention(q, k, v, softmax_scale,
+                                                sparvar::expand_query_blocks(st.selection, C, lq));
+            st.cache = o_dense.to(at::kFloat) - o_sparse;
         }
+        report_flops(ctx, pairs, q.size(3));
         return o_dense;
     }
 
@@ -161,8 +258,13 @@ private:
                               sparvar::selection_lists(sel),
                               {{"kept_fraction", sel[0].to(at::kFloat).mean().item<double>()},
                                {"decision_scale", static_cast<double>(decision_)}}});
-        const auto mask = sparvar::expand_query_blocks(sel, cfg_.query_block, q.size(2));
-        auto o = sparvar::masked_attention(q, k, v, softmax_scale, mask);
+        report_flops(ctx, selected_pairs(sel, cfg_.query_block, q.size(2)), q.size(3));
+        auto o = cs4a_kernels(q)
+                     ? gathered_per_head(q, k, v, sel, cfg_.query_block, softmax_scale)
+                           .to(at::kFloat)
+                     : sparvar::masked_attention(
+                           q, k, v, softmax_scale,
+                           sparvar::expand_query_blocks(sel, cfg_.query_block, q.size(2)));
         if (st.cache.defined())
             o = o + sparvar::upsample_cache(st.cache, pns[decision_], pns[ctx.scale.scale]);
         return o.to(q.scalar_type());
@@ -230,6 +332,11 @@ const MethodSpec& SparVarConfig::spec() {
              "Restrict attention to the token-wise mask instead of whole active blocks (Table 1's "
              "\"sdpa + sparse mask\" row). Paper default off (block-wise).",
              K::Bool, 0, 1, false},
+            {"reference_kernels", "Reference kernels", "",
+             "Debugging: always run the LibTorch reference instead of the CUDA kernels (the "
+             "kernels otherwise run on CUDA for bf16/fp16, head dim 64/128 and block sizes that "
+             "are multiples of 64). VARSCOPE_REFERENCE_KERNELS=1 forces it for every method.",
+             K::Bool, 0, 1, false},
         }};
     return s;
 }
@@ -249,6 +356,7 @@ SparVarConfig SparVarConfig::from_json(const nlohmann::json& j) {
     c.middle_window = r.get_int("middle_window");
     c.block = r.get_int("block");
     c.token_mask = r.get_bool("token_mask");
+    c.reference_kernels = r.get_bool("reference_kernels");
     return c;
 }
 
@@ -258,7 +366,8 @@ nlohmann::json SparVarConfig::to_json() const {
             {"query_block", query_block}, {"use_cache", use_cache},
             {"patch_mapping", patch_mapping}, {"sink_scales", sink_scales},
             {"windows", windows},         {"middle_window", middle_window},
-            {"block", block},             {"token_mask", token_mask}};
+            {"block", block},             {"token_mask", token_mask},
+            {"reference_kernels", reference_kernels}};
 }
 
 int64_t SparVarConfig::cs4a_layers(int64_t depth) const {

@@ -26,6 +26,17 @@
 // mask with token_mask = true). A scale whose mask masks nothing returns no output (the loop's
 // own attention runs, bit-identical to the baseline).
 //
+// Kernels (kernels/attention_dispatch.h): on CUDA with bf16/fp16, head dim 64/128 and block
+// sizes that are multiples of 64, CSLA runs the block-sparse kernel over the block lists built
+// once per scale, CS4A's sparse scales the gathered kernel, and the decision scale the column-sum
+// kernel (with SDPA for its dense output); everywhere else, or with reference_kernels, the
+// LibTorch reference above. attend() reports its attention FLOPs in
+// BlockContext::attention_flops: 4 * d * (query, key) pairs attended, summed over B and H. The
+// references mask dense products but count the same pairs (the method's cost, as the kernels
+// spend it); the decision scale counts its dense pass, the residual's sparse pass and, on the
+// kernel path, the column-sum kernel's two extra QK^T passes (the reference reuses the eager
+// probabilities).
+//
 // Steps with pruned query rows or a KV cache that is not the full prefix (FastVAR, AMS-KV) or
 // grouped steps (LazyVAR) are not supported at sparse or decision scales: attend() throws
 // std::logic_error there.
@@ -69,6 +80,9 @@ struct SparVarConfig {
     int64_t middle_window = 3;
     int64_t block = 128;          // B
     bool token_mask = false;
+    // Always the LibTorch reference, even where the CUDA kernels could run (debugging); the
+    // environment variable VARSCOPE_REFERENCE_KERNELS=1 does the same for every policy.
+    bool reference_kernels = false;
 
     static const MethodSpec& spec();
     static SparVarConfig from_json(const nlohmann::json& j);

@@ -1,0 +1,111 @@
+#include "kernels/token_ops.h"
+
+#ifdef VARSCOPE_KERNELS_CUDA
+#include "kernels/cuda/token_ops_cuda.h"
+#endif
+
+namespace varscope::kernels {
+namespace {
+
+void check_pivotal(const at::Tensor& x) {
+    TORCH_CHECK(x.dim() == 3, "pivotal scores expect (R, N, C) tokens, got ", x.sizes());
+}
+
+void check_update(const at::Tensor& a, const at::Tensor& b) {
+    TORCH_CHECK(a.dim() >= 2 && a.sizes() == b.sizes(),
+                "update index expects two (B, C, ...) maps of one shape, got ", a.sizes(), " and ",
+                b.sizes());
+    TORCH_CHECK(a.device() == b.device(), "update index: both maps must be on one device");
+}
+
+bool use_cuda(const at::Tensor& x, KernelPath path) {
+    if (path == KernelPath::Reference) return false;
+    std::string why;
+    const bool ok = cuda_token_ops_supported(x, &why);
+    TORCH_CHECK(ok || path != KernelPath::Cuda, "CUDA token kernel requested but ", why);
+    return ok;
+}
+
+// Top-K of every row, ids ascending (the loop gathers rows in order).
+at::Tensor top_rows(const at::Tensor& scores, int64_t keep) {
+    TORCH_CHECK(keep >= 1 && keep <= scores.size(1), "keep must be in [1, ", scores.size(1),
+                "], got ", keep);
+    return std::get<0>(at::sort(std::get<1>(scores.topk(keep, 1)), 1));
+}
+
+}  // namespace
+
+namespace reference {
+
+at::Tensor pivotal_scores(const at::Tensor& x) {
+    check_pivotal(x);
+    const auto xf = x.to(at::kFloat);
+    return (xf - xf.mean(1, /*keepdim=*/true)).pow(2).sum(-1);
+}
+
+PivotalSelection pivotal_token_selection(const at::Tensor& x, int64_t keep) {
+    PivotalSelection s;
+    s.scores = pivotal_scores(x);
+    s.kept = top_rows(s.scores, keep);
+    return s;
+}
+
+at::Tensor update_index(const at::Tensor& f_prev, const at::Tensor& f_next) {
+    check_update(f_prev, f_next);
+    const auto a = f_prev.to(at::kFloat), b = f_next.to(at::kFloat);
+    const auto dot = (a * b).sum(1);
+    const auto norms = a.norm(2, {1}) * b.norm(2, {1});
+    return 1.0 - dot / norms.clamp_min(1e-12);
+}
+
+}  // namespace reference
+
+bool cuda_token_ops_supported(const at::Tensor& x, std::string* why_not) {
+    auto fail = [&](const std::string& why) {
+        if (why_not) *why_not = why;
+        return false;
+    };
+    if (!cuda_kernels_built()) return fail("this build has no CUDA kernels");
+    if (reference_kernels_forced()) return fail("the reference kernels are forced");
+    if (!x.is_cuda()) return fail("the inputs are not on a CUDA device");
+    const auto t = x.scalar_type();
+    if (t != at::kFloat && t != at::kHalf && t != at::kBFloat16)
+        return fail("the token kernels take float32, float16 or bfloat16 only");
+    if (x.numel() > INT32_MAX) return fail("too many elements for 32-bit indexing");
+#ifdef VARSCOPE_KERNELS_CUDA
+    std::string why;
+    if (!cuda::device_has_kernel_image(x.get_device(), &why)) return fail(why);
+#endif
+    return true;
+}
+
+at::Tensor pivotal_scores(const at::Tensor& x, KernelPath path) {
+    check_pivotal(x);
+#ifdef VARSCOPE_KERNELS_CUDA
+    if (use_cuda(x, path)) return cuda::pivotal_scores(x);
+#else
+    use_cuda(x, path);
+#endif
+    return reference::pivotal_scores(x);
+}
+
+PivotalSelection pivotal_token_selection(const at::Tensor& x, int64_t keep, KernelPath path) {
+    PivotalSelection s;
+    s.scores = pivotal_scores(x, path);
+    s.kept = top_rows(s.scores, keep);
+    return s;
+}
+
+at::Tensor update_index(const at::Tensor& f_prev, const at::Tensor& f_next, KernelPath path) {
+    check_update(f_prev, f_next);
+    TORCH_CHECK(f_prev.scalar_type() == f_next.scalar_type(),
+                "update index: both maps must share a dtype");
+#ifdef VARSCOPE_KERNELS_CUDA
+    if (use_cuda(f_prev, path)) return cuda::update_index(f_prev, f_next);
+#else
+    use_cuda(f_prev, path);
+#endif
+    return reference::update_index(f_prev, f_next);
+}
+
+}  // namespace varscope::kernels

@@ -1,0 +1,238 @@
+// SparVAR on CUDA: the policy with the CUDA kernels (block-sparse CSLA, gathered CS4A, column
+// sums at the decision scale) against the same policy forced onto the LibTorch reference
+// (reference_kernels = true). Skips without CUDA or without kernels for the device.
+//
+// What is asserted, and why:
+//   - Per attend() call, on identical q, k, v (both policies see the same inputs): the kernel
+//     output is within the precision's tolerance of the reference. bf16/fp16 round the output
+//     (and, for SDPA vs the eager reference, the probabilities), so the bounds are a few ulps of
+//     the output precision; CS4A's sparse scales also inherit any Top-K tie that the kernel's
+//     column sums broke differently, hence their looser bound.
+//   - End to end in bf16 with greedy sampling: identical tokens before the decision scale (no
+//     sparse attention runs there) and high token agreement after it. Not identical: a logit
+//     difference of one bf16 ulp can flip an argmax near a tie, and flips propagate.
+//   - In fp32 the kernels do not run (they take bf16/fp16), so the two settings are the same
+//     code and the tokens must be identical.
+//   - attention_flops: what attend() reports adds up to the run's total, is below dense, and
+//     CSLA's count equals 4 * B * H * d * (pairs of the expanded block mask).
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "core/accel/csla_mask.h"
+#include "core/accel/sparvar.h"
+#include "core/io/module_binding.h"
+#include "kernels/attention_dispatch.h"
+#include "tests/tiny_models.h"
+
+using namespace varscope;
+namespace vk = varscope::kernels;
+
+namespace {
+
+// Head dim 64 (the kernels take 64 or 128), scales up to 16x16, four blocks.
+VarPipeline kernel_pipeline(Precision precision) {
+    auto vae = varscope::testing::tiny_vqvae_config();
+    vae.patch_nums = {1, 2, 3, 4, 6, 8, 12, 16};
+    auto var = varscope::testing::tiny_var_config();
+    var.depth = 4;
+    var.embed_dim = 128;
+    var.num_heads = 2;
+    var.patch_nums = vae.patch_nums;
+    auto cpu = VarPipeline::random(var, vae, 1, {});
+    varscope::testing::randomise(*cpu.sampler().transformer(), 1);
+    varscope::testing::randomise(*cpu.sampler().vqvae(), 2);
+    auto gpu = VarPipeline::random(var, vae, 0, {"cuda", precision});
+    c10::InferenceMode g;
+    bind_state_dict(*gpu.sampler().transformer(), module_state_dict(*cpu.sampler().transformer()),
+                    {});
+    bind_state_dict(*gpu.sampler().vqvae(), module_state_dict(*cpu.sampler().vqvae()), {});
+    return gpu;
+}
+
+constexpr int64_t kDecisionScale = 5;  // 8 scales, sparse_scales 2
+constexpr int64_t kCs4aLayers = 2;     // round(0.6 * 4)
+
+// Block and query block 64 so the kernels can run; sinks = scales 0, 1; small windows so the
+// CSLA masks are sparse at 12x12 and 16x16.
+SparVarConfig sparvar_config(bool reference) {
+    return SparVarConfig::from_json({{"enabled", true},
+                                     {"sparse_scales", 2},
+                                     {"sink_scales", 2},
+                                     {"windows", {1, 3}},
+                                     {"middle_window", 1},
+                                     {"block", 64},
+                                     {"query_block", 64},
+                                     {"top_k", 0.2},
+                                     {"reference_kernels", reference}});
+}
+
+VarSampleOptions greedy() {
+    VarSampleOptions o;
+    o.class_ids = {1, 4};
+    o.seed = 5;
+    o.top_k = 1;
+    o.top_p = 0;
+    o.cfg = 2;
+    o.decode = false;
+    return o;
+}
+
+double rel(const at::Tensor& a, const at::Tensor& b) {
+    const auto x = a.to(at::kCPU, at::kDouble), y = b.to(at::kCPU, at::kDouble);
+    return ((x - y).norm() / y.norm()).item<double>();
+}
+
+// Runs the kernel policy (its output drives the loop) and the reference policy on the same
+// inputs of every attend() call, and keeps the difference and the reported FLOPs.
+struct Twin : SamplingHooks {
+    std::shared_ptr<SamplingHooks> kern, ref;
+    std::map<std::pair<int64_t, int64_t>, double> rel_err, kern_flops, ref_flops;
+    int64_t kernel_capable = 0;  // calls whose q the kernels accept
+    at::Tensor attend(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
+                      const at::Tensor& v, double s) override {
+        auto& mctx = const_cast<BlockContext&>(ctx);  // the loop's own, mutable context
+        const auto a = kern->attend(ctx, q, k, v, s);
+        const double fa = ctx.attention_flops;
+        mctx.attention_flops = -1.0;
+        const auto b = ref->attend(ctx, q, k, v, s);
+        const double fb = ctx.attention_flops;
+        mctx.attention_flops = fa;
+        EXPECT_EQ(a.defined(), b.defined())
+            << "scale " << ctx.scale.scale << " layer " << ctx.layer;
+        if (a.defined() && b.defined()) {
+            const std::pair<int64_t, int64_t> key{ctx.scale.scale, ctx.layer};
+            EXPECT_EQ(a.sizes(), q.sizes());
+            EXPECT_EQ(a.scalar_type(), q.scalar_type());
+            EXPECT_TRUE(a.isfinite().all().item<bool>());
+            rel_err[key] = rel(a, b);
+            kern_flops[key] = fa;
+            ref_flops[key] = fb;
+            kernel_capable += vk::cuda_attention_supported(q, 64, 64) ? 1 : 0;
+        }
+        return a;
+    }
+};
+
+#define REQUIRE_CUDA() \
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+
+bool kernels_for(at::ScalarType t, std::string* why) {
+    const auto probe = at::zeros({1, 2, 64, 64}, at::TensorOptions().dtype(t).device(at::kCUDA));
+    return vk::cuda_attention_supported(probe, 64, 64, why);
+}
+
+}  // namespace
+
+TEST(GpuSparVar, KernelsMatchTheReferencePerCall) {
+    REQUIRE_CUDA();
+    std::string why;
+    if (!kernels_for(at::kBFloat16, &why)) GTEST_SKIP() << why;
+    for (auto precision : {Precision::Bf16, Precision::Fp16}) {
+        const bool bf16 = precision == Precision::Bf16;
+        auto p = kernel_pipeline(precision);
+        Twin twin;
+        twin.kern = make_sparvar(sparvar_config(false), p.var_config(), nullptr);
+        twin.ref = make_sparvar(sparvar_config(true), p.var_config(), nullptr);
+        p.generate(greedy(), &twin);
+        // Decision scale: CS4A layers; sparse scales 6, 7: every layer (CSLA masks are sparse).
+        ASSERT_EQ(twin.rel_err.size(), static_cast<size_t>(kCs4aLayers + 2 * 4));
+        EXPECT_EQ(twin.kernel_capable, static_cast<int64_t>(twin.rel_err.size()));
+        const double unit = bf16 ? 1.0 : 0.25;  // fp16 has 3 more mantissa bits
+        for (const auto& [key, err] : twin.rel_err) {
+            const auto [scale, layer] = key;
+            const bool cs4a = layer < kCs4aLayers;
+            const double bound = (scale == kDecisionScale || !cs4a ? 2e-2 : 6e-2) * unit;
+            EXPECT_LT(err, bound) << (bf16 ? "bf16" : "fp16") << " scale " << scale << " layer "
+                                  << layer << (cs4a ? " (CS4A)" : " (CSLA)");
+            std::printf("%s scale %ld layer %ld %s: rel err %.2e, flops kernel %.4g ref %.4g\n",
+                        bf16 ? "bf16" : "fp16", static_cast<long>(scale), static_cast<long>(layer),
+                        cs4a ? "CS4A" : "CSLA", err, twin.kern_flops[key], twin.ref_flops[key]);
+            // Same pairs on both paths except the decision scale's column-sum passes.
+            if (scale != kDecisionScale) {
+                EXPECT_DOUBLE_EQ(twin.kern_flops[key], twin.ref_flops[key]);
+            } else {
+                EXPECT_GT(twin.kern_flops[key], twin.ref_flops[key]);
+            }
+        }
+    }
+}
+
+TEST(GpuSparVar, Bf16TokensAgreeWithTheReference) {
+    REQUIRE_CUDA();
+    std::string why;
+    if (!kernels_for(at::kBFloat16, &why)) GTEST_SKIP() << why;
+    auto p = kernel_pipeline(Precision::Bf16);
+    const auto kern_hooks = make_sparvar(sparvar_config(false), p.var_config(), nullptr);
+    const auto ref_hooks = make_sparvar(sparvar_config(true), p.var_config(), nullptr);
+    const auto a = p.generate(greedy(), kern_hooks.get());
+    const auto b = p.generate(greedy(), ref_hooks.get());
+    ASSERT_EQ(a.tokens.size(), b.tokens.size());
+    for (int64_t s = 0; s < kDecisionScale; ++s)
+        EXPECT_TRUE(a.tokens[s].equal(b.tokens[s])) << "scale " << s << " is dense in both";
+    int64_t same = 0, total = 0;
+    for (size_t s = kDecisionScale; s < a.tokens.size(); ++s) {
+        same += a.tokens[s].eq(b.tokens[s]).sum().item<int64_t>();
+        total += a.tokens[s].numel();
+    }
+    const double agreement = static_cast<double>(same) / static_cast<double>(total);
+    std::printf("bf16 token agreement kernels vs reference (scales >= %ld): %.4f\n",
+                static_cast<long>(kDecisionScale), agreement);
+    EXPECT_GE(agreement, 0.8);
+    // Even with the column-sum kernel's two extra QK^T passes at the decision scale, the run
+    // attends to fewer pairs than dense attention does.
+    const auto dense = p.generate(greedy());
+    EXPECT_LT(a.attention_flops, dense.attention_flops);
+}
+
+TEST(GpuSparVar, Fp32UsesTheReferenceOnBothSettings) {
+    REQUIRE_CUDA();
+    std::string why;
+    EXPECT_FALSE(kernels_for(at::kFloat, &why));
+    auto p = kernel_pipeline(Precision::Fp32);
+    const auto kern_hooks = make_sparvar(sparvar_config(false), p.var_config(), nullptr);
+    const auto ref_hooks = make_sparvar(sparvar_config(true), p.var_config(), nullptr);
+    const auto a = p.generate(greedy(), kern_hooks.get());
+    const auto b = p.generate(greedy(), ref_hooks.get());
+    for (size_t s = 0; s < a.tokens.size(); ++s)
+        EXPECT_TRUE(a.tokens[s].equal(b.tokens[s])) << "scale " << s;
+    EXPECT_DOUBLE_EQ(a.attention_flops, b.attention_flops);
+}
+
+TEST(GpuSparVar, ReportedFlopsAddUpAndCslaCountsItsBlockMask) {
+    REQUIRE_CUDA();
+    std::string why;
+    if (!kernels_for(at::kBFloat16, &why)) GTEST_SKIP() << why;
+    auto p = kernel_pipeline(Precision::Bf16);
+    Twin twin;
+    twin.kern = make_sparvar(sparvar_config(false), p.var_config(), nullptr);
+    twin.ref = make_sparvar(sparvar_config(true), p.var_config(), nullptr);
+    const auto on = p.generate(greedy(), &twin);
+    const auto dense = p.generate(greedy());
+    const auto& cfg = p.var_config();
+    const double rows = 2.0 * 2 * cfg.num_heads, d = cfg.embed_dim / cfg.num_heads;
+    std::vector<int64_t> prefix{0};
+    for (auto pn : cfg.patch_nums) prefix.push_back(prefix.back() + pn * pn);
+    // Total = dense everywhere, with each answered call's dense count replaced by its report.
+    double want = dense.attention_flops;
+    for (const auto& [key, flops] : twin.kern_flops) {
+        const auto [scale, layer] = key;
+        const int64_t pn = cfg.patch_nums[scale];
+        const double dense_call = 4.0 * rows * d * pn * pn * prefix[scale + 1];
+        want += flops - dense_call;
+        if (layer < kCs4aLayers) continue;
+        const auto c = sparvar_config(false);
+        const auto token = csla_token_mask(cfg.patch_nums, scale, c.csla_spec());
+        const auto block = csla_block_mask(token, 64, 64);
+        const auto attend = expand_block_mask(block, 64, 64, token.size(0), token.size(1));
+        const double pairs = attend.sum().item<double>();
+        EXPECT_DOUBLE_EQ(flops, 4.0 * rows * d * pairs) << "scale " << scale << " layer " << layer;
+        EXPECT_LT(flops, dense_call);
+    }
+    EXPECT_NEAR(on.attention_flops, want, 1e-9 * want);
+}
