@@ -2,7 +2,8 @@
 //
 //   varscope [--prompt TEXT] [--seed N] [--preset NAME] [--screenshots DIR]
 //
-// --screenshots generates once, saves the window with several inspector tabs to DIR and quits
+// --screenshots generates once, saves the window with several inspector tabs and a comparison
+// figure (figure.png) to DIR and quits
 // (used for the documentation; run under xvfb-run on a headless machine).
 #include <QApplication>
 #include <QCommandLineParser>
@@ -33,6 +34,12 @@ void take_screenshots(MainWindow& w, const QString& dir, const QStringList& tabs
                 QString name = tab.toLower().replace(' ', '-');
                 w.grab().save(QDir(dir).filePath("window-" + name + ".png"));
             }
+            // A comparison figure with the last tab's panel, as File > Export would write it.
+            varscope::gui::ExportOptions o;
+            o.title = "VARScope comparison";
+            o.path = QDir(dir).filePath("figure.png");
+            QString error;
+            if (!w.exportFigure(o, &error, true)) qWarning("figure: %s", qPrintable(error));
             QApplication::quit();
         });
     });
