@@ -57,6 +57,9 @@ VarPipeline kernel_pipeline(Precision precision) {
 
 constexpr int64_t kDecisionScale = 5;  // 8 scales, sparse_scales 2
 constexpr int64_t kCs4aLayers = 2;     // round(0.6 * 4)
+constexpr const char* kLoopCountsFlops =
+    "the sampling loop must sum attention FLOPs into VarSampleResult::attention_flops, with "
+    "BlockContext::attention_flops for answered attend() calls (core/sampling/var_sampler.cpp)";
 
 // Block and query block 64 so the kernels can run; sinks = scales 0, 1; small windows so the
 // CSLA masks are sparse at 12x12 and 16x16.
@@ -187,6 +190,7 @@ TEST(GpuSparVar, Bf16TokensAgreeWithTheReference) {
     // Even with the column-sum kernel's two extra QK^T passes at the decision scale, the run
     // attends to fewer pairs than dense attention does.
     const auto dense = p.generate(greedy());
+    ASSERT_GT(dense.attention_flops, 0.0) << kLoopCountsFlops;
     EXPECT_LT(a.attention_flops, dense.attention_flops);
 }
 
@@ -214,6 +218,7 @@ TEST(GpuSparVar, ReportedFlopsAddUpAndCslaCountsItsBlockMask) {
     twin.ref = make_sparvar(sparvar_config(true), p.var_config(), nullptr);
     const auto on = p.generate(greedy(), &twin);
     const auto dense = p.generate(greedy());
+    ASSERT_GT(dense.attention_flops, 0.0) << kLoopCountsFlops;
     const auto& cfg = p.var_config();
     const double rows = 2.0 * 2 * cfg.num_heads, d = cfg.embed_dim / cfg.num_heads;
     std::vector<int64_t> prefix{0};
