@@ -306,7 +306,8 @@ TEST(AmsKv, ConfigErrorsNameTheField) {
               "ams_kv.c_min: must be in [0, 100000], got -3");
     EXPECT_EQ(config_error([] { AmsKvConfig::from_json({{"c_cds", 1.5}}); }),
               "ams_kv.c_cds: must be an integer, got 1.5");
-    EXPECT_NE(config_error([] { AmsKvConfig::from_json({{"cmin", 3}}); }).find("ams_kv.cmin: unknown"),
+    EXPECT_NE(config_error([] { AmsKvConfig::from_json({{"cmin", 3}}); })
+                  .find("ams_kv.cmin: unknown"),
               std::string::npos);
     const auto model = schedule({1, 2, 3, 4, 6, 8}, 4);
     EXPECT_EQ(config_error([&] { make_ams_kv(on(6), model, nullptr); }),
@@ -397,4 +398,32 @@ TEST(AmsKv, EmbeddedModel) {
     const auto dem = probe.accel(probe_kinds::kAmsKvDemanding);
     ASSERT_EQ(dem.size(), 10u);
     EXPECT_EQ(dem.back().values.count("similarity.0"), 1u);
+}
+
+TEST(AmsKv, CombinesWithGroupedStepsAndTokenPruning) {
+    // LazyVAR's grouped steps need the step's own keys (the block-causal mask); FastVAR appends
+    // only the pivotal tokens' keys. Both run with AMS-KV on and hold fewer KV bytes.
+    auto p = small_pipeline();
+    const auto base = p.generate(options());
+    const nlohmann::json others[] = {
+        // scales 4 and 5 decoded in one step
+        {{"lazyvar", {{"start_scale", 4}, {"group_size", 2}, {"ratios", {1.0}}}}},
+        {{"fastvar", nlohmann::json::object()}}};
+    for (const auto& j : others) {
+        const std::string other = j.begin().key();
+        auto cfg = AccelConfig::from_json(j);
+        const auto alone = p.generate(options(), build_accelerators(cfg, p.var_config()).get());
+        cfg.ams_kv = AmsKvConfig::from_json({{"c_min", 20}, {"c_max", 60}});
+        ProbeRecorder probe;
+        auto hooks = build_accelerators(cfg, p.var_config(), &probe);
+        const auto res = p.generate(options(), hooks.get(), &probe);
+        EXPECT_EQ(res.tokens.size(), base.tokens.size()) << other;
+        EXPECT_LT(res.kv_bytes, alone.kv_bytes) << other;
+        EXPECT_TRUE(res.images.isfinite().all().item<bool>()) << other;
+        const auto occ = probe.accel(probe_kinds::kKvOccupancy);
+        ASSERT_FALSE(occ.empty()) << other;
+        // Condensed scales stay in every layer to the end.
+        EXPECT_TRUE(occ.back().data.select(1, 0).eq(1).all().item<bool>()) << other;
+        EXPECT_TRUE(occ.back().data.select(1, 1).eq(4).all().item<bool>()) << other;
+    }
 }

@@ -99,7 +99,8 @@ TEST(KvCache, CompactMemoryFollowsWhatIsKept) {
     for (int64_t l = 0; l < 3; ++l) {
         auto [k, v] = cache.view(l);
         // The held tensors are exactly the live tokens (no hidden larger buffer).
-        EXPECT_EQ(static_cast<int64_t>(k.storage().nbytes() + v.storage().nbytes()), cache.bytes(l));
+        EXPECT_EQ(static_cast<int64_t>(k.storage().nbytes() + v.storage().nbytes()),
+                  cache.bytes(l));
     }
     // The peak includes the moment a layer holds its old and rebuilt tensors: 60 + 7 tokens.
     EXPECT_EQ(cache.peak_bytes(), 67 * tok);

@@ -37,7 +37,8 @@ std::vector<Run> keep_runs(const std::vector<Run>& runs,
     int64_t offset = 0;
     for (const auto& r : runs) {
         for (const auto& [start, len] : ranges) {
-            const int64_t lo = std::max(start, offset), hi = std::min(start + len, offset + r.tokens);
+            const int64_t lo = std::max(start, offset),
+                          hi = std::min(start + len, offset + r.tokens);
             if (lo >= hi) continue;
             if (!out.empty() && out.back().scale == r.scale)
                 out.back().tokens += hi - lo;
@@ -88,7 +89,7 @@ public:
             keep = {{0, before}};  // Alg. 1 line 5: a scale larger than C_max is never cached
         } else if (over) {
             if (promotable && st.similarity < cfg_.theta) {  // NaN compares false
-                st.budget = b_.c_max;                         // line 11: cache-demanding
+                st.budget = b_.c_max;                        // line 11: cache-demanding
                 st.demanding = true;
             }
             if (!grouped && unit > st.budget)
@@ -97,8 +98,7 @@ public:
                 keep = ams_kv::clru_ranges(now, condensed_tokens(st.runs), st.budget,
                                            grouped ? unit : 0);
         }
-        if (keep.size() == 1 && keep[0].first == 0 && keep[0].second == now)
-            keep.clear();
+        if (keep.size() == 1 && keep[0].first == 0 && keep[0].second == now) keep.clear();
 
         update_stash(st, cache, ctx, added, keep);
         if (!keep.empty()) {

@@ -61,10 +61,10 @@ namespace varscope {
 
 struct AmsKvConfig {
     bool enabled = false;
-    int64_t c_cds = 2;     // C_cds: condensed scales, always kept
-    int64_t c_min = 0;     // C_min: budget of cache-efficient layers in tokens; 0 = paper default
-    int64_t c_max = 0;     // C_max: budget of cache-demanding layers in tokens; 0 = paper default
-    double theta = -0.008; // θ: similarity below which a layer is cache-demanding
+    int64_t c_cds = 2;      // C_cds: condensed scales, always kept
+    int64_t c_min = 0;      // C_min: budget of cache-efficient layers in tokens; 0 = paper default
+    int64_t c_max = 0;      // C_max: budget of cache-demanding layers in tokens; 0 = paper default
+    double theta = -0.008;  // θ: similarity below which a layer is cache-demanding
 
     static const MethodSpec& spec();
     static AmsKvConfig from_json(const nlohmann::json& j);
@@ -73,10 +73,10 @@ struct AmsKvConfig {
 
 // The budgets in effect on a model (auto values resolved).
 struct AmsKvBudgets {
-    int64_t c_cds = 0;         // condensed scales
-    int64_t cds_tokens = 0;    // their tokens
+    int64_t c_cds = 0;       // condensed scales
+    int64_t cds_tokens = 0;  // their tokens
     int64_t c_min = 0, c_max = 0;
-    bool bounded = false;      // C_max below the schedule's total tokens: eviction can happen
+    bool bounded = false;    // C_max below the schedule's total tokens: eviction can happen
 };
 
 // Throws AccelConfigError naming the field when the setting does not fit the model.

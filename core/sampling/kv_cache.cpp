@@ -90,7 +90,8 @@ at::Tensor KvCache::gather(const Layer& l, bool values,
     for (const auto& [start, len] : ranges) {
         int64_t offset = 0;
         for (const auto& p : parts) {
-            const int64_t lo = std::max(start, offset), hi = std::min(start + len, offset + p.size(2));
+            const int64_t lo = std::max(start, offset),
+                          hi = std::min(start + len, offset + p.size(2));
             if (lo < hi) slices.push_back(p.narrow(2, lo - offset, hi - lo));
             offset += p.size(2);
         }
@@ -117,9 +118,9 @@ void KvCache::retain(int64_t layer, const std::vector<std::pair<int64_t, int64_t
     int64_t end = 0, kept = 0;
     for (const auto& [start, len] : ranges) {
         if (start < end || len < 0 || start + len > l.length)
-            throw std::invalid_argument("KvCache::retain: ranges must be ascending, disjoint and "
-                                        "within the layer's " + std::to_string(l.length) +
-                                        " tokens");
+            throw std::invalid_argument(
+                "KvCache::retain: ranges must be ascending, disjoint and within the layer's " +
+                std::to_string(l.length) + " tokens");
         end = start + len;
         kept += len;
     }
