@@ -16,6 +16,7 @@ Runner add_teacher_forward(CLI::App& app);
 Runner add_pack_emoji(CLI::App& app);
 Runner add_train(CLI::App& app);
 Runner add_compare(CLI::App& app);
+Runner add_methods(CLI::App& app);
 Runner add_bench(CLI::App& app);  // parent of the bench subcommands below
 
 // `bench` subcommands, each in its own file; `bench` is their parent app.

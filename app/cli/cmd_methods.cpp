@@ -1,0 +1,71 @@
+// `varscope-cli methods`: the accelerators, their hyperparameters (paper symbol, range, default)
+// and the presets, from the same tables that validate configs and build the GUI's sliders.
+#include <iostream>
+
+#include "app/cli/commands.h"
+#include "core/accel/accel_config.h"
+
+namespace varscope::cli {
+namespace {
+
+const char* kind_text(ParamKind k) {
+    switch (k) {
+        case ParamKind::Bool: return "bool";
+        case ParamKind::Int: return "int";
+        case ParamKind::Real: return "real";
+        case ParamKind::IntList: return "int list";
+        case ParamKind::RealList: return "real list";
+    }
+    return "?";
+}
+
+int run(bool json, bool markdown) {
+    if (json) {
+        nlohmann::json j = {{"presets", accel_presets()}, {"methods", nlohmann::json::array()}};
+        for (const auto& m : accel_methods()) {
+            nlohmann::json params = nlohmann::json::array();
+            for (const auto& p : m.params)
+                params.push_back({{"key", p.key}, {"label", p.label}, {"symbol", p.symbol},
+                                  {"kind", kind_text(p.kind)}, {"min", p.min}, {"max", p.max},
+                                  {"default", p.default_value}, {"help", p.help}});
+            j["methods"].push_back({{"id", m.id}, {"title", m.title}, {"paper", m.paper},
+                                    {"summary", m.summary}, {"params", params}});
+        }
+        std::cout << j.dump(2) << "\n";
+        return 0;
+    }
+    for (const auto& m : accel_methods()) {
+        if (markdown) {
+            std::cout << "### " << m.title << " (`" << m.id << "`)\n\n" << m.summary << " Source: "
+                      << m.paper << ".\n\n| key | symbol | type | range | default | meaning |\n|---|---|---|---|---|---|\n";
+            for (const auto& p : m.params)
+                std::cout << "| `" << p.key << "` | " << p.symbol << " | " << kind_text(p.kind) << " | ["
+                          << p.min << ", " << p.max << "] | `" << p.default_value.dump() << "` | "
+                          << p.help << " |\n";
+            std::cout << "\n";
+            continue;
+        }
+        std::cout << m.title << " (\"" << m.id << "\") - " << m.summary << "\n  source: " << m.paper << "\n";
+        for (const auto& p : m.params)
+            std::cout << "  " << p.key << (p.symbol.empty() ? "" : " (" + p.symbol + ")") << ": "
+                      << kind_text(p.kind) << " in [" << p.min << ", " << p.max << "], default "
+                      << p.default_value.dump() << "\n      " << p.help << "\n";
+    }
+    std::cout << (markdown ? "### Presets\n\n" : "presets (--accel NAME):\n");
+    for (const auto& [name, j] : accel_presets())
+        std::cout << (markdown ? "- `" + name + "`: `" + j.dump() + "`\n" : "  " + name + ": " + j.dump() + "\n");
+    return 0;
+}
+
+}  // namespace
+
+Runner add_methods(CLI::App& app) {
+    auto* cmd = app.add_subcommand("methods", "list the accelerators, their hyperparameters and presets");
+    auto json = std::make_shared<bool>(false);
+    auto md = std::make_shared<bool>(false);
+    cmd->add_flag("--json", *json, "as JSON");
+    cmd->add_flag("--markdown", *md, "as Markdown tables (docs/accelerators.md)");
+    return [json, md]() { return run(*json, *md); };
+}
+
+}  // namespace varscope::cli
