@@ -2,6 +2,7 @@
 
 #include <QMutexLocker>
 
+#include <cmath>
 #include <new>
 
 #include "visualization/image_metrics.h"
@@ -162,7 +163,11 @@ void GenerationWorker::runJob(quint64 id, const Job& job) {
             auto& m = r.accel[job.sweep_method];
             if (!m.is_object()) m = nlohmann::json::object();
             m["enabled"] = true;
-            m[job.sweep_param] = v;
+            // Integer parameters must stay JSON integers (ParamReader checks the type).
+            if (std::floor(v) == v && std::abs(v) < 9e15)
+                m[job.sweep_param] = static_cast<int64_t>(v);
+            else
+                m[job.sweep_param] = v;
             const SideResultPtr acc = runSide(id, r, Side::Accelerated);
             SweepPoint p;
             p.value = v;

@@ -104,7 +104,10 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
             if (m.id == id)
                 for (const auto& p : m.params)
                     if (QString::fromStdString(p.key) == param_->currentData().toString()) {
-                        for (auto* s : {from_, to_}) s->setRange(p.min, p.max);
+                        for (auto* s : {from_, to_}) {
+                            s->setDecimals(p.kind == ParamKind::Int ? 0 : 3);
+                            s->setRange(p.min, p.max);
+                        }
                         from_->setValue(p.min);
                         to_->setValue(p.max);
                     }
@@ -135,7 +138,12 @@ void PlotsPanel::fillParams() {
 std::vector<double> PlotsPanel::sweepValues() const {
     std::vector<double> v;
     const int n = steps_->value();
-    for (int i = 0; i < n; ++i) v.push_back(from_->value() + (to_->value() - from_->value()) * i / (n - 1));
+    const bool integer = from_->decimals() == 0;
+    for (int i = 0; i < n; ++i) {
+        double x = from_->value() + (to_->value() - from_->value()) * i / (n - 1);
+        if (integer) x = std::round(x);
+        if (v.empty() || v.back() != x) v.push_back(x);
+    }
     return v;
 }
 

@@ -308,6 +308,26 @@ private slots:
         QVERIFY(w.comparison()->baseline()->cached);
     }
 
+    void sweepRunsOnTheWorker() {
+        MainWindow w(test_loader);
+        w.applyRequest(tiny_request(true), true);
+        QVERIFY(wait_job(w));
+        const auto& methods = Engine::methods();
+        const bool has_skip = std::any_of(methods.begin(), methods.end(), [](const auto& m) {
+            return m.id == "skip" && !m.params.empty() && m.params.front().key == "last_n";
+        });
+        if (!has_skip) QSKIP("scale skipping exposes no last_n");
+        emit w.plots()->sweepRequested("skip", "last_n", {0.0, 1.0, 2.0});
+        QVERIFY(wait_job(w));
+        const auto& pts = w.plots()->sweep();
+        QCOMPARE(pts.size(), size_t(3));
+        QCOMPARE(pts[0].value, 0.0);
+        QVERIFY(std::isinf(pts[0].psnr));  // nothing skipped: the baseline image
+        QVERIFY(pts[2].speedup > 0 && std::isfinite(pts[2].psnr));
+        QCOMPARE(w.plots()->sweepPlot()->graph(0)->dataCount(), 3);
+        QVERIFY(w.comparison()->baseline()->cached);
+    }
+
     void cancelStopsTheRun() {
         MainWindow w(test_loader);
         w.applyRequest(tiny_request(true), false);
