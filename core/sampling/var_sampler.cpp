@@ -30,7 +30,7 @@ at::Tensor named_tensor(const torch::nn::Module& m, const std::string& name) {
 // additive block-causal mask among the step's packed rows (grouped steps only).
 at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at::Tensor& cond,
                      BlockContext& ctx, SamplingHooks* hooks, ProbeSink* probe,
-                     AttentionBackend backend, const at::Tensor& step_mask) {
+                     AttentionBackend backend, const at::Tensor& step_mask, double& flops) {
     const auto m = blk.modulation(cond);
     const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x) : at::Tensor();
     // rows: (K) for every batch row, or (2B, K) chosen per batch row (FastVAR).
@@ -56,6 +56,12 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at
 
     const double s = blk.attn->softmax_scale();
     at::Tensor o = hooks ? hooks->attend(ctx, qkv.q, k, v, s) : at::Tensor();
+    if (o.defined() && ctx.attention_flops >= 0) {
+        flops += ctx.attention_flops;
+    } else {
+        flops += 4.0 * static_cast<double>(qkv.q.size(0)) * qkv.q.size(1) * qkv.q.size(2) * k.size(2) *
+                 qkv.q.size(3);
+    }
     if (!o.defined()) {
         if (probe && probe->wants_attention(ctx.scale.scale, ctx.layer)) {
             at::Tensor probs;
@@ -221,7 +227,8 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
 
         for (int64_t layer = 0; layer < c.depth; ++layer) {
             BlockContext bctx{sctx, layer, cache};
-            x = run_block(var_->block(layer), x, cond, bctx, hooks, probe, opt.attention, step_mask);
+            x = run_block(var_->block(layer), x, cond, bctx, hooks, probe, opt.attention, step_mask,
+                          res.attention_flops);
         }
         const auto raw_logits = var_->logits(x, cond_BD);
         std::vector<at::Tensor> guided;
@@ -263,6 +270,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             if (probe && probe->wants_fhat())
                 fhat_after.push_back(f_hat.to(at::kCPU, f_hat.scalar_type(), false, /*copy=*/true));
         }
+        res.kv_bytes_peak = std::max(res.kv_bytes_peak, cache.total_bytes());
         if (opt.time_scales) synchronize_device(device);
         const double step_ms = millis_since(t_step);
         for (size_t g = 0; g < sctx.segments.size(); ++g) {
@@ -290,7 +298,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     }
     res.kv_bytes = cache.total_bytes();
     const auto t_dec = Clock::now();
-    res.images = vae_->decode(f_hat).add(1).mul(0.5);
+    if (opt.decode) res.images = vae_->decode(f_hat).add(1).mul(0.5);
     if (opt.time_scales) synchronize_device(device);
     res.decode_millis = millis_since(t_dec);
     res.f_hat = f_hat;
