@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -15,6 +18,36 @@ namespace varscope {
 namespace {
 
 constexpr const char* kMethod = "ams_kv";
+
+// VARSCOPE_PROFILE_AMS_KV=1: synchronise the device around each part of the eviction step and
+// print where the time went at the end of every image (diagnostics for the GPU benchmark).
+class PartTimer {
+public:
+    PartTimer() : on_(std::getenv("VARSCOPE_PROFILE_AMS_KV") != nullptr) {}
+    template <class Fn>
+    auto time(int part, const at::Device& dev, Fn&& fn) {
+        if (!on_) return fn();
+        sync(dev);
+        const auto t0 = std::chrono::steady_clock::now();
+        auto r = fn();
+        sync(dev);
+        ms_[part] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        return r;
+    }
+    void report() {
+        if (!on_) return;
+        std::fprintf(stderr, "ams_kv profile: view+similarity %.1f ms, stash %.1f ms, retain %.1f ms\n",
+                     ms_[0], ms_[1], ms_[2]);
+        ms_[0] = ms_[1] = ms_[2] = 0;
+    }
+
+private:
+    static void sync(const at::Device& dev) {
+        if (dev.is_cuda()) at::empty({1}, at::TensorOptions(dev)).cpu();  // waits for the stream
+    }
+    bool on_;
+    double ms_[3] = {0, 0, 0};
+};
 constexpr int64_t kBudgetLimit = 100000;
 const double kNoSimilarity = std::numeric_limits<double>::quiet_NaN();
 
@@ -82,7 +115,9 @@ public:
         // evicted; only when the algorithm needs it or the inspector asks.
         const bool over = now > st.budget;
         if (!added.empty() && ((over && promotable) || wants(probe_kinds::kAmsKvDemanding)))
-            st.similarity = measure_similarity(st, cache, ctx.layer, added.back().scale);
+            st.similarity = timer_.time(0, ctx.scale.f_hat.device(), [&] {
+                return measure_similarity(st, cache, ctx.layer, added.back().scale);
+            });
 
         std::vector<std::pair<int64_t, int64_t>> keep;  // empty = keep everything
         if (!grouped && unit > b_.c_max) {
@@ -100,9 +135,16 @@ public:
         }
         if (keep.size() == 1 && keep[0].first == 0 && keep[0].second == now) keep.clear();
 
-        update_stash(st, cache, ctx, added, keep);
+        const auto dev = ctx.scale.f_hat.device();
+        timer_.time(1, dev, [&] {
+            update_stash(st, cache, ctx, added, keep);
+            return 0;
+        });
         if (!keep.empty()) {
-            cache.retain(ctx.layer, keep);
+            timer_.time(2, dev, [&] {
+                cache.retain(ctx.layer, keep);
+                return 0;
+            });
             st.runs = keep_runs(st.runs, keep);
         }
         if (ctx.layer + 1 == static_cast<int64_t>(layers_.size())) emit(ctx);
@@ -110,8 +152,10 @@ public:
 
     void on_scale_end(const ScaleContext&, const ScaleSegment& seg, const at::Tensor&,
                       const at::Tensor&) override {
-        if (seg.scale + 1 == static_cast<int64_t>(patch_nums_.size()))
+        if (seg.scale + 1 == static_cast<int64_t>(patch_nums_.size())) {
             for (auto& st : layers_) st.stash = at::Tensor();  // nothing follows the last scale
+            timer_.report();
+        }
     }
 
 private:
@@ -123,6 +167,7 @@ private:
         at::Tensor stash;                   // keys of stash_scale, when evicted but still needed
         int64_t stash_scale = -1;
     };
+    PartTimer timer_;
 
     void reset(int64_t depth) {
         layers_.assign(static_cast<size_t>(depth), LayerState{});
