@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/accel/probe_kinds.h"
+#include "core/accel/resample.h"
 #include "core/sampling/kv_cache.h"
 
 namespace varscope {
@@ -25,8 +26,9 @@ class PartTimer {
 public:
     PartTimer() : on_(std::getenv("VARSCOPE_PROFILE_AMS_KV") != nullptr) {}
     template <class Fn>
-    auto time(int part, const at::Device& dev, Fn&& fn) {
-        if (!on_) return fn();
+    auto time(int part, const at::Tensor& on_device, Fn&& fn) {
+        if (!on_ || !on_device.defined()) return fn();
+        const auto dev = on_device.device();
         sync(dev);
         const auto t0 = std::chrono::steady_clock::now();
         auto r = fn();
@@ -115,7 +117,7 @@ public:
         // evicted; only when the algorithm needs it or the inspector asks.
         const bool over = now > st.budget;
         if (!added.empty() && ((over && promotable) || wants(probe_kinds::kAmsKvDemanding)))
-            st.similarity = timer_.time(0, ctx.scale.f_hat.device(), [&] {
+            st.similarity = timer_.time(0, ctx.scale.f_hat, [&] {
                 return measure_similarity(st, cache, ctx.layer, added.back().scale);
             });
 
@@ -135,7 +137,7 @@ public:
         }
         if (keep.size() == 1 && keep[0].first == 0 && keep[0].second == now) keep.clear();
 
-        const auto dev = ctx.scale.f_hat.device();
+        const at::Tensor& dev = ctx.scale.f_hat;
         timer_.time(1, dev, [&] {
             update_stash(st, cache, ctx, added, keep);
             return 0;
@@ -315,7 +317,7 @@ double similarity(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k
         return unit.permute({0, 1, 3, 2}).reshape({R, H * c, pn, pn});
     };
     const auto prev = as_map(k_prev, pn_prev), cur = as_map(k_cur, pn_cur);
-    const auto up = at::upsample_bilinear2d(prev, {pn_cur, pn_cur}, /*align_corners=*/false);
+    const auto up = upsample_bilinear_planes(prev, pn_cur);
     return -(cur - up).pow(2).mean().item<double>();
 }
 

@@ -1,4 +1,5 @@
 #include "core/accel/sparvar_cs4a.h"
+#include "core/accel/resample.h"
 
 #include <ATen/ATen.h>
 
@@ -133,7 +134,7 @@ at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::
 at::Tensor upsample_cache(const at::Tensor& cache, int64_t pn_source, int64_t pn_target) {
     const int64_t B = cache.size(0), H = cache.size(1), d = cache.size(3);
     auto grid = cache.permute({0, 1, 3, 2}).reshape({B, H * d, pn_source, pn_source});
-    auto up = at::upsample_bilinear2d(grid, {pn_target, pn_target}, /*align_corners=*/false);
+    auto up = upsample_bilinear_planes(grid, pn_target);
     return up.reshape({B, H, d, pn_target * pn_target}).permute({0, 1, 3, 2}).contiguous();
 }
 
