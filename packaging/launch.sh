@@ -62,7 +62,7 @@ OUT="$OUT_DIR/demo.$ext"
 DEVICE="${VARSCOPE_DEVICE:-cpu}"
 
 EMBEDDED_VAR="$ROOT/resources/models/emoji-var.safetensors"
-EMBEDDED_VAE="$ROOT/resources/models/emoji-vae.safetensors"
+EMBEDDED_VAE="$ROOT/resources/models/emoji-vqvae.safetensors"
 if [ -f "$EMBEDDED_VAR" ]; then
     model=(--var "$EMBEDDED_VAR")
     if [ -f "$EMBEDDED_VAE" ]; then
