@@ -108,14 +108,7 @@ AmsKvConfig on(int64_t c_cds = 2, int64_t c_min = 0, int64_t c_max = 0) {
 }
 
 VarSampleOptions options(std::vector<int64_t> classes = {3, 5}, uint64_t seed = 11) {
-    VarSampleOptions o;
-    o.class_ids = std::move(classes);
-    o.seed = seed;
-    o.cfg = 2.0;
-    o.top_k = 0;
-    o.top_p = 0.0;
-    o.time_scales = false;
-    return o;
+    return varscope::testing::exact_options(std::move(classes), seed);
 }
 
 std::string config_error(const std::function<void()>& f) {

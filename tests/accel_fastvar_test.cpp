@@ -45,14 +45,7 @@ struct BlockRecorder : SamplingHooks {
 };
 
 VarSampleOptions options(std::vector<int64_t> classes = {3, 5}, uint64_t seed = 7) {
-    VarSampleOptions o;
-    o.class_ids = std::move(classes);
-    o.seed = seed;
-    o.cfg = 2.0;
-    o.top_k = 0;
-    o.top_p = 0.0;
-    o.time_scales = false;
-    return o;
+    return varscope::testing::exact_options(std::move(classes), seed);
 }
 
 // Runs `accel` (AccelConfig JSON) with an optional recorder placed first in the chain.

@@ -23,14 +23,7 @@ struct ScaleCounter : SamplingHooks {
 };
 
 VarSampleOptions options(std::vector<int64_t> classes = {3, 5}, uint64_t seed = 11) {
-    VarSampleOptions o;
-    o.class_ids = std::move(classes);
-    o.seed = seed;
-    o.cfg = 2.0;
-    o.top_k = 0;
-    o.top_p = 0.0;
-    o.time_scales = false;
-    return o;
+    return varscope::testing::exact_options(std::move(classes), seed);
 }
 
 VarSampleResult run_skip(VarPipeline& p, int64_t last_n, const VarSampleOptions& o,

@@ -330,14 +330,7 @@ TEST(SparVarCs4a, UpsampledCacheKeepsConstantsAndShape) {
 namespace {
 
 VarSampleOptions options(std::vector<int64_t> classes = {3, 5}, uint64_t seed = 7) {
-    VarSampleOptions o;
-    o.class_ids = std::move(classes);
-    o.seed = seed;
-    o.cfg = 2.0;
-    o.top_k = 0;
-    o.top_p = 0.0;
-    o.time_scales = false;
-    return o;
+    return varscope::testing::exact_options(std::move(classes), seed);
 }
 
 // small_pipeline(): scales 1,2,3,4,6,8, depth 4; sparse_scales 2 -> decision scale 3 (pn 4).

@@ -54,4 +54,17 @@ inline VarPipeline small_pipeline(uint64_t seed = 1) {
     return p;
 }
 
+// Sampling options of the accelerators' exactness tests: fixed seed, CFG 2, sampling from the
+// full distribution (no top-k/top-p ties to hide differences), no per-scale device syncs.
+inline VarSampleOptions exact_options(std::vector<int64_t> classes, uint64_t seed) {
+    VarSampleOptions o;
+    o.class_ids = std::move(classes);
+    o.seed = seed;
+    o.cfg = 2.0;
+    o.top_k = 0;
+    o.top_p = 0.0;
+    o.time_scales = false;
+    return o;
+}
+
 }  // namespace varscope::testing
