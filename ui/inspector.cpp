@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "visualization/heatmap_view.h"
@@ -83,6 +84,12 @@ AttentionInspector::AttentionInspector(QWidget* parent) : QWidget(parent) {
     bar->addWidget(head_);
     bar->addWidget(cmap_);
     bar->addWidget(log_);
+    cs4a_ = new QCheckBox(tr("CS4A keys"), this);
+    cs4a_->setObjectName("attentionCs4a");
+    cs4a_->setToolTip(tr("Dim every entry SparVAR's CS4A did not keep at this scale and layer "
+                         "(its Top-K keys at the decision scale, the mapped keys at later scales), "
+                         "so the dense map shows what the sparse attention sees"));
+    bar->addWidget(cs4a_);
     bar->addStretch(1);
     v->addLayout(bar);
     view_ = new viz::HeatmapView(this);
@@ -96,6 +103,7 @@ AttentionInspector::AttentionInspector(QWidget* parent) : QWidget(parent) {
     connect(scale_, qOverload<int>(&QComboBox::currentIndexChanged), this, &AttentionInspector::refresh);
     connect(head_, qOverload<int>(&QComboBox::currentIndexChanged), this, &AttentionInspector::refresh);
     connect(log_, &QCheckBox::toggled, this, &AttentionInspector::refresh);
+    connect(cs4a_, &QCheckBox::toggled, this, &AttentionInspector::refresh);
     connect(cmap_, qOverload<int>(&QComboBox::currentIndexChanged), this,
             [this](int i) { view_->setColormap(static_cast<viz::Colormap>(i)); });
     view_->setColormap(viz::Colormap::Inferno);
@@ -136,6 +144,42 @@ void AttentionInspector::setResults(const SideResultPtr& base, const SideResultP
     refresh();
 }
 
+QString AttentionInspector::overlay_cs4a(viz::FloatGrid& g, int scale, int layer, int head) const {
+    // The key lists come from the accelerated run; they apply to whichever dense map is shown
+    // (the baseline's, usually: SparVAR replaces the accelerated side's attention there).
+    const AccelOutput* rec = nullptr;
+    if (accel_)
+        for (const auto& a : accel_->run.accel)
+            if (a.method == "sparvar" && (a.kind == "cs4a_selected" || a.kind == "cs4a_mapped") &&
+                a.scale == scale && a.layer == layer)
+                rec = &a;
+    if (!rec || rec->data.shape.size() != 3)
+        return tr(" · no CS4A keys at this scale/layer");
+    const int64_t H = rec->data.dim(0), G = rec->data.dim(1), m = rec->data.dim(2);
+    const int64_t q = g.rows, k = g.cols, rows_per_block = (q + G - 1) / std::max<int64_t>(G, 1);
+    std::vector<char> kept(size_t(q * k), 0);
+    for (int64_t h = 0; h < H; ++h) {
+        if (head >= 0 && h != head) continue;
+        for (int64_t b = 0; b < G; ++b)
+            for (int64_t j = 0; j < m; ++j) {
+                const auto key = static_cast<int64_t>(rec->data.values[size_t((h * G + b) * m + j)]);
+                if (key < 0 || key >= k) continue;
+                for (int64_t row = b * rows_per_block; row < std::min(q, (b + 1) * rows_per_block); ++row)
+                    kept[size_t(row * k + key)] = 1;
+            }
+    }
+    float lo = std::numeric_limits<float>::infinity();
+    for (float v : g.values) lo = std::min(lo, v);
+    int64_t n_kept = 0;
+    for (size_t i = 0; i < kept.size(); ++i) {
+        if (kept[i]) ++n_kept;
+        else g.values[i] = lo;  // dimmed to the bottom of the colour scale
+    }
+    return tr(" · CS4A keeps %1 % (%2)")
+        .arg(100.0 * double(n_kept) / double(std::max<int64_t>(q * k, 1)), 0, 'f', 1)
+        .arg(QString::fromStdString(rec->kind));
+}
+
 void AttentionInspector::refresh() {
     const SideResultPtr r = side_->currentIndex() == 0 ? base_ : accel_;
     const int scale = scale_->currentIndex(), layer = layer_->value();
@@ -169,6 +213,8 @@ void AttentionInspector::refresh() {
     if (log_->isChecked())
         for (auto& x : g.values) x = std::log10(std::max(x, 1e-6f));
 
+    const QString cs4a_note = cs4a_->isChecked() ? overlay_cs4a(g, scale, layer, head) : QString();
+
     ScaleLayout layout{patch_nums_of(r)};
     std::vector<int> cols;
     for (size_t s = 1; s < layout.patch_nums.size(); ++s) {
@@ -183,7 +229,8 @@ void AttentionInspector::refresh() {
                         .arg(layout.patch_nums[size_t(scale)])
                         .arg(k)
                         .arg(layer)
-                        .arg(head < 0 ? tr("mean of %1 heads").arg(heads) : tr("head %1").arg(head)));
+                        .arg(head < 0 ? tr("mean of %1 heads").arg(heads) : tr("head %1").arg(head)) +
+                    cs4a_note);
     const int64_t qpn = layout.patch_nums[size_t(scale)];
     view_->setCellLabeler([layout, qpn](int row, int col) {
         auto [ks, ky, kx] = layout.locate(col);

@@ -16,6 +16,7 @@ class QSpinBox;
 
 namespace varscope::viz {
 class HeatmapView;
+struct FloatGrid;
 }
 
 namespace varscope::gui {
@@ -44,6 +45,9 @@ signals:
 
 private:
     void refresh();
+    // Dims the entries of `g` (q x k) outside SparVAR's CS4A key lists for (scale, layer);
+    // returns a caption fragment.
+    QString overlay_cs4a(viz::FloatGrid& g, int scale, int layer, int head) const;
     SideResultPtr base_, accel_;
     QComboBox* side_;
     QComboBox* scale_;
@@ -51,6 +55,7 @@ private:
     QComboBox* head_;
     QComboBox* cmap_;
     QCheckBox* log_;
+    QCheckBox* cs4a_;
     viz::HeatmapView* view_;
 };
 

@@ -104,6 +104,51 @@ private slots:
         QVERIFY(std::abs(varscope::viz::psnr(d, e) - 10 * std::log10(255.0 * 255.0 / 100.0)) < 1e-9);
     }
 
+    void cs4aKeysDimTheRestOfTheDenseMap() {
+        using namespace varscope::gui;
+        auto base = std::make_shared<SideResult>();
+        for (int64_t si : {0, 1}) {
+            ScaleOutput s;
+            s.scale = si;
+            s.patch_num = si + 1;
+            base->run.scales.push_back(s);
+        }
+        AttentionOutput att;  // scale 1 (2x2 queries) over 5 keys, p_j = (j+1)/15
+        att.scale = 1;
+        att.probs.shape = {1, 4, 5};
+        for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 5; ++j) att.probs.values.push_back(float(j + 1) / 15.f);
+        base->run.attention.push_back(att);
+        auto accel = std::make_shared<SideResult>(*base);
+        accel->side = Side::Accelerated;
+        AccelOutput rec;  // 2 query blocks of 2 rows: keys {0, 4} and {1}
+        rec.method = "sparvar";
+        rec.kind = "cs4a_mapped";
+        rec.scale = 1;
+        rec.layer = 0;
+        rec.data.shape = {1, 2, 2};
+        rec.data.values = {0, 4, 1, -1};
+        accel->run.accel.push_back(rec);
+
+        AttentionInspector insp;
+        insp.setDepth(1, 1);
+        insp.setResults(base, accel);
+        insp.setScale(1);
+        auto* box = insp.findChild<QCheckBox*>("attentionCs4a");
+        QVERIFY(box);
+        const auto before = insp.view()->grid();
+        QCOMPARE(before.cols, 5);
+        box->setChecked(true);
+        const auto after = insp.view()->grid();
+        const float lo = before.values[0];  // log10(1/15), the smallest entry
+        QCOMPARE(after.values[4], before.values[4]);           // row 0 keeps key 4
+        QCOMPARE(after.values[2], lo);                          // row 0 drops key 2
+        QCOMPARE(after.values[2 * 5 + 1], before.values[2 * 5 + 1]);  // row 2 keeps key 1
+        QCOMPARE(after.values[2 * 5 + 4], lo);                  // row 2 drops key 4
+        box->setChecked(false);
+        QCOMPARE(insp.view()->grid().values, before.values);
+    }
+
     void heatmapsAndOverlays() {
         using namespace varscope::viz;
         FloatGrid g(2, 3, {0, 1, 2, 3, 4, NAN});
