@@ -64,10 +64,7 @@ DEVICE="${VARSCOPE_DEVICE:-cpu}"
 EMBEDDED_VAR="$ROOT/resources/models/emoji-var.safetensors"
 EMBEDDED_VAE="$ROOT/resources/models/emoji-vqvae.safetensors"
 if [ -f "$EMBEDDED_VAR" ]; then
-    model=(--var "$EMBEDDED_VAR")
-    if [ -f "$EMBEDDED_VAE" ]; then
-        model+=(--vae "$EMBEDDED_VAE")
-    fi
+    model=(--var "$EMBEDDED_VAR" --vae "$EMBEDDED_VAE" --prompt "red heart" --cfg 3)
     log "generating with the embedded emoji model ($EMBEDDED_VAR) on $DEVICE"
 else
     model=(--random 4 --patch-nums "1,2,3,4")
