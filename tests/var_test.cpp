@@ -235,3 +235,25 @@ TEST(VarPipeline, BadDeviceAndPrecisionStrings) {
         EXPECT_THROW(parse_device("cuda"), std::invalid_argument);
     }
 }
+
+TEST(VarSampler, BlockTimingIsRecordedOnlyWhenAsked) {
+    auto pipe = varscope::testing::small_pipeline();
+    VarSampleOptions opt;
+    opt.class_ids = {1};
+    ProbeRecorder::Selection sel;
+    sel.block_timing = true;
+    ProbeRecorder timed(sel), plain;
+    const auto a = pipe.generate(opt, nullptr, &timed);
+    const auto b = pipe.generate(opt, nullptr, &plain);
+    EXPECT_TRUE(a.images.equal(b.images));  // timing does not change the result
+    EXPECT_TRUE(plain.accel().empty());
+    const auto& c = pipe.var_config();
+    const auto recs = timed.accel("block_ms");
+    ASSERT_EQ(static_cast<int64_t>(recs.size()), c.num_scales() * c.depth);
+    for (const auto& r : recs) {
+        EXPECT_EQ(r.method, "loop");
+        for (const char* k : {"qkv_ms", "attention_ms", "ffn_ms"}) EXPECT_GE(r.values.at(k), 0.0) << k;
+        const int64_t pn = c.patch_nums[r.scale];
+        EXPECT_EQ(r.values.at("rows"), static_cast<double>(pn * pn));
+    }
+}

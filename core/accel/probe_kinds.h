@@ -49,4 +49,8 @@ constexpr const char* kCs4aSelected = "cs4a_selected";
 // values: {"kept_fraction", "decision_scale"}.
 constexpr const char* kCs4aMapped = "cs4a_mapped";
 
+// Loop (method "loop"), when ProbeSink::wants_block_timing(): wall time of one block, no tensor;
+// values {"qkv_ms", "attention_ms", "ffn_ms", "rows"} (rows = tokens the block computed).
+constexpr const char* kBlockMs = "block_ms";
+
 }  // namespace varscope::probe_kinds

@@ -45,6 +45,9 @@ public:
     // Return true to have attention probabilities materialised for this (scale, layer).
     virtual bool wants_attention(int64_t scale, int64_t layer) const { return false; }
     virtual bool wants_fhat() const { return false; }
+    // Per-block wall time split into QKV/cache, attention and FFN parts (AccelRecord kind
+    // "block_ms", method "loop"); costs a device synchronisation per part.
+    virtual bool wants_block_timing() const { return false; }
     virtual void on_attention(AttentionRecord record) {}
     virtual void on_scale(ScaleRecord record) {}
     // Accelerators ask before computing costly records (e.g. dense maps) only for probes.
@@ -59,12 +62,14 @@ public:
         std::vector<int64_t> layers;  // empty = none
         std::vector<int64_t> scales;  // empty = all scales
         bool fhat = false;
+        bool block_timing = false;
     };
     ProbeRecorder() = default;
     explicit ProbeRecorder(Selection sel) : sel_(std::move(sel)) {}
 
     bool wants_attention(int64_t scale, int64_t layer) const override;
     bool wants_fhat() const override { return sel_.fhat; }
+    bool wants_block_timing() const override { return sel_.block_timing; }
     void on_attention(AttentionRecord record) override;
     void on_scale(ScaleRecord record) override;
     void on_accel(AccelRecord record) override;

@@ -31,6 +31,19 @@ at::Tensor named_tensor(const torch::nn::Module& m, const std::string& name) {
 at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at::Tensor& cond,
                      BlockContext& ctx, SamplingHooks* hooks, ProbeSink* probe,
                      AttentionBackend backend, const at::Tensor& step_mask, double& flops) {
+    // Per-block timing for the inspector: synchronises the device between the parts, so it is
+    // only done when a probe asks (it slows sampling down).
+    const bool timed = probe && probe->wants_block_timing();
+    std::vector<double> part_ms;
+    auto t_part = Clock::now();
+    auto lap = [&] {
+        if (!timed) return;
+        synchronize_device(x.device());
+        part_ms.push_back(millis_since(t_part));
+        t_part = Clock::now();
+    };
+    if (timed) synchronize_device(x.device());
+    t_part = Clock::now();
     const auto m = blk.modulation(cond);
     const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x) : at::Tensor();
     // rows: (K) for every batch row, or (2B, K) chosen per batch row (FastVAR).
@@ -54,6 +67,7 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at
         ctx.mask = at::cat({at::zeros({sm.size(0), earlier}, sm.options()), sm}, 1);
     }
 
+    lap();  // selection, QKV projection, cache append and eviction
     const double s = blk.attn->softmax_scale();
     at::Tensor o = hooks ? hooks->attend(ctx, qkv.q, k, v, s) : at::Tensor();
     if (o.defined() && ctx.attention_flops >= 0) {
@@ -73,6 +87,7 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at
             o = attention_sdpa(qkv.q, k, v, s, ctx.mask);
         }
     }
+    lap();  // attention
     auto h = xs + blk.attn->project_out(o).mul(m.gamma1);
     h = h + blk.ffn_branch(h, m);
     at::Tensor out = h;
@@ -82,6 +97,11 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at
             out = per_row ? x.scatter(1, rows.unsqueeze(-1).expand_as(h), h) : x.index_copy(1, rows, h);
     }
     if (hooks) hooks->on_block_output(ctx, out);
+    lap();  // output projection, FFN, restoration
+    if (timed)
+        probe->on_accel({"loop", "block_ms", ctx.scale.scale, ctx.layer, {},
+                         {{"qkv_ms", part_ms[0]}, {"attention_ms", part_ms[1]}, {"ffn_ms", part_ms[2]},
+                          {"rows", static_cast<double>(xs.size(1))}}});
     return out;
 }
 
