@@ -78,27 +78,39 @@ bool ParamReader::get_bool(const std::string& key) const {
     return v.get<bool>();
 }
 
+namespace {
+
+// Element checks shared by the scalar and list readers; they return "" or the message.
+std::string int_error(const nlohmann::json& e, const ParamSpec& p) {
+    if (!e.is_number_integer()) return "must be an integer, got " + e.dump();
+    const auto x = e.get<int64_t>();
+    if (x < p.min || x > p.max) return "must be in " + range_text(p) + ", got " + std::to_string(x);
+    return "";
+}
+
+std::string real_error(const nlohmann::json& e, const ParamSpec& p) {
+    if (!e.is_number()) return "must be a number, got " + e.dump();
+    const auto x = e.get<double>();
+    if (!std::isfinite(x) || x < p.min || x > p.max)
+        return "must be in " + range_text(p) + ", got " + e.dump();
+    return "";
+}
+
+}  // namespace
+
 int64_t ParamReader::get_int(const std::string& key) const {
-    const auto& p = spec_of(key);
-    const auto& v = value_of(p);
-    if (!v.is_number_integer()) fail(key, "must be " + kind_name(p.kind) + ", got " + v.dump());
-    const auto x = v.get<int64_t>();
-    if (x < p.min || x > p.max)
-        fail(key, "must be in " + range_text(p) + ", got " + std::to_string(x));
-    return x;
+    const auto& v = value_of(spec_of(key));
+    if (auto err = int_error(v, spec_of(key)); !err.empty()) fail(key, err);
+    return v.get<int64_t>();
 }
 
 double ParamReader::get_real(const std::string& key) const {
-    const auto& p = spec_of(key);
-    const auto& v = value_of(p);
-    if (!v.is_number()) fail(key, "must be " + kind_name(p.kind) + ", got " + v.dump());
-    const auto x = v.get<double>();
-    if (!std::isfinite(x) || x < p.min || x > p.max)
-        fail(key, "must be in " + range_text(p) + ", got " + v.dump());
-    return x;
+    const auto& v = value_of(spec_of(key));
+    if (auto err = real_error(v, spec_of(key)); !err.empty()) fail(key, err);
+    return v.get<double>();
 }
 
-std::vector<int64_t> ParamReader::get_int_list(const std::string& key) const {
+const nlohmann::json& ParamReader::list_of(const std::string& key) const {
     const auto& p = spec_of(key);
     const auto& v = value_of(p);
     if (!v.is_array()) fail(key, "must be " + kind_name(p.kind) + ", got " + v.dump());
@@ -106,36 +118,27 @@ std::vector<int64_t> ParamReader::get_int_list(const std::string& key) const {
     if (n < p.min_items || n > p.max_items)
         fail(key, "must have " + std::to_string(p.min_items) + " to " +
                       std::to_string(p.max_items) + " entries, got " + std::to_string(n));
+    return v;
+}
+
+std::vector<int64_t> ParamReader::get_int_list(const std::string& key) const {
+    const auto& v = list_of(key);
     std::vector<int64_t> out;
-    for (int64_t i = 0; i < n; ++i) {
-        const auto& e = v[i];
-        const std::string at = key + "[" + std::to_string(i) + "]";
-        if (!e.is_number_integer()) fail(at, "must be an integer, got " + e.dump());
-        const auto x = e.get<int64_t>();
-        if (x < p.min || x > p.max)
-            fail(at, "must be in " + range_text(p) + ", got " + std::to_string(x));
-        out.push_back(x);
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (auto err = int_error(v[i], spec_of(key)); !err.empty())
+            fail(key + "[" + std::to_string(i) + "]", err);
+        out.push_back(v[i].get<int64_t>());
     }
     return out;
 }
 
 std::vector<double> ParamReader::get_real_list(const std::string& key) const {
-    const auto& p = spec_of(key);
-    const auto& v = value_of(p);
-    if (!v.is_array()) fail(key, "must be " + kind_name(p.kind) + ", got " + v.dump());
-    const auto n = static_cast<int64_t>(v.size());
-    if (n < p.min_items || n > p.max_items)
-        fail(key, "must have " + std::to_string(p.min_items) + " to " +
-                      std::to_string(p.max_items) + " entries, got " + std::to_string(n));
+    const auto& v = list_of(key);
     std::vector<double> out;
-    for (int64_t i = 0; i < n; ++i) {
-        const auto& e = v[i];
-        const std::string at = key + "[" + std::to_string(i) + "]";
-        if (!e.is_number()) fail(at, "must be a number, got " + e.dump());
-        const auto x = e.get<double>();
-        if (!std::isfinite(x) || x < p.min || x > p.max)
-            fail(at, "must be in " + range_text(p) + ", got " + e.dump());
-        out.push_back(x);
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (auto err = real_error(v[i], spec_of(key)); !err.empty())
+            fail(key + "[" + std::to_string(i) + "]", err);
+        out.push_back(v[i].get<double>());
     }
     return out;
 }

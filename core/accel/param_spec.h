@@ -58,6 +58,7 @@ public:
 private:
     const ParamSpec& spec_of(const std::string& key) const;
     const nlohmann::json& value_of(const ParamSpec& p) const;
+    const nlohmann::json& list_of(const std::string& key) const;  // array, length checked
     const nlohmann::json& obj_;
     const MethodSpec& spec_;
 };
