@@ -1,0 +1,93 @@
+// MAR's DiffLoss head: SimpleMLPAdaLN, a residual MLP whose blocks are modulated (AdaLN) by the
+// sum of a sinusoidal timestep embedding and the transformer's condition vector z. It predicts
+// the noise (first half of its output) and the interpolation of the log variance (second half)
+// of a Gaussian diffusion over one token's latent. Names follow the official state dict
+// ("diffloss.net.<...>" inside the MAR model).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <vector>
+
+namespace varscope {
+
+// Sinusoidal features of (fractional) timesteps: [cos(t f_i), sin(t f_i)], f_i = 10000^(-i/half).
+at::Tensor timestep_features(const at::Tensor& t, int64_t dim, double max_period = 10000.0);
+
+class TimestepEmbedderImpl : public torch::nn::Module {
+public:
+    explicit TimestepEmbedderImpl(int64_t hidden, int64_t frequency_dim = 256);
+    at::Tensor forward(const at::Tensor& t) const;  // mlp(features(t)): (N, hidden)
+    torch::nn::Sequential mlp{nullptr};             // mlp.0 Linear, mlp.1 SiLU, mlp.2 Linear
+
+private:
+    torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
+    int64_t frequency_dim_;
+};
+TORCH_MODULE(TimestepEmbedder);
+
+class DiffResBlockImpl : public torch::nn::Module {
+public:
+    explicit DiffResBlockImpl(int64_t channels);
+    at::Tensor forward(const at::Tensor& x, const at::Tensor& y) const;  // x + gate * mlp(mod(ln x))
+    torch::nn::LayerNorm in_ln{nullptr};
+    torch::nn::Sequential mlp{nullptr};               // 0 Linear, 1 SiLU, 2 Linear
+    torch::nn::Sequential adaLN_modulation{nullptr};  // 0 SiLU, 1 Linear(C, 3C)
+
+private:
+    torch::nn::Linear fc1_{nullptr}, fc2_{nullptr}, ada_{nullptr};
+    int64_t channels_;
+};
+TORCH_MODULE(DiffResBlock);
+
+class DiffFinalLayerImpl : public torch::nn::Module {
+public:
+    DiffFinalLayerImpl(int64_t channels, int64_t out_channels);
+    at::Tensor forward(const at::Tensor& x, const at::Tensor& y) const;
+    torch::nn::Linear linear{nullptr};
+    torch::nn::Sequential adaLN_modulation{nullptr};  // 0 SiLU, 1 Linear(C, 2C)
+
+private:
+    torch::nn::Linear ada_{nullptr};
+    int64_t channels_;
+};
+TORCH_MODULE(DiffFinalLayer);
+
+class SimpleMlpAdaLNImpl : public torch::nn::Module {
+public:
+    SimpleMlpAdaLNImpl(int64_t in_channels, int64_t width, int64_t out_channels,
+                       int64_t z_channels, int64_t depth);
+    // x (N, in), t (N) timesteps of the original 1000-step process, c (N, z): (N, out).
+    at::Tensor forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& c) const;
+    // The condition y = time_embed(t) + cond_embed(c), split out so a loop can embed the
+    // condition once and the timestep per step.
+    at::Tensor embed_condition(const at::Tensor& c) const;
+    at::Tensor forward_embedded(const at::Tensor& x, const at::Tensor& t_emb,
+                                const at::Tensor& c_emb) const;
+
+    TimestepEmbedder time_embed{nullptr};
+    torch::nn::Linear cond_embed{nullptr}, input_proj{nullptr};
+    torch::nn::ModuleList res_blocks{nullptr};
+    DiffFinalLayer final_layer{nullptr};
+    int64_t in_channels() const { return in_channels_; }
+
+private:
+    std::vector<DiffResBlock> blocks_;
+    int64_t in_channels_;
+};
+TORCH_MODULE(SimpleMlpAdaLN);
+
+// The module registered as "diffloss" in MAR; it only holds the network (the diffusion
+// schedules live in core/sampling/gaussian_diffusion.h).
+class DiffLossImpl : public torch::nn::Module {
+public:
+    DiffLossImpl(int64_t target_channels, int64_t z_channels, int64_t depth, int64_t width);
+    SimpleMlpAdaLN net{nullptr};
+};
+TORCH_MODULE(DiffLoss);
+
+}  // namespace varscope

@@ -1,0 +1,63 @@
+#include "core/sampling/mar_hooks.h"
+
+namespace varscope {
+
+void MarHookChain::on_step_begin(MarStepContext& ctx) {
+    for (auto& h : hooks_) h->on_step_begin(ctx);
+}
+
+bool MarHookChain::skip_unconditional(const MarStepContext& ctx) {
+    bool any = false;
+    for (auto& h : hooks_) any = h->skip_unconditional(ctx) || any;  // every policy is asked
+    return any;
+}
+
+at::Tensor MarHookChain::unconditional_rows(const MarStepContext& ctx, const at::Tensor& x_cond) {
+    for (auto& h : hooks_)
+        if (auto x = h->unconditional_rows(ctx, x_cond); x.defined()) return x;
+    return {};
+}
+
+void MarHookChain::on_cfg_branches(const MarStepContext& ctx, const at::Tensor& x) {
+    for (auto& h : hooks_) h->on_cfg_branches(ctx, x);
+}
+
+at::Tensor MarHookChain::select_tokens(const MarBlockContext& ctx, const at::Tensor& x) {
+    for (auto& h : hooks_)
+        if (auto idx = h->select_tokens(ctx, x); idx.defined()) return idx;
+    return {};
+}
+
+void MarHookChain::on_keys_values(const MarBlockContext& ctx, const at::Tensor& rows,
+                                  at::Tensor& k, at::Tensor& v) {
+    for (auto& h : hooks_) h->on_keys_values(ctx, rows, k, v);
+}
+
+at::Tensor MarHookChain::attend(const MarBlockContext& ctx, const at::Tensor& q,
+                                const at::Tensor& k, const at::Tensor& v, double softmax_scale) {
+    for (auto& h : hooks_)
+        if (auto o = h->attend(ctx, q, k, v, softmax_scale); o.defined()) return o;
+    return {};
+}
+
+at::Tensor MarHookChain::restore_tokens(const MarBlockContext& ctx, const at::Tensor& x,
+                                        const at::Tensor& rows, const at::Tensor& h) {
+    for (auto& p : hooks_)
+        if (auto out = p->restore_tokens(ctx, x, rows, h); out.defined()) return out;
+    return {};
+}
+
+void MarHookChain::on_block_output(const MarBlockContext& ctx, const at::Tensor& x) {
+    for (auto& h : hooks_) h->on_block_output(ctx, x);
+}
+
+void MarHookChain::on_condition(const MarStepContext& ctx, at::Tensor& z) {
+    for (auto& h : hooks_) h->on_condition(ctx, z);
+}
+
+void MarHookChain::on_step_end(const MarStepContext& ctx, const at::Tensor& sampled,
+                               const at::Tensor& tokens) {
+    for (auto& h : hooks_) h->on_step_end(ctx, sampled, tokens);
+}
+
+}  // namespace varscope
