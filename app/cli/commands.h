@@ -12,6 +12,7 @@ using Runner = std::function<int()>;
 
 Runner add_info(CLI::App& app);
 Runner add_generate(CLI::App& app);
+Runner add_generate_mar(CLI::App& app);  // cmd_generate_mar.cpp
 Runner add_teacher_forward(CLI::App& app);
 Runner add_pack_emoji(CLI::App& app);
 Runner add_train(CLI::App& app);

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     };
     add(varscope::cli::add_info, "info");
     add(varscope::cli::add_generate, "generate");
+    add(varscope::cli::add_generate_mar, "generate-mar");
     add(varscope::cli::add_teacher_forward, "teacher-forward");
     add(varscope::cli::add_pack_emoji, "pack-emoji");
     add(varscope::cli::add_train, "train");

@@ -15,6 +15,9 @@
 
 namespace varscope {
 
+// A LayerNorm module applied through its tensors (the module's forward is not const).
+at::Tensor apply_layer_norm(const torch::nn::LayerNorm& ln, const at::Tensor& x);
+
 // Sinusoidal features of (fractional) timesteps: [cos(t f_i), sin(t f_i)], f_i = 10000^(-i/half).
 at::Tensor timestep_features(const at::Tensor& t, int64_t dim, double max_period = 10000.0);
 

@@ -89,7 +89,7 @@ TORCH_MODULE(MarMlp);
 class MarBlockImpl : public torch::nn::Module {
 public:
     MarBlockImpl(int64_t dim, int64_t num_heads, double mlp_ratio, double eps);
-    at::Tensor attn_input(const at::Tensor& x) const { return norm1->forward(x); }
+    at::Tensor attn_input(const at::Tensor& x) const { return apply_layer_norm(norm1, x); }
     // x + mlp(norm2(x)) given the post-attention residual stream.
     at::Tensor mlp_residual(const at::Tensor& x) const;
     // The plain block with dense attention: x + attn(norm1(x)); then the MLP residual.

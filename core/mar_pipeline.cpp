@@ -1,0 +1,111 @@
+#include "core/mar_pipeline.h"
+
+#include <ATen/ATen.h>
+
+#include <set>
+#include <sstream>
+
+#include "core/io/checkpoint.h"
+#include "core/models/detect.h"
+
+namespace varscope {
+namespace {
+
+at::ScalarType to_scalar(Precision p) {
+    switch (p) {
+        case Precision::Fp16: return at::kHalf;
+        case Precision::Bf16: return at::kBFloat16;
+        case Precision::Fp32: break;
+    }
+    return at::kFloat;
+}
+
+bool is_mar(const StateDict& d) { return detect_family(d) == ModelFamily::MarTransformer; }
+
+// The distinct first name components, for error messages ("model_ema, optimizer, ...").
+std::string top_level_names(const StateDict& all) {
+    std::set<std::string> heads;
+    for (const auto& [name, _] : all) heads.insert(name.substr(0, name.find('.')));
+    std::ostringstream os;
+    size_t i = 0;
+    for (const auto& h : heads) {
+        if (i == 8) {
+            os << ", ...";
+            break;
+        }
+        os << (i++ ? ", " : "") << h;
+    }
+    return os.str();
+}
+
+}  // namespace
+
+StateDict select_mar_weights(const StateDict& all, bool prefer_ema, std::string* source,
+                             const std::string& what) {
+    std::vector<std::string> order = prefer_ema ? std::vector<std::string>{"model_ema", "model"}
+                                                : std::vector<std::string>{"model", "model_ema"};
+    for (const auto& prefix : order) {
+        StateDict sub = select_prefix(all, prefix);
+        if (!sub.empty() && is_mar(sub)) {
+            if (source) *source = prefix;
+            return sub;
+        }
+    }
+    if (is_mar(all)) {
+        if (source) *source = "state dict";
+        return all;
+    }
+    throw CheckpointError(what + ": no MAR weights found (looked for 'model_ema.*', 'model.*' and "
+                                 "a raw MAR state dict with z_proj / encoder_pos_embed_learned); "
+                                 "the file holds: " +
+                          (all.empty() ? std::string("no tensors") : top_level_names(all)));
+}
+
+MarPipeline MarPipeline::load(const MarModelFiles& f, const LoadOptions& o) {
+    if (f.mar_path.empty()) throw CheckpointError("no MAR checkpoint given");
+    if (!f.vae_path.empty())
+        throw CheckpointError("MAR: decoding with the KL-16 VAE (" + f.vae_path +
+                              ") is not wired in yet; leave the VAE out to get latents");
+    std::string source;
+    StateDict sd = select_mar_weights(load_checkpoint(f.mar_path), f.prefer_ema, &source, f.mar_path);
+    MarConfig cfg = MarConfig::infer_from(sd);
+    cfg.num_sampling_steps = f.num_sampling_steps;
+    space_timesteps(1000, cfg.num_sampling_steps);  // a bad spec fails before the weights bind
+    MarTransformer mar(cfg);
+    mar->load(sd, f.mar_path + " (" + source + ")");
+    mar->to(parse_device(o.device), to_scalar(o.precision));
+    mar->eval();
+    return MarPipeline(std::make_shared<MarSampler>(mar), source);
+}
+
+MarPipeline MarPipeline::random(const MarConfig& cfg, uint64_t seed, const LoadOptions& o,
+                                bool nonzero_head) {
+    MarTransformer mar(cfg);
+    mar->init_weights(seed, nonzero_head);
+    mar->to(parse_device(o.device), to_scalar(o.precision));
+    mar->eval();
+    return MarPipeline(std::make_shared<MarSampler>(mar), "random");
+}
+
+MarSampleResult MarPipeline::generate(const MarSampleOptions& opt, MarSamplingHooks* hooks,
+                                      ProbeSink* probe) {
+    return sampler_->sample(opt, hooks, probe);
+}
+
+at::Device MarPipeline::device() const { return sampler_->transformer()->mask_token.device(); }
+
+std::string MarPipeline::describe() const {
+    const auto& c = config();
+    std::ostringstream os;
+    os << "MAR: encoder " << c.encoder_depth << "x" << c.encoder_embed_dim << " ("
+       << c.encoder_num_heads << " heads), decoder " << c.decoder_depth << "x"
+       << c.decoder_embed_dim << ", buffer " << c.buffer_size << ", " << c.seq_h() << "x"
+       << c.seq_h() << " tokens of " << c.token_embed_dim() << " channels, " << c.class_num
+       << " classes, DiffLoss d" << c.diffloss_d << " w" << c.diffloss_w << ", "
+       << c.num_sampling_steps << " diffusion steps, "
+       << count_parameters(*sampler_->transformer()) / 1e6 << "M params (weights: " << source_
+       << ")";
+    return os.str();
+}
+
+}  // namespace varscope

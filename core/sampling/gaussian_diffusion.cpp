@@ -1,0 +1,219 @@
+#include "core/sampling/gaussian_diffusion.h"
+
+#include <ATen/ATen.h>
+
+#include <cfenv>
+#include <cmath>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "core/models/diffloss.h"
+
+namespace varscope {
+namespace {
+
+double alpha_bar(double t) {
+    // Same operation order as the original lambda, evaluated in double.
+    return std::pow(std::cos((t + 0.008) / 1.008 * M_PI / 2), 2.0);
+}
+
+// Python's round(): half to even.
+int64_t round_half_even(double v) {
+    const int mode = std::fegetround();
+    std::fesetround(FE_TONEAREST);
+    const double r = std::nearbyint(v);
+    std::fesetround(mode);
+    return static_cast<int64_t>(r);
+}
+
+std::vector<int64_t> parse_counts(const std::string& spec) {
+    std::vector<int64_t> out;
+    std::stringstream ss(spec);
+    std::string part;
+    while (std::getline(ss, part, ',')) {
+        size_t used = 0;
+        int64_t v = 0;
+        try {
+            v = std::stoll(part, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used == 0 || used != part.size() || v < 0)
+            throw std::invalid_argument("num_sampling_steps: expected comma-separated step counts "
+                                        "or ddimN, got '" + spec + "'");
+        out.push_back(v);
+    }
+    if (out.empty()) throw std::invalid_argument("num_sampling_steps: empty");
+    return out;
+}
+
+float f32(double v) { return static_cast<float>(v); }
+
+}  // namespace
+
+std::vector<double> cosine_betas(int64_t num_steps) {
+    std::vector<double> betas;
+    betas.reserve(num_steps);
+    for (int64_t i = 0; i < num_steps; ++i) {
+        const double t1 = double(i) / double(num_steps), t2 = double(i + 1) / double(num_steps);
+        betas.push_back(std::min(1 - alpha_bar(t2) / alpha_bar(t1), 0.999));
+    }
+    return betas;
+}
+
+std::vector<int64_t> space_timesteps(int64_t num_steps, const std::string& spec) {
+    if (spec.rfind("ddim", 0) == 0) {
+        const int64_t desired = parse_counts(spec.substr(4)).at(0);
+        for (int64_t stride = 1; stride < num_steps; ++stride) {
+            if ((num_steps + stride - 1) / stride == desired) {
+                std::vector<int64_t> out;
+                for (int64_t t = 0; t < num_steps; t += stride) out.push_back(t);
+                return out;
+            }
+        }
+        throw std::invalid_argument("num_sampling_steps: cannot create exactly " +
+                                    std::to_string(num_steps) + " steps with an integer stride");
+    }
+    const auto counts = parse_counts(spec);
+    const int64_t sections = static_cast<int64_t>(counts.size());
+    const int64_t size_per = num_steps / sections, extra = num_steps % sections;
+    std::set<int64_t> steps;
+    int64_t start = 0;
+    for (int64_t i = 0; i < sections; ++i) {
+        const int64_t size = size_per + (i < extra ? 1 : 0);
+        if (size < counts[i])
+            throw std::invalid_argument("num_sampling_steps: cannot divide a section of " +
+                                        std::to_string(size) + " steps into " +
+                                        std::to_string(counts[i]));
+        const double stride = counts[i] <= 1 ? 1.0 : double(size - 1) / double(counts[i] - 1);
+        double cur = 0.0;
+        for (int64_t k = 0; k < counts[i]; ++k) {
+            steps.insert(start + round_half_even(cur));
+            cur += stride;
+        }
+        start += size;
+    }
+    return {steps.begin(), steps.end()};
+}
+
+DiffusionSchedule DiffusionSchedule::from_betas(std::vector<double> betas) {
+    DiffusionSchedule s;
+    const size_t n = betas.size();
+    if (n == 0) throw std::invalid_argument("diffusion: no steps");
+    for (double b : betas)
+        if (!(b > 0 && b <= 1)) throw std::invalid_argument("diffusion: betas must be in (0, 1]");
+    s.betas = std::move(betas);
+    s.alphas_cumprod.resize(n);
+    double acc = 1.0;
+    for (size_t i = 0; i < n; ++i) s.alphas_cumprod[i] = acc *= (1.0 - s.betas[i]);
+    s.alphas_cumprod_prev.resize(n);
+    for (size_t i = 0; i < n; ++i) s.alphas_cumprod_prev[i] = i ? s.alphas_cumprod[i - 1] : 1.0;
+    for (size_t i = 0; i < n; ++i) {
+        const double ac = s.alphas_cumprod[i], prev = s.alphas_cumprod_prev[i], b = s.betas[i];
+        s.sqrt_recip_alphas_cumprod.push_back(std::sqrt(1.0 / ac));
+        s.sqrt_recipm1_alphas_cumprod.push_back(std::sqrt(1.0 / ac - 1));
+        s.posterior_variance.push_back(b * (1.0 - prev) / (1.0 - ac));
+        s.posterior_mean_coef1.push_back(b * std::sqrt(prev) / (1.0 - ac));
+        s.posterior_mean_coef2.push_back((1.0 - prev) * std::sqrt(1.0 - b) / (1.0 - ac));
+        s.log_betas.push_back(std::log(b));
+    }
+    // The posterior variance is 0 at the first step: its log is clipped to the second one.
+    for (size_t i = 0; i < n; ++i)
+        s.posterior_log_variance_clipped.push_back(
+            n > 1 ? std::log(s.posterior_variance[i == 0 ? 1 : i]) : 0.0);
+    for (size_t i = 0; i < n; ++i) s.timestep_map.push_back(static_cast<int64_t>(i));
+    return s;
+}
+
+DiffusionSchedule DiffusionSchedule::respaced(const std::string& spec, int64_t base_steps) {
+    const auto base = from_betas(cosine_betas(base_steps));
+    const auto keep = space_timesteps(base_steps, spec);
+    std::vector<double> betas;
+    double last = 1.0;
+    for (int64_t t : keep) {
+        betas.push_back(1 - base.alphas_cumprod[t] / last);
+        last = base.alphas_cumprod[t];
+    }
+    auto s = from_betas(std::move(betas));
+    s.timestep_map = keep;
+    return s;
+}
+
+DiffusionSampler::StepOutput DiffusionSampler::step(const SimpleMlpAdaLNImpl& net,
+                                                    const at::Tensor& x, int64_t i,
+                                                    const at::Tensor& t_emb,
+                                                    const at::Tensor& c_emb,
+                                                    const at::Tensor& cfg_scale) const {
+    const auto& s = schedule_;
+    const int64_t N = x.size(0), C = x.size(1);
+    const bool guided = cfg_scale.defined();
+    // With CFG both halves of the original's running sample are its conditional half.
+    const at::Tensor input = guided ? at::cat({x, x}) : x;
+    const at::Tensor out = net.forward_embedded(input, t_emb, c_emb);
+    at::Tensor eps = out.narrow(1, 0, C), var_values = out.narrow(1, C, C);
+    if (guided) {
+        const auto cond = eps.narrow(0, 0, N), uncond = eps.narrow(0, N, N);
+        eps = uncond + cfg_scale * (cond - uncond);
+        var_values = var_values.narrow(0, 0, N);
+    }
+    // Learned range: interpolate between the clipped posterior and the beta log-variance.
+    const auto frac = (var_values + 1) / 2;
+    auto log_variance =
+        frac * f32(s.log_betas[i]) + (1 - frac) * f32(s.posterior_log_variance_clipped[i]);
+    const auto x0 = f32(s.sqrt_recip_alphas_cumprod[i]) * x -
+                    f32(s.sqrt_recipm1_alphas_cumprod[i]) * eps;
+    auto mean = f32(s.posterior_mean_coef1[i]) * x0 + f32(s.posterior_mean_coef2[i]) * x;
+    return {mean, log_variance, eps};
+}
+
+at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
+                                 const at::Tensor& cfg_scale, double temperature,
+                                 std::optional<at::Generator> gen, const at::Tensor& start,
+                                 const at::Tensor& step_noise) const {
+    const bool guided = cfg_scale.defined();
+    TORCH_CHECK(!guided || z.size(0) % 2 == 0, "diffusion: CFG needs 2N condition rows");
+    const int64_t N = guided ? z.size(0) / 2 : z.size(0);
+    const int64_t C = net.in_channels();
+    const auto opts = z.options().dtype(net.input_proj->weight.scalar_type());
+    const int64_t S = schedule_.num_steps();
+    // The condition is embedded once; every timestep embedding is one row, broadcast.
+    const auto c_emb = net.embed_condition(z.to(opts.dtype()));
+    const auto times = at::tensor(schedule_.timestep_map, at::kLong).to(z.device());
+    const auto t_all = net.time_embed->forward(times);  // (S, W)
+
+    at::Tensor x = start.defined() ? start.to(opts) : at::randn({N, C}, gen, opts);
+    const float temp = f32(temperature);
+    for (int64_t i = S - 1; i >= 0; --i) {
+        const auto out = step(net, x, i, t_all.narrow(0, i, 1), c_emb, cfg_scale);
+        // Drawn at every step (also the last, where it is unused) to keep the random stream
+        // of the original, which draws noise for its whole 2N-row sample.
+        const at::Tensor noise = step_noise.defined()
+                                     ? step_noise[S - 1 - i].to(opts)
+                                     : at::randn({guided ? 2 * N : N, C}, gen, opts);
+        if (i == 0) {
+            x = out.mean;
+        } else {
+            x = out.mean + at::exp(0.5 * out.log_variance) * noise.narrow(0, 0, N) * temp;
+        }
+    }
+    return x;
+}
+
+at::Tensor DiffusionSampler::sample(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
+                                    const at::Tensor& cfg_scale, double temperature,
+                                    std::optional<at::Generator> gen) const {
+    return run(net, z, cfg_scale, temperature, std::move(gen), {}, {});
+}
+
+at::Tensor DiffusionSampler::sample_with_noise(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
+                                               const at::Tensor& cfg_scale, double temperature,
+                                               const at::Tensor& start,
+                                               const at::Tensor& step_noise) const {
+    TORCH_CHECK(start.defined() && step_noise.defined(), "sample_with_noise: noise required");
+    TORCH_CHECK(step_noise.size(0) == schedule_.num_steps(),
+                "sample_with_noise: one noise tensor per diffusion step expected");
+    return run(net, z, cfg_scale, temperature, std::nullopt, start, step_noise);
+}
+
+}  // namespace varscope

@@ -1,0 +1,85 @@
+// The Gaussian diffusion MAR's DiffLoss samples with (the ADM/IDDPM/DiT code base it adopts):
+// cosine noise schedule over 1000 steps, respaced to a few (num_sampling_steps, "100"),
+// epsilon prediction with a learned-range variance, ancestral sampling with a temperature.
+// The schedule is computed in double precision like the numpy original; each coefficient is
+// rounded to float32 where it meets a tensor (as the original's _extract_into_tensor does).
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace varscope {
+
+class SimpleMlpAdaLNImpl;
+
+// betas of the cosine schedule (alpha_bar(t) = cos((t + 0.008) / 1.008 * pi / 2)^2), capped at
+// 0.999.
+std::vector<double> cosine_betas(int64_t num_steps);
+// The retained timesteps (ascending) of a respacing spec: "100" = 100 evenly strided steps of
+// the whole process, "10,15,20" = that many per equal section, "ddimN" = DDIM's integer
+// stride. Throws std::invalid_argument for specs that cannot be met.
+std::vector<int64_t> space_timesteps(int64_t num_steps, const std::string& spec);
+
+// Per-step coefficients of one (respaced) process, index = respaced step.
+struct DiffusionSchedule {
+    std::vector<int64_t> timestep_map;  // respaced step -> original timestep (the model's input)
+    std::vector<double> betas, alphas_cumprod, alphas_cumprod_prev;
+    std::vector<double> sqrt_recip_alphas_cumprod, sqrt_recipm1_alphas_cumprod;
+    std::vector<double> posterior_variance, posterior_log_variance_clipped;
+    std::vector<double> posterior_mean_coef1, posterior_mean_coef2;
+    std::vector<double> log_betas;
+    int64_t num_steps() const { return static_cast<int64_t>(betas.size()); }
+
+    // The original's SpacedDiffusion: betas re-derived from alphas_cumprod at the retained
+    // timesteps of the `base_steps` cosine process.
+    static DiffusionSchedule respaced(const std::string& spec, int64_t base_steps = 1000);
+    // A process with the given betas (all coefficients derived from them).
+    static DiffusionSchedule from_betas(std::vector<double> betas);
+};
+
+// Ancestral sampling of token latents with the DiffLoss MLP. One call = the full reverse
+// process for a batch of conditions; shapes are static across its steps and it never
+// synchronises, so a CUDA graph can wrap it.
+class DiffusionSampler {
+public:
+    explicit DiffusionSampler(DiffusionSchedule schedule) : schedule_(std::move(schedule)) {}
+    const DiffusionSchedule& schedule() const { return schedule_; }
+
+    // z: (N, Cz) conditions, or with CFG (2N, Cz): N conditional rows then their N
+    // unconditional rows. cfg_scale: 0-dim float tensor on z's device (guided eps = uncond +
+    // cfg * (cond - uncond)); undefined = no guidance. Returns (N, C) latents.
+    //
+    // Random draws follow the original call order so that a seeded generator reproduces it:
+    // the start noise (N, C), then per step noise shaped like the original's running sample
+    // ((2N, C) with CFG, whose unconditional half it discards).
+    at::Tensor sample(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
+                      const at::Tensor& cfg_scale, double temperature,
+                      std::optional<at::Generator> gen) const;
+
+    // Same, from given noise: start (N, C) and steps (num_steps, rows, C) (rows = N, or 2N
+    // with CFG; only the first N rows are read). For tests and parity.
+    at::Tensor sample_with_noise(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
+                                 const at::Tensor& cfg_scale, double temperature,
+                                 const at::Tensor& start, const at::Tensor& step_noise) const;
+
+    // One reverse step (respaced index i) from x (N, C): the mean and log-variance inputs.
+    // Exposed for tests (equal to the original's p_mean_variance for epsilon/learned range).
+    struct StepOutput {
+        at::Tensor mean, log_variance, eps;
+    };
+    StepOutput step(const SimpleMlpAdaLNImpl& net, const at::Tensor& x, int64_t i,
+                    const at::Tensor& t_emb, const at::Tensor& c_emb,
+                    const at::Tensor& cfg_scale) const;
+
+private:
+    at::Tensor run(const SimpleMlpAdaLNImpl& net, const at::Tensor& z, const at::Tensor& cfg_scale,
+                   double temperature, std::optional<at::Generator> gen, const at::Tensor& start,
+                   const at::Tensor& step_noise) const;
+    DiffusionSchedule schedule_;
+};
+
+}  // namespace varscope

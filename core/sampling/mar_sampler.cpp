@@ -1,0 +1,287 @@
+#include "core/sampling/mar_sampler.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <stdexcept>
+
+namespace varscope {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double millis_since(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+std::optional<at::Generator> make_generator(const at::Device& device, std::optional<uint64_t> seed) {
+    if (!seed) return std::nullopt;
+    // A private generator of the model's device, seeded like torch.Generator(device).manual_seed.
+    at::Generator gen = at::globalContext().defaultGenerator(device).clone();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(*seed);
+    return gen;
+}
+
+// (R, n, C) rows of x (R, L, C) at index (R, n).
+at::Tensor gather_rows(const at::Tensor& x, const at::Tensor& index) {
+    return x.gather(1, index.unsqueeze(-1).expand({-1, -1, x.size(2)}));
+}
+
+// The pieces of one step that run_block needs besides the block itself.
+struct BlockRun {
+    MarSamplingHooks* hooks;
+    ProbeSink* probe;
+    AttentionBackend backend;
+    const std::vector<int64_t>& feature_layers;
+    double& flops;
+};
+
+bool wants_features(const std::vector<int64_t>& layers, int64_t layer) {
+    return std::find(layers.begin(), layers.end(), layer) != layers.end();
+}
+
+at::Tensor run_block(const MarBlockImpl& blk, const at::Tensor& x, MarBlockContext& ctx,
+                     const BlockRun& run) {
+    MarSamplingHooks* hooks = run.hooks;
+    const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x) : at::Tensor();
+    const bool per_row = rows.defined() && rows.dim() == 2;
+    const at::Tensor xs = !rows.defined() ? x
+                          : per_row       ? gather_rows(x, rows)
+                                          : x.index_select(1, rows);
+    auto qkv = blk.attn->project_qkv(blk.attn_input(xs));
+    at::Tensor k = qkv.k, v = qkv.v;
+    if (hooks) hooks->on_keys_values(ctx, rows, k, v);
+    const double scale = blk.attn->softmax_scale();
+    at::Tensor o = hooks ? hooks->attend(ctx, qkv.q, k, v, scale) : at::Tensor();
+    if (o.defined() && ctx.attention_flops >= 0) {
+        run.flops += ctx.attention_flops;
+    } else {
+        run.flops += 4.0 * double(qkv.q.size(0)) * double(qkv.q.size(1)) * double(qkv.q.size(2)) *
+                     double(k.size(2)) * double(qkv.q.size(3));
+    }
+    if (!o.defined()) {
+        const int64_t layer = ctx.global_layer();
+        if (run.probe && run.probe->wants_attention(ctx.step.step, layer)) {
+            at::Tensor probs;
+            o = attention_eager(qkv.q, k, v, scale, {}, &probs);
+            run.probe->on_attention({ctx.step.step, layer, probs[0].to(at::kFloat).cpu()});
+        } else if (run.backend == AttentionBackend::Eager) {
+            o = attention_eager(qkv.q, k, v, scale);
+        } else {
+            o = attention_sdpa(qkv.q, k, v, scale);
+        }
+    }
+    const auto h = blk.mlp_residual(xs + blk.attn->project_out(o));
+    at::Tensor out = h;
+    if (rows.defined()) {
+        out = hooks->restore_tokens(ctx, x, rows, h);
+        if (!out.defined())
+            out = per_row ? x.scatter(1, rows.unsqueeze(-1).expand_as(h), h) : x.index_copy(1, rows, h);
+    }
+    if (hooks) hooks->on_block_output(ctx, out);
+    if (run.probe && wants_features(run.feature_layers, ctx.global_layer()))
+        run.probe->on_accel({"mar", "block_features", ctx.step.step, ctx.global_layer(),
+                             out.to(at::kFloat).cpu(),
+                             {{"stage", ctx.stage == MarStage::Encoder ? 0.0 : 1.0},
+                              {"layer_in_stage", double(ctx.layer)}}});
+    return out;
+}
+
+}  // namespace
+
+CfgSchedule parse_cfg_schedule(const std::string& s) {
+    if (s == "linear") return CfgSchedule::Linear;
+    if (s == "constant") return CfgSchedule::Constant;
+    throw std::invalid_argument("cfg schedule must be linear or constant, got '" + s + "'");
+}
+
+std::string cfg_schedule_name(CfgSchedule s) {
+    return s == CfgSchedule::Linear ? "linear" : "constant";
+}
+
+void MarSampleOptions::validate(const MarConfig& c) const {
+    auto fail = [](const std::string& m) { throw std::invalid_argument(m); };
+    if (class_ids.empty() && (batch < 1 || batch > 4096))
+        fail("batch must be in [1, 4096], got " + std::to_string(batch));
+    for (auto id : class_ids)
+        if (id < -1 || id >= c.class_num)
+            fail("class id " + std::to_string(id) + " is out of range: the model has " +
+                 std::to_string(c.class_num) + " classes (0.." + std::to_string(c.class_num - 1) +
+                 ", or -1 for unconditional)");
+    if (num_iter < 1 || num_iter > 4096)
+        fail("num_iter must be in [1, 4096], got " + std::to_string(num_iter));
+    if (!(cfg >= 0.0 && cfg <= 100.0)) fail("cfg must be in [0, 100], got " + std::to_string(cfg));
+    if (!(temperature > 0.0 && temperature <= 10.0))
+        fail("temperature must be in (0, 10], got " + std::to_string(temperature));
+    const int64_t layers = c.encoder_depth + c.decoder_depth;
+    for (auto l : feature_layers)
+        if (l < 0 || l >= layers)
+            fail("feature layer " + std::to_string(l) + " is out of range [0, " +
+                 std::to_string(layers) + ")");
+}
+
+std::vector<MarStepPlan> mar_step_plan(int64_t seq_len, int64_t num_iter, double cfg,
+                                       CfgSchedule schedule) {
+    std::vector<MarStepPlan> plan;
+    int64_t masked = seq_len;
+    for (int64_t step = 0; step < num_iter; ++step) {
+        MarStepPlan p;
+        p.masked_before = masked;
+        // Cosine schedule (MaskGIT/MAGE), evaluated like the original: the ratio in double,
+        // floor, then at least one token stays masked for the next step and one is decoded.
+        const double ratio = std::cos(M_PI / 2. * double(step + 1) / double(num_iter));
+        const auto target = static_cast<int64_t>(std::floor(double(seq_len) * ratio));
+        p.mask_len = std::max<int64_t>(1, std::min<int64_t>(masked - 1, target));
+        p.masked_after = step >= num_iter - 1 ? 0 : std::min(p.mask_len, masked);
+        if (schedule == CfgSchedule::Linear) {
+            // 1 + (cfg - 1) * (seq_len - mask_len) / seq_len with float32 tensors, as upstream.
+            const float known = float(seq_len) - float(p.mask_len);
+            const float scaled = float(cfg - 1) * known;
+            p.cfg = double(1.0f + scaled / float(seq_len));
+        } else {
+            p.cfg = cfg;
+        }
+        masked = p.masked_after;
+        plan.push_back(p);
+    }
+    return plan;
+}
+
+at::Tensor mar_unpatchify(const at::Tensor& tokens, const MarConfig& c) {
+    const int64_t B = tokens.size(0), p = c.patch_size, h = c.seq_h(), C = c.vae_embed_dim;
+    return tokens.reshape({B, h, h, C, p, p}).permute({0, 3, 1, 4, 2, 5}).reshape({B, C, h * p, h * p});
+}
+
+MarSampler::MarSampler(MarTransformer mar, LatentDecoder decoder, double latent_scale)
+    : mar_(std::move(mar)),
+      diffusion_(DiffusionSchedule::respaced(mar_->config().num_sampling_steps)),
+      decoder_(std::move(decoder)),
+      latent_scale_(latent_scale) {}
+
+MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks* hooks,
+                                   ProbeSink* probe) {
+    const MarConfig& c = mar_->config();
+    opt.validate(c);
+    c10::InferenceMode inference;
+    const auto t_start = Clock::now();
+    const at::Device device = mar_->mask_token.device();
+    const auto dtype = mar_->mask_token.scalar_type();
+    auto gen = make_generator(device, opt.seed);
+    const auto long_opts = at::TensorOptions(device).dtype(at::kLong);
+    const int64_t L = c.seq_len(), D = c.token_embed_dim(), buf = c.buffer_size;
+
+    MarSampleResult res;
+    if (opt.class_ids.empty()) {
+        auto uniform = at::full({1, c.class_num}, 1.0 / c.class_num, at::TensorOptions(device).dtype(at::kFloat));
+        res.labels = at::multinomial(uniform, opt.batch, true, gen).view({opt.batch});
+    } else {
+        res.labels = at::tensor(opt.class_ids, at::kLong).to(device);
+    }
+    const int64_t B = res.labels.size(0);
+    std::vector<at::Tensor> perms;
+    for (int64_t b = 0; b < B; ++b) perms.push_back(at::randperm(L, gen, long_opts));
+    res.orders = at::stack(perms);
+
+    const bool cfg_on = opt.cfg != 1.0;
+    const auto cls_cond = mar_->class_embedding(res.labels);
+    const auto cls_both =
+        cfg_on ? at::cat({cls_cond, mar_->class_embedding(at::full_like(res.labels, -1))}) : cls_cond;
+    const auto plan = mar_step_plan(L, opt.num_iter, opt.cfg, opt.cfg_schedule);
+
+    at::Tensor tokens = at::zeros({B, L, D}, at::TensorOptions(device).dtype(at::kFloat));
+    at::Tensor mask = at::ones({B, L}, at::TensorOptions(device).dtype(at::kBool));
+    const auto decoder_positions = at::arange(c.total_len(), long_opts).unsqueeze(0);
+    const auto buffer_positions = at::arange(buf, long_opts).unsqueeze(0);
+    BlockRun run{hooks, probe, opt.attention, opt.feature_layers, res.attention_flops};
+    at::Tensor decoded_prev;
+
+    for (int64_t step = 0; step < opt.num_iter; ++step) {
+        if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw SamplingCancelled();
+        const auto t_step = Clock::now();
+        const MarStepPlan& p = plan[step];
+        // Known positions and this step's positions follow from the order alone (the tail of
+        // the order is decoded first), so no data-dependent shapes and no host syncs.
+        const auto known = std::get<0>(res.orders.narrow(1, p.masked_before, L - p.masked_before).sort(1));
+        const auto decoded = std::get<0>(res.orders.narrow(1, p.masked_after, p.decoded()).sort(1));
+        MarStepContext sctx{c, step, opt.num_iter, B, cfg_on, p.cfg, p.masked_before,
+                            p.masked_after, res.labels, res.orders, mask, known, decoded,
+                            decoded_prev, tokens};
+        if (hooks) hooks->on_step_begin(sctx);
+        sctx.skip_unconditional = cfg_on && hooks && hooks->skip_unconditional(sctx);
+        const int64_t R = sctx.rows();
+
+        if (p.decoded() > 0) {
+            const auto known_R = known.repeat({R / B, 1});
+            const auto tokens_R = tokens.repeat({R / B, 1, 1});
+            const auto cls = R == B ? cls_cond : cls_both;
+            at::Tensor x = mar_->encoder_input(tokens_R, known_R, cls.to(dtype));
+            const at::Tensor enc_positions =
+                hooks ? at::cat({buffer_positions.expand({R, buf}), known_R + buf}, 1) : at::Tensor();
+            for (int64_t l = 0; l < c.encoder_depth; ++l) {
+                MarBlockContext bctx{sctx, MarStage::Encoder, l, enc_positions};
+                x = run_block(mar_->encoder_block(l), x, bctx, run);
+            }
+            x = apply_layer_norm(mar_->encoder_norm, x);
+            x = mar_->decoder_input(x, known_R);
+            const at::Tensor dec_positions = hooks ? decoder_positions.expand({R, -1}) : at::Tensor();
+            for (int64_t l = 0; l < c.decoder_depth; ++l) {
+                MarBlockContext bctx{sctx, MarStage::Decoder, l, dec_positions};
+                x = run_block(mar_->decoder_block(l), x, bctx, run);
+            }
+            if (cfg_on && sctx.skip_unconditional) {
+                auto uncond = hooks->unconditional_rows(sctx, x);
+                TORCH_CHECK(uncond.defined() && uncond.sizes() == x.sizes(),
+                            "MAR hooks skipped the unconditional branch at step ", step,
+                            " but unconditional_rows() returned no tensor of shape ", x.sizes());
+                x = at::cat({x, uncond});
+            } else if (cfg_on && hooks) {
+                hooks->on_cfg_branches(sctx, x);
+            }
+            at::Tensor z = mar_->decoder_output(x);
+            if (hooks) hooks->on_condition(sctx, z);
+
+            // Conditions of the decoded positions: B*k conditional rows, then the
+            // unconditional ones (the row-major order of the original's boolean indexing).
+            const int64_t rows_z = cfg_on ? 2 * B : B;
+            const auto z_sel = gather_rows(z, decoded.repeat({rows_z / B, 1})).reshape({-1, z.size(2)});
+            const at::Tensor cfg_scale =
+                cfg_on ? at::full({}, p.cfg, at::TensorOptions(device).dtype(at::kFloat)) : at::Tensor();
+            const auto sampled = diffusion_.sample(*mar_->diffloss->net, z_sel.to(dtype), cfg_scale,
+                                                   opt.temperature, gen)
+                                     .to(at::kFloat)
+                                     .view({B, p.decoded(), D});
+            tokens = tokens.scatter(1, decoded.unsqueeze(-1).expand({-1, -1, D}), sampled);
+            if (hooks) hooks->on_step_end(sctx, sampled, tokens);
+        }
+        mask = mask.scatter(1, decoded, false);
+        if (opt.time_steps) synchronize_device(device);
+        res.step_millis.push_back(millis_since(t_step));
+        res.cfg_per_step.push_back(cfg_on ? p.cfg : 1.0);
+        res.decoded.push_back(decoded);
+        if (probe) {
+            ScaleRecord rec{step, c.seq_h(), res.step_millis.back(), decoded.cpu(), {}, step, false};
+            if (probe->wants_fhat()) rec.f_hat = mar_unpatchify(tokens, c).to(at::kCPU, at::kFloat, false, true);
+            probe->on_scale(std::move(rec));
+            probe->on_accel({"mar", "step", step, -1, {},
+                             {{"cfg", res.cfg_per_step.back()},
+                              {"masked_before", double(p.masked_before)},
+                              {"decoded", double(p.decoded())},
+                              {"unconditional_skipped", sctx.skip_unconditional ? 1.0 : 0.0}}});
+        }
+        decoded_prev = decoded;
+    }
+    res.tokens = tokens;
+    res.latents = mar_unpatchify(tokens, c);
+    const auto t_dec = Clock::now();
+    if (opt.decode && decoder_) res.images = decoder_(res.latents / latent_scale_).add(1).mul(0.5);
+    if (opt.time_steps) synchronize_device(device);
+    res.decode_millis = millis_since(t_dec);
+    res.total_millis = millis_since(t_start);
+    return res;
+}
+
+}  // namespace varscope
