@@ -124,6 +124,7 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     connect(worker_, &GenerationWorker::modelLoaded, this, [this](quint64, ModelInfo info) {
         model_info_ = info;
         model_panel_->setClassList(QString::fromStdString(info.class_list_path), int(info.num_classes));
+        model_panel_->setLoadedModelRecommendation(info.recommended);
         inspector_->setModel(int(info.depth), int(info.num_heads));
         status_model_->setText(QString::fromStdString(info.description).replace('\n', " · ") +
                                " · " + QString::fromStdString(info.device));

@@ -157,29 +157,45 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     form->addRow(tr("Seed"), srow);
 
     cfg_ = new QDoubleSpinBox(this);
+    cfg_->setObjectName("cfg");
     cfg_->setRange(0, 20);
     cfg_->setSingleStep(0.5);
     cfg_->setValue(4.0);
     cfg_->setToolTip(tr("Classifier-free guidance scale (ramped over the scales)"));
     form->addRow(tr("CFG"), cfg_);
     top_k_ = new QSpinBox(this);
+    top_k_->setObjectName("topK");
     top_k_->setRange(0, 100000);
     top_k_->setValue(900);
     top_k_->setToolTip(tr("Top-k filter; 0 = off"));
     form->addRow(tr("Top-k"), top_k_);
     top_p_ = new QDoubleSpinBox(this);
+    top_p_->setObjectName("topP");
     top_p_->setRange(0, 1);
     top_p_->setDecimals(3);
     top_p_->setSingleStep(0.01);
     top_p_->setValue(0.95);
     top_p_->setToolTip(tr("Top-p (nucleus) filter; 0 = off"));
     form->addRow(tr("Top-p"), top_p_);
+    recommended_button_ = new QToolButton(this);
+    recommended_button_->setObjectName("useRecommended");
+    recommended_button_->setText(tr("Use the model's recommendation"));
+    connect(recommended_button_, &QToolButton::clicked, this, &ModelPanel::applyRecommendation);
+    form->addRow(QString(), recommended_button_);
+    // First launch: the embedded model's recommendation (saved settings, applied later, win).
+    recommendation_ = Engine::embedded_recommendation();
+    if (recommendation_.cfg) cfg_->setValue(*recommendation_.cfg);
+    if (recommendation_.top_k) top_k_->setValue(int(*recommendation_.top_k));
+    if (recommendation_.top_p) top_p_->setValue(*recommendation_.top_p);
+    setLoadedModelRecommendation(recommendation_);
 
     rebuildModelCombo(ModelSource{});
     setClassList(QString::fromStdString(Engine::embedded_class_list()), -1);
 
     connect(model_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
-        if (!updating_) emit modelChanged();
+        if (updating_) return;
+        model_picked_by_user_ = true;
+        emit modelChanged();
     });
     connect(device_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
         if (!updating_) emit modelChanged();
@@ -309,6 +325,33 @@ void ModelPanel::applyRequest(const Request& r) {
     top_p_->setValue(r.gen.top_p);
     updating_ = false;
     class_name_->setText(className(class_id_->value()));
+}
+
+void ModelPanel::setLoadedModelRecommendation(const SamplingRecommendation& r) {
+    recommendation_ = r;
+    recommended_button_->setEnabled(!r.empty());
+    recommended_button_->setToolTip(
+        r.empty() ? tr("This model file recommends no sampling settings")
+                  : tr("Set %1, as the model file recommends").arg(QString::fromStdString(r.describe())));
+    if (!model_picked_by_user_) return;
+    model_picked_by_user_ = false;
+    updating_ = true;  // one settingsChanged below, not three
+    const GenerationSettings official;  // the official VAR defaults
+    cfg_->setValue(r.cfg.value_or(official.cfg));
+    top_k_->setValue(int(r.top_k.value_or(official.top_k)));
+    top_p_->setValue(r.top_p.value_or(official.top_p));
+    updating_ = false;
+    emit settingsChanged();
+}
+
+void ModelPanel::applyRecommendation() {
+    if (recommendation_.empty()) return;
+    updating_ = true;
+    if (recommendation_.cfg) cfg_->setValue(*recommendation_.cfg);
+    if (recommendation_.top_k) top_k_->setValue(int(*recommendation_.top_k));
+    if (recommendation_.top_p) top_p_->setValue(*recommendation_.top_p);
+    updating_ = false;
+    emit settingsChanged();
 }
 
 void ModelPanel::rollDice() {

@@ -35,6 +35,11 @@ public:
     QString prompt() const;
     GenerationSettings sampling() const;  // class, seed, cfg, top-k, top-p
     void applyRequest(const Request& r);  // model + prompt + sampling
+    // The loaded model's recommended sampling (ModelInfo::recommended). After the user picked
+    // another model, its recommendation (or the official VAR defaults when it has none) is
+    // applied; restored requests are never overridden.
+    void setLoadedModelRecommendation(const SamplingRecommendation& r);
+    void applyRecommendation();  // the "Recommended" button
 
     // Class names of the loaded model (from the engine); "" = none, prompt disabled;
     // numClasses < 0 accepts the list's size.
@@ -70,6 +75,9 @@ private:
     QLabel* class_name_;
     QSpinBox* seed_;
     QToolButton* dice_;
+    QToolButton* recommended_button_;
+    SamplingRecommendation recommendation_;
+    bool model_picked_by_user_ = false;  // apply the next loaded model's defaults
     QDoubleSpinBox* cfg_;
     QSpinBox* top_k_;
     QDoubleSpinBox* top_p_;

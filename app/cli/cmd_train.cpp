@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/commands.h"
+#include "core/models/sampling_recommendation.h"
 #include "core/training/trainers.h"
 
 namespace varscope::cli {
@@ -95,6 +96,10 @@ Runner add_train(CLI::App& app) {
             job.run_dir = ta->out;
             job.cond_drop = j.value("cond_drop", job.cond_drop);
             if (!(job.cond_drop >= 0 && job.cond_drop < 1)) throw std::invalid_argument("cond_drop must be in [0, 1)");
+            if (j.contains("recommended_sampling")) {  // validated now, not after training
+                job.recommended_sampling = j["recommended_sampling"].dump();
+                parse_sampling_recommendation(job.recommended_sampling);
+            }
             write_report(*ta, train_var(job, std::cerr));
         }
         return 0;

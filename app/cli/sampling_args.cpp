@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "core/data/emoji_classes.h"
+#include "core/models/sampling_recommendation.h"
 #include "core/resources.h"
 #include "core/text/class_matcher.h"
 
@@ -14,9 +15,9 @@ void SamplingArgs::add_to(CLI::App& cmd) {
     cmd.add_option("--batch", batch, "images to generate when one or no class is given")->check(CLI::Range(1, 4096));
     cmd.add_option("--seed", seed, "random seed (same seed, same device: same image)")->capture_default_str();
     cmd.add_flag("--random-seed", random_seed, "do not seed the sampler");
-    cmd.add_option("--cfg", cfg, "classifier-free guidance scale (ramped over scales)")->check(CLI::Range(0.0, 100.0))->capture_default_str();
-    cmd.add_option("--top-k", top_k, "top-k filter, 0 = off")->check(CLI::NonNegativeNumber)->capture_default_str();
-    cmd.add_option("--top-p", top_p, "top-p (nucleus) filter, 0 = off")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+    cfg_option_ = cmd.add_option("--cfg", cfg, "classifier-free guidance scale (ramped over scales)")->check(CLI::Range(0.0, 100.0))->capture_default_str();
+    top_k_option_ = cmd.add_option("--top-k", top_k, "top-k filter, 0 = off")->check(CLI::NonNegativeNumber)->capture_default_str();
+    top_p_option_ = cmd.add_option("--top-p", top_p, "top-p (nucleus) filter, 0 = off")->check(CLI::Range(0.0, 1.0))->capture_default_str();
     cmd.add_flag("--more-smooth", more_smooth, "Gumbel-softmax smoothing (visualisation only)");
     cmd.add_option("--attention", attention, "attention backend")->check(CLI::IsMember({"sdpa", "eager"}))->capture_default_str();
 }
@@ -32,6 +33,7 @@ VarSampleOptions SamplingArgs::resolve(const VarPipeline& pipe, const ModelOptio
     opt.top_p = top_p;
     opt.more_smooth = more_smooth;
     opt.attention = attention == "eager" ? AttentionBackend::Eager : AttentionBackend::Sdpa;
+    apply_recommendation(model.effective_var_path(), opt);
     if (!prompt.empty()) {
         if (!classes.empty()) throw std::invalid_argument("pass either --prompt or --class, not both");
         const int64_t nc = pipe.var_config().num_classes;
@@ -50,6 +52,19 @@ VarSampleOptions SamplingArgs::resolve(const VarPipeline& pipe, const ModelOptio
     }
     opt.validate(pipe.var_config());
     return opt;
+}
+
+void SamplingArgs::apply_recommendation(const std::string& var_path, VarSampleOptions& opt) const {
+    if (var_path.empty()) return;  // random weights
+    const SamplingRecommendation rec = read_sampling_recommendation(var_path);
+    SamplingRecommendation used;
+    auto unset = [](const CLI::Option* o) { return o == nullptr || o->count() == 0; };
+    if (rec.cfg && unset(cfg_option_)) used.cfg = opt.cfg = *rec.cfg;
+    if (rec.top_k && unset(top_k_option_)) used.top_k = opt.top_k = *rec.top_k;
+    if (rec.top_p && unset(top_p_option_)) used.top_p = opt.top_p = *rec.top_p;
+    if (!used.empty())
+        std::cerr << "using the model's recommended " << used.describe()
+                  << " (pass --cfg / --top-k / --top-p to override)\n";
 }
 
 AccelConfig parse_accel_argument(const std::string& arg) {

@@ -25,9 +25,20 @@ struct SamplingArgs {
     bool more_smooth = false;
     std::string attention = "sdpa";
 
+private:
+    // Set by add_to: tell "given on the command line" from "left at the default".
+    CLI::Option* cfg_option_ = nullptr;
+    CLI::Option* top_k_option_ = nullptr;
+    CLI::Option* top_p_option_ = nullptr;
+    void apply_recommendation(const std::string& var_path, VarSampleOptions& opt) const;
+
+public:
+
     void add_to(CLI::App& cmd);
     // Options for `pipe`; a prompt is matched against the model's class names (ranked list
-    // printed to stderr). Throws std::invalid_argument with a clear message.
+    // printed to stderr). CFG / top-k / top-p not given on the command line come from the model
+    // file's recommendation where it has one (a note on stderr says so). Throws
+    // std::invalid_argument with a clear message.
     VarSampleOptions resolve(const VarPipeline& pipe, const ModelOptions& model) const;
 };
 

@@ -155,13 +155,16 @@ void RunDirectory::log(const nlohmann::json& record) {
 }
 
 void export_half(const torch::nn::Module& model, const std::string& path,
-                 const nlohmann::json& model_config, const std::vector<std::string>& drop) {
+                 const nlohmann::json& model_config, const std::vector<std::string>& drop,
+                 const std::map<std::string, std::string>& extra_metadata) {
     StateDict out;
     for (auto& [name, t] : module_state_dict(model)) {
         if (std::find(drop.begin(), drop.end(), name) != drop.end()) continue;
         out[name] = t.is_floating_point() ? t.detach().to(at::kCPU, at::kHalf) : t.detach().cpu();
     }
-    save_safetensors(out, path, {{"varscope.config", model_config.dump()}});
+    std::map<std::string, std::string> metadata = extra_metadata;
+    metadata["varscope.config"] = model_config.dump();
+    save_safetensors(out, path, metadata);
 }
 
 void set_learning_rate(torch::optim::Optimizer& opt, double lr) {

@@ -83,7 +83,8 @@ private:
 
 // Weights for shipping: floating tensors as fp16, minus buffers the model derives itself.
 void export_half(const torch::nn::Module& model, const std::string& path,
-                 const nlohmann::json& model_config, const std::vector<std::string>& drop = {});
+                 const nlohmann::json& model_config, const std::vector<std::string>& drop = {},
+                 const std::map<std::string, std::string>& extra_metadata = {});
 
 void set_learning_rate(torch::optim::Optimizer& opt, double lr);
 

@@ -28,6 +28,8 @@ struct VarTrainJob {
     std::string run_dir;
     std::string init_path;   // optional: start from these weights (e.g. a shipped fp16 export)
     double cond_drop = 0.1;  // class dropout, so classifier-free guidance works
+    // JSON for the export's "varscope.sampling" metadata (see sampling_recommendation.h); "" = none.
+    std::string recommended_sampling;
 };
 
 // Both return a JSON report (final metrics, timing) and write <run_dir>/final.safetensors (fp32)

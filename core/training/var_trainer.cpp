@@ -7,6 +7,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/module_binding.h"
+#include "core/models/sampling_recommendation.h"
 #include "core/training/trainers.h"
 
 namespace varscope {
@@ -92,7 +93,9 @@ nlohmann::json train_var(const VarTrainJob& job, std::ostream& out) {
     save_safetensors(module_state_dict(*var), run.path("final.safetensors"), {{"varscope.config", cfg_json.dump()}});
     std::vector<std::string> derived{"attn_bias_for_masking"};
     for (int64_t i = 0; i < job.model.depth; ++i) derived.push_back("blocks." + std::to_string(i) + ".attn.zero_k_bias");
-    export_half(*var, run.path("export-fp16.safetensors"), cfg_json, derived);
+    std::map<std::string, std::string> extra;
+    if (!job.recommended_sampling.empty()) extra[kSamplingMetadataKey] = job.recommended_sampling;
+    export_half(*var, run.path("export-fp16.safetensors"), cfg_json, derived, extra);
 
     // Teacher-forced token accuracy over the whole data set (conditional).
     double correct = 0, loss_sum = 0;

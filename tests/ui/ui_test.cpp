@@ -8,6 +8,7 @@
 #include <QLineEdit>
 #include <QListWidget>
 #include <QSignalSpy>
+#include <QToolButton>
 #include <QSpinBox>
 #include <QStandardItemModel>
 #include <QTemporaryDir>
@@ -265,6 +266,28 @@ private slots:
         QVERIFY(panel.suggestions()->count() > 0);
         QVERIFY(panel.suggestions()->item(0)->text().contains("HEART", Qt::CaseInsensitive));
         QCOMPARE(panel.classBox()->value(), panel.suggestions()->item(0)->data(Qt::UserRole).toInt());
+    }
+
+    void modelRecommendationSetsSampling() {
+        if (!Engine::embedded_available()) QSKIP("embedded model missing");
+        const varscope::SamplingRecommendation rec = Engine::embedded_recommendation();
+        QVERIFY(rec.top_k.has_value());
+        ModelPanel panel;  // first launch: the embedded model's recommendation
+        auto* top_k = panel.findChild<QSpinBox*>("topK");
+        QVERIFY(top_k);
+        QCOMPARE(int64_t(top_k->value()), *rec.top_k);
+        auto* button = panel.findChild<QToolButton*>("useRecommended");
+        QVERIFY(button && button->isEnabled());
+        top_k->setValue(500);
+        QSignalSpy changed(&panel, &ModelPanel::settingsChanged);
+        button->click();
+        QCOMPARE(int64_t(top_k->value()), *rec.top_k);
+        QCOMPARE(changed.count(), 1);
+        // A model without a recommendation loaded without the user picking it: nothing moves.
+        top_k->setValue(500);
+        panel.setLoadedModelRecommendation({});
+        QCOMPARE(top_k->value(), 500);
+        QVERIFY(!button->isEnabled());
     }
 
     // --- end to end -------------------------------------------------------------------------

@@ -115,6 +115,11 @@ void Engine::set_pipeline(std::unique_ptr<VarPipeline> pipeline, const ModelSour
                                      ? embedded_model_files().var_path
                                      : source.var_path;
     if (!var_path.empty()) info_.class_list_path = class_list_for(var_path, v.num_classes);
+    try {
+        if (!var_path.empty()) info_.recommended = read_sampling_recommendation(var_path);
+    } catch (const std::exception&) {
+        // A malformed recommendation must not stop the model from loading: offer none.
+    }
 }
 
 RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
@@ -205,6 +210,15 @@ std::string Engine::accel_summary(const nlohmann::json& j) {
 
 bool Engine::cuda_available() { return varscope::cuda_available(); }
 bool Engine::embedded_available() { return embedded_model_available(); }
+
+SamplingRecommendation Engine::embedded_recommendation() {
+    if (!embedded_model_available()) return {};
+    try {
+        return read_sampling_recommendation(embedded_model_files().var_path);
+    } catch (const std::exception&) {
+        return {};
+    }
+}
 
 std::string Engine::embedded_class_list() {
     if (!embedded_model_available()) return {};

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/accel/param_spec.h"
+#include "core/models/sampling_recommendation.h"
 
 namespace varscope {
 class VarPipeline;
@@ -53,6 +54,7 @@ struct ModelInfo {
     int64_t num_heads = 0;
     int64_t image_size = 0;
     std::vector<int64_t> patch_nums;
+    SamplingRecommendation recommended;  // the file's "varscope.sampling" metadata, if any
 };
 
 struct GenerationSettings {
@@ -135,6 +137,7 @@ public:
     static bool cuda_available();
     static bool embedded_available();
     static std::string embedded_class_list();  // "" when missing
+    static SamplingRecommendation embedded_recommendation();  // empty when missing
 
 private:
     std::unique_ptr<VarPipeline> pipeline_;

@@ -1,0 +1,33 @@
+// Sampling settings a model file recommends, so first use gives its best images without the user
+// knowing its quirks (the small emoji VAR needs a tighter top-k than the official models' 900).
+// Stored as the safetensors metadata entry "varscope.sampling", a JSON object with any of
+// {"cfg": 3, "top_k": 40, "top_p": 0.8}; official .pth checkpoints carry none. Torch-free header
+// (the GUI includes it).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace varscope {
+
+inline constexpr const char* kSamplingMetadataKey = "varscope.sampling";
+
+struct SamplingRecommendation {
+    std::optional<double> cfg;
+    std::optional<int64_t> top_k;
+    std::optional<double> top_p;
+
+    bool empty() const { return !cfg && !top_k && !top_p; }
+    std::string describe() const;  // "cfg 3, top-k 40, top-p 0.8" ("" when empty)
+};
+
+// Parses and range-checks the JSON text; throws std::invalid_argument naming the field, e.g.
+// "varscope.sampling.top_p: must be a number in [0, 1], got 1.5".
+SamplingRecommendation parse_sampling_recommendation(const std::string& json_text);
+
+// Reads the recommendation of a model file: empty for files without one (and for .pth files);
+// throws std::runtime_error (file and field named) when the entry is malformed.
+SamplingRecommendation read_sampling_recommendation(const std::string& model_path);
+
+}  // namespace varscope
