@@ -10,7 +10,6 @@
 #include "ui/filmstrip.h"
 #include "visualization/float_grid.h"
 #include "visualization/image_canvas.h"
-#include "visualization/image_metrics.h"
 
 namespace varscope::gui {
 namespace {
@@ -123,8 +122,9 @@ void ComparisonView::updateComparison() {
     diff_image_ = {};
     if (base_ && accel_ && !base_->image.isNull() && !accel_->image.isNull()) {
         metrics_.valid = true;
-        metrics_.psnr = viz::psnr(base_->image, accel_->image);
-        metrics_.ssim = viz::ssim(base_->image, accel_->image);
+        const ImageQuality q = Engine::image_quality(base_->run.image, accel_->run.image);
+        metrics_.psnr = q.psnr;
+        metrics_.ssim = q.ssim;
         metrics_.base_ms = base_->run.total_ms;
         metrics_.accel_ms = accel_->run.total_ms;
         metrics_.speedup = accel_->run.total_ms > 0 ? base_->run.total_ms / accel_->run.total_ms : 0;

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <new>
 
-#include "visualization/image_metrics.h"
 
 namespace varscope::gui {
 namespace {
@@ -173,8 +172,9 @@ void GenerationWorker::runJob(quint64 id, const Job& job) {
             p.value = v;
             p.millis = acc->run.total_ms;
             p.speedup = acc->run.total_ms > 0 ? base->run.total_ms / acc->run.total_ms : 0;
-            p.psnr = viz::psnr(base->image, acc->image);
-            p.ssim = viz::ssim(base->image, acc->image);
+            const ImageQuality q = Engine::image_quality(base->run.image, acc->run.image);
+            p.psnr = q.psnr;
+            p.ssim = q.ssim;
             emit sweepPoint(id, p);
         }
     } catch (const Cancelled&) {

@@ -30,7 +30,6 @@
 #include "visualization/figure.h"
 #include "visualization/float_grid.h"
 #include "visualization/heatmap_view.h"
-#include "visualization/image_metrics.h"
 
 using namespace varscope::gui;
 
@@ -87,22 +86,31 @@ private slots:
     }
 
     // --- visualization ----------------------------------------------------------------------
+    // The app's PSNR/SSIM (core/metrics through the engine) on 8-bit images.
     void metricsOfIdenticalAndDifferentImages() {
-        const QImage a = noise_image(48, 40, 1);
-        QVERIFY(std::isinf(varscope::viz::psnr(a, a)));
-        QCOMPARE(varscope::viz::ssim(a, a), 1.0);
-        QImage b = a;
-        b.setPixel(3, 4, qRgb(0, 0, 0));
-        const double p = varscope::viz::psnr(a, b);
+        using varscope::gui::Engine;
+        auto rgb = [](const QImage& q) {
+            const QImage c = q.convertToFormat(QImage::Format_RGB888);
+            varscope::gui::RgbImage im{c.width(), c.height(), {}};
+            for (int y = 0; y < c.height(); ++y)
+                im.rgb.insert(im.rgb.end(), c.constScanLine(y), c.constScanLine(y) + 3 * c.width());
+            return im;
+        };
+        const auto a = rgb(noise_image(48, 40, 1));
+        QVERIFY(std::isinf(Engine::image_quality(a, a).psnr));
+        QCOMPARE(Engine::image_quality(a, a).ssim, 1.0);
+        auto b = a;
+        b.rgb[3 * (4 * 48 + 3)] = 0;
+        const double p = Engine::image_quality(a, b).psnr;
         QVERIFY(p > 30 && std::isfinite(p));
-        const QImage c = noise_image(48, 40, 2);
-        QVERIFY(varscope::viz::psnr(a, c) < 12);  // unrelated noise
-        QVERIFY(varscope::viz::ssim(a, c) < 0.2);
+        const auto c = rgb(noise_image(48, 40, 2));
+        QVERIFY(Engine::image_quality(a, c).psnr < 12);  // unrelated noise
+        QVERIFY(Engine::image_quality(a, c).ssim < 0.2);
         // A uniform shift of 10 levels: MSE = 100 exactly.
-        QImage d(8, 8, QImage::Format_RGB32), e(8, 8, QImage::Format_RGB32);
-        d.fill(qRgb(100, 100, 100));
-        e.fill(qRgb(110, 110, 110));
-        QVERIFY(std::abs(varscope::viz::psnr(d, e) - 10 * std::log10(255.0 * 255.0 / 100.0)) < 1e-9);
+        varscope::gui::RgbImage d{16, 16, std::vector<uint8_t>(16 * 16 * 3, 100)}, e = d;
+        std::fill(e.rgb.begin(), e.rgb.end(), uint8_t(110));
+        QVERIFY(std::abs(Engine::image_quality(d, e).psnr - 10 * std::log10(255.0 * 255.0 / 100.0)) < 1e-4);
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, Engine::image_quality(a, d));
     }
 
     void cs4aKeysDimTheRestOfTheDenseMap() {

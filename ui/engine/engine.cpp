@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/accel/accel_config.h"
+#include "core/metrics/image_metrics.h"
 #include "core/pipeline.h"
 #include "core/resources.h"
 
@@ -209,6 +210,18 @@ std::string Engine::accel_summary(const nlohmann::json& j) {
 }
 
 bool Engine::cuda_available() { return varscope::cuda_available(); }
+
+ImageQuality Engine::image_quality(const RgbImage& a, const RgbImage& b) {
+    if (a.width != b.width || a.height != b.height || a.empty() || b.empty())
+        throw std::invalid_argument("image_quality: the images differ in size or are empty");
+    auto to_tensor = [](const RgbImage& im) {  // (1, 3, H, W) in [0, 1]
+        const at::Tensor hwc = at::from_blob(const_cast<uint8_t*>(im.rgb.data()),
+                                             {im.height, im.width, 3}, at::kByte);
+        return hwc.permute({2, 0, 1}).unsqueeze(0).to(at::kFloat).div(255.0);
+    };
+    const at::Tensor ta = to_tensor(a), tb = to_tensor(b);
+    return {varscope::psnr(ta, tb).at(0), varscope::ssim(ta, tb).at(0)};
+}
 bool Engine::embedded_available() { return embedded_model_available(); }
 
 SamplingRecommendation Engine::embedded_recommendation() {

@@ -27,6 +27,12 @@ struct RgbImage {
     bool empty() const { return rgb.empty(); }
 };
 
+// Quality of an accelerated image against the baseline.
+struct ImageQuality {
+    double psnr = 0;  // dB, +inf for identical images
+    double ssim = 0;  // 1 for identical images
+};
+
 // A dense float array with its shape (row-major), e.g. attention (heads, q, k).
 struct FloatArray {
     std::vector<int64_t> shape;
@@ -135,6 +141,9 @@ public:
     static std::string validate_accel(const nlohmann::json& j);
     static std::string accel_summary(const nlohmann::json& j);
     static bool cuda_available();
+    // PSNR and SSIM of b against a with core/metrics, so the app and `varscope-cli compare`
+    // report the same numbers; throws std::invalid_argument when the sizes differ.
+    static ImageQuality image_quality(const RgbImage& a, const RgbImage& b);
     static bool embedded_available();
     static std::string embedded_class_list();  // "" when missing
     static SamplingRecommendation embedded_recommendation();  // empty when missing
