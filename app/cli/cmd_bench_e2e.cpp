@@ -1,10 +1,13 @@
 // `varscope-cli bench e2e`: the whole sampling loop (transformer only, VQVAE decode excluded as
 // the papers measure it) for the baseline and each accelerator setting, side by side in one
 // run: per-scale latency, total, attention FLOPs, KV bytes, peak device memory, and how many
-// tokens stay identical to the baseline's for the same seed.
+// tokens stay identical to the baseline's for the same seed. The dense baseline replays CUDA
+// graphs on CUDA (captured during the warm-up; capture time reported separately); a method
+// name with the suffix "@eager" runs without them (e.g. "baseline@eager").
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <iomanip>
 #include <iostream>
 
@@ -12,6 +15,7 @@
 #include "app/cli/model_options.h"
 #include "app/cli/run_report.h"
 #include "app/cli/sampling_args.h"
+#include "core/io/checkpoint.h"
 #include "core/metrics/image_metrics.h"
 #include "kernels/memory_stats.h"
 
@@ -24,9 +28,18 @@ struct E2eArgs {
     std::vector<std::string> methods = {"baseline", "skip", "fastvar", "sparvar", "lazyvar",
                                         "ams_kv", "sparvar+skip", "fastvar+ams_kv"};
     int64_t repeat = 5, warmup = 2;
-    std::string json;
+    std::string json, tokens_out;
     bool force = false;
+    bool no_cuda_graphs = false;
+    bool decode = false;         // time the VQVAE decode too (as the official sampler returns images)
+    bool no_scale_sync = false;  // no device sync per scale (per-scale times are then host times)
 };
+
+constexpr const char* kEagerSuffix = "@eager";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 struct MethodResult {
     std::string name, summary, error;
@@ -35,26 +48,39 @@ struct MethodResult {
     std::vector<std::vector<double>> scale_ms;
     VarSampleResult last;
     int64_t peak_bytes = 0;
+    double capture_ms = 0.0;  // CUDA graph capture, summed over all runs (the first one captures)
 };
 
-MethodResult run_method(VarPipeline& pipe, const VarSampleOptions& opt, const std::string& name,
+MethodResult run_method(VarPipeline& pipe, VarSampleOptions opt, const std::string& name,
                         const E2eArgs& a) {
     MethodResult m;
     m.name = name;
+    std::string accel = name;
+    if (ends_with(name, kEagerSuffix)) {
+        accel = name.substr(0, name.size() - std::string(kEagerSuffix).size());
+        opt.cuda_graphs = false;
+    }
     const bool cuda = pipe.device().is_cuda();
     const int dev = cuda ? pipe.device().index() < 0 ? 0 : pipe.device().index() : 0;
     try {
-        const AccelConfig cfg = parse_accel_argument(name == "baseline" ? "" : name);
+        const AccelConfig cfg = parse_accel_argument(accel == "baseline" ? "" : accel);
         m.summary = cfg.summary();
         m.config = cfg.to_json();
         const auto hooks = build_accelerators(cfg, pipe.var_config());
         if (cuda) kernels::empty_cuda_cache();
         const int64_t before = cuda ? kernels::cuda_memory(dev).allocated : 0;
         if (cuda) kernels::reset_cuda_peak_memory(dev);
-        for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt, hooks.get());
+        for (int64_t i = 0; i < a.warmup; ++i)
+            m.capture_ms += pipe.generate(opt, hooks.get()).graph_capture_millis;
         for (int64_t r = 0; r < a.repeat; ++r) {
+            // Wall time to the device's last result (the loop syncs only per scale, if asked).
+            const auto t0 = std::chrono::steady_clock::now();
             m.last = pipe.generate(opt, hooks.get());
-            m.totals.push_back(m.last.total_millis - m.last.decode_millis);
+            synchronize_device(pipe.device());
+            const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            m.capture_ms += m.last.graph_capture_millis;
+            // Capture is host work on the first call only: it is reported, not timed.
+            m.totals.push_back(wall - m.last.graph_capture_millis);
             m.scale_ms.push_back(m.last.scale_millis);
         }
         if (cuda) m.peak_bytes = kernels::cuda_memory(dev).peak_allocated - before;
@@ -70,7 +96,9 @@ MethodResult run_method(VarPipeline& pipe, const VarSampleOptions& opt, const st
 int run(const E2eArgs& a) {
     VarPipeline pipe = a.model.build();
     VarSampleOptions opt = a.sampling.resolve(pipe, a.model);
-    opt.decode = false;
+    opt.decode = a.decode;
+    opt.cuda_graphs = !a.no_cuda_graphs;
+    opt.time_scales = !a.no_scale_sync;
     std::cerr << pipe.describe() << "\n" << "device " << pipe.device() << ", batch "
               << (opt.class_ids.empty() ? opt.batch : static_cast<int64_t>(opt.class_ids.size()))
               << ", " << a.warmup << " warm-up + " << a.repeat << " timed runs per method\n";
@@ -96,7 +124,11 @@ int run(const E2eArgs& a) {
               {"seed", a.sampling.seed},
               {"runs", a.repeat},
               {"warmup_runs", a.warmup},
-              {"timing", "transformer + sampling per scale, VQVAE decode excluded; median of runs"}});
+              {"cuda_graphs", opt.cuda_graphs},
+              {"scale_sync", opt.time_scales},
+              {"timing", std::string("transformer + sampling per scale, VQVAE decode ") +
+                             (opt.decode ? "included" : "excluded") + "; median of runs" +
+                             (opt.cuda_graphs ? "; CUDA graph capture excluded (graph_capture_ms)" : "")}});
     nlohmann::json methods = nlohmann::json::array();
     for (const auto& r : results) {
         nlohmann::json m = {{"name", r.name}, {"summary", r.summary}, {"accel", r.config}};
@@ -112,6 +144,8 @@ int run(const E2eArgs& a) {
             per_scale.push_back(median(v));
         }
         m.update({{"median_total_ms", median(r.totals)},
+                  {"cuda_graphs", r.last.cuda_graphs},
+                  {"graph_capture_ms", r.capture_ms},
                   {"total_ms_each", r.totals},
                   {"median_scale_ms", per_scale},
                   {"attention_flops", r.last.attention_flops},
@@ -138,11 +172,19 @@ int run(const E2eArgs& a) {
     }
     j["methods"] = methods;
     if (!a.json.empty()) write_json(j, a.json, a.force);
+    if (!a.tokens_out.empty() && !results.empty() && results.front().error.empty()) {
+        // The first method's token maps of its last run (with the labels), for parity checks.
+        const auto& r = results.front().last;
+        StateDict t{{"labels", r.labels.cpu()}};
+        for (size_t si = 0; si < r.tokens.size(); ++si) t["tokens." + std::to_string(si)] = r.tokens[si].cpu();
+        save_safetensors(t, a.tokens_out, {{"seed", std::to_string(a.sampling.seed)}, {"method", results.front().name}});
+    }
 
     // The short table, last.
     std::cout << "\n" << std::left << std::setw(18) << "method" << std::right << std::setw(11)
               << "total ms" << std::setw(9) << "speedup" << std::setw(11) << "attn FLOPs" << std::setw(10)
-              << "KV peak" << std::setw(12) << "device MB" << std::setw(11) << "same tok" << "\n";
+              << "KV peak" << std::setw(12) << "device MB" << std::setw(11) << "same tok" << std::setw(8)
+              << "graphs" << "\n";
     for (const auto& m : methods) {
         std::cout << std::left << std::setw(18) << m["name"].get<std::string>() << std::right;
         if (m.contains("error")) {
@@ -160,7 +202,7 @@ int run(const E2eArgs& a) {
         std::cout << std::setw(12) << std::setprecision(0) << m["peak_device_bytes"].get<int64_t>() / 1048576.0;
         if (m.contains("identical_tokens"))
             std::cout << std::setw(10) << std::setprecision(1) << 100 * m["identical_tokens"].get<double>() << "%";
-        std::cout << "\n";
+        std::cout << std::setw(8) << (m["cuda_graphs"].get<bool>() ? "yes" : "no") << "\n";
     }
     return 0;
 }
@@ -177,6 +219,10 @@ Runner add_bench_e2e(CLI::App& bench) {
     cmd->add_option("--warmup", a->warmup, "untimed runs per method first")->check(CLI::Range(0, 100))->capture_default_str();
     cmd->add_option("--json", a->json, "write the results (with device, date, torch version) as JSON");
     cmd->add_flag("--force", a->force, "overwrite --json");
+    cmd->add_option("--tokens-out", a->tokens_out, "write the first method's token maps (last run) as .safetensors");
+    cmd->add_flag("--no-cuda-graphs", a->no_cuda_graphs, "run the dense loop eagerly (no CUDA graph replay)");
+    cmd->add_flag("--decode", a->decode, "include the VQVAE decode in the timings");
+    cmd->add_flag("--no-scale-sync", a->no_scale_sync, "no device sync per scale (totals only are device times)");
     return [a]() { return run(*a); };
 }
 

@@ -8,8 +8,10 @@
 #include <chrono>
 #include <limits>
 
+#include "core/sampling/cuda_graph.h"
 #include "core/sampling/kv_cache.h"
 #include "core/sampling/token_sampling.h"
+#include "kernels/cuda_graph.h"
 
 namespace varscope {
 namespace {
@@ -28,9 +30,12 @@ at::Tensor named_tensor(const torch::nn::Module& m, const std::string& name) {
 
 // One block of one step, with the hook points the accelerators use. `step_mask` is the
 // additive block-causal mask among the step's packed rows (grouped steps only).
+// `given` is the block's modulation when already computed (the graphed path computes it once
+// per call), else it is computed from `cond`.
 at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at::Tensor& cond,
                      BlockContext& ctx, SamplingHooks* hooks, ProbeSink* probe,
-                     AttentionBackend backend, const at::Tensor& step_mask, double& flops) {
+                     AttentionBackend backend, const at::Tensor& step_mask, double& flops,
+                     const Modulation* given = nullptr) {
     // Per-block timing for the inspector: synchronises the device between the parts, so it is
     // only done when a probe asks (it slows sampling down).
     const bool timed = probe && probe->wants_block_timing();
@@ -44,7 +49,7 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at
     };
     if (timed) synchronize_device(x.device());
     t_part = Clock::now();
-    const auto m = blk.modulation(cond);
+    const auto m = given ? *given : blk.modulation(cond);
     const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x) : at::Tensor();
     // rows: (K) for every batch row, or (2B, K) chosen per batch row (FastVAR).
     const bool per_row = rows.defined() && rows.dim() == 2;
@@ -126,6 +131,24 @@ std::optional<at::Generator> make_generator(const at::Device& device, std::optio
     return gen;
 }
 
+// The transformer steps can run as CUDA graph replays when nothing needs to see inside them:
+// no hooks (an empty chain is the baseline too) and no probe that wants per-block data.
+bool graphs_apply(const VarSampleOptions& opt, const VarConfig& c, const at::Device& device,
+                  SamplingHooks* hooks, ProbeSink* probe) {
+    if (!opt.cuda_graphs || !device.is_cuda() || !kernels::cuda_graphs_built()) return false;
+    if (hooks) {
+        const auto* chain = dynamic_cast<const HookChain*>(hooks);
+        if (!chain || !chain->empty()) return false;
+    }
+    if (probe) {
+        if (probe->wants_block_timing()) return false;
+        for (int64_t si = 0; si < c.num_scales(); ++si)
+            for (int64_t layer = 0; layer < c.depth; ++layer)
+                if (probe->wants_attention(si, layer)) return false;
+    }
+    return true;
+}
+
 }  // namespace
 
 void synchronize_device(const at::Device& device) {
@@ -146,7 +169,8 @@ void VarSampleOptions::validate(const VarConfig& c) const {
     if (!(top_p >= 0.0 && top_p <= 1.0)) fail("top_p must be in [0, 1], got " + std::to_string(top_p));
 }
 
-VarSampler::VarSampler(VarTransformer var, Vqvae vae) : var_(std::move(var)), vae_(std::move(vae)) {
+VarSampler::VarSampler(VarTransformer var, Vqvae vae)
+    : var_(std::move(var)), vae_(std::move(vae)), graphs_(std::make_shared<DenseGraphCache>()) {
     const auto& c = var_->config();
     if (c.patch_nums != vae_->config().patch_nums || c.cvae != vae_->config().z_channels ||
         c.vocab_size != vae_->config().vocab_size)
@@ -156,6 +180,10 @@ VarSampler::VarSampler(VarTransformer var, Vqvae vae) : var_(std::move(var)), va
             ") and vocabulary (" + std::to_string(c.vocab_size) + " vs " +
             std::to_string(vae_->config().vocab_size) + ") must match");
 }
+
+void VarSampler::clear_cuda_graphs() { graphs_->clear(); }
+
+size_t VarSampler::cuda_graph_sets() const { return graphs_->size(); }
 
 VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* hooks,
                                    ProbeSink* probe) {
@@ -180,29 +208,43 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     const auto codebook = named_tensor(*vae_, "quantize.embedding.weight");
 
     auto cond_BD = var_->class_embedding(at::cat({labels, at::full_like(labels, -1)}));
-    const auto lvl_pos = var_->level_position();
-    const at::Tensor first = var_->first_scale_input(cond_BD);
-    at::Tensor f_hat = at::zeros({B, c.cvae, c.patch_nums.back(), c.patch_nums.back()},
-                                 at::TensorOptions(device).dtype(at::kFloat));
-    const auto kv_options = at::TensorOptions(device).dtype(dtype);
-    KvCache cache = hooks && hooks->compact_kv_cache(c)
-                        ? KvCache::compact(c.depth, 2 * B, c.num_heads, c.head_dim(), kv_options)
-                        : KvCache(c.depth, 2 * B, c.num_heads, c.head_dim(), c.total_tokens(),
-                                  kv_options);
-
     VarSampleResult res;
     res.labels = labels;
+
+    // With CUDA graphs the step's inputs live in the graphs' own tensors (fixed addresses);
+    // the one call using them holds their lock.
+    std::shared_ptr<DenseStepGraphs> graphs;
+    std::unique_lock<std::mutex> graphs_lock;
+    if (graphs_apply(opt, c, device, hooks, probe)) {
+        const DenseGraphKey key{device.index(), B, dtype, static_cast<int>(opt.attention),
+                                c.patch_nums, weights_fingerprint(*var_)};
+        graphs = graphs_->get(c, key, cond_BD);
+        graphs_lock = std::unique_lock<std::mutex>(graphs->mutex());
+        cond_BD = graphs->condition().copy_(cond_BD);
+        res.cuda_graphs = true;
+    }
+    const double capture_ms_before = graphs ? graphs->capture_millis() : 0.0;
+    at::Tensor f_hat = graphs ? graphs->f_hat().zero_()
+                              : at::zeros({B, c.cvae, c.patch_nums.back(), c.patch_nums.back()},
+                                          at::TensorOptions(device).dtype(at::kFloat));
+    const auto kv_options = at::TensorOptions(device).dtype(dtype);
+    std::optional<KvCache> eager_cache;
+    if (!graphs)
+        eager_cache.emplace(hooks && hooks->compact_kv_cache(c)
+                                ? KvCache::compact(c.depth, 2 * B, c.num_heads, c.head_dim(), kv_options)
+                                : KvCache(c.depth, 2 * B, c.num_heads, c.head_dim(), c.total_tokens(),
+                                          kv_options));
+    auto kv_bytes_now = [&] { return graphs ? graphs->kv_bytes() : eager_cache->total_bytes(); };
+    // Computed per step inside the graphs instead (their inputs must be the static tensors).
+    const auto lvl_pos = graphs ? at::Tensor() : var_->level_position();
+    const at::Tensor first = graphs ? at::Tensor() : var_->first_scale_input(cond_BD);
     const at::Tensor cond = var_->block_condition(cond_BD);
     const int64_t S_run = hooks ? std::clamp<int64_t>(hooks->scales_to_run(c), 1, S) : S;
     const auto act = at::TensorOptions(device).dtype(dtype);
 
-    // The transformer input of scale si: the start tokens, or f_hat (area-downsampled to the
-    // scale's size) embedded, restricted to `rows` when a policy pruned the scale.
-    auto scale_input = [&](int64_t si, const at::Tensor& rows) {
-        if (si == 0) {
-            TORCH_CHECK(!rows.defined(), "the first scale cannot be pruned");
-            return first;
-        }
+    // The transformer input of scale si > 0: f_hat (area-downsampled to the scale's size)
+    // embedded, restricted to `rows` when a policy pruned the scale.
+    auto embed_scale = [&](int64_t si, const at::Tensor& rows, const at::Tensor& lvl_pos) {
         const int64_t pn = c.patch_nums[si];
         auto tokens_in = at::adaptive_avg_pool2d(f_hat, {pn, pn}).view({B, c.cvae, -1}).transpose(1, 2).to(dtype);
         auto pos = lvl_pos.narrow(1, c.scale_begin(si), pn * pn);
@@ -212,6 +254,47 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         }
         return (at::linear(tokens_in, var_->word_embed->weight, var_->word_embed->bias) + pos)
             .repeat({2, 1, 1});
+    };
+    auto scale_input = [&](int64_t si, const at::Tensor& rows) {
+        if (si == 0) {
+            TORCH_CHECK(!rows.defined(), "the first scale cannot be pruned");
+            return first;
+        }
+        return embed_scale(si, rows, lvl_pos);
+    };
+    // The dense step that the graphs capture: the same operations as the loop below without
+    // hooks, reading only the static inputs (f_hat, cond_BD, the prologue's modulations) and
+    // the weights. Same operations on the same values, so the same tokens.
+    // A failed capture leaves the set half-built: drop it (rebuilt next time).
+    auto drop_graphs = [&] {
+        graphs_lock.unlock();
+        graphs_->erase(graphs);
+    };
+    const std::vector<Modulation>* modulations = nullptr;
+    if (graphs) {
+        try {
+            modulations = &graphs->modulations([&] {
+                const at::Tensor block_cond = var_->block_condition(cond_BD);
+                std::vector<Modulation> m;
+                for (int64_t layer = 0; layer < c.depth; ++layer)
+                    m.push_back(var_->block(layer).modulation(block_cond));
+                return m;
+            });
+        } catch (...) {
+            drop_graphs();
+            throw;
+        }
+    }
+    const DenseStepGraphs::Forward dense_step = [&](int64_t si, KvCache& kv, double& flops) {
+        at::Tensor x = si == 0 ? var_->first_scale_input(cond_BD)
+                               : embed_scale(si, {}, var_->level_position());
+        const ScaleContext sctx{c, si, c.patch_nums[si], B, c.scale_begin(si), f_hat, {}, si};
+        for (int64_t layer = 0; layer < c.depth; ++layer) {
+            BlockContext bctx{sctx, layer, kv};
+            x = run_block(var_->block(layer), x, {}, bctx, nullptr, nullptr, opt.attention, {},
+                          flops, &(*modulations)[layer]);
+        }
+        return var_->logits(x, cond_BD);
     };
 
     int64_t step = 0;
@@ -240,17 +323,27 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             }
             seg.offset = offset;
             offset += seg.length();
-            inputs.push_back(scale_input(seg.scale, seg.rows));
+            if (!graphs) inputs.push_back(scale_input(seg.scale, seg.rows));
         }
-        at::Tensor x = inputs.size() == 1 ? inputs[0] : at::cat(inputs, 1);
-        const at::Tensor step_mask = sctx.segments.size() > 1 ? group_mask(sctx.segments, act) : at::Tensor();
-
-        for (int64_t layer = 0; layer < c.depth; ++layer) {
-            BlockContext bctx{sctx, layer, cache};
-            x = run_block(var_->block(layer), x, cond, bctx, hooks, probe, opt.attention, step_mask,
-                          res.attention_flops);
+        at::Tensor raw_logits;
+        if (graphs) {
+            try {
+                raw_logits = graphs->step(si, dense_step, res.attention_flops);
+            } catch (...) {
+                drop_graphs();
+                throw;
+            }
+        } else {
+            at::Tensor x = inputs.size() == 1 ? inputs[0] : at::cat(inputs, 1);
+            const at::Tensor step_mask =
+                sctx.segments.size() > 1 ? group_mask(sctx.segments, act) : at::Tensor();
+            for (int64_t layer = 0; layer < c.depth; ++layer) {
+                BlockContext bctx{sctx, layer, *eager_cache};
+                x = run_block(var_->block(layer), x, cond, bctx, hooks, probe, opt.attention,
+                              step_mask, res.attention_flops);
+            }
+            raw_logits = var_->logits(x, cond_BD);
         }
-        const auto raw_logits = var_->logits(x, cond_BD);
         std::vector<at::Tensor> guided;
         for (const auto& seg : sctx.segments) {
             const auto part = sctx.segments.size() == 1 ? raw_logits : raw_logits.narrow(1, seg.offset, seg.length());
@@ -290,7 +383,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             if (probe && probe->wants_fhat())
                 fhat_after.push_back(f_hat.to(at::kCPU, f_hat.scalar_type(), false, /*copy=*/true));
         }
-        res.kv_bytes_peak = std::max(res.kv_bytes_peak, cache.total_bytes());
+        res.kv_bytes_peak = std::max(res.kv_bytes_peak, kv_bytes_now());
         if (opt.time_scales) synchronize_device(device);
         const double step_ms = millis_since(t_step);
         for (size_t g = 0; g < sctx.segments.size(); ++g) {
@@ -316,12 +409,13 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             probe->on_scale(std::move(rec));
         }
     }
-    res.kv_bytes = cache.total_bytes();
+    res.kv_bytes = kv_bytes_now();
+    if (graphs) res.graph_capture_millis = graphs->capture_millis() - capture_ms_before;
     const auto t_dec = Clock::now();
     if (opt.decode) res.images = vae_->decode(f_hat).add(1).mul(0.5);
     if (opt.time_scales) synchronize_device(device);
     res.decode_millis = millis_since(t_dec);
-    res.f_hat = f_hat;
+    res.f_hat = graphs ? f_hat.clone() : f_hat;  // the graphs' f_hat is reused by the next call
     res.total_millis = millis_since(t_start);
     return res;
 }

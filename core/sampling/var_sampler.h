@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <vector>
@@ -29,6 +30,10 @@ struct VarSampleOptions {
     AttentionBackend attention = AttentionBackend::Sdpa;
     bool time_scales = true;   // synchronise the device per scale to time it
     bool decode = true;        // run the VQVAE decoder (benchmarks of the transformer skip it)
+    // Replay each scale's transformer forward as a CUDA graph (captured on the first call per
+    // batch / precision / schedule), on CUDA without hooks, or with probes that need no
+    // per-block data; ignored elsewhere. Same tokens as without.
+    bool cuda_graphs = true;
     const std::atomic<bool>* cancel = nullptr;  // checked before every scale
     void validate(const VarConfig& cfg) const;  // std::invalid_argument naming the field
 };
@@ -44,7 +49,11 @@ struct VarSampleResult {
     int64_t kv_bytes = 0;            // KV-cache bytes held at the end (all layers)
     int64_t kv_bytes_peak = 0;       // the most KV bytes held after any step
     double attention_flops = 0.0;    // attention FLOPs (QK^T and PV) actually computed
+    bool cuda_graphs = false;        // the transformer steps ran as CUDA graph replays
+    double graph_capture_millis = 0.0;  // spent capturing graphs in this call (first call only)
 };
+
+class DenseGraphCache;
 
 class SamplingCancelled : public std::runtime_error {
 public:
@@ -60,10 +69,14 @@ public:
     // Handles share the modules (ModuleHolder is a shared pointer).
     VarTransformer transformer() const { return var_; }
     Vqvae vqvae() const { return vae_; }
+    // Drops the captured CUDA graphs and their buffers (they are rebuilt on demand).
+    void clear_cuda_graphs();
+    size_t cuda_graph_sets() const;  // shapes with captured graphs held now
 
 private:
     VarTransformer var_;
     Vqvae vae_;
+    std::shared_ptr<DenseGraphCache> graphs_;
 };
 
 // Synchronises `device` if it is a CUDA device (no-op on CPU).

@@ -1,0 +1,134 @@
+#include "core/sampling/cuda_graph.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <functional>
+
+#include "kernels/cuda_graph.h"
+
+namespace varscope {
+
+struct DenseStepGraphs::Scale {
+    kernels::CudaGraph graph;
+    at::Tensor logits;  // output of the captured forward, in the graph's memory pool
+    double flops = 0.0;
+};
+
+bool DenseGraphKey::operator==(const DenseGraphKey& o) const {
+    return device == o.device && batch == o.batch && dtype == o.dtype &&
+           attention == o.attention && patch_nums == o.patch_nums && weights == o.weights;
+}
+
+size_t weights_fingerprint(const torch::nn::Module& m) {
+    size_t h = 0;
+    auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+    auto add = [&](const at::Tensor& t) {
+        if (!t.defined()) return;
+        mix(std::hash<const void*>{}(t.data_ptr()));
+        mix(static_cast<size_t>(t.numel()));
+        mix(static_cast<size_t>(t.scalar_type()));
+    };
+    for (const auto& p : m.parameters()) add(p);
+    for (const auto& b : m.buffers()) add(b);
+    return h;
+}
+
+DenseStepGraphs::DenseStepGraphs(const VarConfig& c, const DenseGraphKey& key,
+                                 const at::Tensor& condition_prototype)
+    : config_(c),
+      key_(key),
+      f_hat_(at::zeros({key.batch, c.cvae, c.patch_nums.back(), c.patch_nums.back()},
+                       condition_prototype.options().dtype(at::kFloat))),
+      condition_(at::zeros_like(condition_prototype)),
+      cache_(c.depth, 2 * key.batch, c.num_heads, c.head_dim(), c.total_tokens(),
+             condition_prototype.options().dtype(key.dtype)) {
+    for (int64_t si = 0; si < c.num_scales(); ++si) scales_.push_back(std::make_unique<Scale>());
+}
+
+DenseStepGraphs::~DenseStepGraphs() = default;
+
+bool DenseStepGraphs::fully_captured() const {
+    for (const auto& s : scales_)
+        if (!s->graph.captured()) return false;
+    return true;
+}
+
+const std::vector<Modulation>& DenseStepGraphs::modulations(const Prologue& prologue) {
+    if (!prologue_graph_) {
+        const auto t0 = std::chrono::steady_clock::now();
+        // Warm-up first: creates the capture stream's cuBLAS state outside any graph.
+        kernels::run_on_capture_stream(key_.device, [&] { prologue(); });
+        auto graph = std::make_unique<kernels::CudaGraph>();
+        graph->capture(key_.device, [&] { modulations_ = prologue(); });
+        prologue_graph_ = std::move(graph);
+        capture_ms_ +=
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
+    }
+    prologue_graph_->replay();
+    return modulations_;
+}
+
+at::Tensor DenseStepGraphs::step(int64_t si, const Forward& forward, double& flops) {
+    Scale& s = *scales_.at(si);
+    if (!s.graph.captured()) {
+        // Graphs are captured in scale order on one call: the cache's host-side lengths then
+        // advance exactly as the replays' writes do.
+        TORCH_CHECK(cache_.length(0) == config_.scale_begin(si),
+                    "CUDA graphs: scale ", si, " captured out of order");
+        const auto t0 = std::chrono::steady_clock::now();
+        if (!warmed_up_) {
+            // An eager run of the first scale on the capture stream with a scratch cache.
+            KvCache scratch(config_.depth, 2 * key_.batch, config_.num_heads, config_.head_dim(),
+                            config_.first_l(), condition_.options().dtype(key_.dtype));
+            double ignored = 0.0;
+            kernels::run_on_capture_stream(key_.device, [&] { forward(0, scratch, ignored); });
+            warmed_up_ = true;
+        }
+        s.graph.capture(key_.device, [&] { s.logits = forward(si, cache_, s.flops); });
+        capture_ms_ +=
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
+    }
+    s.graph.replay();
+    flops += s.flops;
+    return s.logits;
+}
+
+std::shared_ptr<DenseStepGraphs> DenseGraphCache::get(const VarConfig& config,
+                                                      const DenseGraphKey& key,
+                                                      const at::Tensor& condition_prototype) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        if (!(it->first == key)) continue;
+        auto entry = std::move(*it);
+        entries_.erase(it);
+        entries_.push_back(std::move(entry));
+        return entries_.back().second;
+    }
+    if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());
+    entries_.emplace_back(key, std::make_shared<DenseStepGraphs>(config, key, condition_prototype));
+    return entries_.back().second;
+}
+
+void DenseGraphCache::erase(const std::shared_ptr<DenseStepGraphs>& graphs) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+        if (it->second == graphs) {
+            entries_.erase(it);
+            return;
+        }
+}
+
+void DenseGraphCache::clear() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    entries_.clear();
+}
+
+size_t DenseGraphCache::size() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return entries_.size();
+}
+
+}  // namespace varscope

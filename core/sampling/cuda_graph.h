@@ -1,0 +1,103 @@
+// CUDA graphs for the dense (hook-free) VAR sampling loop. At batch 1 the loop is bound by
+// kernel launches (depth x ~12 kernels per scale, ~10 ms per scale for VAR-d30 on an H200), so
+// each scale's transformer forward (scale input, all blocks, head) is captured once and replayed:
+// one launch per scale. Token sampling, guidance and the VQVAE's f_hat update stay eager (they
+// draw from the sampler's torch generator, exactly as without graphs).
+//
+// The AdaLN modulation of every block depends only on the class condition, so the graphs compute
+// it once per call (a prologue graph) instead of once per scale: at batch 1 its weights are a
+// third of the bytes each scale would stream.
+//
+// Replays need fixed addresses, so a DenseStepGraphs owns the step's inputs (f_hat, the class
+// condition) and a preallocated KV cache for one shape (batch, precision, schedule, weights);
+// the sampler copies each call's inputs in and reads the logits out. Captured on the first call
+// for that shape (timed: capture_millis), replayed on every later one.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/models/var.h"
+#include "core/sampling/kv_cache.h"
+
+namespace varscope {
+
+namespace kernels {
+class CudaGraph;
+}
+
+// What a set of graphs was captured for: any difference needs new graphs.
+struct DenseGraphKey {
+    int device = 0;
+    int64_t batch = 0;  // B (2B rows with CFG)
+    at::ScalarType dtype = at::kFloat;
+    int attention = 0;  // AttentionBackend
+    std::vector<int64_t> patch_nums;
+    size_t weights = 0;  // fingerprint of the weights' addresses (a reload moves them)
+    bool operator==(const DenseGraphKey& o) const;
+};
+
+// Hash of the addresses (and shapes) of every parameter and buffer of `m`: graphs read the
+// weights where they were at capture time.
+size_t weights_fingerprint(const torch::nn::Module& m);
+
+class DenseStepGraphs {
+public:
+    // The step's forward: reads the static inputs (f_hat(), condition()), appends to `cache`,
+    // adds its attention FLOPs to `flops` and returns the raw (2B, l, V) logits.
+    using Forward = std::function<at::Tensor(int64_t si, KvCache& cache, double& flops)>;
+    // Every block's modulation from the static condition().
+    using Prologue = std::function<std::vector<Modulation>()>;
+
+    DenseStepGraphs(const VarConfig& config, const DenseGraphKey& key,
+                    const at::Tensor& condition_prototype);
+    ~DenseStepGraphs();
+
+    at::Tensor& f_hat() { return f_hat_; }          // (B, Cvae, H, W) float
+    at::Tensor& condition() { return condition_; }  // (2B, D): class embeddings, CFG pairs
+    // Raw logits of scale si (a tensor owned by the graph, valid until the next replay of that
+    // scale). Captures `forward` the first time for si (warming up before the first capture),
+    // then replays; adds the step's attention FLOPs to `flops`.
+    at::Tensor step(int64_t si, const Forward& forward, double& flops);
+    // Runs the prologue (captured on the first call) and returns the modulations it wrote; call
+    // once per sample after filling condition(), before the steps.
+    const std::vector<Modulation>& modulations(const Prologue& prologue);
+    double capture_millis() const { return capture_ms_; }
+    bool fully_captured() const;
+    int64_t kv_bytes() const { return cache_.total_bytes(); }
+    std::mutex& mutex() { return mutex_; }  // held by the one sample() using the buffers
+
+private:
+    struct Scale;
+    const VarConfig config_;
+    DenseGraphKey key_;
+    at::Tensor f_hat_, condition_;
+    KvCache cache_;
+    std::vector<std::unique_ptr<Scale>> scales_;
+    std::unique_ptr<kernels::CudaGraph> prologue_graph_;
+    std::vector<Modulation> modulations_;  // outputs of the prologue graph
+    bool warmed_up_ = false;
+    double capture_ms_ = 0.0;
+    std::mutex mutex_;
+};
+
+// The sampler's graphs, a few shapes at most (each holds a KV cache and its graphs' memory).
+class DenseGraphCache {
+public:
+    static constexpr size_t kMaxEntries = 3;
+    std::shared_ptr<DenseStepGraphs> get(const VarConfig& config, const DenseGraphKey& key,
+                                         const at::Tensor& condition_prototype);
+    void erase(const std::shared_ptr<DenseStepGraphs>& graphs);
+    void clear();
+    size_t size() const;
+
+private:
+    mutable std::mutex mutex_;
+    std::vector<std::pair<DenseGraphKey, std::shared_ptr<DenseStepGraphs>>> entries_;  // LRU last
+};
+
+}  // namespace varscope

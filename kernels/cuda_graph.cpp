@@ -1,0 +1,105 @@
+#include "kernels/cuda_graph.h"
+
+#include <c10/util/Exception.h>
+
+#ifdef VARSCOPE_KERNELS_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <map>
+#include <mutex>
+#endif
+
+namespace varscope::kernels {
+
+#ifdef VARSCOPE_KERNELS_CUDA
+struct CudaGraph::Impl {
+    at::cuda::CUDAGraph graph;
+    bool captured = false;
+};
+
+namespace {
+// One capture stream per device for the whole process (as torch.cuda.graph does), so the
+// cuBLAS workspace and other per-stream state are created once, by the warm-up.
+c10::cuda::CUDAStream capture_stream(c10::DeviceIndex dev) {
+    static std::mutex mutex;
+    static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
+    const std::lock_guard<std::mutex> lock(mutex);
+    auto it = streams.find(dev);
+    if (it == streams.end()) it = streams.emplace(dev, c10::cuda::getStreamFromPool(false, dev)).first;
+    return it->second;
+}
+}  // namespace
+
+bool cuda_graphs_built() { return true; }
+
+void run_on_capture_stream(int device, const std::function<void()>& fn) {
+    const auto dev = static_cast<c10::DeviceIndex>(device);
+    const c10::cuda::CUDAGuard device_guard(dev);
+    const auto current = c10::cuda::getCurrentCUDAStream(dev);
+    const auto side = capture_stream(dev);
+    at::cuda::CUDAEvent ready;
+    ready.record(current);
+    ready.block(side);
+    {
+        const c10::cuda::CUDAStreamGuard stream_guard(side);
+        fn();
+    }
+    at::cuda::CUDAEvent done;
+    done.record(side);
+    done.block(current);
+}
+
+CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}
+CudaGraph::~CudaGraph() = default;
+
+void CudaGraph::capture(int device, const std::function<void()>& fn) {
+    TORCH_CHECK(!impl_->captured, "CudaGraph: already captured");
+    const auto dev = static_cast<c10::DeviceIndex>(device);
+    const c10::cuda::CUDAGuard device_guard(dev);
+    // Capture needs a stream other than the legacy default stream; work already queued on the
+    // current stream does not matter (capture runs nothing).
+    const c10::cuda::CUDAStreamGuard stream_guard(capture_stream(dev));
+    // Thread-local mode: other threads (a GUI, say) may keep using CUDA meanwhile.
+    impl_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    try {
+        fn();
+    } catch (...) {
+        // End the capture so the stream is usable again; the partial graph is dropped.
+        try {
+            impl_->graph.capture_end();
+        } catch (...) {
+        }
+        throw;
+    }
+    impl_->graph.capture_end();
+    impl_->captured = true;
+}
+
+void CudaGraph::replay() {
+    TORCH_CHECK(impl_->captured, "CudaGraph: replay before capture");
+    impl_->graph.replay();
+}
+
+bool CudaGraph::captured() const { return impl_->captured; }
+#else
+struct CudaGraph::Impl {};
+
+bool cuda_graphs_built() { return false; }
+
+void run_on_capture_stream(int, const std::function<void()>& fn) { fn(); }
+
+CudaGraph::CudaGraph() = default;
+CudaGraph::~CudaGraph() = default;
+
+void CudaGraph::capture(int, const std::function<void()>&) {
+    TORCH_CHECK(false, "CUDA graphs need a build with CUDA kernels");
+}
+
+void CudaGraph::replay() { TORCH_CHECK(false, "CUDA graphs need a build with CUDA kernels"); }
+
+bool CudaGraph::captured() const { return false; }
+#endif
+
+}  // namespace varscope::kernels

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Speed of varscope-cli against the official FoundationVision/VAR sampler, same weights and tokens.
+
+The official code is NOT part of this repository: pass the folder of a local copy with
+--official (models/ and dist.py). For each depth, both sides get identical random weights
+(var_parity.randomise_, saved with torch.save in the official layout and loaded unchanged by our
+CLI). For each batch size, the official `autoregressive_infer_cfg` is timed in fp32 and under
+bf16 autocast (torch SDPA, as the official code runs without flash-attn / xformers), and our CLI
+(`bench e2e`, dense baseline with CUDA graphs and eagerly) in fp32 and bf16, all with the same
+labels, seed, cfg, top-k and top-p. Both sides are timed to the decoded images (the official call
+returns images): warm-up runs, then the median of N, with the device synchronised around each call.
+Tokens: the fraction identical per scale between ours and the official run of each precision.
+Writes a JSON report and prints the table last.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+from safetensors.torch import load_file
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from var_parity import randomise_  # noqa: E402  (the same weights as the parity check)
+
+PRECISIONS = ("fp32", "bf16")
+
+
+def official_run(var, labels, args, precision):
+    """One call of the official sampler (returns images), as its demo runs it."""
+    with torch.inference_mode(), torch.autocast(labels.device.type, dtype=torch.bfloat16,
+                                                enabled=precision == "bf16", cache_enabled=True):
+        return var.autoregressive_infer_cfg(B=labels.numel(), label_B=labels, g_seed=args.seed,
+                                            cfg=args.cfg, top_k=args.top_k, top_p=args.top_p)
+
+
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_official(var, labels, args, precision):
+    for _ in range(args.warmup):
+        official_run(var, labels, args, precision)
+    times = []
+    for _ in range(args.repeat):
+        sync(labels.device)
+        t0 = time.perf_counter()
+        official_run(var, labels, args, precision)
+        sync(labels.device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def official_tokens(official_var, var, labels, args, precision):
+    """Token maps of one (untimed) official run, recorded at its sampling call."""
+    drawn = []
+    original = official_var.sample_with_top_k_top_p_
+
+    def recording(*a, **k):
+        out = original(*a, **k)
+        drawn.append(out[:, :, 0].cpu())
+        return out
+
+    official_var.sample_with_top_k_top_p_ = recording
+    try:
+        official_run(var, labels, args, precision)
+    finally:
+        official_var.sample_with_top_k_top_p_ = original
+    return drawn
+
+
+def run_ours(args, var_path, vae_path, labels, precision, tag):
+    """bench e2e: dense baseline with CUDA graphs, then eagerly; tokens of the graphed run."""
+    js = os.path.join(args.work, f"ours_{tag}.json")
+    tok = os.path.join(args.work, f"ours_{tag}.safetensors")
+    cmd = [args.cli, "bench", "e2e", "--var", var_path, "--vae", vae_path, "--device", args.device,
+           "--precision", precision, "--class", ",".join(map(str, labels)), "--seed", str(args.seed),
+           "--cfg", str(args.cfg), "--top-k", str(args.top_k), "--top-p", str(args.top_p),
+           "--methods", "baseline;baseline@eager", "--warmup", str(args.warmup),
+           "--repeat", str(args.repeat), "--decode", "--no-scale-sync", "--json", js,
+           "--tokens-out", tok, "--force"]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    with open(js) as f:
+        report = json.load(f)
+    methods = {m["name"]: m for m in report["methods"]}
+    tokens = load_file(tok)
+    return methods, [tokens[f"tokens.{si}"] for si in range(len(tokens) - 1)]
+
+
+def identical(ours, ref):
+    return [(a == b).float().mean().item() for a, b in zip(ours, ref)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--official", required=True, help="folder with the official models/ and dist.py")
+    ap.add_argument("--cli", required=True, help="path of varscope-cli")
+    ap.add_argument("--work", required=True, help="scratch folder for weights and tensors")
+    ap.add_argument("--out", required=True, help="JSON report")
+    ap.add_argument("--device", default="cuda", help="cuda (cpu only to test this script)")
+    ap.add_argument("--depths", default="16,30")
+    ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cfg", type=float, default=4.0)
+    ap.add_argument("--top-k", type=int, default=900)
+    ap.add_argument("--top-p", type=float, default=0.95)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+
+    sys.path.insert(0, os.path.abspath(args.official))
+    import models  # noqa: E402  (official code)
+    import models.var as official_var  # noqa: E402
+
+    os.makedirs(args.work, exist_ok=True)
+    dev = torch.device(args.device)
+    device_name = torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"
+    report = {"torch": torch.__version__, "device": device_name,
+              "seed": args.seed, "cfg": args.cfg, "top_k": args.top_k, "top_p": args.top_p,
+              "warmup": args.warmup, "repeat": args.repeat,
+              "timing": "to decoded images, device synchronised, median of repeat runs; ours: "
+                        "bench e2e --decode --no-scale-sync, CUDA graph capture excluded",
+              "rows": []}
+    for depth in map(int, args.depths.split(",")):
+        gen = torch.Generator().manual_seed(args.seed)
+        vae, var = models.build_vae_var(device=dev, depth=depth, shared_aln=False,
+                                        flash_if_available=False, fused_if_available=False)
+        randomise_(vae, gen)
+        randomise_(var, gen)
+        vae.eval()
+        var.eval()
+        var.cond_drop_rate = 0.0
+        var_path = os.path.join(args.work, f"var_d{depth}.pth")
+        vae_path = os.path.join(args.work, f"vae_d{depth}.pth")
+        torch.save(var.state_dict(), var_path)
+        torch.save(vae.state_dict(), vae_path)
+        for batch in map(int, args.batches.split(",")):
+            labels = torch.randint(0, 1000, (batch,), generator=torch.Generator().manual_seed(batch))
+            labels[0] = 207
+            labels_dev = labels.to(dev)
+            official = {}
+            for p in PRECISIONS:
+                times = time_official(var, labels_dev, args, p)
+                official[p] = {"median_ms": statistics.median(times), "ms_each": times,
+                               "tokens": official_tokens(official_var, var, labels_dev, args, p)}
+                print(f"official d{depth} b{batch} {p}: {official[p]['median_ms']:.1f} ms", flush=True)
+            for p in PRECISIONS:
+                tag = f"d{depth}_b{batch}_{p}"
+                methods, tokens = run_ours(args, var_path, vae_path, labels.tolist(), p, tag)
+                graphed, eager = methods["baseline"], methods["baseline@eager"]
+                row = {"depth": depth, "batch": batch, "precision": p,
+                       "ours_graphs_ms": graphed["median_total_ms"],
+                       "ours_graphs_ms_each": graphed["total_ms_each"],
+                       "ours_eager_ms": eager["median_total_ms"],
+                       "ours_eager_ms_each": eager["total_ms_each"],
+                       "cuda_graphs_used": graphed["cuda_graphs"],
+                       "graph_capture_ms": graphed["graph_capture_ms"],
+                       "graphs_vs_eager_identical_tokens": eager.get("identical_tokens")}
+                for op in PRECISIONS:
+                    o = official[op]
+                    row[f"official_{op}_ms"] = o["median_ms"]
+                    row[f"official_{op}_ms_each"] = o["ms_each"]
+                    row[f"speedup_vs_official_{op}"] = o["median_ms"] / graphed["median_total_ms"]
+                    row[f"speedup_eager_vs_official_{op}"] = o["median_ms"] / eager["median_total_ms"]
+                    per_scale = identical(tokens, o["tokens"])
+                    row[f"identical_tokens_vs_official_{op}_per_scale"] = per_scale
+                    n = [t.numel() for t in tokens]
+                    row[f"identical_tokens_vs_official_{op}"] = sum(f * k for f, k in zip(per_scale, n)) / sum(n)
+                report["rows"].append(row)
+                print(json.dumps({k: v for k, v in row.items() if not k.endswith(("_each", "_per_scale"))}),
+                      flush=True)
+        del var, vae
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+        for path in (var_path, vae_path):
+            os.remove(path)
+
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+    # The short table, last: ours at each precision against the official run at the same one.
+    print()
+    print(f"{'model':8} {'batch':>5} {'prec':>5} {'official ms':>12} {'ours ms':>9} {'eager ms':>9} "
+          f"{'speedup':>8} {'vs off. fp32':>13} {'same tok':>9}")
+    for r in report["rows"]:
+        p = r["precision"]
+        print(f"{'VAR-d' + str(r['depth']):8} {r['batch']:>5} {p:>5} {r[f'official_{p}_ms']:>12.1f} "
+              f"{r['ours_graphs_ms']:>9.1f} {r['ours_eager_ms']:>9.1f} "
+              f"{r[f'speedup_vs_official_{p}']:>7.2f}x {r['speedup_vs_official_fp32']:>12.2f}x "
+              f"{100 * r[f'identical_tokens_vs_official_{p}']:>8.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
