@@ -1,4 +1,4 @@
-// `varscope-cli train vqvae|var`: train the embedded models (config file + flag overrides,
+// `varscope-cli train vqvae|var|klvae`: train the embedded models (config file + flag overrides,
 // periodic checkpoints, resume from the run folder, a JSONL loss log).
 #include <ATen/ATen.h>
 
@@ -8,6 +8,7 @@
 
 #include "app/cli/commands.h"
 #include "core/models/sampling_recommendation.h"
+#include "core/training/kl_vae_trainer.h"
 #include "core/training/trainers.h"
 
 namespace varscope::cli {
@@ -68,6 +69,7 @@ Runner add_train(CLI::App& app) {
     auto* train = app.add_subcommand("train", "train the embedded models on a packed data set");
     train->require_subcommand(1);
     auto va = std::make_shared<TrainArgs>(), ta = std::make_shared<TrainArgs>();
+    auto ka = std::make_shared<TrainArgs>();
     auto* vq = train->add_subcommand("vqvae", "train a multi-scale VQVAE");
     add_common(vq, *va);
     auto* vr = train->add_subcommand("var", "train a class-conditional VAR transformer on a frozen VQVAE");
@@ -75,7 +77,9 @@ Runner add_train(CLI::App& app) {
     vr->add_option("--vae", ta->vae, "trained VQVAE weights")->required()->check(CLI::ExistingFile);
     vr->add_option("--init", ta->init, "start from these VAR weights (fine-tuning / continuing a shipped model)")
         ->check(CLI::ExistingFile);
-    return [vq, vr, va, ta]() {
+    auto* kl = train->add_subcommand("klvae", "train a KL VAE (MAR's tokenizer)");
+    add_common(kl, *ka);
+    return [vq, vr, kl, va, ta, ka]() {
         if (vq->parsed()) {
             const auto j = read_config(va->config);
             VqvaeTrainJob job;
@@ -101,6 +105,17 @@ Runner add_train(CLI::App& app) {
                 parse_sampling_recommendation(job.recommended_sampling);
             }
             write_report(*ta, train_var(job, std::cerr));
+        } else if (kl->parsed()) {
+            const auto j = read_config(ka->config);
+            KlVaeTrainJob job;
+            if (j.contains("model")) job.model = KlVaeConfig::from_json(j["model"]);
+            job.model.validate();
+            job.train = train_config(j, *ka);
+            job.loss = KlVaeLoss::from_json(j.value("loss", nlohmann::json::object()));
+            job.auto_scale_factor = j.value("auto_scale_factor", job.auto_scale_factor);
+            job.data_path = ka->data;
+            job.run_dir = ka->out;
+            write_report(*ka, train_kl_vae(job, std::cerr));
         }
         return 0;
     };
