@@ -19,10 +19,9 @@ constexpr const char* kMethod = "sparvar";
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-// The hook receives a const context, but the loop owns a mutable one per block and reads
-// attention_flops back after attend() (hooks.h), so writing it here is well-defined.
+// attend()'s FLOP report to the loop (BlockContext::attention_flops, hooks.h).
 void report_flops(const BlockContext& ctx, double pairs, int64_t head_dim) {
-    const_cast<BlockContext&>(ctx).attention_flops = 4.0 * pairs * static_cast<double>(head_dim);
+    ctx.attention_flops = 4.0 * pairs * static_cast<double>(head_dim);
 }
 
 double dense_pairs(const at::Tensor& q, const at::Tensor& k) {

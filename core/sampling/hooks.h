@@ -58,8 +58,9 @@ struct BlockContext {
     // group); undefined when every query may see every cached key.
     at::Tensor mask = {};
     // An attend() override that computes less than dense attention sets the multiply-add
-    // FLOPs it spent here (the loop counts 4*B*H*Lq*Lk*d otherwise), for the benchmarks.
-    double attention_flops = -1.0;
+    // FLOPs it spent here (the loop counts 4*B*H*Lq*Lk*d otherwise), for the benchmarks. The
+    // one output attend() writes through its const context, hence mutable.
+    mutable double attention_flops = -1.0;
 };
 
 class SamplingHooks {
