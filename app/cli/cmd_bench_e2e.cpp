@@ -72,6 +72,8 @@ MethodResult run_method(VarPipeline& pipe, VarSampleOptions opt, const std::stri
         if (cuda) kernels::reset_cuda_peak_memory(dev);
         for (int64_t i = 0; i < a.warmup; ++i)
             m.capture_ms += pipe.generate(opt, hooks.get()).graph_capture_millis;
+        // Without per-scale syncs the last warm-up may still run on the device.
+        synchronize_device(pipe.device());
         for (int64_t r = 0; r < a.repeat; ++r) {
             // Wall time to the device's last result (the loop syncs only per scale, if asked).
             const auto t0 = std::chrono::steady_clock::now();
