@@ -16,6 +16,7 @@ Runner add_bench(CLI::App& app) {
     add(add_bench_attention, "attention");
     add(add_bench_cs4a, "cs4a");
     add(add_bench_e2e, "e2e");
+    add(add_bench_mar, "mar");
     return [bench, runners]() -> int {
         for (auto* sub : bench->get_subcommands()) return runners->at(sub)();
         return 2;

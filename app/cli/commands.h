@@ -17,6 +17,7 @@ Runner add_teacher_forward(CLI::App& app);
 Runner add_pack_emoji(CLI::App& app);
 Runner add_train(CLI::App& app);
 Runner add_compare(CLI::App& app);
+Runner add_compare_mar(CLI::App& app);  // cmd_compare_mar.cpp
 Runner add_methods(CLI::App& app);
 Runner add_bench(CLI::App& app);  // parent of the bench subcommands below
 
@@ -24,5 +25,6 @@ Runner add_bench(CLI::App& app);  // parent of the bench subcommands below
 Runner add_bench_attention(CLI::App& bench);  // cmd_bench_kernels.cpp
 Runner add_bench_cs4a(CLI::App& bench);       // cmd_bench_kernels.cpp
 Runner add_bench_e2e(CLI::App& bench);        // cmd_bench_e2e.cpp
+Runner add_bench_mar(CLI::App& bench);        // cmd_bench_mar.cpp
 
 }  // namespace varscope::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
     add(varscope::cli::add_pack_emoji, "pack-emoji");
     add(varscope::cli::add_train, "train");
     add(varscope::cli::add_compare, "compare");
+    add(varscope::cli::add_compare_mar, "compare-mar");
     add(varscope::cli::add_methods, "methods");
     add(varscope::cli::add_bench, "bench");
 

@@ -1,0 +1,205 @@
+// `varscope-cli bench mar`: MAR models with random weights (official sizes: mar_base, mar_large,
+// mar_huge), the baseline and LazyMAR settings side by side in one run: median latency of the
+// whole sampling loop (transformer and DiffLoss head; no VAE), FLOPs (blocks, attention, head),
+// and the ratios to the baseline measured in the same run. One extra, untimed-for-latency run
+// per side splits each step into transformer and DiffLoss-head time (device syncs in between)
+// and counts the FLOPs.
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+
+#include "app/cli/commands.h"
+#include "app/cli/mar_cli_common.h"
+#include "app/cli/run_report.h"
+#include "core/accel/mar_accel_config.h"
+#include "core/accel/mar_flops.h"
+
+namespace varscope::cli {
+namespace {
+
+struct BenchMarArgs {
+    std::vector<std::string> models = {"mar_base", "mar_large", "mar_huge"};
+    std::vector<std::string> methods = {"baseline", "lazymar"};
+    std::string device = "cuda", precision = "bf16";
+    int64_t batch = 1, num_iter = 64, repeat = 3, warmup = 1;
+    double cfg = 3.0;
+    std::string sampling_steps = "100";
+    std::string json;
+    bool force = false;
+};
+
+using Clock = std::chrono::steady_clock;
+
+// Splits each step into the transformer (step begin .. condition) and the DiffLoss head
+// (condition .. step end), synchronising the device at each boundary.
+class StepSplitTimer : public MarSamplingHooks {
+public:
+    explicit StepSplitTimer(at::Device d) : device_(d) {}
+    void on_step_begin(MarStepContext&) override { t0_ = now(); }
+    void on_condition(const MarStepContext&, at::Tensor&) override { t1_ = now(); }
+    void on_step_end(const MarStepContext&, const at::Tensor&, const at::Tensor&) override {
+        const auto t2 = now();
+        transformer_ms += ms(t0_, t1_);
+        head_ms += ms(t1_, t2);
+    }
+    double transformer_ms = 0.0, head_ms = 0.0;
+
+private:
+    Clock::time_point now() {
+        synchronize_device(device_);
+        return Clock::now();
+    }
+    static double ms(Clock::time_point a, Clock::time_point b) {
+        return std::chrono::duration<double, std::milli>(b - a).count();
+    }
+    at::Device device_;
+    Clock::time_point t0_, t1_;
+};
+
+struct MethodRun {
+    std::string name, summary;
+    nlohmann::json config;
+    std::vector<double> totals;
+    double transformer_ms = 0.0, head_ms = 0.0;
+    MarFlops flops;
+    MarSampleResult last;
+    double computed_share = 1.0;  // block positions computed / baseline's, over the run
+    int64_t skipped_unconditional = 0;
+};
+
+MethodRun run_method(MarPipeline& pipe, const MarSampleOptions& opt, const std::string& name,
+                     const BenchMarArgs& a) {
+    MethodRun m;
+    m.name = name;
+    const MarAccelConfig accel = MarAccelConfig::from_argument(name);
+    m.summary = accel.summary();
+    m.config = accel.to_json();
+    const auto& c = pipe.config();
+    auto lazy = make_lazymar_hooks(accel.lazymar, c, nullptr);
+    MarSamplingHooks* hooks = lazy.chain.get();
+    for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt, hooks);
+    for (int64_t r = 0; r < a.repeat; ++r) {
+        m.last = pipe.generate(opt, hooks);
+        m.totals.push_back(m.last.total_millis - m.last.decode_millis);
+    }
+    // Split/count run: counter first (it sees the rows each block computes), timer last.
+    auto counter = std::make_shared<MarFlopCounter>(
+        c, pipe.sampler().diffusion().schedule().num_steps());
+    auto timer = std::make_shared<StepSplitTimer>(pipe.device());
+    auto chain = chain_with_counter(counter, lazy.chain);
+    chain->add(timer);
+    const auto counted = pipe.generate(opt, chain.get());
+    m.flops = counter->flops(counted.attention_flops);
+    m.transformer_ms = timer->transformer_ms;
+    m.head_ms = timer->head_ms;
+    m.skipped_unconditional = int64_t(lazy.skipped_unconditional_steps().size());
+    double num = 0, den = 0;
+    for (const auto& st : lazy.token_stats())
+        for (size_t l = 0; l < st.computed.size(); ++l) {
+            num += double(st.rows * st.computed[l]);
+            den += double(st.rows * st.total[l]);
+        }
+    if (den > 0) m.computed_share = num / den;
+    return m;
+}
+
+nlohmann::json bench_model(const std::string& preset, const BenchMarArgs& a) {
+    MarConfig c = mar_config_argument(preset);
+    c.num_sampling_steps = a.sampling_steps;
+    MarPipeline pipe = MarPipeline::random(c, 0, {a.device, parse_precision(a.precision)});
+    MarSampleOptions opt;
+    opt.class_ids.assign(a.batch, 207);
+    opt.seed = 0;
+    opt.num_iter = a.num_iter;
+    opt.cfg = a.cfg;
+    opt.time_steps = false;  // one sync at the end of the run only
+    opt.decode = false;
+    opt.validate(c);
+    std::cerr << pipe.describe() << "\n";
+
+    std::vector<MethodRun> runs;
+    for (const auto& name : a.methods) runs.push_back(run_method(pipe, opt, name, a));
+    const MethodRun& base = runs.front();
+    const double base_ms = median(base.totals);
+    nlohmann::json methods = nlohmann::json::array();
+    std::cerr << "  method              median ms   speedup   TFLOPs  FLOPs ratio  transformer ms  "
+                 "head ms  computed\n";
+    for (const auto& m : runs) {
+        const double ms = median(m.totals);
+        const double speedup = ms > 0 ? base_ms / ms : 0.0;
+        const double fratio = m.flops.total() > 0 ? base.flops.total() / m.flops.total() : 0.0;
+        const double rel = (m.last.tokens - base.last.tokens).norm().item<double>() /
+                           std::max(base.last.tokens.norm().item<double>(), 1e-12);
+        std::cerr << "  " << std::left << std::setw(18) << m.name << std::right << std::fixed
+                  << std::setprecision(1) << std::setw(11) << ms << std::setprecision(2)
+                  << std::setw(10) << speedup << std::setw(9) << m.flops.total() / 1e12
+                  << std::setw(13) << fratio << std::setprecision(1) << std::setw(16)
+                  << m.transformer_ms << std::setw(9) << m.head_ms << std::setw(9)
+                  << 100.0 * m.computed_share << " %\n";
+        methods.push_back({{"method", m.name},
+                           {"summary", m.summary},
+                           {"config", m.config},
+                           {"median_total_ms", ms},
+                           {"total_ms_each", m.totals},
+                           {"speedup", speedup},
+                           {"flops", m.flops.to_json()},
+                           {"flops_ratio", fratio},
+                           {"split_run_transformer_ms", m.transformer_ms},
+                           {"split_run_head_ms", m.head_ms},
+                           {"transformer_speedup",
+                            m.transformer_ms > 0 ? base.transformer_ms / m.transformer_ms : 0.0},
+                           {"computed_share", m.computed_share},
+                           {"unconditional_skipped_steps", m.skipped_unconditional},
+                           {"latent_relative_l2_vs_baseline", rel}});
+    }
+    return {{"model", preset},
+            {"description", pipe.describe()},
+            {"config", c.to_json()},
+            {"methods", methods}};
+}
+
+int run(const BenchMarArgs& a) {
+    if (a.methods.empty() || a.methods.front() != "baseline")
+        throw std::invalid_argument("--methods must start with baseline (ratios are to it)");
+    nlohmann::json j = environment_json(a.device);
+    j.update({{"precision", a.precision},
+              {"batch", a.batch},
+              {"num_iter", a.num_iter},
+              {"cfg", a.cfg},
+              {"cfg_schedule", "linear"},
+              {"diffusion_steps", a.sampling_steps},
+              {"warmup_runs", a.warmup},
+              {"runs", a.repeat},
+              {"timing", "whole loop (transformer + DiffLoss head, no VAE), one device sync per run"},
+              {"models", nlohmann::json::array()}});
+    for (const auto& m : a.models) j["models"].push_back(bench_model(m, a));
+    if (!a.json.empty()) {
+        write_json(j, a.json, a.force);
+        std::cerr << "wrote " << a.json << "\n";
+    }
+    return 0;
+}
+
+}  // namespace
+
+Runner add_bench_mar(CLI::App& bench) {
+    auto a = std::make_shared<BenchMarArgs>();
+    auto* cmd = bench.add_subcommand("mar", "MAR (random weights) baseline vs LazyMAR: latency, FLOPs, ratios");
+    cmd->add_option("--models", a->models, "MAR presets or JSON configs")->delimiter(',')->capture_default_str();
+    cmd->add_option("--methods", a->methods, "baseline first, then MAR presets or JSON (" + mar_preset_names() + ")")->delimiter(',')->capture_default_str();
+    cmd->add_option("--device", a->device, "cpu, cuda or cuda:N")->capture_default_str();
+    cmd->add_option("--precision", a->precision, "transformer precision")->check(CLI::IsMember({"fp32", "fp16", "bf16"}))->capture_default_str();
+    cmd->add_option("--batch", a->batch, "images per run")->check(CLI::Range(1, 1024))->capture_default_str();
+    cmd->add_option("--num-iter", a->num_iter, "decoding steps")->check(CLI::Range(1, 4096))->capture_default_str();
+    cmd->add_option("--cfg", a->cfg, "classifier-free guidance (linear schedule)")->capture_default_str();
+    cmd->add_option("--num-sampling-steps", a->sampling_steps, "diffusion respacing")->capture_default_str();
+    cmd->add_option("--repeat", a->repeat, "timed runs per method")->check(CLI::Range(1, 1000))->capture_default_str();
+    cmd->add_option("--warmup", a->warmup, "untimed runs per method first")->check(CLI::Range(0, 100))->capture_default_str();
+    cmd->add_option("--json", a->json, "write the results as JSON");
+    cmd->add_flag("--force", a->force, "overwrite --json");
+    return [a]() { return run(*a); };
+}
+
+}  // namespace varscope::cli

@@ -1,0 +1,54 @@
+#include "core/accel/mar_flops.h"
+
+namespace varscope {
+
+nlohmann::json MarFlops::to_json() const {
+    return {
+        {"linear", linear}, {"attention", attention}, {"diffusion", diffusion}, {"total", total()}};
+}
+
+double mar_block_linear_flops(const MarConfig& c, int64_t dim, int64_t rows) {
+    const double C = double(dim), hidden = double(static_cast<int64_t>(dim * c.mlp_ratio));
+    // qkv (3C^2) + proj (C^2) + fc1 + fc2 (2 C hidden) multiply-adds per row.
+    return 2.0 * double(rows) * (4.0 * C * C + 2.0 * C * hidden);
+}
+
+double mar_diffusion_flops(const MarConfig& c, int64_t rows, int64_t steps) {
+    const double w = double(c.diffloss_w), D = double(c.token_embed_dim());
+    const double cz = double(c.decoder_embed_dim);
+    // Per step and row: input_proj (D w), per res block adaLN (3 w^2) + MLP (2 w^2), final
+    // adaLN (2 w^2) + output (w 2D, learned variance). Once per row: cond_embed (Cz w).
+    const double per_step = D * w + double(c.diffloss_d) * 5.0 * w * w + 2.0 * w * w + 2.0 * w * D;
+    return 2.0 * double(rows) * (double(steps) * per_step + cz * w);
+}
+
+void MarFlopCounter::on_keys_values(const MarBlockContext& ctx, const at::Tensor&, at::Tensor& k,
+                                    at::Tensor&) {
+    const int64_t dim =
+        ctx.stage == MarStage::Encoder ? config_.encoder_embed_dim : config_.decoder_embed_dim;
+    linear_ += mar_block_linear_flops(config_, dim, k.size(0) * k.size(2));
+}
+
+void MarFlopCounter::on_step_end(const MarStepContext& ctx, const at::Tensor& sampled,
+                                 const at::Tensor&) {
+    const int64_t tokens = sampled.size(0) * sampled.size(1);
+    diffusion_ += mar_diffusion_flops(config_, ctx.cfg ? 2 * tokens : tokens, diffusion_steps_);
+}
+
+MarFlops MarFlopCounter::flops(double attention_flops) const {
+    MarFlops f;
+    f.linear = linear_;
+    f.attention = attention_flops;
+    f.diffusion = diffusion_;
+    return f;
+}
+
+std::shared_ptr<MarHookChain> chain_with_counter(std::shared_ptr<MarFlopCounter> counter,
+                                                 std::shared_ptr<MarSamplingHooks> inner) {
+    auto chain = std::make_shared<MarHookChain>();
+    chain->add(std::move(counter));
+    if (inner) chain->add(std::move(inner));
+    return chain;
+}
+
+}  // namespace varscope

@@ -1,0 +1,299 @@
+// LazyMAR on a tiny random MAR: exactly the baseline when off or when every step refreshes;
+// the refresh schedule, the positions each block computes, the forced positions and the
+// condition cache's residual; both caches together; probes and FLOP accounting.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "core/accel/lazymar.h"
+#include "core/accel/mar_accel_config.h"
+#include "core/accel/mar_flops.h"
+#include "core/mar_pipeline.h"
+
+using namespace varscope;
+
+namespace {
+
+// 4x4 tokens, a 4-slot buffer, 2 encoder and 4 decoder blocks: milliseconds per run on a CPU.
+MarConfig tiny_mar_config() {
+    MarConfig c;
+    c.img_size = 64;
+    c.vae_stride = 16;
+    c.encoder_embed_dim = c.decoder_embed_dim = 32;
+    c.encoder_depth = 2;
+    c.decoder_depth = 4;
+    c.encoder_num_heads = c.decoder_num_heads = 2;
+    c.vae_embed_dim = 4;
+    c.class_num = 10;
+    c.buffer_size = 4;
+    c.diffloss_d = 1;
+    c.diffloss_w = 32;
+    c.num_sampling_steps = "8";
+    return c;
+}
+
+MarPipeline tiny_mar(uint64_t seed = 3) {
+    return MarPipeline::random(tiny_mar_config(), seed, {});
+}
+
+MarSampleOptions options(double cfg, int64_t num_iter = 8) {
+    MarSampleOptions o;
+    o.class_ids = {1, 7};
+    o.seed = 11;
+    o.num_iter = num_iter;
+    o.cfg = cfg;
+    o.time_steps = false;
+    return o;
+}
+
+LazyMarConfig lazy(bool token, bool condition) {
+    LazyMarConfig c;
+    c.enabled = true;
+    c.token_cache = token;
+    c.condition_cache = condition;
+    c.start_step = 2;
+    c.period = 3;  // refresh at 0, 1, 2, 5; cached at 3, 4, 6, 7
+    c.keep_ratio = 0.25;
+    c.similarity_layer = 1;
+    return c;
+}
+
+bool same(const at::Tensor& a, const at::Tensor& b) {
+    return at::equal(a, b);
+}
+
+// Tokens of the positions decoded in steps [0, last] of a run.
+at::Tensor tokens_until(const MarSampleResult& r, int64_t last) {
+    std::vector<at::Tensor> parts;
+    for (int64_t s = 0; s <= last; ++s)
+        parts.push_back(
+            r.tokens.gather(1, r.decoded[s].unsqueeze(-1).expand({-1, -1, r.tokens.size(2)})));
+    return at::cat(parts, 1);
+}
+
+}  // namespace
+
+TEST(LazyMar, ConfigDefaultsRoundTripAndErrors) {
+    const auto d = LazyMarConfig::from_json(nlohmann::json::object());
+    EXPECT_TRUE(d.enabled);  // an object given means on
+    EXPECT_TRUE(d.token_cache && d.condition_cache && d.force_decoded && d.encoder_cache);
+    EXPECT_DOUBLE_EQ(d.keep_ratio, 0.16);
+    EXPECT_EQ(d.similarity_layer, 3);
+    auto c = lazy(true, false);
+    const auto back = LazyMarConfig::from_json(c.to_json());
+    EXPECT_EQ(back.to_json(), c.to_json());
+    try {
+        LazyMarConfig::from_json({{"keep_ratio", 1.5}});
+        FAIL() << "no error";
+    } catch (const AccelConfigError& e) {
+        EXPECT_STREQ(e.what(), "lazymar.keep_ratio: must be in [0, 1], got 1.5");
+    }
+    EXPECT_THROW(LazyMarConfig::from_json({{"tau", 9}}), AccelConfigError);
+    EXPECT_THROW(MarAccelConfig::from_json({{"fastvar", nlohmann::json::object()}}),
+                 AccelConfigError);
+    EXPECT_THROW(MarAccelConfig::from_argument("no-such-preset"), AccelConfigError);
+    for (const char* p : {"baseline", "lazymar", "lazymar-token", "lazymar-condition"})
+        EXPECT_NO_THROW(MarAccelConfig::from_argument(p)) << p;
+    const auto token = MarAccelConfig::from_argument("lazymar-token");
+    EXPECT_TRUE(token.lazymar.token_cache && !token.lazymar.condition_cache);
+    EXPECT_FALSE(MarAccelConfig::from_argument("baseline").any_enabled());
+    auto bad = lazy(true, true);
+    bad.similarity_layer = 4;  // the tiny model has 4 decoder blocks
+    EXPECT_THROW(make_lazymar(bad, tiny_mar_config(), nullptr), AccelConfigError);
+}
+
+TEST(LazyMar, PaperSchedules) {
+    LazyMarConfig c;
+    auto s64 = LazyMarSchedule::resolve(c, 64), s32 = LazyMarSchedule::resolve(c, 32);
+    EXPECT_EQ(s64.start, 5);
+    EXPECT_EQ(s64.period, 9);
+    EXPECT_EQ(s32.start, 4);
+    EXPECT_EQ(s32.period, 5);
+    std::vector<int64_t> refresh;
+    for (int64_t s = 0; s < 64; ++s)
+        if (s64.refresh(s)) refresh.push_back(s);
+    EXPECT_EQ(refresh, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 14, 23, 32, 41, 50, 59}));
+    c.start_step = 2;
+    c.period = 3;
+    EXPECT_EQ(LazyMarSchedule::resolve(c, 64).period, 3);
+}
+
+TEST(LazyMar, SelectionKeepsForcedAndLeastSimilarPositions) {
+    // Row 0: positions 5 and 2 least similar; 7 forced. Row 1: 0 and 1 least similar; 3 forced.
+    auto sim = at::tensor({0.9, 0.8, 0.1, 0.95, 0.7, 0.0, 0.99, 0.97,  //
+                           -0.5, -0.4, 0.9, 0.99, 0.9, 0.9, 0.9, 0.9})
+                   .view({2, 8});
+    auto forced = at::tensor({7, 3}, at::kLong).view({2, 1});
+    auto rows = lazymar_select_positions(sim, forced, 3);
+    EXPECT_TRUE(same(rows, at::tensor({2, 5, 7, 0, 1, 3}, at::kLong).view({2, 3})));
+}
+
+TEST(LazyMar, OffOrAlwaysRefreshingIsExactlyTheBaseline) {
+    auto pipe = tiny_mar();
+    const auto base = pipe.generate(options(3.0));
+    EXPECT_EQ(build_mar_accelerators(MarAccelConfig::from_argument("baseline"), pipe.config()),
+              nullptr);
+    auto off = lazy(true, true);
+    off.enabled = false;
+    EXPECT_EQ(make_lazymar(off, pipe.config(), nullptr), nullptr);
+    // Every step a refresh: the caches are written but never read.
+    auto every = lazy(true, true);
+    every.start_step = 1;
+    every.period = 1;
+    auto h = make_lazymar_hooks(every, pipe.config(), nullptr);
+    const auto r = pipe.generate(options(3.0), h.chain.get());
+    EXPECT_TRUE(same(r.tokens, base.tokens));
+    EXPECT_TRUE(h.skipped_unconditional_steps().empty());
+    // Cached steps that compute every position (no encoder cache, keep ratio 1) are exact too.
+    auto all = lazy(true, false);
+    all.encoder_cache = false;
+    all.keep_ratio = 1.0;
+    auto h2 = make_lazymar_hooks(all, pipe.config(), nullptr);
+    EXPECT_TRUE(same(pipe.generate(options(3.0), h2.chain.get()).tokens, base.tokens));
+    EXPECT_FALSE(h2.token_stats().at(3).refresh);
+}
+
+TEST(LazyMar, TokenCacheBookkeeping) {
+    auto pipe = tiny_mar();
+    const auto& c = pipe.config();
+    const auto base = pipe.generate(options(2.0));
+    auto cfg = lazy(true, false);
+    auto h = make_lazymar_hooks(cfg, c, nullptr);
+    const auto r = pipe.generate(options(2.0), h.chain.get());
+    const auto plan = mar_step_plan(c.seq_len(), 8, 2.0, CfgSchedule::Linear);
+    const auto& stats = h.token_stats();
+    ASSERT_EQ(stats.size(), 8u);
+    const int64_t n = c.total_len(), blocks = c.encoder_depth + c.decoder_depth;
+    for (int64_t s = 0; s < 8; ++s) {
+        const auto& st = stats[s];
+        SCOPED_TRACE("step " + std::to_string(s));
+        const bool refresh = s <= 2 || s == 5;
+        EXPECT_EQ(st.refresh, refresh);
+        EXPECT_EQ(st.rows, 4);  // 2 images x 2 CFG branches (no condition cache)
+        ASSERT_EQ(int64_t(st.computed.size()), blocks);
+        const int64_t known = c.seq_len() - plan[s].masked_before;
+        for (int64_t l = 0; l < c.encoder_depth; ++l) {
+            EXPECT_EQ(st.total[l], c.buffer_size + known);
+            EXPECT_EQ(st.computed[l],
+                      refresh ? c.buffer_size + known : c.buffer_size + plan[s - 1].decoded());
+        }
+        for (int64_t l = 0; l < c.decoder_depth; ++l) {
+            const int64_t g = c.encoder_depth + l;
+            EXPECT_EQ(st.total[g], n);
+            const int64_t forced = plan[s].decoded() + (s > 0 ? plan[s - 1].decoded() : 0);
+            const int64_t kept = std::max<int64_t>(std::llround(0.25 * double(n)), forced);
+            EXPECT_EQ(st.computed[g], refresh || l <= 1 ? n : std::min(kept, n));
+        }
+    }
+    // Identical to the baseline until the first cached step, different from then on.
+    EXPECT_TRUE(same(tokens_until(r, 2), tokens_until(base, 2)));
+    EXPECT_FALSE(same(tokens_until(r, 3), tokens_until(base, 3)));
+    EXPECT_TRUE(r.tokens.isfinite().all().item<bool>());
+}
+
+TEST(LazyMar, ConditionCacheReplaysTheResidual) {
+    const auto c = tiny_mar_config();
+    auto cfg = lazy(false, true);
+    auto h = make_lazymar_hooks(cfg, c, nullptr);
+    const int64_t B = 2;
+    MarStepContext s0{c, 0, 8, B, true, 2.0, 0, 0, {}, {}, {}, {}, {}, {}, {}, false};
+    h.chain->on_step_begin(s0);
+    EXPECT_FALSE(h.chain->skip_unconditional(s0));  // refresh step, nothing cached
+    const auto x = at::randn({2 * B, c.total_len(), c.decoder_embed_dim});
+    h.chain->on_cfg_branches(s0, x);
+    MarStepContext s3{c, 3, 8, B, true, 2.0, 0, 0, {}, {}, {}, {}, {}, {}, {}, false};
+    h.chain->on_step_begin(s3);
+    EXPECT_TRUE(h.chain->skip_unconditional(s3));
+    const auto uncond = h.chain->unconditional_rows(s3, x.narrow(0, 0, B));
+    EXPECT_TRUE(at::allclose(uncond, x.narrow(0, B, B), 1e-6, 1e-6));
+    MarStepContext s5{c, 5, 8, B, true, 2.0, 0, 0, {}, {}, {}, {}, {}, {}, {}, false};
+    h.chain->on_step_begin(s5);
+    EXPECT_FALSE(h.chain->skip_unconditional(s5));  // period boundary: both branches again
+}
+
+TEST(LazyMar, ConditionCacheIsFullCfgAtRefreshSteps) {
+    auto pipe = tiny_mar();
+    const auto base = pipe.generate(options(3.0));
+    auto h = make_lazymar_hooks(lazy(false, true), pipe.config(), nullptr);
+    const auto r = pipe.generate(options(3.0), h.chain.get());
+    EXPECT_EQ(h.skipped_unconditional_steps(), (std::vector<int64_t>{3, 4, 6, 7}));
+    EXPECT_TRUE(same(tokens_until(r, 2), tokens_until(base, 2)));
+    EXPECT_FALSE(same(tokens_until(r, 3), tokens_until(base, 3)));
+    // Without guidance there is no unconditional branch to skip.
+    auto h1 = make_lazymar_hooks(lazy(false, true), pipe.config(), nullptr);
+    EXPECT_TRUE(same(pipe.generate(options(1.0), h1.chain.get()).tokens,
+                     pipe.generate(options(1.0)).tokens));
+    EXPECT_TRUE(h1.skipped_unconditional_steps().empty());
+}
+
+TEST(LazyMar, BothCachesComposeAndSaveFlops) {
+    auto pipe = tiny_mar();
+    const auto& c = pipe.config();
+    const int64_t diffusion_steps = pipe.sampler().diffusion().schedule().num_steps();
+    auto base_counter = std::make_shared<MarFlopCounter>(c, diffusion_steps);
+    auto base_chain = chain_with_counter(base_counter, nullptr);
+    const auto base = pipe.generate(options(3.0), base_chain.get());
+    // The counter alone changes nothing.
+    EXPECT_TRUE(same(base.tokens, pipe.generate(options(3.0)).tokens));
+
+    ProbeRecorder probe;
+    auto h = make_lazymar_hooks(lazy(true, true), c, &probe);
+    auto counter = std::make_shared<MarFlopCounter>(c, diffusion_steps);
+    auto chain = chain_with_counter(counter, h.chain);
+    const auto r = pipe.generate(options(3.0), chain.get());
+    EXPECT_TRUE(r.tokens.isfinite().all().item<bool>());
+    EXPECT_EQ(h.skipped_unconditional_steps(), (std::vector<int64_t>{3, 4, 6, 7}));
+    for (int64_t s : {3, 4, 6, 7}) {
+        const auto& st = h.token_stats().at(s);
+        EXPECT_FALSE(st.refresh);
+        EXPECT_EQ(st.rows, 2);  // conditional rows only
+        EXPECT_LT(st.computed.back(), st.total.back());
+    }
+    const auto fb = base_counter->flops(base.attention_flops);
+    const auto fl = counter->flops(r.attention_flops);
+    EXPECT_DOUBLE_EQ(fl.diffusion, fb.diffusion);  // the head still sees both CFG rows
+    EXPECT_LT(fl.linear, 0.75 * fb.linear);
+    EXPECT_LT(fl.attention, fb.attention);
+
+    // Baseline linear FLOPs: every block computes all of its rows, 2B rows per step.
+    const auto plan = mar_step_plan(c.seq_len(), 8, 3.0, CfgSchedule::Linear);
+    double expect = 0;
+    for (const auto& p : plan) {
+        const int64_t known = c.seq_len() - p.masked_before;
+        expect += c.encoder_depth * mar_block_linear_flops(c, 32, 4 * (c.buffer_size + known));
+        expect += c.decoder_depth * mar_block_linear_flops(c, 32, 4 * c.total_len());
+    }
+    EXPECT_DOUBLE_EQ(fb.linear, expect);
+
+    // Probes: one token record per step and block; drift at full steps after the first.
+    const int64_t blocks = c.encoder_depth + c.decoder_depth;
+    EXPECT_EQ(int64_t(probe.accel(probe_kinds::kLazyMarTokens).size()), 8 * blocks);
+    const auto sims = probe.accel(probe_kinds::kLazyMarSimilarity);
+    ASSERT_EQ(sims.size(), 4u);
+    EXPECT_EQ(sims[0].layer, c.encoder_depth + 1);
+    EXPECT_EQ(sims[0].data.size(0), c.total_len());
+    const auto cond = probe.accel(probe_kinds::kLazyMarCondition);
+    ASSERT_EQ(cond.size(), 8u);
+    EXPECT_EQ(cond[3].values.at("skipped"), 1.0);
+    EXPECT_EQ(cond[5].values.at("skipped"), 0.0);
+    EXPECT_EQ(cond[5].values.at("age"), 3.0);  // cached at step 2, reused at 3 and 4
+    EXPECT_GT(cond[5].values.at("drift"), 0.0);
+    EXPECT_EQ(cond[0].values.count("drift"), 0u);
+}
+
+TEST(LazyMar, ThresholdComputesEveryDissimilarPosition) {
+    auto pipe = tiny_mar();
+    auto cfg = lazy(true, false);
+    cfg.keep_ratio = 0.0;
+    cfg.force_decoded = false;
+    cfg.min_similarity = 1.0;  // every position is below a similarity of 1 (up to rounding)
+    ProbeRecorder probe;
+    auto h = make_lazymar_hooks(cfg, pipe.config(), &probe);
+    pipe.generate(options(2.0), h.chain.get());
+    for (const auto& rec : probe.accel(probe_kinds::kLazyMarSimilarity)) {
+        const int64_t below = rec.data.lt(1.0).sum().item<int64_t>();
+        EXPECT_GE(int64_t(rec.values.at("computed")), std::max<int64_t>(1, below));
+    }
+}
