@@ -17,9 +17,9 @@ ninja -C /tmp/build -j16 varscope-cli > /tmp/build.log 2>&1 || { grep -A12 -m3 e
 stamp built
 CLI=/tmp/build/app/cli/varscope-cli
 PREC=${MAR_PRECISION:-bf16}
-for M in ${MAR_MODELS:-mar_base mar_large mar_huge}; do
+for M in ${MAR_MODELS:-mar_huge mar_base mar_large}; do
   timeout ${MAR_TIMEOUT:-150} $CLI bench mar --models $M --methods ${MAR_METHODS:-baseline,lazymar} \
     --device cuda --precision $PREC --batch ${MAR_BATCH:-1} --num-iter 64 --cfg 3.0 \
-    --warmup 1 --repeat 3 --json "$OUT/mar_${M}_64_b${MAR_BATCH:-1}_${PREC}.json" 2>&1 | tail -8
+    --warmup 1 --repeat ${MAR_REPEAT:-3} --json "$OUT/mar_${M}_64_b${MAR_BATCH:-1}_${PREC}.json" 2>&1 | tail -8
   stamp "$M"
 done
