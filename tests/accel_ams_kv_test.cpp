@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -81,10 +82,13 @@ struct Driver {
     void run() {
         for (int64_t si = 0; si < model.num_scales(); ++si) step(si);
     }
-    // Global indices of the tokens `layer` holds, in cache order.
+    // Global indices of the tokens `layer` holds, ascending (a rolling layer's view lists its
+    // ring in slot order; the order of the keys does not matter to attention).
     std::vector<int64_t> held(int64_t layer) {
         auto v = cache.view(layer).second.select(0, 0).select(0, 0).select(1, 0).to(at::kLong);
-        return {v.data_ptr<int64_t>(), v.data_ptr<int64_t>() + v.numel()};
+        std::vector<int64_t> ids(v.data_ptr<int64_t>(), v.data_ptr<int64_t>() + v.numel());
+        std::sort(ids.begin(), ids.end());
+        return ids;
     }
 };
 
@@ -140,6 +144,42 @@ TEST(AmsKv, SimilarityIsZeroForUpsampledKeysAndScaleInvariant) {
     const double s = ams_kv::similarity(a, 2, b, 4);
     EXPECT_LT(s, -0.05);  // unrelated unit keys of 8 channels: about -2/8 minus smoothing
     EXPECT_NEAR(ams_kv::similarity(a * 3, 2, b * 0.5, 4), s, 1e-6);
+}
+
+TEST(AmsKv, SimilarityMatchesBilinearUpsamplingOfKeyMaps) {
+    // Reference: per-head unit keys as (R, H*c, pn, pn) maps, torch's bilinear upsampling,
+    // -mean of the squared difference.
+    auto reference = [](const at::Tensor& kp, int64_t pp, const at::Tensor& kc, int64_t pc) {
+        auto maps = [](const at::Tensor& k, int64_t pn) {
+            auto u = k / k.norm(2, {-1}, true);
+            return u.permute({0, 1, 3, 2}).reshape({k.size(0), k.size(1) * k.size(3), pn, pn});
+        };
+        auto up = at::upsample_bilinear2d(maps(kp, pp), {pc, pc}, false);
+        return -(maps(kc, pc) - up).pow(2).mean().item<double>();
+    };
+    at::manual_seed(5);
+    for (auto [pp, pc] : std::vector<std::pair<int64_t, int64_t>>{{2, 3}, {3, 4}, {10, 13}, {4, 4}}) {
+        auto kp = at::randn({3, 2, pp * pp, 8});
+        auto kc = (at::randn({3, 2, pc * pc, 8}) +
+                   at::upsample_bilinear2d(kp.permute({0, 1, 3, 2}).reshape({3, 16, pp, pp}),
+                                           {pc, pc}, false)
+                       .reshape({3, 2, 8, pc * pc})
+                       .permute({0, 1, 3, 2}));  // related keys: a non-trivial similarity
+        const double ref = reference(kp, pp, kc, pc);
+        EXPECT_NEAR(ams_kv::similarity(kp, pp, kc, pc), ref, 1e-6) << pp << " " << pc;
+        // Unit keys skip the normalisation and give the same value.
+        auto up = kp / kp.norm(2, {-1}, true), uc = kc / kc.norm(2, {-1}, true);
+        EXPECT_NEAR(ams_kv::similarity(up, pp, uc, pc, /*normalize=*/false), ref, 1e-6);
+        // Keys stored token-major (the compact cache, the model's projection): same value.
+        auto tm = uc.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3});
+        EXPECT_FALSE(tm.is_contiguous());
+        EXPECT_NEAR(ams_kv::similarity(up, pp, tm, pc, false), ref, 1e-6);
+    }
+    // The weights are torch's bilinear upsampling of each unit map.
+    const auto w = ams_kv::upsample_weights(3, 5, at::kFloat);
+    const auto eye = at::eye(9).view({9, 1, 3, 3});
+    const auto cols = at::upsample_bilinear2d(eye, {5, 5}, false).view({9, 25}).t();
+    EXPECT_TRUE(at::allclose(w, cols, 1e-6, 1e-7));
 }
 
 TEST(AmsKv, PaperBudgetsEfficientLayersKeepPenultimateDemandingLayersKeepLastTwo) {

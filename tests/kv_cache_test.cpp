@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 using namespace varscope;
@@ -24,6 +25,17 @@ std::pair<at::Tensor, at::Tensor> tokens(int64_t first, int64_t n) {
 std::vector<int64_t> ids_of(const at::Tensor& k) {
     auto col = k.select(0, 0).select(0, 0).select(1, 0).to(at::kLong);
     return {col.data_ptr<int64_t>(), col.data_ptr<int64_t>() + col.numel()};
+}
+
+std::vector<int64_t> range_ids(int64_t a, int64_t b) {
+    std::vector<int64_t> r;
+    for (int64_t i = a; i < b; ++i) r.push_back(i);
+    return r;
+}
+
+std::vector<int64_t> concat_ids(std::vector<int64_t> a, const std::vector<int64_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
 }
 
 KvCache make(bool compact, int64_t layers = 2, int64_t capacity = 64) {
@@ -128,4 +140,144 @@ TEST(KvCache, PreallocatedModeIsBoundedByItsCapacity) {
     cache.append(0, k, v);  // room again after the eviction
     EXPECT_EQ(ids_of(cache.view(0).first), (std::vector<int64_t>{4, 5, 0, 1, 2, 3, 4, 5}));
     EXPECT_THROW(cache.append(5, k, v), std::out_of_range);
+}
+
+// ---- compact layers: reserve, rolling windows (AMS-KV's CLRU without moving kept tokens) ----
+
+namespace {
+
+// Ids of a layer's keys in sequence order (keys() reads in sequence order, view() in slot order).
+std::vector<int64_t> sequence_ids(const KvCache& cache, int64_t layer) {
+    return ids_of(cache.keys(layer, 0, cache.length(layer)));
+}
+
+}  // namespace
+
+TEST(KvCache, ReservedCompactLayerWritesInPlace) {
+    auto cache = make(true, 1);
+    cache.reserve(0, 30);
+    const int64_t tok = cache.token_bytes();
+    EXPECT_EQ(cache.allocated_bytes(), 30 * tok);
+    const void* data = nullptr;
+    int64_t next = 0;
+    for (int64_t n : {1, 4, 9, 16}) {  // 30 tokens: fits the reserve, the buffer never moves
+        auto [k, v] = tokens(next, n);
+        next += n;
+        cache.append(0, k, v);
+        auto [kk, vv] = cache.view(0);
+        if (!data) data = kk.data_ptr();
+        EXPECT_EQ(kk.data_ptr(), data);
+        EXPECT_TRUE(at::equal(vv, -kk));
+    }
+    EXPECT_EQ(ids_of(cache.view(0).first), range_ids(0, 30));
+    EXPECT_EQ(cache.peak_bytes(), 30 * tok);
+    // One more token grows the buffer (a copy of the 30 written tokens).
+    auto [k, v] = tokens(30, 2);
+    cache.append(0, k, v);
+    EXPECT_EQ(ids_of(cache.view(0).first), range_ids(0, 32));
+    EXPECT_EQ(cache.allocated_bytes(), 32 * tok);
+    EXPECT_EQ(cache.peak_bytes(), 62 * tok);
+}
+
+TEST(KvCache, RollingLayerKeepsPinnedAndMostRecentTokens) {
+    auto cache = make(true, 1);
+    cache.reserve(0, 12);
+    auto [k0, v0] = tokens(0, 10);
+    cache.append(0, k0, v0);
+    cache.view(0);
+    EXPECT_THROW(cache.set_window(0, 11, 4), std::invalid_argument);  // fewer than pinned
+    EXPECT_THROW(cache.set_window(0, 2, 7), std::invalid_argument);   // more than pinned + window
+    EXPECT_THROW(cache.set_window(0, 2, 0), std::invalid_argument);
+    const void* data = cache.view(0).first.data_ptr();
+    cache.set_window(0, 2, 10);  // 12 slots: in place
+    EXPECT_TRUE(cache.is_rolling(0));
+    EXPECT_EQ(cache.view(0).first.data_ptr(), data);
+    // 10 + 5 tokens: the 3 oldest unpinned ones (2, 3, 4) are overwritten.
+    auto [k1, v1] = tokens(10, 5);
+    cache.append(0, k1, v1);
+    EXPECT_EQ(sequence_ids(cache, 0), range_ids(0, 15));  // staged: not written yet
+    auto [kv, vv] = cache.view(0);
+    EXPECT_EQ(kv.data_ptr(), data);
+    EXPECT_EQ(kv.size(2), 12);
+    EXPECT_TRUE(at::equal(vv, -kv));
+    EXPECT_EQ(cache.length(0), 12);
+    auto seq = concat_ids(range_ids(0, 2), range_ids(5, 15));
+    EXPECT_EQ(sequence_ids(cache, 0), seq);
+    // Slot order: the ring wrapped, the newest tokens took the oldest ones' slots.
+    EXPECT_EQ(ids_of(kv), (std::vector<int64_t>{0, 1, 12, 13, 14, 5, 6, 7, 8, 9, 10, 11}));
+    // A scale larger than the window: only its last 10 tokens stay.
+    auto [k2, v2] = tokens(15, 13);
+    cache.append(0, k2, v2);
+    cache.view(0);
+    EXPECT_EQ(sequence_ids(cache, 0), concat_ids(range_ids(0, 2), range_ids(18, 28)));
+    // Dropping the staged tokens (keep exactly the written ones) moves nothing.
+    auto [k3, v3] = tokens(28, 4);
+    cache.append(0, k3, v3);
+    cache.retain(0, {{0, 12}});
+    EXPECT_EQ(cache.length(0), 12);
+    EXPECT_TRUE(cache.is_rolling(0));
+    EXPECT_EQ(sequence_ids(cache, 0), concat_ids(range_ids(0, 2), range_ids(18, 28)));
+    EXPECT_EQ(cache.allocated_bytes(), 12 * cache.token_bytes());
+    EXPECT_EQ(cache.peak_bytes(), 12 * cache.token_bytes());
+    // Any other eviction rebuilds a linear layer in sequence order.
+    cache.append(0, k3, v3);
+    cache.retain(0, {{0, 2}, {10, 6}});
+    EXPECT_FALSE(cache.is_rolling(0));
+    EXPECT_EQ(ids_of(cache.view(0).first),
+              concat_ids(range_ids(0, 2), concat_ids(range_ids(26, 28), range_ids(28, 32))));
+}
+
+TEST(KvCache, WideningTheWindowCopiesInSequenceOrderOnce) {
+    auto cache = make(true, 1);
+    cache.reserve(0, 8);
+    auto [k0, v0] = tokens(0, 8);
+    cache.append(0, k0, v0);
+    cache.view(0);
+    cache.set_window(0, 1, 7);
+    auto [k1, v1] = tokens(8, 3);
+    cache.append(0, k1, v1);
+    cache.view(0);  // wrapped: {0, 4..10}
+    auto [k2, v2] = tokens(11, 6);
+    cache.append(0, k2, v2);  // staged while the window grows
+    cache.set_window(0, 1, 20);
+    EXPECT_EQ(cache.allocated_bytes(), 21 * cache.token_bytes());
+    EXPECT_EQ(cache.peak_bytes(), (8 + 21) * cache.token_bytes());
+    auto [k, v] = cache.view(0);
+    // Nothing evicted now: 8 + 6 tokens fit, appended after the others in sequence order.
+    EXPECT_EQ(ids_of(k), concat_ids(std::vector<int64_t>{0}, range_ids(4, 17)));
+    EXPECT_TRUE(at::equal(v, -k));
+    EXPECT_THROW(make(false).set_window(0, 0, 4), std::logic_error);
+}
+
+TEST(KvCache, RollingMatchesClruOnRandomAppends) {
+    // The rolling layer against a list model of CLRU: pinned tokens + the `window` most recent.
+    at::manual_seed(3);
+    for (int trial = 0; trial < 20; ++trial) {
+        auto cache = make(true, 1);
+        const int64_t pinned = trial % 4, window = 3 + trial % 7;
+        std::vector<int64_t> model;
+        int64_t next = 0;
+        bool rolling = false;
+        for (int step = 0; step < 12; ++step) {
+            const int64_t n = 1 + (trial * 7 + step * 5) % 9;
+            auto [k, v] = tokens(next, n);
+            cache.append(0, k, v);
+            for (int64_t i = 0; i < n; ++i) model.push_back(next + i);
+            next += n;
+            if (!rolling && static_cast<int64_t>(model.size()) > pinned + window &&
+                cache.length(0) - n >= pinned && cache.length(0) - n <= pinned + window) {
+                cache.set_window(0, pinned, window);
+                rolling = true;
+            }
+            if (rolling && static_cast<int64_t>(model.size()) > pinned + window) {
+                model.erase(model.begin() + pinned, model.end() - window);
+            }
+            auto [kk, vv] = cache.view(0);
+            EXPECT_TRUE(at::equal(vv, -kk));
+            EXPECT_EQ(sequence_ids(cache, 0), model) << trial << " " << step;
+            auto sorted = ids_of(kk);
+            std::sort(sorted.begin(), sorted.end());
+            EXPECT_EQ(sorted, model) << trial << " " << step;
+        }
+    }
 }

@@ -12,7 +12,6 @@
 #include <string>
 
 #include "core/accel/probe_kinds.h"
-#include "core/accel/resample.h"
 #include "core/sampling/kv_cache.h"
 
 namespace varscope {
@@ -38,7 +37,7 @@ public:
     }
     void report() {
         if (!on_) return;
-        std::fprintf(stderr, "ams_kv profile: view+similarity %.1f ms, stash %.1f ms, retain %.1f ms\n",
+        std::fprintf(stderr, "ams_kv profile: similarity %.1f ms, stash %.1f ms, eviction %.1f ms\n",
                      ms_[0], ms_[1], ms_[2]);
         ms_[0] = ms_[1] = ms_[2] = 0;
     }
@@ -89,7 +88,11 @@ class AmsKv : public SamplingHooks {
 public:
     AmsKv(const AmsKvConfig& cfg, const AmsKvBudgets& budgets, const VarConfig& model,
           ProbeSink* probe)
-        : cfg_(cfg), b_(budgets), patch_nums_(model.patch_nums), probe_(probe) {
+        : cfg_(cfg),
+          b_(budgets),
+          patch_nums_(model.patch_nums),
+          normalize_keys_(!model.attn_l2_norm),
+          probe_(probe) {
         reset(model.depth);
     }
 
@@ -112,6 +115,8 @@ public:
         const int64_t unit = now - before;
         const bool grouped = ctx.scale.segments.size() > 1;
         const bool promotable = !st.demanding && b_.c_max > b_.c_min;
+        // A new image: one buffer of the layer's budget, written in place from now on.
+        if (before == 0 && cache.is_compact()) cache.reserve(ctx.layer, st.budget);
 
         // Similarity of this step's (last) scale to the previous scale, before anything is
         // evicted; only when the algorithm needs it or the inspector asks.
@@ -128,6 +133,11 @@ public:
             if (promotable && st.similarity < cfg_.theta) {  // NaN compares false
                 st.budget = b_.c_max;                        // line 11: cache-demanding
                 st.demanding = true;
+                // The larger ring now (one copy of the kept tokens), so that the tokens the
+                // budget keeps are never overwritten.
+                if (cache.is_compact() && before <= st.budget)
+                    cache.set_window(ctx.layer, condensed_tokens(st.runs),
+                                     st.budget - condensed_tokens(st.runs));
             }
             if (!grouped && unit > st.budget)
                 keep = {{0, before}};  // line 13-14: C_i = C_{i-1}
@@ -144,7 +154,7 @@ public:
         });
         if (!keep.empty()) {
             timer_.time(2, dev, [&] {
-                cache.retain(ctx.layer, keep);
+                evict(st, cache, ctx.layer, keep, before, grouped);
                 return 0;
             });
             st.runs = keep_runs(st.runs, keep);
@@ -170,6 +180,22 @@ private:
         int64_t stash_scale = -1;
     };
     PartTimer timer_;
+
+    // Applies `keep` to the layer's cache. CLRU of a single-scale step in the compact cache is a
+    // ring: the condensed tokens stay put and the new tokens overwrite the oldest others when
+    // the layer is read, so no kept token is copied. Grouped steps (whose queries need their own
+    // keys last, in order) and layers over their budget take the general path (one rebuild).
+    void evict(const LayerState& st, KvCache& cache, int64_t layer,
+               const std::vector<std::pair<int64_t, int64_t>>& keep, int64_t before,
+               bool grouped) const {
+        const bool drop_new = keep.size() == 1 && keep[0].first == 0 && keep[0].second == before;
+        if (!drop_new && !grouped && cache.is_compact() && before <= st.budget) {
+            const int64_t pinned = condensed_tokens(st.runs);
+            cache.set_window(layer, pinned, st.budget - pinned);
+        } else {
+            cache.retain(layer, keep);
+        }
+    }
 
     void reset(int64_t depth) {
         layers_.assign(static_cast<size_t>(depth), LayerState{});
@@ -225,7 +251,8 @@ private:
         else
             return kNoSimilarity;
         const auto cur = cache.keys(layer, cur_start, tokens_of(scale));
-        return ams_kv::similarity(prev, patch_nums_[scale - 1], cur, patch_nums_[scale]);
+        return ams_kv::similarity(prev, patch_nums_[scale - 1], cur, patch_nums_[scale],
+                                  normalize_keys_);
     }
 
     // Keeps a copy of this step's keys when the eviction would drop them but the next scale's
@@ -253,9 +280,12 @@ private:
             if (wants(probe_kinds::kKvBytes)) {
                 auto bytes = at::empty({L}, at::kLong);
                 int64_t sum = 0;
+                // From the policy's bookkeeping: a rolling layer's cache drops the tokens it
+                // evicts only when it is next read (the last layer's after this hook).
                 for (int64_t l = 0; l < L; ++l) {
-                    bytes[l] = ctx.cache.bytes(l);
-                    sum += ctx.cache.bytes(l);
+                    const int64_t b = total(layers_[l].runs) * ctx.cache.token_bytes();
+                    bytes[l] = b;
+                    sum += b;
                 }
                 AccelRecord r{kMethod, probe_kinds::kKvBytes, seg.scale, -1, bytes, {}};
                 r.values["total"] = static_cast<double>(sum);
@@ -288,6 +318,7 @@ private:
     AmsKvConfig cfg_;
     AmsKvBudgets b_;
     std::vector<int64_t> patch_nums_;
+    bool normalize_keys_;  // false when the model's keys are unit vectors per head already
     ProbeSink* probe_;
     std::vector<LayerState> layers_;
 };
@@ -307,18 +338,42 @@ std::vector<std::pair<int64_t, int64_t>> clru_ranges(int64_t length, int64_t con
     return out;
 }
 
+at::Tensor upsample_weights(int64_t pn_prev, int64_t pn_cur, const at::TensorOptions& options) {
+    // 1-D weights (pn_cur, pn_prev): torch's own linear interpolation of the identity, so they
+    // are exactly torch's (align_corners false); the 2-D map is their Kronecker product.
+    const auto eye = at::eye(pn_prev, options.dtype(at::kFloat)).unsqueeze(0);
+    const auto w1 = at::upsample_linear1d(eye, {pn_cur}, /*align_corners=*/false)[0].t();
+    return at::kron(w1, w1).to(options.dtype());
+}
+
 double similarity(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
-                  int64_t pn_cur) {
-    // (R, H, pn*pn, c) -> (R, H*c, pn, pn) maps of unit keys.
-    auto as_map = [](const at::Tensor& k, int64_t pn) {
-        auto unit = k.to(at::kFloat);
-        unit = unit / unit.norm(2, {-1}, true).clamp_min(1e-12);
-        const int64_t R = k.size(0), H = k.size(1), c = k.size(3);
-        return unit.permute({0, 1, 3, 2}).reshape({R, H * c, pn, pn});
+                  int64_t pn_cur, bool normalize) {
+    const int64_t R = k_cur.size(0), H = k_cur.size(1), c = k_cur.size(3);
+    const int64_t tp = pn_prev * pn_prev, tc = pn_cur * pn_cur;
+    TORCH_CHECK(k_prev.size(2) == tp && k_cur.size(2) == tc && k_prev.size(0) == R,
+                "ams_kv::similarity: key maps do not match their scales");
+    // Unit keys are compared in float; keys that are unit already in the model's precision.
+    const auto dtype = normalize ? at::kFloat : k_cur.scalar_type();
+    // (R, H, t, c) -> (R, t, H*c): a view for the model's freshly projected keys and for the
+    // compact cache's token-major buffers, so the upsampling is one batched GEMM per scale pair.
+    auto rows = [&](const at::Tensor& k, int64_t t) {
+        auto x = k.to(dtype).permute({0, 2, 1, 3});
+        if (normalize) x = x / x.norm(2, {-1}, true).clamp_min(1e-12);
+        return x.reshape({R, t, H * c});
     };
-    const auto prev = as_map(k_prev, pn_prev), cur = as_map(k_cur, pn_cur);
-    const auto up = upsample_bilinear_planes(prev, pn_cur);
-    return -(cur - up).pow(2).mean().item<double>();
+    const auto prev = rows(k_prev, tp), cur = rows(k_cur, tc);
+    // sum_r ||cur_r - W prev_r||^2 = sum ||cur||^2 - 2 <W, sum_r cur_r prev_r^T>
+    //                                + <W^T W, sum_r prev_r prev_r^T>:
+    // two GEMMs with small outputs read each key once, instead of writing and re-reading the
+    // upsampled map (the Gram matrices hold sums of H per-head cosines: no overflow in fp16).
+    const auto f32 = prev.options().dtype(at::kFloat);
+    const auto cross = at::bmm(cur, prev.transpose(1, 2)).sum(0, false, at::kFloat);  // (tc, tp)
+    const auto gram = at::bmm(prev, prev.transpose(1, 2)).sum(0, false, at::kFloat);  // (tp, tp)
+    const auto w = upsample_weights(pn_prev, pn_cur, f32);                             // (tc, tp)
+    const auto cur_sq = at::linalg_vector_norm(cur, 2, c10::nullopt, false, at::kFloat).square();
+    const auto sum_sq = cur_sq - 2 * (w * cross).sum() + (w.t().mm(w) * gram).sum();
+    const double sq = std::max(sum_sq.item<double>(), 0.0);
+    return -sq / static_cast<double>(R * H * tc * c);
 }
 
 }  // namespace ams_kv

@@ -19,11 +19,12 @@
 //
 // Decisions where the paper leaves room:
 //   - Similarity: S = -mean((k_i - up(k_{i-1}))^2) over batch, heads, tokens and channels, with
-//     keys L2-normalised per head (a no-op for VAR, whose keys are unit vectors per head).
+//     keys L2-normalised per head (skipped for models that normalise their keys already, such as
+//     VAR with attn_l2_norm: there it would change nothing but the cost).
 //     The paper writes -||k_i - k^_{i-1}||_2 but its thresholds (θ in [-0.01, -0.007], App. E)
 //     only make sense for a per-element mean: for unit keys of 64 channels this distance is
 //     (2 - 2 cos)/64, about 0.008 at cos 0.75. up() is bilinear 2D interpolation of the
-//     (pn_{i-1} x pn_{i-1}) key map to pn_i x pn_i (align_corners false).
+//     (pn_{i-1} x pn_{i-1}) key map to pn_i x pn_i (align_corners false), one batched GEMM.
 //   - The similarity needs complete key maps of both scales; a scale pruned by another policy
 //     (fewer keys than pn*pn) gives no similarity and the layer is not promoted at that step.
 //     When the previous scale's keys would not survive the eviction and the layer may still be
@@ -37,6 +38,17 @@
 //   - The budget is bounded only when C_max is below the schedule's total tokens; then the loop
 //     uses the compact KV cache (memory follows the budget). Otherwise nothing is ever evicted
 //     and the baseline's preallocated cache is used, so the tokens equal the baseline's.
+//   - Storage: each layer's compact buffer is allocated once per image at C_min tokens and
+//     written in place; at its first eviction it becomes a ring (KvCache::set_window): the
+//     condensed tokens stay, new tokens overwrite the oldest others, which is CLRU without
+//     copying any kept token. A promotion to C_max widens the ring (one copy of the kept
+//     tokens). The decision to promote needs S on the host: one device sync per layer and step
+//     while the layer is still cache-efficient and over C_min (scales 7-9 of the 256px schedule).
+//   - Memory accounting (App. D, Eq. 4): what each layer retains after the last scale, against
+//     every scale in every layer for the baseline (res.kv_bytes); res.kv_bytes_peak is the most
+//     held after any step. With the paper's budgets both are C_min / total for cache-efficient
+//     layers (174 / 680 = 25.6 % on the 256px schedule) and C_max / total (63.2 %) for
+//     cache-demanding ones, so 25.6 % is the floor of the 256px schedule at these budgets.
 //
 // Probe records (method "ams_kv", see core/accel/probe_kinds.h), one per scale after the step
 // that decoded it (all layers done), only when probe->wants_accel("ams_kv", kind):
@@ -90,10 +102,16 @@ namespace ams_kv {
 // `condensed` tokens are condensed, within `budget`; at least the last `keep_tail` tokens stay.
 std::vector<std::pair<int64_t, int64_t>> clru_ranges(int64_t length, int64_t condensed,
                                                      int64_t budget, int64_t keep_tail = 0);
-// -mean((k_cur - up(k_prev))^2) with per-head L2-normalised keys; k_prev (R, H, pp*pp, c),
-// k_cur (R, H, pc*pc, c).
+// -mean((k_cur - up(k_prev))^2) over every element; k_prev (R, H, pp*pp, c), k_cur
+// (R, H, pc*pc, c); with `normalize` the keys are first L2-normalised per head (in float).
+// up() is bilinear (align_corners false) with the (pc^2, pp^2) Kronecker weights W; the sum is
+// expanded into Gram matrices of the keys' (R, tokens, H*c) rows (two batched GEMMs that read
+// each key once); with unit keys (normalize false) they run in the keys' precision with float
+// sums, and only the result syncs the device.
 double similarity(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
-                  int64_t pn_cur);
+                  int64_t pn_cur, bool normalize = true);
+// The (pc^2, pp^2) bilinear upsampling matrix of a pp x pp map to pc x pc (row-major tokens).
+at::Tensor upsample_weights(int64_t pn_prev, int64_t pn_cur, const at::TensorOptions& options);
 }  // namespace ams_kv
 
 }  // namespace varscope
