@@ -15,6 +15,11 @@ struct DenseStepGraphs::Scale {
     double flops = 0.0;
 };
 
+struct DenseStepGraphs::Extra {
+    kernels::CudaGraph graph;
+    std::vector<at::Tensor> outputs;
+};
+
 bool DenseGraphKey::operator==(const DenseGraphKey& o) const {
     return device == o.device && batch == o.batch && dtype == o.dtype &&
            attention == o.attention && patch_nums == o.patch_nums && weights == o.weights;
@@ -54,20 +59,21 @@ bool DenseStepGraphs::fully_captured() const {
     return true;
 }
 
-const std::vector<Modulation>& DenseStepGraphs::modulations(const Prologue& prologue) {
-    if (!prologue_graph_) {
+const std::vector<at::Tensor>& DenseStepGraphs::run(const std::string& name, const Tensors& fn) {
+    auto& extra = extras_[name];
+    if (!extra) {
         const auto t0 = std::chrono::steady_clock::now();
-        // Warm-up first: creates the capture stream's cuBLAS state outside any graph.
-        kernels::run_on_capture_stream(key_.device, [&] { prologue(); });
-        auto graph = std::make_unique<kernels::CudaGraph>();
-        graph->capture(key_.device, [&] { modulations_ = prologue(); });
-        prologue_graph_ = std::move(graph);
+        // Warm-up first: creates the capture stream's cuBLAS / cuDNN state outside any graph.
+        kernels::run_on_capture_stream(key_.device, [&] { fn(); });
+        auto e = std::make_unique<Extra>();
+        e->graph.capture(key_.device, [&] { e->outputs = fn(); });
+        extra = std::move(e);
         capture_ms_ +=
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                 .count();
     }
-    prologue_graph_->replay();
-    return modulations_;
+    extra->graph.replay();
+    return extra->outputs;
 }
 
 at::Tensor DenseStepGraphs::step(int64_t si, const Forward& forward, double& flops) {

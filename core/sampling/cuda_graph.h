@@ -4,9 +4,10 @@
 // one launch per scale. Token sampling, guidance and the VQVAE's f_hat update stay eager (they
 // draw from the sampler's torch generator, exactly as without graphs).
 //
-// The AdaLN modulation of every block depends only on the class condition, so the graphs compute
-// it once per call (a prologue graph) instead of once per scale: at batch 1 its weights are a
-// third of the bytes each scale would stream.
+// What depends only on the class condition (every block's AdaLN modulation, 1 + scale, the head
+// temperatures) is computed once per call by a prologue graph instead of once per scale: at batch
+// 1 the AdaLN weights are a third of the bytes each scale would stream, and each constant hoisted
+// out of the steps is one kernel less per block and scale. The VQVAE decode is a graph too.
 //
 // Replays need fixed addresses, so a DenseStepGraphs owns the step's inputs (f_hat, the class
 // condition) and a preallocated KV cache for one shape (batch, precision, schedule, weights);
@@ -17,7 +18,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <mutex>
 #include <vector>
 
@@ -50,8 +53,8 @@ public:
     // The step's forward: reads the static inputs (f_hat(), condition()), appends to `cache`,
     // adds its attention FLOPs to `flops` and returns the raw (2B, l, V) logits.
     using Forward = std::function<at::Tensor(int64_t si, KvCache& cache, double& flops)>;
-    // Every block's modulation from the static condition().
-    using Prologue = std::function<std::vector<Modulation>()>;
+    // Work outside the steps (prologue, decode): reads static tensors, returns its outputs.
+    using Tensors = std::function<std::vector<at::Tensor>()>;
 
     DenseStepGraphs(const VarConfig& config, const DenseGraphKey& key,
                     const at::Tensor& condition_prototype);
@@ -63,9 +66,10 @@ public:
     // scale). Captures `forward` the first time for si (warming up before the first capture),
     // then replays; adds the step's attention FLOPs to `flops`.
     at::Tensor step(int64_t si, const Forward& forward, double& flops);
-    // Runs the prologue (captured on the first call) and returns the modulations it wrote; call
-    // once per sample after filling condition(), before the steps.
-    const std::vector<Modulation>& modulations(const Prologue& prologue);
+    // Replays the graph named `name` (captured from fn, after an eager warm-up, on its first
+    // use) and returns the tensors fn returned at capture, now holding this replay's values.
+    // The prologue runs once per sample after condition() is filled, before the steps.
+    const std::vector<at::Tensor>& run(const std::string& name, const Tensors& fn);
     double capture_millis() const { return capture_ms_; }
     bool fully_captured() const;
     int64_t kv_bytes() const { return cache_.total_bytes(); }
@@ -78,8 +82,8 @@ private:
     at::Tensor f_hat_, condition_;
     KvCache cache_;
     std::vector<std::unique_ptr<Scale>> scales_;
-    std::unique_ptr<kernels::CudaGraph> prologue_graph_;
-    std::vector<Modulation> modulations_;  // outputs of the prologue graph
+    struct Extra;
+    std::map<std::string, std::unique_ptr<Extra>> extras_;
     bool warmed_up_ = false;
     double capture_ms_ = 0.0;
     std::mutex mutex_;

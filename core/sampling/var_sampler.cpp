@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 
 #include "core/sampling/cuda_graph.h"
@@ -30,12 +31,9 @@ at::Tensor named_tensor(const torch::nn::Module& m, const std::string& name) {
 
 // One block of one step, with the hook points the accelerators use. `step_mask` is the
 // additive block-causal mask among the step's packed rows (grouped steps only).
-// `given` is the block's modulation when already computed (the graphed path computes it once
-// per call), else it is computed from `cond`.
 at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at::Tensor& cond,
                      BlockContext& ctx, SamplingHooks* hooks, ProbeSink* probe,
-                     AttentionBackend backend, const at::Tensor& step_mask, double& flops,
-                     const Modulation* given = nullptr) {
+                     AttentionBackend backend, const at::Tensor& step_mask, double& flops) {
     // Per-block timing for the inspector: synchronises the device between the parts, so it is
     // only done when a probe asks (it slows sampling down).
     const bool timed = probe && probe->wants_block_timing();
@@ -49,7 +47,7 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at
     };
     if (timed) synchronize_device(x.device());
     t_part = Clock::now();
-    const auto m = given ? *given : blk.modulation(cond);
+    const auto m = blk.modulation(cond);
     const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x) : at::Tensor();
     // rows: (K) for every batch row, or (2B, K) chosen per batch row (FastVAR).
     const bool per_row = rows.defined() && rows.dim() == 2;
@@ -129,6 +127,69 @@ std::optional<at::Generator> make_generator(const at::Device& device, std::optio
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_current_seed(*seed);
     return gen;
+}
+
+// What a block's step needs that depends only on the class condition, computed once per call by
+// the graphed path's prologue.
+struct BlockConstants {
+    Modulation m;
+    at::Tensor scale1p, scale2p;  // 1 + scale
+    at::Tensor qkv_bias;          // q_bias | zero_k_bias | v_bias
+    at::Tensor q_mul;             // exp(min(scale_mul, log 100)), only with L2-normalised q/k
+    static constexpr size_t kTensors = 10;
+    void append_to(std::vector<at::Tensor>& out) const {
+        out.insert(out.end(), {m.gamma1, m.gamma2, m.scale1, m.scale2, m.shift1, m.shift2, scale1p,
+                               scale2p, qkv_bias, q_mul});
+    }
+    static BlockConstants from(const std::vector<at::Tensor>& t, size_t i) {
+        i *= kTensors;
+        return {{t[i], t[i + 1], t[i + 2], t[i + 3], t[i + 4], t[i + 5]},
+                t[i + 6], t[i + 7], t[i + 8], t[i + 9]};
+    }
+};
+
+BlockConstants block_constants(const AdaLNSelfAttnImpl& blk, const at::Tensor& cond) {
+    BlockConstants k;
+    k.m = blk.modulation(cond);
+    k.scale1p = k.m.scale1.add(1);
+    k.scale2p = k.m.scale2.add(1);
+    const auto& a = *blk.attn;
+    k.qkv_bias = at::cat({a.q_bias, a.zero_k_bias, a.v_bias});
+    k.q_mul = a.scale_mul_1H11.defined() ? a.scale_mul_1H11.clamp_max(std::log(100.0)).exp()
+                                          : at::Tensor();
+    return k;
+}
+
+// The dense block of the graphed path: the operations of AdaLNSelfAttnImpl's attn_input,
+// SelfAttentionImpl::project_qkv and ffn_branch with run_block's hook-free path, in the same
+// order on the same values (so the same results), with the per-call constants precomputed.
+// VarGraph.GraphTokensEqualEagerTokens (GPU) checks that it stays equal to the model's code.
+at::Tensor dense_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const BlockConstants& k,
+                       KvCache& cache, int64_t layer, double eps, AttentionBackend backend,
+                       double& flops) {
+    const int64_t B = x.size(0), L = x.size(1), C = x.size(2);
+    const auto& attn = *blk.attn;
+    const int64_t H = attn.num_heads(), hd = C / H;
+    const auto normed = at::layer_norm(x, {C}, {}, {}, eps).mul(k.scale1p).add_(k.m.shift1);
+    const auto parts = at::linear(normed, attn.mat_qkv->weight, k.qkv_bias)
+                           .view({B, L, 3, H, hd})
+                           .permute({2, 0, 3, 1, 4})
+                           .unbind(0);
+    at::Tensor q = parts[0], kk = parts[1];
+    if (k.q_mul.defined()) {
+        auto l2 = [](const at::Tensor& t) { return t / t.norm(2, {-1}, true).clamp_min(1e-12); };
+        q = l2(q).mul(k.q_mul);
+        kk = l2(kk);
+    }
+    cache.append(layer, kk, parts[2]);
+    auto [keys, values] = cache.view(layer);
+    flops += 4.0 * static_cast<double>(q.size(0)) * q.size(1) * q.size(2) * keys.size(2) * q.size(3);
+    const double s = attn.softmax_scale();
+    const auto o = backend == AttentionBackend::Eager ? attention_eager(q, keys, values, s)
+                                                      : attention_sdpa(q, keys, values, s);
+    auto h = x + attn.project_out(o).mul(k.m.gamma1);
+    const auto ffn_in = at::layer_norm(h, {C}, {}, {}, eps).mul(k.scale2p).add_(k.m.shift2);
+    return h + blk.ffn->forward(ffn_in).mul(k.m.gamma2);
 }
 
 // The transformer steps can run as CUDA graph replays when nothing needs to see inside them:
@@ -263,23 +324,25 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         return embed_scale(si, rows, lvl_pos);
     };
     // The dense step that the graphs capture: the same operations as the loop below without
-    // hooks, reading only the static inputs (f_hat, cond_BD, the prologue's modulations) and
-    // the weights. Same operations on the same values, so the same tokens.
+    // hooks, reading only the static inputs (f_hat, cond_BD, the prologue's constants) and the
+    // weights. Same operations on the same values, so the same tokens.
     // A failed capture leaves the set half-built: drop it (rebuilt next time).
     auto drop_graphs = [&] {
         graphs_lock.unlock();
         graphs_->erase(graphs);
     };
-    const std::vector<Modulation>* modulations = nullptr;
+    std::vector<BlockConstants> constants;
     if (graphs) {
         try {
-            modulations = &graphs->modulations([&] {
+            const auto& t = graphs->run("prologue", [&] {
                 const at::Tensor block_cond = var_->block_condition(cond_BD);
-                std::vector<Modulation> m;
+                std::vector<at::Tensor> out;
                 for (int64_t layer = 0; layer < c.depth; ++layer)
-                    m.push_back(var_->block(layer).modulation(block_cond));
-                return m;
+                    block_constants(var_->block(layer), block_cond).append_to(out);
+                return out;
             });
+            for (int64_t layer = 0; layer < c.depth; ++layer)
+                constants.push_back(BlockConstants::from(t, static_cast<size_t>(layer)));
         } catch (...) {
             drop_graphs();
             throw;
@@ -288,12 +351,9 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     const DenseStepGraphs::Forward dense_step = [&](int64_t si, KvCache& kv, double& flops) {
         at::Tensor x = si == 0 ? var_->first_scale_input(cond_BD)
                                : embed_scale(si, {}, var_->level_position());
-        const ScaleContext sctx{c, si, c.patch_nums[si], B, c.scale_begin(si), f_hat, {}, si};
-        for (int64_t layer = 0; layer < c.depth; ++layer) {
-            BlockContext bctx{sctx, layer, kv};
-            x = run_block(var_->block(layer), x, {}, bctx, nullptr, nullptr, opt.attention, {},
-                          flops, &(*modulations)[layer]);
-        }
+        for (int64_t layer = 0; layer < c.depth; ++layer)
+            x = dense_block(var_->block(layer), x, constants[layer], kv, layer, c.norm_eps,
+                            opt.attention, flops);
         return var_->logits(x, cond_BD);
     };
 
@@ -412,7 +472,19 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     res.kv_bytes = kv_bytes_now();
     if (graphs) res.graph_capture_millis = graphs->capture_millis() - capture_ms_before;
     const auto t_dec = Clock::now();
-    if (opt.decode) res.images = vae_->decode(f_hat).add(1).mul(0.5);
+    if (opt.decode && graphs) {
+        try {
+            // A copy: the graph's output is overwritten by the next call's replay.
+            res.images = graphs->run("decode", [&] {
+                return std::vector<at::Tensor>{vae_->decode(f_hat).add(1).mul(0.5)};
+            })[0].clone();
+        } catch (...) {
+            drop_graphs();
+            throw;
+        }
+    } else if (opt.decode) {
+        res.images = vae_->decode(f_hat).add(1).mul(0.5);
+    }
     if (opt.time_scales) synchronize_device(device);
     res.decode_millis = millis_since(t_dec);
     res.f_hat = graphs ? f_hat.clone() : f_hat;  // the graphs' f_hat is reused by the next call

@@ -1,6 +1,6 @@
 // CUDA graphs for the dense sampling loop (core/sampling/cuda_graph.h): replayed graphs must give
-// exactly the tokens of the eager loop for a seed (same kernels on the same inputs; sampling is
-// eager in both), on the capturing call and on replays, for new labels with the same shape,
+// exactly the tokens and features of the eager loop for a seed (the graphed block does the
+// model's operations on the same values; sampling is eager in both), on the capturing call and on replays, for new labels with the same shape,
 // per shape, in fp32 and bf16. Graphs stay off where something needs to see inside the steps
 // (hooks, attention probes) and on the CPU. Skips without CUDA (the CPU test runs everywhere).
 #include <ATen/ATen.h>
@@ -46,7 +46,8 @@ void expect_same_tokens(const VarSampleResult& a, const VarSampleResult& b, cons
     for (size_t si = 0; si < a.tokens.size(); ++si)
         EXPECT_TRUE(a.tokens[si].equal(b.tokens[si])) << what << ": scale " << si;
     EXPECT_TRUE(a.f_hat.equal(b.f_hat)) << what << ": f_hat";
-    EXPECT_TRUE(a.images.equal(b.images)) << what << ": images";
+    // The decode is a graph too: cuDNN may pick another convolution algorithm for it.
+    EXPECT_TRUE(at::allclose(a.images, b.images, 1e-4, 1e-5)) << what << ": images";
 }
 
 }  // namespace

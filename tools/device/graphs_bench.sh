@@ -45,6 +45,6 @@ PYTHONUNBUFFERED=1 timeout ${SPEED_TIMEOUT:-330} python3 "$SRC/tools/parity/var_
 stamp speed
 P256=1,2,3,4,5,6,8,10,13,16
 $CLI bench e2e --random 30 --patch-nums $P256 --device cuda --precision bf16 --class 207 --seed 0 \
-  --methods "baseline;baseline@eager;skip;fastvar;sparvar;lazyvar;ams_kv;sparvar+skip;fastvar+ams_kv" \
+  --methods "${E2E_METHODS:-baseline;baseline@eager;skip;fastvar;sparvar;lazyvar;ams_kv;sparvar+skip;fastvar+ams_kv}" \
   --warmup 2 --repeat 5 --json "$OUT/e2e_d30_256_b1_bf16_graphs.json" 2>&1 | tail -13
 stamp e2e-256
