@@ -11,15 +11,16 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee "$OUT/ams_kv_bench.log") 2>&1
 T0=$(date +%s); stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 SRC=${SRC:-.}
+BUILD=${BUILD:-/tmp/build-amskv}  # not /tmp/build: other scripts configure it from other snapshots
 nvidia-smi --query-gpu=name,memory.total --format=csv
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
-cmake -S "$SRC" -B /tmp/build -G Ninja -DVARSCOPE_BUILD_GUI=OFF -DVARSCOPE_WITH_OPENCV=OFF -DVARSCOPE_WERROR=OFF \
+cmake -S "$SRC" -B $BUILD -G Ninja -DVARSCOPE_BUILD_GUI=OFF -DVARSCOPE_WITH_OPENCV=OFF -DVARSCOPE_WERROR=OFF \
   -DVARSCOPE_CUDA_ARCHS=90a -DVARSCOPE_PYTHON="$(command -v python3)" -DCMAKE_PREFIX_PATH="$PWD/.device/deps" \
   > /tmp/cmake.log 2>&1 || { tail -20 /tmp/cmake.log; exit 1; }
-ninja -C /tmp/build -j16 varscope-cli varscope_gpu_tests > /tmp/build.log 2>&1 || { grep -A12 -m3 error /tmp/build.log; exit 1; }
+ninja -C $BUILD -j16 varscope-cli varscope_gpu_tests > /tmp/build.log 2>&1 || { grep -A12 -m3 error /tmp/build.log; exit 1; }
 stamp built
 # (At most 8 files come back: the GPU test results go into this log.)
-timeout 120 /tmp/build/tests/varscope_gpu_tests > /tmp/gpu_tests.log 2>&1; echo "gpu tests rc=$?"
+timeout 120 $BUILD/tests/varscope_gpu_tests > /tmp/gpu_tests.log 2>&1; echo "gpu tests rc=$?"
 grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) |Failure" /tmp/gpu_tests.log | head -80
 stamp tested
 
@@ -31,7 +32,7 @@ if [ "${TOTAL_MIB:-0}" -gt 85000 ]; then
   echo "capped at 81559 MiB of $TOTAL_MIB MiB: PYTORCH_CUDA_ALLOC_CONF=$PYTORCH_CUDA_ALLOC_CONF"
 fi
 
-CLI=/tmp/build/app/cli/varscope-cli
+CLI=$BUILD/app/cli/varscope-cli
 P256=1,2,3,4,5,6,8,10,13,16
 COMMON="--random 30 --patch-nums $P256 --device cuda --precision fp16 --cfg 1.5 --seed 0"
 # Where AMS-KV's own work goes (synchronised part timer, one image batch after a warm-up).
