@@ -10,12 +10,12 @@ exec > >(tee "$OUT/mar_bench.log") 2>&1
 T0=$(date +%s); stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 SRC=${SRC:-.}
 nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
-cmake -S "$SRC" -B /tmp/build -G Ninja -DVARSCOPE_BUILD_GUI=OFF -DVARSCOPE_WITH_OPENCV=OFF -DVARSCOPE_WERROR=OFF \
+cmake -S "$SRC" -B ${BUILD:-/tmp/build-mar} -G Ninja -DVARSCOPE_BUILD_GUI=OFF -DVARSCOPE_WITH_OPENCV=OFF -DVARSCOPE_WERROR=OFF \
   -DVARSCOPE_CUDA_ARCHS=90a -DVARSCOPE_PYTHON="$(command -v python3)" -DCMAKE_PREFIX_PATH="$PWD/.device/deps" \
   > /tmp/cmake.log 2>&1 || { tail -20 /tmp/cmake.log; exit 1; }
-ninja -C /tmp/build -j16 varscope-cli > /tmp/build.log 2>&1 || { grep -A12 -m3 error /tmp/build.log; exit 1; }
+ninja -C ${BUILD:-/tmp/build-mar} -j16 varscope-cli > /tmp/build.log 2>&1 || { grep -A12 -m3 error /tmp/build.log; exit 1; }
 stamp built
-CLI=/tmp/build/app/cli/varscope-cli
+CLI=${BUILD:-/tmp/build-mar}/app/cli/varscope-cli
 PREC=${MAR_PRECISION:-bf16}
 for M in ${MAR_MODELS:-mar_huge mar_base mar_large}; do
   timeout ${MAR_TIMEOUT:-150} $CLI bench mar --models $M --methods ${MAR_METHODS:-baseline,lazymar} \
