@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "core/accel/probe_kinds.h"
 #include "core/sampling/kv_cache.h"
@@ -346,6 +348,25 @@ at::Tensor upsample_weights(int64_t pn_prev, int64_t pn_cur, const at::TensorOpt
     return at::kron(w1, w1).to(options.dtype());
 }
 
+namespace {
+
+// W and W^T W in float on `device`, built once per thread and scale pair (a handful of tiny
+// kernels and a transfer otherwise, per layer and step).
+const std::pair<at::Tensor, at::Tensor>& weights_for(int64_t pn_prev, int64_t pn_cur,
+                                                     const at::Device& device) {
+    thread_local std::map<std::tuple<int64_t, int64_t, std::string>,
+                          std::pair<at::Tensor, at::Tensor>>
+        cache;
+    auto& entry = cache[{pn_prev, pn_cur, device.str()}];
+    if (!entry.first.defined()) {
+        const auto w = upsample_weights(pn_prev, pn_cur, at::TensorOptions(device));
+        entry = {w, w.t().mm(w)};
+    }
+    return entry;
+}
+
+}  // namespace
+
 double similarity(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
                   int64_t pn_cur, bool normalize) {
     const int64_t R = k_cur.size(0), H = k_cur.size(1), c = k_cur.size(3);
@@ -366,13 +387,23 @@ double similarity(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k
     //                                + <W^T W, sum_r prev_r prev_r^T>:
     // two GEMMs with small outputs read each key once, instead of writing and re-reading the
     // upsampled map (the Gram matrices hold sums of H per-head cosines: no overflow in fp16).
-    const auto f32 = prev.options().dtype(at::kFloat);
-    const auto cross = at::bmm(cur, prev.transpose(1, 2)).sum(0, false, at::kFloat);  // (tc, tp)
-    const auto gram = at::bmm(prev, prev.transpose(1, 2)).sum(0, false, at::kFloat);  // (tp, tp)
-    const auto w = upsample_weights(pn_prev, pn_cur, f32);                             // (tc, tp)
+    // Their rows are padded to a multiple of 8 elements: cuBLAS's tensor-core kernels need
+    // aligned leading dimensions (169 or 100 tokens are not; measured ~10x slower).
+    auto gram_sum = [&](const at::Tensor& a, const at::Tensor& b) {  // sum_r a_r b_r^T, float
+        const int64_t m = a.size(1), n = b.size(1), ld = (n + 7) / 8 * 8;
+        auto out = at::empty({R, m, ld}, a.options()).narrow(2, 0, n);
+        at::bmm_out(out, a, b.transpose(1, 2));
+        return out.sum(0, false, at::kFloat);
+    };
+    const auto& [w, wtw] = weights_for(pn_prev, pn_cur, prev.device());  // (tc, tp), (tp, tp)
+    const auto cross = gram_sum(cur, prev), gram = gram_sum(prev, prev);
     const auto cur_sq = at::linalg_vector_norm(cur, 2, c10::nullopt, false, at::kFloat).square();
-    const auto sum_sq = cur_sq - 2 * (w * cross).sum() + (w.t().mm(w) * gram).sum();
-    const double sq = std::max(sum_sq.item<double>(), 0.0);
+    // One transfer (one device sync) for the three sums; combined in double on the host.
+    const auto parts = at::stack({cur_sq, at::dot(w.flatten(), cross.flatten()),
+                                  at::dot(wtw.flatten(), gram.flatten())})
+                           .to(at::kCPU, at::kDouble);
+    const auto* p = parts.data_ptr<double>();
+    const double sq = std::max(p[0] - 2 * p[1] + p[2], 0.0);
     return -sq / static_cast<double>(R * H * tc * c);
 }
 

@@ -20,7 +20,7 @@ cmake -S "$SRC" -B $BUILD -G Ninja -DVARSCOPE_BUILD_GUI=OFF -DVARSCOPE_WITH_OPEN
 ninja -C $BUILD -j16 varscope-cli varscope_gpu_tests > /tmp/build.log 2>&1 || { grep -A12 -m3 error /tmp/build.log; exit 1; }
 stamp built
 # (At most 8 files come back: the GPU test results go into this log.)
-timeout 120 $BUILD/tests/varscope_gpu_tests > /tmp/gpu_tests.log 2>&1; echo "gpu tests rc=$?"
+timeout 120 $BUILD/tests/varscope_gpu_tests --gtest_filter="${GPU_TESTS:-*}" > /tmp/gpu_tests.log 2>&1; echo "gpu tests rc=$?"
 grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) |Failure" /tmp/gpu_tests.log | head -80
 stamp tested
 
@@ -42,12 +42,12 @@ stamp profile
 # AMS-KV first (its peak memory measured before the baseline's graphs hold their own cache),
 # then the eager baseline (the same loop without hooks), then the baseline with CUDA graphs.
 for B in ${BASE_BATCHES:-32 64 128 256}; do
-  $CLI bench e2e $COMMON --batch $B --methods "ams_kv;baseline@eager;baseline" --warmup 1 \
+  $CLI bench e2e $COMMON --batch $B --methods "${METHODS:-ams_kv;baseline@eager;baseline}" --warmup 1 \
     --repeat ${REPEAT:-2} --json "$OUT/e2e_d30_256_b${B}_fp16_amskv.json" 2>&1 | tail -5
   stamp "batch $B"
 done
 for B in ${AMS_ONLY_BATCHES:-384 512}; do
-  $CLI bench e2e $COMMON --batch $B --methods "ams_kv" --warmup 1 --repeat 1 \
+  $CLI bench e2e $COMMON --batch $B --methods "ams_kv" --warmup 1 --repeat ${AMS_REPEAT:-1} \
     --json "$OUT/e2e_d30_256_b${B}_fp16_amskv.json" 2>&1 | tail -3
   stamp "batch $B (AMS-KV only)"
 done
