@@ -30,7 +30,6 @@ struct E2eArgs {
     int64_t repeat = 5, warmup = 2;
     std::string json, tokens_out;
     bool force = false;
-    bool no_cuda_graphs = false;
     bool decode = false;         // time the VQVAE decode too (as the official sampler returns images)
     bool no_scale_sync = false;  // no device sync per scale (per-scale times are then host times)
 };
@@ -99,7 +98,6 @@ int run(const E2eArgs& a) {
     VarPipeline pipe = a.model.build();
     VarSampleOptions opt = a.sampling.resolve(pipe, a.model);
     opt.decode = a.decode;
-    opt.cuda_graphs = !a.no_cuda_graphs;
     opt.time_scales = !a.no_scale_sync;
     std::cerr << pipe.describe() << "\n" << "device " << pipe.device() << ", batch "
               << (opt.class_ids.empty() ? opt.batch : static_cast<int64_t>(opt.class_ids.size()))
@@ -222,7 +220,6 @@ Runner add_bench_e2e(CLI::App& bench) {
     cmd->add_option("--json", a->json, "write the results (with device, date, torch version) as JSON");
     cmd->add_flag("--force", a->force, "overwrite --json");
     cmd->add_option("--tokens-out", a->tokens_out, "write the first method's token maps (last run) as .safetensors");
-    cmd->add_flag("--no-cuda-graphs", a->no_cuda_graphs, "run the dense loop eagerly (no CUDA graph replay)");
     cmd->add_flag("--decode", a->decode, "include the VQVAE decode in the timings");
     cmd->add_flag("--no-scale-sync", a->no_scale_sync, "no device sync per scale (totals only are device times)");
     return [a]() { return run(*a); };

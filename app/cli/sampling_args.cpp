@@ -19,6 +19,7 @@ void SamplingArgs::add_to(CLI::App& cmd) {
     top_k_option_ = cmd.add_option("--top-k", top_k, "top-k filter, 0 = off")->check(CLI::NonNegativeNumber)->capture_default_str();
     top_p_option_ = cmd.add_option("--top-p", top_p, "top-p (nucleus) filter, 0 = off")->check(CLI::Range(0.0, 1.0))->capture_default_str();
     cmd.add_flag("--more-smooth", more_smooth, "Gumbel-softmax smoothing (visualisation only)");
+    cmd.add_flag("--no-cuda-graphs", no_cuda_graphs, "run the dense loop eagerly on CUDA (no graph replay; for debugging and timing)");
     cmd.add_option("--attention", attention, "attention backend")->check(CLI::IsMember({"sdpa", "eager"}))->capture_default_str();
 }
 
@@ -33,6 +34,7 @@ VarSampleOptions SamplingArgs::resolve(const VarPipeline& pipe, const ModelOptio
     opt.top_p = top_p;
     opt.more_smooth = more_smooth;
     opt.attention = attention == "eager" ? AttentionBackend::Eager : AttentionBackend::Sdpa;
+    opt.cuda_graphs = !no_cuda_graphs;
     apply_recommendation(model.effective_var_path(), opt);
     if (!prompt.empty()) {
         if (!classes.empty()) throw std::invalid_argument("pass either --prompt or --class, not both");

@@ -24,6 +24,7 @@ struct SamplingArgs {
     double top_p = 0.95;
     bool more_smooth = false;
     std::string attention = "sdpa";
+    bool no_cuda_graphs = false;
 
 private:
     // Set by add_to: tell "given on the command line" from "left at the default".
