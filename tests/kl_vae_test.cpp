@@ -4,7 +4,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -67,6 +70,28 @@ std::string error_of(const std::function<void()>& f) {
         return e.what();
     }
     return "";
+}
+
+// Runs varscope-cli; returns the exit code and appends stdout+stderr to `out`.
+int run_cli(const std::string& args, std::string& out) {
+    const std::string cmd = std::string(VARSCOPE_CLI_PATH) + " " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return -1;
+    std::array<char, 4096> buf{};
+    while (fgets(buf.data(), buf.size(), p)) out += buf.data();
+    const int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// 16 smooth 16x16 images: colour blobs a small autoencoder can learn quickly.
+std::string smooth_pack(const varscope::testing::TempDir& dir) {
+    auto gen = at::detail::createCPUGenerator(7);
+    const at::Tensor coarse = at::rand({16, 3, 4, 4}, gen);
+    const at::Tensor img =
+        at::upsample_bilinear2d(coarse, {16, 16}, false).mul(255).round().to(at::kByte);
+    save_safetensors({{"images", img}, {"labels", at::arange(16, at::kLong).remainder(4)}},
+                     dir.file("pack.safetensors"));
+    return dir.file("pack.safetensors");
 }
 
 double psnr(const at::Tensor& a, const at::Tensor& b) {  // images in [-1, 1]
@@ -235,7 +260,8 @@ TEST(KlVae, BadCheckpointsAreExplained) {
     // Metadata that contradicts the tensors.
     KlVaeConfig wrong = tiny_config();
     wrong.decoder_attn_resolutions = {};
-    save_safetensors(sd, dir.file("meta.safetensors"), {{"varscope.config", wrong.to_json().dump()}});
+    save_safetensors(sd, dir.file("meta.safetensors"),
+                     {{"varscope.config", wrong.to_json().dump()}});
     e = error_of([&] { load_kl_vae(dir.file("meta.safetensors")); });
     EXPECT_NE(e.find("disagrees"), std::string::npos) << e;
 
@@ -248,28 +274,20 @@ TEST(KlVae, BadCheckpointsAreExplained) {
 
 TEST(KlVae, TrainerReducesTheLossAndExportsAScaleFactor) {
     varscope::testing::TempDir dir;
-    // 16 smooth 16x16 images: colour blobs a small autoencoder can learn quickly.
-    auto gen = at::detail::createCPUGenerator(7);
-    const at::Tensor coarse = at::rand({16, 3, 4, 4}, gen);
-    const at::Tensor img =
-        at::upsample_bilinear2d(coarse, {16, 16}, false).mul(255).round().to(at::kByte);
-    save_safetensors({{"images", img}, {"labels", at::arange(16, at::kLong).remainder(4)}},
-                     dir.file("pack.safetensors"));
-
     KlVaeTrainJob job;
     job.model = tiny_config();
-    job.train.steps = 30;
+    job.train.steps = 20;
     job.train.batch = 8;
-    job.train.lr = 2e-3;
+    job.train.lr = 3e-3;
     job.train.warmup = 2;
     job.train.log_every = 1;
     job.train.checkpoint_every = 1000;
     job.train.device = "cpu";
-    job.data_path = dir.file("pack.safetensors");
+    job.data_path = smooth_pack(dir);
     job.run_dir = dir.file("run");
     std::ostringstream out;
     const nlohmann::json report = train_kl_vae(job, out);
-    EXPECT_EQ(report["steps"], 30);
+    EXPECT_EQ(report["steps"], 20);
 
     std::ifstream log(dir.file("run/log.jsonl"));
     std::vector<double> losses;
@@ -277,9 +295,9 @@ TEST(KlVae, TrainerReducesTheLossAndExportsAScaleFactor) {
         auto j = nlohmann::json::parse(line);
         if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
     }
-    ASSERT_EQ(losses.size(), 30u);
+    ASSERT_EQ(losses.size(), 20u);
     const double first = (losses[0] + losses[1] + losses[2]) / 3;
-    const double last = (losses[27] + losses[28] + losses[29]) / 3;
+    const double last = (losses[17] + losses[18] + losses[19]) / 3;
     EXPECT_LT(last, 0.7 * first) << out.str();
 
     // The export ships the measured scale factor: 1 / std of the posterior samples.
@@ -292,10 +310,10 @@ TEST(KlVae, TrainerReducesTheLossAndExportsAScaleFactor) {
     EXPECT_GT(report["psnr_db"].get<double>(), 10.0);
 
     // A longer run resumes from the checkpoint.
-    job.train.steps = 32;
+    job.train.steps = 22;
     std::ostringstream out2;
     train_kl_vae(job, out2);
-    EXPECT_NE(out2.str().find("resumed at step 30"), std::string::npos) << out2.str();
+    EXPECT_NE(out2.str().find("resumed at step 20"), std::string::npos) << out2.str();
 }
 
 TEST(KlVae, LossConfigErrorsNameTheKey) {
@@ -307,6 +325,32 @@ TEST(KlVae, LossConfigErrorsNameTheKey) {
     EXPECT_NE(error_of([] { KlVaeLoss::from_json({{"l1_weight", 0}, {"mse_weight", 0}}); })
                   .find("> 0"),
               std::string::npos);
+}
+
+TEST(KlVae, CliTrainsFromAConfigFileAndRejectsBadOnes) {
+    varscope::testing::TempDir dir;
+    const std::string pack = smooth_pack(dir);
+    nlohmann::json cfg = {{"model", tiny_config().to_json()},
+                          {"loss", {{"kl_weight", 1e-5}}},
+                          {"train", {{"steps", 2}, {"batch", 4}, {"log_every", 1}}}};
+    std::ofstream(dir.file("good.json")) << cfg.dump();
+    std::string out;
+    const std::string common = " --data " + pack + " --device cpu --out ";
+    ASSERT_EQ(run_cli("train klvae --config " + dir.file("good.json") + common + dir.file("a"), out),
+              0)
+        << out;
+    std::ifstream report_file(dir.file("a/report.json"));
+    const nlohmann::json report = nlohmann::json::parse(report_file);
+    EXPECT_EQ(report["steps"], 2);
+    EXPECT_EQ(report["loss"]["kl_weight"], 1e-5);
+    EXPECT_GT(report["scale_factor"].get<double>(), 0.0);
+
+    cfg["loss"] = {{"kl", 1e-5}};
+    std::ofstream(dir.file("bad.json")) << cfg.dump();
+    out.clear();
+    EXPECT_NE(run_cli("train klvae --config " + dir.file("bad.json") + common + dir.file("b"), out),
+              0);
+    EXPECT_NE(out.find("unknown key 'kl'"), std::string::npos) << out;
 }
 
 // The shipped emoji tokenizer: loads, has 8x8x16 latents of about unit std after scaling, and

@@ -223,7 +223,9 @@ bool KlVaeConfig::decoder_attn_at(int64_t level) const {
 }
 
 void KlVaeConfig::validate() const {
-    auto fail = [](const std::string& what) { throw std::invalid_argument("KlVaeConfig: " + what); };
+    auto fail = [](const std::string& what) {
+        throw std::invalid_argument("KlVaeConfig: " + what);
+    };
     if (ch <= 0 || ch_mult.empty()) fail("ch must be positive and ch_mult non-empty");
     if (ch % 32 != 0) fail("ch must be a multiple of 32 (GroupNorm(32, C))");
     for (int64_t m : ch_mult)
@@ -281,7 +283,8 @@ KlVaeConfig KlVaeConfig::infer_from(const StateDict& dict, int64_t resolution,
     c.embed_dim = post.size(1);
     c.z_channels = post.size(0);
     c.double_z = need(dict, "encoder.conv_out.weight", "double_z").size(0) == 2 * c.z_channels;
-    c.use_variational = need(dict, "quant_conv.weight", "use_variational").size(0) == 2 * c.embed_dim;
+    c.use_variational =
+        need(dict, "quant_conv.weight", "use_variational").size(0) == 2 * c.embed_dim;
     return c;
 }
 
@@ -447,7 +450,8 @@ KlVae load_kl_vae(const std::string& path, int64_t resolution, double scale_fact
             // The stored resolution names the attention levels; the weights must agree.
             KlVaeConfig check = KlVaeConfig::infer_from(dict, cfg.resolution, cfg.scale_factor);
             if (check != cfg)
-                throw CheckpointError(path + ": metadata 'varscope.config' " + cfg.to_json().dump() +
+                throw CheckpointError(path + ": metadata 'varscope.config' " +
+                                      cfg.to_json().dump() +
                                       " disagrees with the tensors, which say " +
                                       check.to_json().dump());
         }

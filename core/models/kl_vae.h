@@ -39,8 +39,8 @@ struct KlVaeConfig {
     bool use_variational = true;  // false: logvar is fixed to 1 (official use_variational)
     // Image side the attention resolutions refer to; only the ratio matters for the weights.
     int64_t resolution = 256;
-    std::vector<int64_t> attn_resolutions{16};    // encoder levels with attention
-    std::vector<int64_t> decoder_attn_resolutions;  // decoder levels with attention (official: none)
+    std::vector<int64_t> attn_resolutions{16};      // encoder levels with attention
+    std::vector<int64_t> decoder_attn_resolutions;  // decoder levels with it (official: none)
     // MAR multiplies posterior samples by this before the transformer sees them and divides
     // before decoding, so that tokens have roughly unit standard deviation.
     double scale_factor = 0.2325;

@@ -31,8 +31,8 @@ CONFIGS = {
     # The official MAR tokenizer, exactly as models/vae.py builds it (fed 64x64 images to stay
     # quick on a CPU; the attention placement depends on the constructor's resolution only).
     "kl16": (16, 128, (1, 1, 2, 2, 4), 2, 256, (16,), (), 64, "kl16.ckpt"),
-    # The embedded emoji tokenizer's architecture.
-    "emoji": (16, 64, (1, 2, 2, 4), 1, 64, (8,), (), 64, "emoji.safetensors"),
+    # The embedded emoji tokenizer's architecture (resources/training/emoji-klvae.json).
+    "emoji": (16, 64, (1, 2, 2, 2), 2, 64, (8,), (), 64, "emoji.safetensors"),
     # Attention in decoder levels too (the LDM option the official kl16 leaves off).
     "decoder_attn": (4, 32, (1, 2), 1, 16, (8,), (8,), 16, "decoder_attn.safetensors"),
 }
