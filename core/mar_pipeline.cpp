@@ -7,6 +7,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/models/detect.h"
+#include "core/models/kl_vae.h"
 
 namespace varscope {
 namespace {
@@ -63,9 +64,6 @@ StateDict select_mar_weights(const StateDict& all, bool prefer_ema, std::string*
 
 MarPipeline MarPipeline::load(const MarModelFiles& f, const LoadOptions& o) {
     if (f.mar_path.empty()) throw CheckpointError("no MAR checkpoint given");
-    if (!f.vae_path.empty())
-        throw CheckpointError("MAR: decoding with the KL-16 VAE (" + f.vae_path +
-                              ") is not wired in yet; leave the VAE out to get latents");
     std::string source;
     StateDict sd = select_mar_weights(load_checkpoint(f.mar_path), f.prefer_ema, &source, f.mar_path);
     MarConfig cfg = MarConfig::infer_from(sd);
@@ -73,9 +71,26 @@ MarPipeline MarPipeline::load(const MarModelFiles& f, const LoadOptions& o) {
     space_timesteps(1000, cfg.num_sampling_steps);  // a bad spec fails before the weights bind
     MarTransformer mar(cfg);
     mar->load(sd, f.mar_path + " (" + source + ")");
-    mar->to(parse_device(o.device), to_scalar(o.precision));
+    const at::Device device = parse_device(o.device);
+    mar->to(device, to_scalar(o.precision));
     mar->eval();
-    return MarPipeline(std::make_shared<MarSampler>(mar), source);
+    auto sampler = std::make_shared<MarSampler>(mar);
+    if (!f.vae_path.empty()) {
+        KlVae vae = load_kl_vae(f.vae_path, cfg.img_size);
+        const auto& vc = vae->config();
+        if (vc.embed_dim != cfg.vae_embed_dim || vc.downsample() != cfg.vae_stride)
+            throw CheckpointError(f.vae_path + ": the KL VAE has " + std::to_string(vc.embed_dim) +
+                                  " latent channels and stride " + std::to_string(vc.downsample()) +
+                                  ", the MAR model expects " + std::to_string(cfg.vae_embed_dim) +
+                                  " and " + std::to_string(cfg.vae_stride));
+        vae->to(device);  // fp32, like the official evaluation
+        vae->eval();
+        // The sampler divides by the scale factor before decoding (official: tokens / 0.2325).
+        sampler = std::make_shared<MarSampler>(
+            mar, [vae](const at::Tensor& latents) mutable { return vae->decode(latents.to(at::kFloat)); },
+            vc.scale_factor);
+    }
+    return MarPipeline(std::move(sampler), source);
 }
 
 MarPipeline MarPipeline::random(const MarConfig& cfg, uint64_t seed, const LoadOptions& o,
