@@ -69,26 +69,33 @@ MarPipeline MarPipeline::load(const MarModelFiles& f, const LoadOptions& o) {
     MarConfig cfg = MarConfig::infer_from(sd);
     cfg.num_sampling_steps = f.num_sampling_steps;
     space_timesteps(1000, cfg.num_sampling_steps);  // a bad spec fails before the weights bind
+    KlVae vae{nullptr};
+    if (!f.vae_path.empty()) {
+        // The VAE's stride fixes the image size (checkpoints only know the token grid).
+        vae = load_kl_vae(f.vae_path);
+        const auto& vc = vae->config();
+        if (vc.embed_dim != cfg.vae_embed_dim)
+            throw CheckpointError(f.vae_path + ": the KL VAE has " + std::to_string(vc.embed_dim) +
+                                  " latent channels, the MAR model " + f.mar_path + " expects " +
+                                  std::to_string(cfg.vae_embed_dim));
+        const int64_t side = cfg.seq_h();
+        cfg.vae_stride = vc.downsample();
+        cfg.img_size = side * cfg.patch_size * cfg.vae_stride;
+        cfg.validate();
+    }
     MarTransformer mar(cfg);
     mar->load(sd, f.mar_path + " (" + source + ")");
     const at::Device device = parse_device(o.device);
     mar->to(device, to_scalar(o.precision));
     mar->eval();
     auto sampler = std::make_shared<MarSampler>(mar);
-    if (!f.vae_path.empty()) {
-        KlVae vae = load_kl_vae(f.vae_path, cfg.img_size);
-        const auto& vc = vae->config();
-        if (vc.embed_dim != cfg.vae_embed_dim || vc.downsample() != cfg.vae_stride)
-            throw CheckpointError(f.vae_path + ": the KL VAE has " + std::to_string(vc.embed_dim) +
-                                  " latent channels and stride " + std::to_string(vc.downsample()) +
-                                  ", the MAR model expects " + std::to_string(cfg.vae_embed_dim) +
-                                  " and " + std::to_string(cfg.vae_stride));
+    if (vae) {
         vae->to(device);  // fp32, like the official evaluation
         vae->eval();
         // The sampler divides by the scale factor before decoding (official: tokens / 0.2325).
         sampler = std::make_shared<MarSampler>(
             mar, [vae](const at::Tensor& latents) mutable { return vae->decode(latents.to(at::kFloat)); },
-            vc.scale_factor);
+            vae->config().scale_factor);
     }
     return MarPipeline(std::move(sampler), source);
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -567,4 +568,34 @@ TEST(MarHooks, SkippedUnconditionalBranchComesFromTheHook) {
     }
     // Without CFG the hook is never asked.
     EXPECT_NO_THROW(pipe.generate(tiny_options(7, 1.0), &no_answer));
+}
+
+TEST(MarLoad, AttachesTheKlVaeAndDecodesImages) {
+    const std::string vae = varscope::testing::source_dir() + "/resources/models/emoji-klvae.safetensors";
+    if (!std::filesystem::exists(vae)) GTEST_SKIP() << "no " << vae;
+    varscope::testing::TempDir dir;
+    auto cfg = tiny_mar_config();
+    cfg.vae_stride = 8;  // the emoji KL VAE: 64x64 images, 8x8 latents of 16 channels
+    cfg.vae_embed_dim = 16;
+    auto random = MarPipeline::random(cfg, 3, {});
+    save_safetensors(module_state_dict(*random.sampler().transformer()), dir.file("mar.safetensors"));
+    MarModelFiles f;
+    f.mar_path = dir.file("mar.safetensors");
+    f.vae_path = vae;
+    f.num_sampling_steps = "10";
+    auto pipe = MarPipeline::load(f, {});
+    ASSERT_TRUE(pipe.sampler().has_decoder());
+    auto o = tiny_options();
+    o.num_iter = 2;
+    const auto res = pipe.generate(o);
+    ASSERT_TRUE(res.images.defined());
+    EXPECT_EQ(res.images.sizes(), (at::IntArrayRef{2, 3, 64, 64}));
+    EXPECT_GE(res.images.min().item<double>(), 0.0);
+    EXPECT_LE(res.images.max().item<double>(), 1.0);
+    // A VAE whose latent shape does not fit is refused.
+    cfg.vae_embed_dim = 4;
+    auto wrong = MarPipeline::random(cfg, 3, {});
+    save_safetensors(module_state_dict(*wrong.sampler().transformer()), dir.file("wrong.safetensors"));
+    f.mar_path = dir.file("wrong.safetensors");
+    EXPECT_THROW(MarPipeline::load(f, {}), CheckpointError);
 }
