@@ -158,7 +158,8 @@ TEST(AmsKv, SimilarityMatchesBilinearUpsamplingOfKeyMaps) {
         return -(maps(kc, pc) - up).pow(2).mean().item<double>();
     };
     at::manual_seed(5);
-    for (auto [pp, pc] : std::vector<std::pair<int64_t, int64_t>>{{2, 3}, {3, 4}, {10, 13}, {4, 4}}) {
+    const std::vector<std::pair<int64_t, int64_t>> pairs = {{2, 3}, {3, 4}, {10, 13}, {4, 4}};
+    for (auto [pp, pc] : pairs) {
         auto kp = at::randn({3, 2, pp * pp, 8});
         auto kc = (at::randn({3, 2, pc * pc, 8}) +
                    at::upsample_bilinear2d(kp.permute({0, 1, 3, 2}).reshape({3, 16, pp, pp}),

@@ -34,12 +34,14 @@ public:
         const auto t0 = std::chrono::steady_clock::now();
         auto r = fn();
         sync(dev);
-        ms_[part] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const auto dt = std::chrono::steady_clock::now() - t0;
+        ms_[part] += std::chrono::duration<double, std::milli>(dt).count();
         return r;
     }
     void report() {
         if (!on_) return;
-        std::fprintf(stderr, "ams_kv profile: similarity %.1f ms, stash %.1f ms, eviction %.1f ms\n",
+        std::fprintf(stderr,
+                     "ams_kv profile: similarity %.1f ms, stash %.1f ms, eviction %.1f ms\n",
                      ms_[0], ms_[1], ms_[2]);
         ms_[0] = ms_[1] = ms_[2] = 0;
     }

@@ -83,7 +83,8 @@ TEST(GpuAmsKv, RollingCacheOnTheDevice) {
 TEST(GpuAmsKv, PolicyInTheLoopHoldsItsBudgets) {
     REQUIRE_CUDA();
     auto cpu = varscope::testing::small_pipeline();
-    auto gpu = VarPipeline::random(cpu.var_config(), cpu.vae_config(), 1, {"cuda", Precision::Fp16});
+    auto gpu =
+        VarPipeline::random(cpu.var_config(), cpu.vae_config(), 1, {"cuda", Precision::Fp16});
     const auto& c = gpu.var_config();
     auto o = varscope::testing::exact_options({3, 5}, 11);
     o.cuda_graphs = false;  // the eager loop for both (graphs == eager is tested elsewhere)
