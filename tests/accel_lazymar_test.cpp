@@ -297,3 +297,29 @@ TEST(LazyMar, ThresholdComputesEveryDissimilarPosition) {
         EXPECT_GE(int64_t(rec.values.at("computed")), std::max<int64_t>(1, below));
     }
 }
+
+TEST(LazyMar, PlannedFlopsEqualWhatTheRunCounts) {
+    auto pipe = tiny_mar();
+    const auto& c = pipe.config();
+    const int64_t steps = pipe.sampler().diffusion().schedule().num_steps();
+    auto off = lazy(true, true);
+    off.enabled = false;
+    auto no_encoder = lazy(true, false);
+    no_encoder.encoder_cache = false;
+    auto unforced = lazy(true, true);
+    unforced.force_decoded = false;
+    for (const auto& cfg :
+         {off, lazy(true, true), lazy(true, false), lazy(false, true), no_encoder, unforced}) {
+        for (double guidance : {1.0, 3.0}) {
+            SCOPED_TRACE(cfg.to_json().dump() + " cfg " + std::to_string(guidance));
+            auto counter = std::make_shared<MarFlopCounter>(c, steps);
+            auto chain = chain_with_counter(counter, make_lazymar(cfg, c, nullptr));
+            const auto r = pipe.generate(options(guidance), chain.get());
+            const auto counted = counter->flops(r.attention_flops);
+            const auto planned = lazymar_planned_flops(c, cfg, 8, 2, guidance, steps);
+            EXPECT_DOUBLE_EQ(planned.linear, counted.linear);
+            EXPECT_DOUBLE_EQ(planned.attention, counted.attention);
+            EXPECT_DOUBLE_EQ(planned.diffusion, counted.diffusion);
+        }
+    }
+}

@@ -28,6 +28,7 @@ struct BenchMarArgs {
     std::string json;
     bool force = false;
     bool split = false;  // one more run per method, timing transformer and head apart
+    bool planned = false;  // FLOPs from the step plan only, no runs
 };
 
 using Clock = std::chrono::steady_clock;
@@ -88,6 +89,8 @@ MethodRun run_method(MarPipeline& pipe, const MarSampleOptions& opt, const std::
         counter->reset();
         m.last = pipe.generate(opt, chain.get());
         m.totals.push_back(m.last.total_millis - m.last.decode_millis);
+        std::cerr << "    " << name << " run " << r + 1 << ": " << m.totals.back() << " ms"
+                  << std::endl;  // flushed: a run cut short by a time limit still reports
     }
     m.flops = counter->flops(m.last.attention_flops);
     if (a.split) {  // an extra run with device syncs around the transformer and the head
@@ -108,7 +111,40 @@ MethodRun run_method(MarPipeline& pipe, const MarSampleOptions& opt, const std::
     return m;
 }
 
+// FLOPs of each method from the step plan (lazymar_planned_flops), without building the model.
+nlohmann::json planned_model(const std::string& preset, const BenchMarArgs& a) {
+    MarConfig c = mar_config_argument(preset);
+    c.num_sampling_steps = a.sampling_steps;
+    const int64_t steps = DiffusionSchedule::respaced(a.sampling_steps).num_steps();
+    nlohmann::json methods = nlohmann::json::array();
+    MarFlops base;
+    std::cerr << preset << " (planned FLOPs, batch " << a.batch << ", " << a.num_iter
+              << " steps, cfg " << a.cfg << ")\n";
+    for (const auto& name : a.methods) {
+        const MarAccelConfig accel = MarAccelConfig::from_argument(name);
+        const MarFlops f =
+            lazymar_planned_flops(c, accel.lazymar, a.num_iter, a.batch, a.cfg, steps);
+        if (methods.empty()) base = f;
+        const double ratio = f.total() > 0 ? base.total() / f.total() : 0.0;
+        const double tr = (f.linear + f.attention) > 0
+                              ? (base.linear + base.attention) / (f.linear + f.attention)
+                              : 0.0;
+        std::cerr << "  " << std::left << std::setw(18) << name << std::right << std::fixed
+                  << std::setprecision(2) << std::setw(8) << f.total() / 1e12 << " TFLOPs  ratio "
+                  << ratio << "x  (transformer " << (f.linear + f.attention) / 1e12
+                  << " T, ratio " << tr << "x; head " << f.diffusion / 1e12 << " T)\n";
+        methods.push_back({{"method", name},
+                           {"summary", accel.summary()},
+                           {"config", accel.to_json()},
+                           {"flops", f.to_json()},
+                           {"flops_ratio", ratio},
+                           {"transformer_flops_ratio", tr}});
+    }
+    return {{"model", preset}, {"config", c.to_json()}, {"methods", methods}};
+}
+
 nlohmann::json bench_model(const std::string& preset, const BenchMarArgs& a) {
+    if (a.planned) return planned_model(preset, a);
     MarConfig c = mar_config_argument(preset);
     c.num_sampling_steps = a.sampling_steps;
     MarPipeline pipe = MarPipeline::random(c, 0, {a.device, parse_precision(a.precision)});
@@ -166,7 +202,7 @@ nlohmann::json bench_model(const std::string& preset, const BenchMarArgs& a) {
 int run(const BenchMarArgs& a) {
     if (a.methods.empty() || a.methods.front() != "baseline")
         throw std::invalid_argument("--methods must start with baseline (ratios are to it)");
-    nlohmann::json j = environment_json(a.device);
+    nlohmann::json j = environment_json(a.planned ? "none (planned FLOPs)" : a.device);
     j.update({{"precision", a.precision},
               {"batch", a.batch},
               {"num_iter", a.num_iter},
@@ -175,7 +211,7 @@ int run(const BenchMarArgs& a) {
               {"diffusion_steps", a.sampling_steps},
               {"warmup_runs", a.warmup},
               {"runs", a.repeat},
-              {"timing", "whole loop (transformer + DiffLoss head, no VAE), one device sync per run"},
+              {"timing", a.planned ? "none: FLOPs from the step plan (lazymar_planned_flops)" : "whole loop (transformer + DiffLoss head, no VAE), one device sync per run"},
               {"models", nlohmann::json::array()}});
     for (const auto& m : a.models) j["models"].push_back(bench_model(m, a));
     if (!a.json.empty()) {
@@ -202,6 +238,7 @@ Runner add_bench_mar(CLI::App& bench) {
     cmd->add_option("--warmup", a->warmup, "untimed runs per method first")->check(CLI::Range(0, 100))->capture_default_str();
     cmd->add_option("--json", a->json, "write the results as JSON");
     cmd->add_flag("--force", a->force, "overwrite --json");
+    cmd->add_flag("--planned-flops", a->planned, "no runs: FLOPs of each method from the step plan (equal to what a run counts)");
     cmd->add_flag("--split", a->split, "one more run per method with device syncs that splits each step into transformer and DiffLoss-head time");
     return [a]() { return run(*a); };
 }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/sampling/mar_sampler.h"  // mar_step_plan
+
 namespace varscope {
 
 // ----------------------------------------------------------------------------- config
@@ -392,6 +394,44 @@ class LazyMarConditionCache : public MarSamplingHooks {
     double drift_ = -1.0;
     std::vector<int64_t> skipped_;
 };
+
+// ----------------------------------------------------------------------------- planned FLOPs
+
+MarFlops lazymar_planned_flops(const MarConfig& m, const LazyMarConfig& cfg, int64_t num_iter,
+                               int64_t batch, double guidance, int64_t diffusion_steps) {
+    const bool on = cfg.enabled && (cfg.token_cache || cfg.condition_cache);
+    const bool guided = guidance != 1.0;
+    const auto plan = mar_step_plan(m.seq_len(), num_iter, guidance, CfgSchedule::Linear);
+    const auto schedule = LazyMarSchedule::resolve(cfg, num_iter);
+    const int64_t buf = m.buffer_size, n = m.total_len();
+    const int64_t Ce = m.encoder_embed_dim, Cd = m.decoder_embed_dim;
+    MarFlops f;
+    // One block: computed rows `q` of R, attending to `k` keys (the loop's 4 R Lq Lk d H).
+    auto block = [&](int64_t dim, int64_t R, int64_t q, int64_t k) {
+        f.linear += mar_block_linear_flops(m, dim, R * q);
+        f.attention += 4.0 * double(R) * double(q) * double(k) * double(dim);
+    };
+    for (int64_t s = 0; s < num_iter; ++s) {
+        const auto& p = plan[s];
+        const bool lazy = on && s > 0 && !schedule.refresh(s);
+        const bool tokens = lazy && cfg.token_cache;
+        const int64_t R = guided && !(lazy && cfg.condition_cache) ? 2 * batch : batch;
+        const int64_t enc_n = buf + m.seq_len() - p.masked_before;
+        const int64_t enc_q = tokens && cfg.encoder_cache ? buf + plan[s - 1].decoded() : enc_n;
+        for (int64_t l = 0; l < m.encoder_depth; ++l) block(Ce, R, enc_q, enc_n);
+        int64_t dec_q = n;
+        if (tokens) {
+            int64_t count = std::llround(cfg.keep_ratio * double(n));
+            if (cfg.force_decoded) count = std::max(count, p.decoded() + plan[s - 1].decoded());
+            dec_q = std::clamp<int64_t>(count, 1, n);
+        }
+        for (int64_t l = 0; l < m.decoder_depth; ++l)
+            block(Cd, R, tokens && l > cfg.similarity_layer ? dec_q : n, n);
+        const int64_t sampled = batch * p.decoded();
+        f.diffusion += mar_diffusion_flops(m, guided ? 2 * sampled : sampled, diffusion_steps);
+    }
+    return f;
+}
 
 // ----------------------------------------------------------------------------- factory
 

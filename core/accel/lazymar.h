@@ -44,6 +44,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/accel/mar_flops.h"
 #include "core/accel/param_spec.h"
 #include "core/sampling/mar_hooks.h"
 #include "core/sampling/probes.h"
@@ -108,6 +109,12 @@ struct LazyMarHooks {
     const std::vector<LazyMarStepStats>& token_stats() const;
     std::vector<int64_t> skipped_unconditional_steps() const;
 };
+
+// The FLOPs (core/accel/mar_flops.h) a run would compute with `cfg` (off = the baseline),
+// derived from the step plan alone: what the hooks and the loop count when min_similarity is 0
+// (a threshold makes the counts data-dependent). For models too large to run here.
+MarFlops lazymar_planned_flops(const MarConfig& model, const LazyMarConfig& cfg, int64_t num_iter,
+                               int64_t batch, double guidance, int64_t diffusion_steps);
 
 // Throws AccelConfigError naming the field when the setting does not fit the model.
 LazyMarHooks make_lazymar_hooks(const LazyMarConfig& cfg, const MarConfig& model, ProbeSink* probe);

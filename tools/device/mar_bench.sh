@@ -3,7 +3,7 @@
 # `varscope-cli bench mar` for MAR-B/L/H with random weights at 64 steps, batch 1, CFG 3 (linear),
 # 100 diffusion steps: baseline vs LazyMAR (paper defaults: start 5, τ 9, 16 % of the decoder
 # positions computed), latency medians, FLOPs and their ratios from the same run. Results in $OUT.
-# MAR_MODELS lists model:timeout_s pairs (batch-1 MAR-H runs take ~10 s each: launch-bound head).
+# MAR_MODELS lists model:timeout_s pairs (batch-1 runs take ~10 s and more each: the DiffLoss head is launch-bound).
 # Needs (carried): .device/deps (packaging/device-deps.sh); SRC = a `git archive` snapshot.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -18,7 +18,7 @@ ninja -C ${BUILD:-/tmp/build-mar} -j16 varscope-cli > /tmp/build.log 2>&1 || { g
 stamp built
 CLI=${BUILD:-/tmp/build-mar}/app/cli/varscope-cli
 PREC=${MAR_PRECISION:-bf16}
-for MT in ${MAR_MODELS:-mar_base:60 mar_huge:80 mar_large:70}; do
+for MT in ${MAR_MODELS:-mar_base:200 mar_huge:300 mar_large:250}; do
   M=${MT%%:*}; TL=${MT#*:}
   timeout $TL $CLI bench mar --models $M --methods ${MAR_METHODS:-baseline,lazymar} \
     --device cuda --precision $PREC --batch ${MAR_BATCH:-1} --num-iter 64 --cfg 3.0 \
