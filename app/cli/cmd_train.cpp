@@ -1,5 +1,5 @@
-// `varscope-cli train vqvae|var|klvae`: train the embedded models (config file + flag overrides,
-// periodic checkpoints, resume from the run folder, a JSONL loss log).
+// `varscope-cli train vqvae|var|klvae|mar`: train the embedded models (config file + flag
+// overrides, periodic checkpoints, resume from the run folder, a JSONL loss log).
 #include <ATen/ATen.h>
 
 #include <fstream>
@@ -9,6 +9,7 @@
 #include "app/cli/commands.h"
 #include "core/models/sampling_recommendation.h"
 #include "core/training/kl_vae_trainer.h"
+#include "core/training/mar_trainer.h"
 #include "core/training/trainers.h"
 
 namespace varscope::cli {
@@ -79,7 +80,12 @@ Runner add_train(CLI::App& app) {
         ->check(CLI::ExistingFile);
     auto* kl = train->add_subcommand("klvae", "train a KL VAE (MAR's tokenizer)");
     add_common(kl, *ka);
-    return [vq, vr, kl, va, ta, ka]() {
+    auto ma = std::make_shared<TrainArgs>();
+    auto* mr = train->add_subcommand("mar", "train a class-conditional MAR on a KL VAE's latents");
+    add_common(mr, *ma);
+    mr->add_option("--vae", ma->vae, "trained KL VAE weights")->required()->check(CLI::ExistingFile);
+    mr->add_option("--init", ma->init, "start from these MAR weights")->check(CLI::ExistingFile);
+    return [vq, vr, kl, mr, va, ta, ka, ma]() {
         if (vq->parsed()) {
             const auto j = read_config(va->config);
             VqvaeTrainJob job;
@@ -116,6 +122,18 @@ Runner add_train(CLI::App& app) {
             job.data_path = ka->data;
             job.run_dir = ka->out;
             write_report(*ka, train_kl_vae(job, std::cerr));
+        } else if (mr->parsed()) {
+            const auto j = read_config(ma->config);
+            MarTrainJob job;
+            job.model = MarConfig::from_json(j.value("model", nlohmann::json::object()));
+            job.train = train_config(j, *ma);
+            job.recipe = MarRecipe::from_json(j.value("recipe", nlohmann::json::object()));
+            if (j.contains("sampling")) job.recommended_sampling = j["sampling"];
+            job.data_path = ma->data;
+            job.vae_path = ma->vae;
+            job.init_path = ma->init;
+            job.run_dir = ma->out;
+            write_report(*ma, train_mar(job, std::cerr));
         }
         return 0;
     };

@@ -4,6 +4,8 @@
 #   STAGE=var    -> trains the VAR on resources/models/emoji-vqvae.safetensors
 #   STAGE=klvae  -> trains MAR's KL VAE (resources/training/emoji-klvae.json); without STEPS,
 #                   a 60-step probe sizes the cosine schedule to MAX_SECONDS
+#   STAGE=mar    -> trains the MAR (resources/training/emoji-mar.json) on the latents of
+#                   resources/models/emoji-klvae.safetensors; same probe without STEPS
 # Needs (git-ignored, carried): .device/deps and .device/data/emoji64.safetensors.gz
 # (varscope-cli pack-emoji output). MAX_SECONDS caps the training wall time.
 set -uo pipefail
@@ -21,14 +23,15 @@ RUN=/tmp/runs/$STAGE
 if [ "$STAGE" = vqvae ]; then
   $CLI train vqvae --config resources/training/emoji-vqvae.json --data /tmp/emoji64.safetensors \
     --out "$RUN" ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} 2>&1 | grep -v '^ ' | tail -40
-elif [ "$STAGE" = klvae ]; then
-  KCFG=resources/training/emoji-klvae.json
+elif [ "$STAGE" = klvae ] || [ "$STAGE" = mar ]; then
+  KCFG=resources/training/emoji-$STAGE.json
+  [ "$STAGE" = mar ] && VAE_ARG="--vae resources/models/emoji-klvae.safetensors" || VAE_ARG=
   if [ -z "${STEPS:-}" ] && [ -n "${MAX_SECONDS:-}" ]; then
-    $CLI train klvae --config $KCFG --data /tmp/emoji64.safetensors --out /tmp/runs/probe --steps 60 >/dev/null 2>&1
+    $CLI train $STAGE --config $KCFG --data /tmp/emoji64.safetensors $VAE_ARG --out /tmp/runs/probe --steps 60 >/dev/null 2>&1
     STEPS=$(python3 -c "import json; l=[json.loads(x) for x in open('/tmp/runs/probe/log.jsonl') if '\"step\"' in x]; print(int(0.95*$MAX_SECONDS*(l[-1]['step']-l[0]['step'])/(l[-1]['seconds']-l[0]['seconds'])))")
     echo "probe: $STEPS steps fit in $MAX_SECONDS s"
   fi
-  $CLI train klvae --config $KCFG --data /tmp/emoji64.safetensors --out "$RUN" \
+  $CLI train $STAGE --config $KCFG --data /tmp/emoji64.safetensors $VAE_ARG --out "$RUN" \
     ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} ${STEPS:+--steps $STEPS} 2>&1 | grep -v '^ ' | tail -60
 else
   $CLI train var --config resources/training/emoji-var.json --data /tmp/emoji64.safetensors \
