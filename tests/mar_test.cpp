@@ -346,8 +346,8 @@ TEST(MarDiffusion, RespacingMatchesDirectComputation) {
 }
 
 TEST(MarDiffusion, SeededSamplingIsDeterministicAndTemperatureMatters) {
+    auto pipe = tiny_mar();  // normal (not inference) weights: their version is tracked
     c10::InferenceMode guard;
-    auto pipe = tiny_mar();
     const auto& net = *pipe.sampler().transformer()->diffloss->net;
     const auto z = at::randn({6, 32});
     auto draw = [&](double temp, uint64_t seed) {
@@ -359,6 +359,18 @@ TEST(MarDiffusion, SeededSamplingIsDeterministicAndTemperatureMatters) {
     EXPECT_TRUE(at::equal(draw(1.0, 1), draw(1.0, 1)));
     EXPECT_FALSE(at::equal(draw(1.0, 1), draw(1.0, 2)));
     EXPECT_FALSE(at::equal(draw(1.0, 1), draw(0.5, 1)));
+    // New weights (loads copy in place) are seen: the cached timestep embeddings follow.
+    const auto before = draw(1.0, 1);
+    {
+        at::NoGradGuard no_grad;
+        net.time_embed->parameters()[2].mul_(3.0);  // mlp.2.weight
+    }
+    const auto after = draw(1.0, 1);
+    EXPECT_FALSE(at::equal(before, after));
+    auto gen = at::detail::getDefaultCPUGenerator().clone();
+    gen.set_current_seed(1);
+    const DiffusionSampler fresh(DiffusionSchedule::respaced("10"));
+    EXPECT_TRUE(at::equal(fresh.sample(net, z, at::full({}, 3.0), 1.0, gen), after));
 }
 
 // ----------------------------------------------------------------------------- schedule

@@ -167,6 +167,32 @@ DiffusionSampler::StepOutput DiffusionSampler::step(const SimpleMlpAdaLNImpl& ne
     return {mean, log_variance, eps};
 }
 
+at::Tensor DiffusionSampler::time_embeddings(const SimpleMlpAdaLNImpl& net,
+                                             const at::Device& device) const {
+    const auto params = net.time_embed->parameters();
+    const at::Tensor& w = params.front();
+    // Keyed on the weight storage and its version: new values (a load copies in place), a
+    // move to another device or dtype all recompute.
+    const void* key = w.data_ptr();
+    int64_t version = 0;
+    bool trackable = true;  // inference tensors have no version counter: never cached
+    for (const auto& p : params) {
+        if (p.is_inference()) trackable = false;
+        else version += static_cast<int64_t>(p._version());
+    }
+    if (!trackable) {
+        return net.time_embed->forward(at::tensor(schedule_.timestep_map, at::kLong).to(device));
+    }
+    if (!t_emb_cache_.defined() || t_emb_key_ != key || t_emb_version_ != version ||
+        t_emb_cache_.device() != device || t_emb_cache_.scalar_type() != w.scalar_type()) {
+        const auto times = at::tensor(schedule_.timestep_map, at::kLong).to(device);
+        t_emb_cache_ = net.time_embed->forward(times);
+        t_emb_key_ = key;
+        t_emb_version_ = version;
+    }
+    return t_emb_cache_;
+}
+
 at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                  const at::Tensor& cfg_scale, double temperature,
                                  std::optional<at::Generator> gen, const at::Tensor& start,
@@ -179,8 +205,7 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
     const int64_t S = schedule_.num_steps();
     // The condition is embedded once; every timestep embedding is one row, broadcast.
     const auto c_emb = net.embed_condition(z.to(opts.dtype()));
-    const auto times = at::tensor(schedule_.timestep_map, at::kLong).to(z.device());
-    const auto t_all = net.time_embed->forward(times);  // (S, W)
+    const auto t_all = time_embeddings(net, z.device());  // (S, W)
 
     at::Tensor x = start.defined() ? start.to(opts) : at::randn({N, C}, gen, opts);
     const float temp = f32(temperature);

@@ -76,10 +76,16 @@ public:
                     const at::Tensor& cfg_scale) const;
 
 private:
+    // Timestep embeddings of every respaced step (S, W): weights-only, so computed once per
+    // weight tensor (no host-to-device copies inside a sampling loop after the first call).
+    at::Tensor time_embeddings(const SimpleMlpAdaLNImpl& net, const at::Device& device) const;
     at::Tensor run(const SimpleMlpAdaLNImpl& net, const at::Tensor& z, const at::Tensor& cfg_scale,
                    double temperature, std::optional<at::Generator> gen, const at::Tensor& start,
                    const at::Tensor& step_noise) const;
     DiffusionSchedule schedule_;
+    mutable at::Tensor t_emb_cache_;
+    mutable const void* t_emb_key_ = nullptr;
+    mutable int64_t t_emb_version_ = -1;
 };
 
 }  // namespace varscope
