@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adam.h>
 
 #include <array>
@@ -255,6 +256,24 @@ TEST(MarTraining, PatchifyInvertsUnpatchify) {
     EXPECT_TRUE(mar_unpatchify(tok, c).equal(lat2));
 }
 
+TEST(MarTraining, GradientClippingMatchesTorch) {
+    auto make = [] {
+        torch::manual_seed(4);
+        MarTransformer m(tiny_config());
+        m->init_weights(0, /*nonzero_head=*/true);
+        for (auto& p : m->parameters()) p.mutable_grad() = at::randn_like(p);
+        return m;
+    };
+    MarTransformer a = make(), b = make();
+    const double ref = torch::nn::utils::clip_grad_norm_(a->parameters(), 3.0);
+    const at::Tensor norm = clip_gradients(*b, 3.0);
+    EXPECT_NEAR(norm.item<double>(), ref, 1e-4 * ref);
+    ASSERT_GT(ref, 3.0);  // so that clipping happened
+    auto pa = a->parameters(), pb = b->parameters();
+    for (size_t i = 0; i < pa.size(); ++i)
+        EXPECT_TRUE(at::allclose(pa[i].grad(), pb[i].grad(), 1e-5, 1e-7)) << i;
+}
+
 TEST(MarTraining, LossDecreasesOnTinyData) {
     torch::manual_seed(0);
     MarTransformer mar(tiny_config());
@@ -310,6 +329,12 @@ TEST(MarTraining, TrainsResumesAndTheExportLoadsBack) {
     EXPECT_EQ(report["steps"], 6);
     EXPECT_TRUE(std::isfinite(report["eval_ema"]["loss"].get<double>())) << report.dump();
     EXPECT_EQ(losses_in(dir.file("run/log.jsonl")).size(), 6u);
+    {
+        std::ifstream log(dir.file("run/log.jsonl"));
+        std::string first;
+        std::getline(log, first);
+        EXPECT_GT(nlohmann::json::parse(first)["grad_norm"].get<double>(), 0.0) << first;
+    }
     EXPECT_NE(out.str().find("scale factor 0.7"), std::string::npos) << out.str();
 
     // The fp16 export is the EMA weights and loads as a MAR of the same architecture.

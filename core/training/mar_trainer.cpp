@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
 #include <chrono>
@@ -113,6 +112,20 @@ nlohmann::json evaluate(const MarTransformerImpl& mar, const DiffusionTrainingLo
 }
 
 }  // namespace
+
+at::Tensor clip_gradients(torch::nn::Module& m, double max_norm) {
+    at::NoGradGuard g;
+    std::vector<at::Tensor> grads;
+    for (auto& p : m.parameters())
+        if (p.grad().defined()) grads.push_back(p.grad());
+    if (grads.empty()) return at::zeros({});
+    std::vector<at::Tensor> norms;
+    for (const auto& gr : grads) norms.push_back(gr.norm());
+    const at::Tensor total = at::stack(norms).norm();
+    const at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+    for (auto& gr : grads) gr.mul_(coef);
+    return total;
+}
 
 nlohmann::json MarRecipe::to_json() const {
     return {{"mask_ratio_min", mask_ratio_min},
@@ -294,11 +307,8 @@ nlohmann::json train_mar(const MarTrainJob& job, std::ostream& out) {
             mar_training_loss(*mar, diffusion, tokens, labels, masking, r.diffusion_batch_mul);
         opt.zero_grad();
         loss.loss.backward();
-        at::Tensor grad_norm;
-        if (r.grad_clip > 0) {
-            grad_norm = at::scalar_tensor(
-                torch::nn::utils::clip_grad_norm_(mar->parameters(), r.grad_clip));
-        }
+        const at::Tensor grad_norm =
+            r.grad_clip > 0 ? clip_gradients(*mar, r.grad_clip) : at::Tensor();
         opt.step();
         if (r.ema_rate > 0) update_ema(*ema, *mar, r.ema_rate);
         if (step % job.train.log_every == 0 || step + 1 == job.train.steps) {

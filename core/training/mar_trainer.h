@@ -70,6 +70,10 @@ MarLoss mar_training_loss(const MarTransformerImpl& mar, const DiffusionTraining
                           const at::Tensor& tokens, const at::Tensor& labels,
                           const MarMasking& masking, int64_t diffusion_batch_mul);
 
+// Scales the gradients of `m` to a global L2 norm of at most max_norm (as torch's
+// clip_grad_norm_) and returns the norm before clipping (0-dim), without synchronising.
+at::Tensor clip_gradients(torch::nn::Module& m, double max_norm);
+
 // (B, L, C p^2) tokens from latents (B, C, h p, w p), the official patchify.
 at::Tensor mar_patchify(const at::Tensor& latents, int64_t patch_size);
 
