@@ -528,6 +528,23 @@ TEST(Checkpoint, RandomBytesAreRejected) {
     checkpoint_error([&] { load_checkpoint(empty); });
 }
 
+// A header of 128 bytes makes the file's first byte 0x80, which also starts a pickle stream.
+TEST(Checkpoint, SafetensorsWhoseFirstByteLooksLikePickleLoads) {
+    TempDir dir;
+    const std::string path = dir.file("x80.safetensors");
+    std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+    header.resize(128, ' ');  // the format allows trailing spaces
+    const float value = 2.5f;
+    write_bytes(path, safetensors_bytes(header, std::string(reinterpret_cast<const char*>(&value), 4)));
+    const StateDict d = load_checkpoint(path);
+    ASSERT_EQ(d.count("w"), 1u);
+    EXPECT_EQ(d.at("w").item<float>(), 2.5f);
+    // A real bare pickle stream is still refused with its explanation.
+    const std::string pickle_path = dir.file("bare.pkl");
+    write_bytes(pickle_path, bytes_of("\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94."));
+    EXPECT_TRUE(contains(checkpoint_error([&] { load_checkpoint(pickle_path); }), "bare pickle stream"));
+}
+
 TEST(Checkpoint, LegacyTorchSaveFormatIsExplained) {
     TempDir dir;
     const std::string path = dir.file("legacy.pt");

@@ -44,7 +44,9 @@ void reject_raw_pickle(const std::string& path, const std::string& head) {
                         "legacy (pre-1.6) torch.save format is not supported, re-save with "
                         "torch.save(..., _use_new_zipfile_serialization=True)");
     }
-    if (!head.empty() && static_cast<unsigned char>(head[0]) == 0x80) {
+    // A safetensors header length may start with 0x80 too; its JSON header starts at byte 8.
+    const bool safetensors_like = head.size() > 8 && head[8] == '{';
+    if (!head.empty() && static_cast<unsigned char>(head[0]) == 0x80 && !safetensors_like) {
         checkpoint_fail(
             path, "a bare pickle stream, not a torch.save zip archive; re-save with torch.save");
     }
