@@ -15,11 +15,11 @@ namespace {
 StateDict load_family(const std::string& path, ModelFamily want, const char* role) {
     if (path.empty()) throw CheckpointError(std::string("no ") + role + " checkpoint given");
     StateDict d = load_checkpoint(path);
-    const ModelFamily got = detect_family(d);
-    if (got != want)
+    const DetectedFamily got = detect_family_nested(d);
+    if (got.family != want)
         throw CheckpointError(path + ": expected a " + family_name(want) + " checkpoint for the " +
-                              role + ", but its tensors look like " + family_name(got));
-    return d;
+                              role + ", but its tensors look like " + family_name(got.family));
+    return got.prefix.empty() ? d : select_prefix(d, got.prefix);
 }
 
 at::ScalarType to_scalar(Precision p) {

@@ -124,6 +124,13 @@ TEST(MarConfig, InferredFromOwnStateDict) {
     EXPECT_EQ(c.diffloss_d, 2);
     EXPECT_EQ(c.diffloss_w, 32);
     EXPECT_EQ(detect_family(module_state_dict(*m)), ModelFamily::MarTransformer);
+    // Training checkpoints nest the weights; the family is found under the wrapper.
+    StateDict wrapped;
+    for (const auto& [name, t] : module_state_dict(*m)) wrapped["model_ema." + name] = t;
+    const DetectedFamily nested = detect_family_nested(wrapped);
+    EXPECT_EQ(nested.family, ModelFamily::MarTransformer);
+    EXPECT_EQ(nested.prefix, "model_ema");
+    EXPECT_EQ(detect_family_nested(StateDict{{"other.x", at::zeros({1})}}).family, ModelFamily::Unknown);
 }
 
 // ----------------------------------------------------------------------------- model

@@ -19,18 +19,21 @@ Runner add_info(CLI::App& app) {
     cmd->add_option("checkpoint", *path, "checkpoint file (.pth or .safetensors)")->required()->check(CLI::ExistingFile);
     cmd->add_flag("--tensors", *list, "also list every tensor with its shape and dtype");
     return [path, list]() {
-        const StateDict d = load_checkpoint(*path);
-        const ModelFamily fam = detect_family(d);
+        const StateDict all = load_checkpoint(*path);
+        const DetectedFamily found = detect_family_nested(all);
+        const ModelFamily fam = found.family;
+        const StateDict d = found.prefix.empty() ? all : select_prefix(all, found.prefix);
         int64_t numel = 0;
         for (const auto& [n, t] : d) numel += t.numel();
-        std::cout << *path << "\n  family:  " << family_name(fam) << "\n  tensors: " << d.size()
-                  << " (" << numel / 1e6 << "M values)\n";
+        std::cout << *path << "\n  family:  " << family_name(fam)
+                  << (found.prefix.empty() ? "" : " (weights under '" + found.prefix + ".')")
+                  << "\n  tensors: " << d.size() << " (" << numel / 1e6 << "M values)\n";
         if (fam == ModelFamily::VarTransformer)
             std::cout << "  config:  " << VarConfig::infer_from(d).to_json().dump() << "\n";
         else if (fam == ModelFamily::MultiScaleVqvae)
             std::cout << "  config:  " << VqvaeConfig::infer_from(d, patch_nums_256()).to_json().dump() << "\n";
         if (*list)
-            for (const auto& [n, t] : d) std::cout << "  " << n << " " << t.sizes() << " " << t.scalar_type() << "\n";
+            for (const auto& [n, t] : all) std::cout << "  " << n << " " << t.sizes() << " " << t.scalar_type() << "\n";
         return fam == ModelFamily::Unknown ? 1 : 0;
     };
 }

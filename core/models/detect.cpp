@@ -1,8 +1,12 @@
 #include "core/models/detect.h"
 
+#include "core/io/checkpoint.h"
+
 namespace varscope {
 
-ModelFamily detect_family(const StateDict& d) {
+namespace {
+
+ModelFamily detect_flat(const StateDict& d) {
     auto has = [&](const char* n) { return d.count(n) > 0; };
     if (has("class_emb.weight") && has("pos_1LC") && has("blocks.0.attn.mat_qkv.weight"))
         return ModelFamily::VarTransformer;
@@ -14,6 +18,24 @@ ModelFamily detect_family(const StateDict& d) {
         return ModelFamily::KlVae;
     return ModelFamily::Unknown;
 }
+
+}  // namespace
+
+DetectedFamily detect_family_nested(const StateDict& d) {
+    const ModelFamily f = detect_flat(d);
+    if (f != ModelFamily::Unknown) return {f, ""};
+    // Training checkpoints nest the weights: {"model_ema": ...} (MAR), {"model": ...} (LDM's
+    // kl16.ckpt), {"state_dict": ...} (Lightning); flattened as "<wrapper>.<name>".
+    for (const char* wrapper : {"model_ema", "model", "state_dict"}) {
+        const StateDict inner = select_prefix(d, wrapper);
+        if (inner.empty()) continue;
+        const ModelFamily g = detect_flat(inner);
+        if (g != ModelFamily::Unknown) return {g, wrapper};
+    }
+    return {ModelFamily::Unknown, ""};
+}
+
+ModelFamily detect_family(const StateDict& d) { return detect_flat(d); }
 
 std::string family_name(ModelFamily f) {
     switch (f) {

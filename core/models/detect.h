@@ -9,7 +9,17 @@ namespace varscope {
 
 enum class ModelFamily { Unknown, VarTransformer, MultiScaleVqvae, MarTransformer, KlVae };
 
+// From the top-level names only (see detect_family_nested for training checkpoints).
 ModelFamily detect_family(const StateDict& dict);
+
+// The family and, for training checkpoints that nest the weights ({"model_ema": ...},
+// {"model": ...}, {"state_dict": ...}), the wrapper prefix to select_prefix() ("" = top level;
+// the first wrapper that holds a known family wins, EMA first).
+struct DetectedFamily {
+    ModelFamily family = ModelFamily::Unknown;
+    std::string prefix;
+};
+DetectedFamily detect_family_nested(const StateDict& dict);
 std::string family_name(ModelFamily f);
 
 }  // namespace varscope
