@@ -8,7 +8,7 @@
 #include "core/io/state_dict.h"
 
 int main(int argc, char** argv) {
-    CLI::App app{"VARScope command line: generate with VAR models, inspect checkpoints"};
+    CLI::App app{"VARScope command line: generate with VAR and MAR models, inspect checkpoints"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "varscope-cli 0.1.0");
     std::map<CLI::App*, varscope::cli::Runner> runners;
