@@ -129,3 +129,13 @@ TEST(Cli, BadAcceleratorConfigNamesTheField) {
     auto model = cli("generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel '{\"skip\": {\"last_n\": 2}}'");
     EXPECT_NE(model.out.find("must be below the model's 2 scales"), std::string::npos) << model.out;
 }
+
+TEST(Cli, MethodsListsVarAndMarAccelerators) {
+    auto r = cli_env("", "methods --json");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_TRUE(j.at("presets").contains("sparvar+skip"));
+    ASSERT_EQ(j.at("mar").at("methods").size(), 1u);
+    EXPECT_EQ(j["mar"]["methods"][0].at("id"), "lazymar");
+    EXPECT_TRUE(j["mar"].at("presets").contains("lazymar-token"));
+}

@@ -4,6 +4,7 @@
 
 #include "app/cli/commands.h"
 #include "core/accel/accel_config.h"
+#include "core/accel/mar_accel_config.h"
 
 namespace varscope::cli {
 namespace {
@@ -19,22 +20,30 @@ const char* kind_text(ParamKind k) {
     return "?";
 }
 
-int run(bool json, bool markdown) {
-    if (json) {
-        nlohmann::json j = {{"presets", accel_presets()}, {"methods", nlohmann::json::array()}};
-        for (const auto& m : accel_methods()) {
-            nlohmann::json params = nlohmann::json::array();
-            for (const auto& p : m.params)
-                params.push_back({{"key", p.key}, {"label", p.label}, {"symbol", p.symbol},
-                                  {"kind", kind_text(p.kind)}, {"min", p.min}, {"max", p.max},
-                                  {"default", p.default_value}, {"help", p.help}});
-            j["methods"].push_back({{"id", m.id}, {"title", m.title}, {"paper", m.paper},
-                                    {"summary", m.summary}, {"params", params}});
-        }
-        std::cout << j.dump(2) << "\n";
-        return 0;
+// One model family's accelerators: VAR's (generate/compare --accel) or MAR's (compare-mar).
+struct Family {
+    const char* name;
+    const char* flag;
+    const std::vector<MethodSpec>& methods;
+    std::map<std::string, nlohmann::json> presets;
+};
+
+nlohmann::json family_json(const Family& f) {
+    nlohmann::json j = {{"presets", f.presets}, {"methods", nlohmann::json::array()}};
+    for (const auto& m : f.methods) {
+        nlohmann::json params = nlohmann::json::array();
+        for (const auto& p : m.params)
+            params.push_back({{"key", p.key}, {"label", p.label}, {"symbol", p.symbol},
+                              {"kind", kind_text(p.kind)}, {"min", p.min}, {"max", p.max},
+                              {"default", p.default_value}, {"help", p.help}});
+        j["methods"].push_back({{"id", m.id}, {"title", m.title}, {"paper", m.paper},
+                                {"summary", m.summary}, {"params", params}});
     }
-    for (const auto& m : accel_methods()) {
+    return j;
+}
+
+void print_family(const Family& f, bool markdown) {
+    for (const auto& m : f.methods) {
         if (markdown) {
             std::cout << "### " << m.title << " (`" << m.id << "`)\n\n" << m.summary << " Source: "
                       << m.paper << ".\n\n| key | symbol | type | range | default | meaning |\n|---|---|---|---|---|---|\n";
@@ -51,9 +60,25 @@ int run(bool json, bool markdown) {
                       << kind_text(p.kind) << " in [" << p.min << ", " << p.max << "], default "
                       << p.default_value.dump() << "\n      " << p.help << "\n";
     }
-    std::cout << (markdown ? "### Presets\n\n" : "presets (--accel NAME):\n");
-    for (const auto& [name, j] : accel_presets())
+    std::cout << (markdown ? std::string("### ") + f.name + " presets\n\n"
+                           : std::string(f.name) + " presets (" + f.flag + " NAME):\n");
+    for (const auto& [name, j] : f.presets)
         std::cout << (markdown ? "- `" + name + "`: `" + j.dump() + "`\n" : "  " + name + ": " + j.dump() + "\n");
+}
+
+int run(bool json, bool markdown) {
+    const Family var{"VAR", "generate/compare --accel", accel_methods(), accel_presets()};
+    const Family mar{"MAR", "compare-mar --accel", mar_accel_methods(), mar_accel_presets()};
+    if (json) {
+        nlohmann::json j = family_json(var);  // top level: VAR (as before); MAR under "mar"
+        j["mar"] = family_json(mar);
+        std::cout << j.dump(2) << "\n";
+        return 0;
+    }
+    if (markdown) std::cout << "## VAR accelerators\n\n";
+    print_family(var, markdown);
+    std::cout << (markdown ? "\n## MAR accelerators\n\n" : "\n");
+    print_family(mar, markdown);
     return 0;
 }
 
