@@ -56,43 +56,14 @@ AccelConfig AccelConfig::from_json(const nlohmann::json& j) {
 }
 
 AccelConfig AccelConfig::from_file(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) throw AccelConfigError("cannot open accelerator config '" + path + "'");
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
-        throw AccelConfigError("'" + path + "' is not valid JSON: " + e.what());
-    }
-    try {
-        return from_json(j);
-    } catch (const AccelConfigError& e) {
-        throw AccelConfigError("'" + path + "': " + e.what());
-    }
+    const nlohmann::json j = accel_file_json(path, "");
+    return with_config_path(path, [&] { return from_json(j); });
 }
 
 AccelConfig AccelConfig::from_argument(const std::string& arg) {
-    const auto& presets = accel_presets();
-    if (auto it = presets.find(arg); it != presets.end()) return from_json(it->second);
-    const auto first = arg.find_first_not_of(" \t\n");
-    if (first != std::string::npos && arg[first] == '{') {
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(arg);
-        } catch (const nlohmann::json::parse_error& e) {
-            throw AccelConfigError(std::string("inline accelerator config is not valid JSON: ") +
-                                   e.what());
-        }
-        return from_json(j);
-    }
-    std::ifstream probe(arg);
-    if (!probe) {
-        std::string names;
-        for (const auto& [name, _] : presets) names += (names.empty() ? "" : ", ") + name;
-        throw AccelConfigError("'" + arg + "' is neither a config file, inline JSON, nor a preset (" +
-                               names + ")");
-    }
-    return from_file(arg);
+    std::string file;
+    const nlohmann::json j = accel_argument_json(arg, accel_presets(), "", &file);
+    return with_config_path(file, [&] { return from_json(j); });
 }
 
 nlohmann::json AccelConfig::to_json() const {

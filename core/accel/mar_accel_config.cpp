@@ -26,40 +26,14 @@ MarAccelConfig MarAccelConfig::from_json(const nlohmann::json& j) {
 }
 
 MarAccelConfig MarAccelConfig::from_file(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) throw AccelConfigError("cannot open MAR accelerator config '" + path + "'");
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
-        throw AccelConfigError("'" + path + "' is not valid JSON: " + e.what());
-    }
-    try {
-        return from_json(j);
-    } catch (const AccelConfigError& e) {
-        throw AccelConfigError("'" + path + "': " + e.what());
-    }
+    const nlohmann::json j = accel_file_json(path, "MAR ");
+    return with_config_path(path, [&] { return from_json(j); });
 }
 
 MarAccelConfig MarAccelConfig::from_argument(const std::string& arg) {
-    const auto& presets = mar_accel_presets();
-    if (auto it = presets.find(arg); it != presets.end()) return from_json(it->second);
-    const auto first = arg.find_first_not_of(" \t\n");
-    if (first != std::string::npos && arg[first] == '{') {
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(arg);
-        } catch (const nlohmann::json::parse_error& e) {
-            throw AccelConfigError(
-                std::string("inline MAR accelerator config is not valid JSON: ") + e.what());
-        }
-        return from_json(j);
-    }
-    if (!std::ifstream(arg))
-        throw AccelConfigError("'" + arg +
-                               "' is neither a config file, inline JSON, nor a MAR preset (" +
-                               mar_preset_names() + ")");
-    return from_file(arg);
+    std::string file;
+    const nlohmann::json j = accel_argument_json(arg, mar_accel_presets(), "MAR ", &file);
+    return with_config_path(file, [&] { return from_json(j); });
 }
 
 nlohmann::json MarAccelConfig::to_json() const {

@@ -1,6 +1,7 @@
 #include "core/accel/param_spec.h"
 
 #include <cmath>
+#include <fstream>
 #include <sstream>
 
 namespace varscope {
@@ -141,6 +142,39 @@ std::vector<double> ParamReader::get_real_list(const std::string& key) const {
         out.push_back(v[i].get<double>());
     }
     return out;
+}
+
+nlohmann::json accel_file_json(const std::string& path, const std::string& kind) {
+    std::ifstream in(path);
+    if (!in) throw AccelConfigError("cannot open " + kind + "accelerator config '" + path + "'");
+    try {
+        return nlohmann::json::parse(in);
+    } catch (const nlohmann::json::parse_error& e) {
+        throw AccelConfigError("'" + path + "' is not valid JSON: " + e.what());
+    }
+}
+
+nlohmann::json accel_argument_json(const std::string& arg,
+                                   const std::map<std::string, nlohmann::json>& presets,
+                                   const std::string& kind, std::string* file) {
+    if (auto it = presets.find(arg); it != presets.end()) return it->second;
+    const auto first = arg.find_first_not_of(" \t\n");
+    if (first != std::string::npos && arg[first] == '{') {
+        try {
+            return nlohmann::json::parse(arg);
+        } catch (const nlohmann::json::parse_error& e) {
+            throw AccelConfigError("inline " + kind + "accelerator config is not valid JSON: " +
+                                   e.what());
+        }
+    }
+    if (!std::ifstream(arg)) {
+        std::string names;
+        for (const auto& [name, _] : presets) names += (names.empty() ? "" : ", ") + name;
+        throw AccelConfigError("'" + arg + "' is neither a config file, inline JSON, nor a " + kind +
+                               "preset (" + names + ")");
+    }
+    if (file) *file = arg;
+    return accel_file_json(arg, kind);
 }
 
 }  // namespace varscope

@@ -3,6 +3,7 @@
 // JSON validation, the error messages and the sliders, so they cannot drift apart.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include <stdexcept>
@@ -41,6 +42,25 @@ class AccelConfigError : public std::invalid_argument {
 public:
     using std::invalid_argument::invalid_argument;
 };
+
+// The JSON of an accelerator config file; `kind` qualifies the messages ("" or "MAR ":
+// "cannot open MAR accelerator config 'x'", "'x' is not valid JSON: ...").
+nlohmann::json accel_file_json(const std::string& path, const std::string& kind);
+// The JSON of an --accel argument: a preset name, inline JSON ("{...}") or a file path (then
+// *file is set to it, so the caller can put the path in front of its validation errors).
+nlohmann::json accel_argument_json(const std::string& arg,
+                                   const std::map<std::string, nlohmann::json>& presets,
+                                   const std::string& kind, std::string* file);
+// parse() with AccelConfigError messages prefixed by "'path': " (nothing when path is empty).
+template <class Parse>
+auto with_config_path(const std::string& path, Parse&& parse) -> decltype(parse()) {
+    if (path.empty()) return parse();
+    try {
+        return parse();
+    } catch (const AccelConfigError& e) {
+        throw AccelConfigError("'" + path + "': " + e.what());
+    }
+}
 
 // Reads one method's JSON object against its spec: types, ranges, list lengths, and no
 // unknown keys (a typo must not silently fall back to a default). Missing keys take defaults.
