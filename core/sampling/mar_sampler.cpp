@@ -5,8 +5,9 @@
 
 #include <chrono>
 #include <cmath>
-#include <mutex>
 #include <stdexcept>
+
+#include "core/sampling/token_sampling.h"
 
 namespace varscope {
 namespace {
@@ -15,15 +16,6 @@ using Clock = std::chrono::steady_clock;
 
 double millis_since(Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-std::optional<at::Generator> make_generator(const at::Device& device, std::optional<uint64_t> seed) {
-    if (!seed) return std::nullopt;
-    // A private generator of the model's device, seeded like torch.Generator(device).manual_seed.
-    at::Generator gen = at::globalContext().defaultGenerator(device).clone();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_current_seed(*seed);
-    return gen;
 }
 
 // (R, n, C) rows of x (R, L, C) at index (R, n).
@@ -170,7 +162,7 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     const auto t_start = Clock::now();
     const at::Device device = mar_->mask_token.device();
     const auto dtype = mar_->mask_token.scalar_type();
-    auto gen = make_generator(device, opt.seed);
+    auto gen = seeded_generator(device, opt.seed);
     const auto long_opts = at::TensorOptions(device).dtype(at::kLong);
     const int64_t L = c.seq_len(), D = c.token_embed_dim(), buf = c.buffer_size;
 

@@ -2,7 +2,17 @@
 
 #include <ATen/ATen.h>
 
+#include <mutex>
+
 namespace varscope {
+
+std::optional<at::Generator> seeded_generator(const at::Device& device, std::optional<uint64_t> seed) {
+    if (!seed) return std::nullopt;
+    at::Generator gen = at::globalContext().defaultGenerator(device).clone();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(*seed);
+    return gen;
+}
 
 at::Tensor sample_tokens(at::Tensor& logits, const TokenSamplingOptions& opt,
                          std::optional<at::Generator> gen) {

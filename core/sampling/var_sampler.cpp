@@ -120,15 +120,6 @@ at::Tensor group_mask(const std::vector<ScaleSegment>& segs, const at::TensorOpt
         .masked_fill(visible.logical_not().to(options.device()), -std::numeric_limits<double>::infinity());
 }
 
-std::optional<at::Generator> make_generator(const at::Device& device, std::optional<uint64_t> seed) {
-    if (!seed) return std::nullopt;
-    // A private generator of the model's device, seeded like torch.Generator(device).manual_seed.
-    at::Generator gen = at::globalContext().defaultGenerator(device).clone();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_current_seed(*seed);
-    return gen;
-}
-
 // What a block's step needs that depends only on the class condition, computed once per call by
 // the graphed path's prologue.
 struct BlockConstants {
@@ -255,7 +246,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     const at::Device device = var_->pos_1LC.device();
     const auto dtype = var_->pos_1LC.scalar_type();
     const int64_t S = c.num_scales();
-    auto gen = make_generator(device, opt.seed);
+    auto gen = seeded_generator(device, opt.seed);
 
     // Labels: given, or drawn uniformly first (the official order of random draws).
     at::Tensor labels;
