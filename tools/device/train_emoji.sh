@@ -10,6 +10,10 @@
 # (varscope-cli pack-emoji output; xz -9 is 15 MB vs gzip's 23 MB, which matters under the 64 MiB
 # upload once the shipped models are tracked). MAX_SECONDS caps the training wall time;
 # INIT/LR continue from earlier weights (var and mar).
+# Upload budget: the tracked models (~54 MB) + data (15 MB) exceed 64 MiB, so for a training call
+# take the models that stage does not read out of the index for the call only
+#   git rm --cached -q resources/models/emoji-var.safetensors ...; list them in .git/info/exclude
+# and afterwards `git reset -q -- <them>` and drop the exclude lines (session 4 did this for MAR).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 STAGE=${STAGE:-vqvae}
