@@ -10,6 +10,16 @@ int64_t ScaleContext::packed_length() const {
     return n;
 }
 
+std::optional<std::string> HookChain::graph_signature(const VarConfig& config) {
+    std::string joined;
+    for (auto& h : hooks_) {
+        const auto sig = h->graph_signature(config);
+        if (!sig) return std::nullopt;
+        joined += (joined.empty() ? "" : "+") + *sig;
+    }
+    return joined;
+}
+
 int64_t HookChain::scales_to_run(const VarConfig& config) {
     int64_t n = config.num_scales();
     for (auto& h : hooks_) n = std::min(n, h->scales_to_run(config));

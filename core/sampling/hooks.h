@@ -13,11 +13,15 @@
 //              -> FFN -> restore_tokens -> on_block_output
 //   on_logits(ctx, logits)     -> guided logits of the step's packed rows
 //   per scale of the step: tokens sampled, residual folded into f_hat, on_scale_end
+//
+// CUDA graphs with hooks: see graph_signature() below.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/models/var.h"
@@ -66,6 +70,33 @@ struct BlockContext {
 class SamplingHooks {
 public:
     virtual ~SamplingHooks() = default;
+    // CUDA graphs. A hook that returns a signature (std::nullopt = no, the default) lets the
+    // loop capture each step's transformer forward, its block-level calls included, as a CUDA
+    // graph and replay it on later calls with the same signature, shape, precision and weights.
+    // Contract for a hook that does:
+    //  * Block-level calls (select_tokens, on_kv_append, attend, restore_tokens,
+    //    on_block_output) are made only while a step is captured (first call); replays repeat
+    //    the device work they enqueued then, on the same tensors. There they must not
+    //    synchronise with the host (.item(), .cpu(), nonzero(), a value-sized output), copy from
+    //    the host to the device, or decide anything from tensor values: what they enqueue may
+    //    depend only on the config, the scale, the layer and the shapes (Top-K with K fixed by
+    //    the config, masks and index lists prepared before the step: see on_scale_begin).
+    //  * Tensors carried from one block call to a later one (a cache taken at one scale and read
+    //    at a later scale) are created or last written inside a captured step and must be kept
+    //    (not replaced) while the hook lives: the later captured step reads their address.
+    //  * Step-level calls (scales_to_run, group_size, on_scale_begin, on_logits, on_scale_end)
+    //    run eagerly on every call, as without graphs; they may sync and read values. Rows they
+    //    put in ScaleSegment::rows may change from call to call, but not their count (it must
+    //    follow from the signature and the scale): the loop copies them into the graph's fixed
+    //    buffer. on_scale_begin is the place to move per-scale constants to the device (it runs
+    //    before the step is captured).
+    //  * The signature names what changes the captured work (method and settings); probes that
+    //    want per-block records from the hook: return std::nullopt. compact_kv_cache() is
+    //    honoured (the graphs then own a compact cache), grouped steps too.
+    // GPU tests (tests/gpu/var_graph_test.cpp) check graphed == eager tokens per method.
+    virtual std::optional<std::string> graph_signature(const VarConfig& config) {
+        return std::nullopt;
+    }
     // Scales [0, n) are run; the rest are skipped. Default: all.
     virtual int64_t scales_to_run(const VarConfig& config) { return config.num_scales(); }
     // true = the loop uses KvCache::compact (each layer holds exactly the tokens it keeps), for
@@ -102,7 +133,8 @@ public:
 };
 
 // Several policies in order. scales_to_run takes the minimum, group_size the maximum,
-// compact_kv_cache is true if any policy asks; for select_tokens / restore_tokens / attend the
+// compact_kv_cache is true if any policy asks, graph_signature is the policies' signatures
+// joined (std::nullopt if any has none; "" for an empty chain); for select_tokens / restore_tokens / attend the
 // first one that answers wins.
 class HookChain : public SamplingHooks {
 public:
@@ -110,6 +142,7 @@ public:
     bool empty() const { return hooks_.empty(); }
     size_t size() const { return hooks_.size(); }
 
+    std::optional<std::string> graph_signature(const VarConfig& config) override;
     int64_t scales_to_run(const VarConfig& config) override;
     bool compact_kv_cache(const VarConfig& config) override;
     int64_t group_size(const ScaleContext& ctx) override;
