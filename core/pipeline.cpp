@@ -33,7 +33,10 @@ at::ScalarType to_scalar(Precision p) {
 
 void place(VarTransformer& var, Vqvae& vae, const LoadOptions& o) {
     const at::Device dev = parse_device(o.device);
-    var->to(dev, to_scalar(o.precision));
+    if (o.autocast && o.precision != Precision::Bf16)
+        throw std::invalid_argument("autocast is a bf16 mode (precision bf16-autocast)");
+    var->to(dev, o.autocast ? at::kFloat : to_scalar(o.precision));
+    if (o.autocast) var->use_autocast_bf16();
     vae->to(dev);
     var->eval();
     vae->eval();
@@ -48,6 +51,11 @@ Precision parse_precision(const std::string& s) {
     if (s == "fp16" || s == "float16") return Precision::Fp16;
     if (s == "bf16" || s == "bfloat16") return Precision::Bf16;
     throw std::invalid_argument("precision must be fp32, fp16 or bf16, got '" + s + "'");
+}
+
+LoadOptions load_options(const std::string& device, const std::string& precision) {
+    if (precision == "bf16-autocast") return {device, Precision::Bf16, true};
+    return {device, parse_precision(precision)};
 }
 
 at::Device parse_device(const std::string& s) {

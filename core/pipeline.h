@@ -29,7 +29,14 @@ struct VarModelFiles {
 struct LoadOptions {
     std::string device = "cpu";
     Precision precision = Precision::Fp32;  // transformer weights; the VQVAE stays fp32
+    // With Bf16: compute what the official model computes under torch.autocast(bfloat16) from
+    // fp32 weights (fp32 residual stream, bf16 matrix products and attention, the VQVAE's Phi
+    // convolutions in bf16 too): VarTransformerImpl::use_autocast_bf16. Same tokens as the
+    // official bf16 sampler where the two run the same kernels.
+    bool autocast = false;
 };
+// precision "fp32", "fp16", "bf16" or "bf16-autocast" (Bf16 with autocast).
+LoadOptions load_options(const std::string& device, const std::string& precision);
 
 class VarPipeline {
 public:

@@ -3,7 +3,9 @@
 // run: per-scale latency, total, attention FLOPs, KV bytes, peak device memory, and how many
 // tokens stay identical to the baseline's for the same seed. The dense baseline replays CUDA
 // graphs on CUDA (captured during the warm-up; capture time reported separately); a method
-// name with the suffix "@eager" runs without them (e.g. "baseline@eager").
+// name with the suffix "@eager" runs without them (e.g. "baseline@eager"). Accelerators whose
+// hooks declare a graph signature (skip, FastVAR, LazyVAR, SparVAR's CSLA) replay graphs too;
+// with both "X" and "X@eager" the JSON says whether their tokens are identical.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -152,6 +154,20 @@ int run(const E2eArgs& a) {
                   {"kv_bytes_end", r.last.kv_bytes},
                   {"kv_bytes_peak", r.last.kv_bytes_peak},
                   {"peak_device_bytes", r.peak_bytes}});
+        // "X" and "X@eager" in one run: the same seed, so the graphs must draw the eager tokens.
+        const std::string partner_name =
+            ends_with(r.name, kEagerSuffix)
+                ? r.name.substr(0, r.name.size() - std::string(kEagerSuffix).size())
+                : r.name + kEagerSuffix;
+        for (const auto& q : results)
+            if (q.name == partner_name && q.error.empty()) {
+                int64_t same = 0, total = 0;
+                for (const auto& t : token_agreement(q.last.tokens, r.last.tokens)) {
+                    same += t.identical;
+                    total += t.total;
+                }
+                m["identical_tokens_graphs_vs_eager"] = total ? static_cast<double>(same) / total : 1.0;
+            }
         if (base) {
             const auto ag = token_agreement(base->last.tokens, r.last.tokens);
             std::vector<double> fr;

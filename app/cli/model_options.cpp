@@ -14,12 +14,12 @@ void ModelOptions::add_to(CLI::App& cmd) {
     cmd.add_option("--init-seed", init_seed, "seed of the random weights");
     cmd.add_option("--patch-nums", patch_nums, "patch schedule, e.g. 1,2,3,4,5,6,8,10,13,16")->delimiter(',');
     cmd.add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
-    cmd.add_option("--precision", precision, "transformer precision")
-        ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))->capture_default_str();
+    cmd.add_option("--precision", precision, "transformer precision (bf16-autocast: fp32 stream, bf16 matrix products, as torch.autocast)")
+        ->check(CLI::IsMember({"fp32", "fp16", "bf16", "bf16-autocast"}))->capture_default_str();
 }
 
 VarPipeline ModelOptions::build() const {
-    LoadOptions lo{device, parse_precision(precision)};
+    LoadOptions lo = load_options(device, precision);
     if (random_depth > 0) {
         if (!var_path.empty() || !vae_path.empty())
             throw std::invalid_argument("--random cannot be combined with --var/--vae");

@@ -49,6 +49,18 @@ public:
 
     int64_t scales_to_run(const VarConfig& c) override { return c.num_scales() - skipped_; }
 
+    // Capturable: K is fixed per scale by the ratios, the selection is a device Top-K, and the
+    // cached updates are written inside the cache scale's graph and read by the later ones.
+    // Probe records read values: eager then.
+    std::optional<std::string> graph_signature(const VarConfig&) override {
+        if (probe_ && (probe_->wants_accel(kMethod, probe_kinds::kPtsScores) ||
+                       probe_->wants_accel(kMethod, probe_kinds::kPtsKept)))
+            return std::nullopt;
+        std::string sig = "fastvar:";
+        for (double r : ratios_) sig += std::to_string(r) + ",";
+        return sig;
+    }
+
     void on_scale_begin(ScaleContext& ctx) override {
         if (ctx.scale == 0) {  // a new run: drop the previous run's cache
             selected_ = {-1, -1};

@@ -55,6 +55,12 @@ class LazyVar : public SamplingHooks {
         }
     }
 
+    // Capturable: every decision is step-level (the rows come from on_scale_begin, their count
+    // from the ratios), so probes may record too.
+    std::optional<std::string> graph_signature(const VarConfig&) override {
+        return "lazyvar:" + cfg_.to_json().dump();
+    }
+
     int64_t group_size(const ScaleContext& ctx) override {
         return ctx.scale == group_first_ ? cfg_.group_size : 1;
     }

@@ -7,6 +7,10 @@ class ScaleSkip : public SamplingHooks {
 public:
     explicit ScaleSkip(int64_t last_n) : last_n_(last_n) {}
     int64_t scales_to_run(const VarConfig& c) override { return c.num_scales() - last_n_; }
+    // Nothing inside the steps: the graphs only run fewer of them.
+    std::optional<std::string> graph_signature(const VarConfig&) override {
+        return "skip:" + std::to_string(last_n_);
+    }
 
 private:
     int64_t last_n_;

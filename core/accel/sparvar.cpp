@@ -82,6 +82,30 @@ public:
         for (int64_t s = 0; s < std::min(cfg.sink_scales, S); ++s)
             sink_tokens_ += model.patch_nums[s] * model.patch_nums[s];
         states_.resize(model.depth);
+        csla_used_ = cs4a_layers_ < model.depth;
+    }
+
+    // Capturable when only CSLA runs (CS4A off: cs4a_fraction 0 or top_k 1): its masks are
+    // fixed per scale and staged on the device by on_scale_begin. CS4A's selections have
+    // value-dependent sizes (Top-K plus sinks per query block, mapped patches) and its FLOP
+    // count reads them back: eager. Probe records: eager.
+    std::optional<std::string> graph_signature(const VarConfig&) override {
+        if (cs4a_layers_ > 0 && !cs4a_off_) return std::nullopt;
+        for (const char* kind : {probe_kinds::kCslaTokenMask, probe_kinds::kCslaBlockMask,
+                                 probe_kinds::kCs4aSelected, probe_kinds::kCs4aMapped})
+            if (wants(kind)) return std::nullopt;
+        return "sparvar:" + cfg_.to_json().dump();
+    }
+
+    // Before a sparse step (and its capture): the scale's CSLA mask, its block lists and its
+    // token mask on the device, so that attend() copies nothing from the host.
+    void on_scale_begin(ScaleContext& ctx) override {
+        if (!csla_used_) return;
+        for (const auto& seg : ctx.segments)
+            if (seg.scale >= first_sparse_) {
+                auto& e = csla_host_entry(ctx.config, seg.scale);
+                if (!e.dense) stage(e, ctx.f_hat.device());
+            }
     }
 
     at::Tensor attend(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
@@ -105,6 +129,7 @@ private:
     struct CslaEntry {
         sparvar::CslaScaleMask mask;
         at::Tensor additive;  // on the attention's device and dtype (reference path)
+        at::Tensor attend;    // mask.attend on the attention's device
         BlockLists lists;     // on the attention's device (kernel path)
         double pairs = 0.0;   // active (query, key) pairs of one head
         bool dense = false;
@@ -131,28 +156,37 @@ private:
     bool wants(const char* kind) const { return probe_ && probe_->wants_accel(kMethod, kind); }
 
     // ------------------------------------------------------------------ CSLA
-    const CslaEntry& csla_entry(const BlockContext& ctx, const at::Tensor& q) {
-        const int64_t scale = ctx.scale.scale;
+    // The scale's masks, built on the host once.
+    CslaEntry& csla_host_entry(const VarConfig& config, int64_t scale) {
         auto it = csla_.find(scale);
         if (it == csla_.end()) {
             CslaEntry e;
-            e.mask = sparvar::build_csla_scale_mask(ctx.scale.config.patch_nums, scale,
-                                                    cfg_.csla_spec(), cfg_.block, cfg_.token_mask);
+            e.mask = sparvar::build_csla_scale_mask(config.patch_nums, scale, cfg_.csla_spec(),
+                                                    cfg_.block, cfg_.token_mask);
             e.dense = e.mask.dense();
             e.pairs = static_cast<double>(e.mask.attend.sum().item<int64_t>());
             it = csla_.emplace(scale, std::move(e)).first;
         }
-        auto& e = it->second;
-        if (e.dense) return e;
-        if (csla_kernels(q)) {
-            if (!e.lists.indices.defined() || e.lists.indices.device() != q.device()) {
-                const auto host = csla_block_lists(e.mask.block);
-                e.lists = {host.indices.to(q.device()), host.counts.to(q.device())};
-            }
-        } else if (!e.additive.defined() || e.additive.device() != q.device() ||
-                   e.additive.scalar_type() != q.scalar_type()) {
-            e.additive = sparvar::additive_mask(e.mask.attend, q.options());
+        return it->second;
+    }
+
+    // Block lists and token mask on `device` (host-to-device copies: outside graph capture).
+    void stage(CslaEntry& e, const at::Device& device) {
+        if (!e.lists.indices.defined() || e.lists.indices.device() != device) {
+            const auto host = csla_block_lists(e.mask.block);
+            e.lists = {host.indices.to(device), host.counts.to(device)};
         }
+        if (!e.attend.defined() || e.attend.device() != device) e.attend = e.mask.attend.to(device);
+    }
+
+    const CslaEntry& csla_entry(const BlockContext& ctx, const at::Tensor& q) {
+        auto& e = csla_host_entry(ctx.scale.config, ctx.scale.scale);
+        if (e.dense) return e;
+        stage(e, q.device());  // done already by on_scale_begin
+        if (!csla_kernels(q) &&
+            (!e.additive.defined() || e.additive.device() != q.device() ||
+             e.additive.scalar_type() != q.scalar_type()))
+            e.additive = sparvar::additive_mask(e.attend, q.options());  // device ops only
         return e;
     }
 
@@ -273,6 +307,7 @@ private:
     ProbeSink* probe_;
     int64_t first_sparse_ = 0, decision_ = 0, cs4a_layers_ = 0, sink_tokens_ = 0;
     bool cs4a_off_ = false;
+    bool csla_used_ = false;  // some layers use CSLA
     std::vector<Cs4aState> states_;
     std::map<int64_t, CslaEntry> csla_;  // per scale: the same mask for every CSLA layer
 };

@@ -42,13 +42,24 @@ void trunc_normal_(at::Tensor t, double std, at::Generator& gen) {
     t.copy_(u);
 }
 
-// x / max(||x||, 1e-12) over the last dim, as torch.nn.functional.normalize.
+// The input is cast to the weight's dtype, as torch.autocast casts nn.Linear's inputs (a no-op
+// when both already agree, i.e. everywhere but in the bf16-autocast mode's fp32 stream).
 at::Tensor linear(const torch::nn::Linear& l, const at::Tensor& x) {
-    return at::linear(x, l->weight, l->bias.defined() ? std::optional<at::Tensor>(l->bias) : std::nullopt);
+    const auto& w = l->weight;
+    return at::linear(x.to(w.scalar_type()), w,
+                      l->bias.defined() ? std::optional<at::Tensor>(l->bias) : std::nullopt);
 }
 
+// x / max(||x||, 1e-12) over the last dim, as torch.nn.functional.normalize.
 at::Tensor l2_normalize(const at::Tensor& x) {
     return x / x.norm(2, {-1}, /*keepdim=*/true).clamp_min(1e-12);
+}
+
+// F.normalize of a bf16 tensor under torch.autocast: its norm is linalg_vector_norm, which
+// autocast runs with dtype=float, and bf16 / fp32 promotes: an fp32 result.
+at::Tensor l2_normalize_autocast(const at::Tensor& x) {
+    return x / at::linalg_vector_norm(x, 2, at::IntArrayRef{-1}, /*keepdim=*/true, at::kFloat)
+                   .clamp_min(1e-12);
 }
 
 // The schedule written in the lvl_1L buffer (level index of each token), which official and
@@ -218,17 +229,34 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t C, int64_t H, bool l2)
     scale_ = l2 ? 1.0 : 0.25 / std::sqrt(static_cast<double>(head_dim_));
 }
 
+at::Tensor SelfAttentionImpl::qkv_bias() const { return at::cat({q_bias, zero_k_bias, v_bias}); }
+
+at::Tensor SelfAttentionImpl::q_mul() const {
+    // The learnt per-head temperature, capped at log(100) as in the official model.
+    return l2_norm_ ? scale_mul_1H11.clamp_max(std::log(100.0)).exp() : at::Tensor();
+}
+
 Qkv SelfAttentionImpl::project_qkv(const at::Tensor& x) const {
+    return project_qkv(x, qkv_bias(), q_mul());
+}
+
+Qkv SelfAttentionImpl::project_qkv(const at::Tensor& x, const at::Tensor& bias,
+                                   const at::Tensor& mul) const {
     const int64_t B = x.size(0), L = x.size(1);
-    auto bias = at::cat({q_bias, zero_k_bias, v_bias});
-    auto qkv = at::linear(x, mat_qkv->weight, bias).view({B, L, 3, num_heads_, head_dim_});
+    const auto& w = mat_qkv->weight;
+    auto qkv = at::linear(x.to(w.scalar_type()), w, bias).view({B, L, 3, num_heads_, head_dim_});
     auto parts = qkv.permute({2, 0, 3, 1, 4}).unbind(0);  // 3 x (B, H, L, c)
     Qkv r{parts[0], parts[1], parts[2]};
     if (l2_norm_) {
-        // The learnt per-head temperature, capped at log(100) as in the official model.
-        auto mul = scale_mul_1H11.clamp_max(std::log(100.0)).exp();
-        r.q = l2_normalize(r.q).mul(mul);
-        r.k = l2_normalize(r.k);
+        if (x.scalar_type() != w.scalar_type()) {
+            // bf16-autocast: normalised and scaled in fp32, rounded to bf16 where autocast's
+            // SDPA casts them (keys are cached in bf16: the same values).
+            r.q = l2_normalize_autocast(r.q).mul(mul).to(w.scalar_type());
+            r.k = l2_normalize_autocast(r.k).to(w.scalar_type());
+        } else {
+            r.q = l2_normalize(r.q).mul(mul);
+            r.k = l2_normalize(r.k);
+        }
     }
     return r;
 }
@@ -279,6 +307,24 @@ at::Tensor AdaLNSelfAttnImpl::ffn_branch(const at::Tensor& x, const Modulation& 
     return ffn->forward(norm(x).mul(m.scale2.add(1)).add_(m.shift2)).mul(m.gamma2);
 }
 
+BlockConstants AdaLNSelfAttnImpl::constants(const at::Tensor& cond) const {
+    BlockConstants k;
+    k.m = modulation(cond);
+    k.scale1p = k.m.scale1.add(1);
+    k.scale2p = k.m.scale2.add(1);
+    k.qkv_bias = attn->qkv_bias();
+    k.q_mul = attn->q_mul();
+    return k;
+}
+
+at::Tensor AdaLNSelfAttnImpl::attn_input(const at::Tensor& x, const BlockConstants& k) const {
+    return norm(x).mul(k.scale1p).add_(k.m.shift1);
+}
+
+at::Tensor AdaLNSelfAttnImpl::ffn_branch(const at::Tensor& x, const BlockConstants& k) const {
+    return ffn->forward(norm(x).mul(k.scale2p).add_(k.m.shift2)).mul(k.m.gamma2);
+}
+
 at::Tensor AdaLNSelfAttnImpl::forward(const at::Tensor& x, const at::Tensor& cond,
                                       const AttendFn& attend) const {
     auto m = modulation(cond);
@@ -293,10 +339,13 @@ AdaLNBeforeHeadImpl::AdaLNBeforeHeadImpl(int64_t dim, int64_t cond_dim, double e
     ada_lin = register_module("ada_lin", torch::nn::Sequential(torch::nn::SiLU(), fc_));
 }
 
-at::Tensor AdaLNBeforeHeadImpl::forward(const at::Tensor& x, const at::Tensor& cond) const {
+at::Tensor AdaLNBeforeHeadImpl::forward(const at::Tensor& x, const at::Tensor& cond,
+                                        bool autocast) const {
     // Modulation in the weights' precision, normalisation in the input's (fp32 for the head).
-    auto p = linear(fc_, at::silu(cond.to(fc_->weight.scalar_type())))
-                 .to(x.scalar_type())
+    // Under autocast the SiLU runs on the fp32 condition and 1 + scale is rounded to bf16.
+    auto p = (autocast ? linear(fc_, at::silu(cond))
+                       : linear(fc_, at::silu(cond.to(fc_->weight.scalar_type())))
+                             .to(x.scalar_type()))
                  .view({-1, 1, 2, dim_})
                  .unbind(2);  // scale, shift
     return at::layer_norm(x, {dim_}, {}, {}, eps_).mul(p[0].add(1)).add_(p[1]);
@@ -378,6 +427,29 @@ void VarTransformerImpl::init_weights(uint64_t seed) {
     }
 }
 
+void VarTransformerImpl::use_autocast_bf16() {
+    at::NoGradGuard g;
+    const auto bf16 = at::kBFloat16;
+    TORCH_CHECK(pos_1LC.scalar_type() == at::kFloat, "bf16-autocast needs an fp32 model");
+    word_embed->to(bf16);
+    head->to(bf16);
+    head_nm->ada_lin->to(bf16);
+    if (shared_ada_lin) shared_ada_lin->to(bf16);
+    for (auto& b : block_handles_) {
+        b->attn->mat_qkv->to(bf16);
+        b->attn->proj->to(bf16);
+        for (auto* t : {&b->attn->q_bias, &b->attn->v_bias, &b->attn->zero_k_bias})
+            t->set_data(t->to(bf16));
+        b->ffn->to(bf16);
+        if (b->ada_lin) b->ada_lin->to(bf16);
+    }
+    autocast_ = true;
+}
+
+at::ScalarType VarTransformerImpl::compute_dtype() const {
+    return block(0).attn->mat_qkv->weight.scalar_type();
+}
+
 at::Tensor VarTransformerImpl::class_embedding(const at::Tensor& labels) const {
     auto idx = at::where(labels.lt(0), at::full_like(labels, cfg_.num_classes), labels);
     return at::embedding(class_emb->weight, idx);
@@ -400,7 +472,7 @@ at::Tensor VarTransformerImpl::first_scale_input(const at::Tensor& cond_BD) cons
 }
 
 at::Tensor VarTransformerImpl::logits(const at::Tensor& h, const at::Tensor& cond_BD) const {
-    auto normed = head_nm->forward(h.to(at::kFloat), cond_BD);
+    auto normed = head_nm->forward(h.to(at::kFloat), cond_BD, autocast_);
     return linear(head, normed.to(head->weight.scalar_type())).to(at::kFloat);
 }
 

@@ -61,6 +61,11 @@ class SelfAttentionImpl : public torch::nn::Module {
 public:
     SelfAttentionImpl(int64_t embed_dim, int64_t num_heads, bool attn_l2_norm);
     Qkv project_qkv(const at::Tensor& x_BLC) const;          // incl. q/k L2 norm and head scales
+    // The same with the per-call constants precomputed: qkv_bias() and q_mul().
+    Qkv project_qkv(const at::Tensor& x_BLC, const at::Tensor& qkv_bias,
+                    const at::Tensor& q_mul) const;
+    at::Tensor qkv_bias() const;  // q_bias | zero_k_bias | v_bias
+    at::Tensor q_mul() const;     // exp(min(scale_mul, log 100)); undefined without L2 norm
     at::Tensor project_out(const at::Tensor& o_BHLc) const;  // merge heads + output projection
     // Softmax scale applied to q·k: 1 with L2-normalised q/k (the learnt scale is folded into q).
     double softmax_scale() const { return scale_; }
@@ -89,6 +94,15 @@ struct Modulation {
     at::Tensor gamma1, gamma2, scale1, scale2, shift1, shift2;
 };
 
+// What a block's step needs that depends only on the class condition: computed once per
+// sampling call (the CUDA-graph prologue, or eagerly) instead of in every block of every step.
+struct BlockConstants {
+    Modulation m;
+    at::Tensor scale1p, scale2p;  // 1 + scale, in the modulation's dtype (as autocast rounds it)
+    at::Tensor qkv_bias;          // SelfAttentionImpl::qkv_bias()
+    at::Tensor q_mul;             // SelfAttentionImpl::q_mul()
+};
+
 // Attention callback used by blocks: q, k, v in BHLc, returns BHLc.
 using AttendFn = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k,
                                           const at::Tensor& v)>;
@@ -101,6 +115,10 @@ public:
     Modulation modulation(const at::Tensor& cond) const;
     at::Tensor attn_input(const at::Tensor& x, const Modulation& m) const;
     at::Tensor ffn_branch(const at::Tensor& x, const Modulation& m) const;  // gamma2 * ffn(...)
+    // The same operations with the per-call constants precomputed (same values).
+    BlockConstants constants(const at::Tensor& cond) const;
+    at::Tensor attn_input(const at::Tensor& x, const BlockConstants& k) const;
+    at::Tensor ffn_branch(const at::Tensor& x, const BlockConstants& k) const;
     // The standard block: x + gamma1*attn(...) then x + gamma2*ffn(...).
     at::Tensor forward(const at::Tensor& x, const at::Tensor& cond, const AttendFn& attend) const;
 
@@ -122,7 +140,8 @@ TORCH_MODULE(AdaLNSelfAttn);
 class AdaLNBeforeHeadImpl : public torch::nn::Module {
 public:
     AdaLNBeforeHeadImpl(int64_t dim, int64_t cond_dim, double eps);
-    at::Tensor forward(const at::Tensor& x, const at::Tensor& cond) const;
+    // autocast: 1 + scale in the projection's dtype, as under torch.autocast (else in x's).
+    at::Tensor forward(const at::Tensor& x, const at::Tensor& cond, bool autocast = false) const;
     torch::nn::Sequential ada_lin{nullptr};
     torch::nn::LinearImpl& fc() { return *fc_; }
 
@@ -142,6 +161,20 @@ public:
     void load(const StateDict& dict, const std::string& what);
     // The official init recipe (truncated normal, scaled AdaLN/head) for random-weight runs.
     void init_weights(uint64_t seed);
+    // "bf16-autocast" precision: the model then computes what the official model computes under
+    // torch.autocast(bfloat16) from fp32 weights. Every weight that autocast casts per op (the
+    // inputs of nn.Linear: blocks' qkv / proj / FFN / AdaLN projections, their q/v biases, the
+    // word embedding, the head and its AdaLN) becomes its bf16 copy, made once (the same
+    // rounding as autocast's casts); embeddings, positions, the head scales and shared AdaLN's
+    // gains stay fp32. The residual stream stays fp32: LayerNorm, residual adds and the
+    // modulation run in fp32 on bf16-rounded modulations (1 + scale rounded in bf16), the q/k
+    // L2 norms in fp32 (autocast's linalg_vector_norm(dtype=float)), matrix products and
+    // attention in bf16. Call on an fp32 model after moving it to its device.
+    void use_autocast_bf16();
+    bool autocast_bf16() const { return autocast_; }
+    // dtype of the matrix products and of the KV cache (the residual stream's, except under
+    // autocast, where it is bf16 and the stream fp32).
+    at::ScalarType compute_dtype() const;
 
     at::Tensor class_embedding(const at::Tensor& labels) const;   // labels < 0 -> unconditional
     at::Tensor block_condition(const at::Tensor& cond_BD) const;  // shared AdaLN projection or id
@@ -167,6 +200,7 @@ private:
     VarConfig cfg_;
     std::vector<AdaLNSelfAttn> block_handles_;  // typed views of `blocks`
     torch::nn::Linear shared_fc_{nullptr};
+    bool autocast_ = false;
 };
 TORCH_MODULE(VarTransformer);
 

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <functional>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cuda_graph.h"
 
@@ -13,6 +15,9 @@ struct DenseStepGraphs::Scale {
     kernels::CudaGraph graph;
     at::Tensor logits;  // output of the captured forward, in the graph's memory pool
     double flops = 0.0;
+    std::vector<int64_t> layout;  // of the captured step
+    int64_t kv_bytes = 0;         // after the step
+    std::map<std::string, at::Tensor> inputs;
 };
 
 struct DenseStepGraphs::Extra {
@@ -22,7 +27,8 @@ struct DenseStepGraphs::Extra {
 
 bool DenseGraphKey::operator==(const DenseGraphKey& o) const {
     return device == o.device && batch == o.batch && dtype == o.dtype &&
-           attention == o.attention && patch_nums == o.patch_nums && weights == o.weights;
+           attention == o.attention && patch_nums == o.patch_nums && weights == o.weights &&
+           hooks == o.hooks && compact_kv == o.compact_kv;
 }
 
 size_t weights_fingerprint(const torch::nn::Module& m) {
@@ -46,18 +52,29 @@ DenseStepGraphs::DenseStepGraphs(const VarConfig& c, const DenseGraphKey& key,
       f_hat_(at::zeros({key.batch, c.cvae, c.patch_nums.back(), c.patch_nums.back()},
                        condition_prototype.options().dtype(at::kFloat))),
       condition_(at::zeros_like(condition_prototype)),
-      cache_(c.depth, 2 * key.batch, c.num_heads, c.head_dim(), c.total_tokens(),
-             condition_prototype.options().dtype(key.dtype)) {
+      cache_(key.compact_kv
+                 ? KvCache::compact(c.depth, 2 * key.batch, c.num_heads, c.head_dim(),
+                                    condition_prototype.options().dtype(key.dtype))
+                 : KvCache(c.depth, 2 * key.batch, c.num_heads, c.head_dim(), c.total_tokens(),
+                           condition_prototype.options().dtype(key.dtype))) {
     for (int64_t si = 0; si < c.num_scales(); ++si) scales_.push_back(std::make_unique<Scale>());
 }
 
 DenseStepGraphs::~DenseStepGraphs() = default;
 
 bool DenseStepGraphs::fully_captured() const {
-    for (const auto& s : scales_)
-        if (!s->graph.captured()) return false;
-    return true;
+    // Grouped steps leave scales without a step of their own.
+    return last_captured_ >= 0;
 }
+
+at::Tensor DenseStepGraphs::step_input(int64_t si, const std::string& name,
+                                       const std::function<at::Tensor()>& make) {
+    auto& t = scales_.at(si)->inputs[name];
+    if (!t.defined()) t = make();
+    return t;
+}
+
+int64_t DenseStepGraphs::kv_bytes_after(int64_t si) const { return scales_.at(si)->kv_bytes; }
 
 const std::vector<at::Tensor>& DenseStepGraphs::run(const std::string& name, const Tensors& fn) {
     auto& extra = extras_[name];
@@ -76,26 +93,36 @@ const std::vector<at::Tensor>& DenseStepGraphs::run(const std::string& name, con
     return extra->outputs;
 }
 
-at::Tensor DenseStepGraphs::step(int64_t si, const Forward& forward, double& flops) {
+at::Tensor DenseStepGraphs::step(int64_t si, const std::vector<int64_t>& layout,
+                                 const Forward& forward, double& flops) {
     Scale& s = *scales_.at(si);
     if (!s.graph.captured()) {
-        // Graphs are captured in scale order on one call: the cache's host-side lengths then
-        // advance exactly as the replays' writes do.
-        TORCH_CHECK(cache_.length(0) == config_.scale_begin(si),
-                    "CUDA graphs: scale ", si, " captured out of order");
+        // Steps are captured in order on one call: the cache's host-side state (lengths, and a
+        // compact cache's buffers) then advances exactly as the replays' writes do.
+        TORCH_CHECK(si == 0 ? last_captured_ < 0 : last_captured_ >= 0 && last_captured_ < si,
+                    "CUDA graphs: step ", si, " captured out of order");
         const auto t0 = std::chrono::steady_clock::now();
         if (!warmed_up_) {
             // An eager run of the first scale on the capture stream with a scratch cache.
             KvCache scratch(config_.depth, 2 * key_.batch, config_.num_heads, config_.head_dim(),
                             config_.first_l(), condition_.options().dtype(key_.dtype));
             double ignored = 0.0;
-            kernels::run_on_capture_stream(key_.device, [&] { forward(0, scratch, ignored); });
+            kernels::run_on_capture_stream(key_.device,
+                                           [&] { forward(0, scratch, ignored, true); });
             warmed_up_ = true;
         }
-        s.graph.capture(key_.device, [&] { s.logits = forward(si, cache_, s.flops); });
+        s.graph.capture(key_.device, [&] { s.logits = forward(si, cache_, s.flops, false); });
+        s.layout = layout;
+        s.kv_bytes = cache_.total_bytes();
+        last_captured_ = si;
         capture_ms_ +=
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                 .count();
+    } else if (s.layout != layout) {
+        throw std::logic_error(
+            "CUDA graphs: step " + std::to_string(si) +
+            " changed its scales or row counts since capture (a hook with a graph signature "
+            "must keep them fixed: see SamplingHooks::graph_signature)");
     }
     s.graph.replay();
     flops += s.flops;

@@ -1,4 +1,4 @@
-// CUDA graphs for the dense (hook-free) VAR sampling loop. At batch 1 the loop is bound by
+// CUDA graphs for the VAR sampling loop's transformer steps. At batch 1 the loop is bound by
 // kernel launches (depth x ~12 kernels per scale, ~10 ms per scale for VAR-d30 on an H200), so
 // each scale's transformer forward (scale input, all blocks, head) is captured once and replayed:
 // one launch per scale. Token sampling, guidance and the VQVAE's f_hat update stay eager (they
@@ -10,9 +10,13 @@
 // out of the steps is one kernel less per block and scale. The VQVAE decode is a graph too.
 //
 // Replays need fixed addresses, so a DenseStepGraphs owns the step's inputs (f_hat, the class
-// condition) and a preallocated KV cache for one shape (batch, precision, schedule, weights);
-// the sampler copies each call's inputs in and reads the logits out. Captured on the first call
-// for that shape (timed: capture_millis), replayed on every later one.
+// condition, rows of pruned scales, step masks) and the KV cache for one shape (batch,
+// precision, schedule, weights, accelerator signature); the sampler copies each call's inputs
+// in and reads the logits out. Captured on the first call for that shape (timed:
+// capture_millis), replayed on every later one.
+//
+// Accelerators: hooks that declare a signature (SamplingHooks::graph_signature, whose comment
+// is the contract) are captured inside the steps; the step-level hooks and sampling stay eager.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -41,6 +45,8 @@ struct DenseGraphKey {
     int attention = 0;  // AttentionBackend
     std::vector<int64_t> patch_nums;
     size_t weights = 0;  // fingerprint of the weights' addresses (a reload moves them)
+    std::string hooks;   // the hooks' graph signature ("" = none)
+    bool compact_kv = false;  // the hooks asked for a compact KV cache
     bool operator==(const DenseGraphKey& o) const;
 };
 
@@ -50,9 +56,11 @@ size_t weights_fingerprint(const torch::nn::Module& m);
 
 class DenseStepGraphs {
 public:
-    // The step's forward: reads the static inputs (f_hat(), condition()), appends to `cache`,
-    // adds its attention FLOPs to `flops` and returns the raw (2B, l, V) logits.
-    using Forward = std::function<at::Tensor(int64_t si, KvCache& cache, double& flops)>;
+    // The step's forward: reads the static inputs (f_hat(), condition(), step_input()),
+    // appends to `cache`, adds its attention FLOPs to `flops` and returns the raw (2B, l, V)
+    // logits. warmup: the eager run of the dense first scale before any capture (no hooks).
+    using Forward =
+        std::function<at::Tensor(int64_t si, KvCache& cache, double& flops, bool warmup)>;
     // Work outside the steps (prologue, decode): reads static tensors, returns its outputs.
     using Tensors = std::function<std::vector<at::Tensor>()>;
 
@@ -62,10 +70,19 @@ public:
 
     at::Tensor& f_hat() { return f_hat_; }          // (B, Cvae, H, W) float
     at::Tensor& condition() { return condition_; }  // (2B, D): class embeddings, CFG pairs
-    // Raw logits of scale si (a tensor owned by the graph, valid until the next replay of that
-    // scale). Captures `forward` the first time for si (warming up before the first capture),
-    // then replays; adds the step's attention FLOPs to `flops`.
-    at::Tensor step(int64_t si, const Forward& forward, double& flops);
+    // Raw logits of the step starting at scale si (a tensor owned by the graph, valid until the
+    // next replay of that step). Captures `forward` the first time for si (warming up before
+    // the first capture), then replays; adds the step's attention FLOPs to `flops`. layout:
+    // what the step computes (scales and row counts); a replay with another layout throws.
+    at::Tensor step(int64_t si, const std::vector<int64_t>& layout, const Forward& forward,
+                    double& flops);
+    // A static input of step si (rows of a pruned scale, a step mask): made by `make` on the
+    // first call (outside any capture), the same tensor afterwards; the caller copies each
+    // call's values in.
+    at::Tensor step_input(int64_t si, const std::string& name,
+                          const std::function<at::Tensor()>& make);
+    // KV bytes held after step si (recorded at capture).
+    int64_t kv_bytes_after(int64_t si) const;
     // Replays the graph named `name` (captured from fn, after an eager warm-up, on its first
     // use) and returns the tensors fn returned at capture, now holding this replay's values.
     // The prologue runs once per sample after condition() is filled, before the steps.
@@ -85,6 +102,7 @@ private:
     struct Extra;
     std::map<std::string, std::unique_ptr<Extra>> extras_;
     bool warmed_up_ = false;
+    int64_t last_captured_ = -1;  // steps are captured in order, on one call
     double capture_ms_ = 0.0;
     std::mutex mutex_;
 };

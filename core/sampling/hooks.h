@@ -81,6 +81,8 @@ public:
     //    the host to the device, or decide anything from tensor values: what they enqueue may
     //    depend only on the config, the scale, the layer and the shapes (Top-K with K fixed by
     //    the config, masks and index lists prepared before the step: see on_scale_begin).
+    //  * Block-level calls must not read ScaleContext::f_hat (a per-call copy); the step's input
+    //    tensors are the graph's own.
     //  * Tensors carried from one block call to a later one (a cache taken at one scale and read
     //    at a later scale) are created or last written inside a captured step and must be kept
     //    (not replaced) while the hook lives: the later captured step reads their address.

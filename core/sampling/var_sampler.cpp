@@ -8,6 +8,10 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "core/sampling/cuda_graph.h"
 #include "core/sampling/kv_cache.h"
@@ -29,9 +33,11 @@ at::Tensor named_tensor(const torch::nn::Module& m, const std::string& name) {
     throw std::logic_error("model has no tensor '" + name + "'");
 }
 
-// One block of one step, with the hook points the accelerators use. `step_mask` is the
-// additive block-causal mask among the step's packed rows (grouped steps only).
-at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at::Tensor& cond,
+// One block of one step, with the hook points the accelerators use; `bk` holds the block's
+// per-call constants. `step_mask` is the additive block-causal mask among the step's packed
+// rows (grouped steps only). The eager loop and the CUDA graphs both run this code, so a
+// graph replays exactly the eager operations (VarGraph.* GPU tests).
+at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const BlockConstants& bk,
                      BlockContext& ctx, SamplingHooks* hooks, ProbeSink* probe,
                      AttentionBackend backend, const at::Tensor& step_mask, double& flops) {
     // Per-block timing for the inspector: synchronises the device between the parts, so it is
@@ -47,7 +53,6 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at
     };
     if (timed) synchronize_device(x.device());
     t_part = Clock::now();
-    const auto m = blk.modulation(cond);
     const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x) : at::Tensor();
     // rows: (K) for every batch row, or (2B, K) chosen per batch row (FastVAR).
     const bool per_row = rows.defined() && rows.dim() == 2;
@@ -55,7 +60,7 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at
                           : per_row ? x.gather(1, rows.unsqueeze(-1).expand({-1, -1, x.size(2)}))
                                     : x.index_select(1, rows);
 
-    auto qkv = blk.attn->project_qkv(blk.attn_input(xs, m));
+    auto qkv = blk.attn->project_qkv(blk.attn_input(xs, bk), bk.qkv_bias, bk.q_mul);
     ctx.cache.append(ctx.layer, qkv.k, qkv.v);
     if (hooks) hooks->on_kv_append(ctx);
     auto [k, v] = ctx.cache.view(ctx.layer);
@@ -91,8 +96,8 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const at
         }
     }
     lap();  // attention
-    auto h = xs + blk.attn->project_out(o).mul(m.gamma1);
-    h = h + blk.ffn_branch(h, m);
+    auto h = xs + blk.attn->project_out(o).mul(bk.m.gamma1);
+    h = h + blk.ffn_branch(h, bk);
     at::Tensor out = h;
     if (rows.defined()) {
         out = hooks->restore_tokens(ctx, x, rows, h);
@@ -120,85 +125,74 @@ at::Tensor group_mask(const std::vector<ScaleSegment>& segs, const at::TensorOpt
         .masked_fill(visible.logical_not().to(options.device()), -std::numeric_limits<double>::infinity());
 }
 
-// What a block's step needs that depends only on the class condition, computed once per call by
-// the graphed path's prologue.
-struct BlockConstants {
-    Modulation m;
-    at::Tensor scale1p, scale2p;  // 1 + scale
-    at::Tensor qkv_bias;          // q_bias | zero_k_bias | v_bias
-    at::Tensor q_mul;             // exp(min(scale_mul, log 100)), only with L2-normalised q/k
-    static constexpr size_t kTensors = 10;
-    void append_to(std::vector<at::Tensor>& out) const {
-        out.insert(out.end(), {m.gamma1, m.gamma2, m.scale1, m.scale2, m.shift1, m.shift2, scale1p,
-                               scale2p, qkv_bias, q_mul});
+// The graph prologue returns tensors: BlockConstants flattened, kConstantTensors per block (an
+// undefined q_mul stays undefined).
+constexpr size_t kConstantTensors = 10;
+void append_constants(const BlockConstants& k, std::vector<at::Tensor>& out) {
+    const auto& m = k.m;
+    out.insert(out.end(), {m.gamma1, m.gamma2, m.scale1, m.scale2, m.shift1, m.shift2, k.scale1p,
+                           k.scale2p, k.qkv_bias, k.q_mul});
+}
+BlockConstants constants_at(const std::vector<at::Tensor>& t, size_t layer) {
+    const size_t i = layer * kConstantTensors;
+    return {{t[i], t[i + 1], t[i + 2], t[i + 3], t[i + 4], t[i + 5]},
+            t[i + 6], t[i + 7], t[i + 8], t[i + 9]};
+}
+
+// torch.autocast(bf16) around the official sampler also runs the VQVAE's Phi convolution in
+// bf16: Phi(h) = (1 - r) h + r * conv_bf16(h), the product rounded to bf16 and added to the
+// fp32 term. The bf16-autocast mode folds its tokens into f_hat this way (same order: bicubic
+// upsampling in fp32 first, except at the last scale), with bf16 copies of the Phi weights.
+class AutocastPhi {
+public:
+    explicit AutocastPhi(Vqvae& vae) : ratio_(std::abs(vae->config().quant_resi)) {
+        const std::string prefix = "quantize.quant_resi.";
+        std::map<int64_t, std::pair<at::Tensor, at::Tensor>> convs;
+        for (const auto& p : vae->named_parameters()) {
+            const auto& name = p.key();
+            if (name.rfind(prefix, 0) != 0) continue;
+            std::string rest = name.substr(prefix.size());  // "<i>.x", "qresi.x", "qresi_ls.<i>.x"
+            if (rest.rfind("qresi_ls.", 0) == 0) rest = rest.substr(9);
+            const auto dot = rest.find('.');
+            const std::string head = rest.substr(0, dot), field = rest.substr(dot + 1);
+            const int64_t i = head == "qresi" ? 0 : std::stoll(head);
+            auto& slot = convs[i];
+            (field == "weight" ? slot.first : slot.second) = p.value().to(at::kBFloat16);
+        }
+        for (auto& [i, wb] : convs) convs_.push_back(wb);
     }
-    static BlockConstants from(const std::vector<at::Tensor>& t, size_t i) {
-        i *= kTensors;
-        return {{t[i], t[i + 1], t[i + 2], t[i + 3], t[i + 4], t[i + 5]},
-                t[i + 6], t[i + 7], t[i + 8], t[i + 9]};
+    void add_to(Vqvae& vae, int64_t si, int64_t SN, at::Tensor& f_hat, const at::Tensor& h) const {
+        const int64_t HW = f_hat.size(-1);
+        const at::Tensor up =
+            si != SN - 1 ? at::upsample_bicubic2d(h, {HW, HW}, /*align_corners=*/false) : h;
+        if (convs_.empty()) {  // Phi is the identity
+            f_hat.add_(up);
+            return;
+        }
+        const auto& [w, b] = convs_.at(vae->phi_for_scale(si, SN));
+        f_hat.add_(up.mul(1.0 - ratio_) +
+                   at::conv2d(up.to(at::kBFloat16), w, b, 1, 1).mul_(ratio_));
     }
+
+private:
+    double ratio_;
+    std::vector<std::pair<at::Tensor, at::Tensor>> convs_;  // bf16 weight, bias per Phi
 };
 
-BlockConstants block_constants(const AdaLNSelfAttnImpl& blk, const at::Tensor& cond) {
-    BlockConstants k;
-    k.m = blk.modulation(cond);
-    k.scale1p = k.m.scale1.add(1);
-    k.scale2p = k.m.scale2.add(1);
-    const auto& a = *blk.attn;
-    k.qkv_bias = at::cat({a.q_bias, a.zero_k_bias, a.v_bias});
-    k.q_mul = a.scale_mul_1H11.defined() ? a.scale_mul_1H11.clamp_max(std::log(100.0)).exp()
-                                          : at::Tensor();
-    return k;
-}
-
-// The dense block of the graphed path: the operations of AdaLNSelfAttnImpl's attn_input,
-// SelfAttentionImpl::project_qkv and ffn_branch with run_block's hook-free path, in the same
-// order on the same values (so the same results), with the per-call constants precomputed.
-// VarGraph.GraphTokensEqualEagerTokens (GPU) checks that it stays equal to the model's code.
-at::Tensor dense_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const BlockConstants& k,
-                       KvCache& cache, int64_t layer, double eps, AttentionBackend backend,
-                       double& flops) {
-    const int64_t B = x.size(0), L = x.size(1), C = x.size(2);
-    const auto& attn = *blk.attn;
-    const int64_t H = attn.num_heads(), hd = C / H;
-    const auto normed = at::layer_norm(x, {C}, {}, {}, eps).mul(k.scale1p).add_(k.m.shift1);
-    const auto parts = at::linear(normed, attn.mat_qkv->weight, k.qkv_bias)
-                           .view({B, L, 3, H, hd})
-                           .permute({2, 0, 3, 1, 4})
-                           .unbind(0);
-    at::Tensor q = parts[0], kk = parts[1];
-    if (k.q_mul.defined()) {
-        auto l2 = [](const at::Tensor& t) { return t / t.norm(2, {-1}, true).clamp_min(1e-12); };
-        q = l2(q).mul(k.q_mul);
-        kk = l2(kk);
-    }
-    cache.append(layer, kk, parts[2]);
-    auto [keys, values] = cache.view(layer);
-    flops += 4.0 * static_cast<double>(q.size(0)) * q.size(1) * q.size(2) * keys.size(2) * q.size(3);
-    const double s = attn.softmax_scale();
-    const auto o = backend == AttentionBackend::Eager ? attention_eager(q, keys, values, s)
-                                                      : attention_sdpa(q, keys, values, s);
-    auto h = x + attn.project_out(o).mul(k.m.gamma1);
-    const auto ffn_in = at::layer_norm(h, {C}, {}, {}, eps).mul(k.scale2p).add_(k.m.shift2);
-    return h + blk.ffn->forward(ffn_in).mul(k.m.gamma2);
-}
-
-// The transformer steps can run as CUDA graph replays when nothing needs to see inside them:
-// no hooks (an empty chain is the baseline too) and no probe that wants per-block data.
-bool graphs_apply(const VarSampleOptions& opt, const VarConfig& c, const at::Device& device,
-                  SamplingHooks* hooks, ProbeSink* probe) {
-    if (!opt.cuda_graphs || !device.is_cuda() || !kernels::cuda_graphs_built()) return false;
-    if (hooks) {
-        const auto* chain = dynamic_cast<const HookChain*>(hooks);
-        if (!chain || !chain->empty()) return false;
-    }
+// The transformer steps can run as CUDA graph replays when the hooks allow it (a graph
+// signature: hooks.h) and no probe wants per-block data. Returns the hooks' signature.
+std::optional<std::string> graphs_apply(const VarSampleOptions& opt, const VarConfig& c,
+                                        const at::Device& device, SamplingHooks* hooks,
+                                        ProbeSink* probe) {
+    if (!opt.cuda_graphs || !device.is_cuda() || !kernels::cuda_graphs_built())
+        return std::nullopt;
     if (probe) {
-        if (probe->wants_block_timing()) return false;
+        if (probe->wants_block_timing()) return std::nullopt;
         for (int64_t si = 0; si < c.num_scales(); ++si)
             for (int64_t layer = 0; layer < c.depth; ++layer)
-                if (probe->wants_attention(si, layer)) return false;
+                if (probe->wants_attention(si, layer)) return std::nullopt;
     }
-    return true;
+    return hooks ? hooks->graph_signature(c) : std::optional<std::string>("");
 }
 
 }  // namespace
@@ -244,7 +238,8 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     c10::InferenceMode inference;
     const auto t_start = Clock::now();
     const at::Device device = var_->pos_1LC.device();
-    const auto dtype = var_->pos_1LC.scalar_type();
+    const auto dtype = var_->compute_dtype();  // matrix products and KV cache
+    const bool autocast = var_->autocast_bf16();
     const int64_t S = c.num_scales();
     auto gen = seeded_generator(device, opt.seed);
 
@@ -258,6 +253,8 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     }
     const int64_t B = labels.size(0);
     const auto codebook = named_tensor(*vae_, "quantize.embedding.weight");
+    const std::optional<AutocastPhi> autocast_phi =
+        autocast ? std::optional<AutocastPhi>(std::in_place, vae_) : std::nullopt;
 
     auto cond_BD = var_->class_embedding(at::cat({labels, at::full_like(labels, -1)}));
     VarSampleResult res;
@@ -267,9 +264,10 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     // the one call using them holds their lock.
     std::shared_ptr<DenseStepGraphs> graphs;
     std::unique_lock<std::mutex> graphs_lock;
-    if (graphs_apply(opt, c, device, hooks, probe)) {
+    if (const auto signature = graphs_apply(opt, c, device, hooks, probe)) {
         const DenseGraphKey key{device.index(), B, dtype, static_cast<int>(opt.attention),
-                                c.patch_nums, weights_fingerprint(*var_)};
+                                c.patch_nums, weights_fingerprint(*var_), *signature,
+                                hooks && hooks->compact_kv_cache(c)};
         graphs = graphs_->get(c, key, cond_BD);
         graphs_lock = std::unique_lock<std::mutex>(graphs->mutex());
         cond_BD = graphs->condition().copy_(cond_BD);
@@ -286,20 +284,24 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
                                 ? KvCache::compact(c.depth, 2 * B, c.num_heads, c.head_dim(), kv_options)
                                 : KvCache(c.depth, 2 * B, c.num_heads, c.head_dim(), c.total_tokens(),
                                           kv_options));
-    auto kv_bytes_now = [&] { return graphs ? graphs->kv_bytes() : eager_cache->total_bytes(); };
-    // Computed per step inside the graphs instead (their inputs must be the static tensors).
-    const auto lvl_pos = graphs ? at::Tensor() : var_->level_position();
-    const at::Tensor first = graphs ? at::Tensor() : var_->first_scale_input(cond_BD);
-    const at::Tensor cond = var_->block_condition(cond_BD);
     const int64_t S_run = hooks ? std::clamp<int64_t>(hooks->scales_to_run(c), 1, S) : S;
     const auto act = at::TensorOptions(device).dtype(dtype);
+    const auto embed_dtype = var_->word_embed->weight.scalar_type();
 
     // The transformer input of scale si > 0: f_hat (area-downsampled to the scale's size)
-    // embedded, restricted to `rows` when a policy pruned the scale.
-    auto embed_scale = [&](int64_t si, const at::Tensor& rows, const at::Tensor& lvl_pos) {
+    // embedded, restricted to `rows` when a policy pruned the scale. Inside the graphs every
+    // input is computed from the static tensors (f_hat, cond_BD, weights).
+    auto scale_input = [&](int64_t si, const at::Tensor& rows) {
+        if (si == 0) {
+            TORCH_CHECK(!rows.defined(), "the first scale cannot be pruned");
+            return var_->first_scale_input(cond_BD);
+        }
         const int64_t pn = c.patch_nums[si];
-        auto tokens_in = at::adaptive_avg_pool2d(f_hat, {pn, pn}).view({B, c.cvae, -1}).transpose(1, 2).to(dtype);
-        auto pos = lvl_pos.narrow(1, c.scale_begin(si), pn * pn);
+        auto tokens_in = at::adaptive_avg_pool2d(f_hat, {pn, pn})
+                             .view({B, c.cvae, -1})
+                             .transpose(1, 2)
+                             .to(embed_dtype);
+        auto pos = var_->level_position().narrow(1, c.scale_begin(si), pn * pn);
         if (rows.defined()) {
             tokens_in = tokens_in.index_select(1, rows);
             pos = pos.index_select(1, rows);
@@ -307,45 +309,62 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         return (at::linear(tokens_in, var_->word_embed->weight, var_->word_embed->bias) + pos)
             .repeat({2, 1, 1});
     };
-    auto scale_input = [&](int64_t si, const at::Tensor& rows) {
-        if (si == 0) {
-            TORCH_CHECK(!rows.defined(), "the first scale cannot be pruned");
-            return first;
-        }
-        return embed_scale(si, rows, lvl_pos);
-    };
-    // The dense step that the graphs capture: the same operations as the loop below without
-    // hooks, reading only the static inputs (f_hat, cond_BD, the prologue's constants) and the
-    // weights. Same operations on the same values, so the same tokens.
     // A failed capture leaves the set half-built: drop it (rebuilt next time).
     auto drop_graphs = [&] {
         graphs_lock.unlock();
         graphs_->erase(graphs);
     };
-    std::vector<BlockConstants> constants;
-    if (graphs) {
+    auto guarded = [&](const auto& fn) {
         try {
-            const auto& t = graphs->run("prologue", [&] {
-                const at::Tensor block_cond = var_->block_condition(cond_BD);
-                std::vector<at::Tensor> out;
-                for (int64_t layer = 0; layer < c.depth; ++layer)
-                    block_constants(var_->block(layer), block_cond).append_to(out);
-                return out;
-            });
-            for (int64_t layer = 0; layer < c.depth; ++layer)
-                constants.push_back(BlockConstants::from(t, static_cast<size_t>(layer)));
+            return fn();
         } catch (...) {
-            drop_graphs();
+            if (graphs) drop_graphs();
             throw;
         }
-    }
-    const DenseStepGraphs::Forward dense_step = [&](int64_t si, KvCache& kv, double& flops) {
-        at::Tensor x = si == 0 ? var_->first_scale_input(cond_BD)
-                               : embed_scale(si, {}, var_->level_position());
+    };
+    // Per-call constants of every block: once per call, by the prologue graph or eagerly.
+    std::vector<BlockConstants> constants;
+    {
+        auto all_constants = [&] {
+            const at::Tensor block_cond = var_->block_condition(cond_BD);
+            std::vector<at::Tensor> out;
+            for (int64_t layer = 0; layer < c.depth; ++layer)
+                append_constants(var_->block(layer).constants(block_cond), out);
+            return out;
+        };
+        const auto t = graphs ? guarded([&] { return graphs->run("prologue", all_constants); })
+                              : all_constants();
         for (int64_t layer = 0; layer < c.depth; ++layer)
-            x = dense_block(var_->block(layer), x, constants[layer], kv, layer, c.norm_eps,
-                            opt.attention, flops);
+            constants.push_back(constants_at(t, static_cast<size_t>(layer)));
+    }
+
+    // One step's transformer forward: the scales of `sctx` (rows as set by the hooks) through
+    // every block with the hooks, then the head. Eager, or captured by the graphs (warm-up: the
+    // dense first scale without hooks).
+    const ScaleContext* step_ctx = nullptr;
+    at::Tensor step_mask;
+    auto forward = [&](const ScaleContext& sctx, KvCache& kv, double& flops, SamplingHooks* h,
+                       ProbeSink* p) {
+        std::vector<at::Tensor> inputs;
+        for (const auto& seg : sctx.segments) inputs.push_back(scale_input(seg.scale, seg.rows));
+        at::Tensor x = inputs.size() == 1 ? inputs[0] : at::cat(inputs, 1);
+        for (int64_t layer = 0; layer < c.depth; ++layer) {
+            BlockContext bctx{sctx, layer, kv};
+            x = run_block(var_->block(layer), x, constants[layer], bctx, h, p, opt.attention,
+                          step_mask, flops);
+        }
         return var_->logits(x, cond_BD);
+    };
+    const DenseStepGraphs::Forward graph_step = [&](int64_t si, KvCache& kv, double& flops,
+                                                    bool warmup) {
+        if (!warmup) return forward(*step_ctx, kv, flops, hooks, nullptr);
+        ScaleContext first{c, 0, c.patch_nums[0], B, 0, f_hat, {}, 0};
+        first.segments.push_back({0, c.patch_nums[0], 0, {}, 0});
+        TORCH_CHECK(si == 0, "CUDA graphs: the warm-up runs the first scale");
+        const at::Tensor no_mask = std::exchange(step_mask, at::Tensor());
+        auto out = forward(first, kv, flops, nullptr, nullptr);
+        step_mask = no_mask;
+        return out;
     };
 
     int64_t step = 0;
@@ -365,35 +384,38 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         }
         if (hooks) hooks->on_scale_begin(sctx);
         int64_t offset = 0;
-        std::vector<at::Tensor> inputs;
-        for (auto& seg : sctx.segments) {
+        std::vector<int64_t> layout;  // scale and row count of each segment
+        for (size_t g = 0; g < sctx.segments.size(); ++g) {
+            auto& seg = sctx.segments[g];
             if (seg.rows.defined()) {
                 seg.rows = seg.rows.to(at::kLong).to(device);
                 TORCH_CHECK(seg.rows.dim() == 1 && seg.rows.numel() > 0,
                             "a policy pruned every token of scale ", seg.scale);
+                if (graphs) {
+                    // The graph reads the rows from its own buffer; this call's values go in.
+                    const auto& rows = seg.rows;
+                    auto buffer = graphs->step_input(si, "rows" + std::to_string(g),
+                                                     [&] { return rows.clone(); });
+                    if (buffer.numel() == rows.numel()) buffer.copy_(rows);
+                    seg.rows = buffer.numel() == rows.numel() ? buffer : rows;
+                }
             }
             seg.offset = offset;
             offset += seg.length();
-            if (!graphs) inputs.push_back(scale_input(seg.scale, seg.rows));
+            layout.insert(layout.end(), {seg.scale, seg.rows.defined() ? seg.rows.numel() : -1});
+        }
+        step_mask = at::Tensor();
+        if (sctx.segments.size() > 1) {
+            auto make_mask = [&] { return group_mask(sctx.segments, act); };
+            step_mask = graphs ? graphs->step_input(si, "mask", make_mask) : make_mask();
         }
         at::Tensor raw_logits;
         if (graphs) {
-            try {
-                raw_logits = graphs->step(si, dense_step, res.attention_flops);
-            } catch (...) {
-                drop_graphs();
-                throw;
-            }
+            step_ctx = &sctx;
+            raw_logits = guarded([&] { return graphs->step(si, layout, graph_step, res.attention_flops); });
+            step_ctx = nullptr;
         } else {
-            at::Tensor x = inputs.size() == 1 ? inputs[0] : at::cat(inputs, 1);
-            const at::Tensor step_mask =
-                sctx.segments.size() > 1 ? group_mask(sctx.segments, act) : at::Tensor();
-            for (int64_t layer = 0; layer < c.depth; ++layer) {
-                BlockContext bctx{sctx, layer, *eager_cache};
-                x = run_block(var_->block(layer), x, cond, bctx, hooks, probe, opt.attention,
-                              step_mask, res.attention_flops);
-            }
-            raw_logits = var_->logits(x, cond_BD);
+            raw_logits = forward(sctx, *eager_cache, res.attention_flops, hooks, probe);
         }
         std::vector<at::Tensor> guided;
         for (const auto& seg : sctx.segments) {
@@ -426,7 +448,10 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
                 h_BlC = at::zeros({B, pn * pn, h_BlC.size(2)}, h_BlC.options()).index_copy(1, seg.rows, h_BlC);
             }
             auto h_BChw = h_BlC.transpose(1, 2).reshape({B, c.cvae, pn, pn}).to(at::kFloat);
-            vae_->next_autoregressive_input(sj, S, f_hat, h_BChw);
+            if (autocast_phi)
+                autocast_phi->add_to(vae_, sj, S, f_hat, h_BChw);
+            else
+                vae_->next_autoregressive_input(sj, S, f_hat, h_BChw);
             if (hooks) hooks->on_scale_end(sctx, seg, idx, f_hat);
             res.tokens.push_back(idx);
             // A copy even on the CPU, where cpu() would alias f_hat, which the VQVAE updates in
@@ -434,7 +459,8 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             if (probe && probe->wants_fhat())
                 fhat_after.push_back(f_hat.to(at::kCPU, f_hat.scalar_type(), false, /*copy=*/true));
         }
-        res.kv_bytes_peak = std::max(res.kv_bytes_peak, kv_bytes_now());
+        res.kv_bytes_peak = std::max(res.kv_bytes_peak, graphs ? graphs->kv_bytes_after(si)
+                                                               : eager_cache->total_bytes());
         if (opt.time_scales) synchronize_device(device);
         const double step_ms = millis_since(t_step);
         for (size_t g = 0; g < sctx.segments.size(); ++g) {
@@ -460,19 +486,16 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             probe->on_scale(std::move(rec));
         }
     }
-    res.kv_bytes = kv_bytes_now();
+    res.kv_bytes = graphs ? graphs->kv_bytes() : eager_cache->total_bytes();
     if (graphs) res.graph_capture_millis = graphs->capture_millis() - capture_ms_before;
     const auto t_dec = Clock::now();
     if (opt.decode && graphs) {
-        try {
-            // A copy: the graph's output is overwritten by the next call's replay.
-            res.images = graphs->run("decode", [&] {
+        // A copy: the graph's output is overwritten by the next call's replay.
+        res.images = guarded([&] {
+            return graphs->run("decode", [&] {
                 return std::vector<at::Tensor>{vae_->decode(f_hat).add(1).mul(0.5)};
             })[0].clone();
-        } catch (...) {
-            drop_graphs();
-            throw;
-        }
+        });
     } else if (opt.decode) {
         res.images = vae_->decode(f_hat).add(1).mul(0.5);
     }

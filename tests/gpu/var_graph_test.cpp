@@ -1,8 +1,10 @@
-// CUDA graphs for the dense sampling loop (core/sampling/cuda_graph.h): replayed graphs must give
+// CUDA graphs for the sampling loop (core/sampling/cuda_graph.h): replayed graphs must give
 // exactly the tokens and features of the eager loop for a seed (the graphed block does the
 // model's operations on the same values; sampling is eager in both), on the capturing call and on replays, for new labels with the same shape,
-// per shape, in fp32 and bf16. Graphs stay off where something needs to see inside the steps
-// (hooks, attention probes) and on the CPU. Skips without CUDA (the CPU test runs everywhere).
+// per shape, in fp32, bf16 and bf16-autocast. Accelerators with a graph signature (skip, FastVAR,
+// LazyVAR, SparVAR's CSLA) are captured inside the steps and must give the eager tokens too.
+// Graphs stay off where something needs to see inside the steps (hooks without a signature,
+// attention probes) and on the CPU. Skips without CUDA (the CPU test runs everywhere).
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -20,8 +22,8 @@ using namespace varscope;
 
 namespace {
 
-VarPipeline on_device(VarPipeline& cpu, Precision p) {
-    auto gpu = VarPipeline::random(cpu.var_config(), cpu.vae_config(), 0, {"cuda", p});
+VarPipeline on_device(VarPipeline& cpu, Precision p, bool autocast = false) {
+    auto gpu = VarPipeline::random(cpu.var_config(), cpu.vae_config(), 0, {"cuda", p, autocast});
     c10::InferenceMode g;
     bind_state_dict(*gpu.sampler().transformer(), module_state_dict(*cpu.sampler().transformer()),
                     {});
@@ -55,9 +57,10 @@ void expect_same_tokens(const VarSampleResult& a, const VarSampleResult& b, cons
 TEST(VarGraph, GraphTokensEqualEagerTokens) {
     REQUIRE_CUDA_GRAPHS();
     auto cpu = varscope::testing::small_pipeline();
-    for (auto precision : {Precision::Fp32, Precision::Bf16}) {
-        SCOPED_TRACE(precision == Precision::Fp32 ? "fp32" : "bf16");
-        auto gpu = on_device(cpu, precision);
+    for (const auto& [precision, autocast] : std::vector<std::pair<Precision, bool>>{
+             {Precision::Fp32, false}, {Precision::Bf16, false}, {Precision::Bf16, true}}) {
+        SCOPED_TRACE(precision == Precision::Fp32 ? "fp32" : autocast ? "bf16-autocast" : "bf16");
+        auto gpu = on_device(cpu, precision, autocast);
         const auto eager = gpu.generate(options({3, 7}, false));
         EXPECT_FALSE(eager.cuda_graphs);
         EXPECT_EQ(gpu.sampler().cuda_graph_sets(), 0u);
@@ -120,9 +123,13 @@ TEST(VarGraph, OffWhereStepsMustBeSeen) {
     REQUIRE_CUDA_GRAPHS();
     auto cpu = varscope::testing::small_pipeline();
     auto gpu = on_device(cpu, Precision::Fp32);
-    const auto hooks = build_accelerators(AccelConfig::from_argument("skip"), gpu.var_config());
+    // SparVAR with CS4A (value-sized selections) declares no graph signature.
+    const auto hooks = build_accelerators(AccelConfig::from_argument("sparvar"), gpu.var_config());
     ASSERT_TRUE(hooks);
     EXPECT_FALSE(gpu.generate(options({1}, true), hooks.get()).cuda_graphs);
+    struct Opaque : SamplingHooks {};  // no signature: the default
+    Opaque opaque;
+    EXPECT_FALSE(gpu.generate(options({1}, true), &opaque).cuda_graphs);
 
     ProbeRecorder attention({{0}, {}, false, false});
     const auto probed = gpu.generate(options({1}, true), nullptr, &attention);
@@ -143,4 +150,113 @@ TEST(VarGraph, CpuIgnoresTheSwitch) {
     const auto b = cpu.generate(options({1, 2}, false));
     EXPECT_FALSE(a.cuda_graphs);
     expect_same_tokens(a, b, "cpu");
+}
+
+namespace {
+
+// Head dim 64 (SparVAR's kernels take 64 or 128), scales up to 16x16, four blocks: the CSLA
+// masks below are block-sparse there, so the kernel path runs inside the graphs in bf16.
+VarPipeline kernel_sized(Precision precision, bool autocast = false) {
+    auto vae = varscope::testing::tiny_vqvae_config();
+    vae.patch_nums = {1, 2, 3, 4, 6, 8, 12, 16};
+    auto var = varscope::testing::tiny_var_config();
+    var.depth = 4;
+    var.embed_dim = 128;
+    var.num_heads = 2;
+    var.patch_nums = vae.patch_nums;
+    auto cpu = VarPipeline::random(var, vae, 1, {});
+    varscope::testing::randomise(*cpu.sampler().transformer(), 1);
+    varscope::testing::randomise(*cpu.sampler().vqvae(), 2);
+    return on_device(cpu, precision, autocast);
+}
+
+// The graph-safe settings of each method on the 8-scale model.
+const std::vector<std::pair<std::string, std::string>>& graph_safe_methods() {
+    static const std::vector<std::pair<std::string, std::string>> m{
+        {"skip", R"({"skip": {"enabled": true, "last_n": 2}})"},
+        {"fastvar", R"({"fastvar": {"enabled": true, "ratios": [0.4, 0.5]}})"},
+        {"fastvar 3", R"({"fastvar": {"enabled": true, "ratios": [0.3, 0.5, 1.0]}})"},
+        {"lazyvar", R"({"lazyvar": {"enabled": true, "start_scale": 5, "group_size": 2,
+                       "ratios": [0.5, 0.4, 0.4]}})"},
+        {"lazyvar no group", R"({"lazyvar": {"enabled": true, "start_scale": 4,
+                                "group_size": 1, "ratios": [0.6]}})"},
+        {"sparvar csla", R"({"sparvar": {"enabled": true, "cs4a_fraction": 0,
+                           "sparse_scales": 2, "sink_scales": 2, "windows": [1, 3],
+                           "middle_window": 1, "block": 64}})"},
+        {"sparvar csla token mask", R"({"sparvar": {"enabled": true, "cs4a_fraction": 0,
+                                      "sparse_scales": 2, "sink_scales": 2, "windows": [1, 3],
+                                      "middle_window": 1, "block": 64, "token_mask": true}})"},
+        {"sparvar+skip", R"({"sparvar": {"enabled": true, "top_k": 1, "sparse_scales": 2,
+                           "sink_scales": 2, "windows": [1, 3], "middle_window": 1,
+                           "block": 64}, "skip": {"enabled": true, "last_n": 1}})"},
+    };
+    return m;
+}
+
+}  // namespace
+
+// Each graph-safe method: the graphed run (capturing call, replays, new labels) draws exactly the
+// eager run's tokens, reports the same attention FLOPs and KV bytes, and really ran as graphs.
+TEST(VarGraph, AcceleratorsGraphedEqualEager) {
+    REQUIRE_CUDA_GRAPHS();
+    for (const auto& [precision, autocast] : std::vector<std::pair<Precision, bool>>{
+             {Precision::Bf16, false}, {Precision::Fp32, false}, {Precision::Bf16, true}}) {
+        const std::string prec =
+            precision == Precision::Fp32 ? "fp32" : autocast ? "bf16-autocast" : "bf16";
+        auto gpu = kernel_sized(precision, autocast);
+        for (const auto& [name, json] : graph_safe_methods()) {
+            SCOPED_TRACE(name + " " + prec);
+            const auto hooks =
+                build_accelerators(AccelConfig::from_argument(json), gpu.var_config());
+            ASSERT_TRUE(hooks);
+            ASSERT_TRUE(hooks->graph_signature(gpu.var_config()).has_value());
+            const auto eager = gpu.generate(options({3, 7}, false), hooks.get());
+            EXPECT_FALSE(eager.cuda_graphs);
+            const auto captured = gpu.generate(options({3, 7}, true), hooks.get());
+            EXPECT_TRUE(captured.cuda_graphs);
+            expect_same_tokens(captured, eager, "capturing call");
+            const auto replayed = gpu.generate(options({3, 7}, true), hooks.get());
+            EXPECT_TRUE(replayed.cuda_graphs);
+            EXPECT_EQ(replayed.graph_capture_millis, 0.0);
+            expect_same_tokens(replayed, eager, "replay");
+            EXPECT_EQ(replayed.attention_flops, eager.attention_flops);
+            EXPECT_EQ(replayed.kv_bytes, eager.kv_bytes);
+            EXPECT_EQ(replayed.kv_bytes_peak, eager.kv_bytes_peak);
+            // A fresh hook object (as the CLI and the app build per run) replays the same graphs.
+            const auto fresh =
+                build_accelerators(AccelConfig::from_argument(json), gpu.var_config());
+            auto other = options({9, 0}, true);
+            other.seed = 4;
+            auto other_eager = other;
+            other_eager.cuda_graphs = false;
+            const auto graphed_other = gpu.generate(other, fresh.get());
+            EXPECT_EQ(graphed_other.graph_capture_millis, 0.0);
+            expect_same_tokens(graphed_other, gpu.generate(other_eager, fresh.get()),
+                               "new labels, new hooks");
+        }
+        // Pruning and sparsity differ from the baseline: the graphs were really per method.
+        EXPECT_GE(gpu.sampler().cuda_graph_sets(), 1u);
+    }
+}
+
+// A hook that breaks the contract (another row count on a replay) is caught, not replayed.
+TEST(VarGraph, ChangedRowCountsAreRejected) {
+    REQUIRE_CUDA_GRAPHS();
+    auto cpu = varscope::testing::small_pipeline();
+    auto gpu = on_device(cpu, Precision::Fp32);
+    struct Pruner : SamplingHooks {
+        int64_t keep = 3;
+        std::optional<std::string> graph_signature(const VarConfig&) override { return "pruner"; }
+        void on_scale_begin(ScaleContext& ctx) override {
+            if (ctx.scale == 3) ctx.segments[0].rows = at::arange(keep, at::kLong);
+        }
+    } pruner;
+    const auto first = gpu.generate(options({1}, true), &pruner);
+    EXPECT_TRUE(first.cuda_graphs);
+    EXPECT_EQ(first.tokens[3].ge(0).sum().item<int64_t>(), 3);
+    pruner.keep = 5;
+    EXPECT_THROW(gpu.generate(options({1}, true), &pruner), std::logic_error);
+    // The broken set was dropped: the new count is captured afresh.
+    const auto again = gpu.generate(options({1}, true), &pruner);
+    EXPECT_EQ(again.tokens[3].ge(0).sum().item<int64_t>(), 5);
 }

@@ -6,10 +6,13 @@ The official code is NOT part of this repository: pass the folder of a local cop
 (var_parity.randomise_, saved with torch.save in the official layout and loaded unchanged by our
 CLI). For each batch size, the official `autoregressive_infer_cfg` is timed in fp32 and under
 bf16 autocast (torch SDPA, as the official code runs without flash-attn / xformers), and our CLI
-(`bench e2e`, dense baseline with CUDA graphs and eagerly) in fp32 and bf16, all with the same
-labels, seed, cfg, top-k and top-p. Both sides are timed to the decoded images (the official call
+(`bench e2e`, dense baseline with CUDA graphs and eagerly) in fp32, bf16 (bf16 weights and
+stream) and bf16-autocast (what autocast computes: fp32 stream, bf16 matrix products), all with
+the same labels, seed, cfg, top-k and top-p. Both sides are timed to the decoded images (the official call
 returns images): warm-up runs, then the median of N, with the device synchronised around each call.
-Tokens: the fraction identical per scale between ours and the official run of each precision.
+Tokens: the fraction identical per scale between ours and the official run of each precision
+(ours bf16 and bf16-autocast are compared with the official bf16-autocast run), and the first
+scale that differs.
 Writes a JSON report and prints the table last.
 """
 import argparse
@@ -26,7 +29,9 @@ from safetensors.torch import load_file
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from var_parity import randomise_  # noqa: E402  (the same weights as the parity check)
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16")  # official: fp32, and bf16 under torch.autocast
+# Our precision -> the official run it should reproduce.
+OFFICIAL_OF = {"fp32": "fp32", "bf16": "bf16", "bf16-autocast": "bf16"}
 
 
 def official_run(var, labels, args, precision):
@@ -105,6 +110,7 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", help="cuda (cpu only to test this script)")
     ap.add_argument("--depths", default="16,30")
     ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--ours-precisions", default="fp32,bf16,bf16-autocast")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cfg", type=float, default=4.0)
     ap.add_argument("--top-k", type=int, default=900)
@@ -149,11 +155,16 @@ def main() -> int:
                 official[p] = {"median_ms": statistics.median(times), "ms_each": times,
                                "tokens": official_tokens(official_var, var, labels_dev, args, p)}
                 print(f"official d{depth} b{batch} {p}: {official[p]['median_ms']:.1f} ms", flush=True)
-            for p in PRECISIONS:
+            for p in args.ours_precisions.split(","):
                 tag = f"d{depth}_b{batch}_{p}"
-                methods, tokens = run_ours(args, var_path, vae_path, labels.tolist(), p, tag)
+                try:
+                    methods, tokens = run_ours(args, var_path, vae_path, labels.tolist(), p, tag)
+                except subprocess.CalledProcessError as e:
+                    print(f"ours d{depth} b{batch} {p}: failed ({e})", flush=True)
+                    continue
                 graphed, eager = methods["baseline"], methods["baseline@eager"]
                 row = {"depth": depth, "batch": batch, "precision": p,
+                       "official_precision": OFFICIAL_OF[p],
                        "ours_graphs_ms": graphed["median_total_ms"],
                        "ours_graphs_ms_each": graphed["total_ms_each"],
                        "ours_eager_ms": eager["median_total_ms"],
@@ -171,7 +182,11 @@ def main() -> int:
                     row[f"identical_tokens_vs_official_{op}_per_scale"] = per_scale
                     n = [t.numel() for t in tokens]
                     row[f"identical_tokens_vs_official_{op}"] = sum(f * k for f, k in zip(per_scale, n)) / sum(n)
+                    row[f"first_differing_scale_vs_official_{op}"] = next(
+                        (si for si, f in enumerate(per_scale) if f < 1.0), None)
                 report["rows"].append(row)
+                with open(args.out, "w") as f:  # as we go: a timeout keeps the rows so far
+                    json.dump(report, f, indent=2)
                 print(json.dumps({k: v for k, v in row.items() if not k.endswith(("_each", "_per_scale"))}),
                       flush=True)
         del var, vae
@@ -184,14 +199,16 @@ def main() -> int:
         json.dump(report, f, indent=2)
     # The short table, last: ours at each precision against the official run at the same one.
     print()
-    print(f"{'model':8} {'batch':>5} {'prec':>5} {'official ms':>12} {'ours ms':>9} {'eager ms':>9} "
-          f"{'speedup':>8} {'vs off. fp32':>13} {'same tok':>9}")
+    print(f"{'model':8} {'batch':>5} {'prec':>13} {'official ms':>12} {'ours ms':>9} {'eager ms':>9} "
+          f"{'speedup':>8} {'vs off. fp32':>13} {'same tok':>9} {'1st diff':>8}")
     for r in report["rows"]:
-        p = r["precision"]
-        print(f"{'VAR-d' + str(r['depth']):8} {r['batch']:>5} {p:>5} {r[f'official_{p}_ms']:>12.1f} "
+        p = r["official_precision"]
+        print(f"{'VAR-d' + str(r['depth']):8} {r['batch']:>5} {r['precision']:>13} "
+              f"{r[f'official_{p}_ms']:>12.1f} "
               f"{r['ours_graphs_ms']:>9.1f} {r['ours_eager_ms']:>9.1f} "
               f"{r[f'speedup_vs_official_{p}']:>7.2f}x {r['speedup_vs_official_fp32']:>12.2f}x "
-              f"{100 * r[f'identical_tokens_vs_official_{p}']:>8.1f}%")
+              f"{100 * r[f'identical_tokens_vs_official_{p}']:>8.1f}% "
+              f"{str(r[f'first_differing_scale_vs_official_{p}']):>8}")
     return 0
 
 
