@@ -40,6 +40,6 @@ if [ -z "${SKIP_E2E:-}" ]; then
 fi
 PYTHONUNBUFFERED=1 timeout ${SPEED_TIMEOUT:-300} python3 "$SRC/tools/parity/var_speed.py" \
   --official "$ROOT/.device/varref" --cli "$CLI" --work /tmp/speed --out "$OUT/var_speed.json" \
-  --depths ${DEPTHS:-30} --batches ${BATCHES:-1,16} --ours-precisions "${OURS_PRECISIONS:-bf16-autocast,bf16,fp32}" \
+  --depths ${DEPTHS:-30} --batches ${BATCHES:-1,16} --ours-precisions "${OURS_PRECISIONS:-bf16-autocast,bf16,fp32}" --emulate \
   2>&1 | grep -v "^+ "
 stamp speed

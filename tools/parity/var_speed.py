@@ -28,6 +28,7 @@ from safetensors.torch import load_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from var_parity import randomise_  # noqa: E402  (the same weights as the parity check)
+from autocast_emulation import CudaAutocastBf16  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16")  # official: fp32, and bf16 under torch.autocast
 # Our precision -> the official run it should reproduce.
@@ -35,7 +36,12 @@ OFFICIAL_OF = {"fp32": "fp32", "bf16": "bf16", "bf16-autocast": "bf16"}
 
 
 def official_run(var, labels, args, precision):
-    """One call of the official sampler (returns images), as its demo runs it."""
+    """One call of the official sampler (returns images), as its demo runs it. "emulated": the
+    fp32 model with CUDA autocast's casts written out (autocast_emulation.py), on any device."""
+    if precision == "emulated":
+        with torch.inference_mode(), CudaAutocastBf16():
+            return var.autoregressive_infer_cfg(B=labels.numel(), label_B=labels, g_seed=args.seed,
+                                                cfg=args.cfg, top_k=args.top_k, top_p=args.top_p)
     with torch.inference_mode(), torch.autocast(labels.device.type, dtype=torch.bfloat16,
                                                 enabled=precision == "bf16", cache_enabled=True):
         return var.autoregressive_infer_cfg(B=labels.numel(), label_B=labels, g_seed=args.seed,
@@ -111,6 +117,9 @@ def main() -> int:
     ap.add_argument("--depths", default="16,30")
     ap.add_argument("--batches", default="1,16")
     ap.add_argument("--ours-precisions", default="fp32,bf16,bf16-autocast")
+    ap.add_argument("--emulate", action="store_true",
+                    help="also run the official sampler with autocast's casts written out "
+                         "(autocast_emulation.py) and compare tokens with it")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cfg", type=float, default=4.0)
     ap.add_argument("--top-k", type=int, default=900)
@@ -155,6 +164,12 @@ def main() -> int:
                 official[p] = {"median_ms": statistics.median(times), "ms_each": times,
                                "tokens": official_tokens(official_var, var, labels_dev, args, p)}
                 print(f"official d{depth} b{batch} {p}: {official[p]['median_ms']:.1f} ms", flush=True)
+            emulated = official_tokens(official_var, var, labels_dev, args, "emulated") \
+                if args.emulate else None
+            emu_vs_autocast = identical(emulated, official["bf16"]["tokens"]) if emulated else None
+            if emulated:
+                print(f"emulated autocast vs official autocast, identical per scale: "
+                      f"{emu_vs_autocast}", flush=True)
             for p in args.ours_precisions.split(","):
                 tag = f"d{depth}_b{batch}_{p}"
                 try:
@@ -184,6 +199,9 @@ def main() -> int:
                     row[f"identical_tokens_vs_official_{op}"] = sum(f * k for f, k in zip(per_scale, n)) / sum(n)
                     row[f"first_differing_scale_vs_official_{op}"] = next(
                         (si for si, f in enumerate(per_scale) if f < 1.0), None)
+                if emulated:
+                    row["emulation_vs_official_bf16_per_scale"] = emu_vs_autocast
+                    row["identical_tokens_vs_emulation_per_scale"] = identical(tokens, emulated)
                 report["rows"].append(row)
                 with open(args.out, "w") as f:  # as we go: a timeout keeps the rows so far
                     json.dump(report, f, indent=2)
