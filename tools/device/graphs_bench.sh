@@ -7,7 +7,8 @@
 # baseline and each accelerator with CUDA graphs and eagerly. Results land in $OUT as they come.
 # Needs (carried): .device/deps (packaging/device-deps.sh), .device/varref (a local copy of the
 # official code's models/ and dist.py, never committed); SRC = a `git archive` snapshot.
-# Knobs: DEPTHS (30), BATCHES (1,16), OURS_PRECISIONS, SPEED_TIMEOUT (s), E2E_METHODS, SKIP_*.
+# Knobs: DEPTHS (30), BATCHES (1,16), OURS_PRECISIONS, DEADLINE / SPEED_TIMEOUT (s), E2E_METHODS,
+# SKIP_TESTS, SKIP_E2E.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee "$OUT/graphs_bench.log") 2>&1
@@ -38,7 +39,10 @@ if [ -z "${SKIP_E2E:-}" ]; then
     2>&1 | tail -14
   stamp e2e-256
 fi
-PYTHONUNBUFFERED=1 timeout ${SPEED_TIMEOUT:-300} python3 "$SRC/tools/parity/var_speed.py" \
+# Whatever time is left before DEADLINE (s since the start) goes to the comparison.
+SPEED_TIMEOUT=${SPEED_TIMEOUT:-$(( ${DEADLINE:-520} - ($(date +%s) - T0) ))}
+echo "speed comparison: ${SPEED_TIMEOUT} s at most"
+PYTHONUNBUFFERED=1 timeout $SPEED_TIMEOUT python3 "$SRC/tools/parity/var_speed.py" \
   --official "$ROOT/.device/varref" --cli "$CLI" --work /tmp/speed --out "$OUT/var_speed.json" \
   --depths ${DEPTHS:-30} --batches ${BATCHES:-1,16} --ours-precisions "${OURS_PRECISIONS:-bf16-autocast,bf16,fp32}" --emulate \
   2>&1 | grep -v "^+ "
