@@ -124,7 +124,9 @@ TEST(VarGraph, OffWhereStepsMustBeSeen) {
     auto cpu = varscope::testing::small_pipeline();
     auto gpu = on_device(cpu, Precision::Fp32);
     // SparVAR with CS4A (value-sized selections) declares no graph signature.
-    const auto hooks = build_accelerators(AccelConfig::from_argument("sparvar"), gpu.var_config());
+    const auto hooks = build_accelerators(
+        AccelConfig::from_argument(R"({"sparvar": {"enabled": true, "sink_scales": 2}})"),
+        gpu.var_config());
     ASSERT_TRUE(hooks);
     EXPECT_FALSE(gpu.generate(options({1}, true), hooks.get()).cuda_graphs);
     struct Opaque : SamplingHooks {};  // no signature: the default
