@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU-machine run for AMS-KV (issue #4): build the CLI + GPU tests from a snapshot, run the
-# GPU tests, time AMS-KV's parts once (VARSCOPE_PROFILE_AMS_KV=1), then the throughput table of
+# GPU tests, profile the similarity check in isolation, time AMS-KV's parts once (VARSCOPE_PROFILE_AMS_KV=1), then the throughput table of
 # VAR-d30 (random weights, 256px schedule, fp16, cfg 1.5): baseline vs AMS-KV per batch, img/s,
 # peak device memory, KV bytes. On a card with more than 80 GB the process is capped at the
 # memory of an 80 GB H100 (PYTORCH_CUDA_ALLOC_CONF per_process_memory_fraction), so "fits" means
@@ -22,6 +22,10 @@ stamp built
 # (At most 8 files come back: the GPU test results go into this log.)
 timeout 120 $BUILD/tests/varscope_gpu_tests --gtest_filter="${GPU_TESTS:-*}" > /tmp/gpu_tests.log 2>&1; echo "gpu tests rc=$?"
 grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) |Failure" /tmp/gpu_tests.log | head -80
+for V in f32o separable; do  # the similarity's other formulations against the same tests
+  VARSCOPE_AMS_KV_SIM=$V timeout 60 $BUILD/tests/varscope_gpu_tests --gtest_filter='GpuAmsKv*' 2>&1 \
+    | grep -E "^\[ +(OK|FAILED|PASSED) |Failure" | sed "s/^/[$V] /"
+done
 stamp tested
 
 # An 80 GB cap on larger cards: the total memory of an H100 80GB HBM3 (81559 MiB).
@@ -35,20 +39,34 @@ fi
 CLI=$BUILD/app/cli/varscope-cli
 P256=1,2,3,4,5,6,8,10,13,16
 COMMON="--random 30 --patch-nums $P256 --device cuda --precision fp16 --cfg 1.5 --seed 0"
-# Where AMS-KV's own work goes (synchronised part timer, one image batch after a warm-up).
+# The similarity check in isolation (CUDA events, host wall time, torch.profiler kernels) for
+# its candidate formulations; the fastest one at the largest pair runs the loop from here on.
+python3 "$SRC/tools/device/ams_kv_similarity_profile.py" 2>&1 | tee /tmp/sim_profile.txt | grep -vE "^-|^ *$" | head -120
+if [ -z "${VARSCOPE_AMS_KV_SIM:-}" ]; then
+  VARSCOPE_AMS_KV_SIM=$(awk '$1 == "13->16" && ($2 == "gram" || $2 == "gram_f32o" || $2 == "separable") {print $3, $2}' \
+    /tmp/sim_profile.txt | sed 's/gram_f32o/f32o/' | sort -n | head -1 | cut -d" " -f2)
+fi
+export VARSCOPE_AMS_KV_SIM=${VARSCOPE_AMS_KV_SIM:-gram}; echo "similarity variant: $VARSCOPE_AMS_KV_SIM"
+stamp "similarity profile"
+# Where AMS-KV's own work goes in the loop (synchronised part timer, one batch after a warm-up).
 VARSCOPE_PROFILE_AMS_KV=1 $CLI bench e2e $COMMON --batch 128 --methods "ams_kv" --warmup 1 --repeat 1 \
   --json /tmp/profile.json 2>&1 | grep -E "ams_kv profile|ams_kv " | tail -3
 stamp profile
-# AMS-KV first (its peak memory measured before the baseline's graphs hold their own cache),
-# then the eager baseline (the same loop without hooks), then the baseline with CUDA graphs.
+# Per batch: AMS-KV first (its peak memory measured before the baseline's graphs hold their
+# own cache), then the baseline with CUDA graphs; EXTRA_METHODS at the batches in EXTRA_BATCHES.
 for B in ${BASE_BATCHES:-32 64 128 256}; do
-  $CLI bench e2e $COMMON --batch $B --methods "${METHODS:-ams_kv;baseline@eager;baseline}" --warmup 1 \
+  M="${METHODS:-ams_kv;baseline}"
+  case " ${EXTRA_BATCHES:-} " in *" $B "*) M="$M;${EXTRA_METHODS}";; esac
+  case " ${BASELINE_ONLY_BATCHES:-} " in *" $B "*) M="baseline";; esac
+  $CLI bench e2e $COMMON --batch $B --methods "$M" --warmup 1 \
     --repeat ${REPEAT:-2} --json "$OUT/e2e_d30_256_b${B}_fp16_amskv.json" 2>&1 | tail -5
   stamp "batch $B"
 done
 for B in ${AMS_ONLY_BATCHES:-384 512}; do
-  $CLI bench e2e $COMMON --batch $B --methods "ams_kv" --warmup 1 --repeat ${AMS_REPEAT:-1} \
-    --json "$OUT/e2e_d30_256_b${B}_fp16_amskv.json" 2>&1 | tail -3
+  M="ams_kv"
+  case " ${EXTRA_BATCHES:-} " in *" $B "*) M="$M;${EXTRA_METHODS}";; esac
+  $CLI bench e2e $COMMON --batch $B --methods "$M" --warmup 1 --repeat ${AMS_REPEAT:-1} \
+    --json "$OUT/e2e_d30_256_b${B}_fp16_amskv.json" 2>&1 | tail -4
   stamp "batch $B (AMS-KV only)"
 done
 python3 "$SRC/tools/device/ams_kv_summary.py" "$OUT" | tee "$OUT/ams_kv_summary.md"
