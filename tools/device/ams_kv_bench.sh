@@ -56,7 +56,7 @@ stamp profile
 # own cache), then the baseline with CUDA graphs; EXTRA_METHODS at the batches in EXTRA_BATCHES.
 for B in ${BASE_BATCHES:-32 64 128 256}; do
   M="${METHODS:-ams_kv;baseline}"
-  case " ${EXTRA_BATCHES:-} " in *" $B "*) M="$M;${EXTRA_METHODS}";; esac
+  case " ${EXTRA_BATCHES:-} " in *" $B "*) M="${M%%;*};${EXTRA_METHODS};${M#*;}";; esac
   case " ${BASELINE_ONLY_BATCHES:-} " in *" $B "*) M="baseline";; esac
   $CLI bench e2e $COMMON --batch $B --methods "$M" --warmup 1 \
     --repeat ${REPEAT:-2} --json "$OUT/e2e_d30_256_b${B}_fp16_amskv.json" 2>&1 | tail -5
