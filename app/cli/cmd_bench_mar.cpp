@@ -29,6 +29,8 @@ struct BenchMarArgs {
     bool force = false;
     bool split = false;  // one more run per method, timing transformer and head apart
     bool planned = false;  // FLOPs from the step plan only, no runs
+    bool no_cuda_graphs = false;
+    bool compare_eager = false;  // one more run per method without CUDA graphs
 };
 
 using Clock = std::chrono::steady_clock;
@@ -68,9 +70,12 @@ struct MethodRun {
     MarSampleResult last;
     double computed_share = 1.0;  // block positions computed / baseline's, over the run
     int64_t skipped_unconditional = 0;
+    bool graphs = false;                // the timed runs replayed CUDA graphs
+    double eager_ms = 0.0;              // --compare-eager: one run without graphs
+    double eager_max_abs_diff = -1.0;   // ... and its tokens vs the last graphed run
 };
 
-MethodRun run_method(MarPipeline& pipe, const MarSampleOptions& opt, const std::string& name,
+MethodRun run_method(MarPipeline& pipe, MarSampleOptions opt, const std::string& name,
                      const BenchMarArgs& a) {
     MethodRun m;
     m.name = name;
@@ -79,21 +84,36 @@ MethodRun run_method(MarPipeline& pipe, const MarSampleOptions& opt, const std::
     m.config = accel.to_json();
     const auto& c = pipe.config();
     auto lazy = make_lazymar_hooks(accel.lazymar, c, nullptr);
-    // The counter (first in the chain: it sees the rows each block computes) only adds host
-    // arithmetic, so the timed runs count the FLOPs too.
-    auto counter = std::make_shared<MarFlopCounter>(
-        c, pipe.sampler().diffusion().schedule().num_steps());
-    auto chain = chain_with_counter(counter, lazy.chain);
-    for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt, chain.get());
+    opt.head_cfg_cache_period = lazymar_head_period(accel.lazymar);
+    // Timed runs carry only the method's hooks: without any (the baseline) each step is one
+    // CUDA graph replay, with hooks the transformer runs eagerly (mar_cuda_graph.h). FLOPs come
+    // from the step plan, which equals what a counted run gives (tested).
+    MarSamplingHooks* hooks = lazy.chain.get();
+    for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt, hooks);
     for (int64_t r = 0; r < a.repeat; ++r) {
-        counter->reset();
-        m.last = pipe.generate(opt, chain.get());
+        m.last = pipe.generate(opt, hooks);
         m.totals.push_back(m.last.total_millis - m.last.decode_millis);
         std::cerr << "    " << name << " run " << r + 1 << ": " << m.totals.back() << " ms"
+                  << (m.last.cuda_graphs ? " (CUDA graphs)" : "")
                   << std::endl;  // flushed: a run cut short by a time limit still reports
     }
-    m.flops = counter->flops(m.last.attention_flops);
+    m.graphs = m.last.cuda_graphs;
+    m.flops = lazymar_planned_flops(c, accel.lazymar, opt.num_iter,
+                                    int64_t(opt.class_ids.size()), opt.cfg,
+                                    pipe.sampler().diffusion().schedule().num_steps());
+    if (a.compare_eager && opt.cuda_graphs) {  // one eager run: its time and its tokens
+        MarSampleOptions eager = opt;
+        eager.cuda_graphs = false;
+        const auto e = pipe.generate(eager, hooks);
+        m.eager_ms = e.total_millis - e.decode_millis;
+        m.eager_max_abs_diff = (e.tokens - m.last.tokens).abs().max().item<double>();
+        std::cerr << "    " << name << " eager run: " << m.eager_ms
+                  << " ms, max |graphed - eager| token difference " << m.eager_max_abs_diff
+                  << std::endl;
+    }
     if (a.split) {  // an extra run with device syncs around the transformer and the head
+        auto chain = std::make_shared<MarHookChain>();
+        if (lazy.chain) chain->add(lazy.chain);
         auto timer = std::make_shared<StepSplitTimer>(pipe.device());
         chain->add(timer);
         pipe.generate(opt, chain.get());
@@ -155,6 +175,7 @@ nlohmann::json bench_model(const std::string& preset, const BenchMarArgs& a) {
     opt.cfg = a.cfg;
     opt.time_steps = false;  // one sync at the end of the run only
     opt.decode = false;
+    opt.cuda_graphs = !a.no_cuda_graphs;
     opt.validate(c);
     std::cerr << pipe.describe() << "\n";
 
@@ -191,7 +212,14 @@ nlohmann::json bench_model(const std::string& preset, const BenchMarArgs& a) {
                             m.transformer_ms > 0 ? base.transformer_ms / m.transformer_ms : 0.0},
                            {"computed_share", m.computed_share},
                            {"unconditional_skipped_steps", m.skipped_unconditional},
-                           {"latent_relative_l2_vs_baseline", rel}});
+                           {"latent_relative_l2_vs_baseline", rel},
+                           {"cuda_graphs", m.graphs},
+                           {"graph_capture_ms", m.last.graph_capture_millis}});
+        if (m.eager_max_abs_diff >= 0) {
+            methods.back()["eager_ms"] = m.eager_ms;
+            methods.back()["graphs_speedup_vs_eager"] = ms > 0 ? m.eager_ms / ms : 0.0;
+            methods.back()["graphed_vs_eager_max_abs_token_diff"] = m.eager_max_abs_diff;
+        }
     }
     return {{"model", preset},
             {"description", pipe.describe()},
@@ -211,7 +239,7 @@ int run(const BenchMarArgs& a) {
               {"diffusion_steps", a.sampling_steps},
               {"warmup_runs", a.warmup},
               {"runs", a.repeat},
-              {"timing", a.planned ? "none: FLOPs from the step plan (lazymar_planned_flops)" : "whole loop (transformer + DiffLoss head, no VAE), one device sync per run"},
+              {"timing", a.planned ? "none: FLOPs from the step plan (lazymar_planned_flops)" : "whole loop (transformer + DiffLoss head, no VAE), one device sync per run; FLOPs from the step plan"},
               {"models", nlohmann::json::array()}});
     for (const auto& m : a.models) j["models"].push_back(bench_model(m, a));
     if (!a.json.empty()) {
@@ -239,6 +267,8 @@ Runner add_bench_mar(CLI::App& bench) {
     cmd->add_option("--json", a->json, "write the results as JSON");
     cmd->add_flag("--force", a->force, "overwrite --json");
     cmd->add_flag("--planned-flops", a->planned, "no runs: FLOPs of each method from the step plan (equal to what a run counts)");
+    cmd->add_flag("--no-cuda-graphs", a->no_cuda_graphs, "run the MAR loop eagerly on CUDA (no graph replay)");
+    cmd->add_flag("--compare-eager", a->compare_eager, "one more run per method without CUDA graphs: its time and whether its tokens equal the graphed ones");
     cmd->add_flag("--split", a->split, "one more run per method with device syncs that splits each step into transformer and DiffLoss-head time");
     return [a]() { return run(*a); };
 }

@@ -64,11 +64,36 @@ at::Tensor DiffResBlockImpl::forward(const at::Tensor& x, const at::Tensor& y) c
     return x + mod[2] * h;
 }
 
+std::vector<at::Tensor> DiffResBlockImpl::modulation(const at::Tensor& y) const {
+    auto mod = linear(ada_, at::silu(y)).chunk(3, -1);
+    return {mod[0], 1 + mod[1], mod[2]};
+}
+
+at::Tensor DiffResBlockImpl::forward_modulated(const at::Tensor& x, const at::Tensor& shift,
+                                               const at::Tensor& scale1,
+                                               const at::Tensor& gate) const {
+    // modulate()'s operation order with (1 + scale) given: the same values.
+    auto h = apply_layer_norm(in_ln, x) * scale1 + shift;
+    h = linear(fc2_, at::silu(linear(fc1_, h)));
+    return x + gate * h;
+}
+
 DiffFinalLayerImpl::DiffFinalLayerImpl(int64_t channels, int64_t out_channels)
     : channels_(channels) {
     linear = register_module("linear", torch::nn::Linear(channels, out_channels));
     ada_ = torch::nn::Linear(channels, 2 * channels);
     adaLN_modulation = register_module("adaLN_modulation", torch::nn::Sequential(torch::nn::SiLU(), ada_));
+}
+
+std::vector<at::Tensor> DiffFinalLayerImpl::modulation(const at::Tensor& y) const {
+    auto mod = at::linear(at::silu(y), ada_->weight, ada_->bias).chunk(2, -1);
+    return {mod[0], 1 + mod[1]};
+}
+
+at::Tensor DiffFinalLayerImpl::forward_modulated(const at::Tensor& x, const at::Tensor& shift,
+                                                 const at::Tensor& scale1) const {
+    auto h = at::layer_norm(x, {channels_}, {}, {}, 1e-6) * scale1 + shift;
+    return at::linear(h, linear->weight, linear->bias);
 }
 
 at::Tensor DiffFinalLayerImpl::forward(const at::Tensor& x, const at::Tensor& y) const {
@@ -101,6 +126,43 @@ at::Tensor SimpleMlpAdaLNImpl::forward_embedded(const at::Tensor& x, const at::T
     auto y = t_emb + c_emb;
     for (const auto& b : blocks_) h = b->forward(h, y);
     return final_layer->forward(h, y);
+}
+
+int64_t SimpleMlpAdaLNImpl::width() const { return input_proj->weight.size(0); }
+
+DiffModulation SimpleMlpAdaLNImpl::modulations(const at::Tensor& y) const {
+    DiffModulation m;
+    for (const auto& b : blocks_) {
+        auto mod = b->modulation(y);
+        m.shift.push_back(mod[0]);
+        m.scale1.push_back(mod[1]);
+        m.gate.push_back(mod[2]);
+    }
+    auto fin = final_layer->modulation(y);
+    m.final_shift = fin[0];
+    m.final_scale1 = fin[1];
+    return m;
+}
+
+DiffModulation DiffModulation::rows(int64_t start, int64_t count) const {
+    DiffModulation m;
+    auto cut = [&](const at::Tensor& t) { return t.narrow(0, start, count); };
+    for (size_t i = 0; i < shift.size(); ++i) {
+        m.shift.push_back(cut(shift[i]));
+        m.scale1.push_back(cut(scale1[i]));
+        m.gate.push_back(cut(gate[i]));
+    }
+    m.final_shift = cut(final_shift);
+    m.final_scale1 = cut(final_scale1);
+    return m;
+}
+
+at::Tensor SimpleMlpAdaLNImpl::forward_modulated(const at::Tensor& x,
+                                                 const DiffModulation& m) const {
+    auto h = linear(input_proj, x);
+    for (size_t i = 0; i < blocks_.size(); ++i)
+        h = blocks_[i]->forward_modulated(h, m.shift[i], m.scale1[i], m.gate[i]);
+    return final_layer->forward_modulated(h, m.final_shift, m.final_scale1);
 }
 
 at::Tensor SimpleMlpAdaLNImpl::forward(const at::Tensor& x, const at::Tensor& t,

@@ -33,10 +33,23 @@ private:
 };
 TORCH_MODULE(TimestepEmbedder);
 
+// The AdaLN modulations of every block (shift, 1 + scale, gate) and of the final layer (shift,
+// 1 + scale) for given conditions y: they depend on y only, so a sampling loop can compute them
+// for all its timesteps at once (one weight pass) instead of once per step.
+struct DiffModulation {
+    std::vector<at::Tensor> shift, scale1, gate;  // per block, (R, W) each
+    at::Tensor final_shift, final_scale1;
+    DiffModulation rows(int64_t start, int64_t count) const;  // views of rows [start, +count)
+};
+
 class DiffResBlockImpl : public torch::nn::Module {
 public:
     explicit DiffResBlockImpl(int64_t channels);
     at::Tensor forward(const at::Tensor& x, const at::Tensor& y) const;  // x + gate * mlp(mod(ln x))
+    // (shift, 1 + scale, gate) for conditions y.
+    std::vector<at::Tensor> modulation(const at::Tensor& y) const;
+    at::Tensor forward_modulated(const at::Tensor& x, const at::Tensor& shift,
+                                 const at::Tensor& scale1, const at::Tensor& gate) const;
     torch::nn::LayerNorm in_ln{nullptr};
     torch::nn::Sequential mlp{nullptr};               // 0 Linear, 1 SiLU, 2 Linear
     torch::nn::Sequential adaLN_modulation{nullptr};  // 0 SiLU, 1 Linear(C, 3C)
@@ -51,6 +64,9 @@ class DiffFinalLayerImpl : public torch::nn::Module {
 public:
     DiffFinalLayerImpl(int64_t channels, int64_t out_channels);
     at::Tensor forward(const at::Tensor& x, const at::Tensor& y) const;
+    std::vector<at::Tensor> modulation(const at::Tensor& y) const;  // (shift, 1 + scale)
+    at::Tensor forward_modulated(const at::Tensor& x, const at::Tensor& shift,
+                                 const at::Tensor& scale1) const;
     torch::nn::Linear linear{nullptr};
     torch::nn::Sequential adaLN_modulation{nullptr};  // 0 SiLU, 1 Linear(C, 2C)
 
@@ -71,6 +87,12 @@ public:
     at::Tensor embed_condition(const at::Tensor& c) const;
     at::Tensor forward_embedded(const at::Tensor& x, const at::Tensor& t_emb,
                                 const at::Tensor& c_emb) const;
+    // The modulations for y = t_emb + c_emb (rows of y), and the network given them (rows of
+    // x and m match): forward_embedded(x, t, c) == forward_modulated(x, modulations(t + c)).
+    DiffModulation modulations(const at::Tensor& y) const;
+    at::Tensor forward_modulated(const at::Tensor& x, const DiffModulation& m) const;
+    int64_t width() const;
+    int64_t depth() const { return static_cast<int64_t>(blocks_.size()); }
 
     TimestepEmbedder time_embed{nullptr};
     torch::nn::Linear cond_embed{nullptr}, input_proj{nullptr};

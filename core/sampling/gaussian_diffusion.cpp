@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cfenv>
 #include <cmath>
 #include <set>
@@ -145,17 +146,38 @@ DiffusionSampler::StepOutput DiffusionSampler::step(const SimpleMlpAdaLNImpl& ne
                                                     const at::Tensor& t_emb,
                                                     const at::Tensor& c_emb,
                                                     const at::Tensor& cfg_scale) const {
+    return step_modulated(net, x, i, net.modulations(t_emb + c_emb), cfg_scale);
+}
+
+DiffusionSampler::StepOutput DiffusionSampler::step_modulated(const SimpleMlpAdaLNImpl& net,
+                                                              const at::Tensor& x, int64_t i,
+                                                              const DiffModulation& mod,
+                                                              const at::Tensor& cfg_scale,
+                                                              const at::Tensor& cached_delta,
+                                                              at::Tensor* delta_out) const {
     const auto& s = schedule_;
     const int64_t N = x.size(0), C = x.size(1);
     const bool guided = cfg_scale.defined();
-    // With CFG both halves of the original's running sample are its conditional half.
-    const at::Tensor input = guided ? at::cat({x, x}) : x;
-    const at::Tensor out = net.forward_embedded(input, t_emb, c_emb);
-    at::Tensor eps = out.narrow(1, 0, C), var_values = out.narrow(1, C, C);
-    if (guided) {
-        const auto cond = eps.narrow(0, 0, N), uncond = eps.narrow(0, N, N);
+    at::Tensor eps, var_values;
+    if (guided && cached_delta.defined()) {
+        // Conditional half only (its modulation rows come first); the released code's order.
+        const at::Tensor out = net.forward_modulated(x, mod.rows(0, N));
+        const auto cond = out.narrow(1, 0, C);
+        const auto uncond = cond - cached_delta;
         eps = uncond + cfg_scale * (cond - uncond);
-        var_values = var_values.narrow(0, 0, N);
+        var_values = out.narrow(1, C, C);
+    } else {
+        // With CFG both halves of the original's running sample are its conditional half.
+        const at::Tensor input = guided ? at::cat({x, x}) : x;
+        const at::Tensor out = net.forward_modulated(input, mod);
+        eps = out.narrow(1, 0, C);
+        var_values = out.narrow(1, C, C);
+        if (guided) {
+            const auto cond = eps.narrow(0, 0, N), uncond = eps.narrow(0, N, N);
+            if (delta_out) *delta_out = cond - uncond;
+            eps = uncond + cfg_scale * (cond - uncond);
+            var_values = var_values.narrow(0, 0, N);
+        }
     }
     // Learned range: interpolate between the clipped posterior and the beta log-variance.
     const auto frac = (var_values + 1) / 2;
@@ -196,7 +218,8 @@ at::Tensor DiffusionSampler::time_embeddings(const SimpleMlpAdaLNImpl& net,
 at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                  const at::Tensor& cfg_scale, double temperature,
                                  std::optional<at::Generator> gen, const at::Tensor& start,
-                                 const at::Tensor& step_noise) const {
+                                 const at::Tensor& step_noise, const at::Tensor& t_given,
+                                 int64_t cfg_cache_period) const {
     const bool guided = cfg_scale.defined();
     TORCH_CHECK(!guided || z.size(0) % 2 == 0, "diffusion: CFG needs 2N condition rows");
     const int64_t N = guided ? z.size(0) / 2 : z.size(0);
@@ -205,12 +228,30 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
     const int64_t S = schedule_.num_steps();
     // The condition is embedded once; every timestep embedding is one row, broadcast.
     const auto c_emb = net.embed_condition(z.to(opts.dtype()));
-    const auto t_all = time_embeddings(net, z.device());  // (S, W)
+    const auto t_all = t_given.defined() ? t_given : time_embeddings(net, z.device());  // (S, W)
 
     at::Tensor x = start.defined() ? start.to(opts) : at::randn({N, C}, gen, opts);
     const float temp = f32(temperature);
+    // The AdaLN modulations depend on the timestep and the condition only: computed for a
+    // window of steps at once (one pass over those weights per window, not per step). The
+    // window keeps them under ~64M elements; y rows of step i are [i*R, (i+1)*R).
+    const int64_t R = c_emb.size(0), W = net.width();
+    const int64_t per_step = R * W * (3 * net.depth() + 2);
+    const int64_t window = std::max<int64_t>(1, std::min<int64_t>(S, (64LL << 20) / per_step));
+    DiffModulation mods;
+    int64_t window_start = -1;
+    at::Tensor delta;  // head-side condition cache (cfg_cache_period > 0)
     for (int64_t i = S - 1; i >= 0; --i) {
-        const auto out = step(net, x, i, t_all.narrow(0, i, 1), c_emb, cfg_scale);
+        if (window_start < 0 || i < window_start) {
+            window_start = std::max<int64_t>(0, i - window + 1);
+            const auto t = t_all.narrow(0, window_start, i - window_start + 1);
+            const auto y = (t.unsqueeze(1) + c_emb.unsqueeze(0)).reshape({-1, c_emb.size(1)});
+            mods = net.modulations(y);
+        }
+        const bool full = !guided || full_cfg_step(i, S, cfg_cache_period);
+        const auto out = step_modulated(net, x, i, mods.rows((i - window_start) * R, R),
+                                        cfg_scale, full ? at::Tensor() : delta,
+                                        full && cfg_cache_period > 0 ? &delta : nullptr);
         // Drawn at every step (also the last, where it is unused) to keep the random stream
         // of the original, which draws noise for its whole 2N-row sample.
         const at::Tensor noise = step_noise.defined()
@@ -227,18 +268,32 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
 
 at::Tensor DiffusionSampler::sample(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                     const at::Tensor& cfg_scale, double temperature,
-                                    std::optional<at::Generator> gen) const {
-    return run(net, z, cfg_scale, temperature, std::move(gen), {}, {});
+                                    std::optional<at::Generator> gen,
+                                    int64_t cfg_cache_period) const {
+    return run(net, z, cfg_scale, temperature, std::move(gen), {}, {}, {}, cfg_cache_period);
+}
+
+bool DiffusionSampler::full_cfg_step(int64_t i, int64_t num_steps, int64_t period) {
+    return period <= 0 || i == num_steps - 1 || i % period == 0;
+}
+
+void DiffusionSampler::draw_noise(at::Tensor& start, at::Tensor& step_noise,
+                                  std::optional<at::Generator> gen) {
+    start.normal_(0.0, 1.0, gen);
+    for (int64_t i = 0; i < step_noise.size(0); ++i) step_noise[i].normal_(0.0, 1.0, gen);
 }
 
 at::Tensor DiffusionSampler::sample_with_noise(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                                const at::Tensor& cfg_scale, double temperature,
                                                const at::Tensor& start,
-                                               const at::Tensor& step_noise) const {
+                                               const at::Tensor& step_noise,
+                                               const at::Tensor& t_all,
+                                               int64_t cfg_cache_period) const {
     TORCH_CHECK(start.defined() && step_noise.defined(), "sample_with_noise: noise required");
     TORCH_CHECK(step_noise.size(0) == schedule_.num_steps(),
                 "sample_with_noise: one noise tensor per diffusion step expected");
-    return run(net, z, cfg_scale, temperature, std::nullopt, start, step_noise);
+    return run(net, z, cfg_scale, temperature, std::nullopt, start, step_noise, t_all,
+               cfg_cache_period);
 }
 
 }  // namespace varscope

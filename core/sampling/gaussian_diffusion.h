@@ -15,6 +15,7 @@
 namespace varscope {
 
 class SimpleMlpAdaLNImpl;
+struct DiffModulation;
 
 // betas of the cosine schedule (alpha_bar(t) = cos((t + 0.008) / 1.008 * pi / 2)^2), capped at
 // 0.999.
@@ -56,15 +57,32 @@ public:
     // Random draws follow the original call order so that a seeded generator reproduces it:
     // the start noise (N, C), then per step noise shaped like the original's running sample
     // ((2N, C) with CFG, whose unconditional half it discards).
+    //
+    // cfg_cache_period > 0 (with CFG): the head-side condition cache of LazyMAR's released
+    // code. Diffusion steps i == S - 1 and i % period == 0 run both halves and keep
+    // delta = eps_cond - eps_uncond; the steps between run the conditional rows only, with
+    // eps_uncond = eps_cond - delta. 0 = off (every step runs both halves).
     at::Tensor sample(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                       const at::Tensor& cfg_scale, double temperature,
-                      std::optional<at::Generator> gen) const;
+                      std::optional<at::Generator> gen, int64_t cfg_cache_period = 0) const;
 
     // Same, from given noise: start (N, C) and steps (num_steps, rows, C) (rows = N, or 2N
-    // with CFG; only the first N rows are read). For tests and parity.
+    // with CFG; only the first N rows are read). For tests, parity and CUDA graphs. t_all:
+    // time_embeddings() held by the caller (a graph reads it at a fixed address); undefined =
+    // looked up here.
     at::Tensor sample_with_noise(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                  const at::Tensor& cfg_scale, double temperature,
-                                 const at::Tensor& start, const at::Tensor& step_noise) const;
+                                 const at::Tensor& start, const at::Tensor& step_noise,
+                                 const at::Tensor& t_all = {}, int64_t cfg_cache_period = 0) const;
+    // Whether diffusion step i runs both CFG halves under cfg_cache_period (see sample()).
+    static bool full_cfg_step(int64_t i, int64_t num_steps, int64_t cfg_cache_period);
+    // Fills start and each step_noise[i] from gen with the values sample() would draw (same
+    // order and shapes: randn is empty + normal_).
+    static void draw_noise(at::Tensor& start, at::Tensor& step_noise,
+                           std::optional<at::Generator> gen);
+    // Timestep embeddings of every respaced step (S, W): weights-only, so computed once per
+    // weight tensor (no host-to-device copies inside a sampling loop after the first call).
+    at::Tensor time_embeddings(const SimpleMlpAdaLNImpl& net, const at::Device& device) const;
 
     // One reverse step (respaced index i) from x (N, C): the mean and log-variance inputs.
     // Exposed for tests (equal to the original's p_mean_variance for epsilon/learned range).
@@ -76,12 +94,16 @@ public:
                     const at::Tensor& cfg_scale) const;
 
 private:
-    // Timestep embeddings of every respaced step (S, W): weights-only, so computed once per
-    // weight tensor (no host-to-device copies inside a sampling loop after the first call).
-    at::Tensor time_embeddings(const SimpleMlpAdaLNImpl& net, const at::Device& device) const;
+    // cached_delta defined: conditional rows only, eps_uncond = eps_cond - cached_delta.
+    // delta_out: receives eps_cond - eps_uncond of a full guided step.
+    StepOutput step_modulated(const SimpleMlpAdaLNImpl& net, const at::Tensor& x, int64_t i,
+                              const DiffModulation& mod, const at::Tensor& cfg_scale,
+                              const at::Tensor& cached_delta = {},
+                              at::Tensor* delta_out = nullptr) const;
     at::Tensor run(const SimpleMlpAdaLNImpl& net, const at::Tensor& z, const at::Tensor& cfg_scale,
                    double temperature, std::optional<at::Generator> gen, const at::Tensor& start,
-                   const at::Tensor& step_noise) const;
+                   const at::Tensor& step_noise, const at::Tensor& t_all,
+                   int64_t cfg_cache_period) const;
     DiffusionSchedule schedule_;
     mutable at::Tensor t_emb_cache_;
     mutable const void* t_emb_key_ = nullptr;

@@ -7,7 +7,10 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/sampling/cuda_graph.h"  // weights_fingerprint
+#include "core/sampling/mar_cuda_graph.h"
 #include "core/sampling/token_sampling.h"
+#include "kernels/cuda_graph.h"
 
 namespace varscope {
 namespace {
@@ -190,64 +193,178 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     const auto buffer_positions = at::arange(buf, long_opts).unsqueeze(0);
     BlockRun run{hooks, probe, opt.attention, opt.feature_layers, res.attention_flops};
     at::Tensor decoded_prev;
+    const SimpleMlpAdaLNImpl& head = *mar_->diffloss->net;
+
+    // CUDA graphs (mar_cuda_graph.h): the whole step without hooks, the diffusion with hooks.
+    // Probes read tensors inside the step, so they keep the eager loop.
+    std::shared_ptr<MarGraphs> graphs;
+    if (opt.cuda_graphs && device.is_cuda() && kernels::cuda_graphs_built() && !probe &&
+        opt.feature_layers.empty()) {
+        const MarGraphKey key{device.index() < 0 ? 0 : int(device.index()), B, dtype,
+                              opt.num_iter, opt.cfg, int(opt.cfg_schedule), opt.temperature,
+                              int(opt.attention), weights_fingerprint(*mar_),
+                              opt.head_cfg_cache_period};
+        if (!graphs_ || !(graphs_->key() == key)) graphs_ = std::make_shared<MarGraphs>(key);
+        graphs = graphs_;
+    }
+    const bool whole_step_graphs = graphs && !hooks;
+    const auto noise_opts = at::TensorOptions(device).dtype(head.input_proj->weight.scalar_type());
+    const int64_t S = diffusion_.schedule().num_steps(), C = head.in_channels();
+    at::Tensor t_all, orders_in, cls_in;
+    if (graphs) {
+        // Inputs the graphs read, at fixed addresses; this call's values copied in.
+        auto t_now = diffusion_.time_embeddings(head, device);
+        t_all = graphs->buffer("t_all", [&] { return at::empty_like(t_now); });
+        t_all.copy_(t_now);
+    }
+    if (whole_step_graphs) {
+        auto cls_now = (cfg_on ? cls_both : cls_cond).to(dtype);
+        cls_in = graphs->buffer("cls", [&] { return at::empty_like(cls_now); });
+        cls_in.copy_(cls_now);
+        orders_in = graphs->buffer("orders", [&] { return at::empty_like(res.orders); });
+        orders_in.copy_(res.orders);
+        at::Tensor tokens_in = graphs->buffer("tokens", [&] { return at::empty_like(tokens); });
+        tokens_in.zero_();
+        tokens = tokens_in;
+    }
+    // Static noise buffers for N decoded rows, drawn in the eager loop's order (same stream).
+    auto drawn_noise = [&](int64_t N) {
+        const int64_t rows = cfg_on ? 2 * N : N;
+        auto start = graphs->buffer("noise_start_" + std::to_string(N),
+                                    [&] { return at::empty({N, C}, noise_opts); });
+        auto steps = graphs->buffer("noise_steps_" + std::to_string(N),
+                                    [&] { return at::empty({S, rows, C}, noise_opts); });
+        DiffusionSampler::draw_noise(start, steps, gen);
+        return std::make_pair(start, steps);
+    };
+
+    // Transformer and DiffLoss head of one step: (sampled (B, k, D), new tokens). `noise`
+    // (start, steps) from drawn_noise; undefined = draw from the generator inline.
+    auto step_body = [&](MarStepContext& sctx, const MarStepPlan& p, const at::Tensor& cls_rows,
+                         const std::pair<at::Tensor, at::Tensor>& noise,
+                         const std::function<at::Tensor(const at::Tensor&)>& diffuse)
+        -> std::pair<at::Tensor, at::Tensor> {
+        const int64_t R = sctx.rows();
+        const at::Tensor& known = sctx.known;
+        const at::Tensor& decoded = sctx.decoded;
+        const auto known_R = known.repeat({R / B, 1});
+        const auto tokens_R = sctx.tokens.repeat({R / B, 1, 1});
+        const auto cls = cls_rows.defined() ? cls_rows : (R == B ? cls_cond : cls_both).to(dtype);
+        at::Tensor x = mar_->encoder_input(tokens_R, known_R, cls);
+        const at::Tensor enc_positions =
+            hooks ? at::cat({buffer_positions.expand({R, buf}), known_R + buf}, 1) : at::Tensor();
+        for (int64_t l = 0; l < c.encoder_depth; ++l) {
+            MarBlockContext bctx{sctx, MarStage::Encoder, l, enc_positions};
+            x = run_block(mar_->encoder_block(l), x, bctx, run);
+        }
+        x = apply_layer_norm(mar_->encoder_norm, x);
+        x = mar_->decoder_input(x, known_R);
+        const at::Tensor dec_positions = hooks ? decoder_positions.expand({R, -1}) : at::Tensor();
+        for (int64_t l = 0; l < c.decoder_depth; ++l) {
+            MarBlockContext bctx{sctx, MarStage::Decoder, l, dec_positions};
+            x = run_block(mar_->decoder_block(l), x, bctx, run);
+        }
+        if (cfg_on && sctx.skip_unconditional) {
+            auto uncond = hooks->unconditional_rows(sctx, x);
+            TORCH_CHECK(uncond.defined() && uncond.sizes() == x.sizes(),
+                        "MAR hooks skipped the unconditional branch at step ", sctx.step,
+                        " but unconditional_rows() returned no tensor of shape ", x.sizes());
+            x = at::cat({x, uncond});
+        } else if (cfg_on && hooks) {
+            hooks->on_cfg_branches(sctx, x);
+        }
+        at::Tensor z = mar_->decoder_output(x);
+        if (hooks) hooks->on_condition(sctx, z);
+
+        // Conditions of the decoded positions: B*k conditional rows, then the
+        // unconditional ones (the row-major order of the original's boolean indexing).
+        const int64_t rows_z = cfg_on ? 2 * B : B;
+        const auto z_sel =
+            gather_rows(z, decoded.repeat({rows_z / B, 1})).reshape({-1, z.size(2)}).to(dtype);
+        at::Tensor sampled;
+        if (diffuse) {
+            sampled = diffuse(z_sel);
+        } else {
+            const at::Tensor cfg_scale =
+                cfg_on ? at::full({}, p.cfg, at::TensorOptions(device).dtype(at::kFloat))
+                       : at::Tensor();
+            sampled = noise.first.defined()
+                          ? diffusion_.sample_with_noise(head, z_sel, cfg_scale, opt.temperature,
+                                                         noise.first, noise.second, t_all,
+                                                         opt.head_cfg_cache_period)
+                          : diffusion_.sample(head, z_sel, cfg_scale, opt.temperature, gen,
+                                              opt.head_cfg_cache_period);
+        }
+        sampled = sampled.to(at::kFloat).view({B, p.decoded(), D});
+        auto next = sctx.tokens.scatter(1, decoded.unsqueeze(-1).expand({-1, -1, D}), sampled);
+        return {sampled, next};
+    };
+    // Known positions and this step's positions follow from the order alone (the tail of the
+    // order is decoded first), so no data-dependent shapes and no host syncs.
+    auto known_of = [&](const at::Tensor& orders, const MarStepPlan& p) {
+        return std::get<0>(orders.narrow(1, p.masked_before, L - p.masked_before).sort(1));
+    };
+    auto decoded_of = [&](const at::Tensor& orders, const MarStepPlan& p) {
+        return std::get<0>(orders.narrow(1, p.masked_after, p.decoded()).sort(1));
+    };
 
     for (int64_t step = 0; step < opt.num_iter; ++step) {
         if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw SamplingCancelled();
         const auto t_step = Clock::now();
         const MarStepPlan& p = plan[step];
-        // Known positions and this step's positions follow from the order alone (the tail of
-        // the order is decoded first), so no data-dependent shapes and no host syncs.
-        const auto known = std::get<0>(res.orders.narrow(1, p.masked_before, L - p.masked_before).sort(1));
-        const auto decoded = std::get<0>(res.orders.narrow(1, p.masked_after, p.decoded()).sort(1));
-        MarStepContext sctx{c, step, opt.num_iter, B, cfg_on, p.cfg, p.masked_before,
-                            p.masked_after, res.labels, res.orders, mask, known, decoded,
-                            decoded_prev, tokens};
-        if (hooks) hooks->on_step_begin(sctx);
-        sctx.skip_unconditional = cfg_on && hooks && hooks->skip_unconditional(sctx);
-        const int64_t R = sctx.rows();
-
-        if (p.decoded() > 0) {
-            const auto known_R = known.repeat({R / B, 1});
-            const auto tokens_R = tokens.repeat({R / B, 1, 1});
-            const auto cls = R == B ? cls_cond : cls_both;
-            at::Tensor x = mar_->encoder_input(tokens_R, known_R, cls.to(dtype));
-            const at::Tensor enc_positions =
-                hooks ? at::cat({buffer_positions.expand({R, buf}), known_R + buf}, 1) : at::Tensor();
-            for (int64_t l = 0; l < c.encoder_depth; ++l) {
-                MarBlockContext bctx{sctx, MarStage::Encoder, l, enc_positions};
-                x = run_block(mar_->encoder_block(l), x, bctx, run);
+        at::Tensor decoded;
+        bool skipped_unconditional = false;
+        if (whole_step_graphs && p.decoded() > 0) {
+            const auto noise = drawn_noise(B * p.decoded());
+            const auto& out = graphs->run("step_" + std::to_string(step), [&] {
+                const auto known = known_of(orders_in, p);
+                const auto dec = decoded_of(orders_in, p);
+                MarStepContext sctx{c, step, opt.num_iter, B, cfg_on, p.cfg, p.masked_before,
+                                    p.masked_after, res.labels, orders_in, mask, known, dec,
+                                    at::Tensor(), tokens};
+                double before = res.attention_flops;
+                auto r = step_body(sctx, p, cls_in, noise, {});
+                graphs->flops["step_" + std::to_string(step)] = res.attention_flops - before;
+                res.attention_flops = before;
+                return std::vector<at::Tensor>{r.second, dec};
+            });
+            res.attention_flops += graphs->flops["step_" + std::to_string(step)];
+            tokens.copy_(out[0]);
+            decoded = out[1].clone();
+        } else {
+            const auto known = known_of(res.orders, p);
+            decoded = decoded_of(res.orders, p);
+            MarStepContext sctx{c, step, opt.num_iter, B, cfg_on, p.cfg, p.masked_before,
+                                p.masked_after, res.labels, res.orders, mask, known, decoded,
+                                decoded_prev, tokens};
+            if (hooks) hooks->on_step_begin(sctx);
+            sctx.skip_unconditional = cfg_on && hooks && hooks->skip_unconditional(sctx);
+            skipped_unconditional = sctx.skip_unconditional;
+            if (p.decoded() > 0) {
+                std::function<at::Tensor(const at::Tensor&)> diffuse;
+                if (graphs) {
+                    // The diffusion alone as a graph per decoded-row count.
+                    diffuse = [&](const at::Tensor& z_sel) {
+                        const int64_t N = B * p.decoded();
+                        const auto noise = drawn_noise(N);
+                        auto z_in = graphs->buffer("z_" + std::to_string(N),
+                                                   [&] { return at::empty_like(z_sel); });
+                        z_in.copy_(z_sel);
+                        auto scale = graphs->buffer("cfg_scale", [&] {
+                            return at::zeros({}, at::TensorOptions(device).dtype(at::kFloat));
+                        });
+                        scale.fill_(p.cfg);
+                        return graphs->run("diffusion_" + std::to_string(N), [&] {
+                            return std::vector<at::Tensor>{diffusion_.sample_with_noise(
+                                head, z_in, cfg_on ? scale : at::Tensor(), opt.temperature,
+                                noise.first, noise.second, t_all, opt.head_cfg_cache_period)};
+                        })[0];
+                    };
+                }
+                auto r = step_body(sctx, p, at::Tensor(), {}, diffuse);
+                tokens = r.second;
+                if (hooks) hooks->on_step_end(sctx, r.first, tokens);
             }
-            x = apply_layer_norm(mar_->encoder_norm, x);
-            x = mar_->decoder_input(x, known_R);
-            const at::Tensor dec_positions = hooks ? decoder_positions.expand({R, -1}) : at::Tensor();
-            for (int64_t l = 0; l < c.decoder_depth; ++l) {
-                MarBlockContext bctx{sctx, MarStage::Decoder, l, dec_positions};
-                x = run_block(mar_->decoder_block(l), x, bctx, run);
-            }
-            if (cfg_on && sctx.skip_unconditional) {
-                auto uncond = hooks->unconditional_rows(sctx, x);
-                TORCH_CHECK(uncond.defined() && uncond.sizes() == x.sizes(),
-                            "MAR hooks skipped the unconditional branch at step ", step,
-                            " but unconditional_rows() returned no tensor of shape ", x.sizes());
-                x = at::cat({x, uncond});
-            } else if (cfg_on && hooks) {
-                hooks->on_cfg_branches(sctx, x);
-            }
-            at::Tensor z = mar_->decoder_output(x);
-            if (hooks) hooks->on_condition(sctx, z);
-
-            // Conditions of the decoded positions: B*k conditional rows, then the
-            // unconditional ones (the row-major order of the original's boolean indexing).
-            const int64_t rows_z = cfg_on ? 2 * B : B;
-            const auto z_sel = gather_rows(z, decoded.repeat({rows_z / B, 1})).reshape({-1, z.size(2)});
-            const at::Tensor cfg_scale =
-                cfg_on ? at::full({}, p.cfg, at::TensorOptions(device).dtype(at::kFloat)) : at::Tensor();
-            const auto sampled = diffusion_.sample(*mar_->diffloss->net, z_sel.to(dtype), cfg_scale,
-                                                   opt.temperature, gen)
-                                     .to(at::kFloat)
-                                     .view({B, p.decoded(), D});
-            tokens = tokens.scatter(1, decoded.unsqueeze(-1).expand({-1, -1, D}), sampled);
-            if (hooks) hooks->on_step_end(sctx, sampled, tokens);
         }
         mask = mask.scatter(1, decoded, false);
         if (opt.time_steps) synchronize_device(device);
@@ -262,9 +379,14 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
                              {{"cfg", res.cfg_per_step.back()},
                               {"masked_before", double(p.masked_before)},
                               {"decoded", double(p.decoded())},
-                              {"unconditional_skipped", sctx.skip_unconditional ? 1.0 : 0.0}}});
+                              {"unconditional_skipped", skipped_unconditional ? 1.0 : 0.0}}});
         }
         decoded_prev = decoded;
+    }
+    if (whole_step_graphs) tokens = tokens.clone();  // the buffer is rewritten by the next call
+    if (graphs) {
+        res.cuda_graphs = true;
+        res.graph_capture_millis = graphs->capture_millis();
     }
     res.tokens = tokens;
     res.latents = mar_unpatchify(tokens, c);

@@ -14,12 +14,14 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/models/mar.h"
 #include "core/sampling/gaussian_diffusion.h"
+#include "core/sampling/mar_cuda_graph.h"
 #include "core/sampling/mar_hooks.h"
 #include "core/sampling/probes.h"
 #include "core/sampling/var_sampler.h"  // AttentionBackend, SamplingCancelled, synchronize_device
@@ -41,6 +43,12 @@ struct MarSampleOptions {
     AttentionBackend attention = AttentionBackend::Sdpa;
     bool time_steps = true;  // synchronise the device at the end of each step to time it
     bool decode = true;      // run the latent decoder (VAE) if the sampler has one
+    // On CUDA, replay each step from a CUDA graph (mar_cuda_graph.h); same tokens as eager.
+    // Ignored on the CPU, with probes and with feature_layers.
+    bool cuda_graphs = true;
+    // > 0 with CFG: the DiffLoss head's condition cache (DiffusionSampler::sample's
+    // cfg_cache_period; LazyMAR's head_cfg_period). 0 = off.
+    int64_t head_cfg_cache_period = 0;
     // Block outputs to record per step (AccelRecord method "mar", kind "block_features"), as
     // global layer indices (encoder layers first). Empty = none.
     std::vector<int64_t> feature_layers;
@@ -60,6 +68,8 @@ struct MarSampleResult {
     double decode_millis = 0.0;
     double total_millis = 0.0;
     double attention_flops = 0.0;  // attention FLOPs (QK^T and PV) actually computed
+    bool cuda_graphs = false;         // the steps ran as CUDA graph replays
+    double graph_capture_millis = 0;  // capture time of the sampler's graphs so far
 };
 
 // Host-side schedule of one run: tokens masked before/after each step, and the guidance.
@@ -93,6 +103,7 @@ private:
     DiffusionSampler diffusion_;
     LatentDecoder decoder_;
     double latent_scale_;
+    std::shared_ptr<MarGraphs> graphs_;  // for the last shape sampled with CUDA graphs
 };
 
 // (B, C, h*p, w*p) from patchified tokens (B, h*w, C*p*p), as the official unpatchify.

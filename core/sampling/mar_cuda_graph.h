@@ -1,0 +1,72 @@
+// CUDA graphs for the MAR sampling loop. At batch 1 the loop is bound by kernel launches: each
+// of num_iter steps runs the transformer (~20 kernels per block) and the DiffLoss head's whole
+// reverse diffusion (100 steps x ~30 kernels), i.e. hundreds of thousands of launches per image.
+// Each step is therefore replayed from a graph captured once per shape:
+//  * without hooks, the whole step (known/decoded positions from the order, encoder, decoder,
+//    condition gather, the full reverse diffusion, the token update) is one graph per step index
+//    (its shapes depend only on the step index for a fixed batch);
+//  * with hooks (accelerators such as LazyMAR, which decide rows at run time), the transformer
+//    stays eager and only the reverse diffusion is a graph, one per decoded-row count.
+// The diffusion noise is drawn eagerly, before each replay, from the sampler's generator in
+// the eager loop's order and shapes (start (N, C), then one (rows, C) per diffusion step) into
+// static buffers, so graphed and eager runs consume the same random stream and give the same
+// tokens. Nothing inside a step synchronises with the host.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace varscope {
+
+namespace kernels {
+class CudaGraph;
+}
+
+// What a set of MAR graphs was captured for: any difference needs new graphs.
+struct MarGraphKey {
+    int device = 0;
+    int64_t batch = 0;
+    at::ScalarType dtype = at::kFloat;
+    int64_t num_iter = 0;
+    double cfg = 1.0;
+    int schedule = 0;  // CfgSchedule
+    double temperature = 1.0;
+    int attention = 0;  // AttentionBackend
+    size_t weights = 0;  // weights_fingerprint of the transformer (a reload moves them)
+    int64_t head_cfg_cache_period = 0;
+    bool operator==(const MarGraphKey& o) const;
+};
+
+class MarGraphs {
+public:
+    using Tensors = std::function<std::vector<at::Tensor>()>;
+    explicit MarGraphs(const MarGraphKey& key);
+    ~MarGraphs();
+    const MarGraphKey& key() const { return key_; }
+
+    // Replays the graph `name`, captured from fn on its first use (after one eager warm-up of
+    // the first graph of this set on the capture stream). fn must only read static tensors
+    // (buffer(), weights) and return its outputs, which the replay refreshes in place.
+    const std::vector<at::Tensor>& run(const std::string& name, const Tensors& fn);
+    // A static tensor (made by `make` on first use, outside any capture).
+    at::Tensor buffer(const std::string& name, const std::function<at::Tensor()>& make);
+    double capture_millis() const { return capture_ms_; }
+    size_t graph_count() const { return graphs_.size(); }
+    // Attention FLOPs each captured graph computes (counted once, at capture).
+    std::map<std::string, double> flops;
+
+private:
+    struct Graph;
+    MarGraphKey key_;
+    std::map<std::string, std::unique_ptr<Graph>> graphs_;
+    std::map<std::string, at::Tensor> buffers_;
+    bool warmed_up_ = false;
+    double capture_ms_ = 0.0;
+};
+
+}  // namespace varscope
