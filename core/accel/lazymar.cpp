@@ -51,7 +51,11 @@ const MethodSpec& LazyMarConfig::spec() {
          {"encoder_cache", "Encoder cache", "",
           "Encoder: compute only the buffer and the tokens that became known in the previous "
           "step; reuse the other known tokens' features (official code).",
-          ParamKind::Bool, 0, 1, true}}};
+          ParamKind::Bool, 0, 1, true},
+         {"head_cfg_period", "Head condition cache", "",
+          "DiffLoss head (released code, 7): every this many diffusion steps run both CFG "
+          "halves and keep eps_cond - eps_uncond; in between only the conditional half. 0 = off.",
+          ParamKind::Int, 0, 1000, 0}}};
     return s;
 }
 
@@ -68,6 +72,7 @@ LazyMarConfig LazyMarConfig::from_json(const nlohmann::json& j) {
     c.min_similarity = r.get_real("min_similarity");
     c.force_decoded = r.get_bool("force_decoded");
     c.encoder_cache = r.get_bool("encoder_cache");
+    c.head_cfg_period = r.get_int("head_cfg_period");
     return c;
 }
 
@@ -81,7 +86,8 @@ nlohmann::json LazyMarConfig::to_json() const {
             {"similarity_layer", similarity_layer},
             {"min_similarity", min_similarity},
             {"force_decoded", force_decoded},
-            {"encoder_cache", encoder_cache}};
+            {"encoder_cache", encoder_cache},
+            {"head_cfg_period", head_cfg_period}};
 }
 
 LazyMarSchedule LazyMarSchedule::resolve(const LazyMarConfig& cfg, int64_t num_iter) {
@@ -428,9 +434,25 @@ MarFlops lazymar_planned_flops(const MarConfig& m, const LazyMarConfig& cfg, int
         for (int64_t l = 0; l < m.decoder_depth; ++l)
             block(Cd, R, tokens && l > cfg.similarity_layer ? dec_q : n, n);
         const int64_t sampled = batch * p.decoded();
-        f.diffusion += mar_diffusion_flops(m, guided ? 2 * sampled : sampled, diffusion_steps);
+        const int64_t period = lazymar_head_period(cfg);
+        if (guided && period > 0) {
+            int64_t full = 0;
+            for (int64_t i = 0; i < diffusion_steps; ++i)
+                full += DiffusionSampler::full_cfg_step(i, diffusion_steps, period) ? 1 : 0;
+            // Full steps: both halves; the rest the conditional half only (the condition
+            // embedding of both halves is counted once per row by the full steps' term).
+            f.diffusion += mar_diffusion_flops(m, 2 * sampled, full) +
+                           mar_diffusion_flops(m, sampled, diffusion_steps - full) -
+                           mar_diffusion_flops(m, sampled, 0);
+        } else {
+            f.diffusion += mar_diffusion_flops(m, guided ? 2 * sampled : sampled, diffusion_steps);
+        }
     }
     return f;
+}
+
+int64_t lazymar_head_period(const LazyMarConfig& cfg) {
+    return cfg.enabled && cfg.condition_cache ? cfg.head_cfg_period : 0;
 }
 
 // ----------------------------------------------------------------------------- factory

@@ -68,6 +68,10 @@ struct LazyMarConfig {
     double min_similarity = 0.0;   // > 0: also compute every position less similar than this
     bool force_decoded = true;     // always compute this and the previous step's positions
     bool encoder_cache = true;     // encoder: compute only buffer + newly known tokens
+    // DiffLoss head side of the condition cache (released code): every this many diffusion
+    // steps both CFG halves, in between the conditional half + the cached eps residual.
+    // 0 = off. Applied through MarSampleOptions::head_cfg_cache_period (lazymar_head_period).
+    int64_t head_cfg_period = 0;
 
     static const MethodSpec& spec();
     static LazyMarConfig from_json(const nlohmann::json& j);
@@ -115,6 +119,9 @@ struct LazyMarHooks {
 // (a threshold makes the counts data-dependent). For models too large to run here.
 MarFlops lazymar_planned_flops(const MarConfig& model, const LazyMarConfig& cfg, int64_t num_iter,
                                int64_t batch, double guidance, int64_t diffusion_steps);
+
+// The MarSampleOptions::head_cfg_cache_period a setting asks for (0 when off).
+int64_t lazymar_head_period(const LazyMarConfig& cfg);
 
 // Throws AccelConfigError naming the field when the setting does not fit the model.
 LazyMarHooks make_lazymar_hooks(const LazyMarConfig& cfg, const MarConfig& model, ProbeSink* probe);
