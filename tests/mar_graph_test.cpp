@@ -44,7 +44,8 @@ TEST(MarGraphNoise, PreDrawnNoiseEqualsInlineDraws) {
     // And the noise matters (a different seed differs).
     auto g3 = seeded_generator(at::kCPU, 43);
     DiffusionSampler::draw_noise(start, steps, g3);
-    EXPECT_FALSE(at::equal(inline_draws, diffusion.sample_with_noise(net, z, cfg, 0.9, start, steps)));
+    EXPECT_FALSE(
+        at::equal(inline_draws, diffusion.sample_with_noise(net, z, cfg, 0.9, start, steps)));
 }
 
 // LazyMAR's head-side condition cache: exactly off at period 0, and at period 1 (every step

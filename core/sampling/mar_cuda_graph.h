@@ -36,14 +36,14 @@ struct MarGraphKey {
     double cfg = 1.0;
     int schedule = 0;  // CfgSchedule
     double temperature = 1.0;
-    int attention = 0;  // AttentionBackend
+    int attention = 0;   // AttentionBackend
     size_t weights = 0;  // weights_fingerprint of the transformer (a reload moves them)
     int64_t head_cfg_cache_period = 0;
     bool operator==(const MarGraphKey& o) const;
 };
 
 class MarGraphs {
-public:
+  public:
     using Tensors = std::function<std::vector<at::Tensor>()>;
     explicit MarGraphs(const MarGraphKey& key);
     ~MarGraphs();
@@ -60,7 +60,7 @@ public:
     // Attention FLOPs each captured graph computes (counted once, at capture).
     std::map<std::string, double> flops;
 
-private:
+  private:
     struct Graph;
     MarGraphKey key_;
     std::map<std::string, std::unique_ptr<Graph>> graphs_;

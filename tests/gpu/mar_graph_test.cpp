@@ -12,8 +12,8 @@
 
 using namespace varscope;
 
-#define REQUIRE_CUDA_GRAPHS()                                              \
-    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";               \
+#define REQUIRE_CUDA_GRAPHS()                                \
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device"; \
     if (!kernels::cuda_graphs_built()) GTEST_SKIP() << "built without CUDA kernels"
 
 namespace {
