@@ -22,10 +22,6 @@ stamp built
 # (At most 8 files come back: the GPU test results go into this log.)
 timeout 120 $BUILD/tests/varscope_gpu_tests --gtest_filter="${GPU_TESTS:-*}" > /tmp/gpu_tests.log 2>&1; echo "gpu tests rc=$?"
 grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) |Failure" /tmp/gpu_tests.log | head -80
-for V in f32o separable; do  # the similarity's other formulations against the same tests
-  VARSCOPE_AMS_KV_SIM=$V timeout 60 $BUILD/tests/varscope_gpu_tests --gtest_filter='GpuAmsKv*' 2>&1 \
-    | grep -E "^\[ +(OK|FAILED|PASSED) |Failure" | sed "s/^/[$V] /"
-done
 stamp tested
 
 # An 80 GB cap on larger cards: the total memory of an H100 80GB HBM3 (81559 MiB).
@@ -39,14 +35,9 @@ fi
 CLI=$BUILD/app/cli/varscope-cli
 P256=1,2,3,4,5,6,8,10,13,16
 COMMON="--random 30 --patch-nums $P256 --device cuda --precision fp16 --cfg 1.5 --seed 0"
-# The similarity check in isolation (CUDA events, host wall time, torch.profiler kernels) for
-# its candidate formulations; the fastest one at the largest pair runs the loop from here on.
+# The similarity check in isolation (CUDA events, host wall time, torch.profiler kernels) and
+# candidate formulations of it (Python only; the loop runs ams_kv::similarity).
 python3 "$SRC/tools/device/ams_kv_similarity_profile.py" 2>&1 | tee /tmp/sim_profile.txt | grep -vE "^-|^ *$" | head -120
-if [ -z "${VARSCOPE_AMS_KV_SIM:-}" ]; then
-  VARSCOPE_AMS_KV_SIM=$(awk '$1 == "13->16" && ($2 == "gram" || $2 == "gram_f32o" || $2 == "separable") {print $3, $2}' \
-    /tmp/sim_profile.txt | sed 's/gram_f32o/f32o/' | sort -n | head -1 | cut -d" " -f2)
-fi
-export VARSCOPE_AMS_KV_SIM=${VARSCOPE_AMS_KV_SIM:-gram}; echo "similarity variant: $VARSCOPE_AMS_KV_SIM"
 stamp "similarity profile"
 # Where AMS-KV's own work goes in the loop (synchronised part timer, one batch after a warm-up).
 VARSCOPE_PROFILE_AMS_KV=1 $CLI bench e2e $COMMON --batch 128 --methods "ams_kv" --warmup 1 --repeat 1 \
