@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "core/build_paths.h"
+#include "core/models/sampling_recommendation.h"
 #include <filesystem>
 
 namespace fs = std::filesystem;
@@ -26,6 +27,25 @@ VarModelFiles embedded_model_files() {
         if (!fs::exists(p))
             throw CheckpointError("the embedded emoji model is missing: '" + p +
                                   "' (set VARSCOPE_RESOURCES to the resources folder, or pass --var/--vae)");
+    return f;
+}
+
+bool embedded_mar_available() {
+    const fs::path m = fs::path(resource_dir()) / "models";
+    return fs::exists(m / "emoji-mar.safetensors") && fs::exists(m / "emoji-klvae.safetensors");
+}
+
+MarModelFiles embedded_mar_files() {
+    const fs::path m = fs::path(resource_dir()) / "models";
+    MarModelFiles f;
+    f.mar_path = (m / "emoji-mar.safetensors").string();
+    f.vae_path = (m / "emoji-klvae.safetensors").string();
+    for (const auto& p : {f.mar_path, f.vae_path})
+        if (!fs::exists(p))
+            throw CheckpointError("the embedded emoji MAR is missing: '" + p +
+                                  "' (set VARSCOPE_RESOURCES to the resources folder, or pass --mar/--vae)");
+    if (const auto rec = read_mar_sampling_recommendation(f.mar_path); rec.num_sampling_steps)
+        f.num_sampling_steps = *rec.num_sampling_steps;
     return f;
 }
 

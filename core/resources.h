@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "core/mar_pipeline.h"
 #include "core/pipeline.h"
 
 namespace varscope {
@@ -12,6 +13,10 @@ std::string resource_dir();
 // resources/models/emoji-{var,vqvae}.safetensors; throws CheckpointError if they are missing.
 VarModelFiles embedded_model_files();
 bool embedded_model_available();
+// resources/models/emoji-{mar,klvae}.safetensors (the embedded MAR and its KL VAE), with the
+// diffusion respacing the MAR file recommends; throws CheckpointError if they are missing.
+MarModelFiles embedded_mar_files();
+bool embedded_mar_available();
 // The class-name list that belongs to a VAR checkpoint: "<var>-classes.json" or
 // "emoji-classes.json" beside it, else the ImageNet list for 1000-class models; "" if none.
 std::string class_list_for(const std::string& var_path, int64_t num_classes);

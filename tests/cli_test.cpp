@@ -99,6 +99,23 @@ TEST(Cli, EmbeddedModelRecommendationAppliesOnlyToUnsetFlags) {
     EXPECT_EQ(all.out.find("recommended"), std::string::npos) << all.out;
 }
 
+TEST(Cli, EmbeddedMarGeneratesFromAPromptWithItsRecommendation) {
+    varscope::testing::TempDir dir;
+    const std::string out = dir.file("heart.png");
+    // Few steps keep it fast; the recommendation fills cfg, schedule and temperature only.
+    auto r = cli("generate-mar --prompt \"red heart\" --seed 1 --num-iter 2 --num-sampling-steps 5 -q -o " + out);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("embedded emoji MAR"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("[1891] HEAVY BLACK HEART"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("using the model's recommended cfg 3, linear cfg schedule, temperature 1"),
+              std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("250 diffusion steps"), std::string::npos) << r.out;
+    EXPECT_TRUE(std::ifstream(out).good());
+    auto both = cli("generate-mar --prompt heart --class 3 --num-iter 2 -o " + out + " --force");
+    EXPECT_NE(both.code, 0);
+    EXPECT_NE(both.out.find("either --prompt or --class"), std::string::npos) << both.out;
+}
+
 TEST(Cli, CompareWritesBothSidesDiffAndMetrics) {
     varscope::testing::TempDir dir;
     const std::string out = dir.file("cmp");

@@ -76,5 +76,42 @@ TEST(SamplingRecommendation, TheShippedEmojiModelRecommendsATightTopK) {
     EXPECT_LT(*r.top_k, 900);  // the official default leaves too many wrong codes in play
 }
 
+TEST(MarSamplingRecommendation, ParsesAndNamesTheBadField) {
+    const auto r = parse_mar_sampling_recommendation(
+        R"({"num_iter": 16, "cfg": 3, "cfg_schedule": "linear", "temperature": 1, "num_sampling_steps": "250"})");
+    ASSERT_TRUE(r.num_iter && r.cfg && r.cfg_schedule && r.temperature && r.num_sampling_steps);
+    EXPECT_EQ(*r.num_iter, 16);
+    EXPECT_EQ(*r.num_sampling_steps, "250");
+    EXPECT_EQ(r.describe(), "16 decoding steps, cfg 3, linear cfg schedule, temperature 1, 250 diffusion steps");
+    EXPECT_TRUE(parse_mar_sampling_recommendation("{}").empty());
+    const std::pair<const char*, const char*> bad[] = {
+        {R"({"num_iter": 0})", "varscope.mar_sampling.num_iter: must be a whole number in [1, 4096], got 0"},
+        {R"({"cfg_schedule": "cosine"})", "varscope.mar_sampling.cfg_schedule: must be \"linear\" or \"constant\""},
+        {R"({"num_sampling_steps": 250})", "varscope.mar_sampling.num_sampling_steps: must be a non-empty"},
+        {R"({"temperature": -1})", "varscope.mar_sampling.temperature: must be a number in [0, 10]"},
+        {R"({"top_k": 40})", "varscope.mar_sampling.top_k: unknown key"},
+    };
+    for (const auto& [text, message] : bad) {
+        try {
+            parse_mar_sampling_recommendation(text);
+            ADD_FAILURE() << text << " was accepted";
+        } catch (const std::invalid_argument& e) {
+            EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+        }
+    }
+}
+
+TEST(MarSamplingRecommendation, TheShippedEmojiMarAndItsFiles) {
+    if (!embedded_mar_available()) GTEST_SKIP() << "embedded MAR missing";
+    const MarModelFiles f = embedded_mar_files();
+    const auto r = read_mar_sampling_recommendation(f.mar_path);
+    ASSERT_TRUE(r.num_sampling_steps && r.num_iter);
+    // The files carry the recommended respacing, so the app and the CLI sample alike.
+    EXPECT_EQ(f.num_sampling_steps, *r.num_sampling_steps);
+    EXPECT_NE(f.vae_path.find("emoji-klvae"), std::string::npos);
+    // The VAR entry and the MAR entry do not mix.
+    EXPECT_TRUE(read_sampling_recommendation(f.mar_path).empty());
+}
+
 }  // namespace
 }  // namespace varscope

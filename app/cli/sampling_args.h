@@ -43,6 +43,11 @@ public:
     VarSampleOptions resolve(const VarPipeline& pipe, const ModelOptions& model) const;
 };
 
+// The class a prompt names, matched against the class-name list that belongs to the model file
+// (class_list_for); prints the ranked matches to stderr. Shared by VAR's and MAR's commands.
+int64_t class_for_prompt(const std::string& prompt, const std::string& model_path,
+                         int64_t num_classes);
+
 // --accel: a JSON file, inline JSON or a preset name; "" = baseline.
 AccelConfig parse_accel_argument(const std::string& arg);
 std::string preset_names();  // "baseline, fastvar, ..." for help texts

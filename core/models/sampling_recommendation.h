@@ -30,4 +30,27 @@ SamplingRecommendation parse_sampling_recommendation(const std::string& json_tex
 // throws std::runtime_error (file and field named) when the entry is malformed.
 SamplingRecommendation read_sampling_recommendation(const std::string& model_path);
 
+// MAR's counterpart, metadata entry "varscope.mar_sampling" (written by `train mar` from the
+// config's "sampling"): {"num_iter": 16, "cfg": 3, "cfg_schedule": "linear", "temperature": 1,
+// "num_sampling_steps": "250"}. The small emoji MAR needs more diffusion steps than the
+// official 100, which a user could not guess.
+inline constexpr const char* kMarSamplingMetadataKey = "varscope.mar_sampling";
+
+struct MarSamplingRecommendation {
+    std::optional<int64_t> num_iter;
+    std::optional<double> cfg;
+    std::optional<std::string> cfg_schedule;  // "linear" | "constant"
+    std::optional<double> temperature;
+    std::optional<std::string> num_sampling_steps;  // diffusion respacing, e.g. "250"
+
+    bool empty() const {
+        return !num_iter && !cfg && !cfg_schedule && !temperature && !num_sampling_steps;
+    }
+    std::string describe() const;  // "16 steps, cfg 3 (linear), ..." ("" when empty)
+};
+
+// Same rules as above: unknown keys and out-of-range values name the field.
+MarSamplingRecommendation parse_mar_sampling_recommendation(const std::string& json_text);
+MarSamplingRecommendation read_mar_sampling_recommendation(const std::string& model_path);
+
 }  // namespace varscope
