@@ -33,6 +33,9 @@ def main():
     ap.add_argument("--top-k", type=int, default=900)
     ap.add_argument("--top-p", type=float, default=0.95)
     ap.add_argument("--cfg", type=float, default=3.0)
+    ap.add_argument("--family", choices=["var", "mar"], default="var",
+                    help="var: `generate` (top-k/top-p/cfg given here); mar: `generate-mar` with the "
+                         "MAR file's recommended settings")
     ap.add_argument("--scale", type=int, default=2, help="pixel upscaling for viewing")
     ap.add_argument("prompts", nargs="+")
     a = ap.parse_args()
@@ -43,9 +46,12 @@ def main():
             imgs = []
             for s in seeds:
                 out = os.path.join(tmp, f"r{i}_{s}.npy")
-                r = subprocess.run([a.cli, "generate", "--prompt", p, "--seed", str(s), "--cfg", str(a.cfg),
-                                    "--top-k", str(a.top_k), "--top-p", str(a.top_p), "-q", "-o", out],
-                                   capture_output=True, text=True)
+                if a.family == "mar":
+                    cmd = [a.cli, "generate-mar", "--prompt", p, "--seed", str(s), "-q", "-o", out]
+                else:
+                    cmd = [a.cli, "generate", "--prompt", p, "--seed", str(s), "--cfg", str(a.cfg),
+                           "--top-k", str(a.top_k), "--top-p", str(a.top_p), "-q", "-o", out]
+                r = subprocess.run(cmd, capture_output=True, text=True)
                 if r.returncode:
                     sys.exit(f"{p!r}: {r.stderr}")
                 imgs.append(np.load(out))
