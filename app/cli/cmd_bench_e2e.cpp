@@ -166,7 +166,8 @@ int run(const E2eArgs& a) {
                     same += t.identical;
                     total += t.total;
                 }
-                m["identical_tokens_graphs_vs_eager"] = total ? static_cast<double>(same) / total : 1.0;
+                m["identical_tokens_graphs_vs_eager"] =
+                    total ? static_cast<double>(same) / total : 1.0;
             }
         if (base) {
             const auto ag = token_agreement(base->last.tokens, r.last.tokens);

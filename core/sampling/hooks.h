@@ -94,7 +94,9 @@ public:
     //    before the step is captured).
     //  * The signature names what changes the captured work (method and settings); probes that
     //    want per-block records from the hook: return std::nullopt. compact_kv_cache() is
-    //    honoured (the graphs then own a compact cache), grouped steps too.
+    //    honoured (the graphs then own a compact cache whose host-side state, lengths and
+    //    buffers, advances only while capturing), grouped steps too. attention_flops and KV
+    //    bytes reported at capture are repeated for every replay.
     // GPU tests (tests/gpu/var_graph_test.cpp) check graphed == eager tokens per method.
     virtual std::optional<std::string> graph_signature(const VarConfig& config) {
         return std::nullopt;
@@ -136,8 +138,8 @@ public:
 
 // Several policies in order. scales_to_run takes the minimum, group_size the maximum,
 // compact_kv_cache is true if any policy asks, graph_signature is the policies' signatures
-// joined (std::nullopt if any has none; "" for an empty chain); for select_tokens / restore_tokens / attend the
-// first one that answers wins.
+// joined (std::nullopt if any has none; "" for an empty chain); for select_tokens /
+// restore_tokens / attend the first one that answers wins.
 class HookChain : public SamplingHooks {
 public:
     void add(std::shared_ptr<SamplingHooks> h) { hooks_.push_back(std::move(h)); }

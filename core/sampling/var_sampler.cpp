@@ -412,7 +412,8 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         at::Tensor raw_logits;
         if (graphs) {
             step_ctx = &sctx;
-            raw_logits = guarded([&] { return graphs->step(si, layout, graph_step, res.attention_flops); });
+            raw_logits = guarded(
+                [&] { return graphs->step(si, layout, graph_step, res.attention_flops); });
             step_ctx = nullptr;
         } else {
             raw_logits = forward(sctx, *eager_cache, res.attention_flops, hooks, probe);
