@@ -274,6 +274,15 @@ TEST(LazyMar, BothCachesComposeAndSaveFlops) {
     ASSERT_EQ(sims.size(), 4u);
     EXPECT_EQ(sims[0].layer, c.encoder_depth + 1);
     EXPECT_EQ(sims[0].data.size(0), c.total_len());
+    // Computed rows at each decision: as many as the similarity record says, ascending, in range.
+    const auto rows = probe.accel(probe_kinds::kLazyMarComputedRows);
+    ASSERT_EQ(rows.size(), sims.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+        EXPECT_EQ(rows[i].scale, sims[i].scale);
+        EXPECT_EQ(rows[i].data.numel(), int64_t(sims[i].values.at("computed")));
+        EXPECT_LT(rows[i].data.max().item<int64_t>(), c.total_len());
+        EXPECT_TRUE(rows[i].data.equal(std::get<0>(rows[i].data.sort())));
+    }
     const auto cond = probe.accel(probe_kinds::kLazyMarCondition);
     ASSERT_EQ(cond.size(), 8u);
     EXPECT_EQ(cond[3].values.at("skipped"), 1.0);

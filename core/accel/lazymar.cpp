@@ -310,6 +310,12 @@ class LazyMarTokenCache : public MarSamplingHooks {
                  sim[0].cpu(),
                  {{"mean", sim[0].mean().item<double>()}, {"computed", double(count)}}});
         }
+        if (probe_ && probe_->wants_accel("lazymar", probe_kinds::kLazyMarComputedRows)) {
+            const auto rows = dec_rows_.defined() ? dec_rows_.dim() == 2 ? dec_rows_[0] : dec_rows_
+                                                  : at::arange(n, sim.options().dtype(at::kLong));
+            probe_->on_accel({"lazymar", probe_kinds::kLazyMarComputedRows, s.step,
+                              ctx.global_layer(), rows.cpu(), {{"computed", double(count)}}});
+        }
     }
 
     void record_block(const MarBlockContext& ctx, int64_t computed, int64_t total, bool full) {

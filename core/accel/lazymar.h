@@ -55,6 +55,8 @@ namespace probe_kinds {
 constexpr const char* kLazyMarTokens = "lazymar_tokens";
 constexpr const char* kLazyMarSimilarity = "lazymar_similarity";
 constexpr const char* kLazyMarCondition = "lazymar_condition";
+// Decoder rows (sequence indices, buffer first) computed in the lazy layers of a step, first row.
+constexpr const char* kLazyMarComputedRows = "lazymar_computed_rows";
 }  // namespace probe_kinds
 
 struct LazyMarConfig {
