@@ -88,16 +88,15 @@ MarPipeline MarPipeline::load(const MarModelFiles& f, const LoadOptions& o) {
     const at::Device device = parse_device(o.device);
     mar->to(device, to_scalar(o.precision));
     mar->eval();
-    auto sampler = std::make_shared<MarSampler>(mar);
-    if (vae) {
-        vae->to(device);  // fp32, like the official evaluation
-        vae->eval();
-        // The sampler divides by the scale factor before decoding (official: tokens / 0.2325).
-        sampler = std::make_shared<MarSampler>(
-            mar, [vae](const at::Tensor& latents) mutable { return vae->decode(latents.to(at::kFloat)); },
-            vae->config().scale_factor);
-    }
-    return MarPipeline(std::move(sampler), source);
+    if (!vae) return MarPipeline(std::make_shared<MarSampler>(mar), source);
+    vae->to(device);  // fp32, like the official evaluation
+    vae->eval();
+    // The sampler divides by the scale factor before decoding (official: tokens / 0.2325).
+    LatentDecoder decode = [vae](const at::Tensor& latents) mutable {
+        return vae->decode(latents.to(at::kFloat));
+    };
+    const double scale = vae->config().scale_factor;
+    return MarPipeline(std::make_shared<MarSampler>(mar, decode, scale), source, decode, scale);
 }
 
 MarPipeline MarPipeline::random(const MarConfig& cfg, uint64_t seed, const LoadOptions& o,
@@ -112,6 +111,11 @@ MarPipeline MarPipeline::random(const MarConfig& cfg, uint64_t seed, const LoadO
 MarSampleResult MarPipeline::generate(const MarSampleOptions& opt, MarSamplingHooks* hooks,
                                       ProbeSink* probe) {
     return sampler_->sample(opt, hooks, probe);
+}
+
+at::Tensor MarPipeline::decode_latents(const at::Tensor& latents) const {
+    if (!decoder_) throw std::logic_error("this MAR pipeline has no VAE to decode latents with");
+    return decoder_(latents / latent_scale_).add(1).mul(0.5);
 }
 
 at::Device MarPipeline::device() const { return sampler_->transformer()->mask_token.device(); }

@@ -42,6 +42,11 @@ public:
 
     MarSampleResult generate(const MarSampleOptions& options, MarSamplingHooks* hooks = nullptr,
                              ProbeSink* probe = nullptr);
+    // Token latents (B, vae_embed_dim, h, w) as MarSampleResult::latents (or a partially
+    // decoded step's) -> images (B, 3, H, W) in [0, 1] through the attached VAE. Throws
+    // std::logic_error when the pipeline has no VAE.
+    at::Tensor decode_latents(const at::Tensor& latents) const;
+    bool has_vae() const { return static_cast<bool>(decoder_); }
     MarSampler& sampler() { return *sampler_; }
     const MarConfig& config() const { return sampler_->transformer()->config(); }
     at::Device device() const;
@@ -49,10 +54,16 @@ public:
     std::string describe() const;
 
 private:
-    MarPipeline(std::shared_ptr<MarSampler> s, std::string source)
-        : sampler_(std::move(s)), source_(std::move(source)) {}
+    MarPipeline(std::shared_ptr<MarSampler> s, std::string source, LatentDecoder decoder = {},
+                double latent_scale = 1.0)
+        : sampler_(std::move(s)),
+          source_(std::move(source)),
+          decoder_(std::move(decoder)),
+          latent_scale_(latent_scale) {}
     std::shared_ptr<MarSampler> sampler_;
     std::string source_;
+    LatentDecoder decoder_;  // the sampler's VAE decoder, for previews of partial latents
+    double latent_scale_;
 };
 
 }  // namespace varscope

@@ -611,6 +611,11 @@ TEST(MarLoad, AttachesTheKlVaeAndDecodesImages) {
     EXPECT_EQ(res.images.sizes(), (at::IntArrayRef{2, 3, 64, 64}));
     EXPECT_GE(res.images.min().item<double>(), 0.0);
     EXPECT_LE(res.images.max().item<double>(), 1.0);
+    // decode_latents (the app's per-step previews) is the sampler's own decoding.
+    EXPECT_TRUE(pipe.has_vae());
+    EXPECT_TRUE(at::allclose(pipe.decode_latents(res.latents), res.images, 1e-5, 1e-6));
+    EXPECT_FALSE(random.has_vae());
+    EXPECT_THROW(random.decode_latents(res.latents), std::logic_error);
     // A VAE whose latent shape does not fit is refused.
     cfg.vae_embed_dim = 4;
     auto wrong = MarPipeline::random(cfg, 3, {});
