@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 
 #include "core/accel/probe_kinds.h"
 #include "core/sampling/kv_cache.h"
+#include "kernels/scale_similarity.h"
 
 namespace varscope {
 namespace {
@@ -343,74 +345,36 @@ std::vector<std::pair<int64_t, int64_t>> clru_ranges(int64_t length, int64_t con
 }
 
 at::Tensor upsample_weights(int64_t pn_prev, int64_t pn_cur, const at::TensorOptions& options) {
-    // 1-D weights (pn_cur, pn_prev): torch's own linear interpolation of the identity, so they
-    // are exactly torch's (align_corners false); the 2-D map is their Kronecker product.
-    const auto eye = at::eye(pn_prev, options.dtype(at::kFloat)).unsqueeze(0);
-    const auto w1 = at::upsample_linear1d(eye, {pn_cur}, /*align_corners=*/false)[0].t();
-    return at::kron(w1, w1).to(options.dtype());
+    return kernels::bilinear_upsample_weights(pn_prev, pn_cur, options);
 }
 
 namespace {
+std::atomic<int> g_similarity_path{-1};  // -1: not set (the environment decides)
+}  // namespace
 
-// W and W^T W in float on `device`, built once per thread and scale pair (a handful of tiny
-// kernels and a transfer otherwise, per layer and step).
-const std::pair<at::Tensor, at::Tensor>& weights_for(int64_t pn_prev, int64_t pn_cur,
-                                                     const at::Device& device) {
-    thread_local std::map<std::tuple<int64_t, int64_t, std::string>,
-                          std::pair<at::Tensor, at::Tensor>>
-        cache;
-    auto& entry = cache[{pn_prev, pn_cur, device.str()}];
-    if (!entry.first.defined()) {
-        const auto w = upsample_weights(pn_prev, pn_cur, at::TensorOptions(device));
-        entry = {w, w.t().mm(w)};
-    }
-    return entry;
+void set_similarity_path(kernels::KernelPath path) {
+    g_similarity_path = static_cast<int>(path);
 }
 
-}  // namespace
+kernels::KernelPath similarity_path() {
+    const int set = g_similarity_path.load();
+    if (set >= 0) return static_cast<kernels::KernelPath>(set);
+    static const bool forced = [] {
+        const char* v = std::getenv("VARSCOPE_AMS_KV_SIMILARITY");
+        return v != nullptr && std::string(v) == "reference";
+    }();
+    return forced ? kernels::KernelPath::Reference : kernels::KernelPath::Auto;
+}
 
 double similarity(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
                   int64_t pn_cur, bool normalize) {
-    const int64_t R = k_cur.size(0), H = k_cur.size(1), c = k_cur.size(3);
-    const int64_t tp = pn_prev * pn_prev, tc = pn_cur * pn_cur;
-    TORCH_CHECK(k_prev.size(2) == tp && k_cur.size(2) == tc && k_prev.size(0) == R,
-                "ams_kv::similarity: key maps do not match their scales");
-    // Unit keys are compared in float; keys that are unit already in the model's precision.
-    const auto dtype = normalize ? at::kFloat : k_cur.scalar_type();
-    // (R, H, t, c) -> (R, t, H*c): a view for the model's freshly projected keys and for the
-    // compact cache's token-major buffers, so the upsampling is one batched GEMM per scale pair.
-    auto rows = [&](const at::Tensor& k, int64_t t) {
-        auto x = k.to(dtype).permute({0, 2, 1, 3});
-        if (normalize) x = x / x.norm(2, {-1}, true).clamp_min(1e-12);
-        return x.reshape({R, t, H * c});
-    };
-    const auto prev = rows(k_prev, tp), cur = rows(k_cur, tc);
-    // sum_r ||cur_r - W prev_r||^2 = sum ||cur||^2 - 2 <W, sum_r cur_r prev_r^T>
-    //                                + <W^T W, sum_r prev_r prev_r^T>:
-    // two GEMMs with small outputs read each key once, instead of writing and re-reading the
-    // upsampled map (the Gram matrices hold sums of H per-head cosines: no overflow in fp16).
-    // Their rows are padded to a multiple of 8 elements: cuBLAS's tensor-core kernels need
-    // aligned leading dimensions (169 or 100 tokens are not; measured ~10x slower).
-    // Measured in isolation on an H100 (batch 128, 256 rows, fp16; ams_kv_v2.md): 0.30 / 0.48 /
-    // 1.51 ms for the 8->10 / 10->13 / 13->16 checks; at 13->16 cuBLAS picks an sm75 CUTLASS
-    // kernel (s1688gemm, ~57 TFLOP/s) for both GEMMs: 1.23 of the 1.51 ms. The separable
-    // (per-axis) and float-output forms measured no faster.
-    auto gram_sum = [&](const at::Tensor& a, const at::Tensor& b) {  // sum_r a_r b_r^T, float
-        const int64_t m = a.size(1), n = b.size(1), ld = (n + 7) / 8 * 8;
-        auto out = at::empty({R, m, ld}, a.options()).narrow(2, 0, n);
-        at::bmm_out(out, a, b.transpose(1, 2));
-        return out.sum(0, false, at::kFloat);
-    };
-    const auto& [w, wtw] = weights_for(pn_prev, pn_cur, prev.device());  // (tc, tp), (tp, tp)
-    const auto cross = gram_sum(cur, prev), gram = gram_sum(prev, prev);
-    const auto cur_sq = at::linalg_vector_norm(cur, 2, c10::nullopt, false, at::kFloat).square();
-    // One transfer (one device sync) for the three sums; combined in double on the host.
-    const auto parts = at::stack({cur_sq, at::dot(w.flatten(), cross.flatten()),
-                                  at::dot(wtw.flatten(), gram.flatten())})
-                           .to(at::kCPU, at::kDouble);
-    const auto* p = parts.data_ptr<double>();
-    const double sq = std::max(p[0] - 2 * p[1] + p[2], 0.0);
-    return -sq / static_cast<double>(R * H * tc * c);
+    // The fused CUDA kernel on CUDA devices (one pass over the keys, no GEMM; measured in
+    // ams_kv_v3.md), the Gram-matrix reference elsewhere (kernels/scale_similarity.h).
+    const double sq =
+        kernels::scale_sq_distance(k_prev, pn_prev, k_cur, pn_cur, normalize, similarity_path());
+    const double n =
+        static_cast<double>(k_cur.size(0) * k_cur.size(1) * k_cur.size(2) * k_cur.size(3));
+    return -sq / n;
 }
 
 }  // namespace ams_kv

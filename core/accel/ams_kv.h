@@ -24,7 +24,8 @@
 //     The paper writes -||k_i - k^_{i-1}||_2 but its thresholds (θ in [-0.01, -0.007], App. E)
 //     only make sense for a per-element mean: for unit keys of 64 channels this distance is
 //     (2 - 2 cos)/64, about 0.008 at cos 0.75. up() is bilinear 2D interpolation of the
-//     (pn_{i-1} x pn_{i-1}) key map to pn_i x pn_i (align_corners false), one batched GEMM.
+//     (pn_{i-1} x pn_{i-1}) key map to pn_i x pn_i (align_corners false), computed on the fly
+//     by a fused CUDA kernel (kernels/cuda/scale_similarity.cu) on CUDA devices.
 //   - The similarity needs complete key maps of both scales; a scale pruned by another policy
 //     (fewer keys than pn*pn) gives no similarity and the layer is not promoted at that step.
 //     When the previous scale's keys would not survive the eviction and the layer may still be
@@ -68,6 +69,7 @@
 #include "core/accel/param_spec.h"
 #include "core/sampling/hooks.h"
 #include "core/sampling/probes.h"
+#include "kernels/attention_dispatch.h"
 
 namespace varscope {
 
@@ -104,14 +106,21 @@ std::vector<std::pair<int64_t, int64_t>> clru_ranges(int64_t length, int64_t con
                                                      int64_t budget, int64_t keep_tail = 0);
 // -mean((k_cur - up(k_prev))^2) over every element; k_prev (R, H, pp*pp, c), k_cur
 // (R, H, pc*pc, c); with `normalize` the keys are first L2-normalised per head (in float).
-// up() is bilinear (align_corners false) with the (pc^2, pp^2) Kronecker weights W; the sum is
-// expanded into Gram matrices of the keys' (R, tokens, H*c) rows (two batched GEMMs that read
-// each key once); with unit keys (normalize false) they run in the keys' precision with float
-// sums, and only the result syncs the device.
+// up() is bilinear (align_corners false, no antialiasing). D = sum (k_cur - up(k_prev))^2 comes
+// from kernels::scale_sq_distance (kernels/scale_similarity.h): on CUDA a fused kernel that
+// reads each key once and interpolates on the fly (float32 accumulation, float64 block sums),
+// elsewhere the Gram-matrix reference (two batched GEMMs in the keys' precision). Only the
+// result syncs the device.
 double similarity(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
                   int64_t pn_cur, bool normalize = true);
 // The (pc^2, pp^2) bilinear upsampling matrix of a pp x pp map to pc x pc (row-major tokens).
 at::Tensor upsample_weights(int64_t pn_prev, int64_t pn_cur, const at::TensorOptions& options);
+// Which implementation similarity() uses: Auto (the CUDA kernel where supported) unless the
+// environment has VARSCOPE_AMS_KV_SIMILARITY=reference (Reference); set_similarity_path()
+// overrides both for the process (tests, benchmarks). VARSCOPE_REFERENCE_KERNELS=1 also selects
+// the reference (with every other kernel).
+void set_similarity_path(kernels::KernelPath path);
+kernels::KernelPath similarity_path();
 }  // namespace ams_kv
 
 }  // namespace varscope

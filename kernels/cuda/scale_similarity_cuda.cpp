@@ -1,0 +1,110 @@
+#include "kernels/cuda/scale_similarity_cuda.h"
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/scale_similarity_params.h"
+
+namespace varscope::kernels::cuda {
+namespace {
+
+TokenElem elem_of(const at::Tensor& t) {
+    switch (t.scalar_type()) {
+        case at::kFloat:
+            return TokenElem::Float32;
+        case at::kHalf:
+            return TokenElem::Float16;
+        case at::kBFloat16:
+            return TokenElem::BFloat16;
+        default:
+            TORCH_CHECK(false, "scale similarity: unsupported dtype ", t.scalar_type());
+    }
+    return TokenElem::Float32;
+}
+
+void check_cuda(cudaError_t err, const char* what) {
+    TORCH_CHECK(err == cudaSuccess, "CUDA error in ", what, ": ", cudaGetErrorString(err));
+}
+
+// The channel dim contiguous (a copy otherwise).
+at::Tensor channels_contiguous(const at::Tensor& k) {
+    return k.size(3) <= 1 || k.stride(3) == 1 ? k : k.contiguous();
+}
+
+SimilarityKeys keys_of(const at::Tensor& k) {
+    SimilarityKeys s;
+    s.data = k.data_ptr();
+    s.stride_r = k.stride(0);
+    s.stride_h = k.stride(1);
+    s.stride_t = k.stride(2);
+    return s;
+}
+
+// The largest power of two of elements (at most 16 bytes) dividing c, the strides and the
+// base addresses of both key tensors.
+int aligned_elems(const at::Tensor& a, const at::Tensor& b) {
+    const int64_t eb = static_cast<int64_t>(a.element_size());
+    int v = static_cast<int>(16 / eb);
+    auto ok = [&](int64_t n) { return n % v == 0; };
+    while (v > 1) {
+        bool all = ok(a.size(3));
+        for (const auto* t : {&a, &b}) {
+            all = all && ok(t->stride(0)) && ok(t->stride(1)) && ok(t->stride(2)) &&
+                  reinterpret_cast<std::uintptr_t>(t->data_ptr()) % (v * eb) == 0;
+        }
+        if (all) break;
+        v /= 2;
+    }
+    return v;
+}
+
+int max_shared_bytes(int device) {
+    int v = 0;
+    check_cuda(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+               "cudaDeviceGetAttribute");
+    return v;
+}
+
+SimilarityPlan plan_for(const at::Tensor& prev, int64_t pn_prev, const at::Tensor& cur,
+                        int64_t pn_cur, bool normalize) {
+    return plan_scale_similarity(static_cast<int>(cur.size(0)), static_cast<int>(cur.size(1)),
+                                 static_cast<int>(pn_prev), static_cast<int>(pn_cur),
+                                 static_cast<int>(cur.size(3)), elem_of(cur), normalize,
+                                 aligned_elems(prev, cur), max_shared_bytes(cur.get_device()));
+}
+
+}  // namespace
+
+bool scale_similarity_fits(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
+                           int64_t pn_cur, bool normalize, std::string* why_not) {
+    const c10::cuda::CUDAGuard guard(k_cur.device());
+    const auto plan = plan_for(k_prev, pn_prev, k_cur, pn_cur, normalize);
+    if (plan.band_rows > 0) return true;
+    if (why_not)
+        *why_not = "two rows of the previous " + std::to_string(pn_prev) + "x" +
+                   std::to_string(pn_prev) + " key map do not fit the device's shared memory";
+    return false;
+}
+
+at::Tensor scale_sq_distance(const at::Tensor& prev_in, int64_t pn_prev, const at::Tensor& cur_in,
+                             int64_t pn_cur, bool normalize) {
+    const c10::cuda::CUDAGuard guard(cur_in.device());
+    const auto prev = channels_contiguous(prev_in), cur = channels_contiguous(cur_in);
+    if (cur.numel() == 0) return at::zeros({}, cur.options().dtype(at::kDouble));
+    auto out = at::empty({}, cur.options().dtype(at::kDouble));  // written by the kernel
+    const auto plan = plan_for(prev, pn_prev, cur, pn_cur, normalize);
+    TORCH_CHECK(plan.band_rows > 0, "scale similarity: the key maps do not fit shared memory");
+    auto partials = at::empty({plan.blocks}, cur.options().dtype(at::kFloat));
+    check_cuda(launch_scale_similarity(keys_of(prev), keys_of(cur), elem_of(cur),
+                                       static_cast<int>(cur.size(0)), static_cast<int>(cur.size(1)),
+                                       static_cast<int>(pn_prev), static_cast<int>(pn_cur),
+                                       static_cast<int>(cur.size(3)), normalize, plan,
+                                       partials.data_ptr<float>(), out.data_ptr<double>(),
+                                       c10::cuda::getCurrentCUDAStream(cur.get_device()).stream()),
+               "scale similarity kernel");
+    return out;
+}
+
+}  // namespace varscope::kernels::cuda
