@@ -1,5 +1,5 @@
-// AMS-KV on CUDA: the similarity in half precision (unit keys, Gram-matrix form) against the CPU
-// float reference, the compact cache's rolling layer on the device, and the policy in the
+// AMS-KV on CUDA: the similarity in half precision (unit keys; the fused CUDA kernel since v3,
+// kernels/scale_similarity.h) against the CPU float reference, the compact cache's rolling layer on the device, and the policy in the
 // sampling loop (budgets held, memory as accounted). Every test skips without a CUDA device.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -45,8 +45,8 @@ TEST(GpuAmsKv, HalfPrecisionSimilarityMatchesCpu) {
         const auto ch = token_major(cur.to(at::kCUDA, at::kHalf));
         const double got = ams_kv::similarity(ph, pp, ch, pc, /*normalize=*/false);
         EXPECT_NEAR(got, want, 2e-4 * std::abs(want) + 2e-6) << pp;
-        // Float on the device: cuBLAS may run float GEMMs in TF32 (10-bit mantissa), and the
-        // expanded sum cancels about 3x (failed at 1e-5 relative on an H100).
+        // Float on the device (the Gram form's float GEMMs could run in TF32 and failed at 1e-5
+        // relative on an H100; the fused kernel computes the differences in float32).
         const double got32 = ams_kv::similarity(prev.cuda(), pp, cur.cuda(), pc);
         EXPECT_NEAR(got32, want, 2e-3 * std::abs(want)) << pp;
     }
