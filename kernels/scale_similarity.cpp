@@ -87,7 +87,8 @@ double scale_sq_distance(const at::Tensor& k_prev, int64_t pn_prev, const at::Te
         at::bmm_out(out, a, b.transpose(1, 2));
         return out.sum(0, false, at::kFloat);
     };
-    const auto& [w, wtw] = weights_for(pn_prev, pn_cur, prev.device());  // (tc, tp), (tp, tp)
+    // A copy of the cached pair (two tensor handles): no reference into the cache.
+    const auto [w, wtw] = weights_for(pn_prev, pn_cur, prev.device());  // (tc, tp), (tp, tp)
     const auto cross = gram_sum(cur, prev), gram = gram_sum(prev, prev);
     const auto cur_sq = at::linalg_vector_norm(cur, 2, c10::nullopt, false, at::kFloat).square();
     // One transfer (one device sync) for the three sums; combined in double on the host.

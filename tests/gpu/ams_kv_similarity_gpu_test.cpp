@@ -128,7 +128,9 @@ TEST(GpuAmsKvSimilarity, KernelMatchesTheGramReference) {
         const double rf = ams_kv::similarity(prev, s.pp, cur, s.pc);
         const double tf = -truth(prev, s.pp, cur, s.pc, true) / static_cast<double>(cur.numel());
         EXPECT_NEAR(kf, tf, 2e-5 * std::abs(tf)) << s.pp << "->" << s.pc;
-        EXPECT_NEAR(kf, rf, 2e-4 * std::abs(rf)) << s.pp << "->" << s.pc;
+        // The reference's float Gram sums cancel ~5x: 3.3e-4 from float64 at the d30 shape (H100
+        // run of ams_kv_v3, failed at 2e-4; the same on the CPU in Python), the kernel < 2e-5.
+        EXPECT_NEAR(kf, rf, 1e-3 * std::abs(rf)) << s.pp << "->" << s.pc;
     }
     // A channel dim that is not contiguous is copied, same value.
     auto [prev, cur] = related_keys(2, 3, 16, 4, 6, 0.3, false);
