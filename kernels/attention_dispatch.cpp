@@ -52,7 +52,8 @@ void copy_into_out(AttentionResult& r, const at::Tensor& out) {
 }  // namespace
 
 void set_attention_kernel_variant(int variant) {
-    TORCH_CHECK(variant == 1 || variant == 2, "kernel variant must be 1 or 2, got ", variant);
+    TORCH_CHECK(variant >= 1 && variant <= 3, "kernel variant must be 1, 2 or 3 (sm_90a), got ",
+                variant);
     g_kernel_variant = variant;
 }
 int attention_kernel_variant() {

@@ -54,7 +54,8 @@ at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t bl
                             KernelPath path = KernelPath::Auto);
 
 // CUDA output kernel generation: 1 = v1 (4 warps x 16 query rows, the default), 2 = v2 (2 warps
-// x 32 rows). Only benchmarks and tests switch this, to compare the two.
+// x 32 rows), 3 = EXPERIMENTAL sm_90a wgmma kernel for block-sparse bf16 output at head dim
+// 64/128 on Hopper (variant 1 everywhere else). Only benchmarks and tests switch this.
 void set_attention_kernel_variant(int variant);
 int attention_kernel_variant();
 

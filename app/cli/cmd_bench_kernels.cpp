@@ -10,9 +10,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -203,6 +205,20 @@ int run_attention(const BenchOptions& o) {
             };
             vk::set_attention_kernel_variant(2);
             json ours_v2 = time_backend(run_ours, o);
+            // Experimental sm_90a wgmma kernel (variant 3; variant 1 off Hopper), each of its
+            // implementations (VARSCOPE_SM90_IMPL: 0 serial, 1 overlapped = its default, 2
+            // overlapped with 3 stages); outputs kept for the error check below.
+            vk::set_attention_kernel_variant(3);
+            json sm90[3];
+            at::Tensor out_sm90[3];
+            for (int impl = 0; impl < 3; ++impl) {
+                setenv("VARSCOPE_SM90_IMPL", std::to_string(impl).c_str(), 1);
+                ko.out.fill_(std::numeric_limits<float>::quiet_NaN());
+                sm90[impl] = time_backend(run_ours, o);
+                out_sm90[impl] = ko.out.clone();
+            }
+            unsetenv("VARSCOPE_SM90_IMPL");
+            const json& ours_sm90 = sm90[1];
             vk::set_attention_kernel_variant(1);
             json ours = time_backend(run_ours, o);
             // Correctness of what was timed: against SDPA with the expanded block mask.
@@ -211,6 +227,9 @@ int run_attention(const BenchOptions& o) {
             const auto want = at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat),
                                                                v.to(at::kFloat), expanded);
             const double err = rel_error(ko.out, want);
+            double err_sm90s[3];
+            for (int impl = 0; impl < 3; ++impl) err_sm90s[impl] = rel_error(out_sm90[impl], want);
+            const double err_sm90 = err_sm90s[1];
             const double active_pairs = expanded.sum().item<double>();
             const double flops = 4.0 * c.batch * c.heads * active_pairs * c.head_dim;
 
@@ -231,6 +250,17 @@ int run_attention(const BenchOptions& o) {
             r["token_sparsity"] = token_sparsity;
             r["ours"] = ours;
             r["ours_v2"] = ours_v2;
+            r["ours_sm90"] = ours_sm90;
+            r["rel_error_sm90"] = err_sm90;
+            r["ours_sm90_serial"] = sm90[0];
+            r["rel_error_sm90_serial"] = err_sm90s[0];
+            r["ours_sm90_3stage"] = sm90[2];
+            r["rel_error_sm90_3stage"] = err_sm90s[2];
+            r["sm90_tflops"] = flops / (ms_of(ours_sm90) * 1e-3) / 1e12;
+            r["sm90_speedup_vs_flash"] = tf / ms_of(ours_sm90);
+            r["sm90_speedup_vs_cudnn"] = tc / ms_of(ours_sm90);
+            r["sm90_speedup_vs_flex"] = tx / ms_of(ours_sm90);
+            r["sm90_percent_of_ideal_vs_flash"] = 100.0 * (tf / ms_of(ours_sm90)) / ideal;
             r["sdpa_flash"] = flash;
             r["sdpa_cudnn"] = cudnn;
             r["sdpa_bool_mask"] = boolmask;
@@ -252,6 +282,17 @@ int run_attention(const BenchOptions& o) {
                 fmt(tc / t, "%.2f").c_str(), fmt(tx / t, "%.2f").c_str(), ideal,
                 fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(),
                 fmt(flops / (t * 1e-3) / 1e12, "%.0f").c_str(), err);
+            static const char* const kImplNames[3] = {"sm90-serial", "sm90", "sm90-3stage"};
+            for (const int impl : {1, 0, 2}) {
+                const double ts = ms_of(sm90[impl]);
+                std::printf(
+                    "%-18s %5lld %-11s %8s  x%s flash  x%s cudnn  x%s flex  %s%% ideal  %s TFLOP/s"
+                    "  err %.1e\n",
+                    c.name.c_str(), static_cast<long long>(block), kImplNames[impl],
+                    fmt(ts).c_str(), fmt(tf / ts, "%.2f").c_str(), fmt(tc / ts, "%.2f").c_str(),
+                    fmt(tx / ts, "%.2f").c_str(), fmt(100.0 * (tf / ts) / ideal, "%.0f").c_str(),
+                    fmt(flops / (ts * 1e-3) / 1e12, "%.0f").c_str(), err_sm90s[impl]);
+            }
             std::fflush(stdout);
         }
     }

@@ -5,12 +5,20 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 
 #include "kernels/cuda/attention_params.h"
 
 namespace varscope::kernels::cuda {
 
 cudaError_t probe_kernel_image();  // kernel_probe.cu
+// Hopper wgmma kernels for CSLA (csla_attention_sm90_d*.cu): BlockSparse + Output, bf16 only.
+// Experimental, opt-in (attention variant 3). impl: 0 serial, 1 overlapped 2 stages (default),
+// 2 overlapped 3 stages.
+cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, int v_desc_swap,
+                                      cudaStream_t);
+cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, int v_desc_swap,
+                                       cudaStream_t);
 
 namespace {
 
@@ -52,11 +60,37 @@ AttentionParams base_params(const at::Tensor& q, const at::Tensor& k, double sca
     return p;
 }
 
-void launch(const AttentionParams& p, const at::Tensor& q, TileMode mode, Epilogue epi) {
+// Variant 3 (opt-in): the sm_90a wgmma kernel where it applies, else variant 1.
+bool use_sm90(const AttentionParams& p, const at::Tensor& q, TileMode mode, Epilogue epi) {
+    if (p.kernel_variant != 3 || mode != TileMode::BlockSparse || epi != Epilogue::Output ||
+        q.scalar_type() != at::kBFloat16 || (q.size(3) != 64 && q.size(3) != 128))
+        return false;
+    int major = 0;
+    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q.get_device()),
+               "cudaDeviceGetAttribute");
+    return major == 9;
+}
+
+void launch(const AttentionParams& p_in, const at::Tensor& q, TileMode mode, Epilogue epi) {
     const auto stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
     const int64_t d = q.size(3);
     const bool bf16 = q.scalar_type() == at::kBFloat16;
     cudaError_t err = cudaErrorNotSupported;
+    AttentionParams p = p_in;
+    if (use_sm90(p, q, mode, epi)) {
+        // Device-side experiments only: VARSCOPE_SM90_IMPL picks the implementation (0-2),
+        // VARSCOPE_SM90_VDESC_SWAP=1 swaps V's descriptor strides (expected wrong: a check).
+        const char* env = std::getenv("VARSCOPE_SM90_VDESC_SWAP");
+        const int swap = env != nullptr && env[0] == '1' ? 1 : 0;
+        const char* impl_env = std::getenv("VARSCOPE_SM90_IMPL");
+        const int impl =
+            impl_env != nullptr && impl_env[0] >= '0' && impl_env[0] <= '2' ? impl_env[0] - '0' : 1;
+        err = d == 64 ? launch_csla_sm90_d64_bf16(p, impl, swap, stream)
+                      : launch_csla_sm90_d128_bf16(p, impl, swap, stream);
+        check_cuda(err, "sm90 attention kernel launch");
+        return;
+    }
+    if (p.kernel_variant == 3) p.kernel_variant = 1;
     if (d == 64) {
         err = bf16 ? launch_attention_d64_bf16(p, mode, epi, stream)
                    : launch_attention_d64_fp16(p, mode, epi, stream);

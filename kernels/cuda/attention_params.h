@@ -48,7 +48,8 @@ struct AttentionParams {
     int block_k = 64;  // BlockSparse: keys per block (multiple of 64)
     int num_query_blocks = 0;
     // Output kernels: 1 = v1 (4 warps x 16 rows, the default: faster on the H200), 2 = v2
-    // (2 warps x 32 rows, FA2-style K/V schedule; kept for comparison, see bench NOTES.md).
+    // (2 warps x 32 rows, FA2-style K/V schedule; kept for comparison, see bench NOTES.md),
+    // 3 = experimental sm_90a wgmma kernel (csla_attention_sm90.cuh; BlockSparse + Output bf16).
     int kernel_variant = 1;
 };
 

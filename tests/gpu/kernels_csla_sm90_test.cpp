@@ -1,0 +1,161 @@
+// The sm_90a wgmma CSLA kernel (attention variant 3) against the float64 reference: error at
+// most twice torch's own at bf16, tails on both axes, random block lists with empty query
+// blocks, poisoned outputs. Skips without CUDA, kernels for the device, or a Hopper GPU.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_dispatch.h"
+#include "kernels/attention_reference.h"
+
+namespace vk = varscope::kernels;
+
+namespace {
+
+bool hopper_runnable(std::string* why) {
+    if (!torch::cuda::is_available()) {
+        *why = "no CUDA device";
+        return false;
+    }
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    if (major != 9) {
+        *why = "not a Hopper GPU";
+        return false;
+    }
+    const auto probe =
+        at::zeros({1, 1, 64, 64}, at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA));
+    return vk::cuda_attention_supported(probe, 64, 64, why);
+}
+
+double rel(const at::Tensor& a, const at::Tensor& ref) {
+    const auto x = a.to(at::kDouble).cpu(), y = ref.to(at::kDouble).cpu();
+    EXPECT_TRUE(x.isfinite().all().item<bool>()) << "non-finite values (unwritten output?)";
+    return ((x - y).norm() / y.norm()).item<double>();
+}
+
+// Random lists: a sink block, a random subset of the rest in random order, every third query
+// block empty when asked.
+std::pair<at::Tensor, at::Tensor> lists_for(int64_t nqb, int64_t nkb, double keep, bool empty) {
+    std::vector<std::vector<int32_t>> rows(nqb);
+    int64_t widest = 1;
+    for (int64_t u = 0; u < nqb; ++u) {
+        if (!(empty && u % 3 == 1)) {
+            const auto pick = at::rand({nkb}) < keep;
+            for (int64_t j = 0; j < nkb; ++j)
+                if (j == 0 || pick[j].item<bool>()) rows[u].push_back(static_cast<int32_t>(j));
+            const auto perm = at::randperm(static_cast<int64_t>(rows[u].size()));
+            std::vector<int32_t> shuffled;
+            for (int64_t j = 0; j < perm.size(0); ++j)
+                shuffled.push_back(rows[u][perm[j].item<int64_t>()]);
+            rows[u] = shuffled;
+        }
+        widest = std::max<int64_t>(widest, static_cast<int64_t>(rows[u].size()) + 1);
+    }
+    auto idx = at::full({nqb, widest}, -1, at::kInt);
+    auto cnt = at::zeros({nqb}, at::kInt);
+    for (int64_t u = 0; u < nqb; ++u) {
+        for (size_t j = 0; j < rows[u].size(); ++j) idx[u][static_cast<int64_t>(j)] = rows[u][j];
+        cnt[u] = static_cast<int32_t>(rows[u].size());
+    }
+    return {idx.cuda(), cnt.cuda()};
+}
+
+struct VariantGuard {
+    ~VariantGuard() {
+        vk::set_attention_kernel_variant(1);
+        unsetenv("VARSCOPE_SM90_IMPL");
+    }
+};
+
+}  // namespace
+
+TEST(KernelsCslaSm90, BlockSparseMatchesReference) {
+    std::string why;
+    if (!hopper_runnable(&why)) GTEST_SKIP() << why;
+    c10::InferenceMode guard;
+    VariantGuard restore;
+    vk::set_attention_kernel_variant(3);
+    at::manual_seed(21);
+    struct Shape {
+        int64_t b, h, lq, lk, d;
+    };
+    const std::vector<Shape> shapes = {
+        {1, 2, 64, 64, 64},    {2, 3, 200, 333, 64},   {1, 2, 130, 1000, 128},
+        {2, 1, 17, 70, 128},   {1, 2, 256, 2048, 128}, {1, 1, 192, 900, 64},  // a 64-key tile
+        {1, 1, 320, 4200, 128}};  // wholly past the end at block 128; long lists (pipeline)
+    const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+    // Every implementation (0 serial, 1 overlapped 2 stages, 2 overlapped 3 stages), fresh
+    // random inputs each time.
+    for (const char* impl : {"0", "1", "2"}) {
+        setenv("VARSCOPE_SM90_IMPL", impl, 1);
+        for (const auto& s : shapes) {
+            for (const int64_t block : {64, 128}) {
+                for (const bool strided : {false, true}) {
+                    const auto q = strided ? at::randn({s.b, s.lq, s.h, s.d}, opts).transpose(1, 2)
+                                           : at::randn({s.b, s.h, s.lq, s.d}, opts);
+                    const auto k = at::randn({s.b, s.h, s.lk, s.d}, opts);
+                    const auto v = at::randn({s.b, s.h, s.lk, s.d}, opts);
+                    const int64_t nqb = (s.lq + block - 1) / block,
+                                  nkb = (s.lk + block - 1) / block;
+                    const auto [idx, cnt] = lists_for(nqb, nkb, 0.4, block == 128);
+                    vk::AttentionOptions o;
+                    o.path = vk::KernelPath::Cuda;
+                    o.return_lse = true;
+                    o.out = at::full(q.sizes(), std::numeric_limits<double>::quiet_NaN(), opts);
+                    const auto got = vk::block_sparse_attention(q, k, v, idx, cnt, block, block, o);
+                    torch::cuda::synchronize();
+                    // Same inputs again into a fresh poisoned buffer: a race shows as a difference.
+                    o.out = at::full(q.sizes(), std::numeric_limits<double>::quiet_NaN(), opts);
+                    const auto again =
+                        vk::block_sparse_attention(q, k, v, idx, cnt, block, block, o);
+                    torch::cuda::synchronize();
+                    const std::string what =
+                        std::string("impl ") + impl + " lq=" + std::to_string(s.lq) +
+                        " lk=" + std::to_string(s.lk) + " d=" + std::to_string(s.d) +
+                        " block=" + std::to_string(block) + (strided ? " strided" : "");
+                    const auto mask = vk::reference::token_mask_from_block_lists(idx, cnt, block,
+                                                                                 block, s.lq, s.lk);
+                    const auto ref = vk::reference::masked_attention(
+                        q.to(at::kDouble), k.to(at::kDouble), v.to(at::kDouble), mask, std::nullopt,
+                        true);
+                    const auto has = mask.any(1).to(at::kCUDA);
+                    auto sel = [&](const at::Tensor& t) {
+                        return t.index({"...", has, at::indexing::Slice()});
+                    };
+                    const auto torch_out =
+                        at::scaled_dot_product_attention(q, k, v, mask.to(at::kCUDA));
+                    const double torch_err = rel(sel(torch_out), sel(ref.out));
+                    const double err = rel(sel(got.out), sel(ref.out));
+                    EXPECT_LE(err, 2.0 * torch_err + 1e-6)
+                        << what << ": sm90 " << err << " vs torch " << torch_err;
+                    const auto empty = has.logical_not();
+                    if (empty.any().item<bool>()) {
+                        EXPECT_TRUE(got.out.index({"...", empty, at::indexing::Slice()})
+                                        .eq(0)
+                                        .all()
+                                        .item<bool>())
+                            << what << ": empty rows not zero";
+                        EXPECT_TRUE(got.lse.index({"...", empty}).isneginf().all().item<bool>())
+                            << what;
+                    }
+                    const auto lse_err = (got.lse.index({"...", has}).to(at::kDouble).cpu() -
+                                          ref.lse.index({"...", has}).to(at::kDouble).cpu())
+                                             .abs()
+                                             .max()
+                                             .item<double>();
+                    EXPECT_LE(lse_err, 2e-2) << what << ": lse";
+                    EXPECT_TRUE(at::equal(got.out, again.out)) << what << ": not deterministic";
+                }
+            }
+        }
+    }
+}
