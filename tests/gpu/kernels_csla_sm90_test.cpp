@@ -3,7 +3,6 @@
 // blocks, poisoned outputs. Skips without CUDA, kernels for the device, or a Hopper GPU.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
-#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
@@ -15,6 +14,7 @@
 
 #include "kernels/attention_dispatch.h"
 #include "kernels/attention_reference.h"
+#include "kernels/cuda_timing.h"
 
 namespace vk = varscope::kernels;
 
@@ -25,9 +25,7 @@ bool hopper_runnable(std::string* why) {
         *why = "no CUDA device";
         return false;
     }
-    int major = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-    if (major != 9) {
+    if (vk::cuda_device_info(0).cc_major != 9) {
         *why = "not a Hopper GPU";
         return false;
     }
