@@ -1,6 +1,8 @@
 // `varscope-cli compare-mar`: a MAR baseline and a LazyMAR run with the same seed: step timings,
 // FLOPs (blocks, attention, DiffLoss head), the positions LazyMAR computed, and PSNR/SSIM of the
 // images, or of the latents (range of the baseline mapped to [0, 1]) when there is no VAE.
+// Without --mar / --random: the embedded emoji MAR and its KL VAE, with the model file's
+// recommended settings for the flags not given (MarRunArgs, shared with generate-mar).
 #include <ATen/ATen.h>
 
 #include <filesystem>
@@ -48,17 +50,53 @@ nlohmann::json side_json(const Side& s) {
             {"flops", s.flops.to_json()}};
 }
 
-int run(const CompareMarArgs& a) {
-    const MarAccelConfig accel = MarAccelConfig::from_argument(a.accel);
+std::string path_in(const std::string& dir, const std::string& name, int64_t i, int64_t n) {
+    return numbered_path((std::filesystem::path(dir) / name).string(), i, n);
+}
+
+int run(CompareMarArgs& a) {
+    MarAccelConfig accel = MarAccelConfig::from_argument(a.accel);
     namespace fs = std::filesystem;
-    if (fs::exists(a.out_dir) && !fs::is_directory(a.out_dir))
-        throw std::invalid_argument("--out '" + a.out_dir + "' exists and is not a directory");
-    MarPipeline pipe = a.run.build();
+    prepare_output_dir(a.out_dir, "--out");  // fails before the model loads
+    MarRunArgs& m = a.run;
+    if (m.head_cfg_period_given()) {
+        if (accel.lazymar.head_cfg_period != 0 && accel.lazymar.head_cfg_period != m.head_cfg_period)
+            std::cerr << "--head-cfg-period " << m.head_cfg_period
+                      << " replaces the accelerator config's lazymar.head_cfg_period "
+                      << accel.lazymar.head_cfg_period << "\n";
+        accel.lazymar.head_cfg_period = m.head_cfg_period;
+        if (m.head_cfg_period > 0 && lazymar_head_period(accel.lazymar) == 0)
+            throw std::invalid_argument(
+                "--head-cfg-period applies to LazyMAR's condition cache, which the accelerated side "
+                "(" + accel.summary() + ") does not use; pass --accel lazymar or lazymar-condition");
+    }
+    m.resolve_model();
+    MarPipeline pipe = m.build();
     const auto& c = pipe.config();
-    MarSampleOptions opt = a.run.options(c);
+    MarSampleOptions opt = m.options(pipe);
     opt.time_steps = true;
+    // The baseline never caches; the accelerated side's head cache comes from the config.
+    opt.head_cfg_cache_period = 0;
+    MarSampleOptions fast_opt = opt;
+    fast_opt.head_cfg_cache_period = lazymar_head_period(accel.lazymar);
     auto lazy = make_lazymar_hooks(accel.lazymar, c, nullptr);
-    std::cerr << pipe.describe() << "\naccelerated side: " << accel.summary() << "\n";
+    std::cerr << pipe.describe() << "\naccelerated side: " << accel.summary()
+              << (fast_opt.head_cfg_cache_period > 0
+                      ? ", head condition cache every " + std::to_string(fast_opt.head_cfg_cache_period) +
+                            " diffusion steps"
+                      : std::string())
+              << "\n";
+    const bool will_decode = pipe.sampler().has_decoder();
+    if (!a.out_dir.empty()) {  // existing files: refuse before sampling, not after
+        const int64_t n = opt.class_ids.empty() ? opt.batch : int64_t(opt.class_ids.size());
+        std::vector<std::string> files = {path_in(a.out_dir, "metrics.json", 0, 1),
+                                          path_in(a.out_dir, "tokens.safetensors", 0, 1)};
+        if (will_decode)
+            for (int64_t i = 0; i < n; ++i)
+                for (const char* name : {"baseline.png", "accelerated.png", "diff.png"})
+                    files.push_back(path_in(a.out_dir, name, i, n));
+        for (const auto& f : files) check_output_file(f, a.force, "--out", false);
+    }
 
     const int64_t diffusion_steps = pipe.sampler().diffusion().schedule().num_steps();
     auto base_counter = std::make_shared<MarFlopCounter>(c, diffusion_steps);
@@ -70,17 +108,25 @@ int run(const CompareMarArgs& a) {
     Side base, fast;
     for (int64_t i = 0; i < a.warmup; ++i) {
         pipe.generate(opt, base_hooks.get());
-        pipe.generate(opt, fast_hooks.get());
+        pipe.generate(fast_opt, fast_hooks.get());
     }
     for (int64_t r = 0; r < a.repeat; ++r) {
         for (Side* s : {&base, &fast}) {
             auto& counter = s == &base ? base_counter : fast_counter;
             counter->reset();
-            s->last = pipe.generate(opt, s == &base ? base_hooks.get() : fast_hooks.get());
+            s->last = s == &base ? pipe.generate(opt, base_hooks.get())
+                                 : pipe.generate(fast_opt, fast_hooks.get());
             s->total_ms.push_back(s->last.total_millis - s->last.decode_millis);
             s->flops = counter->flops(s->last.attention_flops);
         }
     }
+    // MarFlopCounter counts both CFG halves of the head at every diffusion step; with the head
+    // condition cache the step plan has the head's share (it depends on the plan alone).
+    if (fast_opt.head_cfg_cache_period > 0)
+        fast.flops.diffusion = lazymar_planned_flops(c, accel.lazymar, fast_opt.num_iter,
+                                                     fast.last.labels.size(0), fast_opt.cfg,
+                                                     diffusion_steps)
+                                   .diffusion;
 
     const bool images = base.last.images.defined() && fast.last.images.defined();
     at::Tensor ib = base.last.images, ia = fast.last.images;
@@ -133,15 +179,14 @@ int run(const CompareMarArgs& a) {
                   << std::setprecision(4) << s[i] << "\n";
 
     if (!a.out_dir.empty()) {
-        fs::create_directories(a.out_dir);
         if (images) {
             const int64_t n = ib.size(0);
+            const auto diff = abs_diff_map(ib, ia);  // (B, H, W); x4 so small differences show
             for (int64_t i = 0; i < n; ++i) {
-                auto at = [&](const char* name) {
-                    return numbered_path((fs::path(a.out_dir) / name).string(), i, n);
-                };
-                write_image(ib[i], at("baseline.png"), a.force);
-                write_image(ia[i], at("accelerated.png"), a.force);
+                write_image(ib[i], path_in(a.out_dir, "baseline.png", i, n), a.force);
+                write_image(ia[i], path_in(a.out_dir, "accelerated.png", i, n), a.force);
+                write_image(diff[i].mul(4).clamp(0, 1).unsqueeze(0).expand({3, -1, -1}),
+                            path_in(a.out_dir, "diff.png", i, n), a.force);
             }
         }
         const auto tokens_path = (fs::path(a.out_dir) / "tokens.safetensors").string();
@@ -150,15 +195,24 @@ int run(const CompareMarArgs& a) {
         save_safetensors({{"baseline", base.last.tokens.cpu()},
                           {"accelerated", fast.last.tokens.cpu()},
                           {"labels", base.last.labels.cpu()}},
-                         tokens_path, {{"seed", std::to_string(a.run.seed)}});
+                         tokens_path, {{"seed", std::to_string(m.seed)}});
+        const auto lab = base.last.labels.to(at::kLong).cpu().contiguous();
+        const std::vector<int64_t> labels(lab.data_ptr<int64_t>(), lab.data_ptr<int64_t>() + lab.numel());
         nlohmann::json j = environment_json(pipe.device().str());
         j.update({{"model", pipe.describe()},
                   {"config", c.to_json()},
-                  {"precision", a.run.precision},
+                  {"precision", m.precision},
                   {"batch", base.last.labels.size(0)},
-                  {"seed", a.run.seed},
-                  {"num_iter", a.run.num_iter},
-                  {"cfg", a.run.cfg},
+                  {"labels", labels},
+                  {"seed", m.seed},
+                  {"num_iter", m.num_iter},
+                  {"cfg", m.cfg},
+                  {"cfg_schedule", m.cfg_schedule},
+                  {"temperature", m.temperature},
+                  {"num_sampling_steps", m.sampling_steps},
+                  {"diffusion_steps", diffusion_steps},
+                  {"head_cfg_cache_period", fast_opt.head_cfg_cache_period},
+                  {"cuda_graphs", base.last.cuda_graphs || fast.last.cuda_graphs},
                   {"accel", accel.to_json()},
                   {"accel_summary", accel.summary()},
                   {"runs", a.repeat},
@@ -175,7 +229,8 @@ int run(const CompareMarArgs& a) {
         for (auto& v : j["psnr_db"])  // JSON has no infinity: identical results report null
             if (!std::isfinite(v.get<double>())) v = nullptr;
         write_json(j, (fs::path(a.out_dir) / "metrics.json").string(), a.force);
-        std::cerr << "wrote metrics.json and tokens.safetensors to " << a.out_dir << "\n";
+        std::cerr << "wrote " << (images ? "baseline, accelerated and diff images, " : "")
+                  << "metrics.json and tokens.safetensors to " << a.out_dir << "\n";
     }
     return 0;
 }
@@ -187,7 +242,7 @@ Runner add_compare_mar(CLI::App& app) {
     auto* cmd = app.add_subcommand("compare-mar", "MAR baseline vs LazyMAR with the same seed: timings, FLOPs, computed positions, PSNR/SSIM");
     a->run.add_to(*cmd);
     cmd->add_option("--accel", a->accel, "MAR accelerators: a JSON config file, inline JSON, or a preset (" + mar_preset_names() + ")")->required();
-    cmd->add_option("-o,--out", a->out_dir, "directory for metrics.json, tokens.safetensors (and images with a VAE)");
+    cmd->add_option("-o,--out", a->out_dir, "directory for metrics.json, tokens.safetensors (and baseline/accelerated/diff images with a VAE)");
     cmd->add_flag("--force", a->force, "overwrite existing files in --out");
     cmd->add_option("--repeat", a->repeat, "timed runs of each side")->check(CLI::Range(1, 1000));
     cmd->add_option("--warmup", a->warmup, "untimed runs of each side first")->check(CLI::Range(0, 100));
