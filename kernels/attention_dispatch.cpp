@@ -14,7 +14,7 @@ namespace varscope::kernels {
 namespace {
 
 std::atomic<bool> g_force_reference{false};
-std::atomic<int> g_kernel_variant{1};
+std::atomic<int> g_kernel_variant{3};  // sm_90a kernel where it applies, else v1
 
 void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor* v) {
     TORCH_CHECK(q.dim() == 4 && k.dim() == 4, "attention expects (B, H, L, D) tensors, got q ",

@@ -207,11 +207,12 @@ int run_attention(const BenchOptions& o) {
             json ours_v2 = time_backend(run_ours, o);
             // Experimental sm_90a wgmma kernel (variant 3; variant 1 off Hopper), each of its
             // implementations (VARSCOPE_SM90_IMPL: 0 serial, 1 overlapped = its default, 2
-            // overlapped with 3 stages); outputs kept for the error check below.
+            // overlapped with 3 stages, 3 two warpgroups per 128 rows sharing K/V); outputs kept
+            // for the error check below.
             vk::set_attention_kernel_variant(3);
-            json sm90[3];
-            at::Tensor out_sm90[3];
-            for (int impl = 0; impl < 3; ++impl) {
+            json sm90[4];
+            at::Tensor out_sm90[4];
+            for (int impl = 0; impl < 4; ++impl) {
                 setenv("VARSCOPE_SM90_IMPL", std::to_string(impl).c_str(), 1);
                 ko.out.fill_(std::numeric_limits<float>::quiet_NaN());
                 sm90[impl] = time_backend(run_ours, o);
@@ -227,8 +228,8 @@ int run_attention(const BenchOptions& o) {
             const auto want = at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat),
                                                                v.to(at::kFloat), expanded);
             const double err = rel_error(ko.out, want);
-            double err_sm90s[3];
-            for (int impl = 0; impl < 3; ++impl) err_sm90s[impl] = rel_error(out_sm90[impl], want);
+            double err_sm90s[4];
+            for (int impl = 0; impl < 4; ++impl) err_sm90s[impl] = rel_error(out_sm90[impl], want);
             const double err_sm90 = err_sm90s[1];
             const double active_pairs = expanded.sum().item<double>();
             const double flops = 4.0 * c.batch * c.heads * active_pairs * c.head_dim;
@@ -256,6 +257,8 @@ int run_attention(const BenchOptions& o) {
             r["rel_error_sm90_serial"] = err_sm90s[0];
             r["ours_sm90_3stage"] = sm90[2];
             r["rel_error_sm90_3stage"] = err_sm90s[2];
+            r["ours_sm90_pair"] = sm90[3];
+            r["rel_error_sm90_pair"] = err_sm90s[3];
             r["sm90_tflops"] = flops / (ms_of(ours_sm90) * 1e-3) / 1e12;
             r["sm90_speedup_vs_flash"] = tf / ms_of(ours_sm90);
             r["sm90_speedup_vs_cudnn"] = tc / ms_of(ours_sm90);
@@ -282,8 +285,9 @@ int run_attention(const BenchOptions& o) {
                 fmt(tc / t, "%.2f").c_str(), fmt(tx / t, "%.2f").c_str(), ideal,
                 fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(),
                 fmt(flops / (t * 1e-3) / 1e12, "%.0f").c_str(), err);
-            static const char* const kImplNames[3] = {"sm90-serial", "sm90", "sm90-3stage"};
-            for (const int impl : {1, 0, 2}) {
+            static const char* const kImplNames[4] = {"sm90-serial", "sm90", "sm90-3stage",
+                                                      "sm90-pair"};
+            for (const int impl : {1, 0, 2, 3}) {
                 const double ts = ms_of(sm90[impl]);
                 std::printf(
                     "%-18s %5lld %-11s %8s  x%s flash  x%s cudnn  x%s flex  %s%% ideal  %s TFLOP/s"

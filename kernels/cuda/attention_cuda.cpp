@@ -12,9 +12,9 @@
 namespace varscope::kernels::cuda {
 
 cudaError_t probe_kernel_image();  // kernel_probe.cu
-// Hopper wgmma kernels for CSLA (csla_attention_sm90_d*.cu): BlockSparse + Output, bf16 only.
-// Experimental, opt-in (attention variant 3). impl: 0 serial, 1 overlapped 2 stages (default),
-// 2 overlapped 3 stages.
+// Hopper wgmma kernels for CSLA (csla_attention_sm90_d*.cu): BlockSparse + Output, bf16 only
+// (attention variant 3, the default). impl: 0 serial, 1 overlapped 2 stages (default), 2
+// overlapped 3 stages, 3 two warpgroups per 128 rows sharing K/V (not yet run on a GPU).
 cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, int v_desc_swap,
                                       cudaStream_t);
 cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, int v_desc_swap,
@@ -60,7 +60,7 @@ AttentionParams base_params(const at::Tensor& q, const at::Tensor& k, double sca
     return p;
 }
 
-// Variant 3 (opt-in): the sm_90a wgmma kernel where it applies, else variant 1.
+// Variant 3 (the default): the sm_90a wgmma kernel where it applies, else variant 1.
 bool use_sm90(const AttentionParams& p, const at::Tensor& q, TileMode mode, Epilogue epi) {
     if (p.kernel_variant != 3 || mode != TileMode::BlockSparse || epi != Epilogue::Output ||
         q.scalar_type() != at::kBFloat16 || (q.size(3) != 64 && q.size(3) != 128))
@@ -78,13 +78,13 @@ void launch(const AttentionParams& p_in, const at::Tensor& q, TileMode mode, Epi
     cudaError_t err = cudaErrorNotSupported;
     AttentionParams p = p_in;
     if (use_sm90(p, q, mode, epi)) {
-        // Device-side experiments only: VARSCOPE_SM90_IMPL picks the implementation (0-2),
+        // Device-side experiments only: VARSCOPE_SM90_IMPL picks the implementation (0-3),
         // VARSCOPE_SM90_VDESC_SWAP=1 swaps V's descriptor strides (expected wrong: a check).
         const char* env = std::getenv("VARSCOPE_SM90_VDESC_SWAP");
         const int swap = env != nullptr && env[0] == '1' ? 1 : 0;
         const char* impl_env = std::getenv("VARSCOPE_SM90_IMPL");
         const int impl =
-            impl_env != nullptr && impl_env[0] >= '0' && impl_env[0] <= '2' ? impl_env[0] - '0' : 1;
+            impl_env != nullptr && impl_env[0] >= '0' && impl_env[0] <= '3' ? impl_env[0] - '0' : 1;
         err = d == 64 ? launch_csla_sm90_d64_bf16(p, impl, swap, stream)
                       : launch_csla_sm90_d128_bf16(p, impl, swap, stream);
         check_cuda(err, "sm90 attention kernel launch");

@@ -138,13 +138,14 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Loads rows [row0, row0 + 64) of a (len x kHeadDim) matrix into a swizzled tile.
-template <int kHeadDim>
+// Loads rows [row0, row0 + 64) of a (len x kHeadDim) matrix into a swizzled tile; kThreads
+// threads share the copies (tid in [0, kThreads)).
+template <int kHeadDim, int kThreads = 128>
 __device__ __forceinline__ void load_tile(uint32_t tile, const __nv_bfloat16* base, int64_t stride,
-                                          int row0, int len) {
+                                          int row0, int len, int tid = threadIdx.x) {
     constexpr int kChunks = kHeadDim / 8, kTotal = 64 * kChunks;
 #pragma unroll
-    for (int i = threadIdx.x; i < kTotal; i += 128) {
+    for (int i = tid; i < kTotal; i += kThreads) {
         const int r = i / kChunks, c = i % kChunks;
         const int row = row0 + r;
         const bool valid = row < len;
@@ -253,8 +254,8 @@ __device__ __forceinline__ void rescale_o(float (&o)[kHeadDim / 2], const float 
 template <int kHeadDim>
 __device__ __forceinline__ void store_output(const AttentionParams& p, float (&o)[kHeadDim / 2],
                                              float (&row_max)[2], float (&row_sum)[2], int b,
-                                             int h, int row0) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+                                             int h, int row0, int tid = threadIdx.x) {
+    const int warp = tid / 32, lane = tid % 32;  // tid: thread index within the warpgroup
     const int g = lane / 4, t = lane % 4;
     float inv[2], lse2[2];
 #pragma unroll
@@ -496,11 +497,153 @@ __global__ void __launch_bounds__(128, 1)
     }
     store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0);
 }
+// Implementation 3: two warpgroups (256 threads) per 128 query rows share every loaded K/V tile.
+// Warpgroup w owns rows [128 x + 64 w, +64) and their query block's list; the CTA walks the
+// union of both lists (ascending key block, built in shared memory at the start), each
+// warpgroup computing only the tiles on its own list. Serial schedule per warpgroup (the two
+// warpgroups interleave on the SM), kStages-deep K+V pipeline loaded by all 256 threads. Same
+// FLOPs, fewer bytes: at block 128 both halves share one list (half the loads of 64-row CTAs),
+// at block 64 the union of two neighbouring CSLA lists is ~0.54 of their sum.
+// Shared memory: 2 Q tiles, kStages x (K, V), then per-block ownership bytes and the union list.
+template <int kHeadDim, int kStages>
+__global__ void __launch_bounds__(256, 1)
+    csla_sm90_pair_kernel(const AttentionParams p, int v_desc_swap) {
+    using T = Sm90Traits<kHeadDim, kStages>;
+    constexpr int kTile = T::kTileBytes;
+    constexpr int D = kStages - 1;
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t raw = smem_addr(smem_raw);
+    const uint32_t smem = (raw + 1023) & ~1023u;
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    const uint32_t q_tile = smem + kTile * wg;
+    auto k_tile = [&](int s) { return smem + kTile * (2 + s); };
+    auto v_tile = [&](int s) { return smem + kTile * (2 + kStages + s); };
+    const int n_kb = (p.len_k + p.block_k - 1) / p.block_k;
+    unsigned char* own = smem_raw + (smem - raw) + kTile * (2 + 2 * kStages);  // [2][n_kb]
+    int32_t* ulist = reinterpret_cast<int32_t*>(own + ((2 * n_kb + 15) & ~15));
+    __shared__ int s_union_count;
+
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int row0 = blockIdx.x * 128 + 64 * wg;
+    const bool has_rows = row0 < p.len_q;
+    const auto* q = static_cast<const __nv_bfloat16*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
+    const auto* k = static_cast<const __nv_bfloat16*>(p.k) + b * p.k_stride[0] + h * p.k_stride[1];
+    const auto* v = static_cast<const __nv_bfloat16*>(p.v) + b * p.v_stride[0] + h * p.v_stride[1];
+
+    // Ownership: own[w * n_kb + kb] = 1 when warpgroup w's list has key block kb.
+    for (int i = threadIdx.x; i < 2 * n_kb; i += 256) own[i] = 0;
+    __syncthreads();
+    if (has_rows) {
+        const int qb = row0 / p.block_q;
+        const int count = min(max(p.counts[qb], 0), p.list_stride);
+        const int32_t* list = p.lists + static_cast<int64_t>(qb) * p.list_stride;
+        for (int i = tid; i < count; i += 128) {
+            const int kb = list[i];
+            if (kb >= 0 && kb < n_kb) own[wg * n_kb + kb] = 1;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {  // compaction: ulist[j] = kb | owners << 28, ascending kb
+        const int lane = threadIdx.x;
+        int base = 0;
+        for (int kb0 = 0; kb0 < n_kb; kb0 += 32) {
+            const int kb = kb0 + lane;
+            const int m = kb < n_kb ? own[kb] | (own[n_kb + kb] << 1) : 0;
+            const unsigned ballot = __ballot_sync(0xffffffffu, m != 0);
+            if (m != 0) ulist[base + __popc(ballot & ((1u << lane) - 1u))] = kb | (m << 28);
+            base += __popc(ballot);
+        }
+        if (lane == 0) s_union_count = base;
+    }
+    __syncthreads();
+    const int tiles_per_block = p.block_k / 64;
+    const int n = s_union_count * tiles_per_block;
+    auto key0_of = [&](int i) {
+        return (ulist[i / tiles_per_block] & 0x0FFFFFFF) * p.block_k + (i % tiles_per_block) * 64;
+    };
+    auto mine = [&](int i) { return ((ulist[i / tiles_per_block] >> 28) >> wg) & 1; };
+
+    // cp.async groups: [Q0, Q1, tile 0], [tile 1], ..., one per tile (K and V), D ahead.
+    load_tile<kHeadDim>(q_tile, q, p.q_stride[2], row0, p.len_q, tid);
+#pragma unroll
+    for (int j = 0; j < D; ++j) {
+        if (j < n) {
+            const int key0 = key0_of(j);
+            load_tile<kHeadDim, 256>(k_tile(j), k, p.k_stride[2], key0, p.len_k, threadIdx.x);
+            load_tile<kHeadDim, 256>(v_tile(j), v, p.v_stride[2], key0, p.len_k, threadIdx.x);
+        }
+        cp_async_commit();
+    }
+
+    const int t = tid % 4;
+    float o[kHeadDim / 2];
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+
+    int stage = 0;  // i % kStages
+    for (int i = 0; i < n; ++i) {
+        // Tile i + D goes into the stage tile i - 1 used (every warpgroup finished it: barrier
+        // at the end of the previous iteration).
+        if (i + D < n) {
+            const int pre = stage == 0 ? kStages - 1 : stage - 1;
+            const int key0 = key0_of(i + D);
+            load_tile<kHeadDim, 256>(k_tile(pre), k, p.k_stride[2], key0, p.len_k, threadIdx.x);
+            load_tile<kHeadDim, 256>(v_tile(pre), v, p.v_stride[2], key0, p.len_k, threadIdx.x);
+        }
+        cp_async_commit();
+        cp_async_wait<D>();  // tile i (and the Q tiles) landed for this thread ...
+        fence_async_shared();
+        __syncthreads();  // ... and for every thread
+        if (mine(i)) {    // uniform per warpgroup
+            float s[32];
+            wgmma_fence();
+            issue_qk<kHeadDim>(s, q_tile, k_tile(stage));
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(s);
+
+            float corr[2];
+            online_softmax(s, row_max, row_sum, corr, key0_of(i), p.len_k, p.scale_log2, t);
+            rescale_o<kHeadDim>(o, corr);
+            uint32_t pa[4][4];
+            pack_p(s, pa);
+
+            fence_regs(o);
+            fence_regs(pa);
+            wgmma_fence();
+            issue_pv<kHeadDim>(o, pa, v_tile(stage), v_desc_swap);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(o);
+        }
+        __syncthreads();  // both warpgroups are done with this stage
+        stage = stage + 1 == kStages ? 0 : stage + 1;
+    }
+    cp_async_wait<0>();
+    if (has_rows) store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0, tid);
+}
+
+// Dynamic shared memory of implementation 3 for these inputs.
+template <int kHeadDim, int kStages>
+__host__ __device__ inline int pair_smem_bytes(const AttentionParams& p) {
+    const int n_kb = (p.len_k + p.block_k - 1) / p.block_k;
+    return Sm90Traits<kHeadDim, kStages>::kTileBytes * (2 + 2 * kStages) + 1024 +
+           ((2 * n_kb + 15) & ~15) + 4 * n_kb;
+}
 #else
 template <int kHeadDim>
 __global__ void csla_sm90_serial_kernel(const AttentionParams, int) {}
 template <int kHeadDim, int kStages>
 __global__ void csla_sm90_overlap_kernel(const AttentionParams, int) {}
+template <int kHeadDim, int kStages>
+__global__ void csla_sm90_pair_kernel(const AttentionParams, int) {}
+template <int kHeadDim, int kStages>
+inline int pair_smem_bytes(const AttentionParams& p) {
+    const int n_kb = (p.len_k + p.block_k - 1) / p.block_k;
+    return Sm90Traits<kHeadDim, kStages>::kTileBytes * (2 + 2 * kStages) + 1024 +
+           ((2 * n_kb + 15) & ~15) + 4 * n_kb;
+}
 #endif
 
 // The shared-memory opt-in is set once per kernel (as the sm_80 kernels do).
@@ -514,7 +657,13 @@ cudaError_t launch_kernel(const AttentionParams& p, int v_desc_swap, cudaStream_
     return cudaGetLastError();
 }
 
-// impl: 0 serial, 1 overlapped with 2 stages, 2 overlapped with 3 stages.
+// Implementation 3's launch: 128 rows per CTA, shared memory sized by the key-block count
+// (opt-in limit set once to the device maximum); falls back to implementation 1 when too large.
+template <int kHeadDim>
+cudaError_t launch_pair(const AttentionParams& p, int v_desc_swap, cudaStream_t stream);
+
+// impl: 0 serial, 1 overlapped with 2 stages, 2 overlapped with 3 stages, 3 two warpgroups per
+// 128 rows over the union of their lists (3 stages).
 template <int kHeadDim>
 cudaError_t launch_csla_sm90(const AttentionParams& p, int impl, int v_desc_swap,
                              cudaStream_t stream) {
@@ -528,9 +677,27 @@ cudaError_t launch_csla_sm90(const AttentionParams& p, int impl, int v_desc_swap
         case 2:
             return launch_kernel<csla_sm90_overlap_kernel<kHeadDim, 3>,
                                  Sm90Traits<kHeadDim, 3>::kSmemBytes>(p, v_desc_swap, stream);
+        case 3:
+            return launch_pair<kHeadDim>(p, v_desc_swap, stream);
         default:
             return cudaErrorInvalidValue;
     }
+}
+
+template <int kHeadDim>
+cudaError_t launch_pair(const AttentionParams& p, int v_desc_swap, cudaStream_t stream) {
+    constexpr int kLimit = 227 * 1024;
+    const auto kernel = csla_sm90_pair_kernel<kHeadDim, 3>;
+    static const cudaError_t attr_err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kLimit);
+    if (attr_err != cudaSuccess) return attr_err;
+    const int bytes = pair_smem_bytes<kHeadDim, 3>(p);
+    if (bytes > kLimit)
+        return launch_kernel<csla_sm90_overlap_kernel<kHeadDim, 2>,
+                             Sm90Traits<kHeadDim, 2>::kSmemBytes>(p, v_desc_swap, stream);
+    const dim3 grid((p.len_q + 127) / 128, p.heads, p.batch);
+    kernel<<<grid, 256, bytes, stream>>>(p, v_desc_swap);
+    return cudaGetLastError();
 }
 
 }  // namespace varscope::kernels::cuda::sm90

@@ -173,9 +173,11 @@ const std::vector<Shape> kShapes = {
 
 }  // namespace
 
-// Restores the default kernel variant when a test ends, also on failure.
+// Restores the kernel variant in force before the test (the default) when it ends, also on
+// failure.
 struct VariantGuard {
-    ~VariantGuard() { vk::set_attention_kernel_variant(1); }
+    int saved = vk::attention_kernel_variant();
+    ~VariantGuard() { vk::set_attention_kernel_variant(saved); }
 };
 
 TEST(KernelsAttentionGpu, BlockSparseMatchesReference) {

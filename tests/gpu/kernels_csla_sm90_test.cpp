@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention_dispatch.h"
@@ -68,8 +69,9 @@ std::pair<at::Tensor, at::Tensor> lists_for(int64_t nqb, int64_t nkb, double kee
 }
 
 struct VariantGuard {
+    int saved = vk::attention_kernel_variant();
     ~VariantGuard() {
-        vk::set_attention_kernel_variant(1);
+        vk::set_attention_kernel_variant(saved);
         unsetenv("VARSCOPE_SM90_IMPL");
     }
 };
@@ -91,37 +93,38 @@ TEST(KernelsCslaSm90, BlockSparseMatchesReference) {
         {2, 1, 17, 70, 128},   {1, 2, 256, 2048, 128}, {1, 1, 192, 900, 64},  // a 64-key tile
         {1, 1, 320, 4200, 128}};  // wholly past the end at block 128; long lists (pipeline)
     const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
-    // Every implementation (0 serial, 1 overlapped 2 stages, 2 overlapped 3 stages), fresh
-    // random inputs each time.
-    for (const char* impl : {"0", "1", "2"}) {
+    // Every implementation (0 serial, 1 overlapped 2 stages, 2 overlapped 3 stages, 3 two
+    // warpgroups per 128 rows over the union of their lists), fresh random inputs each time.
+    for (const char* impl : {"0", "1", "2", "3"}) {
         setenv("VARSCOPE_SM90_IMPL", impl, 1);
         for (const auto& s : shapes) {
-            for (const int64_t block : {64, 128}) {
+            // Equal and mixed query/key block sizes.
+            for (const auto& [bq, bk] : std::vector<std::pair<int64_t, int64_t>>{
+                     {64, 64}, {128, 128}, {128, 64}, {64, 128}}) {
                 for (const bool strided : {false, true}) {
                     const auto q = strided ? at::randn({s.b, s.lq, s.h, s.d}, opts).transpose(1, 2)
                                            : at::randn({s.b, s.h, s.lq, s.d}, opts);
                     const auto k = at::randn({s.b, s.h, s.lk, s.d}, opts);
                     const auto v = at::randn({s.b, s.h, s.lk, s.d}, opts);
-                    const int64_t nqb = (s.lq + block - 1) / block,
-                                  nkb = (s.lk + block - 1) / block;
-                    const auto [idx, cnt] = lists_for(nqb, nkb, 0.4, block == 128);
+                    const int64_t nqb = (s.lq + bq - 1) / bq, nkb = (s.lk + bk - 1) / bk;
+                    const auto [idx, cnt] = lists_for(nqb, nkb, 0.4, bq == 128);
                     vk::AttentionOptions o;
                     o.path = vk::KernelPath::Cuda;
                     o.return_lse = true;
                     o.out = at::full(q.sizes(), std::numeric_limits<double>::quiet_NaN(), opts);
-                    const auto got = vk::block_sparse_attention(q, k, v, idx, cnt, block, block, o);
+                    const auto got = vk::block_sparse_attention(q, k, v, idx, cnt, bq, bk, o);
                     torch::cuda::synchronize();
                     // Same inputs again into a fresh poisoned buffer: a race shows as a difference.
                     o.out = at::full(q.sizes(), std::numeric_limits<double>::quiet_NaN(), opts);
-                    const auto again =
-                        vk::block_sparse_attention(q, k, v, idx, cnt, block, block, o);
+                    const auto again = vk::block_sparse_attention(q, k, v, idx, cnt, bq, bk, o);
                     torch::cuda::synchronize();
                     const std::string what =
                         std::string("impl ") + impl + " lq=" + std::to_string(s.lq) +
                         " lk=" + std::to_string(s.lk) + " d=" + std::to_string(s.d) +
-                        " block=" + std::to_string(block) + (strided ? " strided" : "");
-                    const auto mask = vk::reference::token_mask_from_block_lists(idx, cnt, block,
-                                                                                 block, s.lq, s.lk);
+                        " block=" + std::to_string(bq) + "x" + std::to_string(bk) +
+                        (strided ? " strided" : "");
+                    const auto mask =
+                        vk::reference::token_mask_from_block_lists(idx, cnt, bq, bk, s.lq, s.lk);
                     const auto ref = vk::reference::masked_attention(
                         q.to(at::kDouble), k.to(at::kDouble), v.to(at::kDouble), mask, std::nullopt,
                         true);
