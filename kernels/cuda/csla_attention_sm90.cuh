@@ -1,16 +1,18 @@
-// Hopper (sm_90a) block-sparse attention for CSLA: attention variant 3, EXPERIMENTAL and opt-in
-// (set_attention_kernel_variant(3)); BlockSparse + Output, bf16, head dim 64/128 only; every other
-// case, and every non-Hopper GPU, stays on the sm_80 kernels (variant 1).
+// Hopper (sm_90a) block-sparse attention for CSLA: attention variant 3 (the dispatch's default);
+// BlockSparse + Output, bf16, head dim 64/128 only; every other case, and every non-Hopper GPU,
+// runs the sm_80 kernels (variant 1).
 //
-// One warpgroup (4 warps) per 64 query rows. S = Q K^T and O += P V on warpgroup MMA (wgmma)
-// straight from 128-byte-swizzled shared memory; P stays in registers as wgmma's A operand. K/V
-// tiles arrive by cp.async (16-byte chunks, zero-filled past the end), visiting only the key
-// blocks of the CTA's query-block list. Two implementations (VARSCOPE_SM90_IMPL):
+// S = Q K^T and O += P V on warpgroup MMA (wgmma) straight from 128-byte-swizzled shared memory;
+// P stays in registers as wgmma's A operand. K/V tiles arrive by cp.async (16-byte chunks,
+// zero-filled past the end), visiting only the key blocks on the query block's list.
+// Implementations (VARSCOPE_SM90_IMPL), one warpgroup (4 warps) per 64 query rows:
 //   0: serial: load wait -> S -> softmax -> PV per tile (2 stages).
 //   1, 2: overlapped (FlashAttention-3's intra-warpgroup pipelining): S_i = Q K_i^T is issued
 //      together with PV_{i-1}; the softmax of S_i runs while PV_{i-1} is still on the tensor
 //      cores. K and V arrive as separate cp.async groups, kStages - 1 tiles ahead (1: 2 stages,
 //      2: 3 stages).
+// and two warpgroups per 128 query rows sharing each loaded K/V tile (fewer L2 -> SM bytes):
+//   3: serial per warpgroup, 3 stages.  4: as 3 with 1's overlap inside each warpgroup.
 //
 // Descriptor orientation for V (B operand, MN-major): CUTLASS's canonical 128B-swizzle MN-major
 // layout ((64 elems, n panels), (8 rows, k groups)) puts the panel stride in LBO and the 8-row
@@ -20,6 +22,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/cuda/attention_params.h"
@@ -497,40 +500,19 @@ __global__ void __launch_bounds__(128, 1)
     }
     store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0);
 }
-// Implementation 3: two warpgroups (256 threads) per 128 query rows share every loaded K/V tile.
-// Warpgroup w owns rows [128 x + 64 w, +64) and their query block's list; the CTA walks the
-// union of both lists (ascending key block, built in shared memory at the start), each
-// warpgroup computing only the tiles on its own list. Serial schedule per warpgroup (the two
-// warpgroups interleave on the SM), kStages-deep K+V pipeline loaded by all 256 threads. Same
-// FLOPs, fewer bytes: at block 128 both halves share one list (half the loads of 64-row CTAs),
-// at block 64 the union of two neighbouring CSLA lists is ~0.54 of their sum.
-// Shared memory: 2 Q tiles, kStages x (K, V), then per-block ownership bytes and the union list.
-template <int kHeadDim, int kStages>
-__global__ void __launch_bounds__(256, 1)
-    csla_sm90_pair_kernel(const AttentionParams p, int v_desc_swap) {
-    using T = Sm90Traits<kHeadDim, kStages>;
-    constexpr int kTile = T::kTileBytes;
-    constexpr int D = kStages - 1;
-    extern __shared__ unsigned char smem_raw[];
-    const uint32_t raw = smem_addr(smem_raw);
-    const uint32_t smem = (raw + 1023) & ~1023u;
-    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-    const uint32_t q_tile = smem + kTile * wg;
-    auto k_tile = [&](int s) { return smem + kTile * (2 + s); };
-    auto v_tile = [&](int s) { return smem + kTile * (2 + kStages + s); };
-    const int n_kb = (p.len_k + p.block_k - 1) / p.block_k;
-    unsigned char* own = smem_raw + (smem - raw) + kTile * (2 + 2 * kStages);  // [2][n_kb]
-    int32_t* ulist = reinterpret_cast<int32_t*>(own + ((2 * n_kb + 15) & ~15));
-    __shared__ int s_union_count;
-
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int row0 = blockIdx.x * 128 + 64 * wg;
-    const bool has_rows = row0 < p.len_q;
-    const auto* q = static_cast<const __nv_bfloat16*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
-    const auto* k = static_cast<const __nv_bfloat16*>(p.k) + b * p.k_stride[0] + h * p.k_stride[1];
-    const auto* v = static_cast<const __nv_bfloat16*>(p.v) + b * p.v_stride[0] + h * p.v_stride[1];
-
-    // Ownership: own[w * n_kb + kb] = 1 when warpgroup w's list has key block kb.
+// Implementations 3 and 4: two warpgroups (256 threads) per 128 query rows share every loaded
+// K/V tile. Warpgroup w owns rows [128 x + 64 w, +64) and their query block's list; the CTA walks
+// the union of both lists (ascending key block, built in shared memory at the start), each
+// warpgroup computing only the tiles on its own list; K/V tiles are loaded by all 256 threads.
+// Same FLOPs as 64-row CTAs, fewer bytes: at block 128 both halves share one list (half the
+// loads), at block 64 the union of two neighbouring CSLA lists is ~0.54 of their sum.
+// Shared memory after the tiles: ownership bytes [2][n_kb] (16-byte padded), then the union's
+// length and entries (kb | owners << 28, bit 0 = warpgroup 0).
+//
+// Builds the union; every thread of the CTA calls it (it has barriers). Returns its length.
+__device__ __forceinline__ int pair_build_union(const AttentionParams& p, unsigned char* own,
+                                                int32_t* uhead, int n_kb, int wg, int tid,
+                                                bool has_rows, int row0) {
     for (int i = threadIdx.x; i < 2 * n_kb; i += 256) own[i] = 0;
     __syncthreads();
     if (has_rows) {
@@ -543,39 +525,88 @@ __global__ void __launch_bounds__(256, 1)
         }
     }
     __syncthreads();
-    if (threadIdx.x < 32) {  // compaction: ulist[j] = kb | owners << 28, ascending kb
+    if (threadIdx.x < 32) {  // one warp compacts, ascending kb
         const int lane = threadIdx.x;
         int base = 0;
         for (int kb0 = 0; kb0 < n_kb; kb0 += 32) {
             const int kb = kb0 + lane;
             const int m = kb < n_kb ? own[kb] | (own[n_kb + kb] << 1) : 0;
             const unsigned ballot = __ballot_sync(0xffffffffu, m != 0);
-            if (m != 0) ulist[base + __popc(ballot & ((1u << lane) - 1u))] = kb | (m << 28);
+            if (m != 0) uhead[1 + base + __popc(ballot & ((1u << lane) - 1u))] = kb | (m << 28);
             base += __popc(ballot);
         }
-        if (lane == 0) s_union_count = base;
+        if (lane == 0) uhead[0] = base;
     }
     __syncthreads();
-    const int tiles_per_block = p.block_k / 64;
-    const int n = s_union_count * tiles_per_block;
-    auto key0_of = [&](int i) {
-        return (ulist[i / tiles_per_block] & 0x0FFFFFFF) * p.block_k + (i % tiles_per_block) * 64;
-    };
-    auto mine = [&](int i) { return ((ulist[i / tiles_per_block] >> 28) >> wg) & 1; };
+    return uhead[0];
+}
+
+// Pointers and the union list of one pair CTA.
+template <int kHeadDim, int kStages>
+struct PairCta {
+    static constexpr int kTile = Sm90Traits<kHeadDim, kStages>::kTileBytes;
+    uint32_t smem, q_tile;
+    int wg, tid, row0, tiles_per_block, block_k, n;
+    bool has_rows;
+    const int32_t* ulist;
+    const __nv_bfloat16 *q, *k, *v;
+
+    __device__ __forceinline__ PairCta(const AttentionParams& p, unsigned char* smem_raw) {
+        const uint32_t raw = smem_addr(smem_raw);
+        smem = (raw + 1023) & ~1023u;
+        wg = threadIdx.x / 128;
+        tid = threadIdx.x % 128;
+        q_tile = smem + kTile * wg;
+        const int n_kb = (p.len_k + p.block_k - 1) / p.block_k;
+        unsigned char* own = smem_raw + (smem - raw) + kTile * (2 + 2 * kStages);
+        int32_t* uhead = reinterpret_cast<int32_t*>(own + ((2 * n_kb + 15) & ~15));
+        const int h = blockIdx.y, b = blockIdx.z;
+        row0 = blockIdx.x * 128 + 64 * wg;
+        has_rows = row0 < p.len_q;
+        q = static_cast<const __nv_bfloat16*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
+        k = static_cast<const __nv_bfloat16*>(p.k) + b * p.k_stride[0] + h * p.k_stride[1];
+        v = static_cast<const __nv_bfloat16*>(p.v) + b * p.v_stride[0] + h * p.v_stride[1];
+        tiles_per_block = p.block_k / 64;
+        block_k = p.block_k;
+        n = pair_build_union(p, own, uhead, n_kb, wg, tid, has_rows, row0) * tiles_per_block;
+        ulist = uhead + 1;
+    }
+    __device__ __forceinline__ uint32_t k_tile(int s) const { return smem + kTile * (2 + s); }
+    __device__ __forceinline__ uint32_t v_tile(int s) const {
+        return smem + kTile * (2 + kStages + s);
+    }
+    __device__ __forceinline__ int key0(int i) const {
+        return (ulist[i / tiles_per_block] & 0x0FFFFFFF) * block_k + (i % tiles_per_block) * 64;
+    }
+    // Uniform per warpgroup.
+    __device__ __forceinline__ bool mine(int i) const {
+        return ((ulist[i / tiles_per_block] >> 28) >> wg) & 1;
+    }
+};
+
+// Implementation 3: serial schedule per warpgroup (the two warpgroups interleave on the SM),
+// one cp.async group per tile (K and V), kStages - 1 tiles ahead.
+template <int kHeadDim, int kStages>
+__global__ void __launch_bounds__(256, 1)
+    csla_sm90_pair_kernel(const AttentionParams p, int v_desc_swap) {
+    constexpr int D = kStages - 1;
+    extern __shared__ unsigned char smem_raw[];
+    const PairCta<kHeadDim, kStages> c(p, smem_raw);
+    const int n = c.n;
 
     // cp.async groups: [Q0, Q1, tile 0], [tile 1], ..., one per tile (K and V), D ahead.
-    load_tile<kHeadDim>(q_tile, q, p.q_stride[2], row0, p.len_q, tid);
+    load_tile<kHeadDim>(c.q_tile, c.q, p.q_stride[2], c.row0, p.len_q, c.tid);
 #pragma unroll
     for (int j = 0; j < D; ++j) {
         if (j < n) {
-            const int key0 = key0_of(j);
-            load_tile<kHeadDim, 256>(k_tile(j), k, p.k_stride[2], key0, p.len_k, threadIdx.x);
-            load_tile<kHeadDim, 256>(v_tile(j), v, p.v_stride[2], key0, p.len_k, threadIdx.x);
+            const int key0 = c.key0(j);
+            load_tile<kHeadDim, 256>(c.k_tile(j), c.k, p.k_stride[2], key0, p.len_k, threadIdx.x);
+            load_tile<kHeadDim, 256>(c.v_tile(j), c.v, p.v_stride[2], key0, p.len_k, threadIdx.x);
         }
         cp_async_commit();
     }
 
-    const int t = tid % 4;
+    const int t = c.tid % 4;
     float o[kHeadDim / 2];
 #pragma unroll
     for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
@@ -587,24 +618,24 @@ __global__ void __launch_bounds__(256, 1)
         // at the end of the previous iteration).
         if (i + D < n) {
             const int pre = stage == 0 ? kStages - 1 : stage - 1;
-            const int key0 = key0_of(i + D);
-            load_tile<kHeadDim, 256>(k_tile(pre), k, p.k_stride[2], key0, p.len_k, threadIdx.x);
-            load_tile<kHeadDim, 256>(v_tile(pre), v, p.v_stride[2], key0, p.len_k, threadIdx.x);
+            const int key0 = c.key0(i + D);
+            load_tile<kHeadDim, 256>(c.k_tile(pre), c.k, p.k_stride[2], key0, p.len_k, threadIdx.x);
+            load_tile<kHeadDim, 256>(c.v_tile(pre), c.v, p.v_stride[2], key0, p.len_k, threadIdx.x);
         }
         cp_async_commit();
         cp_async_wait<D>();  // tile i (and the Q tiles) landed for this thread ...
         fence_async_shared();
         __syncthreads();  // ... and for every thread
-        if (mine(i)) {    // uniform per warpgroup
+        if (c.mine(i)) {
             float s[32];
             wgmma_fence();
-            issue_qk<kHeadDim>(s, q_tile, k_tile(stage));
+            issue_qk<kHeadDim>(s, c.q_tile, c.k_tile(stage));
             wgmma_commit();
             wgmma_wait<0>();
             fence_regs(s);
 
             float corr[2];
-            online_softmax(s, row_max, row_sum, corr, key0_of(i), p.len_k, p.scale_log2, t);
+            online_softmax(s, row_max, row_sum, corr, c.key0(i), p.len_k, p.scale_log2, t);
             rescale_o<kHeadDim>(o, corr);
             uint32_t pa[4][4];
             pack_p(s, pa);
@@ -612,7 +643,7 @@ __global__ void __launch_bounds__(256, 1)
             fence_regs(o);
             fence_regs(pa);
             wgmma_fence();
-            issue_pv<kHeadDim>(o, pa, v_tile(stage), v_desc_swap);
+            issue_pv<kHeadDim>(o, pa, c.v_tile(stage), v_desc_swap);
             wgmma_commit();
             wgmma_wait<0>();
             fence_regs(o);
@@ -621,15 +652,124 @@ __global__ void __launch_bounds__(256, 1)
         stage = stage + 1 == kStages ? 0 : stage + 1;
     }
     cp_async_wait<0>();
-    if (has_rows) store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0, tid);
+    if (c.has_rows) store_output<kHeadDim>(p, o, row_max, row_sum, blockIdx.z, blockIdx.y, c.row0, c.tid);
 }
 
-// Dynamic shared memory of implementation 3 for these inputs.
+// Implementation 4: as 3, with implementation 1's schedule inside each warpgroup: S_i is issued
+// together with the PV of the warpgroup's previous tile and the softmax of S_i runs while that PV
+// is on the tensor cores (in implementation 3 both warpgroups reach their softmax at the same
+// time, after the shared barrier, and the tensor cores idle). A warpgroup's pending PV is always
+// for union tile i - 1: issued in iteration i whether or not it owns tile i, so V stages are
+// recycled exactly as in implementation 1. cp.async groups as there: [Q, K0], [V0], [K1], [V1],
+// ...; iteration i commits K_{i+D} at its start and V_{i+D} at its end.
 template <int kHeadDim, int kStages>
-__host__ __device__ inline int pair_smem_bytes(const AttentionParams& p) {
-    const int n_kb = (p.len_k + p.block_k - 1) / p.block_k;
-    return Sm90Traits<kHeadDim, kStages>::kTileBytes * (2 + 2 * kStages) + 1024 +
-           ((2 * n_kb + 15) & ~15) + 4 * n_kb;
+__global__ void __launch_bounds__(256, 1)
+    csla_sm90_pair_overlap_kernel(const AttentionParams p, int v_desc_swap) {
+    constexpr int D = kStages - 1;
+    extern __shared__ unsigned char smem_raw[];
+    const PairCta<kHeadDim, kStages> c(p, smem_raw);
+    const int n = c.n;
+
+    load_tile<kHeadDim>(c.q_tile, c.q, p.q_stride[2], c.row0, p.len_q, c.tid);
+#pragma unroll
+    for (int j = 0; j < D; ++j) {
+        if (j < n) load_tile<kHeadDim, 256>(c.k_tile(j), c.k, p.k_stride[2], c.key0(j), p.len_k, threadIdx.x);
+        cp_async_commit();
+        if (j < n) load_tile<kHeadDim, 256>(c.v_tile(j), c.v, p.v_stride[2], c.key0(j), p.len_k, threadIdx.x);
+        cp_async_commit();
+    }
+
+    const int t = c.tid % 4;
+    float o[kHeadDim / 2];
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) pa[i][j] = 0u;
+    bool pending = false;  // pa holds P of union tile i - 1, its PV not yet issued
+
+    int stage = 0;  // i % kStages
+    for (int i = 0; i < n; ++i) {
+        const int prev = stage == 0 ? kStages - 1 : stage - 1;  // (i - 1) % kStages = (i + D) % kStages
+        cp_async_wait<2 * D - 1>();                             // K_i and V_{i-1} have landed
+        fence_async_shared();
+        __syncthreads();  // ... for every thread; every S_{i-1} is done with K[prev]
+        if (i + D < n)
+            load_tile<kHeadDim, 256>(c.k_tile(prev), c.k, p.k_stride[2], c.key0(i + D), p.len_k, threadIdx.x);
+        cp_async_commit();
+
+        const bool own_i = c.mine(i);
+        if (own_i && pending) {
+            float s[32];
+            fence_regs(o);
+            fence_regs(pa);
+            wgmma_fence();
+            issue_qk<kHeadDim>(s, c.q_tile, c.k_tile(stage));
+            wgmma_commit();
+            issue_pv<kHeadDim>(o, pa, c.v_tile(prev), v_desc_swap);
+            wgmma_commit();
+            wgmma_wait<1>();  // S_i done, PV_{i-1} may still run
+            fence_regs(s);
+            float corr[2];
+            online_softmax(s, row_max, row_sum, corr, c.key0(i), p.len_k, p.scale_log2, t);
+            fence_regs(s);
+            fence_regs(row_sum);
+            if ((__float_as_uint(row_sum[0]) & __float_as_uint(row_sum[1])) == 0xFFFFFFFFu)
+                asm volatile("nanosleep.u32 0;");
+            wgmma_wait<0>();  // PV_{i-1} done: O and the P registers are free
+            fence_regs(o);
+            fence_regs(pa);
+            rescale_o<kHeadDim>(o, corr);
+            pack_p(s, pa);
+        } else if (own_i) {
+            float s[32];
+            fence_regs(o);
+            fence_regs(pa);
+            wgmma_fence();
+            issue_qk<kHeadDim>(s, c.q_tile, c.k_tile(stage));
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(s);
+            float corr[2];
+            online_softmax(s, row_max, row_sum, corr, c.key0(i), p.len_k, p.scale_log2, t);
+            fence_regs(o);
+            fence_regs(pa);
+            rescale_o<kHeadDim>(o, corr);
+            pack_p(s, pa);
+        } else if (pending) {
+            fence_regs(o);
+            fence_regs(pa);
+            wgmma_fence();
+            issue_pv<kHeadDim>(o, pa, c.v_tile(prev), v_desc_swap);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(o);
+        }
+        pending = own_i;
+
+        __syncthreads();  // both warpgroups are past PV_{i-1}: V[prev] may be reloaded
+        if (i + D < n)
+            load_tile<kHeadDim, 256>(c.v_tile(prev), c.v, p.v_stride[2], c.key0(i + D), p.len_k, threadIdx.x);
+        cp_async_commit();
+        stage = stage + 1 == kStages ? 0 : stage + 1;
+    }
+    cp_async_wait<0>();
+    fence_async_shared();
+    __syncthreads();
+    if (pending) {
+        const int last = stage == 0 ? kStages - 1 : stage - 1;  // (n - 1) % kStages
+        fence_regs(o);
+        fence_regs(pa);
+        wgmma_fence();
+        issue_pv<kHeadDim>(o, pa, c.v_tile(last), v_desc_swap);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
+    }
+    if (c.has_rows) store_output<kHeadDim>(p, o, row_max, row_sum, blockIdx.z, blockIdx.y, c.row0, c.tid);
 }
 #else
 template <int kHeadDim>
@@ -639,12 +779,16 @@ __global__ void csla_sm90_overlap_kernel(const AttentionParams, int) {}
 template <int kHeadDim, int kStages>
 __global__ void csla_sm90_pair_kernel(const AttentionParams, int) {}
 template <int kHeadDim, int kStages>
+__global__ void csla_sm90_pair_overlap_kernel(const AttentionParams, int) {}
+#endif
+
+// Dynamic shared memory of implementations 3 and 4 for these inputs (see PairCta).
+template <int kHeadDim, int kStages>
 inline int pair_smem_bytes(const AttentionParams& p) {
     const int n_kb = (p.len_k + p.block_k - 1) / p.block_k;
     return Sm90Traits<kHeadDim, kStages>::kTileBytes * (2 + 2 * kStages) + 1024 +
-           ((2 * n_kb + 15) & ~15) + 4 * n_kb;
+           ((2 * n_kb + 15) & ~15) + 4 * (n_kb + 1);
 }
-#endif
 
 // The shared-memory opt-in is set once per kernel (as the sm_80 kernels do).
 template <auto Kernel, int kSmemBytes>
@@ -657,13 +801,30 @@ cudaError_t launch_kernel(const AttentionParams& p, int v_desc_swap, cudaStream_
     return cudaGetLastError();
 }
 
-// Implementation 3's launch: 128 rows per CTA, shared memory sized by the key-block count
-// (opt-in limit set once to the device maximum); falls back to implementation 1 when too large.
-template <int kHeadDim>
-cudaError_t launch_pair(const AttentionParams& p, int v_desc_swap, cudaStream_t stream);
+// Implementations 3 and 4: 128 rows per CTA, shared memory sized by the key-block count. The
+// opt-in is raised to the largest size launched so far (asking for the device maximum fails
+// when the kernel has any static shared memory: the limit counts both). Inputs too large for
+// one CTA's shared memory run implementation 1 instead.
+template <auto Kernel, int kHeadDim, int kStages>
+cudaError_t launch_pair(const AttentionParams& p, int v_desc_swap, cudaStream_t stream) {
+    static std::atomic<int> allowed{48 * 1024};
+    const int bytes = pair_smem_bytes<kHeadDim, kStages>(p);
+    if (bytes > allowed.load()) {
+        if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) !=
+            cudaSuccess) {
+            (void)cudaGetLastError();
+            return launch_kernel<csla_sm90_overlap_kernel<kHeadDim, 2>,
+                                 Sm90Traits<kHeadDim, 2>::kSmemBytes>(p, v_desc_swap, stream);
+        }
+        allowed.store(bytes);
+    }
+    const dim3 grid((p.len_q + 127) / 128, p.heads, p.batch);
+    Kernel<<<grid, 256, bytes, stream>>>(p, v_desc_swap);
+    return cudaGetLastError();
+}
 
 // impl: 0 serial, 1 overlapped with 2 stages, 2 overlapped with 3 stages, 3 two warpgroups per
-// 128 rows over the union of their lists (3 stages).
+// 128 rows over the union of their lists (serial, 3 stages), 4 as 3 with 1's overlap.
 template <int kHeadDim>
 cudaError_t launch_csla_sm90(const AttentionParams& p, int impl, int v_desc_swap,
                              cudaStream_t stream) {
@@ -678,26 +839,14 @@ cudaError_t launch_csla_sm90(const AttentionParams& p, int impl, int v_desc_swap
             return launch_kernel<csla_sm90_overlap_kernel<kHeadDim, 3>,
                                  Sm90Traits<kHeadDim, 3>::kSmemBytes>(p, v_desc_swap, stream);
         case 3:
-            return launch_pair<kHeadDim>(p, v_desc_swap, stream);
+            return launch_pair<csla_sm90_pair_kernel<kHeadDim, 3>, kHeadDim, 3>(p, v_desc_swap,
+                                                                               stream);
+        case 4:
+            return launch_pair<csla_sm90_pair_overlap_kernel<kHeadDim, 3>, kHeadDim, 3>(
+                p, v_desc_swap, stream);
         default:
             return cudaErrorInvalidValue;
     }
-}
-
-template <int kHeadDim>
-cudaError_t launch_pair(const AttentionParams& p, int v_desc_swap, cudaStream_t stream) {
-    constexpr int kLimit = 227 * 1024;
-    const auto kernel = csla_sm90_pair_kernel<kHeadDim, 3>;
-    static const cudaError_t attr_err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kLimit);
-    if (attr_err != cudaSuccess) return attr_err;
-    const int bytes = pair_smem_bytes<kHeadDim, 3>(p);
-    if (bytes > kLimit)
-        return launch_kernel<csla_sm90_overlap_kernel<kHeadDim, 2>,
-                             Sm90Traits<kHeadDim, 2>::kSmemBytes>(p, v_desc_swap, stream);
-    const dim3 grid((p.len_q + 127) / 128, p.heads, p.batch);
-    kernel<<<grid, 256, bytes, stream>>>(p, v_desc_swap);
-    return cudaGetLastError();
 }
 
 }  // namespace varscope::kernels::cuda::sm90
