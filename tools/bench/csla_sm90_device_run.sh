@@ -53,7 +53,7 @@ done
 echo "sm90 implementations left out of the bench (test not passed): ${SKIP:-none}"
 stamp sm90-tested
 if [ "${SKIP_OTHER_TESTS:-0}" != 1 ]; then
-  timeout 240 $T --gtest_filter='-*KernelsCslaSm90*' > "$OUT/gpu_tests_all.log" 2>&1
+  timeout 120 $T --gtest_filter='-*KernelsCslaSm90*' > "$OUT/gpu_tests_all.log" 2>&1
   echo "all other GPU tests rc=$?"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[       OK|tests? from .* ran" "$OUT/gpu_tests_all.log" | head -60
   stamp tested
