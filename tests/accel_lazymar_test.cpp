@@ -332,3 +332,48 @@ TEST(LazyMar, PlannedFlopsEqualWhatTheRunCounts) {
         }
     }
 }
+
+// The counter is told the run's head condition-cache period (its hooks cannot see the head):
+// it must then count the conditional half only on the non-refresh diffusion steps, as the plan.
+TEST(LazyMar, CounterCountsTheHeadConditionCache) {
+    auto pipe = tiny_mar();
+    const auto& c = pipe.config();
+    const int64_t steps = pipe.sampler().diffusion().schedule().num_steps();
+    ASSERT_EQ(steps, 8);
+    for (int64_t period : {0, 1, 3, 5, 100}) {
+        auto cfg = lazy(true, true);
+        cfg.head_cfg_period = period;
+        SCOPED_TRACE("head period " + std::to_string(period));
+        auto opt = options(3.0);
+        opt.head_cfg_cache_period = lazymar_head_period(cfg);
+        auto counter = std::make_shared<MarFlopCounter>(c, steps, opt.head_cfg_cache_period);
+        auto chain = chain_with_counter(counter, make_lazymar(cfg, c, nullptr));
+        const auto r = pipe.generate(opt, chain.get());
+        const auto counted = counter->flops(r.attention_flops);
+        const auto planned = lazymar_planned_flops(c, cfg, 8, 2, 3.0, steps);
+        EXPECT_DOUBLE_EQ(planned.diffusion, counted.diffusion);
+        // By hand: full steps i = 7 and i % period == 0 run 2 rows per token, the others 1.
+        int64_t full = 0;
+        for (int64_t i = 0; i < steps; ++i)
+            full += (period <= 0 || i == steps - 1 || i % period == 0) ? 1 : 0;
+        const double w = double(c.diffloss_w), D = double(c.token_embed_dim());
+        const double per_row_step = D * w + double(c.diffloss_d) * 5.0 * w * w + 2.0 * w * w +
+                                    2.0 * w * D;
+        const double cond = double(c.decoder_embed_dim) * w;
+        const int64_t tokens = 2 * c.seq_len();  // every token of both images is decoded once
+        const double expect =
+            2.0 * double(tokens) *
+            (per_row_step * double(2 * full + (steps - full)) + 2.0 * cond);
+        EXPECT_DOUBLE_EQ(counted.diffusion, expect);
+        if (period == 3) {
+            EXPECT_LT(counted.diffusion, mar_head_flops(c, tokens, true, steps, 0));
+        }
+    }
+    // Without guidance the period changes nothing.
+    auto counter = std::make_shared<MarFlopCounter>(c, steps, 3);
+    auto chain = chain_with_counter(counter, nullptr);
+    auto opt = options(1.0);
+    const auto r = pipe.generate(opt, chain.get());
+    EXPECT_DOUBLE_EQ(counter->flops(r.attention_flops).diffusion,
+                     mar_diffusion_flops(c, 2 * c.seq_len(), steps));
+}

@@ -100,7 +100,8 @@ int run(CompareMarArgs& a) {
 
     const int64_t diffusion_steps = pipe.sampler().diffusion().schedule().num_steps();
     auto base_counter = std::make_shared<MarFlopCounter>(c, diffusion_steps);
-    auto fast_counter = std::make_shared<MarFlopCounter>(c, diffusion_steps);
+    auto fast_counter =
+        std::make_shared<MarFlopCounter>(c, diffusion_steps, fast_opt.head_cfg_cache_period);
     auto base_hooks = chain_with_counter(base_counter, nullptr);
     auto fast_hooks = chain_with_counter(fast_counter, lazy.chain);
 
@@ -120,14 +121,6 @@ int run(CompareMarArgs& a) {
             s->flops = counter->flops(s->last.attention_flops);
         }
     }
-    // MarFlopCounter counts both CFG halves of the head at every diffusion step; with the head
-    // condition cache the step plan has the head's share (it depends on the plan alone).
-    if (fast_opt.head_cfg_cache_period > 0)
-        fast.flops.diffusion = lazymar_planned_flops(c, accel.lazymar, fast_opt.num_iter,
-                                                     fast.last.labels.size(0), fast_opt.cfg,
-                                                     diffusion_steps)
-                                   .diffusion;
-
     const bool images = base.last.images.defined() && fast.last.images.defined();
     at::Tensor ib = base.last.images, ia = fast.last.images;
     if (!images) std::tie(ib, ia) = latents_as_images(base.last.latents, fast.last.latents);

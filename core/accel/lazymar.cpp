@@ -440,19 +440,7 @@ MarFlops lazymar_planned_flops(const MarConfig& m, const LazyMarConfig& cfg, int
         for (int64_t l = 0; l < m.decoder_depth; ++l)
             block(Cd, R, tokens && l > cfg.similarity_layer ? dec_q : n, n);
         const int64_t sampled = batch * p.decoded();
-        const int64_t period = lazymar_head_period(cfg);
-        if (guided && period > 0) {
-            int64_t full = 0;
-            for (int64_t i = 0; i < diffusion_steps; ++i)
-                full += DiffusionSampler::full_cfg_step(i, diffusion_steps, period) ? 1 : 0;
-            // Full steps: both halves; the rest the conditional half only (the condition
-            // embedding of both halves is counted once per row by the full steps' term).
-            f.diffusion += mar_diffusion_flops(m, 2 * sampled, full) +
-                           mar_diffusion_flops(m, sampled, diffusion_steps - full) -
-                           mar_diffusion_flops(m, sampled, 0);
-        } else {
-            f.diffusion += mar_diffusion_flops(m, guided ? 2 * sampled : sampled, diffusion_steps);
-        }
+        f.diffusion += mar_head_flops(m, sampled, guided, diffusion_steps, lazymar_head_period(cfg));
     }
     return f;
 }

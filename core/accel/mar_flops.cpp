@@ -1,5 +1,7 @@
 #include "core/accel/mar_flops.h"
 
+#include "core/sampling/gaussian_diffusion.h"
+
 namespace varscope {
 
 nlohmann::json MarFlops::to_json() const {
@@ -22,6 +24,19 @@ double mar_diffusion_flops(const MarConfig& c, int64_t rows, int64_t steps) {
     return 2.0 * double(rows) * (double(steps) * per_step + cz * w);
 }
 
+double mar_head_flops(const MarConfig& c, int64_t tokens, bool guided, int64_t steps,
+                      int64_t cfg_cache_period) {
+    if (!guided) return mar_diffusion_flops(c, tokens, steps);
+    if (cfg_cache_period <= 0) return mar_diffusion_flops(c, 2 * tokens, steps);
+    int64_t full = 0;
+    for (int64_t i = 0; i < steps; ++i)
+        full += DiffusionSampler::full_cfg_step(i, steps, cfg_cache_period) ? 1 : 0;
+    // Full steps: both halves; the rest the conditional half only (the condition embedding of
+    // both halves is counted once per row by the full steps' term).
+    return mar_diffusion_flops(c, 2 * tokens, full) +
+           mar_diffusion_flops(c, tokens, steps - full) - mar_diffusion_flops(c, tokens, 0);
+}
+
 void MarFlopCounter::on_keys_values(const MarBlockContext& ctx, const at::Tensor&, at::Tensor& k,
                                     at::Tensor&) {
     const int64_t dim =
@@ -32,7 +47,7 @@ void MarFlopCounter::on_keys_values(const MarBlockContext& ctx, const at::Tensor
 void MarFlopCounter::on_step_end(const MarStepContext& ctx, const at::Tensor& sampled,
                                  const at::Tensor&) {
     const int64_t tokens = sampled.size(0) * sampled.size(1);
-    diffusion_ += mar_diffusion_flops(config_, ctx.cfg ? 2 * tokens : tokens, diffusion_steps_);
+    diffusion_ += mar_head_flops(config_, tokens, ctx.cfg, diffusion_steps_, head_period_);
 }
 
 MarFlops MarFlopCounter::flops(double attention_flops) const {

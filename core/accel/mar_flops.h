@@ -25,13 +25,20 @@ struct MarFlops {
 double mar_block_linear_flops(const MarConfig& c, int64_t dim, int64_t rows);
 // DiffLoss FLOPs of sampling `rows` conditions (2x the tokens with CFG) over `steps` steps.
 double mar_diffusion_flops(const MarConfig& c, int64_t rows, int64_t steps);
+// DiffLoss FLOPs of sampling `tokens` tokens, with or without guidance, under the head-side
+// condition cache (cfg_cache_period > 0 with guidance: only the full steps of
+// DiffusionSampler::full_cfg_step run both CFG halves, the others the conditional half).
+double mar_head_flops(const MarConfig& c, int64_t tokens, bool guided, int64_t steps,
+                      int64_t cfg_cache_period);
 
 // Counts the rows each block computes through on_keys_values, so it must come FIRST in a chain
 // (before policies that replace the keys by full cached sets). Answers nothing itself.
+// head_cfg_cache_period: the run's MarSampleOptions::head_cfg_cache_period (the head then runs
+// the conditional half only on most diffusion steps; the hooks cannot see that, so it is given).
 class MarFlopCounter : public MarSamplingHooks {
   public:
-    MarFlopCounter(const MarConfig& c, int64_t diffusion_steps)
-        : config_(c), diffusion_steps_(diffusion_steps) {}
+    MarFlopCounter(const MarConfig& c, int64_t diffusion_steps, int64_t head_cfg_cache_period = 0)
+        : config_(c), diffusion_steps_(diffusion_steps), head_period_(head_cfg_cache_period) {}
     void on_keys_values(const MarBlockContext& ctx, const at::Tensor& rows, at::Tensor& k,
                         at::Tensor& v) override;
     void on_step_end(const MarStepContext& ctx, const at::Tensor& sampled,
@@ -43,6 +50,7 @@ class MarFlopCounter : public MarSamplingHooks {
   private:
     MarConfig config_;
     int64_t diffusion_steps_;
+    int64_t head_period_;
     double linear_ = 0.0, diffusion_ = 0.0;
 };
 
