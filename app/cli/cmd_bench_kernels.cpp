@@ -208,10 +208,11 @@ int run_attention(const BenchOptions& o) {
             // The sm_90a wgmma kernel (variant 3, the default; variant 1 off Hopper) as the
             // dispatch picks it, then each of its implementations (VARSCOPE_SM90_IMPL: 0 serial,
             // 1 overlapped, 2 overlapped with 3 stages, 3 two warpgroups per 128 rows sharing
-            // K/V, 4 as 3 with 1's overlap); outputs kept for the error check below.
+            // K/V, 4 as 3 with 1's overlap, 5 as 3 with 128-key steps, 6 as 0 with one K/V
+            // buffer); outputs kept for the error check below.
             // VARSCOPE_BENCH_SM90_SKIP lists implementations not to run (e.g. "3,4": ones whose
             // GPU test failed on this device).
-            constexpr int kImpls = 5;
+            constexpr int kImpls = 7;
             const char* skip_env = std::getenv("VARSCOPE_BENCH_SM90_SKIP");
             const std::string skip = skip_env != nullptr ? skip_env : "";
             vk::set_attention_kernel_variant(3);
@@ -274,6 +275,10 @@ int run_attention(const BenchOptions& o) {
             r["rel_error_sm90_pair"] = err_sm90s[3];
             r["ours_sm90_pair_overlap"] = sm90[4];
             r["rel_error_sm90_pair_overlap"] = err_sm90s[4];
+            r["ours_sm90_pair_wide"] = sm90[5];
+            r["rel_error_sm90_pair_wide"] = err_sm90s[5];
+            r["ours_sm90_single"] = sm90[6];
+            r["rel_error_sm90_single"] = err_sm90s[6];
             r["ours_sm90_impl1"] = sm90[1];
             r["rel_error_sm90_impl1"] = err_sm90s[1];
             r["sm90_tflops"] = flops / (ms_of(ours_sm90) * 1e-3) / 1e12;
@@ -304,8 +309,8 @@ int run_attention(const BenchOptions& o) {
                 fmt(flops / (t * 1e-3) / 1e12, "%.0f").c_str(), err);
             static const char* const kImplNames[kImpls + 1] = {
                 "sm90-serial", "sm90-overlap", "sm90-3stage", "sm90-pair", "sm90-pair-ovl",
-                "sm90-default"};
-            for (const int row : {kImpls, 0, 1, 2, 3, 4}) {  // the default first
+                "sm90-pair-wide", "sm90-single", "sm90-default"};
+            for (const int row : {kImpls, 0, 1, 2, 3, 4, 5, 6}) {  // the default first
                 const double ts = ms_of(row == kImpls ? ours_sm90 : sm90[row]);
                 const double e = row == kImpls ? err_sm90 : err_sm90s[row];
                 std::printf(

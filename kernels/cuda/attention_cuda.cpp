@@ -14,7 +14,8 @@ namespace varscope::kernels::cuda {
 cudaError_t probe_kernel_image();  // kernel_probe.cu
 // Hopper wgmma kernels for CSLA (csla_attention_sm90_d*.cu): BlockSparse + Output, bf16 only
 // (attention variant 3, the default). impl: 0 serial, 1 overlapped 2 stages (default), 2
-// overlapped 3 stages, 3 two warpgroups per 128 rows sharing K/V, 4 as 3 with 1's overlap.
+// overlapped 3 stages, 3 two warpgroups per 128 rows sharing K/V, 4 as 3 with 1's overlap, 5 as
+// 3 with 128-key steps, 6 as 0 with one K/V buffer (see csla_attention_sm90.cuh).
 cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, int v_desc_swap,
                                       cudaStream_t);
 cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, int v_desc_swap,
@@ -78,13 +79,13 @@ void launch(const AttentionParams& p_in, const at::Tensor& q, TileMode mode, Epi
     cudaError_t err = cudaErrorNotSupported;
     AttentionParams p = p_in;
     if (use_sm90(p, q, mode, epi)) {
-        // Device-side experiments only: VARSCOPE_SM90_IMPL picks the implementation (0-4),
+        // Device-side experiments only: VARSCOPE_SM90_IMPL picks the implementation (0-6),
         // VARSCOPE_SM90_VDESC_SWAP=1 swaps V's descriptor strides (expected wrong: a check).
         const char* env = std::getenv("VARSCOPE_SM90_VDESC_SWAP");
         const int swap = env != nullptr && env[0] == '1' ? 1 : 0;
         const char* impl_env = std::getenv("VARSCOPE_SM90_IMPL");
         const int impl =
-            impl_env != nullptr && impl_env[0] >= '0' && impl_env[0] <= '4' ? impl_env[0] - '0' : 1;
+            impl_env != nullptr && impl_env[0] >= '0' && impl_env[0] <= '6' ? impl_env[0] - '0' : 1;
         err = d == 64 ? launch_csla_sm90_d64_bf16(p, impl, swap, stream)
                       : launch_csla_sm90_d128_bf16(p, impl, swap, stream);
         check_cuda(err, "sm90 attention kernel launch");

@@ -13,6 +13,8 @@
 //      2: 3 stages).
 // and two warpgroups per 128 query rows sharing each loaded K/V tile (fewer L2 -> SM bytes):
 //   3: serial per warpgroup, 3 stages.  4: as 3 with 1's overlap inside each warpgroup.
+//   5: as 3 with 128-key steps (two union tiles per step), 2 stages.
+// and 6: as 0 with a single K/V buffer, three 64-row CTAs per SM.
 //
 // Descriptor orientation for V (B operand, MN-major): CUTLASS's canonical 128B-swizzle MN-major
 // layout ((64 elems, n panels), (8 rows, k groups)) puts the panel stride in LBO and the 8-row
@@ -771,6 +773,258 @@ __global__ void __launch_bounds__(256, 1)
     }
     if (c.has_rows) store_output<kHeadDim>(p, o, row_max, row_sum, blockIdx.z, blockIdx.y, c.row0, c.tid);
 }
+// Implementation 5: implementation 3 with 128-key steps. Each step takes two consecutive union
+// tiles (keys of both in one 128-row K and V layout), so S is one m64n128 product per k-step and
+// PV has 8 k-steps: half the steps, and with them half the per-step barriers, waits and
+// reductions, for the same tensor work plus the halves a warpgroup does not own (masked: their
+// scores are -inf, so their P is 0). 2 stages (Q 2 x 16 KiB + 2 x (K, V) x 32 KiB at d128).
+// Measured first: halving the bytes (3) and overlapping the softmax with PV (4) did not help,
+// every implementation took about the same time per step.
+__device__ __forceinline__ void wgmma_ss_m64n128(float (&d)[64], uint64_t da, uint64_t db, int zero_init) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(zero_init ? 0 : 1));
+}
+
+// Wide (128-row) tiles: panels of 64 columns x 128 rows x 128 bytes (16 KiB), same swizzle.
+__device__ __forceinline__ uint32_t swizzled_offset_wide(int r, int c) {
+    const int panel = c >> 3, chunk = c & 7;
+    return panel * 128 * 128 + r * 128 + ((chunk ^ (r & 7)) << 4);
+}
+
+// Loads rows [row0, row0 + 64) into rows [64 half, +64) of a wide tile (zero-filled past len,
+// and wholly when !use), all 256 threads.
+template <int kHeadDim>
+__device__ __forceinline__ void load_half_wide(uint32_t tile, const __nv_bfloat16* base,
+                                               int64_t stride, int row0, int len, int half,
+                                               bool use) {
+    constexpr int kChunks = kHeadDim / 8, kTotal = 64 * kChunks;
+#pragma unroll
+    for (int i = threadIdx.x; i < kTotal; i += 256) {
+        const int r = i / kChunks, c = i % kChunks;
+        const int row = row0 + r;
+        const bool valid = use && row < len;
+        const __nv_bfloat16* src = base + static_cast<int64_t>(valid ? row : 0) * stride + c * 8;
+        cp_async_16(tile + swizzled_offset_wide(64 * half + r, c), src, valid);
+    }
+}
+
+template <int kHeadDim>
+__device__ __forceinline__ void issue_qk_wide(float (&s)[64], uint32_t q_tile, uint32_t k_tile) {
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        const uint32_t q_off = (ks >> 2) * (64 * 128) + (ks & 3) * 32;
+        const uint32_t k_off = (ks >> 2) * (128 * 128) + (ks & 3) * 32;
+        wgmma_ss_m64n128(s, smem_desc(q_tile + q_off, 16, 1024),
+                         smem_desc(k_tile + k_off, 16, 1024), ks == 0);
+    }
+}
+
+// O += P V over 128 keys: 8 k-steps of 16 keys (2 KiB each); head-dim panels 16 KiB apart.
+template <int kHeadDim>
+__device__ __forceinline__ void issue_pv_wide(float (&o)[kHeadDim / 2], const uint32_t (&pa)[8][4],
+                                              uint32_t v_tile) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+        const uint64_t db = smem_desc(v_tile + kk * 2048, 128 * 128, 1024);
+        if constexpr (kHeadDim == 128)
+            wgmma_rs_m64n128_tb(o, pa[kk], db);
+        else
+            wgmma_rs_m64n64_tb(o, pa[kk], db);
+    }
+}
+
+// online_softmax over 128 columns: half h (columns 64 h ..) holds keys key0[h] ..; a half not
+// used by this warpgroup is masked whole.
+__device__ __forceinline__ void online_softmax_wide(float (&s)[64], float (&row_max)[2],
+                                                    float (&row_sum)[2], float (&corr)[2],
+                                                    const int (&key0)[2], const bool (&use)[2],
+                                                    int len_k, float sl2, int t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        if (!use[h] || key0[h] + 64 > len_k) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (!use[h] || key0[h] + 8 * j + 2 * t + (e & 1) >= len_k)
+                        s[32 * h + 4 * j + e] = -INFINITY;
+        }
+    }
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        tile_max[0] = fmaxf(tile_max[0], fmaxf(s[4 * j + 0], s[4 * j + 1]));
+        tile_max[1] = fmaxf(tile_max[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+    float neg_base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 1));
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 2));
+        const float m_new = fmaxf(row_max[r], tile_max[r]);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        corr[r] = fast_exp2((row_max[r] - m_use) * sl2);
+        row_max[r] = m_new;
+        row_sum[r] *= corr[r];
+        neg_base[r] = -m_use * sl2;
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float x = fast_exp2(fmaf(s[4 * j + e], sl2, neg_base[e >> 1]));
+            s[4 * j + e] = x;
+            row_sum[e >> 1] += x;
+        }
+    }
+}
+
+__device__ __forceinline__ void pack_p_wide(const float (&s)[64], uint32_t (&pa)[8][4]) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        pa[j >> 1][(j & 1) * 2 + 0] = pack_bf16(s[4 * j + 0], s[4 * j + 1]);
+        pa[j >> 1][(j & 1) * 2 + 1] = pack_bf16(s[4 * j + 2], s[4 * j + 3]);
+    }
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(256, 1)
+    csla_sm90_pair_wide_kernel(const AttentionParams p, int /*v_desc_swap*/) {
+    constexpr int kStages = 2;
+    constexpr int kWide = 2 * Sm90Traits<kHeadDim, 1>::kTileBytes;  // 128 rows
+    extern __shared__ unsigned char smem_raw[];
+    // PairCta's layout with "stages" counted in 64-row tiles: 2 Q tiles + 2 stages x (K, V) of
+    // two tiles each = 2 + 2 x 4 tiles, i.e. PairCta<kHeadDim, 4>.
+    const PairCta<kHeadDim, 2 * kStages> c(p, smem_raw);
+    auto k_wide = [&](int st) { return c.smem + 2 * (kWide / 2) + st * 2 * kWide; };
+    auto v_wide = [&](int st) { return c.smem + 2 * (kWide / 2) + st * 2 * kWide + kWide; };
+    const int n = c.n, steps = (n + 1) / 2;
+
+    auto load_step = [&](int j, int st) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int i = 2 * j + h;
+            const bool use = i < n;
+            const int key0 = use ? c.key0(i) : 0;
+            load_half_wide<kHeadDim>(k_wide(st), c.k, p.k_stride[2], key0, p.len_k, h, use);
+            load_half_wide<kHeadDim>(v_wide(st), c.v, p.v_stride[2], key0, p.len_k, h, use);
+        }
+    };
+    // cp.async groups: [Q, step 0], [step 1], ...: one per step, one step ahead.
+    load_tile<kHeadDim>(c.q_tile, c.q, p.q_stride[2], c.row0, p.len_q, c.tid);
+    if (steps > 0) load_step(0, 0);
+    cp_async_commit();
+
+    const int t = c.tid % 4;
+    float o[kHeadDim / 2];
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+
+    for (int j = 0; j < steps; ++j) {
+        const int st = j & 1;
+        if (j + 1 < steps) load_step(j + 1, st ^ 1);  // its stage was freed by step j - 1's barrier
+        cp_async_commit();
+        cp_async_wait<1>();
+        fence_async_shared();
+        __syncthreads();
+        const bool use[2] = {c.mine(2 * j), 2 * j + 1 < n && c.mine(2 * j + 1)};
+        if (use[0] || use[1]) {  // uniform per warpgroup
+            const int key0[2] = {c.key0(2 * j), 2 * j + 1 < n ? c.key0(2 * j + 1) : 0};
+            float s[64];
+            wgmma_fence();
+            issue_qk_wide<kHeadDim>(s, c.q_tile, k_wide(st));
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(s);
+
+            float corr[2];
+            online_softmax_wide(s, row_max, row_sum, corr, key0, use, p.len_k, p.scale_log2, t);
+            rescale_o<kHeadDim>(o, corr);
+            uint32_t pa[8][4];
+            pack_p_wide(s, pa);
+
+            fence_regs(o);
+            fence_regs(pa);
+            wgmma_fence();
+            issue_pv_wide<kHeadDim>(o, pa, v_wide(st));
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(o);
+        }
+        __syncthreads();  // both warpgroups are done with this stage
+    }
+    cp_async_wait<0>();
+    if (c.has_rows) store_output<kHeadDim>(p, o, row_max, row_sum, blockIdx.z, blockIdx.y, c.row0, c.tid);
+}
+// Implementation 6: implementation 0 with a single K/V buffer (49 KiB at d128), so three CTAs
+// (12 warps) share an SM instead of two: tests whether the per-step latency, not the SM's
+// throughput, bounds the 64-row kernels. V_i's load overlaps S_i and its softmax.
+template <int kHeadDim>
+__global__ void __launch_bounds__(128, 3)
+    csla_sm90_single_kernel(const AttentionParams p, int v_desc_swap) {
+    using T = Sm90Traits<kHeadDim, 1>;
+    constexpr int kTile = T::kTileBytes;
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
+    const uint32_t q_tile = smem, k_tile = smem + kTile, v_tile = smem + 2 * kTile;
+    const int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int row0 = qt * T::kRows;
+    const auto* q = static_cast<const __nv_bfloat16*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
+    const auto* k = static_cast<const __nv_bfloat16*>(p.k) + b * p.k_stride[0] + h * p.k_stride[1];
+    const auto* v = static_cast<const __nv_bfloat16*>(p.v) + b * p.v_stride[0] + h * p.v_stride[1];
+    const TileList tl = tile_list(p, row0);
+    const int n_tiles = tl.n_tiles;
+
+    load_tile<kHeadDim>(q_tile, q, p.q_stride[2], row0, p.len_q);
+    cp_async_commit();
+    const int t = threadIdx.x % 4;
+    float o[kHeadDim / 2];
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+    int key_next = n_tiles > 0 ? tl.key0(0) : 0;
+    for (int i = 0; i < n_tiles; ++i) {
+        const int key0 = key_next;
+        load_tile<kHeadDim>(k_tile, k, p.k_stride[2], key0, p.len_k);
+        cp_async_commit();
+        load_tile<kHeadDim>(v_tile, v, p.v_stride[2], key0, p.len_k);
+        cp_async_commit();
+        if (i + 1 < n_tiles) key_next = tl.key0(i + 1);
+        cp_async_wait<1>();  // Q and K_i
+        fence_async_shared();
+        __syncthreads();
+
+        float s[32];
+        wgmma_fence();
+        issue_qk<kHeadDim>(s, q_tile, k_tile);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(s);
+        float corr[2];
+        online_softmax(s, row_max, row_sum, corr, key0, p.len_k, p.scale_log2, t);
+        rescale_o<kHeadDim>(o, corr);
+        uint32_t pa[4][4];
+        pack_p(s, pa);
+
+        cp_async_wait<0>();  // V_i
+        fence_async_shared();
+        __syncthreads();
+        fence_regs(o);
+        fence_regs(pa);
+        wgmma_fence();
+        issue_pv<kHeadDim>(o, pa, v_tile, v_desc_swap);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
+        __syncthreads();  // K and V are reloaded next
+    }
+    cp_async_wait<0>();
+    store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0);
+}
 #else
 template <int kHeadDim>
 __global__ void csla_sm90_serial_kernel(const AttentionParams, int) {}
@@ -780,6 +1034,10 @@ template <int kHeadDim, int kStages>
 __global__ void csla_sm90_pair_kernel(const AttentionParams, int) {}
 template <int kHeadDim, int kStages>
 __global__ void csla_sm90_pair_overlap_kernel(const AttentionParams, int) {}
+template <int kHeadDim>
+__global__ void csla_sm90_pair_wide_kernel(const AttentionParams, int) {}
+template <int kHeadDim>
+__global__ void csla_sm90_single_kernel(const AttentionParams, int) {}
 #endif
 
 // Dynamic shared memory of implementations 3 and 4 for these inputs (see PairCta).
@@ -824,7 +1082,8 @@ cudaError_t launch_pair(const AttentionParams& p, int v_desc_swap, cudaStream_t 
 }
 
 // impl: 0 serial, 1 overlapped with 2 stages, 2 overlapped with 3 stages, 3 two warpgroups per
-// 128 rows over the union of their lists (serial, 3 stages), 4 as 3 with 1's overlap.
+// 128 rows over the union of their lists (serial, 3 stages), 4 as 3 with 1's overlap, 5 as 3
+// with 128-key steps (2 stages), 6 as 0 with one K/V buffer (3 CTAs per SM).
 template <int kHeadDim>
 cudaError_t launch_csla_sm90(const AttentionParams& p, int impl, int v_desc_swap,
                              cudaStream_t stream) {
@@ -844,6 +1103,12 @@ cudaError_t launch_csla_sm90(const AttentionParams& p, int impl, int v_desc_swap
         case 4:
             return launch_pair<csla_sm90_pair_overlap_kernel<kHeadDim, 3>, kHeadDim, 3>(
                 p, v_desc_swap, stream);
+        case 5:  // 2 stages of 128-row K and V = the layout of 4 stages of 64-row tiles
+            return launch_pair<csla_sm90_pair_wide_kernel<kHeadDim>, kHeadDim, 4>(p, v_desc_swap,
+                                                                                 stream);
+        case 6:
+            return launch_kernel<csla_sm90_single_kernel<kHeadDim>,
+                                 Sm90Traits<kHeadDim, 1>::kSmemBytes>(p, v_desc_swap, stream);
         default:
             return cudaErrorInvalidValue;
     }

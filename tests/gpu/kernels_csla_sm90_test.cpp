@@ -79,7 +79,8 @@ struct VariantGuard {
 }  // namespace
 
 // One test per implementation (VARSCOPE_SM90_IMPL: 0 serial, 1 overlapped 2 stages, 2 overlapped
-// 3 stages, 3 two warpgroups per 128 rows over the union of their lists, 4 as 3 with 1's overlap),
+// 3 stages, 3 two warpgroups per 128 rows over the union of their lists, 4 as 3 with 1's overlap,
+// 5 as 3 with 128-key steps, 6 as 0 with one K/V buffer),
 // so a failure or a hang names its implementation.
 class KernelsCslaSm90 : public ::testing::TestWithParam<int> {};
 
@@ -167,7 +168,7 @@ TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Impl, KernelsCslaSm90, ::testing::Values(0, 1, 2, 3, 4),
+INSTANTIATE_TEST_SUITE_P(Impl, KernelsCslaSm90, ::testing::Values(0, 1, 2, 3, 4, 5, 6),
                          [](const ::testing::TestParamInfo<int>& i) {
                              return "impl" + std::to_string(i.param);
                          });

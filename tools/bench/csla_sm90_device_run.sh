@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call for the sm_90a CSLA kernel (attention variant 3, issue #6): build the GPU
 # tests and the CLI for sm_90a from a clean snapshot; the sm90 kernel test (one gtest per
-# implementation 0-4); every other GPU test (the whole varscope_gpu_tests binary: kernels under
+# implementation 0-6); every other GPU test (the whole varscope_gpu_tests binary: kernels under
 # the new default, SparVAR, AMS-KV, VAR/MAR graphs); FlexAttention's timing; `bench attention`
 # (the dispatch default and every sm90 implementation side by side with v1/v2, flash, cuDNN,
 # bool mask, Flex) and `bench cs4a`. Implementations whose test did not pass are left out of the
@@ -47,7 +47,7 @@ timeout 150 $T --gtest_filter='*KernelsCslaSm90*' > "$OUT/gpu_tests_sm90.log" 2>
 echo "sm90 tests rc=$?"
 grep -E "^\[  (PASSED|FAILED|SKIPPED|     OK) |Failure|sm90 .* vs torch|not deterministic|empty rows|: lse|what\(\)|CUDA error" "$OUT/gpu_tests_sm90.log" | head -40
 SKIP=""
-for i in 0 1 2 3 4; do
+for i in 0 1 2 3 4 5 6; do
   grep -q "^\[       OK \] Impl/KernelsCslaSm90.BlockSparseMatchesReference/impl$i " "$OUT/gpu_tests_sm90.log" || SKIP="$SKIP$i,"
 done
 echo "sm90 implementations left out of the bench (test not passed): ${SKIP:-none}"

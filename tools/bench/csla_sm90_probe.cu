@@ -1,0 +1,499 @@
+// Standalone probe for the sm_90a CSLA kernels (issue #6): no LibTorch, so it builds in seconds
+// (here, with nvcc) and a device call spends its time measuring instead of building. Checks every
+// implementation against a float64 CPU reference on small random shapes (tails, empty query
+// blocks, mixed block sizes, strided q; poisoned outputs; two runs bitwise equal), then times
+// them at SparVAR's Table-1 shape (Infinity-8B last scale, CSLA mask) at blocks 64 and 128.
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I.
+//     tools/bench/csla_sm90_probe.cu kernels/cuda/csla_attention_sm90_d{64,128}.cu -o probe
+//   probe [--profile] [--mask-only] [--impls 0123456] [--iters 30]
+// --profile: one launch per implementation at block 64 only (for ncu -k regex:csla_sm90).
+// --mask-only: the Table-1 mask's statistics (no GPU needed).
+// Exit code 1 when a check fails.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention_params.h"
+
+namespace varscope::kernels::cuda {
+cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, int v_desc_swap,
+                                      cudaStream_t);
+cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, int v_desc_swap,
+                                       cudaStream_t);
+}  // namespace varscope::kernels::cuda
+
+namespace vc = varscope::kernels::cuda;
+
+namespace {
+
+#define CHECK(x)                                                                          \
+    do {                                                                                  \
+        const cudaError_t e_ = (x);                                                       \
+        if (e_ != cudaSuccess) {                                                          \
+            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,                \
+                         cudaGetErrorString(e_));                                         \
+            std::exit(2);                                                                 \
+        }                                                                                 \
+    } while (0)
+
+const char* const kNames[] = {"serial", "overlap", "3stage", "pair", "pair-ovl", "pair-wide",
+                              "single"};
+
+float bf(__nv_bfloat16 x) {
+    return __bfloat162float(x);
+}
+
+// Block lists of a boolean block mask (ascending key blocks).
+struct Lists {
+    std::vector<int32_t> idx, cnt;
+    int stride = 1;
+};
+Lists lists_of(const std::vector<uint8_t>& bm, int nqb, int nkb) {
+    Lists l;
+    for (int u = 0; u < nqb; ++u) {
+        int c = 0;
+        for (int j = 0; j < nkb; ++j) c += bm[static_cast<size_t>(u) * nkb + j];
+        l.stride = std::max(l.stride, c);
+    }
+    l.idx.assign(static_cast<size_t>(nqb) * l.stride, -1);
+    l.cnt.assign(nqb, 0);
+    for (int u = 0; u < nqb; ++u)
+        for (int j = 0; j < nkb; ++j)
+            if (bm[static_cast<size_t>(u) * nkb + j])
+                l.idx[static_cast<size_t>(u) * l.stride + l.cnt[u]++] = j;
+    return l;
+}
+
+int round_half_even(int num, int den) {
+    const int q = num / den, twice_rem = 2 * (num % den);
+    return (twice_rem > den || (twice_rem == den && q % 2 == 1)) ? q + 1 : q;
+}
+
+// SparVAR's CSLA block mask at the last scale (as tools/bench/flex_attention_bench.py and
+// core/accel/csla_mask.cpp build it: sinks = scales < 5, windows [3, 5, 7] for the last three
+// key scales, 3 before; block = OR over its tokens).
+std::vector<uint8_t> csla_block_mask(const std::vector<int>& pns, int block, int* lq_out,
+                                     int* lk_out) {
+    const int k = static_cast<int>(pns.size()) - 1, pq = pns[k];
+    const int lq = pq * pq;
+    int lk = 0;
+    for (int p : pns) lk += p * p;
+    const int nqb = (lq + block - 1) / block, nkb = (lk + block - 1) / block;
+    std::vector<uint8_t> bm(static_cast<size_t>(nqb) * nkb, 0);
+    const int windows[3] = {3, 5, 7};
+    int col0 = 0;
+    for (int h = 0; h <= k; ++h) {
+        const int ph = pns[h];
+        std::vector<std::vector<uint8_t>> near(pq, std::vector<uint8_t>(ph, 0));
+        if (h < 5) {
+            for (auto& r : near) std::fill(r.begin(), r.end(), 1);
+        } else {
+            const int dist = k - h;
+            const int w = dist < 3 ? windows[2 - dist] : 3, r = w / 2;
+            for (int x = 0; x < pq; ++x) {
+                const int c = round_half_even(x * ph, pq);
+                for (int y = std::max(0, c - r); y <= std::min(ph - 1, c + r); ++y) near[x][y] = 1;
+            }
+        }
+        for (int xi = 0; xi < pq; ++xi)
+            for (int xj = 0; xj < pq; ++xj) {
+                const int qrow = xi * pq + xj;
+                for (int yi = 0; yi < ph; ++yi) {
+                    if (!near[xi][yi]) continue;
+                    for (int yj = 0; yj < ph; ++yj)
+                        if (near[xj][yj]) {
+                            const int kcol = col0 + yi * ph + yj;
+                            bm[static_cast<size_t>(qrow / block) * nkb + kcol / block] = 1;
+                        }
+                }
+            }
+        col0 += ph * ph;
+    }
+    *lq_out = lq;
+    *lk_out = lk;
+    return bm;
+}
+
+struct Problem {
+    int b, h, lq, lk, d, bq, bk;
+    bool strided_q;
+    std::vector<__nv_bfloat16> q, k, v;  // q: (b, h, lq, d) or (b, lq, h, d) when strided
+    Lists lists;
+};
+
+struct Dev {
+    __nv_bfloat16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
+    float* lse = nullptr;
+    int32_t *idx = nullptr, *cnt = nullptr;
+};
+
+vc::AttentionParams params_of(const Problem& pr, const Dev& dv) {
+    vc::AttentionParams p;
+    p.q = dv.q;
+    p.k = dv.k;
+    p.v = dv.v;
+    p.o = dv.o;
+    p.lse = dv.lse;
+    const int64_t d = pr.d;
+    if (pr.strided_q) {
+        p.q_stride[0] = int64_t{pr.lq} * pr.h * d;
+        p.q_stride[1] = d;
+        p.q_stride[2] = int64_t{pr.h} * d;
+    } else {
+        p.q_stride[0] = int64_t{pr.h} * pr.lq * d;
+        p.q_stride[1] = int64_t{pr.lq} * d;
+        p.q_stride[2] = d;
+    }
+    const int64_t ks[3] = {int64_t{pr.h} * pr.lk * d, int64_t{pr.lk} * d, d};
+    const int64_t os[3] = {int64_t{pr.h} * pr.lq * d, int64_t{pr.lq} * d, d};
+    for (int i = 0; i < 3; ++i) p.k_stride[i] = p.v_stride[i] = ks[i], p.o_stride[i] = os[i];
+    p.batch = pr.b;
+    p.heads = pr.h;
+    p.len_q = pr.lq;
+    p.len_k = pr.lk;
+    p.scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(pr.d)) * 1.4426950408889634);
+    p.lists = dv.idx;
+    p.counts = dv.cnt;
+    p.list_stride = pr.lists.stride;
+    p.block_q = pr.bq;
+    p.block_k = pr.bk;
+    p.num_query_blocks = (pr.lq + pr.bq - 1) / pr.bq;
+    p.kernel_variant = 3;
+    return p;
+}
+
+Dev upload(const Problem& pr) {
+    Dev dv;
+    const size_t nq = pr.q.size(), nk = pr.k.size(), no = size_t(pr.b) * pr.h * pr.lq * pr.d;
+    CHECK(cudaMalloc(&dv.q, nq * 2));
+    CHECK(cudaMalloc(&dv.k, nk * 2));
+    CHECK(cudaMalloc(&dv.v, nk * 2));
+    CHECK(cudaMalloc(&dv.o, no * 2));
+    CHECK(cudaMalloc(&dv.lse, size_t(pr.b) * pr.h * pr.lq * 4));
+    CHECK(cudaMalloc(&dv.idx, pr.lists.idx.size() * 4));
+    CHECK(cudaMalloc(&dv.cnt, pr.lists.cnt.size() * 4));
+    CHECK(cudaMemcpy(dv.q, pr.q.data(), nq * 2, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(dv.k, pr.k.data(), nk * 2, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(dv.v, pr.v.data(), nk * 2, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(dv.idx, pr.lists.idx.data(), pr.lists.idx.size() * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(dv.cnt, pr.lists.cnt.data(), pr.lists.cnt.size() * 4, cudaMemcpyHostToDevice));
+    return dv;
+}
+
+void release(Dev& dv) {
+    cudaFree(dv.q), cudaFree(dv.k), cudaFree(dv.v), cudaFree(dv.o), cudaFree(dv.lse);
+    cudaFree(dv.idx), cudaFree(dv.cnt);
+}
+
+void launch(const vc::AttentionParams& p, int d, int impl) {
+    const cudaError_t e = d == 64 ? vc::launch_csla_sm90_d64_bf16(p, impl, 0, nullptr)
+                                  : vc::launch_csla_sm90_d128_bf16(p, impl, 0, nullptr);
+    CHECK(e);
+}
+
+// Runs once into NaN-poisoned outputs; returns O and LSE.
+void run_once(const Problem& pr, const Dev& dv, int impl, std::vector<__nv_bfloat16>& o,
+              std::vector<float>& lse) {
+    const size_t no = size_t(pr.b) * pr.h * pr.lq * pr.d, nl = size_t(pr.b) * pr.h * pr.lq;
+    CHECK(cudaMemset(dv.o, 0xFF, no * 2));  // bf16 0xFFFF: NaN
+    CHECK(cudaMemset(dv.lse, 0xFF, nl * 4));
+    launch(params_of(pr, dv), pr.d, impl);
+    CHECK(cudaDeviceSynchronize());
+    o.resize(no);
+    lse.resize(nl);
+    CHECK(cudaMemcpy(o.data(), dv.o, no * 2, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(lse.data(), dv.lse, nl * 4, cudaMemcpyDeviceToHost));
+}
+
+std::vector<__nv_bfloat16> randn_bf16(size_t n, std::mt19937& g) {
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<__nv_bfloat16> x(n);
+    for (auto& e : x) e = __float2bfloat16(nd(g));
+    return x;
+}
+
+// float64 reference: O (b, h, lq, d) and LSE; rows with no key get O = 0, LSE = -inf.
+void reference(const Problem& pr, std::vector<double>& o, std::vector<double>& lse) {
+    const int d = pr.d;
+    o.assign(size_t(pr.b) * pr.h * pr.lq * d, 0.0);
+    lse.assign(size_t(pr.b) * pr.h * pr.lq, -INFINITY);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    std::vector<double> sc(pr.lk);
+    std::vector<int> keys;
+    for (int b = 0; b < pr.b; ++b)
+        for (int h = 0; h < pr.h; ++h)
+            for (int i = 0; i < pr.lq; ++i) {
+                const int qb = i / pr.bq;
+                keys.clear();
+                for (int j = 0; j < pr.lists.cnt[qb]; ++j) {
+                    const int kb = pr.lists.idx[size_t(qb) * pr.lists.stride + j];
+                    for (int c = kb * pr.bk; c < std::min(pr.lk, (kb + 1) * pr.bk); ++c)
+                        keys.push_back(c);
+                }
+                if (keys.empty()) continue;
+                const size_t qoff = pr.strided_q ? ((size_t(b) * pr.lq + i) * pr.h + h) * d
+                                                 : ((size_t(b) * pr.h + h) * pr.lq + i) * d;
+                double mx = -INFINITY;
+                for (size_t t = 0; t < keys.size(); ++t) {
+                    const size_t koff = ((size_t(b) * pr.h + h) * pr.lk + keys[t]) * d;
+                    double s = 0;
+                    for (int e = 0; e < d; ++e) s += double(bf(pr.q[qoff + e])) * bf(pr.k[koff + e]);
+                    sc[t] = s * scale;
+                    mx = std::max(mx, sc[t]);
+                }
+                double sum = 0;
+                for (size_t t = 0; t < keys.size(); ++t) sum += (sc[t] = std::exp(sc[t] - mx));
+                double* out = &o[((size_t(b) * pr.h + h) * pr.lq + i) * d];
+                for (size_t t = 0; t < keys.size(); ++t) {
+                    const size_t voff = ((size_t(b) * pr.h + h) * pr.lk + keys[t]) * d;
+                    for (int e = 0; e < d; ++e) out[e] += sc[t] / sum * bf(pr.v[voff + e]);
+                }
+                lse[(size_t(b) * pr.h + h) * pr.lq + i] = mx + std::log(sum);
+            }
+}
+
+Problem random_problem(int b, int h, int lq, int lk, int d, int bq, int bk, bool strided,
+                       std::mt19937& g) {
+    Problem pr{b, h, lq, lk, d, bq, bk, strided, {}, {}, {}, {}};
+    pr.q = randn_bf16(size_t(b) * h * lq * d, g);
+    pr.k = randn_bf16(size_t(b) * h * lk * d, g);
+    pr.v = randn_bf16(size_t(b) * h * lk * d, g);
+    const int nqb = (lq + bq - 1) / bq, nkb = (lk + bk - 1) / bk;
+    std::vector<uint8_t> bm(size_t(nqb) * nkb, 0);
+    std::bernoulli_distribution keep(0.4);
+    for (int u = 0; u < nqb; ++u) {
+        if (u % 3 == 1) continue;  // empty query blocks
+        for (int j = 0; j < nkb; ++j) bm[size_t(u) * nkb + j] = j == 0 || keep(g);
+    }
+    pr.lists = lists_of(bm, nqb, nkb);
+    // Random order within each list (the kernels must not rely on ascending lists).
+    for (int u = 0; u < nqb; ++u)
+        std::shuffle(pr.lists.idx.begin() + size_t(u) * pr.lists.stride,
+                     pr.lists.idx.begin() + size_t(u) * pr.lists.stride + pr.lists.cnt[u], g);
+    return pr;
+}
+
+int check_all(const std::string& impls, std::mt19937& g) {
+    struct S {
+        int b, h, lq, lk, d;
+    };
+    const S shapes[] = {{1, 2, 64, 64, 64},    {2, 3, 200, 333, 64},   {1, 2, 130, 1000, 128},
+                        {2, 1, 17, 70, 128},   {1, 2, 256, 2048, 128}, {1, 1, 192, 900, 64},
+                        {1, 1, 320, 4200, 128}};
+    const int blocks[4][2] = {{64, 64}, {128, 128}, {128, 64}, {64, 128}};
+    int failures = 0, cases = 0;
+    std::vector<double> worst(7, 0.0), worst_ratio(7, 0.0);
+    for (const auto& s : shapes)
+        for (const auto& bb : blocks)
+            for (const bool strided : {false, true}) {
+                const Problem pr = random_problem(s.b, s.h, s.lq, s.lk, s.d, bb[0], bb[1], strided, g);
+                std::vector<double> ro, rl;
+                reference(pr, ro, rl);
+                Dev dv = upload(pr);
+                double err0 = NAN;
+                for (const char ic : impls) {
+                    const int impl = ic - '0';
+                    std::vector<__nv_bfloat16> o, o2;
+                    std::vector<float> lse, lse2;
+                    run_once(pr, dv, impl, o, lse);
+                    run_once(pr, dv, impl, o2, lse2);
+                    double num = 0, den = 0, lse_err = 0;
+                    bool bad = std::memcmp(o.data(), o2.data(), o.size() * 2) != 0;
+                    if (bad) std::printf("  not deterministic\n");
+                    const size_t rows = size_t(pr.b) * pr.h * pr.lq;
+                    for (size_t r = 0; r < rows; ++r) {
+                        const bool empty = std::isinf(rl[r]);
+                        for (int e = 0; e < pr.d; ++e) {
+                            const double x = bf(o[r * pr.d + e]), y = ro[r * pr.d + e];
+                            if (empty) {
+                                if (x != 0.0) bad = true;
+                            } else {
+                                if (!std::isfinite(x)) bad = true;
+                                num += (x - y) * (x - y);
+                                den += y * y;
+                            }
+                        }
+                        if (empty) {
+                            if (!(std::isinf(lse[r]) && lse[r] < 0)) bad = true;
+                        } else {
+                            lse_err = std::max(lse_err, std::fabs(lse[r] - rl[r]));
+                            if (!std::isfinite(lse[r])) bad = true;
+                        }
+                    }
+                    const double err = std::sqrt(num / den);
+                    if (impl == 0) err0 = err;
+                    // bf16 output: a few 1e-3 (torch's own bf16 SDPA lands at 2-4e-3 here).
+                    if (!(err <= 8e-3) || !(lse_err <= 2e-2)) bad = true;
+                    worst[impl] = std::max(worst[impl], err);
+                    if (err0 > 0) worst_ratio[impl] = std::max(worst_ratio[impl], err / err0);
+                    ++cases;
+                    if (bad) {
+                        ++failures;
+                        std::printf("FAIL impl %d (%s) b%d h%d lq%d lk%d d%d block %dx%d%s: err %.2e "
+                                    "lse %.2e\n",
+                                    impl, kNames[impl], s.b, s.h, s.lq, s.lk, s.d, bb[0], bb[1],
+                                    strided ? " strided" : "", err, lse_err);
+                    }
+                }
+                release(dv);
+            }
+    std::printf("checks: %d cases, %d failed\n", cases, failures);
+    for (const char ic : impls) {
+        const int impl = ic - '0';
+        std::printf("  impl %d %-9s worst rel err %.2e (worst ratio to impl 0: %.2f)\n", impl,
+                    kNames[impl], worst[impl], worst_ratio[impl]);
+    }
+    return failures;
+}
+
+double median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Prints the mask's statistics; returns the FLOPs of its active tiles.
+double mask_stats(const std::vector<uint8_t>& bm, const Lists& lists, int lq, int lk, int block,
+                  int B, int H, int D) {
+    const int nqb = (lq + block - 1) / block, nkb = (lk + block - 1) / block;
+    double active = 0, blocks_on = 0, listed = 0, unions = 0;
+    for (int u = 0; u < nqb; ++u)
+        for (int j = 0; j < nkb; ++j)
+            if (bm[size_t(u) * nkb + j]) {
+                blocks_on += 1;
+                active += double(std::min(lq, (u + 1) * block) - u * block) *
+                          (std::min(lk, (j + 1) * block) - j * block);
+            }
+    for (int u = 0; u < nqb; ++u) listed += lists.cnt[u];
+    for (int u = 0; u < nqb; u += 2)  // pair CTAs at block 64 (at 128: one block per CTA)
+        for (int j = 0; j < nkb; ++j)
+            unions += bm[size_t(u) * nkb + j] ||
+                      (u + 1 < nqb && bm[size_t(u + 1) * nkb + j]);
+    if (block == 128) unions = listed;
+    const double flops = 4.0 * B * H * active * D;
+    std::printf("infinity-8b-1024 block %d: q %d kv %d, block sparsity %.2f %%, %.1f GFLOP, "
+                "mean list %.1f blocks, pair-CTA union %.0f vs listed %.0f (%.3f)\n",
+                block, lq, lk, 100.0 * (1 - blocks_on / (double(nqb) * nkb)), flops * 1e-9,
+                listed / nqb, unions, listed, unions / listed);
+    return flops;
+}
+
+int bench(const std::string& impls, int iters, bool profile, std::mt19937& g) {
+    const std::vector<int> pns = {1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64};
+    const int B = 1, H = 24, D = 128;
+    int failures = 0;
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    char* flush = nullptr;
+    const size_t flush_bytes = size_t(prop.l2CacheSize) * 2;
+    CHECK(cudaMalloc(&flush, flush_bytes));
+    std::vector<__nv_bfloat16> q, k, v;
+    for (const int block : profile ? std::vector<int>{64} : std::vector<int>{64, 128}) {
+        int lq = 0, lk = 0;
+        const auto bm = csla_block_mask(pns, block, &lq, &lk);
+        const int nqb = (lq + block - 1) / block, nkb = (lk + block - 1) / block;
+        if (q.empty()) {
+            q = randn_bf16(size_t(B) * H * lq * D, g);
+            k = randn_bf16(size_t(B) * H * lk * D, g);
+            v = randn_bf16(size_t(B) * H * lk * D, g);
+        }
+        Problem pr{B, H, lq, lk, D, block, block, false, q, k, v, lists_of(bm, nqb, nkb)};
+        const double flops = mask_stats(bm, pr.lists, lq, lk, block, B, H, D);
+        Dev dv = upload(pr);
+        const auto p = params_of(pr, dv);
+        std::vector<__nv_bfloat16> ref_o, o;
+        std::vector<float> ref_l, l;
+        cudaEvent_t e0, e1;
+        CHECK(cudaEventCreate(&e0));
+        CHECK(cudaEventCreate(&e1));
+        for (const char ic : impls) {
+            const int impl = ic - '0';
+            if (profile) {
+                launch(p, D, impl);
+                CHECK(cudaDeviceSynchronize());
+                continue;
+            }
+            run_once(pr, dv, impl, o, l);
+            double num = 0, den = 0;
+            bool finite = true;
+            if (ref_o.empty()) ref_o = o, ref_l = l;
+            for (size_t i = 0; i < o.size(); ++i) {
+                const double x = bf(o[i]), y = bf(ref_o[i]);
+                finite = finite && std::isfinite(x);
+                num += (x - y) * (x - y);
+                den += y * y;
+            }
+            const double diff = std::sqrt(num / den);
+            if (!finite || !(diff <= 5e-3)) ++failures;
+            for (int i = 0; i < 10; ++i) launch(p, D, impl);
+            std::vector<float> ms(iters);
+            for (int i = 0; i < iters; ++i) {
+                CHECK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes));
+                CHECK(cudaEventRecord(e0));
+                launch(p, D, impl);
+                CHECK(cudaEventRecord(e1));
+                CHECK(cudaEventSynchronize(e1));
+                CHECK(cudaEventElapsedTime(&ms[i], e0, e1));
+            }
+            const double med = median(ms);
+            std::printf("  impl %d %-9s %.4f ms (min %.4f max %.4f)  %5.0f TFLOP/s  vs impl %c: rel "
+                        "diff %.1e%s\n",
+                        impl, kNames[impl], med, *std::min_element(ms.begin(), ms.end()),
+                        *std::max_element(ms.begin(), ms.end()), flops / (med * 1e-3) / 1e12,
+                        impls[0], diff, finite ? "" : "  NON-FINITE");
+        }
+        release(dv);
+    }
+    cudaFree(flush);
+    return failures;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    bool profile = false;
+    std::string impls = "0123456";
+    int iters = 30;
+    for (int i = 1; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "--mask-only")) {
+            const std::vector<int> pns = {1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64};
+            for (const int block : {64, 128}) {
+                int lq = 0, lk = 0;
+                const auto bm = csla_block_mask(pns, block, &lq, &lk);
+                mask_stats(bm, lists_of(bm, (lq + block - 1) / block, (lk + block - 1) / block),
+                           lq, lk, block, 1, 24, 128);
+            }
+            return 0;
+        }
+        if (!std::strcmp(argv[i], "--profile")) profile = true;
+        else if (!std::strcmp(argv[i], "--impls") && i + 1 < argc) impls = argv[++i];
+        else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
+    }
+    int dev_count = 0;
+    if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
+        std::printf("no CUDA device: nothing to do\n");
+        return 0;
+    }
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("%s, cc %d.%d, %d SMs, L2 %d MB\n", prop.name, prop.major, prop.minor,
+                prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    if (prop.major != 9) {
+        std::printf("not a Hopper GPU: nothing to do\n");
+        return 0;
+    }
+    std::mt19937 g(6);
+    int failures = 0;
+    if (!profile) failures += check_all(impls, g);
+    failures += bench(impls, iters, profile, g);
+    std::printf("%s\n", failures ? "FAILED" : "OK");
+    return failures ? 1 : 0;
+}
