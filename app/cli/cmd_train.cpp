@@ -106,6 +106,12 @@ Runner add_train(CLI::App& app) {
             job.run_dir = ta->out;
             job.cond_drop = j.value("cond_drop", job.cond_drop);
             if (!(job.cond_drop >= 0 && job.cond_drop < 1)) throw std::invalid_argument("cond_drop must be in [0, 1)");
+            job.ema_rate = j.value("ema_rate", job.ema_rate);
+            if (!(job.ema_rate >= 0 && job.ema_rate < 1)) throw std::invalid_argument("ema_rate must be in [0, 1)");
+            job.bf16_autocast = j.value("bf16_autocast", job.bf16_autocast);
+            job.export_int8 = j.value("export_int8", job.export_int8);
+            job.grow_depth = j.value("grow_depth", job.grow_depth);
+            job.fit_steps_to_time = j.value("fit_steps_to_time", job.fit_steps_to_time);
             if (j.contains("recommended_sampling")) {  // validated now, not after training
                 job.recommended_sampling = j["recommended_sampling"].dump();
                 parse_sampling_recommendation(job.recommended_sampling);

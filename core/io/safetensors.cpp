@@ -9,6 +9,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/checkpoint_internal.h"
+#include "core/io/quant_int8.h"
 
 namespace varscope {
 
@@ -219,6 +220,9 @@ StateDict load_safetensors(const std::string& path) {
         read_tensor(in, path, h, e, t);
         out.emplace(e.name, std::move(t));
     }
+    // Weight-only int8 files (quant_int8.h) are expanded here, the one place every reader
+    // goes through, so models and tools see float tensors under their official names.
+    dequantize_state_dict_in_place(out, h.metadata, path);
     return out;
 }
 

@@ -14,6 +14,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/module_binding.h"
+#include "core/io/quant_int8.h"
 
 namespace fs = std::filesystem;
 
@@ -108,6 +109,15 @@ at::Tensor BatchSampler::next() {
     return rows;
 }
 
+at::Tensor BatchSampler::next_on(const at::Device& device) {
+    const int64_t epoch_before = epoch_;
+    const bool fresh = !perm_.defined();
+    auto rows = next();
+    if (device.is_cpu()) return rows;
+    if (fresh || epoch_ != epoch_before || !perm_device_.defined()) perm_device_ = perm_.to(device);
+    return perm_device_.narrow(0, pos_ - batch_, batch_);
+}
+
 RunDirectory::RunDirectory(std::string dir) : dir_(std::move(dir)) {
     std::error_code ec;
     fs::create_directories(dir_, ec);
@@ -156,7 +166,7 @@ void RunDirectory::log(const nlohmann::json& record) {
 
 void export_half(const torch::nn::Module& model, const std::string& path,
                  const nlohmann::json& model_config, const std::vector<std::string>& drop,
-                 const std::map<std::string, std::string>& extra_metadata) {
+                 const std::map<std::string, std::string>& extra_metadata, bool int8) {
     StateDict out;
     for (auto& [name, t] : module_state_dict(model)) {
         if (std::find(drop.begin(), drop.end(), name) != drop.end()) continue;
@@ -164,6 +174,19 @@ void export_half(const torch::nn::Module& model, const std::string& path,
     }
     std::map<std::string, std::string> metadata = extra_metadata;
     metadata["varscope.config"] = model_config.dump();
+    if (int8) {
+        // Scales from the fp32 weights, not from their fp16 rounding.
+        StateDict full;
+        for (auto& [name, t] : module_state_dict(model))
+            if (out.count(name)) full[name] = t.detach().cpu();
+        std::string q;
+        auto quantised = quantize_state_dict_int8(
+            full, [](const std::string& n, const at::Tensor& t) { return is_large_2d_weight(n, t); }, at::kHalf, q);
+        // Take the int8 weights and their (new) scale tensors; everything else stays fp16.
+        for (auto& [name, t] : quantised)
+            if (!out.count(name) || (t.scalar_type() == at::kChar && full[name].is_floating_point())) out[name] = t;
+        metadata[kQuantMetadataKey] = q;
+    }
     save_safetensors(out, path, metadata);
 }
 

@@ -58,12 +58,15 @@ class BatchSampler {
 public:
     BatchSampler(int64_t n, int64_t batch, uint64_t seed);
     at::Tensor next();  // int64 row indices (CPU)
+    // The same rows on `device`: the epoch's permutation is copied there once, so a GPU loop
+    // does not wait for a host-to-device copy every step.
+    at::Tensor next_on(const at::Device& device);
     int64_t epoch() const { return epoch_; }
 
 private:
     int64_t n_, batch_, pos_ = 0, epoch_ = 0;
     uint64_t seed_;
-    at::Tensor perm_;
+    at::Tensor perm_, perm_device_;
 };
 
 // A training run's folder: weights (safetensors), optimizer state, step and a JSONL loss log.
@@ -82,9 +85,11 @@ private:
 };
 
 // Weights for shipping: floating tensors as fp16, minus buffers the model derives itself.
+// int8: large 2-D weights stored as int8 with per-row scales instead (core/io/quant_int8.h;
+// the loader restores fp16), about half the file for a transformer.
 void export_half(const torch::nn::Module& model, const std::string& path,
                  const nlohmann::json& model_config, const std::vector<std::string>& drop = {},
-                 const std::map<std::string, std::string>& extra_metadata = {});
+                 const std::map<std::string, std::string>& extra_metadata = {}, bool int8 = false);
 
 void set_learning_rate(torch::optim::Optimizer& opt, double lr);
 

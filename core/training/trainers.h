@@ -30,6 +30,14 @@ struct VarTrainJob {
     double cond_drop = 0.1;  // class dropout, so classifier-free guidance works
     // JSON for the export's "varscope.sampling" metadata (see sampling_recommendation.h); "" = none.
     std::string recommended_sampling;
+    // Exponential moving average of the weights (0 = off); when on, the export holds the EMA.
+    double ema_rate = 0;
+    bool bf16_autocast = false;  // forward pass under bf16 autocast (CUDA only; fp32 weights)
+    bool export_int8 = false;    // ship large 2-D weights as int8 + per-row scales (quant_int8.h)
+    // --init with fewer blocks than the model: interleave them (grow_var_from) instead of failing.
+    bool grow_depth = false;
+    // With max_seconds: time steps 20..80 and resize train.steps (the cosine schedule) to fit.
+    bool fit_steps_to_time = false;
 };
 
 // Both return a JSON report (final metrics, timing) and write <run_dir>/final.safetensors (fp32)

@@ -2,6 +2,8 @@
 # Trains the embedded emoji models on the GPU machine with the project's own CLI.
 #   STAGE=vqvae  -> trains the VQVAE (resources/training/emoji-vqvae.json)
 #   STAGE=var    -> trains the VAR on resources/models/emoji-vqvae.safetensors
+#                   (VAR_CONFIG picks the config, default resources/training/emoji-var.json;
+#                   emoji-var-d16.json grows the shipped d8 model to 16 blocks: INIT=<d8 file>)
 #   STAGE=klvae  -> trains MAR's KL VAE (resources/training/emoji-klvae.json); without STEPS,
 #                   a 60-step probe sizes the cosine schedule to MAX_SECONDS
 #   STAGE=mar    -> trains the MAR (resources/training/emoji-mar.json) on the latents of
@@ -9,7 +11,9 @@
 # Needs (git-ignored, carried): .device/deps and .device/data/emoji64.safetensors.xz (or .gz)
 # (varscope-cli pack-emoji output; xz -9 is 15 MB vs gzip's 23 MB, which matters under the 64 MiB
 # upload once the shipped models are tracked). MAX_SECONDS caps the training wall time;
-# INIT/LR continue from earlier weights (var and mar).
+# INIT/LR continue from earlier weights (var and mar). CALL_SECONDS (instead of MAX_SECONDS):
+# the whole command's wall budget; MAX_SECONDS becomes what is left after the build minus
+# RESERVE (default 75 s for the final evaluations, export and copies).
 # Upload budget: the tracked models (~54 MB) + data (15 MB) exceed 64 MiB, so for a training call
 # take the models that stage does not read out of the index for the call only
 #   git rm --cached -q resources/models/emoji-var.safetensors ...; list them in .git/info/exclude
@@ -30,6 +34,11 @@ cmake -S . -B /tmp/build -G Ninja -DVARSCOPE_BUILD_GUI=OFF -DVARSCOPE_WITH_OPENC
   -DVARSCOPE_PYTHON="$(command -v python3)" -DCMAKE_PREFIX_PATH="$PWD/.device/deps" >/dev/null || exit 1
 ninja -C /tmp/build varscope-cli | tail -2 || exit 1
 CLI=/tmp/build/app/cli/varscope-cli
+if [ -n "${CALL_SECONDS:-}" ]; then
+  MAX_SECONDS=$(( CALL_SECONDS - SECONDS - ${RESERVE:-75} ))
+  echo "build took ${SECONDS} s; MAX_SECONDS=$MAX_SECONDS"
+  [ "$MAX_SECONDS" -gt 30 ] || { echo "no time left to train"; exit 1; }
+fi
 RUN=/tmp/runs/$STAGE
 if [ "$STAGE" = vqvae ]; then
   $CLI train vqvae --config resources/training/emoji-vqvae.json --data /tmp/emoji64.safetensors \
@@ -46,12 +55,13 @@ elif [ "$STAGE" = klvae ] || [ "$STAGE" = mar ]; then
     ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} ${STEPS:+--steps $STEPS} ${INIT:+--init $INIT} ${LR:+--lr $LR} \
     2>&1 | grep -v '^ ' | tail -60
 else
-  $CLI train var --config resources/training/emoji-var.json --data /tmp/emoji64.safetensors \
+  $CLI train var --config ${VAR_CONFIG:-resources/training/emoji-var.json} --data /tmp/emoji64.safetensors \
     --vae resources/models/emoji-vqvae.safetensors --out "$RUN" ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} \
     ${INIT:+--init $INIT} ${LR:+--lr $LR} ${STEPS:+--steps $STEPS} \
     2>&1 | grep -v '^ ' | tail -60
 fi
 cp "$RUN/export-fp16.safetensors" "$OUT/emoji-$STAGE.safetensors"
+[ -f "$RUN/export-raw-fp16.safetensors" ] && cp "$RUN/export-raw-fp16.safetensors" "$OUT/emoji-$STAGE-raw.safetensors"
 cp "$RUN/log.jsonl" "$OUT/log-$STAGE.jsonl"
 cp "$RUN/report.json" "$OUT/report-$STAGE.json"
 ls -la "$OUT"
