@@ -122,14 +122,6 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Byte offset of 16-byte chunk `c` (0..kHeadDim/8) of row `r` in a swizzled 64-row tile: panels
-// of 64 columns x 64 rows x 128 bytes, chunk index XOR-ed with the row within its 8-row group
-// (the tile base is 1024-byte aligned, so this is the hardware's Swizzle<3,4,3>).
-__device__ __forceinline__ uint32_t swizzled_offset(int r, int c) {
-    const int panel = c >> 3, chunk = c & 7;
-    return panel * 64 * 128 + r * 128 + ((chunk ^ (r & 7)) << 4);
-}
-
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
     const int bytes = valid ? 16 : 0;  // 0: zero-fill (rows past the end)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
@@ -143,19 +135,33 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Loads rows [row0, row0 + 64) of a (len x kHeadDim) matrix into a swizzled tile; kThreads
-// threads share the copies (tid in [0, kThreads)).
-template <int kHeadDim, int kThreads = 128>
+// Loads rows [row0, row0 + 64) of a (len x kHeadDim) matrix into a swizzled tile (zero-filled
+// past len, and wholly when !use); kThreads threads share the copies (tid in [0, kThreads)).
+// Layout: panels of 64 columns x rows x 128 bytes (kPanelBytes apart: 8 KiB for 64-row tiles,
+// 16 KiB for implementation 5's 128-row ones, whose halves start at dst_row0 = 0 / 64), chunk
+// index XOR-ed with the row within its 8-row group (1024-byte aligned base: the hardware's
+// 128-byte swizzle). Each thread keeps one 16-byte column chunk and steps down the rows
+// kThreads / kChunks at a time (a multiple of 8, so its swizzle phase never changes): per copy
+// one address add and one bounds test. The first version walked a runtime-strided index with a
+// division per copy; ncu showed the kernels bound by instruction issue (ALU pipe).
+template <int kHeadDim, int kThreads = 128, int kPanelBytes = 64 * 128>
 __device__ __forceinline__ void load_tile(uint32_t tile, const __nv_bfloat16* base, int64_t stride,
-                                          int row0, int len, int tid = threadIdx.x) {
-    constexpr int kChunks = kHeadDim / 8, kTotal = 64 * kChunks;
+                                          int row0, int len, int tid = threadIdx.x,
+                                          int dst_row0 = 0, bool use = true) {
+    constexpr int kChunks = kHeadDim / 8, kRowsPerPass = kThreads / kChunks;
+    static_assert(kThreads % kChunks == 0 && kRowsPerPass % 8 == 0 && 64 % kRowsPerPass == 0,
+                  "each thread must keep its column chunk and swizzle phase");
+    const int c = tid % kChunks, r0 = tid / kChunks;
+    const int r = dst_row0 + r0;
+    const uint32_t dst = tile + (c >> 3) * kPanelBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+    const __nv_bfloat16* src = base + static_cast<int64_t>(row0 + r0) * stride + c * 8;
+    const int64_t step = static_cast<int64_t>(kRowsPerPass) * stride;
 #pragma unroll
-    for (int i = tid; i < kTotal; i += kThreads) {
-        const int r = i / kChunks, c = i % kChunks;
-        const int row = row0 + r;
-        const bool valid = row < len;
-        const __nv_bfloat16* src = base + static_cast<int64_t>(valid ? row : 0) * stride + c * 8;
-        cp_async_16(tile + swizzled_offset(r, c), src, valid);
+    for (int pass = 0; pass < 64 / kRowsPerPass; ++pass) {
+        const bool valid = use && row0 + r0 + pass * kRowsPerPass < len;
+        // Past the end: zero bytes are read (src-size 0), so the address needs no clamping
+        // (CUTLASS's zero-fill copy does the same).
+        cp_async_16(dst + pass * kRowsPerPass * 128, src + pass * step, valid);
     }
 }
 
@@ -290,11 +296,17 @@ __device__ __forceinline__ void store_output(const AttentionParams& p, float (&o
 
 struct TileList {
     const int32_t* list;
-    int tiles_per_block, block_k, n_tiles;
+    int tiles_per_block, block_k, n_tiles, shift;  // shift = log2(tiles_per_block), -1 if none
     __device__ __forceinline__ int key0(int i) const {
+        if (shift >= 0)  // block_k = 64 << shift: no integer division (a long SASS sequence)
+            return list[i >> shift] * block_k + (i & ((1 << shift) - 1)) * 64;
         return list[i / tiles_per_block] * block_k + (i % tiles_per_block) * 64;
     }
 };
+
+__device__ __forceinline__ int log2_or_minus1(int x) {
+    return (x & (x - 1)) == 0 ? __ffs(x) - 1 : -1;
+}
 
 __device__ __forceinline__ TileList tile_list(const AttentionParams& p, int row0) {
     const int qb = row0 / p.block_q;
@@ -304,6 +316,7 @@ __device__ __forceinline__ TileList tile_list(const AttentionParams& p, int row0
     l.tiles_per_block = p.block_k / 64;
     l.block_k = p.block_k;
     l.n_tiles = count * l.tiles_per_block;
+    l.shift = log2_or_minus1(l.tiles_per_block);
     return l;
 }
 
@@ -548,7 +561,7 @@ template <int kHeadDim, int kStages>
 struct PairCta {
     static constexpr int kTile = Sm90Traits<kHeadDim, kStages>::kTileBytes;
     uint32_t smem, q_tile;
-    int wg, tid, row0, tiles_per_block, block_k, n;
+    int wg, tid, row0, tiles_per_block, block_k, n, shift;
     bool has_rows;
     const int32_t* ulist;
     const __nv_bfloat16 *q, *k, *v;
@@ -569,6 +582,7 @@ struct PairCta {
         k = static_cast<const __nv_bfloat16*>(p.k) + b * p.k_stride[0] + h * p.k_stride[1];
         v = static_cast<const __nv_bfloat16*>(p.v) + b * p.v_stride[0] + h * p.v_stride[1];
         tiles_per_block = p.block_k / 64;
+        shift = log2_or_minus1(tiles_per_block);
         block_k = p.block_k;
         n = pair_build_union(p, own, uhead, n_kb, wg, tid, has_rows, row0) * tiles_per_block;
         ulist = uhead + 1;
@@ -577,13 +591,15 @@ struct PairCta {
     __device__ __forceinline__ uint32_t v_tile(int s) const {
         return smem + kTile * (2 + kStages + s);
     }
+    __device__ __forceinline__ int entry(int i) const {
+        return ulist[shift >= 0 ? i >> shift : i / tiles_per_block];
+    }
     __device__ __forceinline__ int key0(int i) const {
-        return (ulist[i / tiles_per_block] & 0x0FFFFFFF) * block_k + (i % tiles_per_block) * 64;
+        const int sub = shift >= 0 ? i & ((1 << shift) - 1) : i % tiles_per_block;
+        return (entry(i) & 0x0FFFFFFF) * block_k + sub * 64;
     }
     // Uniform per warpgroup.
-    __device__ __forceinline__ bool mine(int i) const {
-        return ((ulist[i / tiles_per_block] >> 28) >> wg) & 1;
-    }
+    __device__ __forceinline__ bool mine(int i) const { return ((entry(i) >> 28) >> wg) & 1; }
 };
 
 // Implementation 3: serial schedule per warpgroup (the two warpgroups interleave on the SM),
@@ -788,28 +804,8 @@ __device__ __forceinline__ void wgmma_ss_m64n128(float (&d)[64], uint64_t da, ui
         : "l"(da), "l"(db), "r"(zero_init ? 0 : 1));
 }
 
-// Wide (128-row) tiles: panels of 64 columns x 128 rows x 128 bytes (16 KiB), same swizzle.
-__device__ __forceinline__ uint32_t swizzled_offset_wide(int r, int c) {
-    const int panel = c >> 3, chunk = c & 7;
-    return panel * 128 * 128 + r * 128 + ((chunk ^ (r & 7)) << 4);
-}
-
-// Loads rows [row0, row0 + 64) into rows [64 half, +64) of a wide tile (zero-filled past len,
-// and wholly when !use), all 256 threads.
-template <int kHeadDim>
-__device__ __forceinline__ void load_half_wide(uint32_t tile, const __nv_bfloat16* base,
-                                               int64_t stride, int row0, int len, int half,
-                                               bool use) {
-    constexpr int kChunks = kHeadDim / 8, kTotal = 64 * kChunks;
-#pragma unroll
-    for (int i = threadIdx.x; i < kTotal; i += 256) {
-        const int r = i / kChunks, c = i % kChunks;
-        const int row = row0 + r;
-        const bool valid = use && row < len;
-        const __nv_bfloat16* src = base + static_cast<int64_t>(valid ? row : 0) * stride + c * 8;
-        cp_async_16(tile + swizzled_offset_wide(64 * half + r, c), src, valid);
-    }
-}
+// Wide (128-row) tiles: panels of 64 columns x 128 rows x 128 bytes (16 KiB), same swizzle;
+// loaded as two 64-row halves by load_tile<kHeadDim, 256, 16384> with dst_row0 = 0 / 64.
 
 template <int kHeadDim>
 __device__ __forceinline__ void issue_qk_wide(float (&s)[64], uint32_t q_tile, uint32_t k_tile) {
@@ -909,8 +905,10 @@ __global__ void __launch_bounds__(256, 1)
             const int i = 2 * j + h;
             const bool use = i < n;
             const int key0 = use ? c.key0(i) : 0;
-            load_half_wide<kHeadDim>(k_wide(st), c.k, p.k_stride[2], key0, p.len_k, h, use);
-            load_half_wide<kHeadDim>(v_wide(st), c.v, p.v_stride[2], key0, p.len_k, h, use);
+            load_tile<kHeadDim, 256, 128 * 128>(k_wide(st), c.k, p.k_stride[2], key0, p.len_k,
+                                                threadIdx.x, 64 * h, use);
+            load_tile<kHeadDim, 256, 128 * 128>(v_wide(st), c.v, p.v_stride[2], key0, p.len_k,
+                                                threadIdx.x, 64 * h, use);
         }
     };
     // cp.async groups: [Q, step 0], [step 1], ...: one per step, one step ahead.

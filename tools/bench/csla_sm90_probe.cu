@@ -361,8 +361,8 @@ double median(std::vector<float> v) {
 }
 
 // Prints the mask's statistics; returns the FLOPs of its active tiles.
-double mask_stats(const std::vector<uint8_t>& bm, const Lists& lists, int lq, int lk, int block,
-                  int B, int H, int D) {
+double mask_stats(const char* name, const std::vector<uint8_t>& bm, const Lists& lists, int lq,
+                  int lk, int block, int B, int H, int D) {
     const int nqb = (lq + block - 1) / block, nkb = (lk + block - 1) / block;
     double active = 0, blocks_on = 0, listed = 0, unions = 0;
     for (int u = 0; u < nqb; ++u)
@@ -379,22 +379,36 @@ double mask_stats(const std::vector<uint8_t>& bm, const Lists& lists, int lq, in
                       (u + 1 < nqb && bm[size_t(u + 1) * nkb + j]);
     if (block == 128) unions = listed;
     const double flops = 4.0 * B * H * active * D;
-    std::printf("infinity-8b-1024 block %d: q %d kv %d, block sparsity %.2f %%, %.1f GFLOP, "
+    std::printf("%s block %d: q %d kv %d, block sparsity %.2f %%, %.1f GFLOP, "
                 "mean list %.1f blocks, pair-CTA union %.0f vs listed %.0f (%.3f)\n",
-                block, lq, lk, 100.0 * (1 - blocks_on / (double(nqb) * nkb)), flops * 1e-9,
+                name, block, lq, lk, 100.0 * (1 - blocks_on / (double(nqb) * nkb)), flops * 1e-9,
                 listed / nqb, unions, listed, unions / listed);
     return flops;
 }
 
+struct Config {
+    const char* name;
+    std::vector<int> pns;
+    int batch, heads, head_dim;
+};
+// As app/cli's bench configs: SparVAR's Table 1 (Infinity-8B 1024px last scale) and VAR-d30's
+// 256px / 512px last scales (batch 2: the CFG pair).
+const Config kConfigs[] = {
+    {"infinity-8b-1024", {1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64}, 1, 24, 128},
+    {"var-d30-256", {1, 2, 3, 4, 5, 6, 8, 10, 13, 16}, 2, 30, 64},
+    {"var-d30-512", {1, 2, 3, 4, 6, 9, 13, 18, 24, 32}, 2, 30, 64}};
+
 int bench(const std::string& impls, int iters, bool profile, std::mt19937& g) {
-    const std::vector<int> pns = {1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64};
-    const int B = 1, H = 24, D = 128;
     int failures = 0;
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
     char* flush = nullptr;
     const size_t flush_bytes = size_t(prop.l2CacheSize) * 2;
     CHECK(cudaMalloc(&flush, flush_bytes));
+  for (const Config& cfg : kConfigs) {
+    if (profile && cfg.head_dim != 128) continue;
+    const std::vector<int>& pns = cfg.pns;
+    const int B = cfg.batch, H = cfg.heads, D = cfg.head_dim;
     std::vector<__nv_bfloat16> q, k, v;
     for (const int block : profile ? std::vector<int>{64} : std::vector<int>{64, 128}) {
         int lq = 0, lk = 0;
@@ -406,7 +420,7 @@ int bench(const std::string& impls, int iters, bool profile, std::mt19937& g) {
             v = randn_bf16(size_t(B) * H * lk * D, g);
         }
         Problem pr{B, H, lq, lk, D, block, block, false, q, k, v, lists_of(bm, nqb, nkb)};
-        const double flops = mask_stats(bm, pr.lists, lq, lk, block, B, H, D);
+        const double flops = mask_stats(cfg.name, bm, pr.lists, lq, lk, block, B, H, D);
         Dev dv = upload(pr);
         const auto p = params_of(pr, dv);
         std::vector<__nv_bfloat16> ref_o, o;
@@ -452,6 +466,7 @@ int bench(const std::string& impls, int iters, bool profile, std::mt19937& g) {
         }
         release(dv);
     }
+  }
     cudaFree(flush);
     return failures;
 }
@@ -464,13 +479,14 @@ int main(int argc, char** argv) {
     int iters = 30;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--mask-only")) {
-            const std::vector<int> pns = {1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64};
-            for (const int block : {64, 128}) {
-                int lq = 0, lk = 0;
-                const auto bm = csla_block_mask(pns, block, &lq, &lk);
-                mask_stats(bm, lists_of(bm, (lq + block - 1) / block, (lk + block - 1) / block),
-                           lq, lk, block, 1, 24, 128);
-            }
+            for (const Config& cfg : kConfigs)
+                for (const int block : {64, 128}) {
+                    int lq = 0, lk = 0;
+                    const auto bm = csla_block_mask(cfg.pns, block, &lq, &lk);
+                    mask_stats(cfg.name, bm,
+                               lists_of(bm, (lq + block - 1) / block, (lk + block - 1) / block), lq,
+                               lk, block, cfg.batch, cfg.heads, cfg.head_dim);
+                }
             return 0;
         }
         if (!std::strcmp(argv[i], "--profile")) profile = true;

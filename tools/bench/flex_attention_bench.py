@@ -73,6 +73,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--sdpa", action="store_true",
+                    help="also time dense SDPA flash and cuDNN per config (same timing), for "
+                         "ratios measured in the same call as a kernel probe")
+    ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (with --sdpa)")
     a = ap.parse_args()
     dev = torch.device("cuda")
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
@@ -87,7 +91,17 @@ def main():
         q = torch.randn(batch, heads, lq, d, device=dev, dtype=torch.bfloat16)
         k = torch.randn(batch, heads, lk, d, device=dev, dtype=torch.bfloat16)
         v = torch.randn(batch, heads, lk, d, device=dev, dtype=torch.bfloat16)
-        for b in a.blocks:
+        if a.sdpa:
+            row = {"config": name, "q_len": lq, "kv_len": lk}
+            flash = torch.ops.aten._scaled_dot_product_flash_attention
+            cudnn = torch.ops.aten._scaled_dot_product_cudnn_attention
+            row["sdpa_flash_ms"] = time_ms(lambda: flash(q, k, v), a.warmup, a.iters, flush)
+            row["sdpa_cudnn_ms"] = time_ms(lambda: cudnn(q, k, v, None, False), a.warmup, a.iters,
+                                           flush)
+            results.append(row)
+            print(f"sdpa {name}: flash {row['sdpa_flash_ms']:.3f} ms cudnn "
+                  f"{row['sdpa_cudnn_ms']:.3f} ms", flush=True)
+        for b in ([] if a.no_flex else a.blocks):
             bm = block_mask_of(tm, b).to(dev)
             sparsity = 1.0 - bm.float().mean().item()
 
