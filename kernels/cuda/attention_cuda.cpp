@@ -13,9 +13,9 @@ namespace varscope::kernels::cuda {
 
 cudaError_t probe_kernel_image();  // kernel_probe.cu
 // Hopper wgmma kernels for CSLA (csla_attention_sm90_d*.cu): BlockSparse + Output, bf16 only
-// (attention variant 3, the default). impl: 0 serial, 1 overlapped 2 stages (default), 2
+// (attention variant 3, the default). impl: 0 serial (default at d64), 1 overlapped 2 stages, 2
 // overlapped 3 stages, 3 two warpgroups per 128 rows sharing K/V, 4 as 3 with 1's overlap, 5 as
-// 3 with 128-key steps, 6 as 0 with one K/V buffer (see csla_attention_sm90.cuh).
+// 3 with 128-key steps, 6 as 0 with one K/V buffer (default at d128; csla_attention_sm90.cuh).
 cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, int v_desc_swap,
                                       cudaStream_t);
 cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, int v_desc_swap,
@@ -83,9 +83,14 @@ void launch(const AttentionParams& p_in, const at::Tensor& q, TileMode mode, Epi
         // VARSCOPE_SM90_VDESC_SWAP=1 swaps V's descriptor strides (expected wrong: a check).
         const char* env = std::getenv("VARSCOPE_SM90_VDESC_SWAP");
         const int swap = env != nullptr && env[0] == '1' ? 1 : 0;
+        // Default: the fastest measured (H100, bench/results/2026-11-25-h100/kernels_sm90_v2.md):
+        // 6 (one K/V buffer, 3 CTAs/SM) at d128 (Infinity-8B: 0.216 ms vs 0.224 for 1 at block
+        // 64, 0.283 vs 0.293 at 128), 0 (serial, 2 stages) at d64 (VAR-d30: 0-5 % ahead of 1, 6
+        // is 2-26 % behind).
         const char* impl_env = std::getenv("VARSCOPE_SM90_IMPL");
-        const int impl =
-            impl_env != nullptr && impl_env[0] >= '0' && impl_env[0] <= '6' ? impl_env[0] - '0' : 1;
+        const int impl = impl_env != nullptr && impl_env[0] >= '0' && impl_env[0] <= '6'
+                             ? impl_env[0] - '0'
+                             : (d == 128 ? 6 : 0);
         err = d == 64 ? launch_csla_sm90_d64_bf16(p, impl, swap, stream)
                       : launch_csla_sm90_d128_bf16(p, impl, swap, stream);
         check_cuda(err, "sm90 attention kernel launch");

@@ -15,6 +15,9 @@
 //   3: serial per warpgroup, 3 stages.  4: as 3 with 1's overlap inside each warpgroup.
 //   5: as 3 with 128-key steps (two union tiles per step), 2 stages.
 // and 6: as 0 with a single K/V buffer, three 64-row CTAs per SM.
+// Defaults (attention_cuda.cpp, measured on an H100): 6 at d128, 0 at d64. What bounds them is
+// instruction issue and latency at low occupancy, not L2 bytes (3-5 halve the bytes and are
+// slower); see bench/results/2026-11-25-h100/kernels_sm90_v2.md.
 //
 // Descriptor orientation for V (B operand, MN-major): CUTLASS's canonical 128B-swizzle MN-major
 // layout ((64 elems, n panels), (8 rows, k groups)) puts the panel stride in LBO and the 8-row
