@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <map>
 #include <mutex>
+#include <vector>
 #endif
 
 namespace varscope::kernels {
@@ -17,6 +18,7 @@ namespace varscope::kernels {
 struct CudaGraph::Impl {
     at::cuda::CUDAGraph graph;
     bool captured = false;
+    size_t kernel_nodes = 0, nodes = 0;
 };
 
 namespace {
@@ -65,6 +67,27 @@ void CudaGraph::capture(int device, const std::function<void()>& fn) {
     impl_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     try {
         fn();
+        // Count the nodes of the graph being built (the instantiated graph is not kept).
+        cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+        cudaGraph_t g = nullptr;
+        const auto stream = c10::cuda::getCurrentCUDAStream(dev).stream();
+        if (cudaStreamGetCaptureInfo(stream, &status, nullptr, &g) == cudaSuccess &&
+            status == cudaStreamCaptureStatusActive && g != nullptr) {
+            size_t n = 0;
+            if (cudaGraphGetNodes(g, nullptr, &n) == cudaSuccess) {
+                std::vector<cudaGraphNode_t> all(n);
+                if (n > 0 && cudaGraphGetNodes(g, all.data(), &n) == cudaSuccess) {
+                    impl_->nodes = n;
+                    impl_->kernel_nodes = 0;
+                    for (auto node : all) {
+                        cudaGraphNodeType type;
+                        if (cudaGraphNodeGetType(node, &type) == cudaSuccess &&
+                            type == cudaGraphNodeTypeKernel)
+                            ++impl_->kernel_nodes;
+                    }
+                }
+            }
+        }
     } catch (...) {
         // End the capture so the stream is usable again; the partial graph is dropped.
         try {
@@ -83,6 +106,8 @@ void CudaGraph::replay() {
 }
 
 bool CudaGraph::captured() const { return impl_->captured; }
+size_t CudaGraph::kernel_nodes() const { return impl_->kernel_nodes; }
+size_t CudaGraph::nodes() const { return impl_->nodes; }
 #else
 struct CudaGraph::Impl {};
 
@@ -100,6 +125,8 @@ void CudaGraph::capture(int, const std::function<void()>&) {
 void CudaGraph::replay() { TORCH_CHECK(false, "CUDA graphs need a build with CUDA kernels"); }
 
 bool CudaGraph::captured() const { return false; }
+size_t CudaGraph::kernel_nodes() const { return 0; }
+size_t CudaGraph::nodes() const { return 0; }
 #endif
 
 }  // namespace varscope::kernels

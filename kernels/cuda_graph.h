@@ -32,6 +32,9 @@ public:
     // Runs the recorded work on the device's current stream.
     void replay();
     bool captured() const;
+    // Kernel nodes (and all nodes) of the captured graph, counted at the end of the capture.
+    size_t kernel_nodes() const;
+    size_t nodes() const;
 
 private:
     struct Impl;

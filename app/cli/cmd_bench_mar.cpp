@@ -4,6 +4,7 @@
 // and the ratios to the baseline measured in the same run. With --split, one more run per method
 // splits each step into transformer and DiffLoss-head time (device syncs in between).
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 
 #include <chrono>
 #include <iomanip>
@@ -14,6 +15,9 @@
 #include "app/cli/run_report.h"
 #include "core/accel/mar_accel_config.h"
 #include "core/accel/mar_flops.h"
+#include "kernels/cuda_graph.h"
+#include "kernels/cuda_timing.h"
+#include "kernels/diffloss_ops.h"
 
 namespace varscope::cli {
 namespace {
@@ -31,6 +35,13 @@ struct BenchMarArgs {
     bool planned = false;  // FLOPs from the step plan only, no runs
     bool no_cuda_graphs = false;
     bool compare_eager = false;  // one more run per method without CUDA graphs
+    // Timed runs per method again with the LibTorch module path of the DiffLoss head
+    // (MarSampleOptions::fused_head = false): time and token difference to the fused runs.
+    bool compare_modules = false;
+    // DiffLoss head alone: one 100-step reverse diffusion for N decoded tokens (2N rows with
+    // CFG) as a CUDA graph, module path vs fused kernels (PDL on/off): time, kernels, diffs.
+    std::vector<int64_t> head_rows;
+    int64_t head_iters = 30;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -73,7 +84,28 @@ struct MethodRun {
     bool graphs = false;                // the timed runs replayed CUDA graphs
     double eager_ms = 0.0;              // --compare-eager: one run without graphs
     double eager_max_abs_diff = -1.0;   // ... and its tokens vs the last graphed run
+    std::vector<double> modules_totals;  // --compare-modules: the module-path head
+    double modules_max_abs_diff = -1.0;  // ... its tokens vs the last fused run
+    double kernels_per_step = 0.0;       // graph kernel nodes per decoding step (mean)
+    double kernels_per_diffusion_step = 0.0;  // per reverse step, from diffusion graphs
 };
+
+// Mean kernel nodes per captured whole-step graph and per reverse step of the diffusion
+// graphs (LazyMAR's path), from the sampler's graphs.
+void count_kernels(MethodRun& m, int64_t diffusion_steps) {
+    double steps = 0, step_nodes = 0, diff = 0, diff_nodes = 0;
+    for (const auto& [name, n] : m.last.graph_kernel_nodes) {
+        if (name.rfind("step_", 0) == 0) {
+            steps += 1;
+            step_nodes += double(n);
+        } else if (name.rfind("diffusion_", 0) == 0) {
+            diff += 1;
+            diff_nodes += double(n);
+        }
+    }
+    if (steps > 0) m.kernels_per_step = step_nodes / steps;
+    if (diff > 0) m.kernels_per_diffusion_step = diff_nodes / diff / double(diffusion_steps);
+}
 
 MethodRun run_method(MarPipeline& pipe, MarSampleOptions opt, const std::string& name,
                      const BenchMarArgs& a) {
@@ -98,6 +130,29 @@ MethodRun run_method(MarPipeline& pipe, MarSampleOptions opt, const std::string&
                   << std::endl;  // flushed: a run cut short by a time limit still reports
     }
     m.graphs = m.last.cuda_graphs;
+    count_kernels(m, pipe.sampler().diffusion().schedule().num_steps());
+    if (a.compare_modules) {  // the same runs with the module-path head
+        MarSampleOptions mod = opt;
+        mod.fused_head = false;
+        for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(mod, hooks);
+        MarSampleResult r;
+        for (int64_t i = 0; i < a.repeat; ++i) {
+            r = pipe.generate(mod, hooks);
+            m.modules_totals.push_back(r.total_millis - r.decode_millis);
+            std::cerr << "    " << name << " module-path head run " << i + 1 << ": "
+                      << m.modules_totals.back() << " ms" << std::endl;
+        }
+        m.modules_max_abs_diff = (r.tokens - m.last.tokens).abs().max().item<double>();
+        MethodRun tmp;
+        tmp.last = r;
+        count_kernels(tmp, pipe.sampler().diffusion().schedule().num_steps());
+        std::cerr << "    " << name << " max |fused - module| token difference "
+                  << m.modules_max_abs_diff << " (max |token| "
+                  << m.last.tokens.abs().max().item<double>() << "); kernels per decoding step "
+                  << m.kernels_per_step << " fused vs " << tmp.kernels_per_step
+                  << " module path; per diffusion step " << m.kernels_per_diffusion_step
+                  << " vs " << tmp.kernels_per_diffusion_step << std::endl;
+    }
     m.flops = lazymar_planned_flops(c, accel.lazymar, opt.num_iter,
                                     int64_t(opt.class_ids.size()), opt.cfg,
                                     pipe.sampler().diffusion().schedule().num_steps());
@@ -163,8 +218,84 @@ nlohmann::json planned_model(const std::string& preset, const BenchMarArgs& a) {
     return {{"model", preset}, {"config", c.to_json()}, {"methods", methods}};
 }
 
+// The DiffLoss head alone (--head-rows): per decoded-token count N, one reverse diffusion
+// (2N rows with CFG) captured as a CUDA graph per head path and replayed.
+nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
+    MarConfig c = mar_config_argument(preset);
+    c.num_sampling_steps = a.sampling_steps;
+    MarPipeline pipe = MarPipeline::random(c, 0, {a.device, parse_precision(a.precision)});
+    c10::InferenceMode guard;
+    const auto& net = *pipe.sampler().transformer()->diffloss->net;
+    const auto& diffusion = pipe.sampler().diffusion();
+    const at::Device device = pipe.device();
+    TORCH_CHECK(device.is_cuda() && kernels::cuda_graphs_built(), "--head-rows needs CUDA");
+    const int dev = device.index() < 0 ? 0 : int(device.index());
+    const int64_t S = diffusion.schedule().num_steps(), C = net.in_channels();
+    const auto dtype = net.input_proj->weight.scalar_type();
+    const auto f32 = at::TensorOptions(device).dtype(at::kFloat);
+    const auto t_all = diffusion.time_embeddings(net, device);
+    std::cerr << preset << " DiffLoss head (width " << c.diffloss_w << ", depth " << c.diffloss_d
+              << ", " << S << " steps, CFG " << a.cfg << ", " << a.precision << ")\n"
+              << "  N  path            ms/diffusion  us/step  kernels/step  max|d| vs modules\n";
+    struct Variant {
+        std::string name;
+        HeadPath path;
+        bool pdl;
+    };
+    const std::vector<Variant> variants{{"modules", HeadPath::Modules, true},
+                                        {"fused", HeadPath::FusedCuda, true},
+                                        {"fused_no_pdl", HeadPath::FusedCuda, false}};
+    nlohmann::json rows = nlohmann::json::array();
+    for (int64_t N : a.head_rows) {
+        const auto z = at::randn({2 * N, c.decoder_embed_dim}, f32).to(dtype);
+        const auto cfg = at::full({}, a.cfg, f32);
+        const auto start = at::randn({N, C}, f32).to(dtype);
+        const auto steps = at::randn({S, 2 * N, C}, f32).to(dtype);
+        at::Tensor ref;
+        nlohmann::json row{{"tokens", N}, {"rows", 2 * N}};
+        for (const auto& v : variants) {
+            std::string why;
+            if (v.path != HeadPath::Modules &&
+                !DiffusionSampler::uses_fused_head(net, z, true, HeadPath::Auto, &why)) {
+                std::cerr << "  " << N << "  " << v.name << ": not run (" << why << ")\n";
+                continue;
+            }
+            kernels::set_diff_pdl(v.pdl);
+            at::Tensor out;
+            auto fn = [&] {
+                out = diffusion.sample_with_noise(net, z, cfg, 1.0, start, steps, t_all, 0, v.path);
+            };
+            kernels::run_on_capture_stream(dev, fn);
+            kernels::CudaGraph graph;
+            graph.capture(dev, fn);
+            const auto t = kernels::time_on_gpu([&] { graph.replay(); }, dev, 3, a.head_iters, false);
+            const auto result = out.to(at::kFloat).clone();
+            if (!ref.defined()) ref = result;
+            const double diff = (result - ref).abs().max().item<double>();
+            const double kps = double(graph.kernel_nodes()) / double(S);
+            std::cerr << "  " << std::setw(2) << N << " " << std::left << std::setw(16) << v.name
+                      << std::right << std::fixed << std::setprecision(3) << std::setw(12)
+                      << t.median_ms << std::setprecision(1) << std::setw(9)
+                      << 1000.0 * t.median_ms / double(S) << std::setw(14) << kps
+                      << std::setprecision(5) << std::setw(12) << diff << "\n";
+            row[v.name] = {{"median_ms", t.median_ms},
+                           {"min_ms", t.min_ms},
+                           {"max_ms", t.max_ms},
+                           {"us_per_diffusion_step", 1000.0 * t.median_ms / double(S)},
+                           {"kernels_per_diffusion_step", kps},
+                           {"graph_nodes", graph.nodes()},
+                           {"max_abs_diff_vs_modules", diff},
+                           {"max_abs_output", ref.abs().max().item<double>()}};
+        }
+        kernels::set_diff_pdl(true);
+        rows.push_back(row);
+    }
+    return {{"model", preset}, {"config", c.to_json()}, {"head_rows", rows}};
+}
+
 nlohmann::json bench_model(const std::string& preset, const BenchMarArgs& a) {
     if (a.planned) return planned_model(preset, a);
+    if (!a.head_rows.empty()) return bench_head(preset, a);
     MarConfig c = mar_config_argument(preset);
     c.num_sampling_steps = a.sampling_steps;
     MarPipeline pipe = MarPipeline::random(c, 0, {a.device, parse_precision(a.precision)});
@@ -215,6 +346,18 @@ nlohmann::json bench_model(const std::string& preset, const BenchMarArgs& a) {
                            {"latent_relative_l2_vs_baseline", rel},
                            {"cuda_graphs", m.graphs},
                            {"graph_capture_ms", m.last.graph_capture_millis}});
+        methods.back()["graph_kernels_per_decoding_step"] = m.kernels_per_step;
+        methods.back()["graph_kernels_per_diffusion_step"] = m.kernels_per_diffusion_step;
+        if (!m.modules_totals.empty()) {
+            const double mm = median(m.modules_totals);
+            methods.back()["modules_head_median_ms"] = mm;
+            methods.back()["modules_head_ms_each"] = m.modules_totals;
+            methods.back()["fused_speedup_vs_modules"] = ms > 0 ? mm / ms : 0.0;
+            methods.back()["fused_vs_modules_max_abs_token_diff"] = m.modules_max_abs_diff;
+            methods.back()["max_abs_token"] = m.last.tokens.abs().max().item<double>();
+            std::cerr << "    " << m.name << ": fused head " << ms << " ms vs module-path head "
+                      << mm << " ms (" << (ms > 0 ? mm / ms : 0.0) << "x)\n";
+        }
         if (m.eager_max_abs_diff >= 0) {
             methods.back()["eager_ms"] = m.eager_ms;
             methods.back()["graphs_speedup_vs_eager"] = ms > 0 ? m.eager_ms / ms : 0.0;
@@ -269,6 +412,9 @@ Runner add_bench_mar(CLI::App& bench) {
     cmd->add_flag("--planned-flops", a->planned, "no runs: FLOPs of each method from the step plan (equal to what a run counts)");
     cmd->add_flag("--no-cuda-graphs", a->no_cuda_graphs, "run the MAR loop eagerly on CUDA (no graph replay)");
     cmd->add_flag("--compare-eager", a->compare_eager, "one more run per method without CUDA graphs: its time and whether its tokens equal the graphed ones");
+    cmd->add_flag("--compare-modules", a->compare_modules, "time each method again with the LibTorch module path of the DiffLoss head (no fused kernels) and compare the tokens");
+    cmd->add_option("--head-rows", a->head_rows, "benchmark the DiffLoss head alone for these decoded-token counts (CUDA graphs: module path vs fused kernels)")->delimiter(',');
+    cmd->add_option("--head-iters", a->head_iters, "timed graph replays per head variant")->check(CLI::Range(1, 10000))->capture_default_str();
     cmd->add_flag("--split", a->split, "one more run per method with device syncs that splits each step into transformer and DiffLoss-head time");
     return [a]() { return run(*a); };
 }

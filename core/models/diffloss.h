@@ -53,6 +53,8 @@ public:
     torch::nn::LayerNorm in_ln{nullptr};
     torch::nn::Sequential mlp{nullptr};               // 0 Linear, 1 SiLU, 2 Linear
     torch::nn::Sequential adaLN_modulation{nullptr};  // 0 SiLU, 1 Linear(C, 3C)
+    const torch::nn::Linear& fc1() const { return fc1_; }  // mlp.0 (for fused kernels)
+    const torch::nn::Linear& fc2() const { return fc2_; }  // mlp.2
 
 private:
     torch::nn::Linear fc1_{nullptr}, fc2_{nullptr}, ada_{nullptr};
@@ -93,6 +95,7 @@ public:
     at::Tensor forward_modulated(const at::Tensor& x, const DiffModulation& m) const;
     int64_t width() const;
     int64_t depth() const { return static_cast<int64_t>(blocks_.size()); }
+    const DiffResBlockImpl& block(int64_t i) const { return *blocks_.at(static_cast<size_t>(i)); }
 
     TimestepEmbedder time_embed{nullptr};
     torch::nn::Linear cond_embed{nullptr}, input_proj{nullptr};

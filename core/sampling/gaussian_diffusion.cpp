@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <cfenv>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
 #include "core/models/diffloss.h"
+#include "kernels/diffloss_ops.h"
 
 namespace varscope {
 namespace {
@@ -215,11 +218,55 @@ at::Tensor DiffusionSampler::time_embeddings(const SimpleMlpAdaLNImpl& net,
     return t_emb_cache_;
 }
 
+int64_t DiffusionSampler::fused_head_max_rows(int64_t width) {
+    const char* env = std::getenv("VARSCOPE_MAR_FUSED_MAX_ROWS");
+    if (env != nullptr && *env != '\0') {
+        char* end = nullptr;
+        const long v = std::strtol(env, &end, 10);
+        if (end != env && *end == '\0' && v >= 0) return v;
+    }
+    return width <= 1024 ? 16 : 8;
+}
+
+bool DiffusionSampler::uses_fused_head(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
+                                       bool guided, HeadPath head, std::string* why_not) {
+    auto no = [&](const std::string& why) {
+        if (why_not) *why_not = why;
+        return false;
+    };
+    if (head == HeadPath::Modules) return no("the module path was asked for");
+    if (head == HeadPath::FusedReference) return true;
+    const auto& w = net.input_proj->weight;  // (W, C)
+    const int64_t rows = z.size(0);          // 2N with CFG, N without: the most rows of a step
+    if (head == HeadPath::Auto) {
+        const char* env = std::getenv("VARSCOPE_MAR_FUSED_HEAD");
+        if (env != nullptr && std::strcmp(env, "0") == 0)
+            return no("VARSCOPE_MAR_FUSED_HEAD=0");
+        // Each CTA normalises every row itself, so the fused kernels lose to cuBLAS GEMMs as
+        // rows grow (bench/results/2026-11-25-h100/mar_fused.md).
+        const int64_t most = fused_head_max_rows(w.size(0));
+        if (rows > most)
+            return no(std::to_string(rows) + " rows > " + std::to_string(most) +
+                      " (VARSCOPE_MAR_FUSED_MAX_ROWS)");
+    }
+    std::string why;
+    bool ok = kernels::diff_head_cuda_supported(w, rows, w.size(0), &why) &&
+              z.device() == w.device();
+    if (ok && (w.size(1) % 8 != 0 || w.size(1) > w.size(0))) {
+        ok = false;
+        why = "the latent width " + std::to_string(w.size(1)) + " is not a multiple of 8";
+    }
+    (void)guided;
+    TORCH_CHECK(ok || head != HeadPath::FusedCuda, "fused DiffLoss head requested but ", why);
+    if (!ok) return no(why);
+    return true;
+}
+
 at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                  const at::Tensor& cfg_scale, double temperature,
                                  std::optional<at::Generator> gen, const at::Tensor& start,
                                  const at::Tensor& step_noise, const at::Tensor& t_given,
-                                 int64_t cfg_cache_period) const {
+                                 int64_t cfg_cache_period, HeadPath head) const {
     const bool guided = cfg_scale.defined();
     TORCH_CHECK(!guided || z.size(0) % 2 == 0, "diffusion: CFG needs 2N condition rows");
     const int64_t N = guided ? z.size(0) / 2 : z.size(0);
@@ -232,6 +279,22 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
 
     at::Tensor x = start.defined() ? start.to(opts) : at::randn({N, C}, gen, opts);
     const float temp = f32(temperature);
+    const bool fused = uses_fused_head(net, z, guided, head);
+    const auto kpath = head == HeadPath::FusedReference ? kernels::KernelPath::Reference
+                                                        : kernels::KernelPath::Cuda;
+    std::vector<kernels::DiffBlockWeights> blocks;
+    at::Tensor delta;  // head-side condition cache (cfg_cache_period > 0)
+    if (fused) {
+        // The CUDA kernels update x in place: it must not alias the caller's start noise.
+        x = x.clone(at::MemoryFormat::Contiguous);
+        for (int64_t b = 0; b < net.depth(); ++b) {
+            const auto& blk = net.block(b);
+            blocks.push_back({blk.in_ln->weight, blk.in_ln->bias, blk.in_ln->options.eps(),
+                              blk.fc1()->weight, blk.fc1()->bias, blk.fc2()->weight,
+                              blk.fc2()->bias});
+        }
+        if (guided && cfg_cache_period > 0) delta = at::zeros({N, C}, opts);
+    }
     // The AdaLN modulations depend on the timestep and the condition only: computed for a
     // window of steps at once (one pass over those weights per window, not per step). The
     // window keeps them under ~64M elements; y rows of step i are [i*R, (i+1)*R).
@@ -240,7 +303,6 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
     const int64_t window = std::max<int64_t>(1, std::min<int64_t>(S, (64LL << 20) / per_step));
     DiffModulation mods;
     int64_t window_start = -1;
-    at::Tensor delta;  // head-side condition cache (cfg_cache_period > 0)
     for (int64_t i = S - 1; i >= 0; --i) {
         if (window_start < 0 || i < window_start) {
             window_start = std::max<int64_t>(0, i - window + 1);
@@ -249,6 +311,40 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             mods = net.modulations(y);
         }
         const bool full = !guided || full_cfg_step(i, S, cfg_cache_period);
+        if (fused) {
+            // One kernel per linear layer and one for the final layer + CFG + posterior update
+            // (the module path's ops in the same order on the reference path).
+            using kernels::DiffCfgMode;
+            const DiffCfgMode mode = !guided ? DiffCfgMode::None
+                                     : !full ? DiffCfgMode::Cached
+                                     : cfg_cache_period > 0 ? DiffCfgMode::FullKeep
+                                                            : DiffCfgMode::Full;
+            const bool half = mode == DiffCfgMode::None || mode == DiffCfgMode::Cached;
+            const auto m = mods.rows((i - window_start) * R, half ? N : R);
+            at::Tensor h = kernels::diff_input_proj(x, net.input_proj->weight,
+                                                    net.input_proj->bias, half ? N : 2 * N, kpath);
+            for (size_t b = 0; b < blocks.size(); ++b) {
+                const auto a = kernels::diff_block_fc1(h, blocks[b], m.shift[b], m.scale1[b], kpath);
+                h = kernels::diff_block_fc2(a, blocks[b], m.gate[b], h, kpath);
+            }
+            const at::Tensor noise = step_noise.defined()
+                                         ? step_noise[S - 1 - i].to(opts)
+                                         : at::randn({guided ? 2 * N : N, C}, gen, opts);
+            kernels::DiffStepCoefs k;
+            k.sqrt_recip_ac = f32(schedule_.sqrt_recip_alphas_cumprod[i]);
+            k.sqrt_recipm1_ac = f32(schedule_.sqrt_recipm1_alphas_cumprod[i]);
+            k.coef1 = f32(schedule_.posterior_mean_coef1[i]);
+            k.coef2 = f32(schedule_.posterior_mean_coef2[i]);
+            k.log_beta = f32(schedule_.log_betas[i]);
+            k.log_var_clipped = f32(schedule_.posterior_log_variance_clipped[i]);
+            k.temperature = temp;
+            k.last = i == 0;
+            const auto& fl = net.final_layer->linear;
+            x = kernels::diff_final_step(h, m.final_shift, m.final_scale1, fl->weight, fl->bias,
+                                         1e-6, x, noise.narrow(0, 0, N), cfg_scale, mode, delta,
+                                         k, kpath);
+            continue;
+        }
         const auto out = step_modulated(net, x, i, mods.rows((i - window_start) * R, R),
                                         cfg_scale, full ? at::Tensor() : delta,
                                         full && cfg_cache_period > 0 ? &delta : nullptr);
@@ -269,8 +365,9 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
 at::Tensor DiffusionSampler::sample(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                     const at::Tensor& cfg_scale, double temperature,
                                     std::optional<at::Generator> gen,
-                                    int64_t cfg_cache_period) const {
-    return run(net, z, cfg_scale, temperature, std::move(gen), {}, {}, {}, cfg_cache_period);
+                                    int64_t cfg_cache_period, HeadPath head) const {
+    return run(net, z, cfg_scale, temperature, std::move(gen), {}, {}, {}, cfg_cache_period,
+               head);
 }
 
 bool DiffusionSampler::full_cfg_step(int64_t i, int64_t num_steps, int64_t period) {
@@ -288,12 +385,12 @@ at::Tensor DiffusionSampler::sample_with_noise(const SimpleMlpAdaLNImpl& net, co
                                                const at::Tensor& start,
                                                const at::Tensor& step_noise,
                                                const at::Tensor& t_all,
-                                               int64_t cfg_cache_period) const {
+                                               int64_t cfg_cache_period, HeadPath head) const {
     TORCH_CHECK(start.defined() && step_noise.defined(), "sample_with_noise: noise required");
     TORCH_CHECK(step_noise.size(0) == schedule_.num_steps(),
                 "sample_with_noise: one noise tensor per diffusion step expected");
     return run(net, z, cfg_scale, temperature, std::nullopt, start, step_noise, t_all,
-               cfg_cache_period);
+               cfg_cache_period, head);
 }
 
 }  // namespace varscope

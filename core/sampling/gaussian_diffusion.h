@@ -42,6 +42,17 @@ struct DiffusionSchedule {
     static DiffusionSchedule from_betas(std::vector<double> betas);
 };
 
+// How the reverse diffusion runs the DiffLoss head.
+//  Auto: the fused kernels (kernels/diffloss_ops.h: one kernel per linear layer plus one for the
+//        final layer, CFG and the posterior update) on CUDA for float16/bfloat16 heads whose
+//        widths they take, at most fused_head_max_rows() rows (where they beat the module
+//        path), unless VARSCOPE_MAR_FUSED_HEAD=0 or the reference kernels are forced; the
+//        module path otherwise (CPU, float32, many rows).
+//  Modules: the LibTorch module path (forward_modulated and the posterior as tensor ops).
+//  FusedReference / FusedCuda: the fused loop with the LibTorch references / the CUDA kernels
+//        (throws where they cannot run). For tests and benchmarks.
+enum class HeadPath { Auto, Modules, FusedReference, FusedCuda };
+
 // Ancestral sampling of token latents with the DiffLoss MLP. One call = the full reverse
 // process for a batch of conditions; shapes are static across its steps and it never
 // synchronises, so a CUDA graph can wrap it.
@@ -64,7 +75,8 @@ public:
     // eps_uncond = eps_cond - delta. 0 = off (every step runs both halves).
     at::Tensor sample(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                       const at::Tensor& cfg_scale, double temperature,
-                      std::optional<at::Generator> gen, int64_t cfg_cache_period = 0) const;
+                      std::optional<at::Generator> gen, int64_t cfg_cache_period = 0,
+                      HeadPath head = HeadPath::Auto) const;
 
     // Same, from given noise: start (N, C) and steps (num_steps, rows, C) (rows = N, or 2N
     // with CFG; only the first N rows are read). For tests, parity and CUDA graphs. t_all:
@@ -73,7 +85,15 @@ public:
     at::Tensor sample_with_noise(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                  const at::Tensor& cfg_scale, double temperature,
                                  const at::Tensor& start, const at::Tensor& step_noise,
-                                 const at::Tensor& t_all = {}, int64_t cfg_cache_period = 0) const;
+                                 const at::Tensor& t_all = {}, int64_t cfg_cache_period = 0,
+                                 HeadPath head = HeadPath::Auto) const;
+    // Whether `head` resolves to the fused loop for conditions z (rows as in sample()); why_not
+    // receives the reason when it does not.
+    static bool uses_fused_head(const SimpleMlpAdaLNImpl& net, const at::Tensor& z, bool guided,
+                                HeadPath head, std::string* why_not = nullptr);
+    // The most rows (2N with CFG) for which Auto picks the fused kernels for a head of this
+    // width: 16 up to width 1024, 8 above (H100 measurements), or VARSCOPE_MAR_FUSED_MAX_ROWS.
+    static int64_t fused_head_max_rows(int64_t width);
     // Whether diffusion step i runs both CFG halves under cfg_cache_period (see sample()).
     static bool full_cfg_step(int64_t i, int64_t num_steps, int64_t cfg_cache_period);
     // Fills start and each step_noise[i] from gen with the values sample() would draw (same
@@ -103,7 +123,7 @@ private:
     at::Tensor run(const SimpleMlpAdaLNImpl& net, const at::Tensor& z, const at::Tensor& cfg_scale,
                    double temperature, std::optional<at::Generator> gen, const at::Tensor& start,
                    const at::Tensor& step_noise, const at::Tensor& t_all,
-                   int64_t cfg_cache_period) const;
+                   int64_t cfg_cache_period, HeadPath head) const;
     DiffusionSchedule schedule_;
     mutable at::Tensor t_emb_cache_;
     mutable const void* t_emb_key_ = nullptr;

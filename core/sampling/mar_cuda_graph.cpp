@@ -17,7 +17,7 @@ bool MarGraphKey::operator==(const MarGraphKey& o) const {
     return device == o.device && batch == o.batch && dtype == o.dtype && num_iter == o.num_iter &&
            cfg == o.cfg && schedule == o.schedule && temperature == o.temperature &&
            attention == o.attention && weights == o.weights &&
-           head_cfg_cache_period == o.head_cfg_cache_period;
+           head_cfg_cache_period == o.head_cfg_cache_period && fused_head == o.fused_head;
 }
 
 MarGraphs::MarGraphs(const MarGraphKey& key) : key_(key) {}
@@ -41,6 +41,7 @@ const std::vector<at::Tensor>& MarGraphs::run(const std::string& name, const Ten
         }
         auto fresh = std::make_unique<Graph>();
         fresh->graph.capture(key_.device, [&] { fresh->outputs = fn(); });
+        kernel_nodes[name] = fresh->graph.kernel_nodes();
         g = std::move(fresh);
         capture_ms_ +=
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)

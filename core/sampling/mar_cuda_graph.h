@@ -39,6 +39,7 @@ struct MarGraphKey {
     int attention = 0;   // AttentionBackend
     size_t weights = 0;  // weights_fingerprint of the transformer (a reload moves them)
     int64_t head_cfg_cache_period = 0;
+    bool fused_head = true;  // MarSampleOptions::fused_head
     bool operator==(const MarGraphKey& o) const;
 };
 
@@ -59,6 +60,8 @@ class MarGraphs {
     size_t graph_count() const { return graphs_.size(); }
     // Attention FLOPs each captured graph computes (counted once, at capture).
     std::map<std::string, double> flops;
+    // Kernel nodes of each captured graph (counted at capture).
+    std::map<std::string, size_t> kernel_nodes;
 
   private:
     struct Graph;

@@ -203,11 +203,12 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
         const MarGraphKey key{device.index() < 0 ? 0 : int(device.index()), B, dtype,
                               opt.num_iter, opt.cfg, int(opt.cfg_schedule), opt.temperature,
                               int(opt.attention), weights_fingerprint(*mar_),
-                              opt.head_cfg_cache_period};
+                              opt.head_cfg_cache_period, opt.fused_head};
         if (!graphs_ || !(graphs_->key() == key)) graphs_ = std::make_shared<MarGraphs>(key);
         graphs = graphs_;
     }
     const bool whole_step_graphs = graphs && !hooks;
+    const HeadPath head_path = opt.fused_head ? HeadPath::Auto : HeadPath::Modules;
     const auto noise_opts = at::TensorOptions(device).dtype(head.input_proj->weight.scalar_type());
     const int64_t S = diffusion_.schedule().num_steps(), C = head.in_channels();
     at::Tensor t_all, orders_in, cls_in;
@@ -291,9 +292,9 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
             sampled = noise.first.defined()
                           ? diffusion_.sample_with_noise(head, z_sel, cfg_scale, opt.temperature,
                                                          noise.first, noise.second, t_all,
-                                                         opt.head_cfg_cache_period)
+                                                         opt.head_cfg_cache_period, head_path)
                           : diffusion_.sample(head, z_sel, cfg_scale, opt.temperature, gen,
-                                              opt.head_cfg_cache_period);
+                                              opt.head_cfg_cache_period, head_path);
         }
         sampled = sampled.to(at::kFloat).view({B, p.decoded(), D});
         auto next = sctx.tokens.scatter(1, decoded.unsqueeze(-1).expand({-1, -1, D}), sampled);
@@ -357,7 +358,8 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
                         return graphs->run("diffusion_" + std::to_string(N), [&] {
                             return std::vector<at::Tensor>{diffusion_.sample_with_noise(
                                 head, z_in, cfg_on ? scale : at::Tensor(), opt.temperature,
-                                noise.first, noise.second, t_all, opt.head_cfg_cache_period)};
+                                noise.first, noise.second, t_all, opt.head_cfg_cache_period,
+                                head_path)};
                         })[0];
                     };
                 }
@@ -387,6 +389,7 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     if (graphs) {
         res.cuda_graphs = true;
         res.graph_capture_millis = graphs->capture_millis();
+        res.graph_kernel_nodes = graphs->kernel_nodes;
     }
     res.tokens = tokens;
     res.latents = mar_unpatchify(tokens, c);

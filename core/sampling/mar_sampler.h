@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +50,10 @@ struct MarSampleOptions {
     // > 0 with CFG: the DiffLoss head's condition cache (DiffusionSampler::sample's
     // cfg_cache_period; LazyMAR's head_cfg_period). 0 = off.
     int64_t head_cfg_cache_period = 0;
+    // On CUDA with a float16/bfloat16 head, run the DiffLoss head's reverse diffusion through
+    // the fused kernels (HeadPath::Auto; tokens within bf16 rounding of the module path).
+    // false = the LibTorch module path everywhere (HeadPath::Modules).
+    bool fused_head = true;
     // Block outputs to record per step (AccelRecord method "mar", kind "block_features"), as
     // global layer indices (encoder layers first). Empty = none.
     std::vector<int64_t> feature_layers;
@@ -70,6 +75,9 @@ struct MarSampleResult {
     double attention_flops = 0.0;  // attention FLOPs (QK^T and PV) actually computed
     bool cuda_graphs = false;         // the steps ran as CUDA graph replays
     double graph_capture_millis = 0;  // capture time of the sampler's graphs so far
+    // Kernel nodes of each of the sampler's captured graphs so far ("step_<i>" whole steps,
+    // "diffusion_<rows>" reverse diffusions).
+    std::map<std::string, size_t> graph_kernel_nodes;
 };
 
 // Host-side schedule of one run: tokens masked before/after each step, and the guidance.

@@ -1,0 +1,215 @@
+#include "kernels/cuda/diffloss_cuda.h"
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "kernels/cuda/diffloss_params.h"
+
+namespace varscope::kernels::cuda {
+namespace {
+
+static_assert(int(DiffCfgMode::None) == int(DiffCfg::None) && int(DiffCfgMode::Full) == int(DiffCfg::Full) &&
+                  int(DiffCfgMode::FullKeep) == int(DiffCfg::FullKeep) &&
+                  int(DiffCfgMode::Cached) == int(DiffCfg::Cached),
+              "DiffCfgMode and DiffCfg must list the modes in one order");
+
+void check_cuda(cudaError_t err, const char* what) {
+    TORCH_CHECK(err == cudaSuccess, "CUDA error in ", what, ": ", cudaGetErrorString(err));
+}
+
+cudaStream_t stream_of(const at::Tensor& t) {
+    return c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
+}
+
+bool aligned16(const at::Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+
+// The kernels read rows in 16-byte chunks: contiguous rows, aligned starts and row strides.
+at::Tensor rows_layout(const at::Tensor& t, at::ScalarType type) {
+    TORCH_CHECK(t.scalar_type() == type, "fused DiffLoss kernels: mixed dtypes (", t.scalar_type(),
+                " vs ", type, ")");
+    TORCH_CHECK(t.dim() <= 2, "fused DiffLoss kernels: 1-D or 2-D tensors expected");
+    const bool ok = t.stride(-1) == 1 && (t.dim() == 1 || t.stride(0) % 8 == 0) && aligned16(t);
+    return ok ? t : t.contiguous();
+}
+
+at::Tensor optional_layout(const at::Tensor& t, at::ScalarType type) {
+    return t.defined() ? rows_layout(t, type) : t;
+}
+
+cudaError_t launch_linear(const DiffLinearParams& p, at::ScalarType type, cudaStream_t s) {
+    return type == at::kBFloat16 ? launch_diff_linear_bf16(p, s) : launch_diff_linear_fp16(p, s);
+}
+
+void check_rows(const at::Tensor& t, int64_t rows, int64_t cols, const char* name) {
+    TORCH_CHECK(t.dim() == 2 && t.size(0) >= rows && t.size(1) == cols, "fused DiffLoss kernels: ",
+                name, " has shape ", t.sizes(), ", expected (", rows, ", ", cols, ")");
+}
+
+}  // namespace
+
+at::Tensor diff_input_proj(const at::Tensor& x_in, const at::Tensor& w_in, const at::Tensor& b_in,
+                           int64_t rows, bool pdl) {
+    const c10::cuda::CUDAGuard guard(x_in.device());
+    const auto type = x_in.scalar_type();
+    const auto x = rows_layout(x_in, type).contiguous(), w = rows_layout(w_in, type).contiguous(),
+               b = rows_layout(b_in, type).contiguous();
+    TORCH_CHECK(w.size(1) == x.size(1), "diff_input_proj: weight ", w.sizes(), " vs x ", x.sizes());
+    auto out = at::empty({rows, w.size(0)}, x.options());
+    DiffLinearParams p;
+    p.in = x.data_ptr();
+    p.in_rows = static_cast<int>(x.size(0));
+    p.rows = static_cast<int>(rows);
+    p.K = static_cast<int>(x.size(1));
+    p.N = static_cast<int>(w.size(0));
+    p.weight = w.data_ptr();
+    p.bias = b.data_ptr();
+    p.out = out.data_ptr();
+    p.prologue = DiffPrologue::Copy;
+    p.epilogue = DiffEpilogue::Bias;
+    p.pdl = pdl;
+    check_cuda(launch_linear(p, type, stream_of(x)), "fused DiffLoss input projection");
+    return out;
+}
+
+at::Tensor diff_block_fc1(const at::Tensor& h_in, const DiffBlockWeights& wt,
+                          const at::Tensor& shift_in, const at::Tensor& scale1_in, bool pdl) {
+    const c10::cuda::CUDAGuard guard(h_in.device());
+    const auto type = h_in.scalar_type();
+    const auto h = h_in.contiguous();
+    const int64_t M = h.size(0), K = h.size(1);
+    const auto w = rows_layout(wt.fc1_weight, type).contiguous();
+    const auto b = rows_layout(wt.fc1_bias, type).contiguous();
+    const auto lw = optional_layout(wt.ln_weight, type), lb = optional_layout(wt.ln_bias, type);
+    const auto shift = rows_layout(shift_in, type), scale1 = rows_layout(scale1_in, type);
+    check_rows(shift, M, K, "shift");
+    check_rows(scale1, M, K, "scale1");
+    TORCH_CHECK(w.size(1) == K, "diff_block_fc1: weight ", w.sizes(), " vs h ", h.sizes());
+    auto out = at::empty({M, w.size(0)}, h.options());
+    DiffLinearParams p;
+    p.in = h.data_ptr();
+    p.in_rows = static_cast<int>(M);
+    p.rows = static_cast<int>(M);
+    p.K = static_cast<int>(K);
+    p.N = static_cast<int>(w.size(0));
+    p.weight = w.data_ptr();
+    p.bias = b.data_ptr();
+    p.ln_weight = lw.defined() ? lw.data_ptr() : nullptr;
+    p.ln_bias = lb.defined() ? lb.data_ptr() : nullptr;
+    p.ln_eps = static_cast<float>(wt.ln_eps);
+    p.shift = shift.data_ptr();
+    p.shift_stride = shift.stride(0);
+    p.scale1 = scale1.data_ptr();
+    p.scale1_stride = scale1.stride(0);
+    p.out = out.data_ptr();
+    p.prologue = DiffPrologue::NormModulate;
+    p.epilogue = DiffEpilogue::BiasSilu;
+    p.pdl = pdl;
+    check_cuda(launch_linear(p, type, stream_of(h)), "fused DiffLoss block fc1");
+    return out;
+}
+
+at::Tensor diff_block_fc2(const at::Tensor& a_in, const DiffBlockWeights& wt,
+                          const at::Tensor& gate_in, const at::Tensor& h_in, bool pdl) {
+    const c10::cuda::CUDAGuard guard(a_in.device());
+    const auto type = a_in.scalar_type();
+    const auto a = a_in.contiguous();
+    const int64_t M = a.size(0), K = a.size(1);
+    const auto w = rows_layout(wt.fc2_weight, type).contiguous();
+    const auto b = rows_layout(wt.fc2_bias, type).contiguous();
+    const auto gate = rows_layout(gate_in, type);
+    // Written in place: h must be a contiguous (M, N) tensor of its own.
+    at::Tensor h = h_in;
+    if (!h.is_contiguous() || h.scalar_type() != type) h = h_in.to(type).contiguous();
+    check_rows(gate, M, w.size(0), "gate");
+    TORCH_CHECK(h.size(0) == M && h.size(1) == w.size(0), "diff_block_fc2: h ", h.sizes());
+    TORCH_CHECK(w.size(1) == K, "diff_block_fc2: weight ", w.sizes(), " vs a ", a.sizes());
+    DiffLinearParams p;
+    p.in = a.data_ptr();
+    p.in_rows = static_cast<int>(M);
+    p.rows = static_cast<int>(M);
+    p.K = static_cast<int>(K);
+    p.N = static_cast<int>(w.size(0));
+    p.weight = w.data_ptr();
+    p.bias = b.data_ptr();
+    p.gate = gate.data_ptr();
+    p.gate_stride = gate.stride(0);
+    p.resid = h.data_ptr();
+    p.out = h.data_ptr();
+    p.prologue = DiffPrologue::Copy;
+    p.epilogue = DiffEpilogue::BiasGateResid;
+    p.pdl = pdl;
+    check_cuda(launch_linear(p, type, stream_of(a)), "fused DiffLoss block fc2");
+    return h;
+}
+
+at::Tensor diff_final_step(const at::Tensor& h_in, const at::Tensor& shift_in,
+                           const at::Tensor& scale1_in, const at::Tensor& w_in,
+                           const at::Tensor& b_in, double ln_eps, const at::Tensor& x_in,
+                           const at::Tensor& noise_in, const at::Tensor& cfg_scale,
+                           DiffCfgMode mode, const at::Tensor& delta_in,
+                           const DiffStepCoefs& k, bool pdl) {
+    const c10::cuda::CUDAGuard guard(h_in.device());
+    const auto type = h_in.scalar_type();
+    const auto h = h_in.contiguous();
+    const int64_t M = h.size(0), K = h.size(1), N = x_in.size(0), C = x_in.size(1);
+    const auto w = rows_layout(w_in, type).contiguous(), b = rows_layout(b_in, type).contiguous();
+    const auto shift = rows_layout(shift_in, type), scale1 = rows_layout(scale1_in, type);
+    check_rows(shift, M, K, "final shift");
+    check_rows(scale1, M, K, "final scale1");
+    TORCH_CHECK(w.size(0) == 2 * C && w.size(1) == K, "diff_final_step: weight ", w.sizes());
+    // x (and delta) are updated in place: contiguous tensors of this dtype.
+    TORCH_CHECK(x_in.is_contiguous() && x_in.scalar_type() == type,
+                "diff_final_step: x must be a contiguous ", type, " tensor (updated in place)");
+    DiffFinalParams p;
+    p.in = h.data_ptr();
+    p.rows = static_cast<int>(M);
+    p.K = static_cast<int>(K);
+    p.C = static_cast<int>(C);
+    p.latents = static_cast<int>(N);
+    p.weight = w.data_ptr();
+    p.bias = b.data_ptr();
+    p.ln_eps = static_cast<float>(ln_eps);
+    p.shift = shift.data_ptr();
+    p.shift_stride = shift.stride(0);
+    p.scale1 = scale1.data_ptr();
+    p.scale1_stride = scale1.stride(0);
+    p.x = x_in.data_ptr();
+    at::Tensor noise;
+    if (!k.last) {
+        noise = noise_in.scalar_type() == type && noise_in.stride(1) == 1 ? noise_in
+                                                                           : noise_in.to(type).contiguous();
+        TORCH_CHECK(noise.size(0) >= N && noise.size(1) == C, "diff_final_step: noise ", noise.sizes());
+        p.noise = noise.data_ptr();
+        p.noise_stride = noise.stride(0);
+    }
+    if (mode == DiffCfgMode::FullKeep || mode == DiffCfgMode::Cached) {
+        TORCH_CHECK(delta_in.is_contiguous() && delta_in.scalar_type() == type &&
+                        delta_in.size(0) == N && delta_in.size(1) == C,
+                    "diff_final_step: delta must be a contiguous (N, C) ", type, " tensor");
+        p.delta = delta_in.data_ptr();
+    }
+    if (mode != DiffCfgMode::None) {
+        TORCH_CHECK(cfg_scale.scalar_type() == at::kFloat && cfg_scale.numel() == 1 &&
+                        cfg_scale.device() == h.device(),
+                    "diff_final_step: cfg_scale must be a float32 scalar on the device");
+        p.cfg = cfg_scale.data_ptr<float>();
+    }
+    p.mode = static_cast<DiffCfg>(static_cast<int>(mode));
+    p.sqrt_recip_ac = k.sqrt_recip_ac;
+    p.sqrt_recipm1_ac = k.sqrt_recipm1_ac;
+    p.coef1 = k.coef1;
+    p.coef2 = k.coef2;
+    p.log_beta = k.log_beta;
+    p.log_var_clipped = k.log_var_clipped;
+    p.temperature = k.temperature;
+    p.last = k.last;
+    p.pdl = pdl;
+    const cudaStream_t s = stream_of(h);
+    check_cuda(type == at::kBFloat16 ? launch_diff_final_bf16(p, s) : launch_diff_final_fp16(p, s),
+               "fused DiffLoss final step");
+    return x_in;
+}
+
+}  // namespace varscope::kernels::cuda

@@ -1,0 +1,23 @@
+// LibTorch-facing wrappers of the fused DiffLoss-head kernels (only built with CUDA). The
+// dispatch (kernels/diffloss_ops.cpp) decides when these run; they check layouts and launch.
+#pragma once
+
+#include "kernels/diffloss_ops.h"
+
+namespace varscope::kernels::cuda {
+
+bool device_has_kernel_image(int device, std::string* why_not);  // attention_cuda.cpp
+
+at::Tensor diff_input_proj(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                           int64_t rows, bool pdl);
+at::Tensor diff_block_fc1(const at::Tensor& h, const DiffBlockWeights& w, const at::Tensor& shift,
+                          const at::Tensor& scale1, bool pdl);
+at::Tensor diff_block_fc2(const at::Tensor& a, const DiffBlockWeights& w, const at::Tensor& gate,
+                          const at::Tensor& h, bool pdl);
+at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const at::Tensor& scale1,
+                           const at::Tensor& weight, const at::Tensor& bias, double ln_eps,
+                           const at::Tensor& x, const at::Tensor& noise,
+                           const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
+                           const DiffStepCoefs& coefs, bool pdl);
+
+}  // namespace varscope::kernels::cuda

@@ -1,0 +1,510 @@
+// Fused kernels of MAR's DiffLoss head at few rows (one reverse-diffusion step = one kernel per
+// linear layer plus one for the final layer and the posterior update). At <= 32 rows every
+// linear layer is a GEMV chain bound by weight bytes and launch latency, so each kernel:
+//  * loads its warp's weight row into registers first (independent of earlier kernels), then
+//    waits for the previous kernel (programmatic dependent launch: the launch and the weight
+//    loads overlap the previous kernel's tail);
+//  * builds the (few) input rows in shared memory: a copy, or LayerNorm + AdaLN modulation,
+//    computed redundantly by every CTA (each needs all rows; they are a few KB from L2);
+//  * one output feature per warp: dot products over 16-byte chunks in float32, then a
+//    reduce-scatter across lanes (MT - 1 + log2(32 / MT) shuffles for MT rows) that leaves
+//    row r's sum in lane r, which applies the epilogue and stores.
+// Included by one .cu per element type (diffloss_bf16.cu, diffloss_fp16.cu).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/cuda/diffloss_params.h"
+
+namespace varscope::kernels::cuda::diffloss {
+
+constexpr int kWarps = kDiffThreads / 32;
+
+template <typename T>
+struct Elem;
+
+template <>
+struct Elem<__nv_bfloat16> {
+    // Two packed bf16 -> floats: the bf16 bits are the high half of a float.
+    __device__ static float lo(uint32_t u) { return __uint_as_float(u << 16); }
+    __device__ static float hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+    __device__ static uint32_t pack(float a, float b) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        uint32_t u;
+        memcpy(&u, &h, 4);
+        return u;
+    }
+    __device__ static float load(const void* p, long long i) {
+        return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    }
+    __device__ static void store(void* p, long long i, float v) {
+        static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+    }
+};
+
+template <>
+struct Elem<__half> {
+    __device__ static float lo(uint32_t u) {
+        return __half2float(__ushort_as_half(static_cast<unsigned short>(u & 0xffffu)));
+    }
+    __device__ static float hi(uint32_t u) {
+        return __half2float(__ushort_as_half(static_cast<unsigned short>(u >> 16)));
+    }
+    __device__ static uint32_t pack(float a, float b) {
+        const __half2 h = __floats2half2_rn(a, b);
+        uint32_t u;
+        memcpy(&u, &h, 4);
+        return u;
+    }
+    __device__ static float load(const void* p, long long i) {
+        return __half2float(static_cast<const __half*>(p)[i]);
+    }
+    __device__ static void store(void* p, long long i, float v) {
+        static_cast<__half*>(p)[i] = __float2half_rn(v);
+    }
+};
+
+// Programmatic dependent launch (sm_90): let the next kernel launch now, and wait until the
+// previous one has finished and its writes are visible. Both are no-ops without PDL.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ uint4 load_nc(const uint4* p) {
+    return __ldg(p);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// 8 products of a weight chunk (as floats) and a packed input chunk.
+template <typename T>
+__device__ __forceinline__ float dot8(const float (&w)[8], const uint4& h) {
+    using E = Elem<T>;
+    float s = w[0] * E::lo(h.x);
+    s = fmaf(w[1], E::hi(h.x), s);
+    s = fmaf(w[2], E::lo(h.y), s);
+    s = fmaf(w[3], E::hi(h.y), s);
+    s = fmaf(w[4], E::lo(h.z), s);
+    s = fmaf(w[5], E::hi(h.z), s);
+    s = fmaf(w[6], E::lo(h.w), s);
+    s = fmaf(w[7], E::hi(h.w), s);
+    return s;
+}
+
+template <typename T>
+__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
+    using E = Elem<T>;
+    f[0] = E::lo(u.x);
+    f[1] = E::hi(u.x);
+    f[2] = E::lo(u.y);
+    f[3] = E::hi(u.y);
+    f[4] = E::lo(u.z);
+    f[5] = E::hi(u.z);
+    f[6] = E::lo(u.w);
+    f[7] = E::hi(u.w);
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
+    using E = Elem<T>;
+    return make_uint4(E::pack(f[0], f[1]), E::pack(f[2], f[3]), E::pack(f[4], f[5]),
+                      E::pack(f[6], f[7]));
+}
+
+// Row r of the tile into shared memory (chunks = K / 8 uint4 per row), by one warp.
+// NormModulate: LayerNorm over K in float32 (biased variance, like at::layer_norm), optional
+// affine, then * scale1 + shift, rounded once to T.
+template <typename T, int P>
+__device__ __forceinline__ void build_row(uint4* dst, const void* in, long long src_row,
+                                          bool valid, int chunks, int K, bool norm,
+                                          const void* ln_w, const void* ln_b, float eps,
+                                          const void* shift, long long shift_off,
+                                          const void* scale1, long long scale1_off, int lane) {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    if (!valid) {
+        for (int i = lane; i < chunks; i += 32) dst[i] = zero;
+        return;
+    }
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const T*>(in) + src_row * K);
+    if (!norm) {
+        for (int i = lane; i < chunks; i += 32) dst[i] = src[i];
+        return;
+    }
+    // Every load of the row first (x, scale1, shift are independent): one memory latency per
+    // row instead of two in a row.
+    const uint4* sh = reinterpret_cast<const uint4*>(static_cast<const T*>(shift) + shift_off);
+    const uint4* sc = reinterpret_cast<const uint4*>(static_cast<const T*>(scale1) + scale1_off);
+    uint4 xv[P], scv[P], shv[P];
+#pragma unroll
+    for (int c = 0; c < P; ++c) {
+        const int i = lane + 32 * c;
+        xv[c] = i < chunks ? src[i] : zero;
+        scv[c] = i < chunks ? sc[i] : zero;
+        shv[c] = i < chunks ? sh[i] : zero;
+    }
+    float sum = 0.f;
+#pragma unroll
+    for (int c = 0; c < P; ++c) {
+        float f[8];
+        unpack8<T>(xv[c], f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sum += f[e];
+    }
+    const float mean = warp_sum(sum) / static_cast<float>(K);
+    float sq = 0.f;
+#pragma unroll
+    for (int c = 0; c < P; ++c) {
+        if (lane + 32 * c < chunks) {
+            float f[8];
+            unpack8<T>(xv[c], f);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) sq += (f[e] - mean) * (f[e] - mean);
+        }
+    }
+    const float rstd = rsqrtf(warp_sum(sq) / static_cast<float>(K) + eps);
+#pragma unroll
+    for (int c = 0; c < P; ++c) {
+        const int i = lane + 32 * c;
+        if (i >= chunks) continue;
+        float f[8], s[8], b[8];
+        unpack8<T>(xv[c], f);
+        unpack8<T>(scv[c], s);
+        unpack8<T>(shv[c], b);
+        float g[8] = {1, 1, 1, 1, 1, 1, 1, 1}, be[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (ln_w) unpack8<T>(__ldg(reinterpret_cast<const uint4*>(ln_w) + i), g);
+        if (ln_b) unpack8<T>(__ldg(reinterpret_cast<const uint4*>(ln_b) + i), be);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) f[e] = fmaf(fmaf((f[e] - mean) * rstd, g[e], be[e]), s[e], b[e]);
+        dst[i] = pack8<T>(f);
+    }
+}
+
+// One level of the reduce-scatter: lanes exchange the half of a[0, 2*O) they do not keep with
+// the lane O apart; afterwards a[0, O) holds sums over both lanes. O is a template argument so
+// every index is a constant (a run-time index would move the array to local memory).
+template <int O, int MT>
+__device__ __forceinline__ void reduce_level(float (&a)[MT], int lane) {
+    const bool upper = (lane & O) != 0;
+#pragma unroll
+    for (int i = 0; i < O; ++i) {
+        const float send = upper ? a[i] : a[i + O];
+        const float keep = upper ? a[i + O] : a[i];
+        a[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+    if constexpr (O > 1) reduce_level<O / 2, MT>(a, lane);
+}
+
+// acc[r] summed over the warp, scattered: afterwards lane l holds row (l % MT)'s total
+// (MT - 1 shuffles for the rows, then log2(32 / MT) for the lanes that share a row).
+template <int MT>
+__device__ __forceinline__ float reduce_scatter(float (&a)[MT], int lane) {
+    static_assert(MT >= 2 && MT <= 32 && (MT & (MT - 1)) == 0, "MT: a power of two <= 32");
+    reduce_level<MT / 2, MT>(a, lane);
+    float v = a[0];
+#pragma unroll
+    for (int o = MT; o < 32; o *= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Two CTAs per SM (<= 128 registers): the next kernel's CTAs fit beside this one's, so its
+// launch and weight loads overlap this kernel (programmatic dependent launch).
+template <typename T, int MT, int P>
+__global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinearParams p) {
+    extern __shared__ uint4 tile[];  // MT rows x K/8 chunks
+    using E = Elem<T>;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int j = blockIdx.x * kWarps + warp;  // this warp's output feature
+    const int chunks = p.K / 8;
+    const bool has_j = j < p.N;
+    // The weight row (constant across the chain) before waiting for the previous kernel.
+    uint4 w[P];
+    const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const T*>(p.weight) +
+                                                       static_cast<long long>(has_j ? j : 0) * p.K);
+#pragma unroll
+    for (int c = 0; c < P; ++c) {
+        const int i = lane + 32 * c;
+        w[c] = has_j && i < chunks ? load_nc(wrow + i) : make_uint4(0, 0, 0, 0);
+    }
+    const float bias = has_j ? E::load(p.bias, j) : 0.f;
+    // The gate rows of the first tile (the modulations were written before the first kernel of
+    // the chain, which every kernel that starts early has already waited for: see below).
+    const bool gated = p.epilogue == DiffEpilogue::BiasGateResid;
+    float gate = 0.f;
+    if (gated && has_j && lane < MT && lane < p.rows)
+        gate = E::load(p.gate, static_cast<long long>(lane) * p.gate_stride + j);
+    // Wait for the previous kernel, then let the next one start: it can only start once this
+    // one is past its wait, so whatever it reads before its own wait was written before the
+    // kernel before this one finished (weights, modulations, noise).
+    pdl_wait();
+    pdl_launch_dependents();
+
+    const bool norm = p.prologue == DiffPrologue::NormModulate;
+    for (int t0 = 0; t0 < p.rows; t0 += MT) {
+        for (int r = warp; r < MT; r += kWarps) {
+            const int m = t0 + r;
+            const bool valid = m < p.rows;
+            const long long src = norm ? m : (valid ? m % p.in_rows : 0);
+            build_row<T, P>(tile + r * chunks, p.in, src, valid, chunks, p.K, norm, p.ln_weight,
+                         p.ln_bias, p.ln_eps, p.shift, static_cast<long long>(m) * p.shift_stride,
+                         p.scale1, static_cast<long long>(m) * p.scale1_stride, lane);
+        }
+        // The residual (written by the previous kernel) and later tiles' gates, loaded before
+        // the dot products so their latency hides behind them.
+        const int me = t0 + lane;
+        float resid = 0.f;
+        if (gated && has_j && lane < MT && me < p.rows) {
+            const long long o = static_cast<long long>(me) * p.N + j;
+            resid = E::load(p.resid, o);
+            if (t0 > 0) gate = E::load(p.gate, static_cast<long long>(me) * p.gate_stride + j);
+        }
+        __syncthreads();
+        float acc[MT];
+#pragma unroll
+        for (int r = 0; r < MT; ++r) acc[r] = 0.f;
+#pragma unroll
+        for (int c = 0; c < P; ++c) {
+            const int i = lane + 32 * c;
+            if (i < chunks) {
+                float wf[8];
+                unpack8<T>(w[c], wf);
+#pragma unroll
+                for (int r = 0; r < MT; ++r) acc[r] += dot8<T>(wf, tile[r * chunks + i]);
+            }
+        }
+        const float v = reduce_scatter<MT>(acc, lane) + bias;
+        const int m = t0 + lane;
+        if (has_j && lane < MT && m < p.rows) {
+            const long long o = static_cast<long long>(m) * p.N + j;
+            float y = v;
+            if (p.epilogue == DiffEpilogue::BiasSilu) {
+                y = v / (1.f + __expf(-v));
+            } else if (gated) {
+                y = fmaf(gate, v, resid);
+            }
+            E::store(p.out, o, y);
+        }
+        __syncthreads();  // the tile is rebuilt for the next rows
+    }
+}
+
+// One CTA per latent channel c: outputs c (eps) and C + c (variance) of every row, then the
+// posterior update of x[:, c].
+// Only C CTAs: one per SM is plenty, so the register cap is the single-CTA one (no spills).
+template <typename T, int MT, int P>
+__global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalParams p) {
+    extern __shared__ uint4 tile[];
+    __shared__ float outs[2][kDiffMaxRows];
+    using E = Elem<T>;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int c = blockIdx.x;
+    const int f = warp & 1;  // 0: eps feature c, 1: variance feature C + c
+    const int feature = f == 0 ? c : p.C + c;
+    const int chunks = p.K / 8;
+    uint4 w[P];
+    const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const T*>(p.weight) +
+                                                       static_cast<long long>(feature) * p.K);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+        const int i = lane + 32 * k;
+        w[k] = i < chunks ? load_nc(wrow + i) : make_uint4(0, 0, 0, 0);
+    }
+    const float bias = E::load(p.bias, feature);
+    pdl_wait();
+    pdl_launch_dependents();
+
+    for (int t0 = 0; t0 < p.rows; t0 += MT) {
+        for (int r = warp; r < MT; r += kWarps) {
+            const int m = t0 + r;
+            build_row<T, P>(tile + r * chunks, p.in, m, m < p.rows, chunks, p.K, true, nullptr,
+                         nullptr, p.ln_eps, p.shift, static_cast<long long>(m) * p.shift_stride,
+                         p.scale1, static_cast<long long>(m) * p.scale1_stride, lane);
+        }
+        __syncthreads();
+        for (int r = warp >> 1; r < MT && t0 + r < p.rows; r += kWarps / 2) {
+            float s = 0.f;
+#pragma unroll
+            for (int k = 0; k < P; ++k) {
+                const int i = lane + 32 * k;
+                if (i < chunks) {
+                    float wf[8];
+                    unpack8<T>(w[k], wf);
+                    s += dot8<T>(wf, tile[r * chunks + i]);
+                }
+            }
+            s = warp_sum(s);
+            if (lane == 0) outs[f][t0 + r] = s + bias;
+        }
+        __syncthreads();
+    }
+
+    const int N = p.latents;
+    for (int n = threadIdx.x; n < N; n += kDiffThreads) {
+        const float cond = outs[0][n];
+        float eps = cond;
+        if (p.mode != DiffCfg::None) {
+            float uncond;
+            if (p.mode == DiffCfg::Cached) {
+                uncond = cond - E::load(p.delta, static_cast<long long>(n) * p.C + c);
+            } else {
+                uncond = outs[0][N + n];
+                if (p.mode == DiffCfg::FullKeep)
+                    E::store(p.delta, static_cast<long long>(n) * p.C + c, cond - uncond);
+            }
+            eps = uncond + *p.cfg * (cond - uncond);
+        }
+        const float frac = (outs[1][n] + 1.f) * 0.5f;
+        const float log_var = frac * p.log_beta + (1.f - frac) * p.log_var_clipped;
+        const long long xi = static_cast<long long>(n) * p.C + c;
+        const float x = E::load(p.x, xi);
+        const float x0 = p.sqrt_recip_ac * x - p.sqrt_recipm1_ac * eps;
+        float next = p.coef1 * x0 + p.coef2 * x;
+        if (!p.last) {
+            const float z = E::load(p.noise, static_cast<long long>(n) * p.noise_stride + c);
+            next += __expf(0.5f * log_var) * z * p.temperature;
+        }
+        E::store(p.x, xi, next);
+    }
+}
+
+// Raises the dynamic shared-memory limit of every instantiation once per device, on the first
+// launch of this element type (normally an eager warm-up, not inside a graph capture).
+template <typename T>
+cudaError_t prepare_device() {
+    static std::atomic<unsigned long long> done{0};
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (done.load() & bit) return cudaSuccess;
+    const int most = 32 * kDiffMaxWidth * static_cast<int>(sizeof(T));
+    const void* kernels[] = {
+#define VARSCOPE_DIFF_KERNELS(MT)                                                  \
+    reinterpret_cast<const void*>(linear_kernel<T, MT, 1>),                       \
+        reinterpret_cast<const void*>(linear_kernel<T, MT, 4>),                   \
+        reinterpret_cast<const void*>(linear_kernel<T, MT, 6>),                   \
+        reinterpret_cast<const void*>(linear_kernel<T, MT, 8>),                   \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 1>),                    \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 4>),                    \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 6>),                    \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 8>)
+        VARSCOPE_DIFF_KERNELS(8), VARSCOPE_DIFF_KERNELS(16), VARSCOPE_DIFF_KERNELS(32)
+#undef VARSCOPE_DIFF_KERNELS
+    };
+    for (const void* k : kernels) {
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
+        if (e != cudaSuccess) return e;
+    }
+    done.fetch_or(bit);
+    return cudaSuccess;
+}
+
+template <typename K>
+cudaError_t launch(K kernel, int grid, size_t smem, bool pdl, cudaStream_t stream,
+                   const void* params_ptr) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(kDiffThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    void* args[] = {const_cast<void*>(params_ptr)};
+    const cudaError_t e = cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(kernel), args);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+inline int tile_rows(int rows) {
+    return rows <= 8 ? 8 : rows <= 16 ? 16 : 32;
+}
+
+// 16-byte chunks of a row per lane, as a template argument: registers for K <= 256, 1024,
+// 1536, 2048 (a row's weights, input, scale and shift stay in registers without spilling).
+inline int chunks_per_lane(int K) {
+    return K <= 256 ? 1 : K <= 1024 ? 4 : K <= 1536 ? 6 : 8;
+}
+
+template <typename T, int MT>
+cudaError_t launch_linear_mt(const DiffLinearParams& p, int grid, size_t smem, cudaStream_t s) {
+    switch (chunks_per_lane(p.K)) {
+        case 1:
+            return launch(linear_kernel<T, MT, 1>, grid, smem, p.pdl, s, &p);
+        case 4:
+            return launch(linear_kernel<T, MT, 4>, grid, smem, p.pdl, s, &p);
+        case 6:
+            return launch(linear_kernel<T, MT, 6>, grid, smem, p.pdl, s, &p);
+        default:
+            return launch(linear_kernel<T, MT, 8>, grid, smem, p.pdl, s, &p);
+    }
+}
+
+template <typename T, int MT>
+cudaError_t launch_final_mt(const DiffFinalParams& p, size_t smem, cudaStream_t s) {
+    switch (chunks_per_lane(p.K)) {
+        case 1:
+            return launch(final_kernel<T, MT, 1>, p.C, smem, p.pdl, s, &p);
+        case 4:
+            return launch(final_kernel<T, MT, 4>, p.C, smem, p.pdl, s, &p);
+        case 6:
+            return launch(final_kernel<T, MT, 6>, p.C, smem, p.pdl, s, &p);
+        default:
+            return launch(final_kernel<T, MT, 8>, p.C, smem, p.pdl, s, &p);
+    }
+}
+
+template <typename T>
+cudaError_t launch_linear(const DiffLinearParams& p, cudaStream_t stream) {
+    if (p.K % 8 != 0 || p.K > kDiffMaxWidth || p.rows < 1 || p.N < 1 || p.in_rows < 1)
+        return cudaErrorInvalidValue;
+    const cudaError_t prep = prepare_device<T>();
+    if (prep != cudaSuccess) return prep;
+    const int mt = tile_rows(p.rows);
+    const size_t smem = static_cast<size_t>(mt) * p.K * sizeof(T);
+    const int grid = (p.N + kWarps - 1) / kWarps;
+    switch (mt) {
+        case 8:
+            return launch_linear_mt<T, 8>(p, grid, smem, stream);
+        case 16:
+            return launch_linear_mt<T, 16>(p, grid, smem, stream);
+        default:
+            return launch_linear_mt<T, 32>(p, grid, smem, stream);
+    }
+}
+
+template <typename T>
+cudaError_t launch_final(const DiffFinalParams& p, cudaStream_t stream) {
+    if (p.K % 8 != 0 || p.K > kDiffMaxWidth || p.rows < 1 || p.rows > kDiffMaxRows ||
+        p.C < 1 || p.latents < 1)
+        return cudaErrorInvalidValue;
+    const cudaError_t prep = prepare_device<T>();
+    if (prep != cudaSuccess) return prep;
+    const int mt = tile_rows(p.rows);
+    const size_t smem = static_cast<size_t>(mt) * p.K * sizeof(T);
+    switch (mt) {
+        case 8:
+            return launch_final_mt<T, 8>(p, smem, stream);
+        case 16:
+            return launch_final_mt<T, 16>(p, smem, stream);
+        default:
+            return launch_final_mt<T, 32>(p, smem, stream);
+    }
+}
+
+}  // namespace varscope::kernels::cuda::diffloss

@@ -1,0 +1,90 @@
+// Launch parameters of the fused DiffLoss-head kernels (diffloss_kernel.cuh, one .cu per element
+// type). Plain C++ so the .cu files never include LibTorch. All row-major; strides in elements.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace varscope::kernels::cuda {
+
+enum class DiffElem : int { Float16 = 1, BFloat16 = 2 };
+
+// What a linear layer's kernel does before its GEMV (per row, redundantly in every CTA: the
+// rows are few and each CTA needs all of them).
+enum class DiffPrologue : int {
+    Copy = 0,         // in[m % in_rows] (the input projection: CFG rows repeat the N latents)
+    NormModulate = 1  // LayerNorm(in[m]) (optional affine) * scale1[m] + shift[m]
+};
+// ... and after it, per output element (m, j), with acc = in'[m] . W[j] in float32.
+enum class DiffEpilogue : int {
+    Bias = 0,          // out = acc + b
+    BiasSilu = 1,      // out = silu(acc + b)
+    BiasGateResid = 2  // out = resid + gate * (acc + b); resid may alias out (same element)
+};
+
+// Limits of the kernels (the dispatch checks them).
+constexpr int kDiffMaxWidth = 2048;  // input features of a layer (16-byte chunks in registers)
+constexpr int kDiffMaxRows = 256;    // rows of one call (the final kernel keeps two floats a row)
+constexpr int kDiffThreads = 256;    // 8 warps; one output feature per warp per pass
+
+struct DiffLinearParams {
+    const void* in = nullptr;  // (in_rows, K)
+    int in_rows = 0;           // rows of `in` (Copy: rows repeat modulo this)
+    int rows = 0;              // M: output rows
+    int K = 0, N = 0;          // input / output features
+    const void* weight = nullptr;  // (N, K)
+    const void* bias = nullptr;    // (N)
+    // NormModulate
+    const void* ln_weight = nullptr;  // (K) or null (no affine)
+    const void* ln_bias = nullptr;    // (K) or null
+    float ln_eps = 1e-6f;
+    const void* shift = nullptr;   // rows x K, row stride below
+    const void* scale1 = nullptr;  // 1 + scale
+    long long shift_stride = 0, scale1_stride = 0;
+    // BiasGateResid
+    const void* gate = nullptr;
+    long long gate_stride = 0;
+    const void* resid = nullptr;  // (rows, N)
+    void* out = nullptr;          // (rows, N)
+    DiffPrologue prologue = DiffPrologue::Copy;
+    DiffEpilogue epilogue = DiffEpilogue::Bias;
+    bool pdl = false;  // launched with programmatic dependent launch (overlaps the launch)
+};
+
+// How the final kernel forms the guided noise prediction.
+enum class DiffCfg : int {
+    None = 0,      // rows = N: eps = out[n]
+    Full = 1,      // rows = 2N: eps = u + s (c - u), c = out[n], u = out[N + n]
+    FullKeep = 2,  // as Full, and delta[n] = c - u
+    Cached = 3     // rows = N: u = c - delta[n]
+};
+
+// The final layer (LayerNorm without affine, modulation, linear to 2C) and the whole p_sample
+// update of the latents x (N, C) in place: eps (with CFG), learned-range log variance, x0,
+// posterior mean, plus exp(0.5 log var) * noise * temperature except at the last step.
+struct DiffFinalParams {
+    const void* in = nullptr;  // (rows, K)
+    int rows = 0, K = 0, C = 0, latents = 0;  // latents = N
+    const void* weight = nullptr;  // (2C, K)
+    const void* bias = nullptr;    // (2C)
+    float ln_eps = 1e-6f;
+    const void* shift = nullptr;
+    const void* scale1 = nullptr;
+    long long shift_stride = 0, scale1_stride = 0;
+    void* x = nullptr;            // (N, C), updated in place
+    const void* noise = nullptr;  // (N, C) rows with stride noise_stride; unused at the last step
+    long long noise_stride = 0;
+    void* delta = nullptr;          // (N, C): FullKeep writes it, Cached reads it
+    const float* cfg = nullptr;     // device scalar: the guidance scale
+    DiffCfg mode = DiffCfg::None;
+    float sqrt_recip_ac = 0, sqrt_recipm1_ac = 0, coef1 = 0, coef2 = 0;
+    float log_beta = 0, log_var_clipped = 0, temperature = 1;
+    bool last = false;  // the final reverse step: x = mean
+    bool pdl = false;
+};
+
+cudaError_t launch_diff_linear_bf16(const DiffLinearParams& p, cudaStream_t stream);
+cudaError_t launch_diff_linear_fp16(const DiffLinearParams& p, cudaStream_t stream);
+cudaError_t launch_diff_final_bf16(const DiffFinalParams& p, cudaStream_t stream);
+cudaError_t launch_diff_final_fp16(const DiffFinalParams& p, cudaStream_t stream);
+
+}  // namespace varscope::kernels::cuda

@@ -1,0 +1,91 @@
+// The layers of MAR's DiffLoss head (SimpleMLPAdaLN) and one reverse-diffusion step of its
+// sampler, as fused operations: CUDA kernels for few rows (kernels/cuda/diffloss_kernel.cuh)
+// with LibTorch references beside them. The references are the op sequence of the module path
+// (core/models/diffloss.cpp forward_modulated and DiffusionSampler's step): the same ops in the
+// same order, so a loop over them on the CPU gives the module path's values exactly (tested).
+//
+//   diff_input_proj:  h = x[m % N] W^T + b (with CFG the 2N rows repeat the N latents)
+//   diff_block_fc1:   a = silu((LayerNorm(h) * scale1 + shift) W1^T + b1)
+//   diff_block_fc2:   h' = h + gate * (a W2^T + b2)
+//   diff_final_step:  out = (LayerNorm(h) * scale1 + shift) Wf^T + bf (no affine), then eps with
+//                     CFG, the learned-range log variance and the posterior update of x.
+//
+// The CUDA path runs for CUDA float16/bfloat16 tensors of at most kDiffMaxRows rows and widths
+// that are multiples of 8 up to 2048 (diff_head_cuda_supported); force_reference_kernels() or
+// VARSCOPE_REFERENCE_KERNELS=1 select the references. The CUDA fc2 and final step write in
+// place (h, x, delta) and return those tensors; the references return new tensors.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "kernels/attention_dispatch.h"
+
+namespace varscope::kernels {
+
+// Weights of one residual block (LayerNorm affine may be undefined).
+struct DiffBlockWeights {
+    at::Tensor ln_weight, ln_bias;
+    double ln_eps = 1e-6;
+    at::Tensor fc1_weight, fc1_bias, fc2_weight, fc2_bias;
+};
+
+// How the final step forms eps (DiffusionSampler::sample's CFG and head condition cache).
+enum class DiffCfgMode {
+    None,      // h has N rows: eps = out[:, :C]
+    Full,      // 2N rows (conditional first): eps = u + s (c - u)
+    FullKeep,  // as Full and delta = c - u is written (the cache's refresh step)
+    Cached     // N conditional rows: u = c - delta
+};
+
+// The schedule's float32 coefficients of reverse step i.
+struct DiffStepCoefs {
+    float sqrt_recip_ac = 0, sqrt_recipm1_ac = 0, coef1 = 0, coef2 = 0;
+    float log_beta = 0, log_var_clipped = 0;
+    float temperature = 1;
+    bool last = false;  // i == 0: x = mean, no noise
+};
+
+// x (N, C) -> (rows, W); rows a multiple of N.
+at::Tensor diff_input_proj(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                           int64_t rows, KernelPath path = KernelPath::Auto);
+// h (M, W); shift, scale1 (M, W) with a contiguous last dim.
+at::Tensor diff_block_fc1(const at::Tensor& h, const DiffBlockWeights& w, const at::Tensor& shift,
+                          const at::Tensor& scale1, KernelPath path = KernelPath::Auto);
+// a, h (M, W), gate (M, W): h + gate * fc2(a) (in place into h on CUDA).
+at::Tensor diff_block_fc2(const at::Tensor& a, const DiffBlockWeights& w, const at::Tensor& gate,
+                          const at::Tensor& h, KernelPath path = KernelPath::Auto);
+// h (M, W), x (N, C) latents, noise (N, C) rows (row stride free; ignored when last),
+// cfg_scale 0-dim float32 on the device (undefined for None), delta (N, C) for FullKeep/Cached.
+// Returns the next x (in place on CUDA; the reference also fills delta in place for FullKeep).
+at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const at::Tensor& scale1,
+                           const at::Tensor& weight, const at::Tensor& bias, double ln_eps,
+                           const at::Tensor& x, const at::Tensor& noise,
+                           const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
+                           const DiffStepCoefs& coefs, KernelPath path = KernelPath::Auto);
+
+// Whether the fused CUDA kernels would run for a head of width `width` on `rows` rows with
+// tensors like `like` (device, dtype, build, switch, sizes).
+bool diff_head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,
+                              std::string* why_not = nullptr);
+// Programmatic dependent launch between the fused kernels (default on; VARSCOPE_DIFF_PDL=0 or
+// this switch turn it off). For benchmarks.
+void set_diff_pdl(bool on);
+bool diff_pdl_enabled();
+
+namespace reference {
+at::Tensor diff_input_proj(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                           int64_t rows);
+at::Tensor diff_block_fc1(const at::Tensor& h, const DiffBlockWeights& w, const at::Tensor& shift,
+                          const at::Tensor& scale1);
+at::Tensor diff_block_fc2(const at::Tensor& a, const DiffBlockWeights& w, const at::Tensor& gate,
+                          const at::Tensor& h);
+at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const at::Tensor& scale1,
+                           const at::Tensor& weight, const at::Tensor& bias, double ln_eps,
+                           const at::Tensor& x, const at::Tensor& noise,
+                           const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
+                           const DiffStepCoefs& coefs);
+}  // namespace reference
+
+}  // namespace varscope::kernels

@@ -1,0 +1,307 @@
+// Fused DiffLoss-head kernels (kernels/diffloss_ops.h) on the GPU against float64 ground truth
+// (the LibTorch reference evaluated in double on the CPU): each kernel's relative L2 error must
+// stay within 2x the framework's own error (the reference's ops in the same 16-bit dtype on
+// the GPU) plus a small floor. Fresh random inputs per check, row counts with tails of every
+// tile (1..45), widths 256/1024/1280, strided modulation views, outputs poisoned with NaN.
+// Then the whole reverse diffusion and the MAR loop: fused vs module path within the same
+// bound, CUDA graphs of the fused path == its eager run, PDL on == off. Skips without CUDA.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/mar_pipeline.h"
+#include "core/sampling/token_sampling.h"
+#include "kernels/diffloss_ops.h"
+
+namespace vk = varscope::kernels;
+using namespace varscope;
+
+namespace {
+
+bool fused_runnable(at::ScalarType t, std::string* why) {
+    if (!torch::cuda::is_available()) {
+        *why = "no CUDA device";
+        return false;
+    }
+    return vk::diff_head_cuda_supported(at::zeros({8}, at::TensorOptions(at::kCUDA).dtype(t)), 8,
+                                        256, why);
+}
+
+#define REQUIRE_FUSED(t)                                  \
+    do {                                                  \
+        std::string why_;                                 \
+        if (!fused_runnable(t, &why_)) GTEST_SKIP() << why_; \
+    } while (0)
+
+// NaN-filled blocks left in the caching allocator, so unwritten outputs show.
+void poison(int64_t elems) {
+    std::vector<at::Tensor> held;
+    for (int i = 0; i < 8; ++i)
+        held.push_back(at::full({elems}, std::numeric_limits<float>::quiet_NaN(),
+                                at::TensorOptions(at::kCUDA).dtype(at::kBFloat16)));
+    torch::cuda::synchronize();
+}
+
+at::Tensor d64(const at::Tensor& t) {
+    return t.defined() ? t.to(at::kCPU, at::kDouble) : t;
+}
+
+double rel(const at::Tensor& out, const at::Tensor& truth) {
+    const auto o = out.to(at::kCPU, at::kDouble);
+    EXPECT_TRUE(o.isfinite().all().item<bool>()) << "non-finite (unwritten?) outputs";
+    return (o - truth).norm().item<double>() / std::max(truth.norm().item<double>(), 1e-30);
+}
+
+// err(kernel) <= 2 err(framework's 16-bit path) + floor.
+void expect_within(double kernel, double framework, const std::string& what) {
+    EXPECT_LE(kernel, 2.0 * framework + 2e-4)
+        << what << ": kernel rel err " << kernel << " vs framework " << framework;
+    EXPECT_LT(kernel, 3e-2) << what;
+}
+
+struct Inputs {
+    at::Tensor h, shift, scale1, gate, mod;  // shift/scale1/gate: views of one (M, 3W) tensor
+    vk::DiffBlockWeights w;
+};
+
+Inputs block_inputs(int64_t M, int64_t W, at::ScalarType t) {
+    const auto o = at::TensorOptions(at::kCUDA).dtype(at::kFloat);
+    Inputs in;
+    in.h = (at::randn({M, W}, o) * 1.5 + 0.3).to(t);
+    // Like DiffResBlock::modulation: chunks of one linear output (strided rows), 1 + scale.
+    in.mod = (at::randn({M, 3 * W}, o) * 0.2).to(t);
+    in.shift = in.mod.narrow(1, 0, W);
+    in.scale1 = (1 + in.mod.narrow(1, W, W)).to(t);
+    in.gate = in.mod.narrow(1, 2 * W, W);
+    in.w.ln_weight = (1 + 0.1 * at::randn({W}, o)).to(t);
+    in.w.ln_bias = (0.1 * at::randn({W}, o)).to(t);
+    in.w.ln_eps = 1e-6;
+    const double s = 1.0 / std::sqrt(double(W));
+    in.w.fc1_weight = (at::randn({W, W}, o) * s).to(t);
+    in.w.fc1_bias = (at::randn({W}, o) * 0.1).to(t);
+    in.w.fc2_weight = (at::randn({W, W}, o) * s).to(t);
+    in.w.fc2_bias = (at::randn({W}, o) * 0.1).to(t);
+    return in;
+}
+
+vk::DiffBlockWeights weights64(const vk::DiffBlockWeights& w) {
+    return {d64(w.ln_weight), d64(w.ln_bias), w.ln_eps, d64(w.fc1_weight), d64(w.fc1_bias),
+            d64(w.fc2_weight), d64(w.fc2_bias)};
+}
+
+const std::vector<int64_t> kRows{1, 3, 8, 13, 16, 17, 32, 45};
+const std::vector<int64_t> kWidths{256, 1024, 1280};
+
+}  // namespace
+
+TEST(KernelsDiffLossGpu, BlockLayersMatchFloat64WithinTwiceTheFrameworkError) {
+    for (auto t : {at::kBFloat16, at::kHalf}) {
+        REQUIRE_FUSED(t);
+        c10::InferenceMode guard;
+        for (int64_t W : kWidths)
+            for (int64_t M : kRows) {
+                SCOPED_TRACE("W " + std::to_string(W) + " M " + std::to_string(M) +
+                             (t == at::kHalf ? " fp16" : " bf16"));
+                const auto in = block_inputs(M, W, t);
+                const auto w64 = weights64(in.w);
+                // fc1: silu(linear(LN(h) * scale1 + shift))
+                const auto truth1 = vk::reference::diff_block_fc1(d64(in.h), w64, d64(in.shift),
+                                                                  d64(in.scale1));
+                const auto fw1 = vk::reference::diff_block_fc1(in.h, in.w, in.shift, in.scale1);
+                poison(M * W);
+                const auto k1 = vk::diff_block_fc1(in.h, in.w, in.shift, in.scale1,
+                                                   vk::KernelPath::Cuda);
+                expect_within(rel(k1, truth1), rel(fw1, truth1), "fc1");
+                // fc2: h + gate * linear(a), in place into (a copy of) h
+                const auto a = k1.clone();
+                const auto truth2 = vk::reference::diff_block_fc2(d64(a), w64, d64(in.gate), d64(in.h));
+                const auto fw2 = vk::reference::diff_block_fc2(a, in.w, in.gate, in.h);
+                auto h2 = in.h.clone();
+                const auto k2 = vk::diff_block_fc2(a, in.w, in.gate, h2, vk::KernelPath::Cuda);
+                EXPECT_EQ(k2.data_ptr(), h2.data_ptr()) << "fc2 writes h in place";
+                expect_within(rel(k2, truth2), rel(fw2, truth2), "fc2");
+                // Input projection with repeated rows (CFG): x (n, 16) -> (M, W), M = 2n.
+                if (M % 2 == 0 || M == 1) {
+                    const int64_t n = M == 1 ? 1 : M / 2;
+                    const auto o = at::TensorOptions(at::kCUDA).dtype(at::kFloat);
+                    const auto x = at::randn({n, 16}, o).to(t);
+                    const auto wi = (at::randn({W, 16}, o) * 0.25).to(t);
+                    const auto bi = (at::randn({W}, o) * 0.1).to(t);
+                    const auto truth3 = vk::reference::diff_input_proj(d64(x), d64(wi), d64(bi), M);
+                    const auto fw3 = vk::reference::diff_input_proj(x, wi, bi, M);
+                    poison(M * W);
+                    const auto k3 = vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda);
+                    expect_within(rel(k3, truth3), rel(fw3, truth3), "input_proj");
+                }
+            }
+    }
+}
+
+TEST(KernelsDiffLossGpu, FinalStepMatchesFloat64InEveryCfgMode) {
+    for (auto t : {at::kBFloat16, at::kHalf}) {
+        REQUIRE_FUSED(t);
+        c10::InferenceMode guard;
+        const auto o = at::TensorOptions(at::kCUDA).dtype(at::kFloat);
+        const int64_t C = 16;
+        for (int64_t W : kWidths)
+            for (int64_t N : {1, 3, 8, 13, 20})
+                for (auto mode : {vk::DiffCfgMode::None, vk::DiffCfgMode::Full,
+                                  vk::DiffCfgMode::FullKeep, vk::DiffCfgMode::Cached})
+                    for (bool last : {false, true}) {
+                        const bool both =
+                            mode == vk::DiffCfgMode::Full || mode == vk::DiffCfgMode::FullKeep;
+                        const int64_t M = both ? 2 * N : N;
+                        SCOPED_TRACE("W " + std::to_string(W) + " N " + std::to_string(N) +
+                                     " mode " + std::to_string(int(mode)) + (last ? " last" : ""));
+                        const auto h = (at::randn({M, W}, o) * 2).to(t);
+                        const auto mod = (at::randn({M, 2 * W}, o) * 0.2).to(t);
+                        const auto shift = mod.narrow(1, 0, W);
+                        const auto scale1 = (1 + mod.narrow(1, W, W)).to(t);
+                        const auto wf = (at::randn({2 * C, W}, o) * (0.5 / std::sqrt(double(W)))).to(t);
+                        const auto bf = (at::randn({2 * C}, o) * 0.1).to(t);
+                        const auto x = at::randn({N, C}, o).to(t);
+                        const auto noise_all = at::randn({2 * N, C}, o).to(t);
+                        const auto noise = noise_all.narrow(0, 0, N);
+                        const auto cfg = at::full({}, 2.75, o);
+                        const auto delta0 = (at::randn({N, C}, o) * 0.3).to(t);
+                        vk::DiffStepCoefs k;
+                        k.sqrt_recip_ac = 1.37f;
+                        k.sqrt_recipm1_ac = 0.94f;
+                        k.coef1 = 0.61f;
+                        k.coef2 = 0.45f;
+                        k.log_beta = -3.1f;
+                        k.log_var_clipped = -3.6f;
+                        k.temperature = 0.95f;
+                        k.last = last;
+                        auto d_truth = d64(delta0), d_fw = delta0.clone(), d_k = delta0.clone();
+                        const auto truth = vk::reference::diff_final_step(
+                            d64(h), d64(shift), d64(scale1), d64(wf), d64(bf), 1e-6, d64(x),
+                            d64(noise), cfg.to(at::kCPU, at::kDouble), mode, d_truth, k);
+                        const auto fw = vk::reference::diff_final_step(
+                            h, shift, scale1, wf, bf, 1e-6, x, noise, cfg, mode, d_fw, k);
+                        auto xk = x.clone();
+                        xk.fill_(std::numeric_limits<float>::quiet_NaN());
+                        xk.copy_(x);
+                        const auto out = vk::diff_final_step(h, shift, scale1, wf, bf, 1e-6, xk,
+                                                             noise, cfg, mode, d_k, k,
+                                                             vk::KernelPath::Cuda);
+                        EXPECT_EQ(out.data_ptr(), xk.data_ptr()) << "x is updated in place";
+                        expect_within(rel(out, truth), rel(fw, truth), "final step");
+                        if (mode == vk::DiffCfgMode::FullKeep)
+                            expect_within(rel(d_k, d_truth), rel(d_fw, d_truth), "delta");
+                        else
+                            EXPECT_TRUE(at::equal(d_k, delta0)) << "delta must stay untouched";
+                    }
+    }
+}
+
+namespace {
+
+MarConfig head_config(int64_t width, int64_t depth) {
+    MarConfig c;
+    c.img_size = 128;  // 8x8 tokens
+    c.vae_stride = 16;
+    c.encoder_embed_dim = c.decoder_embed_dim = 64;
+    c.encoder_depth = c.decoder_depth = 2;
+    c.encoder_num_heads = c.decoder_num_heads = 4;
+    c.vae_embed_dim = 16;
+    c.class_num = 10;
+    c.buffer_size = 8;
+    c.diffloss_d = depth;
+    c.diffloss_w = width;
+    c.num_sampling_steps = "25";
+    return c;
+}
+
+}  // namespace
+
+// The whole reverse diffusion: fused kernels vs the module path, both in bf16, against the
+// module path in float32 (same weights, same noise), for every CFG mode.
+TEST(KernelsDiffLossGpu, ReverseDiffusionWithinTwiceTheModulePathError) {
+    REQUIRE_FUSED(at::kBFloat16);
+    for (int64_t width : {256, 1024}) {
+        auto p32 = MarPipeline::random(head_config(width, 3), 4, {"cuda", Precision::Fp32});
+        auto p16 = MarPipeline::random(head_config(width, 3), 4, {"cuda", Precision::Bf16});
+        c10::InferenceMode guard;
+        const auto& n32 = *p32.sampler().transformer()->diffloss->net;
+        const auto& n16 = *p16.sampler().transformer()->diffloss->net;
+        const auto& diffusion = p16.sampler().diffusion();
+        const int64_t S = diffusion.schedule().num_steps(), C = 16;
+        for (int64_t N : {1, 5, 16})
+            for (int64_t period : {-1, 0, 4}) {  // -1: no CFG
+                const bool guided = period >= 0;
+                SCOPED_TRACE("W " + std::to_string(width) + " N " + std::to_string(N) +
+                             " period " + std::to_string(period));
+                const auto o = at::TensorOptions(at::kCUDA).dtype(at::kFloat);
+                const auto z = at::randn({guided ? 2 * N : N, 64}, o);
+                const auto cfg = guided ? at::full({}, 3.0, o) : at::Tensor();
+                const auto start = at::randn({N, C}, o);
+                const auto steps = at::randn({S, guided ? 2 * N : N, C}, o);
+                const int64_t per = std::max<int64_t>(period, 0);
+                const auto truth = diffusion.sample_with_noise(n32, z, cfg, 1.0, start, steps, {},
+                                                               per, HeadPath::Modules);
+                const auto zb = z.to(at::kBFloat16);
+                const auto sb = start.to(at::kBFloat16), nb = steps.to(at::kBFloat16);
+                const auto mod = diffusion.sample_with_noise(n16, zb, cfg, 1.0, sb, nb, {}, per,
+                                                             HeadPath::Modules);
+                poison(4 * N * width);
+                const auto fused = diffusion.sample_with_noise(n16, zb, cfg, 1.0, sb, nb, {}, per,
+                                                               HeadPath::FusedCuda);
+                const auto t64 = d64(truth);
+                const double e_mod = rel(mod, t64), e_fused = rel(fused, t64);
+                std::cout << "  [diffusion W " << width << " N " << N << " period " << period
+                          << "] rel err vs fp32: module bf16 " << e_mod << ", fused " << e_fused
+                          << "\n";
+                EXPECT_LE(e_fused, 2.0 * e_mod + 1e-3);
+                // Same noise, same function: deterministic kernels give the same bits again.
+                EXPECT_TRUE(at::equal(fused, diffusion.sample_with_noise(
+                                                 n16, zb, cfg, 1.0, sb, nb, {}, per,
+                                                 HeadPath::FusedCuda)));
+            }
+    }
+}
+
+// The MAR loop: whole-step CUDA graphs and LazyMAR-style diffusion graphs of the fused path
+// give the eager fused run's tokens exactly; PDL off gives the same tokens; the fused tokens
+// are within bf16 rounding of the module path's.
+TEST(KernelsDiffLossGpu, MarLoopGraphsAndPdlExact) {
+    REQUIRE_FUSED(at::kBFloat16);
+    // Every step through the fused kernels (Auto takes at most 8-16 rows by default).
+    setenv("VARSCOPE_MAR_FUSED_MAX_ROWS", "256", 1);
+    struct Unset {
+        ~Unset() { unsetenv("VARSCOPE_MAR_FUSED_MAX_ROWS"); }
+    } unset;
+    auto pipe = MarPipeline::random(head_config(256, 2), 3, {"cuda", Precision::Bf16});
+    MarSampleOptions o;
+    o.class_ids = {3, 7};
+    o.seed = 11;
+    o.num_iter = 8;
+    o.cfg = 3.0;
+    o.time_steps = false;
+    o.cuda_graphs = false;
+    const auto eager = pipe.generate(o);
+    o.cuda_graphs = true;
+    const auto graphed = pipe.generate(o);
+    ASSERT_TRUE(graphed.cuda_graphs);
+    EXPECT_EQ((eager.tokens - graphed.tokens).abs().max().item<double>(), 0.0);
+    EXPECT_EQ((eager.tokens - pipe.generate(o).tokens).abs().max().item<double>(), 0.0);
+    vk::set_diff_pdl(false);
+    o.cuda_graphs = false;
+    const auto no_pdl = pipe.generate(o);
+    vk::set_diff_pdl(true);
+    EXPECT_EQ((eager.tokens - no_pdl.tokens).abs().max().item<double>(), 0.0);
+    o.fused_head = false;
+    const auto modules = pipe.generate(o);
+    const double diff = (eager.tokens - modules.tokens).abs().max().item<double>();
+    const double scale = modules.tokens.abs().max().item<double>();
+    std::cout << "  [MAR loop] max |fused - module| token diff " << diff << " (max |token| "
+              << scale << ")\n";
+    EXPECT_GT(diff, 0.0);  // a different path: rounding differs
+    EXPECT_TRUE(eager.tokens.isfinite().all().item<bool>());
+}
