@@ -8,8 +8,9 @@
 # bench (VARSCOPE_BENCH_SM90_SKIP), so a wrong or hanging kernel cannot take the timings with it.
 # Every step has a timeout so that the call ends inside the lease's 600 s; logs land in $OUT.
 #   SRC=.tsnap-x (git archive of the commit to build), carried .device/deps (packaging/device-deps.sh)
-# Knobs: BENCH_ITERS (50), SKIP_FLEX=1, SKIP_OTHER_TESTS=1, SKIP_CS4A=1, BENCH_CONFIGS (all),
-# DEADLINE_S (540).
+# Also runs tools/bench/csla_sm90_probe.cu (built with nvcc there; SKIP_PROBE=1 to leave out).
+# Knobs: BENCH_ITERS (50), SKIP_FLEX=1, SKIP_OTHER_TESTS=1, SKIP_CS4A=1, SKIP_PROBE=1,
+# BENCH_CONFIGS (all), DEADLINE_S (540).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -41,6 +42,17 @@ cuobjdump -sass -fun '_ZN8varscope7kernels4cuda4sm9029csla_sm90_pair_overlap_ker
   "$LIB" 2>/dev/null | grep -E "HGMMA|DEPBAR|MUFU.EX2|BAR.SYNC|WARPSYNC|WARPGROUP" \
   | awk '{ $1 = ""; print }' | sed 's/ *;.*//' | uniq -c > "$OUT/sass_pair_overlap_d128.txt"
 echo "pair-overlap d128 SASS: $(grep -c HGMMA "$OUT/sass_pair_overlap_d128.txt") HGMMA lines, $(grep -c MUFU "$OUT/sass_pair_overlap_d128.txt") MUFU lines (uniq -c)"
+
+# The LibTorch-free probe: float64 checks of every implementation, then their timings at the
+# bench configs (tools/bench/csla_sm90_probe.cu).
+if [ "${SKIP_PROBE:-0}" != 1 ]; then
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I"$SRC" \
+    "$SRC/tools/bench/csla_sm90_probe.cu" "$SRC/kernels/cuda/csla_attention_sm90_d64.cu" \
+    "$SRC/kernels/cuda/csla_attention_sm90_d128.cu" -o /tmp/probe > /tmp/probe_build.log 2>&1 \
+    && timeout 150 /tmp/probe --iters "${BENCH_ITERS:-50}" > "$OUT/probe.log" 2>&1
+  echo "probe rc=$?"; grep -E "checks:|FAIL|ms \(min|^OK|^FAILED" "$OUT/probe.log" | head -50
+  stamp probe
+fi
 
 T=/tmp/build/tests/varscope_gpu_tests
 timeout 150 $T --gtest_filter='*KernelsCslaSm90*' > "$OUT/gpu_tests_sm90.log" 2>&1
