@@ -13,7 +13,8 @@
 namespace varscope::kernels {
 namespace {
 
-std::atomic<int> g_pdl{-1};  // -1: from the environment
+std::atomic<int> g_pdl{-1};        // -1: from the environment
+std::atomic<int> g_row_split{-1};  // -1: from the environment
 
 constexpr int64_t kMaxRows = 256;    // kDiffMaxRows
 constexpr int64_t kMaxWidth = 2048;  // kDiffMaxWidth
@@ -56,8 +57,8 @@ at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const a
                            const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
                            const DiffStepCoefs& k) {
     const int64_t N = x.size(0), C = x.size(1);
-    const auto out = at::linear(at::layer_norm(h, {h.size(1)}, {}, {}, ln_eps) * scale1 + shift,
-                                weight, bias);
+    const auto out =
+        at::linear(at::layer_norm(h, {h.size(1)}, {}, {}, ln_eps) * scale1 + shift, weight, bias);
     at::Tensor eps, var_values;
     if (mode == DiffCfgMode::Cached) {
         const auto cond = out.narrow(1, 0, C);
@@ -93,6 +94,17 @@ bool diff_pdl_enabled() {
     if (v >= 0) return v == 1;
     const char* env = std::getenv("VARSCOPE_DIFF_PDL");
     return !(env != nullptr && std::strcmp(env, "0") == 0);
+}
+
+void set_diff_row_split(bool on) {
+    g_row_split = on ? 1 : 0;
+}
+
+bool diff_row_split_enabled() {
+    const int v = g_row_split.load();
+    if (v >= 0) return v == 1;
+    const char* env = std::getenv("VARSCOPE_DIFF_ROW_SPLIT");
+    return env != nullptr && std::strcmp(env, "1") == 0;
 }
 
 bool diff_head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,
@@ -165,7 +177,8 @@ at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const a
     TORCH_CHECK(h.size(0) == (both ? 2 * N : N), "diff_final_step: h has ", h.size(0),
                 " rows, expected ", both ? 2 * N : N);
     TORCH_CHECK(weight.size(0) == 2 * x.size(1), "diff_final_step: the final layer must output 2C");
-    TORCH_CHECK(mode == DiffCfgMode::None || cfg_scale.defined(), "diff_final_step: CFG needs a scale");
+    TORCH_CHECK(mode == DiffCfgMode::None || cfg_scale.defined(),
+                "diff_final_step: CFG needs a scale");
     TORCH_CHECK(mode == DiffCfgMode::None || mode == DiffCfgMode::Full || delta.defined(),
                 "diff_final_step: the head condition cache needs a delta tensor");
 #ifdef VARSCOPE_KERNELS_CUDA

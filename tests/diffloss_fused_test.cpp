@@ -80,8 +80,7 @@ TEST(DiffLossFused, CpuKeepsTheModulePathAndRefusesCuda) {
     EXPECT_FALSE(why.empty());
     EXPECT_TRUE(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedReference));
     EXPECT_FALSE(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::Modules));
-    EXPECT_THROW(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedCuda),
-                 c10::Error);
+    EXPECT_THROW(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedCuda), c10::Error);
     const auto x = at::randn({2, 8}).to(at::kBFloat16);
     const auto w = at::randn({64, 8}).to(at::kBFloat16), b = at::randn({64}).to(at::kBFloat16);
     EXPECT_THROW(kernels::diff_input_proj(x, w, b, 4, kernels::KernelPath::Cuda), c10::Error);

@@ -240,11 +240,13 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
     struct Variant {
         std::string name;
         HeadPath path;
-        bool pdl;
+        bool pdl, row_split;
     };
-    const std::vector<Variant> variants{{"modules", HeadPath::Modules, true},
-                                        {"fused", HeadPath::FusedCuda, true},
-                                        {"fused_no_pdl", HeadPath::FusedCuda, false}};
+    const std::vector<Variant> variants{{"modules", HeadPath::Modules, true, false},
+                                        {"fused", HeadPath::FusedCuda, true, false},
+                                        {"fused_no_pdl", HeadPath::FusedCuda, false, false},
+                                        {"fused_row_split", HeadPath::FusedCuda, true, true},
+                                        {"fused_row_split_no_pdl", HeadPath::FusedCuda, false, true}};
     nlohmann::json rows = nlohmann::json::array();
     for (int64_t N : a.head_rows) {
         const auto z = at::randn({2 * N, c.decoder_embed_dim}, f32).to(dtype);
@@ -261,6 +263,7 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
                 continue;
             }
             kernels::set_diff_pdl(v.pdl);
+            kernels::set_diff_row_split(v.row_split);
             at::Tensor out;
             auto fn = [&] {
                 out = diffusion.sample_with_noise(net, z, cfg, 1.0, start, steps, t_all, 0, v.path);
@@ -274,7 +277,7 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
             const double diff = (result - ref).abs().max().item<double>();
             const double kps = double(graph.kernel_nodes()) / double(S);
             std::cerr << "  " << std::setw(2) << N << " " << std::left << std::setw(16) << v.name
-                      << std::right << std::fixed << std::setprecision(3) << std::setw(12)
+                      << std::right << std::fixed << std::setprecision(3) << std::setw(10)
                       << t.median_ms << std::setprecision(1) << std::setw(9)
                       << 1000.0 * t.median_ms / double(S) << std::setw(14) << kps
                       << std::setprecision(5) << std::setw(12) << diff << "\n";
@@ -288,6 +291,7 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
                            {"max_abs_output", ref.abs().max().item<double>()}};
         }
         kernels::set_diff_pdl(true);
+        kernels::set_diff_row_split(false);
         rows.push_back(row);
     }
     return {{"model", preset}, {"config", c.to_json()}, {"head_rows", rows}};

@@ -8,7 +8,8 @@
 namespace varscope::kernels::cuda {
 namespace {
 
-static_assert(int(DiffCfgMode::None) == int(DiffCfg::None) && int(DiffCfgMode::Full) == int(DiffCfg::Full) &&
+static_assert(int(DiffCfgMode::None) == int(DiffCfg::None) &&
+                  int(DiffCfgMode::Full) == int(DiffCfg::Full) &&
                   int(DiffCfgMode::FullKeep) == int(DiffCfg::FullKeep) &&
                   int(DiffCfgMode::Cached) == int(DiffCfg::Cached),
               "DiffCfgMode and DiffCfg must list the modes in one order");
@@ -38,13 +39,15 @@ at::Tensor optional_layout(const at::Tensor& t, at::ScalarType type) {
     return t.defined() ? rows_layout(t, type) : t;
 }
 
-cudaError_t launch_linear(const DiffLinearParams& p, at::ScalarType type, cudaStream_t s) {
+cudaError_t launch_linear(DiffLinearParams p, at::ScalarType type, cudaStream_t s) {
+    p.row_split = diff_row_split_enabled();
     return type == at::kBFloat16 ? launch_diff_linear_bf16(p, s) : launch_diff_linear_fp16(p, s);
 }
 
 void check_rows(const at::Tensor& t, int64_t rows, int64_t cols, const char* name) {
-    TORCH_CHECK(t.dim() == 2 && t.size(0) >= rows && t.size(1) == cols, "fused DiffLoss kernels: ",
-                name, " has shape ", t.sizes(), ", expected (", rows, ", ", cols, ")");
+    TORCH_CHECK(t.dim() == 2 && t.size(0) >= rows && t.size(1) == cols,
+                "fused DiffLoss kernels: ", name, " has shape ", t.sizes(), ", expected (", rows,
+                ", ", cols, ")");
 }
 
 }  // namespace
@@ -148,8 +151,8 @@ at::Tensor diff_final_step(const at::Tensor& h_in, const at::Tensor& shift_in,
                            const at::Tensor& scale1_in, const at::Tensor& w_in,
                            const at::Tensor& b_in, double ln_eps, const at::Tensor& x_in,
                            const at::Tensor& noise_in, const at::Tensor& cfg_scale,
-                           DiffCfgMode mode, const at::Tensor& delta_in,
-                           const DiffStepCoefs& k, bool pdl) {
+                           DiffCfgMode mode, const at::Tensor& delta_in, const DiffStepCoefs& k,
+                           bool pdl) {
     const c10::cuda::CUDAGuard guard(h_in.device());
     const auto type = h_in.scalar_type();
     const auto h = h_in.contiguous();
@@ -178,9 +181,11 @@ at::Tensor diff_final_step(const at::Tensor& h_in, const at::Tensor& shift_in,
     p.x = x_in.data_ptr();
     at::Tensor noise;
     if (!k.last) {
-        noise = noise_in.scalar_type() == type && noise_in.stride(1) == 1 ? noise_in
-                                                                           : noise_in.to(type).contiguous();
-        TORCH_CHECK(noise.size(0) >= N && noise.size(1) == C, "diff_final_step: noise ", noise.sizes());
+        noise = noise_in.scalar_type() == type && noise_in.stride(1) == 1
+                    ? noise_in
+                    : noise_in.to(type).contiguous();
+        TORCH_CHECK(noise.size(0) >= N && noise.size(1) == C, "diff_final_step: noise ",
+                    noise.sizes());
         p.noise = noise.data_ptr();
         p.noise_stride = noise.stride(0);
     }

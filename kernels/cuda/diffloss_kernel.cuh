@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -130,11 +131,11 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
 // NormModulate: LayerNorm over K in float32 (biased variance, like at::layer_norm), optional
 // affine, then * scale1 + shift, rounded once to T.
 template <typename T, int P>
-__device__ __forceinline__ void build_row(uint4* dst, const void* in, long long src_row,
-                                          bool valid, int chunks, int K, bool norm,
-                                          const void* ln_w, const void* ln_b, float eps,
-                                          const void* shift, long long shift_off,
-                                          const void* scale1, long long scale1_off, int lane) {
+__device__ __forceinline__ void build_row(uint4* dst, const void* in, long long src_row, bool valid,
+                                          int chunks, int K, bool norm, const void* ln_w,
+                                          const void* ln_b, float eps, const void* shift,
+                                          long long shift_off, const void* scale1,
+                                          long long scale1_off, int lane) {
     const uint4 zero = make_uint4(0, 0, 0, 0);
     if (!valid) {
         for (int i = lane; i < chunks; i += 32) dst[i] = zero;
@@ -189,7 +190,8 @@ __device__ __forceinline__ void build_row(uint4* dst, const void* in, long long 
         if (ln_w) unpack8<T>(__ldg(reinterpret_cast<const uint4*>(ln_w) + i), g);
         if (ln_b) unpack8<T>(__ldg(reinterpret_cast<const uint4*>(ln_b) + i), be);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) f[e] = fmaf(fmaf((f[e] - mean) * rstd, g[e], be[e]), s[e], b[e]);
+        for (int e = 0; e < 8; ++e)
+            f[e] = fmaf(fmaf((f[e] - mean) * rstd, g[e], be[e]), s[e], b[e]);
         dst[i] = pack8<T>(f);
     }
 }
@@ -244,9 +246,11 @@ __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinea
     // The gate rows of the first tile (the modulations were written before the first kernel of
     // the chain, which every kernel that starts early has already waited for: see below).
     const bool gated = p.epilogue == DiffEpilogue::BiasGateResid;
+    // Row tiles are spread over blockIdx.y (then looped): a CTA normalises only its own rows.
+    const int first = blockIdx.y * MT, step = MT * gridDim.y;
     float gate = 0.f;
-    if (gated && has_j && lane < MT && lane < p.rows)
-        gate = E::load(p.gate, static_cast<long long>(lane) * p.gate_stride + j);
+    if (gated && has_j && lane < MT && first + lane < p.rows)
+        gate = E::load(p.gate, static_cast<long long>(first + lane) * p.gate_stride + j);
     // Wait for the previous kernel, then let the next one start: it can only start once this
     // one is past its wait, so whatever it reads before its own wait was written before the
     // kernel before this one finished (weights, modulations, noise).
@@ -254,14 +258,15 @@ __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinea
     pdl_launch_dependents();
 
     const bool norm = p.prologue == DiffPrologue::NormModulate;
-    for (int t0 = 0; t0 < p.rows; t0 += MT) {
+    for (int t0 = first; t0 < p.rows; t0 += step) {
         for (int r = warp; r < MT; r += kWarps) {
             const int m = t0 + r;
             const bool valid = m < p.rows;
             const long long src = norm ? m : (valid ? m % p.in_rows : 0);
             build_row<T, P>(tile + r * chunks, p.in, src, valid, chunks, p.K, norm, p.ln_weight,
-                         p.ln_bias, p.ln_eps, p.shift, static_cast<long long>(m) * p.shift_stride,
-                         p.scale1, static_cast<long long>(m) * p.scale1_stride, lane);
+                            p.ln_bias, p.ln_eps, p.shift,
+                            static_cast<long long>(m) * p.shift_stride, p.scale1,
+                            static_cast<long long>(m) * p.scale1_stride, lane);
         }
         // The residual (written by the previous kernel) and later tiles' gates, loaded before
         // the dot products so their latency hides behind them.
@@ -270,7 +275,7 @@ __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinea
         if (gated && has_j && lane < MT && me < p.rows) {
             const long long o = static_cast<long long>(me) * p.N + j;
             resid = E::load(p.resid, o);
-            if (t0 > 0) gate = E::load(p.gate, static_cast<long long>(me) * p.gate_stride + j);
+            if (t0 > first) gate = E::load(p.gate, static_cast<long long>(me) * p.gate_stride + j);
         }
         __syncthreads();
         float acc[MT];
@@ -331,8 +336,8 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
         for (int r = warp; r < MT; r += kWarps) {
             const int m = t0 + r;
             build_row<T, P>(tile + r * chunks, p.in, m, m < p.rows, chunks, p.K, true, nullptr,
-                         nullptr, p.ln_eps, p.shift, static_cast<long long>(m) * p.shift_stride,
-                         p.scale1, static_cast<long long>(m) * p.scale1_stride, lane);
+                            nullptr, p.ln_eps, p.shift, static_cast<long long>(m) * p.shift_stride,
+                            p.scale1, static_cast<long long>(m) * p.scale1_stride, lane);
         }
         __syncthreads();
         for (int r = warp >> 1; r < MT && t0 + r < p.rows; r += kWarps / 2) {
@@ -393,14 +398,14 @@ cudaError_t prepare_device() {
     if (done.load() & bit) return cudaSuccess;
     const int most = 32 * kDiffMaxWidth * static_cast<int>(sizeof(T));
     const void* kernels[] = {
-#define VARSCOPE_DIFF_KERNELS(MT)                                                  \
-    reinterpret_cast<const void*>(linear_kernel<T, MT, 1>),                       \
-        reinterpret_cast<const void*>(linear_kernel<T, MT, 4>),                   \
-        reinterpret_cast<const void*>(linear_kernel<T, MT, 6>),                   \
-        reinterpret_cast<const void*>(linear_kernel<T, MT, 8>),                   \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 1>),                    \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 4>),                    \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 6>),                    \
+#define VARSCOPE_DIFF_KERNELS(MT)                               \
+    reinterpret_cast<const void*>(linear_kernel<T, MT, 1>),     \
+        reinterpret_cast<const void*>(linear_kernel<T, MT, 4>), \
+        reinterpret_cast<const void*>(linear_kernel<T, MT, 6>), \
+        reinterpret_cast<const void*>(linear_kernel<T, MT, 8>), \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 1>),  \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 4>),  \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 6>),  \
         reinterpret_cast<const void*>(final_kernel<T, MT, 8>)
         VARSCOPE_DIFF_KERNELS(8), VARSCOPE_DIFF_KERNELS(16), VARSCOPE_DIFF_KERNELS(32)
 #undef VARSCOPE_DIFF_KERNELS
@@ -414,10 +419,10 @@ cudaError_t prepare_device() {
 }
 
 template <typename K>
-cudaError_t launch(K kernel, int grid, size_t smem, bool pdl, cudaStream_t stream,
+cudaError_t launch(K kernel, dim3 grid, size_t smem, bool pdl, cudaStream_t stream,
                    const void* params_ptr) {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.gridDim = grid;
     cfg.blockDim = dim3(kDiffThreads);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
@@ -442,7 +447,7 @@ inline int chunks_per_lane(int K) {
 }
 
 template <typename T, int MT>
-cudaError_t launch_linear_mt(const DiffLinearParams& p, int grid, size_t smem, cudaStream_t s) {
+cudaError_t launch_linear_mt(const DiffLinearParams& p, dim3 grid, size_t smem, cudaStream_t s) {
     switch (chunks_per_lane(p.K)) {
         case 1:
             return launch(linear_kernel<T, MT, 1>, grid, smem, p.pdl, s, &p);
@@ -459,13 +464,13 @@ template <typename T, int MT>
 cudaError_t launch_final_mt(const DiffFinalParams& p, size_t smem, cudaStream_t s) {
     switch (chunks_per_lane(p.K)) {
         case 1:
-            return launch(final_kernel<T, MT, 1>, p.C, smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 1>, dim3(p.C), smem, p.pdl, s, &p);
         case 4:
-            return launch(final_kernel<T, MT, 4>, p.C, smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 4>, dim3(p.C), smem, p.pdl, s, &p);
         case 6:
-            return launch(final_kernel<T, MT, 6>, p.C, smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 6>, dim3(p.C), smem, p.pdl, s, &p);
         default:
-            return launch(final_kernel<T, MT, 8>, p.C, smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 8>, dim3(p.C), smem, p.pdl, s, &p);
     }
 }
 
@@ -475,9 +480,18 @@ cudaError_t launch_linear(const DiffLinearParams& p, cudaStream_t stream) {
         return cudaErrorInvalidValue;
     const cudaError_t prep = prepare_device<T>();
     if (prep != cudaSuccess) return prep;
+    if (p.row_split) {
+        // Opt-in: tiles of 8 rows, one per blockIdx.y (up to 8, then each CTA loops), so more
+        // rows cost more CTAs (each reads the weights again, from L2) instead of a longer
+        // serial prologue and dot-product loop per CTA. Same values bit for bit.
+        constexpr int mt = 8;
+        const size_t smem = static_cast<size_t>(mt) * p.K * sizeof(T);
+        const dim3 grid((p.N + kWarps - 1) / kWarps, std::min((p.rows + mt - 1) / mt, 8));
+        return launch_linear_mt<T, mt>(p, grid, smem, stream);
+    }
     const int mt = tile_rows(p.rows);
     const size_t smem = static_cast<size_t>(mt) * p.K * sizeof(T);
-    const int grid = (p.N + kWarps - 1) / kWarps;
+    const dim3 grid((p.N + kWarps - 1) / kWarps);
     switch (mt) {
         case 8:
             return launch_linear_mt<T, 8>(p, grid, smem, stream);
@@ -490,8 +504,8 @@ cudaError_t launch_linear(const DiffLinearParams& p, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t launch_final(const DiffFinalParams& p, cudaStream_t stream) {
-    if (p.K % 8 != 0 || p.K > kDiffMaxWidth || p.rows < 1 || p.rows > kDiffMaxRows ||
-        p.C < 1 || p.latents < 1)
+    if (p.K % 8 != 0 || p.K > kDiffMaxWidth || p.rows < 1 || p.rows > kDiffMaxRows || p.C < 1 ||
+        p.latents < 1)
         return cudaErrorInvalidValue;
     const cudaError_t prep = prepare_device<T>();
     if (prep != cudaSuccess) return prep;

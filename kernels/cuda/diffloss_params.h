@@ -27,10 +27,10 @@ constexpr int kDiffMaxRows = 256;    // rows of one call (the final kernel keeps
 constexpr int kDiffThreads = 256;    // 8 warps; one output feature per warp per pass
 
 struct DiffLinearParams {
-    const void* in = nullptr;  // (in_rows, K)
-    int in_rows = 0;           // rows of `in` (Copy: rows repeat modulo this)
-    int rows = 0;              // M: output rows
-    int K = 0, N = 0;          // input / output features
+    const void* in = nullptr;      // (in_rows, K)
+    int in_rows = 0;               // rows of `in` (Copy: rows repeat modulo this)
+    int rows = 0;                  // M: output rows
+    int K = 0, N = 0;              // input / output features
     const void* weight = nullptr;  // (N, K)
     const void* bias = nullptr;    // (N)
     // NormModulate
@@ -48,6 +48,9 @@ struct DiffLinearParams {
     DiffPrologue prologue = DiffPrologue::Copy;
     DiffEpilogue epilogue = DiffEpilogue::Bias;
     bool pdl = false;  // launched with programmatic dependent launch (overlaps the launch)
+    // Row tiles of 8 spread over blockIdx.y instead of one CTA per feature group taking all
+    // rows in 8/16/32-row tiles (same values; opt-in until measured, see diffloss_ops.h).
+    bool row_split = false;
 };
 
 // How the final kernel forms the guided noise prediction.
@@ -62,10 +65,10 @@ enum class DiffCfg : int {
 // update of the latents x (N, C) in place: eps (with CFG), learned-range log variance, x0,
 // posterior mean, plus exp(0.5 log var) * noise * temperature except at the last step.
 struct DiffFinalParams {
-    const void* in = nullptr;  // (rows, K)
+    const void* in = nullptr;                 // (rows, K)
     int rows = 0, K = 0, C = 0, latents = 0;  // latents = N
-    const void* weight = nullptr;  // (2C, K)
-    const void* bias = nullptr;    // (2C)
+    const void* weight = nullptr;             // (2C, K)
+    const void* bias = nullptr;               // (2C)
     float ln_eps = 1e-6f;
     const void* shift = nullptr;
     const void* scale1 = nullptr;
@@ -73,8 +76,8 @@ struct DiffFinalParams {
     void* x = nullptr;            // (N, C), updated in place
     const void* noise = nullptr;  // (N, C) rows with stride noise_stride; unused at the last step
     long long noise_stride = 0;
-    void* delta = nullptr;          // (N, C): FullKeep writes it, Cached reads it
-    const float* cfg = nullptr;     // device scalar: the guidance scale
+    void* delta = nullptr;       // (N, C): FullKeep writes it, Cached reads it
+    const float* cfg = nullptr;  // device scalar: the guidance scale
     DiffCfg mode = DiffCfg::None;
     float sqrt_recip_ac = 0, sqrt_recipm1_ac = 0, coef1 = 0, coef2 = 0;
     float log_beta = 0, log_var_clipped = 0, temperature = 1;

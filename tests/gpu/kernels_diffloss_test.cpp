@@ -4,7 +4,8 @@
 // the GPU) plus a small floor. Fresh random inputs per check, row counts with tails of every
 // tile (1..45), widths 256/1024/1280, strided modulation views, outputs poisoned with NaN.
 // Then the whole reverse diffusion and the MAR loop: fused vs module path within the same
-// bound, CUDA graphs of the fused path == its eager run, PDL on == off. Skips without CUDA.
+// bound, CUDA graphs of the fused path == its eager run, PDL on == off, row-split tiles ==
+// per-CTA tiles (bit for bit). Skips without CUDA.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -33,9 +34,9 @@ bool fused_runnable(at::ScalarType t, std::string* why) {
                                         256, why);
 }
 
-#define REQUIRE_FUSED(t)                                  \
-    do {                                                  \
-        std::string why_;                                 \
+#define REQUIRE_FUSED(t)                                     \
+    do {                                                     \
+        std::string why_;                                    \
         if (!fused_runnable(t, &why_)) GTEST_SKIP() << why_; \
     } while (0)
 
@@ -91,8 +92,8 @@ Inputs block_inputs(int64_t M, int64_t W, at::ScalarType t) {
 }
 
 vk::DiffBlockWeights weights64(const vk::DiffBlockWeights& w) {
-    return {d64(w.ln_weight), d64(w.ln_bias), w.ln_eps, d64(w.fc1_weight), d64(w.fc1_bias),
-            d64(w.fc2_weight), d64(w.fc2_bias)};
+    return {d64(w.ln_weight), d64(w.ln_bias),    w.ln_eps,       d64(w.fc1_weight),
+            d64(w.fc1_bias),  d64(w.fc2_weight), d64(w.fc2_bias)};
 }
 
 const std::vector<int64_t> kRows{1, 3, 8, 13, 16, 17, 32, 45};
@@ -111,21 +112,32 @@ TEST(KernelsDiffLossGpu, BlockLayersMatchFloat64WithinTwiceTheFrameworkError) {
                 const auto in = block_inputs(M, W, t);
                 const auto w64 = weights64(in.w);
                 // fc1: silu(linear(LN(h) * scale1 + shift))
-                const auto truth1 = vk::reference::diff_block_fc1(d64(in.h), w64, d64(in.shift),
-                                                                  d64(in.scale1));
+                const auto truth1 =
+                    vk::reference::diff_block_fc1(d64(in.h), w64, d64(in.shift), d64(in.scale1));
                 const auto fw1 = vk::reference::diff_block_fc1(in.h, in.w, in.shift, in.scale1);
                 poison(M * W);
-                const auto k1 = vk::diff_block_fc1(in.h, in.w, in.shift, in.scale1,
-                                                   vk::KernelPath::Cuda);
+                const auto k1 =
+                    vk::diff_block_fc1(in.h, in.w, in.shift, in.scale1, vk::KernelPath::Cuda);
                 expect_within(rel(k1, truth1), rel(fw1, truth1), "fc1");
                 // fc2: h + gate * linear(a), in place into (a copy of) h
                 const auto a = k1.clone();
-                const auto truth2 = vk::reference::diff_block_fc2(d64(a), w64, d64(in.gate), d64(in.h));
+                const auto truth2 =
+                    vk::reference::diff_block_fc2(d64(a), w64, d64(in.gate), d64(in.h));
                 const auto fw2 = vk::reference::diff_block_fc2(a, in.w, in.gate, in.h);
                 auto h2 = in.h.clone();
                 const auto k2 = vk::diff_block_fc2(a, in.w, in.gate, h2, vk::KernelPath::Cuda);
                 EXPECT_EQ(k2.data_ptr(), h2.data_ptr()) << "fc2 writes h in place";
                 expect_within(rel(k2, truth2), rel(fw2, truth2), "fc2");
+                // 8-row tiles in separate CTAs: the same values bit for bit.
+                vk::set_diff_row_split(true);
+                poison(M * W);
+                const auto k1s =
+                    vk::diff_block_fc1(in.h, in.w, in.shift, in.scale1, vk::KernelPath::Cuda);
+                auto h2s = in.h.clone();
+                const auto k2s = vk::diff_block_fc2(a, in.w, in.gate, h2s, vk::KernelPath::Cuda);
+                vk::set_diff_row_split(false);
+                EXPECT_TRUE(at::equal(k1s, k1)) << "row split changes fc1";
+                EXPECT_TRUE(at::equal(k2s, k2)) << "row split changes fc2";
                 // Input projection with repeated rows (CFG): x (n, 16) -> (M, W), M = 2n.
                 if (M % 2 == 0 || M == 1) {
                     const int64_t n = M == 1 ? 1 : M / 2;
@@ -138,6 +150,10 @@ TEST(KernelsDiffLossGpu, BlockLayersMatchFloat64WithinTwiceTheFrameworkError) {
                     poison(M * W);
                     const auto k3 = vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda);
                     expect_within(rel(k3, truth3), rel(fw3, truth3), "input_proj");
+                    vk::set_diff_row_split(true);
+                    const auto k3s = vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda);
+                    vk::set_diff_row_split(false);
+                    EXPECT_TRUE(at::equal(k3s, k3)) << "row split changes the input projection";
                 }
             }
     }
@@ -163,7 +179,8 @@ TEST(KernelsDiffLossGpu, FinalStepMatchesFloat64InEveryCfgMode) {
                         const auto mod = (at::randn({M, 2 * W}, o) * 0.2).to(t);
                         const auto shift = mod.narrow(1, 0, W);
                         const auto scale1 = (1 + mod.narrow(1, W, W)).to(t);
-                        const auto wf = (at::randn({2 * C, W}, o) * (0.5 / std::sqrt(double(W)))).to(t);
+                        const auto wf =
+                            (at::randn({2 * C, W}, o) * (0.5 / std::sqrt(double(W)))).to(t);
                         const auto bf = (at::randn({2 * C}, o) * 0.1).to(t);
                         const auto x = at::randn({N, C}, o).to(t);
                         const auto noise_all = at::randn({2 * N, C}, o).to(t);
@@ -188,9 +205,9 @@ TEST(KernelsDiffLossGpu, FinalStepMatchesFloat64InEveryCfgMode) {
                         auto xk = x.clone();
                         xk.fill_(std::numeric_limits<float>::quiet_NaN());
                         xk.copy_(x);
-                        const auto out = vk::diff_final_step(h, shift, scale1, wf, bf, 1e-6, xk,
-                                                             noise, cfg, mode, d_k, k,
-                                                             vk::KernelPath::Cuda);
+                        const auto out =
+                            vk::diff_final_step(h, shift, scale1, wf, bf, 1e-6, xk, noise, cfg,
+                                                mode, d_k, k, vk::KernelPath::Cuda);
                         EXPECT_EQ(out.data_ptr(), xk.data_ptr()) << "x is updated in place";
                         expect_within(rel(out, truth), rel(fw, truth), "final step");
                         if (mode == vk::DiffCfgMode::FullKeep)
@@ -236,8 +253,8 @@ TEST(KernelsDiffLossGpu, ReverseDiffusionWithinTwiceTheModulePathError) {
         for (int64_t N : {1, 5, 16})
             for (int64_t period : {-1, 0, 4}) {  // -1: no CFG
                 const bool guided = period >= 0;
-                SCOPED_TRACE("W " + std::to_string(width) + " N " + std::to_string(N) +
-                             " period " + std::to_string(period));
+                SCOPED_TRACE("W " + std::to_string(width) + " N " + std::to_string(N) + " period " +
+                             std::to_string(period));
                 const auto o = at::TensorOptions(at::kCUDA).dtype(at::kFloat);
                 const auto z = at::randn({guided ? 2 * N : N, 64}, o);
                 const auto cfg = guided ? at::full({}, 3.0, o) : at::Tensor();
@@ -260,9 +277,9 @@ TEST(KernelsDiffLossGpu, ReverseDiffusionWithinTwiceTheModulePathError) {
                           << "\n";
                 EXPECT_LE(e_fused, 2.0 * e_mod + 1e-3);
                 // Same noise, same function: deterministic kernels give the same bits again.
-                EXPECT_TRUE(at::equal(fused, diffusion.sample_with_noise(
-                                                 n16, zb, cfg, 1.0, sb, nb, {}, per,
-                                                 HeadPath::FusedCuda)));
+                EXPECT_TRUE(
+                    at::equal(fused, diffusion.sample_with_noise(n16, zb, cfg, 1.0, sb, nb, {}, per,
+                                                                 HeadPath::FusedCuda)));
             }
     }
 }
@@ -296,6 +313,14 @@ TEST(KernelsDiffLossGpu, MarLoopGraphsAndPdlExact) {
     const auto no_pdl = pipe.generate(o);
     vk::set_diff_pdl(true);
     EXPECT_EQ((eager.tokens - no_pdl.tokens).abs().max().item<double>(), 0.0);
+    vk::set_diff_row_split(true);
+    const auto split = pipe.generate(o);
+    o.cuda_graphs = true;
+    const auto split_graphed = pipe.generate(o);
+    o.cuda_graphs = false;
+    vk::set_diff_row_split(false);
+    EXPECT_EQ((eager.tokens - split.tokens).abs().max().item<double>(), 0.0);
+    EXPECT_EQ((eager.tokens - split_graphed.tokens).abs().max().item<double>(), 0.0);
     o.fused_head = false;
     const auto modules = pipe.generate(o);
     const double diff = (eager.tokens - modules.tokens).abs().max().item<double>();

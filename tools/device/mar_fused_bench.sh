@@ -10,14 +10,15 @@
 #     baseline and LazyMAR, fused vs module-path head in the same process: latency, kernels per
 #     decoding step, max |token difference|.
 # Env: SRC (snapshot, default .), DEADLINE_S (stop starting work, default 540), MAR_STEPS
-# (space-separated list of steps to run: tests head base large huge huge16; default all).
+# (space-separated list of steps to run: tests head base base_split large huge huge16; default
+# all), HEAD_ROWS (decoded-token counts of the head bench, default 1,4,5,7,16,48).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee "$OUT/mar_fused.log") 2>&1
 T0=$(date +%s); stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 left() { echo $(( ${DEADLINE_S:-540} - ($(date +%s) - T0) )); }
 lim() { local want=$1 l; l=$(left); (( l < want )) && echo $(( l > 5 ? l : 5 )) || echo $want; }
-want() { [[ " ${MAR_STEPS:-tests head base large huge huge16} " == *" $1 "* ]]; }
+want() { [[ " ${MAR_STEPS:-tests head base base_split large huge huge16} " == *" $1 "* ]]; }
 SRC=${SRC:-.}; BUILD=${BUILD:-/tmp/build-mar}
 date -u; nvidia-smi -L
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
@@ -47,15 +48,17 @@ if want head; then
   done
   stamp head
 fi
-bench() {  # model batch timeout repeat
-  local M=$1 B=$2 T=$3 R=$4
-  (( $(left) < 30 )) && { stamp "skip $M b$B (no time)"; return; }
-  timeout $(lim $T) $CLI bench mar --models $M --methods baseline,lazymar --device cuda \
+bench() {  # model batch timeout repeat [json suffix]
+  local M=$1 B=$2 T=$3 R=$4 SUF=${5:-}
+  (( $(left) < 30 )) && { stamp "skip $M b$B$SUF (no time)"; return; }
+  timeout $(lim $T) $CLI bench mar --models $M --methods ${METHODS:-baseline,lazymar} --device cuda \
     --precision bf16 --batch $B --num-iter 64 --cfg 3.0 --warmup 1 --repeat $R --compare-modules \
-    --json "$OUT/loop_${M}_b${B}.json" --force 2>&1 | grep -v '^\[' | tail -24
-  stamp "bench $M b$B"
+    --json "$OUT/loop_${M}_b${B}${SUF}.json" --force 2>&1 | grep -v '^\[' | tail -24
+  stamp "bench $M b$B$SUF"
 }
 want base && bench mar_base 1 100 3
+# The opt-in 8-row tiles per CTA (VARSCOPE_DIFF_ROW_SPLIT=1), baseline only.
+want base_split && VARSCOPE_DIFF_ROW_SPLIT=1 METHODS=baseline bench mar_base 1 60 3 _row_split
 want huge && bench mar_huge 1 110 2
 want huge16 && bench mar_huge 16 120 1
 want large && bench mar_large 1 90 2
