@@ -74,8 +74,9 @@ bool diff_head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t widt
 void set_diff_pdl(bool on);
 bool diff_pdl_enabled();
 // Linear-layer kernels with more than 8 rows: 8-row tiles in separate CTAs (blockIdx.y) instead
-// of 16/32-row tiles per CTA. Bit-identical results; off by default until timed on a GPU
-// (VARSCOPE_DIFF_ROW_SPLIT=1 or this switch turn it on).
+// of 16/32-row tiles per CTA. The same sums, the lanes' partial sums added in another order
+// (within one 16-bit ulp); off by default until timed on a GPU (VARSCOPE_DIFF_ROW_SPLIT=1 or
+// this switch turn it on).
 void set_diff_row_split(bool on);
 bool diff_row_split_enabled();
 

@@ -483,7 +483,8 @@ cudaError_t launch_linear(const DiffLinearParams& p, cudaStream_t stream) {
     if (p.row_split) {
         // Opt-in: tiles of 8 rows, one per blockIdx.y (up to 8, then each CTA loops), so more
         // rows cost more CTAs (each reads the weights again, from L2) instead of a longer
-        // serial prologue and dot-product loop per CTA. Same values bit for bit.
+        // serial prologue and dot-product loop per CTA. The lanes' sums are added in another
+        // order than with 16/32-row tiles (float32 reassociation).
         constexpr int mt = 8;
         const size_t smem = static_cast<size_t>(mt) * p.K * sizeof(T);
         const dim3 grid((p.N + kWarps - 1) / kWarps, std::min((p.rows + mt - 1) / mt, 8));

@@ -49,7 +49,8 @@ struct DiffLinearParams {
     DiffEpilogue epilogue = DiffEpilogue::Bias;
     bool pdl = false;  // launched with programmatic dependent launch (overlaps the launch)
     // Row tiles of 8 spread over blockIdx.y instead of one CTA per feature group taking all
-    // rows in 8/16/32-row tiles (same values; opt-in until measured, see diffloss_ops.h).
+    // rows in 8/16/32-row tiles (same sums up to float32 reassociation; opt-in until measured,
+    // see diffloss_ops.h).
     bool row_split = false;
 };
 

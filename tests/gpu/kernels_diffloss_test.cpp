@@ -5,7 +5,7 @@
 // tile (1..45), widths 256/1024/1280, strided modulation views, outputs poisoned with NaN.
 // Then the whole reverse diffusion and the MAR loop: fused vs module path within the same
 // bound, CUDA graphs of the fused path == its eager run, PDL on == off, row-split tiles ==
-// per-CTA tiles (bit for bit). Skips without CUDA.
+// per-CTA tiles (bit for bit up to 8 rows, within one 16-bit ulp beyond). Skips without CUDA.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -96,6 +96,19 @@ vk::DiffBlockWeights weights64(const vk::DiffBlockWeights& w) {
             d64(w.fc1_bias),  d64(w.fc2_weight), d64(w.fc2_bias)};
 }
 
+// Bit-identical when `exact`, else within one 16-bit ulp (relative 2^-7 for bf16) elementwise.
+void expect_same_up_to_ulp(const at::Tensor& a, const at::Tensor& b, bool exact,
+                           const std::string& what) {
+    if (exact) {
+        EXPECT_TRUE(at::equal(a, b)) << what << ": not bit-identical";
+        return;
+    }
+    const auto af = a.to(at::kFloat), bf = b.to(at::kFloat);
+    const double ulp = a.scalar_type() == at::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
+    const auto over = ((af - bf).abs() - ulp * bf.abs() - 1e-6).gt(0).sum().item<int64_t>();
+    EXPECT_EQ(over, 0) << what << ": " << over << " elements differ by more than one ulp";
+}
+
 const std::vector<int64_t> kRows{1, 3, 8, 13, 16, 17, 32, 45};
 const std::vector<int64_t> kWidths{256, 1024, 1280};
 
@@ -128,7 +141,9 @@ TEST(KernelsDiffLossGpu, BlockLayersMatchFloat64WithinTwiceTheFrameworkError) {
                 const auto k2 = vk::diff_block_fc2(a, in.w, in.gate, h2, vk::KernelPath::Cuda);
                 EXPECT_EQ(k2.data_ptr(), h2.data_ptr()) << "fc2 writes h in place";
                 expect_within(rel(k2, truth2), rel(fw2, truth2), "fc2");
-                // 8-row tiles in separate CTAs: the same values bit for bit.
+                // 8-row tiles in separate CTAs: the same sums, reduced across lanes in another
+                // order for tiles of more than 8 rows (float32 reassociation, then one 16-bit
+                // rounding): bit-identical up to 8 rows, within one 16-bit ulp beyond.
                 vk::set_diff_row_split(true);
                 poison(M * W);
                 const auto k1s =
@@ -136,8 +151,8 @@ TEST(KernelsDiffLossGpu, BlockLayersMatchFloat64WithinTwiceTheFrameworkError) {
                 auto h2s = in.h.clone();
                 const auto k2s = vk::diff_block_fc2(a, in.w, in.gate, h2s, vk::KernelPath::Cuda);
                 vk::set_diff_row_split(false);
-                EXPECT_TRUE(at::equal(k1s, k1)) << "row split changes fc1";
-                EXPECT_TRUE(at::equal(k2s, k2)) << "row split changes fc2";
+                expect_same_up_to_ulp(k1s, k1, M <= 8, "row split, fc1");
+                expect_same_up_to_ulp(k2s, k2, M <= 8, "row split, fc2");
                 // Input projection with repeated rows (CFG): x (n, 16) -> (M, W), M = 2n.
                 if (M % 2 == 0 || M == 1) {
                     const int64_t n = M == 1 ? 1 : M / 2;
@@ -153,7 +168,7 @@ TEST(KernelsDiffLossGpu, BlockLayersMatchFloat64WithinTwiceTheFrameworkError) {
                     vk::set_diff_row_split(true);
                     const auto k3s = vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda);
                     vk::set_diff_row_split(false);
-                    EXPECT_TRUE(at::equal(k3s, k3)) << "row split changes the input projection";
+                    expect_same_up_to_ulp(k3s, k3, M <= 8, "row split, input projection");
                 }
             }
     }
@@ -319,8 +334,14 @@ TEST(KernelsDiffLossGpu, MarLoopGraphsAndPdlExact) {
     const auto split_graphed = pipe.generate(o);
     o.cuda_graphs = false;
     vk::set_diff_row_split(false);
-    EXPECT_EQ((eager.tokens - split.tokens).abs().max().item<double>(), 0.0);
-    EXPECT_EQ((eager.tokens - split_graphed.tokens).abs().max().item<double>(), 0.0);
+    // Row split: the graphed run equals its eager run exactly; against the default tiling the
+    // tokens differ only by rounding (lane sums in another order for > 8 rows).
+    EXPECT_EQ((split.tokens - split_graphed.tokens).abs().max().item<double>(), 0.0);
+    const double split_rel =
+        (split.tokens - eager.tokens).norm().item<double>() / eager.tokens.norm().item<double>();
+    std::cout << "  [MAR loop] row split vs default tiling: rel L2 token diff " << split_rel
+              << "\n";
+    EXPECT_LT(split_rel, 0.05);
     o.fused_head = false;
     const auto modules = pipe.generate(o);
     const double diff = (eager.tokens - modules.tokens).abs().max().item<double>();
