@@ -9,6 +9,18 @@
 #  3. `bench mar --compare-modules`: the whole loop (MAR-B/L/H b1, MAR-H b16 if time is left),
 #     baseline and LazyMAR, fused vs module-path head in the same process: latency, kernels per
 #     decoding step, max |token difference|.
+# Call used in session 6 (the working tree plus carried paths must stay under 64 MiB: the
+# snapshot leaves out ui/, visualization/, CPU tests, other tools; the deps copy drops gmock's
+# headers, which nothing includes):
+#   S=.tsnap-x; git archive HEAD -- . ':!resources/models' ':!docs' ':!bench' | tar -x -C $S
+#   (cd $S && rm -rf ui visualization tests/ui tests/fixtures && find tests -maxdepth 1 \
+#     -name '*_test.cpp' -delete && find tools -type f ! -name mar_fused_bench.sh -delete)
+#   cp -a .device/deps .device/deps-x && rm -rf .device/deps-x/include/gmock
+#   run: cd $S && mkdir -p .device && ln -sfn ../../.device/deps-x .device/deps &&
+#        SRC=. DEADLINE_S=300 MAR_STEPS="tests head base huge" bash tools/device/mar_fused_bench.sh
+#   (carry [$S, .device/deps-x]; ~125 s build, ~10 s tests, ~35 s head bench per model, ~35 s
+#   MAR-B loop, ~75 s MAR-H loop on an H100). To time the opt-in row split:
+#   MAR_STEPS="tests head base base_split" HEAD_ROWS=1,4,5,7,16,32.
 # Env: SRC (snapshot, default .), DEADLINE_S (stop starting work, default 540), MAR_STEPS
 # (space-separated list of steps to run: tests head base base_split large huge huge16; default
 # all), HEAD_ROWS (decoded-token counts of the head bench, default 1,4,5,7,16,48).
