@@ -89,7 +89,9 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
 QStringList ComparisonView::scaleCaptions(const SideResult& r) {
     QStringList c;
     for (const auto& s : r.run.scales)
-        c << (s.skipped ? tr("skip") : QString::number(s.patch_num) + QStringLiteral("²"));
+        c << (r.run.family == Family::Mar ? tr("step %1").arg(s.scale + 1)
+              : s.skipped                 ? tr("skip")
+                                          : QString::number(s.patch_num) + QStringLiteral("²"));
     return c;
 }
 
@@ -144,7 +146,12 @@ QString ComparisonView::metricsText() const { return metrics_.text(); }
 
 void ComparisonView::setProgress(Side side, int scale, int scales) {
     auto* c = side == Side::Baseline ? base_canvas_ : accel_canvas_;
-    c->setBusy(tr("scale %1/%2").arg(scale + 1).arg(scales));
+    c->setBusy((family_ == Family::Mar ? tr("step %1/%2") : tr("scale %1/%2")).arg(scale + 1).arg(scales));
+}
+
+void ComparisonView::setPreview(Side side, const QImage& image) {
+    // The image so far replaces the side's picture while its run is in progress.
+    (side == Side::Baseline ? base_canvas_ : accel_canvas_)->setImage(image);
 }
 
 void ComparisonView::setSideMessage(Side side, const QString& message) {

@@ -33,6 +33,8 @@ public:
 
     void setResult(const SideResultPtr& r);
     void setProgress(Side side, int scale, int scales);
+    void setPreview(Side side, const QImage& image);  // the image after a scale / step
+    void setFamily(Family f) { family_ = f; }         // "scale" or "step" in progress badges
     void setSideMessage(Side side, const QString& message);  // error / cancelled text
     void markStale();  // new job: keep images, show progress badges
     void clearBusy();
@@ -64,6 +66,7 @@ private:
     SideResultPtr base_, accel_;
     QImage diff_image_;
     ComparisonMetrics metrics_;
+    Family family_ = Family::Var;
 };
 
 }  // namespace varscope::gui

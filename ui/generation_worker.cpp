@@ -115,8 +115,9 @@ SideResultPtr GenerationWorker::runSide(quint64 id, const Request& r, Side side)
                 return copy;
             }
     }
-    auto progress = [&](int64_t scale, int64_t scales) {
+    auto progress = [&](int64_t scale, int64_t scales, const RgbImage& preview) {
         emit this->progress(id, int(side), int(scale), int(scales));
+        if (!preview.empty()) emit this->preview(id, int(side), int(scale), to_qimage(preview));
     };
     auto res = std::make_shared<SideResult>();
     res->side = side;

@@ -49,6 +49,8 @@ signals:
     void modelLoaded(quint64 job, varscope::gui::ModelInfo info);
     void modelFailed(quint64 job, QString message);
     void progress(quint64 job, int side, int scale, int scales);
+    // The image so far after a VAR scale / MAR step (sent when the filmstrip is on).
+    void preview(quint64 job, int side, int scale, QImage image);
     void sideFinished(quint64 job, varscope::gui::SideResultPtr result);
     void sideFailed(quint64 job, int side, QString message, bool cancelled);
     void sweepPoint(quint64 job, varscope::gui::SweepPoint point);

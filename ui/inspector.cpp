@@ -315,8 +315,11 @@ void AccelInspector::setResults(const SideResultPtr& base, const SideResultPtr& 
     base_ = base;
     accel_ = accel;
     records_.clear();
-    if (accel_ && !accel_->same_as_baseline)
-        for (const auto& a : accel_->run.accel)
+    // Acceleration records exist only on the accelerated side; records every run makes (MAR's
+    // decode order) come from the baseline when there is no distinct accelerated run.
+    const SideResultPtr& source = accel_ && !accel_->same_as_baseline ? accel_ : base_;
+    if (source)
+        for (const auto& a : source->run.accel)
             if (method_.isEmpty() || QString::fromStdString(a.method) == method_) records_.push_back(&a);
     rebuildKinds();
 }
@@ -550,6 +553,12 @@ Inspector::Inspector(QWidget* parent) : QTabWidget(parent) {
         {"lazyvar", tr("LazyVAR"),
          tr("Enable LazyVAR to see update-index heatmaps and group assignments.")},
         {"ams_kv", tr("AMS-KV"), tr("Enable AMS-KV to see cache occupancy per layer × scale.")},
+        {"mar", tr("MAR decoding"),
+         tr("Generate with a MAR model to see which tokens each step decoded (the decode order).")},
+        {"lazymar", tr("LazyMAR"),
+         tr("Enable LazyMAR to see, per step and layer, which tokens were computed and which were "
+            "reused from the token cache, their similarity to the cache, and the condition "
+            "cache's skipped steps.")},
         {"", tr("All records"), tr("Accelerator probe records of the last accelerated run appear here.")}};
     for (const auto& [id, title, hint] : tabs) {
         auto* tab = new AccelInspector(id, hint, this);
@@ -566,6 +575,17 @@ void Inspector::setResults(const SideResultPtr& base, const SideResultPtr& accel
 }
 
 void Inspector::setModel(int depth, int heads) { attention_->setDepth(depth, heads); }
+
+void Inspector::setFamily(Family f) {
+    // MAR runs record no attention maps here (its attention is bidirectional over the buffer
+    // and all tokens; the attention tab's scale partitions are VAR's).
+    const bool is_mar = f == Family::Mar;
+    setTabVisible(indexOf(attention_), !is_mar);
+    for (const auto& [id, tab] : methods_) {
+        const bool mar_tab = id == "mar" || id == "lazymar";
+        setTabVisible(indexOf(tab), id.isEmpty() || mar_tab == is_mar);
+    }
+}
 
 void Inspector::setScale(int scale) {
     attention_->setScale(scale);

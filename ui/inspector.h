@@ -97,6 +97,7 @@ public:
     explicit Inspector(QWidget* parent = nullptr);
     void setResults(const SideResultPtr& base, const SideResultPtr& accel);
     void setModel(int depth, int heads);
+    void setFamily(Family f);  // shows the tabs that apply to VAR or MAR runs
     void setScale(int scale);
     AttentionInspector* attention() const { return attention_; }
     AccelInspector* methodTab(const QString& method) const;

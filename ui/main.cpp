@@ -1,6 +1,6 @@
 // VARScope desktop app.
 //
-//   varscope [--prompt TEXT] [--seed N] [--preset NAME] [--screenshots DIR]
+//   varscope [--model var|mar] [--prompt TEXT] [--seed N] [--preset NAME] [--screenshots DIR]
 //
 // --screenshots generates once, saves the window with several inspector tabs and a comparison
 // figure (figure.png) to DIR and quits
@@ -64,10 +64,25 @@ int main(int argc, char** argv) {
     QCommandLineOption tabs("tabs", "Inspector tabs for --screenshots (comma-separated titles).", "list",
                             "Attention");
     QCommandLineOption size("size", "Window size WxH.", "size");
-    cli.addOptions({prompt, seed, preset, shots, tabs, size});
+    QCommandLineOption model("model", "Embedded model to start with: var (default) or mar.", "family", "var");
+    cli.addOptions({prompt, seed, preset, shots, tabs, size, model});
     cli.process(app);
+    const QString family = cli.value(model).toLower();
+    if (family != "var" && family != "mar") {
+        qCritical("--model: expected 'var' or 'mar', got '%s'", qPrintable(cli.value(model)));
+        return 2;
+    }
 
     MainWindow w;
+    if (family == "mar") {
+        varscope::gui::ModelSource src;
+        src.kind = varscope::gui::ModelSource::Kind::Embedded;
+        src.family = varscope::gui::Family::Mar;
+        if (!w.modelPanel()->pickModel(src)) {
+            qCritical("--model mar: the embedded MAR is not installed");
+            return 2;
+        }
+    }
     if (cli.isSet(size)) {
         const QStringList wh = cli.value(size).split('x');
         w.resize(wh.value(0).toInt(), wh.value(1).toInt());

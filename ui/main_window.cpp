@@ -110,6 +110,11 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         if (has_generated_) debounce_.start();
     });
     connect(model_panel_, &ModelPanel::modelChanged, this, [this] {
+        // The family's controls follow at once (embedded models); files: once loaded.
+        method_panel_->setFamily(model_panel_->family());
+        plots_->setFamily(model_panel_->family());
+        comparison_->setFamily(model_panel_->family());
+        inspector_->setFamily(model_panel_->family());
         comparison_->clear();
         if (has_generated_) debounce_.start();
     });
@@ -124,8 +129,12 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     connect(worker_, &GenerationWorker::modelLoaded, this, [this](quint64, ModelInfo info) {
         model_info_ = info;
         model_panel_->setClassList(QString::fromStdString(info.class_list_path), int(info.num_classes));
-        model_panel_->setLoadedModelRecommendation(info.recommended);
+        model_panel_->setLoadedModel(info);
+        method_panel_->setFamily(info.family);
+        plots_->setFamily(info.family);
+        comparison_->setFamily(info.family);
         inspector_->setModel(int(info.depth), int(info.num_heads));
+        inspector_->setFamily(info.family);
         status_model_->setText(QString::fromStdString(info.description).replace('\n', " · ") +
                                " · " + QString::fromStdString(info.device));
     });
@@ -142,6 +151,9 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         progress_->setValue(scale + 1);
         progress_->setFormat((side == 0 ? tr("baseline") : tr("accelerated")) + " %v/%m");
         progress_->show();
+    });
+    connect(worker_, &GenerationWorker::preview, this, [this](quint64 job, int side, int, QImage image) {
+        if (job == latest_job_) comparison_->setPreview(Side(side), image);
     });
     connect(worker_, &GenerationWorker::sideFinished, this, [this](quint64 job, SideResultPtr r) {
         if (job != latest_job_) return;

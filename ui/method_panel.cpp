@@ -50,7 +50,7 @@ int decimals_for(const ParamSpec& p) {
 
 }  // namespace
 
-MethodPanel::MethodPanel(QWidget* parent) : QWidget(parent), methods_(Engine::methods()) {
+MethodPanel::MethodPanel(QWidget* parent) : QWidget(parent), methods_(Engine::methods(family_)) {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
     auto* top = new QHBoxLayout;
@@ -78,7 +78,15 @@ MethodPanel::MethodPanel(QWidget* parent) : QWidget(parent), methods_(Engine::me
     message_->hide();
     layout->addWidget(message_);
 
-    for (const auto& m : methods_) layout->addWidget(buildSection(m));
+    // Both families' sections are built once; switching the model family shows the other set
+    // and keeps each set's settings.
+    for (Family f : {Family::Var, Family::Mar})
+        for (const auto& m : Engine::methods(f)) {
+            QWidget* section = buildSection(m);
+            section->setVisible(f == family_);
+            sections_.push_back({f, m.id, section});
+            layout->addWidget(section);
+        }
     layout->addStretch(1);
 }
 
@@ -261,20 +269,30 @@ QWidget* MethodPanel::buildEditor(const MethodSpec& m, const ParamSpec& p) {
     return w;
 }
 
+bool MethodPanel::inFamily(const std::string& method) const {
+    for (const auto& s : sections_)
+        if (s.method == method) return s.family == family_;
+    return false;
+}
+
 nlohmann::json MethodPanel::config() const {
     nlohmann::json j = nlohmann::json::object();
-    for (const auto& [id, box] : enables_) j[id] = {{"enabled", box->isChecked()}};
-    for (const auto& e : editors_) j[e.method][e.spec.key] = e.get();
+    for (const auto& [id, box] : enables_)
+        if (inFamily(id)) j[id] = {{"enabled", box->isChecked()}};
+    for (const auto& e : editors_)
+        if (inFamily(e.method)) j[e.method][e.spec.key] = e.get();
     return j;
 }
 
 void MethodPanel::setConfig(const nlohmann::json& j) {
     updating_ = true;
     for (const auto& [id, box] : enables_) {
+        if (!inFamily(id)) continue;
         const auto it = j.find(id);
         box->setChecked(it != j.end() && it->is_object() && it->value("enabled", true));
     }
     for (auto& e : editors_) {
+        if (!inFamily(e.method)) continue;
         const auto m = j.find(e.method);
         if (m != j.end() && m->is_object() && m->contains(e.spec.key)) e.set(m->at(e.spec.key));
     }
@@ -284,16 +302,27 @@ void MethodPanel::setConfig(const nlohmann::json& j) {
 
 QStringList MethodPanel::presetNames() const {
     QStringList names;
-    for (const auto& [name, _] : Engine::presets()) names << QString::fromStdString(name);
+    for (const auto& [name, _] : Engine::presets(family_)) names << QString::fromStdString(name);
     return names;
 }
 
 bool MethodPanel::applyPreset(const QString& name) {
-    const auto presets = Engine::presets();
+    const auto presets = Engine::presets(family_);
     const auto it = presets.find(name.toStdString());
     if (it == presets.end()) return false;
     setConfig(it->second);
     return true;
+}
+
+void MethodPanel::setFamily(Family f) {
+    if (f == family_) return;
+    family_ = f;
+    methods_ = Engine::methods(f);
+    for (const auto& s : sections_) s.widget->setVisible(s.family == f);
+    presets_->clear();
+    presets_->addItem(tr("Preset…"));
+    for (const QString& n : presetNames()) presets_->addItem(n);
+    changed();
 }
 
 void MethodPanel::setRuntimeError(const QString& message) {
@@ -303,7 +332,7 @@ void MethodPanel::setRuntimeError(const QString& message) {
 
 void MethodPanel::changed() {
     if (updating_) return;
-    error_ = QString::fromStdString(Engine::validate_accel(config()));
+    error_ = QString::fromStdString(Engine::validate_accel(config(), family_));
     runtime_error_.clear();
     showMessages();
     if (error_.isEmpty()) emit configChanged();

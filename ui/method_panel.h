@@ -1,7 +1,8 @@
 // One collapsible section per accelerator with an enable switch and an editor for every
 // hyperparameter, all generated from core/accel's MethodSpec tables (Engine::methods()): new
-// parameters appear here as the methods land. Emits configChanged() with a valid AccelConfig
-// JSON; invalid input is reported in the panel (AccelConfig::from_json's message).
+// parameters appear here as the methods land. The model family picks the set shown (VAR's
+// methods or MAR's LazyMAR). Emits configChanged() with a valid AccelConfig / MarAccelConfig
+// JSON; invalid input is reported in the panel (from_json's message).
 #pragma once
 
 #include <QWidget>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/accel/param_spec.h"
+#include "ui/engine/engine.h"
 
 class QCheckBox;
 class QComboBox;
@@ -32,7 +34,9 @@ public:
     // An error from running the accelerated side (e.g. "not implemented yet"); "" clears it.
     void setRuntimeError(const QString& message);
     QStringList presetNames() const;
-    const std::vector<MethodSpec>& methods() const { return methods_; }
+    const std::vector<MethodSpec>& methods() const { return methods_; }  // of the family
+    void setFamily(Family f);  // shows that family's methods and presets
+    Family family() const { return family_; }
 
 signals:
     void configChanged();
@@ -48,8 +52,17 @@ private:
     QWidget* buildEditor(const MethodSpec& m, const ParamSpec& p);
     void changed();
     void showMessages();
+    bool inFamily(const std::string& method) const;
 
+    struct Section {
+        Family family;
+        std::string method;
+        QWidget* widget;
+    };
+
+    Family family_ = Family::Var;
     std::vector<MethodSpec> methods_;
+    std::vector<Section> sections_;
     std::vector<Editor> editors_;
     std::vector<std::pair<std::string, QCheckBox*>> enables_;
     QComboBox* presets_;

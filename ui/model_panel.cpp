@@ -22,15 +22,17 @@
 #include <limits>
 
 #include "core/text/class_matcher.h"
+#include "ui/mar_settings.h"
 
 namespace varscope::gui {
 namespace {
 
 QString source_data(const ModelSource& s) {
-    return QString::fromStdString(s.kind == ModelSource::Kind::Files
-                                      ? "files\n" + s.var_path + "\n" + s.vae_path
-                                  : s.kind == ModelSource::Kind::Custom ? "custom\n" + s.custom_name
-                                                                        : std::string("embedded"));
+    return QString::fromStdString(
+        s.kind == ModelSource::Kind::Files    ? "files\n" + s.var_path + "\n" + s.vae_path
+        : s.kind == ModelSource::Kind::Custom ? "custom\n" + s.custom_name
+        : s.family == Family::Mar             ? std::string("embedded\nmar")
+                                              : std::string("embedded"));
 }
 
 ModelSource source_from_data(const QString& d) {
@@ -43,6 +45,8 @@ ModelSource source_from_data(const QString& d) {
     } else if (parts.value(0) == "custom") {
         s.kind = ModelSource::Kind::Custom;
         s.custom_name = parts.value(1).toStdString();
+    } else if (parts.value(1) == "mar") {
+        s.family = Family::Mar;
     }
     return s;
 }
@@ -68,9 +72,13 @@ public:
             h->addWidget(browse);
             form->addRow(what, h);
         };
-        row(var_, tr("VAR"));
-        row(vae_, tr("VQVAE"));
-        auto* note = new QLabel(tr("Official pairs, e.g. var_d16.pth + vae_ch160v4096z32.pth."), this);
+        row(var_, tr("Model"));
+        row(vae_, tr("VAE"));
+        auto* note = new QLabel(tr("Official pairs: a VAR with its VQVAE (var_d16.pth + "
+                                   "vae_ch160v4096z32.pth) or a MAR with its KL VAE "
+                                   "(checkpoint-last.pth + kl16.ckpt); the family is read from "
+                                   "the tensor names."),
+                                this);
         note->setWordWrap(true);
         form->addRow(note);
         auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
@@ -95,16 +103,17 @@ public:
 
 ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     auto* form = new QFormLayout(this);
+    form_ = form;
     form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
 
     model_ = new QComboBox(this);
     model_->setObjectName("modelCombo");
     model_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
     model_->setMinimumContentsLength(14);
-    model_->setToolTip(tr("Model: the embedded emoji VAR, or an opened checkpoint pair"));
+    model_->setToolTip(tr("Model: the embedded emoji VAR or MAR, or an opened checkpoint pair"));
     auto* open = new QToolButton(this);
     open->setText(tr("Open…"));
-    open->setToolTip(tr("Open a VAR + VQVAE checkpoint pair (Ctrl+O)"));
+    open->setToolTip(tr("Open a VAR + VQVAE or MAR + KL VAE checkpoint pair (Ctrl+O)"));
     connect(open, &QToolButton::clicked, this, &ModelPanel::openCheckpoints);
     auto* mrow = new QHBoxLayout;
     mrow->addWidget(model_, 1);
@@ -177,6 +186,16 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     top_p_->setValue(0.95);
     top_p_->setToolTip(tr("Top-p (nucleus) filter; 0 = off"));
     form->addRow(tr("Top-p"), top_p_);
+    mar_ = new MarSettings(this);
+    form->addRow(mar_);
+    form->setRowVisible(mar_, false);
+    connect(mar_, &MarSettings::settingsChanged, this, [this] {
+        if (!updating_) emit settingsChanged();
+    });
+    // A new respacing changes the model key: the next run reloads the model.
+    connect(mar_, &MarSettings::diffusionStepsChanged, this, [this] {
+        if (!updating_) emit settingsChanged();
+    });
     recommended_button_ = new QToolButton(this);
     recommended_button_->setObjectName("useRecommended");
     recommended_button_->setText(tr("Use the model's recommendation"));
@@ -195,6 +214,16 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     connect(model_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
         if (updating_) return;
         model_picked_by_user_ = true;
+        const ModelSource s = source_from_data(model_->currentData().toString());
+        if (s.kind == ModelSource::Kind::Embedded) {
+            // The embedded files' recommendations are known without loading them, so the first
+            // run already uses them (MAR at VAR-sized defaults would be 4x slower and worse).
+            setFamily(s.family);
+            if (s.family == Family::Mar)
+                setLoadedMarRecommendation(Engine::embedded_mar_recommendation());
+            else
+                setLoadedModelRecommendation(Engine::embedded_recommendation());
+        }
         emit modelChanged();
     });
     connect(device_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
@@ -233,10 +262,17 @@ void ModelPanel::rebuildModelCombo(const ModelSource& select) {
     updating_ = true;
     model_->clear();
     model_->addItem(tr("Embedded emoji VAR (d8, 1911 emoji)"), source_data(ModelSource{}));
+    ModelSource mar;
+    mar.family = Family::Mar;
+    model_->addItem(tr("Embedded emoji MAR (8M, 1911 emoji)"), source_data(mar));
+    auto* items = qobject_cast<QStandardItemModel*>(model_->model());
     if (!Engine::embedded_available()) {
-        auto* items = qobject_cast<QStandardItemModel*>(model_->model());
         items->item(0)->setEnabled(false);
-        items->item(0)->setToolTip(tr("resources/models/emoji-*.safetensors not found"));
+        items->item(0)->setToolTip(tr("resources/models/emoji-var/vqvae.safetensors not found"));
+    }
+    if (!Engine::embedded_mar_available()) {
+        items->item(1)->setEnabled(false);
+        items->item(1)->setToolTip(tr("resources/models/emoji-mar/klvae.safetensors not found"));
     }
     for (const QString& pair : recent_) {
         const QStringList p = pair.split('\n');
@@ -252,6 +288,7 @@ void ModelPanel::rebuildModelCombo(const ModelSource& select) {
         model_->addItem(QString::fromStdString(select.custom_name), source_data(select));
     ModelSource key = select;
     key.device = "cpu";
+    key.diffusion_steps.clear();
     const int idx = model_->findData(source_data(key));
     model_->setCurrentIndex(std::max(idx, 0));
     updating_ = false;
@@ -260,7 +297,56 @@ void ModelPanel::rebuildModelCombo(const ModelSource& select) {
 ModelSource ModelPanel::modelSource() const {
     ModelSource s = source_from_data(model_->currentData().toString());
     s.device = device_->currentData().toString().toStdString();
+    if (s.kind == ModelSource::Kind::Files) s.family = family_;  // as detected when it loaded
+    if (s.family == Family::Mar) s.diffusion_steps = mar_->diffusionSteps();
     return s;
+}
+
+void ModelPanel::setFamily(Family f) {
+    family_ = f;
+    const bool is_mar = f == Family::Mar;
+    form_->setRowVisible(top_k_, !is_mar);
+    form_->setRowVisible(top_p_, !is_mar);
+    form_->setRowVisible(mar_, is_mar);
+    cfg_->setToolTip(is_mar ? tr("Classifier-free guidance scale (scheduled over the decoding steps)")
+                            : tr("Classifier-free guidance scale (ramped over the scales)"));
+    updateRecommendationButton();
+}
+
+void ModelPanel::updateRecommendationButton() {
+    const bool is_mar = family_ == Family::Mar;
+    const bool none = is_mar ? mar_recommendation_.empty() : recommendation_.empty();
+    const std::string what = is_mar ? mar_recommendation_.describe() : recommendation_.describe();
+    recommended_button_->setEnabled(!none);
+    recommended_button_->setToolTip(
+        none ? tr("This model file recommends no sampling settings")
+             : tr("Set %1, as the model file recommends").arg(QString::fromStdString(what)));
+}
+
+void ModelPanel::setLoadedModel(const ModelInfo& info) {
+    setFamily(info.family);
+    if (info.family == Family::Mar) {
+        if (!model_picked_by_user_) {
+            // Show the respacing in use without overriding the user's choice.
+            mar_recommendation_ = info.mar_recommended;
+            updateRecommendationButton();
+            return;
+        }
+        setLoadedMarRecommendation(info.mar_recommended);
+    } else {
+        setLoadedModelRecommendation(info.recommended);
+    }
+}
+
+void ModelPanel::setLoadedMarRecommendation(const MarSamplingRecommendation& r) {
+    mar_recommendation_ = r;
+    updateRecommendationButton();
+    if (!model_picked_by_user_) return;
+    model_picked_by_user_ = false;
+    updating_ = true;
+    mar_->applyRecommendation(r, cfg_);  // missing entries: the official MAR defaults
+    updating_ = false;
+    emit settingsChanged();
 }
 
 void ModelPanel::addRecent(const QString& var, const QString& vae) {
@@ -288,6 +374,14 @@ void ModelPanel::setModelSource(const ModelSource& src) {
     rebuildModelCombo(src);
 }
 
+bool ModelPanel::pickModel(const ModelSource& src) {
+    const int i = model_->findData(source_data(src));
+    if (i < 0) return false;
+    if (i == model_->currentIndex()) return true;
+    model_->setCurrentIndex(i);  // the combo's handler treats it as the user's pick
+    return true;
+}
+
 void ModelPanel::openCheckpoints() {
     CheckpointDialog dlg(this);
     if (dlg.exec() != QDialog::Accepted) return;
@@ -309,12 +403,16 @@ GenerationSettings ModelPanel::sampling() const {
     g.cfg = cfg_->value();
     g.top_k = top_k_->value();
     g.top_p = top_p_->value();
+    mar_->read(g);
     return g;
 }
 
 void ModelPanel::applyRequest(const Request& r) {
     setModelSource(r.model);
+    if (r.model.kind != ModelSource::Kind::Custom) setFamily(r.model.family);
     updating_ = true;
+    mar_->apply(r.gen);
+    mar_->setDiffusionSteps(r.model.diffusion_steps);
     prompt_->setText(r.prompt);
     updateSuggestions();
     if (r.gen.class_id > class_id_->maximum()) class_id_->setMaximum(int(r.gen.class_id));
@@ -329,10 +427,7 @@ void ModelPanel::applyRequest(const Request& r) {
 
 void ModelPanel::setLoadedModelRecommendation(const SamplingRecommendation& r) {
     recommendation_ = r;
-    recommended_button_->setEnabled(!r.empty());
-    recommended_button_->setToolTip(
-        r.empty() ? tr("This model file recommends no sampling settings")
-                  : tr("Set %1, as the model file recommends").arg(QString::fromStdString(r.describe())));
+    updateRecommendationButton();
     if (!model_picked_by_user_) return;
     model_picked_by_user_ = false;
     updating_ = true;  // one settingsChanged below, not three
@@ -345,6 +440,14 @@ void ModelPanel::setLoadedModelRecommendation(const SamplingRecommendation& r) {
 }
 
 void ModelPanel::applyRecommendation() {
+    if (family_ == Family::Mar) {
+        if (mar_recommendation_.empty()) return;
+        updating_ = true;
+        mar_->applyRecommendation(mar_recommendation_, cfg_);
+        updating_ = false;
+        emit settingsChanged();
+        return;
+    }
     if (recommendation_.empty()) return;
     updating_ = true;
     if (recommendation_.cfg) cfg_->setValue(*recommendation_.cfg);

@@ -10,6 +10,7 @@
 #include "ui/run_types.h"
 
 class QComboBox;
+class QFormLayout;
 class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
@@ -23,6 +24,8 @@ class ClassMatcher;
 
 namespace varscope::gui {
 
+class MarSettings;
+
 class ModelPanel : public QWidget {
     Q_OBJECT
 public:
@@ -32,6 +35,9 @@ public:
     ModelSource modelSource() const;
     // Selects the source, adding a checkpoint pair to the list (and the recent files).
     void setModelSource(const ModelSource& src);
+    // As if the user picked the (listed) source in the combo: its recommendation will apply.
+    // False when the combo does not list it.
+    bool pickModel(const ModelSource& src);
     QString prompt() const;
     GenerationSettings sampling() const;  // class, seed, cfg, top-k, top-p
     void applyRequest(const Request& r);  // model + prompt + sampling
@@ -39,7 +45,15 @@ public:
     // another model, its recommendation (or the official VAR defaults when it has none) is
     // applied; restored requests are never overridden.
     void setLoadedModelRecommendation(const SamplingRecommendation& r);
+    // MAR's counterpart ("varscope.mar_sampling"; missing entries: the official MAR defaults).
+    void setLoadedMarRecommendation(const MarSamplingRecommendation& r);
+    // A model finished loading: shows its family's controls and applies its recommendation.
+    void setLoadedModel(const ModelInfo& info);
     void applyRecommendation();  // the "Recommended" button
+    // VAR: top-k / top-p; MAR: decoding steps, CFG schedule, temperature, diffusion steps.
+    void setFamily(Family f);
+    Family family() const { return family_; }
+    MarSettings* marSettings() const { return mar_; }
 
     // Class names of the loaded model (from the engine); "" = none, prompt disabled;
     // numClasses < 0 accepts the list's size.
@@ -66,6 +80,7 @@ private:
     void updateSuggestions();
     void rebuildModelCombo(const ModelSource& select);
     void addRecent(const QString& var, const QString& vae);
+    void updateRecommendationButton();
 
     QComboBox* model_;
     QComboBox* device_;
@@ -77,6 +92,10 @@ private:
     QToolButton* dice_;
     QToolButton* recommended_button_;
     SamplingRecommendation recommendation_;
+    MarSamplingRecommendation mar_recommendation_;
+    QFormLayout* form_;
+    MarSettings* mar_;
+    Family family_ = Family::Var;
     bool model_picked_by_user_ = false;  // apply the next loaded model's defaults
     QDoubleSpinBox* cfg_;
     QSpinBox* top_k_;

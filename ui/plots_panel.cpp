@@ -11,8 +11,11 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
+#include <QSignalBlocker>
+
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "ui/engine/engine.h"
 #include "ui/metrics_model.h"
@@ -60,9 +63,13 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     sweep_plot_ = make_plot(this, tr("Sweep: speedup vs PSNR"), tr("PSNR vs baseline (dB)"), tr("speedup ×"));
     sweep_plot_->setObjectName("sweepPlot");
     sweep_plot_->legend->setVisible(false);
+    lazymar_ = make_plot(this, tr("LazyMAR per step"), tr("step"), tr("fraction"));
+    lazymar_->setObjectName("lazymarPlot");
+    lazymar_->setVisible(false);
     grid->addWidget(latency_, 0, 0);
     grid->addWidget(cumulative_, 0, 1);
     grid->addWidget(kv_, 0, 2);
+    grid->addWidget(lazymar_, 0, 2);
     grid->addWidget(sweep_plot_, 0, 3);
     v->addLayout(grid, 1);
 
@@ -91,16 +98,11 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     bar->addWidget(sweep_status_, 1);
     v->addLayout(bar);
 
-    for (const auto& m : Engine::methods()) {
-        const bool numeric = std::any_of(m.params.begin(), m.params.end(), [](const ParamSpec& p) {
-            return p.kind == ParamKind::Int || p.kind == ParamKind::Real;
-        });
-        if (numeric) method_->addItem(QString::fromStdString(m.title), QString::fromStdString(m.id));
-    }
+    fillMethods();
     connect(method_, qOverload<int>(&QComboBox::currentIndexChanged), this, &PlotsPanel::fillParams);
     connect(param_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
         const auto id = method_->currentData().toString().toStdString();
-        for (const auto& m : Engine::methods())
+        for (const auto& m : Engine::methods(family_))
             if (m.id == id)
                 for (const auto& p : m.params)
                     if (QString::fromStdString(p.key) == param_->currentData().toString()) {
@@ -118,16 +120,40 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
         emit sweepRequested(method_->currentData().toString(), param_->currentData().toString(),
                             sweepValues());
     });
-    if (method_->count() == 0) {
-        run_->setEnabled(false);
-        sweep_status_->setText(tr("No accelerator exposes a numeric hyperparameter yet."));
+    setSweepRunning(false);
+}
+
+void PlotsPanel::fillMethods() {
+    const QSignalBlocker block(method_);
+    method_->clear();
+    for (const auto& m : Engine::methods(family_)) {
+        const bool numeric = std::any_of(m.params.begin(), m.params.end(), [](const ParamSpec& p) {
+            return p.kind == ParamKind::Int || p.kind == ParamKind::Real;
+        });
+        if (numeric) method_->addItem(QString::fromStdString(m.title), QString::fromStdString(m.id));
     }
+}
+
+void PlotsPanel::setFamily(Family f) {
+    if (f == family_) return;
+    family_ = f;
+    const bool is_mar = f == Family::Mar;
+    const QString unit = is_mar ? tr("step") : tr("scale");
+    for (auto* p : {latency_, cumulative_}) p->xAxis->setLabel(unit);
+    if (auto* t = qobject_cast<QCPTextElement*>(latency_->plotLayout()->element(0, 0)))
+        t->setText(is_mar ? tr("Latency per step") : tr("Latency per scale"));
+    kv_->setVisible(!is_mar);  // MAR keeps no KV cache across steps
+    lazymar_->setVisible(is_mar);
+    fillMethods();
+    fillParams();
+    clearSweep();
+    setSweepRunning(false);
 }
 
 void PlotsPanel::fillParams() {
     param_->clear();
     const auto id = method_->currentData().toString().toStdString();
-    for (const auto& m : Engine::methods())
+    for (const auto& m : Engine::methods(family_))
         if (m.id == id)
             for (const auto& p : m.params)
                 if (p.kind == ParamKind::Int || p.kind == ParamKind::Real)
@@ -181,6 +207,38 @@ void PlotsPanel::setResults(const SideResultPtr& base, const SideResultPtr& acce
         if (!a.isEmpty()) plot->graph(1)->addToLegend();
         plot->replot();
     }
+    setLazyMarResults(accel);
+}
+
+void PlotsPanel::setLazyMarResults(const SideResultPtr& accel) {
+    // Per step: the fraction of block rows computed (mean over blocks; 1 = no reuse) and the
+    // CFG residual drift of the condition cache (relative change of uncond - cond since the
+    // step it was cached), both from the LazyMAR probe records.
+    std::map<int64_t, std::pair<double, double>> rows;  // step -> (computed, total)
+    QVector<double> dx, dy;
+    if (accel && !accel->same_as_baseline)
+        for (const auto& r : accel->run.accel) {
+            if (r.method != "lazymar") continue;
+            if (r.kind == "lazymar_tokens" && r.values.count("computed") && r.values.count("total")) {
+                rows[r.scale].first += r.values.at("computed");
+                rows[r.scale].second += r.values.at("total");
+            } else if (r.kind == "lazymar_condition" && r.values.count("drift")) {
+                dx << double(r.scale);
+                dy << r.values.at("drift");
+            }
+        }
+    QVector<double> fx, fy;
+    for (const auto& [step, ct] : rows)
+        if (ct.second > 0) {
+            fx << double(step);
+            fy << ct.first / ct.second;
+        }
+    set_series(lazymar_, 0, tr("computed fraction"), kAccel, fx, fy);
+    set_series(lazymar_, 1, tr("CFG residual drift"), kBase, dx, dy);
+    lazymar_->rescaleAxes();
+    lazymar_->yAxis->setRange(0, std::max(1.05, lazymar_->yAxis->range().upper * 1.1));
+    lazymar_->xAxis->setRange(-0.5, std::max<double>(1, fx.isEmpty() ? 1 : fx.back() + 1) - 0.5);
+    lazymar_->replot();
 }
 
 void PlotsPanel::clearSweep() {
@@ -213,7 +271,10 @@ void PlotsPanel::addSweepPoint(const SweepPoint& p) {
 
 void PlotsPanel::setSweepRunning(bool running) {
     run_->setEnabled(!running && method_->count() > 0);
-    if (running) sweep_status_->setText(tr("sweeping…"));
+    if (running)
+        sweep_status_->setText(tr("sweeping…"));
+    else if (method_->count() == 0)
+        sweep_status_->setText(tr("No accelerator exposes a numeric hyperparameter yet."));
 }
 
 }  // namespace varscope::gui

@@ -1,5 +1,6 @@
-// Plots (QCustomPlot): latency per scale and cumulative time for baseline vs accelerated, KV
-// memory per scale, and the sweep view (one hyperparameter stepped over a range, speedup
+// Plots (QCustomPlot): latency per scale (MAR: per step) and cumulative time for baseline vs
+// accelerated, KV memory per scale (MAR: LazyMAR's computed fraction and CFG residual drift per
+// step), and the sweep view (one hyperparameter stepped over a range, speedup
 // against PSNR, run on the worker).
 #pragma once
 
@@ -31,12 +32,18 @@ public:
     QCustomPlot* latencyPlot() const { return latency_; }
     QCustomPlot* sweepPlot() const { return sweep_plot_; }
     std::vector<double> sweepValues() const;  // from the range controls
+    void setFamily(Family f);  // axis names, the family's plots and sweepable methods
+    QCustomPlot* lazyMarPlot() const { return lazymar_; }
 
 signals:
     void sweepRequested(QString method, QString param, std::vector<double> values);
 
 private:
     void fillParams();
+    void fillMethods();
+    void setLazyMarResults(const SideResultPtr& accel);
+    Family family_ = Family::Var;
+    QCustomPlot* lazymar_;
     QCustomPlot* latency_;
     QCustomPlot* cumulative_;
     QCustomPlot* kv_;

@@ -4,7 +4,10 @@ namespace varscope::gui {
 
 nlohmann::json Request::to_json() const {
     const char* kinds[] = {"embedded", "files", "custom"};
-    nlohmann::json m = {{"kind", kinds[static_cast<int>(model.kind)]}, {"device", model.device}};
+    nlohmann::json m = {{"kind", kinds[static_cast<int>(model.kind)]},
+                        {"family", family_id(model.family)},
+                        {"device", model.device}};
+    if (!model.diffusion_steps.empty()) m["diffusion_steps"] = model.diffusion_steps;
     if (model.kind == ModelSource::Kind::Files) {
         m["var"] = model.var_path;
         m["vae"] = model.vae_path;
@@ -18,6 +21,9 @@ nlohmann::json Request::to_json() const {
             {"cfg", gen.cfg},
             {"top_k", gen.top_k},
             {"top_p", gen.top_p},
+            {"num_iter", gen.num_iter},
+            {"cfg_schedule", gen.cfg_schedule},
+            {"temperature", gen.temperature},
             {"accel", accel}};
 }
 
@@ -30,6 +36,8 @@ Request Request::from_json(const nlohmann::json& j) {
     r.model.kind = kind == "files"    ? ModelSource::Kind::Files
                    : kind == "custom" ? ModelSource::Kind::Custom
                                       : ModelSource::Kind::Embedded;
+    r.model.family = family_from_id(m.value("family", "var"));
+    r.model.diffusion_steps = m.value("diffusion_steps", "");
     r.model.device = m.value("device", "cpu");
     r.model.var_path = m.value("var", "");
     r.model.vae_path = m.value("vae", "");
@@ -40,6 +48,9 @@ Request Request::from_json(const nlohmann::json& j) {
     r.gen.cfg = j.value("cfg", 4.0);
     r.gen.top_k = j.value("top_k", int64_t{900});
     r.gen.top_p = j.value("top_p", 0.95);
+    r.gen.num_iter = j.value("num_iter", int64_t{64});
+    r.gen.cfg_schedule = j.value("cfg_schedule", "linear");
+    r.gen.temperature = j.value("temperature", 1.0);
     r.accel = j.value("accel", nlohmann::json::object());
     return r;
 }

@@ -22,6 +22,7 @@
 #include "ui/comparison_view.h"
 #include "ui/inspector.h"
 #include "ui/main_window.h"
+#include "ui/mar_settings.h"
 #include "ui/method_panel.h"
 #include "ui/metrics_model.h"
 #include "ui/model_panel.h"
@@ -42,6 +43,22 @@ void test_loader(Engine& e, const ModelSource& s) {
         varscope::testing::install_tiny_model(e, s.custom_name == "small-random");
     else
         e.load(s);
+}
+
+// The embedded emoji MAR at settings small enough for the 2-core CI machine.
+Request mar_request() {
+    Request r;
+    r.model.kind = ModelSource::Kind::Embedded;
+    r.model.family = Family::Mar;
+    r.model.device = "cpu";
+    r.model.diffusion_steps = "20";
+    r.gen.class_id = 5;
+    r.gen.seed = 3;
+    r.gen.cfg = 3.0;
+    r.gen.num_iter = 4;
+    r.gen.cfg_schedule = "linear";
+    r.gen.temperature = 1.0;
+    return r;
 }
 
 Request tiny_request(bool small = false) {
@@ -439,6 +456,169 @@ private slots:
         QVERIFY(done.wait(kJobTimeoutMs));
         QCOMPARE(failed.count(), 1);
         QVERIFY(!failed.front().at(1).toString().isEmpty());
+    }
+
+    // --- MAR ---------------------------------------------------------------------------------
+    void embeddedMarGeneratesWithStepPreviews() {
+        if (!Engine::embedded_mar_available()) QSKIP("embedded MAR missing");
+        MainWindow w(test_loader);
+        w.resize(1400, 900);
+        w.show();
+        QSignalSpy previews(w.worker(), &GenerationWorker::preview);
+        w.applyRequest(mar_request(), true);
+        QVERIFY(wait_job(w));
+        const auto base = w.comparison()->baseline();
+        QVERIFY(base);
+        QCOMPARE(base->run.family, Family::Mar);
+        QCOMPARE(base->image.size(), QSize(64, 64));
+        QCOMPARE(base->run.label, int64_t(5));
+        // One preview per decoding step (the baseline side), each the latents so far decoded.
+        // (Counted for the last job: the window may have started a first-launch run before.)
+        const quint64 job = previews.back().at(0).toULongLong();
+        int job_previews = 0;
+        for (const auto& args : previews)
+            if (args.at(0).toULongLong() == job) {
+                ++job_previews;
+                QCOMPARE(args.at(1).toInt(), int(Side::Baseline));
+                QCOMPARE(args.at(3).value<QImage>().size(), QSize(64, 64));
+            }
+        QCOMPARE(job_previews, 4);
+        QCOMPARE(base->filmstrip.size(), 4);
+        for (const auto& f : base->filmstrip) QCOMPARE(f.size(), QSize(64, 64));
+        QCOMPARE(base->filmstrip.back(), base->image);  // after the last step: the result
+        // Decode order: every grid position decoded exactly once, no earlier than its step.
+        const auto& last = base->run.scales.back();
+        QCOMPARE(last.tokens.size(), size_t(last.patch_num * last.patch_num));
+        for (int64_t t : last.tokens) QVERIFY(t >= 0 && t < 4);
+        QVERIFY(std::count(base->run.scales.front().tokens.begin(),
+                           base->run.scales.front().tokens.end(), int64_t{-1}) > 0);
+        auto* tab = w.inspector()->methodTab("mar");
+        QVERIFY(tab);
+        // Per step: the decode-order map and the step's scalars (cfg, decoded, masked).
+        QCOMPARE(tab->recordCount(), 8);
+        QVERIFY(tab->selectKind("mar/step"));
+        QVERIFY(tab->selectKind("mar/decode_order"));
+        QVERIFY(tab->view()->hasData());
+        // The panels switched to MAR's controls.
+        QCOMPARE(w.modelPanel()->family(), Family::Mar);
+        QCOMPARE(w.methodPanel()->family(), Family::Mar);
+        QVERIFY(w.methodPanel()->config().contains("lazymar"));
+        QVERIFY(!w.methodPanel()->config().contains("fastvar"));
+        QVERIFY(!w.modelPanel()->findChild<QSpinBox*>("topK")->isVisibleTo(w.modelPanel()));
+        QVERIFY(w.modelPanel()->findChild<QSpinBox*>("marNumIter")->isVisibleTo(w.modelPanel()));
+        // The request (and so exported PNGs) carries the MAR settings.
+        const Request back = Request::from_json(w.currentRequest().to_json());
+        QCOMPARE(back.model.family, Family::Mar);
+        QCOMPARE(back.gen.num_iter, int64_t(4));
+        QCOMPARE(back.model.diffusion_steps, std::string("20"));
+
+        // LazyMAR on (both caches, the paper's 4 / 5 schedule scaled to 4 steps): the
+        // accelerated side runs, reports computed/reused maps and the CFG residual drift.
+        nlohmann::json accel = {{"lazymar",
+                                 {{"enabled", true}, {"start_step", 1}, {"period", 2},
+                                  {"keep_ratio", 0.3}}}};
+        Request r = mar_request();
+        r.accel = accel;
+        w.applyRequest(r, true);
+        QVERIFY(wait_job(w));
+        const auto acc = w.comparison()->accelerated();
+        QVERIFY(acc && !acc->same_as_baseline);
+        QVERIFY(w.comparison()->baseline()->cached);
+        QCOMPARE(acc->image.size(), QSize(64, 64));
+        int maps = 0;
+        for (const auto& rec : acc->run.accel)
+            if (rec.kind == "lazymar_computed_map") {
+                ++maps;
+                QCOMPARE(rec.data.shape, (std::vector<int64_t>{last.patch_num, last.patch_num}));
+                double computed = 0;
+                for (float v : rec.data.values) {
+                    QVERIFY(v == 0.f || v == 1.f);
+                    computed += v;
+                }
+                QVERIFY(computed < double(rec.data.values.size()));  // some tokens reused
+            }
+        QVERIFY(maps > 0);
+        QVERIFY(w.inspector()->methodTab("lazymar")->recordCount() > 0);
+        QVERIFY(w.plots()->lazyMarPlot()->graph(0)->dataCount() > 0);
+        QVERIFY(w.comparison()->metrics().valid);
+    }
+
+    void lazyMarOffEqualsTheBaselinePixels() {
+        if (!Engine::embedded_mar_available()) QSKIP("embedded MAR missing");
+        Engine e;
+        e.load(mar_request().model);
+        QCOMPARE(e.family(), Family::Mar);
+        QVERIFY(!e.info().mar_recommended.empty());
+        QCOMPARE(e.info().diffusion_steps, std::string("20"));
+        GenerationSettings g = mar_request().gen;
+        g.filmstrip = false;
+        const RunOutput base = e.run(g, false);
+        g.accel_json = R"({"lazymar": {"enabled": false, "keep_ratio": 0.3}})";
+        const RunOutput off = e.run(g, true);
+        QVERIFY(base.image.rgb == off.image.rgb);
+        g.accel_json = R"({"lazymar": {"enabled": true, "start_step": 1, "period": 2, "keep_ratio": 0.3}})";
+        const RunOutput on = e.run(g, true);
+        QCOMPARE(on.image.width, 64);
+        QVERIFY(on.accel_summary != "baseline");
+        QVERIFY(Engine::image_quality(base.image, on.image).psnr > 5);
+    }
+
+    void pickingTheEmbeddedMarAppliesItsRecommendation() {
+        if (!Engine::embedded_mar_available()) QSKIP("embedded MAR missing");
+        const auto rec = Engine::embedded_mar_recommendation();
+        QVERIFY(rec.num_iter && rec.cfg);
+        MainWindow w(test_loader);
+        auto* panel = w.modelPanel();
+        panel->marSettings()->numIterBox()->setValue(int(*rec.num_iter) + 7);  // not the file's
+        ModelSource mar;
+        mar.kind = ModelSource::Kind::Embedded;
+        mar.family = Family::Mar;
+        QVERIFY(panel->pickModel(mar));
+        // Before any load: the first run already uses the file's settings.
+        QCOMPARE(panel->family(), Family::Mar);
+        QCOMPARE(panel->marSettings()->numIterBox()->value(), int(*rec.num_iter));
+        QCOMPARE(panel->sampling().cfg, *rec.cfg);
+        QCOMPARE(w.methodPanel()->family(), Family::Mar);
+        ModelSource missing;
+        missing.kind = ModelSource::Kind::Files;
+        missing.var_path = "/nonexistent/var.pth";
+        missing.vae_path = "/nonexistent/vae.pth";
+        QVERIFY(!panel->pickModel(missing));  // not listed: refused, nothing changes
+        QCOMPARE(panel->family(), Family::Mar);
+    }
+
+    void invalidMarSettingsAreRejected() {
+        // Accelerator settings: the method panel names the field and offers no run.
+        MethodPanel panel;
+        panel.setFamily(Family::Mar);
+        QVERIFY(panel.presetNames().contains("lazymar"));
+        panel.setConfig({{"lazymar", {{"enabled", true}, {"keep_ratio", 5.0}}}});
+        QVERIFY(panel.valid());  // the editor clamps to the spec's range...
+        QVERIFY(panel.config()["lazymar"]["keep_ratio"].get<double>() <= 1.0);
+        QVERIFY(Engine::validate_accel({{"lazymar", {{"keep_ratio", 5.0}}}}, Family::Mar)
+                    .find("keep_ratio") != std::string::npos);  // ...the JSON path names it
+        QVERIFY(!Engine::validate_accel({{"fastvar", {{"enabled", true}}}}, Family::Mar).empty());
+        // Sampling settings outside what the loop accepts: a clear error, no crash.
+        if (!Engine::embedded_mar_available()) QSKIP("embedded MAR missing");
+        Engine e;
+        e.load(mar_request().model);
+        GenerationSettings g = mar_request().gen;
+        g.num_iter = 0;
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, e.run(g, false));
+        g = mar_request().gen;
+        g.cfg_schedule = "cosine";
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, e.run(g, false));
+        // A MAR checkpoint without its KL VAE: refused with a message saying what to open.
+        ModelSource files;
+        files.kind = ModelSource::Kind::Files;
+        files.var_path = QString::fromStdString(varscope_source_dir()).toStdString() +
+                         "/resources/models/emoji-mar.safetensors";
+        try {
+            e.load(files);
+            QFAIL("loaded a MAR model without a VAE");
+        } catch (const std::exception& ex) {
+            QVERIFY(QString(ex.what()).contains("KL VAE"));
+        }
     }
 
     void exportsWriteValidFilesAndRestore() {

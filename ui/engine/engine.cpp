@@ -7,55 +7,56 @@
 #include <sstream>
 
 #include "core/accel/accel_config.h"
+#include "core/accel/mar_accel_config.h"
+#include "core/io/checkpoint.h"
+#include "core/mar_pipeline.h"
 #include "core/metrics/image_metrics.h"
+#include "core/models/detect.h"
 #include "core/pipeline.h"
 #include "core/resources.h"
+#include "ui/engine/engine_convert.h"
 
 namespace varscope::gui {
 namespace {
 
-// (3, H, W) float in [0, 1] -> 8-bit RGB.
-RgbImage to_rgb(const at::Tensor& chw) {
-    auto t = chw.detach().to(at::kCPU, at::kFloat).clamp(0, 1).mul(255).round().to(at::kByte);
-    t = t.permute({1, 2, 0}).contiguous();
-    RgbImage img;
-    img.height = static_cast<int>(t.size(0));
-    img.width = static_cast<int>(t.size(1));
-    img.rgb.assign(t.data_ptr<uint8_t>(), t.data_ptr<uint8_t>() + t.numel());
-    return img;
-}
-
-FloatArray to_array(const at::Tensor& t) {
-    FloatArray a;
-    if (!t.defined()) return a;
-    auto c = t.detach().to(at::kCPU, at::kFloat).contiguous();
-    a.shape.assign(c.sizes().begin(), c.sizes().end());
-    a.values.assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
-    return a;
-}
-
-// Records everything and reports each finished scale.
+// Records everything and reports each finished scale with its decoded f_hat (the preview,
+// kept for the filmstrip so it is decoded once).
 class ProgressRecorder : public ProbeRecorder {
 public:
-    ProgressRecorder(Selection sel, const ProgressFn& progress, int64_t scales)
-        : ProbeRecorder(std::move(sel)), progress_(progress), scales_(scales) {}
+    using Decode = std::function<RgbImage(const at::Tensor& fhat)>;
+    ProgressRecorder(Selection sel, const ProgressFn& progress, int64_t scales, Decode decode)
+        : ProbeRecorder(std::move(sel)), progress_(progress), scales_(scales), decode_(decode) {}
     void on_scale(ScaleRecord r) override {
         const int64_t si = r.scale;
+        RgbImage preview;
+        if (r.f_hat.defined() && decode_) preview = decode_(r.f_hat);
         ProbeRecorder::on_scale(std::move(r));
-        if (progress_) progress_(si, scales_);
+        if (progress_) progress_(si, scales_, preview);
+        previews_[si] = std::move(preview);
+    }
+    RgbImage preview(int64_t scale) const {
+        const auto it = previews_.find(scale);
+        return it == previews_.end() ? RgbImage{} : it->second;
     }
 
 private:
     const ProgressFn& progress_;
     int64_t scales_;
+    Decode decode_;
+    std::map<int64_t, RgbImage> previews_;
 };
 
 }  // namespace
 
+const char* family_id(Family f) { return f == Family::Mar ? "mar" : "var"; }
+Family family_from_id(const std::string& id) { return id == "mar" ? Family::Mar : Family::Var; }
+
 std::string ModelSource::key() const {
+    // The diffusion respacing is fixed when a MAR model loads, so it is part of the key.
+    const std::string steps = diffusion_steps.empty() ? "" : "|steps" + diffusion_steps;
     switch (kind) {
-        case Kind::Embedded: return "embedded|" + device;
-        case Kind::Files: return "files|" + var_path + "|" + vae_path + "|" + device;
+        case Kind::Embedded: return std::string("embedded|") + family_id(family) + steps + "|" + device;
+        case Kind::Files: return "files|" + var_path + "|" + vae_path + steps + "|" + device;
         case Kind::Custom: return "custom|" + custom_name + "|" + device;
     }
     return {};
@@ -63,7 +64,8 @@ std::string ModelSource::key() const {
 
 std::string ModelSource::display_name() const {
     switch (kind) {
-        case Kind::Embedded: return "Embedded emoji VAR";
+        case Kind::Embedded:
+            return family == Family::Mar ? "Embedded emoji MAR" : "Embedded emoji VAR";
         case Kind::Files: return std::filesystem::path(var_path).filename().string();
         case Kind::Custom: return custom_name;
     }
@@ -73,14 +75,15 @@ std::string ModelSource::display_name() const {
 std::string GenerationSettings::baseline_key(const std::string& model_key) const {
     std::ostringstream os;
     os << model_key << "|c" << class_id << "|s" << seed << "|cfg" << cfg << "|k" << top_k << "|p"
-       << top_p << "|a" << attention_layer << "|f" << filmstrip;
+       << top_p << "|a" << attention_layer << "|f" << filmstrip << "|n" << num_iter << "|"
+       << cfg_schedule << "|t" << temperature;
     return os.str();
 }
 
 Engine::Engine() = default;
 Engine::~Engine() = default;
 
-bool Engine::loaded() const { return pipeline_ != nullptr; }
+bool Engine::loaded() const { return pipeline_ != nullptr || mar_ != nullptr; }
 
 void Engine::load(const ModelSource& source) {
     LoadOptions opt;
@@ -88,9 +91,15 @@ void Engine::load(const ModelSource& source) {
     std::unique_ptr<VarPipeline> p;
     switch (source.kind) {
         case ModelSource::Kind::Embedded:
+            if (source.family == Family::Mar) return load_mar(source);
             p = std::make_unique<VarPipeline>(VarPipeline::load(embedded_model_files(), opt));
             break;
         case ModelSource::Kind::Files:
+            // The family from the tensor names (read once more by the pipeline's loader: the
+            // price of one detection path for every file format).
+            if (detect_family_nested(load_checkpoint(source.var_path)).family ==
+                ModelFamily::MarTransformer)
+                return load_mar(source);
             p = std::make_unique<VarPipeline>(
                 VarPipeline::load({source.var_path, source.vae_path, {}}, opt));
             break;
@@ -102,6 +111,7 @@ void Engine::load(const ModelSource& source) {
 
 void Engine::set_pipeline(std::unique_ptr<VarPipeline> pipeline, const ModelSource& source) {
     pipeline_ = std::move(pipeline);
+    mar_.reset();
     key_ = source.key();
     const auto& v = pipeline_->var_config();
     info_ = {};
@@ -125,6 +135,12 @@ void Engine::set_pipeline(std::unique_ptr<VarPipeline> pipeline, const ModelSour
 
 RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
                       const std::atomic<bool>* cancel, const ProgressFn& progress) {
+    if (mar_) return run_mar(s, accelerated, cancel, progress);
+    return run_var(s, accelerated, cancel, progress);
+}
+
+RunOutput Engine::run_var(const GenerationSettings& s, bool accelerated,
+                          const std::atomic<bool>* cancel, const ProgressFn& progress) {
     if (!pipeline_) throw std::runtime_error("no model is loaded");
     const auto& cfg = pipeline_->var_config();
     VarSampleOptions opt;
@@ -139,7 +155,12 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
     ProbeRecorder::Selection sel;
     if (s.attention_layer >= 0 && s.attention_layer < cfg.depth) sel.layers = {s.attention_layer};
     sel.fhat = s.filmstrip;
-    ProgressRecorder rec(sel, progress, cfg.num_scales());
+    auto vae = pipeline_->sampler().vqvae();
+    const at::Device device = pipeline_->device();
+    ProgressRecorder rec(sel, progress, cfg.num_scales(), [vae, device](const at::Tensor& f_hat) mutable {
+        c10::InferenceMode guard;
+        return to_rgb(vae->decode(f_hat.narrow(0, 0, 1).to(device))[0].add(1).mul(0.5));
+    });
 
     RunOutput out;
     std::shared_ptr<SamplingHooks> hooks;
@@ -163,8 +184,6 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
     out.decode_ms = res.decode_millis;
     out.kv_bytes = res.kv_bytes;
 
-    c10::InferenceMode guard;
-    auto vae = pipeline_->sampler().vqvae();
     for (auto& r : rec.scales()) {
         if (cancel && cancel->load()) throw Cancelled();
         ScaleOutput so;
@@ -176,10 +195,7 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
             auto t = r.tokens[0].to(at::kLong).contiguous();
             so.tokens.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
         }
-        if (r.f_hat.defined()) {
-            auto f = r.f_hat.narrow(0, 0, 1).to(pipeline_->device());
-            so.fhat = to_rgb(vae->decode(f)[0].add(1).mul(0.5));
-        }
+        so.fhat = rec.preview(r.scale);
         out.scales.push_back(std::move(so));
     }
     for (auto& a : rec.attention()) out.attention.push_back({a.scale, a.layer, to_array(a.probs)});
@@ -188,22 +204,30 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
     return out;
 }
 
-const std::vector<MethodSpec>& Engine::methods() { return accel_methods(); }
+const std::vector<MethodSpec>& Engine::methods(Family f) {
+    return f == Family::Mar ? mar_accel_methods() : accel_methods();
+}
 
-std::map<std::string, nlohmann::json> Engine::presets() { return accel_presets(); }
+std::map<std::string, nlohmann::json> Engine::presets(Family f) {
+    return f == Family::Mar ? mar_accel_presets() : accel_presets();
+}
 
-std::string Engine::validate_accel(const nlohmann::json& j) {
+std::string Engine::validate_accel(const nlohmann::json& j, Family f) {
     try {
-        AccelConfig::from_json(j);
+        if (f == Family::Mar)
+            MarAccelConfig::from_json(j);
+        else
+            AccelConfig::from_json(j);
         return {};
     } catch (const std::exception& e) {
         return e.what();
     }
 }
 
-std::string Engine::accel_summary(const nlohmann::json& j) {
+std::string Engine::accel_summary(const nlohmann::json& j, Family f) {
     try {
-        return AccelConfig::from_json(j).summary();
+        return f == Family::Mar ? MarAccelConfig::from_json(j).summary()
+                                : AccelConfig::from_json(j).summary();
     } catch (const std::exception&) {
         return "invalid";
     }
@@ -228,6 +252,17 @@ SamplingRecommendation Engine::embedded_recommendation() {
     if (!embedded_model_available()) return {};
     try {
         return read_sampling_recommendation(embedded_model_files().var_path);
+    } catch (const std::exception&) {
+        return {};
+    }
+}
+
+bool Engine::embedded_mar_available() { return varscope::embedded_mar_available(); }
+
+MarSamplingRecommendation Engine::embedded_mar_recommendation() {
+    if (!varscope::embedded_mar_available()) return {};
+    try {
+        return read_mar_sampling_recommendation(embedded_mar_files().mar_path);
     } catch (const std::exception&) {
         return {};
     }

@@ -1,6 +1,7 @@
-// The GUI's bridge to the model: loads a VAR pipeline and runs generations, returning plain
-// data (bytes and float arrays, no LibTorch types). This and engine.cpp are the only GUI
-// files that include LibTorch, so the Qt side compiles fast and never touches tensors.
+// The GUI's bridge to the model: loads a VAR or MAR pipeline and runs generations, returning
+// plain data (bytes and float arrays, no LibTorch types). engine.cpp (VAR) and engine_mar.cpp
+// (MAR) are the only GUI files that include LibTorch, so the Qt side compiles fast and never
+// touches tensors.
 #pragma once
 
 #include <atomic>
@@ -16,6 +17,7 @@
 
 namespace varscope {
 class VarPipeline;
+class MarPipeline;
 }
 
 namespace varscope::gui {
@@ -41,48 +43,66 @@ struct FloatArray {
     bool empty() const { return values.empty(); }
 };
 
+// VAR (next-scale prediction) or MAR (masked autoregression with a diffusion head).
+enum class Family { Var, Mar };
+const char* family_id(Family f);     // "var" | "mar"
+Family family_from_id(const std::string& id);  // anything but "mar" is VAR
+
 struct ModelSource {
     enum class Kind { Embedded, Files, Custom };
     Kind kind = Kind::Embedded;
-    std::string var_path, vae_path;  // Files
+    Family family = Family::Var;     // Embedded: which embedded model; Files: detected at load
+    std::string var_path, vae_path;  // Files: the transformer (VAR or MAR) and its VAE
     std::string custom_name;         // Custom (tests, random weights)
     std::string device = "cpu";
+    // MAR: diffusion respacing of the head, fixed at load ("" = the file's recommendation, else
+    // the official "100").
+    std::string diffusion_steps;
     std::string key() const;  // identifies the loaded weights + device (cache key part)
     std::string display_name() const;
 };
 
 struct ModelInfo {
-    std::string description;      // VarPipeline::describe()
+    Family family = Family::Var;
+    std::string description;      // VarPipeline::describe() / MarPipeline::describe()
     std::string class_list_path;  // "" if none fits
     std::string device;
     int64_t num_classes = 0;
-    int64_t depth = 0;
+    int64_t depth = 0;  // MAR: encoder + decoder blocks (the probes' global layer index)
     int64_t num_heads = 0;
     int64_t image_size = 0;
-    std::vector<int64_t> patch_nums;
+    std::vector<int64_t> patch_nums;     // MAR: {token grid side}
     SamplingRecommendation recommended;  // the file's "varscope.sampling" metadata, if any
+    MarSamplingRecommendation mar_recommended;  // MAR: "varscope.mar_sampling"
+    std::string diffusion_steps;                // MAR: the respacing in use
 };
 
 struct GenerationSettings {
     int64_t class_id = 0;
     uint64_t seed = 0;
     double cfg = 4.0;
-    int64_t top_k = 900;
-    double top_p = 0.95;
-    std::string accel_json = "{}";  // AccelConfig JSON (accelerated side only)
+    int64_t top_k = 900;    // VAR
+    double top_p = 0.95;    // VAR
+    int64_t num_iter = 64;  // MAR: decoding steps
+    std::string cfg_schedule = "linear";  // MAR: "linear" | "constant"
+    double temperature = 1.0;             // MAR
+    std::string accel_json = "{}";  // AccelConfig / MarAccelConfig JSON (accelerated side only)
     int64_t attention_layer = -1;   // record attention of this layer at every scale; -1 = none
     bool filmstrip = true;          // decode f_hat after every scale
     // Key of the baseline result: everything but the accelerator settings.
     std::string baseline_key(const std::string& model_key) const;
 };
 
+// One VAR scale, or one MAR decoding step.
 struct ScaleOutput {
-    int64_t scale = 0;
-    int64_t patch_num = 0;
+    int64_t scale = 0;      // VAR scale / MAR step
+    int64_t patch_num = 0;  // VAR: the scale's side; MAR: the token grid's side
     double millis = 0;
     bool skipped = false;
-    std::vector<int64_t> tokens;  // first sample, pn*pn; -1 where pruned
-    RgbImage fhat;                // decoded f_hat after this scale (filmstrip)
+    // VAR: first sample's tokens, pn*pn, -1 where pruned. MAR: per grid position the step that
+    // decoded it, -1 where still masked after this step.
+    std::vector<int64_t> tokens;
+    RgbImage fhat;  // VAR: decoded f_hat after this scale; MAR: the latents so far, decoded
 };
 
 struct AttentionOutput {
@@ -98,6 +118,7 @@ struct AccelOutput {
 };
 
 struct RunOutput {
+    Family family = Family::Var;  // scales are MAR decoding steps for Family::Mar
     RgbImage image;
     int64_t label = 0;
     std::vector<ScaleOutput> scales;
@@ -113,7 +134,8 @@ struct Cancelled : std::exception {
     const char* what() const noexcept override { return "cancelled"; }
 };
 
-using ProgressFn = std::function<void(int64_t scale, int64_t scales)>;
+// After each VAR scale / MAR step; preview = the image so far (empty without the filmstrip).
+using ProgressFn = std::function<void(int64_t scale, int64_t scales, const RgbImage& preview)>;
 
 class Engine {
 public:
@@ -125,7 +147,9 @@ public:
     void load(const ModelSource& source);  // throws std::exception with a readable message
     // Installs an already built pipeline (tests: tiny random models).
     void set_pipeline(std::unique_ptr<VarPipeline> pipeline, const ModelSource& source);
+    void set_mar_pipeline(std::unique_ptr<MarPipeline> pipeline, const ModelSource& source);
     bool loaded() const;
+    Family family() const { return info_.family; }
     const ModelInfo& info() const { return info_; }
     const std::string& model_key() const { return key_; }
 
@@ -134,12 +158,13 @@ public:
     RunOutput run(const GenerationSettings& settings, bool accelerated,
                   const std::atomic<bool>* cancel = nullptr, const ProgressFn& progress = {});
 
-    // The accelerator tables and presets (core/accel/accel_config.h), without LibTorch types.
-    static const std::vector<MethodSpec>& methods();
-    static std::map<std::string, nlohmann::json> presets();
-    // "" when the JSON is a valid AccelConfig, else the validation message.
-    static std::string validate_accel(const nlohmann::json& j);
-    static std::string accel_summary(const nlohmann::json& j);
+    // The accelerator tables and presets of a family (core/accel/accel_config.h for VAR,
+    // mar_accel_config.h for MAR), without LibTorch types.
+    static const std::vector<MethodSpec>& methods(Family f = Family::Var);
+    static std::map<std::string, nlohmann::json> presets(Family f = Family::Var);
+    // "" when the JSON is a valid accelerator config of the family, else the message.
+    static std::string validate_accel(const nlohmann::json& j, Family f = Family::Var);
+    static std::string accel_summary(const nlohmann::json& j, Family f = Family::Var);
     static bool cuda_available();
     // PSNR and SSIM of b against a with core/metrics, so the app and `varscope-cli compare`
     // report the same numbers; throws std::invalid_argument when the sizes differ.
@@ -147,9 +172,18 @@ public:
     static bool embedded_available();
     static std::string embedded_class_list();  // "" when missing
     static SamplingRecommendation embedded_recommendation();  // empty when missing
+    static bool embedded_mar_available();
+    static MarSamplingRecommendation embedded_mar_recommendation();  // empty when missing
 
 private:
+    RunOutput run_var(const GenerationSettings& settings, bool accelerated,
+                      const std::atomic<bool>* cancel, const ProgressFn& progress);
+    RunOutput run_mar(const GenerationSettings& settings, bool accelerated,
+                      const std::atomic<bool>* cancel, const ProgressFn& progress);  // engine_mar.cpp
+    void load_mar(const ModelSource& source);  // engine_mar.cpp
+
     std::unique_ptr<VarPipeline> pipeline_;
+    std::unique_ptr<MarPipeline> mar_;
     ModelInfo info_;
     std::string key_;
 };
