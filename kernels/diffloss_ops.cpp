@@ -104,7 +104,7 @@ bool diff_row_split_enabled() {
     const int v = g_row_split.load();
     if (v >= 0) return v == 1;
     const char* env = std::getenv("VARSCOPE_DIFF_ROW_SPLIT");
-    return env != nullptr && std::strcmp(env, "1") == 0;
+    return env == nullptr || std::strcmp(env, "0") != 0;  // default on (timed: MAR-B 500 vs 567 ms)
 }
 
 bool diff_head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,

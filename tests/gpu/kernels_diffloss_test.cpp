@@ -112,9 +112,18 @@ void expect_same_up_to_ulp(const at::Tensor& a, const at::Tensor& b, bool exact,
 const std::vector<int64_t> kRows{1, 3, 8, 13, 16, 17, 32, 45};
 const std::vector<int64_t> kWidths{256, 1024, 1280};
 
+// The row split is compared against the 16/32-row tiling: the tests run with it off and put the
+// previous setting back when they end.
+struct RowSplitOffForTheTest {
+    const bool before = vk::diff_row_split_enabled();
+    RowSplitOffForTheTest() { vk::set_diff_row_split(false); }
+    ~RowSplitOffForTheTest() { vk::set_diff_row_split(before); }
+};
+
 }  // namespace
 
 TEST(KernelsDiffLossGpu, BlockLayersMatchFloat64WithinTwiceTheFrameworkError) {
+    RowSplitOffForTheTest split_off;
     for (auto t : {at::kBFloat16, at::kHalf}) {
         REQUIRE_FUSED(t);
         c10::InferenceMode guard;
@@ -304,6 +313,7 @@ TEST(KernelsDiffLossGpu, ReverseDiffusionWithinTwiceTheModulePathError) {
 // are within bf16 rounding of the module path's.
 TEST(KernelsDiffLossGpu, MarLoopGraphsAndPdlExact) {
     REQUIRE_FUSED(at::kBFloat16);
+    RowSplitOffForTheTest split_off;
     // Every step through the fused kernels (Auto takes at most 8-16 rows by default).
     setenv("VARSCOPE_MAR_FUSED_MAX_ROWS", "256", 1);
     struct Unset {

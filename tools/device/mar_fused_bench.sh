@@ -19,7 +19,7 @@
 #   run: cd $S && mkdir -p .device && ln -sfn ../../.device/deps-x .device/deps &&
 #        SRC=. DEADLINE_S=300 MAR_STEPS="tests head base huge" bash tools/device/mar_fused_bench.sh
 #   (carry [$S, .device/deps-x]; ~125 s build, ~10 s tests, ~35 s head bench per model, ~35 s
-#   MAR-B loop, ~75 s MAR-H loop on an H100). To time the opt-in row split:
+#   MAR-B loop, ~75 s MAR-H loop on an H100). To time the row split against 16-row tiles:
 #   MAR_STEPS="tests head base base_split" HEAD_ROWS=1,4,5,7,16,32.
 # Env: SRC (snapshot, default .), DEADLINE_S (stop starting work, default 540), MAR_STEPS
 # (space-separated list of steps to run: tests head base base_split large huge huge16; default
@@ -69,8 +69,8 @@ bench() {  # model batch timeout repeat [json suffix]
   stamp "bench $M b$B$SUF"
 }
 want base && bench mar_base 1 100 3
-# The opt-in 8-row tiles per CTA (VARSCOPE_DIFF_ROW_SPLIT=1), baseline only.
-want base_split && VARSCOPE_DIFF_ROW_SPLIT=1 METHODS=baseline bench mar_base 1 60 3 _row_split
+# The 16-row tiles per CTA instead of the default 8-row split (VARSCOPE_DIFF_ROW_SPLIT=0), baseline only.
+want base_split && VARSCOPE_DIFF_ROW_SPLIT=0 METHODS=baseline bench mar_base 1 60 3 _no_row_split
 want huge && bench mar_huge 1 110 2
 want huge16 && bench mar_huge 16 120 1
 want large && bench mar_large 1 90 2
