@@ -261,7 +261,7 @@ ModelPanel::~ModelPanel() = default;
 void ModelPanel::rebuildModelCombo(const ModelSource& select) {
     updating_ = true;
     model_->clear();
-    model_->addItem(tr("Embedded emoji VAR (d8, 1911 emoji)"), source_data(ModelSource{}));
+    model_->addItem(tr("Embedded emoji VAR (d16, 1911 emoji)"), source_data(ModelSource{}));
     ModelSource mar;
     mar.family = Family::Mar;
     model_->addItem(tr("Embedded emoji MAR (8M, 1911 emoji)"), source_data(mar));
