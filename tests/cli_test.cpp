@@ -74,8 +74,15 @@ TEST(Cli, TruncatedCheckpointAndGoodRun) {
     auto again = cli("generate --random 2 --patch-nums 1,2 --class 1 -q -o " + out);
     EXPECT_EQ(again.code, 2);
     EXPECT_NE(again.out.find("--force"), std::string::npos) << again.out;
-    auto fmt = cli("generate --random 2 --patch-nums 1,2 -q -o " + dir.file("img.gif"));
+    auto fmt = cli("generate --random 2 --patch-nums 1,2 -o " + dir.file("img.gif"));
+    EXPECT_EQ(fmt.code, 2) << fmt.out;
     EXPECT_NE(fmt.out.find("unsupported image format"), std::string::npos) << fmt.out;
+    // Bad output paths fail before any sampling (no "run 1/1" progress line).
+    EXPECT_EQ(fmt.out.find("run 1/"), std::string::npos) << fmt.out;
+    auto no_dir = cli("generate --random 2 --patch-nums 1,2 --timings-json " + dir.file("missing/t.json"));
+    EXPECT_EQ(no_dir.code, 2) << no_dir.out;
+    EXPECT_NE(no_dir.out.find("does not exist"), std::string::npos) << no_dir.out;
+    EXPECT_EQ(no_dir.out.find("run 1/"), std::string::npos) << no_dir.out;
 }
 
 TEST(Cli, EmbeddedModelGeneratesFromAPrompt) {

@@ -11,6 +11,7 @@
 
 #include "app/cli/commands.h"
 #include "app/cli/image_io.h"
+#include "app/cli/mar_cli_common.h"
 #include "app/cli/model_options.h"
 #include "app/cli/run_report.h"
 #include "app/cli/sampling_args.h"
@@ -49,6 +50,11 @@ int run(GenerateArgs& a) {
     if (a.out.empty() && a.timings_json.empty() && a.tokens_out.empty())
         throw std::invalid_argument("nothing to write: pass --out, --timings-json or --tokens-out");
     const AccelConfig accel = parse_accel_argument(a.accel);  // fail before loading models
+    // Output paths too: a bad one must fail in a second, not after the runs (batch images get
+    // _<i> suffixes, so only their folder and format are checked here; write_image checks each).
+    check_output_file(a.out, true, "--out", true);
+    check_output_file(a.tokens_out, a.force, "--tokens-out");
+    check_output_file(a.timings_json, a.force, "--timings-json");
     VarPipeline pipe = a.model.build();
     const VarSampleOptions opt = a.sampling.resolve(pipe, a.model);
     const auto hooks = build_accelerators(accel, pipe.var_config());
