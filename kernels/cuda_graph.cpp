@@ -7,6 +7,7 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
 #include <map>
 #include <mutex>
 #include <vector>
@@ -29,12 +30,15 @@ c10::cuda::CUDAStream capture_stream(c10::DeviceIndex dev) {
     static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
     const std::lock_guard<std::mutex> lock(mutex);
     auto it = streams.find(dev);
-    if (it == streams.end()) it = streams.emplace(dev, c10::cuda::getStreamFromPool(false, dev)).first;
+    if (it == streams.end())
+        it = streams.emplace(dev, c10::cuda::getStreamFromPool(false, dev)).first;
     return it->second;
 }
 }  // namespace
 
-bool cuda_graphs_built() { return true; }
+bool cuda_graphs_built() {
+    return true;
+}
 
 void run_on_capture_stream(int device, const std::function<void()>& fn) {
     const auto dev = static_cast<c10::DeviceIndex>(device);
@@ -105,15 +109,25 @@ void CudaGraph::replay() {
     impl_->graph.replay();
 }
 
-bool CudaGraph::captured() const { return impl_->captured; }
-size_t CudaGraph::kernel_nodes() const { return impl_->kernel_nodes; }
-size_t CudaGraph::nodes() const { return impl_->nodes; }
+bool CudaGraph::captured() const {
+    return impl_->captured;
+}
+size_t CudaGraph::kernel_nodes() const {
+    return impl_->kernel_nodes;
+}
+size_t CudaGraph::nodes() const {
+    return impl_->nodes;
+}
 #else
 struct CudaGraph::Impl {};
 
-bool cuda_graphs_built() { return false; }
+bool cuda_graphs_built() {
+    return false;
+}
 
-void run_on_capture_stream(int, const std::function<void()>& fn) { fn(); }
+void run_on_capture_stream(int, const std::function<void()>& fn) {
+    fn();
+}
 
 CudaGraph::CudaGraph() = default;
 CudaGraph::~CudaGraph() = default;
@@ -122,11 +136,19 @@ void CudaGraph::capture(int, const std::function<void()>&) {
     TORCH_CHECK(false, "CUDA graphs need a build with CUDA kernels");
 }
 
-void CudaGraph::replay() { TORCH_CHECK(false, "CUDA graphs need a build with CUDA kernels"); }
+void CudaGraph::replay() {
+    TORCH_CHECK(false, "CUDA graphs need a build with CUDA kernels");
+}
 
-bool CudaGraph::captured() const { return false; }
-size_t CudaGraph::kernel_nodes() const { return 0; }
-size_t CudaGraph::nodes() const { return 0; }
+bool CudaGraph::captured() const {
+    return false;
+}
+size_t CudaGraph::kernel_nodes() const {
+    return 0;
+}
+size_t CudaGraph::nodes() const {
+    return 0;
+}
 #endif
 
 }  // namespace varscope::kernels

@@ -18,16 +18,16 @@ bool cuda_graphs_built();
 void run_on_capture_stream(int device, const std::function<void()>& fn);
 
 class CudaGraph {
-public:
+  public:
     CudaGraph();
     ~CudaGraph();
     CudaGraph(const CudaGraph&) = delete;
     CudaGraph& operator=(const CudaGraph&) = delete;
 
     // Records the CUDA work `fn` enqueues on `device` (nothing runs yet). fn runs on one side
-    // stream per device (the same for every capture), and tensors it allocates come from the graph's private memory
-    // pool, so what fn returns stays valid (at fixed addresses) for every replay while it is
-    // held. fn must not synchronise with the host. Throws if capture fails.
+    // stream per device (the same for every capture), and tensors it allocates come from the
+    // graph's private memory pool, so what fn returns stays valid (at fixed addresses) for every
+    // replay while it is held. fn must not synchronise with the host. Throws if capture fails.
     void capture(int device, const std::function<void()>& fn);
     // Runs the recorded work on the device's current stream.
     void replay();
@@ -36,7 +36,7 @@ public:
     size_t kernel_nodes() const;
     size_t nodes() const;
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

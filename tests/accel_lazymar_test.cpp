@@ -357,13 +357,12 @@ TEST(LazyMar, CounterCountsTheHeadConditionCache) {
         for (int64_t i = 0; i < steps; ++i)
             full += (period <= 0 || i == steps - 1 || i % period == 0) ? 1 : 0;
         const double w = double(c.diffloss_w), D = double(c.token_embed_dim());
-        const double per_row_step = D * w + double(c.diffloss_d) * 5.0 * w * w + 2.0 * w * w +
-                                    2.0 * w * D;
+        const double per_row_step =
+            D * w + double(c.diffloss_d) * 5.0 * w * w + 2.0 * w * w + 2.0 * w * D;
         const double cond = double(c.decoder_embed_dim) * w;
         const int64_t tokens = 2 * c.seq_len();  // every token of both images is decoded once
         const double expect =
-            2.0 * double(tokens) *
-            (per_row_step * double(2 * full + (steps - full)) + 2.0 * cond);
+            2.0 * double(tokens) * (per_row_step * double(2 * full + (steps - full)) + 2.0 * cond);
         EXPECT_DOUBLE_EQ(counted.diffusion, expect);
         if (period == 3) {
             EXPECT_LT(counted.diffusion, mar_head_flops(c, tokens, true, steps, 0));

@@ -17,7 +17,8 @@ struct Run {
 };
 
 Run cli_env(const std::string& env, const std::string& args) {
-    std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(VARSCOPE_CLI_PATH) + " " + args + " 2>&1";
+    std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(VARSCOPE_CLI_PATH) +
+                      " " + args + " 2>&1";
     Run r{-1, {}};
     FILE* p = popen(cmd.c_str(), "r");
     if (!p) return r;
@@ -28,7 +29,9 @@ Run cli_env(const std::string& env, const std::string& args) {
     return r;
 }
 
-Run cli(const std::string& args) { return cli_env("", args); }
+Run cli(const std::string& args) {
+    return cli_env("", args);
+}
 
 }  // namespace
 
@@ -79,7 +82,8 @@ TEST(Cli, TruncatedCheckpointAndGoodRun) {
     EXPECT_NE(fmt.out.find("unsupported image format"), std::string::npos) << fmt.out;
     // Bad output paths fail before any sampling (no "run 1/1" progress line).
     EXPECT_EQ(fmt.out.find("run 1/"), std::string::npos) << fmt.out;
-    auto no_dir = cli("generate --random 2 --patch-nums 1,2 --timings-json " + dir.file("missing/t.json"));
+    auto no_dir =
+        cli("generate --random 2 --patch-nums 1,2 --timings-json " + dir.file("missing/t.json"));
     EXPECT_EQ(no_dir.code, 2) << no_dir.out;
     EXPECT_NE(no_dir.out.find("does not exist"), std::string::npos) << no_dir.out;
     EXPECT_EQ(no_dir.out.find("run 1/"), std::string::npos) << no_dir.out;
@@ -100,8 +104,11 @@ TEST(Cli, EmbeddedModelRecommendationAppliesOnlyToUnsetFlags) {
     auto r = cli("generate --class 1891 --seed 1 --top-k 900 -o " + out);
     ASSERT_EQ(r.code, 0) << r.out;
     // --top-k was given, so only cfg and top-p come from the model file.
-    EXPECT_NE(r.out.find("using the model's recommended cfg 3, top-p 0.8"), std::string::npos) << r.out;
-    auto all = cli("generate --class 1891 --seed 1 --cfg 2 --top-k 5 --top-p 0.5 --no-cuda-graphs -o " + out + " --force");
+    EXPECT_NE(r.out.find("using the model's recommended cfg 3, top-p 0.8"), std::string::npos)
+        << r.out;
+    auto all =
+        cli("generate --class 1891 --seed 1 --cfg 2 --top-k 5 --top-p 0.5 --no-cuda-graphs -o " +
+            out + " --force");
     ASSERT_EQ(all.code, 0) << all.out;
     EXPECT_EQ(all.out.find("recommended"), std::string::npos) << all.out;
 }
@@ -110,12 +117,15 @@ TEST(Cli, EmbeddedMarGeneratesFromAPromptWithItsRecommendation) {
     varscope::testing::TempDir dir;
     const std::string out = dir.file("heart.png");
     // Few steps keep it fast; the recommendation fills cfg, schedule and temperature only.
-    auto r = cli("generate-mar --prompt \"red heart\" --seed 1 --num-iter 2 --num-sampling-steps 5 -q -o " + out);
+    auto r = cli(
+        "generate-mar --prompt \"red heart\" --seed 1 --num-iter 2 --num-sampling-steps 5 -q -o " +
+        out);
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("embedded emoji MAR"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("[1891] HEAVY BLACK HEART"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("using the model's recommended cfg 3, linear cfg schedule, temperature 1"),
-              std::string::npos) << r.out;
+              std::string::npos)
+        << r.out;
     EXPECT_EQ(r.out.find("250 diffusion steps"), std::string::npos) << r.out;
     EXPECT_TRUE(std::ifstream(out).good());
     auto both = cli("generate-mar --prompt heart --class 3 --num-iter 2 -o " + out + " --force");
@@ -126,7 +136,10 @@ TEST(Cli, EmbeddedMarGeneratesFromAPromptWithItsRecommendation) {
 TEST(Cli, CompareWritesBothSidesDiffAndMetrics) {
     varscope::testing::TempDir dir;
     const std::string out = dir.file("cmp");
-    auto r = cli("compare --random 2 --patch-nums 1,2,3 --class 1 --seed 2 --accel '{\"skip\": {\"last_n\": 1}}' -o " + out);
+    auto r =
+        cli("compare --random 2 --patch-nums 1,2,3 --class 1 --seed 2 --accel '{\"skip\": "
+            "{\"last_n\": 1}}' -o " +
+            out);
     ASSERT_EQ(r.code, 0) << r.out;
     // Without OpenCV the CLI writes .ppm; with it, PNG: the image names are the same either way.
     std::ifstream metrics(out + "/metrics.json");
@@ -134,8 +147,9 @@ TEST(Cli, CompareWritesBothSidesDiffAndMetrics) {
     const auto j = nlohmann::json::parse(metrics);
     EXPECT_EQ(j["accel_summary"], "skip-1");
     ASSERT_EQ(j["scales"].size(), 3u);
-    EXPECT_DOUBLE_EQ(j["scales"][0]["identical_tokens"].get<double>(), 1.0);  // same seed, same scale 0
-    EXPECT_EQ(j["scales"][2]["undecoded_tokens"].get<int64_t>(), 9);          // the skipped 3x3 scale
+    EXPECT_DOUBLE_EQ(j["scales"][0]["identical_tokens"].get<double>(),
+                     1.0);                                            // same seed, same scale 0
+    EXPECT_EQ(j["scales"][2]["undecoded_tokens"].get<int64_t>(), 9);  // the skipped 3x3 scale
     // A second run refuses to overwrite.
     auto again = cli("compare --random 2 --patch-nums 1,2,3 --class 1 --accel skip -o " + out);
     EXPECT_NE(again.code, 0);
@@ -143,14 +157,17 @@ TEST(Cli, CompareWritesBothSidesDiffAndMetrics) {
 }
 
 TEST(Cli, BadAcceleratorConfigNamesTheField) {
-    auto r = cli("generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel '{\"skip\": {\"last_n\": -3}}'");
+    auto r = cli(
+        "generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel '{\"skip\": {\"last_n\": -3}}'");
     EXPECT_EQ(r.code, 2);
     EXPECT_NE(r.out.find("skip.last_n: must be in [0, 12], got -3"), std::string::npos) << r.out;
-    auto typo = cli("generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel '{\"skip\": {\"lastn\": 1}}'");
+    auto typo = cli(
+        "generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel '{\"skip\": {\"lastn\": 1}}'");
     EXPECT_NE(typo.out.find("skip.lastn: unknown field"), std::string::npos) << typo.out;
     auto missing = cli("compare --random 2 --patch-nums 1,2 --accel /nonexistent/cfg.json");
     EXPECT_NE(missing.out.find("neither a config file"), std::string::npos) << missing.out;
-    auto model = cli("generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel '{\"skip\": {\"last_n\": 2}}'");
+    auto model = cli(
+        "generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel '{\"skip\": {\"last_n\": 2}}'");
     EXPECT_NE(model.out.find("must be below the model's 2 scales"), std::string::npos) << model.out;
 }
 

@@ -1,5 +1,7 @@
 // Weight-only int8 checkpoints: quantisation error bound, transparent dequantisation when a file
 // is read, and clear errors for damaged files.
+#include "core/io/quant_int8.h"
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -9,7 +11,6 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/module_binding.h"
-#include "core/io/quant_int8.h"
 #include "core/training/train_common.h"
 #include "tests/test_util.h"
 #include "tests/tiny_models.h"
@@ -30,12 +31,14 @@ StateDict quantised_file_tensors(std::string& meta) {
     StateDict sd{{"blocks.0.ffn.fc1.weight", random_weight(64, 32, 1)},
                  {"blocks.0.ffn.fc1.bias", at::randn({64})},
                  {"pos_1LC", at::randn({1, 5, 32})}};
-    return quantize_state_dict_int8(sd, [](const std::string& n, const at::Tensor& t) { return is_large_2d_weight(n, t, 1); },
-                                    at::kHalf, meta);
+    return quantize_state_dict_int8(
+        sd, [](const std::string& n, const at::Tensor& t) { return is_large_2d_weight(n, t, 1); },
+        at::kHalf, meta);
 }
 
 // Saves `sd` with `meta` as the quantisation metadata and returns the error message of loading it.
-std::string load_error(const varscope::testing::TempDir& dir, const StateDict& sd, const std::string& meta) {
+std::string load_error(const varscope::testing::TempDir& dir, const StateDict& sd,
+                       const std::string& meta) {
     const auto path = dir.file("bad.safetensors");
     save_safetensors(sd, path, {{kQuantMetadataKey, meta}});
     try {
@@ -73,8 +76,10 @@ TEST(QuantInt8, FileLoadsAsFloatUnderTheOriginalNames) {
     StateDict sd{{"blocks.0.ffn.fc1.weight", random_weight(64, 32, 4)},
                  {"blocks.0.ffn.fc1.bias", at::randn({64})},
                  {"head.weight", random_weight(8, 8, 5)}};  // 64 elements: below the default size
-    auto file = quantize_state_dict_int8(sd, [](const std::string& n, const at::Tensor& t) { return is_large_2d_weight(n, t, 1000); },
-                                         at::kHalf, meta);
+    auto file = quantize_state_dict_int8(
+        sd,
+        [](const std::string& n, const at::Tensor& t) { return is_large_2d_weight(n, t, 1000); },
+        at::kHalf, meta);
     EXPECT_EQ(file.at("blocks.0.ffn.fc1.weight").scalar_type(), at::kChar);
     EXPECT_EQ(file.count("blocks.0.ffn.fc1.weight.qscale"), 1u);
     EXPECT_EQ(file.at("head.weight").scalar_type(), at::kFloat);
@@ -85,10 +90,16 @@ TEST(QuantInt8, FileLoadsAsFloatUnderTheOriginalNames) {
     const auto& w = back.at("blocks.0.ffn.fc1.weight");
     EXPECT_EQ(w.scalar_type(), at::kHalf);  // the recorded restore type
     const auto& ref = sd.at("blocks.0.ffn.fc1.weight");
-    EXPECT_TRUE((w.to(at::kFloat) - ref).abs().amax(1).le(ref.abs().amax(1) / 254.0 * 1.01 + 1e-3).all().item<bool>());
+    EXPECT_TRUE((w.to(at::kFloat) - ref)
+                    .abs()
+                    .amax(1)
+                    .le(ref.abs().amax(1) / 254.0 * 1.01 + 1e-3)
+                    .all()
+                    .item<bool>());
     EXPECT_TRUE(back.at("blocks.0.ffn.fc1.bias").equal(sd.at("blocks.0.ffn.fc1.bias")));
     EXPECT_TRUE(back.at("head.weight").equal(sd.at("head.weight")));
-    auto j = nlohmann::json::parse(read_safetensors_metadata(dir.file("q.safetensors")).at(kQuantMetadataKey));
+    auto j = nlohmann::json::parse(
+        read_safetensors_metadata(dir.file("q.safetensors")).at(kQuantMetadataKey));
     EXPECT_EQ(j["scheme"], kQuantScheme);
     EXPECT_EQ(j["dtype"], "float16");
     EXPECT_EQ(j["tensors"], nlohmann::json::array({"blocks.0.ffn.fc1.weight"}));
@@ -135,7 +146,8 @@ TEST(QuantInt8, DamagedFilesGiveErrorsNamingTheTensor) {
     EXPECT_NE(e.find("'blocks.9.attn.proj.weight' is not in the file"), std::string::npos) << e;
     j = nlohmann::json::parse(meta);
     j["scheme"] = "int4-groupwise";
-    EXPECT_NE(load_error(dir, good, j.dump()).find("unsupported scheme 'int4-groupwise'"), std::string::npos);
+    EXPECT_NE(load_error(dir, good, j.dump()).find("unsupported scheme 'int4-groupwise'"),
+              std::string::npos);
     EXPECT_NE(load_error(dir, good, "{not json").find("not a JSON object"), std::string::npos);
 }
 
@@ -145,11 +157,15 @@ TEST(QuantInt8, Int8ExportOfAVarPredictsLikeTheFp16Export) {
     auto& var = *pipe.sampler().transformer();
     const auto cfg = pipe.var_config();
     export_half(var, dir.file("half.safetensors"), cfg.to_json(), {"attn_bias_for_masking"});
-    export_half(var, dir.file("int8.safetensors"), cfg.to_json(), {"attn_bias_for_masking"}, {}, /*int8=*/true);
-    auto meta = nlohmann::json::parse(read_safetensors_metadata(dir.file("int8.safetensors")).at(kQuantMetadataKey));
+    export_half(var, dir.file("int8.safetensors"), cfg.to_json(), {"attn_bias_for_masking"}, {},
+                /*int8=*/true);
+    auto meta = nlohmann::json::parse(
+        read_safetensors_metadata(dir.file("int8.safetensors")).at(kQuantMetadataKey));
     // Width 64, MLP ratio 4: fc1 and fc2 have 16,384 elements, the default threshold.
-    EXPECT_NE(meta["tensors"].dump().find("blocks.0.ffn.fc1.weight"), std::string::npos) << meta.dump();
-    EXPECT_LT(std::filesystem::file_size(dir.file("int8.safetensors")), std::filesystem::file_size(dir.file("half.safetensors")));
+    EXPECT_NE(meta["tensors"].dump().find("blocks.0.ffn.fc1.weight"), std::string::npos)
+        << meta.dump();
+    EXPECT_LT(std::filesystem::file_size(dir.file("int8.safetensors")),
+              std::filesystem::file_size(dir.file("half.safetensors")));
 
     auto load = [&](const std::string& f) {
         VarTransformer m(cfg);

@@ -1,8 +1,10 @@
 // VAR training helpers: foreground-token mask, depth growth that keeps the function, EMA, and a
 // tiny training run with EMA + growth + int8 export.
+#include "core/training/var_train_utils.h"
+
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -12,7 +14,6 @@
 #include "core/io/module_binding.h"
 #include "core/io/quant_int8.h"
 #include "core/training/trainers.h"
-#include "core/training/var_train_utils.h"
 #include "tests/test_util.h"
 #include "tests/tiny_models.h"
 
@@ -20,15 +21,15 @@ using namespace varscope;
 
 TEST(VarTrainUtils, ForegroundMaskMarksTheCellsOfNonWhitePixels) {
     auto img = at::full({2, 3, 16, 16}, 255, at::kByte);
-    img[1][2][0][0] = 0;    // one blue-less pixel in the top-left corner
+    img[1][2][0][0] = 0;      // one blue-less pixel in the top-left corner
     img[1][0][15][15] = 249;  // just below the white threshold, bottom-right
     auto m = foreground_token_mask(img, {1, 2, 4});
     ASSERT_EQ(m.sizes(), (at::IntArrayRef{2, 1 + 4 + 16}));
     EXPECT_FALSE(m[0].any().item<bool>());  // a white image is all background
     auto expected = at::zeros({21}, at::kBool);
-    expected[0] = true;                       // 1x1: the whole image
-    expected[1] = expected[4] = true;         // 2x2: top-left and bottom-right cells
-    expected[5] = expected[20] = true;        // 4x4: the same corners
+    expected[0] = true;                 // 1x1: the whole image
+    expected[1] = expected[4] = true;   // 2x2: top-left and bottom-right cells
+    expected[5] = expected[20] = true;  // 4x4: the same corners
     EXPECT_TRUE(m[1].equal(expected)) << m[1];
     img[1][0][15][15] = 250;  // at the threshold counts as white
     EXPECT_EQ(foreground_token_mask(img, {1, 2, 4})[1].sum().item<int64_t>(), 3);
@@ -52,9 +53,11 @@ TEST(VarTrainUtils, GrownModelComputesWhatTheSmallOneDid) {
         big->eval();
         auto a = s.forward_teacher(labels, x), b = big->forward_teacher(labels, x);
         EXPECT_LT((a - b).abs().max().item<float>(), 1e-5f) << "shared_aln " << shared;
-        EXPECT_TRUE(big->named_parameters()["blocks.2.ffn.fc1.weight"].equal(s.named_parameters()["blocks.1.ffn.fc1.weight"]));
+        EXPECT_TRUE(big->named_parameters()["blocks.2.ffn.fc1.weight"].equal(
+            s.named_parameters()["blocks.1.ffn.fc1.weight"]));
         EXPECT_TRUE(big->named_parameters()["blocks.3.attn.proj.weight"].eq(0).all().item<bool>());
-        EXPECT_FALSE(big->named_parameters()["blocks.3.attn.mat_qkv.weight"].eq(0).all().item<bool>());
+        EXPECT_FALSE(
+            big->named_parameters()["blocks.3.attn.mat_qkv.weight"].eq(0).all().item<bool>());
         // The new blocks are live: changing one's output projection changes the logits.
         big->named_parameters()["blocks.4.ffn.fc2.weight"].add_(0.5);
         EXPECT_GT((big->forward_teacher(labels, x) - a).abs().max().item<float>(), 1e-3f);
@@ -63,7 +66,8 @@ TEST(VarTrainUtils, GrownModelComputesWhatTheSmallOneDid) {
     auto cfg = small.var_config();
     cfg.depth = 1;
     VarTransformer shallower(cfg);
-    EXPECT_THROW(grow_var_from(*shallower, module_state_dict(*small.sampler().transformer()), "x"), std::invalid_argument);
+    EXPECT_THROW(grow_var_from(*shallower, module_state_dict(*small.sampler().transformer()), "x"),
+                 std::invalid_argument);
 }
 
 TEST(VarTrainUtils, EmaMovesTowardsTheWeights) {
@@ -90,8 +94,12 @@ TEST(VarTrainUtils, GrowEmaInt8RunReportsAllThreeAndShipsInt8) {
     // Dark squares on white, so there are foreground and background tokens.
     auto img = at::full({16, 3, 8, 8}, 255, at::kByte);
     for (int64_t i = 0; i < 16; ++i)
-        img[i].narrow(1, i % 4, 4).narrow(2, (i / 4) % 4, 4).copy_(at::randint(0, 200, {3, 4, 4}, gen, at::kByte));
-    save_safetensors({{"images", img}, {"labels", at::arange(16, at::kLong).remainder(4)}}, dir.file("pack.safetensors"));
+        img[i]
+            .narrow(1, i % 4, 4)
+            .narrow(2, (i / 4) % 4, 4)
+            .copy_(at::randint(0, 200, {3, 4, 4}, gen, at::kByte));
+    save_safetensors({{"images", img}, {"labels", at::arange(16, at::kLong).remainder(4)}},
+                     dir.file("pack.safetensors"));
     auto pipe = varscope::testing::tiny_pipeline(1, true);
     save_safetensors(module_state_dict(*pipe.sampler().vqvae()), dir.file("vae.safetensors"));
     auto cfg = pipe.var_config();
@@ -125,7 +133,8 @@ TEST(VarTrainUtils, GrowEmaInt8RunReportsAllThreeAndShipsInt8) {
         EXPECT_LT(r[k]["fg_fraction"].get<double>(), 1.0);
         EXPECT_GE(r[k]["fg_token_acc"].get<double>(), 0.0);
     }
-    EXPECT_NE(r["ema"]["loss"].get<double>(), r["loss"].get<double>());  // EMA differs from the raw weights
+    EXPECT_NE(r["ema"]["loss"].get<double>(),
+              r["loss"].get<double>());  // EMA differs from the raw weights
     // The shipped file is the EMA, int8, and loads with official names only.
     const auto meta = read_safetensors_metadata(dir.file("run/export-fp16.safetensors"));
     ASSERT_EQ(meta.count(kQuantMetadataKey), 1u);

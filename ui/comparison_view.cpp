@@ -4,7 +4,6 @@
 #include <QGridLayout>
 #include <QLabel>
 #include <QPushButton>
-
 #include <cmath>
 
 #include "ui/filmstrip.h"
@@ -47,7 +46,8 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     };
     base_canvas_ = make(tr("Baseline"), tr("Press Generate (Ctrl+Enter) to sample an image"));
     accel_canvas_ = make(tr("Accelerated"), tr("Enable an accelerator on the left to compare"));
-    diff_canvas_ = make(tr("|accelerated − baseline|"), tr("Difference appears after both sides ran"));
+    diff_canvas_ =
+        make(tr("|accelerated − baseline|"), tr("Difference appears after both sides ran"));
     base_canvas_->setObjectName("baselineCanvas");
     accel_canvas_->setObjectName("acceleratedCanvas");
     base_strip_ = new Filmstrip(this);
@@ -129,24 +129,27 @@ void ComparisonView::updateComparison() {
         metrics_.ssim = q.ssim;
         metrics_.base_ms = base_->run.total_ms;
         metrics_.accel_ms = accel_->run.total_ms;
-        metrics_.speedup = accel_->run.total_ms > 0 ? base_->run.total_ms / accel_->run.total_ms : 0;
+        metrics_.speedup =
+            accel_->run.total_ms > 0 ? base_->run.total_ms / accel_->run.total_ms : 0;
         metrics_.base_kv = base_->run.kv_bytes;
         metrics_.accel_kv = accel_->run.kv_bytes;
         const viz::FloatGrid d = viz::image_difference(base_->image, accel_->image);
         diff_image_ = viz::render_heatmap(d, viz::Colormap::Magma, {0.f, kDiffMax});
-        diff_canvas_->setCaption(tr("|Δ| (mean RGB, 0 … %1) · mean %2")
-                                     .arg(kDiffMax)
-                                     .arg(d.mean(), 0, 'f', 4));
+        diff_canvas_->setCaption(
+            tr("|Δ| (mean RGB, 0 … %1) · mean %2").arg(kDiffMax).arg(d.mean(), 0, 'f', 4));
     }
     diff_canvas_->setImage(diff_image_);
     metrics_label_->setText(metricsText());
 }
 
-QString ComparisonView::metricsText() const { return metrics_.text(); }
+QString ComparisonView::metricsText() const {
+    return metrics_.text();
+}
 
 void ComparisonView::setProgress(Side side, int scale, int scales) {
     auto* c = side == Side::Baseline ? base_canvas_ : accel_canvas_;
-    c->setBusy((family_ == Family::Mar ? tr("step %1/%2") : tr("scale %1/%2")).arg(scale + 1).arg(scales));
+    c->setBusy(
+        (family_ == Family::Mar ? tr("step %1/%2") : tr("scale %1/%2")).arg(scale + 1).arg(scales));
 }
 
 void ComparisonView::setPreview(Side side, const QImage& image) {
@@ -192,6 +195,8 @@ void ComparisonView::setShowDifference(bool on) {
     diff_canvas_->setVisible(on);
 }
 
-bool ComparisonView::showDifference() const { return show_diff_->isChecked(); }
+bool ComparisonView::showDifference() const {
+    return show_diff_->isChecked();
+}
 
 }  // namespace varscope::gui

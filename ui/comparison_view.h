@@ -28,13 +28,13 @@ struct ComparisonMetrics {
 
 class ComparisonView : public QWidget {
     Q_OBJECT
-public:
+  public:
     explicit ComparisonView(QWidget* parent = nullptr);
 
     void setResult(const SideResultPtr& r);
     void setProgress(Side side, int scale, int scales);
-    void setPreview(Side side, const QImage& image);  // the image after a scale / step
-    void setFamily(Family f) { family_ = f; }         // "scale" or "step" in progress badges
+    void setPreview(Side side, const QImage& image);         // the image after a scale / step
+    void setFamily(Family f) { family_ = f; }                // "scale" or "step" in progress badges
     void setSideMessage(Side side, const QString& message);  // error / cancelled text
     void markStale();  // new job: keep images, show progress badges
     void clearBusy();
@@ -48,10 +48,10 @@ public:
     const ComparisonMetrics& metrics() const { return metrics_; }
     QString metricsText() const;
 
-signals:
+  signals:
     void scaleSelected(int scale);
 
-private:
+  private:
     void updateComparison();
     static QStringList scaleCaptions(const SideResult& r);
 

@@ -1,10 +1,8 @@
 #include "ui/generation_worker.h"
 
 #include <QMutexLocker>
-
 #include <cmath>
 #include <new>
-
 
 namespace varscope::gui {
 namespace {

@@ -9,7 +9,6 @@
 #include <QStringList>
 #include <QThread>
 #include <QWaitCondition>
-
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -31,7 +30,7 @@ struct Job {
 
 class GenerationWorker : public QThread {
     Q_OBJECT
-public:
+  public:
     // Builds the engine's model for a source; the default loads checkpoints (Engine::load).
     using Loader = std::function<void(Engine&, const ModelSource&)>;
 
@@ -44,7 +43,7 @@ public:
     bool busy() const { return busy_.load(); }
     int cachedBaselines() const;
 
-signals:
+  signals:
     void jobStarted(quint64 job);
     void modelLoaded(quint64 job, varscope::gui::ModelInfo info);
     void modelFailed(quint64 job, QString message);
@@ -56,10 +55,10 @@ signals:
     void sweepPoint(quint64 job, varscope::gui::SweepPoint point);
     void jobFinished(quint64 job);
 
-protected:
+  protected:
     void run() override;
 
-private:
+  private:
     void runJob(quint64 id, const Job& job);
     SideResultPtr runSide(quint64 id, const Request& r, Side side);
     void ensureModel(quint64 id, const ModelSource& src);

@@ -7,7 +7,6 @@
 #include <QLabel>
 #include <QSpinBox>
 #include <QVBoxLayout>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -34,7 +33,8 @@ std::vector<int64_t> patch_nums_of(const SideResultPtr& r) {
 }
 
 bool is_binary(const std::vector<float>& v) {
-    return !v.empty() && std::all_of(v.begin(), v.end(), [](float x) { return x == 0.f || x == 1.f; });
+    return !v.empty() &&
+           std::all_of(v.begin(), v.end(), [](float x) { return x == 0.f || x == 1.f; });
 }
 
 }  // namespace
@@ -60,8 +60,9 @@ AttentionInspector::AttentionInspector(QWidget* parent) : QWidget(parent) {
     auto* bar = new QHBoxLayout;
     side_ = new QComboBox(this);
     side_->addItems({tr("Baseline"), tr("Accelerated")});
-    side_->setToolTip(tr("Which run's attention to show (accelerators that replace attention "
-                         "report their own maps in their tabs)"));
+    side_->setToolTip(
+        tr("Which run's attention to show (accelerators that replace attention "
+           "report their own maps in their tabs)"));
     scale_ = new QComboBox(this);
     scale_->setObjectName("attentionScale");
     scale_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
@@ -86,22 +87,27 @@ AttentionInspector::AttentionInspector(QWidget* parent) : QWidget(parent) {
     bar->addWidget(log_);
     cs4a_ = new QCheckBox(tr("CS4A keys"), this);
     cs4a_->setObjectName("attentionCs4a");
-    cs4a_->setToolTip(tr("Dim every entry SparVAR's CS4A did not keep at this scale and layer "
-                         "(its Top-K keys at the decision scale, the mapped keys at later scales), "
-                         "so the dense map shows what the sparse attention sees"));
+    cs4a_->setToolTip(
+        tr("Dim every entry SparVAR's CS4A did not keep at this scale and layer "
+           "(its Top-K keys at the decision scale, the mapped keys at later scales), "
+           "so the dense map shows what the sparse attention sees"));
     bar->addWidget(cs4a_);
     bar->addStretch(1);
     v->addLayout(bar);
     view_ = new viz::HeatmapView(this);
     view_->setObjectName("attentionView");
     view_->setKeepAspect(false);
-    view_->setEmptyText(tr("Attention maps are recorded for one layer at every scale.\n"
-                           "Press Generate to see them."));
+    view_->setEmptyText(
+        tr("Attention maps are recorded for one layer at every scale.\n"
+           "Press Generate to see them."));
     v->addWidget(view_, 1);
 
-    connect(side_, qOverload<int>(&QComboBox::currentIndexChanged), this, &AttentionInspector::refresh);
-    connect(scale_, qOverload<int>(&QComboBox::currentIndexChanged), this, &AttentionInspector::refresh);
-    connect(head_, qOverload<int>(&QComboBox::currentIndexChanged), this, &AttentionInspector::refresh);
+    connect(side_, qOverload<int>(&QComboBox::currentIndexChanged), this,
+            &AttentionInspector::refresh);
+    connect(scale_, qOverload<int>(&QComboBox::currentIndexChanged), this,
+            &AttentionInspector::refresh);
+    connect(head_, qOverload<int>(&QComboBox::currentIndexChanged), this,
+            &AttentionInspector::refresh);
     connect(log_, &QCheckBox::toggled, this, &AttentionInspector::refresh);
     connect(cs4a_, &QCheckBox::toggled, this, &AttentionInspector::refresh);
     connect(cmap_, qOverload<int>(&QComboBox::currentIndexChanged), this,
@@ -123,7 +129,9 @@ void AttentionInspector::setDepth(int depth, int heads) {
     for (int i = 0; i < heads; ++i) head_->addItem(tr("head %1").arg(i));
 }
 
-int AttentionInspector::layer() const { return layer_->value(); }
+int AttentionInspector::layer() const {
+    return layer_->value();
+}
 
 void AttentionInspector::setScale(int scale) {
     if (scale >= 0 && scale < scale_->count()) scale_->setCurrentIndex(scale);
@@ -137,8 +145,7 @@ void AttentionInspector::setResults(const SideResultPtr& base, const SideResultP
     {
         const QSignalBlocker b(scale_);
         scale_->clear();
-        for (size_t s = 0; s < pn.size(); ++s)
-            scale_->addItem(tr("%1: %2×%2").arg(s).arg(pn[s]));
+        for (size_t s = 0; s < pn.size(); ++s) scale_->addItem(tr("%1: %2×%2").arg(s).arg(pn[s]));
         scale_->setCurrentIndex(keep >= 0 && keep < scale_->count() ? keep : scale_->count() - 1);
     }
     refresh();
@@ -153,8 +160,7 @@ QString AttentionInspector::overlay_cs4a(viz::FloatGrid& g, int scale, int layer
             if (a.method == "sparvar" && (a.kind == "cs4a_selected" || a.kind == "cs4a_mapped") &&
                 a.scale == scale && a.layer == layer)
                 rec = &a;
-    if (!rec || rec->data.shape.size() != 3)
-        return tr(" · no CS4A keys at this scale/layer");
+    if (!rec || rec->data.shape.size() != 3) return tr(" · no CS4A keys at this scale/layer");
     const int64_t H = rec->data.dim(0), G = rec->data.dim(1), m = rec->data.dim(2);
     const int64_t q = g.rows, k = g.cols, rows_per_block = (q + G - 1) / std::max<int64_t>(G, 1);
     std::vector<char> kept(size_t(q * k), 0);
@@ -162,9 +168,11 @@ QString AttentionInspector::overlay_cs4a(viz::FloatGrid& g, int scale, int layer
         if (head >= 0 && h != head) continue;
         for (int64_t b = 0; b < G; ++b)
             for (int64_t j = 0; j < m; ++j) {
-                const auto key = static_cast<int64_t>(rec->data.values[size_t((h * G + b) * m + j)]);
+                const auto key =
+                    static_cast<int64_t>(rec->data.values[size_t((h * G + b) * m + j)]);
                 if (key < 0 || key >= k) continue;
-                for (int64_t row = b * rows_per_block; row < std::min(q, (b + 1) * rows_per_block); ++row)
+                for (int64_t row = b * rows_per_block; row < std::min(q, (b + 1) * rows_per_block);
+                     ++row)
                     kept[size_t(row * k + key)] = 1;
             }
     }
@@ -172,8 +180,10 @@ QString AttentionInspector::overlay_cs4a(viz::FloatGrid& g, int scale, int layer
     for (float v : g.values) lo = std::min(lo, v);
     int64_t n_kept = 0;
     for (size_t i = 0; i < kept.size(); ++i) {
-        if (kept[i]) ++n_kept;
-        else g.values[i] = lo;  // dimmed to the bottom of the colour scale
+        if (kept[i])
+            ++n_kept;
+        else
+            g.values[i] = lo;  // dimmed to the bottom of the colour scale
     }
     return tr(" · CS4A keeps %1 % (%2)")
         .arg(100.0 * double(n_kept) / double(std::max<int64_t>(q * k, 1)), 0, 'f', 1)
@@ -192,12 +202,14 @@ void AttentionInspector::refresh() {
         if (!r)
             view_->setEmptyText(tr("Press Generate to record attention maps."));
         else if (r->run.attention.empty())
-            view_->setEmptyText(side_->currentIndex() == 1
-                                    ? tr("The accelerated run reported no dense attention maps "
-                                         "(its attention may be replaced by a sparse kernel).")
-                                    : tr("No attention recorded for layer %1 yet: regenerating…").arg(layer));
+            view_->setEmptyText(
+                side_->currentIndex() == 1
+                    ? tr("The accelerated run reported no dense attention maps "
+                         "(its attention may be replaced by a sparse kernel).")
+                    : tr("No attention recorded for layer %1 yet: regenerating…").arg(layer));
         else
-            view_->setEmptyText(tr("No attention recorded for scale %1, layer %2.").arg(scale).arg(layer));
+            view_->setEmptyText(
+                tr("No attention recorded for scale %1, layer %2.").arg(scale).arg(layer));
         return;
     }
     const int64_t heads = rec->probs.dim(0), q = rec->probs.dim(1), k = rec->probs.dim(2);
@@ -224,13 +236,14 @@ void AttentionInspector::refresh() {
     view_->setGrid(g);
     view_->setPartitions({}, cols);
     view_->setLegendLabel(log_->isChecked() ? tr("log10 p") : tr("p"));
-    view_->setTitle(tr("Scale %1 (%2×%2 queries) attending to %3 keys · layer %4 · %5")
-                        .arg(scale)
-                        .arg(layout.patch_nums[size_t(scale)])
-                        .arg(k)
-                        .arg(layer)
-                        .arg(head < 0 ? tr("mean of %1 heads").arg(heads) : tr("head %1").arg(head)) +
-                    cs4a_note);
+    view_->setTitle(
+        tr("Scale %1 (%2×%2 queries) attending to %3 keys · layer %4 · %5")
+            .arg(scale)
+            .arg(layout.patch_nums[size_t(scale)])
+            .arg(k)
+            .arg(layer)
+            .arg(head < 0 ? tr("mean of %1 heads").arg(heads) : tr("head %1").arg(head)) +
+        cs4a_note);
     const int64_t qpn = layout.patch_nums[size_t(scale)];
     view_->setCellLabeler([layout, qpn](int row, int col) {
         auto [ks, ky, kx] = layout.locate(col);
@@ -263,10 +276,12 @@ AccelInspector::AccelInspector(const QString& method, const QString& hint, QWidg
     index_->setToolTip(tr("Index over the leading dimensions of a >2-D record (e.g. heads)"));
     mode_ = new QComboBox(this);
     mode_->addItems({tr("Heatmap"), tr("Overlay on image")});
-    mode_->setToolTip(tr("Token records (one value per token of the scale) can be laid over the image"));
+    mode_->setToolTip(
+        tr("Token records (one value per token of the scale) can be laid over the image"));
     mode_->setCurrentIndex(1);
     cmap_ = colormap_combo(this, viz::Colormap::Viridis);
-    for (QWidget* w : std::initializer_list<QWidget*>{kind_, scale_, layer_, index_, mode_, cmap_}) bar->addWidget(w);
+    for (QWidget* w : std::initializer_list<QWidget*>{kind_, scale_, layer_, index_, mode_, cmap_})
+        bar->addWidget(w);
     bar->addStretch(1);
     v->addLayout(bar);
     values_ = new QLabel(this);
@@ -320,7 +335,8 @@ void AccelInspector::setResults(const SideResultPtr& base, const SideResultPtr& 
     const SideResultPtr& source = accel_ && !accel_->same_as_baseline ? accel_ : base_;
     if (source)
         for (const auto& a : source->run.accel)
-            if (method_.isEmpty() || QString::fromStdString(a.method) == method_) records_.push_back(&a);
+            if (method_.isEmpty() || QString::fromStdString(a.method) == method_)
+                records_.push_back(&a);
     rebuildKinds();
 }
 
@@ -363,9 +379,10 @@ void AccelInspector::rebuildScales() {
     }
     // Records without tensors but with scalar values (e.g. bytes per layer and scale) are
     // shown together as a layer x scale table.
-    const bool table = !recs.empty() && std::all_of(recs.begin(), recs.end(), [](const AccelOutput* r) {
-        return r->data.empty() && !r->values.empty();
-    });
+    const bool table =
+        !recs.empty() && std::all_of(recs.begin(), recs.end(), [](const AccelOutput* r) {
+            return r->data.empty() && !r->values.empty();
+        });
     scale_->clear();
     layer_->clear();
     if (table) {
@@ -375,12 +392,16 @@ void AccelInspector::rebuildScales() {
     } else {
         // 1-D records of equal length, one per scale (e.g. bytes per layer): stackable into a
         // (entries x scales) map.
-        const bool stackable = scales.size() > 1 && std::all_of(recs.begin(), recs.end(), [&](const AccelOutput* r) {
-            return r->data.shape.size() == 1 && r->layer < 0 && r->data.shape == recs.front()->data.shape;
-        });
+        const bool stackable =
+            scales.size() > 1 && std::all_of(recs.begin(), recs.end(), [&](const AccelOutput* r) {
+                return r->data.shape.size() == 1 && r->layer < 0 &&
+                       r->data.shape == recs.front()->data.shape;
+            });
         if (stackable) scale_->addItem(tr("stacked"), -3);
-        for (int64_t s : scales) scale_->addItem(s < 0 ? tr("all scales") : tr("scale %1").arg(s), qlonglong(s));
-        for (int64_t l : layers) layer_->addItem(l < 0 ? tr("all layers") : tr("layer %1").arg(l), qlonglong(l));
+        for (int64_t s : scales)
+            scale_->addItem(s < 0 ? tr("all scales") : tr("scale %1").arg(s), qlonglong(s));
+        for (int64_t l : layers)
+            layer_->addItem(l < 0 ? tr("all layers") : tr("layer %1").arg(l), qlonglong(l));
     }
     // Default: the stacked overview where there is one, else the last scale.
     int si = scale_->findData(keep_scale);
@@ -401,7 +422,8 @@ void AccelInspector::refresh() {
         const bool ran = accel_ && !accel_->same_as_baseline;
         view_->setEmptyText(ran && !method_.isEmpty() &&
                                     QString::fromStdString(accel_->run.accel_summary) != "baseline"
-                                ? hint_ + "\n" + tr("(No records from this method in the last run.)")
+                                ? hint_ + "\n" +
+                                      tr("(No records from this method in the last run.)")
                                 : hint_);
         values_->clear();
         return;
@@ -449,7 +471,8 @@ void AccelInspector::refresh() {
         view_->setKeepAspect(false);
         view_->setGrid(g);
         view_->setColormap(static_cast<viz::Colormap>(cmap_->currentIndex()));
-        view_->setTitle(tr("%1 per entry (rows, e.g. layers) × scale (columns)").arg(kind_->currentText()));
+        view_->setTitle(
+            tr("%1 per entry (rows, e.g. layers) × scale (columns)").arg(kind_->currentText()));
         view_->setCellLabeler([sv](int row, int col) {
             return QObject::tr("entry %1, scale %2").arg(row).arg(sv[size_t(col)]);
         });
@@ -458,7 +481,8 @@ void AccelInspector::refresh() {
         mode_->setEnabled(false);
         return;
     }
-    const qlonglong scale = scale_->currentData().toLongLong(), layer = layer_->currentData().toLongLong();
+    const qlonglong scale = scale_->currentData().toLongLong(),
+                    layer = layer_->currentData().toLongLong();
     const AccelOutput* rec = nullptr;
     for (const auto* r : recs)
         if (r->scale == scale && r->layer == layer) rec = r;
@@ -473,7 +497,8 @@ void AccelInspector::refresh() {
     // Shape -> grid: (n) as one row, or as the scale's pn x pn token map; (r, c) as is; more
     // dimensions: the leading ones are flattened into the slice index.
     const auto& shape = rec->data.shape;
-    const int64_t spn = rec->scale >= 0 && size_t(rec->scale) < pn.size() ? pn[size_t(rec->scale)] : 0;
+    const int64_t spn =
+        rec->scale >= 0 && size_t(rec->scale) < pn.size() ? pn[size_t(rec->scale)] : 0;
     int64_t rows = 1, cols = int64_t(rec->data.values.size()), slices = 1;
     if (shape.size() == 1 && spn > 0 && shape[0] == spn * spn) {
         rows = cols = spn;
@@ -503,9 +528,11 @@ void AccelInspector::refresh() {
                             rec->kind.find("mapped") != std::string::npos;
     if (index_list) {
         int64_t keys = 0;
-        if (auto it = rec->values.find("kv_len"); it != rec->values.end()) keys = int64_t(it->second);
+        if (auto it = rec->values.find("kv_len"); it != rec->values.end())
+            keys = int64_t(it->second);
         for (float v : g.values) keys = std::max<int64_t>(keys, int64_t(v) + 1);
-        viz::FloatGrid mask = viz::FloatGrid::filled(int(rows), int(std::max<int64_t>(keys, 1)), 0.f);
+        viz::FloatGrid mask =
+            viz::FloatGrid::filled(int(rows), int(std::max<int64_t>(keys, 1)), 0.f);
         for (int r = 0; r < g.rows; ++r)
             for (int c = 0; c < g.cols; ++c)
                 if (g.at(r, c) >= 0) mask.at(r, int(g.at(r, c))) = 1.f;
@@ -522,12 +549,14 @@ void AccelInspector::refresh() {
     values_->setText(facts.join(" · "));
     mode_->setEnabled(token_map);
     view_->setKeepAspect(token_map || rows == cols);
-    view_->setGrid(g, binary ? std::optional<viz::ValueRange>(viz::ValueRange{0.f, 1.f}) : std::nullopt);
+    view_->setGrid(
+        g, binary ? std::optional<viz::ValueRange>(viz::ValueRange{0.f, 1.f}) : std::nullopt);
     if (binary && cmap_->currentIndex() == static_cast<int>(viz::Colormap::Viridis))
         view_->setColormap(viz::Colormap::Mask);
     else
         view_->setColormap(static_cast<viz::Colormap>(cmap_->currentIndex()));
-    if (token_map && mode_->currentIndex() == 1 && accel_) view_->setBackground(accel_->image, 0.55);
+    if (token_map && mode_->currentIndex() == 1 && accel_)
+        view_->setBackground(accel_->image, 0.55);
     view_->setTitle(tr("%1 · scale %2%3")
                         .arg(kind_->currentText())
                         .arg(rec->scale)
@@ -559,14 +588,16 @@ Inspector::Inspector(QWidget* parent) : QTabWidget(parent) {
          tr("Enable LazyMAR to see, per step and layer, which tokens were computed and which were "
             "reused from the token cache, their similarity to the cache, and the condition "
             "cache's skipped steps.")},
-        {"", tr("All records"), tr("Accelerator probe records of the last accelerated run appear here.")}};
+        {"", tr("All records"),
+         tr("Accelerator probe records of the last accelerated run appear here.")}};
     for (const auto& [id, title, hint] : tabs) {
         auto* tab = new AccelInspector(id, hint, this);
         tab->setObjectName("inspector." + (id.isEmpty() ? QStringLiteral("all") : id));
         methods_.emplace_back(id, tab);
         addTab(tab, title);
     }
-    connect(attention_, &AttentionInspector::layerRequested, this, &Inspector::attentionLayerRequested);
+    connect(attention_, &AttentionInspector::layerRequested, this,
+            &Inspector::attentionLayerRequested);
 }
 
 void Inspector::setResults(const SideResultPtr& base, const SideResultPtr& accel) {
@@ -574,7 +605,9 @@ void Inspector::setResults(const SideResultPtr& base, const SideResultPtr& accel
     for (auto& [_, tab] : methods_) tab->setResults(base, accel);
 }
 
-void Inspector::setModel(int depth, int heads) { attention_->setDepth(depth, heads); }
+void Inspector::setModel(int depth, int heads) {
+    attention_->setDepth(depth, heads);
+}
 
 void Inspector::setFamily(Family f) {
     // MAR runs record no attention maps here (its attention is bidirectional over the buffer
@@ -609,6 +642,8 @@ QImage Inspector::currentPanelImage() const {
     return v->grab().toImage();
 }
 
-QString Inspector::currentPanelTitle() const { return tabText(currentIndex()); }
+QString Inspector::currentPanelTitle() const {
+    return tabText(currentIndex());
+}
 
 }  // namespace varscope::gui

@@ -17,14 +17,14 @@ class QSpinBox;
 namespace varscope::viz {
 class HeatmapView;
 struct FloatGrid;
-}
+}  // namespace varscope::viz
 
 namespace varscope::gui {
 
 // Layout helpers for a scale schedule (patch_nums of the scales that ran).
 struct ScaleLayout {
     std::vector<int64_t> patch_nums;
-    int64_t begin(size_t scale) const;   // first token of the scale in the full sequence
+    int64_t begin(size_t scale) const;  // first token of the scale in the full sequence
     int64_t tokens(size_t scale) const { return patch_nums[scale] * patch_nums[scale]; }
     // (scale, y, x) of a token index in the full sequence; scale = -1 if out of range.
     std::tuple<int64_t, int64_t, int64_t> locate(int64_t token) const;
@@ -32,7 +32,7 @@ struct ScaleLayout {
 
 class AttentionInspector : public QWidget {
     Q_OBJECT
-public:
+  public:
     explicit AttentionInspector(QWidget* parent = nullptr);
     void setResults(const SideResultPtr& base, const SideResultPtr& accel);
     void setDepth(int depth, int heads);
@@ -40,10 +40,10 @@ public:
     int layer() const;
     viz::HeatmapView* view() const { return view_; }
 
-signals:
+  signals:
     void layerRequested(int layer);  // attention of another layer is needed (re-run)
 
-private:
+  private:
     void refresh();
     // Dims the entries of `g` (q x k) outside SparVAR's CS4A key lists for (scale, layer);
     // returns a caption fragment.
@@ -61,7 +61,7 @@ private:
 
 class AccelInspector : public QWidget {
     Q_OBJECT
-public:
+  public:
     // method: "fastvar", ... or "" for every method; hint: the empty-state text.
     AccelInspector(const QString& method, const QString& hint, QWidget* parent = nullptr);
     void setResults(const SideResultPtr& base, const SideResultPtr& accel);
@@ -71,7 +71,7 @@ public:
     QStringList kinds() const;
     bool selectKind(const QString& kind);
 
-private:
+  private:
     void rebuildKinds();
     void rebuildScales();
     void refresh();
@@ -93,7 +93,7 @@ private:
 
 class Inspector : public QTabWidget {
     Q_OBJECT
-public:
+  public:
     explicit Inspector(QWidget* parent = nullptr);
     void setResults(const SideResultPtr& base, const SideResultPtr& accel);
     void setModel(int depth, int heads);
@@ -105,10 +105,10 @@ public:
     QImage currentPanelImage() const;
     QString currentPanelTitle() const;
 
-signals:
+  signals:
     void attentionLayerRequested(int layer);
 
-private:
+  private:
     AttentionInspector* attention_;
     std::vector<std::pair<QString, AccelInspector*>> methods_;
 };

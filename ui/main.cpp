@@ -61,10 +61,11 @@ int main(int argc, char** argv) {
     QCommandLineOption seed("seed", "Seed to start with.", "n");
     QCommandLineOption preset("preset", "Accelerator preset to start with.", "name");
     QCommandLineOption shots("screenshots", "Generate once, save screenshots to DIR, quit.", "dir");
-    QCommandLineOption tabs("tabs", "Inspector tabs for --screenshots (comma-separated titles).", "list",
-                            "Attention");
+    QCommandLineOption tabs("tabs", "Inspector tabs for --screenshots (comma-separated titles).",
+                            "list", "Attention");
     QCommandLineOption size("size", "Window size WxH.", "size");
-    QCommandLineOption model("model", "Embedded model to start with: var (default) or mar.", "family", "var");
+    QCommandLineOption model("model", "Embedded model to start with: var (default) or mar.",
+                             "family", "var");
     cli.addOptions({prompt, seed, preset, shots, tabs, size, model});
     cli.process(app);
     const QString family = cli.value(model).toLower();

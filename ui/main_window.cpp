@@ -128,7 +128,8 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     // Worker signals (queued: they come from the worker thread).
     connect(worker_, &GenerationWorker::modelLoaded, this, [this](quint64, ModelInfo info) {
         model_info_ = info;
-        model_panel_->setClassList(QString::fromStdString(info.class_list_path), int(info.num_classes));
+        model_panel_->setClassList(QString::fromStdString(info.class_list_path),
+                                   int(info.num_classes));
         model_panel_->setLoadedModel(info);
         method_panel_->setFamily(info.family);
         plots_->setFamily(info.family);
@@ -144,17 +145,19 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         comparison_->setSideMessage(Side::Baseline, tr("The model could not be loaded."));
         QMessageBox::critical(this, tr("Could not load the model"), msg);
     });
-    connect(worker_, &GenerationWorker::progress, this, [this](quint64 job, int side, int scale, int scales) {
-        if (job != latest_job_) return;
-        comparison_->setProgress(Side(side), scale, scales);
-        progress_->setRange(0, scales);
-        progress_->setValue(scale + 1);
-        progress_->setFormat((side == 0 ? tr("baseline") : tr("accelerated")) + " %v/%m");
-        progress_->show();
-    });
-    connect(worker_, &GenerationWorker::preview, this, [this](quint64 job, int side, int, QImage image) {
-        if (job == latest_job_) comparison_->setPreview(Side(side), image);
-    });
+    connect(worker_, &GenerationWorker::progress, this,
+            [this](quint64 job, int side, int scale, int scales) {
+                if (job != latest_job_) return;
+                comparison_->setProgress(Side(side), scale, scales);
+                progress_->setRange(0, scales);
+                progress_->setValue(scale + 1);
+                progress_->setFormat((side == 0 ? tr("baseline") : tr("accelerated")) + " %v/%m");
+                progress_->show();
+            });
+    connect(worker_, &GenerationWorker::preview, this,
+            [this](quint64 job, int side, int, QImage image) {
+                if (job == latest_job_) comparison_->setPreview(Side(side), image);
+            });
     connect(worker_, &GenerationWorker::sideFinished, this, [this](quint64 job, SideResultPtr r) {
         if (job != latest_job_) return;
         if (sweeping_ && r->side == Side::Accelerated) return;
@@ -175,7 +178,8 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
                 if (side == int(Side::Accelerated)) {
                     // Shown in place (sliders would otherwise raise a dialog per move).
                     method_panel_->setRuntimeError(tr("Accelerated run failed: %1").arg(msg));
-                    comparison_->setSideMessage(Side::Accelerated, tr("Accelerated run failed:\n%1").arg(msg));
+                    comparison_->setSideMessage(Side::Accelerated,
+                                                tr("Accelerated run failed:\n%1").arg(msg));
                     statusBar()->showMessage(tr("Accelerated run failed: %1").arg(msg), 8000);
                     showResults();
                 } else {
@@ -218,29 +222,38 @@ void MainWindow::buildActions() {
         if (toolbar) tb->addAction(a);
         return a;
     };
-    auto* gen = add(tr("Generate"), QKeySequence(Qt::CTRL | Qt::Key_Return), &MainWindow::generate, true,
-                    QStyle::SP_MediaPlay);
+    auto* gen = add(tr("Generate"), QKeySequence(Qt::CTRL | Qt::Key_Return), &MainWindow::generate,
+                    true, QStyle::SP_MediaPlay);
     gen->setObjectName("generateAction");
-    add(tr("Cancel"), QKeySequence(Qt::Key_Escape), &MainWindow::cancel, true, QStyle::SP_MediaStop);
+    add(tr("Cancel"), QKeySequence(Qt::Key_Escape), &MainWindow::cancel, true,
+        QStyle::SP_MediaStop);
     tb->addSeparator();
-    add(tr("Random seed"), QKeySequence(Qt::CTRL | Qt::Key_R), [this] { model_panel_->rollDice(); }, false);
-    file->addAction(add(tr("Open checkpoints…"), QKeySequence::Open,
-                        [this] { model_panel_->openCheckpoints(); }, false));
+    add(
+        tr("Random seed"), QKeySequence(Qt::CTRL | Qt::Key_R), [this] { model_panel_->rollDice(); },
+        false);
+    file->addAction(add(
+        tr("Open checkpoints…"), QKeySequence::Open, [this] { model_panel_->openCheckpoints(); },
+        false));
     file->addSeparator();
     file->addAction(add(tr("Export comparison figure…"), QKeySequence(Qt::CTRL | Qt::Key_E),
                         &MainWindow::exportFigureDialog, true, QStyle::SP_DialogSaveButton));
-    file->addAction(add(tr("Export metrics (CSV/JSON)…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E),
+    file->addAction(add(tr("Export metrics (CSV/JSON)…"),
+                        QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E),
                         &MainWindow::exportMetricsDialog, false));
-    file->addAction(add(tr("Save accelerated image…"), QKeySequence::Save, &MainWindow::saveImageDialog, false));
+    file->addAction(add(tr("Save accelerated image…"), QKeySequence::Save,
+                        &MainWindow::saveImageDialog, false));
     file->addSeparator();
-    file->addAction(add(tr("Quit"), QKeySequence::Quit, [this] { close(); }, false));
-    file->actions().front()->setStatusTip(tr("Drop a VARScope PNG on the window to restore its settings"));
+    file->addAction(add(
+        tr("Quit"), QKeySequence::Quit, [this] { close(); }, false));
+    file->actions().front()->setStatusTip(
+        tr("Drop a VARScope PNG on the window to restore its settings"));
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("Keyboard shortcuts"), this, [this] {
         QMessageBox::information(
             this, tr("Keyboard shortcuts"),
             tr("Ctrl+Enter  generate\nEsc  cancel\nCtrl+R  random seed\nCtrl+O  open checkpoints\n"
-               "Ctrl+E  export comparison figure\nCtrl+Shift+E  export metrics\nCtrl+S  save accelerated "
+               "Ctrl+E  export comparison figure\nCtrl+Shift+E  export metrics\nCtrl+S  save "
+               "accelerated "
                "image\nD  toggle difference view\nWheel / drag / double-click  zoom / pan / fit\n\n"
                "Drop a PNG exported by VARScope on the window to restore its settings."));
     });
@@ -270,8 +283,9 @@ void MainWindow::applyRequest(const Request& r, bool generateNow) {
 void MainWindow::generate() {
     debounce_.stop();
     if (!method_panel_->valid()) {
-        statusBar()->showMessage(tr("Fix the accelerator settings first: %1").arg(method_panel_->validationError()),
-                                 6000);
+        statusBar()->showMessage(
+            tr("Fix the accelerator settings first: %1").arg(method_panel_->validationError()),
+            6000);
         return;
     }
     Job job;
@@ -282,7 +296,8 @@ void MainWindow::generate() {
     latest_job_ = active_job_ = worker_->submit(std::move(job));
 }
 
-void MainWindow::runSweep(const QString& method, const QString& param, const std::vector<double>& values) {
+void MainWindow::runSweep(const QString& method, const QString& param,
+                          const std::vector<double>& values) {
     Job job;
     job.type = Job::Type::Sweep;
     job.request = currentRequest();
@@ -305,8 +320,7 @@ void MainWindow::showResults() {
     inspector_->setResults(base, accel);
     plots_->setResults(base, accel);
     metrics_->setResults(base, accel);
-    if (base)
-        status_model_->setToolTip(QString::fromStdString(last_request_.to_json().dump(2)));
+    if (base) status_model_->setToolTip(QString::fromStdString(last_request_.to_json().dump(2)));
     emit resultsUpdated();
 }
 
@@ -314,8 +328,8 @@ void MainWindow::showResults() {
 
 bool MainWindow::confirmOverwrite(const QString& path) {
     return !QFileInfo::exists(path) ||
-           QMessageBox::question(this, tr("File exists"), tr("%1 exists. Overwrite it?").arg(path)) ==
-               QMessageBox::Yes;
+           QMessageBox::question(this, tr("File exists"),
+                                 tr("%1 exists. Overwrite it?").arg(path)) == QMessageBox::Yes;
 }
 
 QString MainWindow::defaultExportName(const QString& suffix) const {
@@ -345,7 +359,8 @@ QStringList MainWindow::figureNotes() const {
     nlohmann::json enabled = nlohmann::json::object();
     for (const auto& [id, m] : r.accel.items())
         if (m.is_object() && m.value("enabled", false)) enabled[id] = m;
-    notes << tr("Accelerators: %1").arg(enabled.empty() ? tr("none") : QString::fromStdString(enabled.dump()));
+    notes << tr("Accelerators: %1")
+                 .arg(enabled.empty() ? tr("none") : QString::fromStdString(enabled.dump()));
     notes << tr("Metrics: %1").arg(comparison_->metricsText());
     notes << tr("VARScope · %1").arg(QDateTime::currentDateTime().toString(Qt::ISODate));
     return notes;
@@ -363,20 +378,25 @@ bool MainWindow::exportFigure(const ExportOptions& o, QString* error, bool overw
     }
     viz::Figure f;
     f.title = o.title.isEmpty() ? tr("VARScope comparison") : o.title;
-    if (o.baseline) f.panels.push_back({base->image, tr("Baseline · %1 ms").arg(base->run.total_ms, 0, 'f', 1)});
+    if (o.baseline)
+        f.panels.push_back(
+            {base->image, tr("Baseline · %1 ms").arg(base->run.total_ms, 0, 'f', 1)});
     if (o.accelerated && accel)
         f.panels.push_back({accel->image, tr("%1 · %2 ms")
                                               .arg(QString::fromStdString(accel->run.accel_summary))
                                               .arg(accel->run.total_ms, 0, 'f', 1)});
     if (o.difference && !comparison_->differenceImage().isNull())
-        f.panels.push_back({comparison_->differenceImage(), tr("|accelerated − baseline| (0 … 0.5)")});
+        f.panels.push_back(
+            {comparison_->differenceImage(), tr("|accelerated − baseline| (0 … 0.5)")});
     if (o.attention && inspector_->attention()->view()->hasData())
         f.panels.push_back({inspector_->attention()->view()->grab().toImage(), tr("Attention")});
     if (o.inspector && inspector_->currentWidget() != inspector_->attention()) {
         const QImage img = inspector_->currentPanelImage();
         if (!img.isNull()) f.panels.push_back({img, inspector_->currentPanelTitle()});
     }
-    if (o.plots) f.panels.push_back({plots_->latencyPlot()->toPixmap(480, 360).toImage(), tr("Latency per scale")});
+    if (o.plots)
+        f.panels.push_back(
+            {plots_->latencyPlot()->toPixmap(480, 360).toImage(), tr("Latency per scale")});
     f.notes = figureNotes();
     f.columns = std::min<int>(3, std::max<int>(1, int(f.panels.size())));
     QMap<QString, QString> text;
@@ -394,19 +414,21 @@ bool MainWindow::exportMetrics(const QString& path, QString* error, bool overwri
         if (error) *error = tr("%1 exists").arg(path);
         return false;
     }
-    if (QFileInfo(path).suffix().toLower() == "csv") return viz::write_text_file(path, metrics_->toCsv(), error);
+    if (QFileInfo(path).suffix().toLower() == "csv")
+        return viz::write_text_file(path, metrics_->toCsv(), error);
     const auto& m = comparison_->metrics();
     nlohmann::json summary = {{"settings", last_request_.to_json()},
                               {"model", model_info_.description},
                               {"device", model_info_.device}};
     if (m.valid)
-        summary["comparison"] = {{"psnr_db", std::isinf(m.psnr) ? nlohmann::json("inf") : nlohmann::json(m.psnr)},
-                                 {"ssim", m.ssim},
-                                 {"speedup", m.speedup},
-                                 {"baseline_ms", m.base_ms},
-                                 {"accelerated_ms", m.accel_ms},
-                                 {"baseline_kv_bytes", m.base_kv},
-                                 {"accelerated_kv_bytes", m.accel_kv}};
+        summary["comparison"] = {
+            {"psnr_db", std::isinf(m.psnr) ? nlohmann::json("inf") : nlohmann::json(m.psnr)},
+            {"ssim", m.ssim},
+            {"speedup", m.speedup},
+            {"baseline_ms", m.base_ms},
+            {"accelerated_ms", m.accel_ms},
+            {"baseline_kv_bytes", m.base_kv},
+            {"accelerated_kv_bytes", m.accel_kv}};
     return viz::write_text_file(path, metrics_->toJson(summary), error);
 }
 
@@ -427,8 +449,10 @@ bool MainWindow::saveImage(Side side, const QString& path, QString* error, bool 
 
 void MainWindow::exportFigureDialog() {
     ExportOptions o;
-    o.title = tr("VARScope: %1").arg(QString::fromStdString(
-        comparison_->accelerated() ? comparison_->accelerated()->run.accel_summary : "baseline"));
+    o.title = tr("VARScope: %1")
+                  .arg(QString::fromStdString(comparison_->accelerated()
+                                                  ? comparison_->accelerated()->run.accel_summary
+                                                  : "baseline"));
     o.path = defaultExportName("png");
     ExportDialog dlg(o, inspector_->currentPanelTitle(), this);
     if (dlg.exec() != QDialog::Accepted) return;
@@ -442,9 +466,9 @@ void MainWindow::exportFigureDialog() {
 }
 
 void MainWindow::exportMetricsDialog() {
-    const QString path = QFileDialog::getSaveFileName(this, tr("Export metrics"), defaultExportName("csv"),
-                                                      tr("CSV (*.csv);;JSON (*.json)"), nullptr,
-                                                      QFileDialog::DontConfirmOverwrite);
+    const QString path = QFileDialog::getSaveFileName(
+        this, tr("Export metrics"), defaultExportName("csv"), tr("CSV (*.csv);;JSON (*.json)"),
+        nullptr, QFileDialog::DontConfirmOverwrite);
     if (path.isEmpty() || !confirmOverwrite(path)) return;
     export_dir_ = QFileInfo(path).path();
     QString error;
@@ -452,12 +476,14 @@ void MainWindow::exportMetricsDialog() {
 }
 
 void MainWindow::saveImageDialog() {
-    const QString path = QFileDialog::getSaveFileName(this, tr("Save accelerated image"), defaultExportName("png"),
-                                                      tr("PNG (*.png)"), nullptr, QFileDialog::DontConfirmOverwrite);
+    const QString path =
+        QFileDialog::getSaveFileName(this, tr("Save accelerated image"), defaultExportName("png"),
+                                     tr("PNG (*.png)"), nullptr, QFileDialog::DontConfirmOverwrite);
     if (path.isEmpty() || !confirmOverwrite(path)) return;
     export_dir_ = QFileInfo(path).path();
     QString error;
-    if (!saveImage(comparison_->accelerated() ? Side::Accelerated : Side::Baseline, path, &error, true))
+    if (!saveImage(comparison_->accelerated() ? Side::Accelerated : Side::Baseline, path, &error,
+                   true))
         QMessageBox::critical(this, tr("Save failed"), error);
 }
 
@@ -472,7 +498,8 @@ bool MainWindow::restoreFromPng(const QString& path, QString* error) {
         Request r = Request::from_json(nlohmann::json::parse(text.toStdString()));
         r.gen.attention_layer = inspector_->attention()->layer();
         applyRequest(r, true);
-        statusBar()->showMessage(tr("Settings restored from %1").arg(QFileInfo(path).fileName()), 5000);
+        statusBar()->showMessage(tr("Settings restored from %1").arg(QFileInfo(path).fileName()),
+                                 5000);
         return true;
     } catch (const std::exception& e) {
         if (error) *error = tr("%1: %2").arg(path, QString::fromStdString(e.what()));
@@ -522,7 +549,8 @@ void MainWindow::readSettings() {
             for (auto* d : findChildren<QDockWidget*>()) {
                 if (d->objectName() == "leftDock") resizeDocks({d}, {370}, Qt::Horizontal);
                 if (d->objectName() == "inspectorDock") resizeDocks({d}, {620}, Qt::Horizontal);
-                if (d->objectName() == "plotsDock") resizeDocks({d}, {std::max(280, height() * 3 / 10)}, Qt::Vertical);
+                if (d->objectName() == "plotsDock")
+                    resizeDocks({d}, {std::max(280, height() * 3 / 10)}, Qt::Vertical);
             }
         });
     }

@@ -18,16 +18,18 @@ MarSettings::MarSettings(QWidget* parent) : QWidget(parent) {
     num_iter_->setObjectName("marNumIter");
     num_iter_->setRange(1, 256);  // MarSampleOptions::validate caps it at the token count
     num_iter_->setValue(64);
-    num_iter_->setToolTip(tr("Decoding steps: the cosine schedule unmasks all tokens in this many "
-                             "steps (official: 64)"));
+    num_iter_->setToolTip(
+        tr("Decoding steps: the cosine schedule unmasks all tokens in this many "
+           "steps (official: 64)"));
     form->addRow(tr("Steps"), num_iter_);
 
     schedule_ = new QComboBox(this);
     schedule_->setObjectName("marCfgSchedule");
     schedule_->addItem(tr("linear"), "linear");
     schedule_->addItem(tr("constant"), "constant");
-    schedule_->setToolTip(tr("CFG schedule: linear ramps the guidance up with the decoded fraction "
-                             "(official), constant uses the CFG value at every step"));
+    schedule_->setToolTip(
+        tr("CFG schedule: linear ramps the guidance up with the decoded fraction "
+           "(official), constant uses the CFG value at every step"));
     form->addRow(tr("CFG schedule"), schedule_);
 
     temperature_ = new QDoubleSpinBox(this);
@@ -44,9 +46,10 @@ MarSettings::MarSettings(QWidget* parent) : QWidget(parent) {
     diffusion_steps_->setSpecialValueText(tr("model's"));
     diffusion_steps_->setValue(0);
     diffusion_steps_->setKeyboardTracking(false);  // reloads: only on Enter / focus out
-    diffusion_steps_->setToolTip(tr("Diffusion steps of the DiffLoss head (respacing of 1000; "
-                                    "official 100). \"model's\" = what the model file recommends. "
-                                    "Changing it reloads the model."));
+    diffusion_steps_->setToolTip(
+        tr("Diffusion steps of the DiffLoss head (respacing of 1000; "
+           "official 100). \"model's\" = what the model file recommends. "
+           "Changing it reloads the model."));
     form->addRow(tr("Diffusion steps"), diffusion_steps_);
 
     auto changed = [this] {
@@ -76,7 +79,8 @@ void MarSettings::apply(const GenerationSettings& g) {
 }
 
 std::string MarSettings::diffusionSteps() const {
-    return diffusion_steps_->value() == 0 ? std::string() : std::to_string(diffusion_steps_->value());
+    return diffusion_steps_->value() == 0 ? std::string()
+                                          : std::to_string(diffusion_steps_->value());
 }
 
 void MarSettings::setDiffusionSteps(const std::string& steps) {

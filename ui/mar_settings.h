@@ -4,7 +4,6 @@
 #pragma once
 
 #include <QWidget>
-
 #include <string>
 
 #include "ui/engine/engine.h"
@@ -17,12 +16,12 @@ namespace varscope::gui {
 
 class MarSettings : public QWidget {
     Q_OBJECT
-public:
+  public:
     explicit MarSettings(QWidget* parent = nullptr);
 
-    void read(GenerationSettings& g) const;    // num_iter, cfg_schedule, temperature
-    void apply(const GenerationSettings& g);   // without signals
-    std::string diffusionSteps() const;        // "" = the model file's recommendation
+    void read(GenerationSettings& g) const;            // num_iter, cfg_schedule, temperature
+    void apply(const GenerationSettings& g);           // without signals
+    std::string diffusionSteps() const;                // "" = the model file's recommendation
     void setDiffusionSteps(const std::string& steps);  // without signals; "" or a count
     // Sets what `r` names (cfg into `cfg`), the rest to the official MAR defaults; no signals.
     void applyRecommendation(const MarSamplingRecommendation& r, QDoubleSpinBox* cfg);
@@ -30,11 +29,11 @@ public:
     QSpinBox* numIterBox() const { return num_iter_; }
     QSpinBox* diffusionStepsBox() const { return diffusion_steps_; }
 
-signals:
+  signals:
     void settingsChanged();
     void diffusionStepsChanged();
 
-private:
+  private:
     QSpinBox* num_iter_;
     QComboBox* schedule_;
     QDoubleSpinBox* temperature_;

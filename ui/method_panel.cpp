@@ -12,7 +12,6 @@
 #include <QSpinBox>
 #include <QToolButton>
 #include <QVBoxLayout>
-
 #include <cmath>
 
 #include "ui/engine/engine.h"
@@ -39,7 +38,8 @@ QString tooltip(const ParamSpec& p) {
     if (p.kind != ParamKind::Bool)
         t += "<br>" + QObject::tr("Range: [%1, %2]").arg(p.min).arg(p.max);
     if (p.kind == ParamKind::IntList || p.kind == ParamKind::RealList)
-        t += "<br>" + QObject::tr("%1 to %2 comma-separated values").arg(p.min_items).arg(p.max_items);
+        t += "<br>" +
+             QObject::tr("%1 to %2 comma-separated values").arg(p.min_items).arg(p.max_items);
     return t;
 }
 
@@ -106,8 +106,9 @@ QWidget* MethodPanel::buildSection(const MethodSpec& m) {
     QFont f = enable->font();
     f.setBold(true);
     enable->setFont(f);
-    const QString help = QString::fromStdString(m.summary) +
-                         (m.paper.empty() ? QString() : "\n" + tr("Paper: %1").arg(QString::fromStdString(m.paper)));
+    const QString help =
+        QString::fromStdString(m.summary) +
+        (m.paper.empty() ? QString() : "\n" + tr("Paper: %1").arg(QString::fromStdString(m.paper)));
     enable->setToolTip(help);
     header->addWidget(arrow);
     header->addWidget(enable, 1);
@@ -162,7 +163,9 @@ QWidget* MethodPanel::buildEditor(const MethodSpec& m, const ParamSpec& p) {
             c->setChecked(p.default_value.is_boolean() && p.default_value.get<bool>());
             connect(c, &QCheckBox::toggled, this, &MethodPanel::changed);
             e.get = [c] { return nlohmann::json(c->isChecked()); };
-            e.set = [c](const nlohmann::json& j) { c->setChecked(j.is_boolean() && j.get<bool>()); };
+            e.set = [c](const nlohmann::json& j) {
+                c->setChecked(j.is_boolean() && j.get<bool>());
+            };
             w = c;
             break;
         }
@@ -195,12 +198,14 @@ QWidget* MethodPanel::buildEditor(const MethodSpec& m, const ParamSpec& p) {
                 spin = s;
                 value = [s] { return s->value(); };
                 set_value = [s](double v) { s->setValue(v); };
-                connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this, &MethodPanel::changed);
+                connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this,
+                        &MethodPanel::changed);
             }
             spin->setObjectName(name);
             auto to_slider = [=](double v) {
                 return int_slider ? int(std::lround(v))
-                                  : int(std::lround((v - lo) / (hi - lo > 0 ? hi - lo : 1) * kSliderSteps));
+                                  : int(std::lround((v - lo) / (hi - lo > 0 ? hi - lo : 1) *
+                                                    kSliderSteps));
             };
             auto from_slider = [=](int s) {
                 return int_slider ? double(s) : lo + (hi - lo) * s / double(kSliderSteps);
@@ -214,16 +219,18 @@ QWidget* MethodPanel::buildEditor(const MethodSpec& m, const ParamSpec& p) {
                 slider->setValue(to_slider(value()));
             };
             if (integer)
-                connect(static_cast<QSpinBox*>(spin), qOverload<int>(&QSpinBox::valueChanged), slider, sync);
-            else
-                connect(static_cast<QDoubleSpinBox*>(spin), qOverload<double>(&QDoubleSpinBox::valueChanged),
+                connect(static_cast<QSpinBox*>(spin), qOverload<int>(&QSpinBox::valueChanged),
                         slider, sync);
+            else
+                connect(static_cast<QDoubleSpinBox*>(spin),
+                        qOverload<double>(&QDoubleSpinBox::valueChanged), slider, sync);
             if (p.default_value.is_number()) set_value(p.default_value.get<double>());
             sync();
             h->addWidget(slider, 1);
             h->addWidget(spin);
             e.get = [=] {
-                return integer ? nlohmann::json(int64_t(std::lround(value()))) : nlohmann::json(value());
+                return integer ? nlohmann::json(int64_t(std::lround(value())))
+                               : nlohmann::json(value());
             };
             e.set = [=](const nlohmann::json& j) {
                 if (j.is_number()) set_value(j.get<double>());
@@ -339,7 +346,8 @@ void MethodPanel::changed() {
 }
 
 void MethodPanel::showMessages() {
-    const QString text = !error_.isEmpty() ? tr("Invalid settings: %1").arg(error_) : runtime_error_;
+    const QString text =
+        !error_.isEmpty() ? tr("Invalid settings: %1").arg(error_) : runtime_error_;
     message_->setText(text);
     message_->setVisible(!text.isEmpty());
 }

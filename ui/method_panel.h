@@ -6,7 +6,6 @@
 #pragma once
 
 #include <QWidget>
-
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -23,7 +22,7 @@ namespace varscope::gui {
 
 class MethodPanel : public QWidget {
     Q_OBJECT
-public:
+  public:
     explicit MethodPanel(QWidget* parent = nullptr);
 
     nlohmann::json config() const;  // {"skip": {"enabled": ..., ...}, "fastvar": {...}, ...}
@@ -38,10 +37,10 @@ public:
     void setFamily(Family f);  // shows that family's methods and presets
     Family family() const { return family_; }
 
-signals:
+  signals:
     void configChanged();
 
-private:
+  private:
     struct Editor {
         std::string method;
         ParamSpec spec;

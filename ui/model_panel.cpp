@@ -18,7 +18,6 @@
 #include <QStandardItemModel>
 #include <QStyle>
 #include <QToolButton>
-
 #include <limits>
 
 #include "core/text/class_matcher.h"
@@ -28,11 +27,11 @@ namespace varscope::gui {
 namespace {
 
 QString source_data(const ModelSource& s) {
-    return QString::fromStdString(
-        s.kind == ModelSource::Kind::Files    ? "files\n" + s.var_path + "\n" + s.vae_path
-        : s.kind == ModelSource::Kind::Custom ? "custom\n" + s.custom_name
-        : s.family == Family::Mar             ? std::string("embedded\nmar")
-                                              : std::string("embedded"));
+    return QString::fromStdString(s.kind == ModelSource::Kind::Files
+                                      ? "files\n" + s.var_path + "\n" + s.vae_path
+                                  : s.kind == ModelSource::Kind::Custom ? "custom\n" + s.custom_name
+                                  : s.family == Family::Mar ? std::string("embedded\nmar")
+                                                            : std::string("embedded"));
 }
 
 ModelSource source_from_data(const QString& d) {
@@ -53,7 +52,7 @@ ModelSource source_from_data(const QString& d) {
 
 // Picks the VAR and VQVAE checkpoints of an official pair.
 class CheckpointDialog : public QDialog {
-public:
+  public:
     explicit CheckpointDialog(QWidget* parent) : QDialog(parent) {
         setWindowTitle(tr("Open checkpoints"));
         auto* form = new QFormLayout(this);
@@ -235,13 +234,13 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
             class_id_->setValue(suggestions_->item(0)->data(Qt::UserRole).toInt());
         }
     });
-    connect(suggestions_, &QListWidget::itemClicked, this, [this](QListWidgetItem* it) {
-        class_id_->setValue(it->data(Qt::UserRole).toInt());
-    });
+    connect(suggestions_, &QListWidget::itemClicked, this,
+            [this](QListWidgetItem* it) { class_id_->setValue(it->data(Qt::UserRole).toInt()); });
     connect(class_id_, qOverload<int>(&QSpinBox::valueChanged), this, [this](int id) {
         class_name_->setText(className(id));
         for (int i = 0; i < suggestions_->count(); ++i)
-            if (suggestions_->item(i)->data(Qt::UserRole).toInt() == id) suggestions_->setCurrentRow(i);
+            if (suggestions_->item(i)->data(Qt::UserRole).toInt() == id)
+                suggestions_->setCurrentRow(i);
         if (!updating_) emit settingsChanged();
     });
     connect(seed_, qOverload<int>(&QSpinBox::valueChanged), this, [this] {
@@ -308,8 +307,9 @@ void ModelPanel::setFamily(Family f) {
     form_->setRowVisible(top_k_, !is_mar);
     form_->setRowVisible(top_p_, !is_mar);
     form_->setRowVisible(mar_, is_mar);
-    cfg_->setToolTip(is_mar ? tr("Classifier-free guidance scale (scheduled over the decoding steps)")
-                            : tr("Classifier-free guidance scale (ramped over the scales)"));
+    cfg_->setToolTip(is_mar
+                         ? tr("Classifier-free guidance scale (scheduled over the decoding steps)")
+                         : tr("Classifier-free guidance scale (ramped over the scales)"));
     updateRecommendationButton();
 }
 
@@ -367,7 +367,8 @@ void ModelPanel::setModelSource(const ModelSource& src) {
     if (src.kind == ModelSource::Kind::Files)
         addRecent(QString::fromStdString(src.var_path), QString::fromStdString(src.vae_path));
     updating_ = true;
-    const int d = device_->findData(QString::fromStdString(src.device).startsWith("cuda") ? "cuda" : "cpu");
+    const int d =
+        device_->findData(QString::fromStdString(src.device).startsWith("cuda") ? "cuda" : "cpu");
     auto* items = qobject_cast<QStandardItemModel*>(device_->model());
     if (d >= 0 && items->item(d)->isEnabled()) device_->setCurrentIndex(d);
     updating_ = false;
@@ -394,7 +395,9 @@ void ModelPanel::openCheckpoints() {
     emit modelChanged();
 }
 
-QString ModelPanel::prompt() const { return prompt_->text(); }
+QString ModelPanel::prompt() const {
+    return prompt_->text();
+}
 
 GenerationSettings ModelPanel::sampling() const {
     GenerationSettings g;
@@ -430,7 +433,7 @@ void ModelPanel::setLoadedModelRecommendation(const SamplingRecommendation& r) {
     updateRecommendationButton();
     if (!model_picked_by_user_) return;
     model_picked_by_user_ = false;
-    updating_ = true;  // one settingsChanged below, not three
+    updating_ = true;                   // one settingsChanged below, not three
     const GenerationSettings official;  // the official VAR defaults
     cfg_->setValue(r.cfg.value_or(official.cfg));
     top_k_->setValue(int(r.top_k.value_or(official.top_k)));
@@ -499,7 +502,8 @@ void ModelPanel::updateSuggestions() {
     suggestions_->clear();
     if (!matcher_) return;
     for (const Match& m : matcher_->rank(prompt_->text().toStdString(), 6)) {
-        auto* it = new QListWidgetItem(QStringLiteral("[%1] %2").arg(m.class_id).arg(QString::fromStdString(m.label)));
+        auto* it = new QListWidgetItem(
+            QStringLiteral("[%1] %2").arg(m.class_id).arg(QString::fromStdString(m.label)));
         it->setData(Qt::UserRole, int(m.class_id));
         suggestions_->addItem(it);
     }

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <QWidget>
-
 #include <memory>
 
 #include "ui/run_types.h"
@@ -28,7 +27,7 @@ class MarSettings;
 
 class ModelPanel : public QWidget {
     Q_OBJECT
-public:
+  public:
     explicit ModelPanel(QWidget* parent = nullptr);
     ~ModelPanel() override;
 
@@ -67,16 +66,16 @@ public:
     QLineEdit* promptEdit() const { return prompt_; }
     QListWidget* suggestions() const { return suggestions_; }
 
-public slots:
+  public slots:
     void rollDice();
     void openCheckpoints();
 
-signals:
+  signals:
     void modelChanged();
     void settingsChanged();
     void recentFilesChanged();
 
-private:
+  private:
     void updateSuggestions();
     void rebuildModelCombo(const ModelSource& select);
     void addRecent(const QString& var, const QString& vae);

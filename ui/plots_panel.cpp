@@ -8,11 +8,9 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPushButton>
+#include <QSignalBlocker>
 #include <QSpinBox>
 #include <QVBoxLayout>
-
-#include <QSignalBlocker>
-
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -60,7 +58,8 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     latency_->setObjectName("latencyPlot");
     cumulative_ = make_plot(this, tr("Cumulative time"), tr("scale"), tr("ms"));
     kv_ = make_plot(this, tr("KV cache after each scale"), tr("scale"), tr("MiB"));
-    sweep_plot_ = make_plot(this, tr("Sweep: speedup vs PSNR"), tr("PSNR vs baseline (dB)"), tr("speedup ×"));
+    sweep_plot_ =
+        make_plot(this, tr("Sweep: speedup vs PSNR"), tr("PSNR vs baseline (dB)"), tr("speedup ×"));
     sweep_plot_->setObjectName("sweepPlot");
     sweep_plot_->legend->setVisible(false);
     lazymar_ = make_plot(this, tr("LazyMAR per step"), tr("step"), tr("fraction"));
@@ -99,7 +98,8 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     v->addLayout(bar);
 
     fillMethods();
-    connect(method_, qOverload<int>(&QComboBox::currentIndexChanged), this, &PlotsPanel::fillParams);
+    connect(method_, qOverload<int>(&QComboBox::currentIndexChanged), this,
+            &PlotsPanel::fillParams);
     connect(param_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
         const auto id = method_->currentData().toString().toStdString();
         for (const auto& m : Engine::methods(family_))
@@ -130,7 +130,8 @@ void PlotsPanel::fillMethods() {
         const bool numeric = std::any_of(m.params.begin(), m.params.end(), [](const ParamSpec& p) {
             return p.kind == ParamKind::Int || p.kind == ParamKind::Real;
         });
-        if (numeric) method_->addItem(QString::fromStdString(m.title), QString::fromStdString(m.id));
+        if (numeric)
+            method_->addItem(QString::fromStdString(m.title), QString::fromStdString(m.id));
     }
 }
 
@@ -157,8 +158,10 @@ void PlotsPanel::fillParams() {
         if (m.id == id)
             for (const auto& p : m.params)
                 if (p.kind == ParamKind::Int || p.kind == ParamKind::Real)
-                    param_->addItem(QString::fromStdString(p.symbol.empty() ? p.label : p.label + " (" + p.symbol + ")"),
-                                    QString::fromStdString(p.key));
+                    param_->addItem(
+                        QString::fromStdString(p.symbol.empty() ? p.label
+                                                                : p.label + " (" + p.symbol + ")"),
+                        QString::fromStdString(p.key));
 }
 
 std::vector<double> PlotsPanel::sweepValues() const {
@@ -219,7 +222,8 @@ void PlotsPanel::setLazyMarResults(const SideResultPtr& accel) {
     if (accel && !accel->same_as_baseline)
         for (const auto& r : accel->run.accel) {
             if (r.method != "lazymar") continue;
-            if (r.kind == "lazymar_tokens" && r.values.count("computed") && r.values.count("total")) {
+            if (r.kind == "lazymar_tokens" && r.values.count("computed") &&
+                r.values.count("total")) {
                 rows[r.scale].first += r.values.at("computed");
                 rows[r.scale].second += r.values.at("total");
             } else if (r.kind == "lazymar_condition" && r.values.count("drift")) {

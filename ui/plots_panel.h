@@ -5,7 +5,6 @@
 #pragma once
 
 #include <QWidget>
-
 #include <vector>
 
 #include "core/accel/param_spec.h"
@@ -22,7 +21,7 @@ namespace varscope::gui {
 
 class PlotsPanel : public QWidget {
     Q_OBJECT
-public:
+  public:
     explicit PlotsPanel(QWidget* parent = nullptr);
     void setResults(const SideResultPtr& base, const SideResultPtr& accel);
     void clearSweep();
@@ -35,10 +34,10 @@ public:
     void setFamily(Family f);  // axis names, the family's plots and sweepable methods
     QCustomPlot* lazyMarPlot() const { return lazymar_; }
 
-signals:
+  signals:
     void sweepRequested(QString method, QString param, std::vector<double> values);
 
-private:
+  private:
     void fillParams();
     void fillMethods();
     void setLazyMarResults(const SideResultPtr& accel);

@@ -57,7 +57,8 @@ Request Request::from_json(const nlohmann::json& j) {
 
 QImage to_qimage(const RgbImage& img) {
     if (img.empty()) return {};
-    return QImage(img.rgb.data(), img.width, img.height, img.width * 3, QImage::Format_RGB888).copy();
+    return QImage(img.rgb.data(), img.width, img.height, img.width * 3, QImage::Format_RGB888)
+        .copy();
 }
 
 }  // namespace varscope::gui

@@ -308,16 +308,16 @@ int run_attention(const BenchOptions& o) {
                 fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(),
                 fmt(flops / (t * 1e-3) / 1e12, "%.0f").c_str(), err);
             static const char* const kImplNames[kImpls + 1] = {
-                "sm90-serial", "sm90-overlap", "sm90-3stage", "sm90-pair", "sm90-pair-ovl",
-                "sm90-pair-wide", "sm90-single", "sm90-default"};
+                "sm90-serial",   "sm90-overlap",   "sm90-3stage", "sm90-pair",
+                "sm90-pair-ovl", "sm90-pair-wide", "sm90-single", "sm90-default"};
             for (const int row : {kImpls, 0, 1, 2, 3, 4, 5, 6}) {  // the default first
                 const double ts = ms_of(row == kImpls ? ours_sm90 : sm90[row]);
                 const double e = row == kImpls ? err_sm90 : err_sm90s[row];
                 std::printf(
                     "%-18s %5lld %-12s %8s  x%s flash  x%s cudnn  x%s flex  %s%% ideal  %s TFLOP/s"
                     "  err %.1e\n",
-                    c.name.c_str(), static_cast<long long>(block), kImplNames[row],
-                    fmt(ts).c_str(), fmt(tf / ts, "%.2f").c_str(), fmt(tc / ts, "%.2f").c_str(),
+                    c.name.c_str(), static_cast<long long>(block), kImplNames[row], fmt(ts).c_str(),
+                    fmt(tf / ts, "%.2f").c_str(), fmt(tc / ts, "%.2f").c_str(),
                     fmt(tx / ts, "%.2f").c_str(), fmt(100.0 * (tf / ts) / ideal, "%.0f").c_str(),
                     fmt(flops / (ts * 1e-3) / 1e12, "%.0f").c_str(), e);
             }

@@ -31,7 +31,7 @@ struct BenchMarArgs {
     std::string sampling_steps = "100";
     std::string json;
     bool force = false;
-    bool split = false;  // one more run per method, timing transformer and head apart
+    bool split = false;    // one more run per method, timing transformer and head apart
     bool planned = false;  // FLOPs from the step plan only, no runs
     bool no_cuda_graphs = false;
     bool compare_eager = false;  // one more run per method without CUDA graphs
@@ -49,7 +49,7 @@ using Clock = std::chrono::steady_clock;
 // Splits each step into the transformer (step begin .. condition) and the DiffLoss head
 // (condition .. step end), synchronising the device at each boundary.
 class StepSplitTimer : public MarSamplingHooks {
-public:
+  public:
     explicit StepSplitTimer(at::Device d) : device_(d) {}
     void on_step_begin(MarStepContext&) override { t0_ = now(); }
     void on_condition(const MarStepContext&, at::Tensor&) override { t1_ = now(); }
@@ -60,7 +60,7 @@ public:
     }
     double transformer_ms = 0.0, head_ms = 0.0;
 
-private:
+  private:
     Clock::time_point now() {
         synchronize_device(device_);
         return Clock::now();
@@ -81,12 +81,12 @@ struct MethodRun {
     MarSampleResult last;
     double computed_share = 1.0;  // block positions computed / baseline's, over the run
     int64_t skipped_unconditional = 0;
-    bool graphs = false;                // the timed runs replayed CUDA graphs
-    double eager_ms = 0.0;              // --compare-eager: one run without graphs
-    double eager_max_abs_diff = -1.0;   // ... and its tokens vs the last graphed run
-    std::vector<double> modules_totals;  // --compare-modules: the module-path head
-    double modules_max_abs_diff = -1.0;  // ... its tokens vs the last fused run
-    double kernels_per_step = 0.0;       // graph kernel nodes per decoding step (mean)
+    bool graphs = false;                      // the timed runs replayed CUDA graphs
+    double eager_ms = 0.0;                    // --compare-eager: one run without graphs
+    double eager_max_abs_diff = -1.0;         // ... and its tokens vs the last graphed run
+    std::vector<double> modules_totals;       // --compare-modules: the module-path head
+    double modules_max_abs_diff = -1.0;       // ... its tokens vs the last fused run
+    double kernels_per_step = 0.0;            // graph kernel nodes per decoding step (mean)
     double kernels_per_diffusion_step = 0.0;  // per reverse step, from diffusion graphs
 };
 
@@ -150,12 +150,11 @@ MethodRun run_method(MarPipeline& pipe, MarSampleOptions opt, const std::string&
                   << m.modules_max_abs_diff << " (max |token| "
                   << m.last.tokens.abs().max().item<double>() << "); kernels per decoding step "
                   << m.kernels_per_step << " fused vs " << tmp.kernels_per_step
-                  << " module path; per diffusion step " << m.kernels_per_diffusion_step
-                  << " vs " << tmp.kernels_per_diffusion_step << std::endl;
+                  << " module path; per diffusion step " << m.kernels_per_diffusion_step << " vs "
+                  << tmp.kernels_per_diffusion_step << std::endl;
     }
-    m.flops = lazymar_planned_flops(c, accel.lazymar, opt.num_iter,
-                                    int64_t(opt.class_ids.size()), opt.cfg,
-                                    pipe.sampler().diffusion().schedule().num_steps());
+    m.flops = lazymar_planned_flops(c, accel.lazymar, opt.num_iter, int64_t(opt.class_ids.size()),
+                                    opt.cfg, pipe.sampler().diffusion().schedule().num_steps());
     if (a.compare_eager && opt.cuda_graphs) {  // one eager run: its time and its tokens
         MarSampleOptions eager = opt;
         eager.cuda_graphs = false;
@@ -206,8 +205,8 @@ nlohmann::json planned_model(const std::string& preset, const BenchMarArgs& a) {
                               : 0.0;
         std::cerr << "  " << std::left << std::setw(18) << name << std::right << std::fixed
                   << std::setprecision(2) << std::setw(8) << f.total() / 1e12 << " TFLOPs  ratio "
-                  << ratio << "x  (transformer " << (f.linear + f.attention) / 1e12
-                  << " T, ratio " << tr << "x; head " << f.diffusion / 1e12 << " T)\n";
+                  << ratio << "x  (transformer " << (f.linear + f.attention) / 1e12 << " T, ratio "
+                  << tr << "x; head " << f.diffusion / 1e12 << " T)\n";
         methods.push_back({{"method", name},
                            {"summary", accel.summary()},
                            {"config", accel.to_json()},
@@ -242,11 +241,12 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
         HeadPath path;
         bool pdl, row_split;
     };
-    const std::vector<Variant> variants{{"modules", HeadPath::Modules, true, false},
-                                        {"fused", HeadPath::FusedCuda, true, false},
-                                        {"fused_no_pdl", HeadPath::FusedCuda, false, false},
-                                        {"fused_row_split", HeadPath::FusedCuda, true, true},
-                                        {"fused_row_split_no_pdl", HeadPath::FusedCuda, false, true}};
+    const std::vector<Variant> variants{
+        {"modules", HeadPath::Modules, true, false},
+        {"fused", HeadPath::FusedCuda, true, false},
+        {"fused_no_pdl", HeadPath::FusedCuda, false, false},
+        {"fused_row_split", HeadPath::FusedCuda, true, true},
+        {"fused_row_split_no_pdl", HeadPath::FusedCuda, false, true}};
     nlohmann::json rows = nlohmann::json::array();
     for (int64_t N : a.head_rows) {
         const auto z = at::randn({2 * N, c.decoder_embed_dim}, f32).to(dtype);
@@ -271,7 +271,8 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
             kernels::run_on_capture_stream(dev, fn);
             kernels::CudaGraph graph;
             graph.capture(dev, fn);
-            const auto t = kernels::time_on_gpu([&] { graph.replay(); }, dev, 3, a.head_iters, false);
+            const auto t =
+                kernels::time_on_gpu([&] { graph.replay(); }, dev, 3, a.head_iters, false);
             const auto result = out.to(at::kFloat).clone();
             if (!ref.defined()) ref = result;
             const double diff = (result - ref).abs().max().item<double>();
@@ -386,7 +387,9 @@ int run(const BenchMarArgs& a) {
               {"diffusion_steps", a.sampling_steps},
               {"warmup_runs", a.warmup},
               {"runs", a.repeat},
-              {"timing", a.planned ? "none: FLOPs from the step plan (lazymar_planned_flops)" : "whole loop (transformer + DiffLoss head, no VAE), one device sync per run; FLOPs from the step plan"},
+              {"timing", a.planned ? "none: FLOPs from the step plan (lazymar_planned_flops)"
+                                   : "whole loop (transformer + DiffLoss head, no VAE), one device "
+                                     "sync per run; FLOPs from the step plan"},
               {"models", nlohmann::json::array()}});
     for (const auto& m : a.models) j["models"].push_back(bench_model(m, a));
     if (!a.json.empty()) {
@@ -400,26 +403,57 @@ int run(const BenchMarArgs& a) {
 
 Runner add_bench_mar(CLI::App& bench) {
     auto a = std::make_shared<BenchMarArgs>();
-    auto* cmd = bench.add_subcommand("mar", "MAR (random weights) baseline vs LazyMAR: latency, FLOPs, ratios");
-    cmd->add_option("--models", a->models, "MAR presets or JSON configs")->delimiter(',')->capture_default_str();
-    cmd->add_option("--methods", a->methods, "baseline first, then MAR presets or JSON (" + mar_preset_names() + ")")->delimiter(',')->capture_default_str();
+    auto* cmd = bench.add_subcommand(
+        "mar", "MAR (random weights) baseline vs LazyMAR: latency, FLOPs, ratios");
+    cmd->add_option("--models", a->models, "MAR presets or JSON configs")
+        ->delimiter(',')
+        ->capture_default_str();
+    cmd->add_option("--methods", a->methods,
+                    "baseline first, then MAR presets or JSON (" + mar_preset_names() + ")")
+        ->delimiter(',')
+        ->capture_default_str();
     cmd->add_option("--device", a->device, "cpu, cuda or cuda:N")->capture_default_str();
-    cmd->add_option("--precision", a->precision, "transformer precision")->check(CLI::IsMember({"fp32", "fp16", "bf16"}))->capture_default_str();
-    cmd->add_option("--batch", a->batch, "images per run")->check(CLI::Range(1, 1024))->capture_default_str();
-    cmd->add_option("--num-iter", a->num_iter, "decoding steps")->check(CLI::Range(1, 4096))->capture_default_str();
-    cmd->add_option("--cfg", a->cfg, "classifier-free guidance (linear schedule)")->capture_default_str();
-    cmd->add_option("--num-sampling-steps", a->sampling_steps, "diffusion respacing")->capture_default_str();
-    cmd->add_option("--repeat", a->repeat, "timed runs per method")->check(CLI::Range(1, 1000))->capture_default_str();
-    cmd->add_option("--warmup", a->warmup, "untimed runs per method first")->check(CLI::Range(0, 100))->capture_default_str();
+    cmd->add_option("--precision", a->precision, "transformer precision")
+        ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+        ->capture_default_str();
+    cmd->add_option("--batch", a->batch, "images per run")
+        ->check(CLI::Range(1, 1024))
+        ->capture_default_str();
+    cmd->add_option("--num-iter", a->num_iter, "decoding steps")
+        ->check(CLI::Range(1, 4096))
+        ->capture_default_str();
+    cmd->add_option("--cfg", a->cfg, "classifier-free guidance (linear schedule)")
+        ->capture_default_str();
+    cmd->add_option("--num-sampling-steps", a->sampling_steps, "diffusion respacing")
+        ->capture_default_str();
+    cmd->add_option("--repeat", a->repeat, "timed runs per method")
+        ->check(CLI::Range(1, 1000))
+        ->capture_default_str();
+    cmd->add_option("--warmup", a->warmup, "untimed runs per method first")
+        ->check(CLI::Range(0, 100))
+        ->capture_default_str();
     cmd->add_option("--json", a->json, "write the results as JSON");
     cmd->add_flag("--force", a->force, "overwrite --json");
-    cmd->add_flag("--planned-flops", a->planned, "no runs: FLOPs of each method from the step plan (equal to what a run counts)");
-    cmd->add_flag("--no-cuda-graphs", a->no_cuda_graphs, "run the MAR loop eagerly on CUDA (no graph replay)");
-    cmd->add_flag("--compare-eager", a->compare_eager, "one more run per method without CUDA graphs: its time and whether its tokens equal the graphed ones");
-    cmd->add_flag("--compare-modules", a->compare_modules, "time each method again with the LibTorch module path of the DiffLoss head (no fused kernels) and compare the tokens");
-    cmd->add_option("--head-rows", a->head_rows, "benchmark the DiffLoss head alone for these decoded-token counts (CUDA graphs: module path vs fused kernels)")->delimiter(',');
-    cmd->add_option("--head-iters", a->head_iters, "timed graph replays per head variant")->check(CLI::Range(1, 10000))->capture_default_str();
-    cmd->add_flag("--split", a->split, "one more run per method with device syncs that splits each step into transformer and DiffLoss-head time");
+    cmd->add_flag("--planned-flops", a->planned,
+                  "no runs: FLOPs of each method from the step plan (equal to what a run counts)");
+    cmd->add_flag("--no-cuda-graphs", a->no_cuda_graphs,
+                  "run the MAR loop eagerly on CUDA (no graph replay)");
+    cmd->add_flag("--compare-eager", a->compare_eager,
+                  "one more run per method without CUDA graphs: its time and whether its tokens "
+                  "equal the graphed ones");
+    cmd->add_flag("--compare-modules", a->compare_modules,
+                  "time each method again with the LibTorch module path of the DiffLoss head (no "
+                  "fused kernels) and compare the tokens");
+    cmd->add_option("--head-rows", a->head_rows,
+                    "benchmark the DiffLoss head alone for these decoded-token counts (CUDA "
+                    "graphs: module path vs fused kernels)")
+        ->delimiter(',');
+    cmd->add_option("--head-iters", a->head_iters, "timed graph replays per head variant")
+        ->check(CLI::Range(1, 10000))
+        ->capture_default_str();
+    cmd->add_flag("--split", a->split,
+                  "one more run per method with device syncs that splits each step into "
+                  "transformer and DiffLoss-head time");
     return [a]() { return run(*a); };
 }
 

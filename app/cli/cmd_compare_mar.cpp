@@ -60,15 +60,18 @@ int run(CompareMarArgs& a) {
     prepare_output_dir(a.out_dir, "--out");  // fails before the model loads
     MarRunArgs& m = a.run;
     if (m.head_cfg_period_given()) {
-        if (accel.lazymar.head_cfg_period != 0 && accel.lazymar.head_cfg_period != m.head_cfg_period)
+        if (accel.lazymar.head_cfg_period != 0 &&
+            accel.lazymar.head_cfg_period != m.head_cfg_period)
             std::cerr << "--head-cfg-period " << m.head_cfg_period
                       << " replaces the accelerator config's lazymar.head_cfg_period "
                       << accel.lazymar.head_cfg_period << "\n";
         accel.lazymar.head_cfg_period = m.head_cfg_period;
         if (m.head_cfg_period > 0 && lazymar_head_period(accel.lazymar) == 0)
             throw std::invalid_argument(
-                "--head-cfg-period applies to LazyMAR's condition cache, which the accelerated side "
-                "(" + accel.summary() + ") does not use; pass --accel lazymar or lazymar-condition");
+                "--head-cfg-period applies to LazyMAR's condition cache, which the accelerated "
+                "side "
+                "(" +
+                accel.summary() + ") does not use; pass --accel lazymar or lazymar-condition");
     }
     m.resolve_model();
     MarPipeline pipe = m.build();
@@ -82,8 +85,8 @@ int run(CompareMarArgs& a) {
     auto lazy = make_lazymar_hooks(accel.lazymar, c, nullptr);
     std::cerr << pipe.describe() << "\naccelerated side: " << accel.summary()
               << (fast_opt.head_cfg_cache_period > 0
-                      ? ", head condition cache every " + std::to_string(fast_opt.head_cfg_cache_period) +
-                            " diffusion steps"
+                      ? ", head condition cache every " +
+                            std::to_string(fast_opt.head_cfg_cache_period) + " diffusion steps"
                       : std::string())
               << "\n";
     const bool will_decode = pipe.sampler().has_decoder();
@@ -190,7 +193,8 @@ int run(CompareMarArgs& a) {
                           {"labels", base.last.labels.cpu()}},
                          tokens_path, {{"seed", std::to_string(m.seed)}});
         const auto lab = base.last.labels.to(at::kLong).cpu().contiguous();
-        const std::vector<int64_t> labels(lab.data_ptr<int64_t>(), lab.data_ptr<int64_t>() + lab.numel());
+        const std::vector<int64_t> labels(lab.data_ptr<int64_t>(),
+                                          lab.data_ptr<int64_t>() + lab.numel());
         nlohmann::json j = environment_json(pipe.device().str());
         j.update({{"model", pipe.describe()},
                   {"config", c.to_json()},
@@ -232,13 +236,21 @@ int run(CompareMarArgs& a) {
 
 Runner add_compare_mar(CLI::App& app) {
     auto a = std::make_shared<CompareMarArgs>();
-    auto* cmd = app.add_subcommand("compare-mar", "MAR baseline vs LazyMAR with the same seed: timings, FLOPs, computed positions, PSNR/SSIM");
+    auto* cmd = app.add_subcommand("compare-mar",
+                                   "MAR baseline vs LazyMAR with the same seed: timings, FLOPs, "
+                                   "computed positions, PSNR/SSIM");
     a->run.add_to(*cmd);
-    cmd->add_option("--accel", a->accel, "MAR accelerators: a JSON config file, inline JSON, or a preset (" + mar_preset_names() + ")")->required();
-    cmd->add_option("-o,--out", a->out_dir, "directory for metrics.json, tokens.safetensors (and baseline/accelerated/diff images with a VAE)");
+    cmd->add_option("--accel", a->accel,
+                    "MAR accelerators: a JSON config file, inline JSON, or a preset (" +
+                        mar_preset_names() + ")")
+        ->required();
+    cmd->add_option("-o,--out", a->out_dir,
+                    "directory for metrics.json, tokens.safetensors (and baseline/accelerated/diff "
+                    "images with a VAE)");
     cmd->add_flag("--force", a->force, "overwrite existing files in --out");
     cmd->add_option("--repeat", a->repeat, "timed runs of each side")->check(CLI::Range(1, 1000));
-    cmd->add_option("--warmup", a->warmup, "untimed runs of each side first")->check(CLI::Range(0, 100));
+    cmd->add_option("--warmup", a->warmup, "untimed runs of each side first")
+        ->check(CLI::Range(0, 100));
     return [a]() { return run(*a); };
 }
 

@@ -33,7 +33,7 @@ struct GenerateArgs {
 
 // Progress sink: one line per scale as it finishes.
 class ProgressPrinter : public ProbeSink {
-public:
+  public:
     explicit ProgressPrinter(int64_t scales) : scales_(scales) {}
     void on_scale(ScaleRecord r) override {
         std::cerr << "  scale " << std::setw(2) << r.scale + 1 << "/" << scales_ << "  "
@@ -42,7 +42,7 @@ public:
                   << " ms\n";
     }
 
-private:
+  private:
     int64_t scales_;
 };
 
@@ -87,7 +87,8 @@ int run(GenerateArgs& a) {
         StateDict t{{"labels", res.labels.cpu()}};
         for (size_t si = 0; si < res.tokens.size(); ++si)
             t["tokens." + std::to_string(si)] = res.tokens[si].cpu();
-        save_safetensors(t, a.tokens_out, {{"seed", std::to_string(a.sampling.seed)}, {"accel", accel.summary()}});
+        save_safetensors(t, a.tokens_out,
+                         {{"seed", std::to_string(a.sampling.seed)}, {"accel", accel.summary()}});
     }
     if (!a.timings_json.empty()) {
         const auto& c = pipe.var_config();
@@ -95,7 +96,8 @@ int run(GenerateArgs& a) {
         for (size_t si = 0; si < res.scale_millis.size(); ++si) {
             std::vector<double> per_run;
             for (const auto& r : runs) per_run.push_back(r.scale_millis[si]);
-            scales.push_back({{"scale", si}, {"patch_num", c.patch_nums[si]}, {"median_ms", median(per_run)}});
+            scales.push_back(
+                {{"scale", si}, {"patch_num", c.patch_nums[si]}, {"median_ms", median(per_run)}});
         }
         std::vector<double> decodes;
         for (const auto& r : runs) decodes.push_back(r.decode_millis);
@@ -132,10 +134,15 @@ Runner add_generate(CLI::App& app) {
     auto* cmd = app.add_subcommand("generate", "generate class-conditional images");
     a->model.add_to(*cmd);
     a->sampling.add_to(*cmd);
-    cmd->add_option("--accel", a->accel, "accelerators: a JSON config file, inline JSON, or a preset (" + preset_names() + ")");
-    cmd->add_option("-o,--out", a->out, "output image; batches get _<i> suffixes. Formats: " + supported_image_formats());
+    cmd->add_option(
+        "--accel", a->accel,
+        "accelerators: a JSON config file, inline JSON, or a preset (" + preset_names() + ")");
+    cmd->add_option(
+        "-o,--out", a->out,
+        "output image; batches get _<i> suffixes. Formats: " + supported_image_formats());
     cmd->add_flag("--force", a->force, "overwrite existing output files");
-    cmd->add_option("--timings-json", a->timings_json, "write per-scale timings (median over --repeat runs) as JSON");
+    cmd->add_option("--timings-json", a->timings_json,
+                    "write per-scale timings (median over --repeat runs) as JSON");
     cmd->add_option("--tokens-out", a->tokens_out, "write the sampled token maps as .safetensors");
     cmd->add_option("--repeat", a->repeat, "timed runs")->check(CLI::Range(1, 1000));
     cmd->add_option("--warmup", a->warmup, "untimed runs first")->check(CLI::Range(0, 100));

@@ -46,15 +46,21 @@ TrainConfig train_config(const nlohmann::json& j, const TrainArgs& a) {
 }
 
 void add_common(CLI::App* cmd, TrainArgs& a) {
-    cmd->add_option("--config", a.config, "JSON with \"model\" and \"train\" sections")->check(CLI::ExistingFile);
-    cmd->add_option("--data", a.data, "packed data set (varscope-cli pack-emoji)")->required()->check(CLI::ExistingFile);
-    cmd->add_option("--out", a.out, "run folder: checkpoints, log.jsonl, final weights; an existing run resumes")->required();
+    cmd->add_option("--config", a.config, "JSON with \"model\" and \"train\" sections")
+        ->check(CLI::ExistingFile);
+    cmd->add_option("--data", a.data, "packed data set (varscope-cli pack-emoji)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    cmd->add_option("--out", a.out,
+                    "run folder: checkpoints, log.jsonl, final weights; an existing run resumes")
+        ->required();
     cmd->add_option("--steps", a.steps, "override train.steps")->check(CLI::PositiveNumber);
     cmd->add_option("--batch", a.batch, "override train.batch")->check(CLI::PositiveNumber);
     cmd->add_option("--lr", a.lr, "override train.lr")->check(CLI::Range(1e-8, 1.0));
     cmd->add_option("--device", a.device, "override train.device (cpu, cuda, cuda:N)");
     cmd->add_option("--seed", a.seed, "override train.seed")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--max-seconds", a.max_seconds, "stop after this wall time, then export (0 = no limit)")
+    cmd->add_option("--max-seconds", a.max_seconds,
+                    "stop after this wall time, then export (0 = no limit)")
         ->check(CLI::NonNegativeNumber);
 }
 
@@ -73,17 +79,21 @@ Runner add_train(CLI::App& app) {
     auto ka = std::make_shared<TrainArgs>();
     auto* vq = train->add_subcommand("vqvae", "train a multi-scale VQVAE");
     add_common(vq, *va);
-    auto* vr = train->add_subcommand("var", "train a class-conditional VAR transformer on a frozen VQVAE");
+    auto* vr =
+        train->add_subcommand("var", "train a class-conditional VAR transformer on a frozen VQVAE");
     add_common(vr, *ta);
     vr->add_option("--vae", ta->vae, "trained VQVAE weights")->required()->check(CLI::ExistingFile);
-    vr->add_option("--init", ta->init, "start from these VAR weights (fine-tuning / continuing a shipped model)")
+    vr->add_option("--init", ta->init,
+                   "start from these VAR weights (fine-tuning / continuing a shipped model)")
         ->check(CLI::ExistingFile);
     auto* kl = train->add_subcommand("klvae", "train a KL VAE (MAR's tokenizer)");
     add_common(kl, *ka);
     auto ma = std::make_shared<TrainArgs>();
     auto* mr = train->add_subcommand("mar", "train a class-conditional MAR on a KL VAE's latents");
     add_common(mr, *ma);
-    mr->add_option("--vae", ma->vae, "trained KL VAE weights")->required()->check(CLI::ExistingFile);
+    mr->add_option("--vae", ma->vae, "trained KL VAE weights")
+        ->required()
+        ->check(CLI::ExistingFile);
     mr->add_option("--init", ma->init, "start from these MAR weights")->check(CLI::ExistingFile);
     return [vq, vr, kl, mr, va, ta, ka, ma]() {
         if (vq->parsed()) {
@@ -105,9 +115,11 @@ Runner add_train(CLI::App& app) {
             job.init_path = ta->init;
             job.run_dir = ta->out;
             job.cond_drop = j.value("cond_drop", job.cond_drop);
-            if (!(job.cond_drop >= 0 && job.cond_drop < 1)) throw std::invalid_argument("cond_drop must be in [0, 1)");
+            if (!(job.cond_drop >= 0 && job.cond_drop < 1))
+                throw std::invalid_argument("cond_drop must be in [0, 1)");
             job.ema_rate = j.value("ema_rate", job.ema_rate);
-            if (!(job.ema_rate >= 0 && job.ema_rate < 1)) throw std::invalid_argument("ema_rate must be in [0, 1)");
+            if (!(job.ema_rate >= 0 && job.ema_rate < 1))
+                throw std::invalid_argument("ema_rate must be in [0, 1)");
             job.bf16_autocast = j.value("bf16_autocast", job.bf16_autocast);
             job.export_int8 = j.value("export_int8", job.export_int8);
             job.grow_depth = j.value("grow_depth", job.grow_depth);

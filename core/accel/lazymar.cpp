@@ -313,8 +313,12 @@ class LazyMarTokenCache : public MarSamplingHooks {
         if (probe_ && probe_->wants_accel("lazymar", probe_kinds::kLazyMarComputedRows)) {
             const auto rows = dec_rows_.defined() ? dec_rows_.dim() == 2 ? dec_rows_[0] : dec_rows_
                                                   : at::arange(n, sim.options().dtype(at::kLong));
-            probe_->on_accel({"lazymar", probe_kinds::kLazyMarComputedRows, s.step,
-                              ctx.global_layer(), rows.cpu(), {{"computed", double(count)}}});
+            probe_->on_accel({"lazymar",
+                              probe_kinds::kLazyMarComputedRows,
+                              s.step,
+                              ctx.global_layer(),
+                              rows.cpu(),
+                              {{"computed", double(count)}}});
         }
     }
 
@@ -440,7 +444,8 @@ MarFlops lazymar_planned_flops(const MarConfig& m, const LazyMarConfig& cfg, int
         for (int64_t l = 0; l < m.decoder_depth; ++l)
             block(Cd, R, tokens && l > cfg.similarity_layer ? dec_q : n, n);
         const int64_t sampled = batch * p.decoded();
-        f.diffusion += mar_head_flops(m, sampled, guided, diffusion_steps, lazymar_head_period(cfg));
+        f.diffusion +=
+            mar_head_flops(m, sampled, guided, diffusion_steps, lazymar_head_period(cfg));
     }
     return f;
 }

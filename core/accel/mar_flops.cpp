@@ -33,8 +33,8 @@ double mar_head_flops(const MarConfig& c, int64_t tokens, bool guided, int64_t s
         full += DiffusionSampler::full_cfg_step(i, steps, cfg_cache_period) ? 1 : 0;
     // Full steps: both halves; the rest the conditional half only (the condition embedding of
     // both halves is counted once per row by the full steps' term).
-    return mar_diffusion_flops(c, 2 * tokens, full) +
-           mar_diffusion_flops(c, tokens, steps - full) - mar_diffusion_flops(c, tokens, 0);
+    return mar_diffusion_flops(c, 2 * tokens, full) + mar_diffusion_flops(c, tokens, steps - full) -
+           mar_diffusion_flops(c, tokens, 0);
 }
 
 void MarFlopCounter::on_keys_values(const MarBlockContext& ctx, const at::Tensor&, at::Tensor& k,

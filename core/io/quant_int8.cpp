@@ -19,7 +19,8 @@ const std::vector<std::pair<std::string, at::ScalarType>>& dtype_names() {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return s.size() >= suffix.size() &&
+           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -35,21 +36,24 @@ std::pair<at::Tensor, at::Tensor> quantize_int8_rowwise(const at::Tensor& w) {
     return {q, scale.contiguous()};
 }
 
-at::Tensor dequantize_int8_rowwise(const at::Tensor& q, const at::Tensor& scale, at::ScalarType dtype) {
+at::Tensor dequantize_int8_rowwise(const at::Tensor& q, const at::Tensor& scale,
+                                   at::ScalarType dtype) {
     return (q.to(at::kFloat) * scale.to(at::kFloat).unsqueeze(1)).to(dtype);
 }
 
 bool is_large_2d_weight(const std::string& name, const at::Tensor& t, int64_t min_numel) {
-    return t.is_floating_point() && t.dim() == 2 && t.numel() >= min_numel && ends_with(name, ".weight");
+    return t.is_floating_point() && t.dim() == 2 && t.numel() >= min_numel &&
+           ends_with(name, ".weight");
 }
 
-StateDict quantize_state_dict_int8(const StateDict& sd,
-                                   const std::function<bool(const std::string&, const at::Tensor&)>& select,
-                                   at::ScalarType dtype, std::string& metadata_json) {
+StateDict quantize_state_dict_int8(
+    const StateDict& sd, const std::function<bool(const std::string&, const at::Tensor&)>& select,
+    at::ScalarType dtype, std::string& metadata_json) {
     std::string dtype_name;
     for (const auto& [n, t] : dtype_names())
         if (t == dtype) dtype_name = n;
-    if (dtype_name.empty()) throw std::invalid_argument("quantize_state_dict_int8: unsupported restore dtype");
+    if (dtype_name.empty())
+        throw std::invalid_argument("quantize_state_dict_int8: unsupported restore dtype");
     StateDict out;
     nlohmann::json names = nlohmann::json::array();
     for (const auto& [name, t] : sd) {
@@ -58,21 +62,24 @@ StateDict quantize_state_dict_int8(const StateDict& sd,
             continue;
         }
         if (sd.count(name + kQuantScaleSuffix))
-            throw std::invalid_argument("quantize_state_dict_int8: '" + name + kQuantScaleSuffix + "' already exists");
+            throw std::invalid_argument("quantize_state_dict_int8: '" + name + kQuantScaleSuffix +
+                                        "' already exists");
         auto [q, s] = quantize_int8_rowwise(t);
         out[name] = q;
         out[name + kQuantScaleSuffix] = s;
         names.push_back(name);
     }
-    metadata_json = nlohmann::json{{"scheme", kQuantScheme},
-                                   {"scale_suffix", kQuantScaleSuffix},
-                                   {"dtype", dtype_name},
-                                   {"tensors", names}}
-                        .dump();
+    metadata_json = nlohmann::json{
+        {"scheme", kQuantScheme},
+        {"scale_suffix", kQuantScaleSuffix},
+        {"dtype", dtype_name},
+        {"tensors",
+         names}}.dump();
     return out;
 }
 
-void dequantize_state_dict_in_place(StateDict& sd, const std::map<std::string, std::string>& metadata,
+void dequantize_state_dict_in_place(StateDict& sd,
+                                    const std::map<std::string, std::string>& metadata,
                                     const std::string& path) {
     auto it = metadata.find(kQuantMetadataKey);
     if (it == metadata.end()) return;
@@ -81,8 +88,10 @@ void dequantize_state_dict_in_place(StateDict& sd, const std::map<std::string, s
     nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
     if (j.is_discarded() || !j.is_object()) fail("not a JSON object");
     if (j.value("scheme", "") != kQuantScheme)
-        fail("unsupported scheme '" + j.value("scheme", "") + "' (expected '" + kQuantScheme + "')");
-    if (!j.contains("tensors") || !j["tensors"].is_array()) fail("'tensors' must be a list of names");
+        fail("unsupported scheme '" + j.value("scheme", "") + "' (expected '" + kQuantScheme +
+             "')");
+    if (!j.contains("tensors") || !j["tensors"].is_array())
+        fail("'tensors' must be a list of names");
     const std::string suffix = j.value("scale_suffix", "");
     if (suffix.empty()) fail("'scale_suffix' is missing");
     at::ScalarType dtype = at::kFloat;

@@ -1,9 +1,10 @@
 // The safetensors format: an 8-byte little-endian header length, a JSON header
 // {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}},
 // then the tensors' bytes back to back (offsets are relative to the end of the header).
+#include <ATen/ops/empty.h>
+
 #include <algorithm>
 #include <fstream>
-#include <ATen/ops/empty.h>
 #include <nlohmann/json.hpp>
 #include <optional>
 

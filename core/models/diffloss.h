@@ -22,12 +22,12 @@ at::Tensor apply_layer_norm(const torch::nn::LayerNorm& ln, const at::Tensor& x)
 at::Tensor timestep_features(const at::Tensor& t, int64_t dim, double max_period = 10000.0);
 
 class TimestepEmbedderImpl : public torch::nn::Module {
-public:
+  public:
     explicit TimestepEmbedderImpl(int64_t hidden, int64_t frequency_dim = 256);
     at::Tensor forward(const at::Tensor& t) const;  // mlp(features(t)): (N, hidden)
     torch::nn::Sequential mlp{nullptr};             // mlp.0 Linear, mlp.1 SiLU, mlp.2 Linear
 
-private:
+  private:
     torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
     int64_t frequency_dim_;
 };
@@ -43,27 +43,28 @@ struct DiffModulation {
 };
 
 class DiffResBlockImpl : public torch::nn::Module {
-public:
+  public:
     explicit DiffResBlockImpl(int64_t channels);
-    at::Tensor forward(const at::Tensor& x, const at::Tensor& y) const;  // x + gate * mlp(mod(ln x))
+    at::Tensor forward(const at::Tensor& x,
+                       const at::Tensor& y) const;  // x + gate * mlp(mod(ln x))
     // (shift, 1 + scale, gate) for conditions y.
     std::vector<at::Tensor> modulation(const at::Tensor& y) const;
     at::Tensor forward_modulated(const at::Tensor& x, const at::Tensor& shift,
                                  const at::Tensor& scale1, const at::Tensor& gate) const;
     torch::nn::LayerNorm in_ln{nullptr};
-    torch::nn::Sequential mlp{nullptr};               // 0 Linear, 1 SiLU, 2 Linear
-    torch::nn::Sequential adaLN_modulation{nullptr};  // 0 SiLU, 1 Linear(C, 3C)
+    torch::nn::Sequential mlp{nullptr};                    // 0 Linear, 1 SiLU, 2 Linear
+    torch::nn::Sequential adaLN_modulation{nullptr};       // 0 SiLU, 1 Linear(C, 3C)
     const torch::nn::Linear& fc1() const { return fc1_; }  // mlp.0 (for fused kernels)
     const torch::nn::Linear& fc2() const { return fc2_; }  // mlp.2
 
-private:
+  private:
     torch::nn::Linear fc1_{nullptr}, fc2_{nullptr}, ada_{nullptr};
     int64_t channels_;
 };
 TORCH_MODULE(DiffResBlock);
 
 class DiffFinalLayerImpl : public torch::nn::Module {
-public:
+  public:
     DiffFinalLayerImpl(int64_t channels, int64_t out_channels);
     at::Tensor forward(const at::Tensor& x, const at::Tensor& y) const;
     std::vector<at::Tensor> modulation(const at::Tensor& y) const;  // (shift, 1 + scale)
@@ -72,16 +73,16 @@ public:
     torch::nn::Linear linear{nullptr};
     torch::nn::Sequential adaLN_modulation{nullptr};  // 0 SiLU, 1 Linear(C, 2C)
 
-private:
+  private:
     torch::nn::Linear ada_{nullptr};
     int64_t channels_;
 };
 TORCH_MODULE(DiffFinalLayer);
 
 class SimpleMlpAdaLNImpl : public torch::nn::Module {
-public:
-    SimpleMlpAdaLNImpl(int64_t in_channels, int64_t width, int64_t out_channels,
-                       int64_t z_channels, int64_t depth);
+  public:
+    SimpleMlpAdaLNImpl(int64_t in_channels, int64_t width, int64_t out_channels, int64_t z_channels,
+                       int64_t depth);
     // x (N, in), t (N) timesteps of the original 1000-step process, c (N, z): (N, out).
     at::Tensor forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& c) const;
     // The condition y = time_embed(t) + cond_embed(c), split out so a loop can embed the
@@ -103,7 +104,7 @@ public:
     DiffFinalLayer final_layer{nullptr};
     int64_t in_channels() const { return in_channels_; }
 
-private:
+  private:
     std::vector<DiffResBlock> blocks_;
     int64_t in_channels_;
 };
@@ -112,7 +113,7 @@ TORCH_MODULE(SimpleMlpAdaLN);
 // The module registered as "diffloss" in MAR; it only holds the network (the diffusion
 // schedules live in core/sampling/gaussian_diffusion.h).
 class DiffLossImpl : public torch::nn::Module {
-public:
+  public:
     DiffLossImpl(int64_t target_channels, int64_t z_channels, int64_t depth, int64_t width);
     SimpleMlpAdaLN net{nullptr};
 };

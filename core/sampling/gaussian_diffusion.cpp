@@ -44,15 +44,19 @@ std::vector<int64_t> parse_counts(const std::string& spec) {
             used = 0;
         }
         if (used == 0 || used != part.size() || v < 0)
-            throw std::invalid_argument("num_sampling_steps: expected comma-separated step counts "
-                                        "or ddimN, got '" + spec + "'");
+            throw std::invalid_argument(
+                "num_sampling_steps: expected comma-separated step counts "
+                "or ddimN, got '" +
+                spec + "'");
         out.push_back(v);
     }
     if (out.empty()) throw std::invalid_argument("num_sampling_steps: empty");
     return out;
 }
 
-float f32(double v) { return static_cast<float>(v); }
+float f32(double v) {
+    return static_cast<float>(v);
+}
 
 }  // namespace
 
@@ -152,12 +156,9 @@ DiffusionSampler::StepOutput DiffusionSampler::step(const SimpleMlpAdaLNImpl& ne
     return step_modulated(net, x, i, net.modulations(t_emb + c_emb), cfg_scale);
 }
 
-DiffusionSampler::StepOutput DiffusionSampler::step_modulated(const SimpleMlpAdaLNImpl& net,
-                                                              const at::Tensor& x, int64_t i,
-                                                              const DiffModulation& mod,
-                                                              const at::Tensor& cfg_scale,
-                                                              const at::Tensor& cached_delta,
-                                                              at::Tensor* delta_out) const {
+DiffusionSampler::StepOutput DiffusionSampler::step_modulated(
+    const SimpleMlpAdaLNImpl& net, const at::Tensor& x, int64_t i, const DiffModulation& mod,
+    const at::Tensor& cfg_scale, const at::Tensor& cached_delta, at::Tensor* delta_out) const {
     const auto& s = schedule_;
     const int64_t N = x.size(0), C = x.size(1);
     const bool guided = cfg_scale.defined();
@@ -186,8 +187,8 @@ DiffusionSampler::StepOutput DiffusionSampler::step_modulated(const SimpleMlpAda
     const auto frac = (var_values + 1) / 2;
     auto log_variance =
         frac * f32(s.log_betas[i]) + (1 - frac) * f32(s.posterior_log_variance_clipped[i]);
-    const auto x0 = f32(s.sqrt_recip_alphas_cumprod[i]) * x -
-                    f32(s.sqrt_recipm1_alphas_cumprod[i]) * eps;
+    const auto x0 =
+        f32(s.sqrt_recip_alphas_cumprod[i]) * x - f32(s.sqrt_recipm1_alphas_cumprod[i]) * eps;
     auto mean = f32(s.posterior_mean_coef1[i]) * x0 + f32(s.posterior_mean_coef2[i]) * x;
     return {mean, log_variance, eps};
 }
@@ -202,8 +203,10 @@ at::Tensor DiffusionSampler::time_embeddings(const SimpleMlpAdaLNImpl& net,
     int64_t version = 0;
     bool trackable = true;  // inference tensors have no version counter: never cached
     for (const auto& p : params) {
-        if (p.is_inference()) trackable = false;
-        else version += static_cast<int64_t>(p._version());
+        if (p.is_inference())
+            trackable = false;
+        else
+            version += static_cast<int64_t>(p._version());
     }
     if (!trackable) {
         return net.time_embed->forward(at::tensor(schedule_.timestep_map, at::kLong).to(device));
@@ -240,8 +243,7 @@ bool DiffusionSampler::uses_fused_head(const SimpleMlpAdaLNImpl& net, const at::
     const int64_t rows = z.size(0);          // 2N with CFG, N without: the most rows of a step
     if (head == HeadPath::Auto) {
         const char* env = std::getenv("VARSCOPE_MAR_FUSED_HEAD");
-        if (env != nullptr && std::strcmp(env, "0") == 0)
-            return no("VARSCOPE_MAR_FUSED_HEAD=0");
+        if (env != nullptr && std::strcmp(env, "0") == 0) return no("VARSCOPE_MAR_FUSED_HEAD=0");
         // Each CTA normalises every row itself, so the fused kernels lose to cuBLAS GEMMs as
         // rows grow (bench/results/2026-11-25-h100/mar_fused.md).
         const int64_t most = fused_head_max_rows(w.size(0));
@@ -250,8 +252,8 @@ bool DiffusionSampler::uses_fused_head(const SimpleMlpAdaLNImpl& net, const at::
                       " (VARSCOPE_MAR_FUSED_MAX_ROWS)");
     }
     std::string why;
-    bool ok = kernels::diff_head_cuda_supported(w, rows, w.size(0), &why) &&
-              z.device() == w.device();
+    bool ok =
+        kernels::diff_head_cuda_supported(w, rows, w.size(0), &why) && z.device() == w.device();
     if (ok && (w.size(1) % 8 != 0 || w.size(1) > w.size(0))) {
         ok = false;
         why = "the latent width " + std::to_string(w.size(1)) + " is not a multiple of 8";
@@ -315,16 +317,17 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             // One kernel per linear layer and one for the final layer + CFG + posterior update
             // (the module path's ops in the same order on the reference path).
             using kernels::DiffCfgMode;
-            const DiffCfgMode mode = !guided ? DiffCfgMode::None
-                                     : !full ? DiffCfgMode::Cached
+            const DiffCfgMode mode = !guided                ? DiffCfgMode::None
+                                     : !full                ? DiffCfgMode::Cached
                                      : cfg_cache_period > 0 ? DiffCfgMode::FullKeep
                                                             : DiffCfgMode::Full;
             const bool half = mode == DiffCfgMode::None || mode == DiffCfgMode::Cached;
             const auto m = mods.rows((i - window_start) * R, half ? N : R);
-            at::Tensor h = kernels::diff_input_proj(x, net.input_proj->weight,
-                                                    net.input_proj->bias, half ? N : 2 * N, kpath);
+            at::Tensor h = kernels::diff_input_proj(x, net.input_proj->weight, net.input_proj->bias,
+                                                    half ? N : 2 * N, kpath);
             for (size_t b = 0; b < blocks.size(); ++b) {
-                const auto a = kernels::diff_block_fc1(h, blocks[b], m.shift[b], m.scale1[b], kpath);
+                const auto a =
+                    kernels::diff_block_fc1(h, blocks[b], m.shift[b], m.scale1[b], kpath);
                 h = kernels::diff_block_fc2(a, blocks[b], m.gate[b], h, kpath);
             }
             const at::Tensor noise = step_noise.defined()
@@ -341,12 +344,12 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             k.last = i == 0;
             const auto& fl = net.final_layer->linear;
             x = kernels::diff_final_step(h, m.final_shift, m.final_scale1, fl->weight, fl->bias,
-                                         1e-6, x, noise.narrow(0, 0, N), cfg_scale, mode, delta,
-                                         k, kpath);
+                                         1e-6, x, noise.narrow(0, 0, N), cfg_scale, mode, delta, k,
+                                         kpath);
             continue;
         }
-        const auto out = step_modulated(net, x, i, mods.rows((i - window_start) * R, R),
-                                        cfg_scale, full ? at::Tensor() : delta,
+        const auto out = step_modulated(net, x, i, mods.rows((i - window_start) * R, R), cfg_scale,
+                                        full ? at::Tensor() : delta,
                                         full && cfg_cache_period > 0 ? &delta : nullptr);
         // Drawn at every step (also the last, where it is unused) to keep the random stream
         // of the original, which draws noise for its whole 2N-row sample.
@@ -364,10 +367,9 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
 
 at::Tensor DiffusionSampler::sample(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                     const at::Tensor& cfg_scale, double temperature,
-                                    std::optional<at::Generator> gen,
-                                    int64_t cfg_cache_period, HeadPath head) const {
-    return run(net, z, cfg_scale, temperature, std::move(gen), {}, {}, {}, cfg_cache_period,
-               head);
+                                    std::optional<at::Generator> gen, int64_t cfg_cache_period,
+                                    HeadPath head) const {
+    return run(net, z, cfg_scale, temperature, std::move(gen), {}, {}, {}, cfg_cache_period, head);
 }
 
 bool DiffusionSampler::full_cfg_step(int64_t i, int64_t num_steps, int64_t period) {
@@ -384,8 +386,8 @@ at::Tensor DiffusionSampler::sample_with_noise(const SimpleMlpAdaLNImpl& net, co
                                                const at::Tensor& cfg_scale, double temperature,
                                                const at::Tensor& start,
                                                const at::Tensor& step_noise,
-                                               const at::Tensor& t_all,
-                                               int64_t cfg_cache_period, HeadPath head) const {
+                                               const at::Tensor& t_all, int64_t cfg_cache_period,
+                                               HeadPath head) const {
     TORCH_CHECK(start.defined() && step_noise.defined(), "sample_with_noise: noise required");
     TORCH_CHECK(step_noise.size(0) == schedule_.num_steps(),
                 "sample_with_noise: one noise tensor per diffusion step expected");

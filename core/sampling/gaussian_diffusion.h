@@ -57,7 +57,7 @@ enum class HeadPath { Auto, Modules, FusedReference, FusedCuda };
 // process for a batch of conditions; shapes are static across its steps and it never
 // synchronises, so a CUDA graph can wrap it.
 class DiffusionSampler {
-public:
+  public:
     explicit DiffusionSampler(DiffusionSchedule schedule) : schedule_(std::move(schedule)) {}
     const DiffusionSchedule& schedule() const { return schedule_; }
 
@@ -113,7 +113,7 @@ public:
                     const at::Tensor& t_emb, const at::Tensor& c_emb,
                     const at::Tensor& cfg_scale) const;
 
-private:
+  private:
     // cached_delta defined: conditional rows only, eps_uncond = eps_cond - cached_delta.
     // delta_out: receives eps_cond - eps_uncond of a full guided step.
     StepOutput step_modulated(const SimpleMlpAdaLNImpl& net, const at::Tensor& x, int64_t i,
@@ -122,8 +122,8 @@ private:
                               at::Tensor* delta_out = nullptr) const;
     at::Tensor run(const SimpleMlpAdaLNImpl& net, const at::Tensor& z, const at::Tensor& cfg_scale,
                    double temperature, std::optional<at::Generator> gen, const at::Tensor& start,
-                   const at::Tensor& step_noise, const at::Tensor& t_all,
-                   int64_t cfg_cache_period, HeadPath head) const;
+                   const at::Tensor& step_noise, const at::Tensor& t_all, int64_t cfg_cache_period,
+                   HeadPath head) const;
     DiffusionSchedule schedule_;
     mutable at::Tensor t_emb_cache_;
     mutable const void* t_emb_key_ = nullptr;

@@ -75,11 +75,15 @@ at::Tensor run_block(const MarBlockImpl& blk, const at::Tensor& x, MarBlockConte
     if (rows.defined()) {
         out = hooks->restore_tokens(ctx, x, rows, h);
         if (!out.defined())
-            out = per_row ? x.scatter(1, rows.unsqueeze(-1).expand_as(h), h) : x.index_copy(1, rows, h);
+            out = per_row ? x.scatter(1, rows.unsqueeze(-1).expand_as(h), h)
+                          : x.index_copy(1, rows, h);
     }
     if (hooks) hooks->on_block_output(ctx, out);
     if (run.probe && wants_features(run.feature_layers, ctx.global_layer()))
-        run.probe->on_accel({"mar", "block_features", ctx.step.step, ctx.global_layer(),
+        run.probe->on_accel({"mar",
+                             "block_features",
+                             ctx.step.step,
+                             ctx.global_layer(),
                              out.to(at::kFloat).cpu(),
                              {{"stage", ctx.stage == MarStage::Encoder ? 0.0 : 1.0},
                               {"layer_in_stage", double(ctx.layer)}}});
@@ -148,7 +152,9 @@ std::vector<MarStepPlan> mar_step_plan(int64_t seq_len, int64_t num_iter, double
 
 at::Tensor mar_unpatchify(const at::Tensor& tokens, const MarConfig& c) {
     const int64_t B = tokens.size(0), p = c.patch_size, h = c.seq_h(), C = c.vae_embed_dim;
-    return tokens.reshape({B, h, h, C, p, p}).permute({0, 3, 1, 4, 2, 5}).reshape({B, C, h * p, h * p});
+    return tokens.reshape({B, h, h, C, p, p})
+        .permute({0, 3, 1, 4, 2, 5})
+        .reshape({B, C, h * p, h * p});
 }
 
 MarSampler::MarSampler(MarTransformer mar, LatentDecoder decoder, double latent_scale)
@@ -171,7 +177,8 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
 
     MarSampleResult res;
     if (opt.class_ids.empty()) {
-        auto uniform = at::full({1, c.class_num}, 1.0 / c.class_num, at::TensorOptions(device).dtype(at::kFloat));
+        auto uniform = at::full({1, c.class_num}, 1.0 / c.class_num,
+                                at::TensorOptions(device).dtype(at::kFloat));
         res.labels = at::multinomial(uniform, opt.batch, true, gen).view({opt.batch});
     } else {
         res.labels = at::tensor(opt.class_ids, at::kLong).to(device);
@@ -184,7 +191,8 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     const bool cfg_on = opt.cfg != 1.0;
     const auto cls_cond = mar_->class_embedding(res.labels);
     const auto cls_both =
-        cfg_on ? at::cat({cls_cond, mar_->class_embedding(at::full_like(res.labels, -1))}) : cls_cond;
+        cfg_on ? at::cat({cls_cond, mar_->class_embedding(at::full_like(res.labels, -1))})
+               : cls_cond;
     const auto plan = mar_step_plan(L, opt.num_iter, opt.cfg, opt.cfg_schedule);
 
     at::Tensor tokens = at::zeros({B, L, D}, at::TensorOptions(device).dtype(at::kFloat));
@@ -200,10 +208,17 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     std::shared_ptr<MarGraphs> graphs;
     if (opt.cuda_graphs && device.is_cuda() && kernels::cuda_graphs_built() && !probe &&
         opt.feature_layers.empty()) {
-        const MarGraphKey key{device.index() < 0 ? 0 : int(device.index()), B, dtype,
-                              opt.num_iter, opt.cfg, int(opt.cfg_schedule), opt.temperature,
-                              int(opt.attention), weights_fingerprint(*mar_),
-                              opt.head_cfg_cache_period, opt.fused_head};
+        const MarGraphKey key{device.index() < 0 ? 0 : int(device.index()),
+                              B,
+                              dtype,
+                              opt.num_iter,
+                              opt.cfg,
+                              int(opt.cfg_schedule),
+                              opt.temperature,
+                              int(opt.attention),
+                              weights_fingerprint(*mar_),
+                              opt.head_cfg_cache_period,
+                              opt.fused_head};
         if (!graphs_ || !(graphs_->key() == key)) graphs_ = std::make_shared<MarGraphs>(key);
         graphs = graphs_;
     }
@@ -231,10 +246,12 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     // Static noise buffers for N decoded rows, drawn in the eager loop's order (same stream).
     auto drawn_noise = [&](int64_t N) {
         const int64_t rows = cfg_on ? 2 * N : N;
-        auto start = graphs->buffer("noise_start_" + std::to_string(N),
-                                    [&] { return at::empty({N, C}, noise_opts); });
-        auto steps = graphs->buffer("noise_steps_" + std::to_string(N),
-                                    [&] { return at::empty({S, rows, C}, noise_opts); });
+        auto start = graphs->buffer("noise_start_" + std::to_string(N), [&] {
+            return at::empty({N, C}, noise_opts);
+        });
+        auto steps = graphs->buffer("noise_steps_" + std::to_string(N), [&] {
+            return at::empty({S, rows, C}, noise_opts);
+        });
         DiffusionSampler::draw_noise(start, steps, gen);
         return std::make_pair(start, steps);
     };
@@ -320,9 +337,21 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
             const auto& out = graphs->run("step_" + std::to_string(step), [&] {
                 const auto known = known_of(orders_in, p);
                 const auto dec = decoded_of(orders_in, p);
-                MarStepContext sctx{c, step, opt.num_iter, B, cfg_on, p.cfg, p.masked_before,
-                                    p.masked_after, res.labels, orders_in, mask, known, dec,
-                                    at::Tensor(), tokens};
+                MarStepContext sctx{c,
+                                    step,
+                                    opt.num_iter,
+                                    B,
+                                    cfg_on,
+                                    p.cfg,
+                                    p.masked_before,
+                                    p.masked_after,
+                                    res.labels,
+                                    orders_in,
+                                    mask,
+                                    known,
+                                    dec,
+                                    at::Tensor(),
+                                    tokens};
                 double before = res.attention_flops;
                 auto r = step_body(sctx, p, cls_in, noise, {});
                 graphs->flops["step_" + std::to_string(step)] = res.attention_flops - before;
@@ -335,9 +364,21 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
         } else {
             const auto known = known_of(res.orders, p);
             decoded = decoded_of(res.orders, p);
-            MarStepContext sctx{c, step, opt.num_iter, B, cfg_on, p.cfg, p.masked_before,
-                                p.masked_after, res.labels, res.orders, mask, known, decoded,
-                                decoded_prev, tokens};
+            MarStepContext sctx{c,
+                                step,
+                                opt.num_iter,
+                                B,
+                                cfg_on,
+                                p.cfg,
+                                p.masked_before,
+                                p.masked_after,
+                                res.labels,
+                                res.orders,
+                                mask,
+                                known,
+                                decoded,
+                                decoded_prev,
+                                tokens};
             if (hooks) hooks->on_step_begin(sctx);
             sctx.skip_unconditional = cfg_on && hooks && hooks->skip_unconditional(sctx);
             skipped_unconditional = sctx.skip_unconditional;
@@ -374,10 +415,16 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
         res.cfg_per_step.push_back(cfg_on ? p.cfg : 1.0);
         res.decoded.push_back(decoded);
         if (probe) {
-            ScaleRecord rec{step, c.seq_h(), res.step_millis.back(), decoded.cpu(), {}, step, false};
-            if (probe->wants_fhat()) rec.f_hat = mar_unpatchify(tokens, c).to(at::kCPU, at::kFloat, false, true);
+            ScaleRecord rec{step, c.seq_h(), res.step_millis.back(), decoded.cpu(), {},
+                            step, false};
+            if (probe->wants_fhat())
+                rec.f_hat = mar_unpatchify(tokens, c).to(at::kCPU, at::kFloat, false, true);
             probe->on_scale(std::move(rec));
-            probe->on_accel({"mar", "step", step, -1, {},
+            probe->on_accel({"mar",
+                             "step",
+                             step,
+                             -1,
+                             {},
                              {{"cfg", res.cfg_per_step.back()},
                               {"masked_before", double(p.masked_before)},
                               {"decoded", double(p.decoded())},

@@ -34,8 +34,8 @@ CfgSchedule parse_cfg_schedule(const std::string& s);  // "linear" | "constant"
 std::string cfg_schedule_name(CfgSchedule s);
 
 struct MarSampleOptions {
-    std::vector<int64_t> class_ids;  // one per image (-1 = unconditional); empty = random labels
-    int64_t batch = 1;               // used when class_ids is empty
+    std::vector<int64_t> class_ids;    // one per image (-1 = unconditional); empty = random labels
+    int64_t batch = 1;                 // used when class_ids is empty
     std::optional<uint64_t> seed = 0;  // nullopt = non-deterministic
     int64_t num_iter = 64;
     double cfg = 1.0;  // 1 = no guidance (the transformer then runs B rows)
@@ -72,7 +72,7 @@ struct MarSampleResult {
     std::vector<double> cfg_per_step;  // guidance used at each step (1 without CFG)
     double decode_millis = 0.0;
     double total_millis = 0.0;
-    double attention_flops = 0.0;  // attention FLOPs (QK^T and PV) actually computed
+    double attention_flops = 0.0;     // attention FLOPs (QK^T and PV) actually computed
     bool cuda_graphs = false;         // the steps ran as CUDA graph replays
     double graph_capture_millis = 0;  // capture time of the sampler's graphs so far
     // Kernel nodes of each of the sampler's captured graphs so far ("step_<i>" whole steps,
@@ -95,7 +95,7 @@ std::vector<MarStepPlan> mar_step_plan(int64_t seq_len, int64_t num_iter, double
 using LatentDecoder = std::function<at::Tensor(const at::Tensor& latents)>;
 
 class MarSampler {
-public:
+  public:
     explicit MarSampler(MarTransformer mar, LatentDecoder decoder = {},
                         double latent_scale = 0.2325);
     MarSampleResult sample(const MarSampleOptions& options, MarSamplingHooks* hooks = nullptr,
@@ -106,7 +106,7 @@ public:
     bool has_decoder() const { return static_cast<bool>(decoder_); }
     void set_decoder(LatentDecoder decoder) { decoder_ = std::move(decoder); }
 
-private:
+  private:
     MarTransformer mar_;
     DiffusionSampler diffusion_;
     LatentDecoder decoder_;

@@ -21,9 +21,16 @@ namespace fs = std::filesystem;
 namespace varscope {
 
 nlohmann::json TrainConfig::to_json() const {
-    return {{"steps", steps}, {"batch", batch}, {"lr", lr}, {"weight_decay", weight_decay},
-            {"warmup", warmup}, {"log_every", log_every}, {"checkpoint_every", checkpoint_every},
-            {"seed", seed}, {"device", device}, {"max_seconds", max_seconds}};
+    return {{"steps", steps},
+            {"batch", batch},
+            {"lr", lr},
+            {"weight_decay", weight_decay},
+            {"warmup", warmup},
+            {"log_every", log_every},
+            {"checkpoint_every", checkpoint_every},
+            {"seed", seed},
+            {"device", device},
+            {"max_seconds", max_seconds}};
 }
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
@@ -34,7 +41,8 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
         try {
             j.at(k).get_to(v);
         } catch (const nlohmann::json::exception&) {
-            throw std::invalid_argument(std::string("train config: '") + k + "' has the wrong type");
+            throw std::invalid_argument(std::string("train config: '") + k +
+                                        "' has the wrong type");
         }
     };
     get("steps", c.steps);
@@ -56,7 +64,8 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
     need(c.weight_decay >= 0, "'weight_decay' must be >= 0");
     need(c.warmup >= 0, "'warmup' must be >= 0");
     need(c.max_seconds >= 0, "'max_seconds' must be >= 0");
-    need(c.log_every >= 1 && c.checkpoint_every >= 1, "'log_every' and 'checkpoint_every' must be >= 1");
+    need(c.log_every >= 1 && c.checkpoint_every >= 1,
+         "'log_every' and 'checkpoint_every' must be >= 1");
     return c;
 }
 
@@ -74,9 +83,11 @@ ImageDataset load_image_dataset(const std::string& path, const at::Device& devic
     StateDict d = load_checkpoint(path);
     auto img = d.find("images"), lab = d.find("labels");
     if (img == d.end() || lab == d.end())
-        throw std::invalid_argument(path + ": a packed data set needs 'images' and 'labels' tensors "
+        throw std::invalid_argument(path +
+                                    ": a packed data set needs 'images' and 'labels' tensors "
                                     "(make one with varscope-cli pack-emoji)");
-    if (img->second.scalar_type() != at::kByte || img->second.dim() != 4 || img->second.size(1) != 3)
+    if (img->second.scalar_type() != at::kByte || img->second.dim() != 4 ||
+        img->second.size(1) != 3)
         throw std::invalid_argument(path + ": 'images' must be uint8 (N, 3, H, W)");
     if (lab->second.dim() != 1 || lab->second.size(0) != img->second.size(0))
         throw std::invalid_argument(path + ": 'labels' must be (N) with N = number of images");
@@ -93,7 +104,8 @@ ImageDataset prepare_training(const TrainConfig& train, const std::string& data_
     return load_image_dataset(data_path, at::Device(train.device));
 }
 
-BatchSampler::BatchSampler(int64_t n, int64_t batch, uint64_t seed) : n_(n), batch_(std::min(batch, n)), seed_(seed) {
+BatchSampler::BatchSampler(int64_t n, int64_t batch, uint64_t seed)
+    : n_(n), batch_(std::min(batch, n)), seed_(seed) {
     if (n < 1) throw std::invalid_argument("BatchSampler: empty data set");
 }
 
@@ -125,9 +137,12 @@ RunDirectory::RunDirectory(std::string dir) : dir_(std::move(dir)) {
         throw std::invalid_argument("cannot create run folder '" + dir_ + "': " + ec.message());
 }
 
-std::string RunDirectory::path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+std::string RunDirectory::path(const std::string& name) const {
+    return (fs::path(dir_) / name).string();
+}
 
-int64_t RunDirectory::resume(torch::nn::Module& model, torch::optim::Optimizer& opt, const std::string& what) {
+int64_t RunDirectory::resume(torch::nn::Module& model, torch::optim::Optimizer& opt,
+                             const std::string& what) {
     if (!fs::exists(path("state.json"))) return 0;
     std::ifstream f(path("state.json"));
     nlohmann::json st = nlohmann::json::parse(f, nullptr, false);
@@ -146,8 +161,9 @@ void RunDirectory::save(const torch::nn::Module& model, torch::optim::Optimizer&
                         const nlohmann::json& model_config) {
     // Write everything under temporary names first, then rename: a crash never leaves a
     // weights file that does not match the optimizer state.
-    save_safetensors(module_state_dict(model), path("last.safetensors.tmp"),
-                     {{"varscope.config", model_config.dump()}, {"varscope.step", std::to_string(step)}});
+    save_safetensors(
+        module_state_dict(model), path("last.safetensors.tmp"),
+        {{"varscope.config", model_config.dump()}, {"varscope.step", std::to_string(step)}});
     torch::serialize::OutputArchive ar;
     opt.save(ar);
     ar.save_to(path("optimizer.pt.tmp"));
@@ -181,10 +197,14 @@ void export_half(const torch::nn::Module& model, const std::string& path,
             if (out.count(name)) full[name] = t.detach().cpu();
         std::string q;
         auto quantised = quantize_state_dict_int8(
-            full, [](const std::string& n, const at::Tensor& t) { return is_large_2d_weight(n, t); }, at::kHalf, q);
+            full,
+            [](const std::string& n, const at::Tensor& t) { return is_large_2d_weight(n, t); },
+            at::kHalf, q);
         // Take the int8 weights and their (new) scale tensors; everything else stays fp16.
         for (auto& [name, t] : quantised)
-            if (!out.count(name) || (t.scalar_type() == at::kChar && full[name].is_floating_point())) out[name] = t;
+            if (!out.count(name) ||
+                (t.scalar_type() == at::kChar && full[name].is_floating_point()))
+                out[name] = t;
         metadata[kQuantMetadataKey] = q;
     }
     save_safetensors(out, path, metadata);
@@ -194,7 +214,8 @@ void set_learning_rate(torch::optim::Optimizer& opt, double lr) {
     for (auto& g : opt.param_groups()) g.options().set_lr(lr);
 }
 
-TimeBudget::TimeBudget(double seconds) : seconds_(seconds), start_(std::chrono::steady_clock::now()) {}
+TimeBudget::TimeBudget(double seconds)
+    : seconds_(seconds), start_(std::chrono::steady_clock::now()) {}
 
 double TimeBudget::elapsed() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

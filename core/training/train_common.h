@@ -27,12 +27,12 @@ struct TrainConfig {
     int64_t batch = 128;
     double lr = 3e-4;
     double weight_decay = 0.0;
-    int64_t warmup = 200;       // linear warm-up steps, then cosine decay to 10 %
+    int64_t warmup = 200;  // linear warm-up steps, then cosine decay to 10 %
     int64_t log_every = 50;
     int64_t checkpoint_every = 1000;
     uint64_t seed = 0;
     std::string device = "cuda";
-    double max_seconds = 0;     // stop early (and still export) after this wall time; 0 = off
+    double max_seconds = 0;  // stop early (and still export) after this wall time; 0 = off
 
     nlohmann::json to_json() const;
     // Missing keys keep defaults; wrong types / ranges throw std::invalid_argument naming the key.
@@ -55,7 +55,7 @@ ImageDataset prepare_training(const TrainConfig& train, const std::string& data_
 
 // Draws batches by reshuffling a seeded permutation every epoch.
 class BatchSampler {
-public:
+  public:
     BatchSampler(int64_t n, int64_t batch, uint64_t seed);
     at::Tensor next();  // int64 row indices (CPU)
     // The same rows on `device`: the epoch's permutation is copied there once, so a GPU loop
@@ -63,7 +63,7 @@ public:
     at::Tensor next_on(const at::Device& device);
     int64_t epoch() const { return epoch_; }
 
-private:
+  private:
     int64_t n_, batch_, pos_ = 0, epoch_ = 0;
     uint64_t seed_;
     at::Tensor perm_, perm_device_;
@@ -71,7 +71,7 @@ private:
 
 // A training run's folder: weights (safetensors), optimizer state, step and a JSONL loss log.
 class RunDirectory {
-public:
+  public:
     explicit RunDirectory(std::string dir);
     // Returns the step to continue from (0 when there is nothing to resume).
     int64_t resume(torch::nn::Module& model, torch::optim::Optimizer& opt, const std::string& what);
@@ -80,7 +80,7 @@ public:
     void log(const nlohmann::json& record);  // one JSON object per line in log.jsonl
     std::string path(const std::string& name) const;
 
-private:
+  private:
     std::string dir_;
 };
 
@@ -95,13 +95,13 @@ void set_learning_rate(torch::optim::Optimizer& opt, double lr);
 
 // Wall-clock budget of a run (TrainConfig::max_seconds); 0 = unlimited.
 class TimeBudget {
-public:
+  public:
     explicit TimeBudget(double seconds);
     double elapsed() const;
     // True when the budget is spent; says so on `out` once.
     bool spent(int64_t step, std::ostream& out);
 
-private:
+  private:
     double seconds_;
     std::chrono::steady_clock::time_point start_;
     bool reported_ = false;

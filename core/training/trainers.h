@@ -28,7 +28,8 @@ struct VarTrainJob {
     std::string run_dir;
     std::string init_path;   // optional: start from these weights (e.g. a shipped fp16 export)
     double cond_drop = 0.1;  // class dropout, so classifier-free guidance works
-    // JSON for the export's "varscope.sampling" metadata (see sampling_recommendation.h); "" = none.
+    // JSON for the export's "varscope.sampling" metadata (see sampling_recommendation.h); "" =
+    // none.
     std::string recommended_sampling;
     // Exponential moving average of the weights (0 = off); when on, the export holds the EMA.
     double ema_rate = 0;

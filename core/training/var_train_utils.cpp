@@ -11,7 +11,8 @@
 
 namespace varscope {
 
-at::Tensor foreground_token_mask(const at::Tensor& images_u8, const std::vector<int64_t>& patch_nums, int white) {
+at::Tensor foreground_token_mask(const at::Tensor& images_u8,
+                                 const std::vector<int64_t>& patch_nums, int white) {
     if (images_u8.dim() != 4 || images_u8.size(1) != 3)
         throw std::invalid_argument("foreground_token_mask: images must be (N, 3, H, W)");
     c10::InferenceMode g;
@@ -24,23 +25,30 @@ at::Tensor foreground_token_mask(const at::Tensor& images_u8, const std::vector<
 
 nlohmann::json evaluate_var_teacher(const VarTransformerImpl& var, const at::Tensor& labels,
                                     const at::Tensor& inputs, const at::Tensor& targets,
-                                    const at::Tensor& fg, int64_t last_scale_tokens, int64_t batch) {
+                                    const at::Tensor& fg, int64_t last_scale_tokens,
+                                    int64_t batch) {
     c10::InferenceMode g;
     const int64_t n = targets.size(0), V = var.config().vocab_size, L = targets.size(1);
-    double correct = 0, loss_sum = 0, fg_correct = 0, fg_count = 0, last_correct = 0, last_count = 0;
+    double correct = 0, loss_sum = 0, fg_correct = 0, fg_count = 0, last_correct = 0,
+           last_count = 0;
     for (int64_t b = 0; b < n; b += batch) {
-        auto rows = at::arange(b, std::min(b + batch, n), at::TensorOptions().dtype(at::kLong).device(targets.device()));
-        auto logits = var.forward_teacher(labels.index_select(0, rows), inputs.index_select(0, rows));
+        auto rows = at::arange(b, std::min(b + batch, n),
+                               at::TensorOptions().dtype(at::kLong).device(targets.device()));
+        auto logits =
+            var.forward_teacher(labels.index_select(0, rows), inputs.index_select(0, rows));
         auto tgt = targets.index_select(0, rows);
         auto m = fg.index_select(0, rows);
         auto hit = logits.argmax(-1).eq(tgt);
         correct += hit.sum().item<double>();
         fg_correct += hit.logical_and(m).sum().item<double>();
         fg_count += m.sum().item<double>();
-        auto last = hit.narrow(1, L - last_scale_tokens, last_scale_tokens), lm = m.narrow(1, L - last_scale_tokens, last_scale_tokens);
+        auto last = hit.narrow(1, L - last_scale_tokens, last_scale_tokens),
+             lm = m.narrow(1, L - last_scale_tokens, last_scale_tokens);
         last_correct += last.logical_and(lm).sum().item<double>();
         last_count += lm.sum().item<double>();
-        loss_sum += at::cross_entropy_loss(logits.reshape({-1, V}), tgt.reshape({-1})).item<double>() * rows.size(0);
+        loss_sum +=
+            at::cross_entropy_loss(logits.reshape({-1, V}), tgt.reshape({-1})).item<double>() *
+            rows.size(0);
     }
     return {{"loss", loss_sum / n},
             {"token_acc", correct / targets.numel()},
@@ -55,8 +63,8 @@ int64_t grow_var_from(VarTransformerImpl& model, const StateDict& small, const s
     while (small.count("blocks." + std::to_string(d) + ".attn.mat_qkv.weight")) ++d;
     if (d == 0) throw std::invalid_argument(what + ": no VAR blocks to grow from");
     if (d > D)
-        throw std::invalid_argument(what + " has " + std::to_string(d) + " blocks, more than the model's " +
-                                    std::to_string(D));
+        throw std::invalid_argument(what + " has " + std::to_string(d) +
+                                    " blocks, more than the model's " + std::to_string(D));
     std::vector<int64_t> target(d);
     for (int64_t i = 0; i < d; ++i) target[i] = i * D / d;
     std::set<int64_t> kept(target.begin(), target.end());
@@ -69,7 +77,8 @@ int64_t grow_var_from(VarTransformerImpl& model, const StateDict& small, const s
         if (kept.count(j)) continue;
         const std::string rest = name.substr(dot + 1);
         at::Tensor v = t.detach().clone();
-        if (rest == "attn.proj.weight" || rest == "attn.proj.bias" || rest == "ffn.fc2.weight" || rest == "ffn.fc2.bias")
+        if (rest == "attn.proj.weight" || rest == "attn.proj.bias" || rest == "ffn.fc2.weight" ||
+            rest == "ffn.fc2.bias")
             v.zero_();
         merged[name] = v;
     }
@@ -80,19 +89,23 @@ int64_t grow_var_from(VarTransformerImpl& model, const StateDict& small, const s
         }
         const auto dot = name.find('.', 7);
         const int64_t i = std::stoll(name.substr(7, dot - 7));
-        if (i >= d) throw std::invalid_argument(what + ": block numbering has gaps ('" + name + "')");
+        if (i >= d)
+            throw std::invalid_argument(what + ": block numbering has gaps ('" + name + "')");
         merged["blocks." + std::to_string(target[i]) + name.substr(dot)] = t;
     }
     BindOptions o;
     o.what = what;
     o.optional_buffers = {"attn_bias_for_masking", "lvl_1L"};
-    for (int64_t i = 0; i < D; ++i) o.optional_buffers.push_back("blocks." + std::to_string(i) + ".attn.zero_k_bias");
+    for (int64_t i = 0; i < D; ++i)
+        o.optional_buffers.push_back("blocks." + std::to_string(i) + ".attn.zero_k_bias");
     bind_state_dict(model, merged, o);
     return d;
 }
 
-void ema_update(const std::vector<at::Tensor>& ema, const std::vector<at::Tensor>& params, double rate) {
-    if (ema.size() != params.size()) throw std::invalid_argument("ema_update: parameter lists differ");
+void ema_update(const std::vector<at::Tensor>& ema, const std::vector<at::Tensor>& params,
+                double rate) {
+    if (ema.size() != params.size())
+        throw std::invalid_argument("ema_update: parameter lists differ");
     at::NoGradGuard g;
     std::vector<at::Tensor> src;
     src.reserve(params.size());

@@ -21,7 +21,8 @@ nlohmann::json train_var(const VarTrainJob& job, std::ostream& out) {
     ImageDataset data = prepare_training(job.train, job.data_path);
     if (data.num_classes > job.model.num_classes)
         throw std::invalid_argument("the data has " + std::to_string(data.num_classes) +
-                                    " classes but the VAR config only " + std::to_string(job.model.num_classes));
+                                    " classes but the VAR config only " +
+                                    std::to_string(job.model.num_classes));
     // Tokenise every image once with the frozen VQVAE: targets and teacher-forcing inputs.
     StateDict vae_sd = load_checkpoint(job.vae_path);
     Vqvae vae(VqvaeConfig::infer_from(vae_sd, job.model.patch_nums));
@@ -64,7 +65,8 @@ nlohmann::json train_var(const VarTrainJob& job, std::ostream& out) {
     } else if (!job.init_path.empty()) {
         StateDict init = load_checkpoint(job.init_path);
         int64_t init_depth = 0;
-        while (init.count("blocks." + std::to_string(init_depth) + ".attn.mat_qkv.weight")) ++init_depth;
+        while (init.count("blocks." + std::to_string(init_depth) + ".attn.mat_qkv.weight"))
+            ++init_depth;
         if (job.grow_depth && init_depth < job.model.depth) {
             grow_var_from(*var, init, job.init_path);
             out << "initialised from " << job.init_path << ", grown from " << init_depth << " to "
@@ -99,7 +101,8 @@ nlohmann::json train_var(const VarTrainJob& job, std::ostream& out) {
     auto gen = at::detail::createCPUGenerator(tc.seed + 29);
     const int64_t V = job.model.vocab_size;
     TimeBudget budget(tc.max_seconds);
-    // Class dropout per image and epoch, drawn on the host once per epoch (one copy, not one a step).
+    // Class dropout per image and epoch, drawn on the host once per epoch (one copy, not one a
+    // step).
     at::Tensor drop_epoch;
     int64_t drop_for_epoch = -1;
     const int64_t fit_from = step + 20, fit_to = step + 80;
@@ -119,7 +122,8 @@ nlohmann::json train_var(const VarTrainJob& job, std::ostream& out) {
         {
             AutocastBf16 ac(dev, job.bf16_autocast);
             logits = var->forward_teacher(labels, inputs.index_select(0, rows));
-            loss = at::cross_entropy_loss(logits.reshape({-1, V}).to(at::kFloat), tgt.reshape({-1}));
+            loss =
+                at::cross_entropy_loss(logits.reshape({-1, V}).to(at::kFloat), tgt.reshape({-1}));
         }
         opt.zero_grad();
         loss.backward();
@@ -130,11 +134,13 @@ nlohmann::json train_var(const VarTrainJob& job, std::ostream& out) {
             if (step == fit_from) {
                 fit_t0 = budget.elapsed();
             } else {
-                const double per_step = (budget.elapsed() - fit_t0) / static_cast<double>(fit_to - fit_from);
+                const double per_step =
+                    (budget.elapsed() - fit_t0) / static_cast<double>(fit_to - fit_from);
                 const double left = tc.max_seconds - budget.elapsed();
                 tc.steps = std::max(step + 1, step + static_cast<int64_t>(0.97 * left / per_step));
                 tc.warmup = std::min(tc.warmup, tc.steps / 2);
-                nlohmann::json rec = {{"fit_steps_to_time", tc.steps}, {"seconds_per_step", per_step}};
+                nlohmann::json rec = {{"fit_steps_to_time", tc.steps},
+                                      {"seconds_per_step", per_step}};
                 run.log(rec);
                 out << rec.dump() << std::endl;
             }
@@ -144,9 +150,14 @@ nlohmann::json train_var(const VarTrainJob& job, std::ostream& out) {
             auto hit = logits.argmax(-1).eq(tgt);
             auto m = fg.index_select(0, rows);
             const double acc = hit.to(at::kFloat).mean().item<double>();
-            const double fg_acc = (hit.logical_and(m).sum().to(at::kDouble) / m.sum().clamp_min(1)).item<double>();
-            nlohmann::json rec = {{"step", step}, {"loss", loss.item<double>()}, {"token_acc", acc},
-                                  {"fg_token_acc", fg_acc}, {"lr", tc.lr_at(step)}, {"epoch", sampler.epoch()},
+            const double fg_acc =
+                (hit.logical_and(m).sum().to(at::kDouble) / m.sum().clamp_min(1)).item<double>();
+            nlohmann::json rec = {{"step", step},
+                                  {"loss", loss.item<double>()},
+                                  {"token_acc", acc},
+                                  {"fg_token_acc", fg_acc},
+                                  {"lr", tc.lr_at(step)},
+                                  {"epoch", sampler.epoch()},
                                   {"seconds", budget.elapsed()}};
             run.log(rec);
             out << rec.dump() << std::endl;
@@ -154,22 +165,28 @@ nlohmann::json train_var(const VarTrainJob& job, std::ostream& out) {
         if ((step + 1) % tc.checkpoint_every == 0) {
             run.save(*var, opt, step + 1, cfg_json);
             if (job.ema_rate > 0)
-                save_safetensors(module_state_dict(*ema), run.path("ema.safetensors"), {{"varscope.config", cfg_json.dump()}});
+                save_safetensors(module_state_dict(*ema), run.path("ema.safetensors"),
+                                 {{"varscope.config", cfg_json.dump()}});
         }
     }
     const double train_seconds = budget.elapsed();
     run.save(*var, opt, step, cfg_json);
     if (job.ema_rate > 0)
-        save_safetensors(module_state_dict(*ema), run.path("ema.safetensors"), {{"varscope.config", cfg_json.dump()}});
-    save_safetensors(module_state_dict(*var), run.path("final.safetensors"), {{"varscope.config", cfg_json.dump()}});
+        save_safetensors(module_state_dict(*ema), run.path("ema.safetensors"),
+                         {{"varscope.config", cfg_json.dump()}});
+    save_safetensors(module_state_dict(*var), run.path("final.safetensors"),
+                     {{"varscope.config", cfg_json.dump()}});
     std::vector<std::string> derived{"attn_bias_for_masking"};
-    for (int64_t i = 0; i < job.model.depth; ++i) derived.push_back("blocks." + std::to_string(i) + ".attn.zero_k_bias");
+    for (int64_t i = 0; i < job.model.depth; ++i)
+        derived.push_back("blocks." + std::to_string(i) + ".attn.zero_k_bias");
     std::map<std::string, std::string> extra;
     if (!job.recommended_sampling.empty()) extra[kSamplingMetadataKey] = job.recommended_sampling;
     const VarTransformerImpl& shipped = job.ema_rate > 0 ? *ema : *var;
-    export_half(shipped, run.path("export-fp16.safetensors"), cfg_json, derived, extra, job.export_int8);
+    export_half(shipped, run.path("export-fp16.safetensors"), cfg_json, derived, extra,
+                job.export_int8);
     if (job.ema_rate > 0)  // the raw weights too, for comparison and for continuing
-        export_half(*var, run.path("export-raw-fp16.safetensors"), cfg_json, derived, extra, job.export_int8);
+        export_half(*var, run.path("export-raw-fp16.safetensors"), cfg_json, derived, extra,
+                    job.export_int8);
 
     // Teacher-forced metrics over the whole data set (conditional): the trained weights, the EMA,
     // and the exported file as the app loads it (fp16 / int8 dequantised, then fp32 here).

@@ -40,9 +40,9 @@ namespace varscope::kernels::cuda::sm90 {
 
 template <int kHeadDim, int kStages>
 struct Sm90Traits {
-    static constexpr int kRows = 64;               // query rows per CTA (one warpgroup)
-    static constexpr int kKeys = 64;               // keys per tile
-    static constexpr int kThreads = 128;           // one warpgroup
+    static constexpr int kRows = 64;      // query rows per CTA (one warpgroup)
+    static constexpr int kKeys = 64;      // keys per tile
+    static constexpr int kThreads = 128;  // one warpgroup
     static constexpr int kTileBytes = kKeys * kHeadDim * 2;
     // Q + kStages x (K, V), plus 1 KiB so the base can be aligned for the 128-byte swizzle.
     static constexpr int kSmemBytes = kTileBytes * (1 + 2 * kStages) + 1024;
@@ -50,27 +50,55 @@ struct Sm90Traits {
 
 #ifdef VARSCOPE_SM90_WGMMA
 // D (64 x 64, f32) += A (64 x 16, smem, K-major) * B (64 x 16, smem, K-major); zero_init: D = A*B.
-__device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[32], uint64_t da, uint64_t db, int zero_init) {
+__device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[32], uint64_t da, uint64_t db,
+                                                int zero_init) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%"
+        "24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(da), "l"(db), "r"(zero_init ? 0 : 1));
 }
 // D (64 x 64, f32) += A (64 x 16, registers) * B (16 x 64, smem, MN-major: transposed).
-__device__ __forceinline__ void wgmma_rs_m64n64_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+__device__ __forceinline__ void wgmma_rs_m64n64_tb(float (&d)[32], const uint32_t (&a)[4],
+                                                   uint64_t db) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%"
+        "24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 // D (64 x 128, f32) += A (64 x 16, registers) * B (16 x 128, smem, MN-major: transposed).
-__device__ __forceinline__ void wgmma_rs_m64n128_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+__device__ __forceinline__ void wgmma_rs_m64n128_tb(float (&d)[64], const uint32_t (&a)[4],
+                                                    uint64_t db) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%"
+        "24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%"
+        "46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+        "{%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
@@ -267,8 +295,8 @@ __device__ __forceinline__ void rescale_o(float (&o)[kHeadDim / 2], const float 
 // LSE). Rows with no active key: O = 0, LSE = -inf.
 template <int kHeadDim>
 __device__ __forceinline__ void store_output(const AttentionParams& p, float (&o)[kHeadDim / 2],
-                                             float (&row_max)[2], float (&row_sum)[2], int b,
-                                             int h, int row0, int tid = threadIdx.x) {
+                                             float (&row_max)[2], float (&row_sum)[2], int b, int h,
+                                             int row0, int tid = threadIdx.x) {
     const int warp = tid / 32, lane = tid % 32;  // tid: thread index within the warpgroup
     const int g = lane / 4, t = lane % 4;
     float inv[2], lse2[2];
@@ -485,7 +513,7 @@ __global__ void __launch_bounds__(128, 1)
         fence_regs(row_sum);
         if ((__float_as_uint(row_sum[0]) & __float_as_uint(row_sum[1])) == 0xFFFFFFFFu)
             asm volatile("nanosleep.u32 0;");  // never taken (that NaN is not produced)
-        wgmma_wait<0>();  // PV_{i-1} done: O and the P registers are free
+        wgmma_wait<0>();                       // PV_{i-1} done: O and the P registers are free
         fence_regs(o);
         fence_regs(pa);
         rescale_o<kHeadDim>(o, corr);
@@ -673,7 +701,8 @@ __global__ void __launch_bounds__(256, 1)
         stage = stage + 1 == kStages ? 0 : stage + 1;
     }
     cp_async_wait<0>();
-    if (c.has_rows) store_output<kHeadDim>(p, o, row_max, row_sum, blockIdx.z, blockIdx.y, c.row0, c.tid);
+    if (c.has_rows)
+        store_output<kHeadDim>(p, o, row_max, row_sum, blockIdx.z, blockIdx.y, c.row0, c.tid);
 }
 
 // Implementation 4: as 3, with implementation 1's schedule inside each warpgroup: S_i is issued
@@ -694,9 +723,13 @@ __global__ void __launch_bounds__(256, 1)
     load_tile<kHeadDim>(c.q_tile, c.q, p.q_stride[2], c.row0, p.len_q, c.tid);
 #pragma unroll
     for (int j = 0; j < D; ++j) {
-        if (j < n) load_tile<kHeadDim, 256>(c.k_tile(j), c.k, p.k_stride[2], c.key0(j), p.len_k, threadIdx.x);
+        if (j < n)
+            load_tile<kHeadDim, 256>(c.k_tile(j), c.k, p.k_stride[2], c.key0(j), p.len_k,
+                                     threadIdx.x);
         cp_async_commit();
-        if (j < n) load_tile<kHeadDim, 256>(c.v_tile(j), c.v, p.v_stride[2], c.key0(j), p.len_k, threadIdx.x);
+        if (j < n)
+            load_tile<kHeadDim, 256>(c.v_tile(j), c.v, p.v_stride[2], c.key0(j), p.len_k,
+                                     threadIdx.x);
         cp_async_commit();
     }
 
@@ -714,12 +747,14 @@ __global__ void __launch_bounds__(256, 1)
 
     int stage = 0;  // i % kStages
     for (int i = 0; i < n; ++i) {
-        const int prev = stage == 0 ? kStages - 1 : stage - 1;  // (i - 1) % kStages = (i + D) % kStages
-        cp_async_wait<2 * D - 1>();                             // K_i and V_{i-1} have landed
+        const int prev =
+            stage == 0 ? kStages - 1 : stage - 1;  // (i - 1) % kStages = (i + D) % kStages
+        cp_async_wait<2 * D - 1>();                // K_i and V_{i-1} have landed
         fence_async_shared();
         __syncthreads();  // ... for every thread; every S_{i-1} is done with K[prev]
         if (i + D < n)
-            load_tile<kHeadDim, 256>(c.k_tile(prev), c.k, p.k_stride[2], c.key0(i + D), p.len_k, threadIdx.x);
+            load_tile<kHeadDim, 256>(c.k_tile(prev), c.k, p.k_stride[2], c.key0(i + D), p.len_k,
+                                     threadIdx.x);
         cp_async_commit();
 
         const bool own_i = c.mine(i);
@@ -773,7 +808,8 @@ __global__ void __launch_bounds__(256, 1)
 
         __syncthreads();  // both warpgroups are past PV_{i-1}: V[prev] may be reloaded
         if (i + D < n)
-            load_tile<kHeadDim, 256>(c.v_tile(prev), c.v, p.v_stride[2], c.key0(i + D), p.len_k, threadIdx.x);
+            load_tile<kHeadDim, 256>(c.v_tile(prev), c.v, p.v_stride[2], c.key0(i + D), p.len_k,
+                                     threadIdx.x);
         cp_async_commit();
         stage = stage + 1 == kStages ? 0 : stage + 1;
     }
@@ -790,7 +826,8 @@ __global__ void __launch_bounds__(256, 1)
         wgmma_wait<0>();
         fence_regs(o);
     }
-    if (c.has_rows) store_output<kHeadDim>(p, o, row_max, row_sum, blockIdx.z, blockIdx.y, c.row0, c.tid);
+    if (c.has_rows)
+        store_output<kHeadDim>(p, o, row_max, row_sum, blockIdx.z, blockIdx.y, c.row0, c.tid);
 }
 // Implementation 5: implementation 3 with 128-key steps. Each step takes two consecutive union
 // tiles (keys of both in one 128-row K and V layout), so S is one m64n128 product per k-step and
@@ -799,11 +836,25 @@ __global__ void __launch_bounds__(256, 1)
 // scores are -inf, so their P is 0). 2 stages (Q 2 x 16 KiB + 2 x (K, V) x 32 KiB at d128).
 // Measured first: halving the bytes (3) and overlapping the softmax with PV (4) did not help,
 // every implementation took about the same time per step.
-__device__ __forceinline__ void wgmma_ss_m64n128(float (&d)[64], uint64_t da, uint64_t db, int zero_init) {
+__device__ __forceinline__ void wgmma_ss_m64n128(float (&d)[64], uint64_t da, uint64_t db,
+                                                 int zero_init) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%"
+        "24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%"
+        "46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, "
+        "1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
         : "l"(da), "l"(db), "r"(zero_init ? 0 : 1));
 }
 
@@ -959,7 +1010,8 @@ __global__ void __launch_bounds__(256, 1)
         __syncthreads();  // both warpgroups are done with this stage
     }
     cp_async_wait<0>();
-    if (c.has_rows) store_output<kHeadDim>(p, o, row_max, row_sum, blockIdx.z, blockIdx.y, c.row0, c.tid);
+    if (c.has_rows)
+        store_output<kHeadDim>(p, o, row_max, row_sum, blockIdx.z, blockIdx.y, c.row0, c.tid);
 }
 // Implementation 6: implementation 0 with a single K/V buffer (49 KiB at d128), so three CTAs
 // (12 warps) share an SM instead of two: tests whether the per-step latency, not the SM's
@@ -1100,13 +1152,13 @@ cudaError_t launch_csla_sm90(const AttentionParams& p, int impl, int v_desc_swap
                                  Sm90Traits<kHeadDim, 3>::kSmemBytes>(p, v_desc_swap, stream);
         case 3:
             return launch_pair<csla_sm90_pair_kernel<kHeadDim, 3>, kHeadDim, 3>(p, v_desc_swap,
-                                                                               stream);
+                                                                                stream);
         case 4:
             return launch_pair<csla_sm90_pair_overlap_kernel<kHeadDim, 3>, kHeadDim, 3>(
                 p, v_desc_swap, stream);
         case 5:  // 2 stages of 128-row K and V = the layout of 4 stages of 64-row tiles
             return launch_pair<csla_sm90_pair_wide_kernel<kHeadDim>, kHeadDim, 4>(p, v_desc_swap,
-                                                                                 stream);
+                                                                                  stream);
         case 6:
             return launch_kernel<csla_sm90_single_kernel<kHeadDim>,
                                  Sm90Traits<kHeadDim, 1>::kSmemBytes>(p, v_desc_swap, stream);

@@ -1,6 +1,8 @@
 // Qt Test suite of the desktop app (offscreen platform): widgets build, the method panel follows
 // the accelerators' ParamSpec tables, generations on tiny random models run through the worker
 // and fill the panels, exports write valid files that restore their settings.
+#include <qcustomplot.h>
+
 #include <QCheckBox>
 #include <QFile>
 #include <QImageReader>
@@ -8,14 +10,11 @@
 #include <QLineEdit>
 #include <QListWidget>
 #include <QSignalSpy>
-#include <QToolButton>
 #include <QSpinBox>
 #include <QStandardItemModel>
 #include <QTemporaryDir>
+#include <QToolButton>
 #include <QtTest>
-
-#include <qcustomplot.h>
-
 #include <cmath>
 
 #include "tests/ui/tiny_engine.h"
@@ -95,7 +94,7 @@ QImage noise_image(int w, int h, unsigned seed) {
 
 class UiTest : public QObject {
     Q_OBJECT
-private slots:
+  private slots:
     void initTestCase() {
         QCoreApplication::setOrganizationName("VARScopeTest");
         QCoreApplication::setApplicationName("varscope_ui_tests");
@@ -126,7 +125,8 @@ private slots:
         // A uniform shift of 10 levels: MSE = 100 exactly.
         varscope::gui::RgbImage d{16, 16, std::vector<uint8_t>(16 * 16 * 3, 100)}, e = d;
         std::fill(e.rgb.begin(), e.rgb.end(), uint8_t(110));
-        QVERIFY(std::abs(Engine::image_quality(d, e).psnr - 10 * std::log10(255.0 * 255.0 / 100.0)) < 1e-4);
+        QVERIFY(std::abs(Engine::image_quality(d, e).psnr -
+                         10 * std::log10(255.0 * 255.0 / 100.0)) < 1e-4);
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument, Engine::image_quality(a, d));
     }
 
@@ -166,11 +166,11 @@ private slots:
         QCOMPARE(before.cols, 5);
         box->setChecked(true);
         const auto after = insp.view()->grid();
-        const float lo = before.values[0];  // log10(1/15), the smallest entry
-        QCOMPARE(after.values[4], before.values[4]);           // row 0 keeps key 4
-        QCOMPARE(after.values[2], lo);                          // row 0 drops key 2
+        const float lo = before.values[0];            // log10(1/15), the smallest entry
+        QCOMPARE(after.values[4], before.values[4]);  // row 0 keeps key 4
+        QCOMPARE(after.values[2], lo);                // row 0 drops key 2
         QCOMPARE(after.values[2 * 5 + 1], before.values[2 * 5 + 1]);  // row 2 keeps key 1
-        QCOMPARE(after.values[2 * 5 + 4], lo);                  // row 2 drops key 4
+        QCOMPARE(after.values[2 * 5 + 4], lo);                        // row 2 drops key 4
         box->setChecked(false);
         QCOMPARE(insp.view()->grid().values, before.values);
     }
@@ -187,7 +187,8 @@ private slots:
         QCOMPARE(colormap_rgb(Colormap::Viridis, 0.0), qRgb(68, 1, 84));
         QImage base(30, 20, QImage::Format_RGB32);
         base.fill(Qt::black);
-        const QImage over = token_overlay(base, FloatGrid(1, 2, {0, 1}), Colormap::Gray, {0, 1}, 1.0);
+        const QImage over =
+            token_overlay(base, FloatGrid(1, 2, {0, 1}), Colormap::Gray, {0, 1}, 1.0);
         QCOMPARE(qRed(over.pixel(25, 10)), 255);
         QCOMPARE(qRed(over.pixel(2, 10)), 0);
         const FloatGrid d = image_difference(base, over.convertToFormat(QImage::Format_RGB32));
@@ -227,18 +228,22 @@ private slots:
                     QVERIFY(spin && slider);
                     slider->setValue(slider->maximum());
                     QCOMPARE(panel.config()[m.id][p.key].get<int64_t>(), int64_t(p.max));
-                    QVERIFY(spin->toolTip().contains(QString::fromStdString(p.symbol).toHtmlEscaped()));
+                    QVERIFY(
+                        spin->toolTip().contains(QString::fromStdString(p.symbol).toHtmlEscaped()));
                 } else if (p.kind == varscope::ParamKind::Real) {
                     auto* slider = panel.findChild<QSlider*>(name + ".slider");
                     slider->setValue(slider->maximum());
                     QVERIFY(std::abs(panel.config()[m.id][p.key].get<double>() - p.max) < 1e-9);
-                } else if (p.kind == varscope::ParamKind::IntList || p.kind == varscope::ParamKind::RealList) {
+                } else if (p.kind == varscope::ParamKind::IntList ||
+                           p.kind == varscope::ParamKind::RealList) {
                     auto* edit = panel.findChild<QLineEdit*>(name);
                     edit->setText("1e9");  // out of every sensible range
                     emit edit->editingFinished();
                     QVERIFY(!panel.valid());
-                    QVERIFY(panel.validationError().contains(QString::fromStdString(m.id + "." + p.key)));
-                    edit->setText(QString::fromStdString(p.default_value.dump()).remove('[').remove(']'));
+                    QVERIFY(panel.validationError().contains(
+                        QString::fromStdString(m.id + "." + p.key)));
+                    edit->setText(
+                        QString::fromStdString(p.default_value.dump()).remove('[').remove(']'));
                     emit edit->editingFinished();
                     QVERIFY2(panel.valid(), qPrintable(panel.validationError()));
                 }
@@ -283,14 +288,16 @@ private slots:
     void promptSuggestsClasses() {
         if (!Engine::embedded_available()) QSKIP("embedded model missing");
         ModelPanel panel;
-        const QString list = QString::fromStdString(varscope_source_dir()) + "/resources/models/emoji-classes.json";
+        const QString list =
+            QString::fromStdString(varscope_source_dir()) + "/resources/models/emoji-classes.json";
         if (!QFile::exists(list)) QSKIP("no emoji class list");
         panel.setClassList(list, 1911);
         panel.promptEdit()->setText("red heart");
         emit panel.promptEdit()->textEdited("red heart");
         QVERIFY(panel.suggestions()->count() > 0);
         QVERIFY(panel.suggestions()->item(0)->text().contains("HEART", Qt::CaseInsensitive));
-        QCOMPARE(panel.classBox()->value(), panel.suggestions()->item(0)->data(Qt::UserRole).toInt());
+        QCOMPARE(panel.classBox()->value(),
+                 panel.suggestions()->item(0)->data(Qt::UserRole).toInt());
     }
 
     void modelRecommendationSetsSampling() {
@@ -514,9 +521,9 @@ private slots:
 
         // LazyMAR on (both caches, the paper's 4 / 5 schedule scaled to 4 steps): the
         // accelerated side runs, reports computed/reused maps and the CFG residual drift.
-        nlohmann::json accel = {{"lazymar",
-                                 {{"enabled", true}, {"start_step", 1}, {"period", 2},
-                                  {"keep_ratio", 0.3}}}};
+        nlohmann::json accel = {
+            {"lazymar",
+             {{"enabled", true}, {"start_step", 1}, {"period", 2}, {"keep_ratio", 0.3}}}};
         Request r = mar_request();
         r.accel = accel;
         w.applyRequest(r, true);
@@ -556,7 +563,8 @@ private slots:
         g.accel_json = R"({"lazymar": {"enabled": false, "keep_ratio": 0.3}})";
         const RunOutput off = e.run(g, true);
         QVERIFY(base.image.rgb == off.image.rgb);
-        g.accel_json = R"({"lazymar": {"enabled": true, "start_step": 1, "period": 2, "keep_ratio": 0.3}})";
+        g.accel_json =
+            R"({"lazymar": {"enabled": true, "start_step": 1, "period": 2, "keep_ratio": 0.3}})";
         const RunOutput on = e.run(g, true);
         QCOMPARE(on.image.width, 64);
         QVERIFY(on.accel_summary != "baseline");
@@ -683,7 +691,7 @@ private slots:
         QVERIFY(error.contains("no VARScope settings"));
     }
 
-private:
+  private:
     static std::string varscope_source_dir() { return VARSCOPE_SOURCE_DIR; }
 };
 

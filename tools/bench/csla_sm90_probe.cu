@@ -35,18 +35,18 @@ namespace vc = varscope::kernels::cuda;
 
 namespace {
 
-#define CHECK(x)                                                                          \
-    do {                                                                                  \
-        const cudaError_t e_ = (x);                                                       \
-        if (e_ != cudaSuccess) {                                                          \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,                \
-                         cudaGetErrorString(e_));                                         \
-            std::exit(2);                                                                 \
-        }                                                                                 \
+#define CHECK(x)                                                           \
+    do {                                                                   \
+        const cudaError_t e_ = (x);                                        \
+        if (e_ != cudaSuccess) {                                           \
+            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, \
+                         cudaGetErrorString(e_));                          \
+            std::exit(2);                                                  \
+        }                                                                  \
     } while (0)
 
-const char* const kNames[] = {"serial", "overlap", "3stage", "pair", "pair-ovl", "pair-wide",
-                              "single"};
+const char* const kNames[] = {"serial",   "overlap",   "3stage", "pair",
+                              "pair-ovl", "pair-wide", "single"};
 
 float bf(__nv_bfloat16 x) {
     return __bfloat162float(x);
@@ -160,7 +160,8 @@ vc::AttentionParams params_of(const Problem& pr, const Dev& dv) {
     p.heads = pr.h;
     p.len_q = pr.lq;
     p.len_k = pr.lk;
-    p.scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(pr.d)) * 1.4426950408889634);
+    p.scale_log2 =
+        static_cast<float>(1.0 / std::sqrt(static_cast<double>(pr.d)) * 1.4426950408889634);
     p.lists = dv.idx;
     p.counts = dv.cnt;
     p.list_stride = pr.lists.stride;
@@ -246,7 +247,8 @@ void reference(const Problem& pr, std::vector<double>& o, std::vector<double>& l
                 for (size_t t = 0; t < keys.size(); ++t) {
                     const size_t koff = ((size_t(b) * pr.h + h) * pr.lk + keys[t]) * d;
                     double s = 0;
-                    for (int e = 0; e < d; ++e) s += double(bf(pr.q[qoff + e])) * bf(pr.k[koff + e]);
+                    for (int e = 0; e < d; ++e)
+                        s += double(bf(pr.q[qoff + e])) * bf(pr.k[koff + e]);
                     sc[t] = s * scale;
                     mx = std::max(mx, sc[t]);
                 }
@@ -295,7 +297,8 @@ int check_all(const std::string& impls, std::mt19937& g) {
     for (const auto& s : shapes)
         for (const auto& bb : blocks)
             for (const bool strided : {false, true}) {
-                const Problem pr = random_problem(s.b, s.h, s.lq, s.lk, s.d, bb[0], bb[1], strided, g);
+                const Problem pr =
+                    random_problem(s.b, s.h, s.lq, s.lk, s.d, bb[0], bb[1], strided, g);
                 std::vector<double> ro, rl;
                 reference(pr, ro, rl);
                 Dev dv = upload(pr);
@@ -338,10 +341,11 @@ int check_all(const std::string& impls, std::mt19937& g) {
                     ++cases;
                     if (bad) {
                         ++failures;
-                        std::printf("FAIL impl %d (%s) b%d h%d lq%d lk%d d%d block %dx%d%s: err %.2e "
-                                    "lse %.2e\n",
-                                    impl, kNames[impl], s.b, s.h, s.lq, s.lk, s.d, bb[0], bb[1],
-                                    strided ? " strided" : "", err, lse_err);
+                        std::printf(
+                            "FAIL impl %d (%s) b%d h%d lq%d lk%d d%d block %dx%d%s: err %.2e "
+                            "lse %.2e\n",
+                            impl, kNames[impl], s.b, s.h, s.lq, s.lk, s.d, bb[0], bb[1],
+                            strided ? " strided" : "", err, lse_err);
                     }
                 }
                 release(dv);
@@ -375,14 +379,14 @@ double mask_stats(const char* name, const std::vector<uint8_t>& bm, const Lists&
     for (int u = 0; u < nqb; ++u) listed += lists.cnt[u];
     for (int u = 0; u < nqb; u += 2)  // pair CTAs at block 64 (at 128: one block per CTA)
         for (int j = 0; j < nkb; ++j)
-            unions += bm[size_t(u) * nkb + j] ||
-                      (u + 1 < nqb && bm[size_t(u + 1) * nkb + j]);
+            unions += bm[size_t(u) * nkb + j] || (u + 1 < nqb && bm[size_t(u + 1) * nkb + j]);
     if (block == 128) unions = listed;
     const double flops = 4.0 * B * H * active * D;
-    std::printf("%s block %d: q %d kv %d, block sparsity %.2f %%, %.1f GFLOP, "
-                "mean list %.1f blocks, pair-CTA union %.0f vs listed %.0f (%.3f)\n",
-                name, block, lq, lk, 100.0 * (1 - blocks_on / (double(nqb) * nkb)), flops * 1e-9,
-                listed / nqb, unions, listed, unions / listed);
+    std::printf(
+        "%s block %d: q %d kv %d, block sparsity %.2f %%, %.1f GFLOP, "
+        "mean list %.1f blocks, pair-CTA union %.0f vs listed %.0f (%.3f)\n",
+        name, block, lq, lk, 100.0 * (1 - blocks_on / (double(nqb) * nkb)), flops * 1e-9,
+        listed / nqb, unions, listed, unions / listed);
     return flops;
 }
 
@@ -405,68 +409,69 @@ int bench(const std::string& impls, int iters, bool profile, std::mt19937& g) {
     char* flush = nullptr;
     const size_t flush_bytes = size_t(prop.l2CacheSize) * 2;
     CHECK(cudaMalloc(&flush, flush_bytes));
-  for (const Config& cfg : kConfigs) {
-    if (profile && cfg.head_dim != 128) continue;
-    const std::vector<int>& pns = cfg.pns;
-    const int B = cfg.batch, H = cfg.heads, D = cfg.head_dim;
-    std::vector<__nv_bfloat16> q, k, v;
-    for (const int block : profile ? std::vector<int>{64} : std::vector<int>{64, 128}) {
-        int lq = 0, lk = 0;
-        const auto bm = csla_block_mask(pns, block, &lq, &lk);
-        const int nqb = (lq + block - 1) / block, nkb = (lk + block - 1) / block;
-        if (q.empty()) {
-            q = randn_bf16(size_t(B) * H * lq * D, g);
-            k = randn_bf16(size_t(B) * H * lk * D, g);
-            v = randn_bf16(size_t(B) * H * lk * D, g);
+    for (const Config& cfg : kConfigs) {
+        if (profile && cfg.head_dim != 128) continue;
+        const std::vector<int>& pns = cfg.pns;
+        const int B = cfg.batch, H = cfg.heads, D = cfg.head_dim;
+        std::vector<__nv_bfloat16> q, k, v;
+        for (const int block : profile ? std::vector<int>{64} : std::vector<int>{64, 128}) {
+            int lq = 0, lk = 0;
+            const auto bm = csla_block_mask(pns, block, &lq, &lk);
+            const int nqb = (lq + block - 1) / block, nkb = (lk + block - 1) / block;
+            if (q.empty()) {
+                q = randn_bf16(size_t(B) * H * lq * D, g);
+                k = randn_bf16(size_t(B) * H * lk * D, g);
+                v = randn_bf16(size_t(B) * H * lk * D, g);
+            }
+            Problem pr{B, H, lq, lk, D, block, block, false, q, k, v, lists_of(bm, nqb, nkb)};
+            const double flops = mask_stats(cfg.name, bm, pr.lists, lq, lk, block, B, H, D);
+            Dev dv = upload(pr);
+            const auto p = params_of(pr, dv);
+            std::vector<__nv_bfloat16> ref_o, o;
+            std::vector<float> ref_l, l;
+            cudaEvent_t e0, e1;
+            CHECK(cudaEventCreate(&e0));
+            CHECK(cudaEventCreate(&e1));
+            for (const char ic : impls) {
+                const int impl = ic - '0';
+                if (profile) {
+                    launch(p, D, impl);
+                    CHECK(cudaDeviceSynchronize());
+                    continue;
+                }
+                run_once(pr, dv, impl, o, l);
+                double num = 0, den = 0;
+                bool finite = true;
+                if (ref_o.empty()) ref_o = o, ref_l = l;
+                for (size_t i = 0; i < o.size(); ++i) {
+                    const double x = bf(o[i]), y = bf(ref_o[i]);
+                    finite = finite && std::isfinite(x);
+                    num += (x - y) * (x - y);
+                    den += y * y;
+                }
+                const double diff = std::sqrt(num / den);
+                if (!finite || !(diff <= 5e-3)) ++failures;
+                for (int i = 0; i < 10; ++i) launch(p, D, impl);
+                std::vector<float> ms(iters);
+                for (int i = 0; i < iters; ++i) {
+                    CHECK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes));
+                    CHECK(cudaEventRecord(e0));
+                    launch(p, D, impl);
+                    CHECK(cudaEventRecord(e1));
+                    CHECK(cudaEventSynchronize(e1));
+                    CHECK(cudaEventElapsedTime(&ms[i], e0, e1));
+                }
+                const double med = median(ms);
+                std::printf(
+                    "  impl %d %-9s %.4f ms (min %.4f max %.4f)  %5.0f TFLOP/s  vs impl %c: rel "
+                    "diff %.1e%s\n",
+                    impl, kNames[impl], med, *std::min_element(ms.begin(), ms.end()),
+                    *std::max_element(ms.begin(), ms.end()), flops / (med * 1e-3) / 1e12, impls[0],
+                    diff, finite ? "" : "  NON-FINITE");
+            }
+            release(dv);
         }
-        Problem pr{B, H, lq, lk, D, block, block, false, q, k, v, lists_of(bm, nqb, nkb)};
-        const double flops = mask_stats(cfg.name, bm, pr.lists, lq, lk, block, B, H, D);
-        Dev dv = upload(pr);
-        const auto p = params_of(pr, dv);
-        std::vector<__nv_bfloat16> ref_o, o;
-        std::vector<float> ref_l, l;
-        cudaEvent_t e0, e1;
-        CHECK(cudaEventCreate(&e0));
-        CHECK(cudaEventCreate(&e1));
-        for (const char ic : impls) {
-            const int impl = ic - '0';
-            if (profile) {
-                launch(p, D, impl);
-                CHECK(cudaDeviceSynchronize());
-                continue;
-            }
-            run_once(pr, dv, impl, o, l);
-            double num = 0, den = 0;
-            bool finite = true;
-            if (ref_o.empty()) ref_o = o, ref_l = l;
-            for (size_t i = 0; i < o.size(); ++i) {
-                const double x = bf(o[i]), y = bf(ref_o[i]);
-                finite = finite && std::isfinite(x);
-                num += (x - y) * (x - y);
-                den += y * y;
-            }
-            const double diff = std::sqrt(num / den);
-            if (!finite || !(diff <= 5e-3)) ++failures;
-            for (int i = 0; i < 10; ++i) launch(p, D, impl);
-            std::vector<float> ms(iters);
-            for (int i = 0; i < iters; ++i) {
-                CHECK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes));
-                CHECK(cudaEventRecord(e0));
-                launch(p, D, impl);
-                CHECK(cudaEventRecord(e1));
-                CHECK(cudaEventSynchronize(e1));
-                CHECK(cudaEventElapsedTime(&ms[i], e0, e1));
-            }
-            const double med = median(ms);
-            std::printf("  impl %d %-9s %.4f ms (min %.4f max %.4f)  %5.0f TFLOP/s  vs impl %c: rel "
-                        "diff %.1e%s\n",
-                        impl, kNames[impl], med, *std::min_element(ms.begin(), ms.end()),
-                        *std::max_element(ms.begin(), ms.end()), flops / (med * 1e-3) / 1e12,
-                        impls[0], diff, finite ? "" : "  NON-FINITE");
-        }
-        release(dv);
     }
-  }
     cudaFree(flush);
     return failures;
 }
@@ -489,9 +494,12 @@ int main(int argc, char** argv) {
                 }
             return 0;
         }
-        if (!std::strcmp(argv[i], "--profile")) profile = true;
-        else if (!std::strcmp(argv[i], "--impls") && i + 1 < argc) impls = argv[++i];
-        else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
+        if (!std::strcmp(argv[i], "--profile"))
+            profile = true;
+        else if (!std::strcmp(argv[i], "--impls") && i + 1 < argc)
+            impls = argv[++i];
+        else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
+            iters = std::atoi(argv[++i]);
     }
     int dev_count = 0;
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {

@@ -22,7 +22,7 @@ namespace {
 // Records everything and reports each finished scale with its decoded f_hat (the preview,
 // kept for the filmstrip so it is decoded once).
 class ProgressRecorder : public ProbeRecorder {
-public:
+  public:
     using Decode = std::function<RgbImage(const at::Tensor& fhat)>;
     ProgressRecorder(Selection sel, const ProgressFn& progress, int64_t scales, Decode decode)
         : ProbeRecorder(std::move(sel)), progress_(progress), scales_(scales), decode_(decode) {}
@@ -39,7 +39,7 @@ public:
         return it == previews_.end() ? RgbImage{} : it->second;
     }
 
-private:
+  private:
     const ProgressFn& progress_;
     int64_t scales_;
     Decode decode_;
@@ -48,16 +48,23 @@ private:
 
 }  // namespace
 
-const char* family_id(Family f) { return f == Family::Mar ? "mar" : "var"; }
-Family family_from_id(const std::string& id) { return id == "mar" ? Family::Mar : Family::Var; }
+const char* family_id(Family f) {
+    return f == Family::Mar ? "mar" : "var";
+}
+Family family_from_id(const std::string& id) {
+    return id == "mar" ? Family::Mar : Family::Var;
+}
 
 std::string ModelSource::key() const {
     // The diffusion respacing is fixed when a MAR model loads, so it is part of the key.
     const std::string steps = diffusion_steps.empty() ? "" : "|steps" + diffusion_steps;
     switch (kind) {
-        case Kind::Embedded: return std::string("embedded|") + family_id(family) + steps + "|" + device;
-        case Kind::Files: return "files|" + var_path + "|" + vae_path + steps + "|" + device;
-        case Kind::Custom: return "custom|" + custom_name + "|" + device;
+        case Kind::Embedded:
+            return std::string("embedded|") + family_id(family) + steps + "|" + device;
+        case Kind::Files:
+            return "files|" + var_path + "|" + vae_path + steps + "|" + device;
+        case Kind::Custom:
+            return "custom|" + custom_name + "|" + device;
     }
     return {};
 }
@@ -66,8 +73,10 @@ std::string ModelSource::display_name() const {
     switch (kind) {
         case Kind::Embedded:
             return family == Family::Mar ? "Embedded emoji MAR" : "Embedded emoji VAR";
-        case Kind::Files: return std::filesystem::path(var_path).filename().string();
-        case Kind::Custom: return custom_name;
+        case Kind::Files:
+            return std::filesystem::path(var_path).filename().string();
+        case Kind::Custom:
+            return custom_name;
     }
     return {};
 }
@@ -83,7 +92,9 @@ std::string GenerationSettings::baseline_key(const std::string& model_key) const
 Engine::Engine() = default;
 Engine::~Engine() = default;
 
-bool Engine::loaded() const { return pipeline_ != nullptr || mar_ != nullptr; }
+bool Engine::loaded() const {
+    return pipeline_ != nullptr || mar_ != nullptr;
+}
 
 void Engine::load(const ModelSource& source) {
     LoadOptions opt;
@@ -157,10 +168,11 @@ RunOutput Engine::run_var(const GenerationSettings& s, bool accelerated,
     sel.fhat = s.filmstrip;
     auto vae = pipeline_->sampler().vqvae();
     const at::Device device = pipeline_->device();
-    ProgressRecorder rec(sel, progress, cfg.num_scales(), [vae, device](const at::Tensor& f_hat) mutable {
-        c10::InferenceMode guard;
-        return to_rgb(vae->decode(f_hat.narrow(0, 0, 1).to(device))[0].add(1).mul(0.5));
-    });
+    ProgressRecorder rec(
+        sel, progress, cfg.num_scales(), [vae, device](const at::Tensor& f_hat) mutable {
+            c10::InferenceMode guard;
+            return to_rgb(vae->decode(f_hat.narrow(0, 0, 1).to(device))[0].add(1).mul(0.5));
+        });
 
     RunOutput out;
     std::shared_ptr<SamplingHooks> hooks;
@@ -233,20 +245,24 @@ std::string Engine::accel_summary(const nlohmann::json& j, Family f) {
     }
 }
 
-bool Engine::cuda_available() { return varscope::cuda_available(); }
+bool Engine::cuda_available() {
+    return varscope::cuda_available();
+}
 
 ImageQuality Engine::image_quality(const RgbImage& a, const RgbImage& b) {
     if (a.width != b.width || a.height != b.height || a.empty() || b.empty())
         throw std::invalid_argument("image_quality: the images differ in size or are empty");
     auto to_tensor = [](const RgbImage& im) {  // (1, 3, H, W) in [0, 1]
-        const at::Tensor hwc = at::from_blob(const_cast<uint8_t*>(im.rgb.data()),
-                                             {im.height, im.width, 3}, at::kByte);
+        const at::Tensor hwc =
+            at::from_blob(const_cast<uint8_t*>(im.rgb.data()), {im.height, im.width, 3}, at::kByte);
         return hwc.permute({2, 0, 1}).unsqueeze(0).to(at::kFloat).div(255.0);
     };
     const at::Tensor ta = to_tensor(a), tb = to_tensor(b);
     return {varscope::psnr(ta, tb).at(0), varscope::ssim(ta, tb).at(0)};
 }
-bool Engine::embedded_available() { return embedded_model_available(); }
+bool Engine::embedded_available() {
+    return embedded_model_available();
+}
 
 SamplingRecommendation Engine::embedded_recommendation() {
     if (!embedded_model_available()) return {};
@@ -257,7 +273,9 @@ SamplingRecommendation Engine::embedded_recommendation() {
     }
 }
 
-bool Engine::embedded_mar_available() { return varscope::embedded_mar_available(); }
+bool Engine::embedded_mar_available() {
+    return varscope::embedded_mar_available();
+}
 
 MarSamplingRecommendation Engine::embedded_mar_recommendation() {
     if (!varscope::embedded_mar_available()) return {};

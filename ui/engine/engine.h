@@ -18,7 +18,7 @@
 namespace varscope {
 class VarPipeline;
 class MarPipeline;
-}
+}  // namespace varscope
 
 namespace varscope::gui {
 
@@ -45,7 +45,7 @@ struct FloatArray {
 
 // VAR (next-scale prediction) or MAR (masked autoregression with a diffusion head).
 enum class Family { Var, Mar };
-const char* family_id(Family f);     // "var" | "mar"
+const char* family_id(Family f);               // "var" | "mar"
 Family family_from_id(const std::string& id);  // anything but "mar" is VAR
 
 struct ModelSource {
@@ -71,8 +71,8 @@ struct ModelInfo {
     int64_t depth = 0;  // MAR: encoder + decoder blocks (the probes' global layer index)
     int64_t num_heads = 0;
     int64_t image_size = 0;
-    std::vector<int64_t> patch_nums;     // MAR: {token grid side}
-    SamplingRecommendation recommended;  // the file's "varscope.sampling" metadata, if any
+    std::vector<int64_t> patch_nums;            // MAR: {token grid side}
+    SamplingRecommendation recommended;         // the file's "varscope.sampling" metadata, if any
     MarSamplingRecommendation mar_recommended;  // MAR: "varscope.mar_sampling"
     std::string diffusion_steps;                // MAR: the respacing in use
 };
@@ -81,9 +81,9 @@ struct GenerationSettings {
     int64_t class_id = 0;
     uint64_t seed = 0;
     double cfg = 4.0;
-    int64_t top_k = 900;    // VAR
-    double top_p = 0.95;    // VAR
-    int64_t num_iter = 64;  // MAR: decoding steps
+    int64_t top_k = 900;                  // VAR
+    double top_p = 0.95;                  // VAR
+    int64_t num_iter = 64;                // MAR: decoding steps
     std::string cfg_schedule = "linear";  // MAR: "linear" | "constant"
     double temperature = 1.0;             // MAR
     std::string accel_json = "{}";  // AccelConfig / MarAccelConfig JSON (accelerated side only)
@@ -138,7 +138,7 @@ struct Cancelled : std::exception {
 using ProgressFn = std::function<void(int64_t scale, int64_t scales, const RgbImage& preview)>;
 
 class Engine {
-public:
+  public:
     Engine();
     ~Engine();
     Engine(const Engine&) = delete;
@@ -170,17 +170,18 @@ public:
     // report the same numbers; throws std::invalid_argument when the sizes differ.
     static ImageQuality image_quality(const RgbImage& a, const RgbImage& b);
     static bool embedded_available();
-    static std::string embedded_class_list();  // "" when missing
+    static std::string embedded_class_list();                 // "" when missing
     static SamplingRecommendation embedded_recommendation();  // empty when missing
     static bool embedded_mar_available();
     static MarSamplingRecommendation embedded_mar_recommendation();  // empty when missing
 
-private:
+  private:
     RunOutput run_var(const GenerationSettings& settings, bool accelerated,
                       const std::atomic<bool>* cancel, const ProgressFn& progress);
     RunOutput run_mar(const GenerationSettings& settings, bool accelerated,
-                      const std::atomic<bool>* cancel, const ProgressFn& progress);  // engine_mar.cpp
-    void load_mar(const ModelSource& source);  // engine_mar.cpp
+                      const std::atomic<bool>* cancel,
+                      const ProgressFn& progress);  // engine_mar.cpp
+    void load_mar(const ModelSource& source);       // engine_mar.cpp
 
     std::unique_ptr<VarPipeline> pipeline_;
     std::unique_ptr<MarPipeline> mar_;

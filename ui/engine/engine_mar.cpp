@@ -21,7 +21,7 @@ namespace {
 
 // Records everything and reports each finished step with a preview of the latents so far.
 class MarProgressRecorder : public ProbeRecorder {
-public:
+  public:
     MarProgressRecorder(Selection sel, const ProgressFn& progress, int64_t steps,
                         const MarPipeline& pipe)
         : ProbeRecorder(std::move(sel)), progress_(progress), steps_(steps), pipe_(pipe) {}
@@ -40,7 +40,7 @@ public:
         return step >= 0 && size_t(step) < previews_.size() ? previews_[size_t(step)] : RgbImage{};
     }
 
-private:
+  private:
     const ProgressFn& progress_;
     int64_t steps_;
     const MarPipeline& pipe_;
@@ -149,7 +149,8 @@ RunOutput Engine::run_mar(const GenerationSettings& s, bool accelerated,
     std::vector<int64_t> step_of(size_t(n), -1);
     for (size_t step = 0; step < res.decoded.size(); ++step) {
         const auto pos = res.decoded[step][0].to(at::kCPU, at::kLong).contiguous();
-        for (int64_t i = 0; i < pos.numel(); ++i) step_of[size_t(pos.data_ptr<int64_t>()[i])] = int64_t(step);
+        for (int64_t i = 0; i < pos.numel(); ++i)
+            step_of[size_t(pos.data_ptr<int64_t>()[i])] = int64_t(step);
     }
     const auto scales = rec.scales();
     for (size_t i = 0; i < scales.size(); ++i) {
