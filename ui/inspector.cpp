@@ -332,12 +332,18 @@ void AccelInspector::setResults(const SideResultPtr& base, const SideResultPtr& 
     records_.clear();
     // Acceleration records exist only on the accelerated side; records every run makes (MAR's
     // decode order) come from the baseline when there is no distinct accelerated run.
-    const SideResultPtr& source = accel_ && !accel_->same_as_baseline ? accel_ : base_;
-    if (source)
-        for (const auto& a : source->run.accel)
+    source_ = accel_ && !accel_->same_as_baseline ? accel_ : base_;
+    if (source_)
+        for (const auto& a : source_->run.accel)
             if (method_.isEmpty() || QString::fromStdString(a.method) == method_)
                 records_.push_back(&a);
     rebuildKinds();
+}
+
+void AccelInspector::setStepRecords(bool steps) {
+    unit_ = steps ? tr("step") : tr("scale");
+    units_ = steps ? tr("steps") : tr("scales");
+    rebuildScales();
 }
 
 void AccelInspector::rebuildKinds() {
@@ -388,7 +394,7 @@ void AccelInspector::rebuildScales() {
     if (table) {
         for (const auto& [key, _] : recs.front()->values)
             layer_->addItem(QString::fromStdString(key), QString::fromStdString(key));
-        scale_->addItem(tr("all scales"), -2);
+        scale_->addItem(tr("all %1").arg(units_), -2);
     } else {
         // 1-D records of equal length, one per scale (e.g. bytes per layer): stackable into a
         // (entries x scales) map.
@@ -399,7 +405,7 @@ void AccelInspector::rebuildScales() {
             });
         if (stackable) scale_->addItem(tr("stacked"), -3);
         for (int64_t s : scales)
-            scale_->addItem(s < 0 ? tr("all scales") : tr("scale %1").arg(s), qlonglong(s));
+            scale_->addItem(s < 0 ? tr("all %1").arg(units_) : tr("%1 %2").arg(unit_).arg(s), qlonglong(s));
         for (int64_t l : layers)
             layer_->addItem(l < 0 ? tr("all layers") : tr("layer %1").arg(l), qlonglong(l));
     }
@@ -448,10 +454,10 @@ void AccelInspector::refresh() {
         }
         view_->setKeepAspect(false);
         view_->setGrid(g);
-        view_->setTitle(tr("%1: %2 per layer (rows) × scale (columns)")
-                            .arg(kind_->currentText(), QString::fromStdString(key)));
-        view_->setCellLabeler([lv, sv](int row, int col) {
-            return QObject::tr("layer %1, scale %2").arg(lv[size_t(row)]).arg(sv[size_t(col)]);
+        view_->setTitle(tr("%1: %2 per layer (rows) × %3 (columns)")
+                            .arg(kind_->currentText(), QString::fromStdString(key), unit_));
+        view_->setCellLabeler([lv, sv, unit = unit_](int row, int col) {
+            return QObject::tr("layer %1, %2 %3").arg(lv[size_t(row)]).arg(unit).arg(sv[size_t(col)]);
         });
         values_->setText(tr("%1 records").arg(recs.size()));
         index_->setVisible(false);
@@ -472,9 +478,9 @@ void AccelInspector::refresh() {
         view_->setGrid(g);
         view_->setColormap(static_cast<viz::Colormap>(cmap_->currentIndex()));
         view_->setTitle(
-            tr("%1 per entry (rows, e.g. layers) × scale (columns)").arg(kind_->currentText()));
-        view_->setCellLabeler([sv](int row, int col) {
-            return QObject::tr("entry %1, scale %2").arg(row).arg(sv[size_t(col)]);
+            tr("%1 per entry (rows, e.g. layers) × %2 (columns)").arg(kind_->currentText(), unit_));
+        view_->setCellLabeler([sv, unit = unit_](int row, int col) {
+            return QObject::tr("entry %1, %2 %3").arg(row).arg(unit).arg(sv[size_t(col)]);
         });
         values_->setText(tr("%1 records stacked").arg(by_scale.size()));
         index_->setVisible(false);
@@ -555,10 +561,11 @@ void AccelInspector::refresh() {
         view_->setColormap(viz::Colormap::Mask);
     else
         view_->setColormap(static_cast<viz::Colormap>(cmap_->currentIndex()));
-    if (token_map && mode_->currentIndex() == 1 && accel_)
-        view_->setBackground(accel_->image, 0.55);
-    view_->setTitle(tr("%1 · scale %2%3")
+    if (token_map && mode_->currentIndex() == 1 && source_)
+        view_->setBackground(source_->image, 0.55);  // the image the records were made for
+    view_->setTitle(tr("%1 · %2 %3%4")
                         .arg(kind_->currentText())
+                        .arg(unit_)
                         .arg(rec->scale)
                         .arg(rec->layer >= 0 ? tr(" · layer %1").arg(rec->layer) : QString()));
     view_->setCellLabeler([token_map, index_list](int row, int col) {
@@ -617,6 +624,7 @@ void Inspector::setFamily(Family f) {
     for (const auto& [id, tab] : methods_) {
         const bool mar_tab = id == "mar" || id == "lazymar";
         setTabVisible(indexOf(tab), id.isEmpty() || mar_tab == is_mar);
+        tab->setStepRecords(is_mar);
     }
 }
 

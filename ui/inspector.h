@@ -68,6 +68,8 @@ class AccelInspector : public QWidget {
     void setScale(int scale);
     viz::HeatmapView* view() const { return view_; }
     int recordCount() const { return int(records_.size()); }
+    // MAR records are per decoding step, VAR's per scale: the word used in labels and titles.
+    void setStepRecords(bool steps);
     QStringList kinds() const;
     bool selectKind(const QString& kind);
 
@@ -78,7 +80,8 @@ class AccelInspector : public QWidget {
     std::vector<const AccelOutput*> matching() const;  // of the chosen kind
 
     QString method_, hint_;
-    SideResultPtr base_, accel_;
+    QString unit_ = tr("scale"), units_ = tr("scales");
+    SideResultPtr base_, accel_, source_;  // source_: the side the records come from
     std::vector<const AccelOutput*> records_;
     QComboBox* kind_;
     QComboBox* scale_;

@@ -24,6 +24,7 @@ public:
     void setColormap(Colormap c);
     Colormap colormap() const { return cmap_; }
     void setTitle(const QString& t);
+    const QString& title() const { return title_; }
     void setEmptyText(const QString& t);
     // Overlay mode: the grid is drawn over `image` with the given opacity.
     void setBackground(const QImage& image, double alpha = 0.55);

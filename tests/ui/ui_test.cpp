@@ -506,6 +506,9 @@ class UiTest : public QObject {
         QVERIFY(tab->selectKind("mar/step"));
         QVERIFY(tab->selectKind("mar/decode_order"));
         QVERIFY(tab->view()->hasData());
+        // MAR records are per decoding step: labelled as steps, not scales.
+        QVERIFY2(tab->view()->title().contains("step"), qPrintable(tab->view()->title()));
+        QVERIFY2(!tab->view()->title().contains("scale"), qPrintable(tab->view()->title()));
         // The panels switched to MAR's controls.
         QCOMPARE(w.modelPanel()->family(), Family::Mar);
         QCOMPARE(w.methodPanel()->family(), Family::Mar);
