@@ -326,6 +326,15 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
         return std::get<0>(orders.narrow(1, p.masked_after, p.decoded()).sort(1));
     };
 
+    // What the hooks see of a step; the graphed and the eager step differ only in the tensors.
+    auto step_context = [&](int64_t step, const MarStepPlan& p, const at::Tensor& orders,
+                            const at::Tensor& known, const at::Tensor& dec,
+                            const at::Tensor& prev) {
+        return MarStepContext{
+            c,          step,   opt.num_iter, B,     cfg_on, p.cfg, p.masked_before, p.masked_after,
+            res.labels, orders, mask,         known, dec,    prev,  tokens};
+    };
+
     for (int64_t step = 0; step < opt.num_iter; ++step) {
         if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw SamplingCancelled();
         const auto t_step = Clock::now();
@@ -337,21 +346,7 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
             const auto& out = graphs->run("step_" + std::to_string(step), [&] {
                 const auto known = known_of(orders_in, p);
                 const auto dec = decoded_of(orders_in, p);
-                MarStepContext sctx{c,
-                                    step,
-                                    opt.num_iter,
-                                    B,
-                                    cfg_on,
-                                    p.cfg,
-                                    p.masked_before,
-                                    p.masked_after,
-                                    res.labels,
-                                    orders_in,
-                                    mask,
-                                    known,
-                                    dec,
-                                    at::Tensor(),
-                                    tokens};
+                MarStepContext sctx = step_context(step, p, orders_in, known, dec, at::Tensor());
                 double before = res.attention_flops;
                 auto r = step_body(sctx, p, cls_in, noise, {});
                 graphs->flops["step_" + std::to_string(step)] = res.attention_flops - before;
@@ -364,21 +359,7 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
         } else {
             const auto known = known_of(res.orders, p);
             decoded = decoded_of(res.orders, p);
-            MarStepContext sctx{c,
-                                step,
-                                opt.num_iter,
-                                B,
-                                cfg_on,
-                                p.cfg,
-                                p.masked_before,
-                                p.masked_after,
-                                res.labels,
-                                res.orders,
-                                mask,
-                                known,
-                                decoded,
-                                decoded_prev,
-                                tokens};
+            MarStepContext sctx = step_context(step, p, res.orders, known, decoded, decoded_prev);
             if (hooks) hooks->on_step_begin(sctx);
             sctx.skip_unconditional = cfg_on && hooks && hooks->skip_unconditional(sctx);
             skipped_unconditional = sctx.skip_unconditional;

@@ -44,6 +44,26 @@ cudaError_t launch_linear(DiffLinearParams p, at::ScalarType type, cudaStream_t 
     return type == at::kBFloat16 ? launch_diff_linear_bf16(p, s) : launch_diff_linear_fp16(p, s);
 }
 
+// The fields every linear-layer launch sets: `in` (its rows repeated up to `rows`) times the
+// (N, K) weight, plus bias, into `out`; the callers add their prologue/epilogue operands.
+DiffLinearParams linear_params(const at::Tensor& in, int64_t rows, const at::Tensor& w,
+                               const at::Tensor& b, void* out, DiffPrologue prologue,
+                               DiffEpilogue epilogue, bool pdl) {
+    DiffLinearParams p;
+    p.in = in.data_ptr();
+    p.in_rows = static_cast<int>(in.size(0));
+    p.rows = static_cast<int>(rows);
+    p.K = static_cast<int>(in.size(1));
+    p.N = static_cast<int>(w.size(0));
+    p.weight = w.data_ptr();
+    p.bias = b.data_ptr();
+    p.out = out;
+    p.prologue = prologue;
+    p.epilogue = epilogue;
+    p.pdl = pdl;
+    return p;
+}
+
 void check_rows(const at::Tensor& t, int64_t rows, int64_t cols, const char* name) {
     TORCH_CHECK(t.dim() == 2 && t.size(0) >= rows && t.size(1) == cols,
                 "fused DiffLoss kernels: ", name, " has shape ", t.sizes(), ", expected (", rows,
@@ -60,18 +80,8 @@ at::Tensor diff_input_proj(const at::Tensor& x_in, const at::Tensor& w_in, const
                b = rows_layout(b_in, type).contiguous();
     TORCH_CHECK(w.size(1) == x.size(1), "diff_input_proj: weight ", w.sizes(), " vs x ", x.sizes());
     auto out = at::empty({rows, w.size(0)}, x.options());
-    DiffLinearParams p;
-    p.in = x.data_ptr();
-    p.in_rows = static_cast<int>(x.size(0));
-    p.rows = static_cast<int>(rows);
-    p.K = static_cast<int>(x.size(1));
-    p.N = static_cast<int>(w.size(0));
-    p.weight = w.data_ptr();
-    p.bias = b.data_ptr();
-    p.out = out.data_ptr();
-    p.prologue = DiffPrologue::Copy;
-    p.epilogue = DiffEpilogue::Bias;
-    p.pdl = pdl;
+    const DiffLinearParams p =
+        linear_params(x, rows, w, b, out.data_ptr(), DiffPrologue::Copy, DiffEpilogue::Bias, pdl);
     check_cuda(launch_linear(p, type, stream_of(x)), "fused DiffLoss input projection");
     return out;
 }
@@ -90,14 +100,8 @@ at::Tensor diff_block_fc1(const at::Tensor& h_in, const DiffBlockWeights& wt,
     check_rows(scale1, M, K, "scale1");
     TORCH_CHECK(w.size(1) == K, "diff_block_fc1: weight ", w.sizes(), " vs h ", h.sizes());
     auto out = at::empty({M, w.size(0)}, h.options());
-    DiffLinearParams p;
-    p.in = h.data_ptr();
-    p.in_rows = static_cast<int>(M);
-    p.rows = static_cast<int>(M);
-    p.K = static_cast<int>(K);
-    p.N = static_cast<int>(w.size(0));
-    p.weight = w.data_ptr();
-    p.bias = b.data_ptr();
+    DiffLinearParams p = linear_params(h, M, w, b, out.data_ptr(), DiffPrologue::NormModulate,
+                                       DiffEpilogue::BiasSilu, pdl);
     p.ln_weight = lw.defined() ? lw.data_ptr() : nullptr;
     p.ln_bias = lb.defined() ? lb.data_ptr() : nullptr;
     p.ln_eps = static_cast<float>(wt.ln_eps);
@@ -105,10 +109,6 @@ at::Tensor diff_block_fc1(const at::Tensor& h_in, const DiffBlockWeights& wt,
     p.shift_stride = shift.stride(0);
     p.scale1 = scale1.data_ptr();
     p.scale1_stride = scale1.stride(0);
-    p.out = out.data_ptr();
-    p.prologue = DiffPrologue::NormModulate;
-    p.epilogue = DiffEpilogue::BiasSilu;
-    p.pdl = pdl;
     check_cuda(launch_linear(p, type, stream_of(h)), "fused DiffLoss block fc1");
     return out;
 }
@@ -128,21 +128,11 @@ at::Tensor diff_block_fc2(const at::Tensor& a_in, const DiffBlockWeights& wt,
     check_rows(gate, M, w.size(0), "gate");
     TORCH_CHECK(h.size(0) == M && h.size(1) == w.size(0), "diff_block_fc2: h ", h.sizes());
     TORCH_CHECK(w.size(1) == K, "diff_block_fc2: weight ", w.sizes(), " vs a ", a.sizes());
-    DiffLinearParams p;
-    p.in = a.data_ptr();
-    p.in_rows = static_cast<int>(M);
-    p.rows = static_cast<int>(M);
-    p.K = static_cast<int>(K);
-    p.N = static_cast<int>(w.size(0));
-    p.weight = w.data_ptr();
-    p.bias = b.data_ptr();
+    DiffLinearParams p = linear_params(a, M, w, b, h.data_ptr(), DiffPrologue::Copy,
+                                       DiffEpilogue::BiasGateResid, pdl);
     p.gate = gate.data_ptr();
     p.gate_stride = gate.stride(0);
     p.resid = h.data_ptr();
-    p.out = h.data_ptr();
-    p.prologue = DiffPrologue::Copy;
-    p.epilogue = DiffEpilogue::BiasGateResid;
-    p.pdl = pdl;
     check_cuda(launch_linear(p, type, stream_of(a)), "fused DiffLoss block fc2");
     return h;
 }
