@@ -53,10 +53,11 @@ at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t bl
                             std::optional<double> scale = std::nullopt,
                             KernelPath path = KernelPath::Auto);
 
-// CUDA output kernel generation: 3 = the default: the sm_90a wgmma kernel for block-sparse bf16
-// output at head dim 64/128 on Hopper (1.3-1.4x v1 on an H100, bench/results/2026-11-22-h100/
-// kernels_sm90.md), variant 1 everywhere else; 1 = v1 forced (mma.sync, 4 warps x 16 query
-// rows); 2 = v2 (2 warps x 32 rows). Only benchmarks and tests switch this.
+// CUDA output kernel generation: 3 = the default: the sm_90a wgmma kernel for block-sparse and
+// gathered bf16 output at head dim 64/128 on Hopper (bench/results/2026-11-22-h100/
+// kernels_sm90.md, 2026-11-25-h100/cs4a_sm90.md), variant 1 everywhere else; 1 = v1 forced
+// (mma.sync, 4 warps x 16 query rows); 2 = v2 (2 warps x 32 rows). Only benchmarks and tests
+// switch this.
 void set_attention_kernel_variant(int variant);
 int attention_kernel_variant();
 

@@ -32,6 +32,9 @@ namespace {
 namespace vk = varscope::kernels;
 using nlohmann::json;
 
+// The sm_90a kernel's schedules (VARSCOPE_SM90_IMPL): 0 two K/V stages, 6 one stage.
+constexpr int kSm90Impls[] = {0, 6};
+
 struct LastScaleConfig {
     std::string name;
     std::vector<int64_t> patch_nums;
@@ -206,12 +209,11 @@ int run_attention(const BenchOptions& o) {
             vk::set_attention_kernel_variant(2);
             json ours_v2 = time_backend(run_ours, o);
             // The sm_90a wgmma kernel (variant 3, the default; variant 1 off Hopper) as the
-            // dispatch picks it, then each of its implementations (VARSCOPE_SM90_IMPL: 0 serial,
-            // 1 overlapped, 2 overlapped with 3 stages, 3 two warpgroups per 128 rows sharing
-            // K/V, 4 as 3 with 1's overlap, 5 as 3 with 128-key steps, 6 as 0 with one K/V
-            // buffer); outputs kept for the error check below.
-            // VARSCOPE_BENCH_SM90_SKIP lists implementations not to run (e.g. "3,4": ones whose
-            // GPU test failed on this device).
+            // dispatch picks it, then each of its schedules (VARSCOPE_SM90_IMPL: 0 two K/V
+            // stages, 6 one stage with three CTAs per SM; 1-5 were dropped after measuring,
+            // bench/results/2026-11-25-h100/kernels_sm90_v2.md); outputs kept for the error
+            // check below. VARSCOPE_BENCH_SM90_SKIP lists schedules not to run (e.g. "6": one
+            // whose GPU test failed on this device).
             constexpr int kImpls = 7;
             const char* skip_env = std::getenv("VARSCOPE_BENCH_SM90_SKIP");
             const std::string skip = skip_env != nullptr ? skip_env : "";
@@ -222,7 +224,7 @@ int run_attention(const BenchOptions& o) {
             const at::Tensor out_default = ko.out.clone();
             json sm90[kImpls];
             at::Tensor out_sm90[kImpls];
-            for (int impl = 0; impl < kImpls; ++impl) {
+            for (const int impl : kSm90Impls) {
                 if (skip.find(std::to_string(impl)) != std::string::npos) {
                     sm90[impl]["skipped"] = true;
                     continue;
@@ -269,18 +271,8 @@ int run_attention(const BenchOptions& o) {
             r["rel_error_sm90"] = err_sm90;
             r["ours_sm90_serial"] = sm90[0];
             r["rel_error_sm90_serial"] = err_sm90s[0];
-            r["ours_sm90_3stage"] = sm90[2];
-            r["rel_error_sm90_3stage"] = err_sm90s[2];
-            r["ours_sm90_pair"] = sm90[3];
-            r["rel_error_sm90_pair"] = err_sm90s[3];
-            r["ours_sm90_pair_overlap"] = sm90[4];
-            r["rel_error_sm90_pair_overlap"] = err_sm90s[4];
-            r["ours_sm90_pair_wide"] = sm90[5];
-            r["rel_error_sm90_pair_wide"] = err_sm90s[5];
             r["ours_sm90_single"] = sm90[6];
             r["rel_error_sm90_single"] = err_sm90s[6];
-            r["ours_sm90_impl1"] = sm90[1];
-            r["rel_error_sm90_impl1"] = err_sm90s[1];
             r["sm90_tflops"] = flops / (ms_of(ours_sm90) * 1e-3) / 1e12;
             r["sm90_speedup_vs_flash"] = tf / ms_of(ours_sm90);
             r["sm90_speedup_vs_cudnn"] = tc / ms_of(ours_sm90);
@@ -308,9 +300,8 @@ int run_attention(const BenchOptions& o) {
                 fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(),
                 fmt(flops / (t * 1e-3) / 1e12, "%.0f").c_str(), err);
             static const char* const kImplNames[kImpls + 1] = {
-                "sm90-serial",   "sm90-overlap",   "sm90-3stage", "sm90-pair",
-                "sm90-pair-ovl", "sm90-pair-wide", "sm90-single", "sm90-default"};
-            for (const int row : {kImpls, 0, 1, 2, 3, 4, 5, 6}) {  // the default first
+                "sm90-serial", "", "", "", "", "", "sm90-single", "sm90-default"};
+            for (const int row : {kImpls, 0, 6}) {  // the default first
                 const double ts = ms_of(row == kImpls ? ours_sm90 : sm90[row]);
                 const double e = row == kImpls ? err_sm90 : err_sm90s[row];
                 std::printf(
@@ -339,9 +330,9 @@ int run_cs4a(const BenchOptions& o) {
     c10::InferenceMode guard;
     const auto dev = at::TensorOptions().device(at::kCUDA, o.device);
     json results = json::array();
-    std::printf("%-18s %6s %5s %8s %8s %8s %8s %7s %7s %6s %7s %9s %9s\n", "config", "keep", "C",
-                "ours_ms", "v2_ms", "flash", "cudnn", "xflash", "xcudnn", "ideal", "%ideal",
-                "colsum_ms", "dec_flash");
+    std::printf("%-18s %6s %5s %8s %8s %8s %8s %8s %7s %7s %7s %6s %7s %9s %9s\n", "config", "keep",
+                "C", "sm90_ms", "v1_ms", "v2_ms", "flash", "cudnn", "xflash", "xcudnn", "sm90/v1",
+                "ideal", "%ideal", "colsum_ms", "dec_flash");
     for (const auto& name : o.configs) {
         const auto& c = config_named(name);
         const size_t last = c.patch_nums.size() - 1;
@@ -369,10 +360,28 @@ int run_cs4a(const BenchOptions& o) {
         auto run_ours = [&] {
             vk::gathered_attention(q, k, v, idx_gpu, cnt_gpu, o.query_block, ko);
         };
+        // Old (sm_80 mma.sync v2 and v1) and new (the sm_90a kernel as the dispatch picks it, then
+        // each schedule, VARSCOPE_SM90_IMPL 0 / 6) side by side; outputs kept for the error check.
         vk::set_attention_kernel_variant(2);
         json ours_v2 = time_backend(run_ours, o);
+        const at::Tensor out_v2 = ko.out.clone();
         vk::set_attention_kernel_variant(1);
         json ours = time_backend(run_ours, o);
+        const at::Tensor out_v1 = ko.out.clone();
+        vk::set_attention_kernel_variant(3);
+        unsetenv("VARSCOPE_SM90_IMPL");
+        ko.out.fill_(std::numeric_limits<float>::quiet_NaN());
+        json ours_sm90 = time_backend(run_ours, o);
+        const at::Tensor out_sm90 = ko.out.clone();
+        json sm90[7];
+        at::Tensor out_impl[7];
+        for (const int impl : kSm90Impls) {
+            setenv("VARSCOPE_SM90_IMPL", std::to_string(impl).c_str(), 1);
+            ko.out.fill_(std::numeric_limits<float>::quiet_NaN());
+            sm90[impl] = time_backend(run_ours, o);
+            out_impl[impl] = ko.out.clone();
+        }
+        unsetenv("VARSCOPE_SM90_IMPL");
         json flash = time_backend([&] { at::_scaled_dot_product_flash_attention(q, k, v); }, o);
         json cudnn = time_backend(
             [&] { at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, false); }, o);
@@ -383,7 +392,8 @@ int run_cs4a(const BenchOptions& o) {
                               .to(dev.device());
         const auto want = at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat),
                                                            v.to(at::kFloat), mask);
-        const double err = rel_error(ko.out, want);
+        const double err = rel_error(out_v1, want), err_v2 = rel_error(out_v2, want),
+                     err_sm90 = rel_error(out_sm90, want);
 
         // Decision scale (one before the last two): dense column sums vs dense flash there.
         const size_t dec = last - 2;
@@ -401,6 +411,7 @@ int run_cs4a(const BenchOptions& o) {
             time_backend([&] { at::_scaled_dot_product_flash_attention(qd, kd, vd); }, o);
 
         const double t = ms_of(ours), tf = ms_of(flash), tc = ms_of(cudnn);
+        const double ts = ms_of(ours_sm90);
         const double ideal = static_cast<double>(lk) / keep_n;
         json r;
         r["config"] = c.name;
@@ -412,11 +423,22 @@ int run_cs4a(const BenchOptions& o) {
         r["query_block"] = o.query_block;
         r["keys_per_block"] = keep_n;
         r["keep_ratio"] = static_cast<double>(keep_n) / lk;
-        r["ours"] = ours;
+        r["ours"] = ours;  // v1 (mma.sync), as in earlier files
         r["ours_v2"] = ours_v2;
+        r["ours_sm90"] = ours_sm90;  // the dispatch's default on Hopper
+        r["ours_sm90_serial"] = sm90[0];
+        r["ours_sm90_single"] = sm90[6];
         r["sdpa_flash"] = flash;
         r["sdpa_cudnn"] = cudnn;
         r["rel_error_vs_fp32_sdpa"] = err;
+        r["rel_error_v2"] = err_v2;
+        r["rel_error_sm90"] = err_sm90;
+        r["rel_error_sm90_serial"] = rel_error(out_impl[0], want);
+        r["rel_error_sm90_single"] = rel_error(out_impl[6], want);
+        r["sm90_speedup_vs_flash"] = tf / ts;
+        r["sm90_speedup_vs_cudnn"] = tc / ts;
+        r["sm90_speedup_vs_v1"] = t / ts;
+        r["sm90_percent_of_ideal_vs_flash"] = 100.0 * (tf / ts) / ideal;
         r["speedup_vs_flash"] = tf / t;
         r["speedup_vs_cudnn"] = tc / t;
         r["ideal_speedup"] = ideal;
@@ -424,13 +446,19 @@ int run_cs4a(const BenchOptions& o) {
         r["decision_scale"] = {
             {"q_len", dq}, {"kv_len", dk}, {"column_sum", colsum}, {"sdpa_flash", dec_flash}};
         results.push_back(r);
-        std::printf("%-18s %6.3f %5lld %8s %8s %8s %8s %7s %7s %6.2f %7s %9s %9s  err %.1e\n",
-                    c.name.c_str(), static_cast<double>(keep_n) / lk,
-                    static_cast<long long>(o.query_block), fmt(t).c_str(),
-                    fmt(ms_of(ours_v2)).c_str(), fmt(tf).c_str(), fmt(tc).c_str(),
-                    fmt(tf / t, "%.2f").c_str(), fmt(tc / t, "%.2f").c_str(), ideal,
-                    fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(), fmt(ms_of(colsum)).c_str(),
-                    fmt(ms_of(dec_flash)).c_str(), err);
+        std::printf(
+            "%-18s %6.3f %5lld %8s %8s %8s %8s %8s %7s %7s %7s %6.2f %7s %9s %9s  err sm90 %.1e "
+            "v1 %.1e\n",
+            c.name.c_str(), static_cast<double>(keep_n) / lk, static_cast<long long>(o.query_block),
+            fmt(ts).c_str(), fmt(t).c_str(), fmt(ms_of(ours_v2)).c_str(), fmt(tf).c_str(),
+            fmt(tc).c_str(), fmt(tf / ts, "%.2f").c_str(), fmt(tc / ts, "%.2f").c_str(),
+            fmt(t / ts, "%.2f").c_str(), ideal, fmt(100.0 * (tf / ts) / ideal, "%.0f").c_str(),
+            fmt(ms_of(colsum)).c_str(), fmt(ms_of(dec_flash)).c_str(), err_sm90, err);
+        for (const int impl : kSm90Impls)
+            std::printf("%-18s   sm90 impl %d (%s): %s ms  x%s flash  err %.1e\n", c.name.c_str(),
+                        impl, impl == 0 ? "two stages" : "one stage",
+                        fmt(ms_of(sm90[impl])).c_str(), fmt(tf / ms_of(sm90[impl]), "%.2f").c_str(),
+                        rel_error(out_impl[impl], want));
         std::fflush(stdout);
     }
     json out;

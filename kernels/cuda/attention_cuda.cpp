@@ -12,14 +12,13 @@
 namespace varscope::kernels::cuda {
 
 cudaError_t probe_kernel_image();  // kernel_probe.cu
-// Hopper wgmma kernels for CSLA (csla_attention_sm90_d*.cu): BlockSparse + Output, bf16 only
-// (attention variant 3, the default). impl: 0 serial (default at d64), 1 overlapped 2 stages, 2
-// overlapped 3 stages, 3 two warpgroups per 128 rows sharing K/V, 4 as 3 with 1's overlap, 5 as
-// 3 with 128-key steps, 6 as 0 with one K/V buffer (default at d128; csla_attention_sm90.cuh).
-cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, int v_desc_swap,
-                                      cudaStream_t);
-cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, int v_desc_swap,
-                                       cudaStream_t);
+// Hopper wgmma kernels (csla_attention_sm90.cuh; attention variant 3, the default), bf16 only,
+// Output epilogue: CSLA block-sparse (csla_attention_sm90_d*.cu) and CS4A gathered
+// (cs4a_attention_sm90_d*.cu). impl: 0 two K/V stages, 6 one stage and three CTAs per SM.
+cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
+cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, cudaStream_t);
+cudaError_t launch_cs4a_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
+cudaError_t launch_cs4a_sm90_d128_bf16(const AttentionParams&, int impl, cudaStream_t);
 
 namespace {
 
@@ -63,8 +62,9 @@ AttentionParams base_params(const at::Tensor& q, const at::Tensor& k, double sca
 
 // Variant 3 (the default): the sm_90a wgmma kernel where it applies, else variant 1.
 bool use_sm90(const AttentionParams& p, const at::Tensor& q, TileMode mode, Epilogue epi) {
-    if (p.kernel_variant != 3 || mode != TileMode::BlockSparse || epi != Epilogue::Output ||
-        q.scalar_type() != at::kBFloat16 || (q.size(3) != 64 && q.size(3) != 128))
+    if (p.kernel_variant != 3 || (mode != TileMode::BlockSparse && mode != TileMode::Gathered) ||
+        epi != Epilogue::Output || q.scalar_type() != at::kBFloat16 ||
+        (q.size(3) != 64 && q.size(3) != 128))
         return false;
     int major = 0;
     check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q.get_device()),
@@ -79,20 +79,20 @@ void launch(const AttentionParams& p_in, const at::Tensor& q, TileMode mode, Epi
     cudaError_t err = cudaErrorNotSupported;
     AttentionParams p = p_in;
     if (use_sm90(p, q, mode, epi)) {
-        // Device-side experiments only: VARSCOPE_SM90_IMPL picks the implementation (0-6),
-        // VARSCOPE_SM90_VDESC_SWAP=1 swaps V's descriptor strides (expected wrong: a check).
-        const char* env = std::getenv("VARSCOPE_SM90_VDESC_SWAP");
-        const int swap = env != nullptr && env[0] == '1' ? 1 : 0;
-        // Default: the fastest measured (H100, bench/results/2026-11-25-h100/kernels_sm90_v2.md):
-        // 6 (one K/V buffer, 3 CTAs/SM) at d128 (Infinity-8B: 0.216 ms vs 0.224 for 1 at block
-        // 64, 0.283 vs 0.293 at 128), 0 (serial, 2 stages) at d64 (VAR-d30: 0-5 % ahead of 1, 6
-        // is 2-26 % behind).
+        // Default: the fastest measured on an H100 (bench/results/2026-11-25-h100/
+        // kernels_sm90_v2.md, cs4a_sm90.md): 6 (one K/V stage, 3 CTAs/SM) at d128 (CSLA
+        // Infinity-8B block 64: 0.216 ms vs 0.229 for 0), 0 (two stages) at d64 (VAR-d30: 6 is
+        // 2-26 % behind). VARSCOPE_SM90_IMPL=0|6 overrides (benchmarks and tests).
         const char* impl_env = std::getenv("VARSCOPE_SM90_IMPL");
-        const int impl = impl_env != nullptr && impl_env[0] >= '0' && impl_env[0] <= '6'
+        const int impl = impl_env != nullptr && (impl_env[0] == '0' || impl_env[0] == '6')
                              ? impl_env[0] - '0'
                              : (d == 128 ? 6 : 0);
-        err = d == 64 ? launch_csla_sm90_d64_bf16(p, impl, swap, stream)
-                      : launch_csla_sm90_d128_bf16(p, impl, swap, stream);
+        if (mode == TileMode::Gathered)
+            err = d == 64 ? launch_cs4a_sm90_d64_bf16(p, impl, stream)
+                          : launch_cs4a_sm90_d128_bf16(p, impl, stream);
+        else
+            err = d == 64 ? launch_csla_sm90_d64_bf16(p, impl, stream)
+                          : launch_csla_sm90_d128_bf16(p, impl, stream);
         check_cuda(err, "sm90 attention kernel launch");
         return;
     }

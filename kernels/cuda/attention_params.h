@@ -49,8 +49,8 @@ struct AttentionParams {
     int num_query_blocks = 0;
     // Output kernels: 1 = v1 (4 warps x 16 rows), 2 = v2 (2 warps x 32 rows, FA2-style K/V
     // schedule; kept for comparison, see bench NOTES.md), 3 = the dispatch's default: the sm_90a
-    // wgmma kernel (csla_attention_sm90.cuh) for BlockSparse + Output bf16 d64/d128 on Hopper,
-    // v1 for everything else.
+    // wgmma kernel (csla_attention_sm90.cuh) for BlockSparse and Gathered + Output bf16 d64/d128
+    // on Hopper, v1 for everything else.
     int kernel_variant = 1;
 };
 

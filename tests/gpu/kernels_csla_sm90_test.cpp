@@ -1,11 +1,14 @@
-// The sm_90a wgmma CSLA kernel (attention variant 3) against the float64 reference: error at
-// most twice torch's own at bf16, tails on both axes, random block lists with empty query
-// blocks, poisoned outputs. Skips without CUDA, kernels for the device, or a Hopper GPU.
+// The sm_90a wgmma kernels (attention variant 3), CSLA block-sparse and CS4A gathered, against
+// the float64 reference: error at most twice torch's own at bf16, tails on both axes, random
+// lists with empty query blocks (gathered: counts off tile boundaries and on them, invalid
+// entries inside the count), poisoned outputs, two runs bitwise equal. One test per schedule
+// (VARSCOPE_SM90_IMPL 0 and 6). Skips without CUDA, kernels for the device, or a Hopper GPU.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -68,6 +71,27 @@ std::pair<at::Tensor, at::Tensor> lists_for(int64_t nqb, int64_t nkb, double kee
     return {idx.cuda(), cnt.cuda()};
 }
 
+// Gathered lists: distinct random key rows per query block; counts vary (off and on 64-key tile
+// boundaries, longer than one tile), every third block empty; in every fourth block two entries
+// inside the count are invalid (-1 and past len_k), which the reference ignores.
+std::pair<at::Tensor, at::Tensor> key_lists_for(int64_t nqb, int64_t lk, double keep) {
+    const int64_t widest = std::max<int64_t>(2, static_cast<int64_t>(lk * keep) + 70);
+    auto idx = at::full({nqb, widest}, -1, at::kInt);
+    auto cnt = at::zeros({nqb}, at::kInt);
+    for (int64_t u = 0; u < nqb; ++u) {
+        if (u % 3 == 1) continue;
+        int64_t n = std::min<int64_t>(lk, 1 + at::randint(widest, {1}).item<int64_t>());
+        if (u % 3 == 2 && n >= 64) n -= n % 64;  // whole tiles: no masked tail
+        idx[u].narrow(0, 0, n).copy_(at::randperm(lk).narrow(0, 0, n).to(at::kInt));
+        if (u % 4 == 0 && n >= 3) {
+            idx[u][n / 2] = -1;
+            idx[u][n - 1] = static_cast<int32_t>(lk + 5);
+        }
+        cnt[u] = static_cast<int32_t>(n);
+    }
+    return {idx.cuda(), cnt.cuda()};
+}
+
 struct VariantGuard {
     int saved = vk::attention_kernel_variant();
     ~VariantGuard() {
@@ -78,10 +102,8 @@ struct VariantGuard {
 
 }  // namespace
 
-// One test per implementation (VARSCOPE_SM90_IMPL: 0 serial, 1 overlapped 2 stages, 2 overlapped
-// 3 stages, 3 two warpgroups per 128 rows over the union of their lists, 4 as 3 with 1's overlap,
-// 5 as 3 with 128-key steps, 6 as 0 with one K/V buffer),
-// so a failure or a hang names its implementation.
+// One test per schedule (VARSCOPE_SM90_IMPL: 0 two K/V stages, 6 one stage with three CTAs per
+// SM), so a failure or a hang names its schedule.
 class KernelsCslaSm90 : public ::testing::TestWithParam<int> {};
 
 TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {
@@ -168,7 +190,93 @@ TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Impl, KernelsCslaSm90, ::testing::Values(0, 1, 2, 3, 4, 5, 6),
+INSTANTIATE_TEST_SUITE_P(Impl, KernelsCslaSm90, ::testing::Values(0, 6),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                             return "impl" + std::to_string(i.param);
+                         });
+
+// CS4A on Hopper: the same tile machinery with key rows gathered by index.
+class KernelsCs4aSm90 : public ::testing::TestWithParam<int> {};
+
+TEST_P(KernelsCs4aSm90, GatheredMatchesReference) {
+    std::string why;
+    if (!hopper_runnable(&why)) GTEST_SKIP() << why;
+    c10::InferenceMode guard;
+    VariantGuard restore;
+    vk::set_attention_kernel_variant(3);
+    at::manual_seed(22);
+    struct Shape {
+        int64_t b, h, lq, lk, d;
+        double keep;
+    };
+    const std::vector<Shape> shapes = {{1, 2, 64, 64, 64, 0.5},     {2, 3, 200, 333, 64, 0.3},
+                                       {1, 2, 130, 1000, 128, 0.3}, {2, 1, 17, 70, 128, 0.8},
+                                       {1, 1, 384, 4200, 128, 0.3},  // long lists (pipeline)
+                                       {1, 2, 250, 2100, 64, 0.25}};
+    const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+    const std::string impl = std::to_string(GetParam());
+    setenv("VARSCOPE_SM90_IMPL", impl.c_str(), 1);
+    for (const auto& s : shapes) {
+        for (const int64_t bq : {64, 192}) {
+            for (const bool strided : {false, true}) {
+                const auto q = strided ? at::randn({s.b, s.lq, s.h, s.d}, opts).transpose(1, 2)
+                                       : at::randn({s.b, s.h, s.lq, s.d}, opts);
+                const auto k = at::randn({s.b, s.h, s.lk, s.d}, opts);
+                const auto v = at::randn({s.b, s.h, s.lk, s.d}, opts);
+                const int64_t nqb = (s.lq + bq - 1) / bq;
+                const auto [idx, cnt] = key_lists_for(nqb, s.lk, s.keep);
+                vk::AttentionOptions o;
+                o.path = vk::KernelPath::Cuda;
+                o.return_lse = true;
+                o.out = at::full(q.sizes(), std::numeric_limits<double>::quiet_NaN(), opts);
+                const auto got = vk::gathered_attention(q, k, v, idx, cnt, bq, o);
+                torch::cuda::synchronize();
+                o.out = at::full(q.sizes(), std::numeric_limits<double>::quiet_NaN(), opts);
+                const auto again = vk::gathered_attention(q, k, v, idx, cnt, bq, o);
+                torch::cuda::synchronize();
+                const std::string what =
+                    std::string("impl ") + impl + " lq=" + std::to_string(s.lq) +
+                    " lk=" + std::to_string(s.lk) + " d=" + std::to_string(s.d) +
+                    " bq=" + std::to_string(bq) + (strided ? " strided" : "");
+                const auto mask =
+                    vk::reference::token_mask_from_key_lists(idx, cnt, bq, s.lq, s.lk);
+                const auto ref =
+                    vk::reference::masked_attention(q.to(at::kDouble), k.to(at::kDouble),
+                                                    v.to(at::kDouble), mask, std::nullopt, true);
+                const auto has = mask.any(1).to(at::kCUDA);
+                ASSERT_TRUE(has.any().item<bool>()) << what;
+                auto sel = [&](const at::Tensor& t) {
+                    return t.index({"...", has, at::indexing::Slice()});
+                };
+                const auto torch_out =
+                    at::scaled_dot_product_attention(q, k, v, mask.to(at::kCUDA));
+                const double torch_err = rel(sel(torch_out), sel(ref.out));
+                const double err = rel(sel(got.out), sel(ref.out));
+                EXPECT_LE(err, 2.0 * torch_err + 1e-6)
+                    << what << ": sm90 gathered " << err << " vs torch " << torch_err;
+                const auto empty = has.logical_not();
+                if (empty.any().item<bool>()) {
+                    EXPECT_TRUE(got.out.index({"...", empty, at::indexing::Slice()})
+                                    .eq(0)
+                                    .all()
+                                    .item<bool>())
+                        << what << ": empty rows not zero";
+                    EXPECT_TRUE(got.lse.index({"...", empty}).isneginf().all().item<bool>())
+                        << what;
+                }
+                const auto lse_err = (got.lse.index({"...", has}).to(at::kDouble).cpu() -
+                                      ref.lse.index({"...", has}).to(at::kDouble).cpu())
+                                         .abs()
+                                         .max()
+                                         .item<double>();
+                EXPECT_LE(lse_err, 2e-2) << what << ": lse";
+                EXPECT_TRUE(at::equal(got.out, again.out)) << what << ": not deterministic";
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Impl, KernelsCs4aSm90, ::testing::Values(0, 6),
                          [](const ::testing::TestParamInfo<int>& i) {
                              return "impl" + std::to_string(i.param);
                          });

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# One GPU-machine call for the sm_90a CSLA kernel (attention variant 3, issue #6): build the GPU
-# tests and the CLI for sm_90a from a clean snapshot; the sm90 kernel test (one gtest per
-# implementation 0-6); every other GPU test (the whole varscope_gpu_tests binary: kernels under
-# the new default, SparVAR, AMS-KV, VAR/MAR graphs); FlexAttention's timing; `bench attention`
-# (the dispatch default and every sm90 implementation side by side with v1/v2, flash, cuDNN,
-# bool mask, Flex) and `bench cs4a`. Implementations whose test did not pass are left out of the
-# bench (VARSCOPE_BENCH_SM90_SKIP), so a wrong or hanging kernel cannot take the timings with it.
+# One GPU-machine call for the sm_90a CSLA and CS4A kernels (attention variant 3, issue #6):
+# build the GPU tests and the CLI for sm_90a from a clean snapshot; the sm90 kernel tests (CSLA
+# and CS4A, one gtest per schedule 0 and 6); every other GPU test (the whole varscope_gpu_tests
+# binary: kernels under the default, SparVAR, AMS-KV, VAR/MAR graphs); FlexAttention's timing;
+# `bench attention` (the dispatch default and each sm90 schedule side by side with v1/v2, flash,
+# cuDNN, bool mask, Flex) and `bench cs4a` (sm90 default and schedules, v1, v2, flash, cuDNN).
+# CSLA schedules whose test did not pass are left out of the attention bench
+# (VARSCOPE_BENCH_SM90_SKIP), so a wrong or hanging kernel cannot take the timings with it.
 # Every step has a timeout so that the call ends inside the lease's 600 s; logs land in $OUT.
 #   SRC=.tsnap-x (git archive of the commit to build), carried .device/deps (packaging/device-deps.sh)
 # Also runs tools/bench/csla_sm90_probe.cu (built with nvcc there; SKIP_PROBE=1 to leave out).
-# Knobs: BENCH_ITERS (50), SKIP_FLEX=1, SKIP_OTHER_TESTS=1, SKIP_CS4A=1, SKIP_PROBE=1,
+# Knobs: BENCH_ITERS (50), SKIP_FLEX=1, SKIP_OTHER_TESTS=1, SKIP_ATTENTION=1, SKIP_CS4A=1, SKIP_PROBE=1,
 # BENCH_CONFIGS (all), DEADLINE_S (540).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -35,37 +36,37 @@ timeout 300 ninja -C /tmp/build -j16 varscope_gpu_tests varscope-cli > /tmp/buil
 stamp built
 LIB=/tmp/build/kernels/libvarscope_kernels.a
 cuobjdump --dump-resource-usage "$LIB" 2>/dev/null \
-  | grep -A1 "csla_sm90" | grep -E "Function|REG" | sed 's/^ *//' | cut -c1-160
-# Implementation 4's overlap, as built: between S_i's wait (DEPBAR gsb0 0x1) and PV_{i-1}'s
-# (0x0) the softmax's MUFU.EX2s should sit (ptxas may otherwise hoist the second wait).
-cuobjdump -sass -fun '_ZN8varscope7kernels4cuda4sm9029csla_sm90_pair_overlap_kernelILi128ELi3EEEvNS1_15AttentionParamsEi' \
-  "$LIB" 2>/dev/null | grep -E "HGMMA|DEPBAR|MUFU.EX2|BAR.SYNC|WARPSYNC|WARPGROUP" \
-  | awk '{ $1 = ""; print }' | sed 's/ *;.*//' | uniq -c > "$OUT/sass_pair_overlap_d128.txt"
-echo "pair-overlap d128 SASS: $(grep -c HGMMA "$OUT/sass_pair_overlap_d128.txt") HGMMA lines, $(grep -c MUFU "$OUT/sass_pair_overlap_d128.txt") MUFU lines (uniq -c)"
+  | grep -A1 "sm90_attention" | grep -E "Function|REG" | sed 's/^ *//' | cut -c1-160
+# Instruction counts of each sm90 kernel (template <head dim, stages, gathered>) as built.
+for f in $(cuobjdump -sass "$LIB" 2>/dev/null | grep -oE "Function : _ZN[^ ]*sm90_attention_kernel[^ ]*" | awk '{print $3}' | sort -u); do
+  cuobjdump -sass -fun "$f" "$LIB" 2>/dev/null > /tmp/sass.txt
+  echo "$f: $(grep -cE '^ +/\*[0-9a-f]{4}\*/' /tmp/sass.txt) instructions, $(grep -c LDGSTS /tmp/sass.txt) LDGSTS, $(grep -c HGMMA /tmp/sass.txt) HGMMA, $(grep -c 'BAR' /tmp/sass.txt) BAR"
+done
 
 # The LibTorch-free probe: float64 checks of every implementation, then their timings at the
 # bench configs (tools/bench/csla_sm90_probe.cu).
 if [ "${SKIP_PROBE:-0}" != 1 ]; then
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I"$SRC" \
     "$SRC/tools/bench/csla_sm90_probe.cu" "$SRC/kernels/cuda/csla_attention_sm90_d64.cu" \
-    "$SRC/kernels/cuda/csla_attention_sm90_d128.cu" -o /tmp/probe > /tmp/probe_build.log 2>&1 \
+    "$SRC/kernels/cuda/csla_attention_sm90_d128.cu" "$SRC/kernels/cuda/cs4a_attention_sm90_d64.cu" \
+    "$SRC/kernels/cuda/cs4a_attention_sm90_d128.cu" -o /tmp/probe > /tmp/probe_build.log 2>&1 \
     && timeout 150 /tmp/probe --iters "${BENCH_ITERS:-50}" > "$OUT/probe.log" 2>&1
   echo "probe rc=$?"; grep -E "checks:|FAIL|ms \(min|^OK|^FAILED" "$OUT/probe.log" | head -50
   stamp probe
 fi
 
 T=/tmp/build/tests/varscope_gpu_tests
-timeout 150 $T --gtest_filter='*KernelsCslaSm90*' > "$OUT/gpu_tests_sm90.log" 2>&1
+timeout 150 $T --gtest_filter='*Sm90*' > "$OUT/gpu_tests_sm90.log" 2>&1
 echo "sm90 tests rc=$?"
 grep -E "^\[  (PASSED|FAILED|SKIPPED|     OK) |Failure|sm90 .* vs torch|not deterministic|empty rows|: lse|what\(\)|CUDA error" "$OUT/gpu_tests_sm90.log" | head -40
 SKIP=""
-for i in 0 1 2 3 4 5 6; do
+for i in 0 6; do
   grep -q "^\[       OK \] Impl/KernelsCslaSm90.BlockSparseMatchesReference/impl$i " "$OUT/gpu_tests_sm90.log" || SKIP="$SKIP$i,"
 done
 echo "sm90 implementations left out of the bench (test not passed): ${SKIP:-none}"
 stamp sm90-tested
 if [ "${SKIP_OTHER_TESTS:-0}" != 1 ]; then
-  timeout 120 $T --gtest_filter='-*KernelsCslaSm90*' > "$OUT/gpu_tests_all.log" 2>&1
+  timeout 120 $T --gtest_filter='-*Sm90*' > "$OUT/gpu_tests_all.log" 2>&1
   echo "all other GPU tests rc=$?"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[       OK|tests? from .* ran" "$OUT/gpu_tests_all.log" | head -60
   stamp tested
@@ -81,10 +82,12 @@ FLEX_ARG=(); [ -f "$OUT/flex.json" ] && FLEX_ARG=(--flex-json "$OUT/flex.json")
 CONFIGS=(); [ -n "${BENCH_CONFIGS:-}" ] && CONFIGS=(--configs $BENCH_CONFIGS)
 CLI=/tmp/build/app/cli/varscope-cli
 B=$(left); [ "$B" -gt 20 ] || { echo "no time left for the bench"; exit 0; }
-VARSCOPE_BENCH_SM90_SKIP="$SKIP" timeout "$B" $CLI bench attention --iters "$ITERS" "${CONFIGS[@]}" \
-  "${FLEX_ARG[@]}" --json "$OUT/attention.json"
-echo "bench attention rc=$?"
-stamp attention
+if [ "${SKIP_ATTENTION:-0}" != 1 ]; then
+  VARSCOPE_BENCH_SM90_SKIP="$SKIP" timeout "$B" $CLI bench attention --iters "$ITERS" "${CONFIGS[@]}" \
+    "${FLEX_ARG[@]}" --json "$OUT/attention.json"
+  echo "bench attention rc=$?"
+  stamp attention
+fi
 if [ "${SKIP_CS4A:-0}" != 1 ]; then
   B=$(left); [ "$B" -gt 15 ] || { echo "no time left for cs4a"; exit 0; }
   timeout "$B" $CLI bench cs4a --iters "$ITERS" "${CONFIGS[@]}" --json "$OUT/cs4a.json"

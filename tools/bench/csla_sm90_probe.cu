@@ -1,12 +1,15 @@
-// Standalone probe for the sm_90a CSLA kernels (issue #6): no LibTorch, so it builds in seconds
-// (here, with nvcc) and a device call spends its time measuring instead of building. Checks every
-// implementation against a float64 CPU reference on small random shapes (tails, empty query
-// blocks, mixed block sizes, strided q; poisoned outputs; two runs bitwise equal), then times
-// them at SparVAR's Table-1 shape (Infinity-8B last scale, CSLA mask) at blocks 64 and 128.
+// Standalone probe for the sm_90a CSLA and CS4A kernels (issue #6): no LibTorch, so it builds in
+// seconds (here, with nvcc) and a device call spends its time measuring instead of building.
+// Checks every schedule of both tile sources against a float64 CPU reference on small random
+// shapes (tails, empty query blocks, mixed block sizes, strided q; gathered: counts on and off
+// tile boundaries, invalid entries; poisoned outputs; two runs bitwise equal), then times them at
+// SparVAR's Table-1 shape (Infinity-8B last scale, CSLA mask) at blocks 64 and 128 and CS4A at
+// keep 0.2, C = 192 (as `varscope-cli bench cs4a`).
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I.
-//     tools/bench/csla_sm90_probe.cu kernels/cuda/csla_attention_sm90_d{64,128}.cu -o probe
-//   probe [--profile] [--mask-only] [--impls 0123456] [--iters 30]
-// --profile: one launch per implementation at block 64 only (for ncu -k regex:csla_sm90).
+//     tools/bench/csla_sm90_probe.cu kernels/cuda/csla_attention_sm90_d{64,128}.cu
+//     kernels/cuda/cs4a_attention_sm90_d{64,128}.cu -o probe
+//   probe [--profile] [--mask-only] [--impls 06] [--iters 30]
+// --profile: one launch per schedule at block 64 only (for ncu -k regex:sm90_attention).
 // --mask-only: the Table-1 mask's statistics (no GPU needed).
 // Exit code 1 when a check fails.
 #include <cuda_bf16.h>
@@ -25,10 +28,10 @@
 #include "kernels/cuda/attention_params.h"
 
 namespace varscope::kernels::cuda {
-cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, int v_desc_swap,
-                                      cudaStream_t);
-cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, int v_desc_swap,
-                                       cudaStream_t);
+cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
+cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, cudaStream_t);
+cudaError_t launch_cs4a_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
+cudaError_t launch_cs4a_sm90_d128_bf16(const AttentionParams&, int impl, cudaStream_t);
 }  // namespace varscope::kernels::cuda
 
 namespace vc = varscope::kernels::cuda;
@@ -45,8 +48,8 @@ namespace {
         }                                                                  \
     } while (0)
 
-const char* const kNames[] = {"serial",   "overlap",   "3stage", "pair",
-                              "pair-ovl", "pair-wide", "single"};
+// Schedules (VARSCOPE_SM90_IMPL numbers); 1-5 were dropped.
+const char* const kNames[] = {"serial", "", "", "", "", "", "single"};
 
 float bf(__nv_bfloat16 x) {
     return __bfloat162float(x);
@@ -128,6 +131,7 @@ struct Problem {
     bool strided_q;
     std::vector<__nv_bfloat16> q, k, v;  // q: (b, h, lq, d) or (b, lq, h, d) when strided
     Lists lists;
+    bool gathered = false;  // lists of key rows (CS4A) instead of key blocks (CSLA)
 };
 
 struct Dev {
@@ -195,9 +199,14 @@ void release(Dev& dv) {
     cudaFree(dv.idx), cudaFree(dv.cnt);
 }
 
-void launch(const vc::AttentionParams& p, int d, int impl) {
-    const cudaError_t e = d == 64 ? vc::launch_csla_sm90_d64_bf16(p, impl, 0, nullptr)
-                                  : vc::launch_csla_sm90_d128_bf16(p, impl, 0, nullptr);
+void launch(const vc::AttentionParams& p, int d, int impl, bool gathered) {
+    cudaError_t e;
+    if (gathered)
+        e = d == 64 ? vc::launch_cs4a_sm90_d64_bf16(p, impl, nullptr)
+                    : vc::launch_cs4a_sm90_d128_bf16(p, impl, nullptr);
+    else
+        e = d == 64 ? vc::launch_csla_sm90_d64_bf16(p, impl, nullptr)
+                    : vc::launch_csla_sm90_d128_bf16(p, impl, nullptr);
     CHECK(e);
 }
 
@@ -207,7 +216,7 @@ void run_once(const Problem& pr, const Dev& dv, int impl, std::vector<__nv_bfloa
     const size_t no = size_t(pr.b) * pr.h * pr.lq * pr.d, nl = size_t(pr.b) * pr.h * pr.lq;
     CHECK(cudaMemset(dv.o, 0xFF, no * 2));  // bf16 0xFFFF: NaN
     CHECK(cudaMemset(dv.lse, 0xFF, nl * 4));
-    launch(params_of(pr, dv), pr.d, impl);
+    launch(params_of(pr, dv), pr.d, impl, pr.gathered);
     CHECK(cudaDeviceSynchronize());
     o.resize(no);
     lse.resize(nl);
@@ -237,6 +246,10 @@ void reference(const Problem& pr, std::vector<double>& o, std::vector<double>& l
                 keys.clear();
                 for (int j = 0; j < pr.lists.cnt[qb]; ++j) {
                     const int kb = pr.lists.idx[size_t(qb) * pr.lists.stride + j];
+                    if (pr.gathered) {  // invalid entries are ignored (as the reference does)
+                        if (kb >= 0 && kb < pr.lk) keys.push_back(kb);
+                        continue;
+                    }
                     for (int c = kb * pr.bk; c < std::min(pr.lk, (kb + 1) * pr.bk); ++c)
                         keys.push_back(c);
                 }
@@ -284,6 +297,33 @@ Problem random_problem(int b, int h, int lq, int lk, int d, int bq, int bk, bool
     return pr;
 }
 
+// CS4A lists: distinct random key rows; counts off and on 64-key tile boundaries, every third
+// block empty, two invalid entries (-1, past lk) inside the count of every fourth.
+Problem random_gathered(int b, int h, int lq, int lk, int d, int bq, bool strided,
+                        std::mt19937& g) {
+    Problem pr{b, h, lq, lk, d, bq, 64, strided, {}, {}, {}, {}, true};
+    pr.q = randn_bf16(size_t(b) * h * lq * d, g);
+    pr.k = randn_bf16(size_t(b) * h * lk * d, g);
+    pr.v = randn_bf16(size_t(b) * h * lk * d, g);
+    const int nqb = (lq + bq - 1) / bq, widest = std::max(2, lk * 3 / 10 + 70);
+    pr.lists.stride = widest;
+    pr.lists.idx.assign(size_t(nqb) * widest, -1);
+    pr.lists.cnt.assign(nqb, 0);
+    std::vector<int32_t> perm(lk);
+    for (int u = 0; u < nqb; ++u) {
+        if (u % 3 == 1) continue;
+        int n = std::min(lk, 1 + int(g() % widest));
+        if (u % 3 == 2 && n >= 64) n -= n % 64;
+        for (int j = 0; j < lk; ++j) perm[j] = j;
+        std::shuffle(perm.begin(), perm.end(), g);
+        int32_t* row = &pr.lists.idx[size_t(u) * widest];
+        std::copy(perm.begin(), perm.begin() + n, row);
+        if (u % 4 == 0 && n >= 3) row[n / 2] = -1, row[n - 1] = lk + 5;
+        pr.lists.cnt[u] = n;
+    }
+    return pr;
+}
+
 int check_all(const std::string& impls, std::mt19937& g) {
     struct S {
         int b, h, lq, lk, d;
@@ -291,14 +331,17 @@ int check_all(const std::string& impls, std::mt19937& g) {
     const S shapes[] = {{1, 2, 64, 64, 64},    {2, 3, 200, 333, 64},   {1, 2, 130, 1000, 128},
                         {2, 1, 17, 70, 128},   {1, 2, 256, 2048, 128}, {1, 1, 192, 900, 64},
                         {1, 1, 320, 4200, 128}};
-    const int blocks[4][2] = {{64, 64}, {128, 128}, {128, 64}, {64, 128}};
+    // Block pairs; {192, 0}: gathered (CS4A) lists for 192-row query blocks, {64, 0} for 64.
+    const int blocks[6][2] = {{64, 64}, {128, 128}, {128, 64}, {64, 128}, {64, 0}, {192, 0}};
     int failures = 0, cases = 0;
     std::vector<double> worst(7, 0.0), worst_ratio(7, 0.0);
     for (const auto& s : shapes)
         for (const auto& bb : blocks)
             for (const bool strided : {false, true}) {
                 const Problem pr =
-                    random_problem(s.b, s.h, s.lq, s.lk, s.d, bb[0], bb[1], strided, g);
+                    bb[1] == 0
+                        ? random_gathered(s.b, s.h, s.lq, s.lk, s.d, bb[0], strided, g)
+                        : random_problem(s.b, s.h, s.lq, s.lk, s.d, bb[0], bb[1], strided, g);
                 std::vector<double> ro, rl;
                 reference(pr, ro, rl);
                 Dev dv = upload(pr);
@@ -342,10 +385,10 @@ int check_all(const std::string& impls, std::mt19937& g) {
                     if (bad) {
                         ++failures;
                         std::printf(
-                            "FAIL impl %d (%s) b%d h%d lq%d lk%d d%d block %dx%d%s: err %.2e "
+                            "FAIL %s impl %d (%s) b%d h%d lq%d lk%d d%d block %dx%d%s: err %.2e "
                             "lse %.2e\n",
-                            impl, kNames[impl], s.b, s.h, s.lq, s.lk, s.d, bb[0], bb[1],
-                            strided ? " strided" : "", err, lse_err);
+                            pr.gathered ? "cs4a" : "csla", impl, kNames[impl], s.b, s.h, s.lq, s.lk,
+                            s.d, bb[0], bb[1], strided ? " strided" : "", err, lse_err);
                     }
                 }
                 release(dv);
@@ -402,6 +445,60 @@ const Config kConfigs[] = {
     {"var-d30-256", {1, 2, 3, 4, 5, 6, 8, 10, 13, 16}, 2, 30, 64},
     {"var-d30-512", {1, 2, 3, 4, 6, 9, 13, 18, 24, 32}, 2, 30, 64}};
 
+// Times each schedule on one problem (outputs compared with the first schedule's); returns the
+// number of schedules whose output is not finite or differs from the first's by > 5e-3.
+int time_impls(const Problem& pr, const Dev& dv, const std::string& impls, int iters, bool profile,
+               double flops, char* flush, size_t flush_bytes) {
+    int failures = 0;
+    const int D = pr.d;
+    const auto p = params_of(pr, dv);
+    std::vector<__nv_bfloat16> ref_o, o;
+    std::vector<float> ref_l, l;
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    for (const char ic : impls) {
+        const int impl = ic - '0';
+        if (profile) {
+            launch(p, D, impl, pr.gathered);
+            CHECK(cudaDeviceSynchronize());
+            continue;
+        }
+        run_once(pr, dv, impl, o, l);
+        double num = 0, den = 0;
+        bool finite = true;
+        if (ref_o.empty()) ref_o = o, ref_l = l;
+        for (size_t i = 0; i < o.size(); ++i) {
+            const double x = bf(o[i]), y = bf(ref_o[i]);
+            finite = finite && std::isfinite(x);
+            num += (x - y) * (x - y);
+            den += y * y;
+        }
+        const double diff = std::sqrt(num / den);
+        if (!finite || !(diff <= 5e-3)) ++failures;
+        for (int i = 0; i < 10; ++i) launch(p, D, impl, pr.gathered);
+        std::vector<float> ms(iters);
+        for (int i = 0; i < iters; ++i) {
+            CHECK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes));
+            CHECK(cudaEventRecord(e0));
+            launch(p, D, impl, pr.gathered);
+            CHECK(cudaEventRecord(e1));
+            CHECK(cudaEventSynchronize(e1));
+            CHECK(cudaEventElapsedTime(&ms[i], e0, e1));
+        }
+        const double med = median(ms);
+        std::printf(
+            "  %s impl %d %-9s %.4f ms (min %.4f max %.4f)  %5.0f TFLOP/s  vs impl %c: rel "
+            "diff %.1e%s\n",
+            pr.gathered ? "cs4a" : "csla", impl, kNames[impl], med,
+            *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()),
+            flops / (med * 1e-3) / 1e12, impls[0], diff, finite ? "" : "  NON-FINITE");
+    }
+    CHECK(cudaEventDestroy(e0));
+    CHECK(cudaEventDestroy(e1));
+    return failures;
+}
+
 int bench(const std::string& impls, int iters, bool profile, std::mt19937& g) {
     int failures = 0;
     cudaDeviceProp prop;
@@ -426,49 +523,37 @@ int bench(const std::string& impls, int iters, bool profile, std::mt19937& g) {
             Problem pr{B, H, lq, lk, D, block, block, false, q, k, v, lists_of(bm, nqb, nkb)};
             const double flops = mask_stats(cfg.name, bm, pr.lists, lq, lk, block, B, H, D);
             Dev dv = upload(pr);
-            const auto p = params_of(pr, dv);
-            std::vector<__nv_bfloat16> ref_o, o;
-            std::vector<float> ref_l, l;
-            cudaEvent_t e0, e1;
-            CHECK(cudaEventCreate(&e0));
-            CHECK(cudaEventCreate(&e1));
-            for (const char ic : impls) {
-                const int impl = ic - '0';
-                if (profile) {
-                    launch(p, D, impl);
-                    CHECK(cudaDeviceSynchronize());
-                    continue;
-                }
-                run_once(pr, dv, impl, o, l);
-                double num = 0, den = 0;
-                bool finite = true;
-                if (ref_o.empty()) ref_o = o, ref_l = l;
-                for (size_t i = 0; i < o.size(); ++i) {
-                    const double x = bf(o[i]), y = bf(ref_o[i]);
-                    finite = finite && std::isfinite(x);
-                    num += (x - y) * (x - y);
-                    den += y * y;
-                }
-                const double diff = std::sqrt(num / den);
-                if (!finite || !(diff <= 5e-3)) ++failures;
-                for (int i = 0; i < 10; ++i) launch(p, D, impl);
-                std::vector<float> ms(iters);
-                for (int i = 0; i < iters; ++i) {
-                    CHECK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes));
-                    CHECK(cudaEventRecord(e0));
-                    launch(p, D, impl);
-                    CHECK(cudaEventRecord(e1));
-                    CHECK(cudaEventSynchronize(e1));
-                    CHECK(cudaEventElapsedTime(&ms[i], e0, e1));
-                }
-                const double med = median(ms);
-                std::printf(
-                    "  impl %d %-9s %.4f ms (min %.4f max %.4f)  %5.0f TFLOP/s  vs impl %c: rel "
-                    "diff %.1e%s\n",
-                    impl, kNames[impl], med, *std::min_element(ms.begin(), ms.end()),
-                    *std::max_element(ms.begin(), ms.end()), flops / (med * 1e-3) / 1e12, impls[0],
-                    diff, finite ? "" : "  NON-FINITE");
+            failures += time_impls(pr, dv, impls, iters, profile, flops, flush, flush_bytes);
+            release(dv);
+        }
+        if (profile) continue;
+        // CS4A at the last scale, as `varscope-cli bench cs4a`: each 192-row query block keeps the
+        // sink tokens (scales 1-5) plus a random 20 % of the other keys, ascending.
+        {
+            const int k_last = static_cast<int>(pns.size()) - 1, lq = pns[k_last] * pns[k_last];
+            int lk = 0, sinks = 0;
+            for (size_t i = 0; i < pns.size(); ++i) lk += pns[i] * pns[i];
+            for (int i = 0; i < 5; ++i) sinks += pns[i] * pns[i];
+            const int C = 192, nqb = (lq + C - 1) / C;
+            const int keep_n = std::max(sinks, static_cast<int>(std::lround(0.2 * lk)));
+            Problem pr{B, H, lq, lk, D, C, 64, false, q, k, v, {}, true};
+            pr.lists.stride = keep_n;
+            pr.lists.idx.assign(size_t(nqb) * keep_n, -1);
+            pr.lists.cnt.assign(nqb, keep_n);
+            std::vector<int32_t> rest(lk - sinks);
+            for (int u = 0; u < nqb; ++u) {
+                for (int j = 0; j < lk - sinks; ++j) rest[j] = sinks + j;
+                std::shuffle(rest.begin(), rest.end(), g);
+                int32_t* row = &pr.lists.idx[size_t(u) * keep_n];
+                for (int j = 0; j < sinks; ++j) row[j] = j;
+                std::copy(rest.begin(), rest.begin() + (keep_n - sinks), row + sinks);
+                std::sort(row, row + keep_n);
             }
+            const double flops = 4.0 * B * H * double(lq) * keep_n * D;
+            std::printf("%s cs4a keep %.3f C %d: q %d kv %d, %d keys per block, %.1f GFLOP\n",
+                        cfg.name, double(keep_n) / lk, C, lq, lk, keep_n, flops * 1e-9);
+            Dev dv = upload(pr);
+            failures += time_impls(pr, dv, impls, iters, profile, flops, flush, flush_bytes);
             release(dv);
         }
     }
@@ -480,7 +565,7 @@ int bench(const std::string& impls, int iters, bool profile, std::mt19937& g) {
 
 int main(int argc, char** argv) {
     bool profile = false;
-    std::string impls = "0123456";
+    std::string impls = "06";
     int iters = 30;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--mask-only")) {

@@ -1,0 +1,11 @@
+// CS4A gathered attention on Hopper, head dim 64, bf16: the CSLA kernel's tile machinery with
+// key rows gathered by index (see csla_attention_sm90.cuh).
+#include "kernels/cuda/csla_attention_sm90.cuh"
+
+namespace varscope::kernels::cuda {
+
+cudaError_t launch_cs4a_sm90_d64_bf16(const AttentionParams& p, int impl, cudaStream_t stream) {
+    return sm90::launch_sm90_impl<64, true>(p, impl, stream);
+}
+
+}  // namespace varscope::kernels::cuda
