@@ -11,6 +11,9 @@
 #include <QLineEdit>
 #include <QSpinBox>
 #include <QTimer>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "ui/inspector.h"
 #include "ui/main_window.h"
@@ -45,9 +48,38 @@ void take_screenshots(MainWindow& w, const QString& dir, const QStringList& tabs
     });
 }
 
+// Without a display Qt aborts in the QApplication constructor with a plugin message that does
+// not say what to do. Say it instead; --help and --version still work (offscreen platform).
+bool display_available_or_explained(int argc, char** argv) {
+#if defined(Q_OS_LINUX)
+    const auto set = [](const char* name) {
+        const char* v = std::getenv(name);
+        return v != nullptr && *v != '\0';
+    };
+    if (set("QT_QPA_PLATFORM") || set("DISPLAY") || set("WAYLAND_DISPLAY")) return true;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "-h" || a == "--help" || a == "--help-all" || a == "-v" || a == "--version") {
+            setenv("QT_QPA_PLATFORM", "offscreen", 1);
+            return true;
+        }
+    }
+    std::fprintf(stderr,
+                 "varscope: no display (neither DISPLAY nor WAYLAND_DISPLAY is set).\n"
+                 "Start it from a desktop session, or headless with QT_QPA_PLATFORM=offscreen "
+                 "(e.g. with --screenshots DIR),\nor use varscope-cli, which needs no display.\n");
+    return false;
+#else
+    (void)argc;
+    (void)argv;
+    return true;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (!display_available_or_explained(argc, argv)) return 2;
     QApplication app(argc, argv);
     QApplication::setOrganizationName("VARScope");
     QApplication::setApplicationName("VARScope");
