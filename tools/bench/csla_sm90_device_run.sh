@@ -11,6 +11,7 @@
 #   SRC=.tsnap-x (git archive of the commit to build), carried .device/deps (packaging/device-deps.sh)
 # Also runs tools/bench/csla_sm90_probe.cu (built with nvcc there; SKIP_PROBE=1 to leave out).
 # Knobs: BENCH_ITERS (50), SKIP_FLEX=1, SKIP_OTHER_TESTS=1, SKIP_ATTENTION=1, SKIP_CS4A=1, SKIP_PROBE=1,
+# SM90_FILTER (gtest filter of the first test step, default *Sm90*),
 # BENCH_CONFIGS (all), DEADLINE_S (540).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -56,7 +57,7 @@ if [ "${SKIP_PROBE:-0}" != 1 ]; then
 fi
 
 T=/tmp/build/tests/varscope_gpu_tests
-timeout 150 $T --gtest_filter='*Sm90*' > "$OUT/gpu_tests_sm90.log" 2>&1
+timeout 150 $T --gtest_filter="${SM90_FILTER:-*Sm90*}" > "$OUT/gpu_tests_sm90.log" 2>&1
 echo "sm90 tests rc=$?"
 grep -E "^\[  (PASSED|FAILED|SKIPPED|     OK) |Failure|sm90 .* vs torch|not deterministic|empty rows|: lse|what\(\)|CUDA error" "$OUT/gpu_tests_sm90.log" | head -40
 SKIP=""
