@@ -15,6 +15,16 @@ namespace {
 
 std::atomic<int> g_pdl{-1};        // -1: from the environment
 std::atomic<int> g_row_split{-1};  // -1: from the environment
+std::atomic<int> g_fold_proj{-1};  // -1: from the environment
+std::atomic<int> g_lean{-1};       // -1: from the environment
+
+// A switch: set, else the environment variable (on unless it is "0").
+bool switch_on(const std::atomic<int>& v, const char* env_name) {
+    const int set = v.load();
+    if (set >= 0) return set == 1;
+    const char* env = std::getenv(env_name);
+    return env == nullptr || std::strcmp(env, "0") != 0;
+}
 
 constexpr int64_t kMaxRows = 256;    // kDiffMaxRows
 constexpr int64_t kMaxWidth = 2048;  // kDiffMaxWidth
@@ -107,6 +117,22 @@ bool diff_row_split_enabled() {
     return env == nullptr || std::strcmp(env, "0") != 0;  // default on (timed: MAR-B 500 vs 567 ms)
 }
 
+void set_diff_fold_proj(bool on) {
+    g_fold_proj = on ? 1 : 0;
+}
+
+bool diff_fold_proj_enabled() {
+    return switch_on(g_fold_proj, "VARSCOPE_DIFF_FOLD_PROJ");
+}
+
+void set_diff_lean(bool on) {
+    g_lean = on ? 1 : 0;
+}
+
+bool diff_lean_enabled() {
+    return switch_on(g_lean, "VARSCOPE_DIFF_LEAN");
+}
+
 bool diff_head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,
                               std::string* why_not) {
     auto fail = [&](const std::string& why) {
@@ -153,6 +179,26 @@ at::Tensor diff_block_fc1(const at::Tensor& h, const DiffBlockWeights& w, const 
     use_cuda(h, h.size(0), h.size(1), path);
 #endif
     return reference::diff_block_fc1(h, w, shift, scale1);
+}
+
+std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(const at::Tensor& x,
+                                                      const at::Tensor& in_weight,
+                                                      const at::Tensor& in_bias, int64_t rows,
+                                                      const DiffBlockWeights& w,
+                                                      const at::Tensor& shift,
+                                                      const at::Tensor& scale1, KernelPath path) {
+    TORCH_CHECK(x.dim() == 2 && x.size(0) > 0 && rows % x.size(0) == 0,
+                "diff_proj_block_fc1: rows must be a multiple of x's rows");
+#ifdef VARSCOPE_KERNELS_CUDA
+    if (use_cuda(x, rows, in_weight.size(0), path) && diff_fold_proj_enabled() &&
+        cuda::diff_proj_fold_runs(x, in_weight, rows, w))
+        return cuda::diff_proj_block_fc1(x, in_weight, in_bias, rows, w, shift, scale1,
+                                         diff_pdl_enabled());
+#endif
+    // The two layers one after the other (each on CUDA or as its reference, as `path` says).
+    auto h = diff_input_proj(x, in_weight, in_bias, rows, path);
+    auto a = diff_block_fc1(h, w, shift, scale1, path);
+    return {std::move(a), std::move(h)};
 }
 
 at::Tensor diff_block_fc2(const at::Tensor& a, const DiffBlockWeights& w, const at::Tensor& gate,

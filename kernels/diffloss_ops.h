@@ -6,6 +6,7 @@
 //
 //   diff_input_proj:  h = x[m % N] W^T + b (with CFG the 2N rows repeat the N latents)
 //   diff_block_fc1:   a = silu((LayerNorm(h) * scale1 + shift) W1^T + b1)
+//   diff_proj_block_fc1: the two above as one kernel (block 0's fc1 computes h itself)
 //   diff_block_fc2:   h' = h + gate * (a W2^T + b2)
 //   diff_final_step:  out = (LayerNorm(h) * scale1 + shift) Wf^T + bf (no affine), then eps with
 //                     CFG, the learned-range log variance and the posterior update of x.
@@ -19,6 +20,7 @@
 #include <ATen/ATen.h>
 
 #include <string>
+#include <utility>
 
 #include "kernels/attention_dispatch.h"
 
@@ -53,6 +55,18 @@ at::Tensor diff_input_proj(const at::Tensor& x, const at::Tensor& weight, const 
 // h (M, W); shift, scale1 (M, W) with a contiguous last dim.
 at::Tensor diff_block_fc1(const at::Tensor& h, const DiffBlockWeights& w, const at::Tensor& shift,
                           const at::Tensor& scale1, KernelPath path = KernelPath::Auto);
+// diff_input_proj then diff_block_fc1 on its output: returns {a, h}. On CUDA one kernel (the
+// input projection folded into fc1's prologue; each CTA projects its rows itself and writes the
+// features it owns to h, which fc2 then updates in place), with the two kernels' values bit for
+// bit; two kernels where the fold does not apply (latent width not 8/16, non-square fc1, 16/32-row
+// tiles) or is switched off (set_diff_fold_proj).
+std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(const at::Tensor& x,
+                                                      const at::Tensor& in_weight,
+                                                      const at::Tensor& in_bias, int64_t rows,
+                                                      const DiffBlockWeights& w,
+                                                      const at::Tensor& shift,
+                                                      const at::Tensor& scale1,
+                                                      KernelPath path = KernelPath::Auto);
 // a, h (M, W), gate (M, W): h + gate * fc2(a) (in place into h on CUDA).
 at::Tensor diff_block_fc2(const at::Tensor& a, const DiffBlockWeights& w, const at::Tensor& gate,
                           const at::Tensor& h, KernelPath path = KernelPath::Auto);
@@ -79,6 +93,15 @@ bool diff_pdl_enabled();
 // call); VARSCOPE_DIFF_ROW_SPLIT=0 or this switch turn it off.
 void set_diff_row_split(bool on);
 bool diff_row_split_enabled();
+// The folded input projection (diff_proj_block_fc1 as one kernel; default on,
+// VARSCOPE_DIFF_FOLD_PROJ=0 or this switch turn it off) and the lean linear-layer kernels (the
+// LayerNorm affine staged in shared memory before the wait, empty tile rows skipped; default
+// on, VARSCOPE_DIFF_LEAN=0 or this switch turn it off). Both give the same bits either way;
+// the switches are there to time them.
+void set_diff_fold_proj(bool on);
+bool diff_fold_proj_enabled();
+void set_diff_lean(bool on);
+bool diff_lean_enabled();
 
 namespace reference {
 at::Tensor diff_input_proj(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,

@@ -89,6 +89,33 @@ TEST(DiffLossFused, CpuKeepsTheModulePathAndRefusesCuda) {
                           kernels::reference::diff_input_proj(x, w, b, 4)));
 }
 
+// The folded projection + fc1 op on the CPU: the two references one after the other, bit for
+// bit (the sampler's fused reference loop goes through it for block 0); the CUDA path refused.
+TEST(DiffLossFused, ProjectionFoldedIntoFc1IsTheTwoReferencesOnTheCpu) {
+    auto pipe = head_model(Precision::Bf16);
+    c10::InferenceMode guard;
+    const auto& net = *pipe.sampler().transformer()->diffloss->net;
+    const auto& blk = net.block(0);
+    const kernels::DiffBlockWeights w{blk.in_ln->weight, blk.in_ln->bias, blk.in_ln->options.eps(),
+                                      blk.fc1()->weight, blk.fc1()->bias,  blk.fc2()->weight,
+                                      blk.fc2()->bias};
+    const int64_t n = 3, rows = 6, W = net.width();
+    const auto x = at::randn({n, net.in_channels()}).to(at::kBFloat16);
+    const auto mod = at::randn({rows, 2 * W}).to(at::kBFloat16);
+    const auto shift = mod.narrow(1, 0, W), scale1 = (1 + mod.narrow(1, W, W)).to(at::kBFloat16);
+    const auto& wi = net.input_proj->weight;
+    const auto& bi = net.input_proj->bias;
+    const auto [a, h] = kernels::diff_proj_block_fc1(x, wi, bi, rows, w, shift, scale1);
+    const auto h_ref = kernels::reference::diff_input_proj(x, wi, bi, rows);
+    EXPECT_TRUE(at::equal(h, h_ref));
+    EXPECT_TRUE(at::equal(a, kernels::reference::diff_block_fc1(h_ref, w, shift, scale1)));
+    EXPECT_EQ(h.size(0), rows);
+    EXPECT_THROW(kernels::diff_proj_block_fc1(x, wi, bi, rows, w, shift, scale1,
+                                              kernels::KernelPath::Cuda),
+                 c10::Error);
+    EXPECT_THROW(kernels::diff_proj_block_fc1(x, wi, bi, 5, w, shift, scale1), c10::Error);
+}
+
 // The whole MAR loop with the fused switch on and off: on the CPU both are the module path.
 TEST(DiffLossFused, SamplerOptionIsExactOnTheCpu) {
     auto pipe = head_model(Precision::Fp32);

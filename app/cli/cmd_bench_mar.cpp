@@ -7,8 +7,10 @@
 #include <c10/core/InferenceMode.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <iomanip>
 #include <iostream>
+#include <thread>
 
 #include "app/cli/commands.h"
 #include "app/cli/mar_cli_common.h"
@@ -122,7 +124,12 @@ MethodRun run_method(MarPipeline& pipe, MarSampleOptions opt, const std::string&
     // from the step plan, which equals what a counted run gives (tested).
     MarSamplingHooks* hooks = lazy.chain.get();
     for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt, hooks);
+    // VARSCOPE_BENCH_PAUSE_MS: the GPU idles that long before each timed run after the first
+    // (does a run after idle time run faster than one right after another?).
+    const char* pause_env = std::getenv("VARSCOPE_BENCH_PAUSE_MS");
+    const long pause_ms = pause_env != nullptr ? std::strtol(pause_env, nullptr, 10) : 0;
     for (int64_t r = 0; r < a.repeat; ++r) {
+        if (r > 0 && pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
         m.last = pipe.generate(opt, hooks);
         m.totals.push_back(m.last.total_millis - m.last.decode_millis);
         std::cerr << "    " << name << " run " << r + 1 << ": " << m.totals.back() << " ms"

@@ -323,9 +323,21 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                                                             : DiffCfgMode::Full;
             const bool half = mode == DiffCfgMode::None || mode == DiffCfgMode::Cached;
             const auto m = mods.rows((i - window_start) * R, half ? N : R);
-            at::Tensor h = kernels::diff_input_proj(x, net.input_proj->weight, net.input_proj->bias,
-                                                    half ? N : 2 * N, kpath);
-            for (size_t b = 0; b < blocks.size(); ++b) {
+            const int64_t rows = half ? N : 2 * N;
+            at::Tensor h;
+            size_t first = 0;
+            if (blocks.empty()) {
+                h = kernels::diff_input_proj(x, net.input_proj->weight, net.input_proj->bias, rows,
+                                             kpath);
+            } else {
+                // The input projection inside block 0's fc1 kernel (one kernel fewer a step).
+                auto [a, h0] = kernels::diff_proj_block_fc1(
+                    x, net.input_proj->weight, net.input_proj->bias, rows, blocks[0], m.shift[0],
+                    m.scale1[0], kpath);
+                h = kernels::diff_block_fc2(a, blocks[0], m.gate[0], h0, kpath);
+                first = 1;
+            }
+            for (size_t b = first; b < blocks.size(); ++b) {
                 const auto a =
                     kernels::diff_block_fc1(h, blocks[b], m.shift[b], m.scale1[b], kpath);
                 h = kernels::diff_block_fc2(a, blocks[b], m.gate[b], h, kpath);

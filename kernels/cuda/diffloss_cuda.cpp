@@ -3,6 +3,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <utility>
+#include <vector>
+
 #include "kernels/cuda/diffloss_params.h"
 
 namespace varscope::kernels::cuda {
@@ -41,6 +44,7 @@ at::Tensor optional_layout(const at::Tensor& t, at::ScalarType type) {
 
 cudaError_t launch_linear(DiffLinearParams p, at::ScalarType type, cudaStream_t s) {
     p.row_split = diff_row_split_enabled();
+    p.lean = diff_lean_enabled();
     return type == at::kBFloat16 ? launch_diff_linear_bf16(p, s) : launch_diff_linear_fp16(p, s);
 }
 
@@ -86,31 +90,84 @@ at::Tensor diff_input_proj(const at::Tensor& x_in, const at::Tensor& w_in, const
     return out;
 }
 
-at::Tensor diff_block_fc1(const at::Tensor& h_in, const DiffBlockWeights& wt,
-                          const at::Tensor& shift_in, const at::Tensor& scale1_in, bool pdl) {
-    const c10::cuda::CUDAGuard guard(h_in.device());
-    const auto type = h_in.scalar_type();
-    const auto h = h_in.contiguous();
-    const int64_t M = h.size(0), K = h.size(1);
+namespace {
+
+// fc1's launch parameters for `rows` rows of width K read from `in` (without the projection).
+struct Fc1Launch {
+    DiffLinearParams p;
+    at::Tensor out;
+    std::vector<at::Tensor> keep;  // layout copies the launch reads
+};
+
+Fc1Launch fc1_params(const at::Tensor& in, int64_t M, int64_t K, const DiffBlockWeights& wt,
+                     const at::Tensor& shift_in, const at::Tensor& scale1_in, bool pdl) {
+    const auto type = in.scalar_type();
     const auto w = rows_layout(wt.fc1_weight, type).contiguous();
     const auto b = rows_layout(wt.fc1_bias, type).contiguous();
     const auto lw = optional_layout(wt.ln_weight, type), lb = optional_layout(wt.ln_bias, type);
     const auto shift = rows_layout(shift_in, type), scale1 = rows_layout(scale1_in, type);
     check_rows(shift, M, K, "shift");
     check_rows(scale1, M, K, "scale1");
-    TORCH_CHECK(w.size(1) == K, "diff_block_fc1: weight ", w.sizes(), " vs h ", h.sizes());
-    auto out = at::empty({M, w.size(0)}, h.options());
-    DiffLinearParams p = linear_params(h, M, w, b, out.data_ptr(), DiffPrologue::NormModulate,
-                                       DiffEpilogue::BiasSilu, pdl);
-    p.ln_weight = lw.defined() ? lw.data_ptr() : nullptr;
-    p.ln_bias = lb.defined() ? lb.data_ptr() : nullptr;
-    p.ln_eps = static_cast<float>(wt.ln_eps);
-    p.shift = shift.data_ptr();
-    p.shift_stride = shift.stride(0);
-    p.scale1 = scale1.data_ptr();
-    p.scale1_stride = scale1.stride(0);
-    check_cuda(launch_linear(p, type, stream_of(h)), "fused DiffLoss block fc1");
-    return out;
+    TORCH_CHECK(w.size(1) == K, "diff_block_fc1: weight ", w.sizes(), " vs width ", K);
+    Fc1Launch l;
+    l.out = at::empty({M, w.size(0)}, in.options());
+    l.p = linear_params(in, M, w, b, l.out.data_ptr(), DiffPrologue::NormModulate,
+                        DiffEpilogue::BiasSilu, pdl);
+    l.p.K = static_cast<int>(K);
+    l.p.ln_weight = lw.defined() ? lw.data_ptr() : nullptr;
+    l.p.ln_bias = lb.defined() ? lb.data_ptr() : nullptr;
+    l.p.ln_eps = static_cast<float>(wt.ln_eps);
+    l.p.shift = shift.data_ptr();
+    l.p.shift_stride = shift.stride(0);
+    l.p.scale1 = scale1.data_ptr();
+    l.p.scale1_stride = scale1.stride(0);
+    l.keep = {w, b, lw, lb, shift, scale1};
+    return l;
+}
+
+}  // namespace
+
+bool diff_proj_fold_runs(const at::Tensor& x, const at::Tensor& w_in, int64_t rows,
+                         const DiffBlockWeights& wt) {
+    // One 8-row tiling for the folded kernel: where the chain would take 16/32-row tiles the
+    // caller runs the two kernels (the same values as the unfolded chain either way).
+    return (x.size(1) == 8 || x.size(1) == 16) && w_in.size(1) == x.size(1) &&
+           wt.fc1_weight.size(0) == w_in.size(0) && wt.fc1_weight.size(1) == w_in.size(0) &&
+           (rows <= 8 || diff_row_split_enabled());
+}
+
+std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(const at::Tensor& x_in,
+                                                      const at::Tensor& w_in,
+                                                      const at::Tensor& b_in, int64_t rows,
+                                                      const DiffBlockWeights& wt,
+                                                      const at::Tensor& shift,
+                                                      const at::Tensor& scale1, bool pdl) {
+    const c10::cuda::CUDAGuard guard(x_in.device());
+    const auto type = x_in.scalar_type();
+    const auto x = rows_layout(x_in, type).contiguous(), wi = rows_layout(w_in, type).contiguous(),
+               bi = rows_layout(b_in, type).contiguous();
+    TORCH_CHECK(diff_proj_fold_runs(x, wi, rows, wt), "diff_proj_block_fc1: shapes ", x.sizes(),
+                " / ", wi.sizes(), " / ", wt.fc1_weight.sizes(), " not foldable");
+    const int64_t K = wi.size(0);
+    Fc1Launch l = fc1_params(x, rows, K, wt, shift, scale1, pdl);
+    auto h = at::empty({rows, K}, x.options());
+    l.p.proj_weight = wi.data_ptr();
+    l.p.proj_bias = bi.data_ptr();
+    l.p.proj_k = static_cast<int>(x.size(1));
+    l.p.proj_out = h.data_ptr();
+    check_cuda(launch_linear(l.p, type, stream_of(x)), "fused DiffLoss projection + block fc1");
+    return {l.out, h};
+}
+
+at::Tensor diff_block_fc1(const at::Tensor& h_in, const DiffBlockWeights& wt,
+                          const at::Tensor& shift_in, const at::Tensor& scale1_in, bool pdl) {
+    const c10::cuda::CUDAGuard guard(h_in.device());
+    const auto type = h_in.scalar_type();
+    const auto h = h_in.contiguous();
+    const int64_t M = h.size(0), K = h.size(1);
+    Fc1Launch l = fc1_params(h, M, K, wt, shift_in, scale1_in, pdl);
+    check_cuda(launch_linear(l.p, type, stream_of(h)), "fused DiffLoss block fc1");
+    return l.out;
 }
 
 at::Tensor diff_block_fc2(const at::Tensor& a_in, const DiffBlockWeights& wt,

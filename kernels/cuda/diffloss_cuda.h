@@ -2,6 +2,8 @@
 // dispatch (kernels/diffloss_ops.cpp) decides when these run; they check layouts and launch.
 #pragma once
 
+#include <utility>
+
 #include "kernels/diffloss_ops.h"
 
 namespace varscope::kernels::cuda {
@@ -12,6 +14,14 @@ at::Tensor diff_input_proj(const at::Tensor& x, const at::Tensor& weight, const 
                            int64_t rows, bool pdl);
 at::Tensor diff_block_fc1(const at::Tensor& h, const DiffBlockWeights& w, const at::Tensor& shift,
                           const at::Tensor& scale1, bool pdl);
+// Whether diff_proj_block_fc1 takes these shapes (latent width 8/16, square fc1, 8-row tiles).
+bool diff_proj_fold_runs(const at::Tensor& x, const at::Tensor& w_in, int64_t rows,
+                         const DiffBlockWeights& wt);
+std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(const at::Tensor& x, const at::Tensor& w_in,
+                                                      const at::Tensor& b_in, int64_t rows,
+                                                      const DiffBlockWeights& wt,
+                                                      const at::Tensor& shift,
+                                                      const at::Tensor& scale1, bool pdl);
 at::Tensor diff_block_fc2(const at::Tensor& a, const DiffBlockWeights& w, const at::Tensor& gate,
                           const at::Tensor& h, bool pdl);
 at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const at::Tensor& scale1,

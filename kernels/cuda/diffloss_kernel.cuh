@@ -187,8 +187,9 @@ __device__ __forceinline__ void build_row(uint4* dst, const void* in, long long 
         unpack8<T>(scv[c], s);
         unpack8<T>(shv[c], b);
         float g[8] = {1, 1, 1, 1, 1, 1, 1, 1}, be[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (ln_w) unpack8<T>(__ldg(reinterpret_cast<const uint4*>(ln_w) + i), g);
-        if (ln_b) unpack8<T>(__ldg(reinterpret_cast<const uint4*>(ln_b) + i), be);
+        // Generic loads: the affine is in shared memory on the lean path, global otherwise.
+        if (ln_w) unpack8<T>(reinterpret_cast<const uint4*>(ln_w)[i], g);
+        if (ln_b) unpack8<T>(reinterpret_cast<const uint4*>(ln_b)[i], be);
 #pragma unroll
         for (int e = 0; e < 8; ++e)
             f[e] = fmaf(fmaf((f[e] - mean) * rstd, g[e], be[e]), s[e], b[e]);
@@ -225,13 +226,27 @@ __device__ __forceinline__ float reduce_scatter(float (&a)[MT], int lane) {
 
 // Two CTAs per SM (<= 128 registers): the next kernel's CTAs fit beside this one's, so its
 // launch and weight loads overlap this kernel (programmatic dependent launch).
-template <typename T, int MT, int P>
+// Shared memory of a linear-layer CTA: the row tile, the staged LayerNorm affine, and with the
+// folded projection (proj_k latent features) its input rows and weight.
+inline size_t linear_smem(int mt, int K, size_t elem, int proj_k = 0) {
+    return (static_cast<size_t>(mt) * K + 2 * static_cast<size_t>(K)) * elem +
+           (proj_k > 0 ? static_cast<size_t>(mt) * 2 * sizeof(uint4) +
+                             static_cast<size_t>(K) * proj_k * elem
+                       : 0);
+}
+
+// PROJ: the input projection folded in (DiffLinearParams::proj_*; instantiated for MT = 8).
+template <typename T, int MT, int P, bool PROJ>
 __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinearParams p) {
-    extern __shared__ uint4 tile[];  // MT rows x K/8 chunks
+    extern __shared__ uint4 smem[];
     using E = Elem<T>;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int j = blockIdx.x * kWarps + warp;  // this warp's output feature
     const int chunks = p.K / 8;
+    uint4* tile = smem;                     // MT rows x K/8 chunks
+    uint4* ln_s = tile + MT * chunks;       // LayerNorm weight, then bias (lean)
+    [[maybe_unused]] uint4* xs = ln_s + 2 * chunks;  // PROJ: MT rows x <= 2 latent chunks
+    [[maybe_unused]] uint4* wps = xs + MT * 2;       // PROJ: the projection weight (K, proj_k)
     const bool has_j = j < p.N;
     // The weight row (constant across the chain) before waiting for the previous kernel.
     uint4 w[P];
@@ -243,6 +258,26 @@ __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinea
         w[c] = has_j && i < chunks ? load_nc(wrow + i) : make_uint4(0, 0, 0, 0);
     }
     const float bias = has_j ? E::load(p.bias, j) : 0.f;
+    const bool norm = PROJ || p.prologue == DiffPrologue::NormModulate;
+    // Constants of the prologue before the wait as well: the LayerNorm affine into shared
+    // memory (lean), the projection's weight rows of this thread's features into registers.
+    const void* ln_w = p.ln_weight;
+    const void* ln_b = p.ln_bias;
+    const bool stage_ln = norm && p.lean && (ln_w || ln_b);
+    if (stage_ln) {
+        for (int i = threadIdx.x; i < chunks; i += kDiffThreads) {
+            if (ln_w) ln_s[i] = __ldg(reinterpret_cast<const uint4*>(ln_w) + i);
+            if (ln_b) ln_s[chunks + i] = __ldg(reinterpret_cast<const uint4*>(ln_b) + i);
+        }
+        if (ln_w) ln_w = ln_s;
+        if (ln_b) ln_b = ln_s + chunks;
+    }
+    [[maybe_unused]] const int pk = PROJ ? p.proj_k / 8 : 0;  // latent row chunks (1 or 2)
+    if constexpr (PROJ) {
+        const uint4* src = static_cast<const uint4*>(p.proj_weight);
+        for (int i = threadIdx.x; i < p.K * pk; i += kDiffThreads) wps[i] = __ldg(src + i);
+    }
+    if (PROJ || stage_ln) __syncthreads();
     // The gate rows of the first tile (the modulations were written before the first kernel of
     // the chain, which every kernel that starts early has already waited for: see below).
     const bool gated = p.epilogue == DiffEpilogue::BiasGateResid;
@@ -257,16 +292,46 @@ __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinea
     pdl_wait();
     pdl_launch_dependents();
 
-    const bool norm = p.prologue == DiffPrologue::NormModulate;
     for (int t0 = first; t0 < p.rows; t0 += step) {
+        // Rows of this tile that exist (the dot products skip the others on the lean path).
+        const int live = min(MT, p.rows - t0);
+        if constexpr (PROJ) {
+            // h = latents W_in^T + b_in for the tile's rows, into the tile (rounded to T as the
+            // separate projection kernel stores it, with its sums: two 8-product chains, added,
+            // plus the bias); the features this CTA owns also go to proj_out (the residual).
+            for (int i = threadIdx.x; i < live * pk; i += kDiffThreads) {
+                const int r = i / pk, m = t0 + r;
+                xs[i] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.in) +
+                                                       static_cast<long long>(m % p.in_rows) *
+                                                           p.proj_k)[i % pk];
+            }
+            __syncthreads();
+            T* tile_t = reinterpret_cast<T*>(tile);
+            for (int e = threadIdx.x; e < p.K; e += kDiffThreads) {
+                float w0[8], w1[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                unpack8<T>(wps[e * pk], w0);
+                if (pk > 1) unpack8<T>(wps[e * pk + 1], w1);
+                const float pb = E::load(p.proj_bias, e);
+                const bool own = e / kWarps == static_cast<int>(blockIdx.x);
+                for (int r = 0; r < live; ++r) {
+                    float s = dot8<T>(w0, xs[r * pk]);
+                    if (pk > 1) s = s + dot8<T>(w1, xs[r * pk + 1]);
+                    const float v = s + pb;
+                    E::store(tile_t, static_cast<long long>(r) * p.K + e, v);
+                    if (own) E::store(p.proj_out, static_cast<long long>(t0 + r) * p.K + e, v);
+                }
+            }
+            __syncthreads();
+        }
         for (int r = warp; r < MT; r += kWarps) {
             const int m = t0 + r;
             const bool valid = m < p.rows;
-            const long long src = norm ? m : (valid ? m % p.in_rows : 0);
-            build_row<T, P>(tile + r * chunks, p.in, src, valid, chunks, p.K, norm, p.ln_weight,
-                            p.ln_bias, p.ln_eps, p.shift,
-                            static_cast<long long>(m) * p.shift_stride, p.scale1,
-                            static_cast<long long>(m) * p.scale1_stride, lane);
+            // PROJ: the row is normalised in place in the tile.
+            const void* in = PROJ ? static_cast<const void*>(tile) : p.in;
+            const long long src = PROJ ? r : norm ? m : (valid ? m % p.in_rows : 0);
+            build_row<T, P>(tile + r * chunks, in, src, valid, chunks, p.K, norm, ln_w, ln_b,
+                            p.ln_eps, p.shift, static_cast<long long>(m) * p.shift_stride,
+                            p.scale1, static_cast<long long>(m) * p.scale1_stride, lane);
         }
         // The residual (written by the previous kernel) and later tiles' gates, loaded before
         // the dot products so their latency hides behind them.
@@ -281,6 +346,7 @@ __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinea
         float acc[MT];
 #pragma unroll
         for (int r = 0; r < MT; ++r) acc[r] = 0.f;
+        const int used = p.lean ? live : MT;  // rows past `live` only add zeros
 #pragma unroll
         for (int c = 0; c < P; ++c) {
             const int i = lane + 32 * c;
@@ -288,7 +354,8 @@ __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinea
                 float wf[8];
                 unpack8<T>(w[c], wf);
 #pragma unroll
-                for (int r = 0; r < MT; ++r) acc[r] += dot8<T>(wf, tile[r * chunks + i]);
+                for (int r = 0; r < MT; ++r)
+                    if (r < used) acc[r] += dot8<T>(wf, tile[r * chunks + i]);
             }
         }
         const float v = reduce_scatter<MT>(acc, lane) + bias;
@@ -396,20 +463,23 @@ cudaError_t prepare_device() {
     if (e != cudaSuccess) return e;
     const unsigned long long bit = 1ull << (dev & 63);
     if (done.load() & bit) return cudaSuccess;
-    const int most = 32 * kDiffMaxWidth * static_cast<int>(sizeof(T));
+    const int most = static_cast<int>(linear_smem(32, kDiffMaxWidth, sizeof(T), 16));
     const void* kernels[] = {
-#define VARSCOPE_DIFF_KERNELS(MT)                               \
-    reinterpret_cast<const void*>(linear_kernel<T, MT, 1>),     \
-        reinterpret_cast<const void*>(linear_kernel<T, MT, 4>), \
-        reinterpret_cast<const void*>(linear_kernel<T, MT, 6>), \
-        reinterpret_cast<const void*>(linear_kernel<T, MT, 8>), \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 1>),  \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 4>),  \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 6>),  \
+#define VARSCOPE_DIFF_KERNELS(MT)                                      \
+    reinterpret_cast<const void*>(linear_kernel<T, MT, 1, false>),     \
+        reinterpret_cast<const void*>(linear_kernel<T, MT, 4, false>), \
+        reinterpret_cast<const void*>(linear_kernel<T, MT, 6, false>), \
+        reinterpret_cast<const void*>(linear_kernel<T, MT, 8, false>), \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 1>),         \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 4>),         \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 6>),         \
         reinterpret_cast<const void*>(final_kernel<T, MT, 8>)
-        VARSCOPE_DIFF_KERNELS(8), VARSCOPE_DIFF_KERNELS(16), VARSCOPE_DIFF_KERNELS(32)
+        VARSCOPE_DIFF_KERNELS(8), VARSCOPE_DIFF_KERNELS(16), VARSCOPE_DIFF_KERNELS(32),
 #undef VARSCOPE_DIFF_KERNELS
-    };
+        reinterpret_cast<const void*>(linear_kernel<T, 8, 1, true>),
+        reinterpret_cast<const void*>(linear_kernel<T, 8, 4, true>),
+        reinterpret_cast<const void*>(linear_kernel<T, 8, 6, true>),
+        reinterpret_cast<const void*>(linear_kernel<T, 8, 8, true>)};
     for (const void* k : kernels) {
         e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         if (e != cudaSuccess) return e;
@@ -446,17 +516,17 @@ inline int chunks_per_lane(int K) {
     return K <= 256 ? 1 : K <= 1024 ? 4 : K <= 1536 ? 6 : 8;
 }
 
-template <typename T, int MT>
+template <typename T, int MT, bool PROJ = false>
 cudaError_t launch_linear_mt(const DiffLinearParams& p, dim3 grid, size_t smem, cudaStream_t s) {
     switch (chunks_per_lane(p.K)) {
         case 1:
-            return launch(linear_kernel<T, MT, 1>, grid, smem, p.pdl, s, &p);
+            return launch(linear_kernel<T, MT, 1, PROJ>, grid, smem, p.pdl, s, &p);
         case 4:
-            return launch(linear_kernel<T, MT, 4>, grid, smem, p.pdl, s, &p);
+            return launch(linear_kernel<T, MT, 4, PROJ>, grid, smem, p.pdl, s, &p);
         case 6:
-            return launch(linear_kernel<T, MT, 6>, grid, smem, p.pdl, s, &p);
+            return launch(linear_kernel<T, MT, 6, PROJ>, grid, smem, p.pdl, s, &p);
         default:
-            return launch(linear_kernel<T, MT, 8>, grid, smem, p.pdl, s, &p);
+            return launch(linear_kernel<T, MT, 8, PROJ>, grid, smem, p.pdl, s, &p);
     }
 }
 
@@ -478,20 +548,27 @@ template <typename T>
 cudaError_t launch_linear(const DiffLinearParams& p, cudaStream_t stream) {
     if (p.K % 8 != 0 || p.K > kDiffMaxWidth || p.rows < 1 || p.N < 1 || p.in_rows < 1)
         return cudaErrorInvalidValue;
+    const bool proj = p.proj_weight != nullptr;
+    if (proj && (p.N != p.K || (p.proj_k != 8 && p.proj_k != 16) || p.proj_bias == nullptr ||
+                 p.proj_out == nullptr || p.prologue != DiffPrologue::NormModulate))
+        return cudaErrorInvalidValue;
     const cudaError_t prep = prepare_device<T>();
     if (prep != cudaSuccess) return prep;
-    if (p.row_split) {
-        // Opt-in: tiles of 8 rows, one per blockIdx.y (up to 8, then each CTA loops), so more
+    if (p.row_split || proj) {
+        // Tiles of 8 rows, one per blockIdx.y (up to 8, then each CTA loops), so more
         // rows cost more CTAs (each reads the weights again, from L2) instead of a longer
         // serial prologue and dot-product loop per CTA. The lanes' sums are added in another
         // order than with 16/32-row tiles (float32 reassociation).
+        // The folded projection always takes this tiling (its caller falls back to two kernels
+        // where the unfolded chain would use 16/32-row tiles).
         constexpr int mt = 8;
-        const size_t smem = static_cast<size_t>(mt) * p.K * sizeof(T);
+        const size_t smem = linear_smem(mt, p.K, sizeof(T), proj ? p.proj_k : 0);
         const dim3 grid((p.N + kWarps - 1) / kWarps, std::min((p.rows + mt - 1) / mt, 8));
-        return launch_linear_mt<T, mt>(p, grid, smem, stream);
+        return proj ? launch_linear_mt<T, mt, true>(p, grid, smem, stream)
+                    : launch_linear_mt<T, mt>(p, grid, smem, stream);
     }
     const int mt = tile_rows(p.rows);
-    const size_t smem = static_cast<size_t>(mt) * p.K * sizeof(T);
+    const size_t smem = linear_smem(mt, p.K, sizeof(T));
     const dim3 grid((p.N + kWarps - 1) / kWarps);
     switch (mt) {
         case 8:

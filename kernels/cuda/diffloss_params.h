@@ -52,6 +52,18 @@ struct DiffLinearParams {
     // rows in 8/16/32-row tiles (same sums up to float32 reassociation; opt-in until measured,
     // see diffloss_ops.h).
     bool row_split = false;
+    // Lean prologue/body (default on; bit-identical to off): the LayerNorm affine is staged in
+    // shared memory before the wait for the previous kernel (no dependent L2 round trip after
+    // the row statistics), and tile rows past `rows` are skipped in the dot products.
+    bool lean = false;
+    // Input projection folded into this (block 0 fc1) kernel: the input rows are
+    // proj_in[m % in_rows] (proj_k features, 8 or 16) times proj_weight (K, proj_k) + proj_bias,
+    // rounded to T and written to proj_out (rows, K) (the features this CTA owns), then
+    // normalised as NormModulate. Needs N == K and 8-row tiles.
+    const void* proj_weight = nullptr;
+    const void* proj_bias = nullptr;
+    int proj_k = 0;
+    void* proj_out = nullptr;
 };
 
 // How the final kernel forms the guided noise prediction.

@@ -5,7 +5,9 @@
 // tile (1..45), widths 256/1024/1280, strided modulation views, outputs poisoned with NaN.
 // Then the whole reverse diffusion and the MAR loop: fused vs module path within the same
 // bound, CUDA graphs of the fused path == its eager run, PDL on == off, row-split tiles ==
-// per-CTA tiles (bit for bit up to 8 rows, within one 16-bit ulp beyond). Skips without CUDA.
+// per-CTA tiles (bit for bit up to 8 rows, within one 16-bit ulp beyond), the input projection
+// folded into block 0's fc1 kernel and the lean kernels == the separate/plain kernels bit for
+// bit. Skips without CUDA.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -183,6 +185,96 @@ TEST(KernelsDiffLossGpu, BlockLayersMatchFloat64WithinTwiceTheFrameworkError) {
     }
 }
 
+namespace {
+
+// Switches a test flips, put back when it ends.
+struct FoldLeanRestore {
+    const bool fold = vk::diff_fold_proj_enabled(), lean = vk::diff_lean_enabled(),
+               split = vk::diff_row_split_enabled();
+    ~FoldLeanRestore() {
+        vk::set_diff_fold_proj(fold);
+        vk::set_diff_lean(lean);
+        vk::set_diff_row_split(split);
+    }
+};
+
+}  // namespace
+
+// diff_proj_block_fc1 as one kernel (the projection folded into fc1's prologue) gives the two
+// separate kernels' a and h bit for bit, under both tilings, latent widths 8 and 16, CFG-style
+// repeated rows with tails; within 2x the framework's bf16/fp16 error of float64; outputs
+// poisoned first. The lean kernels (LN affine staged in shared memory, empty rows skipped) ==
+// the plain ones bit for bit.
+TEST(KernelsDiffLossGpu, FoldedProjectionAndLeanKernelsAreBitIdentical) {
+    FoldLeanRestore restore;
+    for (auto t : {at::kBFloat16, at::kHalf}) {
+        REQUIRE_FUSED(t);
+        c10::InferenceMode guard;
+        const auto o = at::TensorOptions(at::kCUDA).dtype(at::kFloat);
+        for (bool split : {true, false})
+            for (int64_t W : kWidths)
+                for (int64_t M : kRows)
+                    for (int64_t lat : {16, 8}) {
+                        const int64_t n = M % 2 == 0 ? M / 2 : M;
+                        SCOPED_TRACE("W " + std::to_string(W) + " M " + std::to_string(M) +
+                                     " latent " + std::to_string(lat) +
+                                     (split ? " split" : " 16/32-row tiles") +
+                                     (t == at::kHalf ? " fp16" : " bf16"));
+                        vk::set_diff_row_split(split);
+                        const auto in = block_inputs(M, W, t);
+                        const auto x = at::randn({n, lat}, o).to(t);
+                        const auto wi = (at::randn({W, lat}, o) * 0.25).to(t);
+                        const auto bi = (at::randn({W}, o) * 0.1).to(t);
+                        vk::set_diff_lean(false);
+                        const auto h_sep = vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda);
+                        const auto a_sep = vk::diff_block_fc1(h_sep, in.w, in.shift, in.scale1,
+                                                              vk::KernelPath::Cuda);
+                        auto r_sep = h_sep.clone();
+                        vk::diff_block_fc2(a_sep, in.w, in.gate, r_sep, vk::KernelPath::Cuda);
+                        vk::set_diff_lean(true);
+                        // The lean kernels, unfolded.
+                        vk::set_diff_fold_proj(false);
+                        poison(M * W);
+                        const auto [a_lean, h_lean] = vk::diff_proj_block_fc1(
+                            x, wi, bi, M, in.w, in.shift, in.scale1, vk::KernelPath::Cuda);
+                        auto r_lean = h_lean.clone();
+                        vk::diff_block_fc2(a_lean, in.w, in.gate, r_lean, vk::KernelPath::Cuda);
+                        EXPECT_TRUE(at::equal(a_lean, a_sep)) << "lean fc1";
+                        EXPECT_TRUE(at::equal(h_lean, h_sep)) << "lean input projection";
+                        EXPECT_TRUE(at::equal(r_lean, r_sep)) << "lean fc2";
+                        // Folded.
+                        vk::set_diff_fold_proj(true);
+                        poison(M * W);
+                        const auto [a_fold, h_fold] = vk::diff_proj_block_fc1(
+                            x, wi, bi, M, in.w, in.shift, in.scale1, vk::KernelPath::Cuda);
+                        EXPECT_TRUE(at::equal(a_fold, a_sep))
+                            << "folded fc1, max diff "
+                            << (a_fold.to(at::kFloat) - a_sep.to(at::kFloat))
+                                   .abs()
+                                   .max()
+                                   .item<double>();
+                        EXPECT_TRUE(at::equal(h_fold, h_sep))
+                            << "folded projection (the residual), max diff "
+                            << (h_fold.to(at::kFloat) - h_sep.to(at::kFloat))
+                                   .abs()
+                                   .max()
+                                   .item<double>();
+                        // Against float64 (the references in double on the CPU).
+                        const auto h64 = vk::reference::diff_input_proj(d64(x), d64(wi), d64(bi), M);
+                        const auto w64 = weights64(in.w);
+                        const auto truth =
+                            vk::reference::diff_block_fc1(h64, w64, d64(in.shift), d64(in.scale1));
+                        const auto fw = vk::reference::diff_block_fc1(
+                            vk::reference::diff_input_proj(x, wi, bi, M), in.w, in.shift,
+                            in.scale1);
+                        expect_within(rel(a_fold, truth), rel(fw, truth), "folded fc1");
+                        expect_within(rel(h_fold, h64),
+                                      rel(vk::reference::diff_input_proj(x, wi, bi, M), h64),
+                                      "folded projection");
+                    }
+    }
+}
+
 TEST(KernelsDiffLossGpu, FinalStepMatchesFloat64InEveryCfgMode) {
     for (auto t : {at::kBFloat16, at::kHalf}) {
         REQUIRE_FUSED(t);
@@ -352,6 +444,22 @@ TEST(KernelsDiffLossGpu, MarLoopGraphsAndPdlExact) {
     std::cout << "  [MAR loop] row split vs default tiling: rel L2 token diff " << split_rel
               << "\n";
     EXPECT_LT(split_rel, 0.05);
+    // The folded input projection and the lean kernels give the same bits as without them
+    // (row split on, where the fold applies to every row count), eager and graphed.
+    {
+        FoldLeanRestore restore;
+        vk::set_diff_row_split(true);
+        vk::set_diff_fold_proj(false);
+        vk::set_diff_lean(false);
+        const auto plain = pipe.generate(o);
+        vk::set_diff_fold_proj(true);
+        vk::set_diff_lean(true);
+        o.cuda_graphs = true;
+        const auto folded_graphed = pipe.generate(o);
+        o.cuda_graphs = false;
+        EXPECT_EQ((plain.tokens - split.tokens).abs().max().item<double>(), 0.0);
+        EXPECT_EQ((plain.tokens - folded_graphed.tokens).abs().max().item<double>(), 0.0);
+    }
     o.fused_head = false;
     const auto modules = pipe.generate(o);
     const double diff = (eager.tokens - modules.tokens).abs().max().item<double>();
