@@ -1,6 +1,7 @@
 #include "kernels/attention_dispatch.h"
 
 #include "kernels/attention_reference.h"
+#include "kernels/cuda_path.h"
 #ifdef VARSCOPE_KERNELS_CUDA
 #include "kernels/cuda/attention_cuda.h"
 #endif
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 namespace varscope::kernels {
 namespace {
@@ -80,24 +82,16 @@ bool cuda_kernels_built() {
 
 bool cuda_attention_supported(const at::Tensor& q, int64_t block_q, int64_t block_k,
                               std::string* why_not) {
-    auto fail = [&](const std::string& why) {
-        if (why_not) *why_not = why;
-        return false;
-    };
-    if (!cuda_kernels_built()) return fail("this build has no CUDA kernels");
-    if (reference_kernels_forced()) return fail("the reference kernels are forced");
-    if (!q.is_cuda()) return fail("the inputs are not on a CUDA device");
+    if (auto why = cuda_path_blocker({q}); !why.empty())
+        return unsupported(why_not, std::move(why));
     if (q.scalar_type() != at::kBFloat16 && q.scalar_type() != at::kHalf)
-        return fail("the kernels take bfloat16 or float16 only");
+        return unsupported(why_not, "the kernels take bfloat16 or float16 only");
     if (q.dim() != 4 || (q.size(3) != 64 && q.size(3) != 128))
-        return fail("the kernels take head dim 64 or 128 only");
+        return unsupported(why_not, "the kernels take head dim 64 or 128 only");
     if (block_q % 64 != 0 || block_k % 64 != 0)
-        return fail("the kernels need block sizes that are multiples of 64");
-    if (q.size(2) > INT32_MAX / 2) return fail("sequence too long for 32-bit indexing");
-#ifdef VARSCOPE_KERNELS_CUDA
-    std::string why;
-    if (!cuda::device_has_kernel_image(q.get_device(), &why)) return fail(why);
-#endif
+        return unsupported(why_not, "the kernels need block sizes that are multiples of 64");
+    if (q.size(2) > INT32_MAX / 2)
+        return unsupported(why_not, "sequence too long for 32-bit indexing");
     return true;
 }
 

@@ -3,7 +3,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
+
+#include "kernels/cuda_path.h"
 
 #ifdef VARSCOPE_KERNELS_CUDA
 #include "kernels/cuda/diffloss_cuda.h"
@@ -135,25 +138,18 @@ bool diff_lean_enabled() {
 
 bool diff_head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,
                               std::string* why_not) {
-    auto fail = [&](const std::string& why) {
-        if (why_not) *why_not = why;
-        return false;
-    };
-    if (!cuda_kernels_built()) return fail("this build has no CUDA kernels");
-    if (reference_kernels_forced()) return fail("the reference kernels are forced");
-    if (!like.is_cuda()) return fail("the inputs are not on a CUDA device");
+    if (auto why = cuda_path_blocker({like}); !why.empty())
+        return unsupported(why_not, std::move(why));
     const auto t = like.scalar_type();
     if (t != at::kHalf && t != at::kBFloat16)
-        return fail("the fused DiffLoss kernels take float16 or bfloat16 only");
+        return unsupported(why_not, "the fused DiffLoss kernels take float16 or bfloat16 only");
     if (rows < 1 || rows > kMaxRows)
-        return fail("the fused DiffLoss kernels take 1.." + std::to_string(kMaxRows) + " rows");
+        return unsupported(
+            why_not, "the fused DiffLoss kernels take 1.." + std::to_string(kMaxRows) + " rows");
     if (width < 8 || width > kMaxWidth || width % 8 != 0)
-        return fail("the fused DiffLoss kernels take widths that are multiples of 8 up to " +
-                    std::to_string(kMaxWidth));
-#ifdef VARSCOPE_KERNELS_CUDA
-    std::string why;
-    if (!cuda::device_has_kernel_image(like.get_device(), &why)) return fail(why);
-#endif
+        return unsupported(why_not,
+                           "the fused DiffLoss kernels take widths that are multiples of 8 up to " +
+                               std::to_string(kMaxWidth));
     return true;
 }
 
@@ -181,12 +177,9 @@ at::Tensor diff_block_fc1(const at::Tensor& h, const DiffBlockWeights& w, const 
     return reference::diff_block_fc1(h, w, shift, scale1);
 }
 
-std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(const at::Tensor& x,
-                                                      const at::Tensor& in_weight,
-                                                      const at::Tensor& in_bias, int64_t rows,
-                                                      const DiffBlockWeights& w,
-                                                      const at::Tensor& shift,
-                                                      const at::Tensor& scale1, KernelPath path) {
+std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(
+    const at::Tensor& x, const at::Tensor& in_weight, const at::Tensor& in_bias, int64_t rows,
+    const DiffBlockWeights& w, const at::Tensor& shift, const at::Tensor& scale1, KernelPath path) {
     TORCH_CHECK(x.dim() == 2 && x.size(0) > 0 && rows % x.size(0) == 0,
                 "diff_proj_block_fc1: rows must be a multiple of x's rows");
 #ifdef VARSCOPE_KERNELS_CUDA

@@ -7,9 +7,10 @@
 #include <tuple>
 #include <utility>
 
+#include "kernels/cuda_path.h"
+
 #ifdef VARSCOPE_KERNELS_CUDA
 #include "kernels/cuda/scale_similarity_cuda.h"
-#include "kernels/cuda/token_ops_cuda.h"  // device_has_kernel_image
 #endif
 
 namespace varscope::kernels {
@@ -104,27 +105,22 @@ double scale_sq_distance(const at::Tensor& k_prev, int64_t pn_prev, const at::Te
 bool cuda_scale_similarity_supported(const at::Tensor& k_prev, int64_t pn_prev,
                                      const at::Tensor& k_cur, int64_t pn_cur, bool normalize,
                                      std::string* why_not) {
-    auto fail = [&](const std::string& why) {
-        if (why_not) *why_not = why;
-        return false;
-    };
-    if (!cuda_kernels_built()) return fail("this build has no CUDA kernels");
-    if (reference_kernels_forced()) return fail("the reference kernels are forced");
-    if (!k_cur.is_cuda() || !k_prev.is_cuda()) return fail("the keys are not on a CUDA device");
+    if (auto why = cuda_path_blocker({k_prev, k_cur}); !why.empty())
+        return unsupported(why_not, std::move(why));
     const auto t = k_cur.scalar_type();
     if (t != at::kFloat && t != at::kHalf && t != at::kBFloat16)
-        return fail("the similarity kernel takes float32, float16 or bfloat16 only");
-    if (k_prev.scalar_type() != t) return fail("the two key maps differ in dtype");
+        return unsupported(why_not,
+                           "the similarity kernel takes float32, float16 or bfloat16 only");
+    if (k_prev.scalar_type() != t) return unsupported(why_not, "the two key maps differ in dtype");
     if (k_cur.size(0) * k_cur.size(1) * (pn_cur + 1) > INT32_MAX)
-        return fail("too many blocks for one launch");
+        return unsupported(why_not, "too many blocks for one launch");
 #ifdef VARSCOPE_KERNELS_CUDA
     std::string why;
-    if (!cuda::device_has_kernel_image(k_cur.get_device(), &why)) return fail(why);
     if (!cuda::scale_similarity_fits(k_prev, pn_prev, k_cur, pn_cur, normalize, &why))
-        return fail(why);
+        return unsupported(why_not, why);
     return true;
 #else
-    return fail("this build has no CUDA kernels");
+    return unsupported(why_not, "this build has no CUDA kernels");
 #endif
 }
 

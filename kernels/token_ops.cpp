@@ -1,5 +1,9 @@
 #include "kernels/token_ops.h"
 
+#include <utility>
+
+#include "kernels/cuda_path.h"
+
 #ifdef VARSCOPE_KERNELS_CUDA
 #include "kernels/cuda/token_ops_cuda.h"
 #endif
@@ -61,21 +65,12 @@ at::Tensor update_index(const at::Tensor& f_prev, const at::Tensor& f_next) {
 }  // namespace reference
 
 bool cuda_token_ops_supported(const at::Tensor& x, std::string* why_not) {
-    auto fail = [&](const std::string& why) {
-        if (why_not) *why_not = why;
-        return false;
-    };
-    if (!cuda_kernels_built()) return fail("this build has no CUDA kernels");
-    if (reference_kernels_forced()) return fail("the reference kernels are forced");
-    if (!x.is_cuda()) return fail("the inputs are not on a CUDA device");
+    if (auto why = cuda_path_blocker({x}); !why.empty())
+        return unsupported(why_not, std::move(why));
     const auto t = x.scalar_type();
     if (t != at::kFloat && t != at::kHalf && t != at::kBFloat16)
-        return fail("the token kernels take float32, float16 or bfloat16 only");
-    if (x.numel() > INT32_MAX) return fail("too many elements for 32-bit indexing");
-#ifdef VARSCOPE_KERNELS_CUDA
-    std::string why;
-    if (!cuda::device_has_kernel_image(x.get_device(), &why)) return fail(why);
-#endif
+        return unsupported(why_not, "the token kernels take float32, float16 or bfloat16 only");
+    if (x.numel() > INT32_MAX) return unsupported(why_not, "too many elements for 32-bit indexing");
     return true;
 }
 

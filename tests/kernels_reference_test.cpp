@@ -9,6 +9,7 @@
 
 #include "kernels/attention_dispatch.h"
 #include "kernels/attention_reference.h"
+#include "kernels/cuda_path.h"
 #include "kernels/token_ops.h"
 
 namespace vk = varscope::kernels;
@@ -150,6 +151,30 @@ TEST(KernelsReference, DispatchOnCpuUsesTheReference) {
 }
 
 // ---- token ops (kernels/token_ops.h): FastVAR's pivotal scores, LazyVAR's update index
+
+// The shared first checks of every CUDA dispatcher give the first reason that applies.
+TEST(KernelsReference, CudaPathBlockerNamesTheFirstReason) {
+    const auto cpu = at::zeros({2, 3});
+    const bool forced_before = vk::reference_kernels_forced();
+    vk::force_reference_kernels(true);
+    const std::string forced = vk::cuda_path_blocker({cpu});
+    vk::force_reference_kernels(false);
+    const std::string off_device = vk::cuda_path_blocker({cpu, cpu});
+    vk::force_reference_kernels(forced_before);
+    if (!vk::cuda_kernels_built()) {
+        EXPECT_EQ(forced, "this build has no CUDA kernels");
+        EXPECT_EQ(off_device, "this build has no CUDA kernels");
+    } else {
+        EXPECT_EQ(forced, "the reference kernels are forced");
+        if (!vk::reference_kernels_forced()) {  // VARSCOPE_REFERENCE_KERNELS=1 would win here
+            EXPECT_EQ(off_device, "the inputs are not on a CUDA device");
+        }
+    }
+    std::string why = "untouched";
+    EXPECT_FALSE(vk::unsupported(&why, "a reason"));
+    EXPECT_EQ(why, "a reason");
+    EXPECT_FALSE(vk::unsupported(nullptr, "no sink"));
+}
 
 TEST(KernelsReference, PivotalScoresAreSquaredDistanceToTheRowMean) {
     c10::InferenceMode guard;
