@@ -14,8 +14,8 @@
 # Call (see mar_fused_bench.sh for the snapshot; carry [$S, .device/deps-x]):
 #   cd $S && mkdir -p .device && ln -sfn ../../.device/deps-x .device/deps &&
 #   SRC=. DEADLINE_S=330 bash tools/device/mar_speed3.sh
-# Env: SRC, DEADLINE_S (stop starting work), MAR_STEPS (tests loop head batch pause; default
-# tests loop head batch), TARGETS (ninja targets, default varscope-cli varscope_gpu_tests),
+# Env: SRC, DEADLINE_S (stop starting work), MAR_STEPS (tests loop head batch pause large;
+# default tests loop head batch), EXTRA (more bench mar arguments of a loop, e.g. --split), TARGETS (ninja targets, default varscope-cli varscope_gpu_tests),
 # REPEAT (timed runs, default 6), MAR_BATCH_RUNS ("model:batch ..." for step 4).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/j
@@ -54,7 +54,7 @@ loop() {  # label model batch methods repeat [env...]
   local L=$1 M=$2 B=$3 METH=$4 R=$5; shift 5
   (( $(left) < 25 )) && { stamp "skip $L (no time)"; return; }
   env "$@" timeout $(lim 150) $CLI bench mar --models $M --methods $METH --device cuda \
-    --precision bf16 --batch $B --num-iter 64 --cfg 3.0 --warmup ${WARMUP:-1} --repeat $R \
+    --precision bf16 --batch $B --num-iter 64 --cfg 3.0 --warmup ${WARMUP:-1} --repeat $R ${EXTRA:-} \
     --json /tmp/j/loop_$L.json --force 2>&1 | grep --line-buffered -v '^\[' | ts
   pack; stamp "loop $L"
 }
@@ -83,9 +83,10 @@ if want batch; then
 fi
 if want pause; then
   clocks clocks_pause.csv
-  loop pause0_mar_base_b1 mar_base 1 baseline 5
+  EXTRA=--split loop pause0_mar_base_b1 mar_base 1 baseline 5
   loop pause1500_mar_base_b1 mar_base 1 baseline 5 VARSCOPE_BENCH_PAUSE_MS=1500
   WARMUP=3 loop warm3_mar_base_b1 mar_base 1 baseline 4
   kill $CLK 2>/dev/null
 fi
+want large && loop mar_large_b1 mar_large 1 baseline,lazymar 2
 stamp done
