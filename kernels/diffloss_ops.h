@@ -60,13 +60,10 @@ at::Tensor diff_block_fc1(const at::Tensor& h, const DiffBlockWeights& w, const 
 // features it owns to h, which fc2 then updates in place), with the two kernels' values bit for
 // bit; two kernels where the fold does not apply (latent width not 8/16, non-square fc1, 16/32-row
 // tiles) or is switched off (set_diff_fold_proj).
-std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(const at::Tensor& x,
-                                                      const at::Tensor& in_weight,
-                                                      const at::Tensor& in_bias, int64_t rows,
-                                                      const DiffBlockWeights& w,
-                                                      const at::Tensor& shift,
-                                                      const at::Tensor& scale1,
-                                                      KernelPath path = KernelPath::Auto);
+std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(
+    const at::Tensor& x, const at::Tensor& in_weight, const at::Tensor& in_bias, int64_t rows,
+    const DiffBlockWeights& w, const at::Tensor& shift, const at::Tensor& scale1,
+    KernelPath path = KernelPath::Auto);
 // a, h (M, W), gate (M, W): h + gate * fc2(a) (in place into h on CUDA).
 at::Tensor diff_block_fc2(const at::Tensor& a, const DiffBlockWeights& w, const at::Tensor& gate,
                           const at::Tensor& h, KernelPath path = KernelPath::Auto);

@@ -97,7 +97,7 @@ TEST(DiffLossFused, ProjectionFoldedIntoFc1IsTheTwoReferencesOnTheCpu) {
     const auto& net = *pipe.sampler().transformer()->diffloss->net;
     const auto& blk = net.block(0);
     const kernels::DiffBlockWeights w{blk.in_ln->weight, blk.in_ln->bias, blk.in_ln->options.eps(),
-                                      blk.fc1()->weight, blk.fc1()->bias,  blk.fc2()->weight,
+                                      blk.fc1()->weight, blk.fc1()->bias, blk.fc2()->weight,
                                       blk.fc2()->bias};
     const int64_t n = 3, rows = 6, W = net.width();
     const auto x = at::randn({n, net.in_channels()}).to(at::kBFloat16);
@@ -110,9 +110,9 @@ TEST(DiffLossFused, ProjectionFoldedIntoFc1IsTheTwoReferencesOnTheCpu) {
     EXPECT_TRUE(at::equal(h, h_ref));
     EXPECT_TRUE(at::equal(a, kernels::reference::diff_block_fc1(h_ref, w, shift, scale1)));
     EXPECT_EQ(h.size(0), rows);
-    EXPECT_THROW(kernels::diff_proj_block_fc1(x, wi, bi, rows, w, shift, scale1,
-                                              kernels::KernelPath::Cuda),
-                 c10::Error);
+    EXPECT_THROW(
+        kernels::diff_proj_block_fc1(x, wi, bi, rows, w, shift, scale1, kernels::KernelPath::Cuda),
+        c10::Error);
     EXPECT_THROW(kernels::diff_proj_block_fc1(x, wi, bi, 5, w, shift, scale1), c10::Error);
 }
 

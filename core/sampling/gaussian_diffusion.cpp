@@ -331,9 +331,9 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                                              kpath);
             } else {
                 // The input projection inside block 0's fc1 kernel (one kernel fewer a step).
-                auto [a, h0] = kernels::diff_proj_block_fc1(
-                    x, net.input_proj->weight, net.input_proj->bias, rows, blocks[0], m.shift[0],
-                    m.scale1[0], kpath);
+                auto [a, h0] =
+                    kernels::diff_proj_block_fc1(x, net.input_proj->weight, net.input_proj->bias,
+                                                 rows, blocks[0], m.shift[0], m.scale1[0], kpath);
                 h = kernels::diff_block_fc2(a, blocks[0], m.gate[0], h0, kpath);
                 first = 1;
             }

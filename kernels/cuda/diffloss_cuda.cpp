@@ -136,12 +136,9 @@ bool diff_proj_fold_runs(const at::Tensor& x, const at::Tensor& w_in, int64_t ro
            (rows <= 8 || diff_row_split_enabled());
 }
 
-std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(const at::Tensor& x_in,
-                                                      const at::Tensor& w_in,
-                                                      const at::Tensor& b_in, int64_t rows,
-                                                      const DiffBlockWeights& wt,
-                                                      const at::Tensor& shift,
-                                                      const at::Tensor& scale1, bool pdl) {
+std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(
+    const at::Tensor& x_in, const at::Tensor& w_in, const at::Tensor& b_in, int64_t rows,
+    const DiffBlockWeights& wt, const at::Tensor& shift, const at::Tensor& scale1, bool pdl) {
     const c10::cuda::CUDAGuard guard(x_in.device());
     const auto type = x_in.scalar_type();
     const auto x = rows_layout(x_in, type).contiguous(), wi = rows_layout(w_in, type).contiguous(),

@@ -243,8 +243,8 @@ __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinea
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int j = blockIdx.x * kWarps + warp;  // this warp's output feature
     const int chunks = p.K / 8;
-    uint4* tile = smem;                     // MT rows x K/8 chunks
-    uint4* ln_s = tile + MT * chunks;       // LayerNorm weight, then bias (lean)
+    uint4* tile = smem;                              // MT rows x K/8 chunks
+    uint4* ln_s = tile + MT * chunks;                // LayerNorm weight, then bias (lean)
     [[maybe_unused]] uint4* xs = ln_s + 2 * chunks;  // PROJ: MT rows x <= 2 latent chunks
     [[maybe_unused]] uint4* wps = xs + MT * 2;       // PROJ: the projection weight (K, proj_k)
     const bool has_j = j < p.N;
@@ -330,8 +330,8 @@ __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinea
             const void* in = PROJ ? static_cast<const void*>(tile) : p.in;
             const long long src = PROJ ? r : norm ? m : (valid ? m % p.in_rows : 0);
             build_row<T, P>(tile + r * chunks, in, src, valid, chunks, p.K, norm, ln_w, ln_b,
-                            p.ln_eps, p.shift, static_cast<long long>(m) * p.shift_stride,
-                            p.scale1, static_cast<long long>(m) * p.scale1_stride, lane);
+                            p.ln_eps, p.shift, static_cast<long long>(m) * p.shift_stride, p.scale1,
+                            static_cast<long long>(m) * p.scale1_stride, lane);
         }
         // The residual (written by the previous kernel) and later tiles' gates, loaded before
         // the dot products so their latency hides behind them.
@@ -474,7 +474,9 @@ cudaError_t prepare_device() {
         reinterpret_cast<const void*>(final_kernel<T, MT, 4>),         \
         reinterpret_cast<const void*>(final_kernel<T, MT, 6>),         \
         reinterpret_cast<const void*>(final_kernel<T, MT, 8>)
-        VARSCOPE_DIFF_KERNELS(8), VARSCOPE_DIFF_KERNELS(16), VARSCOPE_DIFF_KERNELS(32),
+        VARSCOPE_DIFF_KERNELS(8),
+        VARSCOPE_DIFF_KERNELS(16),
+        VARSCOPE_DIFF_KERNELS(32),
 #undef VARSCOPE_DIFF_KERNELS
         reinterpret_cast<const void*>(linear_kernel<T, 8, 1, true>),
         reinterpret_cast<const void*>(linear_kernel<T, 8, 4, true>),

@@ -260,7 +260,8 @@ TEST(KernelsDiffLossGpu, FoldedProjectionAndLeanKernelsAreBitIdentical) {
                                    .max()
                                    .item<double>();
                         // Against float64 (the references in double on the CPU).
-                        const auto h64 = vk::reference::diff_input_proj(d64(x), d64(wi), d64(bi), M);
+                        const auto h64 =
+                            vk::reference::diff_input_proj(d64(x), d64(wi), d64(bi), M);
                         const auto w64 = weights64(in.w);
                         const auto truth =
                             vk::reference::diff_block_fc1(h64, w64, d64(in.shift), d64(in.scale1));
