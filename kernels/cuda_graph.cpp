@@ -60,15 +60,20 @@ void run_on_capture_stream(int device, const std::function<void()>& fn) {
 CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}
 CudaGraph::~CudaGraph() = default;
 
-void CudaGraph::capture(int device, const std::function<void()>& fn) {
+void CudaGraph::capture(int device, const std::function<void()>& fn,
+                        const CudaGraph* share_memory_with) {
     TORCH_CHECK(!impl_->captured, "CudaGraph: already captured");
+    TORCH_CHECK(share_memory_with == nullptr || share_memory_with->captured(),
+                "CudaGraph: the graph to share memory with is not captured");
     const auto dev = static_cast<c10::DeviceIndex>(device);
     const c10::cuda::CUDAGuard device_guard(dev);
     // Capture needs a stream other than the legacy default stream; work already queued on the
     // current stream does not matter (capture runs nothing).
     const c10::cuda::CUDAStreamGuard stream_guard(capture_stream(dev));
     // Thread-local mode: other threads (a GUI, say) may keep using CUDA meanwhile.
-    impl_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    const at::cuda::MempoolId_t pool =
+        share_memory_with ? share_memory_with->impl_->graph.pool() : at::cuda::MempoolId_t{0, 0};
+    impl_->graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
     try {
         fn();
         // Count the nodes of the graph being built (the instantiated graph is not kept).
@@ -132,7 +137,7 @@ void run_on_capture_stream(int, const std::function<void()>& fn) {
 CudaGraph::CudaGraph() = default;
 CudaGraph::~CudaGraph() = default;
 
-void CudaGraph::capture(int, const std::function<void()>&) {
+void CudaGraph::capture(int, const std::function<void()>&, const CudaGraph*) {
     TORCH_CHECK(false, "CUDA graphs need a build with CUDA kernels");
 }
 

@@ -28,7 +28,13 @@ class CudaGraph {
     // stream per device (the same for every capture), and tensors it allocates come from the
     // graph's private memory pool, so what fn returns stays valid (at fixed addresses) for every
     // replay while it is held. fn must not synchronise with the host. Throws if capture fails.
-    void capture(int device, const std::function<void()>& fn);
+    // share_memory_with (captured, same device): allocate from that graph's pool instead of a new
+    // one, so a chain of graphs holds one set of intermediates instead of one per graph. Safe
+    // only if the graphs never run concurrently and each replay's outputs are read before any
+    // other graph of the pool replays (a graph's outputs may sit where another graph keeps its
+    // intermediates).
+    void capture(int device, const std::function<void()>& fn,
+                 const CudaGraph* share_memory_with = nullptr);
     // Runs the recorded work on the device's current stream.
     void replay();
     bool captured() const;

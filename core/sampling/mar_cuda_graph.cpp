@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda_graph.h"
 
@@ -29,7 +31,15 @@ at::Tensor MarGraphs::buffer(const std::string& name, const std::function<at::Te
     return t;
 }
 
-const std::vector<at::Tensor>& MarGraphs::run(const std::string& name, const Tensors& fn) {
+namespace {
+bool chaining_allowed() {
+    const char* env = std::getenv("VARSCOPE_MAR_GRAPH_POOL");
+    return env == nullptr || std::strcmp(env, "own") != 0;
+}
+}  // namespace
+
+const std::vector<at::Tensor>& MarGraphs::run(const std::string& name, const Tensors& fn,
+                                              Pool pool) {
     auto& g = graphs_[name];
     if (!g) {
         const auto t0 = std::chrono::steady_clock::now();
@@ -40,7 +50,10 @@ const std::vector<at::Tensor>& MarGraphs::run(const std::string& name, const Ten
             warmed_up_ = true;
         }
         auto fresh = std::make_unique<Graph>();
-        fresh->graph.capture(key_.device, [&] { fresh->outputs = fn(); });
+        const bool chained = pool == Pool::Chained && chaining_allowed();
+        fresh->graph.capture(
+            key_.device, [&] { fresh->outputs = fn(); }, chained ? chain_pool_ : nullptr);
+        if (chained && chain_pool_ == nullptr) chain_pool_ = &fresh->graph;
         kernel_nodes[name] = fresh->graph.kernel_nodes();
         g = std::move(fresh);
         capture_ms_ +=

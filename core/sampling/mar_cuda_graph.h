@@ -50,10 +50,19 @@ class MarGraphs {
     ~MarGraphs();
     const MarGraphKey& key() const { return key_; }
 
+    // Where a graph's intermediates live. Chained: one memory pool for every graph run this
+    // way (the whole-step graphs, one per step index: replayed one after another, each step's
+    // outputs copied out before the next replays), so 64 steps hold one step's intermediates
+    // rather than 64 sets (MAR-B at batch 64 ran out of memory with a pool per graph). Own:
+    // a private pool (graphs replayed in no fixed order, e.g. the diffusion per row count).
+    // VARSCOPE_MAR_GRAPH_POOL=own turns chaining off (to measure it).
+    enum class Pool { Own, Chained };
     // Replays the graph `name`, captured from fn on its first use (after one eager warm-up of
     // the first graph of this set on the capture stream). fn must only read static tensors
-    // (buffer(), weights) and return its outputs, which the replay refreshes in place.
-    const std::vector<at::Tensor>& run(const std::string& name, const Tensors& fn);
+    // (buffer(), weights) and return its outputs, which the replay refreshes in place; with
+    // Pool::Chained the caller reads them before running another chained graph.
+    const std::vector<at::Tensor>& run(const std::string& name, const Tensors& fn,
+                                       Pool pool = Pool::Own);
     // A static tensor (made by `make` on first use, outside any capture).
     at::Tensor buffer(const std::string& name, const std::function<at::Tensor()>& make);
     double capture_millis() const { return capture_ms_; }
@@ -68,6 +77,7 @@ class MarGraphs {
     MarGraphKey key_;
     std::map<std::string, std::unique_ptr<Graph>> graphs_;
     std::map<std::string, at::Tensor> buffers_;
+    const kernels::CudaGraph* chain_pool_ = nullptr;  // the first chained graph, owns the pool
     bool warmed_up_ = false;
     double capture_ms_ = 0.0;
 };

@@ -343,16 +343,20 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
         bool skipped_unconditional = false;
         if (whole_step_graphs && p.decoded() > 0) {
             const auto noise = drawn_noise(B * p.decoded());
-            const auto& out = graphs->run("step_" + std::to_string(step), [&] {
-                const auto known = known_of(orders_in, p);
-                const auto dec = decoded_of(orders_in, p);
-                MarStepContext sctx = step_context(step, p, orders_in, known, dec, at::Tensor());
-                double before = res.attention_flops;
-                auto r = step_body(sctx, p, cls_in, noise, {});
-                graphs->flops["step_" + std::to_string(step)] = res.attention_flops - before;
-                res.attention_flops = before;
-                return std::vector<at::Tensor>{r.second, dec};
-            });
+            const auto& out = graphs->run(
+                "step_" + std::to_string(step),
+                [&] {
+                    const auto known = known_of(orders_in, p);
+                    const auto dec = decoded_of(orders_in, p);
+                    MarStepContext sctx =
+                        step_context(step, p, orders_in, known, dec, at::Tensor());
+                    double before = res.attention_flops;
+                    auto r = step_body(sctx, p, cls_in, noise, {});
+                    graphs->flops["step_" + std::to_string(step)] = res.attention_flops - before;
+                    res.attention_flops = before;
+                    return std::vector<at::Tensor>{r.second, dec};
+                },
+                MarGraphs::Pool::Chained);  // both outputs are copied out just below
             res.attention_flops += graphs->flops["step_" + std::to_string(step)];
             tokens.copy_(out[0]);
             decoded = out[1].clone();

@@ -5,10 +5,14 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "core/accel/lazymar.h"
 #include "core/mar_pipeline.h"
 #include "core/pipeline.h"
 #include "kernels/cuda_graph.h"
+#include "kernels/memory_stats.h"
 
 using namespace varscope;
 
@@ -83,6 +87,38 @@ TEST(MarGraph, GraphedStepsEqualEagerTokens) {
             EXPECT_GT((o.tokens - eager.tokens).abs().max().item<double>(), 0.0);
         }
     }
+}
+
+// The whole-step graphs share one memory pool (MarGraphs::Pool::Chained): the same tokens as
+// with a pool per graph, and less device memory held by the captured graphs.
+TEST(MarGraph, ChainedStepGraphsShareOnePool) {
+    REQUIRE_CUDA_GRAPHS();
+    auto held_after_capture = [](const char* pool, MarSampleResult* out) {
+        if (pool)
+            setenv("VARSCOPE_MAR_GRAPH_POOL", pool, 1);
+        else
+            unsetenv("VARSCOPE_MAR_GRAPH_POOL");
+        auto pipe = MarPipeline::random(small_mar_config(), 3, {"cuda", Precision::Bf16});
+        kernels::empty_cuda_cache();
+        const int64_t before = kernels::cuda_memory(0).reserved;
+        *out = pipe.generate(options(3.0, true));              // captures 12 step graphs
+        const auto again = pipe.generate(options(3.0, true));  // replays them
+        expect_same_run(again, *out);
+        kernels::empty_cuda_cache();  // what stays is held by the graphs (and the weights)
+        const int64_t held = kernels::cuda_memory(0).reserved - before;
+        unsetenv("VARSCOPE_MAR_GRAPH_POOL");
+        return held;
+    };
+    MarSampleResult own, chained;
+    const int64_t own_bytes = held_after_capture("own", &own);
+    const int64_t chained_bytes = held_after_capture(nullptr, &chained);
+    expect_same_run(chained, own);
+    EXPECT_LT(chained_bytes, own_bytes)
+        << "chained " << chained_bytes << " B, own " << own_bytes << " B";
+    std::printf(
+        "[MAR graphs] device memory held after capture: own pools %.1f MiB, one chained "
+        "pool %.1f MiB\n",
+        own_bytes / 1048576.0, chained_bytes / 1048576.0);
 }
 
 TEST(MarGraph, LazyMarWithGraphedDiffusionEqualsEager) {
