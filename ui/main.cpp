@@ -9,6 +9,7 @@
 #include <QCommandLineParser>
 #include <QDir>
 #include <QLineEdit>
+#include <QSettings>
 #include <QSpinBox>
 #include <QTimer>
 #include <cstdio>
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
         return 2;
     }
 
+    const bool first_start = !QSettings().contains("lastRequest");
     MainWindow w;
     if (family == "mar") {
         varscope::gui::ModelSource src;
@@ -120,9 +122,14 @@ int main(int argc, char** argv) {
         const QStringList wh = cli.value(size).split('x');
         w.resize(wh.value(0).toInt(), wh.value(1).toInt());
     }
-    if (cli.isSet(prompt)) {
-        w.modelPanel()->promptEdit()->setText(cli.value(prompt));
-        emit w.modelPanel()->promptEdit()->textEdited(cli.value(prompt));
+    // The very first start shows an emoji the embedded models draw well, not class 0 ("hash");
+    // later starts restore the last request.
+    const QString start_prompt = cli.isSet(prompt) ? cli.value(prompt)
+                                 : first_start     ? QStringLiteral("red heart")
+                                                   : QString();
+    if (!start_prompt.isEmpty()) {
+        w.modelPanel()->promptEdit()->setText(start_prompt);
+        emit w.modelPanel()->promptEdit()->textEdited(start_prompt);
     }
     if (cli.isSet(seed)) w.modelPanel()->seedBox()->setValue(cli.value(seed).toInt());
     if (cli.isSet(preset) && !w.methodPanel()->applyPreset(cli.value(preset)))
