@@ -24,9 +24,12 @@ StateDict load_family(const std::string& path, ModelFamily want, const char* rol
 
 at::ScalarType to_scalar(Precision p) {
     switch (p) {
-        case Precision::Fp16: return at::kHalf;
-        case Precision::Bf16: return at::kBFloat16;
-        case Precision::Fp32: break;
+        case Precision::Fp16:
+            return at::kHalf;
+        case Precision::Bf16:
+            return at::kBFloat16;
+        case Precision::Fp32:
+            break;
     }
     return at::kFloat;
 }
@@ -35,6 +38,8 @@ void place(VarTransformer& var, Vqvae& vae, const LoadOptions& o) {
     const at::Device dev = parse_device(o.device);
     if (o.autocast && o.precision != Precision::Bf16)
         throw std::invalid_argument("autocast is a bf16 mode (precision bf16-autocast)");
+    if (o.tf32 && o.precision != Precision::Fp32)
+        throw std::invalid_argument("tf32 is an fp32 mode (precision tf32)");
     var->to(dev, o.autocast ? at::kFloat : to_scalar(o.precision));
     if (o.autocast) var->use_autocast_bf16();
     vae->to(dev);
@@ -44,7 +49,9 @@ void place(VarTransformer& var, Vqvae& vae, const LoadOptions& o) {
 
 }  // namespace
 
-bool cuda_available() { return torch::cuda::is_available(); }
+bool cuda_available() {
+    return torch::cuda::is_available();
+}
 
 Precision parse_precision(const std::string& s) {
     if (s == "fp32" || s == "float32") return Precision::Fp32;
@@ -55,6 +62,7 @@ Precision parse_precision(const std::string& s) {
 
 LoadOptions load_options(const std::string& device, const std::string& precision) {
     if (precision == "bf16-autocast") return {device, Precision::Bf16, true};
+    if (precision == "tf32") return {device, Precision::Fp32, false, true};
     return {device, parse_precision(precision)};
 }
 
@@ -66,10 +74,13 @@ at::Device parse_device(const std::string& s) {
         throw std::invalid_argument("device must be cpu, cuda or cuda:N, got '" + s + "'");
     }
     if (dev.is_cuda()) {
-        if (!cuda_available()) throw std::invalid_argument("device '" + s + "' asked for, but no CUDA device is available");
+        if (!cuda_available())
+            throw std::invalid_argument("device '" + s +
+                                        "' asked for, but no CUDA device is available");
         if (dev.has_index() && dev.index() >= static_cast<int>(torch::cuda::device_count()))
             throw std::invalid_argument("device '" + s + "' does not exist (" +
-                                        std::to_string(torch::cuda::device_count()) + " CUDA devices)");
+                                        std::to_string(torch::cuda::device_count()) +
+                                        " CUDA devices)");
     } else if (!dev.is_cpu()) {
         throw std::invalid_argument("device must be cpu, cuda or cuda:N, got '" + s + "'");
     }
@@ -86,7 +97,9 @@ VarPipeline VarPipeline::load(const VarModelFiles& f, const LoadOptions& o) {
     Vqvae vae(ac);
     vae->load(vae_sd, f.vae_path);
     place(var, vae, o);
-    return VarPipeline(std::make_shared<VarSampler>(var, vae));
+    auto sampler = std::make_shared<VarSampler>(var, vae);
+    sampler->set_tf32(o.tf32);
+    return VarPipeline(sampler);
 }
 
 VarPipeline VarPipeline::random(const VarConfig& vc, const VqvaeConfig& ac, uint64_t seed,
@@ -95,14 +108,19 @@ VarPipeline VarPipeline::random(const VarConfig& vc, const VqvaeConfig& ac, uint
     var->init_weights(seed);
     Vqvae vae(ac);
     place(var, vae, o);
-    return VarPipeline(std::make_shared<VarSampler>(var, vae));
+    auto sampler = std::make_shared<VarSampler>(var, vae);
+    sampler->set_tf32(o.tf32);
+    return VarPipeline(sampler);
 }
 
-VarSampleResult VarPipeline::generate(const VarSampleOptions& opt, SamplingHooks* hooks, ProbeSink* probe) {
+VarSampleResult VarPipeline::generate(const VarSampleOptions& opt, SamplingHooks* hooks,
+                                      ProbeSink* probe) {
     return sampler_->sample(opt, hooks, probe);
 }
 
-at::Device VarPipeline::device() const { return sampler_->transformer()->pos_1LC.device(); }
+at::Device VarPipeline::device() const {
+    return sampler_->transformer()->pos_1LC.device();
+}
 
 int64_t count_parameters(const torch::nn::Module& m) {
     int64_t n = 0;
@@ -120,8 +138,8 @@ std::string VarPipeline::describe() const {
        << count_parameters(*sampler_->transformer()) / 1e6 << "M params"
        << (v.shared_aln ? ", shared AdaLN" : "") << "\n"
        << "VQVAE: ch " << a.ch << ", z " << a.z_channels << ", vocab " << a.vocab_size
-       << ", downsample " << a.downsample() << ", "
-       << count_parameters(*sampler_->vqvae()) / 1e6 << "M params";
+       << ", downsample " << a.downsample() << ", " << count_parameters(*sampler_->vqvae()) / 1e6
+       << "M params";
     return os.str();
 }
 

@@ -21,9 +21,9 @@ at::Device parse_device(const std::string& s);
 bool cuda_available();
 
 struct VarModelFiles {
-    std::string var_path;              // VAR transformer checkpoint (.pth / .safetensors)
-    std::string vae_path;              // multi-scale VQVAE checkpoint
-    std::vector<int64_t> patch_nums;   // empty = infer from the checkpoint
+    std::string var_path;             // VAR transformer checkpoint (.pth / .safetensors)
+    std::string vae_path;             // multi-scale VQVAE checkpoint
+    std::vector<int64_t> patch_nums;  // empty = infer from the checkpoint
 };
 
 struct LoadOptions {
@@ -34,12 +34,17 @@ struct LoadOptions {
     // convolutions in bf16 too): VarTransformerImpl::use_autocast_bf16. Same tokens as the
     // official bf16 sampler where the two run the same kernels.
     bool autocast = false;
+    // With Fp32 on CUDA: fp32 weights and stream, fp32 matrix products on TF32 tensor cores
+    // (torch.backends.cuda.matmul.allow_tf32), as the official demo_sample sets `tf32 = True`.
+    // Same cuBLAS calls as the official fp32 sampler under that setting. No-op on the CPU.
+    bool tf32 = false;
 };
-// precision "fp32", "fp16", "bf16" or "bf16-autocast" (Bf16 with autocast).
+// precision "fp32", "fp16", "bf16", "bf16-autocast" (Bf16 with autocast) or "tf32" (Fp32 with
+// TF32 matrix products).
 LoadOptions load_options(const std::string& device, const std::string& precision);
 
 class VarPipeline {
-public:
+  public:
     static VarPipeline load(const VarModelFiles& files, const LoadOptions& options);
     // Official-init random weights, for benchmarks and tests (no checkpoint needed).
     static VarPipeline random(const VarConfig& var, const VqvaeConfig& vae, uint64_t seed,
@@ -53,7 +58,7 @@ public:
     at::Device device() const;
     std::string describe() const;  // one line per model: architecture and size
 
-private:
+  private:
     explicit VarPipeline(std::shared_ptr<VarSampler> s) : sampler_(std::move(s)) {}
     std::shared_ptr<VarSampler> sampler_;
 };

@@ -38,6 +38,43 @@ TEST(VarAutocast, LoadOptions) {
                  std::invalid_argument);
 }
 
+// tf32: an fp32 mode; on the CPU (no TF32 there) it samples exactly what fp32 does and leaves
+// torch's process-wide TF32 setting alone.
+TEST(VarAutocast, Tf32IsAnFp32ModeAndANoOpOnTheCpu) {
+    const auto o = load_options("cpu", "tf32");
+    EXPECT_EQ(o.precision, Precision::Fp32);
+    EXPECT_TRUE(o.tf32);
+    EXPECT_FALSE(o.autocast);
+    EXPECT_FALSE(load_options("cpu", "fp32").tf32);
+    LoadOptions bad{"cpu", Precision::Bf16};
+    bad.tf32 = true;
+    EXPECT_THROW(VarPipeline::random(vt::tiny_var_config(), vt::tiny_vqvae_config(), 0, bad),
+                 std::invalid_argument);
+
+    auto fp32 = VarPipeline::random(vt::tiny_var_config(), vt::tiny_vqvae_config(), 5,
+                                    load_options("cpu", "fp32"));
+    auto tf32 =
+        VarPipeline::random(fp32.var_config(), fp32.vae_config(), 0, load_options("cpu", "tf32"));
+    {
+        c10::InferenceMode g;  // same weights on both sides
+        bind_state_dict(*tf32.sampler().transformer(),
+                        module_state_dict(*fp32.sampler().transformer()), {});
+        bind_state_dict(*tf32.sampler().vqvae(), module_state_dict(*fp32.sampler().vqvae()), {});
+    }
+    EXPECT_TRUE(tf32.sampler().tf32());
+    EXPECT_FALSE(fp32.sampler().tf32());
+    const bool before = at::globalContext().allowTF32CuBLAS();
+    VarSampleOptions so;
+    so.class_ids = {1, 2};
+    so.seed = 3;
+    const auto a = fp32.generate(so);
+    const auto b = tf32.generate(so);
+    ASSERT_EQ(a.tokens.size(), b.tokens.size());
+    for (size_t si = 0; si < a.tokens.size(); ++si) EXPECT_TRUE(a.tokens[si].equal(b.tokens[si]));
+    EXPECT_TRUE(a.images.equal(b.images));
+    EXPECT_EQ(at::globalContext().allowTF32CuBLAS(), before);
+}
+
 TEST(VarAutocast, LinearInputsBf16RestFp32) {
     auto fp32 = vt::small_pipeline();
     auto p = autocast_copy(fp32);
@@ -46,20 +83,17 @@ TEST(VarAutocast, LinearInputsBf16RestFp32) {
     EXPECT_EQ(var->compute_dtype(), at::kBFloat16);
     for (const auto& t : var->named_parameters()) {
         const auto& n = t.key();
-        const bool linear = n.find("mat_qkv") != std::string::npos ||
-                            n.find("proj.") != std::string::npos ||
-                            n.find("ffn.") != std::string::npos ||
-                            n.find("ada_lin") != std::string::npos ||
-                            n.find("q_bias") != std::string::npos ||
-                            n.find("v_bias") != std::string::npos ||
-                            n.rfind("word_embed.", 0) == 0 || n.rfind("head.", 0) == 0;
+        const bool linear =
+            n.find("mat_qkv") != std::string::npos || n.find("proj.") != std::string::npos ||
+            n.find("ffn.") != std::string::npos || n.find("ada_lin") != std::string::npos ||
+            n.find("q_bias") != std::string::npos || n.find("v_bias") != std::string::npos ||
+            n.rfind("word_embed.", 0) == 0 || n.rfind("head.", 0) == 0;
         EXPECT_EQ(t.value().scalar_type(), linear ? at::kBFloat16 : at::kFloat) << n;
         // The copies are the fp32 weights rounded once (what autocast's casts give).
         const auto original = module_state_dict(*fp32.sampler().transformer()).at(n);
         EXPECT_TRUE(t.value().equal(original.to(t.value().scalar_type()))) << n;
     }
-    for (const auto& t : p.sampler().vqvae()->parameters())
-        EXPECT_EQ(t.scalar_type(), at::kFloat);
+    for (const auto& t : p.sampler().vqvae()->parameters()) EXPECT_EQ(t.scalar_type(), at::kFloat);
 }
 
 TEST(VarAutocast, Fp32StreamBf16Products) {

@@ -7,15 +7,23 @@
 namespace varscope::cli {
 
 void ModelOptions::add_to(CLI::App& cmd) {
-    cmd.add_option("--var", var_path, "VAR transformer checkpoint (.pth or .safetensors)")->check(CLI::ExistingFile);
-    cmd.add_option("--vae", vae_path, "multi-scale VQVAE checkpoint (.pth or .safetensors)")->check(CLI::ExistingFile);
-    cmd.add_option("--random", random_depth, "use random (official-init) weights of VAR-d<N> instead of checkpoints")
+    cmd.add_option("--var", var_path, "VAR transformer checkpoint (.pth or .safetensors)")
+        ->check(CLI::ExistingFile);
+    cmd.add_option("--vae", vae_path, "multi-scale VQVAE checkpoint (.pth or .safetensors)")
+        ->check(CLI::ExistingFile);
+    cmd.add_option("--random", random_depth,
+                   "use random (official-init) weights of VAR-d<N> instead of checkpoints")
         ->check(CLI::Range(1, 64));
     cmd.add_option("--init-seed", init_seed, "seed of the random weights");
-    cmd.add_option("--patch-nums", patch_nums, "patch schedule, e.g. 1,2,3,4,5,6,8,10,13,16")->delimiter(',');
+    cmd.add_option("--patch-nums", patch_nums, "patch schedule, e.g. 1,2,3,4,5,6,8,10,13,16")
+        ->delimiter(',');
     cmd.add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
-    cmd.add_option("--precision", precision, "transformer precision (bf16-autocast: fp32 stream, bf16 matrix products, as torch.autocast)")
-        ->check(CLI::IsMember({"fp32", "fp16", "bf16", "bf16-autocast"}))->capture_default_str();
+    cmd.add_option(
+           "--precision", precision,
+           "transformer precision (bf16-autocast: fp32 stream, bf16 matrix products, as "
+           "torch.autocast; tf32: fp32 with TF32 matrix products on CUDA, as the official demo)")
+        ->check(CLI::IsMember({"fp32", "fp16", "bf16", "bf16-autocast", "tf32"}))
+        ->capture_default_str();
 }
 
 VarPipeline ModelOptions::build() const {
@@ -31,14 +39,17 @@ VarPipeline ModelOptions::build() const {
     if (var_path.empty() && vae_path.empty()) {
         if (!embedded_model_available())
             throw std::invalid_argument(
-                "no model: pass --var and --vae checkpoints, or --random <depth> for random weights "
-                "(the embedded emoji model was not found in " + resource_dir() + "/models)");
+                "no model: pass --var and --vae checkpoints, or --random <depth> for random "
+                "weights "
+                "(the embedded emoji model was not found in " +
+                resource_dir() + "/models)");
         auto files = embedded_model_files();
         files.patch_nums = patch_nums;
         return VarPipeline::load(files, lo);
     }
     if (var_path.empty() || vae_path.empty())
-        throw std::invalid_argument("pass both --var and --vae (or neither, for the embedded emoji model)");
+        throw std::invalid_argument(
+            "pass both --var and --vae (or neither, for the embedded emoji model)");
     return VarPipeline::load({var_path, vae_path, patch_nums}, lo);
 }
 

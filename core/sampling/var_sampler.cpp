@@ -21,6 +21,26 @@
 namespace varscope {
 namespace {
 
+// TF32 for fp32 matrix products (torch.backends.cuda.matmul.allow_tf32) while alive; the
+// process-wide setting is put back afterwards, so other pipelines keep theirs.
+class Tf32Scope {
+  public:
+    explicit Tf32Scope(bool on) : active_(on) {
+        if (!active_) return;
+        before_ = at::globalContext().allowTF32CuBLAS();
+        at::globalContext().setAllowTF32CuBLAS(true);
+    }
+    ~Tf32Scope() {
+        if (active_) at::globalContext().setAllowTF32CuBLAS(before_);
+    }
+    Tf32Scope(const Tf32Scope&) = delete;
+    Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+  private:
+    bool active_ = false;
+    bool before_ = false;
+};
+
 using Clock = std::chrono::steady_clock;
 
 double millis_since(Clock::time_point t0) {
@@ -81,8 +101,8 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
     if (o.defined() && ctx.attention_flops >= 0) {
         flops += ctx.attention_flops;
     } else {
-        flops += 4.0 * static_cast<double>(qkv.q.size(0)) * qkv.q.size(1) * qkv.q.size(2) * k.size(2) *
-                 qkv.q.size(3);
+        flops += 4.0 * static_cast<double>(qkv.q.size(0)) * qkv.q.size(1) * qkv.q.size(2) *
+                 k.size(2) * qkv.q.size(3);
     }
     if (!o.defined()) {
         if (probe && probe->wants_attention(ctx.scale.scale, ctx.layer)) {
@@ -102,13 +122,20 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
     if (rows.defined()) {
         out = hooks->restore_tokens(ctx, x, rows, h);
         if (!out.defined())
-            out = per_row ? x.scatter(1, rows.unsqueeze(-1).expand_as(h), h) : x.index_copy(1, rows, h);
+            out = per_row ? x.scatter(1, rows.unsqueeze(-1).expand_as(h), h)
+                          : x.index_copy(1, rows, h);
     }
     if (hooks) hooks->on_block_output(ctx, out);
     lap();  // output projection, FFN, restoration
     if (timed)
-        probe->on_accel({"loop", "block_ms", ctx.scale.scale, ctx.layer, {},
-                         {{"qkv_ms", part_ms[0]}, {"attention_ms", part_ms[1]}, {"ffn_ms", part_ms[2]},
+        probe->on_accel({"loop",
+                         "block_ms",
+                         ctx.scale.scale,
+                         ctx.layer,
+                         {},
+                         {{"qkv_ms", part_ms[0]},
+                          {"attention_ms", part_ms[1]},
+                          {"ffn_ms", part_ms[2]},
                           {"rows", static_cast<double>(xs.size(1))}}});
     return out;
 }
@@ -122,7 +149,8 @@ at::Tensor group_mask(const std::vector<ScaleSegment>& segs, const at::TensorOpt
     const auto id = at::tensor(seg_of_row, at::kLong);
     const auto visible = id.unsqueeze(1) >= id.unsqueeze(0);
     return at::zeros(visible.sizes(), options)
-        .masked_fill(visible.logical_not().to(options.device()), -std::numeric_limits<double>::infinity());
+        .masked_fill(visible.logical_not().to(options.device()),
+                     -std::numeric_limits<double>::infinity());
 }
 
 // The graph prologue returns tensors: BlockConstants flattened, kConstantTensors per block (an
@@ -136,7 +164,10 @@ void append_constants(const BlockConstants& k, std::vector<at::Tensor>& out) {
 BlockConstants constants_at(const std::vector<at::Tensor>& t, size_t layer) {
     const size_t i = layer * kConstantTensors;
     return {{t[i], t[i + 1], t[i + 2], t[i + 3], t[i + 4], t[i + 5]},
-            t[i + 6], t[i + 7], t[i + 8], t[i + 9]};
+            t[i + 6],
+            t[i + 7],
+            t[i + 8],
+            t[i + 9]};
 }
 
 // torch.autocast(bf16) around the official sampler also runs the VQVAE's Phi convolution in
@@ -144,7 +175,7 @@ BlockConstants constants_at(const std::vector<at::Tensor>& t, size_t layer) {
 // fp32 term. The bf16-autocast mode folds its tokens into f_hat this way (same order: bicubic
 // upsampling in fp32 first, except at the last scale), with bf16 copies of the Phi weights.
 class AutocastPhi {
-public:
+  public:
     explicit AutocastPhi(Vqvae& vae) : ratio_(std::abs(vae->config().quant_resi)) {
         const std::string prefix = "quantize.quant_resi.";
         std::map<int64_t, std::pair<at::Tensor, at::Tensor>> convs;
@@ -174,7 +205,7 @@ public:
                    at::conv2d(up.to(at::kBFloat16), w, b, 1, 1).mul_(ratio_));
     }
 
-private:
+  private:
     double ratio_;
     std::vector<std::pair<at::Tensor, at::Tensor>> convs_;  // bf16 weight, bias per Phi
 };
@@ -184,8 +215,7 @@ private:
 std::optional<std::string> graphs_apply(const VarSampleOptions& opt, const VarConfig& c,
                                         const at::Device& device, SamplingHooks* hooks,
                                         ProbeSink* probe) {
-    if (!opt.cuda_graphs || !device.is_cuda() || !kernels::cuda_graphs_built())
-        return std::nullopt;
+    if (!opt.cuda_graphs || !device.is_cuda() || !kernels::cuda_graphs_built()) return std::nullopt;
     if (probe) {
         if (probe->wants_block_timing()) return std::nullopt;
         for (int64_t si = 0; si < c.num_scales(); ++si)
@@ -212,7 +242,8 @@ void VarSampleOptions::validate(const VarConfig& c) const {
                  std::to_string(c.num_classes - 1) + ", or -1 for unconditional)");
     if (!(cfg >= 0.0 && cfg <= 100.0)) fail("cfg must be in [0, 100], got " + std::to_string(cfg));
     if (top_k < 0) fail("top_k must be >= 0 (0 = off), got " + std::to_string(top_k));
-    if (!(top_p >= 0.0 && top_p <= 1.0)) fail("top_p must be in [0, 1], got " + std::to_string(top_p));
+    if (!(top_p >= 0.0 && top_p <= 1.0))
+        fail("top_p must be in [0, 1], got " + std::to_string(top_p));
 }
 
 VarSampler::VarSampler(VarTransformer var, Vqvae vae)
@@ -227,9 +258,18 @@ VarSampler::VarSampler(VarTransformer var, Vqvae vae)
             std::to_string(vae_->config().vocab_size) + ") must match");
 }
 
-void VarSampler::clear_cuda_graphs() { graphs_->clear(); }
+void VarSampler::clear_cuda_graphs() {
+    graphs_->clear();
+}
 
-size_t VarSampler::cuda_graph_sets() const { return graphs_->size(); }
+void VarSampler::set_tf32(bool on) {
+    if (on != tf32_) graphs_->clear();  // captured cuBLAS calls keep the math mode they had
+    tf32_ = on;
+}
+
+size_t VarSampler::cuda_graph_sets() const {
+    return graphs_->size();
+}
 
 VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* hooks,
                                    ProbeSink* probe) {
@@ -238,6 +278,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     c10::InferenceMode inference;
     const auto t_start = Clock::now();
     const at::Device device = var_->pos_1LC.device();
+    const Tf32Scope tf32(tf32_ && device.is_cuda());
     const auto dtype = var_->compute_dtype();  // matrix products and KV cache
     const bool autocast = var_->autocast_bf16();
     const int64_t S = c.num_scales();
@@ -246,7 +287,8 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     // Labels: given, or drawn uniformly first (the official order of random draws).
     at::Tensor labels;
     if (opt.class_ids.empty()) {
-        auto uniform = at::full({1, c.num_classes}, 1.0 / c.num_classes, at::TensorOptions(device).dtype(at::kFloat));
+        auto uniform = at::full({1, c.num_classes}, 1.0 / c.num_classes,
+                                at::TensorOptions(device).dtype(at::kFloat));
         labels = at::multinomial(uniform, opt.batch, true, gen).view({opt.batch});
     } else {
         labels = at::tensor(opt.class_ids, at::kLong).to(device);
@@ -265,9 +307,10 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     std::shared_ptr<DenseStepGraphs> graphs;
     std::unique_lock<std::mutex> graphs_lock;
     if (const auto signature = graphs_apply(opt, c, device, hooks, probe)) {
-        const DenseGraphKey key{device.index(), B, dtype, static_cast<int>(opt.attention),
-                                c.patch_nums, weights_fingerprint(*var_), *signature,
-                                hooks && hooks->compact_kv_cache(c)};
+        const DenseGraphKey key{device.index(), B,
+                                dtype,          static_cast<int>(opt.attention),
+                                c.patch_nums,   weights_fingerprint(*var_),
+                                *signature,     hooks && hooks->compact_kv_cache(c)};
         graphs = graphs_->get(c, key, cond_BD);
         graphs_lock = std::unique_lock<std::mutex>(graphs->mutex());
         cond_BD = graphs->condition().copy_(cond_BD);
@@ -280,10 +323,10 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     const auto kv_options = at::TensorOptions(device).dtype(dtype);
     std::optional<KvCache> eager_cache;
     if (!graphs)
-        eager_cache.emplace(hooks && hooks->compact_kv_cache(c)
-                                ? KvCache::compact(c.depth, 2 * B, c.num_heads, c.head_dim(), kv_options)
-                                : KvCache(c.depth, 2 * B, c.num_heads, c.head_dim(), c.total_tokens(),
-                                          kv_options));
+        eager_cache.emplace(
+            hooks && hooks->compact_kv_cache(c)
+                ? KvCache::compact(c.depth, 2 * B, c.num_heads, c.head_dim(), kv_options)
+                : KvCache(c.depth, 2 * B, c.num_heads, c.head_dim(), c.total_tokens(), kv_options));
     const int64_t S_run = hooks ? std::clamp<int64_t>(hooks->scales_to_run(c), 1, S) : S;
     const auto act = at::TensorOptions(device).dtype(dtype);
     const auto embed_dtype = var_->word_embed->weight.scalar_type();
@@ -372,9 +415,10 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw SamplingCancelled();
         const auto t_step = Clock::now();
         // Hooks see f_hat as it was before the step (the VQVAE updates it in place).
-        ScaleContext sctx{c, si, c.patch_nums[si], B, c.scale_begin(si),
-                          hooks ? f_hat.clone() : f_hat, {}, step};
-        const int64_t group = hooks ? std::clamp<int64_t>(hooks->group_size(sctx), 1, S_run - si) : 1;
+        ScaleContext sctx{
+            c, si, c.patch_nums[si], B, c.scale_begin(si), hooks ? f_hat.clone() : f_hat, {}, step};
+        const int64_t group =
+            hooks ? std::clamp<int64_t>(hooks->group_size(sctx), 1, S_run - si) : 1;
         for (int64_t g = 0; g < group; ++g) {
             ScaleSegment seg;
             seg.scale = si + g;
@@ -412,15 +456,17 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         at::Tensor raw_logits;
         if (graphs) {
             step_ctx = &sctx;
-            raw_logits = guarded(
-                [&] { return graphs->step(si, layout, graph_step, res.attention_flops); });
+            raw_logits =
+                guarded([&] { return graphs->step(si, layout, graph_step, res.attention_flops); });
             step_ctx = nullptr;
         } else {
             raw_logits = forward(sctx, *eager_cache, res.attention_flops, hooks, probe);
         }
         std::vector<at::Tensor> guided;
         for (const auto& seg : sctx.segments) {
-            const auto part = sctx.segments.size() == 1 ? raw_logits : raw_logits.narrow(1, seg.offset, seg.length());
+            const auto part = sctx.segments.size() == 1
+                                  ? raw_logits
+                                  : raw_logits.narrow(1, seg.offset, seg.length());
             guided.push_back(guide(part, guidance_at_scale(opt.cfg, seg.scale, S)));
         }
         at::Tensor logits = guided.size() == 1 ? guided[0] : at::cat(guided, 1);
@@ -446,7 +492,8 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             if (seg.rows.defined()) {
                 // Pruned positions: no token, zero residual.
                 idx = at::full({B, pn * pn}, -1, idx.options()).index_copy(1, seg.rows, idx);
-                h_BlC = at::zeros({B, pn * pn, h_BlC.size(2)}, h_BlC.options()).index_copy(1, seg.rows, h_BlC);
+                h_BlC = at::zeros({B, pn * pn, h_BlC.size(2)}, h_BlC.options())
+                            .index_copy(1, seg.rows, h_BlC);
             }
             auto h_BChw = h_BlC.transpose(1, 2).reshape({B, c.cvae, pn, pn}).to(at::kFloat);
             if (autocast_phi)
@@ -460,8 +507,8 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             if (probe && probe->wants_fhat())
                 fhat_after.push_back(f_hat.to(at::kCPU, f_hat.scalar_type(), false, /*copy=*/true));
         }
-        res.kv_bytes_peak = std::max(res.kv_bytes_peak, graphs ? graphs->kv_bytes_after(si)
-                                                               : eager_cache->total_bytes());
+        res.kv_bytes_peak = std::max(
+            res.kv_bytes_peak, graphs ? graphs->kv_bytes_after(si) : eager_cache->total_bytes());
         if (opt.time_scales) synchronize_device(device);
         const double step_ms = millis_since(t_step);
         for (size_t g = 0; g < sctx.segments.size(); ++g) {
@@ -469,8 +516,13 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             // A grouped step is one forward pass: its time is booked on its first scale.
             res.scale_millis.push_back(g == 0 ? step_ms : 0.0);
             if (probe) {
-                ScaleRecord rec{seg.scale, seg.patch_num, res.scale_millis.back(),
-                                res.tokens[seg.scale].cpu(), {}, step, false};
+                ScaleRecord rec{seg.scale,
+                                seg.patch_num,
+                                res.scale_millis.back(),
+                                res.tokens[seg.scale].cpu(),
+                                {},
+                                step,
+                                false};
                 if (!fhat_after.empty()) rec.f_hat = fhat_after[g];
                 probe->on_scale(std::move(rec));
             }
@@ -480,7 +532,8 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     for (int64_t si = S_run; si < S; ++si) {
         // Skipped scales: no tokens; f_hat is decoded as it stands.
         const int64_t pn = c.patch_nums[si];
-        res.tokens.push_back(at::full({B, pn * pn}, -1, at::TensorOptions(device).dtype(at::kLong)));
+        res.tokens.push_back(
+            at::full({B, pn * pn}, -1, at::TensorOptions(device).dtype(at::kLong)));
         res.scale_millis.push_back(0.0);
         if (probe) {
             ScaleRecord rec{si, pn, 0.0, res.tokens.back().cpu(), {}, step, true};
@@ -493,9 +546,11 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     if (opt.decode && graphs) {
         // A copy: the graph's output is overwritten by the next call's replay.
         res.images = guarded([&] {
-            return graphs->run("decode", [&] {
-                return std::vector<at::Tensor>{vae_->decode(f_hat).add(1).mul(0.5)};
-            })[0].clone();
+            return graphs
+                ->run(
+                    "decode",
+                    [&] { return std::vector<at::Tensor>{vae_->decode(f_hat).add(1).mul(0.5)}; })[0]
+                .clone();
         });
     } else if (opt.decode) {
         res.images = vae_->decode(f_hat).add(1).mul(0.5);

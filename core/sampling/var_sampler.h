@@ -20,16 +20,16 @@ namespace varscope {
 enum class AttentionBackend { Sdpa, Eager };
 
 struct VarSampleOptions {
-    std::vector<int64_t> class_ids;  // one per image (-1 = unconditional); empty = random labels
-    int64_t batch = 1;               // used when class_ids is empty
+    std::vector<int64_t> class_ids;    // one per image (-1 = unconditional); empty = random labels
+    int64_t batch = 1;                 // used when class_ids is empty
     std::optional<uint64_t> seed = 0;  // nullopt = non-deterministic
     double cfg = 4.0;
     int64_t top_k = 900;
     double top_p = 0.95;
     bool more_smooth = false;  // official Gumbel-softmax smoothing (visualisation only)
     AttentionBackend attention = AttentionBackend::Sdpa;
-    bool time_scales = true;   // synchronise the device per scale to time it
-    bool decode = true;        // run the VQVAE decoder (benchmarks of the transformer skip it)
+    bool time_scales = true;  // synchronise the device per scale to time it
+    bool decode = true;       // run the VQVAE decoder (benchmarks of the transformer skip it)
     // Replay each scale's transformer forward as a CUDA graph (captured on the first call per
     // batch / precision / schedule), on CUDA without hooks, or with probes that need no
     // per-block data; ignored elsewhere. Same tokens as without.
@@ -46,22 +46,22 @@ struct VarSampleResult {
     std::vector<double> scale_millis;
     double decode_millis = 0.0;
     double total_millis = 0.0;
-    int64_t kv_bytes = 0;            // KV-cache bytes held at the end (all layers)
-    int64_t kv_bytes_peak = 0;       // the most KV bytes held after any step
-    double attention_flops = 0.0;    // attention FLOPs (QK^T and PV) actually computed
-    bool cuda_graphs = false;        // the transformer steps ran as CUDA graph replays
+    int64_t kv_bytes = 0;               // KV-cache bytes held at the end (all layers)
+    int64_t kv_bytes_peak = 0;          // the most KV bytes held after any step
+    double attention_flops = 0.0;       // attention FLOPs (QK^T and PV) actually computed
+    bool cuda_graphs = false;           // the transformer steps ran as CUDA graph replays
     double graph_capture_millis = 0.0;  // spent capturing graphs in this call (first call only)
 };
 
 class DenseGraphCache;
 
 class SamplingCancelled : public std::runtime_error {
-public:
+  public:
     SamplingCancelled() : std::runtime_error("sampling cancelled") {}
 };
 
 class VarSampler {
-public:
+  public:
     VarSampler(VarTransformer var, Vqvae vae);
     VarSampleResult sample(const VarSampleOptions& options, SamplingHooks* hooks = nullptr,
                            ProbeSink* probe = nullptr);
@@ -69,14 +69,19 @@ public:
     // Handles share the modules (ModuleHolder is a shared pointer).
     VarTransformer transformer() const { return var_; }
     Vqvae vqvae() const { return vae_; }
+    // fp32 matrix products on TF32 tensor cores while sampling on CUDA (LoadOptions::tf32);
+    // the process-wide torch setting is restored after each sample(). Drops captured graphs.
+    void set_tf32(bool on);
+    bool tf32() const { return tf32_; }
     // Drops the captured CUDA graphs and their buffers (they are rebuilt on demand).
     void clear_cuda_graphs();
     size_t cuda_graph_sets() const;  // shapes with captured graphs held now
 
-private:
+  private:
     VarTransformer var_;
     Vqvae vae_;
     std::shared_ptr<DenseGraphCache> graphs_;
+    bool tf32_ = false;
 };
 
 // Synchronises `device` if it is a CUDA device (no-op on CPU).

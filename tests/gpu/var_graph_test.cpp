@@ -1,10 +1,11 @@
 // CUDA graphs for the sampling loop (core/sampling/cuda_graph.h): replayed graphs must give
 // exactly the tokens and features of the eager loop for a seed (the graphed block does the
-// model's operations on the same values; sampling is eager in both), on the capturing call and on replays, for new labels with the same shape,
-// per shape, in fp32, bf16 and bf16-autocast. Accelerators with a graph signature (skip, FastVAR,
-// LazyVAR, SparVAR's CSLA) are captured inside the steps and must give the eager tokens too.
-// Graphs stay off where something needs to see inside the steps (hooks without a signature,
-// attention probes) and on the CPU. Skips without CUDA (the CPU test runs everywhere).
+// model's operations on the same values; sampling is eager in both), on the capturing call and on
+// replays, for new labels with the same shape, per shape, in fp32, bf16 and bf16-autocast.
+// Accelerators with a graph signature (skip, FastVAR, LazyVAR, SparVAR's CSLA) are captured inside
+// the steps and must give the eager tokens too. Graphs stay off where something needs to see inside
+// the steps (hooks without a signature, attention probes) and on the CPU. Skips without CUDA (the
+// CPU test runs everywhere).
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -16,8 +17,8 @@
 
 using namespace varscope;
 
-#define REQUIRE_CUDA_GRAPHS()                                                   \
-    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";                    \
+#define REQUIRE_CUDA_GRAPHS()                                \
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device"; \
     if (!kernels::cuda_graphs_built()) GTEST_SKIP() << "built without CUDA kernels"
 
 namespace {
@@ -86,6 +87,53 @@ TEST(VarGraph, GraphTokensEqualEagerTokens) {
         expect_same_tokens(gpu.generate(other), gpu.generate(other_eager), "new labels");
         EXPECT_EQ(gpu.sampler().cuda_graph_sets(), 1u);
     }
+}
+
+// The tf32 precision (LoadOptions::tf32, the official demo's `tf32 = True`): TF32 matrix
+// products while sampling (seen from a hook: the setting is on and the logits differ from fp32's),
+// graphs == eager, and torch's process-wide setting is back to what it was afterwards.
+TEST(VarGraph, Tf32GraphsEqualEagerAndTheSettingIsRestored) {
+    REQUIRE_CUDA_GRAPHS();
+    struct Watch : SamplingHooks {
+        bool tf32_seen = true;
+        at::Tensor last_logits;
+        void on_scale_begin(ScaleContext&) override {
+            tf32_seen = tf32_seen && at::globalContext().allowTF32CuBLAS();
+        }
+        void on_logits(const ScaleContext&, at::Tensor& logits) override {
+            last_logits = logits.to(at::kCPU, at::kDouble, false, true);
+        }
+    };
+    auto cpu = varscope::testing::small_pipeline();
+    auto bind = [&](LoadOptions o) {
+        auto gpu = VarPipeline::random(cpu.var_config(), cpu.vae_config(), 0, o);
+        c10::InferenceMode g;
+        bind_state_dict(*gpu.sampler().transformer(),
+                        module_state_dict(*cpu.sampler().transformer()), {});
+        bind_state_dict(*gpu.sampler().vqvae(), module_state_dict(*cpu.sampler().vqvae()), {});
+        return gpu;
+    };
+    auto tf32 = bind(load_options("cuda", "tf32"));
+    auto fp32 = bind(load_options("cuda", "fp32"));
+    EXPECT_TRUE(tf32.sampler().tf32());
+    const bool before = at::globalContext().allowTF32CuBLAS();
+
+    Watch on, off;
+    tf32.generate(options({3, 7}, false), &on);
+    fp32.generate(options({3, 7}, false), &off);
+    EXPECT_TRUE(on.tf32_seen);
+    EXPECT_FALSE(off.tf32_seen && !before) << "fp32 sampled with TF32 on";
+    ASSERT_TRUE(on.last_logits.defined() && off.last_logits.defined());
+    EXPECT_GT((on.last_logits - off.last_logits).abs().max().item<double>(), 0.0)
+        << "the tf32 run computed exactly what fp32 did: TF32 was not used";
+    EXPECT_EQ(at::globalContext().allowTF32CuBLAS(), before);
+
+    const auto eager = tf32.generate(options({3, 7}, false));
+    const auto captured = tf32.generate(options({3, 7}, true));
+    ASSERT_TRUE(captured.cuda_graphs);
+    expect_same_tokens(captured, eager, "tf32 capturing call");
+    expect_same_tokens(tf32.generate(options({3, 7}, true)), eager, "tf32 replay");
+    EXPECT_EQ(at::globalContext().allowTF32CuBLAS(), before);
 }
 
 TEST(VarGraph, EachBatchSizeGetsItsOwnGraphs) {
@@ -203,8 +251,9 @@ TEST(VarGraph, AcceleratorsGraphedEqualEager) {
     REQUIRE_CUDA_GRAPHS();
     for (const auto& [precision, autocast] : std::vector<std::pair<Precision, bool>>{
              {Precision::Bf16, false}, {Precision::Fp32, false}, {Precision::Bf16, true}}) {
-        const std::string prec =
-            precision == Precision::Fp32 ? "fp32" : autocast ? "bf16-autocast" : "bf16";
+        const std::string prec = precision == Precision::Fp32 ? "fp32"
+                                 : autocast                   ? "bf16-autocast"
+                                                              : "bf16";
         auto gpu = kernel_sized(precision, autocast);
         for (const auto& [name, json] : graph_safe_methods()) {
             SCOPED_TRACE(name + " " + prec);

@@ -5,9 +5,10 @@ The official code is NOT part of this repository: pass the folder of a local cop
 --official (models/ and dist.py). For each depth, both sides get identical random weights
 (var_parity.randomise_, saved with torch.save in the official layout and loaded unchanged by our
 CLI). For each batch size, the official `autoregressive_infer_cfg` is timed in fp32 and under
-bf16 autocast (torch SDPA, as the official code runs without flash-attn / xformers), and our CLI
+bf16 autocast (torch SDPA, as the official code runs without flash-attn / xformers) and, on
+request, with TF32 matrix products (the official demo's `tf32 = True`), and our CLI
 (`bench e2e`, dense baseline with CUDA graphs and eagerly) in fp32, bf16 (bf16 weights and
-stream) and bf16-autocast (what autocast computes: fp32 stream, bf16 matrix products), all with
+stream), bf16-autocast (what autocast computes: fp32 stream, bf16 matrix products) and tf32, all with
 the same labels, seed, cfg, top-k and top-p. Both sides are timed to the decoded images (the official call
 returns images): warm-up runs, then the median of N, with the device synchronised around each call.
 Tokens: the fraction identical per scale between ours and the official run of each precision
@@ -30,9 +31,31 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from var_parity import randomise_  # noqa: E402  (the same weights as the parity check)
 from autocast_emulation import CudaAutocastBf16  # noqa: E402
 
-PRECISIONS = ("fp32", "bf16")  # official: fp32, and bf16 under torch.autocast
-# Our precision -> the official run it should reproduce.
-OFFICIAL_OF = {"fp32": "fp32", "bf16": "bf16", "bf16-autocast": "bf16"}
+# Official runs: fp32, bf16 under torch.autocast, tf32 (fp32 with the official demo's
+# `tf32 = True`: TF32 matrix products). Our precision -> the official run it should reproduce.
+OFFICIAL_OF = {"fp32": "fp32", "bf16": "bf16", "bf16-autocast": "bf16", "tf32": "tf32"}
+
+
+class Tf32:
+    """The official demo_sample's `tf32 = True` (matmul and cuDNN TF32) while alive."""
+
+    def __init__(self, on):
+        self.on = on
+
+    def __enter__(self):
+        if self.on:
+            self.saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+                          torch.get_float32_matmul_precision())
+            torch.backends.cudnn.allow_tf32 = True
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.set_float32_matmul_precision("high")
+        return self
+
+    def __exit__(self, *exc):
+        if self.on:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, prec = self.saved
+            torch.set_float32_matmul_precision(prec)
+        return False
 
 
 def official_run(var, labels, args, precision):
@@ -42,8 +65,8 @@ def official_run(var, labels, args, precision):
         with torch.inference_mode(), CudaAutocastBf16():
             return var.autoregressive_infer_cfg(B=labels.numel(), label_B=labels, g_seed=args.seed,
                                                 cfg=args.cfg, top_k=args.top_k, top_p=args.top_p)
-    with torch.inference_mode(), torch.autocast(labels.device.type, dtype=torch.bfloat16,
-                                                enabled=precision == "bf16", cache_enabled=True):
+    with torch.inference_mode(), Tf32(precision == "tf32"), torch.autocast(
+            labels.device.type, dtype=torch.bfloat16, enabled=precision == "bf16", cache_enabled=True):
         return var.autoregressive_infer_cfg(B=labels.numel(), label_B=labels, g_seed=args.seed,
                                             cfg=args.cfg, top_k=args.top_k, top_p=args.top_p)
 
@@ -116,7 +139,11 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", help="cuda (cpu only to test this script)")
     ap.add_argument("--depths", default="16,30")
     ap.add_argument("--batches", default="1,16")
-    ap.add_argument("--ours-precisions", default="fp32,bf16,bf16-autocast")
+    ap.add_argument("--ours-precisions", default="fp32,bf16,bf16-autocast",
+                    help="any of fp32, bf16, bf16-autocast, tf32")
+    ap.add_argument("--official-precisions", default=None,
+                    help="official runs (fp32, bf16 = bf16 autocast, tf32); default: the ones "
+                         "--ours-precisions needs, plus fp32")
     ap.add_argument("--emulate", action="store_true",
                     help="also run the official sampler with autocast's casts written out "
                          "(autocast_emulation.py) and compare tokens with it")
@@ -127,6 +154,18 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
+    ours = args.ours_precisions.split(",")
+    unknown = [p for p in ours if p not in OFFICIAL_OF]
+    if unknown:
+        ap.error(f"unknown --ours-precisions {unknown}; choose from {sorted(OFFICIAL_OF)}")
+    official_precisions = (args.official_precisions.split(",") if args.official_precisions
+                           else sorted({"fp32", *(OFFICIAL_OF[p] for p in ours)}))
+    missing = [OFFICIAL_OF[p] for p in ours if OFFICIAL_OF[p] not in official_precisions]
+    if missing or any(p not in ("fp32", "bf16", "tf32") for p in official_precisions):
+        ap.error("--official-precisions must be among fp32, bf16, tf32 and cover "
+                 f"what --ours-precisions reproduces ({sorted(set(missing))} missing)")
+    if args.emulate and "bf16" not in official_precisions:
+        ap.error("--emulate compares with the official bf16 autocast run: add bf16")
 
     sys.path.insert(0, os.path.abspath(args.official))
     import models  # noqa: E402  (official code)
@@ -159,7 +198,7 @@ def main() -> int:
             labels[0] = 207
             labels_dev = labels.to(dev)
             official = {}
-            for p in PRECISIONS:
+            for p in official_precisions:
                 times = time_official(var, labels_dev, args, p)
                 official[p] = {"median_ms": statistics.median(times), "ms_each": times,
                                "tokens": official_tokens(official_var, var, labels_dev, args, p)}
@@ -187,7 +226,7 @@ def main() -> int:
                        "cuda_graphs_used": graphed["cuda_graphs"],
                        "graph_capture_ms": graphed["graph_capture_ms"],
                        "graphs_vs_eager_identical_tokens": eager.get("identical_tokens")}
-                for op in PRECISIONS:
+                for op in official_precisions:
                     o = official[op]
                     row[f"official_{op}_ms"] = o["median_ms"]
                     row[f"official_{op}_ms_each"] = o["ms_each"]
