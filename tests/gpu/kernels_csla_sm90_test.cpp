@@ -100,6 +100,36 @@ struct VariantGuard {
     }
 };
 
+// The checks both sm90 tests make of one kernel output `got` (and `again`, the same call into a
+// fresh poisoned buffer) against the float64 reference under the token mask the lists mean:
+// error at most twice torch's own bf16 SDPA error, empty query rows O = 0 and LSE = -inf, the
+// LSE, and bitwise determinism.
+void expect_matches_masked_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& mask, const vk::AttentionResult& got,
+                                     const vk::AttentionResult& again, const std::string& what) {
+    const auto ref = vk::reference::masked_attention(q.to(at::kDouble), k.to(at::kDouble),
+                                                     v.to(at::kDouble), mask, std::nullopt, true);
+    const auto has = mask.any(1).to(at::kCUDA);
+    auto sel = [&](const at::Tensor& t) { return t.index({"...", has, at::indexing::Slice()}); };
+    const auto torch_out = at::scaled_dot_product_attention(q, k, v, mask.to(at::kCUDA));
+    const double torch_err = rel(sel(torch_out), sel(ref.out));
+    const double err = rel(sel(got.out), sel(ref.out));
+    EXPECT_LE(err, 2.0 * torch_err + 1e-6) << what << ": sm90 " << err << " vs torch " << torch_err;
+    const auto empty = has.logical_not();
+    if (empty.any().item<bool>()) {
+        EXPECT_TRUE(got.out.index({"...", empty, at::indexing::Slice()}).eq(0).all().item<bool>())
+            << what << ": empty rows not zero";
+        EXPECT_TRUE(got.lse.index({"...", empty}).isneginf().all().item<bool>()) << what;
+    }
+    const auto lse_err = (got.lse.index({"...", has}).to(at::kDouble).cpu() -
+                          ref.lse.index({"...", has}).to(at::kDouble).cpu())
+                             .abs()
+                             .max()
+                             .item<double>();
+    EXPECT_LE(lse_err, 2e-2) << what << ": lse";
+    EXPECT_TRUE(at::equal(got.out, again.out)) << what << ": not deterministic";
+}
+
 }  // namespace
 
 // One test per schedule (VARSCOPE_SM90_IMPL: 0 two K/V stages, 6 one stage with three CTAs per
@@ -154,36 +184,7 @@ TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {
                         (strided ? " strided" : "");
                     const auto mask =
                         vk::reference::token_mask_from_block_lists(idx, cnt, bq, bk, s.lq, s.lk);
-                    const auto ref = vk::reference::masked_attention(
-                        q.to(at::kDouble), k.to(at::kDouble), v.to(at::kDouble), mask, std::nullopt,
-                        true);
-                    const auto has = mask.any(1).to(at::kCUDA);
-                    auto sel = [&](const at::Tensor& t) {
-                        return t.index({"...", has, at::indexing::Slice()});
-                    };
-                    const auto torch_out =
-                        at::scaled_dot_product_attention(q, k, v, mask.to(at::kCUDA));
-                    const double torch_err = rel(sel(torch_out), sel(ref.out));
-                    const double err = rel(sel(got.out), sel(ref.out));
-                    EXPECT_LE(err, 2.0 * torch_err + 1e-6)
-                        << what << ": sm90 " << err << " vs torch " << torch_err;
-                    const auto empty = has.logical_not();
-                    if (empty.any().item<bool>()) {
-                        EXPECT_TRUE(got.out.index({"...", empty, at::indexing::Slice()})
-                                        .eq(0)
-                                        .all()
-                                        .item<bool>())
-                            << what << ": empty rows not zero";
-                        EXPECT_TRUE(got.lse.index({"...", empty}).isneginf().all().item<bool>())
-                            << what;
-                    }
-                    const auto lse_err = (got.lse.index({"...", has}).to(at::kDouble).cpu() -
-                                          ref.lse.index({"...", has}).to(at::kDouble).cpu())
-                                             .abs()
-                                             .max()
-                                             .item<double>();
-                    EXPECT_LE(lse_err, 2e-2) << what << ": lse";
-                    EXPECT_TRUE(at::equal(got.out, again.out)) << what << ": not deterministic";
+                    expect_matches_masked_reference(q, k, v, mask, got, again, what);
                 }
             }
         }
@@ -240,37 +241,8 @@ TEST_P(KernelsCs4aSm90, GatheredMatchesReference) {
                     " bq=" + std::to_string(bq) + (strided ? " strided" : "");
                 const auto mask =
                     vk::reference::token_mask_from_key_lists(idx, cnt, bq, s.lq, s.lk);
-                const auto ref =
-                    vk::reference::masked_attention(q.to(at::kDouble), k.to(at::kDouble),
-                                                    v.to(at::kDouble), mask, std::nullopt, true);
-                const auto has = mask.any(1).to(at::kCUDA);
-                ASSERT_TRUE(has.any().item<bool>()) << what;
-                auto sel = [&](const at::Tensor& t) {
-                    return t.index({"...", has, at::indexing::Slice()});
-                };
-                const auto torch_out =
-                    at::scaled_dot_product_attention(q, k, v, mask.to(at::kCUDA));
-                const double torch_err = rel(sel(torch_out), sel(ref.out));
-                const double err = rel(sel(got.out), sel(ref.out));
-                EXPECT_LE(err, 2.0 * torch_err + 1e-6)
-                    << what << ": sm90 gathered " << err << " vs torch " << torch_err;
-                const auto empty = has.logical_not();
-                if (empty.any().item<bool>()) {
-                    EXPECT_TRUE(got.out.index({"...", empty, at::indexing::Slice()})
-                                    .eq(0)
-                                    .all()
-                                    .item<bool>())
-                        << what << ": empty rows not zero";
-                    EXPECT_TRUE(got.lse.index({"...", empty}).isneginf().all().item<bool>())
-                        << what;
-                }
-                const auto lse_err = (got.lse.index({"...", has}).to(at::kDouble).cpu() -
-                                      ref.lse.index({"...", has}).to(at::kDouble).cpu())
-                                         .abs()
-                                         .max()
-                                         .item<double>();
-                EXPECT_LE(lse_err, 2e-2) << what << ": lse";
-                EXPECT_TRUE(at::equal(got.out, again.out)) << what << ": not deterministic";
+                ASSERT_TRUE(mask.any().item<bool>()) << what << ": the lists select no key";
+                expect_matches_masked_reference(q, k, v, mask, got, again, what + " (gathered)");
             }
         }
     }
