@@ -119,6 +119,7 @@ MethodRun run_method(MarPipeline& pipe, MarSampleOptions opt, const std::string&
     const auto& c = pipe.config();
     auto lazy = make_lazymar_hooks(accel.lazymar, c, nullptr);
     opt.head_cfg_cache_period = lazymar_head_period(accel.lazymar);
+    opt.head_mlp_cache_period = lazymar_head_mlp_period(accel.lazymar);
     // Timed runs carry only the method's hooks: without any (the baseline) each step is one
     // CUDA graph replay, with hooks the transformer runs eagerly (mar_cuda_graph.h). FLOPs come
     // from the step plan, which equals what a counted run gives (tested).

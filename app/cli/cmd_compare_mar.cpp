@@ -80,13 +80,19 @@ int run(CompareMarArgs& a) {
     opt.time_steps = true;
     // The baseline never caches; the accelerated side's head cache comes from the config.
     opt.head_cfg_cache_period = 0;
+    opt.head_mlp_cache_period = 0;
     MarSampleOptions fast_opt = opt;
     fast_opt.head_cfg_cache_period = lazymar_head_period(accel.lazymar);
+    fast_opt.head_mlp_cache_period = lazymar_head_mlp_period(accel.lazymar);
     auto lazy = make_lazymar_hooks(accel.lazymar, c, nullptr);
     std::cerr << pipe.describe() << "\naccelerated side: " << accel.summary()
               << (fast_opt.head_cfg_cache_period > 0
                       ? ", head condition cache every " +
                             std::to_string(fast_opt.head_cfg_cache_period) + " diffusion steps"
+                      : std::string())
+              << (fast_opt.head_mlp_cache_period > 0
+                      ? ", head MLP cache every " + std::to_string(fast_opt.head_mlp_cache_period) +
+                            " diffusion steps"
                       : std::string())
               << "\n";
     const bool will_decode = pipe.sampler().has_decoder();
@@ -103,8 +109,8 @@ int run(CompareMarArgs& a) {
 
     const int64_t diffusion_steps = pipe.sampler().diffusion().schedule().num_steps();
     auto base_counter = std::make_shared<MarFlopCounter>(c, diffusion_steps);
-    auto fast_counter =
-        std::make_shared<MarFlopCounter>(c, diffusion_steps, fast_opt.head_cfg_cache_period);
+    auto fast_counter = std::make_shared<MarFlopCounter>(
+        c, diffusion_steps, fast_opt.head_cfg_cache_period, fast_opt.head_mlp_cache_period);
     auto base_hooks = chain_with_counter(base_counter, nullptr);
     auto fast_hooks = chain_with_counter(fast_counter, lazy.chain);
 
@@ -209,6 +215,7 @@ int run(CompareMarArgs& a) {
                   {"num_sampling_steps", m.sampling_steps},
                   {"diffusion_steps", diffusion_steps},
                   {"head_cfg_cache_period", fast_opt.head_cfg_cache_period},
+                  {"head_mlp_cache_period", fast_opt.head_mlp_cache_period},
                   {"cuda_graphs", base.last.cuda_graphs || fast.last.cuda_graphs},
                   {"accel", accel.to_json()},
                   {"accel_summary", accel.summary()},

@@ -55,6 +55,11 @@ const MethodSpec& LazyMarConfig::spec() {
          {"head_cfg_period", "Head condition cache", "",
           "DiffLoss head (released code, 7): every this many diffusion steps run both CFG "
           "halves and keep eps_cond - eps_uncond; in between only the conditional half. 0 = off.",
+          ParamKind::Int, 0, 1000, 0},
+         {"head_mlp_period", "Head MLP cache", "",
+          "DiffLoss head (released code, 7): every this many diffusion steps all blocks compute; "
+          "in between blocks 1-4 reuse their output change and the others their MLP output "
+          "(all compute in the first 10 % of steps). Module path only. 0 = off.",
           ParamKind::Int, 0, 1000, 0}}};
     return s;
 }
@@ -73,6 +78,7 @@ LazyMarConfig LazyMarConfig::from_json(const nlohmann::json& j) {
     c.force_decoded = r.get_bool("force_decoded");
     c.encoder_cache = r.get_bool("encoder_cache");
     c.head_cfg_period = r.get_int("head_cfg_period");
+    c.head_mlp_period = r.get_int("head_mlp_period");
     return c;
 }
 
@@ -87,7 +93,8 @@ nlohmann::json LazyMarConfig::to_json() const {
             {"min_similarity", min_similarity},
             {"force_decoded", force_decoded},
             {"encoder_cache", encoder_cache},
-            {"head_cfg_period", head_cfg_period}};
+            {"head_cfg_period", head_cfg_period},
+            {"head_mlp_period", head_mlp_period}};
 }
 
 LazyMarSchedule LazyMarSchedule::resolve(const LazyMarConfig& cfg, int64_t num_iter) {
@@ -444,14 +451,18 @@ MarFlops lazymar_planned_flops(const MarConfig& m, const LazyMarConfig& cfg, int
         for (int64_t l = 0; l < m.decoder_depth; ++l)
             block(Cd, R, tokens && l > cfg.similarity_layer ? dec_q : n, n);
         const int64_t sampled = batch * p.decoded();
-        f.diffusion +=
-            mar_head_flops(m, sampled, guided, diffusion_steps, lazymar_head_period(cfg));
+        f.diffusion += mar_head_flops(m, sampled, guided, diffusion_steps, lazymar_head_period(cfg),
+                                      lazymar_head_mlp_period(cfg));
     }
     return f;
 }
 
 int64_t lazymar_head_period(const LazyMarConfig& cfg) {
     return cfg.enabled && cfg.condition_cache ? cfg.head_cfg_period : 0;
+}
+
+int64_t lazymar_head_mlp_period(const LazyMarConfig& cfg) {
+    return cfg.enabled ? cfg.head_mlp_period : 0;
 }
 
 // ----------------------------------------------------------------------------- factory

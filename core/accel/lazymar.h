@@ -74,6 +74,11 @@ struct LazyMarConfig {
     // steps both CFG halves, in between the conditional half + the cached eps residual.
     // 0 = off. Applied through MarSampleOptions::head_cfg_cache_period (lazymar_head_period).
     int64_t head_cfg_period = 0;
+    // DiffLoss head MLP cache (released code, cache_threshold 7; DiffusionSampler HeadMlpStep):
+    // every this many diffusion steps the head's blocks compute in full; in between blocks 1..4
+    // reuse their output change and the others their MLP term. 0 = off. Independent of
+    // condition_cache. Applied through MarSampleOptions::head_mlp_cache_period.
+    int64_t head_mlp_period = 0;
 
     static const MethodSpec& spec();
     static LazyMarConfig from_json(const nlohmann::json& j);
@@ -124,6 +129,8 @@ MarFlops lazymar_planned_flops(const MarConfig& model, const LazyMarConfig& cfg,
 
 // The MarSampleOptions::head_cfg_cache_period a setting asks for (0 when off).
 int64_t lazymar_head_period(const LazyMarConfig& cfg);
+// The MarSampleOptions::head_mlp_cache_period a setting asks for (0 when off).
+int64_t lazymar_head_mlp_period(const LazyMarConfig& cfg);
 
 // Throws AccelConfigError naming the field when the setting does not fit the model.
 LazyMarHooks make_lazymar_hooks(const LazyMarConfig& cfg, const MarConfig& model, ProbeSink* probe);

@@ -25,7 +25,37 @@ double mar_diffusion_flops(const MarConfig& c, int64_t rows, int64_t steps) {
 }
 
 double mar_head_flops(const MarConfig& c, int64_t tokens, bool guided, int64_t steps,
-                      int64_t cfg_cache_period) {
+                      int64_t cfg_cache_period, int64_t mlp_cache_period) {
+    if (mlp_cache_period > 0) {
+        // Per step: the rows it runs (both CFG halves or the conditional one) times what its
+        // kind computes; the condition embedding once per row (both halves with guidance).
+        const double w = double(c.diffloss_w), D = double(c.token_embed_dim());
+        const double cz = double(c.decoder_embed_dim);
+        int64_t skipped = 0;
+        for (int64_t b = 0; b < c.diffloss_d; ++b)
+            skipped += DiffusionSampler::head_mlp_skips_block(b) ? 1 : 0;
+        const double computed = double(c.diffloss_d - skipped);
+        const double io = D * w + 2.0 * w * w + 2.0 * w * D;  // input_proj, final layer
+        double acc = 0.0;
+        for (int64_t i = 0; i < steps; ++i) {
+            const bool both = guided && DiffusionSampler::full_cfg_step(i, steps, cfg_cache_period);
+            double blocks = 0.0;
+            switch (DiffusionSampler::head_mlp_step(i, steps, mlp_cache_period)) {
+                case HeadMlpStep::Off:
+                case HeadMlpStep::Refresh:
+                    blocks = double(c.diffloss_d) * 5.0 * w * w;
+                    break;
+                case HeadMlpStep::Warmup:
+                    blocks = computed * 5.0 * w * w;
+                    break;
+                case HeadMlpStep::Reuse:
+                    blocks = computed * 3.0 * w * w;
+                    break;
+            }
+            acc += double(both ? 2 * tokens : tokens) * (io + blocks);
+        }
+        return 2.0 * (acc + double(guided ? 2 * tokens : tokens) * cz * w);
+    }
     if (!guided) return mar_diffusion_flops(c, tokens, steps);
     if (cfg_cache_period <= 0) return mar_diffusion_flops(c, 2 * tokens, steps);
     int64_t full = 0;
@@ -47,7 +77,8 @@ void MarFlopCounter::on_keys_values(const MarBlockContext& ctx, const at::Tensor
 void MarFlopCounter::on_step_end(const MarStepContext& ctx, const at::Tensor& sampled,
                                  const at::Tensor&) {
     const int64_t tokens = sampled.size(0) * sampled.size(1);
-    diffusion_ += mar_head_flops(config_, tokens, ctx.cfg, diffusion_steps_, head_period_);
+    diffusion_ +=
+        mar_head_flops(config_, tokens, ctx.cfg, diffusion_steps_, head_period_, head_mlp_period_);
 }
 
 MarFlops MarFlopCounter::flops(double attention_flops) const {

@@ -27,18 +27,25 @@ double mar_block_linear_flops(const MarConfig& c, int64_t dim, int64_t rows);
 double mar_diffusion_flops(const MarConfig& c, int64_t rows, int64_t steps);
 // DiffLoss FLOPs of sampling `tokens` tokens, with or without guidance, under the head-side
 // condition cache (cfg_cache_period > 0 with guidance: only the full steps of
-// DiffusionSampler::full_cfg_step run both CFG halves, the others the conditional half).
+// DiffusionSampler::full_cfg_step run both CFG halves, the others the conditional half) and the
+// head MLP cache (mlp_cache_period > 0, DiffusionSampler::head_mlp_step: the skipped blocks
+// count nothing outside refresh steps, the others only their AdaLN linear on reusing steps).
 double mar_head_flops(const MarConfig& c, int64_t tokens, bool guided, int64_t steps,
-                      int64_t cfg_cache_period);
+                      int64_t cfg_cache_period, int64_t mlp_cache_period = 0);
 
 // Counts the rows each block computes through on_keys_values, so it must come FIRST in a chain
 // (before policies that replace the keys by full cached sets). Answers nothing itself.
-// head_cfg_cache_period: the run's MarSampleOptions::head_cfg_cache_period (the head then runs
-// the conditional half only on most diffusion steps; the hooks cannot see that, so it is given).
+// head_cfg_cache_period / head_mlp_cache_period: the run's MarSampleOptions fields of those
+// names (the head then skips work on most diffusion steps; the hooks cannot see that, so they
+// are given).
 class MarFlopCounter : public MarSamplingHooks {
   public:
-    MarFlopCounter(const MarConfig& c, int64_t diffusion_steps, int64_t head_cfg_cache_period = 0)
-        : config_(c), diffusion_steps_(diffusion_steps), head_period_(head_cfg_cache_period) {}
+    MarFlopCounter(const MarConfig& c, int64_t diffusion_steps, int64_t head_cfg_cache_period = 0,
+                   int64_t head_mlp_cache_period = 0)
+        : config_(c),
+          diffusion_steps_(diffusion_steps),
+          head_period_(head_cfg_cache_period),
+          head_mlp_period_(head_mlp_cache_period) {}
     void on_keys_values(const MarBlockContext& ctx, const at::Tensor& rows, at::Tensor& k,
                         at::Tensor& v) override;
     void on_step_end(const MarStepContext& ctx, const at::Tensor& sampled,
@@ -51,6 +58,7 @@ class MarFlopCounter : public MarSamplingHooks {
     MarConfig config_;
     int64_t diffusion_steps_;
     int64_t head_period_;
+    int64_t head_mlp_period_;
     double linear_ = 0.0, diffusion_ = 0.0;
 };
 

@@ -72,10 +72,14 @@ std::vector<at::Tensor> DiffResBlockImpl::modulation(const at::Tensor& y) const 
 at::Tensor DiffResBlockImpl::forward_modulated(const at::Tensor& x, const at::Tensor& shift,
                                                const at::Tensor& scale1,
                                                const at::Tensor& gate) const {
+    return x + gate * mlp_modulated(x, shift, scale1);
+}
+
+at::Tensor DiffResBlockImpl::mlp_modulated(const at::Tensor& x, const at::Tensor& shift,
+                                           const at::Tensor& scale1) const {
     // modulate()'s operation order with (1 + scale) given: the same values.
-    auto h = apply_layer_norm(in_ln, x) * scale1 + shift;
-    h = linear(fc2_, at::silu(linear(fc1_, h)));
-    return x + gate * h;
+    const auto h = apply_layer_norm(in_ln, x) * scale1 + shift;
+    return linear(fc2_, at::silu(linear(fc1_, h)));
 }
 
 DiffFinalLayerImpl::DiffFinalLayerImpl(int64_t channels, int64_t out_channels)

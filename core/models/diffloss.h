@@ -51,6 +51,10 @@ class DiffResBlockImpl : public torch::nn::Module {
     std::vector<at::Tensor> modulation(const at::Tensor& y) const;
     at::Tensor forward_modulated(const at::Tensor& x, const at::Tensor& shift,
                                  const at::Tensor& scale1, const at::Tensor& gate) const;
+    // The residual branch before its gate, mlp(mod(ln x)): forward_modulated is
+    // x + gate * mlp_modulated (LazyMAR's head MLP cache keeps this term across steps).
+    at::Tensor mlp_modulated(const at::Tensor& x, const at::Tensor& shift,
+                             const at::Tensor& scale1) const;
     torch::nn::LayerNorm in_ln{nullptr};
     torch::nn::Sequential mlp{nullptr};                    // 0 Linear, 1 SiLU, 2 Linear
     torch::nn::Sequential adaLN_modulation{nullptr};       // 0 SiLU, 1 Linear(C, 3C)

@@ -158,14 +158,20 @@ DiffusionSampler::StepOutput DiffusionSampler::step(const SimpleMlpAdaLNImpl& ne
 
 DiffusionSampler::StepOutput DiffusionSampler::step_modulated(
     const SimpleMlpAdaLNImpl& net, const at::Tensor& x, int64_t i, const DiffModulation& mod,
-    const at::Tensor& cfg_scale, const at::Tensor& cached_delta, at::Tensor* delta_out) const {
+    const at::Tensor& cfg_scale, const at::Tensor& cached_delta, at::Tensor* delta_out,
+    HeadMlpCache* mlp_cache) const {
     const auto& s = schedule_;
     const int64_t N = x.size(0), C = x.size(1);
     const bool guided = cfg_scale.defined();
+    auto forward = [&](const at::Tensor& in, const DiffModulation& m) {
+        return mlp_cache && mlp_cache->step != HeadMlpStep::Off
+                   ? forward_mlp_cached(net, in, m, *mlp_cache)
+                   : net.forward_modulated(in, m);
+    };
     at::Tensor eps, var_values;
     if (guided && cached_delta.defined()) {
         // Conditional half only (its modulation rows come first); the released code's order.
-        const at::Tensor out = net.forward_modulated(x, mod.rows(0, N));
+        const at::Tensor out = forward(x, mod.rows(0, N));
         const auto cond = out.narrow(1, 0, C);
         const auto uncond = cond - cached_delta;
         eps = uncond + cfg_scale * (cond - uncond);
@@ -173,7 +179,7 @@ DiffusionSampler::StepOutput DiffusionSampler::step_modulated(
     } else {
         // With CFG both halves of the original's running sample are its conditional half.
         const at::Tensor input = guided ? at::cat({x, x}) : x;
-        const at::Tensor out = net.forward_modulated(input, mod);
+        const at::Tensor out = forward(input, mod);
         eps = out.narrow(1, 0, C);
         var_values = out.narrow(1, C, C);
         if (guided) {
@@ -191,6 +197,58 @@ DiffusionSampler::StepOutput DiffusionSampler::step_modulated(
         f32(s.sqrt_recip_alphas_cumprod[i]) * x - f32(s.sqrt_recipm1_alphas_cumprod[i]) * eps;
     auto mean = f32(s.posterior_mean_coef1[i]) * x0 + f32(s.posterior_mean_coef2[i]) * x;
     return {mean, log_variance, eps};
+}
+
+namespace {
+
+// A kept tensor for a step with `rows` rows: its first rows (the conditional half) when it has
+// more, itself twice when it has half as many (the released code's cat([c, c])).
+at::Tensor fit_rows(const at::Tensor& kept, int64_t rows) {
+    TORCH_CHECK(kept.defined(), "head MLP cache: nothing kept before a reusing step");
+    const int64_t have = kept.size(0);
+    if (have == rows) return kept;
+    if (have > rows) return kept.narrow(0, 0, rows);
+    TORCH_CHECK(2 * have == rows, "head MLP cache: kept ", have, " rows, step has ", rows);
+    return at::cat({kept, kept});
+}
+
+}  // namespace
+
+at::Tensor DiffusionSampler::forward_mlp_cached(const SimpleMlpAdaLNImpl& net, const at::Tensor& x,
+                                                const DiffModulation& m, HeadMlpCache& cache) {
+    const int64_t rows = x.size(0), depth = net.depth();
+    cache.mlp.resize(static_cast<size_t>(depth));
+    cache.change.resize(static_cast<size_t>(depth));
+    const bool refresh = cache.step == HeadMlpStep::Refresh;
+    // The ops of net.forward_modulated in the same order, so a refresh step equals it exactly.
+    at::Tensor h = at::linear(x, net.input_proj->weight, net.input_proj->bias);
+    for (int64_t b = 0; b < depth; ++b) {
+        const auto k = static_cast<size_t>(b);
+        const bool skipped = head_mlp_skips_block(b);
+        if (skipped && !refresh) {
+            h = h + fit_rows(cache.change[k], rows);
+            continue;
+        }
+        at::Tensor mlp;
+        if (cache.step == HeadMlpStep::Reuse) {
+            mlp = fit_rows(cache.mlp[k], rows);
+        } else {
+            mlp = net.block(b).mlp_modulated(h, m.shift[k], m.scale1[k]);
+            if (!skipped) cache.mlp[k] = mlp;  // the skipped blocks reuse their change instead
+        }
+        at::Tensor out = h + m.gate[k] * mlp;
+        if (skipped) cache.change[k] = out - h;
+        h = std::move(out);
+    }
+    return net.final_layer->forward_modulated(h, m.final_shift, m.final_scale1);
+}
+
+HeadMlpStep DiffusionSampler::head_mlp_step(int64_t i, int64_t num_steps, int64_t period) {
+    if (period <= 0) return HeadMlpStep::Off;
+    if (i == num_steps - 1 || i % period == 0) return HeadMlpStep::Refresh;
+    // The released code's i > 0.9 S in integers (the same answer for every S up to 2000).
+    if (10 * i > 9 * num_steps) return HeadMlpStep::Warmup;
+    return HeadMlpStep::Reuse;
 }
 
 at::Tensor DiffusionSampler::time_embeddings(const SimpleMlpAdaLNImpl& net,
@@ -232,12 +290,19 @@ int64_t DiffusionSampler::fused_head_max_rows(int64_t width) {
 }
 
 bool DiffusionSampler::uses_fused_head(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
-                                       bool guided, HeadPath head, std::string* why_not) {
+                                       bool guided, HeadPath head, std::string* why_not,
+                                       int64_t mlp_cache_period) {
     auto no = [&](const std::string& why) {
         if (why_not) *why_not = why;
         return false;
     };
     if (head == HeadPath::Modules) return no("the module path was asked for");
+    if (mlp_cache_period > 0) {
+        const std::string why =
+            "the head MLP cache (LazyMAR head_mlp_period) runs on the module path only";
+        TORCH_CHECK(head == HeadPath::Auto, "fused DiffLoss head requested but ", why);
+        return no(why);
+    }
     if (head == HeadPath::FusedReference) return true;
     const auto& w = net.input_proj->weight;  // (W, C)
     const int64_t rows = z.size(0);          // 2N with CFG, N without: the most rows of a step
@@ -268,7 +333,8 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                                  const at::Tensor& cfg_scale, double temperature,
                                  std::optional<at::Generator> gen, const at::Tensor& start,
                                  const at::Tensor& step_noise, const at::Tensor& t_given,
-                                 int64_t cfg_cache_period, HeadPath head) const {
+                                 int64_t cfg_cache_period, HeadPath head,
+                                 int64_t mlp_cache_period) const {
     const bool guided = cfg_scale.defined();
     TORCH_CHECK(!guided || z.size(0) % 2 == 0, "diffusion: CFG needs 2N condition rows");
     const int64_t N = guided ? z.size(0) / 2 : z.size(0);
@@ -281,11 +347,12 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
 
     at::Tensor x = start.defined() ? start.to(opts) : at::randn({N, C}, gen, opts);
     const float temp = f32(temperature);
-    const bool fused = uses_fused_head(net, z, guided, head);
+    const bool fused = uses_fused_head(net, z, guided, head, nullptr, mlp_cache_period);
     const auto kpath = head == HeadPath::FusedReference ? kernels::KernelPath::Reference
                                                         : kernels::KernelPath::Cuda;
     std::vector<kernels::DiffBlockWeights> blocks;
     at::Tensor delta;  // head-side condition cache (cfg_cache_period > 0)
+    HeadMlpCache mlp_cache;  // head MLP cache (mlp_cache_period > 0, module path)
     if (fused) {
         // The CUDA kernels update x in place: it must not alias the caller's start noise.
         x = x.clone(at::MemoryFormat::Contiguous);
@@ -360,9 +427,10 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                                          kpath);
             continue;
         }
-        const auto out = step_modulated(net, x, i, mods.rows((i - window_start) * R, R), cfg_scale,
-                                        full ? at::Tensor() : delta,
-                                        full && cfg_cache_period > 0 ? &delta : nullptr);
+        mlp_cache.step = head_mlp_step(i, S, mlp_cache_period);
+        const auto out = step_modulated(
+            net, x, i, mods.rows((i - window_start) * R, R), cfg_scale, full ? at::Tensor() : delta,
+            full && cfg_cache_period > 0 ? &delta : nullptr, &mlp_cache);
         // Drawn at every step (also the last, where it is unused) to keep the random stream
         // of the original, which draws noise for its whole 2N-row sample.
         const at::Tensor noise = step_noise.defined()
@@ -380,8 +448,9 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
 at::Tensor DiffusionSampler::sample(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                     const at::Tensor& cfg_scale, double temperature,
                                     std::optional<at::Generator> gen, int64_t cfg_cache_period,
-                                    HeadPath head) const {
-    return run(net, z, cfg_scale, temperature, std::move(gen), {}, {}, {}, cfg_cache_period, head);
+                                    HeadPath head, int64_t mlp_cache_period) const {
+    return run(net, z, cfg_scale, temperature, std::move(gen), {}, {}, {}, cfg_cache_period, head,
+               mlp_cache_period);
 }
 
 bool DiffusionSampler::full_cfg_step(int64_t i, int64_t num_steps, int64_t period) {
@@ -399,12 +468,12 @@ at::Tensor DiffusionSampler::sample_with_noise(const SimpleMlpAdaLNImpl& net, co
                                                const at::Tensor& start,
                                                const at::Tensor& step_noise,
                                                const at::Tensor& t_all, int64_t cfg_cache_period,
-                                               HeadPath head) const {
+                                               HeadPath head, int64_t mlp_cache_period) const {
     TORCH_CHECK(start.defined() && step_noise.defined(), "sample_with_noise: noise required");
     TORCH_CHECK(step_noise.size(0) == schedule_.num_steps(),
                 "sample_with_noise: one noise tensor per diffusion step expected");
     return run(net, z, cfg_scale, temperature, std::nullopt, start, step_noise, t_all,
-               cfg_cache_period, head);
+               cfg_cache_period, head, mlp_cache_period);
 }
 
 }  // namespace varscope

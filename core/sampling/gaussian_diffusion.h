@@ -53,6 +53,21 @@ struct DiffusionSchedule {
 //        (throws where they cannot run). For tests and benchmarks.
 enum class HeadPath { Auto, Modules, FusedReference, FusedCuda };
 
+// LazyMAR's head MLP cache (the released code's models/diffloss_cached.py, cache_threshold 7):
+// what the DiffLoss head computes at respaced step i of S (steps run i = S-1 down to 0) under
+// a period p > 0.
+//  Refresh (i == S-1 or i % p == 0): every block computes; the MLP term mlp(mod(ln x)) of each
+//          computed block and the output change of the skipped blocks are kept.
+//  Warmup  (other steps with i > 0.9 S): the skipped blocks add their kept change; the others
+//          compute (and keep) their MLP term.
+//  Reuse   (the rest): the skipped blocks add their kept change; the others compute only their
+//          AdaLN gate and add gate * the kept MLP term. (The module path computes every
+//          block's modulations for a window of steps at once anyway; FLOP counts follow the
+//          released code, core/accel/mar_flops.h.)
+//  Off     (p <= 0): no cache.
+// Skipped blocks: 1..4 (hard-coded in the released code for every head depth).
+enum class HeadMlpStep { Off, Refresh, Warmup, Reuse };
+
 // Ancestral sampling of token latents with the DiffLoss MLP. One call = the full reverse
 // process for a batch of conditions; shapes are static across its steps and it never
 // synchronises, so a CUDA graph can wrap it.
@@ -73,10 +88,16 @@ class DiffusionSampler {
     // code. Diffusion steps i == S - 1 and i % period == 0 run both halves and keep
     // delta = eps_cond - eps_uncond; the steps between run the conditional rows only, with
     // eps_uncond = eps_cond - delta. 0 = off (every step runs both halves).
+    //
+    // mlp_cache_period > 0: the head MLP cache (HeadMlpStep), with or without CFG. Its kept
+    // tensors have the rows of the step that kept them; a step with fewer rows (the
+    // conditional half under the condition cache) uses their first rows, one with twice as
+    // many uses them twice, as the released code. It runs on the module path only (Auto falls
+    // back to it; the fused paths throw). 0 = off (exactly the uncached result).
     at::Tensor sample(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                       const at::Tensor& cfg_scale, double temperature,
                       std::optional<at::Generator> gen, int64_t cfg_cache_period = 0,
-                      HeadPath head = HeadPath::Auto) const;
+                      HeadPath head = HeadPath::Auto, int64_t mlp_cache_period = 0) const;
 
     // Same, from given noise: start (N, C) and steps (num_steps, rows, C) (rows = N, or 2N
     // with CFG; only the first N rows are read). For tests, parity and CUDA graphs. t_all:
@@ -86,16 +107,22 @@ class DiffusionSampler {
                                  const at::Tensor& cfg_scale, double temperature,
                                  const at::Tensor& start, const at::Tensor& step_noise,
                                  const at::Tensor& t_all = {}, int64_t cfg_cache_period = 0,
-                                 HeadPath head = HeadPath::Auto) const;
+                                 HeadPath head = HeadPath::Auto,
+                                 int64_t mlp_cache_period = 0) const;
     // Whether `head` resolves to the fused loop for conditions z (rows as in sample()); why_not
-    // receives the reason when it does not.
+    // receives the reason when it does not. The fused kernels have no MLP cache: with
+    // mlp_cache_period > 0 Auto answers no and the fused paths throw.
     static bool uses_fused_head(const SimpleMlpAdaLNImpl& net, const at::Tensor& z, bool guided,
-                                HeadPath head, std::string* why_not = nullptr);
+                                HeadPath head, std::string* why_not = nullptr,
+                                int64_t mlp_cache_period = 0);
     // The most rows (2N with CFG) for which Auto picks the fused kernels for a head of this
     // width: 16 up to width 1024, 8 above (H100 measurements), or VARSCOPE_MAR_FUSED_MAX_ROWS.
     static int64_t fused_head_max_rows(int64_t width);
     // Whether diffusion step i runs both CFG halves under cfg_cache_period (see sample()).
     static bool full_cfg_step(int64_t i, int64_t num_steps, int64_t cfg_cache_period);
+    // What diffusion step i computes under the head MLP cache, and whether it skips block b.
+    static HeadMlpStep head_mlp_step(int64_t i, int64_t num_steps, int64_t mlp_cache_period);
+    static bool head_mlp_skips_block(int64_t b) { return b >= 1 && b <= 4; }
     // Fills start and each step_noise[i] from gen with the values sample() would draw (same
     // order and shapes: randn is empty + normal_).
     static void draw_noise(at::Tensor& start, at::Tensor& step_noise,
@@ -114,16 +141,26 @@ class DiffusionSampler {
                     const at::Tensor& cfg_scale) const;
 
   private:
+    // The head MLP cache's kept tensors of one sample() call (per block; undefined where unused).
+    struct HeadMlpCache {
+        HeadMlpStep step = HeadMlpStep::Off;  // what the current step does
+        std::vector<at::Tensor> mlp;          // MLP term of the computed blocks
+        std::vector<at::Tensor> change;       // output - input of the skipped blocks
+    };
+    // net.forward_modulated(x, m) under the head MLP cache's current step.
+    static at::Tensor forward_mlp_cached(const SimpleMlpAdaLNImpl& net, const at::Tensor& x,
+                                         const DiffModulation& m, HeadMlpCache& cache);
     // cached_delta defined: conditional rows only, eps_uncond = eps_cond - cached_delta.
     // delta_out: receives eps_cond - eps_uncond of a full guided step.
+    // mlp_cache: the head MLP cache (null or step Off = net.forward_modulated).
     StepOutput step_modulated(const SimpleMlpAdaLNImpl& net, const at::Tensor& x, int64_t i,
                               const DiffModulation& mod, const at::Tensor& cfg_scale,
-                              const at::Tensor& cached_delta = {},
-                              at::Tensor* delta_out = nullptr) const;
+                              const at::Tensor& cached_delta = {}, at::Tensor* delta_out = nullptr,
+                              HeadMlpCache* mlp_cache = nullptr) const;
     at::Tensor run(const SimpleMlpAdaLNImpl& net, const at::Tensor& z, const at::Tensor& cfg_scale,
                    double temperature, std::optional<at::Generator> gen, const at::Tensor& start,
                    const at::Tensor& step_noise, const at::Tensor& t_all, int64_t cfg_cache_period,
-                   HeadPath head) const;
+                   HeadPath head, int64_t mlp_cache_period) const;
     DiffusionSchedule schedule_;
     mutable at::Tensor t_emb_cache_;
     mutable const void* t_emb_key_ = nullptr;

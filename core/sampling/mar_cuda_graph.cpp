@@ -19,7 +19,8 @@ bool MarGraphKey::operator==(const MarGraphKey& o) const {
     return device == o.device && batch == o.batch && dtype == o.dtype && num_iter == o.num_iter &&
            cfg == o.cfg && schedule == o.schedule && temperature == o.temperature &&
            attention == o.attention && weights == o.weights &&
-           head_cfg_cache_period == o.head_cfg_cache_period && fused_head == o.fused_head;
+           head_cfg_cache_period == o.head_cfg_cache_period && fused_head == o.fused_head &&
+           head_mlp_cache_period == o.head_mlp_cache_period;
 }
 
 MarGraphs::MarGraphs(const MarGraphKey& key) : key_(key) {}

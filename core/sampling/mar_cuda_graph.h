@@ -40,6 +40,7 @@ struct MarGraphKey {
     size_t weights = 0;  // weights_fingerprint of the transformer (a reload moves them)
     int64_t head_cfg_cache_period = 0;
     bool fused_head = true;  // MarSampleOptions::fused_head
+    int64_t head_mlp_cache_period = 0;
     bool operator==(const MarGraphKey& o) const;
 };
 

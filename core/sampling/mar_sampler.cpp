@@ -218,7 +218,8 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
                               int(opt.attention),
                               weights_fingerprint(*mar_),
                               opt.head_cfg_cache_period,
-                              opt.fused_head};
+                              opt.fused_head,
+                              opt.head_mlp_cache_period};
         if (!graphs_ || !(graphs_->key() == key)) graphs_ = std::make_shared<MarGraphs>(key);
         graphs = graphs_;
     }
@@ -309,9 +310,11 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
             sampled = noise.first.defined()
                           ? diffusion_.sample_with_noise(head, z_sel, cfg_scale, opt.temperature,
                                                          noise.first, noise.second, t_all,
-                                                         opt.head_cfg_cache_period, head_path)
+                                                         opt.head_cfg_cache_period, head_path,
+                                                         opt.head_mlp_cache_period)
                           : diffusion_.sample(head, z_sel, cfg_scale, opt.temperature, gen,
-                                              opt.head_cfg_cache_period, head_path);
+                                              opt.head_cfg_cache_period, head_path,
+                                              opt.head_mlp_cache_period);
         }
         sampled = sampled.to(at::kFloat).view({B, p.decoded(), D});
         auto next = sctx.tokens.scatter(1, decoded.unsqueeze(-1).expand({-1, -1, D}), sampled);
@@ -385,7 +388,7 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
                             return std::vector<at::Tensor>{diffusion_.sample_with_noise(
                                 head, z_in, cfg_on ? scale : at::Tensor(), opt.temperature,
                                 noise.first, noise.second, t_all, opt.head_cfg_cache_period,
-                                head_path)};
+                                head_path, opt.head_mlp_cache_period)};
                         })[0];
                     };
                 }

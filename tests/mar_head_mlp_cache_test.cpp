@@ -1,0 +1,362 @@
+// LazyMAR's head MLP cache (DiffusionSampler mlp_cache_period, LazyMarConfig::head_mlp_period):
+// the step schedule; exactly the uncached samples when off or when every step refreshes; equal
+// to a plain re-implementation of the released code's rule (written here from its description,
+// per step, without the sampler's windows); the fused paths refuse it; the FLOP counter and the
+// plan count it.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+
+#include "core/accel/lazymar.h"
+#include "core/accel/mar_flops.h"
+#include "core/mar_pipeline.h"
+#include "core/models/diffloss.h"
+#include "core/sampling/token_sampling.h"
+
+using namespace varscope;
+
+namespace {
+
+// A head of depth 6 (blocks 0 and 5 keep their MLP term, 1..4 their output change) and 50
+// diffusion steps (with period 7: refreshes at 49, 42, ..., 0; warm-up steps 48..46).
+MarConfig head_config(int64_t depth = 6, const char* steps = "50") {
+    MarConfig c;
+    c.img_size = 64;
+    c.vae_stride = 16;
+    c.encoder_embed_dim = c.decoder_embed_dim = 32;
+    c.encoder_depth = c.decoder_depth = 1;
+    c.encoder_num_heads = c.decoder_num_heads = 2;
+    c.vae_embed_dim = 4;
+    c.class_num = 10;
+    c.buffer_size = 4;
+    c.diffloss_d = depth;
+    c.diffloss_w = 32;
+    c.num_sampling_steps = steps;
+    return c;
+}
+
+// MarPipeline::random's head modulation/output layers are N(0, 0.02): the blocks' gated MLP
+// terms then barely reach the samples (relative changes ~1e-7, float rounding). Scaled up, the
+// cache has a visible effect the tests can compare.
+MarPipeline strong_head_mar(const MarConfig& c, uint64_t seed) {
+    auto pipe = MarPipeline::random(c, seed, {});
+    at::NoGradGuard no_grad;
+    const auto& net = *pipe.sampler().transformer()->diffloss->net;
+    int64_t scaled = 0;
+    for (auto& p : net.named_parameters()) {
+        const auto& name = p.key();
+        if (name.find("adaLN_modulation") != std::string::npos ||
+            name.rfind("final_layer.linear", 0) == 0) {
+            p.value().mul_(25.0);
+            ++scaled;
+        }
+    }
+    // Two tensors per block, two for the final modulation, two for the output layer.
+    EXPECT_EQ(scaled, 2 * net.depth() + 4);
+    return pipe;
+}
+
+// MAR's cosine schedule divides by sqrt(alpha_bar) ~ 1e-3 at its first step: with a random
+// head (no trained eps) the samples reach 1e7 and the cache's effect drowns in their rounding.
+// Constant small betas keep them O(1), so the tests can see what the cache changes.
+DiffusionSampler mild_schedule(int64_t steps) {
+    return DiffusionSampler(
+        DiffusionSchedule::from_betas(std::vector<double>(size_t(steps), 0.02)));
+}
+
+// The released code's rule, step by step: per block a dict of kept tensors, rows matched by
+// taking the first ones or repeating them twice. Uses the modules' public pieces only.
+at::Tensor reference_sample(const SimpleMlpAdaLNImpl& net, const DiffusionSchedule& s,
+                            const at::Tensor& z, const at::Tensor& cfg_scale, double temperature,
+                            const at::Tensor& start, const at::Tensor& step_noise,
+                            int64_t cfg_period, int64_t mlp_period) {
+    const bool guided = cfg_scale.defined();
+    const int64_t N = guided ? z.size(0) / 2 : z.size(0), C = net.in_channels();
+    const int64_t S = s.num_steps(), depth = net.depth();
+    const auto c_emb = net.embed_condition(z);
+    std::map<int64_t, at::Tensor> kept_mlp, kept_delta;
+    at::Tensor cfg_delta;
+    auto fit = [](const at::Tensor& t, int64_t rows) {
+        if (t.size(0) > rows) return t.narrow(0, 0, rows);
+        if (t.size(0) < rows) return at::cat({t, t});
+        return t;
+    };
+    at::Tensor x = start;
+    for (int64_t i = S - 1; i >= 0; --i) {
+        const bool refresh = i == S - 1 || i % mlp_period == 0;
+        const bool warm = i > 0.9 * double(S);
+        const bool both = !guided || cfg_period <= 0 || i == S - 1 || i % cfg_period == 0;
+        const at::Tensor input = guided && both ? at::cat({x, x}) : x;
+        const int64_t rows = input.size(0);
+        const auto t_emb =
+            net.time_embed->forward(at::full({1}, s.timestep_map[size_t(i)], at::kLong));
+        const auto y = (t_emb + c_emb).narrow(0, 0, rows);
+        at::Tensor h = at::linear(input, net.input_proj->weight, net.input_proj->bias);
+        for (int64_t b = 0; b < depth; ++b) {
+            const auto& blk = net.block(b);
+            const bool middle = b >= 1 && b <= 4;
+            if (middle && !refresh) {
+                h = h + fit(kept_delta[b], rows);
+                continue;
+            }
+            const auto mod = blk.modulation(y);  // shift, 1 + scale, gate
+            at::Tensor m;
+            if (refresh || warm) {
+                const auto hn = apply_layer_norm(blk.in_ln, h) * mod[1] + mod[0];
+                m = at::linear(at::silu(at::linear(hn, blk.fc1()->weight, blk.fc1()->bias)),
+                               blk.fc2()->weight, blk.fc2()->bias);
+                kept_mlp[b] = m;
+            } else {
+                m = fit(kept_mlp[b], rows);
+            }
+            const auto out = h + mod[2] * m;
+            if (middle) kept_delta[b] = out - h;
+            h = out;
+        }
+        const auto model_out = net.final_layer->forward(h, y);
+        at::Tensor eps = model_out.narrow(1, 0, C), var = model_out.narrow(1, C, C);
+        if (guided) {
+            at::Tensor cond, uncond;
+            if (both) {
+                cond = eps.narrow(0, 0, N);
+                uncond = eps.narrow(0, N, N);
+                cfg_delta = cond - uncond;
+                var = var.narrow(0, 0, N);
+            } else {
+                cond = eps;
+                uncond = cond - cfg_delta;
+            }
+            eps = uncond + cfg_scale * (cond - uncond);
+        }
+        const auto f = [](double v) { return static_cast<float>(v); };
+        const auto frac = (var + 1) / 2;
+        const auto log_var = frac * f(s.log_betas[size_t(i)]) +
+                             (1 - frac) * f(s.posterior_log_variance_clipped[size_t(i)]);
+        const auto x0 = f(s.sqrt_recip_alphas_cumprod[size_t(i)]) * x -
+                        f(s.sqrt_recipm1_alphas_cumprod[size_t(i)]) * eps;
+        const auto mean =
+            f(s.posterior_mean_coef1[size_t(i)]) * x0 + f(s.posterior_mean_coef2[size_t(i)]) * x;
+        x = i == 0 ? mean
+                   : mean + at::exp(0.5 * log_var) * step_noise[S - 1 - i].narrow(0, 0, N) *
+                                f(temperature);
+    }
+    return x;
+}
+
+double rel_diff(const at::Tensor& a, const at::Tensor& b) {
+    return ((a - b).norm() / b.norm()).item<double>();
+}
+
+}  // namespace
+
+TEST(HeadMlpCache, StepSchedule) {
+    std::map<HeadMlpStep, int> count;
+    for (int64_t i = 0; i < 100; ++i) ++count[DiffusionSampler::head_mlp_step(i, 100, 7)];
+    // Refreshes: 99 and the 15 multiples of 7 in [0, 98]; warm-up: 92..97 (i > 90, not 91/98).
+    EXPECT_EQ(count[HeadMlpStep::Refresh], 16);
+    EXPECT_EQ(count[HeadMlpStep::Warmup], 6);
+    EXPECT_EQ(count[HeadMlpStep::Reuse], 78);
+    EXPECT_EQ(count[HeadMlpStep::Off], 0);
+    EXPECT_EQ(DiffusionSampler::head_mlp_step(92, 100, 7), HeadMlpStep::Warmup);
+    EXPECT_EQ(DiffusionSampler::head_mlp_step(90, 100, 7), HeadMlpStep::Reuse);
+    EXPECT_EQ(DiffusionSampler::head_mlp_step(91, 100, 7), HeadMlpStep::Refresh);
+    EXPECT_EQ(DiffusionSampler::head_mlp_step(5, 100, 0), HeadMlpStep::Off);
+    for (int64_t i = 0; i < 10; ++i)
+        EXPECT_EQ(DiffusionSampler::head_mlp_step(i, 10, 1), HeadMlpStep::Refresh);
+    EXPECT_FALSE(DiffusionSampler::head_mlp_skips_block(0));
+    for (int64_t b = 1; b <= 4; ++b) EXPECT_TRUE(DiffusionSampler::head_mlp_skips_block(b));
+    EXPECT_FALSE(DiffusionSampler::head_mlp_skips_block(5));
+}
+
+TEST(HeadMlpCache, OffAndEveryStepRefreshingAreExactAndCachedMatchesTheReleasedRule) {
+    auto pipe = strong_head_mar(head_config(), 4);
+    c10::InferenceMode guard;
+    const auto& net = *pipe.sampler().transformer()->diffloss->net;
+    const DiffusionSampler diffusion = mild_schedule(50);
+    const int64_t N = 3, C = net.in_channels(), S = diffusion.schedule().num_steps();
+    ASSERT_EQ(S, 50);
+    const auto z = at::randn({2 * N, 32});
+    const auto cfg = at::full({}, 2.5);
+    auto start = at::empty({N, C});
+    auto noise = at::empty({S, 2 * N, C});
+    DiffusionSampler::draw_noise(start, noise, seeded_generator(at::kCPU, 5));
+    for (bool guided : {true, false}) {
+        const auto zz = guided ? z : z.narrow(0, 0, N);
+        const auto scale = guided ? cfg : at::Tensor();
+        for (int64_t cfg_period : {0, 7, 3}) {
+            SCOPED_TRACE(std::string(guided ? "guided" : "unguided") + ", cfg period " +
+                         std::to_string(cfg_period));
+            auto run = [&](int64_t mlp, HeadPath path = HeadPath::Auto) {
+                return diffusion.sample_with_noise(net, zz, scale, 0.9, start, noise, {},
+                                                   cfg_period, path, mlp);
+            };
+            const auto off = run(0);
+            EXPECT_TRUE(at::equal(off, diffusion.sample_with_noise(net, zz, scale, 0.9, start,
+                                                                   noise, {}, cfg_period)));
+            // Period 1: every step refreshes, the same ops as without the cache.
+            EXPECT_TRUE(at::equal(run(1), off));
+            const auto cached = run(7);
+            const double moved = rel_diff(cached, off);
+            std::printf("[head MLP cache] relative change of the samples: %.3g\n", moved);
+            EXPECT_GT(moved, 1e-3) << "the cache changed nothing: is it used?";
+            EXPECT_LT(moved, 1.0);
+            // The released code's rule, step by step.
+            const auto ref = reference_sample(net, diffusion.schedule(), zz, scale, 0.9, start,
+                                              noise, cfg_period, 7);
+            EXPECT_LT(rel_diff(cached, ref), 1e-5);
+            EXPECT_LT(rel_diff(cached, ref), 1e-3 * moved);
+            // A cache period of 5 lands on other steps than 7.
+            EXPECT_GT(rel_diff(run(5), cached), 1e-4);
+            const auto ref5 = reference_sample(net, diffusion.schedule(), zz, scale, 0.9, start,
+                                               noise, cfg_period, 5);
+            EXPECT_LT(rel_diff(run(5), ref5), 1e-5);
+        }
+    }
+}
+
+// Heads with fewer than 5 blocks: the skipped set is what of 1..4 exists (released code).
+TEST(HeadMlpCache, ShallowHeadsMatchTheReleasedRule) {
+    for (int64_t depth : {1, 2, 3}) {
+        SCOPED_TRACE("depth " + std::to_string(depth));
+        auto pipe = strong_head_mar(head_config(depth, "30"), 6);
+        c10::InferenceMode guard;
+        const auto& net = *pipe.sampler().transformer()->diffloss->net;
+        const DiffusionSampler diffusion = mild_schedule(30);
+        const int64_t N = 2, C = net.in_channels(), S = diffusion.schedule().num_steps();
+        const auto z = at::randn({2 * N, 32});
+        const auto cfg = at::full({}, 3.0);
+        auto start = at::empty({N, C});
+        auto noise = at::empty({S, 2 * N, C});
+        DiffusionSampler::draw_noise(start, noise, seeded_generator(at::kCPU, 8));
+        const auto cached =
+            diffusion.sample_with_noise(net, z, cfg, 1.0, start, noise, {}, 7, HeadPath::Auto, 4);
+        const auto ref =
+            reference_sample(net, diffusion.schedule(), z, cfg, 1.0, start, noise, 7, 4);
+        EXPECT_LT(rel_diff(cached, ref), 1e-5);
+        if (depth > 1) {
+            const auto off = diffusion.sample_with_noise(net, z, cfg, 1.0, start, noise, {}, 7);
+            EXPECT_LT(rel_diff(cached, ref), 1e-3 * rel_diff(cached, off));
+        }
+    }
+}
+
+TEST(HeadMlpCache, FusedPathsRefuseAndAutoFallsBackToModules) {
+    auto pipe = MarPipeline::random(head_config(), 4, {});
+    c10::InferenceMode guard;
+    const auto& net = *pipe.sampler().transformer()->diffloss->net;
+    const auto& diffusion = pipe.sampler().diffusion();
+    const auto z = at::randn({4, 32});
+    std::string why;
+    EXPECT_FALSE(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::Auto, &why, 7));
+    EXPECT_NE(why.find("head MLP cache"), std::string::npos) << why;
+    EXPECT_THROW(
+        DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedReference, nullptr, 7),
+        c10::Error);
+    EXPECT_THROW(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedCuda, nullptr, 7),
+                 c10::Error);
+    // Without the cache the reference fused loop is still available.
+    EXPECT_TRUE(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedReference));
+    const auto cfg = at::full({}, 2.0);
+    EXPECT_THROW(diffusion.sample(net, z, cfg, 1.0, seeded_generator(at::kCPU, 1), 0,
+                                  HeadPath::FusedReference, 7),
+                 c10::Error);
+    auto g1 = seeded_generator(at::kCPU, 1), g2 = seeded_generator(at::kCPU, 1);
+    EXPECT_TRUE(at::equal(diffusion.sample(net, z, cfg, 1.0, g1, 0, HeadPath::Auto, 7),
+                          diffusion.sample(net, z, cfg, 1.0, g2, 0, HeadPath::Modules, 7)));
+}
+
+// Through the MAR loop: option off = baseline exactly, period 1 = baseline exactly, period 7
+// close to it; LazyMarConfig carries it (JSON, range) and hands it to the options.
+TEST(HeadMlpCache, MarLoopOptionAndConfig) {
+    auto pipe = strong_head_mar(head_config(6, "20"), 4);
+    MarSampleOptions o;
+    o.class_ids = {1, 2};
+    o.seed = 9;
+    o.num_iter = 4;
+    o.cfg = 3.0;
+    o.time_steps = false;
+    const auto base = pipe.generate(o);
+    o.head_mlp_cache_period = 1;
+    EXPECT_TRUE(at::equal(pipe.generate(o).tokens, base.tokens));
+    o.head_mlp_cache_period = 7;
+    o.head_cfg_cache_period = 7;
+    const double rel = rel_diff(pipe.generate(o).tokens, base.tokens);
+    EXPECT_GT(rel, 0.0);
+    EXPECT_LT(rel, 2.0);
+
+    LazyMarConfig lc;
+    EXPECT_EQ(lc.head_mlp_period, 0);
+    lc.head_mlp_period = 7;
+    EXPECT_EQ(lazymar_head_mlp_period(lc), 0);  // method off
+    lc.enabled = true;
+    EXPECT_EQ(lazymar_head_mlp_period(lc), 7);
+    lc.condition_cache = false;  // independent of the condition cache
+    EXPECT_EQ(lazymar_head_mlp_period(lc), 7);
+    EXPECT_EQ(LazyMarConfig::from_json(lc.to_json()).head_mlp_period, 7);
+    EXPECT_EQ(LazyMarConfig::from_json({{"head_mlp_period", 3}}).head_mlp_period, 3);
+    EXPECT_ANY_THROW(LazyMarConfig::from_json({{"head_mlp_period", -1}}));
+    bool listed = false;
+    for (const auto& p : LazyMarConfig::spec().params) listed |= p.key == "head_mlp_period";
+    EXPECT_TRUE(listed);
+}
+
+// The counter (told the run's periods) counts what the plan says; by hand for one setting.
+TEST(HeadMlpCache, CounterCountsTheHeadMlpCache) {
+    const MarConfig c = head_config(6, "20");
+    auto pipe = MarPipeline::random(c, 4, {});
+    const int64_t steps = 20;
+    MarSampleOptions o;
+    o.class_ids = {1, 2};
+    o.seed = 9;
+    o.num_iter = 4;
+    o.time_steps = false;
+    for (double guidance : {1.0, 3.0}) {
+        for (int64_t cfg_period : {0, 7}) {
+            for (int64_t mlp_period : {0, 1, 3, 7}) {
+                SCOPED_TRACE("guidance " + std::to_string(guidance) + " cfg period " +
+                             std::to_string(cfg_period) + " mlp period " +
+                             std::to_string(mlp_period));
+                LazyMarConfig lc;
+                lc.enabled = true;
+                lc.token_cache = false;
+                lc.condition_cache = true;
+                lc.start_step = 1;
+                lc.period = 2;
+                lc.head_cfg_period = cfg_period;
+                lc.head_mlp_period = mlp_period;
+                o.cfg = guidance;
+                o.head_cfg_cache_period = guidance != 1.0 ? lazymar_head_period(lc) : 0;
+                o.head_mlp_cache_period = lazymar_head_mlp_period(lc);
+                auto counter = std::make_shared<MarFlopCounter>(c, steps, o.head_cfg_cache_period,
+                                                                o.head_mlp_cache_period);
+                auto chain = chain_with_counter(counter, make_lazymar(lc, c, nullptr));
+                const auto r = pipe.generate(o, chain.get());
+                const auto counted = counter->flops(r.attention_flops);
+                const auto planned = lazymar_planned_flops(c, lc, 4, 2, guidance, steps);
+                EXPECT_DOUBLE_EQ(planned.diffusion, counted.diffusion);
+                EXPECT_DOUBLE_EQ(planned.linear, counted.linear);
+                const int64_t tokens = 2 * c.seq_len();
+                if (mlp_period <= 1) {  // period 1 refreshes every step: the uncached count
+                    EXPECT_DOUBLE_EQ(counted.diffusion,
+                                     mar_head_flops(c, tokens, guidance != 1.0, steps,
+                                                    o.head_cfg_cache_period, 0));
+                }
+                if (mlp_period == 7 && cfg_period == 0 && guidance == 3.0) {
+                    // 20 steps, period 7: refreshes 19, 14, 7, 0; warm-up none (i > 18 is 19);
+                    // 16 reusing steps run blocks 0 and 5 at 3 w^2 and skip 1..4.
+                    const double w = 32, D = 4, cz = 32;
+                    const double io = D * w + 2 * w * w + 2 * w * D;
+                    const double full = io + 6 * 5 * w * w, reuse = io + 2 * 3 * w * w;
+                    const double expect =
+                        2.0 * (2.0 * tokens * (4 * full + 16 * reuse) + 2.0 * tokens * cz * w);
+                    EXPECT_DOUBLE_EQ(counted.diffusion, expect);
+                    EXPECT_LT(counted.diffusion,
+                              0.5 * mar_head_flops(c, tokens, true, steps, 0, 0));
+                }
+            }
+        }
+    }
+}
