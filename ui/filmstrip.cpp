@@ -1,5 +1,6 @@
 #include "ui/filmstrip.h"
 
+#include <QFontMetrics>
 #include <QMouseEvent>
 #include <QPainter>
 
@@ -7,7 +8,9 @@ namespace varscope::gui {
 
 Filmstrip::Filmstrip(QWidget* parent) : QWidget(parent) {
     setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
-    setToolTip(tr("Decoded image after each scale; click to inspect that scale"));
+    setToolTip(
+        tr("Decoded image after each scale (VAR) or decoding step (MAR); click to "
+           "inspect it"));
 }
 
 void Filmstrip::setFrames(const QVector<QImage>& frames, const QStringList& captions) {
@@ -23,7 +26,9 @@ void Filmstrip::setSelected(int index) {
     update();
 }
 
-QSize Filmstrip::sizeHint() const { return {400, thumbHeight() + 4}; }
+QSize Filmstrip::sizeHint() const {
+    return {400, thumbHeight() + 4};
+}
 
 QRect Filmstrip::frameRect(int i) const {
     const int n = std::max(1, int(frames_.size()));
@@ -53,8 +58,14 @@ void Filmstrip::paintEvent(QPaintEvent*) {
         QFont f = font();
         f.setPointSizeF(f.pointSizeF() * 0.85);
         p.setFont(f);
-        p.drawText(QRect(r.left() - 4, r.bottom() + 1, r.width() + 8, fontMetrics().height()),
-                   Qt::AlignHCenter | Qt::AlignTop, captions_.value(i));
+        // "step 12" under a 24-pixel thumbnail: keep what tells the frames apart (the number).
+        const QRect box(r.left() - 4, r.bottom() + 1, r.width() + 8, fontMetrics().height());
+        QString caption = captions_.value(i);
+        const QFontMetrics fm(f);
+        if (fm.horizontalAdvance(caption) > box.width() && caption.contains(' '))
+            caption = caption.section(' ', -1);
+        p.drawText(box, Qt::AlignHCenter | Qt::AlignTop,
+                   fm.elidedText(caption, Qt::ElideRight, box.width()));
     }
 }
 
