@@ -21,6 +21,7 @@
 #include "core/mar_pipeline.h"
 #include "core/sampling/token_sampling.h"
 #include "kernels/diffloss_ops.h"
+#include "tests/tiny_mar.h"
 
 namespace vk = varscope::kernels;
 using namespace varscope;
@@ -338,19 +339,7 @@ TEST(KernelsDiffLossGpu, FinalStepMatchesFloat64InEveryCfgMode) {
 namespace {
 
 MarConfig head_config(int64_t width, int64_t depth) {
-    MarConfig c;
-    c.img_size = 128;  // 8x8 tokens
-    c.vae_stride = 16;
-    c.encoder_embed_dim = c.decoder_embed_dim = 64;
-    c.encoder_depth = c.decoder_depth = 2;
-    c.encoder_num_heads = c.decoder_num_heads = 4;
-    c.vae_embed_dim = 16;
-    c.class_num = 10;
-    c.buffer_size = 8;
-    c.diffloss_d = depth;
-    c.diffloss_w = width;
-    c.num_sampling_steps = "25";
-    return c;
+    return varscope::testing::small_mar_with_head(width, depth, "25");
 }
 
 }  // namespace

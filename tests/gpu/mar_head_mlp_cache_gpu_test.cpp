@@ -13,25 +13,15 @@
 #include "core/pipeline.h"
 #include "core/sampling/token_sampling.h"
 #include "kernels/cuda_graph.h"
+#include "tests/tiny_mar.h"
 
 using namespace varscope;
 
 namespace {
 
+// Blocks 0 and 5 keep their MLP term, 1..4 their change.
 MarConfig head_cache_config() {
-    MarConfig c;
-    c.img_size = 128;  // 8x8 tokens
-    c.vae_stride = 16;
-    c.encoder_embed_dim = c.decoder_embed_dim = 64;
-    c.encoder_depth = c.decoder_depth = 2;
-    c.encoder_num_heads = c.decoder_num_heads = 4;
-    c.vae_embed_dim = 16;
-    c.class_num = 10;
-    c.buffer_size = 8;
-    c.diffloss_d = 6;  // blocks 0, 5 keep their MLP term, 1..4 their change
-    c.diffloss_w = 256;
-    c.num_sampling_steps = "50";
-    return c;
+    return varscope::testing::small_mar_with_head(256, 6, "50");
 }
 
 MarSampleOptions options(bool graphs) {
