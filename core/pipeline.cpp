@@ -34,7 +34,8 @@ at::ScalarType to_scalar(Precision p) {
     return at::kFloat;
 }
 
-void place(VarTransformer& var, Vqvae& vae, const LoadOptions& o) {
+// Moves the models to the device and precision of `o` and wraps them in a sampler set up for it.
+std::shared_ptr<VarSampler> placed_sampler(VarTransformer& var, Vqvae& vae, const LoadOptions& o) {
     const at::Device dev = parse_device(o.device);
     if (o.autocast && o.precision != Precision::Bf16)
         throw std::invalid_argument("autocast is a bf16 mode (precision bf16-autocast)");
@@ -45,6 +46,9 @@ void place(VarTransformer& var, Vqvae& vae, const LoadOptions& o) {
     vae->to(dev);
     var->eval();
     vae->eval();
+    auto sampler = std::make_shared<VarSampler>(var, vae);
+    sampler->set_tf32(o.tf32);
+    return sampler;
 }
 
 }  // namespace
@@ -96,10 +100,7 @@ VarPipeline VarPipeline::load(const VarModelFiles& f, const LoadOptions& o) {
     var->load(var_sd, f.var_path);
     Vqvae vae(ac);
     vae->load(vae_sd, f.vae_path);
-    place(var, vae, o);
-    auto sampler = std::make_shared<VarSampler>(var, vae);
-    sampler->set_tf32(o.tf32);
-    return VarPipeline(sampler);
+    return VarPipeline(placed_sampler(var, vae, o));
 }
 
 VarPipeline VarPipeline::random(const VarConfig& vc, const VqvaeConfig& ac, uint64_t seed,
@@ -107,10 +108,7 @@ VarPipeline VarPipeline::random(const VarConfig& vc, const VqvaeConfig& ac, uint
     VarTransformer var(vc);
     var->init_weights(seed);
     Vqvae vae(ac);
-    place(var, vae, o);
-    auto sampler = std::make_shared<VarSampler>(var, vae);
-    sampler->set_tf32(o.tf32);
-    return VarPipeline(sampler);
+    return VarPipeline(placed_sampler(var, vae, o));
 }
 
 VarSampleResult VarPipeline::generate(const VarSampleOptions& opt, SamplingHooks* hooks,
