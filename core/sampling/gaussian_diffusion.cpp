@@ -10,8 +10,10 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "core/models/diffloss.h"
+#include "kernels/cuda_path.h"
 #include "kernels/diffloss_ops.h"
 
 namespace varscope {
@@ -292,10 +294,7 @@ int64_t DiffusionSampler::fused_head_max_rows(int64_t width) {
 bool DiffusionSampler::uses_fused_head(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                        bool guided, HeadPath head, std::string* why_not,
                                        int64_t mlp_cache_period) {
-    auto no = [&](const std::string& why) {
-        if (why_not) *why_not = why;
-        return false;
-    };
+    auto no = [&](std::string why) { return kernels::unsupported(why_not, std::move(why)); };
     if (head == HeadPath::Modules) return no("the module path was asked for");
     if (mlp_cache_period > 0) {
         const std::string why =
@@ -351,7 +350,7 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
     const auto kpath = head == HeadPath::FusedReference ? kernels::KernelPath::Reference
                                                         : kernels::KernelPath::Cuda;
     std::vector<kernels::DiffBlockWeights> blocks;
-    at::Tensor delta;  // head-side condition cache (cfg_cache_period > 0)
+    at::Tensor delta;        // head-side condition cache (cfg_cache_period > 0)
     HeadMlpCache mlp_cache;  // head MLP cache (mlp_cache_period > 0, module path)
     if (fused) {
         // The CUDA kernels update x in place: it must not alias the caller's start noise.
