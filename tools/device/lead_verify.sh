@@ -6,7 +6,10 @@
 #   cd $S && mkdir -p .device && ln -sfn ../../.device/deps-x .device/deps &&
 #   DEADLINE_S=350 bash tools/device/lead_verify.sh
 # Env: DEADLINE_S (stop starting work), MAR_RUNS ("model:batch:methods ..."; methods comma-
-# separated presets or JSON files), GTEST_FILTER (default: all GPU tests).
+# separated presets or JSON files), MAR_REPEAT (timed runs each, 1), GTEST_FILTER (default: all
+# GPU tests), VAR_SPEED ("depths:batches:our-precisions", e.g. "30:1,16:tf32,bf16-autocast":
+# tools/parity/var_speed.py against the official VAR code carried in .device/varref, never
+# committed; runs after the GPU tests, before MAR_RUNS).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee "$OUT/lead_verify.log") 2>&1
@@ -26,11 +29,18 @@ timeout $(lim 180) $BUILD/tests/varscope_gpu_tests --gtest_filter="${GTEST_FILTE
 echo "gpu tests rc=$?"
 grep -E "^\[==========\]|^\[  PASSED|^\[  FAILED|^\[  SKIPPED|Failure|\[MAR graphs\]|what\(\)|CUDA error" $OUT/gpu_tests.log | head -40
 stamp tests
+if [[ -n "${VAR_SPEED:-}" ]]; then
+  IFS=: read -r D Bs P <<< "$VAR_SPEED"
+  PYTHONUNBUFFERED=1 timeout $(lim 200) python3 tools/parity/var_speed.py --official "$PWD/.device/varref" \
+    --cli $BUILD/app/cli/varscope-cli --work /tmp/speed --out $OUT/var_speed.json --depths $D \
+    --batches $Bs --ours-precisions "$P" 2>&1 | grep -v "^+ "
+  stamp "var speed"
+fi
 for run in ${MAR_RUNS:-}; do
   IFS=: read -r M B METH <<< "$run"
   (( $(left) < 30 )) && { stamp "skip $run (no time)"; continue; }
   timeout $(lim 120) $BUILD/app/cli/varscope-cli bench mar --models $M --methods $METH --device cuda \
-    --precision bf16 --batch $B --num-iter 64 --cfg 3.0 --warmup 1 --repeat 1 \
+    --precision bf16 --batch $B --num-iter 64 --cfg 3.0 --warmup 1 --repeat ${MAR_REPEAT:-1} \
     --json $OUT/mar_${M}_b${B}.json --force 2>&1 | grep -v '^\['
   stamp "mar $run"
 done
