@@ -279,7 +279,8 @@ KlVaeConfig KlVaeConfig::infer_from(const StateDict& dict, int64_t resolution,
     }
     // post_quant_conv maps embed_dim -> z_channels; quant_conv emits 2 * embed_dim when
     // variational; the encoder emits 2 * z_channels when double_z.
-    const at::Tensor& post = need(dict, "post_quant_conv.weight", "embed_dim and z_channels");
+    // A handle, not a reference: GCC 13 warns about references returned through temporaries.
+    const at::Tensor post = need(dict, "post_quant_conv.weight", "embed_dim and z_channels");
     c.embed_dim = post.size(1);
     c.z_channels = post.size(0);
     c.double_z = need(dict, "encoder.conv_out.weight", "double_z").size(0) == 2 * c.z_channels;

@@ -115,7 +115,7 @@ void MarConfig::validate() const {
 
 MarConfig MarConfig::infer_from(const StateDict& d) {
     MarConfig c;
-    const at::Tensor& zp = require(d, "z_proj.weight");  // (Ce, token_dim)
+    const at::Tensor zp = require(d, "z_proj.weight");  // (Ce, token_dim)
     c.encoder_embed_dim = zp.size(0);
     c.vae_embed_dim = zp.size(1);
     c.patch_size = 1;
