@@ -60,8 +60,38 @@ at::Tensor diff_block_fc1(const at::Tensor& h, const DiffBlockWeights& w, const 
 }
 
 at::Tensor diff_block_fc2(const at::Tensor& a, const DiffBlockWeights& w, const at::Tensor& gate,
-                          const at::Tensor& h) {
-    return h + gate * at::linear(a, w.fc2_weight, w.fc2_bias);
+                          const at::Tensor& h, const DiffKeep& keep) {
+    const auto mlp = at::linear(a, w.fc2_weight, w.fc2_bias);
+    auto out = h + gate * mlp;
+    if (keep.mlp.defined()) keep.mlp.copy_(mlp);
+    if (keep.change.defined()) keep.change.copy_(out - h);
+    return out;
+}
+
+at::Tensor diff_apply_kept(const at::Tensor& h_in, const std::vector<DiffKeptBlock>& blocks) {
+    at::Tensor h = h_in;
+    const int64_t rows = h.size(0);
+    for (const auto& b : blocks) {
+        const int64_t kept = b.term.size(0);
+        const at::Tensor term =
+            kept == rows ? b.term
+                         : b.term.index_select(0, at::arange(rows, b.term.options().dtype(at::kLong)) % kept);
+        h = b.gate.defined() ? h + b.gate.narrow(0, 0, rows) * term : h + term;
+    }
+    return h;
+}
+
+at::Tensor diff_cached_step(const at::Tensor& x, const at::Tensor& in_weight,
+                            const at::Tensor& in_bias, int64_t rows,
+                            const std::vector<DiffKeptBlock>& blocks, const at::Tensor& shift,
+                            const at::Tensor& scale1, const at::Tensor& weight,
+                            const at::Tensor& bias, double ln_eps, const at::Tensor& noise,
+                            const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
+                            const DiffStepCoefs& coefs) {
+    const auto h = reference::diff_apply_kept(reference::diff_input_proj(x, in_weight, in_bias, rows),
+                                              blocks);
+    return reference::diff_final_step(h, shift, scale1, weight, bias, ln_eps, x, noise, cfg_scale,
+                                      mode, delta, coefs);
 }
 
 at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const at::Tensor& scale1,
@@ -195,14 +225,89 @@ std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(
 }
 
 at::Tensor diff_block_fc2(const at::Tensor& a, const DiffBlockWeights& w, const at::Tensor& gate,
-                          const at::Tensor& h, KernelPath path) {
+                          const at::Tensor& h, KernelPath path, const DiffKeep& keep) {
+    for (const auto* t : {&keep.mlp, &keep.change})
+        TORCH_CHECK(!t->defined() || (t->sizes() == h.sizes() && t->is_contiguous() &&
+                                      t->scalar_type() == h.scalar_type()),
+                    "diff_block_fc2: kept outputs must be contiguous tensors shaped like h");
 #ifdef VARSCOPE_KERNELS_CUDA
     if (use_cuda(a, a.size(0), a.size(1), path))
-        return cuda::diff_block_fc2(a, w, gate, h, diff_pdl_enabled());
+        return cuda::diff_block_fc2(a, w, gate, h, diff_pdl_enabled(), keep);
 #else
     use_cuda(a, a.size(0), a.size(1), path);
 #endif
-    return reference::diff_block_fc2(a, w, gate, h);
+    return reference::diff_block_fc2(a, w, gate, h, keep);
+}
+
+namespace {
+
+void check_kept(const std::vector<DiffKeptBlock>& blocks, int64_t rows, int64_t width,
+                at::ScalarType type, const char* what) {
+    TORCH_CHECK(blocks.size() <= 16, what, ": at most 16 kept blocks");
+    for (const auto& b : blocks) {
+        TORCH_CHECK(b.term.defined() && b.term.dim() == 2 && b.term.size(0) > 0 &&
+                        b.term.size(1) == width && b.term.is_contiguous() &&
+                        b.term.scalar_type() == type,
+                    what, ": a kept term must be a contiguous (rows, ", width, ") ", type,
+                    " tensor");
+        TORCH_CHECK(b.term.size(0) >= rows || rows % b.term.size(0) == 0, what, ": ",
+                    b.term.size(0), " kept rows cannot serve ", rows);
+        TORCH_CHECK(!b.gate.defined() || (b.gate.dim() == 2 && b.gate.size(0) >= rows &&
+                                          b.gate.size(1) == width),
+                    what, ": a gate must have (", rows, ", ", width, ") rows");
+    }
+}
+
+}  // namespace
+
+at::Tensor diff_apply_kept(const at::Tensor& h, const std::vector<DiffKeptBlock>& blocks,
+                           KernelPath path) {
+    TORCH_CHECK(h.dim() == 2, "diff_apply_kept: h (M, W) expected");
+    check_kept(blocks, h.size(0), h.size(1), h.scalar_type(), "diff_apply_kept");
+#ifdef VARSCOPE_KERNELS_CUDA
+    if (use_cuda(h, h.size(0), h.size(1), path))
+        return cuda::diff_apply_kept(h, blocks, diff_pdl_enabled());
+#else
+    use_cuda(h, h.size(0), h.size(1), path);
+#endif
+    return reference::diff_apply_kept(h, blocks);
+}
+
+at::Tensor diff_cached_step(const at::Tensor& x, const at::Tensor& in_weight,
+                            const at::Tensor& in_bias, int64_t rows,
+                            const std::vector<DiffKeptBlock>& blocks, const at::Tensor& shift,
+                            const at::Tensor& scale1, const at::Tensor& weight,
+                            const at::Tensor& bias, double ln_eps, const at::Tensor& noise,
+                            const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
+                            const DiffStepCoefs& coefs, KernelPath path) {
+    TORCH_CHECK(x.dim() == 2 && x.size(0) > 0 && in_weight.dim() == 2 &&
+                    in_weight.size(1) == x.size(1),
+                "diff_cached_step: x (N, C) and an input projection (W, C) expected");
+    const int64_t N = x.size(0), W = in_weight.size(0);
+    const bool both = mode == DiffCfgMode::Full || mode == DiffCfgMode::FullKeep;
+    TORCH_CHECK(rows == (both ? 2 * N : N), "diff_cached_step: ", rows, " rows, expected ",
+                both ? 2 * N : N);
+    check_kept(blocks, rows, W, x.scalar_type(), "diff_cached_step");
+    TORCH_CHECK(weight.size(0) == 2 * x.size(1), "diff_cached_step: the final layer must output 2C");
+    TORCH_CHECK(mode == DiffCfgMode::None || cfg_scale.defined(),
+                "diff_cached_step: CFG needs a scale");
+    TORCH_CHECK(mode == DiffCfgMode::None || mode == DiffCfgMode::Full || delta.defined(),
+                "diff_cached_step: the head condition cache needs a delta tensor");
+#ifdef VARSCOPE_KERNELS_CUDA
+    if (use_cuda(x, rows, W, path) && (x.size(1) == 8 || x.size(1) == 16))
+        return cuda::diff_cached_step(x, in_weight, in_bias, rows, blocks, shift, scale1, weight,
+                                      bias, ln_eps, noise, cfg_scale, mode, delta, coefs,
+                                      diff_pdl_enabled());
+    TORCH_CHECK(path != KernelPath::Cuda || x.size(1) == 8 || x.size(1) == 16,
+                "fused DiffLoss cached step requested but the latent width ", x.size(1),
+                " is not 8 or 16");
+#else
+    use_cuda(x, rows, W, path);
+#endif
+    // The three ops one after the other (each on CUDA or as its reference, as `path` says).
+    const auto h = diff_apply_kept(diff_input_proj(x, in_weight, in_bias, rows, path), blocks, path);
+    return diff_final_step(h, shift, scale1, weight, bias, ln_eps, x.clone(), noise, cfg_scale,
+                           mode, delta, coefs, path);
 }
 
 at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const at::Tensor& scale1,

@@ -11,6 +11,12 @@
 //   diff_final_step:  out = (LayerNorm(h) * scale1 + shift) Wf^T + bf (no affine), then eps with
 //                     CFG, the learned-range log variance and the posterior update of x.
 //
+//   LazyMAR's head MLP cache (DiffusionSampler's HeadMlpStep) in the same chain:
+//   diff_block_fc2 with DiffKeep: also writes the block's MLP term or output change (refresh)
+//   diff_apply_kept:  h after blocks replayed from their kept terms (warm-up steps)
+//   diff_cached_step: a step that replays every block: input projection, the kept blocks and
+//                     diff_final_step as one kernel
+//
 // The CUDA path runs for CUDA float16/bfloat16 tensors of at most kDiffMaxRows rows and widths
 // that are multiples of 8 up to 2048 (diff_head_cuda_supported); force_reference_kernels() or
 // VARSCOPE_REFERENCE_KERNELS=1 select the references. The CUDA fc2 and final step write in
@@ -21,6 +27,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/attention_dispatch.h"
 
@@ -31,6 +38,20 @@ struct DiffBlockWeights {
     at::Tensor ln_weight, ln_bias;
     double ln_eps = 1e-6;
     at::Tensor fc1_weight, fc1_bias, fc2_weight, fc2_bias;
+};
+
+// What fc2 also writes at a step that refreshes the head MLP cache (undefined = nothing): the
+// block's MLP term before its gate, or its output change h' - h; (M, W) contiguous.
+struct DiffKeep {
+    at::Tensor mlp, change;
+};
+
+// A block replayed from the head MLP cache: h = h + gate * term (gate defined: the kept MLP
+// term) or h = h + term (the kept output change), each op rounded to the dtype as the module
+// path's. term (kept rows, W) contiguous: row m reads term row m % kept rows (the released code
+// takes the first rows of a larger kept tensor, or repeats a half-sized one twice).
+struct DiffKeptBlock {
+    at::Tensor term, gate;
 };
 
 // How the final step forms eps (DiffusionSampler::sample's CFG and head condition cache).
@@ -64,9 +85,13 @@ std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(
     const at::Tensor& x, const at::Tensor& in_weight, const at::Tensor& in_bias, int64_t rows,
     const DiffBlockWeights& w, const at::Tensor& shift, const at::Tensor& scale1,
     KernelPath path = KernelPath::Auto);
-// a, h (M, W), gate (M, W): h + gate * fc2(a) (in place into h on CUDA).
+// a, h (M, W), gate (M, W): h + gate * fc2(a) (in place into h on CUDA); keep: see DiffKeep.
 at::Tensor diff_block_fc2(const at::Tensor& a, const DiffBlockWeights& w, const at::Tensor& gate,
-                          const at::Tensor& h, KernelPath path = KernelPath::Auto);
+                          const at::Tensor& h, KernelPath path = KernelPath::Auto,
+                          const DiffKeep& keep = {});
+// h (M, W) after the kept blocks, in order (in place on CUDA). At most 16 blocks.
+at::Tensor diff_apply_kept(const at::Tensor& h, const std::vector<DiffKeptBlock>& blocks,
+                           KernelPath path = KernelPath::Auto);
 // h (M, W), x (N, C) latents, noise (N, C) rows (row stride free; ignored when last),
 // cfg_scale 0-dim float32 on the device (undefined for None), delta (N, C) for FullKeep/Cached.
 // Returns the next x (in place on CUDA; the reference also fills delta in place for FullKeep).
@@ -75,6 +100,16 @@ at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const a
                            const at::Tensor& x, const at::Tensor& noise,
                            const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
                            const DiffStepCoefs& coefs, KernelPath path = KernelPath::Auto);
+
+// diff_input_proj (rows rows), diff_apply_kept, then diff_final_step on the result, as one
+// kernel on CUDA (latent width C of 8 or 16). x is only read: the next x is a new tensor.
+at::Tensor diff_cached_step(const at::Tensor& x, const at::Tensor& in_weight,
+                            const at::Tensor& in_bias, int64_t rows,
+                            const std::vector<DiffKeptBlock>& blocks, const at::Tensor& shift,
+                            const at::Tensor& scale1, const at::Tensor& weight,
+                            const at::Tensor& bias, double ln_eps, const at::Tensor& noise,
+                            const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
+                            const DiffStepCoefs& coefs, KernelPath path = KernelPath::Auto);
 
 // Whether the fused CUDA kernels would run for a head of width `width` on `rows` rows with
 // tensors like `like` (device, dtype, build, switch, sizes).
@@ -106,7 +141,15 @@ at::Tensor diff_input_proj(const at::Tensor& x, const at::Tensor& weight, const 
 at::Tensor diff_block_fc1(const at::Tensor& h, const DiffBlockWeights& w, const at::Tensor& shift,
                           const at::Tensor& scale1);
 at::Tensor diff_block_fc2(const at::Tensor& a, const DiffBlockWeights& w, const at::Tensor& gate,
-                          const at::Tensor& h);
+                          const at::Tensor& h, const DiffKeep& keep = {});
+at::Tensor diff_apply_kept(const at::Tensor& h, const std::vector<DiffKeptBlock>& blocks);
+at::Tensor diff_cached_step(const at::Tensor& x, const at::Tensor& in_weight,
+                            const at::Tensor& in_bias, int64_t rows,
+                            const std::vector<DiffKeptBlock>& blocks, const at::Tensor& shift,
+                            const at::Tensor& scale1, const at::Tensor& weight,
+                            const at::Tensor& bias, double ln_eps, const at::Tensor& noise,
+                            const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
+                            const DiffStepCoefs& coefs);
 at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const at::Tensor& scale1,
                            const at::Tensor& weight, const at::Tensor& bias, double ln_eps,
                            const at::Tensor& x, const at::Tensor& noise,

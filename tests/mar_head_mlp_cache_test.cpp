@@ -1,20 +1,23 @@
 // LazyMAR's head MLP cache (DiffusionSampler mlp_cache_period, LazyMarConfig::head_mlp_period):
 // the step schedule; exactly the uncached samples when off or when every step refreshes; equal
 // to a plain re-implementation of the released code's rule (written here from its description,
-// per step, without the sampler's windows); the fused paths refuse it; the FLOP counter and the
-// plan count it.
+// per step, without the sampler's windows); the fused loop on its references equals the module
+// path exactly; the FLOP counter and the plan count it.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "core/accel/lazymar.h"
 #include "core/accel/mar_flops.h"
 #include "core/mar_pipeline.h"
 #include "core/models/diffloss.h"
 #include "core/sampling/token_sampling.h"
+#include "kernels/diffloss_ops.h"
 
 using namespace varscope;
 
@@ -243,29 +246,69 @@ TEST(HeadMlpCache, ShallowHeadsMatchTheReleasedRule) {
     }
 }
 
-TEST(HeadMlpCache, FusedPathsRefuseAndAutoFallsBackToModules) {
-    auto pipe = MarPipeline::random(head_config(), 4, {});
-    c10::InferenceMode guard;
-    const auto& net = *pipe.sampler().transformer()->diffloss->net;
-    const auto& diffusion = pipe.sampler().diffusion();
-    const auto z = at::randn({4, 32});
-    std::string why;
-    EXPECT_FALSE(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::Auto, &why, 7));
-    EXPECT_NE(why.find("head MLP cache"), std::string::npos) << why;
-    EXPECT_THROW(
-        DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedReference, nullptr, 7),
-        c10::Error);
-    EXPECT_THROW(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedCuda, nullptr, 7),
-                 c10::Error);
-    // Without the cache the reference fused loop is still available.
-    EXPECT_TRUE(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedReference));
-    const auto cfg = at::full({}, 2.0);
-    EXPECT_THROW(diffusion.sample(net, z, cfg, 1.0, seeded_generator(at::kCPU, 1), 0,
-                                  HeadPath::FusedReference, 7),
-                 c10::Error);
-    auto g1 = seeded_generator(at::kCPU, 1), g2 = seeded_generator(at::kCPU, 1);
-    EXPECT_TRUE(at::equal(diffusion.sample(net, z, cfg, 1.0, g1, 0, HeadPath::Auto, 7),
-                          diffusion.sample(net, z, cfg, 1.0, g2, 0, HeadPath::Modules, 7)));
+// The fused loop (kernels/diffloss_ops.h: fc2 keeping the terms, the replayed blocks, the
+// one-kernel cached step) on its LibTorch references equals the module path bit for bit, with
+// and without CFG and the head condition cache, for heads deeper and shallower than the
+// skipped range; on the CPU Auto keeps the module path and the CUDA kernels are refused.
+TEST(HeadMlpCache, FusedReferenceLoopEqualsTheModulePathExactly) {
+    for (int64_t depth : {6, 2}) {
+        auto pipe = strong_head_mar(head_config(depth, "30"), 4);
+        c10::InferenceMode guard;
+        const auto& net = *pipe.sampler().transformer()->diffloss->net;
+        const DiffusionSampler diffusion = mild_schedule(30);
+        const int64_t N = 3, C = net.in_channels(), S = diffusion.schedule().num_steps();
+        const auto z = at::randn({2 * N, 32});
+        auto start = at::empty({N, C});
+        auto noise = at::empty({S, 2 * N, C});
+        DiffusionSampler::draw_noise(start, noise, seeded_generator(at::kCPU, 9));
+        EXPECT_TRUE(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedReference,
+                                                      nullptr, 7));
+        std::string why;
+        EXPECT_FALSE(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::Auto, &why, 7));
+        EXPECT_FALSE(why.empty());
+        EXPECT_THROW(
+            DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedCuda, nullptr, 7),
+            c10::Error);
+        for (bool guided : {true, false})
+            for (int64_t cfg_period : {0, 7, 3})
+                for (int64_t mlp : {7, 4, 1}) {
+                    SCOPED_TRACE("depth " + std::to_string(depth) + (guided ? " guided" : "") +
+                                 " cfg period " + std::to_string(cfg_period) + " mlp period " +
+                                 std::to_string(mlp));
+                    const auto zz = guided ? z : z.narrow(0, 0, N);
+                    const auto scale = guided ? at::full({}, 2.5) : at::Tensor();
+                    auto run = [&](HeadPath path) {
+                        return diffusion.sample_with_noise(net, zz, scale, 0.9, start, noise, {},
+                                                           cfg_period, path, mlp);
+                    };
+                    const auto modules = run(HeadPath::Modules);
+                    EXPECT_TRUE(at::equal(run(HeadPath::FusedReference), modules));
+                    if (mlp == 7 && depth == 6) {  // the cache is in use
+                        const auto off = diffusion.sample_with_noise(
+                            net, zz, scale, 0.9, start, noise, {}, cfg_period, HeadPath::Modules);
+                        EXPECT_GT(rel_diff(modules, off), 1e-3);
+                    }
+                }
+    }
+}
+
+// The replayed blocks' reference: kept rows cut to the step's or repeated twice (the released
+// code's fit), the gated term rounded as the module path's two ops; bad kept tensors refused.
+TEST(HeadMlpCache, ReplayedBlocksReference) {
+    namespace vk = varscope::kernels;
+    const auto h = at::randn({4, 8});
+    const auto gate = at::randn({4, 8});
+    const auto mlp2 = at::randn({2, 8});   // kept at a step with half the rows
+    const auto change6 = at::randn({6, 8});  // kept at a step with more rows
+    const auto out = vk::diff_apply_kept(h, {{mlp2, gate}, {change6, {}}}, vk::KernelPath::Auto);
+    const auto expect = (h + gate * at::cat({mlp2, mlp2})) + change6.narrow(0, 0, 4);
+    EXPECT_TRUE(at::equal(out, expect));
+    EXPECT_THROW(vk::diff_apply_kept(h, {{at::randn({3, 8}), {}}}), c10::Error);  // 3 vs 4 rows
+    EXPECT_THROW(vk::diff_apply_kept(h, {{at::randn({4, 6}), {}}}), c10::Error);  // width
+    EXPECT_THROW(vk::diff_apply_kept(h, {{at::randn({4, 8}), {}}}, vk::KernelPath::Cuda),
+                 c10::Error);  // CPU tensors: no CUDA kernel
+    std::vector<vk::DiffKeptBlock> many(17, {at::randn({4, 8}), {}});
+    EXPECT_THROW(vk::diff_apply_kept(h, many), c10::Error);
 }
 
 // Through the MAR loop: option off = baseline exactly, period 1 = baseline exactly, period 7

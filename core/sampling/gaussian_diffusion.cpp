@@ -296,12 +296,6 @@ bool DiffusionSampler::uses_fused_head(const SimpleMlpAdaLNImpl& net, const at::
                                        int64_t mlp_cache_period) {
     auto no = [&](std::string why) { return kernels::unsupported(why_not, std::move(why)); };
     if (head == HeadPath::Modules) return no("the module path was asked for");
-    if (mlp_cache_period > 0) {
-        const std::string why =
-            "the head MLP cache (LazyMAR head_mlp_period) runs on the module path only";
-        TORCH_CHECK(head == HeadPath::Auto, "fused DiffLoss head requested but ", why);
-        return no(why);
-    }
     if (head == HeadPath::FusedReference) return true;
     const auto& w = net.input_proj->weight;  // (W, C)
     const int64_t rows = z.size(0);          // 2N with CFG, N without: the most rows of a step
@@ -321,6 +315,15 @@ bool DiffusionSampler::uses_fused_head(const SimpleMlpAdaLNImpl& net, const at::
     if (ok && (w.size(1) % 8 != 0 || w.size(1) > w.size(0))) {
         ok = false;
         why = "the latent width " + std::to_string(w.size(1)) + " is not a multiple of 8";
+    }
+    if (ok && mlp_cache_period > 0 && w.size(1) != 8 && w.size(1) != 16) {
+        ok = false;  // diff_cached_step's one-kernel step
+        why = "the head MLP cache's fused step takes latent widths 8 or 16, not " +
+              std::to_string(w.size(1));
+    }
+    if (ok && mlp_cache_period > 0 && net.depth() > 16) {
+        ok = false;
+        why = "the head MLP cache's fused kernels replay at most 16 blocks";
     }
     (void)guided;
     TORCH_CHECK(ok || head != HeadPath::FusedCuda, "fused DiffLoss head requested but ", why);
@@ -351,7 +354,10 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                                                         : kernels::KernelPath::Cuda;
     std::vector<kernels::DiffBlockWeights> blocks;
     at::Tensor delta;        // head-side condition cache (cfg_cache_period > 0)
-    HeadMlpCache mlp_cache;  // head MLP cache (mlp_cache_period > 0, module path)
+    HeadMlpCache mlp_cache;  // head MLP cache (mlp_cache_period > 0): its kept tensors
+    // The fused path keeps each block's term (MLP term or output change) in a tensor of the
+    // most rows a step has; kept_rows = the rows of the step that wrote it.
+    std::vector<int64_t> kept_rows;
     if (fused) {
         // The CUDA kernels update x in place: it must not alias the caller's start noise.
         x = x.clone(at::MemoryFormat::Contiguous);
@@ -362,6 +368,11 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                               blk.fc2()->bias});
         }
         if (guided && cfg_cache_period > 0) delta = at::zeros({N, C}, opts);
+        if (mlp_cache_period > 0) {
+            for (int64_t b = 0; b < net.depth(); ++b)
+                mlp_cache.mlp.push_back(at::empty({guided ? 2 * N : N, net.width()}, opts));
+            kept_rows.assign(static_cast<size_t>(net.depth()), 0);
+        }
     }
     // The AdaLN modulations depend on the timestep and the condition only: computed for a
     // window of steps at once (one pass over those weights per window, not per step). The
@@ -390,24 +401,28 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             const bool half = mode == DiffCfgMode::None || mode == DiffCfgMode::Cached;
             const auto m = mods.rows((i - window_start) * R, half ? N : R);
             const int64_t rows = half ? N : 2 * N;
-            at::Tensor h;
-            size_t first = 0;
-            if (blocks.empty()) {
-                h = kernels::diff_input_proj(x, net.input_proj->weight, net.input_proj->bias, rows,
-                                             kpath);
-            } else {
-                // The input projection inside block 0's fc1 kernel (one kernel fewer a step).
-                auto [a, h0] =
-                    kernels::diff_proj_block_fc1(x, net.input_proj->weight, net.input_proj->bias,
-                                                 rows, blocks[0], m.shift[0], m.scale1[0], kpath);
-                h = kernels::diff_block_fc2(a, blocks[0], m.gate[0], h0, kpath);
-                first = 1;
-            }
-            for (size_t b = first; b < blocks.size(); ++b) {
-                const auto a =
-                    kernels::diff_block_fc1(h, blocks[b], m.shift[b], m.scale1[b], kpath);
-                h = kernels::diff_block_fc2(a, blocks[b], m.gate[b], h, kpath);
-            }
+            // The head MLP cache (forward_mlp_cached's rule): a block computes, or replays its
+            // kept term (the MLP term with this step's gate, or the output change).
+            const HeadMlpStep ms = head_mlp_step(i, S, mlp_cache_period);
+            auto replayed = [&](size_t b) {
+                return ms == HeadMlpStep::Reuse ||
+                       (ms == HeadMlpStep::Warmup && head_mlp_skips_block(int64_t(b)));
+            };
+            auto kept_block = [&](size_t b) {
+                TORCH_CHECK(kept_rows[b] > 0, "head MLP cache: nothing kept before a reusing step");
+                const auto term = mlp_cache.mlp[b].narrow(0, 0, kept_rows[b]);
+                return kernels::DiffKeptBlock{
+                    term, head_mlp_skips_block(int64_t(b)) ? at::Tensor() : m.gate[b]};
+            };
+            auto keep_of = [&](size_t b) {
+                kernels::DiffKeep keep;
+                if (ms == HeadMlpStep::Off) return keep;
+                // Refresh keeps every block's term; a warm-up step the computed blocks' MLP term.
+                kept_rows[b] = rows;
+                auto& t = head_mlp_skips_block(int64_t(b)) ? keep.change : keep.mlp;
+                t = mlp_cache.mlp[b].narrow(0, 0, rows);
+                return keep;
+            };
             const at::Tensor noise = step_noise.defined()
                                          ? step_noise[S - 1 - i].to(opts)
                                          : at::randn({guided ? 2 * N : N, C}, gen, opts);
@@ -421,6 +436,42 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             k.temperature = temp;
             k.last = i == 0;
             const auto& fl = net.final_layer->linear;
+            if (ms == HeadMlpStep::Reuse) {
+                // Every block replayed: the whole step in one kernel.
+                std::vector<kernels::DiffKeptBlock> kept;
+                for (size_t b = 0; b < blocks.size(); ++b) kept.push_back(kept_block(b));
+                x = kernels::diff_cached_step(x, net.input_proj->weight, net.input_proj->bias,
+                                              rows, kept, m.final_shift, m.final_scale1,
+                                              fl->weight, fl->bias, 1e-6, noise.narrow(0, 0, N),
+                                              cfg_scale, mode, delta, k, kpath);
+                continue;
+            }
+            at::Tensor h;
+            size_t first = 0;
+            if (blocks.empty()) {
+                h = kernels::diff_input_proj(x, net.input_proj->weight, net.input_proj->bias, rows,
+                                             kpath);
+            } else {
+                // The input projection inside block 0's fc1 kernel (one kernel fewer a step).
+                // Block 0 always computes (the cache replays blocks 1..4 at warm-up steps).
+                auto [a, h0] =
+                    kernels::diff_proj_block_fc1(x, net.input_proj->weight, net.input_proj->bias,
+                                                 rows, blocks[0], m.shift[0], m.scale1[0], kpath);
+                h = kernels::diff_block_fc2(a, blocks[0], m.gate[0], h0, kpath, keep_of(0));
+                first = 1;
+            }
+            for (size_t b = first; b < blocks.size(); ++b) {
+                if (replayed(b)) {
+                    // The run of replayed blocks from b on, in one kernel.
+                    std::vector<kernels::DiffKeptBlock> kept;
+                    for (; b < blocks.size() && replayed(b); ++b) kept.push_back(kept_block(b));
+                    h = kernels::diff_apply_kept(h, kept, kpath);
+                    if (b == blocks.size()) break;
+                }
+                const auto a =
+                    kernels::diff_block_fc1(h, blocks[b], m.shift[b], m.scale1[b], kpath);
+                h = kernels::diff_block_fc2(a, blocks[b], m.gate[b], h, kpath, keep_of(b));
+            }
             x = kernels::diff_final_step(h, m.final_shift, m.final_scale1, fl->weight, fl->bias,
                                          1e-6, x, noise.narrow(0, 0, N), cfg_scale, mode, delta, k,
                                          kpath);

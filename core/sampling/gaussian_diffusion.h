@@ -92,8 +92,9 @@ class DiffusionSampler {
     // mlp_cache_period > 0: the head MLP cache (HeadMlpStep), with or without CFG. Its kept
     // tensors have the rows of the step that kept them; a step with fewer rows (the
     // conditional half under the condition cache) uses their first rows, one with twice as
-    // many uses them twice, as the released code. It runs on the module path only (Auto falls
-    // back to it; the fused paths throw). 0 = off (exactly the uncached result).
+    // many uses them twice, as the released code. The fused paths run it too (a step that
+    // replays every block is one kernel, kernels::diff_cached_step). 0 = off (exactly the
+    // uncached result).
     at::Tensor sample(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                       const at::Tensor& cfg_scale, double temperature,
                       std::optional<at::Generator> gen, int64_t cfg_cache_period = 0,
@@ -110,8 +111,8 @@ class DiffusionSampler {
                                  HeadPath head = HeadPath::Auto,
                                  int64_t mlp_cache_period = 0) const;
     // Whether `head` resolves to the fused loop for conditions z (rows as in sample()); why_not
-    // receives the reason when it does not. The fused kernels have no MLP cache: with
-    // mlp_cache_period > 0 Auto answers no and the fused paths throw.
+    // receives the reason when it does not. With mlp_cache_period > 0 the fused CUDA kernels
+    // also need a latent width of 8 or 16 and at most 16 blocks.
     static bool uses_fused_head(const SimpleMlpAdaLNImpl& net, const at::Tensor& z, bool guided,
                                 HeadPath head, std::string* why_not = nullptr,
                                 int64_t mlp_cache_period = 0);

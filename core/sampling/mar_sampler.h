@@ -51,7 +51,7 @@ struct MarSampleOptions {
     // cfg_cache_period; LazyMAR's head_cfg_period). 0 = off.
     int64_t head_cfg_cache_period = 0;
     // > 0: the DiffLoss head's MLP cache (DiffusionSampler::sample's mlp_cache_period;
-    // LazyMAR's head_mlp_period); the head then runs on the module path. 0 = off.
+    // LazyMAR's head_mlp_period), on the module path or the fused kernels. 0 = off.
     int64_t head_mlp_cache_period = 0;
     // On CUDA with a float16/bfloat16 head, run the DiffLoss head's reverse diffusion through
     // the fused kernels (HeadPath::Auto; tokens within bf16 rounding of the module path).

@@ -11,4 +11,8 @@ cudaError_t launch_diff_final_bf16(const DiffFinalParams& p, cudaStream_t stream
     return diffloss::launch_final<__nv_bfloat16>(p, stream);
 }
 
+cudaError_t launch_diff_apply_bf16(const DiffApplyParams& p, cudaStream_t stream) {
+    return diffloss::launch_apply<__nv_bfloat16>(p, stream);
+}
+
 }  // namespace varscope::kernels::cuda

@@ -168,7 +168,8 @@ at::Tensor diff_block_fc1(const at::Tensor& h_in, const DiffBlockWeights& wt,
 }
 
 at::Tensor diff_block_fc2(const at::Tensor& a_in, const DiffBlockWeights& wt,
-                          const at::Tensor& gate_in, const at::Tensor& h_in, bool pdl) {
+                          const at::Tensor& gate_in, const at::Tensor& h_in, bool pdl,
+                          const DiffKeep& keep) {
     const c10::cuda::CUDAGuard guard(a_in.device());
     const auto type = a_in.scalar_type();
     const auto a = a_in.contiguous();
@@ -187,30 +188,77 @@ at::Tensor diff_block_fc2(const at::Tensor& a_in, const DiffBlockWeights& wt,
     p.gate = gate.data_ptr();
     p.gate_stride = gate.stride(0);
     p.resid = h.data_ptr();
+    // The dispatch checked their shapes and layout (contiguous, like h).
+    p.keep_mlp = keep.mlp.defined() ? keep.mlp.data_ptr() : nullptr;
+    p.keep_change = keep.change.defined() ? keep.change.data_ptr() : nullptr;
     check_cuda(launch_linear(p, type, stream_of(a)), "fused DiffLoss block fc2");
     return h;
 }
 
-at::Tensor diff_final_step(const at::Tensor& h_in, const at::Tensor& shift_in,
-                           const at::Tensor& scale1_in, const at::Tensor& w_in,
-                           const at::Tensor& b_in, double ln_eps, const at::Tensor& x_in,
-                           const at::Tensor& noise_in, const at::Tensor& cfg_scale,
-                           DiffCfgMode mode, const at::Tensor& delta_in, const DiffStepCoefs& k,
+namespace {
+
+// The kept blocks as kernel operands (the dispatch checked shapes, dtype and contiguity; the
+// gates' layout is fixed here, the copies go to `hold`).
+DiffKeptList kept_list(const std::vector<DiffKeptBlock>& blocks, at::ScalarType type,
+                       std::vector<at::Tensor>& hold) {
+    TORCH_CHECK(blocks.size() <= static_cast<size_t>(kDiffMaxKept),
+                "fused DiffLoss kernels: at most ", kDiffMaxKept, " kept blocks");
+    DiffKeptList l;
+    for (const auto& b : blocks) {
+        DiffKeptTerm& k = l.block[l.count++];
+        TORCH_CHECK(aligned16(b.term), "fused DiffLoss kernels: a kept term is not 16-byte aligned");
+        k.term = b.term.data_ptr();
+        k.term_rows = static_cast<int>(b.term.size(0));
+        if (b.gate.defined()) {
+            hold.push_back(rows_layout(b.gate, type));
+            k.gate = hold.back().data_ptr();
+            k.gate_stride = hold.back().stride(0);
+        }
+    }
+    return l;
+}
+
+}  // namespace
+
+at::Tensor diff_apply_kept(const at::Tensor& h, const std::vector<DiffKeptBlock>& blocks,
                            bool pdl) {
-    const c10::cuda::CUDAGuard guard(h_in.device());
-    const auto type = h_in.scalar_type();
-    const auto h = h_in.contiguous();
-    const int64_t M = h.size(0), K = h.size(1), N = x_in.size(0), C = x_in.size(1);
+    const c10::cuda::CUDAGuard guard(h.device());
+    // Updated in place: h must be contiguous and aligned.
+    TORCH_CHECK(h.is_contiguous() && aligned16(h), "diff_apply_kept: h must be contiguous");
+    std::vector<at::Tensor> hold;
+    DiffApplyParams p;
+    p.h = h.data_ptr();
+    p.rows = static_cast<int>(h.size(0));
+    p.K = static_cast<int>(h.size(1));
+    p.kept = kept_list(blocks, h.scalar_type(), hold);
+    p.pdl = pdl;
+    const cudaStream_t s = stream_of(h);
+    check_cuda(h.scalar_type() == at::kBFloat16 ? launch_diff_apply_bf16(p, s)
+                                                : launch_diff_apply_fp16(p, s),
+               "fused DiffLoss kept blocks");
+    return h;
+}
+
+namespace {
+
+// The final kernel's operands but its input rows (the final layer, CFG, the posterior update
+// of x (N, C) into x_out); the copies it reads go to `hold`.
+DiffFinalParams final_params(int64_t M, int64_t K, const at::Tensor& shift_in,
+                             const at::Tensor& scale1_in, const at::Tensor& w_in,
+                             const at::Tensor& b_in, double ln_eps, const at::Tensor& x_in,
+                             void* x_out, const at::Tensor& noise_in, const at::Tensor& cfg_scale,
+                             DiffCfgMode mode, const at::Tensor& delta_in, const DiffStepCoefs& k,
+                             bool pdl, std::vector<at::Tensor>& hold) {
+    const auto type = x_in.scalar_type();
+    const int64_t N = x_in.size(0), C = x_in.size(1);
     const auto w = rows_layout(w_in, type).contiguous(), b = rows_layout(b_in, type).contiguous();
     const auto shift = rows_layout(shift_in, type), scale1 = rows_layout(scale1_in, type);
     check_rows(shift, M, K, "final shift");
     check_rows(scale1, M, K, "final scale1");
     TORCH_CHECK(w.size(0) == 2 * C && w.size(1) == K, "diff_final_step: weight ", w.sizes());
-    // x (and delta) are updated in place: contiguous tensors of this dtype.
-    TORCH_CHECK(x_in.is_contiguous() && x_in.scalar_type() == type,
-                "diff_final_step: x must be a contiguous ", type, " tensor (updated in place)");
+    TORCH_CHECK(x_in.is_contiguous() && aligned16(x_in),
+                "diff_final_step: x must be a contiguous ", type, " tensor");
     DiffFinalParams p;
-    p.in = h.data_ptr();
     p.rows = static_cast<int>(M);
     p.K = static_cast<int>(K);
     p.C = static_cast<int>(C);
@@ -223,15 +271,17 @@ at::Tensor diff_final_step(const at::Tensor& h_in, const at::Tensor& shift_in,
     p.scale1 = scale1.data_ptr();
     p.scale1_stride = scale1.stride(0);
     p.x = x_in.data_ptr();
-    at::Tensor noise;
+    p.x_out = x_out;
+    hold.insert(hold.end(), {w, b, shift, scale1});
     if (!k.last) {
-        noise = noise_in.scalar_type() == type && noise_in.stride(1) == 1
-                    ? noise_in
-                    : noise_in.to(type).contiguous();
+        at::Tensor noise = noise_in.scalar_type() == type && noise_in.stride(1) == 1
+                               ? noise_in
+                               : noise_in.to(type).contiguous();
         TORCH_CHECK(noise.size(0) >= N && noise.size(1) == C, "diff_final_step: noise ",
                     noise.sizes());
         p.noise = noise.data_ptr();
         p.noise_stride = noise.stride(0);
+        hold.push_back(noise);
     }
     if (mode == DiffCfgMode::FullKeep || mode == DiffCfgMode::Cached) {
         TORCH_CHECK(delta_in.is_contiguous() && delta_in.scalar_type() == type &&
@@ -241,7 +291,7 @@ at::Tensor diff_final_step(const at::Tensor& h_in, const at::Tensor& shift_in,
     }
     if (mode != DiffCfgMode::None) {
         TORCH_CHECK(cfg_scale.scalar_type() == at::kFloat && cfg_scale.numel() == 1 &&
-                        cfg_scale.device() == h.device(),
+                        cfg_scale.device() == x_in.device(),
                     "diff_final_step: cfg_scale must be a float32 scalar on the device");
         p.cfg = cfg_scale.data_ptr<float>();
     }
@@ -255,10 +305,55 @@ at::Tensor diff_final_step(const at::Tensor& h_in, const at::Tensor& shift_in,
     p.temperature = k.temperature;
     p.last = k.last;
     p.pdl = pdl;
-    const cudaStream_t s = stream_of(h);
-    check_cuda(type == at::kBFloat16 ? launch_diff_final_bf16(p, s) : launch_diff_final_fp16(p, s),
-               "fused DiffLoss final step");
-    return x_in;
+    return p;
+}
+
+cudaError_t launch_final(const DiffFinalParams& p, at::ScalarType type, cudaStream_t s) {
+    return type == at::kBFloat16 ? launch_diff_final_bf16(p, s) : launch_diff_final_fp16(p, s);
+}
+
+}  // namespace
+
+at::Tensor diff_final_step(const at::Tensor& h_in, const at::Tensor& shift,
+                           const at::Tensor& scale1, const at::Tensor& w, const at::Tensor& b,
+                           double ln_eps, const at::Tensor& x, const at::Tensor& noise,
+                           const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
+                           const DiffStepCoefs& k, bool pdl) {
+    const c10::cuda::CUDAGuard guard(h_in.device());
+    const auto type = h_in.scalar_type();
+    const auto h = h_in.contiguous();
+    // x (and delta) are updated in place: tensors of this dtype.
+    TORCH_CHECK(x.scalar_type() == type,
+                "diff_final_step: x must be a contiguous ", type, " tensor (updated in place)");
+    std::vector<at::Tensor> hold;
+    DiffFinalParams p = final_params(h.size(0), h.size(1), shift, scale1, w, b, ln_eps, x, nullptr,
+                                     noise, cfg_scale, mode, delta, k, pdl, hold);
+    p.in = h.data_ptr();
+    check_cuda(launch_final(p, type, stream_of(h)), "fused DiffLoss final step");
+    return x;
+}
+
+at::Tensor diff_cached_step(const at::Tensor& x_in, const at::Tensor& w_in, const at::Tensor& b_in,
+                            int64_t rows, const std::vector<DiffKeptBlock>& blocks,
+                            const at::Tensor& shift, const at::Tensor& scale1,
+                            const at::Tensor& w, const at::Tensor& b, double ln_eps,
+                            const at::Tensor& noise, const at::Tensor& cfg_scale,
+                            DiffCfgMode mode, const at::Tensor& delta, const DiffStepCoefs& k,
+                            bool pdl) {
+    const c10::cuda::CUDAGuard guard(x_in.device());
+    const auto type = x_in.scalar_type();
+    const auto x = rows_layout(x_in, type).contiguous();
+    const auto wi = rows_layout(w_in, type).contiguous(), bi = rows_layout(b_in, type).contiguous();
+    auto next = at::empty_like(x);
+    std::vector<at::Tensor> hold;
+    DiffFinalParams p = final_params(rows, wi.size(0), shift, scale1, w, b, ln_eps, x,
+                                     next.data_ptr(), noise, cfg_scale, mode, delta, k, pdl, hold);
+    p.proj_weight = wi.data_ptr();
+    p.proj_bias = bi.data_ptr();
+    p.proj_k = static_cast<int>(x.size(1));
+    p.kept = kept_list(blocks, type, hold);
+    check_cuda(launch_final(p, type, stream_of(x)), "fused DiffLoss cached step");
+    return next;
 }
 
 }  // namespace varscope::kernels::cuda

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <utility>
+#include <vector>
 
 #include "kernels/diffloss_ops.h"
 
@@ -23,7 +24,16 @@ std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(const at::Tensor& x, const
                                                       const at::Tensor& shift,
                                                       const at::Tensor& scale1, bool pdl);
 at::Tensor diff_block_fc2(const at::Tensor& a, const DiffBlockWeights& w, const at::Tensor& gate,
-                          const at::Tensor& h, bool pdl);
+                          const at::Tensor& h, bool pdl, const DiffKeep& keep = {});
+at::Tensor diff_apply_kept(const at::Tensor& h, const std::vector<DiffKeptBlock>& blocks,
+                           bool pdl);
+at::Tensor diff_cached_step(const at::Tensor& x, const at::Tensor& in_weight,
+                            const at::Tensor& in_bias, int64_t rows,
+                            const std::vector<DiffKeptBlock>& blocks, const at::Tensor& shift,
+                            const at::Tensor& scale1, const at::Tensor& weight,
+                            const at::Tensor& bias, double ln_eps, const at::Tensor& noise,
+                            const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
+                            const DiffStepCoefs& coefs, bool pdl);
 at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const at::Tensor& scale1,
                            const at::Tensor& weight, const at::Tensor& bias, double ln_eps,
                            const at::Tensor& x, const at::Tensor& noise,

@@ -11,4 +11,8 @@ cudaError_t launch_diff_final_fp16(const DiffFinalParams& p, cudaStream_t stream
     return diffloss::launch_final<__half>(p, stream);
 }
 
+cudaError_t launch_diff_apply_fp16(const DiffApplyParams& p, cudaStream_t stream) {
+    return diffloss::launch_apply<__half>(p, stream);
+}
+
 }  // namespace varscope::kernels::cuda

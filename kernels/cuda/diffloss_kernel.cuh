@@ -45,6 +45,7 @@ struct Elem<__nv_bfloat16> {
     __device__ static void store(void* p, long long i, float v) {
         static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
     }
+    __device__ static float rnd(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 };
 
 template <>
@@ -67,6 +68,7 @@ struct Elem<__half> {
     __device__ static void store(void* p, long long i, float v) {
         static_cast<__half*>(p)[i] = __float2half_rn(v);
     }
+    __device__ static float rnd(float v) { return __half2float(__float2half_rn(v)); }
 };
 
 // Programmatic dependent launch (sm_90): let the next kernel launch now, and wait until the
@@ -125,6 +127,31 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
     using E = Elem<T>;
     return make_uint4(E::pack(f[0], f[1]), E::pack(f[2], f[3]), E::pack(f[4], f[5]),
                       E::pack(f[6], f[7]));
+}
+
+// Chunk c (features 8c..8c+7) of row m after the kept blocks of the head MLP cache, in order,
+// each as the module path's element-wise ops rounded to T (DiffKeptTerm).
+template <typename T>
+__device__ __forceinline__ void apply_kept(const DiffKeptList& kept, int m, int c, int K,
+                                           float (&f)[8]) {
+    for (int b = 0; b < kept.count; ++b) {
+        const DiffKeptTerm& k = kept.block[b];
+        float t[8];
+        unpack8<T>(reinterpret_cast<const uint4*>(static_cast<const T*>(k.term) +
+                                                  static_cast<long long>(m % k.term_rows) * K)[c],
+                   t);
+        if (k.gate) {
+            float g[8];
+            unpack8<T>(reinterpret_cast<const uint4*>(static_cast<const T*>(k.gate) +
+                                                      static_cast<long long>(m) * k.gate_stride)[c],
+                       g);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) f[e] = Elem<T>::rnd(f[e] + Elem<T>::rnd(g[e] * t[e]));
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) f[e] = Elem<T>::rnd(f[e] + t[e]);
+        }
+    }
 }
 
 // Row r of the tile into shared memory (chunks = K / 8 uint4 per row), by one warp.
@@ -367,6 +394,8 @@ __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinea
                 y = v / (1.f + __expf(-v));
             } else if (gated) {
                 y = fmaf(gate, v, resid);
+                if (p.keep_mlp) E::store(p.keep_mlp, o, v);
+                if (p.keep_change) E::store(p.keep_change, o, E::rnd(y) - resid);
             }
             E::store(p.out, o, y);
         }
@@ -377,7 +406,10 @@ __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinea
 // One CTA per latent channel c: outputs c (eps) and C + c (variance) of every row, then the
 // posterior update of x[:, c].
 // Only C CTAs: one per SM is plenty, so the register cap is the single-CTA one (no spills).
-template <typename T, int MT, int P>
+// CACHED (diff_cached_step): a step of the head MLP cache that replays every block, so each
+// CTA builds the final layer's input rows itself from the latents (input projection, then the
+// kept blocks; DiffFinalParams::proj_*): the whole reverse step in one kernel.
+template <typename T, int MT, int P, bool CACHED>
 __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalParams p) {
     extern __shared__ uint4 tile[];
     __shared__ float outs[2][kDiffMaxRows];
@@ -396,15 +428,62 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
         w[k] = i < chunks ? load_nc(wrow + i) : make_uint4(0, 0, 0, 0);
     }
     const float bias = E::load(p.bias, feature);
+    [[maybe_unused]] const int pk = CACHED ? p.proj_k / 8 : 0;  // latent chunks (1 or 2)
+    [[maybe_unused]] uint4* wps = tile + MT * chunks;           // the projection weight (K, pk)
+    [[maybe_unused]] uint4* xs = wps + p.K * pk;                // the tile's latent rows
+    if constexpr (CACHED) {
+        const uint4* src = static_cast<const uint4*>(p.proj_weight);
+        for (int i = threadIdx.x; i < p.K * pk; i += kDiffThreads) wps[i] = __ldg(src + i);
+    }
     pdl_wait();
     pdl_launch_dependents();
 
     for (int t0 = 0; t0 < p.rows; t0 += MT) {
+        if constexpr (CACHED) {
+            // h = x[m % N] W_in^T + b_in for the tile's rows (two 8-product chains, added, plus
+            // the bias, rounded to T, as the folded projection), one feature per thread so
+            // neighbouring threads read neighbouring weight rows; then below, per row, the kept
+            // blocks and the normalisation in place.
+            const int live = min(MT, p.rows - t0);
+            for (int i = threadIdx.x; i < live * pk; i += kDiffThreads) {
+                const int m = t0 + i / pk;
+                xs[i] = reinterpret_cast<const uint4*>(
+                    static_cast<const T*>(p.x) + static_cast<long long>(m % p.latents) * p.C)[i % pk];
+            }
+            __syncthreads();
+            T* tile_t = reinterpret_cast<T*>(tile);
+            for (int j = threadIdx.x; j < p.K; j += kDiffThreads) {
+                float w0[8], w1[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                unpack8<T>(wps[j * pk], w0);
+                if (pk > 1) unpack8<T>(wps[j * pk + 1], w1);
+                const float pb = E::load(p.proj_bias, j);
+                for (int r = 0; r < live; ++r) {
+                    float sum = dot8<T>(w0, xs[r * pk]);
+                    if (pk > 1) sum = sum + dot8<T>(w1, xs[r * pk + 1]);
+                    E::store(tile_t, static_cast<long long>(r) * p.K + j, sum + pb);
+                }
+            }
+            __syncthreads();
+        }
         for (int r = warp; r < MT; r += kWarps) {
             const int m = t0 + r;
-            build_row<T, P>(tile + r * chunks, p.in, m, m < p.rows, chunks, p.K, true, nullptr,
-                            nullptr, p.ln_eps, p.shift, static_cast<long long>(m) * p.shift_stride,
-                            p.scale1, static_cast<long long>(m) * p.scale1_stride, lane);
+            const bool valid = m < p.rows;
+            if constexpr (CACHED) {
+                if (valid) {
+                    for (int i = lane; i < chunks; i += 32) {
+                        float h[8];
+                        unpack8<T>(tile[r * chunks + i], h);
+                        apply_kept<T>(p.kept, m, i, p.K, h);
+                        tile[r * chunks + i] = pack8<T>(h);
+                    }
+                }
+            }
+            // CACHED: the row is normalised in place in the tile (each lane rereads the chunks
+            // it wrote).
+            build_row<T, P>(tile + r * chunks, CACHED ? static_cast<const void*>(tile) : p.in,
+                            CACHED ? r : m, valid, chunks, p.K, true, nullptr, nullptr, p.ln_eps,
+                            p.shift, static_cast<long long>(m) * p.shift_stride, p.scale1,
+                            static_cast<long long>(m) * p.scale1_stride, lane);
         }
         __syncthreads();
         for (int r = warp >> 1; r < MT && t0 + r < p.rows; r += kWarps / 2) {
@@ -425,6 +504,7 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
     }
 
     const int N = p.latents;
+    void* x_out = p.x_out ? p.x_out : p.x;
     for (int n = threadIdx.x; n < N; n += kDiffThreads) {
         const float cond = outs[0][n];
         float eps = cond;
@@ -449,8 +529,23 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
             const float z = E::load(p.noise, static_cast<long long>(n) * p.noise_stride + c);
             next += __expf(0.5f * log_var) * z * p.temperature;
         }
-        E::store(p.x, xi, next);
+        E::store(x_out, xi, next);
     }
+}
+
+// diff_apply_kept: one thread per 16-byte chunk of h.
+template <typename T>
+__global__ void __launch_bounds__(kDiffThreads) apply_kernel(const DiffApplyParams p) {
+    const int chunks = p.K / 8;
+    const long long i = static_cast<long long>(blockIdx.x) * kDiffThreads + threadIdx.x;
+    pdl_wait();
+    pdl_launch_dependents();
+    if (i >= static_cast<long long>(p.rows) * chunks) return;
+    uint4* hp = static_cast<uint4*>(p.h) + i;
+    float f[8];
+    unpack8<T>(*hp, f);
+    apply_kept<T>(p.kept, static_cast<int>(i / chunks), static_cast<int>(i % chunks), p.K, f);
+    *hp = pack8<T>(f);
 }
 
 // Raises the dynamic shared-memory limit of every instantiation once per device, on the first
@@ -470,10 +565,14 @@ cudaError_t prepare_device() {
         reinterpret_cast<const void*>(linear_kernel<T, MT, 4, false>), \
         reinterpret_cast<const void*>(linear_kernel<T, MT, 6, false>), \
         reinterpret_cast<const void*>(linear_kernel<T, MT, 8, false>), \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 1>),         \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 4>),         \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 6>),         \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 8>)
+        reinterpret_cast<const void*>(final_kernel<T, MT, 1, false>),  \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 4, false>),  \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 6, false>),  \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 8, false>),  \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 1, true>),   \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 4, true>),   \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 6, true>),   \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 8, true>)
         VARSCOPE_DIFF_KERNELS(8),
         VARSCOPE_DIFF_KERNELS(16),
         VARSCOPE_DIFF_KERNELS(32),
@@ -532,17 +631,29 @@ cudaError_t launch_linear_mt(const DiffLinearParams& p, dim3 grid, size_t smem, 
     }
 }
 
-template <typename T, int MT>
+template <typename T, int MT, bool CACHED>
 cudaError_t launch_final_mt(const DiffFinalParams& p, size_t smem, cudaStream_t s) {
     switch (chunks_per_lane(p.K)) {
         case 1:
-            return launch(final_kernel<T, MT, 1>, dim3(p.C), smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 1, CACHED>, dim3(p.C), smem, p.pdl, s, &p);
         case 4:
-            return launch(final_kernel<T, MT, 4>, dim3(p.C), smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 4, CACHED>, dim3(p.C), smem, p.pdl, s, &p);
         case 6:
-            return launch(final_kernel<T, MT, 6>, dim3(p.C), smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 6, CACHED>, dim3(p.C), smem, p.pdl, s, &p);
         default:
-            return launch(final_kernel<T, MT, 8>, dim3(p.C), smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 8, CACHED>, dim3(p.C), smem, p.pdl, s, &p);
+    }
+}
+
+template <typename T, bool CACHED>
+cudaError_t launch_final_tiles(const DiffFinalParams& p, int mt, size_t smem, cudaStream_t s) {
+    switch (mt) {
+        case 8:
+            return launch_final_mt<T, 8, CACHED>(p, smem, s);
+        case 16:
+            return launch_final_mt<T, 16, CACHED>(p, smem, s);
+        default:
+            return launch_final_mt<T, 32, CACHED>(p, smem, s);
     }
 }
 
@@ -587,18 +698,29 @@ cudaError_t launch_final(const DiffFinalParams& p, cudaStream_t stream) {
     if (p.K % 8 != 0 || p.K > kDiffMaxWidth || p.rows < 1 || p.rows > kDiffMaxRows || p.C < 1 ||
         p.latents < 1)
         return cudaErrorInvalidValue;
+    const bool cached = p.proj_weight != nullptr;
+    if (cached && ((p.proj_k != 8 && p.proj_k != 16) || p.proj_k != p.C || !p.proj_bias ||
+                   p.kept.count < 0 || p.kept.count > kDiffMaxKept || p.x_out == p.x))
+        return cudaErrorInvalidValue;
     const cudaError_t prep = prepare_device<T>();
     if (prep != cudaSuccess) return prep;
     const int mt = tile_rows(p.rows);
-    const size_t smem = static_cast<size_t>(mt) * p.K * sizeof(T);
-    switch (mt) {
-        case 8:
-            return launch_final_mt<T, 8>(p, smem, stream);
-        case 16:
-            return launch_final_mt<T, 16>(p, smem, stream);
-        default:
-            return launch_final_mt<T, 32>(p, smem, stream);
-    }
+    // The row tile, and with CACHED the projection weight and the tile's latent rows.
+    const size_t smem = (static_cast<size_t>(mt) * p.K +
+                         (cached ? static_cast<size_t>(p.K) * p.proj_k : 0)) *
+                            sizeof(T) +
+                        (cached ? static_cast<size_t>(mt) * 2 * sizeof(uint4) : 0);
+    return cached ? launch_final_tiles<T, true>(p, mt, smem, stream)
+                  : launch_final_tiles<T, false>(p, mt, smem, stream);
+}
+
+template <typename T>
+cudaError_t launch_apply(const DiffApplyParams& p, cudaStream_t stream) {
+    if (p.K % 8 != 0 || p.rows < 1 || p.kept.count < 0 || p.kept.count > kDiffMaxKept)
+        return cudaErrorInvalidValue;
+    const long long chunks = static_cast<long long>(p.rows) * (p.K / 8);
+    const dim3 grid(static_cast<unsigned>((chunks + kDiffThreads - 1) / kDiffThreads));
+    return launch(apply_kernel<T>, grid, 0, p.pdl, stream, &p);
 }
 
 }  // namespace varscope::kernels::cuda::diffloss

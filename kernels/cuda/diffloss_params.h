@@ -25,6 +25,31 @@ enum class DiffEpilogue : int {
 constexpr int kDiffMaxWidth = 2048;  // input features of a layer (16-byte chunks in registers)
 constexpr int kDiffMaxRows = 256;    // rows of one call (the final kernel keeps two floats a row)
 constexpr int kDiffThreads = 256;    // 8 warps; one output feature per warp per pass
+constexpr int kDiffMaxKept = 16;     // replayed blocks of one step (MAR-H's head has 12)
+
+// LazyMAR's head MLP cache (DiffusionSampler's HeadMlpStep) replays a block it does not
+// compute from a kept (term_rows, K) tensor, as the module path's element-wise ops, each
+// rounded to T: h = h + T(gate * term) (gate set: the block's kept MLP term) or h = h + term
+// (gate null: its kept output change). Row m reads term row m % term_rows (the released code
+// cuts kept rows to the step's, or repeats them twice).
+struct DiffKeptTerm {
+    const void* term = nullptr;
+    int term_rows = 0;
+    const void* gate = nullptr;  // (rows, K) with row stride gate_stride
+    long long gate_stride = 0;
+};
+struct DiffKeptList {
+    DiffKeptTerm block[kDiffMaxKept];
+    int count = 0;
+};
+
+// diff_apply_kept: h (rows, K) updated in place by the kept blocks in order.
+struct DiffApplyParams {
+    void* h = nullptr;
+    int rows = 0, K = 0;
+    DiffKeptList kept;
+    bool pdl = false;
+};
 
 struct DiffLinearParams {
     const void* in = nullptr;      // (in_rows, K)
@@ -64,6 +89,10 @@ struct DiffLinearParams {
     const void* proj_bias = nullptr;
     int proj_k = 0;
     void* proj_out = nullptr;
+    // BiasGateResid at a step that refreshes the head MLP cache (null = not kept): the block's
+    // MLP term acc + b (rounded to T) and its output change T(out) - resid, both (rows, N).
+    void* keep_mlp = nullptr;
+    void* keep_change = nullptr;
 };
 
 // How the final kernel forms the guided noise prediction.
@@ -96,11 +125,22 @@ struct DiffFinalParams {
     float log_beta = 0, log_var_clipped = 0, temperature = 1;
     bool last = false;  // the final reverse step: x = mean
     bool pdl = false;
+    // A step of the head MLP cache that replays every block (diff_cached_step): the rows are
+    // built from the latents, not read from `in`: x[m % latents] times proj_weight (K, proj_k;
+    // proj_k 8 or 16) + proj_bias, rounded to T, then the kept blocks applied. The next x goes
+    // to x_out (other CTAs still read x for their projection).
+    const void* proj_weight = nullptr;
+    const void* proj_bias = nullptr;
+    int proj_k = 0;
+    DiffKeptList kept;
+    void* x_out = nullptr;  // null: x in place
 };
 
 cudaError_t launch_diff_linear_bf16(const DiffLinearParams& p, cudaStream_t stream);
 cudaError_t launch_diff_linear_fp16(const DiffLinearParams& p, cudaStream_t stream);
 cudaError_t launch_diff_final_bf16(const DiffFinalParams& p, cudaStream_t stream);
 cudaError_t launch_diff_final_fp16(const DiffFinalParams& p, cudaStream_t stream);
+cudaError_t launch_diff_apply_bf16(const DiffApplyParams& p, cudaStream_t stream);
+cudaError_t launch_diff_apply_fp16(const DiffApplyParams& p, cudaStream_t stream);
 
 }  // namespace varscope::kernels::cuda

@@ -7,7 +7,8 @@
 // bound, CUDA graphs of the fused path == its eager run, PDL on == off, row-split tiles ==
 // per-CTA tiles (bit for bit up to 8 rows, within one 16-bit ulp beyond), the input projection
 // folded into block 0's fc1 kernel and the lean kernels == the separate/plain kernels bit for
-// bit. Skips without CUDA.
+// bit; the head MLP cache's kernels (kept terms, replayed blocks, the one-kernel cached step).
+// Skips without CUDA.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -333,6 +334,114 @@ TEST(KernelsDiffLossGpu, FinalStepMatchesFloat64InEveryCfgMode) {
                         else
                             EXPECT_TRUE(at::equal(d_k, delta0)) << "delta must stay untouched";
                     }
+    }
+}
+
+// LazyMAR's head MLP cache in the fused chain: fc2 also writing the block's MLP term and output
+// change, the replayed blocks (kept rows cut or repeated), and the one-kernel cached step in
+// every CFG mode, each within 2x the framework's 16-bit error of float64; x is only read by the
+// cached step; kept outputs poisoned first.
+TEST(KernelsDiffLossGpu, HeadMlpCacheKernelsMatchFloat64WithinTwiceTheFrameworkError) {
+    for (auto t : {at::kBFloat16, at::kHalf}) {
+        REQUIRE_FUSED(t);
+        c10::InferenceMode guard;
+        const auto o = at::TensorOptions(at::kCUDA).dtype(at::kFloat);
+        const int64_t C = 16;
+        for (int64_t W : kWidths)
+            for (int64_t N : {1, 3, 8, 13}) {
+                SCOPED_TRACE("W " + std::to_string(W) + " N " + std::to_string(N) +
+                             (t == at::kHalf ? " fp16" : " bf16"));
+                // fc2 keeping its terms (a step that refreshes the cache), 2N rows.
+                const int64_t M2 = 2 * N;
+                const auto in = block_inputs(M2, W, t);
+                const auto a = (at::randn({M2, W}, o) * 0.5).to(t);
+                const auto w64 = weights64(in.w);
+                auto nan = [&](int64_t rows) {
+                    return at::full({rows, W}, std::numeric_limits<float>::quiet_NaN(), o).to(t);
+                };
+                vk::DiffKeep truth_keep{at::zeros({M2, W}, at::kDouble),
+                                        at::zeros({M2, W}, at::kDouble)};
+                vk::DiffKeep fw_keep{at::zeros({M2, W}, o.dtype(t)), at::zeros({M2, W}, o.dtype(t))};
+                vk::DiffKeep k_keep{nan(M2), nan(M2)};
+                const auto truth2 = vk::reference::diff_block_fc2(d64(a), w64, d64(in.gate),
+                                                                  d64(in.h), truth_keep);
+                const auto fw2 = vk::reference::diff_block_fc2(a, in.w, in.gate, in.h, fw_keep);
+                auto h2 = in.h.clone();
+                const auto k2 =
+                    vk::diff_block_fc2(a, in.w, in.gate, h2, vk::KernelPath::Cuda, k_keep);
+                expect_within(rel(k2, truth2), rel(fw2, truth2), "fc2 keeping");
+                expect_within(rel(k_keep.mlp, truth_keep.mlp), rel(fw_keep.mlp, truth_keep.mlp),
+                              "kept MLP term");
+                // The change is a difference of two rounded rows: only the 2x bound applies.
+                const double e_change = rel(k_keep.change, truth_keep.change);
+                const double f_change = rel(fw_keep.change, truth_keep.change);
+                EXPECT_LE(e_change, 2.0 * f_change + 2e-4)
+                    << "kept change: kernel " << e_change << " vs framework " << f_change;
+
+                for (auto mode : {vk::DiffCfgMode::None, vk::DiffCfgMode::Full,
+                                  vk::DiffCfgMode::FullKeep, vk::DiffCfgMode::Cached}) {
+                    SCOPED_TRACE("mode " + std::to_string(int(mode)));
+                    const bool both =
+                        mode == vk::DiffCfgMode::Full || mode == vk::DiffCfgMode::FullKeep;
+                    const int64_t M = both ? 2 * N : N;
+                    // Kept at a step with more rows (cut), with half the rows (repeated when M is
+                    // 2N, else the same), and with M rows; gated, ungated, gated.
+                    const auto mod = (at::randn({M, 4 * W}, o) * 0.2).to(t);
+                    const auto gate_a = mod.narrow(1, 0, W), gate_b = mod.narrow(1, W, W);
+                    const auto shift = mod.narrow(1, 2 * W, W);
+                    const auto scale1 = (1 + mod.narrow(1, 3 * W, W)).to(t);
+                    const auto kept_a = (at::randn({2 * N, W}, o) * 0.7).to(t);
+                    const auto kept_b = (at::randn({N, W}, o) * 0.3).to(t);
+                    const auto kept_c = (at::randn({M, W}, o) * 0.7).to(t);
+                    const std::vector<vk::DiffKeptBlock> kept{
+                        {kept_a, gate_a}, {kept_b, {}}, {kept_c, gate_b}};
+                    std::vector<vk::DiffKeptBlock> kept64;
+                    for (const auto& b : kept) kept64.push_back({d64(b.term), d64(b.gate)});
+                    // The replayed blocks alone.
+                    const auto h = (at::randn({M, W}, o) * 1.5).to(t);
+                    const auto truth_h = vk::reference::diff_apply_kept(d64(h), kept64);
+                    const auto fw_h = vk::reference::diff_apply_kept(h, kept);
+                    auto hk = h.clone();
+                    const auto k_h = vk::diff_apply_kept(hk, kept, vk::KernelPath::Cuda);
+                    EXPECT_EQ(k_h.data_ptr(), hk.data_ptr()) << "h is updated in place";
+                    expect_within(rel(k_h, truth_h), rel(fw_h, truth_h), "replayed blocks");
+                    // The whole cached step.
+                    const auto x = at::randn({N, C}, o).to(t);
+                    const auto x_before = x.clone();
+                    const auto wi = (at::randn({W, C}, o) * 0.25).to(t);
+                    const auto bi = (at::randn({W}, o) * 0.1).to(t);
+                    const auto wf = (at::randn({2 * C, W}, o) * (0.5 / std::sqrt(double(W)))).to(t);
+                    const auto bf = (at::randn({2 * C}, o) * 0.1).to(t);
+                    const auto noise = at::randn({N, C}, o).to(t);
+                    const auto cfg = at::full({}, 2.75, o);
+                    const auto delta0 = (at::randn({N, C}, o) * 0.3).to(t);
+                    vk::DiffStepCoefs k;
+                    k.sqrt_recip_ac = 1.37f;
+                    k.sqrt_recipm1_ac = 0.94f;
+                    k.coef1 = 0.61f;
+                    k.coef2 = 0.45f;
+                    k.log_beta = -3.1f;
+                    k.log_var_clipped = -3.6f;
+                    k.temperature = 0.95f;
+                    auto d_truth = d64(delta0), d_fw = delta0.clone(), d_k = delta0.clone();
+                    const auto truth = vk::reference::diff_cached_step(
+                        d64(x), d64(wi), d64(bi), M, kept64, d64(shift), d64(scale1), d64(wf),
+                        d64(bf), 1e-6, d64(noise), cfg.to(at::kCPU, at::kDouble), mode, d_truth, k);
+                    const auto fw = vk::reference::diff_cached_step(
+                        x, wi, bi, M, kept, shift, scale1, wf, bf, 1e-6, noise, cfg, mode, d_fw, k);
+                    poison(4 * M * W);
+                    const auto out =
+                        vk::diff_cached_step(x, wi, bi, M, kept, shift, scale1, wf, bf, 1e-6, noise,
+                                             cfg, mode, d_k, k, vk::KernelPath::Cuda);
+                    EXPECT_NE(out.data_ptr(), x.data_ptr());
+                    EXPECT_TRUE(at::equal(x, x_before)) << "the cached step must not write x";
+                    expect_within(rel(out, truth), rel(fw, truth), "cached step");
+                    if (mode == vk::DiffCfgMode::FullKeep)
+                        expect_within(rel(d_k, d_truth), rel(d_fw, d_truth), "cached step delta");
+                    else
+                        EXPECT_TRUE(at::equal(d_k, delta0)) << "delta must stay untouched";
+                }
+            }
     }
 }
 
