@@ -376,3 +376,116 @@ TEST(LazyMar, CounterCountsTheHeadConditionCache) {
     EXPECT_DOUBLE_EQ(counter->flops(r.attention_flops).diffusion,
                      mar_diffusion_flops(c, 2 * c.seq_len(), steps));
 }
+
+// The per-step plan (lazymar_planned_step) is what the hooks record and what the loop runs: the
+// stats of an eager run equal it step by step (the hooks also check each block against it),
+// and the steps that skip the unconditional branch are those the plan gives B rows.
+TEST(LazyMar, StatsOfARunAreThePlannedSteps) {
+    auto pipe = tiny_mar();
+    const auto& c = pipe.config();
+    auto no_encoder = lazy(true, true);
+    no_encoder.encoder_cache = false;
+    auto all_rows = lazy(true, true);
+    all_rows.keep_ratio = 1.0;
+    auto unforced = lazy(true, true);
+    unforced.force_decoded = false;
+    auto late = lazy(true, true);
+    late.start_step = 0;  // the paper's schedule for 8 steps
+    late.period = 0;
+    for (const auto& cfg :
+         {lazy(true, true), lazy(true, false), no_encoder, all_rows, unforced, late}) {
+        for (double guidance : {1.0, 3.0}) {
+            SCOPED_TRACE(cfg.to_json().dump() + " cfg " + std::to_string(guidance));
+            auto h = make_lazymar_hooks(cfg, c, nullptr);
+            pipe.generate(options(guidance), h.chain.get());
+            const auto plan = mar_step_plan(c.seq_len(), 8, guidance, CfgSchedule::Linear);
+            const auto& stats = h.token_stats();
+            ASSERT_EQ(stats.size(), 8u);
+            std::vector<int64_t> skipped;
+            for (int64_t s = 0; s < 8; ++s) {
+                const auto p = lazymar_planned_step(c, cfg, plan, s, 2, guidance != 1.0);
+                EXPECT_EQ(stats[s].step, s);
+                EXPECT_EQ(stats[s].refresh, p.refresh) << "step " << s;
+                EXPECT_EQ(stats[s].rows, p.rows) << "step " << s;
+                EXPECT_EQ(stats[s].computed, p.computed) << "step " << s;
+                EXPECT_EQ(stats[s].total, p.total) << "step " << s;
+                if (guidance != 1.0 && p.rows == 2 && cfg.condition_cache) skipped.push_back(s);
+            }
+            if (cfg.condition_cache) {
+                EXPECT_EQ(h.skipped_unconditional_steps(), skipped);
+            }
+        }
+    }
+    // By hand for one lazy step of lazy(true, true) at cfg 3 (refresh at 0, 1, 2, 5): step 3
+    // runs the 2 conditional rows; the encoder computes the buffer and step 2's tokens, the
+    // decoder all 20 positions up to block 1, then max(round(0.25 * 20), forced) after it.
+    const auto plan = mar_step_plan(c.seq_len(), 8, 3.0, CfgSchedule::Linear);
+    const auto p3 = lazymar_planned_step(c, lazy(true, true), plan, 3, 2, true);
+    EXPECT_FALSE(p3.refresh);
+    EXPECT_EQ(p3.rows, 2);
+    EXPECT_EQ(p3.computed[0], c.buffer_size + plan[2].decoded());
+    EXPECT_EQ(p3.total[0], c.buffer_size + c.seq_len() - plan[3].masked_before);
+    EXPECT_EQ(p3.computed[3], c.total_len());  // decoder block 1 = ℓ
+    EXPECT_EQ(p3.computed[4], std::max<int64_t>(5, plan[3].decoded() + plan[2].decoded()));
+    EXPECT_TRUE(lazymar_planned_step(c, lazy(true, true), plan, 5, 2, true).refresh);
+    EXPECT_EQ(lazymar_planned_step(c, lazy(true, true), plan, 5, 2, true).rows, 4);
+}
+
+TEST(LazyMar, DecoderPositionsKeepTheShareTheForcedAndTheRange) {
+    auto cfg = lazy(true, true);
+    cfg.keep_ratio = 0.16;
+    EXPECT_EQ(lazymar_decoder_positions(cfg, 320, 3), 51);   // round(51.2)
+    EXPECT_EQ(lazymar_decoder_positions(cfg, 320, 70), 70);  // the forced ones win
+    cfg.force_decoded = false;
+    EXPECT_EQ(lazymar_decoder_positions(cfg, 320, 70), 51);
+    cfg.keep_ratio = 0.0;
+    EXPECT_EQ(lazymar_decoder_positions(cfg, 320, 0), 1);
+    cfg.keep_ratio = 1.0;
+    EXPECT_EQ(lazymar_decoder_positions(cfg, 320, 0), 320);
+}
+
+// Whole-step CUDA graphs need a signature: present for the plain caches, absent with a probe
+// (it reads tensors) or a similarity threshold (a count read back from the device); it names
+// the settings, so another schedule captures other graphs.
+TEST(LazyMar, GraphSignatureOnlyWithoutProbesOrThreshold) {
+    const auto c = tiny_mar_config();
+    const auto sig = make_lazymar(lazy(true, true), c, nullptr)->graph_signature();
+    ASSERT_TRUE(sig.has_value());
+    EXPECT_NE(sig->find("lazymar.tokens"), std::string::npos);
+    EXPECT_NE(sig->find("lazymar.condition"), std::string::npos);
+    EXPECT_TRUE(make_lazymar(lazy(false, true), c, nullptr)->graph_signature().has_value());
+    auto other = lazy(true, true);
+    other.period = 4;
+    EXPECT_NE(*make_lazymar(other, c, nullptr)->graph_signature(), *sig);
+    EXPECT_EQ(*make_lazymar(lazy(true, true), c, nullptr)->graph_signature(), *sig);
+    auto threshold = lazy(true, true);
+    threshold.min_similarity = 0.5;
+    EXPECT_FALSE(make_lazymar(threshold, c, nullptr)->graph_signature().has_value());
+    ProbeRecorder probe;
+    EXPECT_FALSE(make_lazymar(lazy(true, true), c, &probe)->graph_signature().has_value());
+    EXPECT_FALSE(make_lazymar(lazy(false, true), c, &probe)->graph_signature().has_value());
+    // A chain has one only if every member has one.
+    MarHookChain chain;
+    EXPECT_FALSE(chain.graph_signature().has_value());
+    chain.add(make_lazymar(lazy(true, true), c, nullptr));
+    EXPECT_EQ(chain.graph_signature(), sig);
+    chain.add(std::make_shared<MarSamplingHooks>());
+    EXPECT_FALSE(chain.graph_signature().has_value());
+}
+
+// The caches are rewritten from step 0 on: one hook object reused for several runs (as the
+// benchmarks and the graphed loop do) gives each run the tokens a fresh object gives.
+TEST(LazyMar, AReusedHookObjectEqualsAFreshOne) {
+    auto pipe = tiny_mar();
+    auto reused = make_lazymar_hooks(lazy(true, true), pipe.config(), nullptr);
+    const auto first = pipe.generate(options(3.0), reused.chain.get());
+    auto other_seed = options(3.0);
+    other_seed.seed = 5;
+    const auto second = pipe.generate(other_seed, reused.chain.get());
+    const auto third = pipe.generate(options(3.0), reused.chain.get());
+    EXPECT_TRUE(same(third.tokens, first.tokens));
+    auto fresh = make_lazymar_hooks(lazy(true, true), pipe.config(), nullptr);
+    EXPECT_TRUE(same(pipe.generate(other_seed, fresh.chain.get()).tokens, second.tokens));
+    EXPECT_FALSE(same(second.tokens, first.tokens));
+    EXPECT_EQ(reused.token_stats().size(), 8u);
+}

@@ -1,12 +1,14 @@
 // The noise the CUDA-graph path pre-draws (DiffusionSampler::draw_noise) is the stream the
 // eager sampler draws inline: sample_with_noise on it equals sample() with the same generator.
-// LazyMAR's head-side condition cache (DiffusionSampler cfg_cache_period).
+// LazyMAR's head-side condition cache (DiffusionSampler cfg_cache_period). Hook state
+// (MarHookState): stable tensors, in the graph set while a step is captured.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include "core/accel/lazymar.h"
 #include "core/mar_pipeline.h"
+#include "core/sampling/mar_cuda_graph.h"
 #include "core/sampling/token_sampling.h"
 
 using namespace varscope;
@@ -107,4 +109,37 @@ TEST(MarHeadCfgCache, OffIsExactAndCachedStepsSkipTheUnconditionalHalf) {
     EXPECT_EQ(LazyMarConfig::from_json(lc.to_json()).head_cfg_period, 7);
     EXPECT_EQ(LazyMarConfig::from_json({{"head_cfg_period", 5}}).head_cfg_period, 5);
     EXPECT_ANY_THROW(LazyMarConfig::from_json({{"head_cfg_period", -1}}));
+}
+
+// Eagerly the hook object holds its state: the same tensor from step to step, replaced only
+// when a step asks for other sizes. While a step is captured (ctx.graphs) the graph set holds
+// it under prefix + name, so another hook object (a later run) finds the tensor the capture
+// wrote; there other sizes are an error, and reading a tensor nobody wrote is one everywhere.
+TEST(MarHookState, StableTensorsOwnedByTheHookOrTheGraphSet) {
+    MarConfig c;
+    MarStepContext eager{c, 0, 8, 1, false, 1.0, 0, 0, {}, {}, {}, {}, {}, {}, {}, false};
+    MarHookState a("test.");
+    const auto f32 = at::TensorOptions().dtype(at::kFloat);
+    auto t = a.get(eager, "k", {2, 3}, f32);
+    t.fill_(1.0f);
+    EXPECT_EQ(a.get(eager, "k", {2, 3}, f32).data_ptr(), t.data_ptr());
+    EXPECT_TRUE(a.get(eager, "k").equal(at::ones({2, 3})));
+    EXPECT_EQ(a.get(eager, "k", {4, 3}, f32).size(0), 4);  // replaced
+    EXPECT_EQ(a.get(eager, "k", {4, 3}, f32.dtype(at::kDouble)).scalar_type(), at::kDouble);
+    EXPECT_THROW(a.get(eager, "missing"), c10::Error);
+
+    MarGraphs graphs(MarGraphKey{});
+    MarStepContext captured = eager;
+    captured.graphs = &graphs;
+    auto g = a.get(captured, "k", {2, 3}, f32);
+    g.fill_(2.0f);
+    MarHookState b("test.");  // a fresh hook object of the same kind
+    EXPECT_EQ(b.get(captured, "k").data_ptr(), g.data_ptr());
+    EXPECT_EQ(graphs.buffer("test.k", [] { return at::Tensor(); }).data_ptr(), g.data_ptr());
+    EXPECT_THROW(b.get(captured, "k", {4, 3}, f32), c10::Error);
+    EXPECT_THROW(b.get(captured, "v"), c10::Error);
+    MarHookState other("other.");
+    EXPECT_THROW(other.get(captured, "k"), c10::Error);
+    // The eager tensor of `a` is its own, not the graph set's.
+    EXPECT_NE(a.get(eager, "k").data_ptr(), g.data_ptr());
 }

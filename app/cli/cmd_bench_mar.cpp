@@ -37,6 +37,9 @@ struct BenchMarArgs {
     bool planned = false;  // FLOPs from the step plan only, no runs
     bool no_cuda_graphs = false;
     bool compare_eager = false;  // one more run per method without CUDA graphs
+    // Methods whose hooks run inside whole-step graphs: the timed runs again with the
+    // transformer eager and only the diffusion graphed (VARSCOPE_MAR_HOOK_GRAPHS=diffusion).
+    bool compare_hook_graphs = false;
     // Timed runs per method again with the LibTorch module path of the DiffLoss head
     // (MarSampleOptions::fused_head = false): time and token difference to the fused runs.
     bool compare_modules = false;
@@ -84,6 +87,9 @@ struct MethodRun {
     double computed_share = 1.0;  // block positions computed / baseline's, over the run
     int64_t skipped_unconditional = 0;
     bool graphs = false;                      // the timed runs replayed CUDA graphs
+    bool step_graphs = false;                 // ... whole steps (transformer too)
+    std::vector<double> hook_eager_totals;    // --compare-hook-graphs: transformer eager
+    double hook_eager_max_abs_diff = -1.0;    // ... its tokens vs the last whole-step run
     double eager_ms = 0.0;                    // --compare-eager: one run without graphs
     double eager_max_abs_diff = -1.0;         // ... and its tokens vs the last graphed run
     std::vector<double> modules_totals;       // --compare-modules: the module-path head
@@ -120,8 +126,9 @@ MethodRun run_method(MarPipeline& pipe, MarSampleOptions opt, const std::string&
     auto lazy = make_lazymar_hooks(accel.lazymar, c, nullptr);
     opt.head_cfg_cache_period = lazymar_head_period(accel.lazymar);
     opt.head_mlp_cache_period = lazymar_head_mlp_period(accel.lazymar);
-    // Timed runs carry only the method's hooks: without any (the baseline) each step is one
-    // CUDA graph replay, with hooks the transformer runs eagerly (mar_cuda_graph.h). FLOPs come
+    // Timed runs carry only the method's hooks: without any (the baseline) or with hooks that
+    // have a graph signature (LazyMAR without probes or threshold) each step is one CUDA graph
+    // replay, with other hooks the transformer runs eagerly (mar_cuda_graph.h). FLOPs come
     // from the step plan, which equals what a counted run gives (tested).
     MarSamplingHooks* hooks = lazy.chain.get();
     for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt, hooks);
@@ -138,7 +145,23 @@ MethodRun run_method(MarPipeline& pipe, MarSampleOptions opt, const std::string&
                   << std::endl;  // flushed: a run cut short by a time limit still reports
     }
     m.graphs = m.last.cuda_graphs;
+    m.step_graphs = m.graphs && (!hooks || hooks->graph_signature().has_value());
     count_kernels(m, pipe.sampler().diffusion().schedule().num_steps());
+    if (a.compare_hook_graphs && m.step_graphs && hooks) {
+        setenv("VARSCOPE_MAR_HOOK_GRAPHS", "diffusion", 1);  // read by each sample() call
+        for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt, hooks);
+        MarSampleResult r;
+        for (int64_t i = 0; i < a.repeat; ++i) {
+            r = pipe.generate(opt, hooks);
+            m.hook_eager_totals.push_back(r.total_millis - r.decode_millis);
+            std::cerr << "    " << name << " eager-transformer run " << i + 1 << ": "
+                      << m.hook_eager_totals.back() << " ms" << std::endl;
+        }
+        unsetenv("VARSCOPE_MAR_HOOK_GRAPHS");
+        m.hook_eager_max_abs_diff = (r.tokens - m.last.tokens).abs().max().item<double>();
+        std::cerr << "    " << name << " max |whole-step graphs - eager transformer| token "
+                  << "difference " << m.hook_eager_max_abs_diff << std::endl;
+    }
     if (a.compare_modules) {  // the same runs with the module-path head
         MarSampleOptions mod = opt;
         mod.fused_head = false;
@@ -358,6 +381,7 @@ nlohmann::json bench_model(const std::string& preset, const BenchMarArgs& a) {
                            {"unconditional_skipped_steps", m.skipped_unconditional},
                            {"latent_relative_l2_vs_baseline", rel},
                            {"cuda_graphs", m.graphs},
+                           {"whole_step_graphs", m.step_graphs},
                            {"graph_capture_ms", m.last.graph_capture_millis}});
         methods.back()["graph_kernels_per_decoding_step"] = m.kernels_per_step;
         methods.back()["graph_kernels_per_diffusion_step"] = m.kernels_per_diffusion_step;
@@ -370,6 +394,19 @@ nlohmann::json bench_model(const std::string& preset, const BenchMarArgs& a) {
             methods.back()["max_abs_token"] = m.last.tokens.abs().max().item<double>();
             std::cerr << "    " << m.name << ": fused head " << ms << " ms vs module-path head "
                       << mm << " ms (" << (ms > 0 ? mm / ms : 0.0) << "x)\n";
+        }
+        if (!m.hook_eager_totals.empty()) {
+            const double em = median(m.hook_eager_totals);
+            methods.back()["eager_transformer_median_ms"] = em;
+            methods.back()["eager_transformer_ms_each"] = m.hook_eager_totals;
+            methods.back()["step_graphs_speedup_vs_eager_transformer"] = ms > 0 ? em / ms : 0.0;
+            methods.back()["step_graphs_vs_eager_transformer_max_abs_token_diff"] =
+                m.hook_eager_max_abs_diff;
+            methods.back()["eager_transformer_speedup_vs_baseline"] = em > 0 ? base_ms / em : 0.0;
+            std::cerr << "    " << m.name << ": whole-step graphs " << ms
+                      << " ms vs eager transformer " << em << " ms (" << (ms > 0 ? em / ms : 0.0)
+                      << "x); vs baseline " << (em > 0 ? base_ms / em : 0.0) << "x before, "
+                      << speedup << "x now\n";
         }
         if (m.eager_max_abs_diff >= 0) {
             methods.back()["eager_ms"] = m.eager_ms;
@@ -449,6 +486,9 @@ Runner add_bench_mar(CLI::App& bench) {
     cmd->add_flag("--compare-eager", a->compare_eager,
                   "one more run per method without CUDA graphs: its time and whether its tokens "
                   "equal the graphed ones");
+    cmd->add_flag("--compare-hook-graphs", a->compare_hook_graphs,
+                  "methods run as whole-step CUDA graphs (LazyMAR): time them again with the "
+                  "transformer eager and only the diffusion graphed, and compare the tokens");
     cmd->add_flag("--compare-modules", a->compare_modules,
                   "time each method again with the LibTorch module path of the DiffLoss head (no "
                   "fused kernels) and compare the tokens");

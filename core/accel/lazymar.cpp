@@ -2,8 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <optional>
+#include <string>
 
 #include "core/sampling/mar_sampler.h"  // mar_step_plan
 
@@ -130,61 +134,104 @@ at::Tensor row_index(const at::Tensor& pos, int64_t channels) {
 
 }  // namespace
 
+// ----------------------------------------------------------------------------- plan
+
+int64_t lazymar_decoder_positions(const LazyMarConfig& cfg, int64_t n, int64_t forced) {
+    int64_t count = std::llround(cfg.keep_ratio * double(n));
+    if (cfg.force_decoded) count = std::max(count, forced);
+    return std::clamp<int64_t>(count, 1, n);
+}
+
+LazyMarStepStats lazymar_planned_step(const MarConfig& m, const LazyMarConfig& cfg,
+                                      const std::vector<MarStepPlan>& plan, int64_t step,
+                                      int64_t batch, bool guided) {
+    const bool on = cfg.enabled && (cfg.token_cache || cfg.condition_cache);
+    const auto schedule = LazyMarSchedule::resolve(cfg, int64_t(plan.size()));
+    const bool lazy = on && step > 0 && !schedule.refresh(step);  // step 0 fills the caches
+    const bool tokens = lazy && cfg.token_cache;
+    const MarStepPlan& p = plan.at(size_t(step));
+    const int64_t buf = m.buffer_size, n = m.total_len();
+    LazyMarStepStats st;
+    st.step = step;
+    st.refresh = !lazy;
+    st.rows = guided && !(lazy && cfg.condition_cache) ? 2 * batch : batch;
+    // Encoder: buffer + known tokens; a lazy step computes the buffer and the tokens decoded
+    // in the previous step. Decoder: every position up to block ℓ, then N (+ forced).
+    const int64_t enc_n = buf + m.seq_len() - p.masked_before;
+    const int64_t enc_q = tokens && cfg.encoder_cache ? buf + plan[step - 1].decoded() : enc_n;
+    st.total.assign(size_t(m.encoder_depth), enc_n);
+    st.computed.assign(size_t(m.encoder_depth), enc_q);
+    const int64_t dec_q =
+        tokens ? lazymar_decoder_positions(cfg, n, p.decoded() + plan[step - 1].decoded()) : n;
+    for (int64_t l = 0; l < m.decoder_depth; ++l) {
+        st.total.push_back(n);
+        st.computed.push_back(tokens && l > cfg.similarity_layer ? dec_q : n);
+    }
+    return st;
+}
+
 // ----------------------------------------------------------------------------- token cache
 
+// Every cache (per encoder block: keys, values, outputs by position; per decoder block after ℓ:
+// keys, values, outputs; block ℓ's values for the similarity) is a MarHookState tensor: written
+// in full at refresh steps, scattered into at lazy steps, so whole-step CUDA graphs can replay
+// it. Which steps are lazy and how many rows each block computes come from the plan
+// (lazymar_planned_step), which select_tokens checks against the rows it really selects.
 class LazyMarTokenCache : public MarSamplingHooks {
   public:
     LazyMarTokenCache(const LazyMarConfig& cfg, const MarConfig& model, ProbeSink* probe)
-        : cfg_(cfg), model_(model), probe_(probe) {
-        enc_.resize(model.encoder_depth);
-        dec_.resize(model.decoder_depth);
+        : cfg_(cfg), model_(model), probe_(probe), state_("lazymar.tokens.") {}
+
+    std::optional<std::string> graph_signature() const override {
+        // Probes read tensors; a threshold reads the computed count back (data-dependent shape).
+        if (probe_ || cfg_.min_similarity > 0) return std::nullopt;
+        return "lazymar.tokens " + cfg_.to_json().dump();
     }
 
     void on_step_begin(MarStepContext& ctx) override {
-        schedule_ = LazyMarSchedule::resolve(cfg_, ctx.num_iter);
-        if (ctx.step == 0) {
-            valid_ = false;
+        if (ctx.step == 0 || plan_.empty()) {
+            plan_ = mar_step_plan(model_.seq_len(), ctx.num_iter, 1.0, CfgSchedule::Linear);
             stats_.clear();
         }
-        refresh_ = schedule_.refresh(ctx.step) || !valid_ || !ctx.decoded_prev.defined();
+        stats_.push_back(lazymar_planned_step(model_, cfg_, plan_, ctx.step, ctx.batch, ctx.cfg));
+        refresh_ = stats_.back().refresh;
         dec_rows_ = enc_rows_ = enc_rows_pos_ = at::Tensor();
-        LazyMarStepStats st;
-        st.step = ctx.step;
-        st.refresh = refresh_;
-        stats_.push_back(st);
     }
 
     at::Tensor select_tokens(const MarBlockContext& ctx, const at::Tensor& x) override {
-        const bool lazy = lazy_block(ctx);
-        stats_.back().refresh = !lazy;  // a lazy step with more rows than cached runs fully
         at::Tensor rows;
-        if (lazy && ctx.stage == MarStage::Encoder && cfg_.encoder_cache) {
+        if (!refresh_ && ctx.stage == MarStage::Encoder && cfg_.encoder_cache) {
             if (ctx.layer == 0) plan_encoder_rows(ctx);
             rows = enc_rows_;
-        } else if (lazy && ctx.stage == MarStage::Decoder && ctx.layer > cfg_.similarity_layer) {
+        } else if (!refresh_ && ctx.stage == MarStage::Decoder &&
+                   ctx.layer > cfg_.similarity_layer) {
             rows = dec_rows_;
         }
-        record_block(ctx, rows.defined() ? rows.size(1) : x.size(1), x.size(1), !lazy);
+        record_block(ctx, rows.defined() ? rows.size(1) : x.size(1), x.size(1));
         return rows;
     }
 
     void on_keys_values(const MarBlockContext& ctx, const at::Tensor& rows, at::Tensor& k,
                         at::Tensor& v) override {
-        const bool lazy = lazy_block(ctx);
-        const int64_t R = ctx.step.rows();
+        const MarStepContext& s = ctx.step;
+        const int64_t R = s.rows();
         if (ctx.stage == MarStage::Encoder) {
             if (!cfg_.encoder_cache) return;
-            LayerCache& c = enc_[ctx.layer];
-            if (!lazy) {
+            const std::string name = "enc" + std::to_string(ctx.layer);
+            if (refresh_) {
                 // Position-indexed (R, H, buffer + seq_len, d): the encoder's sequence changes
                 // from step to step, positions do not.
-                c.k = at::zeros({R, k.size(1), model_.total_len(), k.size(3)}, k.options());
-                c.v = at::zeros_like(c.k);
-                c.k.scatter_(2, kv_index(ctx.positions, k), k);
-                c.v.scatter_(2, kv_index(ctx.positions, v), v);
+                const std::vector<int64_t> sizes{R, k.size(1), model_.total_len(), k.size(3)};
+                auto ck = state_.get(s, name + ".k", sizes, k.options());
+                auto cv = state_.get(s, name + ".v", sizes, v.options());
+                ck.zero_();
+                cv.zero_();
+                ck.scatter_(2, kv_index(ctx.positions, k), k);
+                cv.scatter_(2, kv_index(ctx.positions, v), v);
                 return;
             }
-            auto ck = c.k.narrow(0, 0, R), cv = c.v.narrow(0, 0, R);
+            auto ck = state_.get(s, name + ".k").narrow(0, 0, R);
+            auto cv = state_.get(s, name + ".v").narrow(0, 0, R);
             ck.scatter_(2, kv_index(enc_rows_pos_, k), k);
             cv.scatter_(2, kv_index(enc_rows_pos_, v), v);
             k = ck.gather(2, kv_index(ctx.positions, k));
@@ -195,20 +242,22 @@ class LazyMarTokenCache : public MarSamplingHooks {
         const int64_t l = ctx.layer, ell = cfg_.similarity_layer;
         if (l < ell) return;
         if (l == ell) {
-            if (lazy) plan_decoder_rows(ctx, v);
-            if (!lazy || sim_v_.size(0) < R)
-                sim_v_ = v.clone(at::MemoryFormat::Contiguous);
-            else
-                sim_v_.narrow(0, 0, R).copy_(v);
+            if (refresh_) {
+                state_.get(s, "sim_v", v.sizes(), v.options()).copy_(v);
+                return;
+            }
+            plan_decoder_rows(ctx, v);
+            state_.get(s, "sim_v").narrow(0, 0, R).copy_(v);
             return;
         }
-        LayerCache& c = dec_[l];
-        if (!lazy) {
-            c.k = k.clone(at::MemoryFormat::Contiguous);
-            c.v = v.clone(at::MemoryFormat::Contiguous);
+        const std::string name = "dec" + std::to_string(l);
+        if (refresh_) {
+            state_.get(s, name + ".k", k.sizes(), k.options()).copy_(k);
+            state_.get(s, name + ".v", v.sizes(), v.options()).copy_(v);
             return;
         }
-        auto ck = c.k.narrow(0, 0, R), cv = c.v.narrow(0, 0, R);
+        auto ck = state_.get(s, name + ".k").narrow(0, 0, R);
+        auto cv = state_.get(s, name + ".v").narrow(0, 0, R);
         if (!rows.defined()) {  // every position computed (keep_ratio 1)
             ck.copy_(k);
             cv.copy_(v);
@@ -224,57 +273,38 @@ class LazyMarTokenCache : public MarSamplingHooks {
                               const at::Tensor& rows, const at::Tensor& h) override {
         const int64_t R = ctx.step.rows(), C = h.size(2);
         if (ctx.stage == MarStage::Encoder) {
-            auto out = enc_[ctx.layer].out.narrow(0, 0, R);
+            auto out =
+                state_.get(ctx.step, "enc" + std::to_string(ctx.layer) + ".out").narrow(0, 0, R);
             out.scatter_(1, row_index(enc_rows_pos_, C), h);
             return out.gather(1, row_index(ctx.positions, C));
         }
-        auto out = dec_[ctx.layer].out.narrow(0, 0, R);
+        auto out = state_.get(ctx.step, "dec" + std::to_string(ctx.layer) + ".out").narrow(0, 0, R);
         out.scatter_(1, row_index(rows, C), h);
         return out;  // the cache itself: rewritten in place only at the next step
     }
 
     void on_block_output(const MarBlockContext& ctx, const at::Tensor& x) override {
-        const bool lazy = lazy_block(ctx);
-        const int64_t R = ctx.step.rows();
+        const MarStepContext& s = ctx.step;
+        const int64_t R = s.rows();
         if (ctx.stage == MarStage::Encoder) {
-            if (!cfg_.encoder_cache || lazy) return;
-            auto& out = enc_[ctx.layer].out;
-            out = at::zeros({R, model_.total_len(), x.size(2)}, x.options());
+            if (!cfg_.encoder_cache || !refresh_) return;
+            auto out = state_.get(s, "enc" + std::to_string(ctx.layer) + ".out",
+                                  {R, model_.total_len(), x.size(2)}, x.options());
+            out.zero_();
             out.scatter_(1, row_index(ctx.positions, x.size(2)), x);
-            if (ctx.layer == model_.encoder_depth - 1) mark_filled(ctx);
             return;
         }
-        if (ctx.layer <= cfg_.similarity_layer) {
-            if (!lazy && ctx.layer == model_.decoder_depth - 1) mark_filled(ctx);
-            return;
-        }
-        auto& out = dec_[ctx.layer].out;
-        if (!lazy) {
-            out = x.clone(at::MemoryFormat::Contiguous);
-            if (ctx.layer == model_.decoder_depth - 1) mark_filled(ctx);
-        } else if (!dec_rows_.defined()) {
-            out.narrow(0, 0, R).copy_(x);
-        }
+        if (ctx.layer <= cfg_.similarity_layer) return;
+        const std::string name = "dec" + std::to_string(ctx.layer) + ".out";
+        if (refresh_)
+            state_.get(s, name, x.sizes(), x.options()).copy_(x);
+        else if (!dec_rows_.defined())
+            state_.get(s, name).narrow(0, 0, R).copy_(x);
     }
 
     const std::vector<LazyMarStepStats>& stats() const { return stats_; }
 
   private:
-    struct LayerCache {
-        at::Tensor k, v, out;
-    };
-
-    // Caches complete after a full step's last decoder block.
-    void mark_filled(const MarBlockContext& ctx) {
-        if (ctx.stage != MarStage::Decoder) return;
-        valid_ = true;
-        cache_rows_ = ctx.step.rows();
-    }
-
-    bool lazy_block(const MarBlockContext& ctx) const {
-        return !refresh_ && valid_ && ctx.step.rows() <= cache_rows_;
-    }
-
     // Encoder rows of a lazy step: the buffer slots and the tokens decoded in the previous
     // step (known now, not at the step the cache holds them from).
     void plan_encoder_rows(const MarBlockContext& ctx) {
@@ -294,7 +324,8 @@ class LazyMarTokenCache : public MarSamplingHooks {
         const auto& s = ctx.step;
         const int64_t R = s.rows(), n = v.size(2), buf = model_.buffer_size;
         const auto sim =
-            at::cosine_similarity(v.to(at::kFloat), sim_v_.narrow(0, 0, R).to(at::kFloat), -1)
+            at::cosine_similarity(v.to(at::kFloat),
+                                  state_.get(s, "sim_v").narrow(0, 0, R).to(at::kFloat), -1)
                 .mean(1);  // (R, n)
         at::Tensor forced;
         if (cfg_.force_decoded) {
@@ -302,11 +333,15 @@ class LazyMarTokenCache : public MarSamplingHooks {
             if (s.decoded_prev.defined()) forced = at::cat({forced, s.decoded_prev}, 1);
             forced = forced.repeat({R / s.batch, 1}) + buf;
         }
-        int64_t count = std::llround(cfg_.keep_ratio * double(n));
-        if (forced.defined()) count = std::max(count, forced.size(1));
-        if (cfg_.min_similarity > 0)
-            count = std::max(count, sim.lt(cfg_.min_similarity).sum(1).max().item<int64_t>());
-        count = std::clamp<int64_t>(count, 1, n);
+        int64_t count = lazymar_decoder_positions(cfg_, n, forced.defined() ? forced.size(1) : 0);
+        if (cfg_.min_similarity > 0) {  // eager only (no graph signature): a host read
+            count = std::clamp<int64_t>(
+                std::max(count, sim.lt(cfg_.min_similarity).sum(1).max().item<int64_t>()), 1, n);
+            auto& st = stats_.back();
+            for (size_t g = size_t(model_.encoder_depth + cfg_.similarity_layer + 1);
+                 g < st.computed.size(); ++g)
+                st.computed[g] = count;
+        }
         dec_rows_ = count >= n ? at::Tensor() : lazymar_select_positions(sim, forced, count);
         if (probe_ && probe_->wants_accel("lazymar", probe_kinds::kLazyMarSimilarity)) {
             probe_->on_accel(
@@ -329,11 +364,15 @@ class LazyMarTokenCache : public MarSamplingHooks {
         }
     }
 
-    void record_block(const MarBlockContext& ctx, int64_t computed, int64_t total, bool full) {
-        auto& st = stats_.back();
-        st.rows = ctx.step.rows();
-        st.computed.push_back(computed);
-        st.total.push_back(total);
+    // The plan's count must be what the block computes (graph replays rely on the plan).
+    void record_block(const MarBlockContext& ctx, int64_t computed, int64_t total) {
+        const auto& st = stats_.back();
+        const auto g = size_t(ctx.global_layer());
+        TORCH_CHECK(
+            ctx.step.rows() == st.rows && computed == st.computed.at(g) && total == st.total.at(g),
+            "LazyMAR: step ", st.step, " block ", g, " computes ", computed, " of ", total,
+            " positions in ", ctx.step.rows(), " rows; the plan says ", st.computed[g], " of ",
+            st.total[g], " in ", st.rows);
         if (probe_)
             probe_->on_accel({"lazymar",
                               probe_kinds::kLazyMarTokens,
@@ -343,55 +382,64 @@ class LazyMarTokenCache : public MarSamplingHooks {
                               {{"computed", double(computed)},
                                {"cached", double(total - computed)},
                                {"total", double(total)},
-                               {"refresh", full ? 1.0 : 0.0}}});
+                               {"refresh", st.refresh ? 1.0 : 0.0}}});
     }
 
     LazyMarConfig cfg_;
     MarConfig model_;
     ProbeSink* probe_;
-    LazyMarSchedule schedule_;
-    std::vector<LayerCache> enc_, dec_;
-    at::Tensor sim_v_;  // values of block ℓ at the last step (R, H, n, d)
-    bool valid_ = false, refresh_ = true;
-    int64_t cache_rows_ = 0;
-    at::Tensor dec_rows_, enc_rows_, enc_rows_pos_;
+    MarHookState state_;
+    std::vector<MarStepPlan> plan_;  // of the current run (decoded counts per step)
+    bool refresh_ = true;
+    at::Tensor dec_rows_, enc_rows_, enc_rows_pos_;  // this step's computed rows
     std::vector<LazyMarStepStats> stats_;
 };
 
 // ----------------------------------------------------------------------------- condition cache
 
+// The residual is a MarHookState tensor; whether a step skips the unconditional branch follows
+// from the schedule alone (step 0 and refresh steps compute both branches and cache it).
 class LazyMarConditionCache : public MarSamplingHooks {
   public:
-    LazyMarConditionCache(const LazyMarConfig& cfg, ProbeSink* probe) : cfg_(cfg), probe_(probe) {}
+    LazyMarConditionCache(const LazyMarConfig& cfg, ProbeSink* probe)
+        : cfg_(cfg), probe_(probe), state_("lazymar.condition.") {}
+
+    std::optional<std::string> graph_signature() const override {
+        if (probe_) return std::nullopt;  // the drift probe reads the residual
+        return "lazymar.condition " + cfg_.to_json().dump();
+    }
 
     void on_step_begin(MarStepContext& ctx) override {
         if (ctx.step == 0) {
-            residual_ = at::Tensor();
+            cached_ = false;
             skipped_.clear();
         }
-        refresh_ = LazyMarSchedule::resolve(cfg_, ctx.num_iter).refresh(ctx.step);
+        refresh_ = ctx.step == 0 || LazyMarSchedule::resolve(cfg_, ctx.num_iter).refresh(ctx.step);
         drift_ = -1.0;
     }
 
-    bool skip_unconditional(const MarStepContext& ctx) override {
-        return !refresh_ && residual_.defined() && residual_.size(0) == ctx.batch;
-    }
+    bool skip_unconditional(const MarStepContext&) override { return !refresh_; }
 
-    at::Tensor unconditional_rows(const MarStepContext&, const at::Tensor& x_cond) override {
-        return x_cond + residual_;
+    at::Tensor unconditional_rows(const MarStepContext& ctx, const at::Tensor& x_cond) override {
+        return x_cond + state_.get(ctx, "residual");
     }
 
     void on_cfg_branches(const MarStepContext& ctx, const at::Tensor& x) override {
         const int64_t B = ctx.batch;
         auto fresh = x.narrow(0, B, B) - x.narrow(0, 0, B);
-        if (probe_ && residual_.defined() && residual_.sizes() == fresh.sizes() &&
-            probe_->wants_accel("lazymar", probe_kinds::kLazyMarCondition)) {
-            const auto f = fresh.to(at::kFloat);
-            drift_ = (f - residual_.to(at::kFloat)).norm().item<double>() /
-                     std::max(f.norm().item<double>(), 1e-12);
+        // cached_ is host state set only where this runs (eager, or while capturing): for the
+        // probe, which keeps the loop eager.
+        if (probe_ && cached_ && probe_->wants_accel("lazymar", probe_kinds::kLazyMarCondition)) {
+            const auto old = state_.get(ctx, "residual");
+            if (old.sizes() == fresh.sizes()) {
+                const auto f = fresh.to(at::kFloat);
+                drift_ = (f - old.to(at::kFloat)).norm().item<double>() /
+                         std::max(f.norm().item<double>(), 1e-12);
+            }
         }
         age_ = ctx.step - cached_step_;
-        residual_ = fresh;
+        state_.get(ctx, "residual", fresh.sizes(), fresh.options()).copy_(fresh);
+        cached_ = true;
         cached_step_ = ctx.step;
     }
 
@@ -411,8 +459,8 @@ class LazyMarConditionCache : public MarSamplingHooks {
   private:
     LazyMarConfig cfg_;
     ProbeSink* probe_;
-    bool refresh_ = true;
-    at::Tensor residual_;  // (B, buffer + seq_len, Cd): uncond - cond, last block output
+    MarHookState state_;  // "residual" (B, buffer + seq_len, Cd): uncond - cond, last block
+    bool refresh_ = true, cached_ = false;
     int64_t cached_step_ = 0, age_ = 0;
     double drift_ = -1.0;
     std::vector<int64_t> skipped_;
@@ -422,12 +470,9 @@ class LazyMarConditionCache : public MarSamplingHooks {
 
 MarFlops lazymar_planned_flops(const MarConfig& m, const LazyMarConfig& cfg, int64_t num_iter,
                                int64_t batch, double guidance, int64_t diffusion_steps) {
-    const bool on = cfg.enabled && (cfg.token_cache || cfg.condition_cache);
     const bool guided = guidance != 1.0;
     const auto plan = mar_step_plan(m.seq_len(), num_iter, guidance, CfgSchedule::Linear);
-    const auto schedule = LazyMarSchedule::resolve(cfg, num_iter);
-    const int64_t buf = m.buffer_size, n = m.total_len();
-    const int64_t Ce = m.encoder_embed_dim, Cd = m.decoder_embed_dim;
+    const int64_t n = m.total_len(), Ce = m.encoder_embed_dim, Cd = m.decoder_embed_dim;
     MarFlops f;
     // One block: computed rows `q` of R, attending to `k` keys (the loop's 4 R Lq Lk d H).
     auto block = [&](int64_t dim, int64_t R, int64_t q, int64_t k) {
@@ -435,22 +480,12 @@ MarFlops lazymar_planned_flops(const MarConfig& m, const LazyMarConfig& cfg, int
         f.attention += 4.0 * double(R) * double(q) * double(k) * double(dim);
     };
     for (int64_t s = 0; s < num_iter; ++s) {
-        const auto& p = plan[s];
-        const bool lazy = on && s > 0 && !schedule.refresh(s);
-        const bool tokens = lazy && cfg.token_cache;
-        const int64_t R = guided && !(lazy && cfg.condition_cache) ? 2 * batch : batch;
-        const int64_t enc_n = buf + m.seq_len() - p.masked_before;
-        const int64_t enc_q = tokens && cfg.encoder_cache ? buf + plan[s - 1].decoded() : enc_n;
-        for (int64_t l = 0; l < m.encoder_depth; ++l) block(Ce, R, enc_q, enc_n);
-        int64_t dec_q = n;
-        if (tokens) {
-            int64_t count = std::llround(cfg.keep_ratio * double(n));
-            if (cfg.force_decoded) count = std::max(count, p.decoded() + plan[s - 1].decoded());
-            dec_q = std::clamp<int64_t>(count, 1, n);
-        }
+        const auto st = lazymar_planned_step(m, cfg, plan, s, batch, guided);
+        for (int64_t l = 0; l < m.encoder_depth; ++l)
+            block(Ce, st.rows, st.computed[size_t(l)], st.total[size_t(l)]);
         for (int64_t l = 0; l < m.decoder_depth; ++l)
-            block(Cd, R, tokens && l > cfg.similarity_layer ? dec_q : n, n);
-        const int64_t sampled = batch * p.decoded();
+            block(Cd, st.rows, st.computed[size_t(m.encoder_depth + l)], n);
+        const int64_t sampled = batch * plan[size_t(s)].decoded();
         f.diffusion += mar_head_flops(m, sampled, guided, diffusion_steps, lazymar_head_period(cfg),
                                       lazymar_head_mlp_period(cfg));
     }

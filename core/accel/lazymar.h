@@ -37,6 +37,15 @@
 //                         after the first {"drift"} = ||C_new - C_old|| / ||C_new|| (how far
 //                         the residual moved over the period it was reused), {"age"} = steps
 //                         since the residual was cached.
+//
+// CUDA graphs: with no probe and min_similarity 0 the hooks have a graph signature (mar_hooks.h)
+// and LazyMAR runs as whole-step graphs like the baseline: which steps refresh, which branch is
+// skipped and how many positions each block computes follow from the step plan (N fixed, the
+// forced count from the decode schedule), the selection (similarity, top-k) stays on the GPU,
+// and the caches live in MarHookState. A threshold makes the computed count data-dependent (a
+// host read per cached step): the transformer then stays eager; so do probes, which read
+// tensors. LazyMarStepStats come from the plan in both cases (checked against the rows each
+// block computes whenever the blocks run on the host).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -47,6 +56,7 @@
 #include "core/accel/mar_flops.h"
 #include "core/accel/param_spec.h"
 #include "core/sampling/mar_hooks.h"
+#include "core/sampling/mar_sampler.h"  // MarStepPlan
 #include "core/sampling/probes.h"
 
 namespace varscope {
@@ -108,6 +118,18 @@ struct LazyMarStepStats {
     std::vector<int64_t> computed;  // per block
     std::vector<int64_t> total;     // per block: positions in the block's sequence
 };
+
+// Positions computed after block ℓ at a lazy step: round(keep_ratio * n), at least the
+// `forced` ones when force_decoded, within [1, n] (before a min_similarity threshold).
+int64_t lazymar_decoder_positions(const LazyMarConfig& cfg, int64_t n, int64_t forced);
+
+// The plan of step `step` (of plan.size() steps, mar_step_plan) for `batch` images: rows
+// (2B with CFG unless the condition cache skips the unconditional branch), whether it is a
+// refresh step, and the positions each block computes (min_similarity not counted). What the
+// hooks record and the FLOP plan counts.
+LazyMarStepStats lazymar_planned_step(const MarConfig& model, const LazyMarConfig& cfg,
+                                      const std::vector<MarStepPlan>& plan, int64_t step,
+                                      int64_t batch, bool guided);
 
 class LazyMarTokenCache;
 class LazyMarConditionCache;

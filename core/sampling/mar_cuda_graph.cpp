@@ -20,7 +20,7 @@ bool MarGraphKey::operator==(const MarGraphKey& o) const {
            cfg == o.cfg && schedule == o.schedule && temperature == o.temperature &&
            attention == o.attention && weights == o.weights &&
            head_cfg_cache_period == o.head_cfg_cache_period && fused_head == o.fused_head &&
-           head_mlp_cache_period == o.head_mlp_cache_period;
+           head_mlp_cache_period == o.head_mlp_cache_period && hooks == o.hooks;
 }
 
 MarGraphs::MarGraphs(const MarGraphKey& key) : key_(key) {}
@@ -45,8 +45,9 @@ const std::vector<at::Tensor>& MarGraphs::run(const std::string& name, const Ten
     if (!g) {
         const auto t0 = std::chrono::steady_clock::now();
         if (!warmed_up_) {
-            // Creates the capture stream's cuBLAS / attention state outside any graph. fn only
-            // writes tensors it allocates, so the warm-up changes no state.
+            // Creates the capture stream's cuBLAS / attention state outside any graph, and the
+            // hooks' state buffers (outside the graph pools). fn writes only tensors it
+            // allocates or state that the replay rewrites before reading it.
             kernels::run_on_capture_stream(key_.device, [&] { fn(); });
             warmed_up_ = true;
         }

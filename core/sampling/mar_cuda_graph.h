@@ -5,8 +5,12 @@
 //  * without hooks, the whole step (known/decoded positions from the order, encoder, decoder,
 //    condition gather, the full reverse diffusion, the token update) is one graph per step index
 //    (its shapes depend only on the step index for a fixed batch);
-//  * with hooks (accelerators such as LazyMAR, which decide rows at run time), the transformer
-//    stays eager and only the reverse diffusion is a graph, one per decoded-row count.
+//  * with hooks that have a graph signature (mar_hooks.h; LazyMAR without probes and without a
+//    similarity threshold) the same, the hooks' per-block work captured with the step and their
+//    caches kept in this set's buffers; the signature is part of the key;
+//  * with other hooks (probes, data-dependent row counts), the transformer stays eager and only
+//    the reverse diffusion is a graph, one per decoded-row count.
+//    VARSCOPE_MAR_HOOK_GRAPHS=diffusion keeps this path for every hook (to measure it).
 // The diffusion noise is drawn eagerly, before each replay, from the sampler's generator in
 // the eager loop's order and shapes (start (N, C), then one (rows, C) per diffusion step) into
 // static buffers, so graphed and eager runs consume the same random stream and give the same
@@ -41,6 +45,7 @@ struct MarGraphKey {
     int64_t head_cfg_cache_period = 0;
     bool fused_head = true;  // MarSampleOptions::fused_head
     int64_t head_mlp_cache_period = 0;
+    std::string hooks;  // graph signature of hooks run inside the step graphs ("" = none)
     bool operator==(const MarGraphKey& o) const;
 };
 
@@ -61,7 +66,9 @@ class MarGraphs {
     // Replays the graph `name`, captured from fn on its first use (after one eager warm-up of
     // the first graph of this set on the capture stream). fn must only read static tensors
     // (buffer(), weights) and return its outputs, which the replay refreshes in place; with
-    // Pool::Chained the caller reads them before running another chained graph.
+    // Pool::Chained the caller reads them before running another chained graph. Static
+    // tensors fn writes (hook state) must be ones the replay rewrites before reading, as the
+    // warm-up runs fn once more (with hooks the first graph is step 0, a full refresh).
     const std::vector<at::Tensor>& run(const std::string& name, const Tensors& fn,
                                        Pool pool = Pool::Own);
     // A static tensor (made by `make` on first use, outside any capture).

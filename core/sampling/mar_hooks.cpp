@@ -1,6 +1,46 @@
 #include "core/sampling/mar_hooks.h"
 
+#include <ATen/ATen.h>
+
+#include "core/sampling/mar_cuda_graph.h"
+
 namespace varscope {
+
+at::Tensor MarHookState::get(const MarStepContext& ctx, const std::string& name,
+                             at::IntArrayRef sizes, const at::TensorOptions& options) {
+    auto fits = [&](const at::Tensor& t) {
+        return t.defined() && t.sizes() == sizes && t.dtype() == options.dtype() &&
+               t.device() == options.device();
+    };
+    if (ctx.graphs) {
+        auto t = ctx.graphs->buffer(prefix_ + name, [&] { return at::empty(sizes, options); });
+        TORCH_CHECK(fits(t), "MAR hook state '", prefix_, name, "': the graph set holds ",
+                    t.sizes(), " ", t.dtype(), ", the step asks for ", sizes, " ", options.dtype());
+        return t;
+    }
+    auto& t = own_[name];
+    if (!fits(t)) t = at::empty(sizes, options);
+    return t;
+}
+
+at::Tensor MarHookState::get(const MarStepContext& ctx, const std::string& name) {
+    const at::Tensor t =
+        ctx.graphs ? ctx.graphs->buffer(prefix_ + name, [] { return at::Tensor(); }) : own_[name];
+    TORCH_CHECK(t.defined(), "MAR hook state '", prefix_, name,
+                "' is read before a step wrote it (step ", ctx.step, ")");
+    return t;
+}
+
+std::optional<std::string> MarHookChain::graph_signature() const {
+    if (hooks_.empty()) return std::nullopt;
+    std::string joined;
+    for (const auto& h : hooks_) {
+        const auto s = h->graph_signature();
+        if (!s) return std::nullopt;
+        joined += (joined.empty() ? "" : " | ") + *s;
+    }
+    return joined;
+}
 
 void MarHookChain::on_step_begin(MarStepContext& ctx) {
     for (auto& h : hooks_) h->on_step_begin(ctx);
@@ -28,8 +68,8 @@ at::Tensor MarHookChain::select_tokens(const MarBlockContext& ctx, const at::Ten
     return {};
 }
 
-void MarHookChain::on_keys_values(const MarBlockContext& ctx, const at::Tensor& rows,
-                                  at::Tensor& k, at::Tensor& v) {
+void MarHookChain::on_keys_values(const MarBlockContext& ctx, const at::Tensor& rows, at::Tensor& k,
+                                  at::Tensor& v) {
     for (auto& h : hooks_) h->on_keys_values(ctx, rows, k, v);
 }
 

@@ -44,16 +44,36 @@
 // Everything the loop passes lives on the model's device; the loop itself never synchronises
 // inside a step (masks and positions are derived from the orders on the device), so hooks that
 // want the same should avoid .item() and data-dependent shapes too.
+//
+// CUDA graphs with hooks (mar_cuda_graph.h). Hooks whose graph_signature() has a value are run
+// inside whole-step graphs, like the loop without hooks; others keep the transformer eager and
+// only the reverse diffusion is graphed. A signature promises:
+//  * Host-side calls (on_step_begin, skip_unconditional, on_step_end) run on every step, as
+//    without graphs, but see a context whose known / decoded / decoded_prev are undefined (the
+//    step's tensors exist only inside the graph); their answers follow from the step index, the
+//    plan and the settings alone (never from what the per-block calls saw), so a replay with a
+//    fresh hook object of the same signature agrees with the capture.
+//  * The other calls run only while a step is captured (and once for a warm-up of the first
+//    step); they must not synchronise, and every shape they make follows from the step index.
+//  * State kept from step to step lives in MarHookState (at stable addresses, in the graph set
+//    while ctx.graphs is set) and is updated in place, so replays read and write the memory the
+//    capture saw.
+//  * The signature names the method and every setting that changes the captured work.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/models/mar.h"
 
 namespace varscope {
+
+class MarGraphs;
 
 enum class MarStage { Encoder, Decoder };
 
@@ -78,6 +98,9 @@ struct MarStepContext {
     at::Tensor decoded_prev;     // the previous step's `decoded` (undefined at step 0)
     at::Tensor tokens;           // (B, seq_len, token_dim) latents before the step (read-only)
     bool skip_unconditional = false;  // set by the loop after asking the hooks
+    // Set while the step is captured as a whole-step CUDA graph (hooks with a graph signature):
+    // MarHookState keeps its tensors there. nullptr when the step runs eagerly.
+    MarGraphs* graphs = nullptr;
 
     int64_t rows() const { return cfg && !skip_unconditional ? 2 * batch : batch; }
     int64_t known_count() const { return config.seq_len() - masked_before; }
@@ -104,6 +127,11 @@ struct MarBlockContext {
 class MarSamplingHooks {
 public:
     virtual ~MarSamplingHooks() = default;
+
+    // What the captured work of a step depends on (method and settings) when the hook may run
+    // inside whole-step CUDA graphs (see the top of this file); std::nullopt = it may not (the
+    // transformer then stays eager), e.g. probes that read tensors or data-dependent shapes.
+    virtual std::optional<std::string> graph_signature() const { return std::nullopt; }
 
     virtual void on_step_begin(MarStepContext& ctx) {}
     // CFG steps only: true = run only the B conditional rows through encoder and decoder this
@@ -149,14 +177,37 @@ public:
                              const at::Tensor& tokens) {}
 };
 
+// Tensors a hook keeps from step to step (caches), at stable addresses and updated in place.
+// While the step is captured (ctx.graphs set) they are buffers of the graph set, named
+// prefix + name, so every replay, and a later hook object with the same signature, uses the
+// memory the capture saw; otherwise this object holds them.
+class MarHookState {
+public:
+    explicit MarHookState(std::string prefix) : prefix_(std::move(prefix)) {}
+    // The tensor `name` of these sizes and options, made (uninitialised) if missing. Eagerly a
+    // tensor of other sizes or options is replaced; in a graph set that is an error (its
+    // captures hold the old one).
+    at::Tensor get(const MarStepContext& ctx, const std::string& name, at::IntArrayRef sizes,
+                   const at::TensorOptions& options);
+    // The tensor `name`, which must exist.
+    at::Tensor get(const MarStepContext& ctx, const std::string& name);
+
+private:
+    std::string prefix_;
+    std::map<std::string, at::Tensor> own_;
+};
+
 // Several policies in order: skip_unconditional is true if any asks, and then the first one
 // that answers unconditional_rows wins; for select_tokens / restore_tokens / attend the first
 // one that answers wins; on_keys_values runs them all in order; notifications go to all.
+// graph_signature: the policies' signatures joined, std::nullopt if any has none or if empty.
 class MarHookChain : public MarSamplingHooks {
 public:
     void add(std::shared_ptr<MarSamplingHooks> h) { hooks_.push_back(std::move(h)); }
     bool empty() const { return hooks_.empty(); }
     size_t size() const { return hooks_.size(); }
+
+    std::optional<std::string> graph_signature() const override;
 
     void on_step_begin(MarStepContext& ctx) override;
     bool skip_unconditional(const MarStepContext& ctx) override;

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "core/sampling/cuda_graph.h"  // weights_fingerprint
@@ -34,6 +36,14 @@ struct BlockRun {
     const std::vector<int64_t>& feature_layers;
     double& flops;
 };
+
+// The graph signature of hooks that may run inside whole-step graphs (mar_hooks.h), unless
+// VARSCOPE_MAR_HOOK_GRAPHS=diffusion asks for the eager transformer (to measure it).
+std::optional<std::string> step_graph_signature(const MarSamplingHooks& hooks) {
+    const char* env = std::getenv("VARSCOPE_MAR_HOOK_GRAPHS");
+    if (env != nullptr && std::strcmp(env, "diffusion") == 0) return std::nullopt;
+    return hooks.graph_signature();
+}
 
 bool wants_features(const std::vector<int64_t>& layers, int64_t layer) {
     return std::find(layers.begin(), layers.end(), layer) != layers.end();
@@ -203,11 +213,14 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     at::Tensor decoded_prev;
     const SimpleMlpAdaLNImpl& head = *mar_->diffloss->net;
 
-    // CUDA graphs (mar_cuda_graph.h): the whole step without hooks, the diffusion with hooks.
-    // Probes read tensors inside the step, so they keep the eager loop.
+    // CUDA graphs (mar_cuda_graph.h): the whole step without hooks or with hooks that have a
+    // graph signature, else the diffusion alone. Probes read tensors inside the step, so they
+    // keep the eager loop.
     std::shared_ptr<MarGraphs> graphs;
+    std::optional<std::string> hook_signature;
     if (opt.cuda_graphs && device.is_cuda() && kernels::cuda_graphs_built() && !probe &&
         opt.feature_layers.empty()) {
+        if (hooks) hook_signature = step_graph_signature(*hooks);
         const MarGraphKey key{device.index() < 0 ? 0 : int(device.index()),
                               B,
                               dtype,
@@ -219,11 +232,12 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
                               weights_fingerprint(*mar_),
                               opt.head_cfg_cache_period,
                               opt.fused_head,
-                              opt.head_mlp_cache_period};
+                              opt.head_mlp_cache_period,
+                              hook_signature.value_or("")};
         if (!graphs_ || !(graphs_->key() == key)) graphs_ = std::make_shared<MarGraphs>(key);
         graphs = graphs_;
     }
-    const bool whole_step_graphs = graphs && !hooks;
+    const bool whole_step_graphs = graphs && (!hooks || hook_signature);
     const HeadPath head_path = opt.fused_head ? HeadPath::Auto : HeadPath::Modules;
     const auto noise_opts = at::TensorOptions(device).dtype(head.input_proj->weight.scalar_type());
     const int64_t S = diffusion_.schedule().num_steps(), C = head.in_channels();
@@ -268,7 +282,9 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
         const at::Tensor& decoded = sctx.decoded;
         const auto known_R = known.repeat({R / B, 1});
         const auto tokens_R = sctx.tokens.repeat({R / B, 1, 1});
-        const auto cls = cls_rows.defined() ? cls_rows : (R == B ? cls_cond : cls_both).to(dtype);
+        // cls_rows (graphs) holds both branches with CFG: the first R are this step's rows.
+        const auto cls = cls_rows.defined() ? cls_rows.narrow(0, 0, R)
+                                            : (R == B ? cls_cond : cls_both).to(dtype);
         at::Tensor x = mar_->encoder_input(tokens_R, known_R, cls);
         const at::Tensor enc_positions =
             hooks ? at::cat({buffer_positions.expand({R, buf}), known_R + buf}, 1) : at::Tensor();
@@ -345,24 +361,37 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
         at::Tensor decoded;
         bool skipped_unconditional = false;
         if (whole_step_graphs && p.decoded() > 0) {
+            // Graph-safe hooks decide the step on the host (from the step index alone) and run
+            // their per-block calls only inside the capture (mar_hooks.h).
+            MarStepContext hctx = step_context(step, p, orders_in, {}, {}, {});
+            if (hooks) {
+                hooks->on_step_begin(hctx);
+                hctx.skip_unconditional = cfg_on && hooks->skip_unconditional(hctx);
+            }
+            skipped_unconditional = hctx.skip_unconditional;
             const auto noise = drawn_noise(B * p.decoded());
+            const std::string name = "step_" + std::to_string(step);
             const auto& out = graphs->run(
-                "step_" + std::to_string(step),
+                name,
                 [&] {
                     const auto known = known_of(orders_in, p);
                     const auto dec = decoded_of(orders_in, p);
-                    MarStepContext sctx =
-                        step_context(step, p, orders_in, known, dec, at::Tensor());
+                    const auto prev =
+                        hooks && step > 0 ? decoded_of(orders_in, plan[step - 1]) : at::Tensor();
+                    MarStepContext sctx = step_context(step, p, orders_in, known, dec, prev);
+                    sctx.skip_unconditional = hctx.skip_unconditional;
+                    sctx.graphs = graphs.get();
                     double before = res.attention_flops;
                     auto r = step_body(sctx, p, cls_in, noise, {});
-                    graphs->flops["step_" + std::to_string(step)] = res.attention_flops - before;
+                    graphs->flops[name] = res.attention_flops - before;
                     res.attention_flops = before;
-                    return std::vector<at::Tensor>{r.second, dec};
+                    return std::vector<at::Tensor>{r.second, dec, r.first};
                 },
-                MarGraphs::Pool::Chained);  // both outputs are copied out just below
-            res.attention_flops += graphs->flops["step_" + std::to_string(step)];
+                MarGraphs::Pool::Chained);  // the outputs are read before the next step
+            res.attention_flops += graphs->flops[name];
             tokens.copy_(out[0]);
             decoded = out[1].clone();
+            if (hooks) hooks->on_step_end(hctx, out[2], tokens);
         } else {
             const auto known = known_of(res.orders, p);
             decoded = decoded_of(res.orders, p);

@@ -121,6 +121,15 @@ TEST(MarGraph, ChainedStepGraphsShareOnePool) {
         own_bytes / 1048576.0, chained_bytes / 1048576.0);
 }
 
+// Graph names of a run by kind: whole steps ("step_<i>") and reverse diffusions.
+size_t graphs_named(const MarSampleResult& r, const std::string& prefix) {
+    size_t n = 0;
+    for (const auto& [name, nodes] : r.graph_kernel_nodes) n += name.rfind(prefix, 0) == 0;
+    return n;
+}
+
+// Hooks without a graph signature (here forced by VARSCOPE_MAR_HOOK_GRAPHS=diffusion): the
+// transformer eager, the reverse diffusion graphed.
 TEST(MarGraph, LazyMarWithGraphedDiffusionEqualsEager) {
     REQUIRE_CUDA_GRAPHS();
     const MarConfig c = small_mar_config();
@@ -136,8 +145,78 @@ TEST(MarGraph, LazyMarWithGraphedDiffusionEqualsEager) {
         return pipe.generate(options(3.0, graphs), hooks.get());
     };
     const auto eager = run(false);
+    setenv("VARSCOPE_MAR_HOOK_GRAPHS", "diffusion", 1);
     const auto graphed = run(true);
+    const auto again = run(true);
+    unsetenv("VARSCOPE_MAR_HOOK_GRAPHS");
     EXPECT_TRUE(graphed.cuda_graphs);
+    EXPECT_EQ(graphs_named(graphed, "step_"), 0u);
+    EXPECT_GT(graphs_named(graphed, "diffusion_"), 0u);
     expect_same_run(graphed, eager);
-    expect_same_run(run(true), eager);
+    expect_same_run(again, eager);
+}
+
+// LazyMAR (token cache with the encoder cache, condition cache) as whole-step graphs: the
+// eager run's tokens, stats and skipped branches, on the capturing call and on replays with a
+// fresh hook object (its state lives in the graph set); a new schedule captures new graphs;
+// with a similarity threshold (no signature) the transformer stays eager.
+TEST(MarGraph, LazyMarWholeStepGraphsEqualEager) {
+    REQUIRE_CUDA_GRAPHS();
+    const MarConfig c = small_mar_config();
+    for (auto prec : {Precision::Fp32, Precision::Bf16}) {
+        auto pipe = MarPipeline::random(c, 5, {"cuda", prec});
+        LazyMarConfig lc;
+        lc.enabled = true;
+        lc.start_step = 2;
+        lc.period = 3;
+        lc.keep_ratio = 0.3;
+        lc.similarity_layer = 1;
+        for (double cfg : {3.0, 1.0}) {
+            for (int64_t period : {3, 4}) {
+                lc.period = period;
+                SCOPED_TRACE(std::string(prec == Precision::Fp32 ? "fp32" : "bf16") + " cfg " +
+                             std::to_string(cfg) + " period " + std::to_string(period));
+                auto run = [&](bool graphs, LazyMarHooks* keep = nullptr) {
+                    auto h = make_lazymar_hooks(lc, c, nullptr);
+                    auto r = pipe.generate(options(cfg, graphs), h.chain.get());
+                    if (keep) *keep = h;
+                    return r;
+                };
+                LazyMarHooks he, hg, hr;
+                const auto eager = run(false, &he);
+                const auto graphed = run(true, &hg);   // captures
+                const auto replayed = run(true, &hr);  // replays only, another hook object
+                ASSERT_TRUE(graphed.cuda_graphs);
+                EXPECT_EQ(graphs_named(graphed, "step_"), size_t(options(cfg, true).num_iter));
+                EXPECT_EQ(graphs_named(graphed, "diffusion_"), 0u);
+                expect_same_run(graphed, eager);
+                expect_same_run(replayed, eager);
+                for (const LazyMarHooks* h : {&hg, &hr}) {
+                    EXPECT_EQ(h->skipped_unconditional_steps(), he.skipped_unconditional_steps());
+                    ASSERT_EQ(h->token_stats().size(), he.token_stats().size());
+                    for (size_t s = 0; s < he.token_stats().size(); ++s) {
+                        const auto &a = h->token_stats()[s], &b = he.token_stats()[s];
+                        EXPECT_EQ(a.refresh, b.refresh) << "step " << s;
+                        EXPECT_EQ(a.rows, b.rows) << "step " << s;
+                        EXPECT_EQ(a.computed, b.computed) << "step " << s;
+                    }
+                }
+                if (cfg != 1.0) {
+                    EXPECT_FALSE(he.skipped_unconditional_steps().empty());
+                }
+                // Caches really used: the baseline's tokens differ.
+                const auto base = pipe.generate(options(cfg, true));
+                EXPECT_GT((base.tokens - eager.tokens).abs().max().item<double>(), 0.0);
+            }
+        }
+        // A threshold: no signature, so the transformer is eager (diffusion graphs only; a
+        // fresh pipeline, whose graph set holds no baseline step graphs).
+        lc.min_similarity = 0.5;
+        auto fresh = MarPipeline::random(c, 5, {"cuda", prec});
+        auto h = make_lazymar(lc, c, nullptr);
+        const auto thr = fresh.generate(options(3.0, true), h.get());
+        EXPECT_TRUE(thr.cuda_graphs);
+        EXPECT_EQ(graphs_named(thr, "step_"), 0u);
+        EXPECT_GT(graphs_named(thr, "diffusion_"), 0u);
+    }
 }
