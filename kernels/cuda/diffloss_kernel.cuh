@@ -130,20 +130,23 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
 }
 
 // Chunk c (features 8c..8c+7) of row m after the kept blocks of the head MLP cache, in order,
-// each as the module path's element-wise ops rounded to T (DiffKeptTerm).
+// each as the module path's element-wise ops rounded to T (DiffKeptTerm). The kept tensors are
+// read-only while a kernel runs (the read-only path, no aliasing with shared memory).
 template <typename T>
 __device__ __forceinline__ void apply_kept(const DiffKeptList& kept, int m, int c, int K,
                                            float (&f)[8]) {
     for (int b = 0; b < kept.count; ++b) {
         const DiffKeptTerm& k = kept.block[b];
         float t[8];
-        unpack8<T>(reinterpret_cast<const uint4*>(static_cast<const T*>(k.term) +
-                                                  static_cast<long long>(m % k.term_rows) * K)[c],
+        unpack8<T>(__ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(k.term) +
+                                                        static_cast<long long>(m % k.term_rows) * K) +
+                         c),
                    t);
         if (k.gate) {
             float g[8];
-            unpack8<T>(reinterpret_cast<const uint4*>(static_cast<const T*>(k.gate) +
-                                                      static_cast<long long>(m) * k.gate_stride)[c],
+            unpack8<T>(__ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(k.gate) +
+                                                            static_cast<long long>(m) * k.gate_stride) +
+                             c),
                        g);
 #pragma unroll
             for (int e = 0; e < 8; ++e) f[e] = Elem<T>::rnd(f[e] + Elem<T>::rnd(g[e] * t[e]));
@@ -431,9 +434,12 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
     [[maybe_unused]] const int pk = CACHED ? p.proj_k / 8 : 0;  // latent chunks (1 or 2)
     [[maybe_unused]] uint4* wps = tile + MT * chunks;           // the projection weight (K, pk)
     [[maybe_unused]] uint4* xs = wps + p.K * pk;                // the tile's latent rows
+    [[maybe_unused]] T* pbs = reinterpret_cast<T*>(xs + MT * 2);  // the projection bias (K)
     if constexpr (CACHED) {
         const uint4* src = static_cast<const uint4*>(p.proj_weight);
         for (int i = threadIdx.x; i < p.K * pk; i += kDiffThreads) wps[i] = __ldg(src + i);
+        const T* pb = static_cast<const T*>(p.proj_bias);
+        for (int i = threadIdx.x; i < p.K; i += kDiffThreads) pbs[i] = pb[i];
     }
     pdl_wait();
     pdl_launch_dependents();
@@ -442,8 +448,7 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
         if constexpr (CACHED) {
             // h = x[m % N] W_in^T + b_in for the tile's rows (two 8-product chains, added, plus
             // the bias, rounded to T, as the folded projection), one feature per thread so
-            // neighbouring threads read neighbouring weight rows; then below, per row, the kept
-            // blocks and the normalisation in place.
+            // neighbouring threads read neighbouring weight rows.
             const int live = min(MT, p.rows - t0);
             for (int i = threadIdx.x; i < live * pk; i += kDiffThreads) {
                 const int m = t0 + i / pk;
@@ -456,11 +461,65 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
                 float w0[8], w1[8] = {0, 0, 0, 0, 0, 0, 0, 0};
                 unpack8<T>(wps[j * pk], w0);
                 if (pk > 1) unpack8<T>(wps[j * pk + 1], w1);
-                const float pb = E::load(p.proj_bias, j);
+                const float pb = static_cast<float>(pbs[j]);
                 for (int r = 0; r < live; ++r) {
                     float sum = dot8<T>(w0, xs[r * pk]);
                     if (pk > 1) sum = sum + dot8<T>(w1, xs[r * pk + 1]);
                     E::store(tile_t, static_cast<long long>(r) * p.K + j, sum + pb);
+                }
+            }
+            // The kept blocks: the same thread owns the same (row, chunk) items for every block
+            // (no barrier between blocks); kBatch items at once, so each block costs one round
+            // trip to L2 rather than one per item.
+            __syncthreads();
+            constexpr int kBatch = P <= 4 ? 8 : 4;  // registers: wider rows hold more weights
+            const int items = live * chunks;
+            for (int base = threadIdx.x; base < items; base += kBatch * kDiffThreads) {
+                float h[kBatch][8];
+#pragma unroll
+                for (int q = 0; q < kBatch; ++q) {
+                    const int it = base + q * kDiffThreads;
+                    if (it < items) unpack8<T>(tile[it], h[q]);
+                }
+                for (int b = 0; b < p.kept.count; ++b) {
+                    const DiffKeptTerm& k = p.kept.block[b];
+                    uint4 tv[kBatch], gv[kBatch];
+#pragma unroll
+                    for (int q = 0; q < kBatch; ++q) {
+                        const int it = base + q * kDiffThreads;
+                        if (it >= items) continue;
+                        const int m = t0 + it / chunks, c = it % chunks;
+                        tv[q] = __ldg(reinterpret_cast<const uint4*>(
+                                          static_cast<const T*>(k.term) +
+                                          static_cast<long long>(m % k.term_rows) * p.K) +
+                                      c);
+                        if (k.gate)
+                            gv[q] = __ldg(reinterpret_cast<const uint4*>(
+                                              static_cast<const T*>(k.gate) +
+                                              static_cast<long long>(m) * k.gate_stride) +
+                                          c);
+                    }
+#pragma unroll
+                    for (int q = 0; q < kBatch; ++q) {
+                        if (base + q * kDiffThreads >= items) continue;
+                        float t[8];
+                        unpack8<T>(tv[q], t);
+                        if (k.gate) {
+                            float g[8];
+                            unpack8<T>(gv[q], g);
+#pragma unroll
+                            for (int e = 0; e < 8; ++e)
+                                h[q][e] = E::rnd(h[q][e] + E::rnd(g[e] * t[e]));
+                        } else {
+#pragma unroll
+                            for (int e = 0; e < 8; ++e) h[q][e] = E::rnd(h[q][e] + t[e]);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int q = 0; q < kBatch; ++q) {
+                    const int it = base + q * kDiffThreads;
+                    if (it < items) tile[it] = pack8<T>(h[q]);
                 }
             }
             __syncthreads();
@@ -468,18 +527,7 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
         for (int r = warp; r < MT; r += kWarps) {
             const int m = t0 + r;
             const bool valid = m < p.rows;
-            if constexpr (CACHED) {
-                if (valid) {
-                    for (int i = lane; i < chunks; i += 32) {
-                        float h[8];
-                        unpack8<T>(tile[r * chunks + i], h);
-                        apply_kept<T>(p.kept, m, i, p.K, h);
-                        tile[r * chunks + i] = pack8<T>(h);
-                    }
-                }
-            }
-            // CACHED: the row is normalised in place in the tile (each lane rereads the chunks
-            // it wrote).
+            // CACHED: the row is normalised in place in the tile.
             build_row<T, P>(tile + r * chunks, CACHED ? static_cast<const void*>(tile) : p.in,
                             CACHED ? r : m, valid, chunks, p.K, true, nullptr, nullptr, p.ln_eps,
                             p.shift, static_cast<long long>(m) * p.shift_stride, p.scale1,
@@ -705,9 +753,10 @@ cudaError_t launch_final(const DiffFinalParams& p, cudaStream_t stream) {
     const cudaError_t prep = prepare_device<T>();
     if (prep != cudaSuccess) return prep;
     const int mt = tile_rows(p.rows);
-    // The row tile, and with CACHED the projection weight and the tile's latent rows.
+    // The row tile, and with CACHED the projection weight, the tile's latent rows and the
+    // projection bias.
     const size_t smem = (static_cast<size_t>(mt) * p.K +
-                         (cached ? static_cast<size_t>(p.K) * p.proj_k : 0)) *
+                         (cached ? static_cast<size_t>(p.K) * (p.proj_k + 1) : 0)) *
                             sizeof(T) +
                         (cached ? static_cast<size_t>(mt) * 2 * sizeof(uint4) : 0);
     return cached ? launch_final_tiles<T, true>(p, mt, smem, stream)

@@ -123,6 +123,13 @@ TEST(HeadMlpCacheGpu, GraphedEqualsEager) {
     if (!kernels::cuda_graphs_built()) GTEST_SKIP() << "built without CUDA kernels";
     const MarConfig c = head_cache_config();
     auto pipe = MarPipeline::random(c, 3, {"cuda", Precision::Bf16});
+    // A random head's gates are ~N(0, 0.02)-sized: its blocks barely move the samples and the
+    // cache's effect rounds away in bf16. Scaled up, the cache visibly changes the tokens.
+    {
+        at::NoGradGuard no_grad;
+        for (auto& p : pipe.sampler().transformer()->diffloss->net->named_parameters())
+            if (p.key().find("adaLN_modulation") != std::string::npos) p.value().mul_(25.0);
+    }
     // Whole-step graphs (no hooks).
     const auto eager = pipe.generate(options(false));
     const auto graphed = pipe.generate(options(true));
