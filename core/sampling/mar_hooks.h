@@ -55,6 +55,7 @@
 //    fresh hook object of the same signature agrees with the capture.
 //  * The other calls run only while a step is captured (and once for a warm-up of the first
 //    step); they must not synchronise, and every shape they make follows from the step index.
+//    Their context's tensors are static buffers of the graph set (mask is undefined there).
 //  * State kept from step to step lives in MarHookState (at stable addresses, in the graph set
 //    while ctx.graphs is set) and is updated in place, so replays read and write the memory the
 //    capture saw.

@@ -207,8 +207,8 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
 
     at::Tensor tokens = at::zeros({B, L, D}, at::TensorOptions(device).dtype(at::kFloat));
     at::Tensor mask = at::ones({B, L}, at::TensorOptions(device).dtype(at::kBool));
-    const auto decoder_positions = at::arange(c.total_len(), long_opts).unsqueeze(0);
-    const auto buffer_positions = at::arange(buf, long_opts).unsqueeze(0);
+    at::Tensor decoder_positions = at::arange(c.total_len(), long_opts).unsqueeze(0);
+    at::Tensor buffer_positions = at::arange(buf, long_opts).unsqueeze(0);
     BlockRun run{hooks, probe, opt.attention, opt.feature_layers, res.attention_flops};
     at::Tensor decoded_prev;
     const SimpleMlpAdaLNImpl& head = *mar_->diffloss->net;
@@ -241,7 +241,7 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     const HeadPath head_path = opt.fused_head ? HeadPath::Auto : HeadPath::Modules;
     const auto noise_opts = at::TensorOptions(device).dtype(head.input_proj->weight.scalar_type());
     const int64_t S = diffusion_.schedule().num_steps(), C = head.in_channels();
-    at::Tensor t_all, orders_in, cls_in;
+    at::Tensor t_all, orders_in, cls_in, labels_in;
     if (graphs) {
         // Inputs the graphs read, at fixed addresses; this call's values copied in.
         auto t_now = diffusion_.time_embeddings(head, device);
@@ -252,6 +252,12 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
         auto cls_now = (cfg_on ? cls_both : cls_cond).to(dtype);
         cls_in = graphs->buffer("cls", [&] { return at::empty_like(cls_now); });
         cls_in.copy_(cls_now);
+        // What the captured steps' hooks read must outlive this call, whose own tensors the
+        // allocator hands out again once it returns (a replay in a later call reads them).
+        labels_in = graphs->buffer("labels", [&] { return at::empty_like(res.labels); });
+        labels_in.copy_(res.labels);
+        decoder_positions = graphs->buffer("decoder_positions", [&] { return decoder_positions; });
+        buffer_positions = graphs->buffer("buffer_positions", [&] { return buffer_positions; });
         orders_in = graphs->buffer("orders", [&] { return at::empty_like(res.orders); });
         orders_in.copy_(res.orders);
         at::Tensor tokens_in = graphs->buffer("tokens", [&] { return at::empty_like(tokens); });
@@ -381,6 +387,8 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
                     MarStepContext sctx = step_context(step, p, orders_in, known, dec, prev);
                     sctx.skip_unconditional = hctx.skip_unconditional;
                     sctx.graphs = graphs.get();
+                    sctx.labels = labels_in;  // static; the mask is the call's: not in graphs
+                    sctx.mask = at::Tensor();
                     double before = res.attention_flops;
                     auto r = step_body(sctx, p, cls_in, noise, {});
                     graphs->flops[name] = res.attention_flops - before;
