@@ -271,13 +271,19 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
         std::string name;
         HeadPath path;
         bool pdl, row_split;
+        int64_t cfg_period = 0, mlp_period = 0;  // the released LazyMAR code's head caches
     };
+    // The cached variants differ from "modules" by what the caches change, not by rounding.
     const std::vector<Variant> variants{
         {"modules", HeadPath::Modules, true, false},
         {"fused", HeadPath::FusedCuda, true, false},
         {"fused_no_pdl", HeadPath::FusedCuda, false, false},
         {"fused_row_split", HeadPath::FusedCuda, true, true},
-        {"fused_row_split_no_pdl", HeadPath::FusedCuda, false, true}};
+        {"fused_row_split_no_pdl", HeadPath::FusedCuda, false, true},
+        {"modules_mlp7", HeadPath::Modules, true, true, 0, 7},
+        {"fused_mlp7", HeadPath::FusedCuda, true, true, 0, 7},
+        {"fused_cfg7_mlp7", HeadPath::FusedCuda, true, true, 7, 7}};
+    const bool row_split_before = kernels::diff_row_split_enabled();
     nlohmann::json rows = nlohmann::json::array();
     for (int64_t N : a.head_rows) {
         const auto z = at::randn({2 * N, c.decoder_embed_dim}, f32).to(dtype);
@@ -289,7 +295,8 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
         for (const auto& v : variants) {
             std::string why;
             if (v.path != HeadPath::Modules &&
-                !DiffusionSampler::uses_fused_head(net, z, true, HeadPath::Auto, &why)) {
+                !DiffusionSampler::uses_fused_head(net, z, true, HeadPath::Auto, &why,
+                                                   v.mlp_period)) {
                 std::cerr << "  " << N << "  " << v.name << ": not run (" << why << ")\n";
                 continue;
             }
@@ -297,7 +304,8 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
             kernels::set_diff_row_split(v.row_split);
             at::Tensor out;
             auto fn = [&] {
-                out = diffusion.sample_with_noise(net, z, cfg, 1.0, start, steps, t_all, 0, v.path);
+                out = diffusion.sample_with_noise(net, z, cfg, 1.0, start, steps, t_all,
+                                                  v.cfg_period, v.path, v.mlp_period);
             };
             kernels::run_on_capture_stream(dev, fn);
             kernels::CudaGraph graph;
@@ -323,7 +331,7 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
                            {"max_abs_output", ref.abs().max().item<double>()}};
         }
         kernels::set_diff_pdl(true);
-        kernels::set_diff_row_split(false);
+        kernels::set_diff_row_split(row_split_before);
         rows.push_back(row);
     }
     return {{"model", preset}, {"config", c.to_json()}, {"head_rows", rows}};
@@ -494,7 +502,8 @@ Runner add_bench_mar(CLI::App& bench) {
                   "fused kernels) and compare the tokens");
     cmd->add_option("--head-rows", a->head_rows,
                     "benchmark the DiffLoss head alone for these decoded-token counts (CUDA "
-                    "graphs: module path vs fused kernels)")
+                    "graphs: module path vs fused kernels, also with the released LazyMAR head "
+                    "caches, period 7)")
         ->delimiter(',');
     cmd->add_option("--head-iters", a->head_iters, "timed graph replays per head variant")
         ->check(CLI::Range(1, 10000))
