@@ -227,6 +227,38 @@ __device__ __forceinline__ void build_row(uint4* dst, const void* in, long long 
     }
 }
 
+// The input projection of a tile's `live` rows into the tile, rounded to T: latent rows
+// in[(t0 + r) % in_rows] (pk 16-byte chunks each, staged in xs) times the staged weight wps
+// (K, pk) plus bias(j): two 8-product chains, added, plus the bias, as the separate projection
+// kernel sums. One feature per thread, so neighbouring threads read neighbouring weight rows;
+// also(r, j, v) sees every value (the folded projection writes its own features out). The
+// caller synchronises before reading the tile.
+template <typename T, typename Bias, typename Also>
+__device__ __forceinline__ void project_tile(uint4* tile, uint4* xs, const uint4* wps,
+                                             const void* in, int in_rows, int pk, int K, int t0,
+                                             int live, Bias bias, Also also) {
+    for (int i = threadIdx.x; i < live * pk; i += kDiffThreads) {
+        const int m = t0 + i / pk;
+        xs[i] = reinterpret_cast<const uint4*>(static_cast<const T*>(in) +
+                                               static_cast<long long>(m % in_rows) * pk * 8)[i % pk];
+    }
+    __syncthreads();
+    T* tile_t = reinterpret_cast<T*>(tile);
+    for (int j = threadIdx.x; j < K; j += kDiffThreads) {
+        float w0[8], w1[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        unpack8<T>(wps[j * pk], w0);
+        if (pk > 1) unpack8<T>(wps[j * pk + 1], w1);
+        const float b = bias(j);
+        for (int r = 0; r < live; ++r) {
+            float s = dot8<T>(w0, xs[r * pk]);
+            if (pk > 1) s = s + dot8<T>(w1, xs[r * pk + 1]);
+            const float v = s + b;
+            Elem<T>::store(tile_t, static_cast<long long>(r) * K + j, v);
+            also(r, j, v);
+        }
+    }
+}
+
 // One level of the reduce-scatter: lanes exchange the half of a[0, 2*O) they do not keep with
 // the lane O apart; afterwards a[0, O) holds sums over both lanes. O is a template argument so
 // every index is a constant (a run-time index would move the array to local memory).
@@ -329,28 +361,13 @@ __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinea
             // h = latents W_in^T + b_in for the tile's rows, into the tile (rounded to T as the
             // separate projection kernel stores it, with its sums: two 8-product chains, added,
             // plus the bias); the features this CTA owns also go to proj_out (the residual).
-            for (int i = threadIdx.x; i < live * pk; i += kDiffThreads) {
-                const int r = i / pk, m = t0 + r;
-                xs[i] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.in) +
-                                                       static_cast<long long>(m % p.in_rows) *
-                                                           p.proj_k)[i % pk];
-            }
-            __syncthreads();
-            T* tile_t = reinterpret_cast<T*>(tile);
-            for (int e = threadIdx.x; e < p.K; e += kDiffThreads) {
-                float w0[8], w1[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                unpack8<T>(wps[e * pk], w0);
-                if (pk > 1) unpack8<T>(wps[e * pk + 1], w1);
-                const float pb = E::load(p.proj_bias, e);
-                const bool own = e / kWarps == static_cast<int>(blockIdx.x);
-                for (int r = 0; r < live; ++r) {
-                    float s = dot8<T>(w0, xs[r * pk]);
-                    if (pk > 1) s = s + dot8<T>(w1, xs[r * pk + 1]);
-                    const float v = s + pb;
-                    E::store(tile_t, static_cast<long long>(r) * p.K + e, v);
-                    if (own) E::store(p.proj_out, static_cast<long long>(t0 + r) * p.K + e, v);
-                }
-            }
+            project_tile<T>(
+                tile, xs, wps, p.in, p.in_rows, pk, p.K, t0, live,
+                [&](int j) { return E::load(p.proj_bias, j); },
+                [&](int r, int j, float v) {
+                    if (j / kWarps == static_cast<int>(blockIdx.x))
+                        E::store(p.proj_out, static_cast<long long>(t0 + r) * p.K + j, v);
+                });
             __syncthreads();
         }
         for (int r = warp; r < MT; r += kWarps) {
@@ -446,28 +463,11 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
 
     for (int t0 = 0; t0 < p.rows; t0 += MT) {
         if constexpr (CACHED) {
-            // h = x[m % N] W_in^T + b_in for the tile's rows (two 8-product chains, added, plus
-            // the bias, rounded to T, as the folded projection), one feature per thread so
-            // neighbouring threads read neighbouring weight rows.
+            // h = x[m % N] W_in^T + b_in for the tile's rows, as the folded projection.
             const int live = min(MT, p.rows - t0);
-            for (int i = threadIdx.x; i < live * pk; i += kDiffThreads) {
-                const int m = t0 + i / pk;
-                xs[i] = reinterpret_cast<const uint4*>(
-                    static_cast<const T*>(p.x) + static_cast<long long>(m % p.latents) * p.C)[i % pk];
-            }
-            __syncthreads();
-            T* tile_t = reinterpret_cast<T*>(tile);
-            for (int j = threadIdx.x; j < p.K; j += kDiffThreads) {
-                float w0[8], w1[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                unpack8<T>(wps[j * pk], w0);
-                if (pk > 1) unpack8<T>(wps[j * pk + 1], w1);
-                const float pb = static_cast<float>(pbs[j]);
-                for (int r = 0; r < live; ++r) {
-                    float sum = dot8<T>(w0, xs[r * pk]);
-                    if (pk > 1) sum = sum + dot8<T>(w1, xs[r * pk + 1]);
-                    E::store(tile_t, static_cast<long long>(r) * p.K + j, sum + pb);
-                }
-            }
+            project_tile<T>(
+                tile, xs, wps, p.x, p.latents, pk, p.K, t0, live,
+                [&](int j) { return static_cast<float>(pbs[j]); }, [](int, int, float) {});
             // The kept blocks: the same thread owns the same (row, chunk) items for every block
             // (no barrier between blocks); kBatch items at once, so each block costs one round
             // trip to L2 rather than one per item.

@@ -113,6 +113,20 @@ void expect_same_up_to_ulp(const at::Tensor& a, const at::Tensor& b, bool exact,
     EXPECT_EQ(over, 0) << what << ": " << over << " elements differ by more than one ulp";
 }
 
+// Coefficients of a mid-schedule reverse step (a cosine schedule's magnitudes).
+vk::DiffStepCoefs step_coefs(bool last) {
+    vk::DiffStepCoefs k;
+    k.sqrt_recip_ac = 1.37f;
+    k.sqrt_recipm1_ac = 0.94f;
+    k.coef1 = 0.61f;
+    k.coef2 = 0.45f;
+    k.log_beta = -3.1f;
+    k.log_var_clipped = -3.6f;
+    k.temperature = 0.95f;
+    k.last = last;
+    return k;
+}
+
 const std::vector<int64_t> kRows{1, 3, 8, 13, 16, 17, 32, 45};
 const std::vector<int64_t> kWidths{256, 1024, 1280};
 
@@ -306,15 +320,7 @@ TEST(KernelsDiffLossGpu, FinalStepMatchesFloat64InEveryCfgMode) {
                         const auto noise = noise_all.narrow(0, 0, N);
                         const auto cfg = at::full({}, 2.75, o);
                         const auto delta0 = (at::randn({N, C}, o) * 0.3).to(t);
-                        vk::DiffStepCoefs k;
-                        k.sqrt_recip_ac = 1.37f;
-                        k.sqrt_recipm1_ac = 0.94f;
-                        k.coef1 = 0.61f;
-                        k.coef2 = 0.45f;
-                        k.log_beta = -3.1f;
-                        k.log_var_clipped = -3.6f;
-                        k.temperature = 0.95f;
-                        k.last = last;
+                        const vk::DiffStepCoefs k = step_coefs(last);
                         auto d_truth = d64(delta0), d_fw = delta0.clone(), d_k = delta0.clone();
                         const auto truth = vk::reference::diff_final_step(
                             d64(h), d64(shift), d64(scale1), d64(wf), d64(bf), 1e-6, d64(x),
@@ -415,14 +421,7 @@ TEST(KernelsDiffLossGpu, HeadMlpCacheKernelsMatchFloat64WithinTwiceTheFrameworkE
                     const auto noise = at::randn({N, C}, o).to(t);
                     const auto cfg = at::full({}, 2.75, o);
                     const auto delta0 = (at::randn({N, C}, o) * 0.3).to(t);
-                    vk::DiffStepCoefs k;
-                    k.sqrt_recip_ac = 1.37f;
-                    k.sqrt_recipm1_ac = 0.94f;
-                    k.coef1 = 0.61f;
-                    k.coef2 = 0.45f;
-                    k.log_beta = -3.1f;
-                    k.log_var_clipped = -3.6f;
-                    k.temperature = 0.95f;
+                    const vk::DiffStepCoefs k = step_coefs(false);
                     auto d_truth = d64(delta0), d_fw = delta0.clone(), d_k = delta0.clone();
                     const auto truth = vk::reference::diff_cached_step(
                         d64(x), d64(wi), d64(bi), M, kept64, d64(shift), d64(scale1), d64(wf),
