@@ -63,7 +63,7 @@ const MethodSpec& LazyMarConfig::spec() {
          {"head_mlp_period", "Head MLP cache", "",
           "DiffLoss head (released code, 7): every this many diffusion steps all blocks compute; "
           "in between blocks 1-4 reuse their output change and the others their MLP output "
-          "(all compute in the first 10 % of steps). Module path only. 0 = off.",
+          "(in the first 10 % of steps the others compute every step). 0 = off.",
           ParamKind::Int, 0, 1000, 0}}};
     return s;
 }
