@@ -7,12 +7,14 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "core/accel/lazymar.h"
+#include "core/accel/probe_kinds.h"
 #include "core/accel/mar_flops.h"
 #include "core/mar_pipeline.h"
 #include "core/models/diffloss.h"
@@ -309,6 +311,77 @@ TEST(HeadMlpCache, ReplayedBlocksReference) {
                  c10::Error);  // CPU tensors: no CUDA kernel
     std::vector<vk::DiffKeptBlock> many(17, {at::randn({4, 8}), {}});
     EXPECT_THROW(vk::diff_apply_kept(h, many), c10::Error);
+}
+
+// The drift of the head caches' kept tensors (HeadCacheStats): counted at each cache's refresh
+// steps, the same on the module path and the fused reference loop, and reported per decoding
+// step to a probe ("lazymar_head_cache") without changing the tokens.
+TEST(HeadMlpCache, DriftIsMeasuredAtRefreshesAndProbedPerStep) {
+    auto pipe = strong_head_mar(head_config(6, "50"), 4);
+    {
+        c10::InferenceMode guard;
+        const auto& net = *pipe.sampler().transformer()->diffloss->net;
+        const DiffusionSampler diffusion = mild_schedule(50);
+        const int64_t N = 3, C = net.in_channels(), S = diffusion.schedule().num_steps();
+        const auto z = at::randn({2 * N, 32});
+        auto start = at::empty({N, C});
+        auto noise = at::empty({S, 2 * N, C});
+        DiffusionSampler::draw_noise(start, noise, seeded_generator(at::kCPU, 3));
+        const auto cfg = at::full({}, 2.5);
+        HeadCacheStats mod, ref;
+        const auto a = diffusion.sample_with_noise(net, z, cfg, 1.0, start, noise, {}, 7,
+                                                   HeadPath::Modules, 7, &mod);
+        const auto b = diffusion.sample_with_noise(net, z, cfg, 1.0, start, noise, {}, 7,
+                                                   HeadPath::FusedReference, 7, &ref);
+        EXPECT_TRUE(at::equal(a, b));
+        // Period 7 over 50 steps: 49 and 42, 35, ..., 0 refresh (8); the first keeps only.
+        EXPECT_EQ(mod.mlp_refreshes, 8);
+        EXPECT_EQ(mod.cfg_refreshes, 8);
+        EXPECT_EQ(mod.mlp_drift_count, 7);
+        EXPECT_EQ(mod.cfg_drift_count, 7);
+        EXPECT_GT(mod.mlp_drift(), 1e-4);
+        EXPECT_LT(mod.mlp_drift(), 10.0);
+        EXPECT_GT(mod.cfg_drift(), 1e-4);
+        EXPECT_DOUBLE_EQ(ref.mlp_drift(), mod.mlp_drift());
+        EXPECT_DOUBLE_EQ(ref.cfg_drift(), mod.cfg_drift());
+        EXPECT_EQ(ref.mlp_refreshes, mod.mlp_refreshes);
+        // Refreshing every step: nothing is reused, so every refresh sees the previous step's
+        // terms; measured, but the samples equal the uncached ones.
+        HeadCacheStats every;
+        const auto c = diffusion.sample_with_noise(net, z, cfg, 1.0, start, noise, {}, 0,
+                                                   HeadPath::Modules, 1, &every);
+        EXPECT_EQ(every.mlp_refreshes, 50);
+        EXPECT_EQ(every.cfg_refreshes, 0);  // the condition cache is off
+        EXPECT_TRUE(at::equal(c, diffusion.sample_with_noise(net, z, cfg, 1.0, start, noise, {},
+                                                             0, HeadPath::Modules)));
+    }
+    MarSampleOptions o;
+    o.class_ids = {1, 2};
+    o.seed = 9;
+    o.num_iter = 4;
+    o.cfg = 3.0;
+    o.time_steps = false;
+    o.head_mlp_cache_period = 7;
+    o.head_cfg_cache_period = 7;
+    ProbeRecorder probe;
+    const auto probed = pipe.generate(o, nullptr, &probe);
+    EXPECT_TRUE(at::equal(probed.tokens, pipe.generate(o).tokens));
+    const auto recs = probe.accel(probe_kinds::kLazyMarHeadCache);
+    ASSERT_EQ(recs.size(), 4u);  // every step decodes
+    for (size_t i = 0; i < recs.size(); ++i) {
+        EXPECT_EQ(recs[i].method, "lazymar");
+        EXPECT_EQ(recs[i].scale, int64_t(i));
+        EXPECT_EQ(recs[i].values.at("mlp_refreshes"), 8.0);
+        EXPECT_EQ(recs[i].values.at("cfg_refreshes"), 8.0);
+        EXPECT_TRUE(std::isfinite(recs[i].values.at("mlp_drift")));
+        EXPECT_GT(recs[i].values.at("mlp_drift"), 0.0);
+        EXPECT_GT(recs[i].values.at("cfg_drift"), 0.0);
+    }
+    // No head caches: no records.
+    o.head_mlp_cache_period = o.head_cfg_cache_period = 0;
+    ProbeRecorder none;
+    pipe.generate(o, nullptr, &none);
+    EXPECT_TRUE(none.accel(probe_kinds::kLazyMarHeadCache).empty());
 }
 
 // Through the MAR loop: option off = baseline exactly, period 1 = baseline exactly, period 7

@@ -22,7 +22,7 @@
 namespace varscope::gui {
 namespace {
 
-const QColor kBase(60, 110, 200), kAccel(220, 100, 30);
+const QColor kBase(60, 110, 200), kAccel(220, 100, 30), kHead(40, 150, 70), kHeadCfg(150, 60, 170);
 
 QCustomPlot* make_plot(QWidget* parent, const QString& title, const QString& x, const QString& y) {
     auto* p = new QCustomPlot(parent);
@@ -216,9 +216,10 @@ void PlotsPanel::setResults(const SideResultPtr& base, const SideResultPtr& acce
 void PlotsPanel::setLazyMarResults(const SideResultPtr& accel) {
     // Per step: the fraction of block rows computed (mean over blocks; 1 = no reuse) and the
     // CFG residual drift of the condition cache (relative change of uncond - cond since the
-    // step it was cached), both from the LazyMAR probe records.
+    // step it was cached), both from the LazyMAR probe records; with the released code's
+    // DiffLoss head caches, how far their kept tensors had moved when refreshed.
     std::map<int64_t, std::pair<double, double>> rows;  // step -> (computed, total)
-    QVector<double> dx, dy;
+    QVector<double> dx, dy, mx, my, cx, cy;
     if (accel && !accel->same_as_baseline)
         for (const auto& r : accel->run.accel) {
             if (r.method != "lazymar") continue;
@@ -229,6 +230,19 @@ void PlotsPanel::setLazyMarResults(const SideResultPtr& accel) {
             } else if (r.kind == "lazymar_condition" && r.values.count("drift")) {
                 dx << double(r.scale);
                 dy << r.values.at("drift");
+            } else if (r.kind == "lazymar_head_cache") {
+                // A drift needs a refresh after the first one.
+                auto value = [&](const char* k) {
+                    return r.values.count(k) ? r.values.at(k) : 0.0;
+                };
+                if (value("mlp_refreshes") > 1) {
+                    mx << double(r.scale);
+                    my << value("mlp_drift");
+                }
+                if (value("cfg_refreshes") > 1) {
+                    cx << double(r.scale);
+                    cy << value("cfg_drift");
+                }
             }
         }
     QVector<double> fx, fy;
@@ -239,6 +253,11 @@ void PlotsPanel::setLazyMarResults(const SideResultPtr& accel) {
         }
     set_series(lazymar_, 0, tr("computed fraction"), kAccel, fx, fy);
     set_series(lazymar_, 1, tr("CFG residual drift"), kBase, dx, dy);
+    // The head caches' series only when they ran.
+    while (lazymar_->graphCount() > 2) lazymar_->removeGraph(lazymar_->graphCount() - 1);
+    if (!mx.isEmpty()) set_series(lazymar_, 2, tr("head MLP drift"), kHead, mx, my);
+    if (!cx.isEmpty())
+        set_series(lazymar_, lazymar_->graphCount(), tr("head CFG drift"), kHeadCfg, cx, cy);
     lazymar_->rescaleAxes();
     lazymar_->yAxis->setRange(0, std::max(1.05, lazymar_->yAxis->range().upper * 1.1));
     lazymar_->xAxis->setRange(-0.5, std::max<double>(1, fx.isEmpty() ? 1 : fx.back() + 1) - 0.5);

@@ -214,6 +214,14 @@ at::Tensor fit_rows(const at::Tensor& kept, int64_t rows) {
     return at::cat({kept, kept});
 }
 
+// ||now - before|| / ||now||, the rows of `before` matched to now's as the cache matches them.
+double relative_drift(const at::Tensor& now, const at::Tensor& before) {
+    const auto n = now.to(at::kFloat);
+    const double norm = n.norm().item<double>();
+    const double diff = (n - fit_rows(before, now.size(0)).to(at::kFloat)).norm().item<double>();
+    return norm > 0.0 ? diff / norm : 0.0;
+}
+
 }  // namespace
 
 at::Tensor DiffusionSampler::forward_mlp_cached(const SimpleMlpAdaLNImpl& net, const at::Tensor& x,
@@ -222,6 +230,13 @@ at::Tensor DiffusionSampler::forward_mlp_cached(const SimpleMlpAdaLNImpl& net, c
     cache.mlp.resize(static_cast<size_t>(depth));
     cache.change.resize(static_cast<size_t>(depth));
     const bool refresh = cache.step == HeadMlpStep::Refresh;
+    double drift = 0.0;  // summed over the blocks that had a kept term (stats only)
+    int64_t drifted = 0;
+    auto measure = [&](const at::Tensor& now, const at::Tensor& before) {
+        if (!refresh || !cache.stats || !before.defined()) return;
+        drift += relative_drift(now, before);
+        ++drifted;
+    };
     // The ops of net.forward_modulated in the same order, so a refresh step equals it exactly.
     at::Tensor h = at::linear(x, net.input_proj->weight, net.input_proj->bias);
     for (int64_t b = 0; b < depth; ++b) {
@@ -236,11 +251,25 @@ at::Tensor DiffusionSampler::forward_mlp_cached(const SimpleMlpAdaLNImpl& net, c
             mlp = fit_rows(cache.mlp[k], rows);
         } else {
             mlp = net.block(b).mlp_modulated(h, m.shift[k], m.scale1[k]);
-            if (!skipped) cache.mlp[k] = mlp;  // the skipped blocks reuse their change instead
+            if (!skipped) {  // the skipped blocks reuse their change instead
+                measure(mlp, cache.mlp[k]);
+                cache.mlp[k] = mlp;
+            }
         }
         at::Tensor out = h + m.gate[k] * mlp;
-        if (skipped) cache.change[k] = out - h;
+        if (skipped) {
+            at::Tensor change = out - h;
+            measure(change, cache.change[k]);
+            cache.change[k] = std::move(change);
+        }
         h = std::move(out);
+    }
+    if (refresh && cache.stats) {
+        ++cache.stats->mlp_refreshes;
+        if (drifted > 0) {
+            cache.stats->mlp_drift_sum += drift / double(drifted);
+            ++cache.stats->mlp_drift_count;
+        }
     }
     return net.final_layer->forward_modulated(h, m.final_shift, m.final_scale1);
 }
@@ -336,7 +365,7 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                                  std::optional<at::Generator> gen, const at::Tensor& start,
                                  const at::Tensor& step_noise, const at::Tensor& t_given,
                                  int64_t cfg_cache_period, HeadPath head,
-                                 int64_t mlp_cache_period) const {
+                                 int64_t mlp_cache_period, HeadCacheStats* stats) const {
     const bool guided = cfg_scale.defined();
     TORCH_CHECK(!guided || z.size(0) % 2 == 0, "diffusion: CFG needs 2N condition rows");
     const int64_t N = guided ? z.size(0) / 2 : z.size(0);
@@ -358,6 +387,8 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
     // The fused path keeps each block's term (MLP term or output change) in a tensor of the
     // most rows a step has; kept_rows = the rows of the step that wrote it.
     std::vector<int64_t> kept_rows;
+    mlp_cache.stats = mlp_cache_period > 0 ? stats : nullptr;
+    bool delta_kept = false;  // a full step has written delta (cfg_cache_period > 0)
     if (fused) {
         // The CUDA kernels update x in place: it must not alias the caller's start noise.
         x = x.clone(at::MemoryFormat::Contiguous);
@@ -390,6 +421,20 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             mods = net.modulations(y);
         }
         const bool full = !guided || full_cfg_step(i, S, cfg_cache_period);
+        // The head condition cache's drift (stats only): delta before this step rewrites it.
+        const bool keeps_delta = guided && full && cfg_cache_period > 0;
+        at::Tensor delta_before;
+        if (stats && keeps_delta) {
+            ++stats->cfg_refreshes;
+            if (delta_kept) delta_before = delta.clone();
+        }
+        auto measure_delta = [&] {
+            if (delta_before.defined()) {
+                stats->cfg_drift_sum += relative_drift(delta, delta_before);
+                ++stats->cfg_drift_count;
+            }
+            delta_kept = delta_kept || keeps_delta;
+        };
         if (fused) {
             // One kernel per linear layer and one for the final layer + CFG + posterior update
             // (the module path's ops in the same order on the reference path).
@@ -444,7 +489,16 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                                               rows, kept, m.final_shift, m.final_scale1,
                                               fl->weight, fl->bias, 1e-6, noise.narrow(0, 0, N),
                                               cfg_scale, mode, delta, k, kpath);
+                measure_delta();
                 continue;
+            }
+            // The MLP cache's drift (stats only): the kept terms before this refresh.
+            std::vector<at::Tensor> kept_before;
+            if (stats && ms == HeadMlpStep::Refresh) {
+                for (size_t b = 0; b < blocks.size(); ++b)
+                    kept_before.push_back(
+                        kept_rows[b] > 0 ? mlp_cache.mlp[b].narrow(0, 0, kept_rows[b]).clone()
+                                         : at::Tensor());
             }
             at::Tensor h;
             size_t first = 0;
@@ -475,12 +529,28 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             x = kernels::diff_final_step(h, m.final_shift, m.final_scale1, fl->weight, fl->bias,
                                          1e-6, x, noise.narrow(0, 0, N), cfg_scale, mode, delta, k,
                                          kpath);
+            if (stats && ms == HeadMlpStep::Refresh) {
+                double drift = 0.0;
+                int64_t drifted = 0;
+                for (size_t b = 0; b < kept_before.size(); ++b) {
+                    if (!kept_before[b].defined()) continue;
+                    drift += relative_drift(mlp_cache.mlp[b].narrow(0, 0, rows), kept_before[b]);
+                    ++drifted;
+                }
+                ++stats->mlp_refreshes;
+                if (drifted > 0) {
+                    stats->mlp_drift_sum += drift / double(drifted);
+                    ++stats->mlp_drift_count;
+                }
+            }
+            measure_delta();
             continue;
         }
         mlp_cache.step = head_mlp_step(i, S, mlp_cache_period);
         const auto out = step_modulated(
             net, x, i, mods.rows((i - window_start) * R, R), cfg_scale, full ? at::Tensor() : delta,
             full && cfg_cache_period > 0 ? &delta : nullptr, &mlp_cache);
+        measure_delta();
         // Drawn at every step (also the last, where it is unused) to keep the random stream
         // of the original, which draws noise for its whole 2N-row sample.
         const at::Tensor noise = step_noise.defined()
@@ -498,9 +568,10 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
 at::Tensor DiffusionSampler::sample(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                     const at::Tensor& cfg_scale, double temperature,
                                     std::optional<at::Generator> gen, int64_t cfg_cache_period,
-                                    HeadPath head, int64_t mlp_cache_period) const {
+                                    HeadPath head, int64_t mlp_cache_period,
+                                    HeadCacheStats* stats) const {
     return run(net, z, cfg_scale, temperature, std::move(gen), {}, {}, {}, cfg_cache_period, head,
-               mlp_cache_period);
+               mlp_cache_period, stats);
 }
 
 bool DiffusionSampler::full_cfg_step(int64_t i, int64_t num_steps, int64_t period) {
@@ -518,12 +589,13 @@ at::Tensor DiffusionSampler::sample_with_noise(const SimpleMlpAdaLNImpl& net, co
                                                const at::Tensor& start,
                                                const at::Tensor& step_noise,
                                                const at::Tensor& t_all, int64_t cfg_cache_period,
-                                               HeadPath head, int64_t mlp_cache_period) const {
+                                               HeadPath head, int64_t mlp_cache_period,
+                                               HeadCacheStats* stats) const {
     TORCH_CHECK(start.defined() && step_noise.defined(), "sample_with_noise: noise required");
     TORCH_CHECK(step_noise.size(0) == schedule_.num_steps(),
                 "sample_with_noise: one noise tensor per diffusion step expected");
     return run(net, z, cfg_scale, temperature, std::nullopt, start, step_noise, t_all,
-               cfg_cache_period, head, mlp_cache_period);
+               cfg_cache_period, head, mlp_cache_period, stats);
 }
 
 }  // namespace varscope

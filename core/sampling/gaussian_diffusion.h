@@ -68,6 +68,18 @@ enum class HeadPath { Auto, Modules, FusedReference, FusedCuda };
 // Skipped blocks: 1..4 (hard-coded in the released code for every head depth).
 enum class HeadMlpStep { Off, Refresh, Warmup, Reuse };
 
+// How far the head caches' kept tensors moved while they were reused (for the inspector): at
+// each refresh after the first, ||new - kept|| / ||new|| (for the MLP cache averaged over the
+// blocks, the kept rows matched to the new ones as the cache matches them). Measuring reads the
+// device (a sync per refresh): only when a caller asks for it.
+struct HeadCacheStats {
+    int64_t mlp_refreshes = 0, cfg_refreshes = 0;  // refresh steps of each cache
+    double mlp_drift_sum = 0.0, cfg_drift_sum = 0.0;
+    int64_t mlp_drift_count = 0, cfg_drift_count = 0;  // refreshes with a kept tensor before
+    double mlp_drift() const { return mlp_drift_count ? mlp_drift_sum / mlp_drift_count : 0.0; }
+    double cfg_drift() const { return cfg_drift_count ? cfg_drift_sum / cfg_drift_count : 0.0; }
+};
+
 // Ancestral sampling of token latents with the DiffLoss MLP. One call = the full reverse
 // process for a batch of conditions; shapes are static across its steps and it never
 // synchronises, so a CUDA graph can wrap it.
@@ -95,10 +107,13 @@ class DiffusionSampler {
     // many uses them twice, as the released code. The fused paths run it too (a step that
     // replays every block is one kernel, kernels::diff_cached_step). 0 = off (exactly the
     // uncached result).
+    //
+    // stats: when set, receives how far the caches' kept tensors drifted (HeadCacheStats).
     at::Tensor sample(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                       const at::Tensor& cfg_scale, double temperature,
                       std::optional<at::Generator> gen, int64_t cfg_cache_period = 0,
-                      HeadPath head = HeadPath::Auto, int64_t mlp_cache_period = 0) const;
+                      HeadPath head = HeadPath::Auto, int64_t mlp_cache_period = 0,
+                      HeadCacheStats* stats = nullptr) const;
 
     // Same, from given noise: start (N, C) and steps (num_steps, rows, C) (rows = N, or 2N
     // with CFG; only the first N rows are read). For tests, parity and CUDA graphs. t_all:
@@ -109,7 +124,8 @@ class DiffusionSampler {
                                  const at::Tensor& start, const at::Tensor& step_noise,
                                  const at::Tensor& t_all = {}, int64_t cfg_cache_period = 0,
                                  HeadPath head = HeadPath::Auto,
-                                 int64_t mlp_cache_period = 0) const;
+                                 int64_t mlp_cache_period = 0,
+                                 HeadCacheStats* stats = nullptr) const;
     // Whether `head` resolves to the fused loop for conditions z (rows as in sample()); why_not
     // receives the reason when it does not. With mlp_cache_period > 0 the fused CUDA kernels
     // also need a latent width of 8 or 16 and at most 16 blocks.
@@ -147,6 +163,7 @@ class DiffusionSampler {
         HeadMlpStep step = HeadMlpStep::Off;  // what the current step does
         std::vector<at::Tensor> mlp;          // MLP term of the computed blocks
         std::vector<at::Tensor> change;       // output - input of the skipped blocks
+        HeadCacheStats* stats = nullptr;      // measures the kept terms' drift when set
     };
     // net.forward_modulated(x, m) under the head MLP cache's current step.
     static at::Tensor forward_mlp_cached(const SimpleMlpAdaLNImpl& net, const at::Tensor& x,
@@ -161,7 +178,7 @@ class DiffusionSampler {
     at::Tensor run(const SimpleMlpAdaLNImpl& net, const at::Tensor& z, const at::Tensor& cfg_scale,
                    double temperature, std::optional<at::Generator> gen, const at::Tensor& start,
                    const at::Tensor& step_noise, const at::Tensor& t_all, int64_t cfg_cache_period,
-                   HeadPath head, int64_t mlp_cache_period) const;
+                   HeadPath head, int64_t mlp_cache_period, HeadCacheStats* stats) const;
     DiffusionSchedule schedule_;
     mutable at::Tensor t_emb_cache_;
     mutable const void* t_emb_key_ = nullptr;

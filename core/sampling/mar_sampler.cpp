@@ -9,6 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "core/accel/probe_kinds.h"
 #include "core/sampling/cuda_graph.h"  // weights_fingerprint
 #include "core/sampling/mar_cuda_graph.h"
 #include "core/sampling/token_sampling.h"
@@ -239,6 +240,14 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     }
     const bool whole_step_graphs = graphs && (!hooks || hook_signature);
     const HeadPath head_path = opt.fused_head ? HeadPath::Auto : HeadPath::Modules;
+    // The head caches' drift per decoding step, for a probe that asks (a device read per
+    // refresh; probes run the loop eagerly).
+    const bool head_caches = opt.head_cfg_cache_period > 0 || opt.head_mlp_cache_period > 0;
+    HeadCacheStats head_stats;
+    HeadCacheStats* head_stats_ptr =
+        probe && head_caches && probe->wants_accel("lazymar", probe_kinds::kLazyMarHeadCache)
+            ? &head_stats
+            : nullptr;
     const auto noise_opts = at::TensorOptions(device).dtype(head.input_proj->weight.scalar_type());
     const int64_t S = diffusion_.schedule().num_steps(), C = head.in_channels();
     at::Tensor t_all, orders_in, cls_in, labels_in;
@@ -333,10 +342,10 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
                           ? diffusion_.sample_with_noise(head, z_sel, cfg_scale, opt.temperature,
                                                          noise.first, noise.second, t_all,
                                                          opt.head_cfg_cache_period, head_path,
-                                                         opt.head_mlp_cache_period)
+                                                         opt.head_mlp_cache_period, head_stats_ptr)
                           : diffusion_.sample(head, z_sel, cfg_scale, opt.temperature, gen,
                                               opt.head_cfg_cache_period, head_path,
-                                              opt.head_mlp_cache_period);
+                                              opt.head_mlp_cache_period, head_stats_ptr);
         }
         sampled = sampled.to(at::kFloat).view({B, p.decoded(), D});
         auto next = sctx.tokens.scatter(1, decoded.unsqueeze(-1).expand({-1, -1, D}), sampled);
@@ -454,6 +463,18 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
                               {"masked_before", double(p.masked_before)},
                               {"decoded", double(p.decoded())},
                               {"unconditional_skipped", skipped_unconditional ? 1.0 : 0.0}}});
+            if (head_stats_ptr && p.decoded() > 0) {
+                probe->on_accel({"lazymar",
+                                 probe_kinds::kLazyMarHeadCache,
+                                 step,
+                                 -1,
+                                 {},
+                                 {{"mlp_drift", head_stats.mlp_drift()},
+                                  {"mlp_refreshes", double(head_stats.mlp_refreshes)},
+                                  {"cfg_drift", head_stats.cfg_drift()},
+                                  {"cfg_refreshes", double(head_stats.cfg_refreshes)}}});
+            }
+            head_stats = HeadCacheStats{};
         }
         decoded_prev = decoded;
     }

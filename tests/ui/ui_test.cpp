@@ -551,6 +551,19 @@ class UiTest : public QObject {
         QVERIFY(w.inspector()->methodTab("lazymar")->recordCount() > 0);
         QVERIFY(w.plots()->lazyMarPlot()->graph(0)->dataCount() > 0);
         QVERIFY(w.comparison()->metrics().valid);
+        QCOMPARE(w.plots()->lazyMarPlot()->graphCount(), 2);  // no head caches: no head series
+
+        // With the released code's DiffLoss head caches: their drift per step is plotted.
+        r.accel["lazymar"]["head_mlp_period"] = 3;
+        r.accel["lazymar"]["head_cfg_period"] = 3;
+        w.applyRequest(r, true);
+        QVERIFY(wait_job(w));
+        auto* plot = w.plots()->lazyMarPlot();
+        QCOMPARE(plot->graphCount(), 4);
+        QCOMPARE(plot->graph(2)->name(), QString("head MLP drift"));
+        QCOMPARE(plot->graph(3)->name(), QString("head CFG drift"));
+        QVERIFY(plot->graph(2)->dataCount() > 0);
+        QVERIFY(plot->graph(3)->dataCount() > 0);
     }
 
     void lazyMarOffEqualsTheBaselinePixels() {
