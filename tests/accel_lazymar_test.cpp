@@ -94,8 +94,28 @@ TEST(LazyMar, ConfigDefaultsRoundTripAndErrors) {
     EXPECT_THROW(MarAccelConfig::from_json({{"fastvar", nlohmann::json::object()}}),
                  AccelConfigError);
     EXPECT_THROW(MarAccelConfig::from_argument("no-such-preset"), AccelConfigError);
-    for (const char* p : {"baseline", "lazymar", "lazymar-token", "lazymar-condition"})
+    for (const char* p :
+         {"baseline", "lazymar", "lazymar-token", "lazymar-condition", "lazymar-released"})
         EXPECT_NO_THROW(MarAccelConfig::from_argument(p)) << p;
+    // The released code's settings: both caches and both DiffLoss-head caches at 7.
+    const auto released = MarAccelConfig::from_argument("lazymar-released").lazymar;
+    EXPECT_TRUE(released.enabled && released.token_cache && released.condition_cache);
+    EXPECT_EQ(released.head_cfg_period, 7);
+    EXPECT_EQ(released.head_mlp_period, 7);
+    EXPECT_EQ(MarAccelConfig::from_argument("lazymar").lazymar.head_mlp_period, 0);
+    EXPECT_EQ(MarAccelConfig::from_argument("lazymar").summary(),
+              "LazyMAR (token + condition cache)");
+    EXPECT_EQ(MarAccelConfig::from_argument("lazymar-released").summary(),
+              "LazyMAR (token + condition cache + head caches)");
+    EXPECT_EQ(MarAccelConfig::from_argument("lazymar-token").summary(), "LazyMAR (token cache)");
+    // The head caches alone are an accelerated run too (no hooks: they live in the sampler).
+    const auto head_only = MarAccelConfig::from_json(
+        {{"lazymar",
+          {{"enabled", true}, {"token_cache", false}, {"condition_cache", false},
+           {"head_mlp_period", 7}}}});
+    EXPECT_TRUE(head_only.any_enabled());
+    EXPECT_EQ(head_only.summary(), "LazyMAR (head caches)");
+    EXPECT_EQ(build_mar_accelerators(head_only, tiny_mar_config(), nullptr), nullptr);
     const auto token = MarAccelConfig::from_argument("lazymar-token");
     EXPECT_TRUE(token.lazymar.token_cache && !token.lazymar.condition_cache);
     EXPECT_FALSE(MarAccelConfig::from_argument("baseline").any_enabled());

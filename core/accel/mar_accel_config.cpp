@@ -5,13 +5,21 @@
 namespace varscope {
 
 bool MarAccelConfig::any_enabled() const {
-    return lazymar.enabled && (lazymar.token_cache || lazymar.condition_cache);
+    const auto& l = lazymar;
+    return l.enabled && (l.token_cache || l.condition_cache || l.head_cfg_period > 0 ||
+                         l.head_mlp_period > 0);
 }
 
 std::string MarAccelConfig::summary() const {
     if (!any_enabled()) return "baseline";
-    if (lazymar.token_cache && lazymar.condition_cache) return "LazyMAR (token + condition cache)";
-    return lazymar.token_cache ? "LazyMAR (token cache)" : "LazyMAR (condition cache)";
+    const auto& l = lazymar;
+    std::string parts;
+    auto add = [&](const char* p) { parts += (parts.empty() ? "" : " + ") + std::string(p); };
+    if (l.token_cache) add("token");
+    if (l.condition_cache) add("condition");
+    if (!parts.empty()) parts += " cache";
+    if (l.head_cfg_period > 0 || l.head_mlp_period > 0) add("head caches");
+    return "LazyMAR (" + parts + ")";
 }
 
 MarAccelConfig MarAccelConfig::from_json(const nlohmann::json& j) {
@@ -49,14 +57,19 @@ const std::map<std::string, nlohmann::json>& mar_accel_presets() {
     static const std::map<std::string, nlohmann::json> presets = [] {
         auto on = LazyMarConfig::spec().defaults();
         on["enabled"] = true;
-        auto token = on, condition = on;
+        auto token = on, condition = on, released = on;
         token["condition_cache"] = false;
         condition["token_cache"] = false;
+        // The released code's settings: the paper's two caches plus its DiffLoss-head caches
+        // (cache_threshold 7 for both).
+        released["head_cfg_period"] = 7;
+        released["head_mlp_period"] = 7;
         return std::map<std::string, nlohmann::json>{
             {"baseline", nlohmann::json::object()},
             {"lazymar", {{"lazymar", on}}},
             {"lazymar-token", {{"lazymar", token}}},
-            {"lazymar-condition", {{"lazymar", condition}}}};
+            {"lazymar-condition", {{"lazymar", condition}}},
+            {"lazymar-released", {{"lazymar", released}}}};
     }();
     return presets;
 }

@@ -21,8 +21,9 @@ namespace varscope {
 struct MarAccelConfig {
     LazyMarConfig lazymar;
 
-    bool any_enabled() const;
-    std::string summary() const;  // e.g. "LazyMAR (token + condition)", or "baseline"
+    bool any_enabled() const;  // LazyMAR on with any of its four caches
+    // e.g. "LazyMAR (token + condition cache)", "LazyMAR (token cache + head caches)", "baseline"
+    std::string summary() const;
 
     static MarAccelConfig from_json(const nlohmann::json& j);  // AccelConfigError on bad input
     static MarAccelConfig from_file(const std::string& path);
