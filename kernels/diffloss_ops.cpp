@@ -20,6 +20,7 @@ std::atomic<int> g_pdl{-1};        // -1: from the environment
 std::atomic<int> g_row_split{-1};  // -1: from the environment
 std::atomic<int> g_fold_proj{-1};  // -1: from the environment
 std::atomic<int> g_lean{-1};       // -1: from the environment
+std::atomic<int> g_cached_split{-1};  // -1: from the environment
 
 // A switch: set, else the environment variable (on unless it is "0").
 bool switch_on(const std::atomic<int>& v, const char* env_name) {
@@ -156,6 +157,17 @@ void set_diff_fold_proj(bool on) {
 
 bool diff_fold_proj_enabled() {
     return switch_on(g_fold_proj, "VARSCOPE_DIFF_FOLD_PROJ");
+}
+
+void set_diff_cached_split(bool on) {
+    g_cached_split = on ? 1 : 0;
+}
+
+bool diff_cached_split_enabled() {
+    const int v = g_cached_split.load();
+    if (v >= 0) return v == 1;
+    const char* env = std::getenv("VARSCOPE_DIFF_CACHED_SPLIT");
+    return env != nullptr && std::strcmp(env, "1") == 0;  // default off (not yet timed)
 }
 
 void set_diff_lean(bool on) {

@@ -130,6 +130,13 @@ bool diff_row_split_enabled();
 // LayerNorm affine staged in shared memory before the wait, empty tile rows skipped; default
 // on, VARSCOPE_DIFF_LEAN=0 or this switch turn it off). Both give the same bits either way;
 // the switches are there to time them.
+// diff_cached_step with its rows split over more CTAs (each takes 8 rows: 4 latents and their
+// unconditional rows, or 8 latents), so no CTA projects and normalises every row (at 14 rows one
+// CTA per channel spent ~29 us, bench/results/2026-11-25-h100/session8_mar_head_cache.md).
+// Default OFF until timed and tested on a GPU; VARSCOPE_DIFF_CACHED_SPLIT=1 or this switch turn
+// it on. The same values either way (each row is built by the same ops).
+void set_diff_cached_split(bool on);
+bool diff_cached_split_enabled();
 void set_diff_fold_proj(bool on);
 bool diff_fold_proj_enabled();
 void set_diff_lean(bool on);

@@ -272,6 +272,8 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
         HeadPath path;
         bool pdl, row_split;
         int64_t cfg_period = 0, mlp_period = 0;  // the released LazyMAR code's head caches
+        bool cached_split = false;  // kernels::set_diff_cached_split
+        bool hybrid = false;        // DiffusionSampler::set_hybrid_cached_step (with Auto)
     };
     // The cached variants differ from "modules" by what the caches change, not by rounding.
     const std::vector<Variant> variants{
@@ -282,8 +284,14 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
         {"fused_row_split_no_pdl", HeadPath::FusedCuda, false, true},
         {"modules_mlp7", HeadPath::Modules, true, true, 0, 7},
         {"fused_mlp7", HeadPath::FusedCuda, true, true, 0, 7},
-        {"fused_cfg7_mlp7", HeadPath::FusedCuda, true, true, 7, 7}};
+        {"fused_cfg7_mlp7", HeadPath::FusedCuda, true, true, 7, 7},
+        {"fused_mlp7_split", HeadPath::FusedCuda, true, true, 0, 7, true},
+        // Auto: the fused chain up to its row limit, else the module path with the one-kernel
+        // reuse steps.
+        {"auto_hybrid_mlp7", HeadPath::Auto, true, true, 0, 7, true, true}};
     const bool row_split_before = kernels::diff_row_split_enabled();
+    const bool split_before = kernels::diff_cached_split_enabled();
+    const bool hybrid_before = DiffusionSampler::hybrid_cached_step_enabled();
     nlohmann::json rows = nlohmann::json::array();
     for (int64_t N : a.head_rows) {
         const auto z = at::randn({2 * N, c.decoder_embed_dim}, f32).to(dtype);
@@ -294,7 +302,7 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
         nlohmann::json row{{"tokens", N}, {"rows", 2 * N}};
         for (const auto& v : variants) {
             std::string why;
-            if (v.path != HeadPath::Modules &&
+            if (v.path == HeadPath::FusedCuda &&
                 !DiffusionSampler::uses_fused_head(net, z, true, HeadPath::Auto, &why,
                                                    v.mlp_period)) {
                 std::cerr << "  " << N << "  " << v.name << ": not run (" << why << ")\n";
@@ -302,6 +310,8 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
             }
             kernels::set_diff_pdl(v.pdl);
             kernels::set_diff_row_split(v.row_split);
+            kernels::set_diff_cached_split(v.cached_split);
+            DiffusionSampler::set_hybrid_cached_step(v.hybrid);
             at::Tensor out;
             auto fn = [&] {
                 out = diffusion.sample_with_noise(net, z, cfg, 1.0, start, steps, t_all,
@@ -332,6 +342,8 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
         }
         kernels::set_diff_pdl(true);
         kernels::set_diff_row_split(row_split_before);
+        kernels::set_diff_cached_split(split_before);
+        DiffusionSampler::set_hybrid_cached_step(hybrid_before);
         rows.push_back(row);
     }
     return {{"model", preset}, {"config", c.to_json()}, {"head_rows", rows}};

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cfenv>
 #include <cmath>
 #include <cstdlib>
@@ -320,6 +321,29 @@ int64_t DiffusionSampler::fused_head_max_rows(int64_t width) {
     return width <= 1024 ? 16 : 8;
 }
 
+namespace {
+std::atomic<int> g_hybrid{-1};  // -1: from the environment
+}  // namespace
+
+void DiffusionSampler::set_hybrid_cached_step(bool on) {
+    g_hybrid = on ? 1 : 0;
+}
+
+bool DiffusionSampler::hybrid_cached_step_enabled() {
+    const int v = g_hybrid.load();
+    if (v >= 0) return v == 1;
+    const char* env = std::getenv("VARSCOPE_MAR_HYBRID_CACHED_STEP");
+    return env != nullptr && std::strcmp(env, "1") == 0;  // default off (not yet timed)
+}
+
+bool DiffusionSampler::hybrid_cached_step_runs(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
+                                               bool guided) {
+    const auto& w = net.input_proj->weight;  // (W, C)
+    return kernels::diff_head_cuda_supported(w, z.size(0), w.size(0)) &&
+           z.device() == w.device() && (w.size(1) == 8 || w.size(1) == 16) && net.depth() <= 16 &&
+           (!guided || z.size(0) % 2 == 0);
+}
+
 bool DiffusionSampler::uses_fused_head(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                        bool guided, HeadPath head, std::string* why_not,
                                        int64_t mlp_cache_period) {
@@ -413,6 +437,23 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
     const int64_t window = std::max<int64_t>(1, std::min<int64_t>(S, (64LL << 20) / per_step));
     DiffModulation mods;
     int64_t window_start = -1;
+    auto coefs_of = [&](int64_t i) {  // reverse step i's float32 coefficients for the kernels
+        kernels::DiffStepCoefs k;
+        k.sqrt_recip_ac = f32(schedule_.sqrt_recip_alphas_cumprod[i]);
+        k.sqrt_recipm1_ac = f32(schedule_.sqrt_recipm1_alphas_cumprod[i]);
+        k.coef1 = f32(schedule_.posterior_mean_coef1[i]);
+        k.coef2 = f32(schedule_.posterior_mean_coef2[i]);
+        k.log_beta = f32(schedule_.log_betas[i]);
+        k.log_var_clipped = f32(schedule_.posterior_log_variance_clipped[i]);
+        k.temperature = temp;
+        k.last = i == 0;
+        return k;
+    };
+    // The module path with the head MLP cache: its reuse steps through the one-kernel cached
+    // step (hybrid_cached_step_enabled; rows beyond the fused chain's, e.g. batch 16).
+    // Only where Auto fell back to the module path: HeadPath::Modules stays LibTorch throughout.
+    const bool hybrid = head == HeadPath::Auto && !fused && mlp_cache_period > 0 &&
+                        hybrid_cached_step_enabled() && hybrid_cached_step_runs(net, z, guided);
     for (int64_t i = S - 1; i >= 0; --i) {
         if (window_start < 0 || i < window_start) {
             window_start = std::max<int64_t>(0, i - window + 1);
@@ -471,15 +512,7 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             const at::Tensor noise = step_noise.defined()
                                          ? step_noise[S - 1 - i].to(opts)
                                          : at::randn({guided ? 2 * N : N, C}, gen, opts);
-            kernels::DiffStepCoefs k;
-            k.sqrt_recip_ac = f32(schedule_.sqrt_recip_alphas_cumprod[i]);
-            k.sqrt_recipm1_ac = f32(schedule_.sqrt_recipm1_alphas_cumprod[i]);
-            k.coef1 = f32(schedule_.posterior_mean_coef1[i]);
-            k.coef2 = f32(schedule_.posterior_mean_coef2[i]);
-            k.log_beta = f32(schedule_.log_betas[i]);
-            k.log_var_clipped = f32(schedule_.posterior_log_variance_clipped[i]);
-            k.temperature = temp;
-            k.last = i == 0;
+            const kernels::DiffStepCoefs k = coefs_of(i);
             const auto& fl = net.final_layer->linear;
             if (ms == HeadMlpStep::Reuse) {
                 // Every block replayed: the whole step in one kernel.
@@ -547,6 +580,36 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             continue;
         }
         mlp_cache.step = head_mlp_step(i, S, mlp_cache_period);
+        if (hybrid && mlp_cache.step == HeadMlpStep::Reuse) {
+            // Every block replayed from the module path's kept tensors, in one kernel.
+            using kernels::DiffCfgMode;
+            const DiffCfgMode mode = !guided                ? DiffCfgMode::None
+                                     : !full                ? DiffCfgMode::Cached
+                                     : cfg_cache_period > 0 ? DiffCfgMode::FullKeep
+                                                            : DiffCfgMode::Full;
+            const bool half = mode == DiffCfgMode::None || mode == DiffCfgMode::Cached;
+            const int64_t rows = half ? N : 2 * N;
+            const auto m = mods.rows((i - window_start) * R, rows);
+            std::vector<kernels::DiffKeptBlock> kept;
+            for (int64_t b = 0; b < net.depth(); ++b) {
+                const auto k = static_cast<size_t>(b);
+                const bool skipped = head_mlp_skips_block(b);
+                kept.push_back({(skipped ? mlp_cache.change[k] : mlp_cache.mlp[k]).contiguous(),
+                                skipped ? at::Tensor() : m.gate[k]});
+            }
+            const at::Tensor noise = step_noise.defined()
+                                         ? step_noise[S - 1 - i].to(opts)
+                                         : at::randn({guided ? 2 * N : N, C}, gen, opts);
+            if (mode == DiffCfgMode::FullKeep) delta = delta.contiguous();  // written in place
+            const auto& fl = net.final_layer->linear;
+            x = kernels::diff_cached_step(x.contiguous(), net.input_proj->weight,
+                                          net.input_proj->bias, rows, kept, m.final_shift,
+                                          m.final_scale1, fl->weight, fl->bias, 1e-6,
+                                          noise.narrow(0, 0, N), cfg_scale, mode, delta,
+                                          coefs_of(i), kernels::KernelPath::Cuda);
+            measure_delta();
+            continue;
+        }
         const auto out = step_modulated(
             net, x, i, mods.rows((i - window_start) * R, R), cfg_scale, full ? at::Tensor() : delta,
             full && cfg_cache_period > 0 ? &delta : nullptr, &mlp_cache);

@@ -135,6 +135,16 @@ class DiffusionSampler {
     // The most rows (2N with CFG) for which Auto picks the fused kernels for a head of this
     // width: 16 up to width 1024, 8 above (H100 measurements), or VARSCOPE_MAR_FUSED_MAX_ROWS.
     static int64_t fused_head_max_rows(int64_t width);
+    // With HeadPath::Auto falling back to the module path (e.g. more rows than
+    // fused_head_max_rows), the head MLP cache's reuse steps (every block replayed) may run as
+    // kernels::diff_cached_step's one kernel. Default OFF until timed and tested on a GPU;
+    // VARSCOPE_MAR_HYBRID_CACHED_STEP=1 or this switch turn it on. hybrid_cached_step_runs:
+    // whether the kernel takes this head and these conditions (CUDA, 16-bit, latent width 8 or
+    // 16, at most 16 blocks and 256 rows).
+    static void set_hybrid_cached_step(bool on);
+    static bool hybrid_cached_step_enabled();
+    static bool hybrid_cached_step_runs(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
+                                        bool guided);
     // Whether diffusion step i runs both CFG halves under cfg_cache_period (see sample()).
     static bool full_cfg_step(int64_t i, int64_t num_steps, int64_t cfg_cache_period);
     // What diffusion step i computes under the head MLP cache, and whether it skips block b.

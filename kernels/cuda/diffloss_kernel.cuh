@@ -228,19 +228,19 @@ __device__ __forceinline__ void build_row(uint4* dst, const void* in, long long 
 }
 
 // The input projection of a tile's `live` rows into the tile, rounded to T: latent rows
-// in[(t0 + r) % in_rows] (pk 16-byte chunks each, staged in xs) times the staged weight wps
-// (K, pk) plus bias(j): two 8-product chains, added, plus the bias, as the separate projection
-// kernel sums. One feature per thread, so neighbouring threads read neighbouring weight rows;
-// also(r, j, v) sees every value (the folded projection writes its own features out). The
-// caller synchronises before reading the tile.
-template <typename T, typename Bias, typename Also>
+// in[source(r)] (pk 16-byte chunks each, staged in xs) times the staged weight wps (K, pk) plus
+// bias(j): two 8-product chains, added, plus the bias, as the separate projection kernel sums.
+// One feature per thread, so neighbouring threads read neighbouring weight rows; also(r, j, v)
+// sees every value (the folded projection writes its own features out). The caller
+// synchronises before reading the tile.
+template <typename T, typename Source, typename Bias, typename Also>
 __device__ __forceinline__ void project_tile(uint4* tile, uint4* xs, const uint4* wps,
-                                             const void* in, int in_rows, int pk, int K, int t0,
+                                             const void* in, Source source, int pk, int K,
                                              int live, Bias bias, Also also) {
     for (int i = threadIdx.x; i < live * pk; i += kDiffThreads) {
-        const int m = t0 + i / pk;
         xs[i] = reinterpret_cast<const uint4*>(static_cast<const T*>(in) +
-                                               static_cast<long long>(m % in_rows) * pk * 8)[i % pk];
+                                               static_cast<long long>(source(i / pk)) * pk *
+                                                   8)[i % pk];
     }
     __syncthreads();
     T* tile_t = reinterpret_cast<T*>(tile);
@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinea
             // separate projection kernel stores it, with its sums: two 8-product chains, added,
             // plus the bias); the features this CTA owns also go to proj_out (the residual).
             project_tile<T>(
-                tile, xs, wps, p.in, p.in_rows, pk, p.K, t0, live,
+                tile, xs, wps, p.in, [&](int r) { return (t0 + r) % p.in_rows; }, pk, p.K, live,
                 [&](int j) { return E::load(p.proj_bias, j); },
                 [&](int r, int j, float v) {
                     if (j / kWarps == static_cast<int>(blockIdx.x))
@@ -461,12 +461,21 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
     pdl_wait();
     pdl_launch_dependents();
 
-    for (int t0 = 0; t0 < p.rows; t0 += MT) {
+    // The rows of this CTA (DiffFinalParams::latents_per_cta): latents [n0, n0 + nl) and, with
+    // both CFG halves, their unconditional rows; local row q -> global row row_of(q).
+    const int N = p.latents;
+    const bool halves = p.rows > N;  // Full / FullKeep: 2N rows
+    const int n0 = p.latents_per_cta > 0 ? static_cast<int>(blockIdx.y) * p.latents_per_cta : 0;
+    const int nl = p.latents_per_cta > 0 ? min(p.latents_per_cta, N - n0) : N;
+    const int rows = halves ? 2 * nl : nl;
+    auto row_of = [&](int q) { return q < nl ? n0 + q : N + n0 + (q - nl); };
+
+    for (int t0 = 0; t0 < rows; t0 += MT) {
         if constexpr (CACHED) {
             // h = x[m % N] W_in^T + b_in for the tile's rows, as the folded projection.
-            const int live = min(MT, p.rows - t0);
+            const int live = min(MT, rows - t0);
             project_tile<T>(
-                tile, xs, wps, p.x, p.latents, pk, p.K, t0, live,
+                tile, xs, wps, p.x, [&](int r) { return row_of(t0 + r) % N; }, pk, p.K, live,
                 [&](int j) { return static_cast<float>(pbs[j]); }, [](int, int, float) {});
             // The kept blocks: the same thread owns the same (row, chunk) items for every block
             // (no barrier between blocks); kBatch items at once, so each block costs one round
@@ -488,7 +497,7 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
                     for (int q = 0; q < kBatch; ++q) {
                         const int it = base + q * kDiffThreads;
                         if (it >= items) continue;
-                        const int m = t0 + it / chunks, c = it % chunks;
+                        const int m = row_of(t0 + it / chunks), c = it % chunks;
                         tv[q] = __ldg(reinterpret_cast<const uint4*>(
                                           static_cast<const T*>(k.term) +
                                           static_cast<long long>(m % k.term_rows) * p.K) +
@@ -525,8 +534,8 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
             __syncthreads();
         }
         for (int r = warp; r < MT; r += kWarps) {
-            const int m = t0 + r;
-            const bool valid = m < p.rows;
+            const bool valid = t0 + r < rows;
+            const int m = valid ? row_of(t0 + r) : 0;
             // CACHED: the row is normalised in place in the tile.
             build_row<T, P>(tile + r * chunks, CACHED ? static_cast<const void*>(tile) : p.in,
                             CACHED ? r : m, valid, chunks, p.K, true, nullptr, nullptr, p.ln_eps,
@@ -534,7 +543,7 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
                             static_cast<long long>(m) * p.scale1_stride, lane);
         }
         __syncthreads();
-        for (int r = warp >> 1; r < MT && t0 + r < p.rows; r += kWarps / 2) {
+        for (int r = warp >> 1; r < MT && t0 + r < rows; r += kWarps / 2) {
             float s = 0.f;
 #pragma unroll
             for (int k = 0; k < P; ++k) {
@@ -551,23 +560,23 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
         __syncthreads();
     }
 
-    const int N = p.latents;
     void* x_out = p.x_out ? p.x_out : p.x;
-    for (int n = threadIdx.x; n < N; n += kDiffThreads) {
-        const float cond = outs[0][n];
+    for (int q = threadIdx.x; q < nl; q += kDiffThreads) {
+        const int n = n0 + q;  // outs are by local row: latent q, its unconditional row nl + q
+        const float cond = outs[0][q];
         float eps = cond;
         if (p.mode != DiffCfg::None) {
             float uncond;
             if (p.mode == DiffCfg::Cached) {
                 uncond = cond - E::load(p.delta, static_cast<long long>(n) * p.C + c);
             } else {
-                uncond = outs[0][N + n];
+                uncond = outs[0][nl + q];
                 if (p.mode == DiffCfg::FullKeep)
                     E::store(p.delta, static_cast<long long>(n) * p.C + c, cond - uncond);
             }
             eps = uncond + *p.cfg * (cond - uncond);
         }
-        const float frac = (outs[1][n] + 1.f) * 0.5f;
+        const float frac = (outs[1][q] + 1.f) * 0.5f;
         const float log_var = frac * p.log_beta + (1.f - frac) * p.log_var_clipped;
         const long long xi = static_cast<long long>(n) * p.C + c;
         const float x = E::load(p.x, xi);
@@ -680,28 +689,29 @@ cudaError_t launch_linear_mt(const DiffLinearParams& p, dim3 grid, size_t smem, 
 }
 
 template <typename T, int MT, bool CACHED>
-cudaError_t launch_final_mt(const DiffFinalParams& p, size_t smem, cudaStream_t s) {
+cudaError_t launch_final_mt(const DiffFinalParams& p, dim3 grid, size_t smem, cudaStream_t s) {
     switch (chunks_per_lane(p.K)) {
         case 1:
-            return launch(final_kernel<T, MT, 1, CACHED>, dim3(p.C), smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 1, CACHED>, grid, smem, p.pdl, s, &p);
         case 4:
-            return launch(final_kernel<T, MT, 4, CACHED>, dim3(p.C), smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 4, CACHED>, grid, smem, p.pdl, s, &p);
         case 6:
-            return launch(final_kernel<T, MT, 6, CACHED>, dim3(p.C), smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 6, CACHED>, grid, smem, p.pdl, s, &p);
         default:
-            return launch(final_kernel<T, MT, 8, CACHED>, dim3(p.C), smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 8, CACHED>, grid, smem, p.pdl, s, &p);
     }
 }
 
 template <typename T, bool CACHED>
-cudaError_t launch_final_tiles(const DiffFinalParams& p, int mt, size_t smem, cudaStream_t s) {
+cudaError_t launch_final_tiles(const DiffFinalParams& p, int mt, dim3 grid, size_t smem,
+                               cudaStream_t s) {
     switch (mt) {
         case 8:
-            return launch_final_mt<T, 8, CACHED>(p, smem, s);
+            return launch_final_mt<T, 8, CACHED>(p, grid, smem, s);
         case 16:
-            return launch_final_mt<T, 16, CACHED>(p, smem, s);
+            return launch_final_mt<T, 16, CACHED>(p, grid, smem, s);
         default:
-            return launch_final_mt<T, 32, CACHED>(p, smem, s);
+            return launch_final_mt<T, 32, CACHED>(p, grid, smem, s);
     }
 }
 
@@ -750,17 +760,24 @@ cudaError_t launch_final(const DiffFinalParams& p, cudaStream_t stream) {
     if (cached && ((p.proj_k != 8 && p.proj_k != 16) || p.proj_k != p.C || !p.proj_bias ||
                    p.kept.count < 0 || p.kept.count > kDiffMaxKept || p.x_out == p.x))
         return cudaErrorInvalidValue;
+    if (p.latents_per_cta < 0) return cudaErrorInvalidValue;
     const cudaError_t prep = prepare_device<T>();
     if (prep != cudaSuccess) return prep;
-    const int mt = tile_rows(p.rows);
+    // Rows per CTA: all, or with the rows split over blockIdx.y a group's latents (both CFG
+    // halves when the step has 2N rows).
+    const int per = p.latents_per_cta;
+    const int groups = per > 0 ? (p.latents + per - 1) / per : 1;
+    const int cta_rows = per > 0 ? (p.rows > p.latents ? 2 : 1) * std::min(per, p.latents) : p.rows;
+    const int mt = tile_rows(cta_rows);
     // The row tile, and with CACHED the projection weight, the tile's latent rows and the
     // projection bias.
     const size_t smem = (static_cast<size_t>(mt) * p.K +
                          (cached ? static_cast<size_t>(p.K) * (p.proj_k + 1) : 0)) *
                             sizeof(T) +
                         (cached ? static_cast<size_t>(mt) * 2 * sizeof(uint4) : 0);
-    return cached ? launch_final_tiles<T, true>(p, mt, smem, stream)
-                  : launch_final_tiles<T, false>(p, mt, smem, stream);
+    const dim3 grid(p.C, groups);
+    return cached ? launch_final_tiles<T, true>(p, mt, grid, smem, stream)
+                  : launch_final_tiles<T, false>(p, mt, grid, smem, stream);
 }
 
 template <typename T>

@@ -134,6 +134,10 @@ struct DiffFinalParams {
     int proj_k = 0;
     DiffKeptList kept;
     void* x_out = nullptr;  // null: x in place
+    // > 0: the rows are split over blockIdx.y, each CTA taking this many latents (and, with
+    // both CFG halves, their unconditional rows), so no CTA builds every row; 0 = one CTA per
+    // channel takes all rows.
+    int latents_per_cta = 0;
 };
 
 cudaError_t launch_diff_linear_bf16(const DiffLinearParams& p, cudaStream_t stream);

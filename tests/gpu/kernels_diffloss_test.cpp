@@ -113,6 +113,13 @@ void expect_same_up_to_ulp(const at::Tensor& a, const at::Tensor& b, bool exact,
     EXPECT_EQ(over, 0) << what << ": " << over << " elements differ by more than one ulp";
 }
 
+// The cached step's row split on for a test, the previous setting back when it ends.
+struct CachedSplitForTheTest {
+    const bool before = vk::diff_cached_split_enabled();
+    CachedSplitForTheTest() { vk::set_diff_cached_split(true); }
+    ~CachedSplitForTheTest() { vk::set_diff_cached_split(before); }
+};
+
 // Coefficients of a mid-schedule reverse step (a cosine schedule's magnitudes).
 vk::DiffStepCoefs step_coefs(bool last) {
     vk::DiffStepCoefs k;
@@ -346,7 +353,8 @@ TEST(KernelsDiffLossGpu, FinalStepMatchesFloat64InEveryCfgMode) {
 // LazyMAR's head MLP cache in the fused chain: fc2 also writing the block's MLP term and output
 // change, the replayed blocks (kept rows cut or repeated), and the one-kernel cached step in
 // every CFG mode, each within 2x the framework's 16-bit error of float64; x is only read by the
-// cached step; kept outputs poisoned first.
+// cached step; kept outputs poisoned first; the cached step with its rows split over more CTAs
+// gives the same bits.
 TEST(KernelsDiffLossGpu, HeadMlpCacheKernelsMatchFloat64WithinTwiceTheFrameworkError) {
     for (auto t : {at::kBFloat16, at::kHalf}) {
         REQUIRE_FUSED(t);
@@ -435,6 +443,22 @@ TEST(KernelsDiffLossGpu, HeadMlpCacheKernelsMatchFloat64WithinTwiceTheFrameworkE
                     EXPECT_NE(out.data_ptr(), x.data_ptr());
                     EXPECT_TRUE(at::equal(x, x_before)) << "the cached step must not write x";
                     expect_within(rel(out, truth), rel(fw, truth), "cached step");
+                    {
+                        // Rows split over more CTAs: every row built by the same ops, the same
+                        // bits (delta too).
+                        CachedSplitForTheTest split;
+                        auto d_s = delta0.clone();
+                        const auto out_s = vk::diff_cached_step(x, wi, bi, M, kept, shift, scale1,
+                                                                wf, bf, 1e-6, noise, cfg, mode,
+                                                                d_s, k, vk::KernelPath::Cuda);
+                        auto d_1 = delta0.clone();
+                        vk::set_diff_cached_split(false);
+                        const auto out_1 = vk::diff_cached_step(x, wi, bi, M, kept, shift, scale1,
+                                                                wf, bf, 1e-6, noise, cfg, mode,
+                                                                d_1, k, vk::KernelPath::Cuda);
+                        EXPECT_TRUE(at::equal(out_s, out_1)) << "split rows: other values";
+                        EXPECT_TRUE(at::equal(d_s, d_1)) << "split rows: other delta";
+                    }
                     if (mode == vk::DiffCfgMode::FullKeep)
                         expect_within(rel(d_k, d_truth), rel(d_fw, d_truth), "cached step delta");
                     else

@@ -93,6 +93,59 @@ TEST(HeadMlpCacheGpu, FusedKernelsWithinTwiceTheModulePathError) {
         }
 }
 
+// Auto's module path (more rows than the fused chain takes) with its reuse steps through the
+// one-kernel cached step (DiffusionSampler::set_hybrid_cached_step): within 2x the module path's
+// bf16 error of float32, and not the module path's bits (so the kernel ran); an explicit
+// HeadPath::Modules is untouched.
+TEST(HeadMlpCacheGpu, HybridCachedStepWithinTwiceTheModulePathError) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    auto p32 = MarPipeline::random(head_cache_config(), 3, {"cuda", Precision::Fp32});
+    auto p16 = MarPipeline::random(head_cache_config(), 3, {"cuda", Precision::Bf16});
+    c10::InferenceMode guard;
+    const auto& n32 = *p32.sampler().transformer()->diffloss->net;
+    const auto& n16 = *p16.sampler().transformer()->diffloss->net;
+    const auto dev = at::TensorOptions(at::kCUDA);
+    if (!DiffusionSampler::hybrid_cached_step_runs(n16, at::zeros({64, 64}, dev.dtype(at::kBFloat16)),
+                                                   true))
+        GTEST_SKIP() << "the cached-step kernel does not run here";
+    const bool before = DiffusionSampler::hybrid_cached_step_enabled();
+    const DiffusionSampler diffusion(DiffusionSchedule::from_betas(std::vector<double>(50, 0.02)));
+    const int64_t C = 16, S = diffusion.schedule().num_steps();
+    for (int64_t N : {32, 100})
+        for (int64_t cfg_period : {-1, 0, 7}) {
+            const bool guided = cfg_period >= 0;
+            const int64_t per = std::max<int64_t>(cfg_period, 0);
+            SCOPED_TRACE("N " + std::to_string(N) + " cfg period " + std::to_string(cfg_period));
+            const auto o = dev.dtype(at::kFloat);
+            const auto z = at::randn({guided ? 2 * N : N, 64}, o);
+            const auto cfg = guided ? at::full({}, 3.0, o) : at::Tensor();
+            const auto start = at::randn({N, C}, o);
+            const auto steps = at::randn({S, guided ? 2 * N : N, C}, o);
+            const auto truth = diffusion.sample_with_noise(n32, z, cfg, 1.0, start, steps, {}, per,
+                                                           HeadPath::Modules, 7);
+            const auto zb = z.to(at::kBFloat16);
+            const auto sb = start.to(at::kBFloat16), nb = steps.to(at::kBFloat16);
+            auto run = [&](bool hybrid, HeadPath path) {
+                DiffusionSampler::set_hybrid_cached_step(hybrid);
+                return diffusion.sample_with_noise(n16, zb, cfg, 1.0, sb, nb, {}, per, path, 7);
+            };
+            const auto modules = run(false, HeadPath::Auto);  // > 16 rows: the module path
+            EXPECT_TRUE(at::equal(modules, run(true, HeadPath::Modules)))
+                << "an explicit module path must stay LibTorch";
+            const auto hybrid = run(true, HeadPath::Auto);
+            auto err = [&](const at::Tensor& t) {
+                return ((t.to(at::kFloat) - truth).norm() / truth.norm()).item<double>();
+            };
+            const double e_mod = err(modules), e_hyb = err(hybrid);
+            std::cout << "  [hybrid cached step N " << N << " cfg period " << cfg_period
+                      << "] rel err vs fp32: module bf16 " << e_mod << ", hybrid " << e_hyb << "\n";
+            EXPECT_TRUE(at::isfinite(hybrid).all().item<bool>());
+            EXPECT_LE(e_hyb, 2.0 * e_mod + 1e-3);
+            EXPECT_FALSE(at::equal(hybrid, modules)) << "the cached-step kernel did not run";
+        }
+    DiffusionSampler::set_hybrid_cached_step(before);
+}
+
 TEST(HeadMlpCacheGpu, Fp32MatchesTheCpu) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
     auto cpu = MarPipeline::random(head_cache_config(), 5, {});
