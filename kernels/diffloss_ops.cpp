@@ -164,10 +164,7 @@ void set_diff_cached_split(bool on) {
 }
 
 bool diff_cached_split_enabled() {
-    const int v = g_cached_split.load();
-    if (v >= 0) return v == 1;
-    const char* env = std::getenv("VARSCOPE_DIFF_CACHED_SPLIT");
-    return env != nullptr && std::strcmp(env, "1") == 0;  // default off (not yet timed)
+    return switch_on(g_cached_split, "VARSCOPE_DIFF_CACHED_SPLIT");
 }
 
 void set_diff_lean(bool on) {

@@ -131,10 +131,10 @@ bool diff_row_split_enabled();
 // on, VARSCOPE_DIFF_LEAN=0 or this switch turn it off). Both give the same bits either way;
 // the switches are there to time them.
 // diff_cached_step with its rows split over more CTAs (each takes 8 rows: 4 latents and their
-// unconditional rows, or 8 latents), so no CTA projects and normalises every row (at 14 rows one
-// CTA per channel spent ~29 us, bench/results/2026-11-25-h100/session8_mar_head_cache.md).
-// Default OFF until timed and tested on a GPU; VARSCOPE_DIFF_CACHED_SPLIT=1 or this switch turn
-// it on. The same values either way (each row is built by the same ops).
+// unconditional rows, or 8 latents), so no CTA projects and normalises every row. The same bits
+// either way (tested); MAR-B head with the MLP cache at 7 tokens 36.8 -> 29.2 us per diffusion
+// step, equal at 1 token (H200, bench/results/2026-11-25-h200/session8_split_hybrid.md).
+// Default on; VARSCOPE_DIFF_CACHED_SPLIT=0 or this switch turn it off.
 void set_diff_cached_split(bool on);
 bool diff_cached_split_enabled();
 void set_diff_fold_proj(bool on);

@@ -137,10 +137,12 @@ class DiffusionSampler {
     static int64_t fused_head_max_rows(int64_t width);
     // With HeadPath::Auto falling back to the module path (e.g. more rows than
     // fused_head_max_rows), the head MLP cache's reuse steps (every block replayed) may run as
-    // kernels::diff_cached_step's one kernel. Default OFF until timed and tested on a GPU;
-    // VARSCOPE_MAR_HYBRID_CACHED_STEP=1 or this switch turn it on. hybrid_cached_step_runs:
-    // whether the kernel takes this head and these conditions (CUDA, 16-bit, latent width 8 or
-    // 16, at most 16 blocks and 256 rows).
+    // kernels::diff_cached_step's one kernel. Tested on a GPU (within 2x the module path's
+    // bf16 error); the MAR-B head at 16 tokens 89.4 -> 55.3 us per diffusion step (H200,
+    // bench/results/2026-11-25-h200/session8_split_hybrid.md), the whole loop not yet timed:
+    // default OFF; VARSCOPE_MAR_HYBRID_CACHED_STEP=1 or this switch turn it on.
+    // hybrid_cached_step_runs: whether the kernel takes this head and these conditions (CUDA,
+    // 16-bit, latent width 8 or 16, at most 16 blocks and 256 rows).
     static void set_hybrid_cached_step(bool on);
     static bool hybrid_cached_step_enabled();
     static bool hybrid_cached_step_runs(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
