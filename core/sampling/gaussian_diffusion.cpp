@@ -476,17 +476,19 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             }
             delta_kept = delta_kept || keeps_delta;
         };
+        // How the kernels form eps this step, and the rows they take (the fused loop and the
+        // module path's one-kernel reuse steps).
+        using kernels::DiffCfgMode;
+        const DiffCfgMode mode = !guided                ? DiffCfgMode::None
+                                 : !full                ? DiffCfgMode::Cached
+                                 : cfg_cache_period > 0 ? DiffCfgMode::FullKeep
+                                                        : DiffCfgMode::Full;
+        const bool half = mode == DiffCfgMode::None || mode == DiffCfgMode::Cached;
+        const int64_t rows = half ? N : 2 * N;
         if (fused) {
             // One kernel per linear layer and one for the final layer + CFG + posterior update
             // (the module path's ops in the same order on the reference path).
-            using kernels::DiffCfgMode;
-            const DiffCfgMode mode = !guided                ? DiffCfgMode::None
-                                     : !full                ? DiffCfgMode::Cached
-                                     : cfg_cache_period > 0 ? DiffCfgMode::FullKeep
-                                                            : DiffCfgMode::Full;
-            const bool half = mode == DiffCfgMode::None || mode == DiffCfgMode::Cached;
-            const auto m = mods.rows((i - window_start) * R, half ? N : R);
-            const int64_t rows = half ? N : 2 * N;
+            const auto m = mods.rows((i - window_start) * R, rows);
             // The head MLP cache (forward_mlp_cached's rule): a block computes, or replays its
             // kept term (the MLP term with this step's gate, or the output change).
             const HeadMlpStep ms = head_mlp_step(i, S, mlp_cache_period);
@@ -582,13 +584,6 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
         mlp_cache.step = head_mlp_step(i, S, mlp_cache_period);
         if (hybrid && mlp_cache.step == HeadMlpStep::Reuse) {
             // Every block replayed from the module path's kept tensors, in one kernel.
-            using kernels::DiffCfgMode;
-            const DiffCfgMode mode = !guided                ? DiffCfgMode::None
-                                     : !full                ? DiffCfgMode::Cached
-                                     : cfg_cache_period > 0 ? DiffCfgMode::FullKeep
-                                                            : DiffCfgMode::Full;
-            const bool half = mode == DiffCfgMode::None || mode == DiffCfgMode::Cached;
-            const int64_t rows = half ? N : 2 * N;
             const auto m = mods.rows((i - window_start) * R, rows);
             std::vector<kernels::DiffKeptBlock> kept;
             for (int64_t b = 0; b < net.depth(); ++b) {
