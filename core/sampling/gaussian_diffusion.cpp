@@ -265,13 +265,7 @@ at::Tensor DiffusionSampler::forward_mlp_cached(const SimpleMlpAdaLNImpl& net, c
         }
         h = std::move(out);
     }
-    if (refresh && cache.stats) {
-        ++cache.stats->mlp_refreshes;
-        if (drifted > 0) {
-            cache.stats->mlp_drift_sum += drift / double(drifted);
-            ++cache.stats->mlp_drift_count;
-        }
-    }
+    if (refresh && cache.stats) cache.stats->add_mlp_refresh(drift, drifted);
     return net.final_layer->forward_modulated(h, m.final_shift, m.final_scale1);
 }
 
@@ -412,7 +406,6 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
     // most rows a step has; kept_rows = the rows of the step that wrote it.
     std::vector<int64_t> kept_rows;
     mlp_cache.stats = mlp_cache_period > 0 ? stats : nullptr;
-    bool delta_kept = false;  // a full step has written delta (cfg_cache_period > 0)
     if (fused) {
         // The CUDA kernels update x in place: it must not alias the caller's start noise.
         x = x.clone(at::MemoryFormat::Contiguous);
@@ -449,6 +442,12 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
         k.last = i == 0;
         return k;
     };
+    // Step i's noise, drawn at every step (also the last, where it is unused) to keep the
+    // random stream of the original, which draws noise for its whole 2N-row sample.
+    auto noise_of = [&](int64_t i) {
+        return step_noise.defined() ? step_noise[S - 1 - i].to(opts)
+                                    : at::randn({guided ? 2 * N : N, C}, gen, opts);
+    };
     // The module path with the head MLP cache: its reuse steps through the one-kernel cached
     // step (hybrid_cached_step_enabled; rows beyond the fused chain's, e.g. batch 16).
     // Only where Auto fell back to the module path: HeadPath::Modules stays LibTorch throughout.
@@ -462,19 +461,18 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             mods = net.modulations(y);
         }
         const bool full = !guided || full_cfg_step(i, S, cfg_cache_period);
-        // The head condition cache's drift (stats only): delta before this step rewrites it.
-        const bool keeps_delta = guided && full && cfg_cache_period > 0;
+        // The head condition cache's drift (stats only): delta before this step rewrites it
+        // (the first step, S - 1, always runs both halves and keeps the first delta).
         at::Tensor delta_before;
-        if (stats && keeps_delta) {
+        if (stats && guided && full && cfg_cache_period > 0) {
             ++stats->cfg_refreshes;
-            if (delta_kept) delta_before = delta.clone();
+            if (i < S - 1) delta_before = delta.clone();
         }
         auto measure_delta = [&] {
             if (delta_before.defined()) {
                 stats->cfg_drift_sum += relative_drift(delta, delta_before);
                 ++stats->cfg_drift_count;
             }
-            delta_kept = delta_kept || keeps_delta;
         };
         // How the kernels form eps this step, and the rows they take (the fused loop and the
         // module path's one-kernel reuse steps).
@@ -485,6 +483,16 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                                                         : DiffCfgMode::Full;
         const bool half = mode == DiffCfgMode::None || mode == DiffCfgMode::Cached;
         const int64_t rows = half ? N : 2 * N;
+        const auto& fl = net.final_layer->linear;
+        // A step that replays every block (the head MLP cache's reuse steps), in one kernel.
+        auto replay_step = [&](const std::vector<kernels::DiffKeptBlock>& kept,
+                               const DiffModulation& m, const at::Tensor& noise) {
+            x = kernels::diff_cached_step(x, net.input_proj->weight, net.input_proj->bias, rows,
+                                          kept, m.final_shift, m.final_scale1, fl->weight,
+                                          fl->bias, 1e-6, noise.narrow(0, 0, N), cfg_scale, mode,
+                                          delta, coefs_of(i), kpath);
+            measure_delta();
+        };
         if (fused) {
             // One kernel per linear layer and one for the final layer + CFG + posterior update
             // (the module path's ops in the same order on the reference path).
@@ -511,20 +519,11 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                 t = mlp_cache.mlp[b].narrow(0, 0, rows);
                 return keep;
             };
-            const at::Tensor noise = step_noise.defined()
-                                         ? step_noise[S - 1 - i].to(opts)
-                                         : at::randn({guided ? 2 * N : N, C}, gen, opts);
-            const kernels::DiffStepCoefs k = coefs_of(i);
-            const auto& fl = net.final_layer->linear;
+            const at::Tensor noise = noise_of(i);
             if (ms == HeadMlpStep::Reuse) {
-                // Every block replayed: the whole step in one kernel.
                 std::vector<kernels::DiffKeptBlock> kept;
                 for (size_t b = 0; b < blocks.size(); ++b) kept.push_back(kept_block(b));
-                x = kernels::diff_cached_step(x, net.input_proj->weight, net.input_proj->bias,
-                                              rows, kept, m.final_shift, m.final_scale1,
-                                              fl->weight, fl->bias, 1e-6, noise.narrow(0, 0, N),
-                                              cfg_scale, mode, delta, k, kpath);
-                measure_delta();
+                replay_step(kept, m, noise);
                 continue;
             }
             // The MLP cache's drift (stats only): the kept terms before this refresh.
@@ -562,8 +561,8 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                 h = kernels::diff_block_fc2(a, blocks[b], m.gate[b], h, kpath, keep_of(b));
             }
             x = kernels::diff_final_step(h, m.final_shift, m.final_scale1, fl->weight, fl->bias,
-                                         1e-6, x, noise.narrow(0, 0, N), cfg_scale, mode, delta, k,
-                                         kpath);
+                                         1e-6, x, noise.narrow(0, 0, N), cfg_scale, mode, delta,
+                                         coefs_of(i), kpath);
             if (stats && ms == HeadMlpStep::Refresh) {
                 double drift = 0.0;
                 int64_t drifted = 0;
@@ -572,11 +571,7 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                     drift += relative_drift(mlp_cache.mlp[b].narrow(0, 0, rows), kept_before[b]);
                     ++drifted;
                 }
-                ++stats->mlp_refreshes;
-                if (drifted > 0) {
-                    stats->mlp_drift_sum += drift / double(drifted);
-                    ++stats->mlp_drift_count;
-                }
+                stats->add_mlp_refresh(drift, drifted);
             }
             measure_delta();
             continue;
@@ -592,28 +587,15 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                 kept.push_back({(skipped ? mlp_cache.change[k] : mlp_cache.mlp[k]).contiguous(),
                                 skipped ? at::Tensor() : m.gate[k]});
             }
-            const at::Tensor noise = step_noise.defined()
-                                         ? step_noise[S - 1 - i].to(opts)
-                                         : at::randn({guided ? 2 * N : N, C}, gen, opts);
             if (mode == DiffCfgMode::FullKeep) delta = delta.contiguous();  // written in place
-            const auto& fl = net.final_layer->linear;
-            x = kernels::diff_cached_step(x.contiguous(), net.input_proj->weight,
-                                          net.input_proj->bias, rows, kept, m.final_shift,
-                                          m.final_scale1, fl->weight, fl->bias, 1e-6,
-                                          noise.narrow(0, 0, N), cfg_scale, mode, delta,
-                                          coefs_of(i), kernels::KernelPath::Cuda);
-            measure_delta();
+            replay_step(kept, m, noise_of(i));  // kpath is Cuda: hybrid needs Auto
             continue;
         }
         const auto out = step_modulated(
             net, x, i, mods.rows((i - window_start) * R, R), cfg_scale, full ? at::Tensor() : delta,
             full && cfg_cache_period > 0 ? &delta : nullptr, &mlp_cache);
         measure_delta();
-        // Drawn at every step (also the last, where it is unused) to keep the random stream
-        // of the original, which draws noise for its whole 2N-row sample.
-        const at::Tensor noise = step_noise.defined()
-                                     ? step_noise[S - 1 - i].to(opts)
-                                     : at::randn({guided ? 2 * N : N, C}, gen, opts);
+        const at::Tensor noise = noise_of(i);
         if (i == 0) {
             x = out.mean;
         } else {

@@ -77,6 +77,14 @@ struct HeadCacheStats {
     double mlp_drift_sum = 0.0, cfg_drift_sum = 0.0;
     int64_t mlp_drift_count = 0, cfg_drift_count = 0;  // refreshes with a kept tensor before
     double mlp_drift() const { return mlp_drift_count ? mlp_drift_sum / mlp_drift_count : 0.0; }
+    // One refresh of the MLP cache: drift_sum over the `measured` blocks that had a kept term.
+    void add_mlp_refresh(double drift_sum, int64_t measured) {
+        ++mlp_refreshes;
+        if (measured > 0) {
+            mlp_drift_sum += drift_sum / double(measured);
+            ++mlp_drift_count;
+        }
+    }
     double cfg_drift() const { return cfg_drift_count ? cfg_drift_sum / cfg_drift_count : 0.0; }
 };
 
