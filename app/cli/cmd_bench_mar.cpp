@@ -147,16 +147,22 @@ MethodRun run_method(MarPipeline& pipe, MarSampleOptions opt, const std::string&
     m.graphs = m.last.cuda_graphs;
     m.step_graphs = m.graphs && (!hooks || hooks->graph_signature().has_value());
     count_kernels(m, pipe.sampler().diffusion().schedule().num_steps());
-    if (a.compare_hook_graphs && m.step_graphs && hooks) {
-        setenv("VARSCOPE_MAR_HOOK_GRAPHS", "diffusion", 1);  // read by each sample() call
-        for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt, hooks);
+    // The warm-up and timed runs again with other options (`what` names them in the log): their
+    // times into `totals`; returns the last run.
+    auto rerun = [&](const MarSampleOptions& o, const char* what, std::vector<double>& totals) {
+        for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(o, hooks);
         MarSampleResult r;
         for (int64_t i = 0; i < a.repeat; ++i) {
-            r = pipe.generate(opt, hooks);
-            m.hook_eager_totals.push_back(r.total_millis - r.decode_millis);
-            std::cerr << "    " << name << " eager-transformer run " << i + 1 << ": "
-                      << m.hook_eager_totals.back() << " ms" << std::endl;
+            r = pipe.generate(o, hooks);
+            totals.push_back(r.total_millis - r.decode_millis);
+            std::cerr << "    " << name << " " << what << " run " << i + 1 << ": " << totals.back()
+                      << " ms" << std::endl;
         }
+        return r;
+    };
+    if (a.compare_hook_graphs && m.step_graphs && hooks) {
+        setenv("VARSCOPE_MAR_HOOK_GRAPHS", "diffusion", 1);  // read by each sample() call
+        const MarSampleResult r = rerun(opt, "eager-transformer", m.hook_eager_totals);
         unsetenv("VARSCOPE_MAR_HOOK_GRAPHS");
         m.hook_eager_max_abs_diff = (r.tokens - m.last.tokens).abs().max().item<double>();
         std::cerr << "    " << name << " max |whole-step graphs - eager transformer| token "
@@ -165,14 +171,7 @@ MethodRun run_method(MarPipeline& pipe, MarSampleOptions opt, const std::string&
     if (a.compare_modules) {  // the same runs with the module-path head
         MarSampleOptions mod = opt;
         mod.fused_head = false;
-        for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(mod, hooks);
-        MarSampleResult r;
-        for (int64_t i = 0; i < a.repeat; ++i) {
-            r = pipe.generate(mod, hooks);
-            m.modules_totals.push_back(r.total_millis - r.decode_millis);
-            std::cerr << "    " << name << " module-path head run " << i + 1 << ": "
-                      << m.modules_totals.back() << " ms" << std::endl;
-        }
+        const MarSampleResult r = rerun(mod, "module-path head", m.modules_totals);
         m.modules_max_abs_diff = (r.tokens - m.last.tokens).abs().max().item<double>();
         MethodRun tmp;
         tmp.last = r;
