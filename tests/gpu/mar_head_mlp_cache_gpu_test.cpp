@@ -43,53 +43,76 @@ MarSampleOptions options(bool graphs) {
 
 }  // namespace
 
+namespace {
+
+// The same random head in float32 (the truth) and bf16 (under test), on a schedule of constant
+// small betas that keeps a random head's samples O(1) (see Fp32MatchesTheCpu), and the cases
+// the tests compare: N latents, with CFG (cfg_period >= 0, its head condition cache period) or
+// without (-1), always with the head MLP cache at period 7.
+struct HeadCachePair {
+    MarPipeline p32 = MarPipeline::random(head_cache_config(), 3, {"cuda", Precision::Fp32});
+    MarPipeline p16 = MarPipeline::random(head_cache_config(), 3, {"cuda", Precision::Bf16});
+    const SimpleMlpAdaLNImpl& n32 = *p32.sampler().transformer()->diffloss->net;
+    const SimpleMlpAdaLNImpl& n16 = *p16.sampler().transformer()->diffloss->net;
+    const DiffusionSampler diffusion{
+        DiffusionSchedule::from_betas(std::vector<double>(50, 0.02))};
+
+    struct Case {
+        at::Tensor z, cfg, start, steps, truth;  // bf16 inputs, float32 result
+        int64_t period = 0;
+    };
+    Case make(int64_t N, int64_t cfg_period) const {
+        const bool guided = cfg_period >= 0;
+        const int64_t C = 16, S = diffusion.schedule().num_steps();
+        const auto o = at::TensorOptions(at::kCUDA).dtype(at::kFloat);
+        Case k;
+        k.period = std::max<int64_t>(cfg_period, 0);
+        const auto z = at::randn({guided ? 2 * N : N, 64}, o);
+        k.cfg = guided ? at::full({}, 3.0, o) : at::Tensor();
+        const auto start = at::randn({N, C}, o);
+        const auto steps = at::randn({S, guided ? 2 * N : N, C}, o);
+        k.truth = diffusion.sample_with_noise(n32, z, k.cfg, 1.0, start, steps, {}, k.period,
+                                              HeadPath::Modules, 7);
+        k.z = z.to(at::kBFloat16);
+        k.start = start.to(at::kBFloat16);
+        k.steps = steps.to(at::kBFloat16);
+        return k;
+    }
+    at::Tensor run(const Case& k, HeadPath path) const {
+        return diffusion.sample_with_noise(n16, k.z, k.cfg, 1.0, k.start, k.steps, {}, k.period,
+                                           path, 7);
+    }
+    static double err(const Case& k, const at::Tensor& t) {
+        return ((t.to(at::kFloat) - k.truth).norm() / k.truth.norm()).item<double>();
+    }
+};
+
+}  // namespace
+
 // Auto runs the fused kernels with the cache (kernels::diff_cached_step on the steps that
 // replay every block); against float32, their bf16 error stays within 2x the module path's,
 // with and without CFG and the head condition cache; the same noise gives the same bits again.
 TEST(HeadMlpCacheGpu, FusedKernelsWithinTwiceTheModulePathError) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-    auto p32 = MarPipeline::random(head_cache_config(), 3, {"cuda", Precision::Fp32});
-    auto p16 = MarPipeline::random(head_cache_config(), 3, {"cuda", Precision::Bf16});
+    const HeadCachePair pair;
     c10::InferenceMode guard;
-    const auto& n32 = *p32.sampler().transformer()->diffloss->net;
-    const auto& n16 = *p16.sampler().transformer()->diffloss->net;
-    const auto dev = at::TensorOptions(at::kCUDA);
     std::string why;
-    if (!DiffusionSampler::uses_fused_head(n16, at::zeros({8, 64}, dev.dtype(at::kBFloat16)), true,
-                                           HeadPath::Auto, &why, 7))
+    const auto like = at::zeros({8, 64}, at::TensorOptions(at::kCUDA).dtype(at::kBFloat16));
+    if (!DiffusionSampler::uses_fused_head(pair.n16, like, true, HeadPath::Auto, &why, 7))
         GTEST_SKIP() << "fused head unavailable: " << why;
-    // Constant small betas keep a random head's samples O(1) (see Fp32MatchesTheCpu).
-    const DiffusionSampler diffusion(DiffusionSchedule::from_betas(std::vector<double>(50, 0.02)));
-    const int64_t C = 16, S = diffusion.schedule().num_steps();
     for (int64_t N : {1, 4, 8})
         for (int64_t cfg_period : {-1, 0, 7}) {  // -1: no CFG
-            const bool guided = cfg_period >= 0;
-            const int64_t per = std::max<int64_t>(cfg_period, 0);
             SCOPED_TRACE("N " + std::to_string(N) + " cfg period " + std::to_string(cfg_period));
-            const auto o = dev.dtype(at::kFloat);
-            const auto z = at::randn({guided ? 2 * N : N, 64}, o);
-            const auto cfg = guided ? at::full({}, 3.0, o) : at::Tensor();
-            const auto start = at::randn({N, C}, o);
-            const auto steps = at::randn({S, guided ? 2 * N : N, C}, o);
-            const auto truth = diffusion.sample_with_noise(n32, z, cfg, 1.0, start, steps, {}, per,
-                                                           HeadPath::Modules, 7);
-            const auto zb = z.to(at::kBFloat16);
-            const auto sb = start.to(at::kBFloat16), nb = steps.to(at::kBFloat16);
-            auto run = [&](HeadPath path) {
-                return diffusion.sample_with_noise(n16, zb, cfg, 1.0, sb, nb, {}, per, path, 7);
-            };
-            const auto modules = run(HeadPath::Modules);
-            const auto fused = run(HeadPath::FusedCuda);
+            const auto k = pair.make(N, cfg_period);
+            const auto modules = pair.run(k, HeadPath::Modules);
+            const auto fused = pair.run(k, HeadPath::FusedCuda);
             EXPECT_TRUE(at::isfinite(fused).all().item<bool>());
-            auto err = [&](const at::Tensor& t) {
-                return ((t.to(at::kFloat) - truth).norm() / truth.norm()).item<double>();
-            };
-            const double e_mod = err(modules), e_fused = err(fused);
+            const double e_mod = pair.err(k, modules), e_fused = pair.err(k, fused);
             std::cout << "  [head MLP cache N " << N << " cfg period " << cfg_period
                       << "] rel err vs fp32: module bf16 " << e_mod << ", fused " << e_fused << "\n";
             EXPECT_LE(e_fused, 2.0 * e_mod + 1e-3);
-            EXPECT_TRUE(at::equal(fused, run(HeadPath::FusedCuda)));
-            EXPECT_TRUE(at::equal(fused, run(HeadPath::Auto)));
+            EXPECT_TRUE(at::equal(fused, pair.run(k, HeadPath::FusedCuda)));
+            EXPECT_TRUE(at::equal(fused, pair.run(k, HeadPath::Auto)));
         }
 }
 
@@ -99,44 +122,25 @@ TEST(HeadMlpCacheGpu, FusedKernelsWithinTwiceTheModulePathError) {
 // HeadPath::Modules is untouched.
 TEST(HeadMlpCacheGpu, HybridCachedStepWithinTwiceTheModulePathError) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-    auto p32 = MarPipeline::random(head_cache_config(), 3, {"cuda", Precision::Fp32});
-    auto p16 = MarPipeline::random(head_cache_config(), 3, {"cuda", Precision::Bf16});
+    const HeadCachePair pair;
     c10::InferenceMode guard;
-    const auto& n32 = *p32.sampler().transformer()->diffloss->net;
-    const auto& n16 = *p16.sampler().transformer()->diffloss->net;
-    const auto dev = at::TensorOptions(at::kCUDA);
-    if (!DiffusionSampler::hybrid_cached_step_runs(n16, at::zeros({64, 64}, dev.dtype(at::kBFloat16)),
-                                                   true))
+    const auto like = at::zeros({64, 64}, at::TensorOptions(at::kCUDA).dtype(at::kBFloat16));
+    if (!DiffusionSampler::hybrid_cached_step_runs(pair.n16, like, true))
         GTEST_SKIP() << "the cached-step kernel does not run here";
     const bool before = DiffusionSampler::hybrid_cached_step_enabled();
-    const DiffusionSampler diffusion(DiffusionSchedule::from_betas(std::vector<double>(50, 0.02)));
-    const int64_t C = 16, S = diffusion.schedule().num_steps();
     for (int64_t N : {32, 100})
         for (int64_t cfg_period : {-1, 0, 7}) {
-            const bool guided = cfg_period >= 0;
-            const int64_t per = std::max<int64_t>(cfg_period, 0);
             SCOPED_TRACE("N " + std::to_string(N) + " cfg period " + std::to_string(cfg_period));
-            const auto o = dev.dtype(at::kFloat);
-            const auto z = at::randn({guided ? 2 * N : N, 64}, o);
-            const auto cfg = guided ? at::full({}, 3.0, o) : at::Tensor();
-            const auto start = at::randn({N, C}, o);
-            const auto steps = at::randn({S, guided ? 2 * N : N, C}, o);
-            const auto truth = diffusion.sample_with_noise(n32, z, cfg, 1.0, start, steps, {}, per,
-                                                           HeadPath::Modules, 7);
-            const auto zb = z.to(at::kBFloat16);
-            const auto sb = start.to(at::kBFloat16), nb = steps.to(at::kBFloat16);
+            const auto k = pair.make(N, cfg_period);
             auto run = [&](bool hybrid, HeadPath path) {
                 DiffusionSampler::set_hybrid_cached_step(hybrid);
-                return diffusion.sample_with_noise(n16, zb, cfg, 1.0, sb, nb, {}, per, path, 7);
+                return pair.run(k, path);
             };
             const auto modules = run(false, HeadPath::Auto);  // > 16 rows: the module path
             EXPECT_TRUE(at::equal(modules, run(true, HeadPath::Modules)))
                 << "an explicit module path must stay LibTorch";
             const auto hybrid = run(true, HeadPath::Auto);
-            auto err = [&](const at::Tensor& t) {
-                return ((t.to(at::kFloat) - truth).norm() / truth.norm()).item<double>();
-            };
-            const double e_mod = err(modules), e_hyb = err(hybrid);
+            const double e_mod = pair.err(k, modules), e_hyb = pair.err(k, hybrid);
             std::cout << "  [hybrid cached step N " << N << " cfg period " << cfg_period
                       << "] rel err vs fp32: module bf16 " << e_mod << ", hybrid " << e_hyb << "\n";
             EXPECT_TRUE(at::isfinite(hybrid).all().item<bool>());
