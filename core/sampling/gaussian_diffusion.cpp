@@ -327,7 +327,7 @@ bool DiffusionSampler::hybrid_cached_step_enabled() {
     const int v = g_hybrid.load();
     if (v >= 0) return v == 1;
     const char* env = std::getenv("VARSCOPE_MAR_HYBRID_CACHED_STEP");
-    return env != nullptr && std::strcmp(env, "1") == 0;  // default off (loop not yet timed)
+    return env == nullptr || std::strcmp(env, "0") != 0;  // default on
 }
 
 bool DiffusionSampler::hybrid_cached_step_runs(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,

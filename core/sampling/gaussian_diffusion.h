@@ -146,9 +146,10 @@ class DiffusionSampler {
     // With HeadPath::Auto falling back to the module path (e.g. more rows than
     // fused_head_max_rows), the head MLP cache's reuse steps (every block replayed) may run as
     // kernels::diff_cached_step's one kernel. Tested on a GPU (within 2x the module path's
-    // bf16 error); the MAR-B head at 16 tokens 89.4 -> 55.3 us per diffusion step (H200,
-    // bench/results/2026-11-25-h200/session8_split_hybrid.md), the whole loop not yet timed:
-    // default OFF; VARSCOPE_MAR_HYBRID_CACHED_STEP=1 or this switch turn it on.
+    // bf16 error); the MAR-B head at 16 tokens 89.4 -> 55.3 us per diffusion step, the whole
+    // lazymar-released loop at batch 16 869 -> 784 ms (MAR-B), 1975 -> 1805 ms (MAR-H) (H200,
+    // bench/results/2026-11-26-h200/session9_hybrid.md): default ON;
+    // VARSCOPE_MAR_HYBRID_CACHED_STEP=0 or this switch turn it off.
     // hybrid_cached_step_runs: whether the kernel takes this head and these conditions (CUDA,
     // 16-bit, latent width 8 or 16, at most 16 blocks and 256 rows).
     static void set_hybrid_cached_step(bool on);

@@ -10,7 +10,8 @@
 # "1,4,7": bench mar --head-rows for MAR-B after the tests), GTEST_FILTER (default: all
 # GPU tests), VAR_SPEED ("depths:batches:our-precisions", e.g. "30:1,16:tf32,bf16-autocast":
 # tools/parity/var_speed.py against the official VAR code carried in .device/varref, never
-# committed; runs after the GPU tests, before MAR_RUNS).
+# committed; runs after the GPU tests, before MAR_RUNS), MAR_FLAGS (more `bench mar` flags for every
+# MAR run, e.g. --split), MAR_TIMEOUT (seconds per MAR run, 120).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee "$OUT/lead_verify.log") 2>&1
@@ -45,8 +46,8 @@ fi
 for run in ${MAR_RUNS:-}; do
   IFS=: read -r M B METH REP TAG ENVS <<< "$run"
   (( $(left) < 30 )) && { stamp "skip $run (no time)"; continue; }
-  timeout $(lim 120) env ${ENVS//,/ } $BUILD/app/cli/varscope-cli bench mar --models $M --methods $METH --device cuda \
-    --precision bf16 --batch $B --num-iter 64 --cfg 3.0 --warmup 1 --repeat ${REP:-${MAR_REPEAT:-1}} \
+  timeout $(lim ${MAR_TIMEOUT:-120}) env ${ENVS//,/ } $BUILD/app/cli/varscope-cli bench mar --models $M --methods $METH --device cuda \
+    --precision bf16 --batch $B --num-iter 64 --cfg 3.0 --warmup 1 --repeat ${REP:-${MAR_REPEAT:-1}} ${MAR_FLAGS:-} \
     --json $OUT/mar_${M}_b${B}${TAG:+_$TAG}.json --force 2>&1 | grep -v '^\['
   stamp "mar $run"
 done
