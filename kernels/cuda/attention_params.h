@@ -64,4 +64,8 @@ cudaError_t launch_attention_d64_fp16(const AttentionParams&, TileMode, Epilogue
 cudaError_t launch_attention_d128_bf16(const AttentionParams&, TileMode, Epilogue, cudaStream_t);
 cudaError_t launch_attention_d128_fp16(const AttentionParams&, TileMode, Epilogue, cudaStream_t);
 
+// How many CSLA launches that named the sm90 schedules 7/8 ran 6 instead because no TMA tensor
+// map could be made (csla_attention_sm90_d128.cu); tests check it stays 0 for theirs.
+int sm90_ws_fallback_count();
+
 }  // namespace varscope::kernels::cuda

@@ -7,4 +7,8 @@ cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams& p, int impl, cudaS
     return sm90::launch_sm90_impl<128, false>(p, impl, stream);
 }
 
+int sm90_ws_fallback_count() {
+    return sm90::ws_fallbacks().load();
+}
+
 }  // namespace varscope::kernels::cuda
