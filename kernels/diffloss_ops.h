@@ -130,13 +130,24 @@ bool diff_row_split_enabled();
 // LayerNorm affine staged in shared memory before the wait, empty tile rows skipped; default
 // on, VARSCOPE_DIFF_LEAN=0 or this switch turn it off). Both give the same bits either way;
 // the switches are there to time them.
-// diff_cached_step with its rows split over more CTAs (each takes 8 rows: 4 latents and their
-// unconditional rows, or 8 latents), so no CTA projects and normalises every row. The same bits
-// either way (tested); MAR-B head with the MLP cache at 7 tokens 36.8 -> 29.2 us per diffusion
-// step, equal at 1 token (H200, bench/results/2026-11-25-h200/session8_split_hybrid.md).
-// Default on; VARSCOPE_DIFF_CACHED_SPLIT=0 or this switch turn it off.
-void set_diff_cached_split(bool on);
-bool diff_cached_split_enabled();
+// How diff_cached_step spreads its rows over CTAs; every layout gives the same bits (tested).
+//  Channels: one CTA per latent channel, each building every row (projection, kept blocks,
+//            LayerNorm) again.
+//  Split:    as Channels with the rows also split over blockIdx.y, 8 rows a CTA (MAR-B head
+//            with the MLP cache at 7 tokens 36.8 -> 29.2 us per diffusion step, H200,
+//            bench/results/2026-11-25-h200/session8_split_hybrid.md).
+//  Rows:     one CTA per latent (and its unconditional row) computing every channel, so each
+//            row is built once. MAR-B head with the MLP cache (H200, same call, us per diffusion
+//            step, Split -> Rows): 7 tokens 29.1 -> 23.4, 48 tokens (module path + one-kernel
+//            reuse steps) 81.1 -> 60.9, 112 tokens 125.3 -> 77.3; 1 token 16.0 -> 16.8.
+//            bench/results/2026-11-26-h200/session9_mar.md.
+//  Auto:     Split at 1 latent (2 rows with CFG), Rows above.
+// VARSCOPE_DIFF_CACHED_LAYOUT=channels|split|rows|auto or this switch choose.
+enum class DiffCachedLayout { Auto, Channels, Split, Rows };
+void set_diff_cached_layout(DiffCachedLayout layout);
+DiffCachedLayout diff_cached_layout();
+// The layout diff_cached_step takes for `rows` rows (Auto resolved).
+DiffCachedLayout diff_cached_layout_for(int64_t rows);
 void set_diff_fold_proj(bool on);
 bool diff_fold_proj_enabled();
 void set_diff_lean(bool on);

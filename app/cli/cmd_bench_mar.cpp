@@ -271,9 +271,11 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
         HeadPath path;
         bool pdl, row_split;
         int64_t cfg_period = 0, mlp_period = 0;  // the released LazyMAR code's head caches
-        bool cached_split = false;  // kernels::set_diff_cached_split
+        // kernels::set_diff_cached_layout (Channels: as before the layouts existed)
+        kernels::DiffCachedLayout layout = kernels::DiffCachedLayout::Channels;
         bool hybrid = false;        // DiffusionSampler::set_hybrid_cached_step (with Auto)
     };
+    using Layout = kernels::DiffCachedLayout;
     // The cached variants differ from "modules" by what the caches change, not by rounding.
     const std::vector<Variant> variants{
         {"modules", HeadPath::Modules, true, false},
@@ -284,12 +286,14 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
         {"modules_mlp7", HeadPath::Modules, true, true, 0, 7},
         {"fused_mlp7", HeadPath::FusedCuda, true, true, 0, 7},
         {"fused_cfg7_mlp7", HeadPath::FusedCuda, true, true, 7, 7},
-        {"fused_mlp7_split", HeadPath::FusedCuda, true, true, 0, 7, true},
+        {"fused_mlp7_split", HeadPath::FusedCuda, true, true, 0, 7, Layout::Split},
+        {"fused_mlp7_rows", HeadPath::FusedCuda, true, true, 0, 7, Layout::Rows},
         // Auto: the fused chain up to its row limit, else the module path with the one-kernel
         // reuse steps.
-        {"auto_hybrid_mlp7", HeadPath::Auto, true, true, 0, 7, true, true}};
+        {"auto_hybrid_mlp7", HeadPath::Auto, true, true, 0, 7, Layout::Split, true},
+        {"auto_hybrid_mlp7_rows", HeadPath::Auto, true, true, 0, 7, Layout::Rows, true}};
     const bool row_split_before = kernels::diff_row_split_enabled();
-    const bool split_before = kernels::diff_cached_split_enabled();
+    const auto layout_before = kernels::diff_cached_layout();
     const bool hybrid_before = DiffusionSampler::hybrid_cached_step_enabled();
     nlohmann::json rows = nlohmann::json::array();
     for (int64_t N : a.head_rows) {
@@ -309,7 +313,7 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
             }
             kernels::set_diff_pdl(v.pdl);
             kernels::set_diff_row_split(v.row_split);
-            kernels::set_diff_cached_split(v.cached_split);
+            kernels::set_diff_cached_layout(v.layout);
             DiffusionSampler::set_hybrid_cached_step(v.hybrid);
             at::Tensor out;
             auto fn = [&] {
@@ -341,7 +345,7 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
         }
         kernels::set_diff_pdl(true);
         kernels::set_diff_row_split(row_split_before);
-        kernels::set_diff_cached_split(split_before);
+        kernels::set_diff_cached_layout(layout_before);
         DiffusionSampler::set_hybrid_cached_step(hybrid_before);
         rows.push_back(row);
     }

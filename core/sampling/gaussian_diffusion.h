@@ -148,7 +148,7 @@ class DiffusionSampler {
     // kernels::diff_cached_step's one kernel. Tested on a GPU (within 2x the module path's
     // bf16 error); the MAR-B head at 16 tokens 89.4 -> 55.3 us per diffusion step, the whole
     // lazymar-released loop at batch 16 869 -> 784 ms (MAR-B), 1975 -> 1805 ms (MAR-H) (H200,
-    // bench/results/2026-11-26-h200/session9_hybrid.md): default ON;
+    // bench/results/2026-11-26-h200/session9_mar.md): default ON;
     // VARSCOPE_MAR_HYBRID_CACHED_STEP=0 or this switch turn it off.
     // hybrid_cached_step_runs: whether the kernel takes this head and these conditions (CUDA,
     // 16-bit, latent width 8 or 16, at most 16 blocks and 256 rows).

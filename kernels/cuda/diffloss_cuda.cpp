@@ -352,9 +352,18 @@ at::Tensor diff_cached_step(const at::Tensor& x_in, const at::Tensor& w_in, cons
     p.proj_bias = bi.data_ptr();
     p.proj_k = static_cast<int>(x.size(1));
     p.kept = kept_list(blocks, type, hold);
-    if (diff_cached_split_enabled()) {
-        const bool halves = mode == DiffCfgMode::Full || mode == DiffCfgMode::FullKeep;
-        p.latents_per_cta = halves ? 4 : 8;  // 8 rows a CTA
+    const bool halves = mode == DiffCfgMode::Full || mode == DiffCfgMode::FullKeep;
+    switch (diff_cached_layout_for(rows)) {
+        case DiffCachedLayout::Split:
+            p.latents_per_cta = halves ? 4 : 8;  // 8 rows a CTA
+            break;
+        case DiffCachedLayout::Rows:
+            // One latent a CTA while that is at most 128 CTAs (about one wave), else more.
+            p.latents_per_cta = static_cast<int>((p.latents + 127) / 128);
+            p.all_channels = true;
+            break;
+        default:
+            break;
     }
     check_cuda(launch_final(p, type, stream_of(x)), "fused DiffLoss cached step");
     return next;

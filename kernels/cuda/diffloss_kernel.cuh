@@ -423,31 +423,62 @@ __global__ void __launch_bounds__(kDiffThreads, 2) linear_kernel(const DiffLinea
     }
 }
 
-// One CTA per latent channel c: outputs c (eps) and C + c (variance) of every row, then the
-// posterior update of x[:, c].
+// What final_kernel computes (a template argument).
+enum FinalKind : int {
+    kFinalPlain = 0,       // the final layer of rows read from DiffFinalParams::in
+    kFinalCached = 1,      // CACHED: rows built from the latents (diff_cached_step)
+    kFinalCachedRows = 2,  // CACHED, one CTA per group of rows computing every channel
+};
+// Rows of one CTA of kFinalCachedRows: its outputs (2C <= 32 features a row) share the
+// final kernel's shared array of 2 * kDiffMaxRows floats.
+constexpr int kFinalRowsPerCta = 2 * kDiffMaxRows / 32;
+
+// Per channel: one CTA per latent channel c: outputs c (eps) and C + c (variance) of every row,
+// then the posterior update of x[:, c].
 // Only C CTAs: one per SM is plenty, so the register cap is the single-CTA one (no spills).
 // CACHED (diff_cached_step): a step of the head MLP cache that replays every block, so each
 // CTA builds the final layer's input rows itself from the latents (input projection, then the
 // kept blocks; DiffFinalParams::proj_*): the whole reverse step in one kernel.
-template <typename T, int MT, int P, bool CACHED>
+// kFinalCachedRows: each CTA builds its group's rows once and computes all 2C outputs of them
+// (warp w: features w, w + 8, ...), so no row is built by C CTAs; the same sums in the same
+// order per output, hence the same bits as per channel.
+template <typename T, int MT, int P, int KIND>
 __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalParams p) {
+    constexpr bool CACHED = KIND != kFinalPlain;
+    constexpr bool ROWS = KIND == kFinalCachedRows;
+    constexpr int FW = ROWS ? 32 / kWarps : 1;  // output features per warp
     extern __shared__ uint4 tile[];
-    __shared__ float outs[2][kDiffMaxRows];
+    // Per channel: outs[f * kDiffMaxRows + row], f 0 eps / 1 variance; ROWS:
+    // outs[feature * kFinalRowsPerCta + local row].
+    __shared__ float outs[2 * kDiffMaxRows];
     using E = Elem<T>;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int c = blockIdx.x;
-    const int f = warp & 1;  // 0: eps feature c, 1: variance feature C + c
-    const int feature = f == 0 ? c : p.C + c;
+    const int c = ROWS ? 0 : static_cast<int>(blockIdx.x);
+    const int f = warp & 1;  // per channel: 0 eps feature c, 1 variance feature C + c
+    auto feature_of = [&](int u) { return ROWS ? warp + kWarps * u : (f == 0 ? c : p.C + c); };
     const int chunks = p.K / 8;
-    uint4 w[P];
-    const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const T*>(p.weight) +
-                                                       static_cast<long long>(feature) * p.K);
+    // The warp's weight rows in registers before the wait, except for ROWS with rows wider than
+    // 1024 (four rows of them would spill): those load each feature's row when it is used.
+    constexpr bool PRELOAD = !ROWS || P <= 4;
+    constexpr int FR = PRELOAD ? FW : 1;
+    uint4 w[FR][P];
+    float bias[FR];
+    auto load_w = [&](int u, int slot) {
+        const int feature = feature_of(u);
+        const bool has = feature < 2 * p.C;
+        const uint4* wrow = reinterpret_cast<const uint4*>(
+            static_cast<const T*>(p.weight) + static_cast<long long>(has ? feature : 0) * p.K);
 #pragma unroll
-    for (int k = 0; k < P; ++k) {
-        const int i = lane + 32 * k;
-        w[k] = i < chunks ? load_nc(wrow + i) : make_uint4(0, 0, 0, 0);
+        for (int k = 0; k < P; ++k) {
+            const int i = lane + 32 * k;
+            w[slot][k] = has && i < chunks ? load_nc(wrow + i) : make_uint4(0, 0, 0, 0);
+        }
+        bias[slot] = has ? E::load(p.bias, feature) : 0.f;
+    };
+    if constexpr (PRELOAD) {
+#pragma unroll
+        for (int u = 0; u < FW; ++u) load_w(u, u);
     }
-    const float bias = E::load(p.bias, feature);
     [[maybe_unused]] const int pk = CACHED ? p.proj_k / 8 : 0;  // latent chunks (1 or 2)
     [[maybe_unused]] uint4* wps = tile + MT * chunks;           // the projection weight (K, pk)
     [[maybe_unused]] uint4* xs = wps + p.K * pk;                // the tile's latent rows
@@ -481,7 +512,8 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
             // (no barrier between blocks); kBatch items at once, so each block costs one round
             // trip to L2 rather than one per item.
             __syncthreads();
-            constexpr int kBatch = P <= 4 ? 8 : 4;  // registers: wider rows hold more weights
+            // Registers: wider rows hold more weights, ROWS the weights of four features.
+            constexpr int kBatch = ROWS ? 2 : P <= 4 ? 8 : 4;
             const int items = live * chunks;
             for (int base = threadIdx.x; base < items; base += kBatch * kDiffThreads) {
                 float h[kBatch][8];
@@ -543,47 +575,68 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
                             static_cast<long long>(m) * p.scale1_stride, lane);
         }
         __syncthreads();
-        for (int r = warp >> 1; r < MT && t0 + r < rows; r += kWarps / 2) {
+        auto dot_row = [&](int slot, int r) {
             float s = 0.f;
 #pragma unroll
             for (int k = 0; k < P; ++k) {
                 const int i = lane + 32 * k;
                 if (i < chunks) {
                     float wf[8];
-                    unpack8<T>(w[k], wf);
+                    unpack8<T>(w[slot][k], wf);
                     s += dot8<T>(wf, tile[r * chunks + i]);
                 }
             }
-            s = warp_sum(s);
-            if (lane == 0) outs[f][t0 + r] = s + bias;
+            return warp_sum(s) + bias[slot];
+        };
+        if constexpr (ROWS) {
+#pragma unroll
+            for (int u = 0; u < FW; ++u) {
+                if (feature_of(u) >= 2 * p.C) continue;
+                if constexpr (!PRELOAD) load_w(u, 0);
+                const int slot = PRELOAD ? u : 0;
+                for (int r = 0; r < MT && t0 + r < rows; ++r) {
+                    const float v = dot_row(slot, r);
+                    if (lane == 0) outs[feature_of(u) * kFinalRowsPerCta + t0 + r] = v;
+                }
+            }
+        } else {
+            for (int r = warp >> 1; r < MT && t0 + r < rows; r += kWarps / 2) {
+                const float v = dot_row(0, r);
+                if (lane == 0) outs[f * kDiffMaxRows + t0 + r] = v;
+            }
         }
         __syncthreads();
     }
 
     void* x_out = p.x_out ? p.x_out : p.x;
-    for (int q = threadIdx.x; q < nl; q += kDiffThreads) {
+    // Output f (0 eps, 1 variance) of channel ch for local row r.
+    auto out_at = [&](int f_, int ch, int r) {
+        return ROWS ? outs[(f_ * p.C + ch) * kFinalRowsPerCta + r] : outs[f_ * kDiffMaxRows + r];
+    };
+    for (int i = threadIdx.x; i < nl * (ROWS ? p.C : 1); i += kDiffThreads) {
+        const int q = ROWS ? i / p.C : i, ch = ROWS ? i % p.C : c;
         const int n = n0 + q;  // outs are by local row: latent q, its unconditional row nl + q
-        const float cond = outs[0][q];
+        const float cond = out_at(0, ch, q);
         float eps = cond;
         if (p.mode != DiffCfg::None) {
             float uncond;
             if (p.mode == DiffCfg::Cached) {
-                uncond = cond - E::load(p.delta, static_cast<long long>(n) * p.C + c);
+                uncond = cond - E::load(p.delta, static_cast<long long>(n) * p.C + ch);
             } else {
-                uncond = outs[0][nl + q];
+                uncond = out_at(0, ch, nl + q);
                 if (p.mode == DiffCfg::FullKeep)
-                    E::store(p.delta, static_cast<long long>(n) * p.C + c, cond - uncond);
+                    E::store(p.delta, static_cast<long long>(n) * p.C + ch, cond - uncond);
             }
             eps = uncond + *p.cfg * (cond - uncond);
         }
-        const float frac = (outs[1][q] + 1.f) * 0.5f;
+        const float frac = (out_at(1, ch, q) + 1.f) * 0.5f;
         const float log_var = frac * p.log_beta + (1.f - frac) * p.log_var_clipped;
-        const long long xi = static_cast<long long>(n) * p.C + c;
+        const long long xi = static_cast<long long>(n) * p.C + ch;
         const float x = E::load(p.x, xi);
         const float x0 = p.sqrt_recip_ac * x - p.sqrt_recipm1_ac * eps;
         float next = p.coef1 * x0 + p.coef2 * x;
         if (!p.last) {
-            const float z = E::load(p.noise, static_cast<long long>(n) * p.noise_stride + c);
+            const float z = E::load(p.noise, static_cast<long long>(n) * p.noise_stride + ch);
             next += __expf(0.5f * log_var) * z * p.temperature;
         }
         E::store(x_out, xi, next);
@@ -622,18 +675,26 @@ cudaError_t prepare_device() {
         reinterpret_cast<const void*>(linear_kernel<T, MT, 4, false>), \
         reinterpret_cast<const void*>(linear_kernel<T, MT, 6, false>), \
         reinterpret_cast<const void*>(linear_kernel<T, MT, 8, false>), \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 1, false>),  \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 4, false>),  \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 6, false>),  \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 8, false>),  \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 1, true>),   \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 4, true>),   \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 6, true>),   \
-        reinterpret_cast<const void*>(final_kernel<T, MT, 8, true>)
+        reinterpret_cast<const void*>(final_kernel<T, MT, 1, kFinalPlain>),  \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 4, kFinalPlain>),  \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 6, kFinalPlain>),  \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 8, kFinalPlain>),  \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 1, kFinalCached>), \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 4, kFinalCached>), \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 6, kFinalCached>), \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 8, kFinalCached>)
+#define VARSCOPE_DIFF_ROWS_KERNELS(MT)                                           \
+    reinterpret_cast<const void*>(final_kernel<T, MT, 1, kFinalCachedRows>),     \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 4, kFinalCachedRows>), \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 6, kFinalCachedRows>), \
+        reinterpret_cast<const void*>(final_kernel<T, MT, 8, kFinalCachedRows>)
         VARSCOPE_DIFF_KERNELS(8),
         VARSCOPE_DIFF_KERNELS(16),
         VARSCOPE_DIFF_KERNELS(32),
+        VARSCOPE_DIFF_ROWS_KERNELS(8),
+        VARSCOPE_DIFF_ROWS_KERNELS(16),
 #undef VARSCOPE_DIFF_KERNELS
+#undef VARSCOPE_DIFF_ROWS_KERNELS
         reinterpret_cast<const void*>(linear_kernel<T, 8, 1, true>),
         reinterpret_cast<const void*>(linear_kernel<T, 8, 4, true>),
         reinterpret_cast<const void*>(linear_kernel<T, 8, 6, true>),
@@ -688,30 +749,31 @@ cudaError_t launch_linear_mt(const DiffLinearParams& p, dim3 grid, size_t smem, 
     }
 }
 
-template <typename T, int MT, bool CACHED>
+template <typename T, int MT, int KIND>
 cudaError_t launch_final_mt(const DiffFinalParams& p, dim3 grid, size_t smem, cudaStream_t s) {
     switch (chunks_per_lane(p.K)) {
         case 1:
-            return launch(final_kernel<T, MT, 1, CACHED>, grid, smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 1, KIND>, grid, smem, p.pdl, s, &p);
         case 4:
-            return launch(final_kernel<T, MT, 4, CACHED>, grid, smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 4, KIND>, grid, smem, p.pdl, s, &p);
         case 6:
-            return launch(final_kernel<T, MT, 6, CACHED>, grid, smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 6, KIND>, grid, smem, p.pdl, s, &p);
         default:
-            return launch(final_kernel<T, MT, 8, CACHED>, grid, smem, p.pdl, s, &p);
+            return launch(final_kernel<T, MT, 8, KIND>, grid, smem, p.pdl, s, &p);
     }
 }
 
-template <typename T, bool CACHED>
+template <typename T, int KIND>
 cudaError_t launch_final_tiles(const DiffFinalParams& p, int mt, dim3 grid, size_t smem,
                                cudaStream_t s) {
     switch (mt) {
         case 8:
-            return launch_final_mt<T, 8, CACHED>(p, grid, smem, s);
+            return launch_final_mt<T, 8, KIND>(p, grid, smem, s);
         case 16:
-            return launch_final_mt<T, 16, CACHED>(p, grid, smem, s);
+            return launch_final_mt<T, 16, KIND>(p, grid, smem, s);
         default:
-            return launch_final_mt<T, 32, CACHED>(p, grid, smem, s);
+            if constexpr (KIND == kFinalCachedRows) return cudaErrorInvalidValue;  // <= 16 rows
+            else return launch_final_mt<T, 32, KIND>(p, grid, smem, s);
     }
 }
 
@@ -761,13 +823,15 @@ cudaError_t launch_final(const DiffFinalParams& p, cudaStream_t stream) {
                    p.kept.count < 0 || p.kept.count > kDiffMaxKept || p.x_out == p.x))
         return cudaErrorInvalidValue;
     if (p.latents_per_cta < 0) return cudaErrorInvalidValue;
-    const cudaError_t prep = prepare_device<T>();
-    if (prep != cudaSuccess) return prep;
     // Rows per CTA: all, or with the rows split over blockIdx.y a group's latents (both CFG
     // halves when the step has 2N rows).
     const int per = p.latents_per_cta;
     const int groups = per > 0 ? (p.latents + per - 1) / per : 1;
     const int cta_rows = per > 0 ? (p.rows > p.latents ? 2 : 1) * std::min(per, p.latents) : p.rows;
+    if (p.all_channels && (!cached || per < 1 || cta_rows > kFinalRowsPerCta || 2 * p.C > 32))
+        return cudaErrorInvalidValue;
+    const cudaError_t prep = prepare_device<T>();
+    if (prep != cudaSuccess) return prep;
     const int mt = tile_rows(cta_rows);
     // The row tile, and with CACHED the projection weight, the tile's latent rows and the
     // projection bias.
@@ -775,9 +839,11 @@ cudaError_t launch_final(const DiffFinalParams& p, cudaStream_t stream) {
                          (cached ? static_cast<size_t>(p.K) * (p.proj_k + 1) : 0)) *
                             sizeof(T) +
                         (cached ? static_cast<size_t>(mt) * 2 * sizeof(uint4) : 0);
+    if (p.all_channels)
+        return launch_final_tiles<T, kFinalCachedRows>(p, mt, dim3(1, groups), smem, stream);
     const dim3 grid(p.C, groups);
-    return cached ? launch_final_tiles<T, true>(p, mt, grid, smem, stream)
-                  : launch_final_tiles<T, false>(p, mt, grid, smem, stream);
+    return cached ? launch_final_tiles<T, kFinalCached>(p, mt, grid, smem, stream)
+                  : launch_final_tiles<T, kFinalPlain>(p, mt, grid, smem, stream);
 }
 
 template <typename T>

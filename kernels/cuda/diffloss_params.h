@@ -138,6 +138,10 @@ struct DiffFinalParams {
     // both CFG halves, their unconditional rows), so no CTA builds every row; 0 = one CTA per
     // channel takes all rows.
     int latents_per_cta = 0;
+    // With proj_* and latents_per_cta > 0 (at most 16 rows a CTA, C <= 16): one CTA per row
+    // group computes every channel of its rows (grid 1 x groups) instead of one CTA per channel
+    // building the same rows again; the same bits.
+    bool all_channels = false;
 };
 
 cudaError_t launch_diff_linear_bf16(const DiffLinearParams& p, cudaStream_t stream);

@@ -113,11 +113,10 @@ void expect_same_up_to_ulp(const at::Tensor& a, const at::Tensor& b, bool exact,
     EXPECT_EQ(over, 0) << what << ": " << over << " elements differ by more than one ulp";
 }
 
-// The cached step's row split on for a test, the previous setting back when it ends.
-struct CachedSplitForTheTest {
-    const bool before = vk::diff_cached_split_enabled();
-    CachedSplitForTheTest() { vk::set_diff_cached_split(true); }
-    ~CachedSplitForTheTest() { vk::set_diff_cached_split(before); }
+// The cached step's layout setting back as it was when a test ends.
+struct CachedLayoutRestored {
+    const vk::DiffCachedLayout before = vk::diff_cached_layout();
+    ~CachedLayoutRestored() { vk::set_diff_cached_layout(before); }
 };
 
 // Coefficients of a mid-schedule reverse step (a cosine schedule's magnitudes).
@@ -353,8 +352,8 @@ TEST(KernelsDiffLossGpu, FinalStepMatchesFloat64InEveryCfgMode) {
 // LazyMAR's head MLP cache in the fused chain: fc2 also writing the block's MLP term and output
 // change, the replayed blocks (kept rows cut or repeated), and the one-kernel cached step in
 // every CFG mode, each within 2x the framework's 16-bit error of float64; x is only read by the
-// cached step; kept outputs poisoned first; the cached step with its rows split over more CTAs
-// gives the same bits.
+// cached step; kept outputs poisoned first; the cached step gives the same bits in every layout
+// (DiffCachedLayout), up to 200 rows.
 TEST(KernelsDiffLossGpu, HeadMlpCacheKernelsMatchFloat64WithinTwiceTheFrameworkError) {
     for (auto t : {at::kBFloat16, at::kHalf}) {
         REQUIRE_FUSED(t);
@@ -362,7 +361,7 @@ TEST(KernelsDiffLossGpu, HeadMlpCacheKernelsMatchFloat64WithinTwiceTheFrameworkE
         const auto o = at::TensorOptions(at::kCUDA).dtype(at::kFloat);
         const int64_t C = 16;
         for (int64_t W : kWidths)
-            for (int64_t N : {1, 3, 8, 13}) {
+            for (int64_t N : {1, 3, 8, 13, 100}) {  // 100: 200 rows, the hybrid's batch-16 range
                 SCOPED_TRACE("W " + std::to_string(W) + " N " + std::to_string(N) +
                              (t == at::kHalf ? " fp16" : " bf16"));
                 // fc2 keeping its terms (a step that refreshes the cache), 2N rows.
@@ -444,20 +443,26 @@ TEST(KernelsDiffLossGpu, HeadMlpCacheKernelsMatchFloat64WithinTwiceTheFrameworkE
                     EXPECT_TRUE(at::equal(x, x_before)) << "the cached step must not write x";
                     expect_within(rel(out, truth), rel(fw, truth), "cached step");
                     {
-                        // Rows split over more CTAs: every row built by the same ops, the same
-                        // bits (delta too).
-                        CachedSplitForTheTest split;
-                        auto d_s = delta0.clone();
-                        const auto out_s = vk::diff_cached_step(x, wi, bi, M, kept, shift, scale1,
-                                                                wf, bf, 1e-6, noise, cfg, mode,
-                                                                d_s, k, vk::KernelPath::Cuda);
-                        auto d_1 = delta0.clone();
-                        vk::set_diff_cached_split(false);
-                        const auto out_1 = vk::diff_cached_step(x, wi, bi, M, kept, shift, scale1,
-                                                                wf, bf, 1e-6, noise, cfg, mode,
-                                                                d_1, k, vk::KernelPath::Cuda);
-                        EXPECT_TRUE(at::equal(out_s, out_1)) << "split rows: other values";
-                        EXPECT_TRUE(at::equal(d_s, d_1)) << "split rows: other delta";
+                        // Every layout builds each row by the same ops and sums each output in
+                        // the same order: the same bits (delta too) as one CTA per channel.
+                        CachedLayoutRestored restore;
+                        auto run = [&](vk::DiffCachedLayout layout, at::Tensor& d) {
+                            vk::set_diff_cached_layout(layout);
+                            d = delta0.clone();
+                            return vk::diff_cached_step(x, wi, bi, M, kept, shift, scale1, wf, bf,
+                                                        1e-6, noise, cfg, mode, d, k,
+                                                        vk::KernelPath::Cuda);
+                        };
+                        at::Tensor d_1, d_l;
+                        const auto out_1 = run(vk::DiffCachedLayout::Channels, d_1);
+                        for (auto layout : {vk::DiffCachedLayout::Split,
+                                            vk::DiffCachedLayout::Rows}) {
+                            const auto out_l = run(layout, d_l);
+                            EXPECT_TRUE(at::equal(out_l, out_1))
+                                << "layout " << int(layout) << ": other values";
+                            EXPECT_TRUE(at::equal(d_l, d_1))
+                                << "layout " << int(layout) << ": other delta";
+                        }
                     }
                     if (mode == vk::DiffCfgMode::FullKeep)
                         expect_within(rel(d_k, d_truth), rel(d_fw, d_truth), "cached step delta");
