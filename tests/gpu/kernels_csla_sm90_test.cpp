@@ -134,8 +134,8 @@ void expect_matches_masked_reference(const at::Tensor& q, const at::Tensor& k, c
 }  // namespace
 
 // One test per schedule (VARSCOPE_SM90_IMPL: 0 two K/V stages, 6 one stage with three CTAs per
-// SM, 7/8/9 warp-specialised with TMA copies, 8 with S/PV overlap, 9 = 8 with two warpgroups
-// per CTA at block_q 128), so a failure or a hang names its schedule.
+// SM, 7/8/9 warp-specialised with TMA copies, 8 with S/PV overlap, 9 with 128-key steps), so a
+// failure or a hang names its schedule.
 class KernelsCslaSm90 : public ::testing::TestWithParam<int> {};
 
 TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {

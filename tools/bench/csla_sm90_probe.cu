@@ -49,8 +49,8 @@ namespace {
         }                                                                  \
     } while (0)
 
-// Schedules (VARSCOPE_SM90_IMPL numbers); 1-5 were dropped; 7/8 are CSLA-only (CS4A runs 6).
-const char* const kNames[] = {"serial", "", "", "", "", "", "single", "ws", "ws-ovl", "ws-2wg"};
+// Schedules (VARSCOPE_SM90_IMPL numbers); 1-5 were dropped; 7-9 are CSLA-only (CS4A runs 6).
+const char* const kNames[] = {"serial", "", "", "", "", "", "single", "ws", "ws-ovl", "ws-wide"};
 
 float bf(__nv_bfloat16 x) {
     return __bfloat162float(x);
@@ -606,9 +606,9 @@ int main(int argc, char** argv) {
     int failures = 0;
     if (!profile) failures += check_all(impls, g);
     failures += bench(impls, iters, profile, g);
-    // 7/8 fall back to 6 where no tensor map can be made: then they were not what ran.
+    // 7-9 fall back to 6 where no tensor map can be made: then they were not what ran.
     const int fallbacks = varscope::kernels::cuda::sm90::ws_fallbacks().load();
-    std::printf("schedule 7/8 fallbacks to 6: %d\n", fallbacks);
+    std::printf("schedule 7-9 fallbacks to 6: %d\n", fallbacks);
     failures += fallbacks;
     std::printf("%s\n", failures ? "FAILED" : "OK");
     return failures ? 1 : 0;
