@@ -17,10 +17,10 @@
 namespace varscope::kernels {
 namespace {
 
-std::atomic<int> g_pdl{-1};        // -1: from the environment
-std::atomic<int> g_row_split{-1};  // -1: from the environment
-std::atomic<int> g_fold_proj{-1};  // -1: from the environment
-std::atomic<int> g_lean{-1};       // -1: from the environment
+std::atomic<int> g_pdl{-1};            // -1: from the environment
+std::atomic<int> g_row_split{-1};      // -1: from the environment
+std::atomic<int> g_fold_proj{-1};      // -1: from the environment
+std::atomic<int> g_lean{-1};           // -1: from the environment
 std::atomic<int> g_cached_layout{-1};  // -1: from the environment, else a DiffCachedLayout
 
 // A switch: set, else the environment variable (on unless it is "0").
@@ -33,11 +33,16 @@ bool switch_on(const std::atomic<int>& v, const char* env_name) {
 
 constexpr int64_t kMaxRows = 256;    // kDiffMaxRows
 constexpr int64_t kMaxWidth = 2048;  // kDiffMaxWidth
+// The cached step in the Rows layout: at most 16 rows a CTA with a latent per 128 rows of a
+// call (diffloss_cuda.cpp), so up to 1024 latents with both CFG halves, 2048 without.
+constexpr int64_t kMaxCachedRows = 2048;
 
-bool use_cuda(const at::Tensor& like, int64_t rows, int64_t width, KernelPath path) {
+bool use_cuda(const at::Tensor& like, int64_t rows, int64_t width, KernelPath path,
+              bool cached_step = false) {
     if (path == KernelPath::Reference) return false;
     std::string why;
-    const bool ok = diff_head_cuda_supported(like, rows, width, &why);
+    const bool ok = cached_step ? diff_cached_step_cuda_supported(like, rows, width, &why)
+                                : diff_head_cuda_supported(like, rows, width, &why);
     TORCH_CHECK(ok || path != KernelPath::Cuda, "fused DiffLoss kernel requested but ", why);
     return ok;
 }
@@ -77,7 +82,8 @@ at::Tensor diff_apply_kept(const at::Tensor& h_in, const std::vector<DiffKeptBlo
         const int64_t kept = b.term.size(0);
         const at::Tensor term =
             kept == rows ? b.term
-                         : b.term.index_select(0, at::arange(rows, b.term.options().dtype(at::kLong)) % kept);
+                         : b.term.index_select(
+                               0, at::arange(rows, b.term.options().dtype(at::kLong)) % kept);
         h = b.gate.defined() ? h + b.gate.narrow(0, 0, rows) * term : h + term;
     }
     return h;
@@ -90,8 +96,8 @@ at::Tensor diff_cached_step(const at::Tensor& x, const at::Tensor& in_weight,
                             const at::Tensor& bias, double ln_eps, const at::Tensor& noise,
                             const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
                             const DiffStepCoefs& coefs) {
-    const auto h = reference::diff_apply_kept(reference::diff_input_proj(x, in_weight, in_bias, rows),
-                                              blocks);
+    const auto h =
+        reference::diff_apply_kept(reference::diff_input_proj(x, in_weight, in_bias, rows), blocks);
     return reference::diff_final_step(h, shift, scale1, weight, bias, ln_eps, x, noise, cfg_scale,
                                       mode, delta, coefs);
 }
@@ -208,6 +214,16 @@ bool diff_head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t widt
     return true;
 }
 
+bool diff_cached_step_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,
+                                     std::string* why_not) {
+    if (diff_cached_layout_for(rows) != DiffCachedLayout::Rows || rows <= kMaxRows)
+        return diff_head_cuda_supported(like, rows, width, why_not);
+    if (rows > kMaxCachedRows)
+        return unsupported(why_not, "the fused DiffLoss cached step takes 1.." +
+                                        std::to_string(kMaxCachedRows) + " rows");
+    return diff_head_cuda_supported(like, kMaxRows, width, why_not);  // the other conditions
+}
+
 at::Tensor diff_input_proj(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                            int64_t rows, KernelPath path) {
     TORCH_CHECK(x.dim() == 2 && x.size(0) > 0 && rows % x.size(0) == 0,
@@ -270,15 +286,14 @@ void check_kept(const std::vector<DiffKeptBlock>& blocks, int64_t rows, int64_t 
                 at::ScalarType type, const char* what) {
     TORCH_CHECK(blocks.size() <= 16, what, ": at most 16 kept blocks");
     for (const auto& b : blocks) {
-        TORCH_CHECK(b.term.defined() && b.term.dim() == 2 && b.term.size(0) > 0 &&
-                        b.term.size(1) == width && b.term.is_contiguous() &&
-                        b.term.scalar_type() == type,
-                    what, ": a kept term must be a contiguous (rows, ", width, ") ", type,
-                    " tensor");
+        TORCH_CHECK(
+            b.term.defined() && b.term.dim() == 2 && b.term.size(0) > 0 &&
+                b.term.size(1) == width && b.term.is_contiguous() && b.term.scalar_type() == type,
+            what, ": a kept term must be a contiguous (rows, ", width, ") ", type, " tensor");
         TORCH_CHECK(b.term.size(0) >= rows || rows % b.term.size(0) == 0, what, ": ",
                     b.term.size(0), " kept rows cannot serve ", rows);
-        TORCH_CHECK(!b.gate.defined() || (b.gate.dim() == 2 && b.gate.size(0) >= rows &&
-                                          b.gate.size(1) == width),
+        TORCH_CHECK(!b.gate.defined() ||
+                        (b.gate.dim() == 2 && b.gate.size(0) >= rows && b.gate.size(1) == width),
                     what, ": a gate must have (", rows, ", ", width, ") rows");
     }
 }
@@ -305,21 +320,22 @@ at::Tensor diff_cached_step(const at::Tensor& x, const at::Tensor& in_weight,
                             const at::Tensor& bias, double ln_eps, const at::Tensor& noise,
                             const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
                             const DiffStepCoefs& coefs, KernelPath path) {
-    TORCH_CHECK(x.dim() == 2 && x.size(0) > 0 && in_weight.dim() == 2 &&
-                    in_weight.size(1) == x.size(1),
-                "diff_cached_step: x (N, C) and an input projection (W, C) expected");
+    TORCH_CHECK(
+        x.dim() == 2 && x.size(0) > 0 && in_weight.dim() == 2 && in_weight.size(1) == x.size(1),
+        "diff_cached_step: x (N, C) and an input projection (W, C) expected");
     const int64_t N = x.size(0), W = in_weight.size(0);
     const bool both = mode == DiffCfgMode::Full || mode == DiffCfgMode::FullKeep;
     TORCH_CHECK(rows == (both ? 2 * N : N), "diff_cached_step: ", rows, " rows, expected ",
                 both ? 2 * N : N);
     check_kept(blocks, rows, W, x.scalar_type(), "diff_cached_step");
-    TORCH_CHECK(weight.size(0) == 2 * x.size(1), "diff_cached_step: the final layer must output 2C");
+    TORCH_CHECK(weight.size(0) == 2 * x.size(1),
+                "diff_cached_step: the final layer must output 2C");
     TORCH_CHECK(mode == DiffCfgMode::None || cfg_scale.defined(),
                 "diff_cached_step: CFG needs a scale");
     TORCH_CHECK(mode == DiffCfgMode::None || mode == DiffCfgMode::Full || delta.defined(),
                 "diff_cached_step: the head condition cache needs a delta tensor");
 #ifdef VARSCOPE_KERNELS_CUDA
-    if (use_cuda(x, rows, W, path) && (x.size(1) == 8 || x.size(1) == 16))
+    if (use_cuda(x, rows, W, path, true) && (x.size(1) == 8 || x.size(1) == 16))
         return cuda::diff_cached_step(x, in_weight, in_bias, rows, blocks, shift, scale1, weight,
                                       bias, ln_eps, noise, cfg_scale, mode, delta, coefs,
                                       diff_pdl_enabled());
@@ -327,10 +343,11 @@ at::Tensor diff_cached_step(const at::Tensor& x, const at::Tensor& in_weight,
                 "fused DiffLoss cached step requested but the latent width ", x.size(1),
                 " is not 8 or 16");
 #else
-    use_cuda(x, rows, W, path);
+    use_cuda(x, rows, W, path, true);
 #endif
     // The three ops one after the other (each on CUDA or as its reference, as `path` says).
-    const auto h = diff_apply_kept(diff_input_proj(x, in_weight, in_bias, rows, path), blocks, path);
+    const auto h =
+        diff_apply_kept(diff_input_proj(x, in_weight, in_bias, rows, path), blocks, path);
     return diff_final_step(h, shift, scale1, weight, bias, ln_eps, x.clone(), noise, cfg_scale,
                            mode, delta, coefs, path);
 }

@@ -115,6 +115,9 @@ at::Tensor diff_cached_step(const at::Tensor& x, const at::Tensor& in_weight,
 // tensors like `like` (device, dtype, build, switch, sizes).
 bool diff_head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,
                               std::string* why_not = nullptr);
+// ... for diff_cached_step, which in the Rows layout (DiffCachedLayout) takes up to 2048 rows.
+bool diff_cached_step_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,
+                                     std::string* why_not = nullptr);
 // Programmatic dependent launch between the fused kernels (default on; VARSCOPE_DIFF_PDL=0 or
 // this switch turn it off). For benchmarks.
 void set_diff_pdl(bool on);

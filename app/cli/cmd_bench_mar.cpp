@@ -273,7 +273,7 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
         int64_t cfg_period = 0, mlp_period = 0;  // the released LazyMAR code's head caches
         // kernels::set_diff_cached_layout (Channels: as before the layouts existed)
         kernels::DiffCachedLayout layout = kernels::DiffCachedLayout::Channels;
-        bool hybrid = false;        // DiffusionSampler::set_hybrid_cached_step (with Auto)
+        bool hybrid = false;  // DiffusionSampler::set_hybrid_cached_step (with Auto)
     };
     using Layout = kernels::DiffCachedLayout;
     // The cached variants differ from "modules" by what the caches change, not by rounding.

@@ -333,7 +333,7 @@ bool DiffusionSampler::hybrid_cached_step_enabled() {
 bool DiffusionSampler::hybrid_cached_step_runs(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                                bool guided) {
     const auto& w = net.input_proj->weight;  // (W, C)
-    return kernels::diff_head_cuda_supported(w, z.size(0), w.size(0)) &&
+    return kernels::diff_cached_step_cuda_supported(w, z.size(0), w.size(0)) &&
            z.device() == w.device() && (w.size(1) == 8 || w.size(1) == 16) && net.depth() <= 16 &&
            (!guided || z.size(0) % 2 == 0);
 }
@@ -382,8 +382,8 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                                  const at::Tensor& cfg_scale, double temperature,
                                  std::optional<at::Generator> gen, const at::Tensor& start,
                                  const at::Tensor& step_noise, const at::Tensor& t_given,
-                                 int64_t cfg_cache_period, HeadPath head,
-                                 int64_t mlp_cache_period, HeadCacheStats* stats) const {
+                                 int64_t cfg_cache_period, HeadPath head, int64_t mlp_cache_period,
+                                 HeadCacheStats* stats) const {
     const bool guided = cfg_scale.defined();
     TORCH_CHECK(!guided || z.size(0) % 2 == 0, "diffusion: CFG needs 2N condition rows");
     const int64_t N = guided ? z.size(0) / 2 : z.size(0);
@@ -488,9 +488,9 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
         auto replay_step = [&](const std::vector<kernels::DiffKeptBlock>& kept,
                                const DiffModulation& m, const at::Tensor& noise) {
             x = kernels::diff_cached_step(x, net.input_proj->weight, net.input_proj->bias, rows,
-                                          kept, m.final_shift, m.final_scale1, fl->weight,
-                                          fl->bias, 1e-6, noise.narrow(0, 0, N), cfg_scale, mode,
-                                          delta, coefs_of(i), kpath);
+                                          kept, m.final_shift, m.final_scale1, fl->weight, fl->bias,
+                                          1e-6, noise.narrow(0, 0, N), cfg_scale, mode, delta,
+                                          coefs_of(i), kpath);
             measure_delta();
         };
         if (fused) {
@@ -530,9 +530,9 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             std::vector<at::Tensor> kept_before;
             if (stats && ms == HeadMlpStep::Refresh) {
                 for (size_t b = 0; b < blocks.size(); ++b)
-                    kept_before.push_back(
-                        kept_rows[b] > 0 ? mlp_cache.mlp[b].narrow(0, 0, kept_rows[b]).clone()
-                                         : at::Tensor());
+                    kept_before.push_back(kept_rows[b] > 0
+                                              ? mlp_cache.mlp[b].narrow(0, 0, kept_rows[b]).clone()
+                                              : at::Tensor());
             }
             at::Tensor h;
             size_t first = 0;

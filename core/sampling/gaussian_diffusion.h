@@ -131,8 +131,7 @@ class DiffusionSampler {
                                  const at::Tensor& cfg_scale, double temperature,
                                  const at::Tensor& start, const at::Tensor& step_noise,
                                  const at::Tensor& t_all = {}, int64_t cfg_cache_period = 0,
-                                 HeadPath head = HeadPath::Auto,
-                                 int64_t mlp_cache_period = 0,
+                                 HeadPath head = HeadPath::Auto, int64_t mlp_cache_period = 0,
                                  HeadCacheStats* stats = nullptr) const;
     // Whether `head` resolves to the fused loop for conditions z (rows as in sample()); why_not
     // receives the reason when it does not. With mlp_cache_period > 0 the fused CUDA kernels
@@ -151,7 +150,8 @@ class DiffusionSampler {
     // bench/results/2026-11-26-h200/session9_mar.md): default ON;
     // VARSCOPE_MAR_HYBRID_CACHED_STEP=0 or this switch turn it off.
     // hybrid_cached_step_runs: whether the kernel takes this head and these conditions (CUDA,
-    // 16-bit, latent width 8 or 16, at most 16 blocks and 256 rows).
+    // 16-bit, latent width 8 or 16, at most 16 blocks; up to 2048 rows in the Rows layout,
+    // kernels::diff_cached_step_cuda_supported).
     static void set_hybrid_cached_step(bool on);
     static bool hybrid_cached_step_enabled();
     static bool hybrid_cached_step_runs(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,

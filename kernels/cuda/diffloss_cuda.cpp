@@ -206,7 +206,8 @@ DiffKeptList kept_list(const std::vector<DiffKeptBlock>& blocks, at::ScalarType 
     DiffKeptList l;
     for (const auto& b : blocks) {
         DiffKeptTerm& k = l.block[l.count++];
-        TORCH_CHECK(aligned16(b.term), "fused DiffLoss kernels: a kept term is not 16-byte aligned");
+        TORCH_CHECK(aligned16(b.term),
+                    "fused DiffLoss kernels: a kept term is not 16-byte aligned");
         k.term = b.term.data_ptr();
         k.term_rows = static_cast<int>(b.term.size(0));
         if (b.gate.defined()) {
@@ -256,8 +257,8 @@ DiffFinalParams final_params(int64_t M, int64_t K, const at::Tensor& shift_in,
     check_rows(shift, M, K, "final shift");
     check_rows(scale1, M, K, "final scale1");
     TORCH_CHECK(w.size(0) == 2 * C && w.size(1) == K, "diff_final_step: weight ", w.sizes());
-    TORCH_CHECK(x_in.is_contiguous() && aligned16(x_in),
-                "diff_final_step: x must be a contiguous ", type, " tensor");
+    TORCH_CHECK(x_in.is_contiguous() && aligned16(x_in), "diff_final_step: x must be a contiguous ",
+                type, " tensor");
     DiffFinalParams p;
     p.rows = static_cast<int>(M);
     p.K = static_cast<int>(K);
@@ -323,8 +324,8 @@ at::Tensor diff_final_step(const at::Tensor& h_in, const at::Tensor& shift,
     const auto type = h_in.scalar_type();
     const auto h = h_in.contiguous();
     // x (and delta) are updated in place: tensors of this dtype.
-    TORCH_CHECK(x.scalar_type() == type,
-                "diff_final_step: x must be a contiguous ", type, " tensor (updated in place)");
+    TORCH_CHECK(x.scalar_type() == type, "diff_final_step: x must be a contiguous ", type,
+                " tensor (updated in place)");
     std::vector<at::Tensor> hold;
     DiffFinalParams p = final_params(h.size(0), h.size(1), shift, scale1, w, b, ln_eps, x, nullptr,
                                      noise, cfg_scale, mode, delta, k, pdl, hold);
@@ -335,11 +336,10 @@ at::Tensor diff_final_step(const at::Tensor& h_in, const at::Tensor& shift,
 
 at::Tensor diff_cached_step(const at::Tensor& x_in, const at::Tensor& w_in, const at::Tensor& b_in,
                             int64_t rows, const std::vector<DiffKeptBlock>& blocks,
-                            const at::Tensor& shift, const at::Tensor& scale1,
-                            const at::Tensor& w, const at::Tensor& b, double ln_eps,
-                            const at::Tensor& noise, const at::Tensor& cfg_scale,
-                            DiffCfgMode mode, const at::Tensor& delta, const DiffStepCoefs& k,
-                            bool pdl) {
+                            const at::Tensor& shift, const at::Tensor& scale1, const at::Tensor& w,
+                            const at::Tensor& b, double ln_eps, const at::Tensor& noise,
+                            const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
+                            const DiffStepCoefs& k, bool pdl) {
     const c10::cuda::CUDAGuard guard(x_in.device());
     const auto type = x_in.scalar_type();
     const auto x = rows_layout(x_in, type).contiguous();

@@ -138,16 +138,18 @@ __device__ __forceinline__ void apply_kept(const DiffKeptList& kept, int m, int 
     for (int b = 0; b < kept.count; ++b) {
         const DiffKeptTerm& k = kept.block[b];
         float t[8];
-        unpack8<T>(__ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(k.term) +
-                                                        static_cast<long long>(m % k.term_rows) * K) +
-                         c),
-                   t);
+        unpack8<T>(
+            __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(k.term) +
+                                                 static_cast<long long>(m % k.term_rows) * K) +
+                  c),
+            t);
         if (k.gate) {
             float g[8];
-            unpack8<T>(__ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(k.gate) +
-                                                            static_cast<long long>(m) * k.gate_stride) +
-                             c),
-                       g);
+            unpack8<T>(
+                __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(k.gate) +
+                                                     static_cast<long long>(m) * k.gate_stride) +
+                      c),
+                g);
 #pragma unroll
             for (int e = 0; e < 8; ++e) f[e] = Elem<T>::rnd(f[e] + Elem<T>::rnd(g[e] * t[e]));
         } else {
@@ -235,12 +237,11 @@ __device__ __forceinline__ void build_row(uint4* dst, const void* in, long long 
 // synchronises before reading the tile.
 template <typename T, typename Source, typename Bias, typename Also>
 __device__ __forceinline__ void project_tile(uint4* tile, uint4* xs, const uint4* wps,
-                                             const void* in, Source source, int pk, int K,
-                                             int live, Bias bias, Also also) {
+                                             const void* in, Source source, int pk, int K, int live,
+                                             Bias bias, Also also) {
     for (int i = threadIdx.x; i < live * pk; i += kDiffThreads) {
-        xs[i] = reinterpret_cast<const uint4*>(static_cast<const T*>(in) +
-                                               static_cast<long long>(source(i / pk)) * pk *
-                                                   8)[i % pk];
+        xs[i] = reinterpret_cast<const uint4*>(
+            static_cast<const T*>(in) + static_cast<long long>(source(i / pk)) * pk * 8)[i % pk];
     }
     __syncthreads();
     T* tile_t = reinterpret_cast<T*>(tile);
@@ -479,9 +480,9 @@ __global__ void __launch_bounds__(kDiffThreads, 1) final_kernel(const DiffFinalP
 #pragma unroll
         for (int u = 0; u < FW; ++u) load_w(u, u);
     }
-    [[maybe_unused]] const int pk = CACHED ? p.proj_k / 8 : 0;  // latent chunks (1 or 2)
-    [[maybe_unused]] uint4* wps = tile + MT * chunks;           // the projection weight (K, pk)
-    [[maybe_unused]] uint4* xs = wps + p.K * pk;                // the tile's latent rows
+    [[maybe_unused]] const int pk = CACHED ? p.proj_k / 8 : 0;    // latent chunks (1 or 2)
+    [[maybe_unused]] uint4* wps = tile + MT * chunks;             // the projection weight (K, pk)
+    [[maybe_unused]] uint4* xs = wps + p.K * pk;                  // the tile's latent rows
     [[maybe_unused]] T* pbs = reinterpret_cast<T*>(xs + MT * 2);  // the projection bias (K)
     if constexpr (CACHED) {
         const uint4* src = static_cast<const uint4*>(p.proj_weight);
@@ -670,11 +671,11 @@ cudaError_t prepare_device() {
     if (done.load() & bit) return cudaSuccess;
     const int most = static_cast<int>(linear_smem(32, kDiffMaxWidth, sizeof(T), 16));
     const void* kernels[] = {
-#define VARSCOPE_DIFF_KERNELS(MT)                                      \
-    reinterpret_cast<const void*>(linear_kernel<T, MT, 1, false>),     \
-        reinterpret_cast<const void*>(linear_kernel<T, MT, 4, false>), \
-        reinterpret_cast<const void*>(linear_kernel<T, MT, 6, false>), \
-        reinterpret_cast<const void*>(linear_kernel<T, MT, 8, false>), \
+#define VARSCOPE_DIFF_KERNELS(MT)                                            \
+    reinterpret_cast<const void*>(linear_kernel<T, MT, 1, false>),           \
+        reinterpret_cast<const void*>(linear_kernel<T, MT, 4, false>),       \
+        reinterpret_cast<const void*>(linear_kernel<T, MT, 6, false>),       \
+        reinterpret_cast<const void*>(linear_kernel<T, MT, 8, false>),       \
         reinterpret_cast<const void*>(final_kernel<T, MT, 1, kFinalPlain>),  \
         reinterpret_cast<const void*>(final_kernel<T, MT, 4, kFinalPlain>),  \
         reinterpret_cast<const void*>(final_kernel<T, MT, 6, kFinalPlain>),  \
@@ -772,8 +773,10 @@ cudaError_t launch_final_tiles(const DiffFinalParams& p, int mt, dim3 grid, size
         case 16:
             return launch_final_mt<T, 16, KIND>(p, grid, smem, s);
         default:
-            if constexpr (KIND == kFinalCachedRows) return cudaErrorInvalidValue;  // <= 16 rows
-            else return launch_final_mt<T, 32, KIND>(p, grid, smem, s);
+            if constexpr (KIND == kFinalCachedRows)
+                return cudaErrorInvalidValue;  // <= 16 rows
+            else
+                return launch_final_mt<T, 32, KIND>(p, grid, smem, s);
     }
 }
 
@@ -815,8 +818,9 @@ cudaError_t launch_linear(const DiffLinearParams& p, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t launch_final(const DiffFinalParams& p, cudaStream_t stream) {
-    if (p.K % 8 != 0 || p.K > kDiffMaxWidth || p.rows < 1 || p.rows > kDiffMaxRows || p.C < 1 ||
-        p.latents < 1)
+    // The per-channel layouts keep two floats a row in shared memory; all_channels a CTA's.
+    if (p.K % 8 != 0 || p.K > kDiffMaxWidth || p.rows < 1 ||
+        (p.rows > kDiffMaxRows && !p.all_channels) || p.C < 1 || p.latents < 1)
         return cudaErrorInvalidValue;
     const bool cached = p.proj_weight != nullptr;
     if (cached && ((p.proj_k != 8 && p.proj_k != 16) || p.proj_k != p.C || !p.proj_bias ||
@@ -835,10 +839,10 @@ cudaError_t launch_final(const DiffFinalParams& p, cudaStream_t stream) {
     const int mt = tile_rows(cta_rows);
     // The row tile, and with CACHED the projection weight, the tile's latent rows and the
     // projection bias.
-    const size_t smem = (static_cast<size_t>(mt) * p.K +
-                         (cached ? static_cast<size_t>(p.K) * (p.proj_k + 1) : 0)) *
-                            sizeof(T) +
-                        (cached ? static_cast<size_t>(mt) * 2 * sizeof(uint4) : 0);
+    const size_t smem =
+        (static_cast<size_t>(mt) * p.K + (cached ? static_cast<size_t>(p.K) * (p.proj_k + 1) : 0)) *
+            sizeof(T) +
+        (cached ? static_cast<size_t>(mt) * 2 * sizeof(uint4) : 0);
     if (p.all_channels)
         return launch_final_tiles<T, kFinalCachedRows>(p, mt, dim3(1, groups), smem, stream);
     const dim3 grid(p.C, groups);

@@ -349,6 +349,83 @@ TEST(KernelsDiffLossGpu, FinalStepMatchesFloat64InEveryCfgMode) {
     }
 }
 
+namespace {
+
+// The kept blocks of a cached step of M rows over N latents, kept at a step with more rows (cut),
+// with half the rows (repeated when M is 2N, else the same) and with M rows: gated, ungated,
+// gated; and the step's shift and scale1.
+struct KeptBlocks {
+    at::Tensor shift, scale1;
+    std::vector<vk::DiffKeptBlock> kept, kept64;
+};
+
+KeptBlocks kept_blocks(int64_t N, int64_t M, int64_t W, at::ScalarType t) {
+    const auto o = at::TensorOptions(at::kCUDA).dtype(at::kFloat);
+    const auto mod = (at::randn({M, 4 * W}, o) * 0.2).to(t);
+    KeptBlocks kb;
+    kb.shift = mod.narrow(1, 2 * W, W);
+    kb.scale1 = (1 + mod.narrow(1, 3 * W, W)).to(t);
+    kb.kept = {{(at::randn({2 * N, W}, o) * 0.7).to(t), mod.narrow(1, 0, W)},
+               {(at::randn({N, W}, o) * 0.3).to(t), {}},
+               {(at::randn({M, W}, o) * 0.7).to(t), mod.narrow(1, W, W)}};
+    for (const auto& b : kb.kept) kb.kept64.push_back({d64(b.term), d64(b.gate)});
+    return kb;
+}
+
+// The whole cached step against float64 within 2x the framework's 16-bit error; x only read;
+// delta written by FullKeep only; up to kDiffMaxRows rows (where every layout runs), the same
+// bits in every layout (each builds a row by the same ops and sums an output in the same order).
+void check_cached_step(const KeptBlocks& kb, int64_t N, int64_t M, int64_t W, int64_t C,
+                       vk::DiffCfgMode mode, at::ScalarType t) {
+    const auto o = at::TensorOptions(at::kCUDA).dtype(at::kFloat);
+    const auto& kept = kb.kept;
+    const auto &shift = kb.shift, &scale1 = kb.scale1;
+    const auto x = at::randn({N, C}, o).to(t);
+    const auto x_before = x.clone();
+    const auto wi = (at::randn({W, C}, o) * 0.25).to(t);
+    const auto bi = (at::randn({W}, o) * 0.1).to(t);
+    const auto wf = (at::randn({2 * C, W}, o) * (0.5 / std::sqrt(double(W)))).to(t);
+    const auto bf = (at::randn({2 * C}, o) * 0.1).to(t);
+    const auto noise = at::randn({N, C}, o).to(t);
+    const auto cfg = at::full({}, 2.75, o);
+    const auto delta0 = (at::randn({N, C}, o) * 0.3).to(t);
+    const vk::DiffStepCoefs k = step_coefs(false);
+    auto d_truth = d64(delta0), d_fw = delta0.clone(), d_k = delta0.clone();
+    const auto truth = vk::reference::diff_cached_step(
+        d64(x), d64(wi), d64(bi), M, kb.kept64, d64(shift), d64(scale1), d64(wf), d64(bf), 1e-6,
+        d64(noise), cfg.to(at::kCPU, at::kDouble), mode, d_truth, k);
+    const auto fw = vk::reference::diff_cached_step(x, wi, bi, M, kept, shift, scale1, wf, bf, 1e-6,
+                                                    noise, cfg, mode, d_fw, k);
+    poison(4 * M * W);
+    const auto out = vk::diff_cached_step(x, wi, bi, M, kept, shift, scale1, wf, bf, 1e-6, noise,
+                                          cfg, mode, d_k, k, vk::KernelPath::Cuda);
+    EXPECT_NE(out.data_ptr(), x.data_ptr());
+    EXPECT_TRUE(at::equal(x, x_before)) << "the cached step must not write x";
+    expect_within(rel(out, truth), rel(fw, truth), "cached step");
+    if (M <= 256) {  // kDiffMaxRows
+        CachedLayoutRestored restore;
+        auto run = [&](vk::DiffCachedLayout layout, at::Tensor& d) {
+            vk::set_diff_cached_layout(layout);
+            d = delta0.clone();
+            return vk::diff_cached_step(x, wi, bi, M, kept, shift, scale1, wf, bf, 1e-6, noise, cfg,
+                                        mode, d, k, vk::KernelPath::Cuda);
+        };
+        at::Tensor d_1, d_l;
+        const auto out_1 = run(vk::DiffCachedLayout::Channels, d_1);
+        for (auto layout : {vk::DiffCachedLayout::Split, vk::DiffCachedLayout::Rows}) {
+            const auto out_l = run(layout, d_l);
+            EXPECT_TRUE(at::equal(out_l, out_1)) << "layout " << int(layout) << ": other values";
+            EXPECT_TRUE(at::equal(d_l, d_1)) << "layout " << int(layout) << ": other delta";
+        }
+    }
+    if (mode == vk::DiffCfgMode::FullKeep)
+        expect_within(rel(d_k, d_truth), rel(d_fw, d_truth), "cached step delta");
+    else
+        EXPECT_TRUE(at::equal(d_k, delta0)) << "delta must stay untouched";
+}
+
+}  // namespace
+
 // LazyMAR's head MLP cache in the fused chain: fc2 also writing the block's MLP term and output
 // change, the replayed blocks (kept rows cut or repeated), and the one-kernel cached step in
 // every CFG mode, each within 2x the framework's 16-bit error of float64; x is only read by the
@@ -374,10 +451,11 @@ TEST(KernelsDiffLossGpu, HeadMlpCacheKernelsMatchFloat64WithinTwiceTheFrameworkE
                 };
                 vk::DiffKeep truth_keep{at::zeros({M2, W}, at::kDouble),
                                         at::zeros({M2, W}, at::kDouble)};
-                vk::DiffKeep fw_keep{at::zeros({M2, W}, o.dtype(t)), at::zeros({M2, W}, o.dtype(t))};
+                vk::DiffKeep fw_keep{at::zeros({M2, W}, o.dtype(t)),
+                                     at::zeros({M2, W}, o.dtype(t))};
                 vk::DiffKeep k_keep{nan(M2), nan(M2)};
-                const auto truth2 = vk::reference::diff_block_fc2(d64(a), w64, d64(in.gate),
-                                                                  d64(in.h), truth_keep);
+                const auto truth2 =
+                    vk::reference::diff_block_fc2(d64(a), w64, d64(in.gate), d64(in.h), truth_keep);
                 const auto fw2 = vk::reference::diff_block_fc2(a, in.w, in.gate, in.h, fw_keep);
                 auto h2 = in.h.clone();
                 const auto k2 =
@@ -397,19 +475,9 @@ TEST(KernelsDiffLossGpu, HeadMlpCacheKernelsMatchFloat64WithinTwiceTheFrameworkE
                     const bool both =
                         mode == vk::DiffCfgMode::Full || mode == vk::DiffCfgMode::FullKeep;
                     const int64_t M = both ? 2 * N : N;
-                    // Kept at a step with more rows (cut), with half the rows (repeated when M is
-                    // 2N, else the same), and with M rows; gated, ungated, gated.
-                    const auto mod = (at::randn({M, 4 * W}, o) * 0.2).to(t);
-                    const auto gate_a = mod.narrow(1, 0, W), gate_b = mod.narrow(1, W, W);
-                    const auto shift = mod.narrow(1, 2 * W, W);
-                    const auto scale1 = (1 + mod.narrow(1, 3 * W, W)).to(t);
-                    const auto kept_a = (at::randn({2 * N, W}, o) * 0.7).to(t);
-                    const auto kept_b = (at::randn({N, W}, o) * 0.3).to(t);
-                    const auto kept_c = (at::randn({M, W}, o) * 0.7).to(t);
-                    const std::vector<vk::DiffKeptBlock> kept{
-                        {kept_a, gate_a}, {kept_b, {}}, {kept_c, gate_b}};
-                    std::vector<vk::DiffKeptBlock> kept64;
-                    for (const auto& b : kept) kept64.push_back({d64(b.term), d64(b.gate)});
+                    const KeptBlocks kb = kept_blocks(N, M, W, t);
+                    const auto& kept = kb.kept;
+                    const auto& kept64 = kb.kept64;
                     // The replayed blocks alone.
                     const auto h = (at::randn({M, W}, o) * 1.5).to(t);
                     const auto truth_h = vk::reference::diff_apply_kept(d64(h), kept64);
@@ -418,59 +486,35 @@ TEST(KernelsDiffLossGpu, HeadMlpCacheKernelsMatchFloat64WithinTwiceTheFrameworkE
                     const auto k_h = vk::diff_apply_kept(hk, kept, vk::KernelPath::Cuda);
                     EXPECT_EQ(k_h.data_ptr(), hk.data_ptr()) << "h is updated in place";
                     expect_within(rel(k_h, truth_h), rel(fw_h, truth_h), "replayed blocks");
-                    // The whole cached step.
-                    const auto x = at::randn({N, C}, o).to(t);
-                    const auto x_before = x.clone();
-                    const auto wi = (at::randn({W, C}, o) * 0.25).to(t);
-                    const auto bi = (at::randn({W}, o) * 0.1).to(t);
-                    const auto wf = (at::randn({2 * C, W}, o) * (0.5 / std::sqrt(double(W)))).to(t);
-                    const auto bf = (at::randn({2 * C}, o) * 0.1).to(t);
-                    const auto noise = at::randn({N, C}, o).to(t);
-                    const auto cfg = at::full({}, 2.75, o);
-                    const auto delta0 = (at::randn({N, C}, o) * 0.3).to(t);
-                    const vk::DiffStepCoefs k = step_coefs(false);
-                    auto d_truth = d64(delta0), d_fw = delta0.clone(), d_k = delta0.clone();
-                    const auto truth = vk::reference::diff_cached_step(
-                        d64(x), d64(wi), d64(bi), M, kept64, d64(shift), d64(scale1), d64(wf),
-                        d64(bf), 1e-6, d64(noise), cfg.to(at::kCPU, at::kDouble), mode, d_truth, k);
-                    const auto fw = vk::reference::diff_cached_step(
-                        x, wi, bi, M, kept, shift, scale1, wf, bf, 1e-6, noise, cfg, mode, d_fw, k);
-                    poison(4 * M * W);
-                    const auto out =
-                        vk::diff_cached_step(x, wi, bi, M, kept, shift, scale1, wf, bf, 1e-6, noise,
-                                             cfg, mode, d_k, k, vk::KernelPath::Cuda);
-                    EXPECT_NE(out.data_ptr(), x.data_ptr());
-                    EXPECT_TRUE(at::equal(x, x_before)) << "the cached step must not write x";
-                    expect_within(rel(out, truth), rel(fw, truth), "cached step");
-                    {
-                        // Every layout builds each row by the same ops and sums each output in
-                        // the same order: the same bits (delta too) as one CTA per channel.
-                        CachedLayoutRestored restore;
-                        auto run = [&](vk::DiffCachedLayout layout, at::Tensor& d) {
-                            vk::set_diff_cached_layout(layout);
-                            d = delta0.clone();
-                            return vk::diff_cached_step(x, wi, bi, M, kept, shift, scale1, wf, bf,
-                                                        1e-6, noise, cfg, mode, d, k,
-                                                        vk::KernelPath::Cuda);
-                        };
-                        at::Tensor d_1, d_l;
-                        const auto out_1 = run(vk::DiffCachedLayout::Channels, d_1);
-                        for (auto layout : {vk::DiffCachedLayout::Split,
-                                            vk::DiffCachedLayout::Rows}) {
-                            const auto out_l = run(layout, d_l);
-                            EXPECT_TRUE(at::equal(out_l, out_1))
-                                << "layout " << int(layout) << ": other values";
-                            EXPECT_TRUE(at::equal(d_l, d_1))
-                                << "layout " << int(layout) << ": other delta";
-                        }
-                    }
-                    if (mode == vk::DiffCfgMode::FullKeep)
-                        expect_within(rel(d_k, d_truth), rel(d_fw, d_truth), "cached step delta");
-                    else
-                        EXPECT_TRUE(at::equal(d_k, delta0)) << "delta must stay untouched";
+                    check_cached_step(kb, N, M, W, C, mode, t);
                 }
             }
     }
+}
+
+// The Rows layout takes more rows than the per-channel layouts (the hybrid reuse steps at batch
+// 64 and up): within 2x the framework's error at 300 latents; beyond its own limit, refused.
+TEST(KernelsDiffLossGpu, CachedStepBeyondThePerChannelRowLimit) {
+    REQUIRE_FUSED(at::kBFloat16);
+    c10::InferenceMode guard;
+    CachedLayoutRestored restore;
+    vk::set_diff_cached_layout(vk::DiffCachedLayout::Auto);
+    const int64_t N = 300, W = 1024, C = 16;
+    for (auto mode : {vk::DiffCfgMode::None, vk::DiffCfgMode::Full, vk::DiffCfgMode::FullKeep,
+                      vk::DiffCfgMode::Cached}) {
+        SCOPED_TRACE("mode " + std::to_string(int(mode)));
+        const bool both = mode == vk::DiffCfgMode::Full || mode == vk::DiffCfgMode::FullKeep;
+        const int64_t M = both ? 2 * N : N;
+        ASSERT_EQ(vk::diff_cached_layout_for(M), vk::DiffCachedLayout::Rows);
+        check_cached_step(kept_blocks(N, M, W, at::kBFloat16), N, M, W, C, mode, at::kBFloat16);
+    }
+    const auto like = at::zeros({8}, at::TensorOptions(at::kCUDA).dtype(at::kBFloat16));
+    std::string why;
+    EXPECT_TRUE(vk::diff_cached_step_cuda_supported(like, 2048, W));
+    EXPECT_FALSE(vk::diff_cached_step_cuda_supported(like, 2049, W, &why));
+    EXPECT_NE(why.find("2048"), std::string::npos) << why;
+    vk::set_diff_cached_layout(vk::DiffCachedLayout::Split);
+    EXPECT_FALSE(vk::diff_cached_step_cuda_supported(like, 600, W)) << "Split: 256 rows at most";
 }
 
 namespace {

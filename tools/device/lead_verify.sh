@@ -5,8 +5,9 @@
 # Call (snapshot as in mar_fused_bench.sh; carry [$S, .device/deps-x]):
 #   cd $S && mkdir -p .device && ln -sfn ../../.device/deps-x .device/deps &&
 #   DEADLINE_S=350 bash tools/device/lead_verify.sh
-# Env: DEADLINE_S (stop starting work), MAR_RUNS ("model:batch:methods[:repeat[:tag[:VAR=V,...]]] ...";
-# methods comma-separated presets or JSON files; tag names the JSON; VAR=V set for that run only), MAR_REPEAT (timed runs each, 1), HEAD_ROWS (e.g.
+# Env: DEADLINE_S (stop starting work), MAR_RUNS
+# ("model:batch:methods[:repeat[:tag[:VAR=V,...[:--flag,value,...]]]] ..."; methods comma-separated
+# presets or JSON files; tag names the JSON; VAR=V set and flags added for that run only), MAR_REPEAT (timed runs each, 1), HEAD_ROWS (e.g.
 # "1,4,7": bench mar --head-rows for MAR-B after the tests), GTEST_FILTER (default: all
 # GPU tests), VAR_SPEED ("depths:batches:our-precisions", e.g. "30:1,16:tf32,bf16-autocast":
 # tools/parity/var_speed.py against the official VAR code carried in .device/varref, never
@@ -44,10 +45,10 @@ if [[ -n "${HEAD_ROWS:-}" ]]; then
   stamp "head bench"
 fi
 for run in ${MAR_RUNS:-}; do
-  IFS=: read -r M B METH REP TAG ENVS <<< "$run"
+  IFS=: read -r M B METH REP TAG ENVS FLAGS <<< "$run"
   (( $(left) < 30 )) && { stamp "skip $run (no time)"; continue; }
   timeout $(lim ${MAR_TIMEOUT:-120}) env ${ENVS//,/ } $BUILD/app/cli/varscope-cli bench mar --models $M --methods $METH --device cuda \
-    --precision bf16 --batch $B --num-iter 64 --cfg 3.0 --warmup 1 --repeat ${REP:-${MAR_REPEAT:-1}} ${MAR_FLAGS:-} \
+    --precision bf16 --batch $B --num-iter 64 --cfg 3.0 --warmup 1 --repeat ${REP:-${MAR_REPEAT:-1}} ${MAR_FLAGS:-} ${FLAGS//,/ } \
     --json $OUT/mar_${M}_b${B}${TAG:+_$TAG}.json --force 2>&1 | grep -v '^\['
   stamp "mar $run"
 done
