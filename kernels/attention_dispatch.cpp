@@ -80,6 +80,14 @@ bool cuda_kernels_built() {
 #endif
 }
 
+int sm90_ws_fallback_count() {
+#ifdef VARSCOPE_KERNELS_CUDA
+    return cuda::sm90_ws_fallback_count();
+#else
+    return 0;
+#endif
+}
+
 bool cuda_attention_supported(const at::Tensor& q, int64_t block_q, int64_t block_k,
                               std::string* why_not) {
     if (auto why = cuda_path_blocker({q}); !why.empty())

@@ -66,6 +66,9 @@ bool reference_kernels_forced();  // the switch above or VARSCOPE_REFERENCE_KERN
 
 // True when this build contains CUDA kernels at all.
 bool cuda_kernels_built();
+// CSLA launches that asked for the warp-specialised sm90 schedules but ran schedule 6 because no
+// TMA tensor map could be made (0 in a build without CUDA kernels); tests check theirs add none.
+int sm90_ws_fallback_count();
 // Whether the CUDA path would run for these inputs (device, dtype, head dim, block sizes, image
 // for the device's architecture, switch). why_not receives the reason when it would not.
 bool cuda_attention_supported(const at::Tensor& q, int64_t block_q, int64_t block_k,

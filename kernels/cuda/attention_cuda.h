@@ -24,4 +24,7 @@ AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, con
 at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t block_q,
                             double scale);
 
+// Declared in attention_params.h too (the .cu side); here for the dispatch (no CUDA headers).
+int sm90_ws_fallback_count();
+
 }  // namespace varscope::kernels::cuda
