@@ -16,8 +16,7 @@ cudaError_t probe_kernel_image();  // kernel_probe.cu
 // Hopper wgmma kernels (csla_attention_sm90.cuh; attention variant 3, the default), bf16 only,
 // Output epilogue: CSLA block-sparse (csla_attention_sm90_d*.cu) and CS4A gathered
 // (cs4a_attention_sm90_d*.cu). impl: 0 two K/V stages, 6 one stage and three CTAs per SM,
-// 7/8/9 warp-specialised (TMA producer warp; 8 overlaps S and PV; 9 takes 128-key steps), CSLA
-// only.
+// 7/8 warp-specialised (TMA producer warp; 8 overlaps S and PV), CSLA only.
 cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
 cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, cudaStream_t);
 cudaError_t launch_cs4a_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
@@ -83,14 +82,16 @@ void launch(const AttentionParams& p_in, const at::Tensor& q, TileMode mode, Epi
     AttentionParams p = p_in;
     if (use_sm90(p, q, mode, epi)) {
         // Default: the fastest measured (bench/results/2026-11-25-h100/kernels_sm90_v2.md,
-        // cs4a_sm90.md, 2026-11-26-*/csla_ws.md): 9 (warp-specialised, TMA copies, 128-key
-        // steps) at d128 (CSLA Infinity-8B on an H200, probe: block 64 0.194 ms vs 0.209 for 6,
-        // block 128 0.250 vs 0.275; CS4A has no TMA form and runs 6), 0 (two stages) at d64
-        // (VAR-d30: 6 is 2-26 % behind, 7-9 mixed). VARSCOPE_SM90_IMPL=0|6|7|8|9 overrides.
+        // cs4a_sm90.md, 2026-11-26-*/csla_ws.md): 8 (warp-specialised, TMA copies, S/PV
+        // overlap) at d128 and d64 (H200 probe, CSLA Infinity-8B block 64: 0.174 ms vs 0.209
+        // for 6; VAR-d30 last scales 7-18 % ahead of 0). CS4A has no TMA form (7/8 run 6 for
+        // it): its defaults stay 6 at d128, 0 at d64. VARSCOPE_SM90_IMPL=0|6|7|8 overrides.
         const char* impl_env = std::getenv("VARSCOPE_SM90_IMPL");
         const bool named = impl_env != nullptr && impl_env[0] != '\0' && impl_env[1] == '\0' &&
-                           std::strchr("06789", impl_env[0]) != nullptr;
-        const int impl = named ? impl_env[0] - '0' : (d == 128 ? 9 : 0);
+                           std::strchr("0678", impl_env[0]) != nullptr;
+        const int cs4a_default = d == 128 ? 6 : 0;
+        const int impl =
+            named ? impl_env[0] - '0' : (mode == TileMode::Gathered ? cs4a_default : 8);
         if (mode == TileMode::Gathered)
             err = d == 64 ? launch_cs4a_sm90_d64_bf16(p, impl, stream)
                           : launch_cs4a_sm90_d128_bf16(p, impl, stream);

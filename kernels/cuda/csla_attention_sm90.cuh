@@ -18,12 +18,11 @@
 //      a ring of K/V slots on mbarriers; the consumer warpgroup issues no copies and no CTA
 //      barriers; lazy O rescale (the running maximum moves only when it grows by > 2^8).
 //   8: 7 with QK_{i+1} and PV_i in flight together while softmax i + 1 runs, 2 CTAs per SM.
-//   9 (sm90_ws_wide_kernel): 7 with 128-key steps (two list tiles per step: one m64n128k16
-//      wgmma per k-step for S, 64 scores per thread per softmax), two CTAs per SM.
-//   CS4A has no TMA form (rows gathered by index): 7/8/9 run 6 for it.
-// Defaults (attention_cuda.cpp): 9 at d128 (bench/results/2026-11-26-*/csla_ws.md), 0 at
-// d64. Tried for 7-9 and dropped (same notes): 8 with two consumer warpgroups sharing every K/V
-// tile of a 128-row query block (half the L2 traffic; no faster). Dropped after
+//   CS4A has no TMA form (rows gathered by index): 7/8 run 6 for it.
+// Default (attention_cuda.cpp): 8 at d128 and d64 (bench/results/2026-11-26-*/csla_ws.md).
+// Tried and dropped (same notes): 8 with two consumer warpgroups sharing every K/V tile of a
+// 128-row query block (half the L2 traffic; no faster); 7 with 128-key steps (one m64n128k16
+// wgmma per k-step, 64 scores per thread per softmax; slower than 8). Dropped after
 // measuring (bench/results/2026-11-25-h100/kernels_sm90_v2.md, cs4a_sm90.md): 1/2 (FA3-style
 // S/PV overlap, 2 or 3 stages), 3/4/5 (two warpgroups per 128 rows sharing K/V tiles over the
 // union of their lists; with 1's overlap; with 128-key steps): none was faster than 0 or 6; the
@@ -34,7 +33,7 @@
 // the device in session 5 by a swapped-descriptor run that failed the test).
 #pragma once
 
-#include <cuda.h>  // CUtensorMap (schedules 7-9: TMA copies)
+#include <cuda.h>  // CUtensorMap (schedules 7/8: TMA copies)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
@@ -70,7 +69,7 @@ struct Sm90Traits {
     // Three CTAs per SM with one stage (6), two with two stages (0: by shared memory at d128).
     static constexpr int kMinBlocks = kStages == 1 ? 3 : 1;
 };
-// Schedules 7/8 (warp-specialised, see sm90_ws_kernel; 9 is WideTraits). 8 holds S_i, P_{i-1} and O at once:
+// Schedules 7/8 (warp-specialised, see sm90_ws_kernel). 8 holds S_i, P_{i-1} and O at once:
 // two CTAs per SM (up to 200 registers per thread) and a fourth slot; 7 fits three at d128.
 template <int kHeadDim, bool kOverlap>
 struct WsTraits {
@@ -79,20 +78,13 @@ struct WsTraits {
     static constexpr int kTileBytes = 64 * kHeadDim * 2;  // Q, K or V tile
     static constexpr int kThreads = 160;                   // consumer warpgroup + producer warp
     static constexpr int kBarOffset = kTileBytes * (1 + kSlots);
-    // Barriers: Q full, then full[kSlots], empty[kSlots]; plus 1 KiB for the 1024-byte alignment.
-    static constexpr int kSmemBytes = kBarOffset + 8 * (1 + 2 * kSlots) + 1024;
+    // Barriers: Q full, then full[kSlots], empty[kSlots]; then per slot the valid keys of its K
+    // tile (len_k - first key, written by the producer before the slot's arrive); plus 1 KiB for
+    // the 1024-byte alignment.
+    static constexpr int kValidOffset = kBarOffset + 8 * (1 + 2 * kSlots);
+    static constexpr int kSmemBytes = kValidOffset + 4 * kSlots + 1024;
     // d128: 7 65.6 KiB, 3 CTAs per SM (128 registers per thread); 8 81.1 KiB, 2 CTAs.
     static constexpr int kMinBlocks = kHeadDim == 128 ? (kOverlap ? 2 : 3) : (kOverlap ? 3 : 4);
-};
-template <int kHeadDim>
-struct WideTraits {
-    static constexpr int kPanels = kHeadDim / 64;
-    static constexpr int kTileBytes = 64 * kHeadDim * 2;  // one 64-key tile
-    static constexpr int kSlotBytes = 2 * kTileBytes;     // 128 keys
-    static constexpr int kThreads = 160;
-    static constexpr int kBarOffset = kTileBytes + 2 * kSlotBytes;  // Q, K slot, V slot
-    static constexpr int kSmemBytes = kBarOffset + 8 * 5 + 1024;
-    static constexpr int kMinBlocks = 2;
 };
 #ifdef VARSCOPE_SM90_WGMMA
 // D (64 x 64, f32) += A (64 x 16, smem, K-major) * B (64 x 16, smem, K-major); zero_init: D = A*B.
@@ -108,16 +100,6 @@ __device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[32], uint64_t da, uin
           "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
           "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
           "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(da), "l"(db), "r"(zero_init ? 0 : 1));
-}
-// D (64 x 128, f32) += A (64 x 16, smem, K-major) * B (128 x 16, smem, K-major); zero_init: D = A*B.
-__device__ __forceinline__ void wgmma_ss_m64n128(float (&d)[64], uint64_t da, uint64_t db,
-                                                 int zero_init) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(da), "l"(db), "r"(zero_init ? 0 : 1));
 }
 // D (64 x 64, f32) += A (64 x 16, registers) * B (16 x 64, smem, MN-major: transposed).
@@ -203,6 +185,14 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
     d |= static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32;
     d |= static_cast<uint64_t>(1) << 62;  // 128-byte swizzle
     return d;
+}
+
+// A descriptor moved by a byte offset: the start address is its low field (bytes >> 4, 14 bits;
+// shared memory offsets stay far below 256 KiB, so no carry reaches LBO). Schedules 7/8 build
+// each operand's descriptor once and step it by constants (their SASS spent ~125 uniform
+// instructions per step rebuilding descriptors from addresses).
+__device__ __forceinline__ uint64_t desc_at(uint64_t desc, uint32_t byte_offset) {
+    return desc + (byte_offset >> 4);
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -750,6 +740,7 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kOverlap>::kMinBlocks)
     const uint32_t smem = (raw + 1023) & ~1023u;
     const uint32_t q_tile = smem;
     const uint32_t q_full = smem + W::kBarOffset;
+    volatile int* valid_keys = reinterpret_cast<volatile int*>(smem_raw + (smem - raw) + W::kValidOffset);
     auto tile_at = [&](int slot) { return smem + kTile * (1 + slot); };
     auto full = [&](int slot) { return q_full + 8 * (1 + slot); };
     auto empty = [&](int slot) { return q_full + 8 * (1 + kSlots + slot); };
@@ -784,6 +775,8 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kOverlap>::kMinBlocks)
 #pragma unroll
             for (int kv = 0; kv < 2; ++kv) {
                 mbar_wait(empty(slot), phase ^ 1);
+                // Published by the arrive below (release), read after the consumer's wait.
+                if (kv == 0) valid_keys[slot] = p.len_k - key0;
                 mbar_expect_tx(full(slot), kTile);
 #pragma unroll
                 for (int c = 0; c < W::kPanels; ++c)
@@ -808,36 +801,50 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kOverlap>::kMinBlocks)
     for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
     const float sl2 = p.scale_log2;
+    const uint64_t dq = smem_desc(q_tile, 16, 1024);
 
-    // S_i = Q K_i, masked where tile i reaches past len_k; returns with K_i's slot released.
-    auto scores = [&](float (&s)[32], int i) {
+    // Issues S_i = Q K_i; returns the number of valid keys of tile i (from the producer; the
+    // consumer reads no list).
+    auto scores = [&](float (&s)[32], int i) -> int {
         mbar_wait(full(slot_of(2 * i)), phase_of(2 * i));
+        const int n_valid = valid_keys[slot_of(2 * i)];
         wgmma_fence();
-        issue_qk<kHeadDim>(s, q_tile, tile_at(slot_of(2 * i)));
+        const uint64_t dk = smem_desc(tile_at(slot_of(2 * i)), 16, 1024);
+#pragma unroll
+        for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+            const uint32_t off = (ks >> 2) * (64 * 128) + (ks & 3) * 32;
+            wgmma_ss_m64n64(s, desc_at(dq, off), desc_at(dk, off), ks == 0);
+        }
         wgmma_commit();
+        return n_valid;
     };
-    auto finish_scores = [&](float (&s)[32], int i, int key0) {
+    // After S_i's wait: releases K_i's slot, masks keys past len_k (uniform per CTA).
+    auto finish_scores = [&](float (&s)[32], int i, int n_valid) {
         fence_regs(s);
         release(2 * i);
-        if (key0 + 64 > p.len_k) mask_tail(s, p.len_k - key0, t);  // uniform per CTA
+        if (n_valid < 64) mask_tail(s, n_valid, t);
     };
     auto issue_pv_of = [&](const uint32_t (&pa)[4][4], int i) {
         mbar_wait(full(slot_of(2 * i + 1)), phase_of(2 * i + 1));
         wgmma_fence();
-        issue_pv<kHeadDim>(o, pa, tile_at(slot_of(2 * i + 1)));
+        const uint64_t dv = smem_desc(tile_at(slot_of(2 * i + 1)), 64 * 128, 1024);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            if constexpr (kHeadDim == 128)
+                wgmma_rs_m64n128_tb(o, pa[kk], desc_at(dv, kk * 2048));
+            else
+                wgmma_rs_m64n64_tb(o, pa[kk], desc_at(dv, kk * 2048));
+        }
         wgmma_commit();
     };
 
     if (n > 0) mbar_wait(q_full, 0);
-    int key_next = n > 0 ? tiles.ref(0) : 0;
     if constexpr (!kOverlap) {
         for (int i = 0; i < n; ++i) {
-            const int key0 = key_next;
-            if (i + 1 < n) key_next = tiles.ref(i + 1);
             float s[32];
-            scores(s, i);
+            const int n_valid = scores(s, i);
             wgmma_wait<0>();
-            finish_scores(s, i, key0);
+            finish_scores(s, i, n_valid);
             float corr[2];
             if (online_softmax_lazy(s, row_max, row_sum, corr, sl2)) rescale_o<kHeadDim>(o, corr);
             uint32_t pa[4][4];
@@ -852,26 +859,22 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kOverlap>::kMinBlocks)
     } else if (n > 0) {
         uint32_t pa[4][4];
         {
-            const int key0 = key_next;
-            if (n > 1) key_next = tiles.ref(1);
             float s[32];
-            scores(s, 0);
+            const int n_valid = scores(s, 0);
             wgmma_wait<0>();
-            finish_scores(s, 0, key0);
+            finish_scores(s, 0, n_valid);
             float corr[2];
             online_softmax_lazy(s, row_max, row_sum, corr, sl2);  // O is still 0
             pack_p(s, pa);
         }
         for (int i = 1; i < n; ++i) {
-            const int key0 = key_next;
-            if (i + 1 < n) key_next = tiles.ref(i + 1);
             float s[32];
-            scores(s, i);
+            const int n_valid = scores(s, i);
             fence_regs(o);
             fence_regs(pa);
             issue_pv_of(pa, i - 1);
             wgmma_wait<1>();  // S_i done; PV_{i-1} may still run
-            finish_scores(s, i, key0);
+            finish_scores(s, i, n_valid);
             float corr[2];
             const bool rescale = online_softmax_lazy(s, row_max, row_sum, corr, sl2);
             // Pins the softmax above the wait: ptxas otherwise sank the exponentials below it,
@@ -894,201 +897,9 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kOverlap>::kMinBlocks)
     store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0);
 }
 
-// Schedule 9: 7 with 128-key steps. Two 64-key tiles of the list per step: K in a
-// 32 KiB slot with the two tiles' panels interleaved (rows 0-127 of a panel 128 bytes apart, so
-// one m64n128k16 wgmma per k-step reads both), V as two consecutive 64-key tiles; the softmax
-// runs over 64 scores per thread, halving the per-step fixed costs (waits, shuffles, votes).
-// Two slots (K, V), two CTAs per SM. A missing second tile (odd list) is loaded past len_k
-// (zeros) and masked.
-
-template <int N>
-__device__ __forceinline__ bool online_softmax_lazy_n(float (&s)[N], float (&row_max)[2],
-                                                      float (&row_sum)[2], float (&corr)[2],
-                                                      float sl2) {
-    constexpr int kJ = N / 4;  // column groups of 8
-    float part_max[2][4];
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-            part_max[r][c] = fmaxf(s[4 * c + 2 * r], s[4 * c + 2 * r + 1]);
-#pragma unroll
-    for (int j = 4; j < kJ; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-            part_max[r][j & 3] =
-                fmaxf(part_max[r][j & 3], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-    float tile_max[2];
-    bool grow = false;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        tile_max[r] = fmaxf(fmaxf(part_max[r][0], part_max[r][1]),
-                            fmaxf(part_max[r][2], part_max[r][3]));
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 1));
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 2));
-        grow |= tile_max[r] * sl2 > row_max[r] * sl2 + 8.f;
-    }
-    const bool rescale = __any_sync(0xffffffff, grow);
-    if (rescale) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const float m_new = fmaxf(row_max[r], tile_max[r]);
-            corr[r] = row_max[r] == -INFINITY ? 0.f : fast_exp2((row_max[r] - m_new) * sl2);
-            row_max[r] = m_new;
-            row_sum[r] *= corr[r];
-        }
-    }
-    float neg_base[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) neg_base[r] = row_max[r] == -INFINITY ? 0.f : -row_max[r] * sl2;
-    float part_sum[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float x = fast_exp2(fmaf(s[4 * j + e], sl2, neg_base[e >> 1]));
-            s[4 * j + e] = x;
-            part_sum[e >> 1][(j & 1) * 2 + (e & 1)] += x;
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-        row_sum[r] += (part_sum[r][0] + part_sum[r][1]) + (part_sum[r][2] + part_sum[r][3]);
-    return rescale;
-}
-
-template <int kHeadDim>
-__global__ void __launch_bounds__(160, 2)
-    sm90_ws_wide_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap map_q,
-                        const __grid_constant__ CUtensorMap map_k,
-                        const __grid_constant__ CUtensorMap map_v) {
-    using W = WideTraits<kHeadDim>;
-    constexpr int kTile = W::kTileBytes;
-    extern __shared__ unsigned char smem_raw[];
-    const uint32_t raw = smem_addr(smem_raw);
-    const uint32_t smem = (raw + 1023) & ~1023u;
-    const uint32_t q_tile = smem, k_slot = smem + kTile, v_slot = k_slot + W::kSlotBytes;
-    const uint32_t bars = smem + W::kBarOffset;  // Q full, K full, V full, K empty, V empty
-    const uint32_t q_full = bars, k_full = bars + 8, v_full = bars + 16, k_empty = bars + 24,
-                   v_empty = bars + 32;
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int row0 = blockIdx.x * 64;
-    const BlockTiles<kHeadDim> tiles(p, row0);
-    const int n = tiles.n_tiles, steps = (n + 1) / 2;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    // Key of tile i of the list; past the list: len_k (zeros, masked).
-    auto key_of = [&](int i) { return i < n ? tiles.ref(i) : p.len_k; };
-
-    if (threadIdx.x == 128) {
-        mbar_init(q_full, 1);
-        mbar_init(k_full, 1);
-        mbar_init(v_full, 1);
-        mbar_init(k_empty, 4);
-        mbar_init(v_empty, 4);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-
-    if (warp == 4) {
-        if (lane != 0 || n == 0) return;
-        mbar_expect_tx(q_full, kTile);
-#pragma unroll
-        for (int c = 0; c < W::kPanels; ++c)
-            tma_load(q_tile + c * 8192, &map_q, 64 * c, row0, h, b, q_full);
-        for (int i = 0; i < steps; ++i) {
-            const int key_a = key_of(2 * i), key_b = key_of(2 * i + 1);
-            const uint32_t parity = (i & 1) ^ 1;
-            mbar_wait(k_empty, parity);
-            mbar_expect_tx(k_full, 2 * kTile);
-#pragma unroll
-            for (int c = 0; c < W::kPanels; ++c) {  // panel c holds rows 0-127: tile a, tile b
-                tma_load(k_slot + c * 16384, &map_k, 64 * c, key_a, h, b, k_full);
-                tma_load(k_slot + c * 16384 + 8192, &map_k, 64 * c, key_b, h, b, k_full);
-            }
-            mbar_wait(v_empty, parity);
-            mbar_expect_tx(v_full, 2 * kTile);
-#pragma unroll
-            for (int c = 0; c < W::kPanels; ++c) {  // tile a, then tile b (load_tile's layout)
-                tma_load(v_slot + c * 8192, &map_v, 64 * c, key_a, h, b, v_full);
-                tma_load(v_slot + kTile + c * 8192, &map_v, 64 * c, key_b, h, b, v_full);
-            }
-        }
-        return;
-    }
-
-    const int t = lane % 4;
-    auto release = [&](uint32_t bar) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar);
-    };
-    float o[kHeadDim / 2];
-#pragma unroll
-    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
-    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-    const float sl2 = p.scale_log2;
-    if (n > 0) mbar_wait(q_full, 0);
-    int key_a = n > 0 ? key_of(0) : 0, key_b = n > 0 ? key_of(1) : 0;
-    for (int i = 0; i < steps; ++i) {
-        const int ka = key_a, kb = key_b;
-        if (i + 1 < steps) key_a = key_of(2 * i + 2), key_b = key_of(2 * i + 3);
-        const uint32_t parity = i & 1;
-        float s[64];
-        mbar_wait(k_full, parity);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < kHeadDim / 16; ++ks)
-            wgmma_ss_m64n128(s, smem_desc(q_tile + (ks >> 2) * 8192 + (ks & 3) * 32, 16, 1024),
-                             smem_desc(k_slot + (ks >> 2) * 16384 + (ks & 3) * 32, 16, 1024),
-                             ks == 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(s);
-        release(k_empty);
-        // Columns 0-63: tile a, 64-127: tile b (uniform per CTA).
-        if (ka + 64 > p.len_k || kb + 64 > p.len_k) {
-            const int va = p.len_k - ka, vb = p.len_k - kb;
-#pragma unroll
-            for (int j = 0; j < 16; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = 8 * (j & 7) + 2 * t + (e & 1);
-                    if (col >= (j < 8 ? va : vb)) s[4 * j + e] = -INFINITY;
-                }
-        }
-        float corr[2];
-        if (online_softmax_lazy_n(s, row_max, row_sum, corr, sl2)) rescale_o<kHeadDim>(o, corr);
-        uint32_t pa[8][4];
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            pa[j >> 1][(j & 1) * 2 + 0] = pack_bf16(s[4 * j + 0], s[4 * j + 1]);
-            pa[j >> 1][(j & 1) * 2 + 1] = pack_bf16(s[4 * j + 2], s[4 * j + 3]);
-        }
-        fence_regs(o);
-        fence_regs(pa);
-        mbar_wait(v_full, parity);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 8; ++kk) {
-            const uint64_t db = smem_desc(v_slot + (kk >> 2) * kTile + (kk & 3) * 2048, 8192, 1024);
-            if constexpr (kHeadDim == 128)
-                wgmma_rs_m64n128_tb(o, pa[kk], db);
-            else
-                wgmma_rs_m64n64_tb(o, pa[kk], db);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(o);
-        release(v_empty);
-    }
-    store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0);
-}
 #else
 template <int kHeadDim, int kStages, bool kGathered>
 __global__ void sm90_attention_kernel(const AttentionParams) {}
-template <int kHeadDim>
-__global__ void sm90_ws_wide_kernel(const AttentionParams, const __grid_constant__ CUtensorMap,
-                                    const __grid_constant__ CUtensorMap,
-                                    const __grid_constant__ CUtensorMap) {}
 template <int kHeadDim, bool kOverlap>
 __global__ void sm90_ws_kernel(const AttentionParams, const __grid_constant__ CUtensorMap,
                                const __grid_constant__ CUtensorMap,
@@ -1158,33 +969,14 @@ cudaError_t launch_sm90_ws(const AttentionParams& p, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
-template <int kHeadDim>
-cudaError_t launch_sm90_ws_wide(const AttentionParams& p, cudaStream_t stream) {
-    using W = WideTraits<kHeadDim>;
-    constexpr auto kKernel = sm90_ws_wide_kernel<kHeadDim>;
-    constexpr int kSmem = W::kSmemBytes;
-    static const cudaError_t attr_err =
-        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (attr_err != cudaSuccess) return attr_err;
-    if (p.len_q <= 0 || p.heads <= 0 || p.batch <= 0) return cudaSuccess;
-    alignas(64) CUtensorMap mq, mk, mv;
-    if (!make_tensor_map(&mq, p.q, p.q_stride, p.len_q, p, kHeadDim) ||
-        !make_tensor_map(&mk, p.k, p.k_stride, p.len_k, p, kHeadDim) ||
-        !make_tensor_map(&mv, p.v, p.v_stride, p.len_k, p, kHeadDim))
-        return cudaErrorNotSupported;
-    const dim3 grid((p.len_q + 63) / 64, p.heads, p.batch);
-    kKernel<<<grid, W::kThreads, kSmem, stream>>>(p, mq, mk, mv);
-    return cudaGetLastError();
-}
-
-// How often a CSLA call asked for 7/8/9 ran 6 instead (no tensor map): tests and the probe
+// How often a CSLA call asked for 7/8 ran 6 instead (no tensor map): tests and the probe
 // check that what they time or check is what they named.
 inline std::atomic<int>& ws_fallbacks() {
     static std::atomic<int> n{0};
     return n;
 }
 
-// impl: 0 (two stages), 6 (one stage, three CTAs per SM), 7/8/9 (warp-specialised, TMA; CSLA
+// impl: 0 (two stages), 6 (one stage, three CTAs per SM), 7/8 (warp-specialised, TMA; CSLA
 // only: gathered tiles have no TMA form, so CS4A runs 6 for them; where no tensor map can be
 // made, 6 too). The others were dropped.
 template <int kHeadDim, bool kGathered>
@@ -1196,11 +988,9 @@ cudaError_t launch_sm90_impl(const AttentionParams& p, int impl, cudaStream_t st
             return launch_sm90<kHeadDim, 1, kGathered>(p, stream);
         case 7:
         case 8:
-        case 9:
             if constexpr (!kGathered) {
-                const cudaError_t err = impl == 7   ? launch_sm90_ws<kHeadDim, false>(p, stream)
-                                        : impl == 8 ? launch_sm90_ws<kHeadDim, true>(p, stream)
-                                                    : launch_sm90_ws_wide<kHeadDim>(p, stream);
+                const cudaError_t err = impl == 7 ? launch_sm90_ws<kHeadDim, false>(p, stream)
+                                                  : launch_sm90_ws<kHeadDim, true>(p, stream);
                 if (err != cudaErrorNotSupported) return err;
                 ++ws_fallbacks();
             }
