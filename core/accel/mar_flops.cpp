@@ -49,6 +49,8 @@ double mar_head_flops(const MarConfig& c, int64_t tokens, bool guided, int64_t s
                     blocks = computed * 5.0 * w * w;
                     break;
                 case HeadMlpStep::Reuse:
+                    // The released code's full adaLN of the computed blocks; DiffusionSampler
+                    // computes only their gate (w^2), so a run does a little less than this.
                     blocks = computed * 3.0 * w * w;
                     break;
             }

@@ -27,8 +27,8 @@ at::Tensor apply_layer_norm(const torch::nn::LayerNorm& ln, const at::Tensor& x)
 at::Tensor timestep_features(const at::Tensor& t, int64_t dim, double max_period) {
     const int64_t half = dim / 2;
     // exp(-log(max_period) * i / half) computed in float32 on the CPU, then moved (as upstream).
-    auto freqs = at::exp(-std::log(max_period) * at::arange(0, half, at::kFloat) / half)
-                     .to(t.device());
+    auto freqs =
+        at::exp(-std::log(max_period) * at::arange(0, half, at::kFloat) / half).to(t.device());
     auto args = t.unsqueeze(1).to(at::kFloat) * freqs.unsqueeze(0);
     auto emb = at::cat({at::cos(args), at::sin(args)}, -1);
     if (dim % 2) emb = at::cat({emb, at::zeros_like(emb.narrow(1, 0, 1))}, -1);
@@ -54,7 +54,8 @@ DiffResBlockImpl::DiffResBlockImpl(int64_t channels) : channels_(channels) {
     fc2_ = torch::nn::Linear(channels, channels);
     mlp = register_module("mlp", torch::nn::Sequential(fc1_, torch::nn::SiLU(), fc2_));
     ada_ = torch::nn::Linear(channels, 3 * channels);
-    adaLN_modulation = register_module("adaLN_modulation", torch::nn::Sequential(torch::nn::SiLU(), ada_));
+    adaLN_modulation =
+        register_module("adaLN_modulation", torch::nn::Sequential(torch::nn::SiLU(), ada_));
 }
 
 at::Tensor DiffResBlockImpl::forward(const at::Tensor& x, const at::Tensor& y) const {
@@ -65,7 +66,19 @@ at::Tensor DiffResBlockImpl::forward(const at::Tensor& x, const at::Tensor& y) c
 }
 
 std::vector<at::Tensor> DiffResBlockImpl::modulation(const at::Tensor& y) const {
-    auto mod = linear(ada_, at::silu(y)).chunk(3, -1);
+    return modulation_from_silu(at::silu(y), ModulationNeed::All);
+}
+
+std::vector<at::Tensor> DiffResBlockImpl::modulation_from_silu(const at::Tensor& silu_y,
+                                                               ModulationNeed need) const {
+    if (need == ModulationNeed::None) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    if (need == ModulationNeed::Gate) {
+        const int64_t C = channels_;
+        return {
+            at::Tensor(), at::Tensor(),
+            at::linear(silu_y, ada_->weight.narrow(0, 2 * C, C), ada_->bias.narrow(0, 2 * C, C))};
+    }
+    auto mod = linear(ada_, silu_y).chunk(3, -1);
     return {mod[0], 1 + mod[1], mod[2]};
 }
 
@@ -86,11 +99,16 @@ DiffFinalLayerImpl::DiffFinalLayerImpl(int64_t channels, int64_t out_channels)
     : channels_(channels) {
     linear = register_module("linear", torch::nn::Linear(channels, out_channels));
     ada_ = torch::nn::Linear(channels, 2 * channels);
-    adaLN_modulation = register_module("adaLN_modulation", torch::nn::Sequential(torch::nn::SiLU(), ada_));
+    adaLN_modulation =
+        register_module("adaLN_modulation", torch::nn::Sequential(torch::nn::SiLU(), ada_));
 }
 
 std::vector<at::Tensor> DiffFinalLayerImpl::modulation(const at::Tensor& y) const {
-    auto mod = at::linear(at::silu(y), ada_->weight, ada_->bias).chunk(2, -1);
+    return modulation_from_silu(at::silu(y));
+}
+
+std::vector<at::Tensor> DiffFinalLayerImpl::modulation_from_silu(const at::Tensor& silu_y) const {
+    auto mod = at::linear(silu_y, ada_->weight, ada_->bias).chunk(2, -1);
     return {mod[0], 1 + mod[1]};
 }
 
@@ -132,17 +150,27 @@ at::Tensor SimpleMlpAdaLNImpl::forward_embedded(const at::Tensor& x, const at::T
     return final_layer->forward(h, y);
 }
 
-int64_t SimpleMlpAdaLNImpl::width() const { return input_proj->weight.size(0); }
+int64_t SimpleMlpAdaLNImpl::width() const {
+    return input_proj->weight.size(0);
+}
 
 DiffModulation SimpleMlpAdaLNImpl::modulations(const at::Tensor& y) const {
+    return modulations(y, std::vector<ModulationNeed>(blocks_.size(), ModulationNeed::All));
+}
+
+DiffModulation SimpleMlpAdaLNImpl::modulations(const at::Tensor& y,
+                                               const std::vector<ModulationNeed>& needs) const {
+    TORCH_CHECK(needs.size() == blocks_.size(), "modulations: ", needs.size(), " needs for ",
+                blocks_.size(), " blocks");
+    const auto silu_y = at::silu(y);  // once for every layer (elementwise: the same values)
     DiffModulation m;
-    for (const auto& b : blocks_) {
-        auto mod = b->modulation(y);
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+        auto mod = blocks_[b]->modulation_from_silu(silu_y, needs[b]);
         m.shift.push_back(mod[0]);
         m.scale1.push_back(mod[1]);
         m.gate.push_back(mod[2]);
     }
-    auto fin = final_layer->modulation(y);
+    auto fin = final_layer->modulation_from_silu(silu_y);
     m.final_shift = fin[0];
     m.final_scale1 = fin[1];
     return m;
@@ -150,7 +178,9 @@ DiffModulation SimpleMlpAdaLNImpl::modulations(const at::Tensor& y) const {
 
 DiffModulation DiffModulation::rows(int64_t start, int64_t count) const {
     DiffModulation m;
-    auto cut = [&](const at::Tensor& t) { return t.narrow(0, start, count); };
+    auto cut = [&](const at::Tensor& t) {
+        return t.defined() ? t.narrow(0, start, count) : at::Tensor();
+    };
     for (size_t i = 0; i < shift.size(); ++i) {
         m.shift.push_back(cut(shift[i]));
         m.scale1.push_back(cut(scale1[i]));
@@ -177,8 +207,8 @@ at::Tensor SimpleMlpAdaLNImpl::forward(const at::Tensor& x, const at::Tensor& t,
 DiffLossImpl::DiffLossImpl(int64_t target_channels, int64_t z_channels, int64_t depth,
                            int64_t width) {
     // Twice the target channels out: the noise and the variance interpolation.
-    net = register_module("net", SimpleMlpAdaLN(target_channels, width, 2 * target_channels,
-                                                z_channels, depth));
+    net = register_module(
+        "net", SimpleMlpAdaLN(target_channels, width, 2 * target_channels, z_channels, depth));
 }
 
 }  // namespace varscope

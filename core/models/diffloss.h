@@ -36,11 +36,16 @@ TORCH_MODULE(TimestepEmbedder);
 // The AdaLN modulations of every block (shift, 1 + scale, gate) and of the final layer (shift,
 // 1 + scale) for given conditions y: they depend on y only, so a sampling loop can compute them
 // for all its timesteps at once (one weight pass) instead of once per step.
+// A block's entries may be undefined where a step needs less (ModulationNeed).
 struct DiffModulation {
     std::vector<at::Tensor> shift, scale1, gate;  // per block, (R, W) each
     at::Tensor final_shift, final_scale1;
     DiffModulation rows(int64_t start, int64_t count) const;  // views of rows [start, +count)
 };
+
+// What a diffusion step needs of a block's modulation: LazyMAR's head MLP cache replays some
+// blocks from a kept output change (None) or a kept MLP term times this step's gate (Gate).
+enum class ModulationNeed { None, Gate, All };
 
 class DiffResBlockImpl : public torch::nn::Module {
   public:
@@ -49,6 +54,10 @@ class DiffResBlockImpl : public torch::nn::Module {
                        const at::Tensor& y) const;  // x + gate * mlp(mod(ln x))
     // (shift, 1 + scale, gate) for conditions y.
     std::vector<at::Tensor> modulation(const at::Tensor& y) const;
+    // ... from silu(y): all three, or {undefined, undefined, gate} for Gate (rows of the same
+    // weight: the same math at a third of the FLOPs), or nothing for None.
+    std::vector<at::Tensor> modulation_from_silu(const at::Tensor& silu_y,
+                                                 ModulationNeed need) const;
     at::Tensor forward_modulated(const at::Tensor& x, const at::Tensor& shift,
                                  const at::Tensor& scale1, const at::Tensor& gate) const;
     // The residual branch before its gate, mlp(mod(ln x)): forward_modulated is
@@ -72,6 +81,7 @@ class DiffFinalLayerImpl : public torch::nn::Module {
     DiffFinalLayerImpl(int64_t channels, int64_t out_channels);
     at::Tensor forward(const at::Tensor& x, const at::Tensor& y) const;
     std::vector<at::Tensor> modulation(const at::Tensor& y) const;  // (shift, 1 + scale)
+    std::vector<at::Tensor> modulation_from_silu(const at::Tensor& silu_y) const;
     at::Tensor forward_modulated(const at::Tensor& x, const at::Tensor& shift,
                                  const at::Tensor& scale1) const;
     torch::nn::Linear linear{nullptr};
@@ -97,6 +107,8 @@ class SimpleMlpAdaLNImpl : public torch::nn::Module {
     // The modulations for y = t_emb + c_emb (rows of y), and the network given them (rows of
     // x and m match): forward_embedded(x, t, c) == forward_modulated(x, modulations(t + c)).
     DiffModulation modulations(const at::Tensor& y) const;
+    // ... only what a step needs (per block; the final layer's always): needs.size() == depth.
+    DiffModulation modulations(const at::Tensor& y, const std::vector<ModulationNeed>& needs) const;
     at::Tensor forward_modulated(const at::Tensor& x, const DiffModulation& m) const;
     int64_t width() const;
     int64_t depth() const { return static_cast<int64_t>(blocks_.size()); }

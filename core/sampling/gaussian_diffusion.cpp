@@ -215,6 +215,90 @@ at::Tensor fit_rows(const at::Tensor& kept, int64_t rows) {
     return at::cat({kept, kept});
 }
 
+// The AdaLN modulations of a reverse diffusion's steps. They depend on the timestep and the
+// condition only, so they are computed for many steps at once (one pass over those weights),
+// and only what each step uses: its rows (both CFG halves, or the conditional one where the
+// head condition cache skips the other) and per block everything, the gate alone (a block
+// whose kept MLP term the head MLP cache replays) or nothing (one whose kept output change it
+// replays). Steps with the same needs form a group, computed `window` steps at a time when the
+// first of them is reached; y's rows are step-major, ascending steps. With neither cache every
+// step needs everything and the windows are [i - window + 1, i] as the loop meets them.
+class StepModulations {
+  public:
+    struct Need {
+        int64_t rows = 0;
+        std::vector<ModulationNeed> blocks;
+        bool operator==(const Need& o) const { return rows == o.rows && blocks == o.blocks; }
+    };
+
+    // needs[i]: step i's.
+    StepModulations(const SimpleMlpAdaLNImpl& net, const at::Tensor& t_all, const at::Tensor& c_emb,
+                    int64_t window, std::vector<Need> needs)
+        : net_(net), t_all_(t_all), c_emb_(c_emb), window_(window), needs_(std::move(needs)) {
+        const auto S = static_cast<int64_t>(needs_.size());
+        group_.resize(needs_.size());
+        position_.resize(needs_.size());
+        for (int64_t i = S - 1; i >= 0; --i) {  // the loop's order
+            const auto& n = needs_[size_t(i)];
+            size_t g = 0;
+            while (g < members_.size() && !(needs_[size_t(members_[g].front())] == n)) ++g;
+            if (g == members_.size()) members_.emplace_back();
+            group_[size_t(i)] = g;
+            position_[size_t(i)] = static_cast<int64_t>(members_[g].size());
+            members_[g].push_back(i);
+        }
+        chunks_.resize(members_.size());
+    }
+
+    DiffModulation at(int64_t i) {
+        const auto& need = needs_[size_t(i)];
+        Chunk& c = chunks_[group_[size_t(i)]];
+        if (i < c.lowest || i > c.highest) compute(i, c);
+        int64_t k = 0;  // i's index among the chunk's steps, ascending
+        while (c.steps[size_t(k)] != i) ++k;
+        return c.m.rows(k * need.rows, need.rows);
+    }
+
+  private:
+    struct Chunk {
+        std::vector<int64_t> steps;  // ascending
+        int64_t lowest = 0, highest = -1;
+        DiffModulation m;
+    };
+
+    void compute(int64_t i, Chunk& c) {
+        const auto& members = members_[group_[size_t(i)]];
+        const int64_t from = position_[size_t(i)];
+        const int64_t n = std::min<int64_t>(window_, static_cast<int64_t>(members.size()) - from);
+        c.steps.assign(members.begin() + from, members.begin() + from + n);
+        std::reverse(c.steps.begin(), c.steps.end());
+        c.lowest = c.steps.front();
+        c.highest = c.steps.back();
+        // The chunk's timestep rows: runs of consecutive steps as views, one cat if several.
+        std::vector<at::Tensor> runs;
+        for (size_t a = 0; a < c.steps.size();) {
+            size_t e = a + 1;
+            while (e < c.steps.size() && c.steps[e] == c.steps[e - 1] + 1) ++e;
+            runs.push_back(t_all_.narrow(0, c.steps[a], static_cast<int64_t>(e - a)));
+            a = e;
+        }
+        const auto t = runs.size() == 1 ? runs.front() : at::cat(runs);
+        const auto& need = needs_[size_t(i)];
+        const auto y = (t.unsqueeze(1) + c_emb_.narrow(0, 0, need.rows).unsqueeze(0))
+                           .reshape({-1, c_emb_.size(1)});
+        c.m = net_.modulations(y, need.blocks);
+    }
+
+    const SimpleMlpAdaLNImpl& net_;
+    at::Tensor t_all_, c_emb_;
+    int64_t window_;
+    std::vector<Need> needs_;
+    std::vector<size_t> group_;                  // per step
+    std::vector<int64_t> position_;              // per step: its index in its group
+    std::vector<std::vector<int64_t>> members_;  // per group: steps, descending
+    std::vector<Chunk> chunks_;                  // per group: the steps computed last
+};
+
 // ||now - before|| / ||now||, the rows of `before` matched to now's as the cache matches them.
 double relative_drift(const at::Tensor& now, const at::Tensor& before) {
     const auto n = now.to(at::kFloat);
@@ -422,14 +506,32 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             kept_rows.assign(static_cast<size_t>(net.depth()), 0);
         }
     }
-    // The AdaLN modulations depend on the timestep and the condition only: computed for a
-    // window of steps at once (one pass over those weights per window, not per step). The
-    // window keeps them under ~64M elements; y rows of step i are [i*R, (i+1)*R).
+    // The AdaLN modulations, many steps at once and only what each step uses
+    // (StepModulations); a window keeps a group's under ~64M elements.
     const int64_t R = c_emb.size(0), W = net.width();
     const int64_t per_step = R * W * (3 * net.depth() + 2);
     const int64_t window = std::max<int64_t>(1, std::min<int64_t>(S, (64LL << 20) / per_step));
-    DiffModulation mods;
-    int64_t window_start = -1;
+    // VARSCOPE_MAR_FULL_MODULATIONS=1: every step's in full (as before, to time the difference).
+    const char* full_env = std::getenv("VARSCOPE_MAR_FULL_MODULATIONS");
+    const bool all_mods = full_env != nullptr && std::strcmp(full_env, "1") == 0;
+    std::vector<StepModulations::Need> needs(static_cast<size_t>(S));
+    for (int64_t i = 0; i < S; ++i) {
+        auto& n = needs[size_t(i)];
+        if (all_mods) {
+            n = {R, std::vector<ModulationNeed>(size_t(net.depth()), ModulationNeed::All)};
+            continue;
+        }
+        n.rows = guided && !full_cfg_step(i, S, cfg_cache_period) ? N : R;
+        const HeadMlpStep ms = head_mlp_step(i, S, mlp_cache_period);
+        for (int64_t b = 0; b < net.depth(); ++b) {
+            const bool replays = ms == HeadMlpStep::Reuse || ms == HeadMlpStep::Warmup;
+            n.blocks.push_back(!replays                   ? ModulationNeed::All
+                               : head_mlp_skips_block(b)  ? ModulationNeed::None
+                               : ms == HeadMlpStep::Reuse ? ModulationNeed::Gate
+                                                          : ModulationNeed::All);
+        }
+    }
+    StepModulations mods(net, t_all, c_emb, window, std::move(needs));
     auto coefs_of = [&](int64_t i) {  // reverse step i's float32 coefficients for the kernels
         kernels::DiffStepCoefs k;
         k.sqrt_recip_ac = f32(schedule_.sqrt_recip_alphas_cumprod[i]);
@@ -454,12 +556,7 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
     const bool hybrid = head == HeadPath::Auto && !fused && mlp_cache_period > 0 &&
                         hybrid_cached_step_enabled() && hybrid_cached_step_runs(net, z, guided);
     for (int64_t i = S - 1; i >= 0; --i) {
-        if (window_start < 0 || i < window_start) {
-            window_start = std::max<int64_t>(0, i - window + 1);
-            const auto t = t_all.narrow(0, window_start, i - window_start + 1);
-            const auto y = (t.unsqueeze(1) + c_emb.unsqueeze(0)).reshape({-1, c_emb.size(1)});
-            mods = net.modulations(y);
-        }
+        const DiffModulation m_i = mods.at(i);  // the rows this step takes (half or both)
         const bool full = !guided || full_cfg_step(i, S, cfg_cache_period);
         // The head condition cache's drift (stats only): delta before this step rewrites it
         // (the first step, S - 1, always runs both halves and keeps the first delta).
@@ -496,7 +593,7 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
         if (fused) {
             // One kernel per linear layer and one for the final layer + CFG + posterior update
             // (the module path's ops in the same order on the reference path).
-            const auto m = mods.rows((i - window_start) * R, rows);
+            const auto& m = m_i;
             // The head MLP cache (forward_mlp_cached's rule): a block computes, or replays its
             // kept term (the MLP term with this step's gate, or the output change).
             const HeadMlpStep ms = head_mlp_step(i, S, mlp_cache_period);
@@ -579,7 +676,7 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
         mlp_cache.step = head_mlp_step(i, S, mlp_cache_period);
         if (hybrid && mlp_cache.step == HeadMlpStep::Reuse) {
             // Every block replayed from the module path's kept tensors, in one kernel.
-            const auto m = mods.rows((i - window_start) * R, rows);
+            const auto& m = m_i;
             std::vector<kernels::DiffKeptBlock> kept;
             for (int64_t b = 0; b < net.depth(); ++b) {
                 const auto k = static_cast<size_t>(b);
@@ -591,9 +688,9 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             replay_step(kept, m, noise_of(i));  // kpath is Cuda: hybrid needs Auto
             continue;
         }
-        const auto out = step_modulated(
-            net, x, i, mods.rows((i - window_start) * R, R), cfg_scale, full ? at::Tensor() : delta,
-            full && cfg_cache_period > 0 ? &delta : nullptr, &mlp_cache);
+        const auto out =
+            step_modulated(net, x, i, m_i, cfg_scale, full ? at::Tensor() : delta,
+                           full && cfg_cache_period > 0 ? &delta : nullptr, &mlp_cache);
         measure_delta();
         const at::Tensor noise = noise_of(i);
         if (i == 0) {
