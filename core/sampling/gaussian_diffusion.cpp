@@ -511,9 +511,14 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
     const int64_t R = c_emb.size(0), W = net.width();
     const int64_t per_step = R * W * (3 * net.depth() + 2);
     const int64_t window = std::max<int64_t>(1, std::min<int64_t>(S, (64LL << 20) / per_step));
-    // VARSCOPE_MAR_FULL_MODULATIONS=1: every step's in full (as before, to time the difference).
+    // Every step's in full (one window for all steps) up to the fused kernels' rows, whichever
+    // path runs (so the paths stay comparable bit for bit): there the modulations cost little
+    // and more groups cost more kernels (MAR-B b1 lazymar-released 239.0 ms in full vs 251.7 ms
+    // by need, H200, two calls with baselines 472.0 ms). Also with
+    // VARSCOPE_MAR_FULL_MODULATIONS=1 (to time the difference).
     const char* full_env = std::getenv("VARSCOPE_MAR_FULL_MODULATIONS");
-    const bool all_mods = full_env != nullptr && std::strcmp(full_env, "1") == 0;
+    const bool all_mods =
+        R <= fused_head_max_rows(W) || (full_env != nullptr && std::strcmp(full_env, "1") == 0);
     std::vector<StepModulations::Need> needs(static_cast<size_t>(S));
     for (int64_t i = 0; i < S; ++i) {
         auto& n = needs[size_t(i)];
@@ -593,7 +598,7 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
         if (fused) {
             // One kernel per linear layer and one for the final layer + CFG + posterior update
             // (the module path's ops in the same order on the reference path).
-            const auto& m = m_i;
+            const auto m = m_i.rows(0, rows);  // both halves computed where all_mods
             // The head MLP cache (forward_mlp_cached's rule): a block computes, or replays its
             // kept term (the MLP term with this step's gate, or the output change).
             const HeadMlpStep ms = head_mlp_step(i, S, mlp_cache_period);
@@ -676,7 +681,7 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
         mlp_cache.step = head_mlp_step(i, S, mlp_cache_period);
         if (hybrid && mlp_cache.step == HeadMlpStep::Reuse) {
             // Every block replayed from the module path's kept tensors, in one kernel.
-            const auto& m = m_i;
+            const auto m = m_i.rows(0, rows);  // both halves computed where all_mods
             std::vector<kernels::DiffKeptBlock> kept;
             for (int64_t b = 0; b < net.depth(); ++b) {
                 const auto k = static_cast<size_t>(b);
