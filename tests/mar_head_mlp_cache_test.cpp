@@ -9,13 +9,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "core/accel/lazymar.h"
-#include "core/accel/probe_kinds.h"
 #include "core/accel/mar_flops.h"
+#include "core/accel/probe_kinds.h"
 #include "core/mar_pipeline.h"
 #include "core/models/diffloss.h"
 #include "core/sampling/token_sampling.h"
@@ -263,8 +264,8 @@ TEST(HeadMlpCache, FusedReferenceLoopEqualsTheModulePathExactly) {
         auto start = at::empty({N, C});
         auto noise = at::empty({S, 2 * N, C});
         DiffusionSampler::draw_noise(start, noise, seeded_generator(at::kCPU, 9));
-        EXPECT_TRUE(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedReference,
-                                                      nullptr, 7));
+        EXPECT_TRUE(
+            DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedReference, nullptr, 7));
         std::string why;
         EXPECT_FALSE(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::Auto, &why, 7));
         EXPECT_FALSE(why.empty());
@@ -294,13 +295,87 @@ TEST(HeadMlpCache, FusedReferenceLoopEqualsTheModulePathExactly) {
     }
 }
 
+// Above the fused kernels' rows (here 20) a step's modulations are computed by need (the
+// conditional rows alone where the head CFG cache skips the other half; nothing, or the gate
+// alone, for the blocks the MLP cache replays): still the released rule's samples, still the
+// same bits on the module path and the fused reference loop, and the samples of every
+// modulation in full (VARSCOPE_MAR_FULL_MODULATIONS=1) up to rounding.
+TEST(HeadMlpCache, ModulationsByNeedAtManyRows) {
+    auto pipe = strong_head_mar(head_config(), 4);
+    c10::InferenceMode guard;
+    const auto& net = *pipe.sampler().transformer()->diffloss->net;
+    const DiffusionSampler diffusion = mild_schedule(50);
+    const int64_t N = 10, C = net.in_channels(), S = diffusion.schedule().num_steps();
+    ASSERT_GT(2 * N, DiffusionSampler::fused_head_max_rows(net.width()));
+    const auto z = at::randn({2 * N, 32});
+    const auto cfg = at::full({}, 2.5);
+    auto start = at::empty({N, C});
+    auto noise = at::empty({S, 2 * N, C});
+    DiffusionSampler::draw_noise(start, noise, seeded_generator(at::kCPU, 11));
+    for (int64_t cfg_period : {0, 7, 3}) {
+        SCOPED_TRACE("cfg period " + std::to_string(cfg_period));
+        auto run = [&](HeadPath path, int64_t mlp = 7) {
+            return diffusion.sample_with_noise(net, z, cfg, 0.9, start, noise, {}, cfg_period, path,
+                                               mlp);
+        };
+        const auto modules = run(HeadPath::Modules);
+        EXPECT_TRUE(at::equal(run(HeadPath::FusedReference), modules));
+        const double moved = rel_diff(modules, run(HeadPath::Modules, 0));
+        EXPECT_GT(moved, 1e-3) << "the cache changed nothing: is it used?";
+        const auto ref =
+            reference_sample(net, diffusion.schedule(), z, cfg, 0.9, start, noise, cfg_period, 7);
+        EXPECT_LT(rel_diff(modules, ref), 1e-5);
+        EXPECT_LT(rel_diff(modules, ref), 1e-3 * moved);
+        setenv("VARSCOPE_MAR_FULL_MODULATIONS", "1", 1);
+        const auto full = run(HeadPath::Modules);
+        unsetenv("VARSCOPE_MAR_FULL_MODULATIONS");
+        EXPECT_LT(rel_diff(full, modules), 1e-5);
+    }
+}
+
+// SimpleMlpAdaLN::modulations by need: All as in full (the same op), Gate the gate alone (rows
+// of the same weight), None nothing; the final layer's always; one need per block.
+TEST(HeadMlpCache, ModulationsByNeed) {
+    auto pipe = strong_head_mar(head_config(), 4);
+    c10::InferenceMode guard;
+    const auto& net = *pipe.sampler().transformer()->diffloss->net;
+    const auto y = at::randn({7, net.width()});
+    const auto full = net.modulations(y);
+    using N = ModulationNeed;
+    const std::vector<N> needs{N::All, N::Gate, N::None, N::All, N::Gate, N::None};
+    const auto m = net.modulations(y, needs);
+    for (size_t b = 0; b < needs.size(); ++b) {
+        SCOPED_TRACE("block " + std::to_string(b));
+        if (needs[b] == N::All) {
+            EXPECT_TRUE(at::equal(m.shift[b], full.shift[b]));
+            EXPECT_TRUE(at::equal(m.scale1[b], full.scale1[b]));
+            EXPECT_TRUE(at::equal(m.gate[b], full.gate[b]));
+            continue;
+        }
+        EXPECT_FALSE(m.shift[b].defined());
+        EXPECT_FALSE(m.scale1[b].defined());
+        if (needs[b] == N::None) {
+            EXPECT_FALSE(m.gate[b].defined());
+        } else {
+            ASSERT_TRUE(m.gate[b].defined());
+            EXPECT_TRUE(at::allclose(m.gate[b], full.gate[b], 1e-5, 1e-6));
+        }
+    }
+    EXPECT_TRUE(at::equal(m.final_shift, full.final_shift));
+    EXPECT_TRUE(at::equal(m.final_scale1, full.final_scale1));
+    const auto rows = m.rows(2, 3);  // undefined entries stay undefined
+    EXPECT_FALSE(rows.gate[2].defined());
+    EXPECT_EQ(rows.gate[1].size(0), 3);
+    EXPECT_THROW(net.modulations(y, {N::All}), c10::Error);
+}
+
 // The replayed blocks' reference: kept rows cut to the step's or repeated twice (the released
 // code's fit), the gated term rounded as the module path's two ops; bad kept tensors refused.
 TEST(HeadMlpCache, ReplayedBlocksReference) {
     namespace vk = varscope::kernels;
     const auto h = at::randn({4, 8});
     const auto gate = at::randn({4, 8});
-    const auto mlp2 = at::randn({2, 8});   // kept at a step with half the rows
+    const auto mlp2 = at::randn({2, 8});     // kept at a step with half the rows
     const auto change6 = at::randn({6, 8});  // kept at a step with more rows
     const auto out = vk::diff_apply_kept(h, {{mlp2, gate}, {change6, {}}}, vk::KernelPath::Auto);
     const auto expect = (h + gate * at::cat({mlp2, mlp2})) + change6.narrow(0, 0, 4);
@@ -352,8 +427,8 @@ TEST(HeadMlpCache, DriftIsMeasuredAtRefreshesAndProbedPerStep) {
                                                    HeadPath::Modules, 1, &every);
         EXPECT_EQ(every.mlp_refreshes, 50);
         EXPECT_EQ(every.cfg_refreshes, 0);  // the condition cache is off
-        EXPECT_TRUE(at::equal(c, diffusion.sample_with_noise(net, z, cfg, 1.0, start, noise, {},
-                                                             0, HeadPath::Modules)));
+        EXPECT_TRUE(at::equal(c, diffusion.sample_with_noise(net, z, cfg, 1.0, start, noise, {}, 0,
+                                                             HeadPath::Modules)));
     }
     MarSampleOptions o;
     o.class_ids = {1, 2};
