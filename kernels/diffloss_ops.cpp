@@ -197,16 +197,19 @@ bool diff_lean_enabled() {
     return switch_on(g_lean, "VARSCOPE_DIFF_LEAN");
 }
 
-bool diff_head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,
-                              std::string* why_not) {
+namespace {
+
+// The fused kernels' conditions, with the most rows the kernel in question takes.
+bool head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t max_rows, int64_t width,
+                         std::string* why_not) {
     if (auto why = cuda_path_blocker({like}); !why.empty())
         return unsupported(why_not, std::move(why));
     const auto t = like.scalar_type();
     if (t != at::kHalf && t != at::kBFloat16)
         return unsupported(why_not, "the fused DiffLoss kernels take float16 or bfloat16 only");
-    if (rows < 1 || rows > kMaxRows)
+    if (rows < 1 || rows > max_rows)
         return unsupported(
-            why_not, "the fused DiffLoss kernels take 1.." + std::to_string(kMaxRows) + " rows");
+            why_not, "the fused DiffLoss kernels take 1.." + std::to_string(max_rows) + " rows");
     if (width < 8 || width > kMaxWidth || width % 8 != 0)
         return unsupported(why_not,
                            "the fused DiffLoss kernels take widths that are multiples of 8 up to " +
@@ -214,14 +217,17 @@ bool diff_head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t widt
     return true;
 }
 
+}  // namespace
+
+bool diff_head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,
+                              std::string* why_not) {
+    return head_cuda_supported(like, rows, kMaxRows, width, why_not);
+}
+
 bool diff_cached_step_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,
                                      std::string* why_not) {
-    if (diff_cached_layout_for(rows) != DiffCachedLayout::Rows || rows <= kMaxRows)
-        return diff_head_cuda_supported(like, rows, width, why_not);
-    if (rows > kMaxCachedRows)
-        return unsupported(why_not, "the fused DiffLoss cached step takes 1.." +
-                                        std::to_string(kMaxCachedRows) + " rows");
-    return diff_head_cuda_supported(like, kMaxRows, width, why_not);  // the other conditions
+    const bool by_rows = diff_cached_layout_for(rows) == DiffCachedLayout::Rows;
+    return head_cuda_supported(like, rows, by_rows ? kMaxCachedRows : kMaxRows, width, why_not);
 }
 
 at::Tensor diff_input_proj(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,

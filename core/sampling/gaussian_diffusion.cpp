@@ -528,8 +528,8 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
         }
         n.rows = guided && !full_cfg_step(i, S, cfg_cache_period) ? N : R;
         const HeadMlpStep ms = head_mlp_step(i, S, mlp_cache_period);
+        const bool replays = ms == HeadMlpStep::Reuse || ms == HeadMlpStep::Warmup;
         for (int64_t b = 0; b < net.depth(); ++b) {
-            const bool replays = ms == HeadMlpStep::Reuse || ms == HeadMlpStep::Warmup;
             n.blocks.push_back(!replays                   ? ModulationNeed::All
                                : head_mlp_skips_block(b)  ? ModulationNeed::None
                                : ms == HeadMlpStep::Reuse ? ModulationNeed::Gate
