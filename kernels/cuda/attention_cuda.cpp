@@ -16,7 +16,8 @@ cudaError_t probe_kernel_image();  // kernel_probe.cu
 // Hopper wgmma kernels (csla_attention_sm90.cuh; attention variant 3, the default), bf16 only,
 // Output epilogue: CSLA block-sparse (csla_attention_sm90_d*.cu) and CS4A gathered
 // (cs4a_attention_sm90_d*.cu). impl: 0 two K/V stages, 6 one stage and three CTAs per SM,
-// 7/8 warp-specialised (TMA producer warp; 8 overlaps S and PV), CSLA only.
+// 7/8/9 warp-specialised (TMA producer warp; 8 overlaps S and PV; 9 is 8 without a maximum per
+// tile), CSLA only.
 cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
 cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, cudaStream_t);
 cudaError_t launch_cs4a_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
@@ -82,16 +83,16 @@ void launch(const AttentionParams& p_in, const at::Tensor& q, TileMode mode, Epi
     AttentionParams p = p_in;
     if (use_sm90(p, q, mode, epi)) {
         // Default: the fastest measured (bench/results/2026-11-25-h100/kernels_sm90_v2.md,
-        // cs4a_sm90.md, 2026-11-26-*/csla_ws.md): 8 (warp-specialised, TMA copies, S/PV
-        // overlap) at d128 and d64 (H200 probe, CSLA Infinity-8B block 64: 0.174 ms vs 0.209
-        // for 6; VAR-d30 last scales 7-18 % ahead of 0). CS4A has no TMA form (7/8 run 6 for
-        // it): its defaults stay 6 at d128, 0 at d64. VARSCOPE_SM90_IMPL=0|6|7|8 overrides.
+        // cs4a_sm90.md, 2026-11-26-*/csla_ws*.md): 9 (warp-specialised, TMA copies, S/PV
+        // overlap, no maximum per tile) at d128 and d64 (H200 probe, CSLA Infinity-8B block 64:
+        // 0.167 ms vs 0.174 for 8 and 0.209 for 6). CS4A has no TMA form (7/8/9 run 6 for it):
+        // its defaults stay 6 at d128, 0 at d64. VARSCOPE_SM90_IMPL=0|6|7|8|9 overrides.
         const char* impl_env = std::getenv("VARSCOPE_SM90_IMPL");
         const bool named = impl_env != nullptr && impl_env[0] != '\0' && impl_env[1] == '\0' &&
-                           std::strchr("0678", impl_env[0]) != nullptr;
+                           std::strchr("06789", impl_env[0]) != nullptr;
         const int cs4a_default = d == 128 ? 6 : 0;
         const int impl =
-            named ? impl_env[0] - '0' : (mode == TileMode::Gathered ? cs4a_default : 8);
+            named ? impl_env[0] - '0' : (mode == TileMode::Gathered ? cs4a_default : 9);
         if (mode == TileMode::Gathered)
             err = d == 64 ? launch_cs4a_sm90_d64_bf16(p, impl, stream)
                           : launch_cs4a_sm90_d128_bf16(p, impl, stream);

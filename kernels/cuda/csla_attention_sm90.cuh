@@ -33,10 +33,10 @@
 // the device in session 5 by a swapped-descriptor run that failed the test).
 #pragma once
 
-#include <cuda.h>  // CUtensorMap (schedules 7/8: TMA copies)
+#include <cuda.h>          // CUtensorMap (schedules 7/8: TMA copies)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include <atomic>
 #include <cstdint>
@@ -74,9 +74,9 @@ struct Sm90Traits {
 template <int kHeadDim, bool kOverlap>
 struct WsTraits {
     static constexpr int kSlots = kHeadDim == 128 && !kOverlap ? 3 : 4;
-    static constexpr int kPanels = kHeadDim / 64;          // 64-column (128-byte) panels
+    static constexpr int kPanels = kHeadDim / 64;         // 64-column (128-byte) panels
     static constexpr int kTileBytes = 64 * kHeadDim * 2;  // Q, K or V tile
-    static constexpr int kThreads = 160;                   // consumer warpgroup + producer warp
+    static constexpr int kThreads = 160;                  // consumer warpgroup + producer warp
     static constexpr int kBarOffset = kTileBytes * (1 + kSlots);
     // Barriers: Q full, then full[kSlots], empty[kSlots]; then per slot the valid keys of its K
     // tile (len_k - first key, written by the producer before the slot's arrive); plus 1 KiB for
@@ -637,8 +637,7 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
-                 "r"(bytes)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                  : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
@@ -675,8 +674,7 @@ __device__ __forceinline__ bool online_softmax_lazy(float (&s)[32], float (&row_
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int c = 0; c < 4; ++c)
-            part_max[r][c] = fmaxf(s[4 * c + 2 * r], s[4 * c + 2 * r + 1]);
+        for (int c = 0; c < 4; ++c) part_max[r][c] = fmaxf(s[4 * c + 2 * r], s[4 * c + 2 * r + 1]);
 #pragma unroll
     for (int j = 4; j < 8; ++j)
 #pragma unroll
@@ -686,8 +684,8 @@ __device__ __forceinline__ bool online_softmax_lazy(float (&s)[32], float (&row_
     float tile_max[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r)
-        tile_max[r] = fmaxf(fmaxf(part_max[r][0], part_max[r][1]),
-                            fmaxf(part_max[r][2], part_max[r][3]));
+        tile_max[r] =
+            fmaxf(fmaxf(part_max[r][0], part_max[r][1]), fmaxf(part_max[r][2], part_max[r][3]));
     bool grow = false;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -725,13 +723,78 @@ __device__ __forceinline__ bool online_softmax_lazy(float (&s)[32], float (&row_
     return rescale;
 }
 
-// kOverlap (schedule 8): QK_{i+1} and PV_i are in flight together while the softmax of tile
+// Schedule 9's softmax: no maximum per tile. The exponent base (a maximum of scores already
+// seen, so never above the true running maximum) stays until some P of a tile exceeds
+// 2^kPBoundLog2, which the thread's partial row sums show (P > 2^k forces its sum above 2^k; a
+// NaN or inf fails the test too); only then are the tile's maxima found (shuffles) and the base
+// moved, and P computed again from S. Exact as before: softmax does not depend on the base, P <=
+// 2^16 is far from fp32 overflow, and bf16 keeps its relative precision at any magnitude. No base
+// yet (-inf, nothing seen) makes the fast path's P inf or NaN: the test sends it to the slow path.
+// Writes P to p (S stays for the slow path); returns whether O must be rescaled by corr (uniform
+// per warp). (H200, Table 1's shape, block 64: 0.167 ms vs 0.174 for 8's per-tile maximum.)
+constexpr float kPBoundLog2 = 16.f;
+__device__ __forceinline__ bool online_softmax_bounded(const float (&s)[32], float (&p)[32],
+                                                       float (&row_max)[2], float (&row_sum)[2],
+                                                       float (&corr)[2], float sl2) {
+    const float bound = exp2f(kPBoundLog2);
+    auto exps = [&](const float(&neg_base)[2], float(&tile_sum)[2]) {
+        float part[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float x = fast_exp2(fmaf(s[4 * j + e], sl2, neg_base[e >> 1]));
+                p[4 * j + e] = x;
+                part[e >> 1][(j & 1) * 2 + (e & 1)] += x;
+            }
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+            tile_sum[r] = (part[r][0] + part[r][1]) + (part[r][2] + part[r][3]);
+    };
+    float tile_sum[2];
+    {
+        const float neg_base[2] = {-row_max[0] * sl2, -row_max[1] * sl2};
+        exps(neg_base, tile_sum);
+        const bool over = !(tile_sum[0] <= bound) || !(tile_sum[1] <= bound);
+        if (!__any_sync(0xffffffff, over)) {
+            row_sum[0] += tile_sum[0];
+            row_sum[1] += tile_sum[1];
+            return false;
+        }
+    }
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        tile_max[0] = fmaxf(tile_max[0], fmaxf(s[4 * j + 0], s[4 * j + 1]));
+        tile_max[1] = fmaxf(tile_max[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+    float neg_base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 1));
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 2));
+        const float m_new = fmaxf(row_max[r], tile_max[r]);
+        corr[r] = row_max[r] == -INFINITY ? 0.f : fast_exp2((row_max[r] - m_new) * sl2);
+        row_max[r] = m_new;
+        row_sum[r] *= corr[r];
+        neg_base[r] = m_new == -INFINITY ? 0.f : -m_new * sl2;
+    }
+    exps(neg_base, tile_sum);
+    row_sum[0] += tile_sum[0];
+    row_sum[1] += tile_sum[1];
+    return true;
+}
+
+// kOverlap (schedules 8, 9): QK_{i+1} and PV_i are in flight together while the softmax of tile
 // i + 1 runs (FlashAttention-3's intra-warpgroup pipelining); 7 runs them one after the other.
-template <int kHeadDim, bool kOverlap>
-__global__ void __launch_bounds__(160, WsTraits<kHeadDim, kOverlap>::kMinBlocks)
+// 9 is 8 with online_softmax_bounded.
+template <int kHeadDim, int kSchedule>
+__global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule != 7>::kMinBlocks)
     sm90_ws_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap map_q,
                    const __grid_constant__ CUtensorMap map_k,
                    const __grid_constant__ CUtensorMap map_v) {
+    constexpr bool kOverlap = kSchedule != 7;
+    constexpr bool kBounded = kSchedule == 9;
     using W = WsTraits<kHeadDim, kOverlap>;
     constexpr int kTile = W::kTileBytes;
     constexpr int kSlots = W::kSlots;
@@ -740,7 +803,8 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kOverlap>::kMinBlocks)
     const uint32_t smem = (raw + 1023) & ~1023u;
     const uint32_t q_tile = smem;
     const uint32_t q_full = smem + W::kBarOffset;
-    volatile int* valid_keys = reinterpret_cast<volatile int*>(smem_raw + (smem - raw) + W::kValidOffset);
+    volatile int* valid_keys =
+        reinterpret_cast<volatile int*>(smem_raw + (smem - raw) + W::kValidOffset);
     auto tile_at = [&](int slot) { return smem + kTile * (1 + slot); };
     auto full = [&](int slot) { return q_full + 8 * (1 + slot); };
     auto empty = [&](int slot) { return q_full + 8 * (1 + kSlots + slot); };
@@ -762,7 +826,7 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kOverlap>::kMinBlocks)
     }
     __syncthreads();  // the last CTA-wide barrier: the producer warp leaves early
 
-    if (warp == 4) {  // producer: lane 0 issues every copy
+    if (warp == 4) {                      // producer: lane 0 issues every copy
         if (lane != 0 || n == 0) return;  // no tile: no copy may outlive the CTA
         mbar_expect_tx(q_full, kTile);
 #pragma unroll
@@ -805,7 +869,7 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kOverlap>::kMinBlocks)
 
     // Issues S_i = Q K_i; returns the number of valid keys of tile i (from the producer; the
     // consumer reads no list).
-    auto scores = [&](float (&s)[32], int i) -> int {
+    auto scores = [&](float(&s)[32], int i) -> int {
         mbar_wait(full(slot_of(2 * i)), phase_of(2 * i));
         const int n_valid = valid_keys[slot_of(2 * i)];
         wgmma_fence();
@@ -819,12 +883,12 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kOverlap>::kMinBlocks)
         return n_valid;
     };
     // After S_i's wait: releases K_i's slot, masks keys past len_k (uniform per CTA).
-    auto finish_scores = [&](float (&s)[32], int i, int n_valid) {
+    auto finish_scores = [&](float(&s)[32], int i, int n_valid) {
         fence_regs(s);
         release(2 * i);
         if (n_valid < 64) mask_tail(s, n_valid, t);
     };
-    auto issue_pv_of = [&](const uint32_t (&pa)[4][4], int i) {
+    auto issue_pv_of = [&](const uint32_t(&pa)[4][4], int i) {
         mbar_wait(full(slot_of(2 * i + 1)), phase_of(2 * i + 1));
         wgmma_fence();
         const uint64_t dv = smem_desc(tile_at(slot_of(2 * i + 1)), 64 * 128, 1024);
@@ -876,16 +940,28 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kOverlap>::kMinBlocks)
             wgmma_wait<1>();  // S_i done; PV_{i-1} may still run
             finish_scores(s, i, n_valid);
             float corr[2];
-            const bool rescale = online_softmax_lazy(s, row_max, row_sum, corr, sl2);
-            // Pins the softmax above the wait: ptxas otherwise sank the exponentials below it,
-            // serialising them after PV_{i-1} (seen in the SASS).
-            fence_regs(s);
-            fence_regs(row_sum);
-            wgmma_wait<0>();  // PV_{i-1} done: O and V_{i-1}'s slot are free
-            fence_regs(o);
-            release(2 * i - 1);
-            if (rescale) rescale_o<kHeadDim>(o, corr);
-            pack_p(s, pa);
+            if constexpr (kBounded) {
+                float pv[32];
+                const bool rescale = online_softmax_bounded(s, pv, row_max, row_sum, corr, sl2);
+                fence_regs(pv);
+                fence_regs(row_sum);
+                wgmma_wait<0>();  // PV_{i-1} done: O and V_{i-1}'s slot are free
+                fence_regs(o);
+                release(2 * i - 1);
+                if (rescale) rescale_o<kHeadDim>(o, corr);
+                pack_p(pv, pa);
+            } else {
+                const bool rescale = online_softmax_lazy(s, row_max, row_sum, corr, sl2);
+                // Pins the softmax above the wait: ptxas otherwise sank the exponentials below
+                // it, serialising them after PV_{i-1} (seen in the SASS).
+                fence_regs(s);
+                fence_regs(row_sum);
+                wgmma_wait<0>();  // PV_{i-1} done: O and V_{i-1}'s slot are free
+                fence_regs(o);
+                release(2 * i - 1);
+                if (rescale) rescale_o<kHeadDim>(o, corr);
+                pack_p(s, pa);
+            }
         }
         fence_regs(o);
         fence_regs(pa);
@@ -900,7 +976,7 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kOverlap>::kMinBlocks)
 #else
 template <int kHeadDim, int kStages, bool kGathered>
 __global__ void sm90_attention_kernel(const AttentionParams) {}
-template <int kHeadDim, bool kOverlap>
+template <int kHeadDim, int kSchedule>
 __global__ void sm90_ws_kernel(const AttentionParams, const __grid_constant__ CUtensorMap,
                                const __grid_constant__ CUtensorMap,
                                const __grid_constant__ CUtensorMap) {}
@@ -929,8 +1005,8 @@ inline bool make_tensor_map(CUtensorMap* map, const void* ptr, const int64_t (&s
     static const auto encode = [] {
         void* fn = nullptr;
         cudaDriverEntryPointQueryResult found{};
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                             &found) != cudaSuccess ||
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                             cudaEnableDefault, &found) != cudaSuccess ||
             found != cudaDriverEntryPointSuccess)
             fn = nullptr;
         return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
@@ -950,10 +1026,10 @@ inline bool make_tensor_map(CUtensorMap* map, const void* ptr, const int64_t (&s
 
 // Schedules 7 (serial) and 8 (overlapped): CSLA only. Returns cudaErrorNotSupported where the
 // tensor maps cannot be made (nothing launched).
-template <int kHeadDim, bool kOverlap>
+template <int kHeadDim, int kSchedule>
 cudaError_t launch_sm90_ws(const AttentionParams& p, cudaStream_t stream) {
-    using W = WsTraits<kHeadDim, kOverlap>;
-    constexpr auto kKernel = sm90_ws_kernel<kHeadDim, kOverlap>;
+    using W = WsTraits<kHeadDim, kSchedule != 7>;
+    constexpr auto kKernel = sm90_ws_kernel<kHeadDim, kSchedule>;
     constexpr int kSmem = W::kSmemBytes;
     static const cudaError_t attr_err =
         cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -988,9 +1064,11 @@ cudaError_t launch_sm90_impl(const AttentionParams& p, int impl, cudaStream_t st
             return launch_sm90<kHeadDim, 1, kGathered>(p, stream);
         case 7:
         case 8:
+        case 9:
             if constexpr (!kGathered) {
-                const cudaError_t err = impl == 7 ? launch_sm90_ws<kHeadDim, false>(p, stream)
-                                                  : launch_sm90_ws<kHeadDim, true>(p, stream);
+                const cudaError_t err = impl == 7   ? launch_sm90_ws<kHeadDim, 7>(p, stream)
+                                        : impl == 8 ? launch_sm90_ws<kHeadDim, 8>(p, stream)
+                                                    : launch_sm90_ws<kHeadDim, 9>(p, stream);
                 if (err != cudaErrorNotSupported) return err;
                 ++ws_fallbacks();
             }

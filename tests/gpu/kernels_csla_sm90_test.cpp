@@ -1,8 +1,9 @@
 // The sm_90a wgmma kernels (attention variant 3), CSLA block-sparse and CS4A gathered, against
 // the float64 reference: error at most twice torch's own at bf16, tails on both axes, random
 // lists with empty query blocks (gathered: counts off tile boundaries and on them, invalid
-// entries inside the count), poisoned outputs, two runs bitwise equal. One test per schedule
-// (VARSCOPE_SM90_IMPL 0 and 6). Skips without CUDA, kernels for the device, or a Hopper GPU.
+// entries inside the count), poisoned outputs, two runs bitwise equal; scores that rise along the
+// keys (the exponent base must move: schedule 9 moves it only when P would pass 2^16). One test
+// per schedule (VARSCOPE_SM90_IMPL). Skips without CUDA, kernels for the device, or a Hopper GPU.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -133,8 +134,8 @@ void expect_matches_masked_reference(const at::Tensor& q, const at::Tensor& k, c
 }  // namespace
 
 // One test per schedule (VARSCOPE_SM90_IMPL: 0 two K/V stages, 6 one stage with three CTAs per
-// SM, 7/8 warp-specialised with TMA copies, 8 with S/PV overlap), so a failure or a hang names
-// its schedule.
+// SM, 7/8/9 warp-specialised with TMA copies, 8 with S/PV overlap, 9 without a maximum per tile),
+// so a failure or a hang names its schedule.
 class KernelsCslaSm90 : public ::testing::TestWithParam<int> {};
 
 TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {
@@ -196,7 +197,48 @@ TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {
         << "impl " << impl << " fell back to 6";
 }
 
-INSTANTIATE_TEST_SUITE_P(Impl, KernelsCslaSm90, ::testing::Values(0, 6, 7, 8),
+// Keys scaled by a ramp (x1 at the first key to x12 at the last) and lists in random order: a
+// tile's scores can exceed the exponent base by far more than 2^16 in P, so the base moves many
+// times, upwards and, for tiles visited after larger ones, stays. A schedule that failed to
+// rescale O or the row sums when it moves is off by orders of magnitude here; with random keys
+// of one scale (the test above) the base hardly ever moves after the first tile.
+TEST_P(KernelsCslaSm90, RisingScoresMoveTheBase) {
+    std::string why;
+    if (!hopper_runnable(&why)) GTEST_SKIP() << why;
+    c10::InferenceMode guard;
+    VariantGuard restore;
+    vk::set_attention_kernel_variant(3);
+    at::manual_seed(22);
+    const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+    const std::string impl = std::to_string(GetParam());
+    setenv("VARSCOPE_SM90_IMPL", impl.c_str(), 1);
+    const int fallbacks_before = vk::sm90_ws_fallback_count();
+    for (const int64_t d : {64, 128}) {
+        const int64_t lq = 192, lk = 2000, block = 64;
+        const auto q = at::randn({1, 2, lq, d}, opts);
+        const auto ramp = at::linspace(1.0, 12.0, lk, opts).view({1, 1, lk, 1});
+        const auto k = (at::randn({1, 2, lk, d}, opts) * ramp).to(at::kBFloat16);
+        const auto v = at::randn({1, 2, lk, d}, opts);
+        const int64_t nqb = (lq + block - 1) / block, nkb = (lk + block - 1) / block;
+        const auto [idx, cnt] = lists_for(nqb, nkb, 0.6, false);
+        vk::AttentionOptions o;
+        o.path = vk::KernelPath::Cuda;
+        o.return_lse = true;
+        o.out = at::full(q.sizes(), std::numeric_limits<double>::quiet_NaN(), opts);
+        const auto got = vk::block_sparse_attention(q, k, v, idx, cnt, block, block, o);
+        torch::cuda::synchronize();
+        o.out = at::full(q.sizes(), std::numeric_limits<double>::quiet_NaN(), opts);
+        const auto again = vk::block_sparse_attention(q, k, v, idx, cnt, block, block, o);
+        torch::cuda::synchronize();
+        const auto mask =
+            vk::reference::token_mask_from_block_lists(idx, cnt, block, block, lq, lk);
+        expect_matches_masked_reference(q, k, v, mask, got, again,
+                                        "impl " + impl + " rising scores d=" + std::to_string(d));
+    }
+    EXPECT_EQ(vk::sm90_ws_fallback_count(), fallbacks_before) << "impl " << impl;
+}
+
+INSTANTIATE_TEST_SUITE_P(Impl, KernelsCslaSm90, ::testing::Values(0, 6, 7, 8, 9),
                          [](const ::testing::TestParamInfo<int>& i) {
                              return "impl" + std::to_string(i.param);
                          });

@@ -8,9 +8,10 @@
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I.
 //     tools/bench/csla_sm90_probe.cu kernels/cuda/csla_attention_sm90_d{64,128}.cu
 //     kernels/cuda/cs4a_attention_sm90_d{64,128}.cu -o probe
-//   probe [--profile] [--mask-only] [--impls 0678] [--iters 30]
+//   probe [--profile] [--mask-only] [--dense] [--impls 0678] [--iters 30]
 // --profile: one launch per schedule at block 64 only (for ncu -k regex:sm90_attention).
 // --mask-only: the Table-1 mask's statistics (no GPU needed).
+// --dense: also times Table 1's shape with every block active (the tile loop's own rate).
 // Exit code 1 when a check fails.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -50,7 +51,8 @@ namespace {
     } while (0)
 
 // Schedules (VARSCOPE_SM90_IMPL numbers); 1-5 were dropped; 7/8 are CSLA-only (CS4A runs 6).
-const char* const kNames[] = {"serial", "", "", "", "", "", "single", "ws", "ws-ovl"};
+const char* const kNames[] = {"serial", "bound-qreg", "",   "",       "",
+                              "",       "single",     "ws", "ws-ovl", "ws-bound"};
 
 float bf(__nv_bfloat16 x) {
     return __bfloat162float(x);
@@ -277,11 +279,18 @@ void reference(const Problem& pr, std::vector<double>& o, std::vector<double>& l
             }
 }
 
+// rising: keys scaled by a ramp (x1 to x12 along the key axis), so that scores of later tiles
+// pass the exponent base by far more than 2^16 in P and the base must move (schedule 9).
 Problem random_problem(int b, int h, int lq, int lk, int d, int bq, int bk, bool strided,
-                       std::mt19937& g) {
+                       std::mt19937& g, bool rising = false) {
     Problem pr{b, h, lq, lk, d, bq, bk, strided, {}, {}, {}, {}};
     pr.q = randn_bf16(size_t(b) * h * lq * d, g);
     pr.k = randn_bf16(size_t(b) * h * lk * d, g);
+    if (rising)
+        for (size_t i = 0; i < pr.k.size(); ++i) {
+            const int key = static_cast<int>((i / d) % lk);
+            pr.k[i] = __float2bfloat16(bf(pr.k[i]) * (1.f + 11.f * key / std::max(lk - 1, 1)));
+        }
     pr.v = randn_bf16(size_t(b) * h * lk * d, g);
     const int nqb = (lq + bq - 1) / bq, nkb = (lk + bk - 1) / bk;
     std::vector<uint8_t> bm(size_t(nqb) * nkb, 0);
@@ -335,14 +344,15 @@ int check_all(const std::string& impls, std::mt19937& g) {
     // Block pairs; {192, 0}: gathered (CS4A) lists for 192-row query blocks, {64, 0} for 64.
     const int blocks[6][2] = {{64, 64}, {128, 128}, {128, 64}, {64, 128}, {64, 0}, {192, 0}};
     int failures = 0, cases = 0;
-    std::vector<double> worst(9, 0.0), worst_ratio(9, 0.0);
+    std::vector<double> worst(10, 0.0), worst_ratio(10, 0.0);
     for (const auto& s : shapes)
         for (const auto& bb : blocks)
             for (const bool strided : {false, true}) {
+                // CSLA: the strided cases also with rising scores (see random_problem).
                 const Problem pr =
-                    bb[1] == 0
-                        ? random_gathered(s.b, s.h, s.lq, s.lk, s.d, bb[0], strided, g)
-                        : random_problem(s.b, s.h, s.lq, s.lk, s.d, bb[0], bb[1], strided, g);
+                    bb[1] == 0 ? random_gathered(s.b, s.h, s.lq, s.lk, s.d, bb[0], strided, g)
+                               : random_problem(s.b, s.h, s.lq, s.lk, s.d, bb[0], bb[1], strided, g,
+                                                strided);
                 std::vector<double> ro, rl;
                 reference(pr, ro, rl);
                 Dev dv = upload(pr);
@@ -502,7 +512,7 @@ int time_impls(const Problem& pr, const Dev& dv, const std::string& impls, int i
     return failures;
 }
 
-int bench(const std::string& impls, int iters, bool profile, std::mt19937& g) {
+int bench(const std::string& impls, int iters, bool profile, bool dense, std::mt19937& g) {
     int failures = 0;
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -528,6 +538,14 @@ int bench(const std::string& impls, int iters, bool profile, std::mt19937& g) {
             Dev dv = upload(pr);
             failures += time_impls(pr, dv, impls, iters, profile, flops, flush, flush_bytes);
             release(dv);
+            if (dense && block == 64 && D == 128) {  // every block active: the tile loop alone
+                const std::vector<uint8_t> all(bm.size(), 1);
+                Problem pd{B, H, lq, lk, D, block, block, false, q, k, v, lists_of(all, nqb, nkb)};
+                const double fd = mask_stats("dense", all, pd.lists, lq, lk, block, B, H, D);
+                Dev dd = upload(pd);
+                failures += time_impls(pd, dd, impls, iters, profile, fd, flush, flush_bytes);
+                release(dd);
+            }
         }
         if (profile) continue;
         // CS4A at the last scale, as `varscope-cli bench cs4a`: each 192-row query block keeps the
@@ -567,7 +585,7 @@ int bench(const std::string& impls, int iters, bool profile, std::mt19937& g) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool profile = false;
+    bool profile = false, dense = false;
     std::string impls = "0678";
     int iters = 30;
     for (int i = 1; i < argc; ++i) {
@@ -584,6 +602,8 @@ int main(int argc, char** argv) {
         }
         if (!std::strcmp(argv[i], "--profile"))
             profile = true;
+        else if (!std::strcmp(argv[i], "--dense"))
+            dense = true;
         else if (!std::strcmp(argv[i], "--impls") && i + 1 < argc)
             impls = argv[++i];
         else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
@@ -605,7 +625,7 @@ int main(int argc, char** argv) {
     std::mt19937 g(6);
     int failures = 0;
     if (!profile) failures += check_all(impls, g);
-    failures += bench(impls, iters, profile, g);
+    failures += bench(impls, iters, profile, dense, g);
     // 7/8 fall back to 6 where no tensor map can be made: then they were not what ran.
     const int fallbacks = varscope::kernels::cuda::sm90::ws_fallbacks().load();
     std::printf("schedule 7/8 fallbacks to 6: %d\n", fallbacks);
