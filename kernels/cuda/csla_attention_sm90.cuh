@@ -18,9 +18,13 @@
 //      a ring of K/V slots on mbarriers; the consumer warpgroup issues no copies and no CTA
 //      barriers; lazy O rescale (the running maximum moves only when it grows by > 2^8).
 //   8: 7 with QK_{i+1} and PV_i in flight together while softmax i + 1 runs, 2 CTAs per SM.
-//   CS4A has no TMA form (rows gathered by index): 7/8 run 6 for it.
-// Default (attention_cuda.cpp): 8 at d128 and d64 (bench/results/2026-11-26-*/csla_ws.md).
-// Tried and dropped (same notes): 8 with two consumer warpgroups sharing every K/V tile of a
+//   9: 8 without a maximum per tile (online_softmax_bounded).
+//   CS4A has no TMA form (rows gathered by index): 7/8/9 run 6 for it.
+// Default (attention_cuda.cpp): 9 at d128 and d64 (bench/results/2026-11-26-h200/csla_bound.md).
+// Tried and dropped (csla_bound.md): 8 with its exponentials pinned above the PV wait; two
+// query blocks per CTA whose warpgroups issue their GEMMs in turn (FA3's ping-pong); a 5-slot
+// ring; a persistent kernel (one K/V ring across work items); Q as wgmma's register operand.
+// Tried and dropped (csla_ws.md): 8 with two consumer warpgroups sharing every K/V tile of a
 // 128-row query block (half the L2 traffic; no faster); 7 with 128-key steps (one m64n128k16
 // wgmma per k-step, 64 scores per thread per softmax; slower than 8). Dropped after
 // measuring (bench/results/2026-11-25-h100/kernels_sm90_v2.md, cs4a_sm90.md): 1/2 (FA3-style
