@@ -321,19 +321,29 @@ __device__ __forceinline__ void mask_columns(float (&s)[32], const unsigned char
 // Softmax of one (masked) S tile in place (log2 units, scale folded into one FFMA per element):
 // updates the running max / sum, leaves P = exp2(S * scale - max) in s and the factor by which O
 // must be rescaled in corr.
-__device__ __forceinline__ void online_softmax(float (&s)[32], float (&row_max)[2],
-                                               float (&row_sum)[2], float (&corr)[2], float sl2) {
-    float tile_max[2] = {-INFINITY, -INFINITY};
+// The maxima of this thread's two rows of an S tile over the whole row (the 4 threads that hold
+// a row exchange theirs).
+__device__ __forceinline__ void tile_row_maxima(const float (&s)[32], float (&tile_max)[2]) {
+    tile_max[0] = tile_max[1] = -INFINITY;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         tile_max[0] = fmaxf(tile_max[0], fmaxf(s[4 * j + 0], s[4 * j + 1]));
         tile_max[1] = fmaxf(tile_max[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
     }
-    float neg_base[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 1));
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 2));
+    }
+}
+
+__device__ __forceinline__ void online_softmax(float (&s)[32], float (&row_max)[2],
+                                               float (&row_sum)[2], float (&corr)[2], float sl2) {
+    float tile_max[2];
+    tile_row_maxima(s, tile_max);
+    float neg_base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
         const float m_new = fmaxf(row_max[r], tile_max[r]);
         const float m_use = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: no inf - inf
         corr[r] = fast_exp2((row_max[r] - m_use) * sl2);
@@ -667,6 +677,25 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
         : "memory");
 }
 
+// P = exp2(S * scale - base) of one tile (p may be s itself), and each row's sum of P over this
+// thread's 16 values (four independent partials: ncu showed the consumer warps stalled on
+// fixed-latency chains of 16).
+__device__ __forceinline__ void exp2_tile(const float (&s)[32], float (&p)[32],
+                                          const float (&neg_base)[2], float sl2,
+                                          float (&tile_sum)[2]) {
+    float part[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float x = fast_exp2(fmaf(s[4 * j + e], sl2, neg_base[e >> 1]));
+            p[4 * j + e] = x;
+            part[e >> 1][(j & 1) * 2 + (e & 1)] += x;
+        }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) tile_sum[r] = (part[r][0] + part[r][1]) + (part[r][2] + part[r][3]);
+}
+
 // As online_softmax, with the lazy base (see schedule 7 above). Returns whether O must be
 // rescaled by corr (uniform per warp).
 __device__ __forceinline__ bool online_softmax_lazy(float (&s)[32], float (&row_max)[2],
@@ -711,19 +740,10 @@ __device__ __forceinline__ bool online_softmax_lazy(float (&s)[32], float (&row_
     float neg_base[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) neg_base[r] = row_max[r] == -INFINITY ? 0.f : -row_max[r] * sl2;
-    float part_sum[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float x = fast_exp2(fmaf(s[4 * j + e], sl2, neg_base[e >> 1]));
-            s[4 * j + e] = x;
-            part_sum[e >> 1][(j & 1) * 2 + (e & 1)] += x;
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-        row_sum[r] += (part_sum[r][0] + part_sum[r][1]) + (part_sum[r][2] + part_sum[r][3]);
+    float tile_sum[2];
+    exp2_tile(s, s, neg_base, sl2, tile_sum);
+    row_sum[0] += tile_sum[0];
+    row_sum[1] += tile_sum[1];
     return rescale;
 }
 
@@ -741,24 +761,10 @@ __device__ __forceinline__ bool online_softmax_bounded(const float (&s)[32], flo
                                                        float (&row_max)[2], float (&row_sum)[2],
                                                        float (&corr)[2], float sl2) {
     const float bound = exp2f(kPBoundLog2);
-    auto exps = [&](const float(&neg_base)[2], float(&tile_sum)[2]) {
-        float part[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float x = fast_exp2(fmaf(s[4 * j + e], sl2, neg_base[e >> 1]));
-                p[4 * j + e] = x;
-                part[e >> 1][(j & 1) * 2 + (e & 1)] += x;
-            }
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-            tile_sum[r] = (part[r][0] + part[r][1]) + (part[r][2] + part[r][3]);
-    };
     float tile_sum[2];
     {
         const float neg_base[2] = {-row_max[0] * sl2, -row_max[1] * sl2};
-        exps(neg_base, tile_sum);
+        exp2_tile(s, p, neg_base, sl2, tile_sum);
         const bool over = !(tile_sum[0] <= bound) || !(tile_sum[1] <= bound);
         if (!__any_sync(0xffffffff, over)) {
             row_sum[0] += tile_sum[0];
@@ -766,24 +772,18 @@ __device__ __forceinline__ bool online_softmax_bounded(const float (&s)[32], flo
             return false;
         }
     }
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        tile_max[0] = fmaxf(tile_max[0], fmaxf(s[4 * j + 0], s[4 * j + 1]));
-        tile_max[1] = fmaxf(tile_max[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
-    }
+    float tile_max[2];
+    tile_row_maxima(s, tile_max);
     float neg_base[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 1));
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 2));
         const float m_new = fmaxf(row_max[r], tile_max[r]);
         corr[r] = row_max[r] == -INFINITY ? 0.f : fast_exp2((row_max[r] - m_new) * sl2);
         row_max[r] = m_new;
         row_sum[r] *= corr[r];
         neg_base[r] = m_new == -INFINITY ? 0.f : -m_new * sl2;
     }
-    exps(neg_base, tile_sum);
+    exp2_tile(s, p, neg_base, sl2, tile_sum);
     row_sum[0] += tile_sum[0];
     row_sum[1] += tile_sum[1];
     return true;
@@ -944,28 +944,22 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule != 7>::kMinB
             wgmma_wait<1>();  // S_i done; PV_{i-1} may still run
             finish_scores(s, i, n_valid);
             float corr[2];
-            if constexpr (kBounded) {
-                float pv[32];
-                const bool rescale = online_softmax_bounded(s, pv, row_max, row_sum, corr, sl2);
-                fence_regs(pv);
-                fence_regs(row_sum);
-                wgmma_wait<0>();  // PV_{i-1} done: O and V_{i-1}'s slot are free
-                fence_regs(o);
-                release(2 * i - 1);
-                if (rescale) rescale_o<kHeadDim>(o, corr);
-                pack_p(pv, pa);
-            } else {
-                const bool rescale = online_softmax_lazy(s, row_max, row_sum, corr, sl2);
-                // Pins the softmax above the wait: ptxas otherwise sank the exponentials below
-                // it, serialising them after PV_{i-1} (seen in the SASS).
-                fence_regs(s);
-                fence_regs(row_sum);
-                wgmma_wait<0>();  // PV_{i-1} done: O and V_{i-1}'s slot are free
-                fence_regs(o);
-                release(2 * i - 1);
-                if (rescale) rescale_o<kHeadDim>(o, corr);
-                pack_p(s, pa);
-            }
+            float pv[32];
+            float(&p)[32] = kBounded ? pv : s;  // 8 writes P over S; 9 keeps S for its slow path
+            bool rescale;
+            if constexpr (kBounded)
+                rescale = online_softmax_bounded(s, pv, row_max, row_sum, corr, sl2);
+            else
+                rescale = online_softmax_lazy(s, row_max, row_sum, corr, sl2);
+            // Pins the softmax above the wait: in 8 ptxas otherwise sank the exponentials below
+            // it, serialising them after PV_{i-1} (seen in the SASS).
+            fence_regs(p);
+            fence_regs(row_sum);
+            wgmma_wait<0>();  // PV_{i-1} done: O and V_{i-1}'s slot are free
+            fence_regs(o);
+            release(2 * i - 1);
+            if (rescale) rescale_o<kHeadDim>(o, corr);
+            pack_p(p, pa);
         }
         fence_regs(o);
         fence_regs(pa);

@@ -131,19 +131,57 @@ void expect_matches_masked_reference(const at::Tensor& q, const at::Tensor& k, c
     EXPECT_TRUE(at::equal(got.out, again.out)) << what << ": not deterministic";
 }
 
+// block_sparse_attention on the CUDA path twice, each time into a fresh NaN-poisoned buffer (a
+// race shows as a difference), then the checks above against the token mask the lists mean.
+void check_block_sparse(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const at::Tensor& idx, const at::Tensor& cnt, int64_t bq, int64_t bk,
+                        const std::string& what) {
+    vk::AttentionOptions o;
+    o.path = vk::KernelPath::Cuda;
+    o.return_lse = true;
+    auto run = [&] {
+        o.out = at::full(q.sizes(), std::numeric_limits<double>::quiet_NaN(), q.options());
+        auto r = vk::block_sparse_attention(q, k, v, idx, cnt, bq, bk, o);
+        torch::cuda::synchronize();
+        return r;
+    };
+    const auto got = run();
+    const auto again = run();
+    const auto mask =
+        vk::reference::token_mask_from_block_lists(idx, cnt, bq, bk, q.size(2), k.size(2));
+    expect_matches_masked_reference(q, k, v, mask, got, again, what);
+}
+
 }  // namespace
 
 // One test per schedule (VARSCOPE_SM90_IMPL: 0 two K/V stages, 6 one stage with three CTAs per
 // SM, 7/8/9 warp-specialised with TMA copies, 8 with S/PV overlap, 9 without a maximum per tile),
-// so a failure or a hang names its schedule.
-class KernelsCslaSm90 : public ::testing::TestWithParam<int> {};
+// so a failure or a hang names its schedule. The fixture selects the schedule and afterwards
+// checks that it ran: 7/8/9 run 6 where no tensor map can be made, and the test would then have
+// checked 6.
+class KernelsCslaSm90 : public ::testing::TestWithParam<int> {
+  protected:
+    void SetUp() override {
+        std::string why;
+        if (!hopper_runnable(&why)) GTEST_SKIP() << why;
+        vk::set_attention_kernel_variant(3);
+        setenv("VARSCOPE_SM90_IMPL", impl.c_str(), 1);
+        fallbacks_before = vk::sm90_ws_fallback_count();
+    }
+    void TearDown() override {
+        if (!IsSkipped()) {
+            EXPECT_EQ(vk::sm90_ws_fallback_count(), fallbacks_before)
+                << "impl " << impl << " fell back to 6";
+        }
+    }
+    c10::InferenceMode inference;
+    VariantGuard restore;
+    const std::string impl = std::to_string(GetParam());
+    const at::TensorOptions opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+    int fallbacks_before = 0;
+};
 
 TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {
-    std::string why;
-    if (!hopper_runnable(&why)) GTEST_SKIP() << why;
-    c10::InferenceMode guard;
-    VariantGuard restore;
-    vk::set_attention_kernel_variant(3);
     at::manual_seed(21);
     struct Shape {
         int64_t b, h, lq, lk, d;
@@ -152,10 +190,6 @@ TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {
         {1, 2, 64, 64, 64},    {2, 3, 200, 333, 64},   {1, 2, 130, 1000, 128},
         {2, 1, 17, 70, 128},   {1, 2, 256, 2048, 128}, {1, 1, 192, 900, 64},  // a 64-key tile
         {1, 1, 320, 4200, 128}};  // wholly past the end at block 128; long lists (pipeline)
-    const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
-    const std::string impl = std::to_string(GetParam());
-    setenv("VARSCOPE_SM90_IMPL", impl.c_str(), 1);
-    const int fallbacks_before = vk::sm90_ws_fallback_count();
     {
         for (const auto& s : shapes) {
             // Equal and mixed query/key block sizes.
@@ -170,31 +204,15 @@ TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {
                     // Empty query blocks at every block size: at 64 the pair kernels then see
                     // one warpgroup with a list and one without.
                     const auto [idx, cnt] = lists_for(nqb, nkb, 0.4, true);
-                    vk::AttentionOptions o;
-                    o.path = vk::KernelPath::Cuda;
-                    o.return_lse = true;
-                    o.out = at::full(q.sizes(), std::numeric_limits<double>::quiet_NaN(), opts);
-                    const auto got = vk::block_sparse_attention(q, k, v, idx, cnt, bq, bk, o);
-                    torch::cuda::synchronize();
-                    // Same inputs again into a fresh poisoned buffer: a race shows as a difference.
-                    o.out = at::full(q.sizes(), std::numeric_limits<double>::quiet_NaN(), opts);
-                    const auto again = vk::block_sparse_attention(q, k, v, idx, cnt, bq, bk, o);
-                    torch::cuda::synchronize();
-                    const std::string what =
-                        std::string("impl ") + impl + " lq=" + std::to_string(s.lq) +
-                        " lk=" + std::to_string(s.lk) + " d=" + std::to_string(s.d) +
-                        " block=" + std::to_string(bq) + "x" + std::to_string(bk) +
-                        (strided ? " strided" : "");
-                    const auto mask =
-                        vk::reference::token_mask_from_block_lists(idx, cnt, bq, bk, s.lq, s.lk);
-                    expect_matches_masked_reference(q, k, v, mask, got, again, what);
+                    check_block_sparse(q, k, v, idx, cnt, bq, bk,
+                                       std::string("impl ") + impl + " lq=" + std::to_string(s.lq) +
+                                           " lk=" + std::to_string(s.lk) + " d=" +
+                                           std::to_string(s.d) + " block=" + std::to_string(bq) +
+                                           "x" + std::to_string(bk) + (strided ? " strided" : ""));
                 }
             }
         }
     }
-    // 7/8 run 6 where no tensor map can be made: then this test would have checked 6.
-    EXPECT_EQ(vk::sm90_ws_fallback_count(), fallbacks_before)
-        << "impl " << impl << " fell back to 6";
 }
 
 // Keys scaled by a ramp (x1 at the first key to x12 at the last) and lists in random order: a
@@ -203,16 +221,7 @@ TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {
 // rescale O or the row sums when it moves is off by orders of magnitude here; with random keys
 // of one scale (the test above) the base hardly ever moves after the first tile.
 TEST_P(KernelsCslaSm90, RisingScoresMoveTheBase) {
-    std::string why;
-    if (!hopper_runnable(&why)) GTEST_SKIP() << why;
-    c10::InferenceMode guard;
-    VariantGuard restore;
-    vk::set_attention_kernel_variant(3);
     at::manual_seed(22);
-    const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
-    const std::string impl = std::to_string(GetParam());
-    setenv("VARSCOPE_SM90_IMPL", impl.c_str(), 1);
-    const int fallbacks_before = vk::sm90_ws_fallback_count();
     for (const int64_t d : {64, 128}) {
         const int64_t lq = 192, lk = 2000, block = 64;
         const auto q = at::randn({1, 2, lq, d}, opts);
@@ -221,21 +230,9 @@ TEST_P(KernelsCslaSm90, RisingScoresMoveTheBase) {
         const auto v = at::randn({1, 2, lk, d}, opts);
         const int64_t nqb = (lq + block - 1) / block, nkb = (lk + block - 1) / block;
         const auto [idx, cnt] = lists_for(nqb, nkb, 0.6, false);
-        vk::AttentionOptions o;
-        o.path = vk::KernelPath::Cuda;
-        o.return_lse = true;
-        o.out = at::full(q.sizes(), std::numeric_limits<double>::quiet_NaN(), opts);
-        const auto got = vk::block_sparse_attention(q, k, v, idx, cnt, block, block, o);
-        torch::cuda::synchronize();
-        o.out = at::full(q.sizes(), std::numeric_limits<double>::quiet_NaN(), opts);
-        const auto again = vk::block_sparse_attention(q, k, v, idx, cnt, block, block, o);
-        torch::cuda::synchronize();
-        const auto mask =
-            vk::reference::token_mask_from_block_lists(idx, cnt, block, block, lq, lk);
-        expect_matches_masked_reference(q, k, v, mask, got, again,
-                                        "impl " + impl + " rising scores d=" + std::to_string(d));
+        check_block_sparse(q, k, v, idx, cnt, block, block,
+                           "impl " + impl + " rising scores d=" + std::to_string(d));
     }
-    EXPECT_EQ(vk::sm90_ws_fallback_count(), fallbacks_before) << "impl " << impl;
 }
 
 INSTANTIATE_TEST_SUITE_P(Impl, KernelsCslaSm90, ::testing::Values(0, 6, 7, 8, 9),
