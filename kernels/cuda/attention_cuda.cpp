@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/cuda/attention_params.h"
+#include "kernels/cuda/torch_glue.h"
 
 namespace varscope::kernels::cuda {
 
@@ -29,10 +30,6 @@ constexpr double kLog2e = 1.4426950408889634;
 
 int64_t ceil_div(int64_t a, int64_t b) {
     return (a + b - 1) / b;
-}
-
-void check_cuda(cudaError_t err, const char* what) {
-    TORCH_CHECK(err == cudaSuccess, "CUDA error in ", what, ": ", cudaGetErrorString(err));
 }
 
 // The kernels read 16-byte chunks of rows: the last dim must be contiguous and every row start
@@ -76,7 +73,7 @@ bool use_sm90(const AttentionParams& p, const at::Tensor& q, TileMode mode, Epil
 }
 
 void launch(const AttentionParams& p_in, const at::Tensor& q, TileMode mode, Epilogue epi) {
-    const auto stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+    const auto stream = stream_of(q);
     const int64_t d = q.size(3);
     const bool bf16 = q.scalar_type() == at::kBFloat16;
     cudaError_t err = cudaErrorNotSupported;

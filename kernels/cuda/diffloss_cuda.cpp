@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cuda/diffloss_params.h"
+#include "kernels/cuda/torch_glue.h"
 
 namespace varscope::kernels::cuda {
 namespace {
@@ -16,14 +17,6 @@ static_assert(int(DiffCfgMode::None) == int(DiffCfg::None) &&
                   int(DiffCfgMode::FullKeep) == int(DiffCfg::FullKeep) &&
                   int(DiffCfgMode::Cached) == int(DiffCfg::Cached),
               "DiffCfgMode and DiffCfg must list the modes in one order");
-
-void check_cuda(cudaError_t err, const char* what) {
-    TORCH_CHECK(err == cudaSuccess, "CUDA error in ", what, ": ", cudaGetErrorString(err));
-}
-
-cudaStream_t stream_of(const at::Tensor& t) {
-    return c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
-}
 
 bool aligned16(const at::Tensor& t) {
     return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;

@@ -6,26 +6,13 @@
 #include <cstdint>
 
 #include "kernels/cuda/scale_similarity_params.h"
+#include "kernels/cuda/torch_glue.h"
 
 namespace varscope::kernels::cuda {
 namespace {
 
 TokenElem elem_of(const at::Tensor& t) {
-    switch (t.scalar_type()) {
-        case at::kFloat:
-            return TokenElem::Float32;
-        case at::kHalf:
-            return TokenElem::Float16;
-        case at::kBFloat16:
-            return TokenElem::BFloat16;
-        default:
-            TORCH_CHECK(false, "scale similarity: unsupported dtype ", t.scalar_type());
-    }
-    return TokenElem::Float32;
-}
-
-void check_cuda(cudaError_t err, const char* what) {
-    TORCH_CHECK(err == cudaSuccess, "CUDA error in ", what, ": ", cudaGetErrorString(err));
+    return token_elem_of(t, "scale similarity");
 }
 
 // The channel dim contiguous (a copy otherwise).
@@ -97,12 +84,11 @@ at::Tensor scale_sq_distance(const at::Tensor& prev_in, int64_t pn_prev, const a
     const auto plan = plan_for(prev, pn_prev, cur, pn_cur, normalize);
     TORCH_CHECK(plan.band_rows > 0, "scale similarity: the key maps do not fit shared memory");
     auto partials = at::empty({plan.blocks}, cur.options().dtype(at::kFloat));
-    check_cuda(launch_scale_similarity(keys_of(prev), keys_of(cur), elem_of(cur),
-                                       static_cast<int>(cur.size(0)), static_cast<int>(cur.size(1)),
-                                       static_cast<int>(pn_prev), static_cast<int>(pn_cur),
-                                       static_cast<int>(cur.size(3)), normalize, plan,
-                                       partials.data_ptr<float>(), out.data_ptr<double>(),
-                                       c10::cuda::getCurrentCUDAStream(cur.get_device()).stream()),
+    check_cuda(launch_scale_similarity(
+                   keys_of(prev), keys_of(cur), elem_of(cur), static_cast<int>(cur.size(0)),
+                   static_cast<int>(cur.size(1)), static_cast<int>(pn_prev),
+                   static_cast<int>(pn_cur), static_cast<int>(cur.size(3)), normalize, plan,
+                   partials.data_ptr<float>(), out.data_ptr<double>(), stream_of(cur)),
                "scale similarity kernel");
     return out;
 }

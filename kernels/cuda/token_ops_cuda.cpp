@@ -4,30 +4,13 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "kernels/cuda/token_ops_params.h"
+#include "kernels/cuda/torch_glue.h"
 
 namespace varscope::kernels::cuda {
 namespace {
 
 TokenElem elem_of(const at::Tensor& t) {
-    switch (t.scalar_type()) {
-        case at::kFloat:
-            return TokenElem::Float32;
-        case at::kHalf:
-            return TokenElem::Float16;
-        case at::kBFloat16:
-            return TokenElem::BFloat16;
-        default:
-            TORCH_CHECK(false, "token kernels: unsupported dtype ", t.scalar_type());
-    }
-    return TokenElem::Float32;
-}
-
-void check_cuda(cudaError_t err, const char* what) {
-    TORCH_CHECK(err == cudaSuccess, "CUDA error in ", what, ": ", cudaGetErrorString(err));
-}
-
-cudaStream_t stream_of(const at::Tensor& t) {
-    return c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
+    return token_elem_of(t, "token kernels");
 }
 
 }  // namespace
