@@ -113,6 +113,37 @@ __host__ __device__ __forceinline__ int ceil_div(int a, int b) {
     return (a + b - 1) / b;
 }
 
+// The key tiles of kBN keys a query tile visits: every tile (Dense), the tiles of the active key
+// blocks on its list (BlockSparse), or kBN-entry chunks of its index list (Gathered).
+template <TileMode kMode, int kBN>
+struct KeyTiles {
+    const int32_t* list = nullptr;
+    int count = 0, n_tiles = 0, tiles_per_block, block_k, len_k;
+
+    __device__ __forceinline__ KeyTiles(const AttentionParams& p, int qb)
+        : tiles_per_block(p.block_k / kBN), block_k(p.block_k), len_k(p.len_k) {
+        if constexpr (kMode == TileMode::Dense) {
+            n_tiles = ceil_div(p.len_k, kBN);
+        } else {
+            list = p.lists + static_cast<int64_t>(qb) * p.list_stride;
+            count = min(max(p.counts[qb], 0), p.list_stride);
+            n_tiles =
+                kMode == TileMode::BlockSparse ? count * tiles_per_block : ceil_div(count, kBN);
+        }
+    }
+    // First key of tile t (BlockSparse / Dense); len_k when the block entry is invalid.
+    __device__ __forceinline__ int start(int t) const {
+        if constexpr (kMode == TileMode::Dense) {
+            return t * kBN;
+        } else {
+            const int block = list[t / tiles_per_block];
+            if (block < 0) return len_k;
+            const long first = static_cast<long>(block) * block_k + (t % tiles_per_block) * kBN;
+            return first < len_k ? static_cast<int>(first) : len_k;
+        }
+    }
+};
+
 }  // namespace detail
 
 template <class Tr, TileMode kMode, Epilogue kEpi>
@@ -140,28 +171,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
 
     // --- the key tiles this query tile visits ---
     const int qb = q0 / p.block_q;
-    const int32_t* list = nullptr;
-    int count = 0, n_tiles = 0;
-    const int tiles_per_block = p.block_k / kBN;
-    if constexpr (kMode == TileMode::Dense) {
-        n_tiles = detail::ceil_div(p.len_k, kBN);
-    } else {
-        list = p.lists + static_cast<int64_t>(qb) * p.list_stride;
-        count = min(max(p.counts[qb], 0), p.list_stride);
-        n_tiles =
-            kMode == TileMode::BlockSparse ? count * tiles_per_block : detail::ceil_div(count, kBN);
-    }
-    // First key of tile t (BlockSparse / Dense); len_k when the block entry is invalid.
-    auto tile_start = [&](int t) -> int {
-        if constexpr (kMode == TileMode::Dense) {
-            return t * kBN;
-        } else {
-            const int block = list[t / tiles_per_block];
-            if (block < 0) return p.len_k;
-            const long start = static_cast<long>(block) * p.block_k + (t % tiles_per_block) * kBN;
-            return start < p.len_k ? static_cast<int>(start) : p.len_k;
-        }
-    };
+    const detail::KeyTiles<kMode, kBN> tiles(p, qb);
+    const int32_t* const list = tiles.list;
+    const int count = tiles.count, n_tiles = tiles.n_tiles;
+    auto tile_start = [&](int t) { return tiles.start(t); };
 
     auto load_tile = [&](int t, int stage) {
         const int start = kMode == TileMode::Gathered ? 0 : tile_start(t);
@@ -479,28 +492,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 4)
     const Elem* k_g = static_cast<const Elem*>(p.k) + b * p.k_stride[0] + h * p.k_stride[1];
     const Elem* v_g = static_cast<const Elem*>(p.v) + b * p.v_stride[0] + h * p.v_stride[1];
 
-    const int qb = q0 / p.block_q;
-    const int32_t* list = nullptr;
-    int count = 0, n_tiles = 0;
-    const int tiles_per_block = p.block_k / kBN;
-    if constexpr (kMode == TileMode::Dense) {
-        n_tiles = detail::ceil_div(p.len_k, kBN);
-    } else {
-        list = p.lists + static_cast<int64_t>(qb) * p.list_stride;
-        count = min(max(p.counts[qb], 0), p.list_stride);
-        n_tiles =
-            kMode == TileMode::BlockSparse ? count * tiles_per_block : detail::ceil_div(count, kBN);
-    }
-    auto tile_start = [&](int t) -> int {
-        if constexpr (kMode == TileMode::Dense) {
-            return t * kBN;
-        } else {
-            const int block = list[t / tiles_per_block];
-            if (block < 0) return p.len_k;
-            const long start = static_cast<long>(block) * p.block_k + (t % tiles_per_block) * kBN;
-            return start < p.len_k ? static_cast<int>(start) : p.len_k;
-        }
-    };
+    const detail::KeyTiles<kMode, kBN> tiles(p, q0 / p.block_q);
+    const int32_t* const list = tiles.list;
+    const int count = tiles.count, n_tiles = tiles.n_tiles;
+    auto tile_start = [&](int t) { return tiles.start(t); };
     // Copies rows of K or V for tile t; the K copy also records which key slots are valid.
     auto load_rows = [&](int t, const Elem* src_g, int64_t row_stride, Elem* dst, bool mark) {
         const int start = kMode == TileMode::Gathered ? 0 : tile_start(t);
