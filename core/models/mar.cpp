@@ -47,34 +47,30 @@ at::Tensor gather_rows(const at::Tensor& x, const at::Tensor& index) {
 
 // ----------------------------------------------------------------------------- MarConfig
 
-MarConfig MarConfig::base() {
+namespace {
+// The released sizes: encoder and decoder of one width, depth and head count.
+MarConfig released_size(int64_t width, int64_t depth, int64_t heads, int64_t diffloss_d,
+                        int64_t diffloss_w) {
     MarConfig c;
-    c.encoder_embed_dim = c.decoder_embed_dim = 768;
-    c.encoder_depth = c.decoder_depth = 12;
-    c.encoder_num_heads = c.decoder_num_heads = 12;
-    c.diffloss_d = 6;
-    c.diffloss_w = 1024;
+    c.encoder_embed_dim = c.decoder_embed_dim = width;
+    c.encoder_depth = c.decoder_depth = depth;
+    c.encoder_num_heads = c.decoder_num_heads = heads;
+    c.diffloss_d = diffloss_d;
+    c.diffloss_w = diffloss_w;
     return c;
+}
+}  // namespace
+
+MarConfig MarConfig::base() {
+    return released_size(768, 12, 12, 6, 1024);
 }
 
 MarConfig MarConfig::large() {
-    MarConfig c;
-    c.encoder_embed_dim = c.decoder_embed_dim = 1024;
-    c.encoder_depth = c.decoder_depth = 16;
-    c.encoder_num_heads = c.decoder_num_heads = 16;
-    c.diffloss_d = 8;
-    c.diffloss_w = 1280;
-    return c;
+    return released_size(1024, 16, 16, 8, 1280);
 }
 
 MarConfig MarConfig::huge() {
-    MarConfig c;
-    c.encoder_embed_dim = c.decoder_embed_dim = 1280;
-    c.encoder_depth = c.decoder_depth = 20;
-    c.encoder_num_heads = c.decoder_num_heads = 16;
-    c.diffloss_d = 12;
-    c.diffloss_w = 1536;
-    return c;
+    return released_size(1280, 20, 16, 12, 1536);
 }
 
 MarConfig MarConfig::named(const std::string& name) {
@@ -105,10 +101,12 @@ void MarConfig::validate() const {
              "patch_size (" + std::to_string(vae_stride * patch_size) + ")");
     if (encoder_num_heads < 1 || encoder_embed_dim % encoder_num_heads != 0)
         fail("encoder_embed_dim (" + std::to_string(encoder_embed_dim) +
-             ") must be a multiple of encoder_num_heads (" + std::to_string(encoder_num_heads) + ")");
+             ") must be a multiple of encoder_num_heads (" + std::to_string(encoder_num_heads) +
+             ")");
     if (decoder_num_heads < 1 || decoder_embed_dim % decoder_num_heads != 0)
         fail("decoder_embed_dim (" + std::to_string(decoder_embed_dim) +
-             ") must be a multiple of decoder_num_heads (" + std::to_string(decoder_num_heads) + ")");
+             ") must be a multiple of decoder_num_heads (" + std::to_string(decoder_num_heads) +
+             ")");
     if (!(mlp_ratio > 0)) fail("mlp_ratio must be > 0");
     if (num_sampling_steps.empty()) fail("num_sampling_steps must not be empty");
 }
@@ -123,8 +121,9 @@ MarConfig MarConfig::infer_from(const StateDict& d) {
     c.encoder_depth = count_blocks(d, "encoder_blocks.", ".attn.qkv.weight");
     c.decoder_depth = count_blocks(d, "decoder_blocks.", ".attn.qkv.weight");
     if (c.encoder_depth == 0 || c.decoder_depth == 0)
-        throw CheckpointError("MAR checkpoint: no 'encoder_blocks.0.attn.qkv.weight' or "
-                              "'decoder_blocks.0.attn.qkv.weight'");
+        throw CheckpointError(
+            "MAR checkpoint: no 'encoder_blocks.0.attn.qkv.weight' or "
+            "'decoder_blocks.0.attn.qkv.weight'");
     c.encoder_num_heads = heads_for_width(c.encoder_embed_dim);
     c.decoder_num_heads = heads_for_width(c.decoder_embed_dim);
     c.mlp_ratio = static_cast<double>(require(d, "encoder_blocks.0.mlp.fc1.weight").size(0)) /
@@ -210,7 +209,8 @@ MarAttentionImpl::MarAttentionImpl(int64_t dim, int64_t num_heads)
 
 Qkv MarAttentionImpl::project_qkv(const at::Tensor& x) const {
     const int64_t B = x.size(0), L = x.size(1);
-    auto parts = linear(qkv, x).view({B, L, 3, num_heads_, head_dim_}).permute({2, 0, 3, 1, 4}).unbind(0);
+    auto parts =
+        linear(qkv, x).view({B, L, 3, num_heads_, head_dim_}).permute({2, 0, 3, 1, 4}).unbind(0);
     return {parts[0], parts[1], parts[2]};
 }
 
@@ -255,7 +255,8 @@ MarTransformerImpl::MarTransformerImpl(MarConfig cfg) : cfg_(std::move(cfg)) {
     fake_latent = register_parameter("fake_latent", at::zeros({1, Ce}));
     z_proj = register_module("z_proj", torch::nn::Linear(cfg_.token_embed_dim(), Ce));
     z_proj_ln = register_module("z_proj_ln", layer_norm(Ce, 1e-6));
-    encoder_pos_embed_learned = register_parameter("encoder_pos_embed_learned", at::zeros({1, total, Ce}));
+    encoder_pos_embed_learned =
+        register_parameter("encoder_pos_embed_learned", at::zeros({1, total, Ce}));
     encoder_blocks = register_module("encoder_blocks", torch::nn::ModuleList());
     for (int64_t i = 0; i < cfg_.encoder_depth; ++i) {
         encoder_handles_.emplace_back(Ce, cfg_.encoder_num_heads, cfg_.mlp_ratio, cfg_.norm_eps);
@@ -264,7 +265,8 @@ MarTransformerImpl::MarTransformerImpl(MarConfig cfg) : cfg_(std::move(cfg)) {
     encoder_norm = register_module("encoder_norm", layer_norm(Ce, cfg_.norm_eps));
     decoder_embed = register_module("decoder_embed", torch::nn::Linear(Ce, Cd));
     mask_token = register_parameter("mask_token", at::zeros({1, 1, Cd}));
-    decoder_pos_embed_learned = register_parameter("decoder_pos_embed_learned", at::zeros({1, total, Cd}));
+    decoder_pos_embed_learned =
+        register_parameter("decoder_pos_embed_learned", at::zeros({1, total, Cd}));
     decoder_blocks = register_module("decoder_blocks", torch::nn::ModuleList());
     for (int64_t i = 0; i < cfg_.decoder_depth; ++i) {
         decoder_handles_.emplace_back(Cd, cfg_.decoder_num_heads, cfg_.mlp_ratio, cfg_.norm_eps);
@@ -354,7 +356,8 @@ at::Tensor MarTransformerImpl::decoder_input(const at::Tensor& encoded,
                                              const at::Tensor& known) const {
     const int64_t R = encoded.size(0), buf = cfg_.buffer_size, Cd = cfg_.decoder_embed_dim;
     auto x = linear(decoder_embed, encoded);
-    auto index = at::cat({at::arange(buf, known.options()).unsqueeze(0).expand({R, buf}), known + buf}, 1);
+    auto index =
+        at::cat({at::arange(buf, known.options()).unsqueeze(0).expand({R, buf}), known + buf}, 1);
     auto padded = mask_token.expand({R, cfg_.total_len(), Cd})
                       .scatter(1, index.unsqueeze(-1).expand({-1, -1, Cd}), x);
     return padded + decoder_pos_embed_learned;
