@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "app/cli/commands.h"
+#include "app/cli/compare_args.h"
 #include "app/cli/image_io.h"
 #include "app/cli/model_options.h"
 #include "app/cli/run_report.h"
@@ -16,13 +17,9 @@
 namespace varscope::cli {
 namespace {
 
-struct CompareArgs {
+struct CompareArgs : CompareArgsCommon {
     ModelOptions model;
     SamplingArgs sampling;
-    std::string accel;
-    std::string out_dir;
-    bool force = false;
-    int64_t repeat = 1, warmup = 0;
 };
 
 struct Timed {
@@ -50,7 +47,9 @@ std::string path_in(const std::string& dir, const std::string& name, int64_t i, 
 }
 
 int run(const CompareArgs& a) {
-    if (a.accel.empty()) throw std::invalid_argument("compare needs --accel (a config file, inline JSON or a preset)");
+    if (a.accel.empty())
+        throw std::invalid_argument(
+            "compare needs --accel (a config file, inline JSON or a preset)");
     const AccelConfig accel = parse_accel_argument(a.accel);
     namespace fs = std::filesystem;
     if (fs::exists(a.out_dir) && !fs::is_directory(a.out_dir))
@@ -91,7 +90,8 @@ int run(const CompareArgs& a) {
                   << std::setw(3) << c.patch_nums[si] << std::right << std::fixed
                   << std::setprecision(2) << std::setw(12) << median(vb) << std::setw(10)
                   << median(vf) << std::setw(10) << std::setprecision(1) << 100.0 * ag.fraction()
-                  << " %" << (ag.undecoded ? "  (" + std::to_string(ag.undecoded) + " not decoded)" : "")
+                  << " %"
+                  << (ag.undecoded ? "  (" + std::to_string(ag.undecoded) + " not decoded)" : "")
                   << "\n";
         scales.push_back({{"scale", si},
                           {"patch_num", c.patch_nums[si]},
@@ -100,11 +100,14 @@ int run(const CompareArgs& a) {
                           {"identical_tokens", ag.fraction()},
                           {"undecoded_tokens", ag.undecoded}});
     }
-    std::cerr << std::setprecision(2) << "transformer time: baseline " << t_base << " ms, accelerated "
-              << t_fast << " ms, speedup " << (t_fast > 0 ? t_base / t_fast : 0.0) << "x\n";
+    std::cerr << std::setprecision(2) << "transformer time: baseline " << t_base
+              << " ms, accelerated " << t_fast << " ms, speedup "
+              << (t_fast > 0 ? t_base / t_fast : 0.0) << "x\n";
     for (size_t i = 0; i < p.size(); ++i)
-        std::cerr << "image " << i << ": PSNR " << p[i] << " dB, SSIM " << std::setprecision(4) << s[i] << "\n";
-    std::cerr << "KV bytes: baseline " << base.last.kv_bytes << ", accelerated " << fast.last.kv_bytes << "\n";
+        std::cerr << "image " << i << ": PSNR " << p[i] << " dB, SSIM " << std::setprecision(4)
+                  << s[i] << "\n";
+    std::cerr << "KV bytes: baseline " << base.last.kv_bytes << ", accelerated "
+              << fast.last.kv_bytes << "\n";
 
     if (!a.out_dir.empty()) {
         fs::create_directories(a.out_dir);
@@ -141,7 +144,8 @@ int run(const CompareArgs& a) {
         for (auto& v : j["psnr_db"])
             if (!std::isfinite(v.get<double>())) v = nullptr;
         write_json(j, (fs::path(a.out_dir) / "metrics.json").string(), a.force);
-        std::cerr << "wrote baseline, accelerated and diff images and metrics.json to " << a.out_dir << "\n";
+        std::cerr << "wrote baseline, accelerated and diff images and metrics.json to " << a.out_dir
+                  << "\n";
     }
     return 0;
 }
@@ -150,14 +154,13 @@ int run(const CompareArgs& a) {
 
 Runner add_compare(CLI::App& app) {
     auto a = std::make_shared<CompareArgs>();
-    auto* cmd = app.add_subcommand("compare", "baseline vs accelerated with the same seed: images, diff, timings, PSNR/SSIM, token agreement");
+    auto* cmd = app.add_subcommand("compare",
+                                   "baseline vs accelerated with the same seed: images, diff, "
+                                   "timings, PSNR/SSIM, token agreement");
     a->model.add_to(*cmd);
     a->sampling.add_to(*cmd);
-    cmd->add_option("--accel", a->accel, "accelerators: a JSON config file, inline JSON, or a preset (" + preset_names() + ")")->required();
-    cmd->add_option("-o,--out", a->out_dir, "directory for baseline/accelerated/diff images and metrics.json");
-    cmd->add_flag("--force", a->force, "overwrite existing files in --out");
-    cmd->add_option("--repeat", a->repeat, "timed runs of each side")->check(CLI::Range(1, 1000));
-    cmd->add_option("--warmup", a->warmup, "untimed runs of each side first")->check(CLI::Range(0, 100));
+    a->CompareArgsCommon::add_to(*cmd, preset_names(),
+                                 "directory for baseline/accelerated/diff images and metrics.json");
     return [a]() { return run(*a); };
 }
 

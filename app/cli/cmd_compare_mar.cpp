@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "app/cli/commands.h"
+#include "app/cli/compare_args.h"
 #include "app/cli/image_io.h"
 #include "app/cli/mar_cli_common.h"
 #include "app/cli/run_report.h"
@@ -21,12 +22,8 @@
 namespace varscope::cli {
 namespace {
 
-struct CompareMarArgs {
+struct CompareMarArgs : CompareArgsCommon {
     MarRunArgs run;
-    std::string accel;
-    std::string out_dir;
-    bool force = false;
-    int64_t repeat = 1, warmup = 0;
 };
 
 struct Side {
@@ -247,17 +244,9 @@ Runner add_compare_mar(CLI::App& app) {
                                    "MAR baseline vs LazyMAR with the same seed: timings, FLOPs, "
                                    "computed positions, PSNR/SSIM");
     a->run.add_to(*cmd);
-    cmd->add_option("--accel", a->accel,
-                    "MAR accelerators: a JSON config file, inline JSON, or a preset (" +
-                        mar_preset_names() + ")")
-        ->required();
-    cmd->add_option("-o,--out", a->out_dir,
-                    "directory for metrics.json, tokens.safetensors (and baseline/accelerated/diff "
-                    "images with a VAE)");
-    cmd->add_flag("--force", a->force, "overwrite existing files in --out");
-    cmd->add_option("--repeat", a->repeat, "timed runs of each side")->check(CLI::Range(1, 1000));
-    cmd->add_option("--warmup", a->warmup, "untimed runs of each side first")
-        ->check(CLI::Range(0, 100));
+    a->CompareArgsCommon::add_to(*cmd, mar_preset_names(),
+                                 "directory for metrics.json, tokens.safetensors (and "
+                                 "baseline/accelerated/diff images with a VAE)");
     return [a]() { return run(*a); };
 }
 
