@@ -13,6 +13,7 @@
 #include "core/accel/probe_kinds.h"
 #include "core/resources.h"
 #include "core/sampling/kv_cache.h"
+#include "tests/error_of.h"
 #include "tests/tiny_models.h"
 
 using namespace varscope;
@@ -116,12 +117,7 @@ VarSampleOptions options(std::vector<int64_t> classes = {3, 5}, uint64_t seed = 
 }
 
 std::string config_error(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const AccelConfigError& e) {
-        return e.what();
-    }
-    return "(no error)";
+    return varscope::testing::error_of<AccelConfigError>(f, "(no error)");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "core/accel/accel_config.h"
 #include "core/pipeline.h"
 #include "core/resources.h"
+#include "tests/error_of.h"
 #include "tests/test_util.h"
 
 using namespace varscope;
@@ -16,13 +17,9 @@ namespace {
 
 VarConfig emoji_like_config() { return VarConfig::for_depth(8, {1, 2, 3, 4, 5, 6, 8, 10, 13, 16}); }
 
+// Only configuration errors count: any other exception fails the test.
 std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const AccelConfigError& e) {
-        return e.what();
-    }
-    return "";
+    return varscope::testing::error_of<AccelConfigError>(fn);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "core/accel/fastvar.h"
 #include "core/accel/probe_kinds.h"
 #include "core/resources.h"
+#include "tests/error_of.h"
 #include "tests/tiny_models.h"
 
 using namespace varscope;
@@ -277,13 +278,8 @@ TEST(FastVar, ConfigRoundTripsAndDefaults) {
 }
 
 TEST(FastVar, ConfigErrorsNameTheField) {
-    auto message = [](const std::function<void()>& f) -> std::string {
-        try {
-            f();
-        } catch (const AccelConfigError& e) {
-            return e.what();
-        }
-        return "(no error)";
+    auto message = [](const std::function<void()>& f) {
+        return varscope::testing::error_of<AccelConfigError>(f, "(no error)");
     };
     auto parse = [&](const nlohmann::json& j) {
         return message([&] { FastVarConfig::from_json(j); });

@@ -11,6 +11,7 @@
 #include "core/accel/mar_accel_config.h"
 #include "core/accel/mar_flops.h"
 #include "core/mar_pipeline.h"
+#include "tests/tiny_mar.h"
 
 using namespace varscope;
 
@@ -18,18 +19,10 @@ namespace {
 
 // 4x4 tokens, a 4-slot buffer, 2 encoder and 4 decoder blocks: milliseconds per run on a CPU.
 MarConfig tiny_mar_config() {
-    MarConfig c;
-    c.img_size = 64;
-    c.vae_stride = 16;
-    c.encoder_embed_dim = c.decoder_embed_dim = 32;
+    MarConfig c = varscope::testing::tiny_cpu_mar_config();
     c.encoder_depth = 2;
     c.decoder_depth = 4;
-    c.encoder_num_heads = c.decoder_num_heads = 2;
-    c.vae_embed_dim = 4;
-    c.class_num = 10;
-    c.buffer_size = 4;
     c.diffloss_d = 1;
-    c.diffloss_w = 32;
     c.num_sampling_steps = "8";
     return c;
 }
@@ -39,13 +32,7 @@ MarPipeline tiny_mar(uint64_t seed = 3) {
 }
 
 MarSampleOptions options(double cfg, int64_t num_iter = 8) {
-    MarSampleOptions o;
-    o.class_ids = {1, 7};
-    o.seed = 11;
-    o.num_iter = num_iter;
-    o.cfg = cfg;
-    o.time_steps = false;
-    return o;
+    return varscope::testing::mar_options({1, 7}, 11, num_iter, cfg);
 }
 
 LazyMarConfig lazy(bool token, bool condition) {

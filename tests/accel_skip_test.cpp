@@ -7,6 +7,7 @@
 #include "core/accel/accel_config.h"
 #include "core/accel/scale_skip.h"
 #include "core/resources.h"
+#include "tests/error_of.h"
 #include "tests/tiny_models.h"
 
 using namespace varscope;
@@ -107,13 +108,8 @@ TEST(ScaleSkip, ThroughTheAcceleratorConfig) {
 }
 
 TEST(ScaleSkip, SettingsTheModelCannotTakeAreNamed) {
-    auto message = [](const std::function<void()>& f) -> std::string {
-        try {
-            f();
-        } catch (const AccelConfigError& e) {
-            return e.what();
-        }
-        return "(no error)";
+    auto message = [](const std::function<void()>& f) {
+        return varscope::testing::error_of<AccelConfigError>(f, "(no error)");
     };
     const auto model = small_pipeline().var_config();
     ScaleSkipConfig c;

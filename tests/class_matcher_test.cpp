@@ -3,8 +3,6 @@
 
 #include <ATen/ATen.h>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -12,6 +10,7 @@
 #include "core/data/emoji_classes.h"
 #include "core/io/checkpoint.h"
 #include "core/text/class_matcher.h"
+#include "tests/cli_run.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -258,22 +257,9 @@ std::vector<uint8_t> solid(int w, int h, uint8_t r, uint8_t g, uint8_t b, uint8_
     return v;
 }
 
-struct CliRun {
-    int code;
-    std::string out;
-};
+using varscope::testing::CliRun;
 
-CliRun cli(const std::string& args) {
-    const std::string cmd = std::string(VARSCOPE_CLI_PATH) + " " + args + " 2>&1";
-    CliRun r{-1, {}};
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return r;
-    std::array<char, 4096> buf{};
-    while (fgets(buf.data(), buf.size(), p)) r.out += buf.data();
-    const int status = pclose(p);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
-}
+CliRun cli(const std::string& args) { return varscope::testing::run_cli(args); }
 
 }  // namespace
 

@@ -4,34 +4,20 @@
 // input. Small settings keep each test to a few seconds on a 2-core CPU.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
+#include "tests/cli_run.h"
 #include "tests/test_util.h"
 
 namespace {
 
-struct Run {
-    int code;  // -1: killed by a signal (a crash)
-    std::string out;
-};
+using varscope::testing::CliRun;
 
-Run cli(const std::string& args) {
-    const std::string cmd = std::string(VARSCOPE_CLI_PATH) + " " + args + " 2>&1";
-    Run r{-1, {}};
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return r;
-    std::array<char, 4096> buf{};
-    while (fgets(buf.data(), buf.size(), p)) r.out += buf.data();
-    const int status = pclose(p);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
-}
+CliRun cli(const std::string& args) { return varscope::testing::run_cli(args); }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -45,7 +31,7 @@ int lines_starting(const std::string& out, const std::string& prefix) {
 
 // A failed run: exited (no crash) non-zero, with exactly one line starting `first` that
 // contains `text`, and without sampling anything first.
-void expect_clear_error(const Run& r, const std::string& first, const std::string& text) {
+void expect_clear_error(const CliRun& r, const std::string& first, const std::string& text) {
     EXPECT_GT(r.code, 0) << r.out;
     EXPECT_EQ(lines_starting(r.out, first), 1) << r.out;
     EXPECT_TRUE(contains(r.out, text)) << "expected '" << text << "' in:\n" << r.out;

@@ -1,37 +1,23 @@
 // The CLI as a user meets it: exit codes and messages for bad input.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/cli_run.h"
 #include "tests/test_util.h"
 
 namespace {
 
-struct Run {
-    int code;
-    std::string out;
-};
+using varscope::testing::CliRun;
 
-Run cli_env(const std::string& env, const std::string& args) {
-    std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(VARSCOPE_CLI_PATH) +
-                      " " + args + " 2>&1";
-    Run r{-1, {}};
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return r;
-    std::array<char, 4096> buf{};
-    while (fgets(buf.data(), buf.size(), p)) r.out += buf.data();
-    int status = pclose(p);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+CliRun cli_env(const std::string& env, const std::string& args) {
+    return varscope::testing::run_cli(args, env);
 }
 
-Run cli(const std::string& args) {
-    return cli_env("", args);
-}
+CliRun cli(const std::string& args) { return varscope::testing::run_cli(args); }
 
 }  // namespace
 

@@ -9,21 +9,15 @@
 #include "core/mar_pipeline.h"
 #include "core/sampling/token_sampling.h"
 #include "kernels/diffloss_ops.h"
+#include "tests/tiny_mar.h"
 
 using namespace varscope;
 
 namespace {
 
 MarPipeline head_model(Precision p, int64_t width = 64, int64_t latent = 8) {
-    MarConfig c;
-    c.img_size = 64;
-    c.vae_stride = 16;
-    c.encoder_embed_dim = c.decoder_embed_dim = 32;
-    c.encoder_depth = c.decoder_depth = 1;
-    c.encoder_num_heads = c.decoder_num_heads = 2;
+    MarConfig c = varscope::testing::tiny_cpu_mar_config();
     c.vae_embed_dim = latent;
-    c.class_num = 10;
-    c.buffer_size = 4;
     c.diffloss_d = 3;
     c.diffloss_w = width;
     c.num_sampling_steps = "12";
@@ -119,11 +113,7 @@ TEST(DiffLossFused, ProjectionFoldedIntoFc1IsTheTwoReferencesOnTheCpu) {
 // The whole MAR loop with the fused switch on and off: on the CPU both are the module path.
 TEST(DiffLossFused, SamplerOptionIsExactOnTheCpu) {
     auto pipe = head_model(Precision::Fp32);
-    MarSampleOptions o;
-    o.class_ids = {1, 2};
-    o.num_iter = 4;
-    o.cfg = 2.0;
-    o.time_steps = false;
+    auto o = varscope::testing::mar_options({1, 2}, 0, 4, 2.0);  // seed 0, the default
     const auto a = pipe.generate(o);
     o.fused_head = false;
     const auto b = pipe.generate(o);

@@ -4,14 +4,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -22,6 +18,9 @@
 #include "core/models/kl_vae.h"
 #include "core/resources.h"
 #include "core/training/kl_vae_trainer.h"
+#include "tests/cli_run.h"
+#include "tests/error_of.h"
+#include "tests/smooth_pack.h"
 #include "tests/test_util.h"
 
 using namespace varscope;
@@ -63,36 +62,9 @@ at::Tensor random_images(int64_t n, int64_t size, uint64_t seed) {
     return at::rand({n, 3, size, size}, gen) * 2 - 1;
 }
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "";
-}
-
-// Runs varscope-cli; returns the exit code and appends stdout+stderr to `out`.
-int run_cli(const std::string& args, std::string& out) {
-    const std::string cmd = std::string(VARSCOPE_CLI_PATH) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return -1;
-    std::array<char, 4096> buf{};
-    while (fgets(buf.data(), buf.size(), p)) out += buf.data();
-    const int status = pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-// 16 smooth 16x16 images: colour blobs a small autoencoder can learn quickly.
-std::string smooth_pack(const varscope::testing::TempDir& dir) {
-    auto gen = at::detail::createCPUGenerator(7);
-    const at::Tensor coarse = at::rand({16, 3, 4, 4}, gen);
-    const at::Tensor img =
-        at::upsample_bilinear2d(coarse, {16, 16}, false).mul(255).round().to(at::kByte);
-    save_safetensors({{"images", img}, {"labels", at::arange(16, at::kLong).remainder(4)}},
-                     dir.file("pack.safetensors"));
-    return dir.file("pack.safetensors");
-}
+using varscope::testing::error_of;
+using varscope::testing::run_cli;
+using varscope::testing::smooth_pack;
 
 double psnr(const at::Tensor& a, const at::Tensor& b) {  // images in [-1, 1]
     return -10 * std::log10((a - b).div(2).pow(2).mean().item<double>());
@@ -334,11 +306,9 @@ TEST(KlVae, CliTrainsFromAConfigFileAndRejectsBadOnes) {
                           {"loss", {{"kl_weight", 1e-5}}},
                           {"train", {{"steps", 2}, {"batch", 4}, {"log_every", 1}}}};
     std::ofstream(dir.file("good.json")) << cfg.dump();
-    std::string out;
     const std::string common = " --data " + pack + " --device cpu --out ";
-    ASSERT_EQ(run_cli("train klvae --config " + dir.file("good.json") + common + dir.file("a"), out),
-              0)
-        << out;
+    auto run = run_cli("train klvae --config " + dir.file("good.json") + common + dir.file("a"));
+    ASSERT_EQ(run.code, 0) << run.out;
     std::ifstream report_file(dir.file("a/report.json"));
     const nlohmann::json report = nlohmann::json::parse(report_file);
     EXPECT_EQ(report["steps"], 2);
@@ -347,10 +317,9 @@ TEST(KlVae, CliTrainsFromAConfigFileAndRejectsBadOnes) {
 
     cfg["loss"] = {{"kl", 1e-5}};
     std::ofstream(dir.file("bad.json")) << cfg.dump();
-    out.clear();
-    EXPECT_NE(run_cli("train klvae --config " + dir.file("bad.json") + common + dir.file("b"), out),
-              0);
-    EXPECT_NE(out.find("unknown key 'kl'"), std::string::npos) << out;
+    run = run_cli("train klvae --config " + dir.file("bad.json") + common + dir.file("b"));
+    EXPECT_NE(run.code, 0);
+    EXPECT_NE(run.out.find("unknown key 'kl'"), std::string::npos) << run.out;
 }
 
 // The shipped emoji tokenizer: loads, has 8x8x16 latents of about unit std after scaling, and

@@ -10,22 +10,12 @@
 #include "core/mar_pipeline.h"
 #include "core/sampling/mar_cuda_graph.h"
 #include "core/sampling/token_sampling.h"
+#include "tests/tiny_mar.h"
 
 using namespace varscope;
 
 TEST(MarGraphNoise, PreDrawnNoiseEqualsInlineDraws) {
-    MarConfig c;
-    c.img_size = 64;
-    c.vae_stride = 16;
-    c.encoder_embed_dim = c.decoder_embed_dim = 32;
-    c.encoder_depth = c.decoder_depth = 1;
-    c.encoder_num_heads = c.decoder_num_heads = 2;
-    c.vae_embed_dim = 4;
-    c.class_num = 10;
-    c.buffer_size = 4;
-    c.diffloss_d = 2;
-    c.diffloss_w = 32;
-    c.num_sampling_steps = "10";
+    const MarConfig c = varscope::testing::tiny_cpu_mar_config();
     auto pipe = MarPipeline::random(c, 2, {});
     c10::InferenceMode guard;
     const auto& net = *pipe.sampler().transformer()->diffloss->net;
@@ -54,25 +44,10 @@ TEST(MarGraphNoise, PreDrawnNoiseEqualsInlineDraws) {
 // refreshes); at period 7 it runs the conditional half only between refreshes, which changes
 // the samples a little, and the planned FLOPs count the halves skipped.
 TEST(MarHeadCfgCache, OffIsExactAndCachedStepsSkipTheUnconditionalHalf) {
-    MarConfig c;
-    c.img_size = 64;
-    c.vae_stride = 16;
-    c.encoder_embed_dim = c.decoder_embed_dim = 32;
-    c.encoder_depth = c.decoder_depth = 1;
-    c.encoder_num_heads = c.decoder_num_heads = 2;
-    c.vae_embed_dim = 4;
-    c.class_num = 10;
-    c.buffer_size = 4;
-    c.diffloss_d = 2;
-    c.diffloss_w = 32;
+    MarConfig c = varscope::testing::tiny_cpu_mar_config();
     c.num_sampling_steps = "20";
     auto pipe = MarPipeline::random(c, 4, {});
-    MarSampleOptions o;
-    o.class_ids = {1, 2};
-    o.seed = 9;
-    o.num_iter = 4;
-    o.cfg = 3.0;
-    o.time_steps = false;
+    auto o = varscope::testing::mar_options({1, 2}, 9, 4, 3.0);
     const auto base = pipe.generate(o);
     o.head_cfg_cache_period = 1;
     EXPECT_TRUE(at::equal(pipe.generate(o).tokens, base.tokens));

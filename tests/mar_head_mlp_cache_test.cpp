@@ -21,6 +21,7 @@
 #include "core/models/diffloss.h"
 #include "core/sampling/token_sampling.h"
 #include "kernels/diffloss_ops.h"
+#include "tests/tiny_mar.h"
 
 using namespace varscope;
 
@@ -29,17 +30,8 @@ namespace {
 // A head of depth 6 (blocks 0 and 5 keep their MLP term, 1..4 their output change) and 50
 // diffusion steps (with period 7: refreshes at 49, 42, ..., 0; warm-up steps 48..46).
 MarConfig head_config(int64_t depth = 6, const char* steps = "50") {
-    MarConfig c;
-    c.img_size = 64;
-    c.vae_stride = 16;
-    c.encoder_embed_dim = c.decoder_embed_dim = 32;
-    c.encoder_depth = c.decoder_depth = 1;
-    c.encoder_num_heads = c.decoder_num_heads = 2;
-    c.vae_embed_dim = 4;
-    c.class_num = 10;
-    c.buffer_size = 4;
+    MarConfig c = varscope::testing::tiny_cpu_mar_config();
     c.diffloss_d = depth;
-    c.diffloss_w = 32;
     c.num_sampling_steps = steps;
     return c;
 }
@@ -71,6 +63,20 @@ MarPipeline strong_head_mar(const MarConfig& c, uint64_t seed) {
 DiffusionSampler mild_schedule(int64_t steps) {
     return DiffusionSampler(
         DiffusionSchedule::from_betas(std::vector<double>(size_t(steps), 0.02)));
+}
+
+// A head's inputs for N rows: the conditions of both CFG halves (2N x 32, from the global
+// generator) and the start and per-step noise drawn from `seed`.
+struct HeadInputs {
+    at::Tensor z, start, noise;
+};
+
+HeadInputs head_inputs(const SimpleMlpAdaLNImpl& net, const DiffusionSampler& diffusion, int64_t N,
+                       uint64_t seed) {
+    const int64_t C = net.in_channels(), S = diffusion.schedule().num_steps();
+    HeadInputs in{at::randn({2 * N, 32}), at::empty({N, C}), at::empty({S, 2 * N, C})};
+    DiffusionSampler::draw_noise(in.start, in.noise, seeded_generator(at::kCPU, seed));
+    return in;
 }
 
 // The released code's rule, step by step: per block a dict of kept tensors, rows matched by
@@ -182,13 +188,11 @@ TEST(HeadMlpCache, OffAndEveryStepRefreshingAreExactAndCachedMatchesTheReleasedR
     c10::InferenceMode guard;
     const auto& net = *pipe.sampler().transformer()->diffloss->net;
     const DiffusionSampler diffusion = mild_schedule(50);
-    const int64_t N = 3, C = net.in_channels(), S = diffusion.schedule().num_steps();
-    ASSERT_EQ(S, 50);
-    const auto z = at::randn({2 * N, 32});
+    const int64_t N = 3;
+    ASSERT_EQ(diffusion.schedule().num_steps(), 50);
+    const HeadInputs in = head_inputs(net, diffusion, N, 5);
+    const auto &z = in.z, &start = in.start, &noise = in.noise;
     const auto cfg = at::full({}, 2.5);
-    auto start = at::empty({N, C});
-    auto noise = at::empty({S, 2 * N, C});
-    DiffusionSampler::draw_noise(start, noise, seeded_generator(at::kCPU, 5));
     for (bool guided : {true, false}) {
         const auto zz = guided ? z : z.narrow(0, 0, N);
         const auto scale = guided ? cfg : at::Tensor();
@@ -231,12 +235,10 @@ TEST(HeadMlpCache, ShallowHeadsMatchTheReleasedRule) {
         c10::InferenceMode guard;
         const auto& net = *pipe.sampler().transformer()->diffloss->net;
         const DiffusionSampler diffusion = mild_schedule(30);
-        const int64_t N = 2, C = net.in_channels(), S = diffusion.schedule().num_steps();
-        const auto z = at::randn({2 * N, 32});
+        const int64_t N = 2;
+        const HeadInputs in = head_inputs(net, diffusion, N, 8);
+        const auto &z = in.z, &start = in.start, &noise = in.noise;
         const auto cfg = at::full({}, 3.0);
-        auto start = at::empty({N, C});
-        auto noise = at::empty({S, 2 * N, C});
-        DiffusionSampler::draw_noise(start, noise, seeded_generator(at::kCPU, 8));
         const auto cached =
             diffusion.sample_with_noise(net, z, cfg, 1.0, start, noise, {}, 7, HeadPath::Auto, 4);
         const auto ref =
@@ -259,11 +261,9 @@ TEST(HeadMlpCache, FusedReferenceLoopEqualsTheModulePathExactly) {
         c10::InferenceMode guard;
         const auto& net = *pipe.sampler().transformer()->diffloss->net;
         const DiffusionSampler diffusion = mild_schedule(30);
-        const int64_t N = 3, C = net.in_channels(), S = diffusion.schedule().num_steps();
-        const auto z = at::randn({2 * N, 32});
-        auto start = at::empty({N, C});
-        auto noise = at::empty({S, 2 * N, C});
-        DiffusionSampler::draw_noise(start, noise, seeded_generator(at::kCPU, 9));
+        const int64_t N = 3;
+        const HeadInputs in = head_inputs(net, diffusion, N, 9);
+        const auto &z = in.z, &start = in.start, &noise = in.noise;
         EXPECT_TRUE(
             DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedReference, nullptr, 7));
         std::string why;
@@ -305,13 +305,11 @@ TEST(HeadMlpCache, ModulationsByNeedAtManyRows) {
     c10::InferenceMode guard;
     const auto& net = *pipe.sampler().transformer()->diffloss->net;
     const DiffusionSampler diffusion = mild_schedule(50);
-    const int64_t N = 10, C = net.in_channels(), S = diffusion.schedule().num_steps();
+    const int64_t N = 10;
     ASSERT_GT(2 * N, DiffusionSampler::fused_head_max_rows(net.width()));
-    const auto z = at::randn({2 * N, 32});
+    const HeadInputs in = head_inputs(net, diffusion, N, 11);
+    const auto &z = in.z, &start = in.start, &noise = in.noise;
     const auto cfg = at::full({}, 2.5);
-    auto start = at::empty({N, C});
-    auto noise = at::empty({S, 2 * N, C});
-    DiffusionSampler::draw_noise(start, noise, seeded_generator(at::kCPU, 11));
     for (int64_t cfg_period : {0, 7, 3}) {
         SCOPED_TRACE("cfg period " + std::to_string(cfg_period));
         auto run = [&](HeadPath path, int64_t mlp = 7) {
@@ -397,11 +395,9 @@ TEST(HeadMlpCache, DriftIsMeasuredAtRefreshesAndProbedPerStep) {
         c10::InferenceMode guard;
         const auto& net = *pipe.sampler().transformer()->diffloss->net;
         const DiffusionSampler diffusion = mild_schedule(50);
-        const int64_t N = 3, C = net.in_channels(), S = diffusion.schedule().num_steps();
-        const auto z = at::randn({2 * N, 32});
-        auto start = at::empty({N, C});
-        auto noise = at::empty({S, 2 * N, C});
-        DiffusionSampler::draw_noise(start, noise, seeded_generator(at::kCPU, 3));
+        const int64_t N = 3;
+        const HeadInputs in = head_inputs(net, diffusion, N, 3);
+        const auto &z = in.z, &start = in.start, &noise = in.noise;
         const auto cfg = at::full({}, 2.5);
         HeadCacheStats mod, ref;
         const auto a = diffusion.sample_with_noise(net, z, cfg, 1.0, start, noise, {}, 7,
@@ -430,12 +426,7 @@ TEST(HeadMlpCache, DriftIsMeasuredAtRefreshesAndProbedPerStep) {
         EXPECT_TRUE(at::equal(c, diffusion.sample_with_noise(net, z, cfg, 1.0, start, noise, {}, 0,
                                                              HeadPath::Modules)));
     }
-    MarSampleOptions o;
-    o.class_ids = {1, 2};
-    o.seed = 9;
-    o.num_iter = 4;
-    o.cfg = 3.0;
-    o.time_steps = false;
+    auto o = varscope::testing::mar_options({1, 2}, 9, 4, 3.0);
     o.head_mlp_cache_period = 7;
     o.head_cfg_cache_period = 7;
     ProbeRecorder probe;
@@ -463,12 +454,7 @@ TEST(HeadMlpCache, DriftIsMeasuredAtRefreshesAndProbedPerStep) {
 // close to it; LazyMarConfig carries it (JSON, range) and hands it to the options.
 TEST(HeadMlpCache, MarLoopOptionAndConfig) {
     auto pipe = strong_head_mar(head_config(6, "20"), 4);
-    MarSampleOptions o;
-    o.class_ids = {1, 2};
-    o.seed = 9;
-    o.num_iter = 4;
-    o.cfg = 3.0;
-    o.time_steps = false;
+    auto o = varscope::testing::mar_options({1, 2}, 9, 4, 3.0);
     const auto base = pipe.generate(o);
     o.head_mlp_cache_period = 1;
     EXPECT_TRUE(at::equal(pipe.generate(o).tokens, base.tokens));
@@ -499,11 +485,7 @@ TEST(HeadMlpCache, CounterCountsTheHeadMlpCache) {
     const MarConfig c = head_config(6, "20");
     auto pipe = MarPipeline::random(c, 4, {});
     const int64_t steps = 20;
-    MarSampleOptions o;
-    o.class_ids = {1, 2};
-    o.seed = 9;
-    o.num_iter = 4;
-    o.time_steps = false;
+    auto o = varscope::testing::mar_options({1, 2}, 9, 4, 1.0);  // guidance set below
     for (double guidance : {1.0, 3.0}) {
         for (int64_t cfg_period : {0, 7}) {
             for (int64_t mlp_period : {0, 1, 3, 7}) {

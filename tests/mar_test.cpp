@@ -16,38 +16,23 @@
 #include "core/mar_pipeline.h"
 #include "core/models/detect.h"
 #include "tests/test_util.h"
+#include "tests/tiny_mar.h"
 
 using namespace varscope;
 
 namespace {
 
+// 4x4 tokens, two encoder and two decoder blocks.
 MarConfig tiny_mar_config() {
-    MarConfig c;
-    c.img_size = 64;  // 4x4 tokens
-    c.vae_stride = 16;
-    c.encoder_embed_dim = c.decoder_embed_dim = 32;
-    c.encoder_depth = 2;
-    c.decoder_depth = 2;
-    c.encoder_num_heads = c.decoder_num_heads = 2;
-    c.vae_embed_dim = 4;
-    c.class_num = 10;
-    c.buffer_size = 4;
-    c.diffloss_d = 2;
-    c.diffloss_w = 32;
-    c.num_sampling_steps = "10";
+    MarConfig c = varscope::testing::tiny_cpu_mar_config();
+    c.encoder_depth = c.decoder_depth = 2;
     return c;
 }
 
 MarPipeline tiny_mar(uint64_t seed = 1) { return MarPipeline::random(tiny_mar_config(), seed, {}); }
 
 MarSampleOptions tiny_options(uint64_t seed = 7, double cfg = 2.5) {
-    MarSampleOptions o;
-    o.class_ids = {3, 5};
-    o.seed = seed;
-    o.num_iter = 6;
-    o.cfg = cfg;
-    o.time_steps = false;
-    return o;
+    return varscope::testing::mar_options({3, 5}, seed, 6, cfg);
 }
 
 std::string fixture(const std::string& name) {
@@ -299,13 +284,8 @@ TEST(MarParity, SamplingMatchesOfficialCodeForTheSameSeed) {
         double cfg, temperature;
     };
     for (const Run& r : {Run{"sample_cfg", 5, 4, 2.5, 1.0}, Run{"sample_plain", 9, 3, 1.0, 0.8}}) {
-        MarSampleOptions o;
-        o.class_ids = {1, 3};
-        o.seed = r.seed;
-        o.num_iter = r.num_iter;
-        o.cfg = r.cfg;
+        auto o = varscope::testing::mar_options({1, 3}, r.seed, r.num_iter, r.cfg);
         o.temperature = r.temperature;
-        o.time_steps = false;
         const auto res = pipe.generate(o);
         const std::string n = r.name;
         EXPECT_TRUE(at::equal(res.orders, e.at(n + "_orders"))) << n;

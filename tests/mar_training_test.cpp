@@ -4,16 +4,12 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adam.h>
 
-#include <array>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -23,30 +19,18 @@
 #include "core/models/kl_vae.h"
 #include "core/sampling/diffusion_losses.h"
 #include "core/training/mar_trainer.h"
+#include "tests/cli_run.h"
+#include "tests/error_of.h"
+#include "tests/smooth_pack.h"
 #include "tests/test_util.h"
 
 using namespace varscope;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "";
-}
-
-int run_cli(const std::string& args, std::string& out) {
-    const std::string cmd = std::string(VARSCOPE_CLI_PATH) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return -1;
-    std::array<char, 4096> buf{};
-    while (fgets(buf.data(), buf.size(), p)) out += buf.data();
-    const int status = pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using varscope::testing::error_of;
+using varscope::testing::run_cli;
+using varscope::testing::smooth_pack;
 
 // 4x4 tokens of 4 channels; width 64 = one head (what loaders infer), tiny everything else.
 MarConfig tiny_config() {
@@ -80,17 +64,6 @@ std::string tiny_vae(const varscope::testing::TempDir& dir) {
     save_safetensors(module_state_dict(*vae), dir.file("vae.safetensors"),
                      {{"varscope.config", c.to_json().dump()}});
     return dir.file("vae.safetensors");
-}
-
-std::string smooth_pack(const varscope::testing::TempDir& dir) {
-    auto gen = at::detail::createCPUGenerator(7);
-    const at::Tensor img = at::upsample_bilinear2d(at::rand({16, 3, 4, 4}, gen), {16, 16}, false)
-                               .mul(255)
-                               .round()
-                               .to(at::kByte);
-    save_safetensors({{"images", img}, {"labels", at::arange(16, at::kLong).remainder(4)}},
-                     dir.file("pack.safetensors"));
-    return dir.file("pack.safetensors");
 }
 
 // --- the IDDPM formulas in double precision, written out per element -----------------------
@@ -408,10 +381,8 @@ TEST(MarTraining, CliTrainsFromAConfigFile) {
     std::ofstream(dir.file("good.json")) << cfg.dump();
     const std::string common =
         " --data " + smooth_pack(dir) + " --vae " + tiny_vae(dir) + " --device cpu --out ";
-    std::string out;
-    ASSERT_EQ(run_cli("train mar --config " + dir.file("good.json") + common + dir.file("a"), out),
-              0)
-        << out;
+    auto run = run_cli("train mar --config " + dir.file("good.json") + common + dir.file("a"));
+    ASSERT_EQ(run.code, 0) << run.out;
     std::ifstream report_file(dir.file("a/report.json"));
     const nlohmann::json report = nlohmann::json::parse(report_file);
     EXPECT_EQ(report["steps"], 2);
@@ -421,8 +392,7 @@ TEST(MarTraining, CliTrainsFromAConfigFile) {
 
     cfg["recipe"] = {{"drop", 0.1}};
     std::ofstream(dir.file("bad.json")) << cfg.dump();
-    out.clear();
-    EXPECT_NE(run_cli("train mar --config " + dir.file("bad.json") + common + dir.file("b"), out),
-              0);
-    EXPECT_NE(out.find("unknown key 'drop'"), std::string::npos) << out;
+    run = run_cli("train mar --config " + dir.file("bad.json") + common + dir.file("b"));
+    EXPECT_NE(run.code, 0);
+    EXPECT_NE(run.out.find("unknown key 'drop'"), std::string::npos) << run.out;
 }

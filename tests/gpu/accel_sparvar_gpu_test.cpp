@@ -28,6 +28,7 @@
 #include "core/accel/sparvar.h"
 #include "core/io/module_binding.h"
 #include "kernels/attention_dispatch.h"
+#include "tests/gpu/device_pipelines.h"
 #include "tests/tiny_models.h"
 
 using namespace varscope;
@@ -37,22 +38,8 @@ namespace {
 
 // Head dim 64 (the kernels take 64 or 128), scales up to 16x16, four blocks.
 VarPipeline kernel_pipeline(Precision precision) {
-    auto vae = varscope::testing::tiny_vqvae_config();
-    vae.patch_nums = {1, 2, 3, 4, 6, 8, 12, 16};
-    auto var = varscope::testing::tiny_var_config();
-    var.depth = 4;
-    var.embed_dim = 128;
-    var.num_heads = 2;
-    var.patch_nums = vae.patch_nums;
-    auto cpu = VarPipeline::random(var, vae, 1, {});
-    varscope::testing::randomise(*cpu.sampler().transformer(), 1);
-    varscope::testing::randomise(*cpu.sampler().vqvae(), 2);
-    auto gpu = VarPipeline::random(var, vae, 0, {"cuda", precision});
-    c10::InferenceMode g;
-    bind_state_dict(*gpu.sampler().transformer(), module_state_dict(*cpu.sampler().transformer()),
-                    {});
-    bind_state_dict(*gpu.sampler().vqvae(), module_state_dict(*cpu.sampler().vqvae()), {});
-    return gpu;
+    auto cpu = varscope::testing::kernel_sized_cpu_pipeline();
+    return varscope::testing::with_weights_of(cpu, {"cuda", precision});
 }
 
 constexpr int64_t kDecisionScale = 5;  // 8 scales, sparse_scales 2

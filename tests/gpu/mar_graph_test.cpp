@@ -13,6 +13,7 @@
 #include "core/pipeline.h"
 #include "kernels/cuda_graph.h"
 #include "kernels/memory_stats.h"
+#include "tests/tiny_mar.h"
 
 using namespace varscope;
 
@@ -22,19 +23,11 @@ using namespace varscope;
 
 namespace {
 
+// 8x8 tokens of 4 channels, 3 + 3 blocks of width 64.
 MarConfig small_mar_config() {
-    MarConfig c;
-    c.img_size = 128;  // 8x8 tokens
-    c.vae_stride = 16;
-    c.encoder_embed_dim = c.decoder_embed_dim = 64;
+    MarConfig c = varscope::testing::small_mar_with_head(64, 2, "20");
     c.encoder_depth = c.decoder_depth = 3;
-    c.encoder_num_heads = c.decoder_num_heads = 4;
     c.vae_embed_dim = 4;
-    c.class_num = 10;
-    c.buffer_size = 8;
-    c.diffloss_d = 2;
-    c.diffloss_w = 64;
-    c.num_sampling_steps = "20";
     return c;
 }
 
@@ -134,11 +127,7 @@ TEST(MarGraph, LazyMarWithGraphedDiffusionEqualsEager) {
     REQUIRE_CUDA_GRAPHS();
     const MarConfig c = small_mar_config();
     auto pipe = MarPipeline::random(c, 5, {"cuda", Precision::Fp32});
-    LazyMarConfig lc;
-    lc.enabled = true;
-    lc.start_step = 2;
-    lc.period = 3;
-    lc.keep_ratio = 0.3;
+    LazyMarConfig lc = varscope::testing::graph_test_lazymar();
     lc.similarity_layer = 1;
     auto run = [&](bool graphs) {
         auto hooks = make_lazymar(lc, c, nullptr);
@@ -165,11 +154,7 @@ TEST(MarGraph, LazyMarWholeStepGraphsEqualEager) {
     const MarConfig c = small_mar_config();
     for (auto prec : {Precision::Fp32, Precision::Bf16}) {
         auto pipe = MarPipeline::random(c, 5, {"cuda", prec});
-        LazyMarConfig lc;
-        lc.enabled = true;
-        lc.start_step = 2;
-        lc.period = 3;
-        lc.keep_ratio = 0.3;
+        LazyMarConfig lc = varscope::testing::graph_test_lazymar();
         lc.similarity_layer = 1;
         for (double cfg : {3.0, 1.0}) {
             for (int64_t period : {3, 4}) {

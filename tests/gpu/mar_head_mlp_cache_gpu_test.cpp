@@ -198,11 +198,7 @@ TEST(HeadMlpCacheGpu, GraphedEqualsEager) {
     EXPECT_GT((pipe.generate(plain).tokens.cpu() - eager.tokens.cpu()).abs().max().item<double>(),
               0.0);
     // LazyMAR's hooks: the diffusion graphed per row count.
-    LazyMarConfig lc;
-    lc.enabled = true;
-    lc.start_step = 2;
-    lc.period = 3;
-    lc.keep_ratio = 0.3;
+    LazyMarConfig lc = varscope::testing::graph_test_lazymar();
     lc.similarity_layer = 0;
     auto run = [&](bool graphs) {
         auto hooks = make_lazymar(lc, c, nullptr);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "core/io/module_binding.h"
+#include "tests/gpu/device_pipelines.h"
 #include "tests/tiny_models.h"
 
 using namespace varscope;
@@ -15,11 +16,7 @@ using namespace varscope;
 namespace {
 
 VarPipeline on_device(VarPipeline& cpu, const std::string& dev, Precision p = Precision::Fp32) {
-    auto gpu = VarPipeline::random(cpu.var_config(), cpu.vae_config(), 0, {dev, p});
-    c10::InferenceMode g;
-    bind_state_dict(*gpu.sampler().transformer(), module_state_dict(*cpu.sampler().transformer()), {});
-    bind_state_dict(*gpu.sampler().vqvae(), module_state_dict(*cpu.sampler().vqvae()), {});
-    return gpu;
+    return varscope::testing::with_weights_of(cpu, {dev, p});
 }
 
 double rel(const at::Tensor& a, const at::Tensor& b) {

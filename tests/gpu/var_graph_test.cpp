@@ -13,6 +13,7 @@
 #include "core/accel/accel_config.h"
 #include "core/io/module_binding.h"
 #include "kernels/cuda_graph.h"
+#include "tests/gpu/device_pipelines.h"
 #include "tests/tiny_models.h"
 
 using namespace varscope;
@@ -24,12 +25,7 @@ using namespace varscope;
 namespace {
 
 VarPipeline on_device(VarPipeline& cpu, Precision p, bool autocast = false) {
-    auto gpu = VarPipeline::random(cpu.var_config(), cpu.vae_config(), 0, {"cuda", p, autocast});
-    c10::InferenceMode g;
-    bind_state_dict(*gpu.sampler().transformer(), module_state_dict(*cpu.sampler().transformer()),
-                    {});
-    bind_state_dict(*gpu.sampler().vqvae(), module_state_dict(*cpu.sampler().vqvae()), {});
-    return gpu;
+    return varscope::testing::with_weights_of(cpu, {"cuda", p, autocast});
 }
 
 // Top-k / top-p sampling with CFG: the full token-drawing path of the official sampler.
@@ -105,14 +101,7 @@ TEST(VarGraph, Tf32GraphsEqualEagerAndTheSettingIsRestored) {
         }
     };
     auto cpu = varscope::testing::small_pipeline();
-    auto bind = [&](LoadOptions o) {
-        auto gpu = VarPipeline::random(cpu.var_config(), cpu.vae_config(), 0, o);
-        c10::InferenceMode g;
-        bind_state_dict(*gpu.sampler().transformer(),
-                        module_state_dict(*cpu.sampler().transformer()), {});
-        bind_state_dict(*gpu.sampler().vqvae(), module_state_dict(*cpu.sampler().vqvae()), {});
-        return gpu;
-    };
+    auto bind = [&](LoadOptions o) { return varscope::testing::with_weights_of(cpu, o); };
     auto tf32 = bind(load_options("cuda", "tf32"));
     auto fp32 = bind(load_options("cuda", "fp32"));
     EXPECT_TRUE(tf32.sampler().tf32());
@@ -204,19 +193,10 @@ TEST(VarGraph, CpuIgnoresTheSwitch) {
 
 namespace {
 
-// Head dim 64 (SparVAR's kernels take 64 or 128), scales up to 16x16, four blocks: the CSLA
-// masks below are block-sparse there, so the kernel path runs inside the graphs in bf16.
+// The CSLA masks below are block-sparse on this model, so the kernel path runs inside the graphs
+// in bf16.
 VarPipeline kernel_sized(Precision precision, bool autocast = false) {
-    auto vae = varscope::testing::tiny_vqvae_config();
-    vae.patch_nums = {1, 2, 3, 4, 6, 8, 12, 16};
-    auto var = varscope::testing::tiny_var_config();
-    var.depth = 4;
-    var.embed_dim = 128;
-    var.num_heads = 2;
-    var.patch_nums = vae.patch_nums;
-    auto cpu = VarPipeline::random(var, vae, 1, {});
-    varscope::testing::randomise(*cpu.sampler().transformer(), 1);
-    varscope::testing::randomise(*cpu.sampler().vqvae(), 2);
+    auto cpu = varscope::testing::kernel_sized_cpu_pipeline();
     return on_device(cpu, precision, autocast);
 }
 

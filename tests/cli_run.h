@@ -1,0 +1,31 @@
+// The real varscope-cli (VARSCOPE_CLI_PATH) run as a user's shell would run it.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace varscope::testing {
+
+struct CliRun {
+    int code;         // -1: killed by a signal (a crash), or not started
+    std::string out;  // stdout and stderr together
+};
+
+// Runs varscope-cli `args`, with the environment variables `env` ("NAME=value ...") when given.
+inline CliRun run_cli(const std::string& args, const std::string& env = "") {
+    const std::string cmd = (env.empty() ? "" : "env " + env + " ") +
+                            std::string(VARSCOPE_CLI_PATH) + " " + args + " 2>&1";
+    CliRun r{-1, {}};
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return r;
+    std::array<char, 4096> buf{};
+    while (fgets(buf.data(), buf.size(), p)) r.out += buf.data();
+    const int status = pclose(p);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+}  // namespace varscope::testing
