@@ -18,14 +18,7 @@ using varscope::testing::small_pipeline;
 namespace {
 
 VarSampleOptions small_options(uint64_t seed = 5) {
-    VarSampleOptions o;
-    o.class_ids = {3};
-    o.seed = seed;
-    o.cfg = 2.0;
-    o.top_k = 0;
-    o.top_p = 0.0;
-    o.time_scales = false;
-    return o;
+    return varscope::testing::exact_options({3}, seed);
 }
 
 LazyVarConfig lazy(int64_t start, int64_t group, std::vector<double> ratios,

@@ -23,14 +23,7 @@ struct LogitRecorder : SamplingHooks {
 };
 
 VarSampleOptions tiny_options(uint64_t seed = 7) {
-    VarSampleOptions o;
-    o.class_ids = {3, 5};
-    o.seed = seed;
-    o.cfg = 2.0;
-    o.top_k = 0;
-    o.top_p = 0.0;
-    o.time_scales = false;
-    return o;
+    return varscope::testing::exact_options({3, 5}, seed);
 }
 
 }  // namespace
