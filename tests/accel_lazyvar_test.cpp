@@ -10,6 +10,7 @@
 #include "core/accel/accel_config.h"
 #include "core/accel/lazyvar.h"
 #include "core/resources.h"
+#include "tests/emoji_model.h"
 #include "tests/tiny_models.h"
 
 using namespace varscope;
@@ -289,11 +290,7 @@ TEST(LazyVar, OffSettingReproducesTheBaseline) {
 TEST(LazyVar, EmbeddedModelOffIsBaselineAndDefaultsStayClose) {
     ASSERT_TRUE(embedded_model_available());
     auto pipe = VarPipeline::load(embedded_model_files(), {});
-    VarSampleOptions o;
-    o.class_ids = {1891, 581, 100, 1500};  // red heart, cat, ...
-    o.seed = 3;
-    o.cfg = 3.0;
-    o.time_scales = false;
+    const auto o = varscope::testing::emoji_options({1891, 581, 100, 1500});  // red heart, cat, ...
     const auto base = pipe.generate(o);
     auto off = make_lazyvar(lazy(1, 1, {1.0}), pipe.var_config(), nullptr);
     const auto same = pipe.generate(o, off.get());

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/resources.h"
+#include "tests/emoji_model.h"
 
 using namespace varscope;
 
@@ -18,11 +19,7 @@ TEST(EmbeddedModel, LoadsAndDescribesItself) {
 
 TEST(EmbeddedModel, SameSeedSameImageAndEmojiLikeOutput) {
     auto pipe = VarPipeline::load(embedded_model_files(), {});
-    VarSampleOptions o;
-    o.class_ids = {1891, 581};  // red heart, cat
-    o.seed = 3;
-    o.cfg = 3.0;
-    o.time_scales = false;
+    const auto o = varscope::testing::emoji_options({1891, 581});  // red heart, cat
     auto a = pipe.generate(o), b = pipe.generate(o);
     ASSERT_EQ(a.images.sizes(), (at::IntArrayRef{2, 3, 64, 64}));
     EXPECT_TRUE(a.images.equal(b.images));

@@ -19,6 +19,7 @@
 #include "core/resources.h"
 #include "core/training/kl_vae_trainer.h"
 #include "tests/cli_run.h"
+#include "tests/emoji_model.h"
 #include "tests/error_of.h"
 #include "tests/smooth_pack.h"
 #include "tests/test_util.h"
@@ -332,11 +333,7 @@ TEST(KlVae, ShippedEmojiTokenizerReconstructsAnEmoji) {
     EXPECT_EQ(vae->config().embed_dim, 16);
 
     auto pipe = VarPipeline::load(embedded_model_files(), {});
-    VarSampleOptions o;
-    o.class_ids = {1891, 581};  // red heart, cat
-    o.seed = 3;
-    o.cfg = 3.0;
-    o.time_scales = false;
+    const auto o = varscope::testing::emoji_options({1891, 581});  // red heart, cat
     const at::Tensor img = pipe.generate(o).images.mul(2).sub(1);  // [0,1] -> [-1,1]
 
     c10::InferenceMode g;
