@@ -318,9 +318,6 @@ __device__ __forceinline__ void mask_columns(float (&s)[32], const unsigned char
     }
 }
 
-// Softmax of one (masked) S tile in place (log2 units, scale folded into one FFMA per element):
-// updates the running max / sum, leaves P = exp2(S * scale - max) in s and the factor by which O
-// must be rescaled in corr.
 // The maxima of this thread's two rows of an S tile over the whole row (the 4 threads that hold
 // a row exchange theirs).
 __device__ __forceinline__ void tile_row_maxima(const float (&s)[32], float (&tile_max)[2]) {
@@ -337,6 +334,9 @@ __device__ __forceinline__ void tile_row_maxima(const float (&s)[32], float (&ti
     }
 }
 
+// Softmax of one (masked) S tile in place (log2 units, scale folded into one FFMA per element):
+// updates the running max / sum, leaves P = exp2(S * scale - max) in s and the factor by which O
+// must be rescaled in corr.
 __device__ __forceinline__ void online_softmax(float (&s)[32], float (&row_max)[2],
                                                float (&row_sum)[2], float (&corr)[2], float sl2) {
     float tile_max[2];
@@ -701,8 +701,8 @@ __device__ __forceinline__ void exp2_tile(const float (&s)[32], float (&p)[32],
 __device__ __forceinline__ bool online_softmax_lazy(float (&s)[32], float (&row_max)[2],
                                                     float (&row_sum)[2], float (&corr)[2],
                                                     float sl2) {
-    // Maxima and sums over four independent partials per row (chains of 4 instead of 16: ncu
-    // showed the consumer warps stalled on fixed-latency dependencies).
+    // Maxima over four independent partials per row (chains of 4 instead of 16: ncu showed the
+    // consumer warps stalled on fixed-latency dependencies); the sums likewise in exp2_tile.
     float part_max[2][4];
 #pragma unroll
     for (int r = 0; r < 2; ++r)
