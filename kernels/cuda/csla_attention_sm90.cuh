@@ -73,11 +73,18 @@ struct Sm90Traits {
     // Three CTAs per SM with one stage (6), two with two stages (0: by shared memory at d128).
     static constexpr int kMinBlocks = kStages == 1 ? 3 : 1;
 };
-// Schedules 7/8 (warp-specialised, see sm90_ws_kernel). 8 holds S_i, P_{i-1} and O at once:
-// two CTAs per SM (up to 200 registers per thread) and a fourth slot; 7 fits three at d128.
-template <int kHeadDim, bool kOverlap>
+// Schedules 7/8/9 (warp-specialised, see sm90_ws_kernel). 8 holds S_i, P_{i-1} and O at once:
+// two CTAs per SM (up to 200 registers per thread) and a fourth slot; 7 fits three at d128. 9
+// waits less on its tiles than 8 does, so they must be fetched further ahead: at d128 a fifth
+// slot (97 KiB, still two CTAs per SM) took the K/V data waits from ~12 % of the consumer's
+// stall samples and the time from 0.167 to 0.163 ms (H200, Table 1; neutral at d64).
+template <int kHeadDim, int kSchedule>
 struct WsTraits {
-    static constexpr int kSlots = kHeadDim == 128 && !kOverlap ? 3 : 4;
+    static constexpr bool kOverlap = kSchedule != 7;
+    static constexpr int kSlots = kHeadDim == 128 ? (kSchedule == 7   ? 3
+                                                     : kSchedule == 9 ? 5
+                                                                      : 4)
+                                                  : 4;
     static constexpr int kPanels = kHeadDim / 64;         // 64-column (128-byte) panels
     static constexpr int kTileBytes = 64 * kHeadDim * 2;  // Q, K or V tile
     static constexpr int kThreads = 160;                  // consumer warpgroup + producer warp
@@ -87,7 +94,7 @@ struct WsTraits {
     // the 1024-byte alignment.
     static constexpr int kValidOffset = kBarOffset + 8 * (1 + 2 * kSlots);
     static constexpr int kSmemBytes = kValidOffset + 4 * kSlots + 1024;
-    // d128: 7 65.6 KiB, 3 CTAs per SM (128 registers per thread); 8 81.1 KiB, 2 CTAs.
+    // d128: 7 65.6 KiB, 3 CTAs per SM (128 registers per thread); 8 81.1 KiB, 9 97.1 KiB, 2 CTAs.
     static constexpr int kMinBlocks = kHeadDim == 128 ? (kOverlap ? 2 : 3) : (kOverlap ? 3 : 4);
 };
 #ifdef VARSCOPE_SM90_WGMMA
@@ -793,13 +800,13 @@ __device__ __forceinline__ bool online_softmax_bounded(const float (&s)[32], flo
 // i + 1 runs (FlashAttention-3's intra-warpgroup pipelining); 7 runs them one after the other.
 // 9 is 8 with online_softmax_bounded.
 template <int kHeadDim, int kSchedule>
-__global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule != 7>::kMinBlocks)
+__global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks)
     sm90_ws_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap map_q,
                    const __grid_constant__ CUtensorMap map_k,
                    const __grid_constant__ CUtensorMap map_v) {
     constexpr bool kOverlap = kSchedule != 7;
     constexpr bool kBounded = kSchedule == 9;
-    using W = WsTraits<kHeadDim, kOverlap>;
+    using W = WsTraits<kHeadDim, kSchedule>;
     constexpr int kTile = W::kTileBytes;
     constexpr int kSlots = W::kSlots;
     extern __shared__ unsigned char smem_raw[];
@@ -1026,7 +1033,7 @@ inline bool make_tensor_map(CUtensorMap* map, const void* ptr, const int64_t (&s
 // tensor maps cannot be made (nothing launched).
 template <int kHeadDim, int kSchedule>
 cudaError_t launch_sm90_ws(const AttentionParams& p, cudaStream_t stream) {
-    using W = WsTraits<kHeadDim, kSchedule != 7>;
+    using W = WsTraits<kHeadDim, kSchedule>;
     constexpr auto kKernel = sm90_ws_kernel<kHeadDim, kSchedule>;
     constexpr int kSmem = W::kSmemBytes;
     static const cudaError_t attr_err =

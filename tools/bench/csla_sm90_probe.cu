@@ -51,8 +51,7 @@ namespace {
     } while (0)
 
 // Schedules (VARSCOPE_SM90_IMPL numbers); 1-5 were dropped; 7/8 are CSLA-only (CS4A runs 6).
-const char* const kNames[] = {"serial", "bound-qreg", "",   "",       "",
-                              "",       "single",     "ws", "ws-ovl", "ws-bound"};
+const char* const kNames[] = {"serial", "", "", "", "", "", "single", "ws", "ws-ovl", "ws-bound"};
 
 float bf(__nv_bfloat16 x) {
     return __bfloat162float(x);
