@@ -703,6 +703,25 @@ __device__ __forceinline__ void exp2_tile(const float (&s)[32], float (&p)[32],
     for (int r = 0; r < 2; ++r) tile_sum[r] = (part[r][0] + part[r][1]) + (part[r][2] + part[r][3]);
 }
 
+// Moves each row's exponent base up to the tile's maximum where that is larger: corr is the factor
+// by which O and the row sums made on the old base must be scaled (0 where there was none yet).
+// Writes the new -base * scale per row to neg_base (0 for a row still without one).
+__device__ __forceinline__ void move_base(const float (&tile_max)[2], float (&row_max)[2],
+                                          float (&row_sum)[2], float (&corr)[2], float sl2) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float m_new = fmaxf(row_max[r], tile_max[r]);
+        corr[r] = row_max[r] == -INFINITY ? 0.f : fast_exp2((row_max[r] - m_new) * sl2);
+        row_max[r] = m_new;
+        row_sum[r] *= corr[r];
+    }
+}
+__device__ __forceinline__ void neg_base_of(const float (&row_max)[2], float sl2,
+                                            float (&neg_base)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) neg_base[r] = row_max[r] == -INFINITY ? 0.f : -row_max[r] * sl2;
+}
+
 // As online_softmax, with the lazy base (see schedule 7 above). Returns whether O must be
 // rescaled by corr (uniform per warp).
 __device__ __forceinline__ bool online_softmax_lazy(float (&s)[32], float (&row_max)[2],
@@ -735,18 +754,9 @@ __device__ __forceinline__ bool online_softmax_lazy(float (&s)[32], float (&row_
         grow |= tile_max[r] * sl2 > row_max[r] * sl2 + 8.f;
     }
     const bool rescale = __any_sync(0xffffffff, grow);
-    if (rescale) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const float m_new = fmaxf(row_max[r], tile_max[r]);
-            corr[r] = row_max[r] == -INFINITY ? 0.f : fast_exp2((row_max[r] - m_new) * sl2);
-            row_max[r] = m_new;
-            row_sum[r] *= corr[r];
-        }
-    }
+    if (rescale) move_base(tile_max, row_max, row_sum, corr, sl2);
     float neg_base[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) neg_base[r] = row_max[r] == -INFINITY ? 0.f : -row_max[r] * sl2;
+    neg_base_of(row_max, sl2, neg_base);
     float tile_sum[2];
     exp2_tile(s, s, neg_base, sl2, tile_sum);
     row_sum[0] += tile_sum[0];
@@ -781,15 +791,9 @@ __device__ __forceinline__ bool online_softmax_bounded(const float (&s)[32], flo
     }
     float tile_max[2];
     tile_row_maxima(s, tile_max);
+    move_base(tile_max, row_max, row_sum, corr, sl2);
     float neg_base[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const float m_new = fmaxf(row_max[r], tile_max[r]);
-        corr[r] = row_max[r] == -INFINITY ? 0.f : fast_exp2((row_max[r] - m_new) * sl2);
-        row_max[r] = m_new;
-        row_sum[r] *= corr[r];
-        neg_base[r] = m_new == -INFINITY ? 0.f : -m_new * sl2;
-    }
+    neg_base_of(row_max, sl2, neg_base);
     exp2_tile(s, p, neg_base, sl2, tile_sum);
     row_sum[0] += tile_sum[0];
     row_sum[1] += tile_sum[1];
