@@ -51,7 +51,8 @@ namespace {
     } while (0)
 
 // Schedules (VARSCOPE_SM90_IMPL numbers); 1-5 were dropped; 7/8 are CSLA-only (CS4A runs 6).
-const char* const kNames[] = {"serial", "", "", "", "", "", "single", "ws", "ws-ovl", "ws-bound"};
+const char* const kNames[] = {"serial", "", "", "", "", "", "single", "ws", "ws-ovl", "ws-bound", "", "", "", "", "", "stamps", "tmastore", "", "early", "", "", "2items", "1item", "2strided"};
+int impl_of(char c) { return c >= 'a' ? c - 'a' + 10 : c - '0'; }
 
 float bf(__nv_bfloat16 x) {
     return __bfloat162float(x);
@@ -343,7 +344,7 @@ int check_all(const std::string& impls, std::mt19937& g) {
     // Block pairs; {192, 0}: gathered (CS4A) lists for 192-row query blocks, {64, 0} for 64.
     const int blocks[6][2] = {{64, 64}, {128, 128}, {128, 64}, {64, 128}, {64, 0}, {192, 0}};
     int failures = 0, cases = 0;
-    std::vector<double> worst(10, 0.0), worst_ratio(10, 0.0);
+    std::vector<double> worst(32, 0.0), worst_ratio(32, 0.0);
     for (const auto& s : shapes)
         for (const auto& bb : blocks)
             for (const bool strided : {false, true}) {
@@ -357,7 +358,7 @@ int check_all(const std::string& impls, std::mt19937& g) {
                 Dev dv = upload(pr);
                 double err0 = NAN;
                 for (const char ic : impls) {
-                    const int impl = ic - '0';
+                    const int impl = impl_of(ic);
                     if (pr.gathered && impl >= 7) continue;  // CSLA-only schedules
                     std::vector<__nv_bfloat16> o, o2;
                     std::vector<float> lse, lse2;
@@ -406,7 +407,7 @@ int check_all(const std::string& impls, std::mt19937& g) {
             }
     std::printf("checks: %d cases, %d failed\n", cases, failures);
     for (const char ic : impls) {
-        const int impl = ic - '0';
+        const int impl = impl_of(ic);
         std::printf("  impl %d %-9s worst rel err %.2e (worst ratio to impl 0: %.2f)\n", impl,
                     kNames[impl], worst[impl], worst_ratio[impl]);
     }
@@ -469,7 +470,7 @@ int time_impls(const Problem& pr, const Dev& dv, const std::string& impls, int i
     CHECK(cudaEventCreate(&e0));
     CHECK(cudaEventCreate(&e1));
     for (const char ic : impls) {
-        const int impl = ic - '0';
+        const int impl = impl_of(ic);
         if (pr.gathered && impl >= 7) continue;  // CSLA-only schedules
         if (profile) {
             launch(p, D, impl, pr.gathered);
@@ -497,6 +498,30 @@ int time_impls(const Problem& pr, const Dev& dv, const std::string& impls, int i
             CHECK(cudaEventRecord(e1));
             CHECK(cudaEventSynchronize(e1));
             CHECK(cudaEventElapsedTime(&ms[i], e0, e1));
+        }
+        if (impl >= 15 && pr.lq == 4096) {  // EXPERIMENT: per-CTA timestamps of one launch after the timing
+            const int ctas = (pr.lq + 63) / 64 * pr.h * pr.b;
+            unsigned long long* st = nullptr;
+            CHECK(cudaMalloc(&st, size_t(ctas) * 8 * 8));
+            auto ps = p;
+            ps.colsum = reinterpret_cast<float*>(st);
+            for (int rep = 0; rep < 1; ++rep) {
+                CHECK(cudaMemsetAsync(flush, rep, flush_bytes));
+                launch(ps, D, impl, pr.gathered);
+                CHECK(cudaDeviceSynchronize());
+                std::vector<unsigned long long> hs(size_t(ctas) * 8);
+                CHECK(cudaMemcpy(hs.data(), st, hs.size() * 8, cudaMemcpyDeviceToHost));
+                const char* out = std::getenv("OUT");
+                char name[512];
+                static int run = 0;
+                std::snprintf(name, sizeof name, "%s/stamps_i%d_%02d_lq%d_lk%d_b%d_%d.bin",
+                              out ? out : ".", impl, run++, pr.lq, pr.lk, pr.bk, rep);
+                if (FILE* f = std::fopen(name, "wb")) {
+                    std::fwrite(hs.data(), 8, hs.size(), f);
+                    std::fclose(f);
+                }
+            }
+            CHECK(cudaFree(st));
         }
         const double med = median(ms);
         std::printf(
