@@ -6,7 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
+#include <string>
 
 #include "kernels/cuda/attention_params.h"
 #include "kernels/cuda/torch_glue.h"
@@ -80,16 +80,18 @@ void launch(const AttentionParams& p_in, const at::Tensor& q, TileMode mode, Epi
     AttentionParams p = p_in;
     if (use_sm90(p, q, mode, epi)) {
         // Default: the fastest measured (bench/results/2026-11-25-h100/kernels_sm90_v2.md,
-        // cs4a_sm90.md, 2026-11-26-*/csla_ws*.md): 9 (warp-specialised, TMA copies, S/PV
-        // overlap, no maximum per tile) at d128 and d64 (H200 probe, CSLA Infinity-8B block 64:
-        // 0.167 ms vs 0.174 for 8 and 0.209 for 6). CS4A has no TMA form (7/8/9 run 6 for it):
-        // its defaults stay 6 at d128, 0 at d64. VARSCOPE_SM90_IMPL=0|6|7|8|9 overrides.
+        // cs4a_sm90.md, 2026-11-26-*/csla_*.md): 10 (warp-specialised, TMA copies, S/PV
+        // overlap, no maximum per tile, short CTA starts and ends) at d128 and d64 (H200 probe,
+        // CSLA Infinity-8B block 64: 0.154 ms vs 0.162 for 9, 0.173 for 8). CS4A has no TMA
+        // form (7-10 run 6 for it): its defaults stay 6 at d128, 0 at d64.
+        // VARSCOPE_SM90_IMPL=0|6|7|8|9|10 overrides.
         const char* impl_env = std::getenv("VARSCOPE_SM90_IMPL");
-        const bool named = impl_env != nullptr && impl_env[0] != '\0' && impl_env[1] == '\0' &&
-                           std::strchr("06789", impl_env[0]) != nullptr;
+        int named = -1;
+        if (impl_env != nullptr)
+            for (const int i : {0, 6, 7, 8, 9, 10})
+                if (std::to_string(i) == impl_env) named = i;
         const int cs4a_default = d == 128 ? 6 : 0;
-        const int impl =
-            named ? impl_env[0] - '0' : (mode == TileMode::Gathered ? cs4a_default : 9);
+        const int impl = named >= 0 ? named : (mode == TileMode::Gathered ? cs4a_default : 10);
         if (mode == TileMode::Gathered)
             err = d == 64 ? launch_cs4a_sm90_d64_bf16(p, impl, stream)
                           : launch_cs4a_sm90_d128_bf16(p, impl, stream);

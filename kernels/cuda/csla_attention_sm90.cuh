@@ -19,11 +19,17 @@
 //      barriers; lazy O rescale (the running maximum moves only when it grows by > 2^8).
 //   8: 7 with QK_{i+1} and PV_i in flight together while softmax i + 1 runs, 2 CTAs per SM.
 //   9: 8 without a maximum per tile (online_softmax_bounded).
+//   10: 9 with a shorter start and end per CTA: Q, K_0 and V_0 are copied before the CTA barrier,
+//      and O leaves through shared memory (the Q tile) by a TMA store.
 //   CS4A has no TMA form (rows gathered by index): 7/8/9 run 6 for it.
-// Default (attention_cuda.cpp): 9 at d128 and d64 (bench/results/2026-11-26-h200/csla_bound.md).
+// Default (attention_cuda.cpp): 10 at d128 and d64 (bench/results/2026-11-26-h200/csla_cta.md).
 // Tried and dropped (csla_bound.md): 8 with its exponentials pinned above the PV wait; two
 // query blocks per CTA whose warpgroups issue their GEMMs in turn (FA3's ping-pong); a 5-slot
 // ring; a persistent kernel (one K/V ring across work items); Q as wgmma's register operand.
+// Tried and dropped (csla_cta.md): L2 prefetch of K/V tiles ahead (tensor and plain bulk
+// prefetch: 30-70 % slower), two query blocks per CTA (the ring running on across them), six
+// slots, three CTAs per SM at d128 (wgmma serialised at 136 registers), the next wave's Q
+// prefetched into L2.
 // Tried and dropped (csla_ws.md): 8 with two consumer warpgroups sharing every K/V tile of a
 // 128-row query block (half the L2 traffic; no faster); 7 with 128-key steps (one m64n128k16
 // wgmma per k-step, 64 scores per thread per softmax; slower than 8). Dropped after
@@ -81,14 +87,8 @@ struct Sm90Traits {
 template <int kHeadDim, int kSchedule>
 struct WsTraits {
     static constexpr bool kOverlap = kSchedule != 7;
-    static constexpr bool kBounded = kSchedule >= 9;
-    static constexpr bool kStamps = kSchedule >= 15;  // EXPERIMENT: per-CTA timestamps in p.colsum
-    static constexpr bool kTmaStore = kSchedule >= 16;  // O through shared memory, TMA store
-    static constexpr bool kEarly = kSchedule >= 18;
-
-    // EXPERIMENT (session 11): 15 = 9 + stamps; 16 = 15 + TMA store of O; 18 = 16 + Q, K_0, V_0
-    // issued before the CTA barrier.
-    static constexpr bool kNoPad = false;
+    static constexpr bool kBounded = kSchedule >= 9;     // online_softmax_bounded
+    static constexpr bool kShortEnds = kSchedule >= 10;  // early first copies, TMA store of O
     static constexpr int kSlots = kHeadDim == 128 ? (kSchedule == 7   ? 3
                                                      : kSchedule == 8 ? 4
                                                                       : 5)
@@ -97,23 +97,15 @@ struct WsTraits {
     static constexpr int kTileBytes = 64 * kHeadDim * 2;  // Q, K or V tile
     static constexpr int kThreads = 160;                  // consumer warpgroup + producer warp
     static constexpr int kBarOffset = kTileBytes * (1 + kSlots);
+    // Barriers: Q full, then full[kSlots], empty[kSlots]; then per slot the valid keys of its K
+    // tile (len_k - first key, written by the producer before the slot's arrive); plus 1 KiB for
+    // the 1024-byte alignment.
     static constexpr int kValidOffset = kBarOffset + 8 * (1 + 2 * kSlots);
-    static constexpr int kSmemBytes = kValidOffset + 4 * kSlots + (kNoPad ? 0 : 1024);
+    static constexpr int kSmemBytes = kValidOffset + 4 * kSlots + 1024;
+    // d128: 7 65.6 KiB, 3 CTAs per SM (128 registers per thread); 8 81.1 KiB, 9/10 97.1 KiB,
+    // 2 CTAs. (10 with __maxnreg__ instead of these launch bounds: 0.218 instead of 0.156 ms.)
     static constexpr int kMinBlocks = kHeadDim == 128 ? (kOverlap ? 2 : 3) : (kOverlap ? 3 : 4);
 };
-template <int kHeadDim, int kItems>
-struct Ws2Traits {
-    static constexpr int kSlots = kHeadDim == 128 ? 5 : 4;
-    static constexpr int kPanels = kHeadDim / 64;
-    static constexpr int kTileBytes = 64 * kHeadDim * 2;
-    static constexpr int kThreads = 160;
-    static constexpr int kBarOffset = kTileBytes * (kItems + kSlots);
-    static constexpr int kValidOffset = kBarOffset + 8 * (kItems + 2 * kSlots);
-    // No alignment pad: the dynamic shared memory base is 1024-byte aligned (as CUTLASS's
-    // kernels assume; checked below).
-    static constexpr int kSmemBytes = kValidOffset + 4 * kSlots;
-};
-
 #ifdef VARSCOPE_SM90_WGMMA
 // D (64 x 64, f32) += A (64 x 16, smem, K-major) * B (64 x 16, smem, K-major); zero_init: D = A*B.
 __device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[32], uint64_t da, uint64_t db,
@@ -701,11 +693,6 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
         : "memory");
 }
 
-__device__ __forceinline__ unsigned long long global_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 // P = exp2(S * scale - base) of one tile (p may be s itself), and each row's sum of P over this
 // thread's 16 values (four independent partials: ncu showed the consumer warps stalled on
 // fixed-latency chains of 16).
@@ -822,15 +809,18 @@ __device__ __forceinline__ bool online_softmax_bounded(const float (&s)[32], flo
     return true;
 }
 
-// As store_output, with O written through shared memory (the Q tile, free after the last QK)
-// and a TMA store: 16-byte-granular writes instead of 32 scattered 4-byte stores per thread.
+// Schedule 10's end: as store_output, with O written into shared memory (the Q tile, free after
+// the last QK) and stored by TMA (rows past len_q are clipped by the copy engine). The stores
+// of store_output (32 four-byte writes per thread, eight rows apart) and IEEE division and log2
+// made each CTA's end ~1.8 us of a ~25 us life (globaltimer stamps per CTA, H200, Table 1);
+// this one ~1.0 us. Approximate reciprocal and log2 (MUFU, ~1 ulp) are far below bf16's
+// rounding and the LSE's needs. Only the calling warpgroup's 128 threads take part (named
+// barrier 1).
 template <int kHeadDim>
 __device__ __forceinline__ void store_output_tma(const AttentionParams& p, float (&o)[kHeadDim / 2],
                                                  float (&row_max)[2], float (&row_sum)[2], int b,
                                                  int h, int row0, uint32_t tile,
-                                                 const CUtensorMap* map_o,
-                                                 unsigned long long* ts = nullptr,
-                                                 bool wait_read = true) {
+                                                 const CUtensorMap* map_o) {
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
     float inv[2], lse2[2];
@@ -838,27 +828,29 @@ __device__ __forceinline__ void store_output_tma(const AttentionParams& p, float
     for (int r = 0; r < 2; ++r) {
         row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 1);
         row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 2);
-        inv[r] = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;
-        lse2[r] = row_sum[r] > 0.f ? row_max[r] * p.scale_log2 + log2f(row_sum[r]) : -INFINITY;
+        float rcp, lg;
+        asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rcp) : "f"(row_sum[r]));
+        asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(lg) : "f"(row_sum[r]));
+        inv[r] = row_sum[r] > 0.f ? rcp : 0.f;
+        lse2[r] = row_sum[r] > 0.f ? row_max[r] * p.scale_log2 + lg : -INFINITY;
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const int row = warp * 16 + g + 8 * r;  // row & 7 == g
+        const int row = warp * 16 + g + 8 * r;  // row % 8 == g: the swizzle phase
 #pragma unroll
         for (int j = 0; j < kHeadDim / 8; ++j) {
-            const uint32_t addr =
-                tile + (j >> 3) * 8192 + row * 128 + (((j & 7) ^ g) << 4) + 4 * t;
+            // Column 8 j + 2 t: panel j / 8, 16-byte chunk j % 8 (XOR the row's phase), 4 t bytes
+            // in.
+            const uint32_t addr = tile + (j >> 3) * 8192 + row * 128 + (((j & 7) ^ g) << 4) + 4 * t;
             const uint32_t v = pack_bf16(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
         }
-        const int grow = row0 + row;
-        if (p.lse != nullptr && t == 0 && grow < p.len_q)
-            p.lse[(static_cast<int64_t>(b) * p.heads + h) * p.len_q + grow] =
+        if (p.lse != nullptr && t == 0 && row0 + row < p.len_q)
+            p.lse[(static_cast<int64_t>(b) * p.heads + h) * p.len_q + row0 + row] =
                 lse2[r] * 0.6931471805599453f;
     }
     fence_async_shared();
-    asm volatile("bar.sync 1, 128;\n" ::: "memory");  // the consumer warpgroup only
-    if (ts != nullptr) ts[0] = global_ns();
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");
     if (tid == 0) {
 #pragma unroll
         for (int c = 0; c < kHeadDim / 64; ++c)
@@ -868,15 +860,14 @@ __device__ __forceinline__ void store_output_tma(const AttentionParams& p, float
                 "r"(64 * c), "r"(row0), "r"(h), "r"(b), "r"(tile + c * 8192)
                 : "memory");
         asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-        // Shared memory must stay until the copy engine has read it.
-        if (wait_read) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-        if (ts != nullptr) ts[1] = global_ns();
+        // The tile must stay until the copy engine has read it (the CTA's end frees it).
+        asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
     }
 }
 
-// kOverlap (schedules 8, 9): QK_{i+1} and PV_i are in flight together while the softmax of tile
-// i + 1 runs (FlashAttention-3's intra-warpgroup pipelining); 7 runs them one after the other.
-// 9 is 8 with online_softmax_bounded.
+// kOverlap (schedules 8, 9, 10): QK_{i+1} and PV_i are in flight together while the softmax of
+// tile i + 1 runs (FlashAttention-3's intra-warpgroup pipelining); 7 runs them one after the
+// other. 9 is 8 with online_softmax_bounded; 10 is 9 with kShortEnds.
 template <int kHeadDim, int kSchedule>
 __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks)
     sm90_ws_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap map_q,
@@ -888,10 +879,9 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
     constexpr bool kBounded = W::kBounded;
     constexpr int kTile = W::kTileBytes;
     constexpr int kSlots = W::kSlots;
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    extern __shared__ unsigned char smem_raw[];
     const uint32_t raw = smem_addr(smem_raw);
-    const uint32_t smem = W::kNoPad ? raw : (raw + 1023) & ~1023u;
-    if (W::kNoPad && (raw & 1023u) != 0) __trap();
+    const uint32_t smem = (raw + 1023) & ~1023u;
     const uint32_t q_tile = smem;
     const uint32_t q_full = smem + W::kBarOffset;
     volatile int* valid_keys =
@@ -914,7 +904,10 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
             mbar_init(empty(st), 4);  // one arrive per consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        if constexpr (W::kEarly) {  // the first copies before the CTA barrier (Q always)
+        if constexpr (W::kShortEnds) {
+            // Q (always: the consumer waits for it even without tiles, then stores O through its
+            // buffer), K_0 and V_0 (slots 0 and 1, free) before the CTA barrier: a CTA's first
+            // scores waited ~2.1 us after its start, now ~1.4 (H200 stamps).
             asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_k))
                          : "memory");
             asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_v))
@@ -931,8 +924,8 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
                     mbar_expect_tx(full(kv), kTile);
 #pragma unroll
                     for (int c = 0; c < W::kPanels; ++c)
-                        tma_load(tile_at(kv) + c * 8192, kv == 0 ? &map_k : &map_v, 64 * c, key0,
-                                 h, b, full(kv));
+                        tma_load(tile_at(kv) + c * 8192, kv == 0 ? &map_k : &map_v, 64 * c, key0, h,
+                                 b, full(kv));
                 }
             }
         }
@@ -941,20 +934,17 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
 
     if (warp == 4) {                      // producer: lane 0 issues every copy
         if (lane != 0 || n == 0) return;  // no tile: no copy may outlive the CTA
-        if constexpr (!W::kEarly) {
+        if constexpr (!W::kShortEnds) {
             mbar_expect_tx(q_full, kTile);
 #pragma unroll
             for (int c = 0; c < W::kPanels; ++c)
                 tma_load(q_tile + c * 8192, &map_q, 64 * c, row0, h, b, q_full);
         }
-        // Schedule 18 issued Q, K_0 and V_0 (slots 0, 1) before the CTA barrier.
-        constexpr int kFirst = W::kEarly ? 1 : 0;
-        int slot = W::kEarly ? 2 : 0;
+        constexpr int kFirst = W::kShortEnds ? 1 : 0;  // tile 0 went before the barrier
+        int slot = W::kShortEnds ? 2 : 0;
         uint32_t phase = 0;
-        int key_next = kFirst < n ? tiles.ref(kFirst) : 0;
         for (int i = kFirst; i < n; ++i) {
-            const int key0 = key_next;
-            if (i + 1 < n) key_next = tiles.ref(i + 1);
+            const int key0 = tiles.ref(i);
 #pragma unroll
             for (int kv = 0; kv < 2; ++kv) {
                 mbar_wait(empty(slot), phase ^ 1);
@@ -1021,9 +1011,7 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
         wgmma_commit();
     };
 
-    unsigned long long st_start = 0, st_first = 0, st_loop = 0;
-    if constexpr (W::kStamps) st_start = global_ns();
-    if (W::kEarly || n > 0) mbar_wait(q_full, 0);
+    if (W::kShortEnds || n > 0) mbar_wait(q_full, 0);
     if constexpr (!kOverlap) {
         for (int i = 0; i < n; ++i) {
             float s[32];
@@ -1051,7 +1039,6 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
             float corr[2];
             online_softmax_lazy(s, row_max, row_sum, corr, sl2);  // O is still 0
             pack_p(s, pa);
-            if constexpr (W::kStamps) st_first = global_ns();
         }
         for (int i = 1; i < n; ++i) {
             float s[32];
@@ -1086,232 +1073,12 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
         fence_regs(o);
         release(2 * n - 1);
     }
-    if constexpr (W::kStamps) st_loop = global_ns();
-    unsigned long long ep[2] = {0, 0};
-    if constexpr (W::kTmaStore) {
-        if (n > 0)
-            store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0, q_tile, &map_o,
-                                       W::kStamps ? ep : nullptr);
-        else
-            store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0);
-    } else {
+    if constexpr (W::kShortEnds)
+        store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0, q_tile, &map_o);
+    else
         store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0);
-    }
-    if constexpr (W::kStamps) {
-        if (threadIdx.x == 0 && p.colsum != nullptr) {
-            uint32_t smid;
-            asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-            const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-            auto* st = reinterpret_cast<unsigned long long*>(p.colsum) + 8 * lin;
-            st[6] = ep[0];
-            st[7] = ep[1];
-            st[0] = smid;
-            st[1] = st_start;
-            st[2] = st_first;
-            st[3] = st_loop;
-            st[4] = global_ns();
-            st[5] = n;
-        }
-    }
 }
 
-
-// EXPERIMENT (session 11): schedule 9's tile loop with kItems query blocks per CTA. Every item's Q
-// has its own buffer (loaded at the start); the K/V ring runs on across items, so an item after
-// the first starts on tiles that are already there; O leaves through the item's Q buffer and a
-// TMA store that nobody waits for until the CTA ends. kStrided: item k is query block
-// blockIdx.x + k * gridDim.x instead of kItems * blockIdx.x + k.
-template <int kHeadDim, int kItems, bool kStrided>
-__global__ void __launch_bounds__(160, 2)
-    sm90_ws2_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap map_q,
-                    const __grid_constant__ CUtensorMap map_k,
-                    const __grid_constant__ CUtensorMap map_v,
-                    const __grid_constant__ CUtensorMap map_o) {
-    using W = Ws2Traits<kHeadDim, kItems>;
-    constexpr int kTile = W::kTileBytes;
-    constexpr int kSlots = W::kSlots;
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    const uint32_t smem = smem_addr(smem_raw);
-    if ((smem & 1023u) != 0) __trap();
-    auto q_tile = [&](int k) { return smem + kTile * k; };
-    auto tile_at = [&](int slot) { return smem + kTile * (kItems + slot); };
-    const uint32_t bars = smem + W::kBarOffset;
-    auto q_full = [&](int k) { return bars + 8 * k; };
-    auto full = [&](int slot) { return bars + 8 * (kItems + slot); };
-    auto empty = [&](int slot) { return bars + 8 * (kItems + kSlots + slot); };
-    volatile int* valid_keys = reinterpret_cast<volatile int*>(smem_raw + W::kValidOffset);
-
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int nqb = (p.len_q + 63) / 64;
-    auto qblock = [&](int k) {
-        return kStrided ? static_cast<int>(blockIdx.x + k * gridDim.x)
-                        : static_cast<int>(kItems * blockIdx.x + k);
-    };
-    int items = 0;
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) items += qblock(k) < nqb ? 1 : 0;
-    static_assert(kItems == 1 || kItems == 2, "one or two items");
-    const int n_first = BlockTiles<kHeadDim>(p, qblock(0) * 64).n_tiles;
-    const int n_second = items > 1 ? BlockTiles<kHeadDim>(p, qblock(kItems - 1) * 64).n_tiles : 0;
-    auto n_of = [&](int k) { return k == 0 ? n_first : n_second; };
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-
-    // The producer's ring position (thread 128 only).
-    int slot = 0;
-    uint32_t phase = 0;
-    auto issue = [&](int key0, int kv) {
-        mbar_wait(empty(slot), phase ^ 1);
-        if (kv == 0) valid_keys[slot] = p.len_k - key0;
-        mbar_expect_tx(full(slot), kTile);
-#pragma unroll
-        for (int c = 0; c < W::kPanels; ++c)
-            tma_load(tile_at(slot) + c * 8192, kv == 0 ? &map_k : &map_v, 64 * c, key0, h, b,
-                     full(slot));
-        if (++slot == kSlots) slot = 0, phase ^= 1;
-    };
-    if (threadIdx.x == 128) {
-#pragma unroll
-        for (int k = 0; k < kItems; ++k) mbar_init(q_full(k), 1);
-#pragma unroll
-        for (int st = 0; st < kSlots; ++st) {
-            mbar_init(full(st), 1);
-            mbar_init(empty(st), 4);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_k)) : "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_v)) : "memory");
-        // Every item's Q now (the consumer waits for each, so no copy outlives the CTA), then the
-        // first K/V tile: all before the CTA barrier.
-        for (int k = 0; k < items; ++k) {
-            mbar_expect_tx(q_full(k), kTile);
-#pragma unroll
-            for (int c = 0; c < W::kPanels; ++c)
-                tma_load(q_tile(k) + c * 8192, &map_q, 64 * c, qblock(k) * 64, h, b, q_full(k));
-        }
-        if (n_first > 0) {
-            const int key0 = BlockTiles<kHeadDim>(p, qblock(0) * 64).ref(0);
-            issue(key0, 0);
-            issue(key0, 1);
-        }
-    }
-    __syncthreads();
-
-    if (warp == 4) {
-        if (lane != 0) return;
-        for (int k = 0; k < items; ++k) {
-            const BlockTiles<kHeadDim> tiles(p, qblock(k) * 64);
-            const int n = n_of(k);
-            int i = k == 0 && n > 0 ? 1 : 0;
-            int key_next = i < n ? tiles.ref(i) : 0;
-            for (; i < n; ++i) {
-                const int key0 = key_next;
-                if (i + 1 < n) key_next = tiles.ref(i + 1);
-                issue(key0, 0);
-                issue(key0, 1);
-            }
-        }
-        return;
-    }
-
-    const int t = lane % 4;
-    auto slot_of = [](int j) { return j % kSlots; };
-    auto phase_of = [](int j) { return static_cast<uint32_t>((j / kSlots) & 1); };
-    auto release = [&](int j) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty(slot_of(j)));
-    };
-    const float sl2 = p.scale_log2;
-    int jb = 0;  // ring sequence number of the item's K_0
-    for (int k = 0; k < items; ++k) {
-        const int n = n_of(k);
-        const int row0 = qblock(k) * 64;
-        float o[kHeadDim / 2];
-#pragma unroll
-        for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
-        float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-        const uint64_t dq = smem_desc(q_tile(k), 16, 1024);
-        auto scores = [&](float(&s)[32], int i) -> int {
-            const int j = jb + 2 * i;
-            mbar_wait(full(slot_of(j)), phase_of(j));
-            const int n_valid = valid_keys[slot_of(j)];
-            wgmma_fence();
-            const uint64_t dk = smem_desc(tile_at(slot_of(j)), 16, 1024);
-#pragma unroll
-            for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-                const uint32_t off = (ks >> 2) * (64 * 128) + (ks & 3) * 32;
-                wgmma_ss_m64n64(s, desc_at(dq, off), desc_at(dk, off), ks == 0);
-            }
-            wgmma_commit();
-            return n_valid;
-        };
-        auto finish_scores = [&](float(&s)[32], int i, int n_valid) {
-            fence_regs(s);
-            release(jb + 2 * i);
-            if (n_valid < 64) mask_tail(s, n_valid, t);
-        };
-        auto issue_pv_of = [&](const uint32_t(&pa)[4][4], int i) {
-            const int j = jb + 2 * i + 1;
-            mbar_wait(full(slot_of(j)), phase_of(j));
-            wgmma_fence();
-            const uint64_t dv = smem_desc(tile_at(slot_of(j)), 64 * 128, 1024);
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-                if constexpr (kHeadDim == 128)
-                    wgmma_rs_m64n128_tb(o, pa[kk], desc_at(dv, kk * 2048));
-                else
-                    wgmma_rs_m64n64_tb(o, pa[kk], desc_at(dv, kk * 2048));
-            }
-            wgmma_commit();
-        };
-        mbar_wait(q_full(k), 0);
-        if (n > 0) {
-            uint32_t pa[4][4];
-            {
-                float s[32];
-                const int n_valid = scores(s, 0);
-                wgmma_wait<0>();
-                finish_scores(s, 0, n_valid);
-                float corr[2];
-                online_softmax_lazy(s, row_max, row_sum, corr, sl2);
-                pack_p(s, pa);
-            }
-            for (int i = 1; i < n; ++i) {
-                float s[32];
-                const int n_valid = scores(s, i);
-                fence_regs(o);
-                fence_regs(pa);
-                issue_pv_of(pa, i - 1);
-                wgmma_wait<1>();
-                finish_scores(s, i, n_valid);
-                float corr[2];
-                float pv[32];
-                const bool rescale = online_softmax_bounded(s, pv, row_max, row_sum, corr, sl2);
-                fence_regs(pv);
-                fence_regs(row_sum);
-                wgmma_wait<0>();
-                fence_regs(o);
-                release(jb + 2 * i - 1);
-                if (rescale) rescale_o<kHeadDim>(o, corr);
-                pack_p(pv, pa);
-            }
-            fence_regs(o);
-            fence_regs(pa);
-            issue_pv_of(pa, n - 1);
-            wgmma_wait<0>();
-            fence_regs(o);
-            release(jb + 2 * n - 1);
-            store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0, q_tile(k), &map_o,
-                                       nullptr, false);
-        } else {
-            store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0);
-        }
-        jb += 2 * n;
-    }
-    if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-
-template <int kHeadDim, int kItems, bool kStrided>
-cudaError_t launch_sm90_ws2(const AttentionParams& p, cudaStream_t stream);
 #else
 template <int kHeadDim, int kStages, bool kGathered>
 __global__ void sm90_attention_kernel(const AttentionParams) {}
@@ -1320,11 +1087,6 @@ __global__ void sm90_ws_kernel(const AttentionParams, const __grid_constant__ CU
                                const __grid_constant__ CUtensorMap,
                                const __grid_constant__ CUtensorMap,
                                const __grid_constant__ CUtensorMap) {}
-template <int kHeadDim, int kItems, bool kStrided>
-__global__ void sm90_ws2_kernel(const AttentionParams, const __grid_constant__ CUtensorMap,
-                                const __grid_constant__ CUtensorMap,
-                                const __grid_constant__ CUtensorMap,
-                                const __grid_constant__ CUtensorMap) {}
 #endif
 
 // The shared-memory opt-in is set once per kernel (as the sm_80 kernels do).
@@ -1369,7 +1131,7 @@ inline bool make_tensor_map(CUtensorMap* map, const void* ptr, const int64_t (&s
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Schedules 7 (serial) and 8 (overlapped): CSLA only. Returns cudaErrorNotSupported where the
+// Schedules 7 (serial) and 8/9/10 (overlapped): CSLA only. Returns cudaErrorNotSupported where the
 // tensor maps cannot be made (nothing launched).
 template <int kHeadDim, int kSchedule>
 cudaError_t launch_sm90_ws(const AttentionParams& p, cudaStream_t stream) {
@@ -1385,31 +1147,10 @@ cudaError_t launch_sm90_ws(const AttentionParams& p, cudaStream_t stream) {
         !make_tensor_map(&mk, p.k, p.k_stride, p.len_k, p, kHeadDim) ||
         !make_tensor_map(&mv, p.v, p.v_stride, p.len_k, p, kHeadDim))
         return cudaErrorNotSupported;
-    alignas(64) CUtensorMap mo{};
-    if (W::kTmaStore && !make_tensor_map(&mo, p.o, p.o_stride, p.len_q, p, kHeadDim))
+    alignas(64) CUtensorMap mo{};  // 10 only: the output's map (its TMA store)
+    if (W::kShortEnds && !make_tensor_map(&mo, p.o, p.o_stride, p.len_q, p, kHeadDim))
         return cudaErrorNotSupported;
     const dim3 grid((p.len_q + 63) / 64, p.heads, p.batch);
-    kKernel<<<grid, W::kThreads, kSmem, stream>>>(p, mq, mk, mv, mo);
-    return cudaGetLastError();
-}
-
-template <int kHeadDim, int kItems, bool kStrided>
-cudaError_t launch_sm90_ws2(const AttentionParams& p, cudaStream_t stream) {
-    using W = Ws2Traits<kHeadDim, kItems>;
-    constexpr auto kKernel = sm90_ws2_kernel<kHeadDim, kItems, kStrided>;
-    constexpr int kSmem = W::kSmemBytes;
-    static const cudaError_t attr_err =
-        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (attr_err != cudaSuccess) return attr_err;
-    if (p.len_q <= 0 || p.heads <= 0 || p.batch <= 0) return cudaSuccess;
-    alignas(64) CUtensorMap mq, mk, mv, mo;
-    if (!make_tensor_map(&mq, p.q, p.q_stride, p.len_q, p, kHeadDim) ||
-        !make_tensor_map(&mk, p.k, p.k_stride, p.len_k, p, kHeadDim) ||
-        !make_tensor_map(&mv, p.v, p.v_stride, p.len_k, p, kHeadDim) ||
-        !make_tensor_map(&mo, p.o, p.o_stride, p.len_q, p, kHeadDim))
-        return cudaErrorNotSupported;
-    const int nqb = (p.len_q + 63) / 64;
-    const dim3 grid((nqb + kItems - 1) / kItems, p.heads, p.batch);
     kKernel<<<grid, W::kThreads, kSmem, stream>>>(p, mq, mk, mv, mo);
     return cudaGetLastError();
 }
@@ -1421,9 +1162,9 @@ inline std::atomic<int>& ws_fallbacks() {
     return n;
 }
 
-// impl: 0 (two stages), 6 (one stage, three CTAs per SM), 7/8 (warp-specialised, TMA; CSLA
-// only: gathered tiles have no TMA form, so CS4A runs 6 for them; where no tensor map can be
-// made, 6 too). The others were dropped.
+// impl: 0 (two stages), 6 (one stage, three CTAs per SM), 7/8/9/10 (warp-specialised, TMA;
+// CSLA only: gathered tiles have no TMA form, so CS4A runs 6 for them; where no tensor map can
+// be made, 6 too). The others were dropped.
 template <int kHeadDim, bool kGathered>
 cudaError_t launch_sm90_impl(const AttentionParams& p, int impl, cudaStream_t stream) {
     switch (impl) {
@@ -1434,22 +1175,12 @@ cudaError_t launch_sm90_impl(const AttentionParams& p, int impl, cudaStream_t st
         case 7:
         case 8:
         case 9:
-        case 15:
-        case 16:
-        case 18:
-        case 21:
-        case 22:
-        case 23:
+        case 10:
             if constexpr (!kGathered) {
-                const cudaError_t err = impl == 7    ? launch_sm90_ws<kHeadDim, 7>(p, stream)
-                                        : impl == 8  ? launch_sm90_ws<kHeadDim, 8>(p, stream)
-                                        : impl == 9  ? launch_sm90_ws<kHeadDim, 9>(p, stream)
-                                        : impl == 15 ? launch_sm90_ws<kHeadDim, 15>(p, stream)
-                                        : impl == 16 ? launch_sm90_ws<kHeadDim, 16>(p, stream)
-                                        : impl == 18 ? launch_sm90_ws<kHeadDim, 18>(p, stream)
-                                        : impl == 21 ? launch_sm90_ws2<kHeadDim, 2, false>(p, stream)
-                                        : impl == 22 ? launch_sm90_ws2<kHeadDim, 1, false>(p, stream)
-                                                     : launch_sm90_ws2<kHeadDim, 2, true>(p, stream);
+                const cudaError_t err = impl == 7   ? launch_sm90_ws<kHeadDim, 7>(p, stream)
+                                        : impl == 8 ? launch_sm90_ws<kHeadDim, 8>(p, stream)
+                                        : impl == 9 ? launch_sm90_ws<kHeadDim, 9>(p, stream)
+                                                    : launch_sm90_ws<kHeadDim, 10>(p, stream);
                 if (err != cudaErrorNotSupported) return err;
                 ++ws_fallbacks();
             }

@@ -8,10 +8,11 @@
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I.
 //     tools/bench/csla_sm90_probe.cu kernels/cuda/csla_attention_sm90_d{64,128}.cu
 //     kernels/cuda/cs4a_attention_sm90_d{64,128}.cu -o probe
-//   probe [--profile] [--mask-only] [--dense] [--impls 0678] [--iters 30]
+//   probe [--profile] [--mask-only] [--dense] [--no-check] [--impls 0678a] [--iters 30]
 // --profile: one launch per schedule at block 64 only (for ncu -k regex:sm90_attention).
 // --mask-only: the Table-1 mask's statistics (no GPU needed).
 // --dense: also times Table 1's shape with every block active (the tile loop's own rate).
+// --no-check: timings only. --impls: one character per schedule, a = 10.
 // Exit code 1 when a check fails.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -50,9 +51,13 @@ namespace {
         }                                                                  \
     } while (0)
 
-// Schedules (VARSCOPE_SM90_IMPL numbers); 1-5 were dropped; 7/8 are CSLA-only (CS4A runs 6).
-const char* const kNames[] = {"serial", "", "", "", "", "", "single", "ws", "ws-ovl", "ws-bound", "", "", "", "", "", "stamps", "tmastore", "", "early", "", "", "2items", "1item", "2strided"};
-int impl_of(char c) { return c >= 'a' ? c - 'a' + 10 : c - '0'; }
+// Schedules (VARSCOPE_SM90_IMPL numbers); 1-5 were dropped; 7-10 are CSLA-only (CS4A runs 6).
+const char* const kNames[] = {"serial", "",   "",       "",         "",       "",
+                              "single", "ws", "ws-ovl", "ws-bound", "ws-ends"};
+// --impls takes one character per schedule: digits, then a = 10.
+int impl_of(char c) {
+    return c >= 'a' ? c - 'a' + 10 : c - '0';
+}
 
 float bf(__nv_bfloat16 x) {
     return __bfloat162float(x);
@@ -344,7 +349,7 @@ int check_all(const std::string& impls, std::mt19937& g) {
     // Block pairs; {192, 0}: gathered (CS4A) lists for 192-row query blocks, {64, 0} for 64.
     const int blocks[6][2] = {{64, 64}, {128, 128}, {128, 64}, {64, 128}, {64, 0}, {192, 0}};
     int failures = 0, cases = 0;
-    std::vector<double> worst(32, 0.0), worst_ratio(32, 0.0);
+    std::vector<double> worst(11, 0.0), worst_ratio(11, 0.0);
     for (const auto& s : shapes)
         for (const auto& bb : blocks)
             for (const bool strided : {false, true}) {
@@ -499,30 +504,6 @@ int time_impls(const Problem& pr, const Dev& dv, const std::string& impls, int i
             CHECK(cudaEventSynchronize(e1));
             CHECK(cudaEventElapsedTime(&ms[i], e0, e1));
         }
-        if (impl >= 15 && pr.lq == 4096) {  // EXPERIMENT: per-CTA timestamps of one launch after the timing
-            const int ctas = (pr.lq + 63) / 64 * pr.h * pr.b;
-            unsigned long long* st = nullptr;
-            CHECK(cudaMalloc(&st, size_t(ctas) * 8 * 8));
-            auto ps = p;
-            ps.colsum = reinterpret_cast<float*>(st);
-            for (int rep = 0; rep < 1; ++rep) {
-                CHECK(cudaMemsetAsync(flush, rep, flush_bytes));
-                launch(ps, D, impl, pr.gathered);
-                CHECK(cudaDeviceSynchronize());
-                std::vector<unsigned long long> hs(size_t(ctas) * 8);
-                CHECK(cudaMemcpy(hs.data(), st, hs.size() * 8, cudaMemcpyDeviceToHost));
-                const char* out = std::getenv("OUT");
-                char name[512];
-                static int run = 0;
-                std::snprintf(name, sizeof name, "%s/stamps_i%d_%02d_lq%d_lk%d_b%d_%d.bin",
-                              out ? out : ".", impl, run++, pr.lq, pr.lk, pr.bk, rep);
-                if (FILE* f = std::fopen(name, "wb")) {
-                    std::fwrite(hs.data(), 8, hs.size(), f);
-                    std::fclose(f);
-                }
-            }
-            CHECK(cudaFree(st));
-        }
         const double med = median(ms);
         std::printf(
             "  %s impl %d %-9s %.4f ms (min %.4f max %.4f)  %5.0f TFLOP/s  vs impl %c: rel "
@@ -609,8 +590,8 @@ int bench(const std::string& impls, int iters, bool profile, bool dense, std::mt
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool profile = false, dense = false;
-    std::string impls = "0678";
+    bool profile = false, dense = false, no_check = false;
+    std::string impls = "06789a";
     int iters = 30;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--mask-only")) {
@@ -626,6 +607,8 @@ int main(int argc, char** argv) {
         }
         if (!std::strcmp(argv[i], "--profile"))
             profile = true;
+        else if (!std::strcmp(argv[i], "--no-check"))
+            no_check = true;
         else if (!std::strcmp(argv[i], "--dense"))
             dense = true;
         else if (!std::strcmp(argv[i], "--impls") && i + 1 < argc)
@@ -648,7 +631,7 @@ int main(int argc, char** argv) {
     }
     std::mt19937 g(6);
     int failures = 0;
-    if (!profile) failures += check_all(impls, g);
+    if (!profile && !no_check) failures += check_all(impls, g);
     failures += bench(impls, iters, profile, dense, g);
     // 7/8 fall back to 6 where no tensor map can be made: then they were not what ran.
     const int fallbacks = varscope::kernels::cuda::sm90::ws_fallbacks().load();
