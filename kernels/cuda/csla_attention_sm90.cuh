@@ -48,6 +48,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
@@ -106,6 +107,21 @@ struct WsTraits {
     // 2 CTAs. (10 with __maxnreg__ instead of these launch bounds: 0.218 instead of 0.156 ms.)
     static constexpr int kMinBlocks = kHeadDim == 128 ? (kOverlap ? 2 : 3) : (kOverlap ? 3 : 4);
 };
+template <int kHeadDim>
+struct PersistTraits {
+    static constexpr int kSlots = kHeadDim == 128 ? 5 : 4;
+    static constexpr int kPanels = kHeadDim / 64;
+    static constexpr int kTileBytes = 64 * kHeadDim * 2;
+    // Consumer warpgroup + producer warpgroup: setmaxnreg moves registers from the producer (24)
+    // to the consumer (232); with 5 warps per CTA a sub-partition holds 3 warps of 2 CTAs, which
+    // caps every thread at 168 registers (16384 / 3 / 32).
+    static constexpr int kThreads = 256;
+    static constexpr int kBarOffset = kTileBytes * (2 + kSlots);
+    // q_full[2], q_empty[2], full[kSlots], empty[kSlots]; then valid keys per slot, n per buffer.
+    static constexpr int kValidOffset = kBarOffset + 8 * (4 + 2 * kSlots);
+    static constexpr int kSmemBytes = kValidOffset + 4 * kSlots + 8;  // base 1024-aligned
+};
+
 #ifdef VARSCOPE_SM90_WGMMA
 // D (64 x 64, f32) += A (64 x 16, smem, K-major) * B (64 x 16, smem, K-major); zero_init: D = A*B.
 __device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[32], uint64_t da, uint64_t db,
@@ -820,7 +836,7 @@ template <int kHeadDim>
 __device__ __forceinline__ void store_output_tma(const AttentionParams& p, float (&o)[kHeadDim / 2],
                                                  float (&row_max)[2], float (&row_sum)[2], int b,
                                                  int h, int row0, uint32_t tile,
-                                                 const CUtensorMap* map_o) {
+                                                 const CUtensorMap* map_o, bool wait_read = true) {
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
     float inv[2], lse2[2];
@@ -861,7 +877,7 @@ __device__ __forceinline__ void store_output_tma(const AttentionParams& p, float
                 : "memory");
         asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
         // The tile must stay until the copy engine has read it (the CTA's end frees it).
-        asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+        if (wait_read) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
     }
 }
 
@@ -1079,6 +1095,209 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
         store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0);
 }
 
+
+// EXPERIMENT (session 11): schedule 10 as a persistent kernel. G CTAs (two per SM) take work items
+// (query block, head, batch) lin = blockIdx.x + k * G in turn. Two Q buffers: item k's Q (and
+// afterwards its O, stored by TMA) in buffer k % 2; the producer loads item k + 1's Q during item
+// k once O_{k-1} has left that buffer (q_empty, signalled by consumer thread 0 after item k's
+// first tile). The K/V ring runs on across items. Each item's tile count is passed through
+// shared memory with its Q (the consumer reads no counts).
+template <int kHeadDim>
+__global__ void __launch_bounds__(256, 2)
+    sm90_persistent_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap map_q,
+                           const __grid_constant__ CUtensorMap map_k,
+                           const __grid_constant__ CUtensorMap map_v,
+                           const __grid_constant__ CUtensorMap map_o) {
+    using W = PersistTraits<kHeadDim>;
+    constexpr int kTile = W::kTileBytes;
+    constexpr int kSlots = W::kSlots;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t smem = smem_addr(smem_raw);
+    if ((smem & 1023u) != 0) __trap();
+    auto q_tile = [&](int buf) { return smem + kTile * buf; };
+    auto tile_at = [&](int slot) { return smem + kTile * (2 + slot); };
+    const uint32_t bars = smem + W::kBarOffset;
+    auto q_full = [&](int buf) { return bars + 8 * buf; };
+    auto q_empty = [&](int buf) { return bars + 8 * (2 + buf); };
+    auto full = [&](int slot) { return bars + 8 * (4 + slot); };
+    auto empty = [&](int slot) { return bars + 8 * (4 + kSlots + slot); };
+    volatile int* valid_keys = reinterpret_cast<volatile int*>(smem_raw + W::kValidOffset);
+    volatile int* item_tiles = valid_keys + kSlots;  // [2]
+
+    const int nqb = (p.len_q + 63) / 64;
+    const int total = nqb * p.heads * p.batch;
+    const int G = gridDim.x;
+    auto coords = [&](int lin, int& row0, int& h, int& b) {
+        row0 = (lin % nqb) * 64;
+        h = (lin / nqb) % p.heads;
+        b = lin / (nqb * p.heads);
+    };
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+    int slot = 0;
+    uint32_t phase = 0;
+    if (threadIdx.x == 128) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            mbar_init(q_full(i), 1);
+            mbar_init(q_empty(i), 1);
+        }
+#pragma unroll
+        for (int st = 0; st < kSlots; ++st) {
+            mbar_init(full(st), 1);
+            mbar_init(empty(st), 4);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_k)) : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_v)) : "memory");
+    }
+    __syncthreads();
+
+    if (warp >= 4) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        if (warp != 4 || lane != 0) return;
+        for (int k = 0;; ++k) {
+            const int lin = blockIdx.x + k * G;
+            if (lin >= total) break;
+            int row0, h, b;
+            coords(lin, row0, h, b);
+            const BlockTiles<kHeadDim> tiles(p, row0);
+            const int n = tiles.n_tiles;
+            const int buf = k & 1;
+            if (k >= 2) mbar_wait(q_empty(buf), ((k - 2) >> 1) & 1);
+            item_tiles[buf] = n;  // published by the arrive below
+            mbar_expect_tx(q_full(buf), kTile);
+#pragma unroll
+            for (int c = 0; c < W::kPanels; ++c)
+                tma_load(q_tile(buf) + c * 8192, &map_q, 64 * c, row0, h, b, q_full(buf));
+            for (int i = 0; i < n; ++i) {
+                const int key0 = tiles.ref(i);
+#pragma unroll
+                for (int kv = 0; kv < 2; ++kv) {
+                    mbar_wait(empty(slot), phase ^ 1);
+                    if (kv == 0) valid_keys[slot] = p.len_k - key0;
+                    mbar_expect_tx(full(slot), kTile);
+#pragma unroll
+                    for (int c = 0; c < W::kPanels; ++c)
+                        tma_load(tile_at(slot) + c * 8192, kv == 0 ? &map_k : &map_v, 64 * c, key0,
+                                 h, b, full(slot));
+                    if (++slot == kSlots) slot = 0, phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int t = lane % 4;
+    auto slot_of = [](int j) { return j % kSlots; };
+    auto phase_of = [](int j) { return static_cast<uint32_t>((j / kSlots) & 1); };
+    auto release = [&](int j) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty(slot_of(j)));
+    };
+    // Thread 0: O_{k-1} has left buffer (k - 1) % 2 (its TMA store read it): the producer may
+    // load Q_{k+1} there.
+    auto free_previous = [&](int k) {
+        if (threadIdx.x == 0 && k >= 1) {
+            asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+            mbar_arrive(q_empty((k - 1) & 1));
+        }
+    };
+    const float sl2 = p.scale_log2;
+    int jb = 0;
+    for (int k = 0;; ++k) {
+        const int lin = blockIdx.x + k * G;
+        if (lin >= total) break;
+        int row0, h, b;
+        coords(lin, row0, h, b);
+        const int buf = k & 1;
+        mbar_wait(q_full(buf), (k >> 1) & 1);
+        const int n = item_tiles[buf];
+        float o[kHeadDim / 2];
+#pragma unroll
+        for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+        float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+        const uint64_t dq = smem_desc(q_tile(buf), 16, 1024);
+        auto scores = [&](float(&s)[32], int i) -> int {
+            const int j = jb + 2 * i;
+            mbar_wait(full(slot_of(j)), phase_of(j));
+            const int n_valid = valid_keys[slot_of(j)];
+            wgmma_fence();
+            const uint64_t dk = smem_desc(tile_at(slot_of(j)), 16, 1024);
+#pragma unroll
+            for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+                const uint32_t off = (ks >> 2) * (64 * 128) + (ks & 3) * 32;
+                wgmma_ss_m64n64(s, desc_at(dq, off), desc_at(dk, off), ks == 0);
+            }
+            wgmma_commit();
+            return n_valid;
+        };
+        auto finish_scores = [&](float(&s)[32], int i, int n_valid) {
+            fence_regs(s);
+            release(jb + 2 * i);
+            if (n_valid < 64) mask_tail(s, n_valid, t);
+        };
+        auto issue_pv_of = [&](const uint32_t(&pa)[4][4], int i) {
+            const int j = jb + 2 * i + 1;
+            mbar_wait(full(slot_of(j)), phase_of(j));
+            wgmma_fence();
+            const uint64_t dv = smem_desc(tile_at(slot_of(j)), 64 * 128, 1024);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                if constexpr (kHeadDim == 128)
+                    wgmma_rs_m64n128_tb(o, pa[kk], desc_at(dv, kk * 2048));
+                else
+                    wgmma_rs_m64n64_tb(o, pa[kk], desc_at(dv, kk * 2048));
+            }
+            wgmma_commit();
+        };
+        if (n > 0) {
+            uint32_t pa[4][4];
+            {
+                float s[32];
+                const int n_valid = scores(s, 0);
+                wgmma_wait<0>();
+                finish_scores(s, 0, n_valid);
+                float corr[2];
+                online_softmax_lazy(s, row_max, row_sum, corr, sl2);
+                pack_p(s, pa);
+            }
+            free_previous(k);
+            for (int i = 1; i < n; ++i) {
+                float s[32];
+                const int n_valid = scores(s, i);
+                fence_regs(o);
+                fence_regs(pa);
+                issue_pv_of(pa, i - 1);
+                wgmma_wait<1>();
+                finish_scores(s, i, n_valid);
+                float corr[2];
+                float pv[32];
+                const bool rescale = online_softmax_bounded(s, pv, row_max, row_sum, corr, sl2);
+                fence_regs(pv);
+                fence_regs(row_sum);
+                wgmma_wait<0>();
+                fence_regs(o);
+                release(jb + 2 * i - 1);
+                if (rescale) rescale_o<kHeadDim>(o, corr);
+                pack_p(pv, pa);
+            }
+            fence_regs(o);
+            fence_regs(pa);
+            issue_pv_of(pa, n - 1);
+            wgmma_wait<0>();
+            fence_regs(o);
+            release(jb + 2 * n - 1);
+        } else {
+            free_previous(k);
+        }
+        store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0, q_tile(buf), &map_o,
+                                   false);
+        jb += 2 * n;
+    }
+    if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
 #else
 template <int kHeadDim, int kStages, bool kGathered>
 __global__ void sm90_attention_kernel(const AttentionParams) {}
@@ -1087,6 +1306,11 @@ __global__ void sm90_ws_kernel(const AttentionParams, const __grid_constant__ CU
                                const __grid_constant__ CUtensorMap,
                                const __grid_constant__ CUtensorMap,
                                const __grid_constant__ CUtensorMap) {}
+template <int kHeadDim>
+__global__ void sm90_persistent_kernel(const AttentionParams, const __grid_constant__ CUtensorMap,
+                                       const __grid_constant__ CUtensorMap,
+                                       const __grid_constant__ CUtensorMap,
+                                       const __grid_constant__ CUtensorMap) {}
 #endif
 
 // The shared-memory opt-in is set once per kernel (as the sm_80 kernels do).
@@ -1155,6 +1379,33 @@ cudaError_t launch_sm90_ws(const AttentionParams& p, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
+template <int kHeadDim>
+cudaError_t launch_sm90_persistent(const AttentionParams& p, cudaStream_t stream) {
+    using W = PersistTraits<kHeadDim>;
+    constexpr auto kKernel = sm90_persistent_kernel<kHeadDim>;
+    constexpr int kSmem = W::kSmemBytes;
+    static const cudaError_t attr_err =
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (attr_err != cudaSuccess) return attr_err;
+    if (p.len_q <= 0 || p.heads <= 0 || p.batch <= 0) return cudaSuccess;
+    static const int sms = [] {
+        int dev = 0, n = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+        return n;
+    }();
+    alignas(64) CUtensorMap mq, mk, mv, mo;
+    if (!make_tensor_map(&mq, p.q, p.q_stride, p.len_q, p, kHeadDim) ||
+        !make_tensor_map(&mk, p.k, p.k_stride, p.len_k, p, kHeadDim) ||
+        !make_tensor_map(&mv, p.v, p.v_stride, p.len_k, p, kHeadDim) ||
+        !make_tensor_map(&mo, p.o, p.o_stride, p.len_q, p, kHeadDim))
+        return cudaErrorNotSupported;
+    const int total = (p.len_q + 63) / 64 * p.heads * p.batch;
+    const int grid = std::min(total, 2 * sms);
+    kKernel<<<grid, W::kThreads, kSmem, stream>>>(p, mq, mk, mv, mo);
+    return cudaGetLastError();
+}
+
 // How often a CSLA call asked for 7/8 ran 6 instead (no tensor map): tests and the probe
 // check that what they time or check is what they named.
 inline std::atomic<int>& ws_fallbacks() {
@@ -1176,11 +1427,13 @@ cudaError_t launch_sm90_impl(const AttentionParams& p, int impl, cudaStream_t st
         case 8:
         case 9:
         case 10:
+        case 11:
             if constexpr (!kGathered) {
                 const cudaError_t err = impl == 7   ? launch_sm90_ws<kHeadDim, 7>(p, stream)
                                         : impl == 8 ? launch_sm90_ws<kHeadDim, 8>(p, stream)
                                         : impl == 9 ? launch_sm90_ws<kHeadDim, 9>(p, stream)
-                                                    : launch_sm90_ws<kHeadDim, 10>(p, stream);
+                                        : impl == 10 ? launch_sm90_ws<kHeadDim, 10>(p, stream)
+                                                     : launch_sm90_persistent<kHeadDim>(p, stream);
                 if (err != cudaErrorNotSupported) return err;
                 ++ws_fallbacks();
             }

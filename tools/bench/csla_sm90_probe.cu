@@ -53,7 +53,7 @@ namespace {
 
 // Schedules (VARSCOPE_SM90_IMPL numbers); 1-5 were dropped; 7-10 are CSLA-only (CS4A runs 6).
 const char* const kNames[] = {"serial", "",   "",       "",         "",       "",
-                              "single", "ws", "ws-ovl", "ws-bound", "ws-ends"};
+                              "single", "ws", "ws-ovl", "ws-bound", "ws-ends", "persist"};
 // --impls takes one character per schedule: digits, then a = 10.
 int impl_of(char c) {
     return c >= 'a' ? c - 'a' + 10 : c - '0';
@@ -349,7 +349,7 @@ int check_all(const std::string& impls, std::mt19937& g) {
     // Block pairs; {192, 0}: gathered (CS4A) lists for 192-row query blocks, {64, 0} for 64.
     const int blocks[6][2] = {{64, 64}, {128, 128}, {128, 64}, {64, 128}, {64, 0}, {192, 0}};
     int failures = 0, cases = 0;
-    std::vector<double> worst(11, 0.0), worst_ratio(11, 0.0);
+    std::vector<double> worst(12, 0.0), worst_ratio(12, 0.0);
     for (const auto& s : shapes)
         for (const auto& bb : blocks)
             for (const bool strided : {false, true}) {
