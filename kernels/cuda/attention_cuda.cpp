@@ -80,15 +80,15 @@ void launch(const AttentionParams& p_in, const at::Tensor& q, TileMode mode, Epi
     AttentionParams p = p_in;
     if (use_sm90(p, q, mode, epi)) {
         // Default: the fastest measured (bench/results/2026-11-25-h100/kernels_sm90_v2.md,
-        // cs4a_sm90.md, 2026-11-26-*/csla_*.md): 10 (warp-specialised, TMA copies, S/PV
-        // overlap, no maximum per tile, short CTA starts and ends) at d128 and d64 (H200 probe,
-        // CSLA Infinity-8B block 64: 0.154 ms vs 0.162 for 9, 0.173 for 8). CS4A has no TMA
-        // form (7-10 run 6 for it): its defaults stay 6 at d128, 0 at d64.
-        // VARSCOPE_SM90_IMPL=0|6|7|8|9|10 overrides.
+        // cs4a_sm90.md, 2026-11-26-*/csla_*.md): CSLA at d128 11 (persistent, warp-specialised,
+        // TMA copies, S/PV overlap, no maximum per tile; H200 probe, Infinity-8B block 64:
+        // 0.147 ms vs 0.155 for 10, 0.162 for 9), at d64 10 (VAR-d30's last scales fill at most
+        // a wave, 11 is slower there). CS4A has no TMA form (7-11 run 6 for it): its defaults
+        // stay 6 at d128, 0 at d64. VARSCOPE_SM90_IMPL=0|6|7|8|9|10|11 overrides.
         const char* impl_env = std::getenv("VARSCOPE_SM90_IMPL");
         int named = -1;
         if (impl_env != nullptr)
-            for (const int i : {0, 6, 7, 8, 9, 10})
+            for (const int i : {0, 6, 7, 8, 9, 10, 11})
                 if (std::to_string(i) == impl_env) named = i;
         const int cs4a_default = d == 128 ? 6 : 0;
         const int impl = named >= 0 ? named : (mode == TileMode::Gathered ? cs4a_default : 10);

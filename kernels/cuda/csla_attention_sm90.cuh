@@ -21,15 +21,18 @@
 //   9: 8 without a maximum per tile (online_softmax_bounded).
 //   10: 9 with a shorter start and end per CTA: Q, K_0 and V_0 are copied before the CTA barrier,
 //      and O leaves through shared memory (the Q tile) by a TMA store.
+//   11 (sm90_persistent_kernel): 10's tile loop in a persistent kernel with a producer
+//      warpgroup (setmaxnreg): no CTA start and end per query block.
 //   CS4A has no TMA form (rows gathered by index): 7/8/9 run 6 for it.
-// Default (attention_cuda.cpp): 10 at d128 and d64 (bench/results/2026-11-26-h200/csla_cta.md).
+// Default (attention_cuda.cpp): 11 at d128, 10 at d64 (bench/results/2026-11-26-h200/csla_cta.md).
 // Tried and dropped (csla_bound.md): 8 with its exponentials pinned above the PV wait; two
 // query blocks per CTA whose warpgroups issue their GEMMs in turn (FA3's ping-pong); a 5-slot
 // ring; a persistent kernel (one K/V ring across work items); Q as wgmma's register operand.
 // Tried and dropped (csla_cta.md): L2 prefetch of K/V tiles ahead (tensor and plain bulk
 // prefetch: 30-70 % slower), two query blocks per CTA (the ring running on across them), six
 // slots, three CTAs per SM at d128 (wgmma serialised at 136 registers), the next wave's Q
-// prefetched into L2.
+// prefetched into L2; for 11: work items taken from an atomic counter, snake order, QK_{i+1}
+// issued before softmax i (two score tiles in flight: 0.201 vs 0.147 ms).
 // Tried and dropped (csla_ws.md): 8 with two consumer warpgroups sharing every K/V tile of a
 // 128-row query block (half the L2 traffic; no faster); 7 with 128-key steps (one m64n128k16
 // wgmma per k-step, 64 scores per thread per softmax; slower than 8). Dropped after
@@ -107,19 +110,27 @@ struct WsTraits {
     // 2 CTAs. (10 with __maxnreg__ instead of these launch bounds: 0.218 instead of 0.156 ms.)
     static constexpr int kMinBlocks = kHeadDim == 128 ? (kOverlap ? 2 : 3) : (kOverlap ? 3 : 4);
 };
+// Schedule 11 (sm90_persistent_kernel). Why a producer warpgroup: registers are split between
+// the SM's four sub-partitions; with 5 warps per CTA one sub-partition holds 3 warps of the SM's
+// two CTAs, which caps every thread at 168 registers (16384 / 3 / 32), and 9/10 use 168. The
+// persistent loop's per-item state then spilled into the tile loop (0.176 ms) or, uncapped (187
+// registers), left one CTA per SM (0.241 ms). With 2 warpgroups per CTA (4 warps per
+// sub-partition) setmaxnreg moves registers from the producer warpgroup (40) to the consumer
+// (216): no spills.
 template <int kHeadDim>
-struct PersistTraits {
+struct PersistentTraits {
     static constexpr int kSlots = kHeadDim == 128 ? 5 : 4;
     static constexpr int kPanels = kHeadDim / 64;
     static constexpr int kTileBytes = 64 * kHeadDim * 2;
-    // Consumer warpgroup + producer warpgroup: setmaxnreg moves registers from the producer (24)
-    // to the consumer (232); with 5 warps per CTA a sub-partition holds 3 warps of 2 CTAs, which
-    // caps every thread at 168 registers (16384 / 3 / 32).
-    static constexpr int kThreads = 256;
-    static constexpr int kBarOffset = kTileBytes * (2 + kSlots);
-    // q_full[2], q_empty[2], full[kSlots], empty[kSlots]; then valid keys per slot, n per buffer.
+    static constexpr int kThreads = 256;  // consumer warpgroup + producer warpgroup
+    static constexpr int kProducerRegs = 40, kConsumerRegs = 216;  // 2 x (40 + 216) x 32 x 4 warps
+    static constexpr int kBarOffset = kTileBytes * (2 + kSlots);   // two Q buffers, the ring
+    // q_full[2], q_empty[2], full[kSlots], empty[kSlots]; then the valid keys per slot, and per
+    // Q buffer its item's tile count and linear index (-1: no more items). No alignment pad: the
+    // dynamic shared memory base is 1024-byte aligned (as CUTLASS's kernels assume; checked in
+    // the kernel), and with the pad 5 slots + 2 Q buffers would not fit twice per SM.
     static constexpr int kValidOffset = kBarOffset + 8 * (4 + 2 * kSlots);
-    static constexpr int kSmemBytes = kValidOffset + 4 * kSlots + 8;  // base 1024-aligned
+    static constexpr int kSmemBytes = kValidOffset + 4 * kSlots + 16;
 };
 
 #ifdef VARSCOPE_SM90_WGMMA
@@ -1095,20 +1106,22 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
         store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0);
 }
 
-
-// EXPERIMENT (session 11): schedule 10 as a persistent kernel. G CTAs (two per SM) take work items
-// (query block, head, batch) lin = blockIdx.x + k * G in turn. Two Q buffers: item k's Q (and
+// Schedule 11: schedule 10 as a persistent kernel. G CTAs (two per SM) take work items
+// (query block, head, batch) lin = blockIdx.x + k * G in turn (in launch order, so the items in
+// flight at once are as L2-local as the CTAs of a plain launch). Two Q buffers: item k's Q (and
 // afterwards its O, stored by TMA) in buffer k % 2; the producer loads item k + 1's Q during item
 // k once O_{k-1} has left that buffer (q_empty, signalled by consumer thread 0 after item k's
-// first tile). The K/V ring runs on across items. Each item's tile count is passed through
-// shared memory with its Q (the consumer reads no counts).
+// first tile). The K/V ring runs on across items, so an item's first tiles are usually in
+// shared memory before its consumer gets to them. Each item's index and tile count travel with
+// its Q through shared memory (the consumer reads no lists or counts). H200, Table 1, block 64:
+// 0.146-0.148 ms vs 0.155 for 10; VAR-d30 d64 shapes are faster with 10 (one wave or less).
 template <int kHeadDim>
 __global__ void __launch_bounds__(256, 2)
     sm90_persistent_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap map_q,
                            const __grid_constant__ CUtensorMap map_k,
                            const __grid_constant__ CUtensorMap map_v,
                            const __grid_constant__ CUtensorMap map_o) {
-    using W = PersistTraits<kHeadDim>;
+    using W = PersistentTraits<kHeadDim>;
     constexpr int kTile = W::kTileBytes;
     constexpr int kSlots = W::kSlots;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -1123,6 +1136,7 @@ __global__ void __launch_bounds__(256, 2)
     auto empty = [&](int slot) { return bars + 8 * (4 + kSlots + slot); };
     volatile int* valid_keys = reinterpret_cast<volatile int*>(smem_raw + W::kValidOffset);
     volatile int* item_tiles = valid_keys + kSlots;  // [2]
+    volatile int* item_lin = item_tiles + 2;         // [2]; -1: no more items
 
     const int nqb = (p.len_q + 63) / 64;
     const int total = nqb * p.heads * p.batch;
@@ -1148,24 +1162,31 @@ __global__ void __launch_bounds__(256, 2)
             mbar_init(empty(st), 4);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_k)) : "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_v)) : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_k))
+                     : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_v))
+                     : "memory");
     }
     __syncthreads();
 
     if (warp >= 4) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(W::kProducerRegs) : "memory");
         if (warp != 4 || lane != 0) return;
+        int lin = blockIdx.x;
         for (int k = 0;; ++k) {
-            const int lin = blockIdx.x + k * G;
-            if (lin >= total) break;
+            const int buf = k & 1;
+            if (k >= 2) mbar_wait(q_empty(buf), ((k - 2) >> 1) & 1);
+            if (lin >= total) {
+                item_lin[buf] = -1;
+                mbar_arrive(q_full(buf));
+                break;
+            }
             int row0, h, b;
             coords(lin, row0, h, b);
             const BlockTiles<kHeadDim> tiles(p, row0);
             const int n = tiles.n_tiles;
-            const int buf = k & 1;
-            if (k >= 2) mbar_wait(q_empty(buf), ((k - 2) >> 1) & 1);
             item_tiles[buf] = n;  // published by the arrive below
+            item_lin[buf] = lin;
             mbar_expect_tx(q_full(buf), kTile);
 #pragma unroll
             for (int c = 0; c < W::kPanels; ++c)
@@ -1184,11 +1205,12 @@ __global__ void __launch_bounds__(256, 2)
                     if (++slot == kSlots) slot = 0, phase ^= 1;
                 }
             }
+            lin += G;
         }
         return;
     }
 
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(W::kConsumerRegs) : "memory");
     const int t = lane % 4;
     auto slot_of = [](int j) { return j % kSlots; };
     auto phase_of = [](int j) { return static_cast<uint32_t>((j / kSlots) & 1); };
@@ -1207,12 +1229,12 @@ __global__ void __launch_bounds__(256, 2)
     const float sl2 = p.scale_log2;
     int jb = 0;
     for (int k = 0;; ++k) {
-        const int lin = blockIdx.x + k * G;
-        if (lin >= total) break;
-        int row0, h, b;
-        coords(lin, row0, h, b);
         const int buf = k & 1;
         mbar_wait(q_full(buf), (k >> 1) & 1);
+        const int lin = item_lin[buf];
+        if (lin < 0) break;
+        int row0, h, b;
+        coords(lin, row0, h, b);
         const int n = item_tiles[buf];
         float o[kHeadDim / 2];
 #pragma unroll
@@ -1292,8 +1314,7 @@ __global__ void __launch_bounds__(256, 2)
         } else {
             free_previous(k);
         }
-        store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0, q_tile(buf), &map_o,
-                                   false);
+        store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0, q_tile(buf), &map_o, false);
         jb += 2 * n;
     }
     if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
@@ -1381,19 +1402,18 @@ cudaError_t launch_sm90_ws(const AttentionParams& p, cudaStream_t stream) {
 
 template <int kHeadDim>
 cudaError_t launch_sm90_persistent(const AttentionParams& p, cudaStream_t stream) {
-    using W = PersistTraits<kHeadDim>;
+    using W = PersistentTraits<kHeadDim>;
     constexpr auto kKernel = sm90_persistent_kernel<kHeadDim>;
     constexpr int kSmem = W::kSmemBytes;
     static const cudaError_t attr_err =
         cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (attr_err != cudaSuccess) return attr_err;
     if (p.len_q <= 0 || p.heads <= 0 || p.batch <= 0) return cudaSuccess;
-    static const int sms = [] {
-        int dev = 0, n = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-        return n;
-    }();
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        sms <= 0)
+        return cudaErrorNotSupported;
     alignas(64) CUtensorMap mq, mk, mv, mo;
     if (!make_tensor_map(&mq, p.q, p.q_stride, p.len_q, p, kHeadDim) ||
         !make_tensor_map(&mk, p.k, p.k_stride, p.len_k, p, kHeadDim) ||
@@ -1413,7 +1433,7 @@ inline std::atomic<int>& ws_fallbacks() {
     return n;
 }
 
-// impl: 0 (two stages), 6 (one stage, three CTAs per SM), 7/8/9/10 (warp-specialised, TMA;
+// impl: 0 (two stages), 6 (one stage, three CTAs per SM), 7-11 (warp-specialised, TMA;
 // CSLA only: gathered tiles have no TMA form, so CS4A runs 6 for them; where no tensor map can
 // be made, 6 too). The others were dropped.
 template <int kHeadDim, bool kGathered>
@@ -1429,9 +1449,9 @@ cudaError_t launch_sm90_impl(const AttentionParams& p, int impl, cudaStream_t st
         case 10:
         case 11:
             if constexpr (!kGathered) {
-                const cudaError_t err = impl == 7   ? launch_sm90_ws<kHeadDim, 7>(p, stream)
-                                        : impl == 8 ? launch_sm90_ws<kHeadDim, 8>(p, stream)
-                                        : impl == 9 ? launch_sm90_ws<kHeadDim, 9>(p, stream)
+                const cudaError_t err = impl == 7    ? launch_sm90_ws<kHeadDim, 7>(p, stream)
+                                        : impl == 8  ? launch_sm90_ws<kHeadDim, 8>(p, stream)
+                                        : impl == 9  ? launch_sm90_ws<kHeadDim, 9>(p, stream)
                                         : impl == 10 ? launch_sm90_ws<kHeadDim, 10>(p, stream)
                                                      : launch_sm90_persistent<kHeadDim>(p, stream);
                 if (err != cudaErrorNotSupported) return err;

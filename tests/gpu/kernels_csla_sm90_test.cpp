@@ -156,9 +156,9 @@ void check_block_sparse(const at::Tensor& q, const at::Tensor& k, const at::Tens
 
 // One test per schedule (VARSCOPE_SM90_IMPL: 0 two K/V stages, 6 one stage with three CTAs per
 // SM, 7-10 warp-specialised with TMA copies, 8 with S/PV overlap, 9 without a maximum per tile,
-// 10 with O stored by TMA through shared memory), so a failure or a hang names its schedule. The
-// fixture selects the schedule and afterwards checks that it ran: 7-10 run 6 where no tensor map
-// can be made, and the test would then have checked 6.
+// 10 with O stored by TMA through shared memory, 11 persistent), so a failure or a hang names its
+// schedule. The fixture selects the schedule and afterwards checks that it ran: 7-11 run 6 where
+// no tensor map can be made, and the test would then have checked 6.
 class KernelsCslaSm90 : public ::testing::TestWithParam<int> {
   protected:
     void SetUp() override {
@@ -235,7 +235,7 @@ TEST_P(KernelsCslaSm90, RisingScoresMoveTheBase) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Impl, KernelsCslaSm90, ::testing::Values(0, 6, 7, 8, 9, 10),
+INSTANTIATE_TEST_SUITE_P(Impl, KernelsCslaSm90, ::testing::Values(0, 6, 7, 8, 9, 10, 11),
                          [](const ::testing::TestParamInfo<int>& i) {
                              return "impl" + std::to_string(i.param);
                          });

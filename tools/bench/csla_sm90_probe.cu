@@ -8,11 +8,11 @@
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I.
 //     tools/bench/csla_sm90_probe.cu kernels/cuda/csla_attention_sm90_d{64,128}.cu
 //     kernels/cuda/cs4a_attention_sm90_d{64,128}.cu -o probe
-//   probe [--profile] [--mask-only] [--dense] [--no-check] [--impls 0678a] [--iters 30]
+//   probe [--profile] [--mask-only] [--dense] [--no-check] [--impls 06789ab] [--iters 30]
 // --profile: one launch per schedule at block 64 only (for ncu -k regex:sm90_attention).
 // --mask-only: the Table-1 mask's statistics (no GPU needed).
 // --dense: also times Table 1's shape with every block active (the tile loop's own rate).
-// --no-check: timings only. --impls: one character per schedule, a = 10.
+// --no-check: timings only. --impls: one character per schedule, a = 10, b = 11.
 // Exit code 1 when a check fails.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -52,8 +52,8 @@ namespace {
     } while (0)
 
 // Schedules (VARSCOPE_SM90_IMPL numbers); 1-5 were dropped; 7-10 are CSLA-only (CS4A runs 6).
-const char* const kNames[] = {"serial", "",   "",       "",         "",       "",
-                              "single", "ws", "ws-ovl", "ws-bound", "ws-ends", "persist"};
+const char* const kNames[] = {"serial", "",   "",       "",         "",        "",
+                              "single", "ws", "ws-ovl", "ws-bound", "ws-ends", "persistent"};
 // --impls takes one character per schedule: digits, then a = 10.
 int impl_of(char c) {
     return c >= 'a' ? c - 'a' + 10 : c - '0';
@@ -591,7 +591,7 @@ int bench(const std::string& impls, int iters, bool profile, bool dense, std::mt
 
 int main(int argc, char** argv) {
     bool profile = false, dense = false, no_check = false;
-    std::string impls = "06789a";
+    std::string impls = "06789ab";
     int iters = 30;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--mask-only")) {
