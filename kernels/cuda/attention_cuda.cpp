@@ -17,8 +17,8 @@ cudaError_t probe_kernel_image();  // kernel_probe.cu
 // Hopper wgmma kernels (csla_attention_sm90.cuh; attention variant 3, the default), bf16 only,
 // Output epilogue: CSLA block-sparse (csla_attention_sm90_d*.cu) and CS4A gathered
 // (cs4a_attention_sm90_d*.cu). impl: 0 two K/V stages, 6 one stage and three CTAs per SM,
-// 7/8/9 warp-specialised (TMA producer warp; 8 overlaps S and PV; 9 is 8 without a maximum per
-// tile), CSLA only.
+// 7-10 warp-specialised (TMA producer warp; 8 overlaps S and PV; 9 is 8 without a maximum per
+// tile; 10 is 9 with short CTA starts and ends), 11 persistent (10's tile loop), CSLA only.
 cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
 cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, cudaStream_t);
 cudaError_t launch_cs4a_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);

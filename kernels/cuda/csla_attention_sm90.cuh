@@ -23,7 +23,7 @@
 //      and O leaves through shared memory (the Q tile) by a TMA store.
 //   11 (sm90_persistent_kernel): 10's tile loop in a persistent kernel with a producer
 //      warpgroup (setmaxnreg): no CTA start and end per query block.
-//   CS4A has no TMA form (rows gathered by index): 7/8/9 run 6 for it.
+//   CS4A has no TMA form (rows gathered by index): 7-11 run 6 for it.
 // Default (attention_cuda.cpp): 11 at d128, 10 at d64 (bench/results/2026-11-26-h200/csla_cta.md).
 // Tried and dropped (csla_bound.md): 8 with its exponentials pinned above the PV wait; two
 // query blocks per CTA whose warpgroups issue their GEMMs in turn (FA3's ping-pong); a 5-slot
@@ -46,7 +46,7 @@
 // the device in session 5 by a swapped-descriptor run that failed the test).
 #pragma once
 
-#include <cuda.h>          // CUtensorMap (schedules 7/8: TMA copies)
+#include <cuda.h>          // CUtensorMap (schedules 7-11: TMA copies)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -83,7 +83,7 @@ struct Sm90Traits {
     // Three CTAs per SM with one stage (6), two with two stages (0: by shared memory at d128).
     static constexpr int kMinBlocks = kStages == 1 ? 3 : 1;
 };
-// Schedules 7/8/9 (warp-specialised, see sm90_ws_kernel). 8 holds S_i, P_{i-1} and O at once:
+// Schedules 7-10 (warp-specialised, see sm90_ws_kernel). 8 holds S_i, P_{i-1} and O at once:
 // two CTAs per SM (up to 200 registers per thread) and a fourth slot; 7 fits three at d128. 9
 // waits less on its tiles than 8 does, so they must be fetched further ahead: at d128 a fifth
 // slot (97 KiB, still two CTAs per SM) took the K/V data waits from ~12 % of the consumer's
@@ -1348,7 +1348,7 @@ cudaError_t launch_sm90(const AttentionParams& p, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
-// Schedule 7/8's tensor maps: a (batch, heads, len, head dim) bf16 tensor with the given element
+// Schedules 7-11's tensor maps: a (batch, heads, len, head dim) bf16 tensor with the given element
 // strides as a 4-d map (head dim, len, heads, batch), 64 x 64 boxes, 128-byte swizzle; rows
 // past len read as zeros. The driver's encoder is found once through the runtime (no libcuda
 // link). False where the map cannot be made (e.g. a zero stride): the caller falls back to 6.
@@ -1426,7 +1426,7 @@ cudaError_t launch_sm90_persistent(const AttentionParams& p, cudaStream_t stream
     return cudaGetLastError();
 }
 
-// How often a CSLA call asked for 7/8 ran 6 instead (no tensor map): tests and the probe
+// How often a CSLA call asked for 7-11 ran 6 instead (no tensor map): tests and the probe
 // check that what they time or check is what they named.
 inline std::atomic<int>& ws_fallbacks() {
     static std::atomic<int> n{0};

@@ -633,9 +633,9 @@ int main(int argc, char** argv) {
     int failures = 0;
     if (!profile && !no_check) failures += check_all(impls, g);
     failures += bench(impls, iters, profile, dense, g);
-    // 7/8 fall back to 6 where no tensor map can be made: then they were not what ran.
+    // 7-11 fall back to 6 where no tensor map can be made: then they were not what ran.
     const int fallbacks = varscope::kernels::cuda::sm90::ws_fallbacks().load();
-    std::printf("schedule 7/8 fallbacks to 6: %d\n", fallbacks);
+    std::printf("schedule 7-11 fallbacks to 6: %d\n", fallbacks);
     failures += fallbacks;
     std::printf("%s\n", failures ? "FAILED" : "OK");
     return failures ? 1 : 0;
