@@ -235,6 +235,24 @@ TEST_P(KernelsCslaSm90, RisingScoresMoveTheBase) {
     }
 }
 
+// More query blocks than the persistent schedule (11) has CTAs (two per SM, at most 2 x 144 on
+// a Hopper part): every CTA takes three or more items in turn, so its two Q buffers alternate,
+// its O stores wait for their buffers, and its K/V ring runs on across items (the shapes above
+// fit in one item per CTA). A tail of 5 query rows and empty query blocks as above.
+TEST_P(KernelsCslaSm90, ManyItemsPerCta) {
+    at::manual_seed(23);
+    for (const int64_t d : {64, 128}) {
+        const int64_t b = 2, h = 24, lq = 18 * 64 + 5, lk = 1500, block = 64;  // 912 items
+        const auto q = at::randn({b, h, lq, d}, opts);
+        const auto k = at::randn({b, h, lk, d}, opts);
+        const auto v = at::randn({b, h, lk, d}, opts);
+        const int64_t nqb = (lq + block - 1) / block, nkb = (lk + block - 1) / block;
+        const auto [idx, cnt] = lists_for(nqb, nkb, 0.4, true);
+        check_block_sparse(q, k, v, idx, cnt, block, block,
+                           "impl " + impl + " many items per CTA d=" + std::to_string(d));
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Impl, KernelsCslaSm90, ::testing::Values(0, 6, 7, 8, 9, 10, 11),
                          [](const ::testing::TestParamInfo<int>& i) {
                              return "impl" + std::to_string(i.param);
