@@ -242,6 +242,30 @@ __device__ __forceinline__ uint64_t desc_at(uint64_t desc, uint32_t byte_offset)
     return desc + (byte_offset >> 4);
 }
 
+// S = Q K^T for one 64 x 64 tile from the two tiles' descriptors, stepped by desc_at: k-steps of
+// 16 along the head dim (32 bytes inside a panel, panels 8 KiB apart).
+template <int kHeadDim>
+__device__ __forceinline__ void qk_from_descs(float (&s)[32], uint64_t dq, uint64_t dk) {
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        const uint32_t off = (ks >> 2) * (64 * 128) + (ks & 3) * 32;
+        wgmma_ss_m64n64(s, desc_at(dq, off), desc_at(dk, off), ks == 0);
+    }
+}
+// O += P V from V's descriptor: V is (keys x head dim) row-major, i.e. B stored MN-major. 16
+// keys per step = two 8-row groups (2 KiB); head-dim panels 8 KiB apart (LBO), 8-row groups 1 KiB
+// apart (SBO).
+template <int kHeadDim>
+__device__ __forceinline__ void pv_from_desc(float (&o)[kHeadDim / 2], const uint32_t (&pa)[4][4],
+                                             uint64_t dv) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+        if constexpr (kHeadDim == 128)
+            wgmma_rs_m64n128_tb(o, pa[kk], desc_at(dv, kk * 2048));
+        else
+            wgmma_rs_m64n64_tb(o, pa[kk], desc_at(dv, kk * 2048));
+    }
+}
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -311,32 +335,16 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// S = Q K^T for one 64 x 64 tile: k-steps of 16 along the head dim (32 bytes inside a panel,
-// panels 8 KiB apart).
+// qk_from_descs and pv_from_desc from tile addresses (schedules 0 and 6).
 template <int kHeadDim>
 __device__ __forceinline__ void issue_qk(float (&s)[32], uint32_t q_tile, uint32_t k_tile) {
-#pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-        const uint32_t off = (ks >> 2) * (64 * 128) + (ks & 3) * 32;
-        wgmma_ss_m64n64(s, smem_desc(q_tile + off, 16, 1024), smem_desc(k_tile + off, 16, 1024),
-                        ks == 0);
-    }
+    qk_from_descs<kHeadDim>(s, smem_desc(q_tile, 16, 1024), smem_desc(k_tile, 16, 1024));
 }
 
-// O += P V: V is (keys x head dim) row-major, i.e. B stored MN-major. 16 keys per step = two
-// O += P V: V is (keys x head dim) row-major, i.e. B stored MN-major. 16 keys per step = two
-// 8-row groups (2 KiB); head-dim panels 8 KiB apart (LBO), 8-row groups 1 KiB apart (SBO).
 template <int kHeadDim>
 __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2], const uint32_t (&pa)[4][4],
                                          uint32_t v_tile) {
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t db = smem_desc(v_tile + kk * 2048, 64 * 128, 1024);
-        if constexpr (kHeadDim == 128)
-            wgmma_rs_m64n128_tb(o, pa[kk], db);
-        else
-            wgmma_rs_m64n64_tb(o, pa[kk], db);
-    }
+    pv_from_desc<kHeadDim>(o, pa, smem_desc(v_tile, 64 * 128, 1024));
 }
 
 // Score layout (wgmma's accumulator, per warp 16 rows): s[4 j + e] is row g + 8 (e >> 1) of the
@@ -1010,11 +1018,7 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
         const int n_valid = valid_keys[slot_of(2 * i)];
         wgmma_fence();
         const uint64_t dk = smem_desc(tile_at(slot_of(2 * i)), 16, 1024);
-#pragma unroll
-        for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-            const uint32_t off = (ks >> 2) * (64 * 128) + (ks & 3) * 32;
-            wgmma_ss_m64n64(s, desc_at(dq, off), desc_at(dk, off), ks == 0);
-        }
+        qk_from_descs<kHeadDim>(s, dq, dk);
         wgmma_commit();
         return n_valid;
     };
@@ -1028,13 +1032,7 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
         mbar_wait(full(slot_of(2 * i + 1)), phase_of(2 * i + 1));
         wgmma_fence();
         const uint64_t dv = smem_desc(tile_at(slot_of(2 * i + 1)), 64 * 128, 1024);
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            if constexpr (kHeadDim == 128)
-                wgmma_rs_m64n128_tb(o, pa[kk], desc_at(dv, kk * 2048));
-            else
-                wgmma_rs_m64n64_tb(o, pa[kk], desc_at(dv, kk * 2048));
-        }
+        pv_from_desc<kHeadDim>(o, pa, dv);
         wgmma_commit();
     };
 
@@ -1247,11 +1245,7 @@ __global__ void __launch_bounds__(256, 2)
             const int n_valid = valid_keys[slot_of(j)];
             wgmma_fence();
             const uint64_t dk = smem_desc(tile_at(slot_of(j)), 16, 1024);
-#pragma unroll
-            for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-                const uint32_t off = (ks >> 2) * (64 * 128) + (ks & 3) * 32;
-                wgmma_ss_m64n64(s, desc_at(dq, off), desc_at(dk, off), ks == 0);
-            }
+            qk_from_descs<kHeadDim>(s, dq, dk);
             wgmma_commit();
             return n_valid;
         };
@@ -1265,13 +1259,7 @@ __global__ void __launch_bounds__(256, 2)
             mbar_wait(full(slot_of(j)), phase_of(j));
             wgmma_fence();
             const uint64_t dv = smem_desc(tile_at(slot_of(j)), 64 * 128, 1024);
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-                if constexpr (kHeadDim == 128)
-                    wgmma_rs_m64n128_tb(o, pa[kk], desc_at(dv, kk * 2048));
-                else
-                    wgmma_rs_m64n64_tb(o, pa[kk], desc_at(dv, kk * 2048));
-            }
+            pv_from_desc<kHeadDim>(o, pa, dv);
             wgmma_commit();
         };
         if (n > 0) {
