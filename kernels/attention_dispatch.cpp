@@ -88,6 +88,16 @@ int sm90_ws_fallback_count() {
 #endif
 }
 
+int sm90_schedule(int head_dim, bool gathered) {
+#ifdef VARSCOPE_KERNELS_CUDA
+    return cuda::sm90_impl(head_dim, gathered);
+#else
+    (void)head_dim;
+    (void)gathered;
+    return -1;
+#endif
+}
+
 bool cuda_attention_supported(const at::Tensor& q, int64_t block_q, int64_t block_k,
                               std::string* why_not) {
     if (auto why = cuda_path_blocker({q}); !why.empty())

@@ -69,6 +69,10 @@ bool cuda_kernels_built();
 // CSLA launches that asked for the warp-specialised sm90 schedules but ran schedule 6 because no
 // TMA tensor map could be made (0 in a build without CUDA kernels); tests check theirs add none.
 int sm90_ws_fallback_count();
+// The Hopper kernel's schedule (VARSCOPE_SM90_IMPL number) that bf16 output attention at this
+// head dim (64/128) runs now: VARSCOPE_SM90_IMPL where it names a schedule, else the default;
+// gathered: CS4A tiles, else CSLA. -1 in a build without CUDA kernels. Benchmarks record it.
+int sm90_schedule(int head_dim, bool gathered);
 // Whether the CUDA path would run for these inputs (device, dtype, head dim, block sizes, image
 // for the device's architecture, switch). why_not receives the reason when it would not.
 bool cuda_attention_supported(const at::Tensor& q, int64_t block_q, int64_t block_k,

@@ -33,11 +33,11 @@ namespace vk = varscope::kernels;
 using nlohmann::json;
 
 // The sm_90a kernel's schedules (VARSCOPE_SM90_IMPL): 0 two K/V stages, 6 one stage; CSLA also
-// 7-11 (warp-specialised, TMA copies; 8 overlaps S and PV; 9 is 8 without a maximum per tile;
-// 10 is 9 with shorter CTA starts and ends; 11 is 10 as a persistent kernel; CS4A has no TMA form
-// and runs 6 for them, so bench cs4a leaves them out).
+// 7-12 (warp-specialised, TMA copies; 8 overlaps S and PV; 9 is 8 without a maximum per tile;
+// 10 is 9 with shorter CTA starts and ends; 11 is 10 as a persistent kernel; 12 is 11 with Q in
+// registers; CS4A has no TMA form and runs 6 for them, so bench cs4a leaves them out).
 constexpr int kSm90Impls[] = {0, 6};
-constexpr int kCslaSm90Impls[] = {0, 6, 7, 8, 9, 10, 11};
+constexpr int kCslaSm90Impls[] = {0, 6, 7, 8, 9, 10, 11, 12};
 
 // Whether a comma-separated list of schedule numbers (VARSCOPE_BENCH_SM90_SKIP) names impl.
 bool listed(const std::string& list, int impl) {
@@ -227,12 +227,12 @@ int run_attention(const BenchOptions& o) {
             // dispatch picks it, then each of its schedules (VARSCOPE_SM90_IMPL: 0 two K/V
             // stages, 6 one stage with three CTAs per SM, 7/8/9/10 warp-specialised with TMA
             // copies (8: S/PV overlap; 9: 8 with the bounded exponent base; 10: 9 with shorter
-            // CTA starts and ends; 11: 10 persistent); 1-5 were dropped after
-            // measuring,
-            // bench/results/2026-11-25-h100/kernels_sm90_v2.md); outputs kept for the error
+            // CTA starts and ends; 11: 10 persistent; 12: 11 with Q in registers); 1-5 were
+            // dropped after measuring (bench/results/2026-11-25-h100/kernels_sm90_v2.md);
+            // "sm90_default_schedule" says which one the default row is; outputs kept for the error
             // check below. VARSCOPE_BENCH_SM90_SKIP lists schedules not to run (e.g. "6,10":
             // ones whose GPU test failed on this device).
-            constexpr int kImpls = 12;
+            constexpr int kImpls = 13;
             const char* skip_env = std::getenv("VARSCOPE_BENCH_SM90_SKIP");
             const std::string skip = skip_env != nullptr ? skip_env : "";
             vk::set_attention_kernel_variant(3);
@@ -301,6 +301,10 @@ int run_attention(const BenchOptions& o) {
             r["rel_error_sm90_ws_short_ends"] = err_sm90s[10];
             r["ours_sm90_persistent"] = sm90[11];
             r["rel_error_sm90_persistent"] = err_sm90s[11];
+            r["ours_sm90_persistent_q_regs"] = sm90[12];
+            r["rel_error_sm90_persistent_q_regs"] = err_sm90s[12];
+            // Which schedule "ours_sm90" (the default) is (env unset above).
+            r["sm90_default_schedule"] = vk::sm90_schedule(static_cast<int>(c.head_dim), false);
             r["sm90_tflops"] = flops / (ms_of(ours_sm90) * 1e-3) / 1e12;
             r["sm90_speedup_vs_flash"] = tf / ms_of(ours_sm90);
             r["sm90_speedup_vs_cudnn"] = tc / ms_of(ours_sm90);
@@ -339,8 +343,9 @@ int run_attention(const BenchOptions& o) {
                                                                "sm90-ws-bound",
                                                                "sm90-ws-ends",
                                                                "sm90-persist",
+                                                               "sm90-persist-q",
                                                                "sm90-default"};
-            for (const int row : {kImpls, 0, 6, 7, 8, 9, 10, 11}) {  // the default first
+            for (const int row : {kImpls, 0, 6, 7, 8, 9, 10, 11, 12}) {  // the default first
                 const double ts = ms_of(row == kImpls ? ours_sm90 : sm90[row]);
                 const double e = row == kImpls ? err_sm90 : err_sm90s[row];
                 std::printf(

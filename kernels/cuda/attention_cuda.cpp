@@ -18,7 +18,8 @@ cudaError_t probe_kernel_image();  // kernel_probe.cu
 // Output epilogue: CSLA block-sparse (csla_attention_sm90_d*.cu) and CS4A gathered
 // (cs4a_attention_sm90_d*.cu). impl: 0 two K/V stages, 6 one stage and three CTAs per SM,
 // 7-10 warp-specialised (TMA producer warp; 8 overlaps S and PV; 9 is 8 without a maximum per
-// tile; 10 is 9 with short CTA starts and ends), 11 persistent (10's tile loop), CSLA only.
+// tile; 10 is 9 with short CTA starts and ends), 11 persistent (10's tile loop), 12 (11 with Q in
+// registers), CSLA only.
 cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
 cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, cudaStream_t);
 cudaError_t launch_cs4a_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
@@ -72,6 +73,28 @@ bool use_sm90(const AttentionParams& p, const at::Tensor& q, TileMode mode, Epil
     return major == 9;
 }
 
+}  // namespace
+
+// The fastest measured (bench/results/2026-11-25-h100/kernels_sm90_v2.md, cs4a_sm90.md,
+// 2026-11-26-*/csla_*.md): CSLA at d128 12 (persistent, warp-specialised, TMA copies, S/PV
+// overlap, no maximum per tile, Q in registers; H200 probe, Infinity-8B block 64: 0.144-0.145 ms
+// vs 0.146 for 11, 0.155 for 10), at d64 10 (VAR-d30's last scales fill at most a wave, 11 and
+// 12 are slower there). CS4A has no TMA form (7-12 run 6 for it): 6 at d128, 0 at d64.
+int sm90_default_impl(int head_dim, bool gathered) {
+    if (gathered) return head_dim == 128 ? 6 : 0;
+    return head_dim == 128 ? 12 : 10;
+}
+
+int sm90_impl(int head_dim, bool gathered) {
+    const char* env = std::getenv("VARSCOPE_SM90_IMPL");
+    if (env != nullptr)
+        for (const int i : kSm90Schedules)
+            if (std::to_string(i) == env) return i;
+    return sm90_default_impl(head_dim, gathered);
+}
+
+namespace {
+
 void launch(const AttentionParams& p_in, const at::Tensor& q, TileMode mode, Epilogue epi) {
     const auto stream = stream_of(q);
     const int64_t d = q.size(3);
@@ -79,19 +102,7 @@ void launch(const AttentionParams& p_in, const at::Tensor& q, TileMode mode, Epi
     cudaError_t err = cudaErrorNotSupported;
     AttentionParams p = p_in;
     if (use_sm90(p, q, mode, epi)) {
-        // Default: the fastest measured (bench/results/2026-11-25-h100/kernels_sm90_v2.md,
-        // cs4a_sm90.md, 2026-11-26-*/csla_*.md): CSLA at d128 11 (persistent, warp-specialised,
-        // TMA copies, S/PV overlap, no maximum per tile; H200 probe, Infinity-8B block 64:
-        // 0.147 ms vs 0.155 for 10, 0.162 for 9), at d64 10 (VAR-d30's last scales fill at most
-        // a wave, 11 is slower there). CS4A has no TMA form (7-11 run 6 for it): its defaults
-        // stay 6 at d128, 0 at d64. VARSCOPE_SM90_IMPL=0|6|7|8|9|10|11 overrides.
-        const char* impl_env = std::getenv("VARSCOPE_SM90_IMPL");
-        int named = -1;
-        if (impl_env != nullptr)
-            for (const int i : {0, 6, 7, 8, 9, 10, 11})
-                if (std::to_string(i) == impl_env) named = i;
-        const int cs4a_default = d == 128 ? 6 : 0;
-        const int impl = named >= 0 ? named : (mode == TileMode::Gathered ? cs4a_default : 10);
+        const int impl = sm90_impl(static_cast<int>(d), mode == TileMode::Gathered);
         if (mode == TileMode::Gathered)
             err = d == 64 ? launch_cs4a_sm90_d64_bf16(p, impl, stream)
                           : launch_cs4a_sm90_d128_bf16(p, impl, stream);

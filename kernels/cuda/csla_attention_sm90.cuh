@@ -23,8 +23,14 @@
 //      and O leaves through shared memory (the Q tile) by a TMA store.
 //   11 (sm90_persistent_kernel): 10's tile loop in a persistent kernel with a producer
 //      warpgroup (setmaxnreg): no CTA start and end per query block.
-//   CS4A has no TMA form (rows gathered by index): 7-11 run 6 for it.
-// Default (attention_cuda.cpp): 11 at d128, 10 at d64 (bench/results/2026-11-26-h200/csla_cta.md).
+//   12: 11 with Q as QK's register operand (loaded once per item by ldmatrix).
+//   CS4A has no TMA form (rows gathered by index): 7-12 run 6 for it.
+// Default (sm90_default_impl in attention_cuda.cpp): 12 at d128, 10 at d64
+// (bench/results/2026-11-26-h200/csla_cta.md, 2026-11-26-h200/csla_s12.md).
+// Tried and dropped (csla_s12.md): part of the exponentials as a cubic on the FMA pipe (FA4's
+// MUFU offload: 4-12 of 32 per thread, 2-15 % slower); two consumer warpgroups per CTA, one CTA
+// per SM, with and without FA3's ping-pong turns (606-627 vs 703-716 TFLOP/s with every block
+// active).
 // Tried and dropped (csla_bound.md): 8 with its exponentials pinned above the PV wait; two
 // query blocks per CTA whose warpgroups issue their GEMMs in turn (FA3's ping-pong); a 5-slot
 // ring; a persistent kernel (one K/V ring across work items); Q as wgmma's register operand.
@@ -46,7 +52,7 @@
 // the device in session 5 by a swapped-descriptor run that failed the test).
 #pragma once
 
-#include <cuda.h>          // CUtensorMap (schedules 7-11: TMA copies)
+#include <cuda.h>          // CUtensorMap (schedules 7-12: TMA copies)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -110,11 +116,11 @@ struct WsTraits {
     // 2 CTAs. (10 with __maxnreg__ instead of these launch bounds: 0.218 instead of 0.156 ms.)
     static constexpr int kMinBlocks = kHeadDim == 128 ? (kOverlap ? 2 : 3) : (kOverlap ? 3 : 4);
 };
-// Schedule 11 (sm90_persistent_kernel). Why a producer warpgroup: registers are split between
-// the SM's four sub-partitions; with 5 warps per CTA one sub-partition holds 3 warps of the SM's
-// two CTAs, which caps every thread at 168 registers (16384 / 3 / 32), and 9/10 use 168. The
-// persistent loop's per-item state then spilled into the tile loop (0.176 ms) or, uncapped (187
-// registers), left one CTA per SM (0.241 ms). With 2 warpgroups per CTA (4 warps per
+// Schedules 11 and 12 (sm90_persistent_kernel). Why a producer warpgroup: registers are split
+// between the SM's four sub-partitions; with 5 warps per CTA one sub-partition holds 3 warps of
+// the SM's two CTAs, which caps every thread at 168 registers (16384 / 3 / 32), and 9/10 use 168.
+// The persistent loop's per-item state then spilled into the tile loop (0.176 ms) or, uncapped
+// (187 registers), left one CTA per SM (0.241 ms). With 2 warpgroups per CTA (4 warps per
 // sub-partition) setmaxnreg moves registers from the producer warpgroup (40) to the consumer
 // (216): no spills.
 template <int kHeadDim>
@@ -163,6 +169,21 @@ __device__ __forceinline__ void wgmma_rs_m64n64_tb(float (&d)[32], const uint32_
           "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
           "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+// D (64 x 64, f32) += A (64 x 16, registers) * B (64 x 16, smem, K-major); zero_init: D = A*B.
+__device__ __forceinline__ void wgmma_rs_m64n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
+                                                int zero_init) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%"
+        "24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(zero_init ? 0 : 1));
 }
 // D (64 x 128, f32) += A (64 x 16, registers) * B (16 x 128, smem, MN-major: transposed).
 __device__ __forceinline__ void wgmma_rs_m64n128_tb(float (&d)[64], const uint32_t (&a)[4],
@@ -250,6 +271,35 @@ __device__ __forceinline__ void qk_from_descs(float (&s)[32], uint64_t dq, uint6
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
         const uint32_t off = (ks >> 2) * (64 * 128) + (ks & 3) * 32;
         wgmma_ss_m64n64(s, desc_at(dq, off), desc_at(dk, off), ks == 0);
+    }
+}
+// S = Q K^T with Q as wgmma's register operand (schedule 12): QK then reads only K from shared
+// memory, half of what the SS form reads per k-step at N = 64.
+template <int kHeadDim>
+__device__ __forceinline__ void qk_from_regs(float (&s)[32], const uint32_t (&qa)[kHeadDim / 16][4],
+                                             uint64_t dk) {
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        const uint32_t off = (ks >> 2) * (64 * 128) + (ks & 3) * 32;
+        wgmma_rs_m64n64(s, qa[ks], desc_at(dk, off), ks == 0);
+    }
+}
+// This warp's 16 rows of a 64-row, 128-byte-swizzled tile (TMA's layout: 64-column panels 8 KiB
+// apart, the 16-byte chunk index XORed with row % 8) as wgmma A fragments, one ldmatrix.x4 per
+// 16 columns: matrices (rows 0-7 | 8-15) x (columns 0-7 | 8-15) = registers 0..3.
+template <int kHeadDim>
+__device__ __forceinline__ void load_a_fragments(uint32_t tile, uint32_t (&a)[kHeadDim / 16][4]) {
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+    const int m = lane >> 3, r = lane & 7;
+    const int row = 16 * warp + (m & 1) * 8 + r;
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        const int chunk = (ks & 3) * 2 + (m >> 1);  // 16-byte chunk inside the panel's row
+        const uint32_t addr = tile + (ks >> 2) * 8192 + row * 128 + ((chunk ^ r) << 4);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(a[ks][0]), "=r"(a[ks][1]), "=r"(a[ks][2]), "=r"(a[ks][3])
+                     : "r"(addr)
+                     : "memory");
     }
 }
 // O += P V from V's descriptor: V is (keys x head dim) row-major, i.e. B stored MN-major. 16
@@ -734,14 +784,15 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
 __device__ __forceinline__ void exp2_tile(const float (&s)[32], float (&p)[32],
                                           const float (&neg_base)[2], float sl2,
                                           float (&tile_sum)[2]) {
-    float part[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    float part[2][4];
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const float x = fast_exp2(fmaf(s[4 * j + e], sl2, neg_base[e >> 1]));
             p[4 * j + e] = x;
-            part[e >> 1][(j & 1) * 2 + (e & 1)] += x;
+            float& acc = part[e >> 1][(j & 1) * 2 + (e & 1)];
+            acc = j < 2 ? x : acc + x;  // not 0 + x: ptxas keeps that FADD
         }
 #pragma unroll
     for (int r = 0; r < 2; ++r) tile_sum[r] = (part[r][0] + part[r][1]) + (part[r][2] + part[r][3]);
@@ -1104,16 +1155,29 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
         store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0);
 }
 
-// Schedule 11: schedule 10 as a persistent kernel. G CTAs (two per SM) take work items
+// A position in a ring of kSlots mbarrier-guarded slots: the slot and the parity of its pass.
+template <int kSlots>
+struct RingPos {
+    int slot;
+    uint32_t phase;
+    __device__ __forceinline__ void step2() {
+        slot += 2;
+        if (slot >= kSlots) slot -= kSlots, phase ^= 1;
+    }
+};
+
+// Schedules 11 and 12: schedule 10 as a persistent kernel. G CTAs (two per SM) take work items
 // (query block, head, batch) lin = blockIdx.x + k * G in turn (in launch order, so the items in
 // flight at once are as L2-local as the CTAs of a plain launch). Two Q buffers: item k's Q (and
 // afterwards its O, stored by TMA) in buffer k % 2; the producer loads item k + 1's Q during item
 // k once O_{k-1} has left that buffer (q_empty, signalled by consumer thread 0 after item k's
 // first tile). The K/V ring runs on across items, so an item's first tiles are usually in
 // shared memory before its consumer gets to them. Each item's index and tile count travel with
-// its Q through shared memory (the consumer reads no lists or counts). H200, Table 1, block 64:
-// 0.146-0.148 ms vs 0.155 for 10; VAR-d30 d64 shapes are faster with 10 (one wave or less).
-template <int kHeadDim>
+// its Q through shared memory (the consumer reads no lists or counts). kQInRegs (12): Q as QK's
+// register operand, loaded once per item (QK then reads only K from shared memory). H200,
+// Table 1, block 64: 11 0.146-0.148 ms vs 0.155 for 10, 12 ~1 % below 11; VAR-d30 d64 shapes
+// are faster with 10 (one wave or less).
+template <int kHeadDim, bool kQInRegs>
 __global__ void __launch_bounds__(256, 2)
     sm90_persistent_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap map_q,
                            const __grid_constant__ CUtensorMap map_k,
@@ -1146,8 +1210,6 @@ __global__ void __launch_bounds__(256, 2)
     };
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-    int slot = 0;
-    uint32_t phase = 0;
     if (threadIdx.x == 128) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -1170,6 +1232,8 @@ __global__ void __launch_bounds__(256, 2)
     if (warp >= 4) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(W::kProducerRegs) : "memory");
         if (warp != 4 || lane != 0) return;
+        int slot = 0;
+        uint32_t phase = 0;
         int lin = blockIdx.x;
         for (int k = 0;; ++k) {
             const int buf = k & 1;
@@ -1210,11 +1274,14 @@ __global__ void __launch_bounds__(256, 2)
 
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(W::kConsumerRegs) : "memory");
     const int t = lane % 4;
-    auto slot_of = [](int j) { return j % kSlots; };
-    auto phase_of = [](int j) { return static_cast<uint32_t>((j / kSlots) & 1); };
-    auto release = [&](int j) {
+    // Ring positions of the next K and the next V tile to consume (K_i at 2 i, V_i at 2 i + 1 of
+    // the ring's sequence, which runs on across items), stepped by two per tile: a slot number
+    // from a division by kSlots cost ~24 uniform instructions per tile.
+    RingPos<kSlots> k_pos{0, 0}, v_pos{1, 0};
+    auto release = [&](RingPos<kSlots>& pos) {
         __syncwarp();
-        if (lane == 0) mbar_arrive(empty(slot_of(j)));
+        if (lane == 0) mbar_arrive(empty(pos.slot));
+        pos.step2();
     };
     // Thread 0: O_{k-1} has left buffer (k - 1) % 2 (its TMA store read it): the producer may
     // load Q_{k+1} there.
@@ -1225,7 +1292,6 @@ __global__ void __launch_bounds__(256, 2)
         }
     };
     const float sl2 = p.scale_log2;
-    int jb = 0;
     for (int k = 0;; ++k) {
         const int buf = k & 1;
         mbar_wait(q_full(buf), (k >> 1) & 1);
@@ -1239,26 +1305,29 @@ __global__ void __launch_bounds__(256, 2)
         for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
         float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
         const uint64_t dq = smem_desc(q_tile(buf), 16, 1024);
-        auto scores = [&](float(&s)[32], int i) -> int {
-            const int j = jb + 2 * i;
-            mbar_wait(full(slot_of(j)), phase_of(j));
-            const int n_valid = valid_keys[slot_of(j)];
+        uint32_t qa[kQInRegs ? kHeadDim / 16 : 1][4];
+        if constexpr (kQInRegs) load_a_fragments<kHeadDim>(q_tile(buf), qa);
+        auto scores = [&](float(&s)[32]) -> int {
+            mbar_wait(full(k_pos.slot), k_pos.phase);
+            const int n_valid = valid_keys[k_pos.slot];
             wgmma_fence();
-            const uint64_t dk = smem_desc(tile_at(slot_of(j)), 16, 1024);
-            qk_from_descs<kHeadDim>(s, dq, dk);
+            const uint64_t dk = smem_desc(tile_at(k_pos.slot), 16, 1024);
+            if constexpr (kQInRegs)
+                qk_from_regs<kHeadDim>(s, qa, dk);
+            else
+                qk_from_descs<kHeadDim>(s, dq, dk);
             wgmma_commit();
             return n_valid;
         };
-        auto finish_scores = [&](float(&s)[32], int i, int n_valid) {
+        auto finish_scores = [&](float(&s)[32], int n_valid) {
             fence_regs(s);
-            release(jb + 2 * i);
+            release(k_pos);
             if (n_valid < 64) mask_tail(s, n_valid, t);
         };
-        auto issue_pv_of = [&](const uint32_t(&pa)[4][4], int i) {
-            const int j = jb + 2 * i + 1;
-            mbar_wait(full(slot_of(j)), phase_of(j));
+        auto issue_pv = [&](const uint32_t(&pa)[4][4]) {
+            mbar_wait(full(v_pos.slot), v_pos.phase);
             wgmma_fence();
-            const uint64_t dv = smem_desc(tile_at(slot_of(j)), 64 * 128, 1024);
+            const uint64_t dv = smem_desc(tile_at(v_pos.slot), 64 * 128, 1024);
             pv_from_desc<kHeadDim>(o, pa, dv);
             wgmma_commit();
         };
@@ -1266,9 +1335,9 @@ __global__ void __launch_bounds__(256, 2)
             uint32_t pa[4][4];
             {
                 float s[32];
-                const int n_valid = scores(s, 0);
+                const int n_valid = scores(s);
                 wgmma_wait<0>();
-                finish_scores(s, 0, n_valid);
+                finish_scores(s, n_valid);
                 float corr[2];
                 online_softmax_lazy(s, row_max, row_sum, corr, sl2);
                 pack_p(s, pa);
@@ -1276,12 +1345,12 @@ __global__ void __launch_bounds__(256, 2)
             free_previous(k);
             for (int i = 1; i < n; ++i) {
                 float s[32];
-                const int n_valid = scores(s, i);
+                const int n_valid = scores(s);
                 fence_regs(o);
                 fence_regs(pa);
-                issue_pv_of(pa, i - 1);
+                issue_pv(pa);  // V_{i-1}
                 wgmma_wait<1>();
-                finish_scores(s, i, n_valid);
+                finish_scores(s, n_valid);
                 float corr[2];
                 float pv[32];
                 const bool rescale = online_softmax_bounded(s, pv, row_max, row_sum, corr, sl2);
@@ -1289,21 +1358,20 @@ __global__ void __launch_bounds__(256, 2)
                 fence_regs(row_sum);
                 wgmma_wait<0>();
                 fence_regs(o);
-                release(jb + 2 * i - 1);
+                release(v_pos);
                 if (rescale) rescale_o<kHeadDim>(o, corr);
                 pack_p(pv, pa);
             }
             fence_regs(o);
             fence_regs(pa);
-            issue_pv_of(pa, n - 1);
+            issue_pv(pa);
             wgmma_wait<0>();
             fence_regs(o);
-            release(jb + 2 * n - 1);
+            release(v_pos);
         } else {
             free_previous(k);
         }
         store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0, q_tile(buf), &map_o, false);
-        jb += 2 * n;
     }
     if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
@@ -1315,7 +1383,7 @@ __global__ void sm90_ws_kernel(const AttentionParams, const __grid_constant__ CU
                                const __grid_constant__ CUtensorMap,
                                const __grid_constant__ CUtensorMap,
                                const __grid_constant__ CUtensorMap) {}
-template <int kHeadDim>
+template <int kHeadDim, bool kQInRegs>
 __global__ void sm90_persistent_kernel(const AttentionParams, const __grid_constant__ CUtensorMap,
                                        const __grid_constant__ CUtensorMap,
                                        const __grid_constant__ CUtensorMap,
@@ -1336,7 +1404,7 @@ cudaError_t launch_sm90(const AttentionParams& p, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
-// Schedules 7-11's tensor maps: a (batch, heads, len, head dim) bf16 tensor with the given element
+// Schedules 7-12's tensor maps: a (batch, heads, len, head dim) bf16 tensor with the given element
 // strides as a 4-d map (head dim, len, heads, batch), 64 x 64 boxes, 128-byte swizzle; rows
 // past len read as zeros. The driver's encoder is found once through the runtime (no libcuda
 // link). False where the map cannot be made (e.g. a zero stride): the caller falls back to 6.
@@ -1388,10 +1456,10 @@ cudaError_t launch_sm90_ws(const AttentionParams& p, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
-template <int kHeadDim>
+template <int kHeadDim, bool kQInRegs>
 cudaError_t launch_sm90_persistent(const AttentionParams& p, cudaStream_t stream) {
     using W = PersistentTraits<kHeadDim>;
-    constexpr auto kKernel = sm90_persistent_kernel<kHeadDim>;
+    constexpr auto kKernel = sm90_persistent_kernel<kHeadDim, kQInRegs>;
     constexpr int kSmem = W::kSmemBytes;
     static const cudaError_t attr_err =
         cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -1414,14 +1482,14 @@ cudaError_t launch_sm90_persistent(const AttentionParams& p, cudaStream_t stream
     return cudaGetLastError();
 }
 
-// How often a CSLA call asked for 7-11 ran 6 instead (no tensor map): tests and the probe
+// How often a CSLA call asked for 7-12 ran 6 instead (no tensor map): tests and the probe
 // check that what they time or check is what they named.
 inline std::atomic<int>& ws_fallbacks() {
     static std::atomic<int> n{0};
     return n;
 }
 
-// impl: 0 (two stages), 6 (one stage, three CTAs per SM), 7-11 (warp-specialised, TMA;
+// impl: 0 (two stages), 6 (one stage, three CTAs per SM), 7-12 (warp-specialised, TMA;
 // CSLA only: gathered tiles have no TMA form, so CS4A runs 6 for them; where no tensor map can
 // be made, 6 too). The others were dropped.
 template <int kHeadDim, bool kGathered>
@@ -1436,12 +1504,15 @@ cudaError_t launch_sm90_impl(const AttentionParams& p, int impl, cudaStream_t st
         case 9:
         case 10:
         case 11:
+        case 12:
             if constexpr (!kGathered) {
                 const cudaError_t err = impl == 7    ? launch_sm90_ws<kHeadDim, 7>(p, stream)
                                         : impl == 8  ? launch_sm90_ws<kHeadDim, 8>(p, stream)
                                         : impl == 9  ? launch_sm90_ws<kHeadDim, 9>(p, stream)
                                         : impl == 10 ? launch_sm90_ws<kHeadDim, 10>(p, stream)
-                                                     : launch_sm90_persistent<kHeadDim>(p, stream);
+                                        : impl == 11
+                                            ? launch_sm90_persistent<kHeadDim, false>(p, stream)
+                                            : launch_sm90_persistent<kHeadDim, true>(p, stream);
                 if (err != cudaErrorNotSupported) return err;
                 ++ws_fallbacks();
             }

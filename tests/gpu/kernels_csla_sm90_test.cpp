@@ -253,12 +253,32 @@ TEST_P(KernelsCslaSm90, ManyItemsPerCta) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Impl, KernelsCslaSm90, ::testing::Values(0, 6, 7, 8, 9, 10, 11),
+INSTANTIATE_TEST_SUITE_P(Impl, KernelsCslaSm90, ::testing::Values(0, 6, 7, 8, 9, 10, 11, 12),
                          [](const ::testing::TestParamInfo<int>& i) {
                              return "impl" + std::to_string(i.param);
                          });
 
 // CS4A on Hopper: the same tile machinery with key rows gathered by index.
+// Which schedule runs without an override is what the docs and the bench notes report
+// (bench/results/2026-11-26-h200/): a default that silently stayed on an older schedule went
+// unnoticed for a session. The override takes exact schedule numbers only ("1" is not 11 or 12).
+// Host logic: runs in every CUDA build, GPU or not.
+TEST(KernelsSm90Schedule, DefaultsAndOverride) {
+    unsetenv("VARSCOPE_SM90_IMPL");
+    EXPECT_EQ(vk::sm90_schedule(128, false), 12);
+    EXPECT_EQ(vk::sm90_schedule(64, false), 10);
+    EXPECT_EQ(vk::sm90_schedule(128, true), 6);
+    EXPECT_EQ(vk::sm90_schedule(64, true), 0);
+    setenv("VARSCOPE_SM90_IMPL", "11", 1);
+    EXPECT_EQ(vk::sm90_schedule(128, false), 11);
+    EXPECT_EQ(vk::sm90_schedule(64, true), 11);  // CS4A's launcher then runs 6
+    for (const char* not_one : {"1", "112", "12 ", "", "x", "5"}) {
+        setenv("VARSCOPE_SM90_IMPL", not_one, 1);
+        EXPECT_EQ(vk::sm90_schedule(128, false), 12) << "'" << not_one << "'";
+    }
+    unsetenv("VARSCOPE_SM90_IMPL");
+}
+
 class KernelsCs4aSm90 : public ::testing::TestWithParam<int> {};
 
 TEST_P(KernelsCs4aSm90, GatheredMatchesReference) {

@@ -8,11 +8,11 @@
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I.
 //     tools/bench/csla_sm90_probe.cu kernels/cuda/csla_attention_sm90_d{64,128}.cu
 //     kernels/cuda/cs4a_attention_sm90_d{64,128}.cu -o probe
-//   probe [--profile] [--mask-only] [--dense] [--no-check] [--impls 06789ab] [--iters 30]
+//   probe [--profile] [--mask-only] [--dense] [--no-check] [--impls 06789abc] [--iters 30]
 // --profile: one launch per schedule at block 64 only (for ncu -k regex:sm90_attention).
 // --mask-only: the Table-1 mask's statistics (no GPU needed).
 // --dense: also times Table 1's shape with every block active (the tile loop's own rate).
-// --no-check: timings only. --impls: one character per schedule, a = 10, b = 11.
+// --no-check: timings only. --impls: one character per schedule, a = 10, b = 11, c = 12.
 // Exit code 1 when a check fails.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -51,9 +51,10 @@ namespace {
         }                                                                  \
     } while (0)
 
-// Schedules (VARSCOPE_SM90_IMPL numbers); 1-5 were dropped; 7-10 are CSLA-only (CS4A runs 6).
-const char* const kNames[] = {"serial", "",   "",       "",         "",        "",
-                              "single", "ws", "ws-ovl", "ws-bound", "ws-ends", "persistent"};
+// Schedules (VARSCOPE_SM90_IMPL numbers); 1-5 were dropped; 7-12 are CSLA-only (CS4A runs 6).
+const char* const kNames[] = {"serial",      "",   "",       "",         "",        "",
+                              "single",      "ws", "ws-ovl", "ws-bound", "ws-ends", "persistent",
+                              "persist-qreg"};
 // --impls takes one character per schedule: digits, then a = 10.
 int impl_of(char c) {
     return c >= 'a' ? c - 'a' + 10 : c - '0';
@@ -349,7 +350,7 @@ int check_all(const std::string& impls, std::mt19937& g) {
     // Block pairs; {192, 0}: gathered (CS4A) lists for 192-row query blocks, {64, 0} for 64.
     const int blocks[6][2] = {{64, 64}, {128, 128}, {128, 64}, {64, 128}, {64, 0}, {192, 0}};
     int failures = 0, cases = 0;
-    std::vector<double> worst(12, 0.0), worst_ratio(12, 0.0);
+    std::vector<double> worst(16, 0.0), worst_ratio(16, 0.0);
     for (const auto& s : shapes)
         for (const auto& bb : blocks)
             for (const bool strided : {false, true}) {
@@ -591,7 +592,7 @@ int bench(const std::string& impls, int iters, bool profile, bool dense, std::mt
 
 int main(int argc, char** argv) {
     bool profile = false, dense = false, no_check = false;
-    std::string impls = "06789ab";
+    std::string impls = "06789abc";
     int iters = 30;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--mask-only")) {
@@ -633,9 +634,9 @@ int main(int argc, char** argv) {
     int failures = 0;
     if (!profile && !no_check) failures += check_all(impls, g);
     failures += bench(impls, iters, profile, dense, g);
-    // 7-11 fall back to 6 where no tensor map can be made: then they were not what ran.
+    // 7-12 fall back to 6 where no tensor map can be made: then they were not what ran.
     const int fallbacks = varscope::kernels::cuda::sm90::ws_fallbacks().load();
-    std::printf("schedule 7-11 fallbacks to 6: %d\n", fallbacks);
+    std::printf("schedule 7-12 fallbacks to 6: %d\n", fallbacks);
     failures += fallbacks;
     std::printf("%s\n", failures ? "FAILED" : "OK");
     return failures ? 1 : 0;
