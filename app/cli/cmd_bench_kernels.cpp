@@ -253,6 +253,10 @@ int run_attention(const BenchOptions& o) {
                 out_sm90[impl] = ko.out.clone();
             }
             unsetenv("VARSCOPE_SM90_IMPL");
+            // The default once more, after the schedules: the same kernel times a few per cent
+            // slower late in a run than first (H200, 2026-11-26: 0.148 vs 0.155 ms), so both
+            // are reported.
+            const json ours_sm90_again = time_backend(run_ours, o);
             vk::set_attention_kernel_variant(1);
             json ours = time_backend(run_ours, o);
             // Correctness of what was timed: against SDPA with the expanded block mask.
@@ -286,6 +290,8 @@ int run_attention(const BenchOptions& o) {
             r["ours"] = ours;
             r["ours_v2"] = ours_v2;
             r["ours_sm90"] = ours_sm90;
+            r["ours_sm90_again"] = ours_sm90_again;
+            r["sm90_again_speedup_vs_flex"] = tx / ms_of(ours_sm90_again);
             r["rel_error_sm90"] = err_sm90;
             r["ours_sm90_serial"] = sm90[0];
             r["rel_error_sm90_serial"] = err_sm90s[0];
@@ -331,7 +337,7 @@ int run_attention(const BenchOptions& o) {
                 fmt(tc / t, "%.2f").c_str(), fmt(tx / t, "%.2f").c_str(), ideal,
                 fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(),
                 fmt(flops / (t * 1e-3) / 1e12, "%.0f").c_str(), err);
-            static const char* const kImplNames[kImpls + 1] = {"sm90-serial",
+            static const char* const kImplNames[kImpls + 2] = {"sm90-serial",
                                                                "",
                                                                "",
                                                                "",
@@ -344,10 +350,14 @@ int run_attention(const BenchOptions& o) {
                                                                "sm90-ws-ends",
                                                                "sm90-persist",
                                                                "sm90-persist-q",
-                                                               "sm90-default"};
-            for (const int row : {kImpls, 0, 6, 7, 8, 9, 10, 11, 12}) {  // the default first
-                const double ts = ms_of(row == kImpls ? ours_sm90 : sm90[row]);
-                const double e = row == kImpls ? err_sm90 : err_sm90s[row];
+                                                               "sm90-default",
+                                                               "sm90-def-again"};
+            // The default first, its second timing last.
+            for (const int row : {kImpls, 0, 6, 7, 8, 9, 10, 11, 12, kImpls + 1}) {
+                const double ts = ms_of(row == kImpls       ? ours_sm90
+                                        : row == kImpls + 1 ? ours_sm90_again
+                                                            : sm90[row]);
+                const double e = row >= kImpls ? err_sm90 : err_sm90s[row];
                 std::printf(
                     "%-18s %5lld %-12s %8s  x%s flash  x%s cudnn  x%s flex  %s%% ideal  %s TFLOP/s"
                     "  err %.1e\n",
