@@ -29,8 +29,10 @@
 // (bench/results/2026-11-26-h200/csla_cta.md, 2026-11-26-h200/csla_s12.md).
 // Tried and dropped (csla_s12.md): part of the exponentials as a cubic on the FMA pipe (FA4's
 // MUFU offload: 4-12 of 32 per thread, 2-15 % slower); two consumer warpgroups per CTA, one CTA
-// per SM, with and without FA3's ping-pong turns (606-627 vs 703-716 TFLOP/s with every block
-// active).
+// per SM (as fast as two CTAs with every block active, 2-3 % slower on the mask) and FA3's
+// ping-pong turns between them (slower still); QK_{i+1} issued before softmax i (ptxas
+// serialises every wgmma: C7513/C7514); items dealt per round longest-first to the least-loaded
+// CTA (3 % slower than round-robin).
 // Tried and dropped (csla_bound.md): 8 with its exponentials pinned above the PV wait; two
 // query blocks per CTA whose warpgroups issue their GEMMs in turn (FA3's ping-pong); a 5-slot
 // ring; a persistent kernel (one K/V ring across work items); Q as wgmma's register operand.
