@@ -157,35 +157,23 @@ __device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[32], uint64_t da, uin
           "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(da), "l"(db), "r"(zero_init ? 0 : 1));
 }
-// D (64 x 64, f32) += A (64 x 16, registers) * B (16 x 64, smem, MN-major: transposed).
-__device__ __forceinline__ void wgmma_rs_m64n64_tb(float (&d)[32], const uint32_t (&a)[4],
-                                                   uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%"
-        "24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-// D (64 x 64, f32) += A (64 x 16, registers) * B (64 x 16, smem, K-major); zero_init: D = A*B.
+// D (64 x 64, f32) += A (64 x 16, registers) * B from smem: K-major (64 x 16, S = Q K^T with Q in
+// registers) or, kTransB, MN-major (16 x 64, O += P V at head dim 64); zero_init: D = A*B.
+template <bool kTransB>
 __device__ __forceinline__ void wgmma_rs_m64n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
                                                 int zero_init) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
         "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%"
-        "24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+        "24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
           "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
           "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
           "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(zero_init ? 0 : 1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(zero_init ? 0 : 1),
+          "n"(kTransB ? 1 : 0));
 }
 // D (64 x 128, f32) += A (64 x 16, registers) * B (16 x 128, smem, MN-major: transposed).
 __device__ __forceinline__ void wgmma_rs_m64n128_tb(float (&d)[64], const uint32_t (&a)[4],
@@ -283,7 +271,7 @@ __device__ __forceinline__ void qk_from_regs(float (&s)[32], const uint32_t (&qa
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
         const uint32_t off = (ks >> 2) * (64 * 128) + (ks & 3) * 32;
-        wgmma_rs_m64n64(s, qa[ks], desc_at(dk, off), ks == 0);
+        wgmma_rs_m64n64<false>(s, qa[ks], desc_at(dk, off), ks == 0);
     }
 }
 // This warp's 16 rows of a 64-row, 128-byte-swizzled tile (TMA's layout: 64-column panels 8 KiB
@@ -315,7 +303,7 @@ __device__ __forceinline__ void pv_from_desc(float (&o)[kHeadDim / 2], const uin
         if constexpr (kHeadDim == 128)
             wgmma_rs_m64n128_tb(o, pa[kk], desc_at(dv, kk * 2048));
         else
-            wgmma_rs_m64n64_tb(o, pa[kk], desc_at(dv, kk * 2048));
+            wgmma_rs_m64n64<true>(o, pa[kk], desc_at(dv, kk * 2048), 0);
     }
 }
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

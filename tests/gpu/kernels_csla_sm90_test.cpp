@@ -156,9 +156,10 @@ void check_block_sparse(const at::Tensor& q, const at::Tensor& k, const at::Tens
 
 // One test per schedule (VARSCOPE_SM90_IMPL: 0 two K/V stages, 6 one stage with three CTAs per
 // SM, 7-10 warp-specialised with TMA copies, 8 with S/PV overlap, 9 without a maximum per tile,
-// 10 with O stored by TMA through shared memory, 11 persistent), so a failure or a hang names its
-// schedule. The fixture selects the schedule and afterwards checks that it ran: 7-11 run 6 where
-// no tensor map can be made, and the test would then have checked 6.
+// 10 with O stored by TMA through shared memory, 11 persistent, 12 that with Q in registers), so
+// a failure or a hang names its schedule. The fixture selects the schedule and afterwards checks
+// that it ran: 7-12 run 6 where no tensor map can be made, and the test would then have checked
+// 6.
 class KernelsCslaSm90 : public ::testing::TestWithParam<int> {
   protected:
     void SetUp() override {
@@ -235,8 +236,8 @@ TEST_P(KernelsCslaSm90, RisingScoresMoveTheBase) {
     }
 }
 
-// More query blocks than the persistent schedule (11) has CTAs (two per SM, at most 2 x 144 on
-// a Hopper part): every CTA takes three or more items in turn, so its two Q buffers alternate,
+// More query blocks than the persistent schedules (11, 12) have CTAs (two per SM, at most 2 x 144
+// on a Hopper part): every CTA takes three or more items in turn, so its two Q buffers alternate,
 // its O stores wait for their buffers, and its K/V ring runs on across items (the shapes above
 // fit in one item per CTA). A tail of 5 query rows and empty query blocks as above.
 TEST_P(KernelsCslaSm90, ManyItemsPerCta) {
@@ -258,7 +259,6 @@ INSTANTIATE_TEST_SUITE_P(Impl, KernelsCslaSm90, ::testing::Values(0, 6, 7, 8, 9,
                              return "impl" + std::to_string(i.param);
                          });
 
-// CS4A on Hopper: the same tile machinery with key rows gathered by index.
 // Which schedule runs without an override is what the docs and the bench notes report
 // (bench/results/2026-11-26-h200/): a default that silently stayed on an older schedule went
 // unnoticed for a session. The override takes exact schedule numbers only ("1" is not 11 or 12).
@@ -279,6 +279,7 @@ TEST(KernelsSm90Schedule, DefaultsAndOverride) {
     unsetenv("VARSCOPE_SM90_IMPL");
 }
 
+// CS4A on Hopper: the same tile machinery with key rows gathered by index.
 class KernelsCs4aSm90 : public ::testing::TestWithParam<int> {};
 
 TEST_P(KernelsCs4aSm90, GatheredMatchesReference) {
