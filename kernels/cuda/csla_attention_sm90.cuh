@@ -941,6 +941,29 @@ __device__ __forceinline__ void store_output_tma(const AttentionParams& p, float
     }
 }
 
+// The producer's copies of one list tile: its K and then its V into the next two ring slots,
+// each once the consumer has released the slot. K's slot also gets the tile's valid-key count
+// (len_k - key0): published by the full barrier's arrive (release), read after the consumer's
+// wait. Schedules 7-12 (tile_at, full, empty: the kernel's slot address and barriers).
+template <int kPanels, int kSlots, int kTile, class TileAt, class Full, class Empty>
+__device__ __forceinline__ void copy_kv_tiles(int key0, int h, int b, int len_k,
+                                              const CUtensorMap* map_k, const CUtensorMap* map_v,
+                                              volatile int* valid_keys, int& slot, uint32_t& phase,
+                                              const TileAt& tile_at, const Full& full,
+                                              const Empty& empty) {
+#pragma unroll
+    for (int kv = 0; kv < 2; ++kv) {
+        mbar_wait(empty(slot), phase ^ 1);
+        if (kv == 0) valid_keys[slot] = len_k - key0;
+        mbar_expect_tx(full(slot), kTile);
+#pragma unroll
+        for (int c = 0; c < kPanels; ++c)
+            tma_load(tile_at(slot) + c * 8192, kv == 0 ? map_k : map_v, 64 * c, key0, h, b,
+                     full(slot));
+        if (++slot == kSlots) slot = 0, phase ^= 1;
+    }
+}
+
 // kOverlap (schedules 8, 9, 10): QK_{i+1} and PV_i are in flight together while the softmax of
 // tile i + 1 runs (FlashAttention-3's intra-warpgroup pipelining); 7 runs them one after the
 // other. 9 is 8 with online_softmax_bounded; 10 is 9 with kShortEnds.
@@ -1021,18 +1044,8 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
         uint32_t phase = 0;
         for (int i = kFirst; i < n; ++i) {
             const int key0 = tiles.ref(i);
-#pragma unroll
-            for (int kv = 0; kv < 2; ++kv) {
-                mbar_wait(empty(slot), phase ^ 1);
-                // Published by the arrive below (release), read after the consumer's wait.
-                if (kv == 0) valid_keys[slot] = p.len_k - key0;
-                mbar_expect_tx(full(slot), kTile);
-#pragma unroll
-                for (int c = 0; c < W::kPanels; ++c)
-                    tma_load(tile_at(slot) + c * 8192, kv == 0 ? &map_k : &map_v, 64 * c, key0, h,
-                             b, full(slot));
-                if (++slot == kSlots) slot = 0, phase ^= 1;
-            }
+            copy_kv_tiles<W::kPanels, kSlots, kTile>(key0, h, b, p.len_k, &map_k, &map_v,
+                                                     valid_keys, slot, phase, tile_at, full, empty);
         }
         return;
     }
@@ -1245,17 +1258,9 @@ __global__ void __launch_bounds__(256, 2)
                 tma_load(q_tile(buf) + c * 8192, &map_q, 64 * c, row0, h, b, q_full(buf));
             for (int i = 0; i < n; ++i) {
                 const int key0 = tiles.ref(i);
-#pragma unroll
-                for (int kv = 0; kv < 2; ++kv) {
-                    mbar_wait(empty(slot), phase ^ 1);
-                    if (kv == 0) valid_keys[slot] = p.len_k - key0;
-                    mbar_expect_tx(full(slot), kTile);
-#pragma unroll
-                    for (int c = 0; c < W::kPanels; ++c)
-                        tma_load(tile_at(slot) + c * 8192, kv == 0 ? &map_k : &map_v, 64 * c, key0,
-                                 h, b, full(slot));
-                    if (++slot == kSlots) slot = 0, phase ^= 1;
-                }
+                copy_kv_tiles<W::kPanels, kSlots, kTile>(key0, h, b, p.len_k, &map_k, &map_v,
+                                                         valid_keys, slot, phase, tile_at, full,
+                                                         empty);
             }
             lin += G;
         }
