@@ -68,6 +68,10 @@
 
 namespace varscope::kernels::cuda::sm90 {
 
+#ifdef VARSCOPE_SM90_TRACE
+static __device__ unsigned long long* g_trace = nullptr;  // probe only: see trace_put
+#endif
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define VARSCOPE_SM90_WGMMA 1
 #endif
@@ -134,11 +138,11 @@ struct PersistentTraits {
     static constexpr int kProducerRegs = 40, kConsumerRegs = 216;  // 2 x (40 + 216) x 32 x 4 warps
     static constexpr int kBarOffset = kTileBytes * (2 + kSlots);   // two Q buffers, the ring
     // q_full[2], q_empty[2], full[kSlots], empty[kSlots]; then the valid keys per slot, and per
-    // Q buffer its item's tile count and linear index (-1: no more items). No alignment pad: the
-    // dynamic shared memory base is 1024-byte aligned (as CUTLASS's kernels assume; checked in
-    // the kernel), and with the pad 5 slots + 2 Q buffers would not fit twice per SM.
+    // Q buffer its item (ItemInfo). No alignment pad: the dynamic shared memory base is
+    // 1024-byte aligned (as CUTLASS's kernels assume; checked in the kernel), and with the pad 5
+    // slots + 2 Q buffers would not fit twice per SM.
     static constexpr int kValidOffset = kBarOffset + 8 * (4 + 2 * kSlots);
-    static constexpr int kSmemBytes = kValidOffset + 4 * kSlots + 16;
+    static constexpr int kSmemBytes = kValidOffset + 4 * kSlots + 2 * 20;
 };
 
 #ifdef VARSCOPE_SM90_WGMMA
@@ -1158,6 +1162,43 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
         store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0);
 }
 
+// Probe-only timeline (built with -DVARSCOPE_SM90_TRACE; never in the library): per work item
+// of the persistent kernel, consumer thread 0 writes globaltimer stamps (ns) to g_trace[lin * 8
+// + slot]: 0 before its Q wait, 1 after it, 2 after the first tile's softmax, 3 after the last
+// PV, 4 after the store was issued; slot 5 = smid << 32 | blockIdx.x << 16 | tiles; 6 and 7 the
+// clock cycles spent waiting for K and for V tiles.
+#ifdef VARSCOPE_SM90_TRACE
+__device__ __forceinline__ unsigned long long trace_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    return t;
+}
+// buf: g_trace read once per kernel (a global load per stamp would itself take ~0.5 us).
+__device__ __forceinline__ void trace_put(unsigned long long* buf, int lin, int slot,
+                                          unsigned long long v) {
+    if (threadIdx.x == 0 && buf != nullptr) buf[static_cast<int64_t>(lin) * 8 + slot] = v;
+}
+// Adds the clock cycles the consumer spends in a barrier wait to acc (slots 6, 7: K and V).
+#define TRACE_WAIT(acc, wait)            \
+    do {                                 \
+        const long long c0_ = clock64(); \
+        wait;                            \
+        acc += clock64() - c0_;          \
+    } while (0)
+#else
+#define TRACE_WAIT(acc, wait) wait
+__device__ __forceinline__ unsigned long long trace_now() {
+    return 0;
+}
+__device__ __forceinline__ void trace_put(unsigned long long*, int, int, unsigned long long) {}
+#endif
+
+// A persistent CTA's work item as the producer hands it to the consumer (shared memory).
+struct ItemInfo {
+    int lin, n, row0, h, b;
+};
+static_assert(sizeof(ItemInfo) == 20, "PersistentTraits::kSmemBytes counts 20 bytes per item");
+
 // A position in a ring of kSlots mbarrier-guarded slots: the slot and the parity of its pass.
 template <int kSlots>
 struct RingPos {
@@ -1200,8 +1241,9 @@ __global__ void __launch_bounds__(256, 2)
     auto full = [&](int slot) { return bars + 8 * (4 + slot); };
     auto empty = [&](int slot) { return bars + 8 * (4 + kSlots + slot); };
     volatile int* valid_keys = reinterpret_cast<volatile int*>(smem_raw + W::kValidOffset);
-    volatile int* item_tiles = valid_keys + kSlots;  // [2]
-    volatile int* item_lin = item_tiles + 2;         // [2]; -1: no more items
+    // Per Q buffer: its item (lin -1: no more items), tile count and coordinates, so that the
+    // consumer reads them instead of dividing.
+    volatile ItemInfo* item_info = reinterpret_cast<volatile ItemInfo*>(valid_keys + kSlots);
 
     const int nqb = (p.len_q + 63) / 64;
     const int total = nqb * p.heads * p.batch;
@@ -1242,7 +1284,7 @@ __global__ void __launch_bounds__(256, 2)
             const int buf = k & 1;
             if (k >= 2) mbar_wait(q_empty(buf), ((k - 2) >> 1) & 1);
             if (lin >= total) {
-                item_lin[buf] = -1;
+                item_info[buf].lin = -1;
                 mbar_arrive(q_full(buf));
                 break;
             }
@@ -1250,8 +1292,8 @@ __global__ void __launch_bounds__(256, 2)
             coords(lin, row0, h, b);
             const BlockTiles<kHeadDim> tiles(p, row0);
             const int n = tiles.n_tiles;
-            item_tiles[buf] = n;  // published by the arrive below
-            item_lin[buf] = lin;
+            volatile ItemInfo& info = item_info[buf];  // published by the arrive below
+            info.lin = lin, info.n = n, info.row0 = row0, info.h = h, info.b = b;
             mbar_expect_tx(q_full(buf), kTile);
 #pragma unroll
             for (int c = 0; c < W::kPanels; ++c)
@@ -1268,6 +1310,11 @@ __global__ void __launch_bounds__(256, 2)
     }
 
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(W::kConsumerRegs) : "memory");
+#ifdef VARSCOPE_SM90_TRACE
+    unsigned long long* const trace_buf = g_trace;
+#else
+    unsigned long long* const trace_buf = nullptr;
+#endif
     const int t = lane % 4;
     // Ring positions of the next K and the next V tile to consume (K_i at 2 i, V_i at 2 i + 1 of
     // the ring's sequence, which runs on across items), stepped by two per tile: a slot number
@@ -1289,12 +1336,17 @@ __global__ void __launch_bounds__(256, 2)
     const float sl2 = p.scale_log2;
     for (int k = 0;; ++k) {
         const int buf = k & 1;
+        const unsigned long long t_wait = trace_now();
         mbar_wait(q_full(buf), (k >> 1) & 1);
-        const int lin = item_lin[buf];
+        const int lin = item_info[buf].lin;
         if (lin < 0) break;
-        int row0, h, b;
-        coords(lin, row0, h, b);
-        const int n = item_tiles[buf];
+        const int n = item_info[buf].n, row0 = item_info[buf].row0, h = item_info[buf].h,
+                  b = item_info[buf].b;
+#ifdef VARSCOPE_SM90_TRACE
+        long long k_wait = 0, v_wait = 0;
+#endif
+        trace_put(trace_buf, lin, 0, t_wait);
+        trace_put(trace_buf, lin, 1, trace_now());
         float o[kHeadDim / 2];
 #pragma unroll
         for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
@@ -1303,7 +1355,7 @@ __global__ void __launch_bounds__(256, 2)
         uint32_t qa[kQInRegs ? kHeadDim / 16 : 1][4];
         if constexpr (kQInRegs) load_a_fragments<kHeadDim>(q_tile(buf), qa);
         auto scores = [&](float(&s)[32]) -> int {
-            mbar_wait(full(k_pos.slot), k_pos.phase);
+            TRACE_WAIT(k_wait, mbar_wait(full(k_pos.slot), k_pos.phase));
             const int n_valid = valid_keys[k_pos.slot];
             wgmma_fence();
             const uint64_t dk = smem_desc(tile_at(k_pos.slot), 16, 1024);
@@ -1320,7 +1372,7 @@ __global__ void __launch_bounds__(256, 2)
             if (n_valid < 64) mask_tail(s, n_valid, t);
         };
         auto issue_pv = [&](const uint32_t(&pa)[4][4]) {
-            mbar_wait(full(v_pos.slot), v_pos.phase);
+            TRACE_WAIT(v_wait, mbar_wait(full(v_pos.slot), v_pos.phase));
             wgmma_fence();
             const uint64_t dv = smem_desc(tile_at(v_pos.slot), 64 * 128, 1024);
             pv_from_desc<kHeadDim>(o, pa, dv);
@@ -1337,6 +1389,7 @@ __global__ void __launch_bounds__(256, 2)
                 online_softmax_lazy(s, row_max, row_sum, corr, sl2);
                 pack_p(s, pa);
             }
+            trace_put(trace_buf, lin, 2, trace_now());
             free_previous(k);
             for (int i = 1; i < n; ++i) {
                 float s[32];
@@ -1366,7 +1419,17 @@ __global__ void __launch_bounds__(256, 2)
         } else {
             free_previous(k);
         }
+        trace_put(trace_buf, lin, 3, trace_now());
         store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0, q_tile(buf), &map_o, false);
+#ifdef VARSCOPE_SM90_TRACE
+        uint32_t smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        trace_put(trace_buf, lin, 4, trace_now());
+        trace_put(trace_buf, lin, 5,
+                  (static_cast<unsigned long long>(smid) << 32) | (blockIdx.x << 16) | n);
+        trace_put(trace_buf, lin, 6, k_wait);
+        trace_put(trace_buf, lin, 7, v_wait);
+#endif
     }
     if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }

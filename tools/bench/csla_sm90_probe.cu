@@ -9,6 +9,7 @@
 //     tools/bench/csla_sm90_probe.cu kernels/cuda/csla_attention_sm90_d{64,128}.cu
 //     kernels/cuda/cs4a_attention_sm90_d{64,128}.cu -o probe
 //   probe [--profile] [--mask-only] [--dense] [--no-check] [--impls 06789abc] [--iters 30]
+//     [--trace FILE]  (build with -DVARSCOPE_SM90_TRACE: per-item timeline of 11/12, CSV)
 // --profile: one launch per schedule at block 64 only (for ncu -k regex:sm90_attention).
 // --mask-only: the Table-1 mask's statistics (no GPU needed).
 // --dense: also times Table 1's shape with every block active (the tile loop's own rate).
@@ -35,6 +36,9 @@ cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, cudaStre
 cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, cudaStream_t);
 cudaError_t launch_cs4a_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
 cudaError_t launch_cs4a_sm90_d128_bf16(const AttentionParams&, int impl, cudaStream_t);
+#ifdef VARSCOPE_SM90_TRACE
+cudaError_t set_sm90_trace_d128(unsigned long long* buffer);
+#endif
 }  // namespace varscope::kernels::cuda
 
 namespace vc = varscope::kernels::cuda;
@@ -588,12 +592,80 @@ int bench(const std::string& impls, int iters, bool profile, bool dense, std::mt
     return failures;
 }
 
+#ifdef VARSCOPE_SM90_TRACE
+// --trace FILE: the persistent schedules' per-item timeline at Table 1, block 64 (sparse mask,
+// then every block active): three launches each, after warm-ups and an L2 flush, as CSV rows
+// (case, run, lin, smid, cta, tiles, five globaltimer stamps in ns from the launch's first, the
+// clock cycles waited for K and for V). tools/bench/csla_trace_summary.py reads it.
+int trace(const std::string& impls, const char* path, std::mt19937& g) {
+    const Config& cfg = kConfigs[0];
+    const int B = cfg.batch, H = cfg.heads, D = cfg.head_dim, block = 64;
+    int lq = 0, lk = 0;
+    const auto bm = csla_block_mask(cfg.pns, block, &lq, &lk);
+    const int nqb = (lq + block - 1) / block, nkb = (lk + block - 1) / block;
+    const auto q = randn_bf16(size_t(B) * H * lq * D, g), k = randn_bf16(size_t(B) * H * lk * D, g),
+               v = randn_bf16(size_t(B) * H * lk * D, g);
+    FILE* f = std::fopen(path, "w");
+    if (!f) {
+        std::printf("cannot write %s\n", path);
+        return 1;
+    }
+    std::fprintf(f, "case,impl,run,lin,smid,cta,tiles,t0,t1,t2,t3,t4,kwait,vwait\n");
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    char* flush = nullptr;
+    const size_t flush_bytes = size_t(prop.l2CacheSize) * 2;
+    CHECK(cudaMalloc(&flush, flush_bytes));
+    const int items = nqb * H * B;
+    unsigned long long* buf = nullptr;
+    CHECK(cudaMalloc(&buf, sizeof(unsigned long long) * 8 * items));
+    CHECK(vc::set_sm90_trace_d128(buf));
+    std::vector<unsigned long long> host(size_t(8) * items);
+    for (const bool dense : {false, true}) {
+        const std::vector<uint8_t> all(bm.size(), 1);
+        const Lists lists = lists_of(dense ? all : bm, nqb, nkb);
+        Problem pr{B, H, lq, lk, D, block, block, false, q, k, v, lists};
+        Dev dv = upload(pr);
+        const auto p = params_of(pr, dv);
+        for (const char ic : impls) {
+            const int impl = impl_of(ic);
+            if (impl < 11) continue;
+            for (int i = 0; i < 10; ++i) launch(p, D, impl, false);
+            for (int run = 0; run < 3; ++run) {
+                CHECK(cudaMemset(buf, 0, sizeof(unsigned long long) * 8 * items));
+                CHECK(cudaMemsetAsync(flush, run, flush_bytes));
+                launch(p, D, impl, false);
+                CHECK(cudaDeviceSynchronize());
+                CHECK(cudaMemcpy(host.data(), buf, host.size() * 8, cudaMemcpyDeviceToHost));
+                unsigned long long t_min = ~0ull;
+                for (int l = 0; l < items; ++l) t_min = std::min(t_min, host[size_t(l) * 8]);
+                for (int l = 0; l < items; ++l) {
+                    const unsigned long long* r = &host[size_t(l) * 8];
+                    std::fprintf(f, "%s,%d,%d,%d,%llu,%llu,%llu", dense ? "dense" : "sparse", impl,
+                                 run, l, r[5] >> 32, (r[5] >> 16) & 0xFFFF, r[5] & 0xFFFF);
+                    for (int j = 0; j < 5; ++j) std::fprintf(f, ",%lld", (long long)(r[j] - t_min));
+                    std::fprintf(f, ",%llu,%llu\n", r[6], r[7]);
+                }
+            }
+        }
+        release(dv);
+    }
+    CHECK(vc::set_sm90_trace_d128(nullptr));
+    std::fclose(f);
+    cudaFree(buf);
+    cudaFree(flush);
+    std::printf("trace written to %s\n", path);
+    return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
     bool profile = false, dense = false, no_check = false;
     std::string impls = "06789abc";
     int iters = 30;
+    const char* trace_path = nullptr;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--mask-only")) {
             for (const Config& cfg : kConfigs)
@@ -616,6 +688,8 @@ int main(int argc, char** argv) {
             impls = argv[++i];
         else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
             iters = std::atoi(argv[++i]);
+        else if (!std::strcmp(argv[i], "--trace") && i + 1 < argc)
+            trace_path = argv[++i];
     }
     int dev_count = 0;
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
@@ -631,6 +705,14 @@ int main(int argc, char** argv) {
         return 0;
     }
     std::mt19937 g(6);
+    if (trace_path != nullptr) {
+#ifdef VARSCOPE_SM90_TRACE
+        return trace(impls, trace_path, g);
+#else
+        std::printf("--trace needs a build with -DVARSCOPE_SM90_TRACE\n");
+        return 1;
+#endif
+    }
     int failures = 0;
     if (!profile && !no_check) failures += check_all(impls, g);
     failures += bench(impls, iters, profile, dense, g);
