@@ -26,7 +26,13 @@
 //   12: 11 with Q as QK's register operand (loaded once per item by ldmatrix).
 //   CS4A has no TMA form (rows gathered by index): 7-12 run 6 for it.
 // Default (sm90_default_impl in attention_cuda.cpp): 12 at d128, 10 at d64
-// (bench/results/2026-11-26-h200/csla_cta.md, 2026-11-26-h200/csla_s12.md).
+// (bench/results/2026-11-26-h200/csla_cta.md, 2026-11-26-h200/csla_s12.md, csla_s13.md).
+// Tried and dropped (csla_s13.md, measured with the probe's per-item timeline): Q loaded by a
+// producer warp of its own (1.6 % slower); the producer's list loads run a tile / an item ahead
+// (no change); items claimed from an atomic counter, in launch order or longest first (7-8 %
+// slower: the tail shrinks, but CTAs on one head no longer walk its K/V in step and the K waits
+// double); L2 eviction hints (no change); one tile loop across items, an item's last PV issued
+// with the next item's first QK (1.3 % slower).
 // Tried and dropped (csla_s12.md): part of the exponentials as a cubic on the FMA pipe (FA4's
 // MUFU offload: 4-12 of 32 per thread, 2-15 % slower); two consumer warpgroups per CTA, one CTA
 // per SM (as fast as two CTAs with every block active, 2-3 % slower on the mask) and FA3's
