@@ -67,7 +67,11 @@ def summarise(key, items):
     end = max(r["t4"] for r in items)
     n = np.array([r["tiles"] for r in items])
     col = {k: np.array([r[k] for r in items]) for k in ("t0", "t1", "t2", "t3", "t4")}
-    later = np.array([r["lin"] for r in items]) >= len({r["cta"] for r in items})
+    # Items with no tiles have no first-tile stamp: they are left out of the phase figures.
+    has_tiles = n > 0
+    first_round = np.array([r["lin"] for r in items]) < len({r["cta"] for r in items})
+    later = ~first_round & has_tiles
+    first = first_round & has_tiles
     cta_end = collections.defaultdict(int)
     cta_tiles = collections.Counter()
     sm_of = {}
@@ -87,8 +91,8 @@ def summarise(key, items):
     ends = np.array([sm_end[s] for s in sm_end])
     print(f"{key[0]:6s} schedule {key[1]} run {key[2]}: span {span / 1e3:.1f} us, "
           f"{len(items)} items on {len(cta_end)} CTAs / {len(sm_end)} SMs")
-    print(f"  first items: Q wait median {np.median((col['t1'] - col['t0'])[~later]):.0f} ns, "
-          f"first tile {np.median((col['t2'] - col['t1'])[~later]):.0f} ns")
+    print(f"  first items: Q wait median {np.median((col['t1'] - col['t0'])[first]):.0f} ns, "
+          f"first tile {np.median((col['t2'] - col['t1'])[first]):.0f} ns")
     print(f"  later items: Q wait median {np.median((col['t1'] - col['t0'])[later]):.0f} ns, "
           f"first tile {np.median((col['t2'] - col['t1'])[later]):.0f} ns, loop "
           f"{(col['t3'] - col['t2'])[later].sum() / (n[later] - 1).clip(min=0).sum():.0f} ns/tile, "
