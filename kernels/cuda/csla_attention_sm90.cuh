@@ -128,6 +128,10 @@ struct WsTraits {
     // 2 CTAs. (10 with __maxnreg__ instead of these launch bounds: 0.218 instead of 0.156 ms.)
     static constexpr int kMinBlocks = kHeadDim == 128 ? (kOverlap ? 2 : 3) : (kOverlap ? 3 : 4);
 };
+// A persistent CTA's work item as the producer hands it to the consumer (shared memory).
+struct ItemInfo {
+    int lin, n, row0, h, b;
+};
 // Schedules 11 and 12 (sm90_persistent_kernel). Why a producer warpgroup: registers are split
 // between the SM's four sub-partitions; with 5 warps per CTA one sub-partition holds 3 warps of
 // the SM's two CTAs, which caps every thread at 168 registers (16384 / 3 / 32), and 9/10 use 168.
@@ -148,7 +152,8 @@ struct PersistentTraits {
     // 1024-byte aligned (as CUTLASS's kernels assume; checked in the kernel), and with the pad 5
     // slots + 2 Q buffers would not fit twice per SM.
     static constexpr int kValidOffset = kBarOffset + 8 * (4 + 2 * kSlots);
-    static constexpr int kSmemBytes = kValidOffset + 4 * kSlots + 2 * 20;
+    static constexpr int kSmemBytes =
+        kValidOffset + 4 * kSlots + 2 * static_cast<int>(sizeof(ItemInfo));
 };
 
 #ifdef VARSCOPE_SM90_WGMMA
@@ -1199,12 +1204,6 @@ __device__ __forceinline__ unsigned long long trace_now() {
 __device__ __forceinline__ void trace_put(unsigned long long*, int, int, unsigned long long) {}
 #endif
 
-// A persistent CTA's work item as the producer hands it to the consumer (shared memory).
-struct ItemInfo {
-    int lin, n, row0, h, b;
-};
-static_assert(sizeof(ItemInfo) == 20, "PersistentTraits::kSmemBytes counts 20 bytes per item");
-
 // A position in a ring of kSlots mbarrier-guarded slots: the slot and the parity of its pass.
 template <int kSlots>
 struct RingPos {
@@ -1222,11 +1221,11 @@ struct RingPos {
 // afterwards its O, stored by TMA) in buffer k % 2; the producer loads item k + 1's Q during item
 // k once O_{k-1} has left that buffer (q_empty, signalled by consumer thread 0 after item k's
 // first tile). The K/V ring runs on across items, so an item's first tiles are usually in
-// shared memory before its consumer gets to them. Each item's index and tile count travel with
-// its Q through shared memory (the consumer reads no lists or counts). kQInRegs (12): Q as QK's
-// register operand, loaded once per item (QK then reads only K from shared memory). H200,
-// Table 1, block 64: 11 0.146-0.148 ms vs 0.155 for 10, 12 ~1 % below 11; VAR-d30 d64 shapes
-// are faster with 10 (one wave or less).
+// shared memory before its consumer gets to them. Each item's index, tile count and coordinates
+// travel with its Q through shared memory (ItemInfo: the consumer reads no lists or counts).
+// kQInRegs (12): Q as QK's register operand, loaded once per item (QK then reads only K from shared
+// memory). H200, Table 1, block 64: 11 0.146-0.148 ms vs 0.155 for 10, 12 ~1 % below 11; VAR-d30
+// d64 shapes are faster with 10 (one wave or less).
 template <int kHeadDim, bool kQInRegs>
 __global__ void __launch_bounds__(256, 2)
     sm90_persistent_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap map_q,
