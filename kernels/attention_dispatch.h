@@ -69,6 +69,9 @@ bool cuda_kernels_built();
 // CSLA launches that asked for the warp-specialised sm90 schedules but ran schedule 6 because no
 // TMA tensor map could be made (0 in a build without CUDA kernels); tests check theirs add none.
 int sm90_ws_fallback_count();
+// The Hopper kernel's schedules (VARSCOPE_SM90_IMPL numbers, ascending; 1-5 were dropped; 7-12
+// are CSLA-only: CS4A runs 6 for them). See kernels/cuda/csla_attention_sm90.cuh.
+inline constexpr int kSm90Schedules[] = {0, 6, 7, 8, 9, 10, 11, 12};
 // The Hopper kernel's schedule (VARSCOPE_SM90_IMPL number) that bf16 output attention at this
 // head dim (64/128) runs now: VARSCOPE_SM90_IMPL where it names a schedule, else the default;
 // gathered: CS4A tiles, else CSLA. -1 in a build without CUDA kernels. Benchmarks record it.

@@ -14,6 +14,7 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -32,12 +33,12 @@ namespace {
 namespace vk = varscope::kernels;
 using nlohmann::json;
 
-// The sm_90a kernel's schedules (VARSCOPE_SM90_IMPL): 0 two K/V stages, 6 one stage; CSLA also
-// 7-12 (warp-specialised, TMA copies; 8 overlaps S and PV; 9 is 8 without a maximum per tile;
-// 10 is 9 with shorter CTA starts and ends; 11 is 10 as a persistent kernel; 12 is 11 with Q in
-// registers; CS4A has no TMA form and runs 6 for them, so bench cs4a leaves them out).
+// The sm_90a kernel's schedules (VARSCOPE_SM90_IMPL, vk::kSm90Schedules): 0 two K/V stages, 6
+// one stage; CSLA also 7-12 (warp-specialised, TMA copies; 8 overlaps S and PV; 9 is 8 without a
+// maximum per tile; 10 is 9 with shorter CTA starts and ends; 11 is 10 as a persistent kernel; 12
+// is 11 with Q in registers). CS4A has no TMA form and runs 6 for 7-12, so bench cs4a times only
+// these.
 constexpr int kSm90Impls[] = {0, 6};
-constexpr int kCslaSm90Impls[] = {0, 6, 7, 8, 9, 10, 11, 12};
 
 // Whether a comma-separated list of schedule numbers (VARSCOPE_BENCH_SM90_SKIP) names impl.
 bool listed(const std::string& list, int impl) {
@@ -232,7 +233,8 @@ int run_attention(const BenchOptions& o) {
             // "sm90_default_schedule" says which one the default row is; outputs kept for the error
             // check below. VARSCOPE_BENCH_SM90_SKIP lists schedules not to run (e.g. "6,10":
             // ones whose GPU test failed on this device).
-            constexpr int kImpls = 13;
+            // Per-schedule results are indexed by schedule number (the list is ascending).
+            constexpr int kImpls = std::end(vk::kSm90Schedules)[-1] + 1;
             const char* skip_env = std::getenv("VARSCOPE_BENCH_SM90_SKIP");
             const std::string skip = skip_env != nullptr ? skip_env : "";
             vk::set_attention_kernel_variant(3);
@@ -242,7 +244,7 @@ int run_attention(const BenchOptions& o) {
             const at::Tensor out_default = ko.out.clone();
             json sm90[kImpls];
             at::Tensor out_sm90[kImpls];
-            for (const int impl : kCslaSm90Impls) {
+            for (const int impl : vk::kSm90Schedules) {
                 if (listed(skip, impl)) {
                     sm90[impl]["skipped"] = true;
                     continue;
@@ -337,35 +339,33 @@ int run_attention(const BenchOptions& o) {
                 fmt(tc / t, "%.2f").c_str(), fmt(tx / t, "%.2f").c_str(), ideal,
                 fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(),
                 fmt(flops / (t * 1e-3) / 1e12, "%.0f").c_str(), err);
-            static const char* const kImplNames[kImpls + 2] = {"sm90-serial",
-                                                               "",
-                                                               "",
-                                                               "",
-                                                               "",
-                                                               "",
-                                                               "sm90-single",
-                                                               "sm90-ws",
-                                                               "sm90-ws-ovl",
-                                                               "sm90-ws-bound",
-                                                               "sm90-ws-ends",
-                                                               "sm90-persist",
-                                                               "sm90-persist-q",
-                                                               "sm90-default",
-                                                               "sm90-def-again"};
-            // The default first, its second timing last.
-            for (const int row : {kImpls, 0, 6, 7, 8, 9, 10, 11, 12, kImpls + 1}) {
-                const double ts = ms_of(row == kImpls       ? ours_sm90
-                                        : row == kImpls + 1 ? ours_sm90_again
-                                                            : sm90[row]);
-                const double e = row >= kImpls ? err_sm90 : err_sm90s[row];
+            static const char* const kImplNames[kImpls] = {"sm90-serial",
+                                                           "",
+                                                           "",
+                                                           "",
+                                                           "",
+                                                           "",
+                                                           "sm90-single",
+                                                           "sm90-ws",
+                                                           "sm90-ws-ovl",
+                                                           "sm90-ws-bound",
+                                                           "sm90-ws-ends",
+                                                           "sm90-persist",
+                                                           "sm90-persist-q"};
+            auto print_row = [&](const char* name, double ts, double e) {
                 std::printf(
                     "%-18s %5lld %-12s %8s  x%s flash  x%s cudnn  x%s flex  %s%% ideal  %s TFLOP/s"
                     "  err %.1e\n",
-                    c.name.c_str(), static_cast<long long>(block), kImplNames[row], fmt(ts).c_str(),
+                    c.name.c_str(), static_cast<long long>(block), name, fmt(ts).c_str(),
                     fmt(tf / ts, "%.2f").c_str(), fmt(tc / ts, "%.2f").c_str(),
                     fmt(tx / ts, "%.2f").c_str(), fmt(100.0 * (tf / ts) / ideal, "%.0f").c_str(),
                     fmt(flops / (ts * 1e-3) / 1e12, "%.0f").c_str(), e);
-            }
+            };
+            // The default first, its second timing last.
+            print_row("sm90-default", ms_of(ours_sm90), err_sm90);
+            for (const int impl : vk::kSm90Schedules)
+                print_row(kImplNames[impl], ms_of(sm90[impl]), err_sm90s[impl]);
+            print_row("sm90-def-again", ms_of(ours_sm90_again), err_sm90);
             std::fflush(stdout);
         }
     }

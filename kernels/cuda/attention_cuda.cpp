@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "kernels/attention_dispatch.h"  // kSm90Schedules
 #include "kernels/cuda/attention_params.h"
 #include "kernels/cuda/torch_glue.h"
 

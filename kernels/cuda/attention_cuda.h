@@ -27,14 +27,11 @@ at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t bl
 // Declared in attention_params.h too (the .cu side); here for the dispatch (no CUDA headers).
 int sm90_ws_fallback_count();
 
-// The Hopper kernel's schedules (VARSCOPE_SM90_IMPL numbers; 1-5 were dropped; 7-12 are
-// CSLA-only: CS4A runs 6 for them). See kernels/cuda/csla_attention_sm90.cuh.
-inline constexpr int kSm90Schedules[] = {0, 6, 7, 8, 9, 10, 11, 12};
 // The schedule the dispatch runs for a head dim (64 or 128) and tile source (gathered: CS4A,
 // else CSLA) without an override.
 int sm90_default_impl(int head_dim, bool gathered);
-// The schedule it runs now: VARSCOPE_SM90_IMPL when it names one of kSm90Schedules exactly, else
-// the default.
+// The schedule it runs now: VARSCOPE_SM90_IMPL when it names one of kSm90Schedules
+// (attention_dispatch.h) exactly, else the default.
 int sm90_impl(int head_dim, bool gathered);
 
 }  // namespace varscope::kernels::cuda
