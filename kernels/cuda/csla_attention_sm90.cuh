@@ -956,27 +956,70 @@ __device__ __forceinline__ void store_output_tma(const AttentionParams& p, float
     }
 }
 
-// The producer's copies of one list tile: its K and then its V into the next two ring slots,
-// each once the consumer has released the slot. K's slot also gets the tile's valid-key count
-// (len_k - key0): published by the full barrier's arrive (release), read after the consumer's
-// wait. Schedules 7-12 (tile_at, full, empty: the kernel's slot address and barriers).
-template <int kPanels, int kSlots, int kTile, class TileAt, class Full, class Empty>
-__device__ __forceinline__ void copy_kv_tiles(int key0, int h, int b, int len_k,
-                                              const CUtensorMap* map_k, const CUtensorMap* map_v,
-                                              volatile int* valid_keys, int& slot, uint32_t& phase,
-                                              const TileAt& tile_at, const Full& full,
-                                              const Empty& empty) {
-#pragma unroll
-    for (int kv = 0; kv < 2; ++kv) {
-        mbar_wait(empty(slot), phase ^ 1);
-        if (kv == 0) valid_keys[slot] = len_k - key0;
-        mbar_expect_tx(full(slot), kTile);
-#pragma unroll
-        for (int c = 0; c < kPanels; ++c)
-            tma_load(tile_at(slot) + c * 8192, kv == 0 ? map_k : map_v, 64 * c, key0, h, b,
-                     full(slot));
+// A position in a ring of kSlots mbarrier-guarded slots: the slot and the parity of its pass.
+template <int kSlots>
+struct RingPos {
+    int slot;
+    uint32_t phase;
+    __device__ __forceinline__ void step1() {
         if (++slot == kSlots) slot = 0, phase ^= 1;
     }
+    __device__ __forceinline__ RingPos next() const {
+        RingPos r = *this;
+        r.step1();
+        return r;
+    }
+};
+
+// The producer's copy of one K or V tile into the ring's next slot, once the consumer has released
+// it. A K slot also gets the tile's valid-key count (len_k - key0): published by the full
+// barrier's arrive (release), read after the consumer's wait. Schedules 7-12 (tile_at, full,
+// empty: the kernel's slot address and barriers).
+template <int kPanels, int kSlots, int kTile, class TileAt, class Full, class Empty>
+__device__ __forceinline__ void copy_tile(bool is_k, int key0, int h, int b, int len_k,
+                                          const CUtensorMap* map_k, const CUtensorMap* map_v,
+                                          volatile int* valid_keys, RingPos<kSlots>& pos,
+                                          const TileAt& tile_at, const Full& full,
+                                          const Empty& empty) {
+    mbar_wait(empty(pos.slot), pos.phase ^ 1);
+    if (is_k) valid_keys[pos.slot] = len_k - key0;
+    mbar_expect_tx(full(pos.slot), kTile);
+#pragma unroll
+    for (int c = 0; c < kPanels; ++c)
+        tma_load(tile_at(pos.slot) + c * 8192, is_k ? map_k : map_v, 64 * c, key0, h, b,
+                 full(pos.slot));
+    pos.step1();
+}
+
+// The producer's copies of an item's list tiles i0 .. i1 - 1 (tiles.ref(i): tile i's first key).
+// The ring holds the K and V tiles in the order the consumer waits for them, so that it also
+// releases them in that order: K_i, V_i where QK_i and PV_i run one after the other (7); K_0,
+// then K_i before V_{i-1}, then V_{n-1} where QK_i and PV_{i-1} are in flight together (8-12).
+// (Before, 8-12 had V_{i-1} ahead of K_i, which the consumer needs first. H200, Table 1, block
+// 64, schedule 12: 0.1415-0.1425 vs 0.1440-0.1463 ms; K waits 97-102 vs 113-124 cycles per
+// tile.) Tile i1 - 1's V follows where it is the item's last tile (i1 = n).
+template <bool kOverlap, int kPanels, int kSlots, int kTile, class Tiles, class TileAt, class Full,
+          class Empty>
+__device__ __forceinline__ void copy_item_tiles(const Tiles& tiles, int i0, int i1, int n, int h,
+                                                int b, int len_k, const CUtensorMap* map_k,
+                                                const CUtensorMap* map_v, volatile int* valid_keys,
+                                                RingPos<kSlots>& pos, const TileAt& tile_at,
+                                                const Full& full, const Empty& empty) {
+    auto copy = [&](bool is_k, int key0) {
+        copy_tile<kPanels, kSlots, kTile>(is_k, key0, h, b, len_k, map_k, map_v, valid_keys, pos,
+                                          tile_at, full, empty);
+    };
+    int prev = kOverlap && i0 > 0 ? tiles.ref(i0 - 1) : 0;  // V_{i-1}'s first key
+    for (int i = i0; i < i1; ++i) {
+        const int key0 = tiles.ref(i);
+        copy(true, key0);
+        if (!kOverlap)
+            copy(false, key0);
+        else if (i > 0)
+            copy(false, prev);
+        prev = key0;
+    }
+    if (kOverlap && i1 == n && n > 0) copy(false, prev);
 }
 
 // kOverlap (schedules 8, 9, 10): QK_{i+1} and PV_i are in flight together while the softmax of
@@ -1020,8 +1063,8 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         if constexpr (W::kShortEnds) {
             // Q (always: the consumer waits for it even without tiles, then stores O through its
-            // buffer), K_0 and V_0 (slots 0 and 1, free) before the CTA barrier: a CTA's first
-            // scores waited ~2.1 us after its start, now ~1.4 (H200 stamps).
+            // buffer) and K_0 (slot 0, free) before the CTA barrier: a CTA's first scores waited
+            // ~2.1 us after its start, ~1.4 with K_0 and V_0 here (H200 stamps).
             asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_k))
                          : "memory");
             asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_v))
@@ -1030,18 +1073,11 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
 #pragma unroll
             for (int c = 0; c < W::kPanels; ++c)
                 tma_load(q_tile + c * 8192, &map_q, 64 * c, row0, h, b, q_full);
-            if (n > 0) {
-                const int key0 = tiles.ref(0);
-                valid_keys[0] = p.len_k - key0;
-#pragma unroll
-                for (int kv = 0; kv < 2; ++kv) {
-                    mbar_expect_tx(full(kv), kTile);
-#pragma unroll
-                    for (int c = 0; c < W::kPanels; ++c)
-                        tma_load(tile_at(kv) + c * 8192, kv == 0 ? &map_k : &map_v, 64 * c, key0, h,
-                                 b, full(kv));
-                }
-            }
+            // (V_0 too where tile 0 is the only one.)
+            RingPos<kSlots> first{0, 0};
+            copy_item_tiles<kOverlap, W::kPanels, kSlots, kTile>(
+                tiles, 0, min(n, 1), n, h, b, p.len_k, &map_k, &map_v, valid_keys, first, tile_at,
+                full, empty);
         }
     }
     __syncthreads();  // the last CTA-wide barrier: the producer warp leaves early
@@ -1054,24 +1090,23 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
             for (int c = 0; c < W::kPanels; ++c)
                 tma_load(q_tile + c * 8192, &map_q, 64 * c, row0, h, b, q_full);
         }
-        constexpr int kFirst = W::kShortEnds ? 1 : 0;  // tile 0 went before the barrier
-        int slot = W::kShortEnds ? 2 : 0;
-        uint32_t phase = 0;
-        for (int i = kFirst; i < n; ++i) {
-            const int key0 = tiles.ref(i);
-            copy_kv_tiles<W::kPanels, kSlots, kTile>(key0, h, b, p.len_k, &map_k, &map_v,
-                                                     valid_keys, slot, phase, tile_at, full, empty);
-        }
+        constexpr int kFirst = W::kShortEnds ? 1 : 0;  // tiles whose copies went before the barrier
+        if (kFirst == n) return;
+        RingPos<kSlots> pos{kFirst, 0};
+        copy_item_tiles<kOverlap, W::kPanels, kSlots, kTile>(tiles, kFirst, n, n, h, b, p.len_k,
+                                                             &map_k, &map_v, valid_keys, pos,
+                                                             tile_at, full, empty);
         return;
     }
 
-    // Consumer warpgroup (warps 0-3). Sequence number j: K_i = 2 i, V_i = 2 i + 1.
+    // Consumer warpgroup (warps 0-3). pos: the oldest slot not yet released (the ring holds the
+    // tiles in the order they are waited for and released: copy_item_tiles).
     const int t = lane % 4;
-    auto slot_of = [](int j) { return j % kSlots; };
-    auto phase_of = [](int j) { return static_cast<uint32_t>((j / kSlots) & 1); };
-    auto release = [&](int j) {
+    RingPos<kSlots> pos{0, 0};
+    auto release = [&]() {
         __syncwarp();
-        if (lane == 0) mbar_arrive(empty(slot_of(j)));
+        if (lane == 0) mbar_arrive(empty(pos.slot));
+        pos.step1();
     };
     float o[kHeadDim / 2];
 #pragma unroll
@@ -1082,25 +1117,26 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
 
     // Issues S_i = Q K_i; returns the number of valid keys of tile i (from the producer; the
     // consumer reads no list).
-    auto scores = [&](float(&s)[32], int i) -> int {
-        mbar_wait(full(slot_of(2 * i)), phase_of(2 * i));
-        const int n_valid = valid_keys[slot_of(2 * i)];
+    auto scores = [&](float(&s)[32]) -> int {
+        mbar_wait(full(pos.slot), pos.phase);
+        const int n_valid = valid_keys[pos.slot];
         wgmma_fence();
-        const uint64_t dk = smem_desc(tile_at(slot_of(2 * i)), 16, 1024);
+        const uint64_t dk = smem_desc(tile_at(pos.slot), 16, 1024);
         qk_from_descs<kHeadDim>(s, dq, dk);
         wgmma_commit();
         return n_valid;
     };
     // After S_i's wait: releases K_i's slot, masks keys past len_k (uniform per CTA).
-    auto finish_scores = [&](float(&s)[32], int i, int n_valid) {
+    auto finish_scores = [&](float(&s)[32], int n_valid) {
         fence_regs(s);
-        release(2 * i);
+        release();
         if (n_valid < 64) mask_tail(s, n_valid, t);
     };
-    auto issue_pv_of = [&](const uint32_t(&pa)[4][4], int i) {
-        mbar_wait(full(slot_of(2 * i + 1)), phase_of(2 * i + 1));
+    // v: V's ring position (in the overlapped loop pos.next(), K_i being at pos; else pos).
+    auto issue_pv_at = [&](const uint32_t(&pa)[4][4], RingPos<kSlots> v) {
+        mbar_wait(full(v.slot), v.phase);
         wgmma_fence();
-        const uint64_t dv = smem_desc(tile_at(slot_of(2 * i + 1)), 64 * 128, 1024);
+        const uint64_t dv = smem_desc(tile_at(v.slot), 64 * 128, 1024);
         pv_from_desc<kHeadDim>(o, pa, dv);
         wgmma_commit();
     };
@@ -1109,39 +1145,39 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
     if constexpr (!kOverlap) {
         for (int i = 0; i < n; ++i) {
             float s[32];
-            const int n_valid = scores(s, i);
+            const int n_valid = scores(s);
             wgmma_wait<0>();
-            finish_scores(s, i, n_valid);
+            finish_scores(s, n_valid);
             float corr[2];
             if (online_softmax_lazy(s, row_max, row_sum, corr, sl2)) rescale_o<kHeadDim>(o, corr);
             uint32_t pa[4][4];
             pack_p(s, pa);
             fence_regs(o);
             fence_regs(pa);
-            issue_pv_of(pa, i);
+            issue_pv_at(pa, pos);
             wgmma_wait<0>();
             fence_regs(o);
-            release(2 * i + 1);
+            release();
         }
     } else if (n > 0) {
         uint32_t pa[4][4];
         {
             float s[32];
-            const int n_valid = scores(s, 0);
+            const int n_valid = scores(s);
             wgmma_wait<0>();
-            finish_scores(s, 0, n_valid);
+            finish_scores(s, n_valid);
             float corr[2];
             online_softmax_lazy(s, row_max, row_sum, corr, sl2);  // O is still 0
             pack_p(s, pa);
         }
         for (int i = 1; i < n; ++i) {
             float s[32];
-            const int n_valid = scores(s, i);
+            const int n_valid = scores(s);
             fence_regs(o);
             fence_regs(pa);
-            issue_pv_of(pa, i - 1);
-            wgmma_wait<1>();  // S_i done; PV_{i-1} may still run
-            finish_scores(s, i, n_valid);
+            issue_pv_at(pa, pos.next());  // V_{i-1}, after K_i in the ring
+            wgmma_wait<1>();              // S_i done; PV_{i-1} may still run
+            finish_scores(s, n_valid);
             float corr[2];
             float pv[32];
             float(&p)[32] = kBounded ? pv : s;  // 8 writes P over S; 9 keeps S for its slow path
@@ -1156,16 +1192,16 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
             fence_regs(row_sum);
             wgmma_wait<0>();  // PV_{i-1} done: O and V_{i-1}'s slot are free
             fence_regs(o);
-            release(2 * i - 1);
+            release();
             if (rescale) rescale_o<kHeadDim>(o, corr);
             pack_p(p, pa);
         }
         fence_regs(o);
         fence_regs(pa);
-        issue_pv_of(pa, n - 1);
+        issue_pv_at(pa, pos);
         wgmma_wait<0>();
         fence_regs(o);
-        release(2 * n - 1);
+        release();
     }
     if constexpr (W::kShortEnds)
         store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0, q_tile, &map_o);
@@ -1203,17 +1239,6 @@ __device__ __forceinline__ unsigned long long trace_now() {
 }
 __device__ __forceinline__ void trace_put(unsigned long long*, int, int, unsigned long long) {}
 #endif
-
-// A position in a ring of kSlots mbarrier-guarded slots: the slot and the parity of its pass.
-template <int kSlots>
-struct RingPos {
-    int slot;
-    uint32_t phase;
-    __device__ __forceinline__ void step2() {
-        slot += 2;
-        if (slot >= kSlots) slot -= kSlots, phase ^= 1;
-    }
-};
 
 // Schedules 11 and 12: schedule 10 as a persistent kernel. G CTAs (two per SM) take work items
 // (query block, head, batch) lin = blockIdx.x + k * G in turn (in launch order, so the items in
@@ -1282,8 +1307,7 @@ __global__ void __launch_bounds__(256, 2)
     if (warp >= 4) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(W::kProducerRegs) : "memory");
         if (warp != 4 || lane != 0) return;
-        int slot = 0;
-        uint32_t phase = 0;
+        RingPos<kSlots> pos{0, 0};  // the ring runs on across items
         int lin = blockIdx.x;
         for (int k = 0;; ++k) {
             const int buf = k & 1;
@@ -1303,12 +1327,9 @@ __global__ void __launch_bounds__(256, 2)
 #pragma unroll
             for (int c = 0; c < W::kPanels; ++c)
                 tma_load(q_tile(buf) + c * 8192, &map_q, 64 * c, row0, h, b, q_full(buf));
-            for (int i = 0; i < n; ++i) {
-                const int key0 = tiles.ref(i);
-                copy_kv_tiles<W::kPanels, kSlots, kTile>(key0, h, b, p.len_k, &map_k, &map_v,
-                                                         valid_keys, slot, phase, tile_at, full,
-                                                         empty);
-            }
+            copy_item_tiles<true, W::kPanels, kSlots, kTile>(tiles, 0, n, n, h, b, p.len_k, &map_k,
+                                                             &map_v, valid_keys, pos, tile_at, full,
+                                                             empty);
             lin += G;
         }
         return;
@@ -1321,14 +1342,12 @@ __global__ void __launch_bounds__(256, 2)
     unsigned long long* const trace_buf = nullptr;
 #endif
     const int t = lane % 4;
-    // Ring positions of the next K and the next V tile to consume (K_i at 2 i, V_i at 2 i + 1 of
-    // the ring's sequence, which runs on across items), stepped by two per tile: a slot number
-    // from a division by kSlots cost ~24 uniform instructions per tile.
-    RingPos<kSlots> k_pos{0, 0}, v_pos{1, 0};
-    auto release = [&](RingPos<kSlots>& pos) {
+    // pos: the oldest slot not yet released, as in sm90_ws_kernel (the ring runs on across items).
+    RingPos<kSlots> pos{0, 0};
+    auto release = [&]() {
         __syncwarp();
         if (lane == 0) mbar_arrive(empty(pos.slot));
-        pos.step2();
+        pos.step1();
     };
     // Thread 0: O_{k-1} has left buffer (k - 1) % 2 (its TMA store read it): the producer may
     // load Q_{k+1} there.
@@ -1360,10 +1379,10 @@ __global__ void __launch_bounds__(256, 2)
         uint32_t qa[kQInRegs ? kHeadDim / 16 : 1][4];
         if constexpr (kQInRegs) load_a_fragments<kHeadDim>(q_tile(buf), qa);
         auto scores = [&](float(&s)[32]) -> int {
-            TRACE_WAIT(k_wait, mbar_wait(full(k_pos.slot), k_pos.phase));
-            const int n_valid = valid_keys[k_pos.slot];
+            TRACE_WAIT(k_wait, mbar_wait(full(pos.slot), pos.phase));
+            const int n_valid = valid_keys[pos.slot];
             wgmma_fence();
-            const uint64_t dk = smem_desc(tile_at(k_pos.slot), 16, 1024);
+            const uint64_t dk = smem_desc(tile_at(pos.slot), 16, 1024);
             if constexpr (kQInRegs)
                 qk_from_regs<kHeadDim>(s, qa, dk);
             else
@@ -1373,13 +1392,14 @@ __global__ void __launch_bounds__(256, 2)
         };
         auto finish_scores = [&](float(&s)[32], int n_valid) {
             fence_regs(s);
-            release(k_pos);
+            release();
             if (n_valid < 64) mask_tail(s, n_valid, t);
         };
-        auto issue_pv = [&](const uint32_t(&pa)[4][4]) {
-            TRACE_WAIT(v_wait, mbar_wait(full(v_pos.slot), v_pos.phase));
+        // v: V's ring position (inside the loop pos.next(), K_i being at pos; after it pos).
+        auto issue_pv = [&](const uint32_t(&pa)[4][4], RingPos<kSlots> v) {
+            TRACE_WAIT(v_wait, mbar_wait(full(v.slot), v.phase));
             wgmma_fence();
-            const uint64_t dv = smem_desc(tile_at(v_pos.slot), 64 * 128, 1024);
+            const uint64_t dv = smem_desc(tile_at(v.slot), 64 * 128, 1024);
             pv_from_desc<kHeadDim>(o, pa, dv);
             wgmma_commit();
         };
@@ -1401,7 +1421,7 @@ __global__ void __launch_bounds__(256, 2)
                 const int n_valid = scores(s);
                 fence_regs(o);
                 fence_regs(pa);
-                issue_pv(pa);  // V_{i-1}
+                issue_pv(pa, pos.next());  // V_{i-1}, after K_i in the ring
                 wgmma_wait<1>();
                 finish_scores(s, n_valid);
                 float corr[2];
@@ -1411,16 +1431,16 @@ __global__ void __launch_bounds__(256, 2)
                 fence_regs(row_sum);
                 wgmma_wait<0>();
                 fence_regs(o);
-                release(v_pos);
+                release();
                 if (rescale) rescale_o<kHeadDim>(o, corr);
                 pack_p(pv, pa);
             }
             fence_regs(o);
             fence_regs(pa);
-            issue_pv(pa);
+            issue_pv(pa, pos);
             wgmma_wait<0>();
             fence_regs(o);
-            release(v_pos);
+            release();
         } else {
             free_previous(k);
         }
