@@ -139,21 +139,28 @@ struct ItemInfo {
 // (187 registers), left one CTA per SM (0.241 ms). With 2 warpgroups per CTA (4 warps per
 // sub-partition) setmaxnreg moves registers from the producer warpgroup (40) to the consumer
 // (216): no spills.
-template <int kHeadDim>
+template <int kHeadDim, bool kQInRegs>
 struct PersistentTraits {
-    static constexpr int kSlots = kHeadDim == 128 ? 5 : 4;
+    // 12 (Q in registers) takes each item's Q through the ring, ahead of its K/V tiles, and stages
+    // O in a buffer of its own: the second Q buffer's space becomes a ring slot.
+    static constexpr int kQBufs = kQInRegs ? 0 : 2;
+    static constexpr int kOBufs = kQInRegs ? 1 : 0;
+    static constexpr int kSlots = (kHeadDim == 128 ? 5 : 4) + (kQInRegs ? 1 : 0);
+    static constexpr int kInfos = kQInRegs ? kSlots : kQBufs;  // ItemInfo per Q slot or buffer
     static constexpr int kPanels = kHeadDim / 64;
     static constexpr int kTileBytes = 64 * kHeadDim * 2;
     static constexpr int kThreads = 256;  // consumer warpgroup + producer warpgroup
     static constexpr int kProducerRegs = 40, kConsumerRegs = 216;  // 2 x (40 + 216) x 32 x 4 warps
-    static constexpr int kBarOffset = kTileBytes * (2 + kSlots);   // two Q buffers, the ring
-    // q_full[2], q_empty[2], full[kSlots], empty[kSlots]; then the valid keys per slot, and per
-    // Q buffer its item (ItemInfo). No alignment pad: the dynamic shared memory base is
-    // 1024-byte aligned (as CUTLASS's kernels assume; checked in the kernel), and with the pad 5
-    // slots + 2 Q buffers would not fit twice per SM.
-    static constexpr int kValidOffset = kBarOffset + 8 * (4 + 2 * kSlots);
+    static constexpr int kBarOffset = kTileBytes * (kQBufs + kOBufs + kSlots);
+    // q_full[kQBufs], q_empty[kQBufs], full[kSlots], empty[kSlots]; then the valid keys per slot,
+    // and the items (ItemInfo). No alignment pad: the dynamic shared memory base is 1024-byte
+    // aligned (as CUTLASS's kernels assume; checked in the kernel), and with the pad 7 tiles
+    // would not fit twice per SM.
+    static constexpr int kValidOffset = kBarOffset + 8 * (2 * kQBufs + 2 * kSlots);
     static constexpr int kSmemBytes =
-        kValidOffset + 4 * kSlots + 2 * static_cast<int>(sizeof(ItemInfo));
+        kValidOffset + 4 * kSlots + kInfos * static_cast<int>(sizeof(ItemInfo));
+    // Two CTAs per SM: 228 KiB per SM, 1 KiB of it reserved per CTA.
+    static_assert(2 * (kSmemBytes + 1024) <= 228 * 1024, "two CTAs per SM");
 };
 
 #ifdef VARSCOPE_SM90_WGMMA
@@ -1242,34 +1249,41 @@ __device__ __forceinline__ void trace_put(unsigned long long*, int, int, unsigne
 
 // Schedules 11 and 12: schedule 10 as a persistent kernel. G CTAs (two per SM) take work items
 // (query block, head, batch) lin = blockIdx.x + k * G in turn (in launch order, so the items in
-// flight at once are as L2-local as the CTAs of a plain launch). Two Q buffers: item k's Q (and
-// afterwards its O, stored by TMA) in buffer k % 2; the producer loads item k + 1's Q during item
-// k once O_{k-1} has left that buffer (q_empty, signalled by consumer thread 0 after item k's
-// first tile). The K/V ring runs on across items, so an item's first tiles are usually in
-// shared memory before its consumer gets to them. Each item's index, tile count and coordinates
-// travel with its Q through shared memory (ItemInfo: the consumer reads no lists or counts).
-// kQInRegs (12): Q as QK's register operand, loaded once per item (QK then reads only K from shared
-// memory). H200, Table 1, block 64: 11 0.146-0.148 ms vs 0.155 for 10, 12 ~1 % below 11; VAR-d30
-// d64 shapes are faster with 10 (one wave or less).
+// flight at once are as L2-local as the CTAs of a plain launch). The K/V ring runs on across
+// items, so an item's first tiles are usually in shared memory before its consumer gets to them.
+// Each item's index, tile count and coordinates travel with its Q through shared memory
+// (ItemInfo: the consumer reads no lists or counts).
+// 11: two Q buffers: item k's Q (and afterwards its O, stored by TMA) in buffer k % 2; the
+// producer loads item k + 1's Q during item k once O_{k-1} has left that buffer (q_empty,
+// signalled by consumer thread 0 after item k's first tile).
+// 12 (kQInRegs): Q as QK's register operand, loaded once per item (QK then reads only K from
+// shared memory). Its Q then needs shared memory only until it is in registers: it comes through
+// the ring ahead of the item's K/V tiles, and O is staged in a buffer of its own, so the ring has
+// the second Q buffer's space as one more slot (H200, Table 1, block 64: 0.1425-0.1428 vs
+// 0.1434-0.1444 ms with two Q buffers; K waits 91 vs 97-102 cycles per tile).
+// H200, Table 1, block 64: 11 0.146-0.148 ms vs 0.155 for 10, 12 ~1 % below 11 (both with two Q
+// buffers); VAR-d30 d64 shapes are faster with 10 (one wave or less).
 template <int kHeadDim, bool kQInRegs>
 __global__ void __launch_bounds__(256, 2)
     sm90_persistent_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap map_q,
                            const __grid_constant__ CUtensorMap map_k,
                            const __grid_constant__ CUtensorMap map_v,
                            const __grid_constant__ CUtensorMap map_o) {
-    using W = PersistentTraits<kHeadDim>;
+    using W = PersistentTraits<kHeadDim, kQInRegs>;
     constexpr int kTile = W::kTileBytes;
     constexpr int kSlots = W::kSlots;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t smem = smem_addr(smem_raw);
     if ((smem & 1023u) != 0) __trap();
-    auto q_tile = [&](int buf) { return smem + kTile * buf; };
-    auto tile_at = [&](int slot) { return smem + kTile * (2 + slot); };
+    constexpr int kQBufs = W::kQBufs;
+    auto q_tile = [&](int buf) { return smem + kTile * buf; };  // 11
+    const uint32_t o_tile = smem;                               // 12
+    auto tile_at = [&](int slot) { return smem + kTile * (kQBufs + W::kOBufs + slot); };
     const uint32_t bars = smem + W::kBarOffset;
     auto q_full = [&](int buf) { return bars + 8 * buf; };
-    auto q_empty = [&](int buf) { return bars + 8 * (2 + buf); };
-    auto full = [&](int slot) { return bars + 8 * (4 + slot); };
-    auto empty = [&](int slot) { return bars + 8 * (4 + kSlots + slot); };
+    auto q_empty = [&](int buf) { return bars + 8 * (kQBufs + buf); };
+    auto full = [&](int slot) { return bars + 8 * (2 * kQBufs + slot); };
+    auto empty = [&](int slot) { return bars + 8 * (2 * kQBufs + kSlots + slot); };
     volatile int* valid_keys = reinterpret_cast<volatile int*>(smem_raw + W::kValidOffset);
     // Per Q buffer: its item (lin -1: no more items), tile count and coordinates, so that the
     // consumer reads them instead of dividing.
@@ -1287,7 +1301,7 @@ __global__ void __launch_bounds__(256, 2)
 
     if (threadIdx.x == 128) {
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < kQBufs; ++i) {
             mbar_init(q_full(i), 1);
             mbar_init(q_empty(i), 1);
         }
@@ -1310,23 +1324,32 @@ __global__ void __launch_bounds__(256, 2)
         RingPos<kSlots> pos{0, 0};  // the ring runs on across items
         int lin = blockIdx.x;
         for (int k = 0;; ++k) {
+            // 12: the item's Q and its ItemInfo go into the ring's next slot (lin -1 with a plain
+            // arrive: no more items). 11: into Q buffer k % 2 once O_{k-2} has left it.
             const int buf = k & 1;
-            if (k >= 2) mbar_wait(q_empty(buf), ((k - 2) >> 1) & 1);
+            if constexpr (kQInRegs)
+                mbar_wait(empty(pos.slot), pos.phase ^ 1);
+            else if (k >= 2)
+                mbar_wait(q_empty(buf), ((k - 2) >> 1) & 1);
+            const int info_at = kQInRegs ? pos.slot : buf;
+            const uint32_t q_bar = kQInRegs ? full(pos.slot) : q_full(buf);
             if (lin >= total) {
-                item_info[buf].lin = -1;
-                mbar_arrive(q_full(buf));
+                item_info[info_at].lin = -1;
+                mbar_arrive(q_bar);
                 break;
             }
             int row0, h, b;
             coords(lin, row0, h, b);
             const BlockTiles<kHeadDim> tiles(p, row0);
             const int n = tiles.n_tiles;
-            volatile ItemInfo& info = item_info[buf];  // published by the arrive below
+            volatile ItemInfo& info = item_info[info_at];  // published by the arrive below
             info.lin = lin, info.n = n, info.row0 = row0, info.h = h, info.b = b;
-            mbar_expect_tx(q_full(buf), kTile);
+            mbar_expect_tx(q_bar, kTile);
+            const uint32_t q_dst = kQInRegs ? tile_at(pos.slot) : q_tile(buf);
 #pragma unroll
             for (int c = 0; c < W::kPanels; ++c)
-                tma_load(q_tile(buf) + c * 8192, &map_q, 64 * c, row0, h, b, q_full(buf));
+                tma_load(q_dst + c * 8192, &map_q, 64 * c, row0, h, b, q_bar);
+            if constexpr (kQInRegs) pos.step1();
             copy_item_tiles<true, W::kPanels, kSlots, kTile>(tiles, 0, n, n, h, b, p.len_k, &map_k,
                                                              &map_v, valid_keys, pos, tile_at, full,
                                                              empty);
@@ -1352,7 +1375,7 @@ __global__ void __launch_bounds__(256, 2)
     // Thread 0: O_{k-1} has left buffer (k - 1) % 2 (its TMA store read it): the producer may
     // load Q_{k+1} there.
     auto free_previous = [&](int k) {
-        if (threadIdx.x == 0 && k >= 1) {
+        if (!kQInRegs && threadIdx.x == 0 && k >= 1) {
             asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
             mbar_arrive(q_empty((k - 1) & 1));
         }
@@ -1361,11 +1384,15 @@ __global__ void __launch_bounds__(256, 2)
     for (int k = 0;; ++k) {
         const int buf = k & 1;
         const unsigned long long t_wait = trace_now();
-        mbar_wait(q_full(buf), (k >> 1) & 1);
-        const int lin = item_info[buf].lin;
+        if constexpr (kQInRegs)
+            mbar_wait(full(pos.slot), pos.phase);
+        else
+            mbar_wait(q_full(buf), (k >> 1) & 1);
+        const int info_at = kQInRegs ? pos.slot : buf;
+        const int lin = item_info[info_at].lin;
         if (lin < 0) break;
-        const int n = item_info[buf].n, row0 = item_info[buf].row0, h = item_info[buf].h,
-                  b = item_info[buf].b;
+        const int n = item_info[info_at].n, row0 = item_info[info_at].row0,
+                  h = item_info[info_at].h, b = item_info[info_at].b;
 #ifdef VARSCOPE_SM90_TRACE
         long long k_wait = 0, v_wait = 0;
 #endif
@@ -1377,7 +1404,10 @@ __global__ void __launch_bounds__(256, 2)
         float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
         const uint64_t dq = smem_desc(q_tile(buf), 16, 1024);
         uint32_t qa[kQInRegs ? kHeadDim / 16 : 1][4];
-        if constexpr (kQInRegs) load_a_fragments<kHeadDim>(q_tile(buf), qa);
+        if constexpr (kQInRegs) {
+            load_a_fragments<kHeadDim>(tile_at(pos.slot), qa);
+            release();  // Q's slot
+        }
         auto scores = [&](float(&s)[32]) -> int {
             TRACE_WAIT(k_wait, mbar_wait(full(pos.slot), pos.phase));
             const int n_valid = valid_keys[pos.slot];
@@ -1445,7 +1475,13 @@ __global__ void __launch_bounds__(256, 2)
             free_previous(k);
         }
         trace_put(trace_buf, lin, 3, trace_now());
-        store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0, q_tile(buf), &map_o, false);
+        if constexpr (kQInRegs) {
+            // O_{k-1} must have left the O buffer (its copy was issued an item ago).
+            if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+            asm volatile("bar.sync 1, 128;\n" ::: "memory");
+        }
+        store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0,
+                                   kQInRegs ? o_tile : q_tile(buf), &map_o, false);
 #ifdef VARSCOPE_SM90_TRACE
         uint32_t smid;
         asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
@@ -1541,7 +1577,7 @@ cudaError_t launch_sm90_ws(const AttentionParams& p, cudaStream_t stream) {
 
 template <int kHeadDim, bool kQInRegs>
 cudaError_t launch_sm90_persistent(const AttentionParams& p, cudaStream_t stream) {
-    using W = PersistentTraits<kHeadDim>;
+    using W = PersistentTraits<kHeadDim, kQInRegs>;
     constexpr auto kKernel = sm90_persistent_kernel<kHeadDim, kQInRegs>;
     constexpr int kSmem = W::kSmemBytes;
     static const cudaError_t attr_err =
