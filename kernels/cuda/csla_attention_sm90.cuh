@@ -790,8 +790,8 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
         : "memory");
 }
 
-// As tma_load for a map made by make_panel_map: both 64-column panels of a 64-row tile (d128) in
-// one copy.
+// As tma_load for a map made by make_tensor_map with panels = 2: both 64-column panels of a 64-row
+// tile (d128) in one copy.
 __device__ __forceinline__ void tma_load_panels(uint32_t dst, const CUtensorMap* map, int row,
                                                 int h, int b, uint32_t bar) {
     asm volatile(
