@@ -7,10 +7,11 @@ the span; the phases of an item (Q wait, first tile, the tile loop per tile, the
 cycles waited for K and V tiles per tile; the tail (how long SMs and CTAs sit idle at the end);
 the per-SM tile load against the SM's end; and a CTA's tile rate by what its partner on the SM
 is doing (in its loop, between items, or finished).
-Usage: csla_trace_summary.py trace.csv
+Usage: csla_trace_summary.py trace.csv (or trace.csv.gz)
 """
 import collections
 import csv
+import gzip
 import sys
 
 import numpy as np
@@ -21,7 +22,8 @@ INT_FIELDS = ("impl", "run", "lin", "smid", "cta", "tiles", "t0", "t1", "t2", "t
 
 def load(path):
     groups = collections.defaultdict(list)
-    with open(path, newline="") as f:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
         for row in csv.DictReader(f):
             for key in INT_FIELDS:
                 row[key] = int(row[key])
