@@ -1015,7 +1015,8 @@ __device__ __forceinline__ void copy_tile(bool is_k, int key0, int h, int b, int
 // then K_i before V_{i-1}, then V_{n-1} where QK_i and PV_{i-1} are in flight together (8-12).
 // (Before, 8-12 had V_{i-1} ahead of K_i, which the consumer needs first. H200, Table 1, block
 // 64, schedule 12: 0.1415-0.1425 vs 0.1440-0.1463 ms; K waits 97-102 vs 113-124 cycles per
-// tile.) Tile i1 - 1's V follows where it is the item's last tile (i1 = n).
+// tile.) Tile i1 - 1's V follows where it is the item's last tile (i1 = n, and the range is not
+// empty).
 template <bool kOverlap, int kPanels, int kSlots, int kTile, class Tiles, class TileAt, class Full,
           class Empty>
 __device__ __forceinline__ void copy_item_tiles(const Tiles& tiles, int i0, int i1, int n, int h,
@@ -1037,7 +1038,7 @@ __device__ __forceinline__ void copy_item_tiles(const Tiles& tiles, int i0, int 
             copy(false, prev);
         prev = key0;
     }
-    if (kOverlap && i1 == n && n > 0) copy(false, prev);
+    if (kOverlap && i0 < i1 && i1 == n) copy(false, prev);
 }
 
 // kOverlap (schedules 8, 9, 10): QK_{i+1} and PV_i are in flight together while the softmax of
@@ -1109,7 +1110,6 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
                 tma_load(q_tile + c * 8192, &map_q, 64 * c, row0, h, b, q_full);
         }
         constexpr int kFirst = W::kShortEnds ? 1 : 0;  // tiles whose copies went before the barrier
-        if (kFirst == n) return;
         RingPos<kSlots> pos{kFirst, 0};
         copy_item_tiles<kOverlap, W::kPanels, kSlots, kTile>(tiles, kFirst, n, n, h, b, p.len_k,
                                                              &map_k, &map_v, valid_keys, pos,
