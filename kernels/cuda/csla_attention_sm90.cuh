@@ -22,11 +22,14 @@
 //   10: 9 with a shorter start and end per CTA: Q, K_0 and V_0 are copied before the CTA barrier,
 //      and O leaves through shared memory (the Q tile) by a TMA store.
 //   11 (sm90_persistent_kernel): 10's tile loop in a persistent kernel with a producer
-//      warpgroup (setmaxnreg): no CTA start and end per query block.
+//      warpgroup (setmaxnreg): no CTA start and end per query block. Items round-robin, the last
+//      partial round claimed from a counter (WorkOrder).
 //   12: 11 with Q as QK's register operand (loaded once per item by ldmatrix).
 //   CS4A has no TMA form (rows gathered by index): 7-12 run 6 for it.
 // Default (sm90_default_impl in attention_cuda.cpp): 12 at d128, 10 at d64
 // (bench/results/2026-11-26-h200/csla_cta.md, 2026-11-26-h200/csla_s12.md, csla_s13.md).
+// Tried and dropped (csla_s15.md): L2 prefetch of the next round's heads, each byte once by one
+// CTA (11 % slower on an H100).
 // Tried and dropped (csla_s13.md, measured with the probe's per-item timeline): Q loaded by a
 // producer warp of its own (1.6 % slower); the producer's list loads run a tile / an item ahead
 // (no change); items claimed from an atomic counter, in launch order or longest first (7-8 %
@@ -67,8 +70,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/cuda/attention_params.h"
 
@@ -131,6 +138,18 @@ struct WsTraits {
 // A persistent CTA's work item as the producer hands it to the consumer (shared memory).
 struct ItemInfo {
     int lin, n, row0, h, b;
+};
+// The persistent kernels' work order. Items lin < dynamic_from go round-robin (lin = blockIdx.x +
+// k * gridDim.x: the items in flight at once stay on a few heads, whose K/V the CTAs then walk in
+// step). The rest, in launch order, are claimed from *claims as CTAs run out of items, so that
+// the CTAs that finished their static items early take the last ones. Every CTA claims until a
+// claim fails, so one launch makes exactly (total - dynamic_from) + gridDim.x claims, and
+// atomicInc's wrap leaves *claims at zero for the next launch. (Claiming the longest items first
+// would balance better by a model of session 13's trace, but ranking the query blocks in the
+// kernel moved ptxas's schedule of the consumer's tile loop.)
+struct WorkOrder {
+    int dynamic_from = INT_MAX;  // whole heads: a multiple of the query blocks per head
+    unsigned* claims = nullptr;
 };
 // Schedules 11 and 12 (sm90_persistent_kernel). Why a producer warpgroup: registers are split
 // between the SM's four sub-partitions; with 5 warps per CTA one sub-partition holds 3 warps of
@@ -1258,6 +1277,19 @@ __device__ __forceinline__ unsigned long long trace_now() {
 __device__ __forceinline__ void trace_put(unsigned long long*, int, int, unsigned long long) {}
 #endif
 
+// A claimed item (WorkOrder): its lin, or total where none is left. Called by the producer lane
+// only; the consumer's SASS stays as without it (up to register names).
+__device__ __forceinline__ int claim_item(const WorkOrder& order, int total) {
+    const int n_claimed = total - order.dynamic_from;
+    const int x =
+        static_cast<int>(atomicInc(order.claims, static_cast<unsigned>(n_claimed + gridDim.x - 1)));
+    // The shuffle (the producer lane alone) makes ptxas treat the item as uniform: without it the
+    // producer computed every copy's coordinates in vector registers and moved them to uniform
+    // ones for the TMA, and the tile loop fed by it ran 3-5 % slower with every block active.
+    const int x_uniform = __shfl_sync(1u, x, 0);
+    return x_uniform < n_claimed ? order.dynamic_from + x_uniform : total;
+}
+
 // Schedules 11 and 12: schedule 10 as a persistent kernel. G CTAs (two per SM) take work items
 // (query block, head, batch) lin = blockIdx.x + k * G in turn (in launch order, so the items in
 // flight at once are as L2-local as the CTAs of a plain launch). The K/V ring runs on across
@@ -1279,7 +1311,7 @@ __global__ void __launch_bounds__(256, 2)
     sm90_persistent_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap map_q,
                            const __grid_constant__ CUtensorMap map_k,
                            const __grid_constant__ CUtensorMap map_v,
-                           const __grid_constant__ CUtensorMap map_o) {
+                           const __grid_constant__ CUtensorMap map_o, const WorkOrder order) {
     using W = PersistentTraits<kHeadDim, kQInRegs>;
     constexpr int kTile = W::kTileBytes;
     constexpr int kSlots = W::kSlots;
@@ -1334,6 +1366,7 @@ __global__ void __launch_bounds__(256, 2)
         if (warp != 4 || lane != 0) return;
         RingPos<kSlots> pos{0, 0};  // the ring runs on across items
         int lin = blockIdx.x;
+        if (lin >= order.dynamic_from) lin = claim_item(order, total);
         for (int k = 0;; ++k) {
             // 12: the item's Q and its ItemInfo go into the ring's next slot (lin -1 with a plain
             // arrive: no more items). 11: into Q buffer k % 2 once O_{k-2} has left it.
@@ -1365,6 +1398,7 @@ __global__ void __launch_bounds__(256, 2)
                                                              &map_v, valid_keys, pos, tile_at, full,
                                                              empty);
             lin += G;
+            if (lin >= order.dynamic_from) lin = claim_item(order, total);
         }
         return;
     }
@@ -1517,7 +1551,7 @@ template <int kHeadDim, bool kQInRegs>
 __global__ void sm90_persistent_kernel(const AttentionParams, const __grid_constant__ CUtensorMap,
                                        const __grid_constant__ CUtensorMap,
                                        const __grid_constant__ CUtensorMap,
-                                       const __grid_constant__ CUtensorMap) {}
+                                       const __grid_constant__ CUtensorMap, const WorkOrder) {}
 #endif
 
 // The shared-memory opt-in is set once per kernel (as the sm_80 kernels do).
@@ -1602,6 +1636,43 @@ cudaError_t launch_sm90_ws(const AttentionParams& p, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
+// One claim counter per device and stream (zeroed once; each launch leaves it at zero, and
+// launches on one stream run one after another). None is made while the stream is being captured
+// into a graph (no allocation there): such launches stay round-robin.
+inline unsigned* claim_counter(int device, cudaStream_t stream) {
+    static std::mutex mutex;
+    static std::map<std::pair<int, cudaStream_t>, unsigned*> counters;
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto key = std::make_pair(device, stream);
+    const auto it = counters.find(key);
+    if (it != counters.end()) return it->second;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+        capture != cudaStreamCaptureStatusNone)
+        return nullptr;
+    unsigned* counter = nullptr;
+    if (cudaMalloc(&counter, sizeof(unsigned)) != cudaSuccess) return nullptr;
+    if (cudaMemset(counter, 0, sizeof(unsigned)) != cudaSuccess) {
+        cudaFree(counter);
+        return nullptr;
+    }
+    counters.emplace(key, counter);
+    return counter;
+}
+
+// The persistent kernel's work order (WorkOrder): the last partial round of items, from the head
+// it starts in, is claimed (none where the items fill whole rounds, or no counter can be had).
+// H100, Table 1, block 64, schedule 12: 0.1522-0.1527 vs 0.1556-0.1575 ms round-robin; every
+// block active and block 128 unchanged (csla_s15.md).
+inline WorkOrder work_order(int nqb, int total, int grid, int device, cudaStream_t stream) {
+    WorkOrder order;
+    const int from = total / grid * grid / nqb * nqb;
+    if (from >= total) return order;
+    order.claims = claim_counter(device, stream);
+    if (order.claims != nullptr) order.dynamic_from = from;
+    return order;
+}
+
 template <int kHeadDim, bool kQInRegs>
 cudaError_t launch_sm90_persistent(const AttentionParams& p, cudaStream_t stream) {
     using W = PersistentTraits<kHeadDim, kQInRegs>;
@@ -1622,9 +1693,11 @@ cudaError_t launch_sm90_persistent(const AttentionParams& p, cudaStream_t stream
         !make_kv_map<kHeadDim>(&mv, p.v, p.v_stride, p) ||
         !make_tensor_map(&mo, p.o, p.o_stride, p.len_q, p, kHeadDim))
         return cudaErrorNotSupported;
-    const int total = (p.len_q + 63) / 64 * p.heads * p.batch;
+    const int nqb = (p.len_q + 63) / 64;
+    const int total = nqb * p.heads * p.batch;
     const int grid = std::min(total, 2 * sms);
-    kKernel<<<grid, W::kThreads, kSmem, stream>>>(p, mq, mk, mv, mo);
+    kKernel<<<grid, W::kThreads, kSmem, stream>>>(p, mq, mk, mv, mo,
+                                                  work_order(nqb, total, grid, dev, stream));
     return cudaGetLastError();
 }
 

@@ -239,7 +239,11 @@ TEST_P(KernelsCslaSm90, RisingScoresMoveTheBase) {
 // More query blocks than the persistent schedules (11, 12) have CTAs (two per SM, at most 2 x 144
 // on a Hopper part): every CTA takes three or more items in turn, so its two Q buffers alternate,
 // its O stores wait for their buffers, and its K/V ring runs on across items (the shapes above
-// fit in one item per CTA). A tail of 5 query rows and empty query blocks as above.
+// fit in one item per CTA). A tail of 5 query rows and empty query blocks as above. 912 items
+// are not whole rounds of 2 x 132 (H100/H200) or 2 x 144 CTAs, so the last items are claimed
+// from the launch's counter (WorkOrder); the second run of each check shows that the first left
+// the counter at zero (an item skipped would leave its NaN poison), and the d = 128 launch, after
+// the d = 64 one on the same stream, the same across kernels.
 TEST_P(KernelsCslaSm90, ManyItemsPerCta) {
     at::manual_seed(23);
     for (const int64_t d : {64, 128}) {
