@@ -28,8 +28,10 @@
 //   CS4A has no TMA form (rows gathered by index): 7-12 run 6 for it.
 // Default (sm90_default_impl in attention_cuda.cpp): 12 at d128, 10 at d64
 // (bench/results/2026-11-26-h200/csla_cta.md, 2026-11-26-h200/csla_s12.md, csla_s13.md).
-// Tried and dropped (csla_s15.md): L2 prefetch of the next round's heads, each byte once by one
-// CTA (11 % slower on an H100).
+// Tried and dropped (csla_s15.md, H100): L2 prefetch of the next round's heads, each byte once
+// by one CTA (11 % slower); every item claimed (11 % slower; with every block active as fast as
+// round-robin once the claimed index is uniform); a seventh ring slot for 12 (O staged in the
+// last V's slot: 13 % slower with every block active); tiles in reverse list order (6-13 %).
 // Tried and dropped (csla_s13.md, measured with the probe's per-item timeline): Q loaded by a
 // producer warp of its own (1.6 % slower); the producer's list loads run a tile / an item ahead
 // (no change); items claimed from an atomic counter, in launch order or longest first (7-8 %
