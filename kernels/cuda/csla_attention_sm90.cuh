@@ -1640,7 +1640,9 @@ cudaError_t launch_sm90_ws(const AttentionParams& p, cudaStream_t stream) {
 
 // One claim counter per device and stream (zeroed once; each launch leaves it at zero, and
 // launches on one stream run one after another). None is made while the stream is being captured
-// into a graph (no allocation there): such launches stay round-robin.
+// into a graph (no allocation there): such launches stay round-robin. A graph captured after the
+// counter exists uses its capture stream's counter, so it must not be replayed on another stream
+// while that stream runs these kernels.
 inline unsigned* claim_counter(int device, cudaStream_t stream) {
     static std::mutex mutex;
     static std::map<std::pair<int, cudaStream_t>, unsigned*> counters;
