@@ -132,7 +132,8 @@ struct WsTraits {
     // tile (len_k - first key, written by the producer before the slot's arrive); plus 1 KiB for
     // the 1024-byte alignment.
     static constexpr int kValidOffset = kBarOffset + 8 * (1 + 2 * kSlots);
-    static constexpr int kSmemBytes = kValidOffset + 4 * kSlots + 1024;
+    // (+4: the tile count, see sm90_ws_kernel.)
+    static constexpr int kSmemBytes = kValidOffset + 4 * kSlots + 4 + 1024;
     // d128: 7 65.6 KiB, 3 CTAs per SM (128 registers per thread); 8 81.1 KiB, 9/10 97.1 KiB,
     // 2 CTAs. (10 with __maxnreg__ instead of these launch bounds: 0.218 instead of 0.156 ms.)
     static constexpr int kMinBlocks = kHeadDim == 128 ? (kOverlap ? 2 : 3) : (kOverlap ? 3 : 4);
@@ -1093,7 +1094,13 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
     const int n = tiles.n_tiles;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
+    // At d64 the consumer's loop reads its tile count from shared memory: held in a register
+    // through the loop, it was the one value ptxas spilled there (three CTAs per SM, 128
+    // registers). H100, VAR-d30 under 10: as before; at d128 it cost every block active 1-2 %,
+    // so d128 keeps the register (csla_s15.md).
+    volatile int* n_shared = valid_keys + kSlots;
     if (threadIdx.x == 128) {  // first thread of the producer warp
+        *n_shared = n;
         mbar_init(q_full, 1);
 #pragma unroll
         for (int st = 0; st < kSlots; ++st) {
@@ -1209,7 +1216,7 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
             online_softmax_lazy(s, row_max, row_sum, corr, sl2);  // O is still 0
             pack_p(s, pa);
         }
-        for (int i = 1; i < n; ++i) {
+        for (int i = 1; i < (kHeadDim == 64 ? *n_shared : n); ++i) {
             float s[32];
             const int n_valid = scores(s);
             fence_regs(o);
