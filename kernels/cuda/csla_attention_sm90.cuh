@@ -80,6 +80,7 @@
 #include <utility>
 
 #include "kernels/cuda/attention_params.h"
+#include "kernels/cuda/work_order.h"
 
 namespace varscope::kernels::cuda::sm90 {
 
@@ -1672,12 +1673,12 @@ inline unsigned* claim_counter(int device, cudaStream_t stream) {
 }
 
 // The persistent kernel's work order (WorkOrder): the last partial round of items, from the head
-// it starts in, is claimed (none where the items fill whole rounds, or no counter can be had).
-// H100, Table 1, block 64, schedule 12: 0.1522-0.1527 vs 0.1556-0.1575 ms round-robin; every
-// block active and block 128 unchanged (csla_s15.md).
+// it starts in, is claimed (first_claimed_item; none where no counter can be had). H100, Table 1,
+// block 64, schedule 12: 0.1522-0.1527 vs 0.1556-0.1575 ms round-robin; every block active and
+// block 128 unchanged (csla_s15.md).
 inline WorkOrder work_order(int nqb, int total, int grid, int device, cudaStream_t stream) {
     WorkOrder order;
-    const int from = total / grid * grid / nqb * nqb;
+    const int from = first_claimed_item(nqb, total, grid);
     if (from >= total) return order;
     order.claims = claim_counter(device, stream);
     if (order.claims != nullptr) order.dynamic_from = from;

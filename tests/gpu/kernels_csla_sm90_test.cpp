@@ -19,6 +19,7 @@
 
 #include "kernels/attention_dispatch.h"
 #include "kernels/attention_reference.h"
+#include "kernels/cuda/work_order.h"
 #include "kernels/cuda_timing.h"
 
 namespace vk = varscope::kernels;
@@ -283,6 +284,27 @@ TEST(KernelsSm90Schedule, DefaultsAndOverride) {
         EXPECT_EQ(vk::sm90_schedule(128, false), 12) << "'" << not_one << "'";
     }
     unsetenv("VARSCOPE_SM90_IMPL");
+}
+
+// Which items the persistent schedules claim instead of dealing them round-robin: from the head
+// where the last partial round starts. Host logic: runs in every CUDA build, GPU or not.
+TEST(KernelsSm90Schedule, ClaimedItemsStartAtTheLastPartialRound) {
+    using varscope::kernels::cuda::first_claimed_item;
+    // SparVAR's Table 1 on 132 SMs: 24 heads x 64 query blocks on 264 CTAs. The last partial
+    // round starts at item 1320 (head 20, query block 40); claims start at head 20.
+    EXPECT_EQ(first_claimed_item(64, 1536, 264), 1280);
+    // ManyItemsPerCta (19 query blocks, 48 heads) on 132 and on 144 SMs.
+    EXPECT_EQ(first_claimed_item(19, 912, 264), 779);
+    EXPECT_EQ(first_claimed_item(19, 912, 288), 855);
+    // Whole rounds, and fewer items than CTAs: nothing claimed.
+    EXPECT_EQ(first_claimed_item(64, 528, 264), 528);
+    EXPECT_EQ(first_claimed_item(4, 240, 240), 240);
+    // The last partial round inside the first head: everything is claimed.
+    EXPECT_EQ(first_claimed_item(1200, 1200, 264), 0);
+    EXPECT_EQ(first_claimed_item(600, 1200, 264), 600);  // the second of two heads
+    // No items, or a bad grid: nothing claimed.
+    EXPECT_EQ(first_claimed_item(64, 0, 264), 0);
+    EXPECT_EQ(first_claimed_item(64, 1536, 0), 1536);
 }
 
 // CS4A on Hopper: the same tile machinery with key rows gathered by index.
