@@ -2,8 +2,9 @@
 // the float64 reference: error at most twice torch's own at bf16, tails on both axes, random
 // lists with empty query blocks (gathered: counts off tile boundaries and on them, invalid
 // entries inside the count), poisoned outputs, two runs bitwise equal; scores that rise along the
-// keys (the exponent base must move: schedule 9 moves it only when P would pass 2^16). One test
-// per schedule (VARSCOPE_SM90_IMPL). Skips without CUDA, kernels for the device, or a Hopper GPU.
+// keys (the exponent base must move: schedule 9 moves it only when P would pass 2^16); many
+// items per CTA, eagerly and replayed from a CUDA graph. One test per schedule
+// (VARSCOPE_SM90_IMPL). Skips without CUDA, kernels for the device, or a Hopper GPU.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include "kernels/attention_dispatch.h"
 #include "kernels/attention_reference.h"
 #include "kernels/cuda/work_order.h"
+#include "kernels/cuda_graph.h"
 #include "kernels/cuda_timing.h"
 
 namespace vk = varscope::kernels;
@@ -256,6 +258,42 @@ TEST_P(KernelsCslaSm90, ManyItemsPerCta) {
         const auto [idx, cnt] = lists_for(nqb, nkb, 0.4, true);
         check_block_sparse(q, k, v, idx, cnt, block, block,
                            "impl " + impl + " many items per CTA d=" + std::to_string(d));
+    }
+}
+
+// The same shape captured in a CUDA graph (as the per-scale steps are) and replayed: a warm-up
+// on the capture stream makes that stream's claim counter, the captured launch uses it, and
+// every replay must leave it at zero for the next. Each replay writes into a NaN-poisoned output
+// and must equal the eager run bitwise.
+TEST_P(KernelsCslaSm90, GraphReplaysMatchTheEagerRun) {
+    if (!vk::cuda_graphs_built()) GTEST_SKIP() << "no CUDA graphs in this build";
+    at::manual_seed(29);
+    const int64_t b = 2, h = 24, lq = 18 * 64 + 5, lk = 1500, d = 128, block = 64;  // 912 items
+    const auto q = at::randn({b, h, lq, d}, opts);
+    const auto k = at::randn({b, h, lk, d}, opts);
+    const auto v = at::randn({b, h, lk, d}, opts);
+    // (Not a structured binding: C++17 lambdas cannot capture one.)
+    const auto lists = lists_for((lq + block - 1) / block, (lk + block - 1) / block, 0.4, true);
+    const at::Tensor& idx = lists.first;
+    const at::Tensor& cnt = lists.second;
+    vk::AttentionOptions o;
+    o.path = vk::KernelPath::Cuda;
+    const auto nan = std::numeric_limits<double>::quiet_NaN();
+    at::Tensor eager;
+    vk::run_on_capture_stream(0, [&] {
+        o.out = at::full(q.sizes(), nan, q.options());
+        eager = vk::block_sparse_attention(q, k, v, idx, cnt, block, block, o).out;
+    });
+    torch::cuda::synchronize();
+    const auto out = at::full(q.sizes(), nan, q.options());
+    o.out = out;
+    vk::CudaGraph graph;
+    graph.capture(0, [&] { vk::block_sparse_attention(q, k, v, idx, cnt, block, block, o); });
+    for (int replay = 0; replay < 3; ++replay) {
+        out.fill_(nan);
+        graph.replay();
+        torch::cuda::synchronize();
+        EXPECT_TRUE(at::equal(out, eager)) << "impl " << impl << " replay " << replay;
     }
 }
 
