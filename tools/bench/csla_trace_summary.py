@@ -4,9 +4,10 @@
 Input: the CSV written by `probe --trace FILE` (tools/bench/csla_sm90_probe.cu built with
 -DVARSCOPE_SM90_TRACE). Per case (sparse mask / every block active), schedule and run it prints:
 the span; the phases of an item (Q wait, first tile, the tile loop per tile, the store); the
-cycles waited for K and V tiles per tile; the tail (how long SMs and CTAs sit idle at the end);
-the per-SM tile load against the SM's end; and a CTA's tile rate by what its partner on the SM
-is doing (in its loop, between items, or finished).
+cycles waited for K and V tiles per tile; the tail (how long SMs and CTAs sit idle at the end,
+and when the first, the median and the last SM end); the per-SM tile load against the SM's end;
+and a CTA's tile rate by what its partner on the SM is doing (in its loop, between items, or
+finished).
 Usage: csla_trace_summary.py trace.csv (or trace.csv.gz)
 """
 import collections
@@ -104,6 +105,10 @@ def summarise(key, items):
     print(f"  tail: SMs idle {100 * sm_idle:.1f} %, CTAs idle {100 * cta_idle:.1f} % of "
           f"SM/CTA time; SM tiles min {loads.min()} mean {loads.mean():.1f} max {loads.max()}, "
           f"corr(SM tiles, SM end) {np.corrcoef(loads, ends)[0, 1]:.2f}")
+    # How far the last SM ends after the typical one: the tail that whole items leave.
+    rel_end = (ends - t0) / 1e3
+    print(f"  SM end: min {rel_end.min():.1f} median {np.median(rel_end):.1f} "
+          f"max {rel_end.max():.1f} us")
     pr = partner_rates(items)
     if pr:
         base, slope, mean_share, gone = pr
