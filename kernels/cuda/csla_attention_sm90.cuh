@@ -133,7 +133,7 @@ struct WsTraits {
     // tile (len_k - first key, written by the producer before the slot's arrive); plus 1 KiB for
     // the 1024-byte alignment.
     static constexpr int kValidOffset = kBarOffset + 8 * (1 + 2 * kSlots);
-    // (+4: the tile count, see sm90_ws_kernel.)
+    // (+4: the tile count at d64, see sm90_ws_kernel.)
     static constexpr int kSmemBytes = kValidOffset + 4 * kSlots + 4 + 1024;
     // d128: 7 65.6 KiB, 3 CTAs per SM (128 registers per thread); 8 81.1 KiB, 9/10 97.1 KiB,
     // 2 CTAs. (10 with __maxnreg__ instead of these launch bounds: 0.218 instead of 0.156 ms.)
@@ -1101,7 +1101,7 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
     // so d128 keeps the register (csla_s15.md).
     volatile int* n_shared = valid_keys + kSlots;
     if (threadIdx.x == 128) {  // first thread of the producer warp
-        *n_shared = n;
+        if constexpr (kHeadDim == 64) *n_shared = n;
         mbar_init(q_full, 1);
 #pragma unroll
         for (int st = 0; st < kSlots; ++st) {
