@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -183,6 +184,23 @@ class KernelsCslaSm90 : public ::testing::TestWithParam<int> {
     const std::string impl = std::to_string(GetParam());
     const at::TensorOptions opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
     int fallbacks_before = 0;
+
+    // More items than the persistent schedules have CTAs (ManyItemsPerCta): batch 2, 24 heads, 19
+    // query blocks (a tail of 5 rows) = 912 items, random lists with empty query blocks.
+    struct Problem {
+        at::Tensor q, k, v, idx, cnt;
+        int64_t block = 64;
+    };
+    Problem many_items_problem(int64_t d) const {
+        const int64_t b = 2, h = 24, lq = 18 * 64 + 5, lk = 1500;
+        Problem pr;
+        pr.q = at::randn({b, h, lq, d}, opts);
+        pr.k = at::randn({b, h, lk, d}, opts);
+        pr.v = at::randn({b, h, lk, d}, opts);
+        std::tie(pr.idx, pr.cnt) =
+            lists_for((lq + pr.block - 1) / pr.block, (lk + pr.block - 1) / pr.block, 0.4, true);
+        return pr;
+    }
 };
 
 TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {
@@ -250,13 +268,8 @@ TEST_P(KernelsCslaSm90, RisingScoresMoveTheBase) {
 TEST_P(KernelsCslaSm90, ManyItemsPerCta) {
     at::manual_seed(23);
     for (const int64_t d : {64, 128}) {
-        const int64_t b = 2, h = 24, lq = 18 * 64 + 5, lk = 1500, block = 64;  // 912 items
-        const auto q = at::randn({b, h, lq, d}, opts);
-        const auto k = at::randn({b, h, lk, d}, opts);
-        const auto v = at::randn({b, h, lk, d}, opts);
-        const int64_t nqb = (lq + block - 1) / block, nkb = (lk + block - 1) / block;
-        const auto [idx, cnt] = lists_for(nqb, nkb, 0.4, true);
-        check_block_sparse(q, k, v, idx, cnt, block, block,
+        const auto pr = many_items_problem(d);
+        check_block_sparse(pr.q, pr.k, pr.v, pr.idx, pr.cnt, pr.block, pr.block,
                            "impl " + impl + " many items per CTA d=" + std::to_string(d));
     }
 }
@@ -268,27 +281,23 @@ TEST_P(KernelsCslaSm90, ManyItemsPerCta) {
 TEST_P(KernelsCslaSm90, GraphReplaysMatchTheEagerRun) {
     if (!vk::cuda_graphs_built()) GTEST_SKIP() << "no CUDA graphs in this build";
     at::manual_seed(29);
-    const int64_t b = 2, h = 24, lq = 18 * 64 + 5, lk = 1500, d = 128, block = 64;  // 912 items
-    const auto q = at::randn({b, h, lq, d}, opts);
-    const auto k = at::randn({b, h, lk, d}, opts);
-    const auto v = at::randn({b, h, lk, d}, opts);
-    // (Not a structured binding: C++17 lambdas cannot capture one.)
-    const auto lists = lists_for((lq + block - 1) / block, (lk + block - 1) / block, 0.4, true);
-    const at::Tensor& idx = lists.first;
-    const at::Tensor& cnt = lists.second;
+    const auto pr = many_items_problem(128);
     vk::AttentionOptions o;
     o.path = vk::KernelPath::Cuda;
     const auto nan = std::numeric_limits<double>::quiet_NaN();
     at::Tensor eager;
     vk::run_on_capture_stream(0, [&] {
-        o.out = at::full(q.sizes(), nan, q.options());
-        eager = vk::block_sparse_attention(q, k, v, idx, cnt, block, block, o).out;
+        o.out = at::full(pr.q.sizes(), nan, pr.q.options());
+        eager =
+            vk::block_sparse_attention(pr.q, pr.k, pr.v, pr.idx, pr.cnt, pr.block, pr.block, o).out;
     });
     torch::cuda::synchronize();
-    const auto out = at::full(q.sizes(), nan, q.options());
+    const auto out = at::full(pr.q.sizes(), nan, pr.q.options());
     o.out = out;
     vk::CudaGraph graph;
-    graph.capture(0, [&] { vk::block_sparse_attention(q, k, v, idx, cnt, block, block, o); });
+    graph.capture(0, [&] {
+        vk::block_sparse_attention(pr.q, pr.k, pr.v, pr.idx, pr.cnt, pr.block, pr.block, o);
+    });
     for (int replay = 0; replay < 3; ++replay) {
         out.fill_(nan);
         graph.replay();
