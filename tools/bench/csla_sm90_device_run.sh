@@ -10,7 +10,8 @@
 # Every step has a timeout so that the call ends inside the lease's 600 s; logs land in $OUT.
 #   SRC=.tsnap-x (git archive of the commit to build), carried .device/deps (packaging/device-deps.sh)
 # Also runs tools/bench/csla_sm90_probe.cu (built with nvcc there; SKIP_PROBE=1 to leave out).
-# Knobs: BENCH_ITERS (50), SKIP_FLEX=1, SKIP_OTHER_TESTS=1, SKIP_ATTENTION=1, SKIP_CS4A=1, SKIP_PROBE=1,
+# Knobs: BENCH_ITERS (50), SKIP_FLEX=1, SKIP_SIDE=1 (csla_vs_torch.py; SIDE_ITERS, 100),
+# SKIP_OTHER_TESTS=1, SKIP_ATTENTION=1, SKIP_CS4A=1, SKIP_PROBE=1,
 # SM90_FILTER (gtest filter of the first test step, default *Sm90*),
 # BENCH_CONFIGS (all), DEADLINE_S (540).
 set -uo pipefail
@@ -81,6 +82,24 @@ if [ "${SKIP_FLEX:-0}" != 1 ] && [ "$(left)" -gt 200 ]; then
     --out "$OUT/flex.json" > /tmp/flex.log 2>&1
   echo "flex rc=$?"; grep -E "^flex|Error" /tmp/flex.log | head -10
   stamp flex
+fi
+# Our default kernel, Flex, flash and cuDNN in one Python process, call after call
+# (tools/bench/csla_vs_torch.py; our kernel through the C entry point csla_sm90_capi.cu).
+if [ "${SKIP_SIDE:-0}" != 1 ] && [ "$(left)" -gt 200 ]; then
+  for u in capi csla_attention_sm90_d64 csla_attention_sm90_d128; do
+    f="$SRC/kernels/cuda/$u.cu"; [ "$u" = capi ] && f="$SRC/tools/bench/csla_sm90_capi.cu"
+    nvcc -O3 -std=c++17 -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a \
+      --expt-relaxed-constexpr -I"$SRC" -c "$f" -o "/tmp/capi_$u.o" > "/tmp/capi_$u.log" 2>&1 &
+  done
+  wait
+  nvcc -shared /tmp/capi_*.o -o /tmp/libvarscope_csla_capi.so > /tmp/capi_link.log 2>&1 \
+    || cat /tmp/capi_*.log | tail -20
+  PYTHONUNBUFFERED=1 timeout 180 python3 "$SRC/tools/bench/csla_vs_torch.py" \
+    --lib /tmp/libvarscope_csla_capi.so --iters "${SIDE_ITERS:-100}" \
+    --commit "$(cat "$SRC/.commit" 2>/dev/null)" --out "$OUT/side_by_side.json" \
+    > "$OUT/side_by_side.log" 2>&1
+  echo "side by side rc=$?"; grep -vi "warn" "$OUT/side_by_side.log" | tail -8
+  stamp side-by-side
 fi
 FLEX_ARG=(); [ -f "$OUT/flex.json" ] && FLEX_ARG=(--flex-json "$OUT/flex.json")
 CONFIGS=(); [ -n "${BENCH_CONFIGS:-}" ] && CONFIGS=(--configs $BENCH_CONFIGS)

@@ -1,0 +1,60 @@
+// A C entry point to the sm_90a CSLA kernel, for tools/bench/csla_vs_torch.py: FlexAttention is
+// Python-only, so timing it and our kernel in one process, call after call, needs our kernel
+// reachable from Python. ctypes and raw device pointers keep this free of LibTorch and pybind.
+//   nvcc -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a
+//     --expt-relaxed-constexpr -I. tools/bench/csla_sm90_capi.cu
+//     kernels/cuda/csla_attention_sm90_d{64,128}.cu -o libvarscope_csla_capi.so
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/attention_params.h"
+
+namespace varscope::kernels::cuda {
+cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
+cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, cudaStream_t);
+}  // namespace varscope::kernels::cuda
+
+namespace vc = varscope::kernels::cuda;
+
+// Block-sparse attention of contiguous bf16 (batch, heads, len, head_dim) tensors. lists/counts are
+// device int32 arrays: lists[qb * list_stride + i] (i < counts[qb]) are query block qb's active
+// key blocks, ascending, as core's list builder makes them. Returns a cudaError_t; 1
+// (cudaErrorInvalidValue) for arguments the kernels do not take.
+extern "C" int varscope_csla_sm90_bf16(const void* q, const void* k, const void* v, void* o,
+                                       int batch, int heads, int len_q, int len_k, int head_dim,
+                                       const int32_t* lists, const int32_t* counts, int list_stride,
+                                       int block, int impl, void* stream) {
+    if (q == nullptr || k == nullptr || v == nullptr || o == nullptr || lists == nullptr ||
+        counts == nullptr || batch <= 0 || heads <= 0 || len_q <= 0 || len_k <= 0 ||
+        list_stride <= 0 || (head_dim != 64 && head_dim != 128) || block <= 0 ||
+        block % vc::kKeyTile != 0)
+        return static_cast<int>(cudaErrorInvalidValue);
+    vc::AttentionParams p;
+    p.q = q;
+    p.k = k;
+    p.v = v;
+    p.o = o;
+    const int64_t d = head_dim;
+    const int64_t qs[3] = {heads * len_q * d, len_q * d, d};
+    const int64_t ks[3] = {heads * len_k * d, len_k * d, d};
+    for (int i = 0; i < 3; ++i) {
+        p.q_stride[i] = p.o_stride[i] = qs[i];
+        p.k_stride[i] = p.v_stride[i] = ks[i];
+    }
+    p.batch = batch;
+    p.heads = heads;
+    p.len_q = len_q;
+    p.len_k = len_k;
+    p.scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)) * 1.4426950408889634);
+    p.lists = lists;
+    p.counts = counts;
+    p.list_stride = list_stride;
+    p.block_q = p.block_k = block;
+    p.num_query_blocks = (len_q + block - 1) / block;
+    p.kernel_variant = 3;
+    const auto s = static_cast<cudaStream_t>(stream);
+    return static_cast<int>(head_dim == 64 ? vc::launch_csla_sm90_d64_bf16(p, impl, s)
+                                           : vc::launch_csla_sm90_d128_bf16(p, impl, s));
+}

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Our sm_90a CSLA kernel, FlexAttention, SDPA-flash and SDPA-cuDNN timed in one process, call
+after call (issue #6's ratios, measured side by side).
+
+`varscope-cli bench attention` times our kernels against flash and cuDNN in one run, but Flex is
+Python-only, so its time there comes from flex_attention_bench.py, run before the CLI in another
+process. A GPU's clock drifts over a call (our kernel has measured 10 % slower at the end of a
+CLI run than at its start), so this script times every contestant in each iteration, in an order
+that rotates from one iteration to the next, each call after an L2 flush. Our kernel is reached
+through tools/bench/csla_sm90_capi.cu (ctypes, raw device pointers).
+
+Before timing, every contestant's output is checked against fp32 SDPA with the same mask
+expanded to tokens: ours may be at most twice Flex's error (FlashAttention's test rule: at most 2x
+the framework's own error at that precision). Exit code 1 when that fails or a contestant errs.
+"""
+import argparse
+import ctypes
+import datetime
+import json
+import statistics
+import sys
+
+import torch
+from torch.nn.attention.flex_attention import flex_attention
+
+from flex_attention_bench import (CONFIGS, block_mask_of, csla_token_mask, flex_call,
+                                  masked_reference, rel_error)
+
+
+def block_lists(bm):
+    """Active key blocks of each query block, ascending (as core's list builder makes them), in
+    rows of the longest list's length; unused entries are 0."""
+    counts = bm.sum(1).to(torch.int32)
+    stride = max(1, int(counts.max()))
+    lists = torch.zeros(bm.shape[0], stride, dtype=torch.int32)
+    for u in range(bm.shape[0]):
+        row = torch.nonzero(bm[u]).flatten().to(torch.int32)
+        lists[u, :row.numel()] = row
+    return lists, counts, stride
+
+
+def ours_call(lib, q, k, v, bm, b, impl):
+    lists, counts, stride = block_lists(bm.cpu())
+    lists, counts = lists.to(q.device), counts.to(q.device)
+    out = torch.empty_like(q)
+    batch, heads, lq, d = q.shape
+    lk = k.shape[2]
+
+    def fn():
+        err = lib.varscope_csla_sm90_bf16(
+            ctypes.c_void_p(q.data_ptr()), ctypes.c_void_p(k.data_ptr()),
+            ctypes.c_void_p(v.data_ptr()), ctypes.c_void_p(out.data_ptr()), batch, heads, lq, lk,
+            d, ctypes.c_void_p(lists.data_ptr()), ctypes.c_void_p(counts.data_ptr()), stride, b,
+            impl, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        if err != 0:
+            raise RuntimeError(f"varscope_csla_sm90_bf16 returned cudaError {err}")
+        return out
+
+    return fn
+
+
+def time_side_by_side(fns, warmup, iters, flush):
+    """Per contestant, its times over `iters` iterations; iteration i runs the contestants in
+    the order rotated by i, each after an L2 flush."""
+    names = list(fns)
+    for _ in range(warmup):
+        for n in names:
+            fns[n]()
+    torch.cuda.synchronize()
+    events = {n: [] for n in names}
+    for i in range(iters):
+        r = i % len(names)
+        for n in names[r:] + names[:r]:
+            flush.fill_(i & 0xFF)
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[n]()
+            stop.record()
+            events[n].append((start, stop))
+    torch.cuda.synchronize()
+    return {n: [s.elapsed_time(e) for s, e in events[n]] for n in names}
+
+
+def quarters(xs):
+    q = max(1, len(xs) // 4)
+    return [xs[i:i + q] for i in range(0, q * 4, q)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True, help="libvarscope_csla_capi.so (csla_sm90_capi.cu)")
+    ap.add_argument("--configs", nargs="+", default=["infinity-8b-1024"], choices=list(CONFIGS))
+    ap.add_argument("--blocks", nargs="+", type=int, default=[64, 128])
+    ap.add_argument("--impl", type=int, default=12,
+                    help="sm90 schedule (12: the dispatch's default at head dim 128, 10 at 64)")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--commit", default="")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    if a.iters < 4 or a.warmup < 0:
+        sys.exit("--iters must be at least 4 and --warmup not negative")
+    lib = ctypes.CDLL(a.lib)
+    lib.varscope_csla_sm90_bf16.restype = ctypes.c_int
+    dev = torch.device("cuda")
+    flush = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size, dtype=torch.uint8,
+                        device=dev)
+    compiled = torch.compile(flex_attention, dynamic=False)
+    flash = torch.ops.aten._scaled_dot_product_flash_attention
+    cudnn = torch.ops.aten._scaled_dot_product_cudnn_attention
+    results, failed = [], False
+    for name in a.configs:
+        pns, batch, heads, d = CONFIGS[name]
+        tm = csla_token_mask(pns)
+        lq, lk = tm.shape
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(batch, heads, n, d, device=dev, dtype=torch.bfloat16)
+                   for n in (lq, lk, lk))
+        for b in a.blocks:
+            bm = block_mask_of(tm, b).to(dev)
+            row = {"config": name, "block": b, "block_sparsity": 1.0 - bm.float().mean().item(),
+                   "impl": a.impl}
+            flex_fn, opts, errors = flex_call(compiled, q, k, v, bm, b)
+            row["flex_kernel_options"] = opts
+            if errors:
+                row["flex_errors"] = errors
+            fns = {"ours": ours_call(lib, q, k, v, bm, b, a.impl)}
+            if flex_fn is not None:
+                fns["flex"] = flex_fn
+            want = masked_reference(q, k, v, bm, b)
+            row["rel_error_vs_fp32"] = {n: rel_error(f(), want) for n, f in fns.items()}
+            del want
+            errs = row["rel_error_vs_fp32"]
+            if "flex" in errs and not errs["ours"] <= 2 * errs["flex"]:
+                print(f"FAIL {name} block {b}: ours' error {errs['ours']:.2e} is over twice "
+                      f"Flex's {errs['flex']:.2e}", flush=True)
+                failed = True
+                results.append(row)
+                continue
+            fns["flash"] = lambda: flash(q, k, v)
+            fns["cudnn"] = lambda: cudnn(q, k, v, None, False)
+            times = time_side_by_side(fns, a.warmup, a.iters, flush)
+            med = {n: statistics.median(t) for n, t in times.items()}
+            row["median_ms"] = med
+            row["speedup_of_ours"] = {n: med[n] / med["ours"] for n in med if n != "ours"}
+            row["speedup_by_quarter"] = {
+                n: [statistics.median(o) / statistics.median(x)
+                    for o, x in zip(quarters(times[n]), quarters(times["ours"]))]
+                for n in med if n != "ours"}
+            row["ideal_speedup"] = 1.0 / max(1e-9, 1.0 - row["block_sparsity"])
+            results.append(row)
+            print(f"{name} block {b} ({100 * row['block_sparsity']:.2f} % sparse): ours "
+                  f"{med['ours']:.4f} ms | " + " | ".join(
+                      f"{n} {med[n]:.4f} ms = x{row['speedup_of_ours'][n]:.2f} (quarters "
+                      + " ".join(f"{x:.2f}" for x in row["speedup_by_quarter"][n]) + ")"
+                      for n in med if n != "ours"), flush=True)
+    env = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+           "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+           "date": datetime.date.today().isoformat(), "commit": a.commit, "warmup": a.warmup,
+           "iterations": a.iters, "statistic": "median", "l2_flush": True,
+           "order": "every contestant in each iteration, order rotated per iteration"}
+    with open(a.out, "w") as f:
+        json.dump({"benchmark": "csla_vs_torch", "environment": env, "results": results}, f,
+                  indent=2)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
