@@ -86,16 +86,18 @@ fi
 # Our default kernel, Flex, flash and cuDNN in one Python process, call after call
 # (tools/bench/csla_vs_torch.py; our kernel through the C entry point csla_sm90_capi.cu).
 if [ "${SKIP_SIDE:-0}" != 1 ] && [ "$(left)" -gt 200 ]; then
+  PIDS=()  # a bare `wait` would also wait for the tee above, which never ends
   for u in capi csla_attention_sm90_d64 csla_attention_sm90_d128; do
     f="$SRC/kernels/cuda/$u.cu"; [ "$u" = capi ] && f="$SRC/tools/bench/csla_sm90_capi.cu"
-    nvcc -O3 -std=c++17 -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a \
+    timeout 240 nvcc -O3 -std=c++17 -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a \
       --expt-relaxed-constexpr -I"$SRC" -c "$f" -o "/tmp/capi_$u.o" > "/tmp/capi_$u.log" 2>&1 &
+    PIDS+=($!)
   done
-  wait
+  wait "${PIDS[@]}"
   nvcc -shared /tmp/capi_*.o -o /tmp/libvarscope_csla_capi.so > /tmp/capi_link.log 2>&1 \
     || cat /tmp/capi_*.log | tail -20
   PYTHONUNBUFFERED=1 timeout 180 python3 "$SRC/tools/bench/csla_vs_torch.py" \
-    --lib /tmp/libvarscope_csla_capi.so --iters "${SIDE_ITERS:-100}" \
+    --lib /tmp/libvarscope_csla_capi.so --iters "${SIDE_ITERS:-100}" --token-flex \
     --commit "$(cat "$SRC/.commit" 2>/dev/null)" --out "$OUT/side_by_side.json" \
     > "$OUT/side_by_side.log" 2>&1
   echo "side by side rc=$?"; grep -vi "warn" "$OUT/side_by_side.log" | tail -8

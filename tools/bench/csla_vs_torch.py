@@ -24,7 +24,7 @@ import torch
 from torch.nn.attention.flex_attention import flex_attention
 
 from flex_attention_bench import (CONFIGS, block_mask_of, csla_token_mask, flex_call,
-                                  masked_reference, rel_error)
+                                  flex_token_call, masked_reference, rel_error)
 
 
 def block_lists(bm):
@@ -95,6 +95,9 @@ def main():
                     help="sm90 schedule (12: the dispatch's default at head dim 128, 10 at 64)")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--token-flex", action="store_true",
+                    help="also time Flex on the token-exact CSLA mask (other attention than the "
+                         "block mask's: for reference, not a contestant of the goal)")
     ap.add_argument("--commit", default="")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -137,6 +140,18 @@ def main():
                 failed = True
                 results.append(row)
                 continue
+            if a.token_flex:
+                tm_dev = tm.to(dev)
+                tok_fn, tok_opts, tok_errors = flex_token_call(compiled, q, k, v, tm_dev)
+                row["flex_token_kernel_options"] = tok_opts
+                if tok_errors:
+                    row["flex_token_errors"] = tok_errors
+                if tok_fn is not None:
+                    want = torch.nn.functional.scaled_dot_product_attention(
+                        q.float(), k.float(), v.float(), attn_mask=tm_dev)
+                    row["flex_token_rel_error_vs_fp32_token_mask"] = rel_error(tok_fn(), want)
+                    del want
+                    fns["flex_token"] = tok_fn
             fns["flash"] = lambda: flash(q, k, v)
             fns["cudnn"] = lambda: cudnn(q, k, v, None, False)
             times = time_side_by_side(fns, a.warmup, a.iters, flush)

@@ -55,11 +55,25 @@ def flex_call(compiled, q, k, v, bm, b):
     """compiled flex_attention with block mask bm (nq x nk, block b) and the first kernel tile
     setting that runs. The mask is constant per block, so every active block is a full block and
     Flex never evaluates mask_mod inside one: its fastest case. Returns (fn, options, errors)."""
-    lq, lk = q.shape[2], k.shape[2]
-
     def mask_mod(bi, hi, qi, ki):
         return bm[qi // b, ki // b]
 
+    return flex_with(compiled, q, k, v, mask_mod, b)
+
+
+def flex_token_call(compiled, q, k, v, token_mask):
+    """compiled flex_attention with the CSLA mask itself (token-exact, Flex's default block size
+    128): blocks the mask cuts through are partial and evaluate mask_mod per score. This computes
+    other attention than a block mask does; it is timed only to show what Flex costs on the
+    token mask (the issue's 1.09 ms anchor looks like this case)."""
+    def mask_mod(bi, hi, qi, ki):
+        return token_mask[qi, ki]
+
+    return flex_with(compiled, q, k, v, mask_mod, 128)
+
+
+def flex_with(compiled, q, k, v, mask_mod, b):
+    lq, lk = q.shape[2], k.shape[2]
     mask = create_block_mask(mask_mod, None, None, lq, lk, device=q.device, BLOCK_SIZE=b)
     errors = []
     for opts in (None, {"BLOCK_M": b, "BLOCK_N": b}, {"BLOCK_M": 64, "BLOCK_N": 64}):
