@@ -2,7 +2,9 @@
 // dense SDPA backends (flash, cuDNN) and SDPA with a boolean mask, at SparVAR's Table 1 setting
 // (Infinity-8B last scale) and VAR-d30's last scales. CUDA events, warm-up, an L2 flush before
 // every timed call, the median of many calls (see kernels/cuda_timing.h). FlexAttention is
-// Python-only: tools/bench/flex_attention_bench.py times it and --flex-json merges its numbers.
+// Python-only: tools/bench/flex_attention_bench.py times it and --flex-json merges its numbers,
+// which were timed in another process; tools/bench/csla_vs_torch.py times Flex and our default
+// kernel in one process, call after call (the GPU's clock drifts over a run).
 #include <ATen/ATen.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/InferenceMode.h>
@@ -185,6 +187,11 @@ int run_attention(const BenchOptions& o) {
     require_cuda();
     c10::InferenceMode guard;
     const auto flex = read_flex(o.flex_json);
+    if (!flex.empty())
+        std::printf(
+            "flex: timed in another process (%s); tools/bench/csla_vs_torch.py times it "
+            "beside our kernel in one\n",
+            o.flex_json.c_str());
     const auto dev = at::TensorOptions().device(at::kCUDA, o.device);
     json results = json::array();
     std::printf("%-18s %5s %7s %8s %8s %8s %8s %8s %8s %7s %7s %7s %6s %7s %7s\n", "config",
@@ -543,7 +550,8 @@ Runner add_bench_attention(CLI::App& bench) {
     add_common(cmd, *o);
     cmd->add_option("--blocks", o->blocks, "block sizes (multiples of 64)");
     cmd->add_option("--flex-json", o->flex_json,
-                    "FlexAttention times from tools/bench/flex_attention_bench.py");
+                    "FlexAttention times from tools/bench/flex_attention_bench.py (another "
+                    "process; tools/bench/csla_vs_torch.py times both in one)");
     return guarded([o] { return run_attention(*o); });
 }
 

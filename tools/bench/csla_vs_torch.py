@@ -103,8 +103,13 @@ def main():
     a = ap.parse_args()
     if a.iters < 4 or a.warmup < 0:
         sys.exit("--iters must be at least 4 and --warmup not negative")
-    lib = ctypes.CDLL(a.lib)
-    lib.varscope_csla_sm90_bf16.restype = ctypes.c_int
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        sys.exit("csla_vs_torch.py needs a Hopper GPU (the kernel is built for sm_90a)")
+    try:
+        lib = ctypes.CDLL(a.lib)
+        lib.varscope_csla_sm90_bf16.restype = ctypes.c_int
+    except (OSError, AttributeError) as e:
+        sys.exit(f"cannot use {a.lib} (build it from tools/bench/csla_sm90_capi.cu): {e}")
     dev = torch.device("cuda")
     flush = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size, dtype=torch.uint8,
                         device=dev)
