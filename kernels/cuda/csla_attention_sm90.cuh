@@ -28,6 +28,9 @@
 //   CS4A has no TMA form (rows gathered by index): 7-12 run 6 for it.
 // Default (sm90_default_impl in attention_cuda.cpp): 12 at d128, 10 at d64
 // (bench/results/2026-11-26-h200/csla_cta.md, 2026-11-26-h200/csla_s12.md, csla_s13.md).
+// Tried and dropped (2026-11-26-h100/csla_s16.md): other setmaxnreg splits for 12 (producer /
+// consumer 32/224 and 24/232: every block active 1.5 % faster, Table 1 block 64 0.5 % slower;
+// 48/208 and 56/200: every block active 2 % slower).
 // Tried and dropped (csla_s15.md, H100): L2 prefetch of the next round's heads, each byte once
 // by one CTA (11 % slower); every item claimed (11 % slower; with every block active as fast as
 // round-robin once the claimed index is uniform); a seventh ring slot for 12 (O staged in the
