@@ -97,7 +97,7 @@ if [ "${SKIP_SIDE:-0}" != 1 ] && [ "$(left)" -gt 200 ]; then
   nvcc -shared /tmp/capi_*.o -o /tmp/libvarscope_csla_capi.so > /tmp/capi_link.log 2>&1 \
     || cat /tmp/capi_*.log | tail -20
   PYTHONUNBUFFERED=1 timeout 180 python3 "$SRC/tools/bench/csla_vs_torch.py" \
-    --lib /tmp/libvarscope_csla_capi.so --iters "${SIDE_ITERS:-100}" --token-flex \
+    --lib /tmp/libvarscope_csla_capi.so --iters "${SIDE_ITERS:-100}" --token-flex --partial-flex \
     --commit "$(cat "$SRC/.commit" 2>/dev/null)" --out "$OUT/side_by_side.json" \
     > "$OUT/side_by_side.log" 2>&1
   echo "side by side rc=$?"; grep -vi "warn" "$OUT/side_by_side.log" | tail -8

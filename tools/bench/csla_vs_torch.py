@@ -12,6 +12,11 @@ through tools/bench/csla_sm90_capi.cu (ctypes, raw device pointers).
 Before timing, every contestant's output is checked against fp32 SDPA with the same mask
 expanded to tokens: ours may be at most twice Flex's error (FlashAttention's test rule: at most 2x
 the framework's own error at that precision). Exit code 1 when that fails or a contestant errs.
+
+Two more Flex settings can be timed for reference (not the goal's contestant, which is Flex with
+the block mask and its full blocks, Flex's fastest path for this mask): --token-flex (the CSLA
+token mask: other attention) and --partial-flex (the same block lists as partial blocks only: the
+same attention on Flex's masking path).
 """
 import argparse
 import ctypes
@@ -24,7 +29,7 @@ import torch
 from torch.nn.attention.flex_attention import flex_attention
 
 from flex_attention_bench import (CONFIGS, block_mask_of, csla_token_mask, flex_call,
-                                  flex_token_call, masked_reference, rel_error)
+                                  flex_partial_call, flex_token_call, masked_reference, rel_error)
 
 
 def block_lists(bm):
@@ -98,6 +103,9 @@ def main():
     ap.add_argument("--token-flex", action="store_true",
                     help="also time Flex on the CSLA token mask with the same blocks (other "
                          "attention than the block mask's: for reference only)")
+    ap.add_argument("--partial-flex", action="store_true",
+                    help="also time Flex on the same block lists given as partial blocks only "
+                         "(BlockMask.from_kv_blocks: the same attention on Flex's masking path)")
     ap.add_argument("--commit", default="")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -135,6 +143,13 @@ def main():
             fns = {"ours": ours_call(lib, q, k, v, bm, b, a.impl)}
             if flex_fn is not None:
                 fns["flex"] = flex_fn
+            if a.partial_flex:
+                part_fn, part_opts, part_errors = flex_partial_call(compiled, q, k, v, bm, b)
+                row["flex_partial_kernel_options"] = part_opts
+                if part_errors:
+                    row["flex_partial_errors"] = part_errors
+                if part_fn is not None:
+                    fns["flex_partial"] = part_fn
             want = masked_reference(q, k, v, bm, b)
             row["rel_error_vs_fp32"] = {n: rel_error(f(), want) for n, f in fns.items()}
             del want

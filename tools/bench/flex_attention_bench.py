@@ -11,7 +11,7 @@ import json
 import statistics
 
 import torch
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 CONFIGS = {
     "infinity-8b-1024": ([1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64], 1, 24, 128),
@@ -73,9 +73,33 @@ def flex_token_call(compiled, q, k, v, token_mask, b):
     return flex_with(compiled, q, k, v, mask_mod, b)
 
 
+def flex_partial_call(compiled, q, k, v, bm, b):
+    """compiled flex_attention with bm's block lists given straight to BlockMask.from_kv_blocks
+    and no full blocks: the same attention as flex_call's, but Flex then takes every active block
+    as partial and evaluates mask_mod (bm's lookup) on each of its scores. Timed for reference
+    only: flex_call's full blocks are Flex's fast path for this mask. (The lookup is needed:
+    uncompiled Flex applies mask_mod alone and ignores the block lists.)"""
+    lq, lk = q.shape[2], k.shape[2]
+    counts = bm.sum(1).to(torch.int32)
+    # Active key blocks first, ascending (a stable sort of "inactive").
+    indices = torch.argsort((~bm).to(torch.int8), dim=1, stable=True).to(torch.int32)
+
+    def mask_mod(bi, hi, qi, ki):
+        return bm[qi // b, ki // b]
+
+    mask = BlockMask.from_kv_blocks(counts[None, None], indices[None, None], BLOCK_SIZE=b,
+                                    mask_mod=mask_mod, seq_lengths=(lq, lk))
+    return flex_run(compiled, q, k, v, mask, b)
+
+
 def flex_with(compiled, q, k, v, mask_mod, b):
     lq, lk = q.shape[2], k.shape[2]
     mask = create_block_mask(mask_mod, None, None, lq, lk, device=q.device, BLOCK_SIZE=b)
+    return flex_run(compiled, q, k, v, mask, b)
+
+
+def flex_run(compiled, q, k, v, mask, b):
+    """The first kernel tile setting that runs: (fn, options, errors)."""
     errors = []
     for opts in (None, {"BLOCK_M": b, "BLOCK_N": b}, {"BLOCK_M": 64, "BLOCK_N": 64}):
         def fn(opts=opts):
