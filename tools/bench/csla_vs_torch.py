@@ -154,7 +154,10 @@ def main():
             row["rel_error_vs_fp32"] = {n: rel_error(f(), want) for n, f in fns.items()}
             del want
             errs = row["rel_error_vs_fp32"]
-            if "flex" in errs and not errs["ours"] <= 2 * errs["flex"]:
+            if "flex" not in errs:
+                print(f"FAIL {name} block {b}: Flex did not run ({errors})", flush=True)
+                failed = True
+            elif not errs["ours"] <= 2 * errs["flex"]:
                 print(f"FAIL {name} block {b}: ours' error {errs['ours']:.2e} is over twice "
                       f"Flex's {errs['flex']:.2e}", flush=True)
                 failed = True
