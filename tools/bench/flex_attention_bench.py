@@ -55,10 +55,22 @@ def flex_call(compiled, q, k, v, bm, b):
     """compiled flex_attention with block mask bm (nq x nk, block b) and the first kernel tile
     setting that runs. The mask is constant per block, so every active block is a full block and
     Flex never evaluates mask_mod inside one: its fastest case. Returns (fn, options, errors)."""
+    return flex_with(compiled, q, k, v, block_lookup(bm, b), b)
+
+
+def block_lookup(bm, b):
+    """mask_mod of a block mask: whether the block of (query, key) is active."""
     def mask_mod(bi, hi, qi, ki):
         return bm[qi // b, ki // b]
 
-    return flex_with(compiled, q, k, v, mask_mod, b)
+    return mask_mod
+
+
+def active_blocks(bm):
+    """Per query block, how many key blocks are active, and all key block indices with the active
+    ones first, ascending (a stable sort of "inactive")."""
+    counts = bm.sum(1).to(torch.int32)
+    return counts, torch.argsort((~bm).to(torch.int8), dim=1, stable=True).to(torch.int32)
 
 
 def flex_token_call(compiled, q, k, v, token_mask, b):
@@ -80,15 +92,9 @@ def flex_partial_call(compiled, q, k, v, bm, b):
     only: flex_call's full blocks are Flex's fast path for this mask. (The lookup is needed:
     uncompiled Flex applies mask_mod alone and ignores the block lists.)"""
     lq, lk = q.shape[2], k.shape[2]
-    counts = bm.sum(1).to(torch.int32)
-    # Active key blocks first, ascending (a stable sort of "inactive").
-    indices = torch.argsort((~bm).to(torch.int8), dim=1, stable=True).to(torch.int32)
-
-    def mask_mod(bi, hi, qi, ki):
-        return bm[qi // b, ki // b]
-
+    counts, indices = active_blocks(bm)
     mask = BlockMask.from_kv_blocks(counts[None, None], indices[None, None], BLOCK_SIZE=b,
-                                    mask_mod=mask_mod, seq_lengths=(lq, lk))
+                                    mask_mod=block_lookup(bm, b), seq_lengths=(lq, lk))
     return flex_run(compiled, q, k, v, mask, b)
 
 
@@ -115,9 +121,12 @@ def flex_run(compiled, q, k, v, mask, b):
 def masked_reference(q, k, v, bm, b):
     """fp32 SDPA with bm expanded to tokens: the ground truth for every contestant."""
     lq, lk = q.shape[2], k.shape[2]
-    expanded = bm.repeat_interleave(b, 0).repeat_interleave(b, 1)[:lq, :lk]
+    return fp32_sdpa(q, k, v, bm.repeat_interleave(b, 0).repeat_interleave(b, 1)[:lq, :lk])
+
+
+def fp32_sdpa(q, k, v, token_mask):
     return torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
-                                                            attn_mask=expanded)
+                                                            attn_mask=token_mask)
 
 
 def rel_error(out, want):
