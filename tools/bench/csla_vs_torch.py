@@ -60,6 +60,18 @@ def ours_call(lib, q, k, v, bm, b, impl):
     return fn
 
 
+def add_flex(fns, row, key, call):
+    """A Flex setting (flex_run's (fn, options, errors)) under key: its call into fns where a tile
+    setting ran, its options and errors into row. Returns the call or None."""
+    fn, opts, errors = call
+    row[f"{key}_kernel_options"] = opts
+    if errors:
+        row[f"{key}_errors"] = errors
+    if fn is not None:
+        fns[key] = fn
+    return fn
+
+
 def time_side_by_side(fns, warmup, iters, flush):
     """Per contestant, its times over `iters` iterations; iteration i runs the contestants in
     the order rotated by i, each after an L2 flush."""
@@ -134,26 +146,17 @@ def main():
             bm = block_mask_of(tm, b).to(dev)
             row = {"config": name, "block": b, "block_sparsity": 1.0 - bm.float().mean().item(),
                    "impl": a.impl}
-            flex_fn, opts, errors = flex_call(compiled, q, k, v, bm, b)
-            row["flex_kernel_options"] = opts
-            if errors:
-                row["flex_errors"] = errors
             fns = {"ours": ours_call(lib, q, k, v, bm, b, a.impl)}
-            if flex_fn is not None:
-                fns["flex"] = flex_fn
+            add_flex(fns, row, "flex", flex_call(compiled, q, k, v, bm, b))
             if a.partial_flex:
-                part_fn, part_opts, part_errors = flex_partial_call(compiled, q, k, v, bm, b)
-                row["flex_partial_kernel_options"] = part_opts
-                if part_errors:
-                    row["flex_partial_errors"] = part_errors
-                if part_fn is not None:
-                    fns["flex_partial"] = part_fn
+                add_flex(fns, row, "flex_partial", flex_partial_call(compiled, q, k, v, bm, b))
             want = masked_reference(q, k, v, bm, b)
             row["rel_error_vs_fp32"] = {n: rel_error(f(), want) for n, f in fns.items()}
             del want
             errs = row["rel_error_vs_fp32"]
             if "flex" not in errs:
-                print(f"FAIL {name} block {b}: Flex did not run ({errors})", flush=True)
+                print(f"FAIL {name} block {b}: Flex did not run ({row.get('flex_errors')})",
+                      flush=True)
                 failed = True
             elif not errs["ours"] <= 2 * errs["flex"]:
                 print(f"FAIL {name} block {b}: ours' error {errs['ours']:.2e} is over twice "
@@ -162,15 +165,12 @@ def main():
                 results.append(row)
                 continue
             if a.token_flex:
-                tok_fn, tok_opts, tok_errors = flex_token_call(compiled, q, k, v, tm_dev, b)
-                row["flex_token_kernel_options"] = tok_opts
-                if tok_errors:
-                    row["flex_token_errors"] = tok_errors
+                tok_fn = add_flex(fns, row, "flex_token",
+                                  flex_token_call(compiled, q, k, v, tm_dev, b))
                 if tok_fn is not None:
                     if token_want is None:
                         token_want = fp32_sdpa(q, k, v, tm_dev)
                     row["flex_token_rel_error_vs_fp32_token_mask"] = rel_error(tok_fn(), token_want)
-                    fns["flex_token"] = tok_fn
             fns["flash"] = lambda: flash(q, k, v)
             fns["cudnn"] = lambda: cudnn(q, k, v, None, False)
             times = time_side_by_side(fns, a.warmup, a.iters, flush)
