@@ -28,8 +28,6 @@ cudaError_t launch_cs4a_sm90_d128_bf16(const AttentionParams&, int impl, cudaStr
 
 namespace {
 
-constexpr double kLog2e = 1.4426950408889634;
-
 int64_t ceil_div(int64_t a, int64_t b) {
     return (a + b - 1) / b;
 }
@@ -58,7 +56,7 @@ AttentionParams base_params(const at::Tensor& q, const at::Tensor& k, double sca
     p.heads = static_cast<int>(q.size(1));
     p.len_q = static_cast<int>(q.size(2));
     p.len_k = static_cast<int>(k.size(2));
-    p.scale_log2 = static_cast<float>(scale * kLog2e);
+    p.scale_log2 = scale_log2_of(scale);
     return p;
 }
 

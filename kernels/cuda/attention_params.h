@@ -58,6 +58,18 @@ struct AttentionParams {
 inline constexpr int kQueryTile = 64;
 inline constexpr int kKeyTile = 64;
 
+// Strides (batch, head, row), in elements, of a contiguous (batch, heads, len, head_dim) tensor.
+inline void set_contiguous_strides(int64_t (&dst)[3], int heads, int len, int head_dim) {
+    dst[2] = head_dim;
+    dst[1] = int64_t{len} * head_dim;
+    dst[0] = int64_t{heads} * dst[1];
+}
+
+// AttentionParams::scale_log2 for a softmax scale: the kernels exponentiate with exp2.
+inline float scale_log2_of(double scale) {
+    return static_cast<float>(scale * 1.4426950408889634);
+}
+
 // One entry point per (head dim, element type); each lives in its own .cu file.
 cudaError_t launch_attention_d64_bf16(const AttentionParams&, TileMode, Epilogue, cudaStream_t);
 cudaError_t launch_attention_d64_fp16(const AttentionParams&, TileMode, Epilogue, cudaStream_t);

@@ -36,18 +36,15 @@ extern "C" int varscope_csla_sm90_bf16(const void* q, const void* k, const void*
     p.k = k;
     p.v = v;
     p.o = o;
-    const int64_t d = head_dim;
-    const int64_t qs[3] = {heads * len_q * d, len_q * d, d};
-    const int64_t ks[3] = {heads * len_k * d, len_k * d, d};
-    for (int i = 0; i < 3; ++i) {
-        p.q_stride[i] = p.o_stride[i] = qs[i];
-        p.k_stride[i] = p.v_stride[i] = ks[i];
-    }
+    vc::set_contiguous_strides(p.q_stride, heads, len_q, head_dim);
+    vc::set_contiguous_strides(p.o_stride, heads, len_q, head_dim);
+    vc::set_contiguous_strides(p.k_stride, heads, len_k, head_dim);
+    vc::set_contiguous_strides(p.v_stride, heads, len_k, head_dim);
     p.batch = batch;
     p.heads = heads;
     p.len_q = len_q;
     p.len_k = len_k;
-    p.scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)) * 1.4426950408889634);
+    p.scale_log2 = vc::scale_log2_of(1.0 / std::sqrt(static_cast<double>(head_dim)));
     p.lists = lists;
     p.counts = counts;
     p.list_stride = list_stride;

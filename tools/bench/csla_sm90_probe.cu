@@ -160,25 +160,22 @@ vc::AttentionParams params_of(const Problem& pr, const Dev& dv) {
     p.v = dv.v;
     p.o = dv.o;
     p.lse = dv.lse;
-    const int64_t d = pr.d;
-    if (pr.strided_q) {
+    if (pr.strided_q) {  // (batch, len, heads, head_dim) in memory
+        const int64_t d = pr.d;
         p.q_stride[0] = int64_t{pr.lq} * pr.h * d;
         p.q_stride[1] = d;
         p.q_stride[2] = int64_t{pr.h} * d;
     } else {
-        p.q_stride[0] = int64_t{pr.h} * pr.lq * d;
-        p.q_stride[1] = int64_t{pr.lq} * d;
-        p.q_stride[2] = d;
+        vc::set_contiguous_strides(p.q_stride, pr.h, pr.lq, pr.d);
     }
-    const int64_t ks[3] = {int64_t{pr.h} * pr.lk * d, int64_t{pr.lk} * d, d};
-    const int64_t os[3] = {int64_t{pr.h} * pr.lq * d, int64_t{pr.lq} * d, d};
-    for (int i = 0; i < 3; ++i) p.k_stride[i] = p.v_stride[i] = ks[i], p.o_stride[i] = os[i];
+    vc::set_contiguous_strides(p.k_stride, pr.h, pr.lk, pr.d);
+    vc::set_contiguous_strides(p.v_stride, pr.h, pr.lk, pr.d);
+    vc::set_contiguous_strides(p.o_stride, pr.h, pr.lq, pr.d);
     p.batch = pr.b;
     p.heads = pr.h;
     p.len_q = pr.lq;
     p.len_k = pr.lk;
-    p.scale_log2 =
-        static_cast<float>(1.0 / std::sqrt(static_cast<double>(pr.d)) * 1.4426950408889634);
+    p.scale_log2 = vc::scale_log2_of(1.0 / std::sqrt(static_cast<double>(pr.d)));
     p.lists = dv.idx;
     p.counts = dv.cnt;
     p.list_stride = pr.lists.stride;
