@@ -33,7 +33,8 @@
 // 48/208 and 56/200: every block active 2 % slower).
 // Tried and dropped (2026-11-26-h100/csla_s17.md): items walking their lists backwards or from
 // the middle, for half of the heads, half of the CTAs or every item (only the producer's order
-// changed; 0.5-6 % slower on the mask, the same with every block active).
+// changed; 0.5-6 % slower on the mask, the same with every block active); each run's first
+// block moved 2-16 places earlier in the list (3.7-7 % slower).
 // Tried and dropped (csla_s15.md, H100): L2 prefetch of the next round's heads, each byte once
 // by one CTA (11 % slower); every item claimed (11 % slower; with every block active as fast as
 // round-robin once the claimed index is uniform); a seventh ring slot for 12 (O staged in the
