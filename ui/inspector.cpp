@@ -72,28 +72,35 @@ AttentionInspector::AttentionInspector(QWidget* parent) : QWidget(parent) {
     layer_->setPrefix(tr("layer "));
     layer_->setToolTip(tr("Transformer block; another layer re-runs with eager attention there"));
     head_ = new QComboBox(this);
+    head_->setObjectName("attentionHead");
     head_->setToolTip(tr("Attention head (or the mean over heads)"));
     head_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
     cmap_ = colormap_combo(this, viz::Colormap::Inferno);
     log_ = new QCheckBox(tr("log"), this);
     log_->setChecked(true);
     log_->setToolTip(tr("log10 of the probabilities (small weights become visible)"));
+    // Two rows: in one the bar was wider than the dock's default width, and the layout cut the
+    // scale box's text ("9: 16×16" read "9: 16×1"). The first row picks the map, the second how
+    // it is drawn.
+    auto* look = new QHBoxLayout;
     bar->addWidget(side_);
     bar->addWidget(new QLabel(tr("Scale"), this));
     bar->addWidget(scale_);
     bar->addWidget(layer_);
     bar->addWidget(head_);
-    bar->addWidget(cmap_);
-    bar->addWidget(log_);
+    bar->addStretch(1);
+    look->addWidget(cmap_);
+    look->addWidget(log_);
     cs4a_ = new QCheckBox(tr("CS4A keys"), this);
     cs4a_->setObjectName("attentionCs4a");
     cs4a_->setToolTip(
         tr("Dim every entry SparVAR's CS4A did not keep at this scale and layer "
            "(its Top-K keys at the decision scale, the mapped keys at later scales), "
            "so the dense map shows what the sparse attention sees"));
-    bar->addWidget(cs4a_);
-    bar->addStretch(1);
+    look->addWidget(cs4a_);
+    look->addStretch(1);
     v->addLayout(bar);
+    v->addLayout(look);
     view_ = new viz::HeatmapView(this);
     view_->setObjectName("attentionView");
     view_->setKeepAspect(false);
@@ -405,7 +412,8 @@ void AccelInspector::rebuildScales() {
             });
         if (stackable) scale_->addItem(tr("stacked"), -3);
         for (int64_t s : scales)
-            scale_->addItem(s < 0 ? tr("all %1").arg(units_) : tr("%1 %2").arg(unit_).arg(s), qlonglong(s));
+            scale_->addItem(s < 0 ? tr("all %1").arg(units_) : tr("%1 %2").arg(unit_).arg(s),
+                            qlonglong(s));
         for (int64_t l : layers)
             layer_->addItem(l < 0 ? tr("all layers") : tr("layer %1").arg(l), qlonglong(l));
     }
@@ -457,7 +465,10 @@ void AccelInspector::refresh() {
         view_->setTitle(tr("%1: %2 per layer (rows) × %3 (columns)")
                             .arg(kind_->currentText(), QString::fromStdString(key), unit_));
         view_->setCellLabeler([lv, sv, unit = unit_](int row, int col) {
-            return QObject::tr("layer %1, %2 %3").arg(lv[size_t(row)]).arg(unit).arg(sv[size_t(col)]);
+            return QObject::tr("layer %1, %2 %3")
+                .arg(lv[size_t(row)])
+                .arg(unit)
+                .arg(sv[size_t(col)]);
         });
         values_->setText(tr("%1 records").arg(recs.size()));
         index_->setVisible(false);

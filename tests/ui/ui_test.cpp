@@ -14,6 +14,7 @@
 #include <QStandardItemModel>
 #include <QTemporaryDir>
 #include <QToolButton>
+#include <QVBoxLayout>
 #include <QtTest>
 #include <cmath>
 
@@ -173,6 +174,40 @@ class UiTest : public QObject {
         QCOMPARE(after.values[2 * 5 + 4], lo);                        // row 2 drops key 4
         box->setChecked(false);
         QCOMPARE(insp.view()->grid().values, before.values);
+    }
+
+    // The attention inspector in a 420-px dock (narrower than the app's default) keeps the scale
+    // and head boxes' whole text (before, its one-row bar needed ~640 px, and "9: 16×16" was cut
+    // to "9: 16×1").
+    void attentionBarKeepsItsTextWhenNarrow() {
+        using namespace varscope::gui;
+        auto base = std::make_shared<SideResult>();
+        for (int64_t si : {0, 1, 2}) {
+            ScaleOutput s;
+            s.scale = si;
+            s.patch_num = 8 * si + 8;
+            base->run.scales.push_back(s);
+        }
+        QWidget dock;
+        auto* layout = new QVBoxLayout(&dock);
+        auto* insp = new AttentionInspector(&dock);
+        layout->addWidget(insp);
+        insp->setDepth(1, 4);
+        insp->setResults(base, nullptr);
+        insp->setScale(2);
+        dock.setFixedSize(420, 300);
+        dock.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&dock));
+        for (const char* name : {"attentionScale", "attentionHead"}) {
+            auto* box = insp->findChild<QComboBox*>(name);
+            QVERIFY2(box, name);
+            QVERIFY2(!box->currentText().isEmpty(), name);
+            QVERIFY2(box->width() >= box->sizeHint().width(),
+                     qPrintable(QString("%1: %2 px for a hint of %3")
+                                    .arg(name)
+                                    .arg(box->width())
+                                    .arg(box->sizeHint().width())));
+        }
     }
 
     void heatmapsAndOverlays() {
