@@ -1,18 +1,32 @@
 #include "core/resources.h"
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "core/build_paths.h"
 #include "core/models/sampling_recommendation.h"
-#include <filesystem>
 
 namespace fs = std::filesystem;
 
 namespace varscope {
 
+std::string resolve_resource_dir(const char* env, const std::string& exe,
+                                 const std::string& configured) {
+    if (env && *env) return env;
+    if (!exe.empty()) {
+        // <prefix>/bin/varscope -> <prefix>/share/varscope, if the install put the models there.
+        const fs::path installed = fs::path(exe).parent_path().parent_path() / "share" / "varscope";
+        std::error_code ec;
+        if (fs::is_directory(installed / "models", ec)) return installed.string();
+    }
+    return configured;
+}
+
 std::string resource_dir() {
-    if (const char* env = std::getenv("VARSCOPE_RESOURCES"); env && *env) return env;
-    return VARSCOPE_RESOURCE_DIR;
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);  // Linux; "" elsewhere
+    return resolve_resource_dir(std::getenv("VARSCOPE_RESOURCES"),
+                                ec ? std::string() : exe.string(), VARSCOPE_RESOURCE_DIR);
 }
 
 bool embedded_model_available() {
@@ -22,11 +36,13 @@ bool embedded_model_available() {
 
 VarModelFiles embedded_model_files() {
     const fs::path m = fs::path(resource_dir()) / "models";
-    VarModelFiles f{(m / "emoji-var.safetensors").string(), (m / "emoji-vqvae.safetensors").string(), {}};
+    VarModelFiles f{
+        (m / "emoji-var.safetensors").string(), (m / "emoji-vqvae.safetensors").string(), {}};
     for (const auto& p : {f.var_path, f.vae_path})
         if (!fs::exists(p))
-            throw CheckpointError("the embedded emoji model is missing: '" + p +
-                                  "' (set VARSCOPE_RESOURCES to the resources folder, or pass --var/--vae)");
+            throw CheckpointError(
+                "the embedded emoji model is missing: '" + p +
+                "' (set VARSCOPE_RESOURCES to the resources folder, or pass --var/--vae)");
     return f;
 }
 
@@ -42,8 +58,9 @@ MarModelFiles embedded_mar_files() {
     f.vae_path = (m / "emoji-klvae.safetensors").string();
     for (const auto& p : {f.mar_path, f.vae_path})
         if (!fs::exists(p))
-            throw CheckpointError("the embedded emoji MAR is missing: '" + p +
-                                  "' (set VARSCOPE_RESOURCES to the resources folder, or pass --mar/--vae)");
+            throw CheckpointError(
+                "the embedded emoji MAR is missing: '" + p +
+                "' (set VARSCOPE_RESOURCES to the resources folder, or pass --mar/--vae)");
     if (const auto rec = read_mar_sampling_recommendation(f.mar_path); rec.num_sampling_steps)
         f.num_sampling_steps = *rec.num_sampling_steps;
     return f;

@@ -8,8 +8,14 @@
 
 namespace varscope {
 
-// $VARSCOPE_RESOURCES if set, else the resources/ folder this build was configured from.
+// Where the shipped files are: $VARSCOPE_RESOURCES if set; else share/varscope beside the
+// running executable's bin/ (an installed copy, `cmake --install`); else the resources/ folder
+// this build was configured from (a build tree).
 std::string resource_dir();
+// resource_dir()'s rule with its inputs given (env: the variable's value or nullptr; exe: the
+// executable's path, "" if unknown; configured: the build's resources/ folder).
+std::string resolve_resource_dir(const char* env, const std::string& exe,
+                                 const std::string& configured);
 // resources/models/emoji-{var,vqvae}.safetensors; throws CheckpointError if they are missing.
 VarModelFiles embedded_model_files();
 bool embedded_model_available();

@@ -8,6 +8,7 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
+#include <QIcon>
 #include <QLineEdit>
 #include <QSettings>
 #include <QSpinBox>
@@ -85,6 +86,8 @@ int main(int argc, char** argv) {
     QApplication::setOrganizationName("VARScope");
     QApplication::setApplicationName("VARScope");
     QApplication::setApplicationVersion("0.1.0");
+    QApplication::setWindowIcon(QIcon(":/varscope.svg"));
+    QApplication::setDesktopFileName("varscope");  // packaging/varscope.desktop
 
     QCommandLineParser cli;
     cli.setApplicationDescription("VARScope: visual autoregressive models and their accelerations");

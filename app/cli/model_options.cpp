@@ -1,5 +1,6 @@
 #include "app/cli/model_options.h"
 
+#include <iostream>
 #include <stdexcept>
 
 #include "core/resources.h"
@@ -45,6 +46,8 @@ VarPipeline ModelOptions::build() const {
                 resource_dir() + "/models)");
         auto files = embedded_model_files();
         files.patch_nums = patch_nums;
+        std::cerr << "no --var/--vae given: using the embedded emoji VAR (" << files.var_path
+                  << ")\n";
         return VarPipeline::load(files, lo);
     }
     if (var_path.empty() || vae_path.empty())
