@@ -24,13 +24,16 @@ QString bytes_text(int64_t b) {
 QString ComparisonMetrics::text() const {
     if (!valid) return {};
     const QString p = std::isinf(psnr) ? QStringLiteral("∞") : QString::number(psnr, 'f', 2);
-    return QObject::tr("PSNR %1 dB · SSIM %2 · speedup %3× (%4 → %5 ms) · KV %6 → %7")
-        .arg(p)
-        .arg(ssim, 0, 'f', 4)
-        .arg(speedup, 0, 'f', 2)
-        .arg(base_ms, 0, 'f', 1)
-        .arg(accel_ms, 0, 'f', 1)
-        .arg(bytes_text(base_kv), bytes_text(accel_kv));
+    QString t = QObject::tr("PSNR %1 dB · SSIM %2 · speedup %3× (%4 → %5 ms)")
+                    .arg(p)
+                    .arg(ssim, 0, 'f', 4)
+                    .arg(speedup, 0, 'f', 2)
+                    .arg(base_ms, 0, 'f', 1)
+                    .arg(accel_ms, 0, 'f', 1);
+    // MAR keeps no KV cache (its transformer is bidirectional): no "KV 0 B → 0 B" there.
+    if (base_kv > 0 || accel_kv > 0)
+        t += QObject::tr(" · KV %1 → %2").arg(bytes_text(base_kv), bytes_text(accel_kv));
+    return t;
 }
 
 ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {

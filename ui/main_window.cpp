@@ -111,10 +111,7 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     });
     connect(model_panel_, &ModelPanel::modelChanged, this, [this] {
         // The family's controls follow at once (embedded models); files: once loaded.
-        method_panel_->setFamily(model_panel_->family());
-        plots_->setFamily(model_panel_->family());
-        comparison_->setFamily(model_panel_->family());
-        inspector_->setFamily(model_panel_->family());
+        showFamily(model_panel_->family());
         comparison_->clear();
         if (has_generated_) debounce_.start();
     });
@@ -131,11 +128,8 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         model_panel_->setClassList(QString::fromStdString(info.class_list_path),
                                    int(info.num_classes));
         model_panel_->setLoadedModel(info);
-        method_panel_->setFamily(info.family);
-        plots_->setFamily(info.family);
-        comparison_->setFamily(info.family);
         inspector_->setModel(int(info.depth), int(info.num_heads));
-        inspector_->setFamily(info.family);
+        showFamily(info.family);
         status_model_->setText(QString::fromStdString(info.description).replace('\n', " · ") +
                                " · " + QString::fromStdString(info.device));
     });
@@ -270,10 +264,20 @@ Request MainWindow::currentRequest() const {
     return r;
 }
 
+void MainWindow::showFamily(Family f) {
+    method_panel_->setFamily(f);
+    plots_->setFamily(f);
+    comparison_->setFamily(f);
+    inspector_->setFamily(f);
+}
+
 void MainWindow::applyRequest(const Request& r, bool generateNow) {
     const bool was = has_generated_;
     has_generated_ = false;  // no debounced runs while the panels are being filled
     model_panel_->applyRequest(r);
+    // Before the accelerators: a MAR request's LazyMAR settings (and --preset lazymar after a
+    // restored MAR session) need MAR's accelerator panel, not the one of the model shown before.
+    showFamily(model_panel_->family());
     method_panel_->setConfig(r.accel);
     has_generated_ = was;
     debounce_.stop();

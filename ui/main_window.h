@@ -24,7 +24,7 @@ class PlotsPanel;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
-public:
+  public:
     // loader: how the worker builds models (default: checkpoints via Engine::load).
     explicit MainWindow(GenerationWorker::Loader loader = {}, QWidget* parent = nullptr);
     ~MainWindow() override;
@@ -50,24 +50,26 @@ public:
     bool busy() const { return active_job_ != 0; }
     int debounceMs() const { return debounce_.interval(); }
 
-public slots:
+  public slots:
     void generate();
     void cancel();
     void exportFigureDialog();
     void exportMetricsDialog();
     void saveImageDialog();
 
-signals:
+  signals:
     void resultsUpdated();  // a side finished and the panels show it
     void jobFinished();     // the worker went idle for the latest job
 
-protected:
+  protected:
     void closeEvent(QCloseEvent* e) override;
     void dragEnterEvent(QDragEnterEvent* e) override;
     void dropEvent(QDropEvent* e) override;
 
-private:
+  private:
     void buildActions();
+    // The model family's controls in every panel (accelerators, plots, metrics, inspector).
+    void showFamily(Family f);
     void readSettings();
     void writeSettings();
     void showResults();
@@ -87,8 +89,8 @@ private:
     QLabel* status_model_;
     QProgressBar* progress_;
     QTimer debounce_;
-    quint64 active_job_ = 0;   // latest submitted job still running (0 = idle)
-    quint64 latest_job_ = 0;   // results of older jobs are ignored
+    quint64 active_job_ = 0;  // latest submitted job still running (0 = idle)
+    quint64 latest_job_ = 0;  // results of older jobs are ignored
     bool has_generated_ = false;
     bool sweeping_ = false;
     ModelInfo model_info_;

@@ -35,7 +35,10 @@ QCustomPlot* make_plot(QWidget* parent, const QString& title, const QString& x, 
     p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     p->legend->setVisible(true);
     p->legend->setFont(QFont(p->font().family(), 8));
-    p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    // Bottom right: every plot here rises to the right or stays well above zero there, and the
+    // top left covered the first points. Translucent, so a point behind it still shows.
+    p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignBottom | Qt::AlignRight);
+    p->legend->setBrush(QColor(255, 255, 255, 200));
     return p;
 }
 

@@ -131,6 +131,19 @@ class UiTest : public QObject {
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument, Engine::image_quality(a, d));
     }
 
+    // The metrics line under the images: KV bytes only where a model keeps a KV cache (VAR), not
+    // "KV 0 B → 0 B" for MAR.
+    void metricsLineNamesKvOnlyWhenThereIsACache() {
+        varscope::gui::ComparisonMetrics m;
+        QVERIFY(m.text().isEmpty());  // not valid yet
+        m.valid = true;
+        m.psnr = 30, m.ssim = 0.9, m.speedup = 2, m.base_ms = 100, m.accel_ms = 50;
+        QVERIFY2(!m.text().contains("KV"), qPrintable(m.text()));
+        QVERIFY2(m.text().contains("speedup 2.00×"), qPrintable(m.text()));
+        m.base_kv = 1 << 20, m.accel_kv = 512 << 10;
+        QVERIFY2(m.text().endsWith(" · KV 1.00 MiB → 512.0 KiB"), qPrintable(m.text()));
+    }
+
     void cs4aKeysDimTheRestOfTheDenseMap() {
         using namespace varscope::gui;
         auto base = std::make_shared<SideResult>();
@@ -501,6 +514,25 @@ class UiTest : public QObject {
     }
 
     // --- MAR ---------------------------------------------------------------------------------
+    // A MAR request applied while the window shows a VAR model (a restored MAR session, or
+    // `--model mar --preset lazymar`) keeps its LazyMAR settings: the accelerator panel switches
+    // to MAR's methods before the settings are filled in, not only once the model has loaded.
+    void marRequestKeepsItsAcceleratorSettings() {
+        if (!Engine::embedded_mar_available()) QSKIP("embedded MAR missing");
+        MainWindow w(test_loader);
+        w.applyRequest(tiny_request(), false);
+        QCOMPARE(w.methodPanel()->family(), Family::Var);
+        Request r = mar_request();
+        r.accel = nlohmann::json::parse(R"({"lazymar": {"enabled": true, "keep_ratio": 0.3}})");
+        w.applyRequest(r, false);
+        QCOMPARE(w.methodPanel()->family(), Family::Mar);
+        const nlohmann::json cfg = w.methodPanel()->config();
+        QVERIFY2(cfg.contains("lazymar") && cfg["lazymar"].value("enabled", false),
+                 cfg.dump().c_str());
+        QCOMPARE(cfg["lazymar"]["keep_ratio"].get<double>(), 0.3);
+        QVERIFY(w.methodPanel()->applyPreset("lazymar-released"));
+    }
+
     void embeddedMarGeneratesWithStepPreviews() {
         if (!Engine::embedded_mar_available()) QSKIP("embedded MAR missing");
         MainWindow w(test_loader);
