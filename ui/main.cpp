@@ -100,8 +100,9 @@ int main(int argc, char** argv) {
     QCommandLineOption tabs("tabs", "Inspector tabs for --screenshots (comma-separated titles).",
                             "list", "Attention");
     QCommandLineOption size("size", "Window size WxH.", "size");
-    QCommandLineOption model("model", "Embedded model to start with: var (default) or mar.",
-                             "family", "var");
+    QCommandLineOption model(
+        "model", "Embedded model to start with: var or mar (default: the last session's model).",
+        "family", "var");
     cli.addOptions({prompt, seed, preset, shots, tabs, size, model});
     cli.process(app);
     const QString family = cli.value(model).toLower();
@@ -112,12 +113,12 @@ int main(int argc, char** argv) {
 
     const bool first_start = !QSettings().contains("lastRequest");
     MainWindow w;
-    if (family == "mar") {
+    if (cli.isSet(model)) {  // else the restored session's model stays
         varscope::gui::ModelSource src;
         src.kind = varscope::gui::ModelSource::Kind::Embedded;
-        src.family = varscope::gui::Family::Mar;
+        src.family = family == "mar" ? varscope::gui::Family::Mar : varscope::gui::Family::Var;
         if (!w.modelPanel()->pickModel(src)) {
-            qCritical("--model mar: the embedded MAR is not installed");
+            qCritical("--model %s: that embedded model is not installed", qPrintable(family));
             return 2;
         }
     }

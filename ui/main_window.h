@@ -35,6 +35,9 @@ class MainWindow : public QMainWindow {
     // Exports without dialogs (the dialogs call these); false + *error on failure. Existing
     // files are refused unless overwrite is true.
     bool exportFigure(const ExportOptions& o, QString* error, bool overwrite = false);
+    // The notes under an exported figure: model, the sampling settings of its family,
+    // accelerators, metrics, date.
+    QStringList figureNotes() const;
     bool exportMetrics(const QString& path, QString* error, bool overwrite = false);
     bool saveImage(Side side, const QString& path, QString* error, bool overwrite = false);
     // Reads the settings embedded in a VARScope PNG and applies them.
@@ -76,7 +79,6 @@ class MainWindow : public QMainWindow {
     void runSweep(const QString& method, const QString& param, const std::vector<double>& values);
     bool confirmOverwrite(const QString& path);
     QString defaultExportName(const QString& suffix) const;
-    QStringList figureNotes() const;
 
     GenerationWorker* worker_;
     ModelPanel* model_panel_;

@@ -4,8 +4,10 @@
 #include <QPdfWriter>
 #include <QSaveFile>
 #include <QSvgGenerator>
-
+#include <QTextLayout>
+#include <QTextOption>
 #include <algorithm>
+#include <cmath>
 
 namespace varscope::viz {
 namespace {
@@ -13,6 +15,33 @@ constexpr int kPad = 16;
 constexpr int kTitleH = 30;
 constexpr int kCaptionH = 34;
 constexpr int kNoteH = 16;
+
+QFont note_font() {
+    QFont f("DejaVu Sans");
+    f.setPixelSize(11);
+    return f;
+}
+
+// Notes wrap at word boundaries, or anywhere inside a long word (the accelerators' JSON has no
+// spaces): a figure exported for a paper must show every setting, not a line cut at the edge.
+QTextOption note_option() {
+    QTextOption o(Qt::AlignLeft | Qt::AlignTop);
+    o.setWrapMode(QTextOption::WrapAtWordBoundaryOrAnywhere);
+    return o;
+}
+
+int note_height(const QString& note, int width) {
+    QTextLayout layout(note, note_font());
+    layout.setTextOption(note_option());
+    layout.beginLayout();
+    qreal h = 0;
+    for (QTextLine line = layout.createLine(); line.isValid(); line = layout.createLine()) {
+        line.setLineWidth(width);
+        h += line.height();
+    }
+    layout.endLayout();
+    return std::max(kNoteH, int(std::ceil(h)) + 2);
+}
 
 int rows_of(const Figure& f) {
     const int cols = std::max(1, f.columns);
@@ -39,10 +68,11 @@ bool open(QSaveFile& file, const QString& path, QString* error) {
 
 QSize figure_size(const Figure& f) {
     const int cols = std::max(1, std::min<int>(f.columns, std::max<int>(1, int(f.panels.size()))));
-    const int w = kPad + cols * (f.cell + kPad);
-    const int h = kPad + (f.title.isEmpty() ? 0 : kTitleH) + rows_of(f) * (f.cell + kCaptionH + kPad) +
-                  int(f.notes.size()) * kNoteH + kPad;
-    return {std::max(w, 480), h};
+    const int w = std::max(kPad + cols * (f.cell + kPad), 480);
+    int h =
+        kPad + (f.title.isEmpty() ? 0 : kTitleH) + rows_of(f) * (f.cell + kCaptionH + kPad) + kPad;
+    for (const QString& note : f.notes) h += note_height(note, w - 2 * kPad);
+    return {w, h};
 }
 
 void paint_figure(QPainter& p, const Figure& f) {
@@ -66,7 +96,8 @@ void paint_figure(QPainter& p, const Figure& f) {
     p.setRenderHint(QPainter::SmoothPixmapTransform, false);  // keep tokens crisp
     for (size_t i = 0; i < f.panels.size(); ++i) {
         const int r = int(i) / cols, c = int(i) % cols;
-        const QRect cell(kPad + c * (f.cell + kPad), y + r * (f.cell + kCaptionH + kPad), f.cell, f.cell);
+        const QRect cell(kPad + c * (f.cell + kPad), y + r * (f.cell + kCaptionH + kPad), f.cell,
+                         f.cell);
         const QImage& img = f.panels[i].image;
         if (!img.isNull()) {
             QSize s = img.size().scaled(cell.size(), Qt::KeepAspectRatio);
@@ -80,14 +111,13 @@ void paint_figure(QPainter& p, const Figure& f) {
                    Qt::AlignHCenter | Qt::AlignTop | Qt::TextWordWrap, f.panels[i].caption);
     }
     y += rows_of(f) * (f.cell + kCaptionH + kPad);
-    QFont nf = font;
-    nf.setPixelSize(11);
-    p.setFont(nf);
+    p.setFont(note_font());
     p.setPen(QColor(60, 60, 60));
-    for (const QString& line : f.notes) {
-        p.drawText(QRect(kPad, y, size.width() - 2 * kPad, kNoteH), Qt::AlignLeft | Qt::AlignVCenter,
-                   line);
-        y += kNoteH;
+    const int note_w = size.width() - 2 * kPad;
+    for (const QString& note : f.notes) {
+        const int h = note_height(note, note_w);
+        p.drawText(QRectF(kPad, y, note_w, h), note, note_option());
+        y += h;
     }
 }
 
@@ -128,7 +158,8 @@ bool write_figure(const Figure& f, const QString& path, const QMap<QString, QStr
                   QString* error) {
     const QSize size = figure_size(f);
     switch (figure_format_for(path)) {
-        case FigureFormat::Png: return write_image(render_figure(f, 2.0), path, text, error);
+        case FigureFormat::Png:
+            return write_image(render_figure(f, 2.0), path, text, error);
         case FigureFormat::Svg: {
             QSaveFile file(path);
             if (!open(file, path, error)) return false;
@@ -152,7 +183,8 @@ bool write_figure(const Figure& f, const QString& path, const QMap<QString, QStr
                 pdf.setCreator("VARScope");
                 pdf.setResolution(72);
                 pdf.setPageMargins(QMarginsF(0, 0, 0, 0));
-                pdf.setPageSize(QPageSize(QSizeF(size), QPageSize::Point, QString(), QPageSize::ExactMatch));
+                pdf.setPageSize(
+                    QPageSize(QSizeF(size), QPageSize::Point, QString(), QPageSize::ExactMatch));
                 QPainter p(&pdf);
                 paint_figure(p, f);
                 p.end();

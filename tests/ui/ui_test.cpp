@@ -223,6 +223,31 @@ class UiTest : public QObject {
         }
     }
 
+    // Figure notes wrap instead of running off the right edge: a long JSON note (no spaces) takes
+    // several lines and the figure grows to hold them; short notes keep one line each.
+    void figureNotesWrap() {
+        using namespace varscope::viz;
+        Figure f;
+        f.panels.push_back({QImage(64, 64, QImage::Format_RGB32), "baseline"});
+        f.columns = 1;
+        f.cell = 200;
+        f.notes = {"Class 1891 (heart)", "seed 0"};
+        const int short_h = figure_size(f).height();
+        QString json = "Accelerators: {";
+        for (int i = 0; i < 40; ++i) json += QString("\"key_%1\":%2,").arg(i).arg(i * 0.125);
+        f.notes = {"Class 1891 (heart)", json + "}"};
+        const QSize long_size = figure_size(f);
+        QCOMPARE(long_size.width(), 480);  // the width stays; the note wraps
+        QVERIFY2(long_size.height() >= short_h + 3 * 12,
+                 qPrintable(QString("%1 vs %2").arg(long_size.height()).arg(short_h)));
+        // The wrapped lines are drawn: ink on the figure's last text rows, above the padding.
+        const QImage img = render_figure(f, 1.0);
+        int dark = 0;
+        for (int y = img.height() - 16 - 24; y < img.height() - 16; ++y)
+            for (int x = 0; x < img.width(); ++x) dark += qGray(img.pixel(x, y)) < 128;
+        QVERIFY(dark > 20);
+    }
+
     void heatmapsAndOverlays() {
         using namespace varscope::viz;
         FloatGrid g(2, 3, {0, 1, 2, 3, 4, NAN});
@@ -546,6 +571,11 @@ class UiTest : public QObject {
         QCOMPARE(base->run.family, Family::Mar);
         QCOMPARE(base->image.size(), QSize(64, 64));
         QCOMPARE(base->run.label, int64_t(5));
+        // The figure notes give MAR's sampling settings, not VAR's top-k/top-p.
+        const QString sampling = w.figureNotes().value(1);
+        QVERIFY2(sampling.contains("4 steps") && sampling.contains("CFG 3 (linear)") &&
+                     sampling.contains("20 diffusion steps") && !sampling.contains("top-k"),
+                 qPrintable(sampling));
         // One preview per decoding step (the baseline side), each the latents so far decoded.
         // (Counted for the last job: the window may have started a first-launch run before.)
         const quint64 job = previews.back().at(0).toULongLong();
@@ -718,6 +748,7 @@ class UiTest : public QObject {
         w.show();
         w.applyRequest(tiny_request(), true);
         QVERIFY(wait_job(w));
+        QVERIFY2(w.figureNotes().value(1).contains("top-k"), qPrintable(w.figureNotes().join('|')));
         QTemporaryDir dir;
         QString error;
         ExportOptions o;
