@@ -35,11 +35,50 @@ QCustomPlot* make_plot(QWidget* parent, const QString& title, const QString& x, 
     p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     p->legend->setVisible(true);
     p->legend->setFont(QFont(p->font().family(), 8));
-    // Bottom right: every plot here rises to the right or stays well above zero there, and the
-    // top left covered the first points. Translucent, so a point behind it still shows.
-    p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignBottom | Qt::AlignRight);
+    // Placed in the emptiest corner once data is in (place_legend); translucent, so a point
+    // that still falls behind it shows.
+    p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
     p->legend->setBrush(QColor(255, 255, 255, 200));
     return p;
+}
+
+}  // namespace
+
+// The corner whose box (45 % of the axis width, 40 % of its height, where a legend goes) covers
+// the fewest visible data points (or line segments' midpoints), first in the order top left, top
+// right, bottom right, bottom left. Rising VAR curves leave the top left free; MAR's flat
+// per-step curves cross it, and leave the bottom free.
+Qt::Alignment emptiest_corner(const QCustomPlot* p) {
+    const QCPRange xr = p->xAxis->range(), yr = p->yAxis->range();
+    const Qt::Alignment corners[] = {Qt::AlignTop | Qt::AlignLeft, Qt::AlignTop | Qt::AlignRight,
+                                     Qt::AlignBottom | Qt::AlignRight,
+                                     Qt::AlignBottom | Qt::AlignLeft};
+    int counts[4] = {0, 0, 0, 0};
+    auto count = [&](double x, double y) {
+        const double u = (x - xr.lower) / std::max(xr.size(), 1e-12);
+        const double v = (y - yr.lower) / std::max(yr.size(), 1e-12);
+        for (int c = 0; c < 4; ++c) {
+            const bool left = corners[c] & Qt::AlignLeft, top = corners[c] & Qt::AlignTop;
+            if ((left ? u <= 0.45 : u >= 0.55) && (top ? v >= 0.6 : v <= 0.4)) ++counts[c];
+        }
+    };
+    for (int g = 0; g < p->graphCount(); ++g) {
+        const QCPGraph* graph = p->graph(g);
+        if (!graph->visible()) continue;
+        const auto data = graph->data();
+        for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
+            count(it->key, it->value);
+            if (it + 1 != data->constEnd())
+                count((it->key + (it + 1)->key) / 2, (it->value + (it + 1)->value) / 2);
+        }
+    }
+    return corners[std::min_element(counts, counts + 4) - counts];
+}
+
+namespace {
+
+void place_legend(QCustomPlot* p) {
+    p->axisRect()->insetLayout()->setInsetAlignment(0, emptiest_corner(p));
 }
 
 void set_series(QCustomPlot* p, int graph, const QString& name, const QColor& c,
@@ -211,6 +250,7 @@ void PlotsPanel::setResults(const SideResultPtr& base, const SideResultPtr& acce
         plot->graph(1)->setVisible(!a.isEmpty());
         plot->graph(1)->removeFromLegend();
         if (!a.isEmpty()) plot->graph(1)->addToLegend();
+        place_legend(plot);
         plot->replot();
     }
     setLazyMarResults(accel);
@@ -264,6 +304,7 @@ void PlotsPanel::setLazyMarResults(const SideResultPtr& accel) {
     lazymar_->rescaleAxes();
     lazymar_->yAxis->setRange(0, std::max(1.05, lazymar_->yAxis->range().upper * 1.1));
     lazymar_->xAxis->setRange(-0.5, std::max<double>(1, fx.isEmpty() ? 1 : fx.back() + 1) - 0.5);
+    place_legend(lazymar_);
     lazymar_->replot();
 }
 

@@ -19,6 +19,9 @@ class QSpinBox;
 
 namespace varscope::gui {
 
+// Where a plot's legend covers the fewest of its points: the corner (top left first on ties).
+Qt::Alignment emptiest_corner(const QCustomPlot* plot);
+
 class PlotsPanel : public QWidget {
     Q_OBJECT
   public:

@@ -248,6 +248,27 @@ class UiTest : public QObject {
         QVERIFY(dark > 20);
     }
 
+    // Legends go where the curves are not: top left for VAR's rising per-scale curves, a bottom
+    // corner for MAR's flat per-step latencies (which cross the top left).
+    void legendsAvoidTheCurves() {
+        auto plot_of = [](const QVector<double>& y) {
+            auto* p = new QCustomPlot;
+            p->addGraph();
+            QVector<double> x;
+            for (int i = 0; i < y.size(); ++i) x << i;
+            p->graph(0)->setData(x, y);
+            p->rescaleAxes();
+            p->yAxis->setRange(0, *std::max_element(y.begin(), y.end()) * 1.1);
+            return std::unique_ptr<QCustomPlot>(p);
+        };
+        const auto rising = plot_of({1, 2, 4, 8, 16, 30, 60, 120, 200, 400});
+        QCOMPARE(emptiest_corner(rising.get()), Qt::AlignTop | Qt::AlignLeft);
+        const auto flat = plot_of({90, 80, 85, 95, 100, 92, 88, 97, 99, 100, 96, 94, 98, 95, 100});
+        QVERIFY(emptiest_corner(flat.get()) & Qt::AlignBottom);
+        const auto falling = plot_of({400, 200, 120, 60, 30, 16, 8, 4, 2, 1});
+        QCOMPARE(emptiest_corner(falling.get()), Qt::AlignTop | Qt::AlignRight);
+    }
+
     void heatmapsAndOverlays() {
         using namespace varscope::viz;
         FloatGrid g(2, 3, {0, 1, 2, 3, 4, NAN});
