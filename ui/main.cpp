@@ -102,11 +102,11 @@ int main(int argc, char** argv) {
     QCommandLineOption size("size", "Window size WxH.", "size");
     QCommandLineOption model(
         "model", "Embedded model to start with: var or mar (default: the last session's model).",
-        "family", "var");
+        "family");
     cli.addOptions({prompt, seed, preset, shots, tabs, size, model});
     cli.process(app);
-    const QString family = cli.value(model).toLower();
-    if (family != "var" && family != "mar") {
+    const QString family = cli.value(model).toLower();  // "" when not given
+    if (cli.isSet(model) && family != "var" && family != "mar") {
         qCritical("--model: expected 'var' or 'mar', got '%s'", qPrintable(cli.value(model)));
         return 2;
     }
