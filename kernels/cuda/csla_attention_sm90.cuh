@@ -31,6 +31,9 @@
 // Tried and dropped (2026-11-26-h100/csla_s16.md): other setmaxnreg splits for 12 (producer /
 // consumer 32/224 and 24/232: every block active 1.5 % faster, Table 1 block 64 0.5 % slower;
 // 48/208 and 56/200: every block active 2 % slower).
+// Tried and dropped (2026-11-26-h100/csla_s18.md): L2 prefetch of each K/V tile once per head, by
+// the query block that first touches it, 0-16 list places ahead (by TMA: 0.4-12 % slower; by
+// prefetch.global.L2 from an idle producer warp, at the item's start or the next item's: 5 %).
 // Tried and dropped (2026-11-26-h100/csla_s17.md): items walking their lists backwards or from
 // the middle, for half of the heads, half of the CTAs or every item (only the producer's order
 // changed; 0.5-6 % slower on the mask, the same with every block active); each run's first

@@ -20,7 +20,8 @@ cuobjdump=$(command -v cuobjdump || true)
 [ -n "$cuobjdump" ] || cuobjdump=$(find "$here/.venv" -name cuobjdump -type f 2>/dev/null | head -1)
 [ -x "$cuobjdump" ] || { echo "no cuobjdump found" >&2; exit 1; }
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+[ -n "${KEEP:-}" ] && echo "files kept in $work"
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 
 ops() {  # tree name [nvcc flags]: the kernel's instructions, one per line, immediates as H
     local tree=$1 name=$2
