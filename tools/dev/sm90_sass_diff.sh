@@ -9,6 +9,7 @@
 #   tools/dev/sm90_sass_diff.sh BASE_TREE NEW_TREE [KERNEL_REGEX] [CU_FILE] [NVCC_FLAGS...]
 # KERNEL_REGEX defaults to schedule 12 at d128 (persistent_kernelILi128ELb1E), CU_FILE to
 # kernels/cuda/csla_attention_sm90_d128.cu. cuobjdump comes from PATH or the venv's triton.
+# KEEP=1 keeps the cubins and opcode lists (it prints where), e.g. to diff the consumer parts.
 set -euo pipefail
 base=${1:?base tree}
 new=${2:?new tree}
