@@ -6,10 +6,12 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "core/io/checkpoint.h"
 #include "core/io/module_binding.h"
@@ -29,7 +31,9 @@ MarConfig tiny_mar_config() {
     return c;
 }
 
-MarPipeline tiny_mar(uint64_t seed = 1) { return MarPipeline::random(tiny_mar_config(), seed, {}); }
+MarPipeline tiny_mar(uint64_t seed = 1) {
+    return MarPipeline::random(tiny_mar_config(), seed, {});
+}
 
 MarSampleOptions tiny_options(uint64_t seed = 7, double cfg = 2.5) {
     return varscope::testing::mar_options({3, 5}, seed, 6, cfg);
@@ -40,7 +44,8 @@ std::string fixture(const std::string& name) {
 }
 
 double rel_err(const at::Tensor& a, const at::Tensor& b) {
-    return ((a.to(at::kDouble) - b.to(at::kDouble)).norm() / b.to(at::kDouble).norm().clamp_min(1e-30))
+    return ((a.to(at::kDouble) - b.to(at::kDouble)).norm() /
+            b.to(at::kDouble).norm().clamp_min(1e-30))
         .item<double>();
 }
 
@@ -53,7 +58,9 @@ MarPipeline micro_pipeline(bool prefer_ema = true) {
     return MarPipeline::load(f, {});
 }
 
-StateDict micro_expected() { return load_safetensors(fixture("mar_micro_expected.safetensors")); }
+StateDict micro_expected() {
+    return load_safetensors(fixture("mar_micro_expected.safetensors"));
+}
 
 }  // namespace
 
@@ -115,7 +122,8 @@ TEST(MarConfig, InferredFromOwnStateDict) {
     const DetectedFamily nested = detect_family_nested(wrapped);
     EXPECT_EQ(nested.family, ModelFamily::MarTransformer);
     EXPECT_EQ(nested.prefix, "model_ema");
-    EXPECT_EQ(detect_family_nested(StateDict{{"other.x", at::zeros({1})}}).family, ModelFamily::Unknown);
+    EXPECT_EQ(detect_family_nested(StateDict{{"other.x", at::zeros({1})}}).family,
+              ModelFamily::Unknown);
 }
 
 // ----------------------------------------------------------------------------- model
@@ -174,8 +182,8 @@ TEST(MarModel, EncoderDecoderShapes) {
     EXPECT_EQ(enc.sizes(), (at::IntArrayRef{3, 4 + 6, 32}));
     const auto z = m->forward_decoder(enc, mask);
     EXPECT_EQ(z.sizes(), (at::IntArrayRef{3, 16, 32}));
-    const auto out = m->diffloss->net->forward(at::randn({5, 4}), at::tensor({0, 10, 500, 999, 3}, at::kLong),
-                                               at::randn({5, 32}));
+    const auto out = m->diffloss->net->forward(
+        at::randn({5, 4}), at::tensor({0, 10, 500, 999, 3}, at::kLong), at::randn({5, 32}));
     EXPECT_EQ(out.sizes(), (at::IntArrayRef{5, 8}));
     // Unequal numbers of known tokens per row are refused.
     mask[0][0] = 0;
@@ -248,7 +256,8 @@ TEST(MarLoad, BadCheckpointsGiveClearErrors) {
     d = good;
     d["encoder_blocks.0.attn.q_norm.weight"] = at::zeros({16});
     expect_error(d, {"unexpected tensor 'encoder_blocks.0.attn.q_norm.weight'"});
-    StateDict other{{"model.word_embed.weight", at::zeros({4, 4})}, {"optimizer.x", at::zeros({1})}};
+    StateDict other{{"model.word_embed.weight", at::zeros({4, 4})},
+                    {"optimizer.x", at::zeros({1})}};
     expect_error(other, {"no MAR weights found", "model, optimizer"});
 
     MarModelFiles f;
@@ -264,11 +273,14 @@ TEST(MarParity, EncoderDecoderAndHeadMatchOfficialCode) {
     auto pipe = micro_pipeline();
     auto m = pipe.sampler().transformer();
     const auto e = micro_expected();
-    const auto enc = m->forward_encoder(e.at("tokens"), e.at("mask"), m->class_embedding(e.at("labels")));
+    const auto enc =
+        m->forward_encoder(e.at("tokens"), e.at("mask"), m->class_embedding(e.at("labels")));
     EXPECT_LT(rel_err(enc, e.at("encoder_out")), 1e-5);
     EXPECT_LT(rel_err(m->forward_decoder(enc, e.at("mask")), e.at("z")), 1e-5);
     const auto& net = *m->diffloss->net;
-    EXPECT_LT(rel_err(net.forward(e.at("diff_x"), e.at("diff_t"), e.at("diff_c")), e.at("diff_out")), 1e-5);
+    EXPECT_LT(
+        rel_err(net.forward(e.at("diff_x"), e.at("diff_t"), e.at("diff_c")), e.at("diff_out")),
+        1e-5);
     const auto sample = pipe.sampler().diffusion().sample_with_noise(
         net, e.at("diff_z"), at::full({}, 2.0), 0.9, e.at("diff_start"), e.at("diff_noise"));
     EXPECT_LT(rel_err(sample, e.at("diff_sample")), 1e-5);
@@ -327,7 +339,8 @@ TEST(MarDiffusion, RespacingMatchesDirectComputation) {
         const double prev = i ? s.alphas_cumprod[i - 1] : 1.0;
         const double beta = 1 - s.alphas_cumprod[i] / prev;
         EXPECT_NEAR(s.posterior_variance[i], beta * (1 - prev) / (1 - s.alphas_cumprod[i]), 1e-12);
-        EXPECT_NEAR(s.posterior_mean_coef1[i], beta * std::sqrt(prev) / (1 - s.alphas_cumprod[i]), 1e-12);
+        EXPECT_NEAR(s.posterior_mean_coef1[i], beta * std::sqrt(prev) / (1 - s.alphas_cumprod[i]),
+                    1e-12);
     }
     EXPECT_DOUBLE_EQ(s.posterior_log_variance_clipped[0], std::log(s.posterior_variance[1]));
 }
@@ -379,15 +392,15 @@ TEST(MarSchedule, CosineStepsDecodeEveryTokenOnce) {
         }
     // 256 tokens in 64 steps: the cosine curve (floor(256 cos(pi/2 (s+1)/64))).
     const auto plan = mar_step_plan(256, 64, 1.0, CfgSchedule::Linear);
-    EXPECT_EQ(plan[0].masked_after, static_cast<int64_t>(std::floor(256 * std::cos(M_PI / 2 / 64))));
+    EXPECT_EQ(plan[0].masked_after,
+              static_cast<int64_t>(std::floor(256 * std::cos(M_PI / 2 / 64))));
     EXPECT_EQ(plan[0].decoded(), 1);
     EXPECT_GT(plan[40].decoded(), plan[0].decoded());
 }
 
 TEST(MarSchedule, CfgSchedules) {
     const auto lin = mar_step_plan(256, 8, 3.0, CfgSchedule::Linear);
-    for (const auto& p : lin)
-        EXPECT_NEAR(p.cfg, 1 + 2.0 * (256 - p.mask_len) / 256.0, 1e-6);
+    for (const auto& p : lin) EXPECT_NEAR(p.cfg, 1 + 2.0 * (256 - p.mask_len) / 256.0, 1e-6);
     EXPECT_LT(lin.front().cfg, lin.back().cfg);
     EXPECT_NEAR(lin.back().cfg, 1 + 2.0 * 255 / 256.0, 1e-6);  // mask_len is 1 at the end
     for (const auto& p : mar_step_plan(256, 8, 3.0, CfgSchedule::Constant)) EXPECT_EQ(p.cfg, 3.0);
@@ -447,6 +460,24 @@ TEST(MarSampling, OptionsAreValidated) {
     EXPECT_THROW(pipe.generate(o), std::invalid_argument);
 }
 
+// As VarSampler.ProbeTimeIsKeptOutOfTheScaleTimes, per decoding step.
+TEST(MarSampling, ProbeTimeIsKeptOutOfTheStepTimes) {
+    struct SlowProbe : ProbeSink {
+        void on_scale(ScaleRecord) override {
+            std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        }
+    };
+    auto pipe = tiny_mar();
+    SlowProbe slow;
+    const auto r = pipe.generate(tiny_options(), nullptr, &slow);
+    EXPECT_EQ(pipe.generate(tiny_options()).probe_millis, 0.0);
+    EXPECT_GE(r.probe_millis, 30.0 * static_cast<double>(r.step_millis.size()));
+    double sum = 0;
+    for (double ms : r.step_millis) sum += ms;
+    EXPECT_GE(r.total_millis + 1e-6, sum + r.decode_millis + r.probe_millis);
+    EXPECT_EQ(r.graph_capture_millis_call, 0.0);  // no graphs on the CPU
+}
+
 TEST(MarSampling, ProbeRecordsPerStep) {
     auto pipe = tiny_mar();
     ProbeRecorder rec(ProbeRecorder::Selection{{1}, {2}, true, false});
@@ -494,13 +525,15 @@ struct SelectAllHooks : MarSamplingHooks {
         positions_ok = positions_ok && ctx.positions.defined() &&
                        ctx.positions.size(1) == x.size(1) && ctx.positions.size(0) == x.size(0);
         if (ctx.stage == MarStage::Encoder)  // buffer first, then the known positions + buffer
-            positions_ok = positions_ok &&
-                           at::equal(ctx.positions.narrow(1, 4, x.size(1) - 4).narrow(0, 0, ctx.step.batch),
-                                     ctx.step.known + 4);
+            positions_ok =
+                positions_ok &&
+                at::equal(ctx.positions.narrow(1, 4, x.size(1) - 4).narrow(0, 0, ctx.step.batch),
+                          ctx.step.known + 4);
         return at::arange(x.size(1), at::TensorOptions(x.device()).dtype(at::kLong));
     }
     void on_step_begin(MarStepContext& ctx) override { ++steps; }
-    void on_step_end(const MarStepContext& ctx, const at::Tensor& sampled, const at::Tensor& tokens) override {
+    void on_step_end(const MarStepContext& ctx, const at::Tensor& sampled,
+                     const at::Tensor& tokens) override {
         ++step_ends;
         EXPECT_EQ(sampled.size(1), ctx.decoded_count());
     }
@@ -570,14 +603,16 @@ TEST(MarHooks, SkippedUnconditionalBranchComesFromTheHook) {
 }
 
 TEST(MarLoad, AttachesTheKlVaeAndDecodesImages) {
-    const std::string vae = varscope::testing::source_dir() + "/resources/models/emoji-klvae.safetensors";
+    const std::string vae =
+        varscope::testing::source_dir() + "/resources/models/emoji-klvae.safetensors";
     if (!std::filesystem::exists(vae)) GTEST_SKIP() << "no " << vae;
     varscope::testing::TempDir dir;
     auto cfg = tiny_mar_config();
     cfg.vae_stride = 8;  // the emoji KL VAE: 64x64 images, 8x8 latents of 16 channels
     cfg.vae_embed_dim = 16;
     auto random = MarPipeline::random(cfg, 3, {});
-    save_safetensors(module_state_dict(*random.sampler().transformer()), dir.file("mar.safetensors"));
+    save_safetensors(module_state_dict(*random.sampler().transformer()),
+                     dir.file("mar.safetensors"));
     MarModelFiles f;
     f.mar_path = dir.file("mar.safetensors");
     f.vae_path = vae;
@@ -599,7 +634,8 @@ TEST(MarLoad, AttachesTheKlVaeAndDecodesImages) {
     // A VAE whose latent shape does not fit is refused.
     cfg.vae_embed_dim = 4;
     auto wrong = MarPipeline::random(cfg, 3, {});
-    save_safetensors(module_state_dict(*wrong.sampler().transformer()), dir.file("wrong.safetensors"));
+    save_safetensors(module_state_dict(*wrong.sampler().transformer()),
+                     dir.file("wrong.safetensors"));
     f.mar_path = dir.file("wrong.safetensors");
     EXPECT_THROW(MarPipeline::load(f, {}), CheckpointError);
 }

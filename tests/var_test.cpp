@@ -2,7 +2,9 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/io/checkpoint.h"
 #include "core/io/module_binding.h"
@@ -43,11 +45,12 @@ TEST(VarConfig, OfficialNamesAndDerivedSchedule) {
     auto c = VarConfig::for_depth(2);  // 256px schedule, width 128
     VarTransformer m(c);
     auto sd = module_state_dict(*m);
-    for (const char* n : {"word_embed.weight", "class_emb.weight", "pos_start", "pos_1LC", "lvl_embed.weight",
-                          "lvl_1L", "attn_bias_for_masking", "blocks.1.attn.mat_qkv.weight", "blocks.1.attn.q_bias",
-                          "blocks.1.attn.v_bias", "blocks.1.attn.zero_k_bias", "blocks.1.attn.scale_mul_1H11",
-                          "blocks.1.attn.proj.bias", "blocks.1.ffn.fc1.weight", "blocks.1.ffn.fc2.bias",
-                          "blocks.1.ada_lin.1.weight", "head_nm.ada_lin.1.weight", "head.weight"})
+    for (const char* n :
+         {"word_embed.weight", "class_emb.weight", "pos_start", "pos_1LC", "lvl_embed.weight",
+          "lvl_1L", "attn_bias_for_masking", "blocks.1.attn.mat_qkv.weight", "blocks.1.attn.q_bias",
+          "blocks.1.attn.v_bias", "blocks.1.attn.zero_k_bias", "blocks.1.attn.scale_mul_1H11",
+          "blocks.1.attn.proj.bias", "blocks.1.ffn.fc1.weight", "blocks.1.ffn.fc2.bias",
+          "blocks.1.ada_lin.1.weight", "head_nm.ada_lin.1.weight", "head.weight"})
         EXPECT_TRUE(sd.count(n)) << n;
     EXPECT_EQ(sd.at("pos_1LC").sizes(), (at::IntArrayRef{1, 680, 128}));
     EXPECT_EQ(sd.at("blocks.0.ada_lin.1.weight").sizes(), (at::IntArrayRef{768, 128}));
@@ -61,9 +64,11 @@ TEST(VarConfig, PatchScheduleMismatchIsNamed) {
         VarConfig::infer_from(sd, {1, 2, 3});
         FAIL();
     } catch (const CheckpointError& e) {
-        EXPECT_NE(std::string(e.what()).find("patch schedule mismatch"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("patch schedule mismatch"), std::string::npos)
+            << e.what();
     }
-    EXPECT_EQ(VarConfig::infer_from(sd).patch_nums, (std::vector<int64_t>{1, 2, 4}));  // from lvl_1L
+    EXPECT_EQ(VarConfig::infer_from(sd).patch_nums,
+              (std::vector<int64_t>{1, 2, 4}));  // from lvl_1L
     sd.erase("lvl_1L");
     EXPECT_THROW(VarConfig::infer_from(sd), CheckpointError);  // 21 positions: no known schedule
 }
@@ -75,7 +80,8 @@ TEST(VarConfig, JsonErrorsNameTheField) {
     } catch (const std::invalid_argument& e) {
         EXPECT_NE(std::string(e.what()).find("'depth'"), std::string::npos);
     }
-    EXPECT_THROW(VarConfig::from_json(nlohmann::json{{"patch_nums", {1, 3, 2}}}), std::invalid_argument);
+    EXPECT_THROW(VarConfig::from_json(nlohmann::json{{"patch_nums", {1, 3, 2}}}),
+                 std::invalid_argument);
 }
 
 TEST(VarSampler, KvCachePathEqualsTeacherForward) {
@@ -122,7 +128,8 @@ TEST(VarSampler, SameSeedSameImageOtherSeedOtherTokens) {
     auto r2 = pipe.generate(tiny_options(11));
     auto r3 = pipe.generate(tiny_options(12));
     ASSERT_EQ(r1.tokens.size(), 3u);
-    for (size_t si = 0; si < r1.tokens.size(); ++si) EXPECT_TRUE(r1.tokens[si].equal(r2.tokens[si]));
+    for (size_t si = 0; si < r1.tokens.size(); ++si)
+        EXPECT_TRUE(r1.tokens[si].equal(r2.tokens[si]));
     EXPECT_TRUE(r1.images.equal(r2.images));
     EXPECT_FALSE(r1.tokens.back().equal(r3.tokens.back()));
     EXPECT_EQ(r1.images.sizes(), (at::IntArrayRef{2, 3, 8, 8}));
@@ -148,8 +155,30 @@ TEST(VarSampler, RandomLabelsAndProbes) {
     EXPECT_TRUE(probe.scales()[2].f_hat.defined());
     auto att = probe.attention();
     ASSERT_EQ(att.size(), 1u);  // layer 1 at scale 2 only
-    EXPECT_EQ(att[0].probs.sizes(), (at::IntArrayRef{2, 16, 21}));  // heads, queries, all keys so far
+    EXPECT_EQ(att[0].probs.sizes(),
+              (at::IntArrayRef{2, 16, 21}));  // heads, queries, all keys so far
     EXPECT_TRUE(at::allclose(att[0].probs.sum(-1), at::ones({2, 16}), 1e-5, 1e-5));
+}
+
+// A probe's per-scale work (the GUI decodes a preview there) is timed apart: in total_millis and
+// probe_millis, never in a scale's time, so the model's own time is total - probe.
+TEST(VarSampler, ProbeTimeIsKeptOutOfTheScaleTimes) {
+    struct SlowProbe : ProbeSink {
+        void on_scale(ScaleRecord) override {
+            std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        }
+    };
+    auto pipe = tiny_pipeline();
+    SlowProbe slow;
+    const auto r = pipe.generate(tiny_options(), nullptr, &slow);
+    const auto plain = pipe.generate(tiny_options());
+    EXPECT_EQ(plain.probe_millis, 0.0);
+    const auto scales = static_cast<double>(r.scale_millis.size());
+    EXPECT_GE(r.probe_millis, 30.0 * scales);
+    double sum = 0;
+    for (double ms : r.scale_millis) sum += ms;
+    // Disjoint intervals of one run: counting the sleeps in a scale too would break this.
+    EXPECT_GE(r.total_millis + 1e-6, sum + r.decode_millis + r.probe_millis);
 }
 
 TEST(VarSampler, BadOptionsAreRejectedWithTheirName) {
@@ -160,7 +189,8 @@ TEST(VarSampler, BadOptionsAreRejectedWithTheirName) {
         pipe.generate(opt);
         FAIL();
     } catch (const std::invalid_argument& e) {
-        EXPECT_NE(std::string(e.what()).find("class id 10 is out of range"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("class id 10 is out of range"), std::string::npos)
+            << e.what();
     }
     opt = tiny_options();
     opt.top_p = 1.5;
@@ -202,7 +232,8 @@ TEST(VarPipeline, LoadsOwnSafetensorsAndNamesBadTensors) {
     auto vae_sd = module_state_dict(*pipe.sampler().vqvae());
     save_safetensors(var_sd, dir.file("var.safetensors"));
     save_safetensors(vae_sd, dir.file("vae.safetensors"));
-    auto loaded = VarPipeline::load({dir.file("var.safetensors"), dir.file("vae.safetensors"), {}}, {});
+    auto loaded =
+        VarPipeline::load({dir.file("var.safetensors"), dir.file("vae.safetensors"), {}}, {});
     EXPECT_EQ(loaded.var_config().to_json(), pipe.var_config().to_json());
     auto opt = tiny_options();
     EXPECT_TRUE(loaded.generate(opt).tokens.back().equal(pipe.generate(opt).tokens.back()));
@@ -213,11 +244,13 @@ TEST(VarPipeline, LoadsOwnSafetensorsAndNamesBadTensors) {
         VarPipeline::load({dir.file("bad.safetensors"), dir.file("vae.safetensors"), {}}, {});
         FAIL();
     } catch (const CheckpointError& e) {
-        EXPECT_NE(std::string(e.what()).find("blocks.1.ffn.fc1.weight"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("blocks.1.ffn.fc1.weight"), std::string::npos)
+            << e.what();
     }
     // The two roles swapped: the error says what the file looks like.
-    EXPECT_THROW(VarPipeline::load({dir.file("vae.safetensors"), dir.file("var.safetensors"), {}}, {}),
-                 CheckpointError);
+    EXPECT_THROW(
+        VarPipeline::load({dir.file("vae.safetensors"), dir.file("var.safetensors"), {}}, {}),
+        CheckpointError);
 }
 
 TEST(VarPipeline, BadDeviceAndPrecisionStrings) {
@@ -245,7 +278,8 @@ TEST(VarSampler, BlockTimingIsRecordedOnlyWhenAsked) {
     ASSERT_EQ(static_cast<int64_t>(recs.size()), c.num_scales() * c.depth);
     for (const auto& r : recs) {
         EXPECT_EQ(r.method, "loop");
-        for (const char* k : {"qkv_ms", "attention_ms", "ffn_ms"}) EXPECT_GE(r.values.at(k), 0.0) << k;
+        for (const char* k : {"qkv_ms", "attention_ms", "ffn_ms"})
+            EXPECT_GE(r.values.at(k), 0.0) << k;
         const int64_t pn = c.patch_nums[r.scale];
         EXPECT_EQ(r.values.at("rows"), static_cast<double>(pn * pn));
     }

@@ -22,8 +22,10 @@ struct ComparisonMetrics {
     bool valid = false;
     double psnr = 0, ssim = 0, speedup = 0;
     double base_ms = 0, accel_ms = 0;
+    double base_overhead_ms = 0, accel_overhead_ms = 0;  // left out of the times (RunOutput)
     int64_t base_kv = 0, accel_kv = 0;
-    QString text() const;  // one line for the UI and figure notes
+    QString text() const;     // one line for the UI and figure notes
+    QString toolTip() const;  // what the times count and what they leave out
 };
 
 class ComparisonView : public QWidget {

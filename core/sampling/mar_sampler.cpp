@@ -239,6 +239,7 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
         graphs = graphs_;
     }
     const bool whole_step_graphs = graphs && (!hooks || hook_signature);
+    const double capture_ms_before = graphs ? graphs->capture_millis() : 0.0;
     const HeadPath head_path = opt.fused_head ? HeadPath::Auto : HeadPath::Modules;
     // The head caches' drift per decoding step, for a probe that asks (a device read per
     // refresh; probes run the loop eagerly).
@@ -449,6 +450,7 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
         res.cfg_per_step.push_back(cfg_on ? p.cfg : 1.0);
         res.decoded.push_back(decoded);
         if (probe) {
+            const auto t_probe = Clock::now();
             ScaleRecord rec{step, c.seq_h(), res.step_millis.back(), decoded.cpu(), {},
                             step, false};
             if (probe->wants_fhat())
@@ -475,6 +477,7 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
                                   {"cfg_refreshes", double(head_stats.cfg_refreshes)}}});
             }
             head_stats = HeadCacheStats{};
+            res.probe_millis += millis_since(t_probe);
         }
         decoded_prev = decoded;
     }
@@ -482,6 +485,7 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     if (graphs) {
         res.cuda_graphs = true;
         res.graph_capture_millis = graphs->capture_millis();
+        res.graph_capture_millis_call = res.graph_capture_millis - capture_ms_before;
         res.graph_kernel_nodes = graphs->kernel_nodes;
     }
     res.tokens = tokens;

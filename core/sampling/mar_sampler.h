@@ -75,9 +75,13 @@ struct MarSampleResult {
     std::vector<double> cfg_per_step;  // guidance used at each step (1 without CFG)
     double decode_millis = 0.0;
     double total_millis = 0.0;
-    double attention_flops = 0.0;     // attention FLOPs (QK^T and PV) actually computed
-    bool cuda_graphs = false;         // the steps ran as CUDA graph replays
-    double graph_capture_millis = 0;  // capture time of the sampler's graphs so far
+    double attention_flops = 0.0;          // attention FLOPs (QK^T and PV) actually computed
+    bool cuda_graphs = false;              // the steps ran as CUDA graph replays
+    double graph_capture_millis = 0;       // capture time of the sampler's graphs so far
+    double graph_capture_millis_call = 0;  // of which in this call (part of total_millis)
+    // Spent in the probe's per-step records (e.g. a GUI decoding a preview per step): part of
+    // total_millis, not of step_millis; subtract it for the model's own time.
+    double probe_millis = 0.0;
     // Kernel nodes of each of the sampler's captured graphs so far ("step_<i>" whole steps,
     // "diffusion_<rows>" reverse diffusions).
     std::map<std::string, size_t> graph_kernel_nodes;

@@ -524,7 +524,9 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
                                 step,
                                 false};
                 if (!fhat_after.empty()) rec.f_hat = fhat_after[g];
+                const auto t_probe = Clock::now();
                 probe->on_scale(std::move(rec));
+                res.probe_millis += millis_since(t_probe);
             }
         }
         si += static_cast<int64_t>(sctx.segments.size());
@@ -537,7 +539,9 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         res.scale_millis.push_back(0.0);
         if (probe) {
             ScaleRecord rec{si, pn, 0.0, res.tokens.back().cpu(), {}, step, true};
+            const auto t_probe = Clock::now();
             probe->on_scale(std::move(rec));
+            res.probe_millis += millis_since(t_probe);
         }
     }
     res.kv_bytes = graphs ? graphs->kv_bytes() : eager_cache->total_bytes();

@@ -51,6 +51,9 @@ struct VarSampleResult {
     double attention_flops = 0.0;       // attention FLOPs (QK^T and PV) actually computed
     bool cuda_graphs = false;           // the transformer steps ran as CUDA graph replays
     double graph_capture_millis = 0.0;  // spent capturing graphs in this call (first call only)
+    // Spent in the probe's on_scale (e.g. a GUI decoding a preview per scale): part of
+    // total_millis, not of scale_millis; subtract it for the model's own time.
+    double probe_millis = 0.0;
 };
 
 class DenseGraphCache;

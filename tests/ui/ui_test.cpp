@@ -4,6 +4,7 @@
 #include <qcustomplot.h>
 
 #include <QCheckBox>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QImageReader>
 #include <QLabel>
@@ -133,6 +134,33 @@ class UiTest : public QObject {
 
     // The metrics line under the images: KV bytes only where a model keeps a KV cache (VAR), not
     // "KV 0 B → 0 B" for MAR.
+    // The previews decoded after every scale are the tool's work: the time shown (and the
+    // speedups) leave them out, and the tooltip names them.
+    void runTimeLeavesOutThePreviews() {
+        Engine e;
+        varscope::testing::install_tiny_model(e, /*small=*/true);
+        GenerationSettings g;
+        g.class_id = 1;
+        g.filmstrip = true;
+        QElapsedTimer wall;
+        wall.start();
+        const RunOutput with = e.run(g, false);
+        const double wall_ms = wall.nsecsElapsed() / 1e6;
+        QVERIFY(with.overhead_ms > 0);
+        QVERIFY(with.total_ms + with.overhead_ms <= wall_ms + 1e-6);
+        double sum = 0;
+        for (const auto& s : with.scales) {
+            QVERIFY(!s.fhat.empty());
+            sum += s.millis;
+        }
+        QVERIFY(with.total_ms + 1e-6 >= sum + with.decode_ms);
+        varscope::gui::ComparisonMetrics m;
+        m.valid = true;
+        m.base_overhead_ms = 12.34, m.accel_overhead_ms = 3;
+        QVERIFY2(m.toolTip().contains("baseline 12.3 ms, accelerated 3.0 ms"),
+                 qPrintable(m.toolTip()));
+    }
+
     void metricsLineNamesKvOnlyWhenThereIsACache() {
         varscope::gui::ComparisonMetrics m;
         QVERIFY(m.text().isEmpty());  // not valid yet

@@ -192,7 +192,8 @@ RunOutput Engine::run_var(const GenerationSettings& s, bool accelerated,
 
     out.image = to_rgb(res.images[0]);
     out.label = res.labels[0].item<int64_t>();
-    out.total_ms = res.total_millis;
+    out.overhead_ms = res.probe_millis + res.graph_capture_millis;
+    out.total_ms = res.total_millis - out.overhead_ms;
     out.decode_ms = res.decode_millis;
     out.kv_bytes = res.kv_bytes;
 

@@ -124,7 +124,10 @@ struct RunOutput {
     std::vector<ScaleOutput> scales;
     std::vector<AttentionOutput> attention;
     std::vector<AccelOutput> accel;
-    double total_ms = 0, decode_ms = 0;
+    // total_ms: the model's own time (every scale or step and the final decode), what speedups
+    // compare. overhead_ms: the rest of the run's wall time, which the tool adds (per-scale
+    // previews and probe records) or pays once (CUDA graph capture).
+    double total_ms = 0, decode_ms = 0, overhead_ms = 0;
     int64_t kv_bytes = 0;
     std::string accel_summary;  // "baseline", "FastVAR + AMS-KV", ...
 };
