@@ -23,10 +23,12 @@ std::string resolve_resource_dir(const char* env, const std::string& exe,
 }
 
 std::string resource_dir() {
-    std::error_code ec;
-    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);  // Linux; "" elsewhere
-    return resolve_resource_dir(std::getenv("VARSCOPE_RESOURCES"),
-                                ec ? std::string() : exe.string(), VARSCOPE_RESOURCE_DIR);
+    static const std::string exe = [] {  // the running executable does not change
+        std::error_code ec;
+        const fs::path p = fs::read_symlink("/proc/self/exe", ec);  // Linux; "" elsewhere
+        return ec ? std::string() : p.string();
+    }();
+    return resolve_resource_dir(std::getenv("VARSCOPE_RESOURCES"), exe, VARSCOPE_RESOURCE_DIR);
 }
 
 bool embedded_model_available() {

@@ -48,10 +48,10 @@ done
 # The LibTorch-free probe: float64 checks of every implementation, then their timings at the
 # bench configs (tools/bench/csla_sm90_probe.cu).
 if [ "${SKIP_PROBE:-0}" != 1 ]; then
+  # The probe's translation units (one list, shared with probe_variants.sh).
+  mapfile -t probe_srcs < <(sed "s|^|$SRC/|" "$SRC/tools/bench/probe_sources.txt")
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I"$SRC" \
-    "$SRC/tools/bench/csla_sm90_probe.cu" "$SRC/kernels/cuda/csla_attention_sm90_d64.cu" \
-    "$SRC/kernels/cuda/csla_attention_sm90_d128.cu" "$SRC/kernels/cuda/cs4a_attention_sm90_d64.cu" \
-    "$SRC/kernels/cuda/cs4a_attention_sm90_d128.cu" -o /tmp/probe > /tmp/probe_build.log 2>&1 \
+    "${probe_srcs[@]}" -o /tmp/probe > /tmp/probe_build.log 2>&1 \
     && timeout 150 /tmp/probe --iters "${BENCH_ITERS:-50}" > "$OUT/probe.log" 2>&1
   echo "probe rc=$?"; grep -E "checks:|FAIL|ms \(min|^OK|^FAILED" "$OUT/probe.log" | head -50
   stamp probe

@@ -13,10 +13,9 @@ set -u
 cmd=${1:?build or rounds}
 dir=${2:?variant folder}
 shift 2
+list="$(cd "$(dirname "$0")" && pwd)/probe_sources.txt"  # the probe's translation units
 cd "$dir" || exit 1
-FILES="tools/bench/csla_sm90_probe.cu kernels/cuda/csla_attention_sm90_d64.cu
-       kernels/cuda/csla_attention_sm90_d128.cu kernels/cuda/cs4a_attention_sm90_d64.cu
-       kernels/cuda/cs4a_attention_sm90_d128.cu"
+FILES=$(cat "$list")
 case "$cmd" in
 build)
     pids=()
