@@ -287,10 +287,17 @@ AccelInspector::AccelInspector(const QString& method, const QString& hint, QWidg
         tr("Token records (one value per token of the scale) can be laid over the image"));
     mode_->setCurrentIndex(1);
     cmap_ = colormap_combo(this, viz::Colormap::Viridis);
-    for (QWidget* w : std::initializer_list<QWidget*>{kind_, scale_, layer_, index_, mode_, cmap_})
+    // Two rows, as the attention bar: in one, a 480-px dock cut the record kind to
+    // "cs4a_sele". The first row picks the record, the second how it is drawn.
+    auto* look = new QHBoxLayout;
+    for (QWidget* w : std::initializer_list<QWidget*>{kind_, scale_, layer_, index_})
         bar->addWidget(w);
     bar->addStretch(1);
+    look->addWidget(mode_);
+    look->addWidget(cmap_);
+    look->addStretch(1);
     v->addLayout(bar);
+    v->addLayout(look);
     values_ = new QLabel(this);
     values_->setWordWrap(true);
     values_->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -313,6 +320,10 @@ AccelInspector::AccelInspector(const QString& method, const QString& hint, QWidg
     connect(cmap_, qOverload<int>(&QComboBox::currentIndexChanged), this,
             [this](int i) { view_->setColormap(static_cast<viz::Colormap>(i)); });
     rebuildKinds();
+}
+
+QString AccelInspector::currentKind() const {
+    return kind_->currentData().toString();
 }
 
 QStringList AccelInspector::kinds() const {
@@ -365,7 +376,8 @@ void AccelInspector::rebuildKinds() {
         kind_->addItem(QString::fromStdString(method_.isEmpty() ? key : r->kind),
                        QString::fromStdString(key));
     }
-    const int i = kind_->findData(keep);
+    int i = kind_->findData(keep);
+    if (i < 0) i = kind_->findData(preferred_);
     kind_->setCurrentIndex(i >= 0 ? i : 0);
     updating_ = false;
     for (QWidget* w : std::initializer_list<QWidget*>{kind_, scale_, layer_, index_, mode_, cmap_})
@@ -611,6 +623,10 @@ Inspector::Inspector(QWidget* parent) : QTabWidget(parent) {
     for (const auto& [id, title, hint] : tabs) {
         auto* tab = new AccelInspector(id, hint, this);
         tab->setObjectName("inspector." + (id.isEmpty() ? QStringLiteral("all") : id));
+        // SparVAR's CS4A records come first (its decision scale runs before the sparse scales),
+        // but the sink + window mask is what shows why CSLA is fast: open on it (the token mask:
+        // with the small models, 128-key blocks cover most of a scale).
+        if (id == "sparvar") tab->setPreferredKind("sparvar/csla_token_mask");
         methods_.emplace_back(id, tab);
         addTab(tab, title);
     }

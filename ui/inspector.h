@@ -72,6 +72,10 @@ class AccelInspector : public QWidget {
     void setStepRecords(bool steps);
     QStringList kinds() const;
     bool selectKind(const QString& kind);
+    QString currentKind() const;  // "method/kind", "" without records
+    // The record shown first when the user has not picked one ("method/kind"); otherwise the
+    // first kind the run reported.
+    void setPreferredKind(const QString& key) { preferred_ = key; }
 
   private:
     void rebuildKinds();
@@ -79,7 +83,7 @@ class AccelInspector : public QWidget {
     void refresh();
     std::vector<const AccelOutput*> matching() const;  // of the chosen kind
 
-    QString method_, hint_;
+    QString method_, hint_, preferred_;
     QString unit_ = tr("scale"), units_ = tr("scales");
     SideResultPtr base_, accel_, source_;  // source_: the side the records come from
     std::vector<const AccelOutput*> records_;

@@ -251,6 +251,63 @@ class UiTest : public QObject {
         }
     }
 
+    // The accelerator tabs keep the record kind's whole name in a 420-px dock (in one row it read
+    // "cs4a_sele"), and the SparVAR tab opens on the CSLA token mask although CS4A's records come
+    // first; a kind the user picked is kept over the preference on the next run.
+    void accelBarKeepsItsTextAndSparVarOpensOnTheMask() {
+        using namespace varscope::gui;
+        auto run = [](const std::vector<std::string>& kinds) {
+            auto r = std::make_shared<SideResult>();
+            r->side = Side::Accelerated;
+            for (int64_t si : {0, 1}) {
+                ScaleOutput s;
+                s.scale = si;
+                s.patch_num = 4 * si + 4;
+                r->run.scales.push_back(s);
+            }
+            for (const auto& k : kinds) {
+                AccelOutput a;
+                a.method = "sparvar";
+                a.kind = k;
+                a.scale = 1;
+                a.data.shape = {2, 3};
+                a.data.values = {1, 0, 1, 0, 1, 1};
+                r->run.accel.push_back(a);
+            }
+            return r;
+        };
+        const auto first =
+            run({"cs4a_selected", "cs4a_mapped", "csla_token_mask", "csla_block_mask"});
+        QWidget dock;
+        auto* layout = new QVBoxLayout(&dock);
+        auto* all = new AccelInspector("", "hint", &dock);
+        auto* sparvar = new AccelInspector("sparvar", "hint", &dock);
+        sparvar->setPreferredKind("sparvar/csla_token_mask");
+        layout->addWidget(all);
+        layout->addWidget(sparvar);
+        all->setResults(nullptr, first);
+        sparvar->setResults(nullptr, first);
+        dock.setFixedSize(420, 600);
+        dock.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&dock));
+        QCOMPARE(sparvar->currentKind(), QString("sparvar/csla_token_mask"));
+        QCOMPARE(all->currentKind(), QString("sparvar/cs4a_selected"));  // no preference there
+        for (auto* tab : {all, sparvar}) {
+            auto* box = tab->findChild<QComboBox*>("kind");
+            QVERIFY(box);
+            QVERIFY2(box->width() >= box->sizeHint().width(),
+                     qPrintable(QString("%1: %2 px for a hint of %3")
+                                    .arg(box->currentText())
+                                    .arg(box->width())
+                                    .arg(box->sizeHint().width())));
+        }
+        QVERIFY(sparvar->selectKind("sparvar/cs4a_mapped"));
+        sparvar->setResults(nullptr, run({"cs4a_selected", "cs4a_mapped", "csla_block_mask"}));
+        QCOMPARE(sparvar->currentKind(), QString("sparvar/cs4a_mapped"));
+        sparvar->setResults(nullptr, run({"cs4a_selected"}));  // CSLA off: the first kind
+        QCOMPARE(sparvar->currentKind(), QString("sparvar/cs4a_selected"));
+    }
+
     // Figure notes wrap instead of running off the right edge: a long JSON note (no spaces) takes
     // several lines and the figure grows to hold them; short notes keep one line each.
     void figureNotesWrap() {
