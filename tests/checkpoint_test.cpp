@@ -526,6 +526,19 @@ TEST(Checkpoint, RandomBytesAreRejected) {
     const std::string empty = dir.file("empty.bin");
     write_bytes(empty, "");
     checkpoint_error([&] { load_checkpoint(empty); });
+    // Neither format: named as such, not as a broken safetensors header.
+    const std::string text = dir.file("notes.pth");
+    write_bytes(text, "these are not weights\n");
+    const std::string msg = checkpoint_error([&] { load_checkpoint(text); });
+    EXPECT_TRUE(contains(msg, "neither a torch.save zip archive (.pth) nor a safetensors file"))
+        << msg;
+    // A truncated safetensors file keeps its own message.
+    const std::string cut = dir.file("cut.safetensors");
+    std::string bytes = safetensors_bytes("{}", "");
+    bytes[0] = static_cast<char>(0xe8);
+    bytes[1] = 0x03;
+    write_bytes(cut, bytes);
+    EXPECT_TRUE(contains(checkpoint_error([&] { load_checkpoint(cut); }), "exceeds the file size"));
 }
 
 // A header of 128 bytes makes the file's first byte 0x80, which also starts a pickle stream.
@@ -535,14 +548,16 @@ TEST(Checkpoint, SafetensorsWhoseFirstByteLooksLikePickleLoads) {
     std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
     header.resize(128, ' ');  // the format allows trailing spaces
     const float value = 2.5f;
-    write_bytes(path, safetensors_bytes(header, std::string(reinterpret_cast<const char*>(&value), 4)));
+    write_bytes(path,
+                safetensors_bytes(header, std::string(reinterpret_cast<const char*>(&value), 4)));
     const StateDict d = load_checkpoint(path);
     ASSERT_EQ(d.count("w"), 1u);
     EXPECT_EQ(d.at("w").item<float>(), 2.5f);
     // A real bare pickle stream is still refused with its explanation.
     const std::string pickle_path = dir.file("bare.pkl");
     write_bytes(pickle_path, bytes_of("\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94."));
-    EXPECT_TRUE(contains(checkpoint_error([&] { load_checkpoint(pickle_path); }), "bare pickle stream"));
+    EXPECT_TRUE(
+        contains(checkpoint_error([&] { load_checkpoint(pickle_path); }), "bare pickle stream"));
 }
 
 TEST(Checkpoint, LegacyTorchSaveFormatIsExplained) {

@@ -231,9 +231,7 @@ TEST(MarLoad, RawStateDictAndSafetensorsRoundTrip) {
 
 TEST(MarLoad, BadCheckpointsGiveClearErrors) {
     const auto good = module_state_dict(*micro_pipeline().sampler().transformer());
-    // In memory, as MarPipeline::load does after reading the file (safetensors files whose
-    // header length ends in byte 0x80 are currently mistaken for pickle streams by
-    // load_checkpoint, so the cases do not go through files here).
+    // In memory, as MarPipeline::load does after reading the file.
     auto expect_error = [&](StateDict d, const std::vector<std::string>& needles) {
         try {
             std::string source;

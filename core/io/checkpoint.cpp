@@ -59,6 +59,13 @@ StateDict load_checkpoint(const std::string& path) {
     const std::string head = detail::read_head(path, 16);
     if (head.rfind("PK\x03\x04", 0) == 0 || head.rfind("PK\x05\x06", 0) == 0) return load_pth(path);
     detail::reject_raw_pickle(path, head);
+    // A safetensors file starts with its header's length, then the JSON header's '{'. Anything
+    // else is named for what it is not, rather than as a broken safetensors header (a text file
+    // named .pth read "header length 7491... exceeds the file size").
+    if (head.size() <= 8 || head[8] != '{')
+        detail::checkpoint_fail(path,
+                                "not a checkpoint: neither a torch.save zip archive (.pth) nor a "
+                                "safetensors file");
     return load_safetensors(path);
 }
 
