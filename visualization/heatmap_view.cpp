@@ -2,7 +2,6 @@
 
 #include <QMouseEvent>
 #include <QPainter>
-
 #include <cmath>
 
 namespace varscope::viz {
@@ -68,7 +67,9 @@ void HeatmapView::setPartitions(std::vector<int> rows, std::vector<int> cols) {
     update();
 }
 
-void HeatmapView::setCellLabeler(std::function<QString(int, int)> f) { labeler_ = std::move(f); }
+void HeatmapView::setCellLabeler(std::function<QString(int, int)> f) {
+    labeler_ = std::move(f);
+}
 
 void HeatmapView::setKeepAspect(bool keep) {
     keep_aspect_ = keep;
@@ -118,13 +119,18 @@ void HeatmapView::paintEvent(QPaintEvent*) {
         QFont f = font();
         f.setBold(true);
         p.setFont(f);
-        p.drawText(QRect(kMargin, kMargin / 2, width() - 2 * kMargin, fontMetrics().height() + 2),
-                   Qt::AlignLeft | Qt::AlignVCenter, title_);
+        // Elided, not cut mid-word, where the view is narrower than the title (a figure's panel,
+        // a narrow dock).
+        const int w = width() - 2 * kMargin;
+        p.drawText(QRect(kMargin, kMargin / 2, w, fontMetrics().height() + 2),
+                   Qt::AlignLeft | Qt::AlignVCenter,
+                   QFontMetrics(f).elidedText(title_, Qt::ElideRight, w));
         p.setFont(font());
     }
     if (grid_.empty()) {
         p.setPen(palette().color(QPalette::PlaceholderText));
-        p.drawText(rect().adjusted(12, 12, -12, -12), Qt::AlignCenter | Qt::TextWordWrap, empty_text_);
+        p.drawText(rect().adjusted(12, 12, -12, -12), Qt::AlignCenter | Qt::TextWordWrap,
+                   empty_text_);
         return;
     }
     const QRectF r = mapRect();
@@ -154,8 +160,8 @@ void HeatmapView::paintEvent(QPaintEvent*) {
         const double cw = r.width() / grid_.cols, ch = r.height() / grid_.rows;
         p.setPen(QPen(Qt::white, 1.5));
         p.setBrush(Qt::NoBrush);
-        p.drawRect(QRectF(r.left() + hover_.x() * cw, r.top() + hover_.y() * ch,
-                          std::max(cw, 2.0), std::max(ch, 2.0)));
+        p.drawRect(QRectF(r.left() + hover_.x() * cw, r.top() + hover_.y() * ch, std::max(cw, 2.0),
+                          std::max(ch, 2.0)));
     }
     // Legend: vertical colour bar with max / mid / min labels.
     const QRectF bar(r.right() + kMargin + 2, r.top(), kLegendWidth, r.height());
@@ -183,7 +189,8 @@ void HeatmapView::paintEvent(QPaintEvent*) {
                                                   .arg(format_value(range_.hi))
                                             : readout_;
     p.drawText(QRect(kMargin, height() - fh - kMargin / 2, width() - 2 * kMargin, fh),
-               Qt::AlignLeft | Qt::AlignVCenter, fontMetrics().elidedText(text, Qt::ElideRight, width() - 2 * kMargin));
+               Qt::AlignLeft | Qt::AlignVCenter,
+               fontMetrics().elidedText(text, Qt::ElideRight, width() - 2 * kMargin));
 }
 
 void HeatmapView::mouseMoveEvent(QMouseEvent* e) {
@@ -208,6 +215,8 @@ void HeatmapView::leaveEvent(QEvent*) {
     update();
 }
 
-void HeatmapView::resizeEvent(QResizeEvent*) { update(); }
+void HeatmapView::resizeEvent(QResizeEvent*) {
+    update();
+}
 
 }  // namespace varscope::viz
