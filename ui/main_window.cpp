@@ -438,6 +438,9 @@ bool MainWindow::exportMetrics(const QString& path, QString* error, bool overwri
             {"speedup", m.speedup},
             {"baseline_ms", m.base_ms},
             {"accelerated_ms", m.accel_ms},
+            // Wall time the tool added (previews, probe records, graph capture): not in the above.
+            {"baseline_overhead_ms", m.base_overhead_ms},
+            {"accelerated_overhead_ms", m.accel_overhead_ms},
             {"baseline_kv_bytes", m.base_kv},
             {"accelerated_kv_bytes", m.accel_kv}};
     return viz::write_text_file(path, metrics_->toJson(summary), error);

@@ -893,6 +893,9 @@ class UiTest : public QObject {
         const auto j = nlohmann::json::parse(js.readAll().toStdString());
         QCOMPARE(j["scales"].size(), size_t(3));
         QCOMPARE(j["settings"]["seed"].get<int>(), 7);
+        // The times leave the previews out; the wall time they added is exported beside them.
+        QVERIFY(j["comparison"]["baseline_overhead_ms"].get<double>() > 0);
+        QVERIFY(j["comparison"]["accelerated_overhead_ms"].get<double>() >= 0);
 
         // Restoring from the PNG brings the seed back (and regenerates).
         Request other = tiny_request();
