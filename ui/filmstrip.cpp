@@ -36,6 +36,29 @@ QRect Filmstrip::frameRect(int i) const {
     return QRect(1 + i * (side + 2), 2, side, side);
 }
 
+QFont Filmstrip::captionFont() const {
+    QFont f = font();
+    f.setPointSizeF(f.pointSizeF() * 0.85);
+    return f;
+}
+
+QStringList Filmstrip::shownCaptions() const {
+    // One frame's pitch, so neighbouring captions never overlap (with 8 more pixels, "step 1"
+    // under 22-pixel thumbnails ran into "step 2"). One rule for the whole strip: "step 9"
+    // beside "10" read as two kinds of caption.
+    const int pitch = frameRect(0).width() + 2;
+    const QFontMetrics fm(captionFont());
+    bool shorten = false;
+    for (const QString& c : captions_) shorten |= fm.horizontalAdvance(c) > pitch;
+    QStringList out;
+    for (int i = 0; i < frames_.size(); ++i) {
+        QString c = captions_.value(i);
+        if (shorten && c.contains(' ')) c = c.section(' ', -1);
+        out << fm.elidedText(c, Qt::ElideRight, pitch);
+    }
+    return out;
+}
+
 void Filmstrip::paintEvent(QPaintEvent*) {
     QPainter p(this);
     if (frames_.isEmpty()) {
@@ -44,6 +67,9 @@ void Filmstrip::paintEvent(QPaintEvent*) {
         return;
     }
     p.setRenderHint(QPainter::SmoothPixmapTransform, true);
+    const QStringList captions = shownCaptions();
+    p.setFont(captionFont());
+    const int line = QFontMetrics(captionFont()).height();
     for (int i = 0; i < frames_.size(); ++i) {
         const QRect r = frameRect(i);
         if (frames_[i].isNull())
@@ -55,17 +81,8 @@ void Filmstrip::paintEvent(QPaintEvent*) {
             p.drawRect(r.adjusted(-1, -1, 1, 1));
         }
         p.setPen(palette().color(QPalette::WindowText));
-        QFont f = font();
-        f.setPointSizeF(f.pointSizeF() * 0.85);
-        p.setFont(f);
-        // "step 12" under a 24-pixel thumbnail: keep what tells the frames apart (the number).
-        const QRect box(r.left() - 4, r.bottom() + 1, r.width() + 8, fontMetrics().height());
-        QString caption = captions_.value(i);
-        const QFontMetrics fm(f);
-        if (fm.horizontalAdvance(caption) > box.width() && caption.contains(' '))
-            caption = caption.section(' ', -1);
-        p.drawText(box, Qt::AlignHCenter | Qt::AlignTop,
-                   fm.elidedText(caption, Qt::ElideRight, box.width()));
+        const QRect box(r.left() - 1, r.bottom() + 1, r.width() + 2, line);
+        p.drawText(box, Qt::AlignHCenter | Qt::AlignTop, captions.value(i));
     }
 }
 

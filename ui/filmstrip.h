@@ -10,24 +10,28 @@ namespace varscope::gui {
 
 class Filmstrip : public QWidget {
     Q_OBJECT
-public:
+  public:
     explicit Filmstrip(QWidget* parent = nullptr);
     void setFrames(const QVector<QImage>& frames, const QStringList& captions);
     void setSelected(int index);
     int count() const { return int(frames_.size()); }
     QSize sizeHint() const override;
     QSize minimumSizeHint() const override { return {100, thumbHeight() + 4}; }
+    // The captions as drawn at the current width: every caption's last word when any full one
+    // would be wider than a frame's pitch ("step 12" -> "12"), elided if still too wide.
+    QStringList shownCaptions() const;
 
-signals:
+  signals:
     void frameClicked(int index);
 
-protected:
+  protected:
     void paintEvent(QPaintEvent*) override;
     void mousePressEvent(QMouseEvent*) override;
 
-private:
+  private:
     int thumbHeight() const { return 56 + fontMetrics().height(); }
     QRect frameRect(int i) const;
+    QFont captionFont() const;
     QVector<QImage> frames_;
     QStringList captions_;
     int selected_ = -1;

@@ -21,6 +21,7 @@
 
 #include "tests/ui/tiny_engine.h"
 #include "ui/comparison_view.h"
+#include "ui/filmstrip.h"
 #include "ui/inspector.h"
 #include "ui/main_window.h"
 #include "ui/mar_settings.h"
@@ -306,6 +307,38 @@ class UiTest : public QObject {
         QCOMPARE(sparvar->currentKind(), QString("sparvar/cs4a_mapped"));
         sparvar->setResults(nullptr, run({"cs4a_selected"}));  // CSLA off: the first kind
         QCOMPARE(sparvar->currentKind(), QString("sparvar/cs4a_selected"));
+    }
+
+    // Filmstrip captions never run into their neighbours, and one strip uses one form: 16 MAR
+    // steps in a narrow strip read "1 … 16" (before, "step 1" … "step 9" overlapped, then
+    // "10" … "16"); a wide strip keeps "step 1".
+    void filmstripCaptionsFitTheirFrames() {
+        using varscope::gui::Filmstrip;
+        QVector<QImage> frames;
+        QStringList captions;
+        for (int i = 1; i <= 16; ++i) {
+            QImage img(8, 8, QImage::Format_RGB32);
+            img.fill(Qt::gray);
+            frames << img;
+            captions << QString("step %1").arg(i);
+        }
+        Filmstrip strip;
+        strip.setFrames(frames, captions);
+        strip.resize(400, strip.sizeHint().height());
+        const QStringList shown = strip.shownCaptions();
+        QCOMPARE(shown.size(), 16);
+        const int pitch = (400 - 2) / 16;  // Filmstrip::frameRect's side + 2
+        QFont f = strip.font();
+        f.setPointSizeF(f.pointSizeF() * 0.85);
+        const QFontMetrics fm(f);
+        for (int i = 0; i < 16; ++i) {
+            QCOMPARE(shown[i], QString::number(i + 1));
+            QVERIFY2(fm.horizontalAdvance(shown[i]) <= pitch, qPrintable(shown[i]));
+        }
+        Filmstrip wide;
+        wide.setFrames(frames.mid(0, 3), captions.mid(0, 3));
+        wide.resize(400, wide.sizeHint().height());
+        QCOMPARE(wide.shownCaptions(), QStringList({"step 1", "step 2", "step 3"}));
     }
 
     // Figure notes wrap instead of running off the right edge: a long JSON note (no spaces) takes
