@@ -33,8 +33,18 @@ void take_screenshots(MainWindow& w, const QString& dir, const QStringList& tabs
         QTimer::singleShot(400, &w, [&w, dir, tabs] {
             for (const QString& tab : tabs) {
                 auto* insp = w.inspector();
-                for (int i = 0; i < insp->count(); ++i)
-                    if (insp->tabText(i) == tab) insp->setCurrentIndex(i);
+                QStringList titles;
+                int found = -1;
+                for (int i = 0; i < insp->count(); ++i) {
+                    titles << insp->tabText(i);
+                    if (insp->tabText(i) == tab) found = i;
+                }
+                if (found < 0) {  // saving the current tab under this name would mislead
+                    qWarning("--tabs: no inspector tab '%s' (tabs: %s); not saved", qPrintable(tab),
+                             qPrintable(titles.join(", ")));
+                    continue;
+                }
+                insp->setCurrentIndex(found);
                 QApplication::processEvents();
                 QString name = tab.toLower().replace(' ', '-');
                 w.grab().save(QDir(dir).filePath("window-" + name + ".png"));
@@ -124,7 +134,13 @@ int main(int argc, char** argv) {
     }
     if (cli.isSet(size)) {
         const QStringList wh = cli.value(size).split('x');
-        w.resize(wh.value(0).toInt(), wh.value(1).toInt());
+        bool ok_w = false, ok_h = false;
+        const int width = wh.value(0).toInt(&ok_w), height = wh.value(1).toInt(&ok_h);
+        if (wh.size() == 2 && ok_w && ok_h && width > 0 && height > 0)
+            w.resize(width, height);
+        else
+            qWarning("--size: expected WxH in pixels, e.g. 1600x1000, got '%s'",
+                     qPrintable(cli.value(size)));
     }
     // The very first start shows an emoji the embedded models draw well, not class 0 ("hash");
     // later starts restore the last request.
