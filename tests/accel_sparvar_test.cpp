@@ -5,8 +5,10 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <vector>
 
 #include "core/accel/accel_config.h"
 #include "core/accel/csla_mask.h"
@@ -15,6 +17,7 @@
 #include "core/accel/sparvar_cs4a.h"
 #include "core/accel/sparvar_csla.h"
 #include "core/resources.h"
+#include "kernels/block_list_order.h"
 #include "tests/tiny_models.h"
 
 using namespace varscope;
@@ -56,8 +59,7 @@ TEST(SparVarCslaMask, ShapeAndSinkColumns) {
     EXPECT_TRUE(m.narrow(1, 0, 121).all().item<bool>());
     EXPECT_FALSE(m.narrow(1, 121, 10521 - 121).all().item<bool>());
     // Every query attends at least its own token (window at its own scale).
-    for (int64_t qi : {0, 63, 2048, 4095})
-        EXPECT_TRUE(m[qi][10521 - 4096 + qi].item<bool>()) << qi;
+    for (int64_t qi : {0, 63, 2048, 4095}) EXPECT_TRUE(m[qi][10521 - 4096 + qi].item<bool>()) << qi;
 }
 
 TEST(SparVarCslaMask, MatchesPaperFormulaEntrywise) {
@@ -150,12 +152,12 @@ TEST(SparVarCslaMask, InfinityLastScaleBlockSparsityMatchesTable1) {
     EXPECT_NEAR(mask_sparsity(blk), 0.834, 0.015);
     EXPECT_GT(mask_sparsity(tok), mask_sparsity(blk));  // blocks only add tokens
     // Table 4's window ablation (same sinks): [3,3,3] 86.77 %, [7,7,7] 81.18 %.
-    EXPECT_NEAR(mask_sparsity(csla_block_mask(csla_token_mask(kInfinity, 12, {5, {3, 3, 3}, 3}),
-                                              64, 64)),
-                0.8677, 0.015);
-    EXPECT_NEAR(mask_sparsity(csla_block_mask(csla_token_mask(kInfinity, 12, {5, {7, 7, 7}, 3}),
-                                              64, 64)),
-                0.8118, 0.015);
+    EXPECT_NEAR(
+        mask_sparsity(csla_block_mask(csla_token_mask(kInfinity, 12, {5, {3, 3, 3}, 3}), 64, 64)),
+        0.8677, 0.015);
+    EXPECT_NEAR(
+        mask_sparsity(csla_block_mask(csla_token_mask(kInfinity, 12, {5, {7, 7, 7}, 3}), 64, 64)),
+        0.8118, 0.015);
 }
 
 TEST(SparVarCslaMask, BlockListsMatchTheMask) {
@@ -167,21 +169,31 @@ TEST(SparVarCslaMask, BlockListsMatchTheMask) {
     ASSERT_EQ(lists.counts.scalar_type(), at::kInt);
     ASSERT_EQ(lists.indices.size(0), blk.size(0));
     EXPECT_EQ(lists.indices.size(1), blk.sum(1).max().item<int64_t>());
+    const int64_t stride = lists.indices.size(1);
+    std::vector<int32_t> ascending(static_cast<size_t>(blk.size(0) * stride), -1);
     for (int64_t u = 0; u < blk.size(0); ++u) {
         const int64_t n = lists.counts[u].item<int64_t>();
         EXPECT_EQ(n, blk[u].sum().item<int64_t>());
-        int64_t prev = -1;
-        for (int64_t i = 0; i < lists.indices.size(1); ++i) {
+        std::vector<int64_t> ids;
+        for (int64_t i = 0; i < stride; ++i) {
             const int64_t id = lists.indices[u][i].item<int64_t>();
             if (i >= n) {
                 EXPECT_EQ(id, -1);
                 continue;
             }
-            EXPECT_GT(id, prev);
             EXPECT_TRUE(blk[u][id].item<bool>());
-            prev = id;
+            ids.push_back(id);
         }
+        std::sort(ids.begin(), ids.end());
+        EXPECT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end());  // each block once
+        std::copy(ids.begin(), ids.end(), ascending.begin() + u * stride);
     }
+    // The order is the kernels' (kernels/block_list_order.h) of the ascending lists.
+    const std::vector<int32_t> counts(lists.counts.data_ptr<int32_t>(),
+                                      lists.counts.data_ptr<int32_t>() + blk.size(0));
+    kernels::order_block_lists_for_shared_reads(ascending.data(), counts.data(), blk.size(0),
+                                                stride);
+    EXPECT_TRUE(std::equal(ascending.begin(), ascending.end(), lists.indices.data_ptr<int32_t>()));
     auto empty = csla_block_lists(at::zeros({2, 3}, at::kBool));
     EXPECT_EQ(empty.indices.size(1), 0);
     EXPECT_EQ(empty.counts.sum().item<int64_t>(), 0);
@@ -258,8 +270,7 @@ TEST(SparVarCs4a, CacheIdentityAtTheDecisionScale) {
     EXPECT_TRUE(at::allclose(sparse + cache, dense, 1e-6, 1e-6));
     EXPECT_GT(cache.abs().max().item<float>(), 1e-3);  // the Top-K set is not everything
     // Query rows 5..9 (block 1) use block 1's keys only.
-    auto row = sparvar::masked_attention(q.narrow(2, 7, 1), k, v, 0.4,
-                                         sel.narrow(2, 1, 1));
+    auto row = sparvar::masked_attention(q.narrow(2, 7, 1), k, v, 0.4, sel.narrow(2, 1, 1));
     EXPECT_TRUE(at::allclose(row, sparse.narrow(2, 7, 1), 1e-5, 1e-6));
 }
 
@@ -272,7 +283,7 @@ TEST(SparVarCs4a, QueryBlockHomography) {
 }
 
 TEST(SparVarCs4a, RelativeScaleAlignmentDecomposesAlignsProjects) {
-    const std::vector<int64_t> pns{1, 2, 4, 6, 8};  // begins 0, 1, 5, 21, 57; total 121
+    const std::vector<int64_t> pns{1, 2, 4, 6, 8};            // begins 0, 1, 5, 21, 57; total 121
     auto map = sparvar::relative_scale_alignment(pns, 2, 4);  // S = 2 (pn 4), K = 4 (pn 8)
     ASSERT_EQ(map.numel(), 21);
     // Scale 0 -> scale 2 (pn 4): (0, 0) -> index 5.
@@ -335,8 +346,8 @@ VarSampleOptions options(std::vector<int64_t> classes = {3, 5}, uint64_t seed = 
 
 // small_pipeline(): scales 1,2,3,4,6,8, depth 4; sparse_scales 2 -> decision scale 3 (pn 4).
 nlohmann::json small_config() {
-    return {{"enabled", true}, {"sparse_scales", 2}, {"sink_scales", 2}, {"windows", {1, 3}},
-            {"middle_window", 1}, {"block", 4}, {"query_block", 4}, {"top_k", 0.2}};
+    return {{"enabled", true},    {"sparse_scales", 2}, {"sink_scales", 2}, {"windows", {1, 3}},
+            {"middle_window", 1}, {"block", 4},         {"query_block", 4}, {"top_k", 0.2}};
 }
 
 VarSampleResult run(VarPipeline& p, const nlohmann::json& sparvar, const VarSampleOptions& o,
@@ -466,9 +477,9 @@ TEST(SparVarPolicy, Cs4aOutputIsSparseAttentionPlusUpsampledCache) {
     auto sums = sparvar::block_column_sums(probs, 4);
     auto sel = sparvar::selection_from_indices(sparvar::top_k_indices(sums, 6), 30);
     sel.narrow(3, 0, 5).fill_(true);  // sinks: scales 0, 1
-    auto cache = dense.to(at::kFloat) -
-                 sparvar::masked_attention(d[0], d[1], d[2], cap.scale,
-                                           sparvar::expand_query_blocks(sel, 4, 16));
+    auto cache =
+        dense.to(at::kFloat) - sparvar::masked_attention(d[0], d[1], d[2], cap.scale,
+                                                         sparvar::expand_query_blocks(sel, 4, 16));
     const std::vector<int64_t> pns{1, 2, 3, 4, 6, 8};
     auto mapped = sparvar::map_selection(sel, pns, 3, 5, 4, 5, false);
     auto expect = sparvar::masked_attention(t[0], t[1], t[2], cap.scale,
@@ -513,8 +524,8 @@ TEST(SparVarPolicy, EmbeddedModelOffIsBaselineAndDefaultsRun) {
     auto o = options({1891}, 3);
     o.cfg = 3.0;
     const auto base = p.generate(o);
-    nlohmann::json off = {{"enabled", true}, {"windows", {31}}, {"middle_window", 31},
-                          {"top_k", 1.0}};
+    nlohmann::json off = {
+        {"enabled", true}, {"windows", {31}}, {"middle_window", 31}, {"top_k", 1.0}};
     expect_same_tokens(base, run(p, off, o));
     // Paper defaults (block 128, C 192) on the 10-scale emoji model: decision scale 7.
     ProbeRecorder rec;
@@ -546,7 +557,8 @@ TEST(SparVarConfigErrors, NamesTheField) {
     expect_error({{"windows", {3, 0}}}, "sparvar.windows[1]: must be in [1, 255]");
     expect_error({{"block", 0}}, "sparvar.block: must be in [1, 1024]");
     expect_error({{"typo", 1}}, "sparvar.typo: unknown field");
-    EXPECT_NO_THROW(make_sparvar(SparVarConfig::from_json(small_config()), p.var_config(), nullptr));
+    EXPECT_NO_THROW(
+        make_sparvar(SparVarConfig::from_json(small_config()), p.var_config(), nullptr));
     // Round trip.
     auto c = SparVarConfig::from_json(small_config());
     EXPECT_EQ(SparVarConfig::from_json(c.to_json()).to_json(), c.to_json());

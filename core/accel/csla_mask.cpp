@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/block_list_order.h"
+
 namespace varscope {
 namespace {
 
@@ -59,8 +61,9 @@ at::Tensor csla_token_mask(const std::vector<int64_t>& patch_nums, int64_t query
         }
         const auto near = window_1d(pn_q, pn_h, spec.window_for(query_scale, h) / 2);
         // (x, y) x (x_k, y_k): rows and columns must both be near.
-        parts.push_back(at::logical_and(near.view({pn_q, 1, pn_h, 1}), near.view({1, pn_q, 1, pn_h}))
-                            .reshape({pn_q * pn_q, pn_h * pn_h}));
+        parts.push_back(
+            at::logical_and(near.view({pn_q, 1, pn_h, 1}), near.view({1, pn_q, 1, pn_h}))
+                .reshape({pn_q * pn_q, pn_h * pn_h}));
     }
     return at::cat(parts, 1);
 }
@@ -97,6 +100,9 @@ BlockLists csla_block_lists(const at::Tensor& block_mask) {
     auto keyed = at::where(mask, ids, at::full({}, nk, at::kLong));
     auto sorted = std::get<0>(keyed.sort(1)).narrow(1, 0, max_active);
     auto indices = sorted.masked_fill(sorted == nk, -1).to(at::kInt).contiguous();
+    counts = counts.contiguous();
+    kernels::order_block_lists_for_shared_reads(
+        indices.data_ptr<int32_t>(), counts.data_ptr<int32_t>(), indices.size(0), indices.size(1));
     return {indices, counts};
 }
 

@@ -42,10 +42,10 @@
 namespace varscope {
 
 struct CslaSpec {
-    int64_t sink_scales = 5;               // scales [0, sink_scales) are sinks, always attended
+    int64_t sink_scales = 5;                // scales [0, sink_scales) are sinks, always attended
     std::vector<int64_t> windows{3, 5, 7};  // windows of the key scales just before and at the
                                             // query scale (last entry = the query's own scale)
-    int64_t middle_window = 3;             // window of the non-sink key scales further back
+    int64_t middle_window = 3;              // window of the non-sink key scales further back
     // Window of key scale h for query scale q (>= 1); h must be >= sink_scales.
     int64_t window_for(int64_t query_scale, int64_t key_scale) const;
 };
@@ -65,8 +65,11 @@ at::Tensor expand_block_mask(const at::Tensor& block_mask, int64_t block_q, int6
                              int64_t q_len, int64_t kv_len);
 
 struct BlockLists {
-    at::Tensor indices;  // int32 (n_q_blocks, max_active), active kv-block ids ascending, -1 pad
-    at::Tensor counts;   // int32 (n_q_blocks)
+    // int32 (n_q_blocks, max_active): active kv-block ids in the kernels' visiting order
+    // (kernels/block_list_order.h: the same blocks, ordered so that query blocks read shared
+    // blocks together), -1 pad.
+    at::Tensor indices;
+    at::Tensor counts;  // int32 (n_q_blocks)
 };
 
 // The active key blocks of each query block (the kernel's iteration lists).

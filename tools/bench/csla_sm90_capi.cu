@@ -3,12 +3,14 @@
 // reachable from Python. ctypes and raw device pointers keep this free of LibTorch and pybind.
 //   nvcc -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a
 //     --expt-relaxed-constexpr -I. tools/bench/csla_sm90_capi.cu
-//     kernels/cuda/csla_attention_sm90_d{64,128}.cu -o libvarscope_csla_capi.so
+//     kernels/cuda/csla_attention_sm90_d{64,128}.cu kernels/block_list_order.cpp
+//     -o libvarscope_csla_capi.so
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/block_list_order.h"
 #include "kernels/cuda/attention_params.h"
 
 namespace varscope::kernels::cuda {
@@ -20,7 +22,8 @@ namespace vc = varscope::kernels::cuda;
 
 // Block-sparse attention of contiguous bf16 (batch, heads, len, head_dim) tensors. lists/counts are
 // device int32 arrays: lists[qb * list_stride + i] (i < counts[qb]) are query block qb's active
-// key blocks, ascending, as core's list builder makes them. Returns a cudaError_t; 1
+// key blocks, in any order (core's list builder orders them with varscope_order_block_lists'
+// rule). Returns a cudaError_t; 1
 // (cudaErrorInvalidValue) for arguments the kernels do not take.
 extern "C" int varscope_csla_sm90_bf16(const void* q, const void* k, const void* v, void* o,
                                        int batch, int heads, int len_q, int len_k, int head_dim,
@@ -54,4 +57,14 @@ extern "C" int varscope_csla_sm90_bf16(const void* q, const void* k, const void*
     const auto s = static_cast<cudaStream_t>(stream);
     return static_cast<int>(head_dim == 64 ? vc::launch_csla_sm90_d64_bf16(p, impl, s)
                                            : vc::launch_csla_sm90_d128_bf16(p, impl, s));
+}
+
+// Core's order of the lists (kernels/block_list_order.h), on host int32 arrays in the layout
+// above, in place. Returns 0, or 1 for arguments it does not take.
+extern "C" int varscope_order_block_lists(int32_t* lists, const int32_t* counts,
+                                          int64_t num_query_blocks, int64_t list_stride) {
+    if (lists == nullptr || counts == nullptr || num_query_blocks < 0 || list_stride <= 0) return 1;
+    varscope::kernels::order_block_lists_for_shared_reads(lists, counts, num_query_blocks,
+                                                          list_stride);
+    return 0;
 }

@@ -87,8 +87,9 @@ fi
 # (tools/bench/csla_vs_torch.py; our kernel through the C entry point csla_sm90_capi.cu).
 if [ "${SKIP_SIDE:-0}" != 1 ] && [ "$(left)" -gt 200 ]; then
   PIDS=()  # a bare `wait` would also wait for the tee above, which never ends
-  for u in capi csla_attention_sm90_d64 csla_attention_sm90_d128; do
+  for u in capi csla_attention_sm90_d64 csla_attention_sm90_d128 block_list_order; do
     f="$SRC/kernels/cuda/$u.cu"; [ "$u" = capi ] && f="$SRC/tools/bench/csla_sm90_capi.cu"
+    [ "$u" = block_list_order ] && f="$SRC/kernels/block_list_order.cpp"
     timeout 240 nvcc -O3 -std=c++17 -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a \
       --expt-relaxed-constexpr -I"$SRC" -c "$f" -o "/tmp/capi_$u.o" > "/tmp/capi_$u.log" 2>&1 &
     PIDS+=($!)

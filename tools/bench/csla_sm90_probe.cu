@@ -7,7 +7,8 @@
 // keep 0.2, C = 192 (as `varscope-cli bench cs4a`).
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I.
 //     tools/bench/csla_sm90_probe.cu kernels/cuda/csla_attention_sm90_d{64,128}.cu
-//     kernels/cuda/cs4a_attention_sm90_d{64,128}.cu -o probe
+//     kernels/cuda/cs4a_attention_sm90_d{64,128}.cu kernels/block_list_order.cpp -o probe
+//   (the list: tools/bench/probe_sources.txt)
 //   probe [--profile] [--mask-only] [--dense] [--no-check] [--impls 06789abc] [--iters 30]
 //     [--trace FILE]  (build with -DVARSCOPE_SM90_TRACE: per-item timeline of 11/12, CSV)
 // --profile: one launch per schedule at block 64 only (for ncu -k regex:sm90_attention).
@@ -28,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/block_list_order.h"
 #include "kernels/cuda/attention_params.h"
 #include "kernels/cuda/csla_attention_sm90.cuh"  // ws_fallbacks()
 
@@ -68,7 +70,8 @@ float bf(__nv_bfloat16 x) {
     return __bfloat162float(x);
 }
 
-// Block lists of a boolean block mask (ascending key blocks).
+// Block lists of a boolean block mask, in core's order (kernels/block_list_order.h), or ascending
+// with VARSCOPE_PROBE_ASCENDING=1 (the order before 2026-11-26, for A/B rounds in one binary).
 struct Lists {
     std::vector<int32_t> idx, cnt;
     int stride = 1;
@@ -86,6 +89,9 @@ Lists lists_of(const std::vector<uint8_t>& bm, int nqb, int nkb) {
         for (int j = 0; j < nkb; ++j)
             if (bm[static_cast<size_t>(u) * nkb + j])
                 l.idx[static_cast<size_t>(u) * l.stride + l.cnt[u]++] = j;
+    if (!std::getenv("VARSCOPE_PROBE_ASCENDING"))
+        varscope::kernels::order_block_lists_for_shared_reads(l.idx.data(), l.cnt.data(), nqb,
+                                                              l.stride);
     return l;
 }
 

@@ -7,7 +7,9 @@ Python-only, so its time there comes from flex_attention_bench.py, run before th
 process. A GPU's clock drifts over a call (our kernel has measured 10 % slower at the end of a
 CLI run than at its start), so this script times every contestant in each iteration, in an order
 that rotates from one iteration to the next, each call after an L2 flush. Our kernel is reached
-through tools/bench/csla_sm90_capi.cu (ctypes, raw device pointers).
+through tools/bench/csla_sm90_capi.cu (ctypes, raw device pointers), on block lists in core's
+order (kernels/block_list_order.h); "ours_ascending" is the same kernel on ascending lists, the
+order before 2026-11-26, timed in the same iterations.
 
 Before timing, every contestant's output is checked against fp32 SDPA with the same mask
 expanded to tokens: ours may be at most twice Flex's error (FlashAttention's test rule: at most 2x
@@ -33,16 +35,27 @@ from flex_attention_bench import (CONFIGS, active_blocks, block_mask_of, csla_to
                                   masked_reference, rel_error)
 
 
-def block_lists(bm):
-    """Active key blocks of each query block, ascending (as core's list builder makes them), in
-    rows of the longest list's length (the kernel reads only the first count entries)."""
+def block_lists(lib, bm, ascending=False):
+    """Active key blocks of each query block in rows of the longest list's length (the kernel
+    reads only the first count entries), in core's order (the C entry point's
+    varscope_order_block_lists) or, with ascending, in ascending order (the order before
+    2026-11-26, kept as a contestant)."""
     counts, indices = active_blocks(bm)
     stride = max(1, int(counts.max()))
-    return indices[:, :stride].contiguous(), counts, stride
+    lists = indices[:, :stride].contiguous()
+    if not ascending:
+        host, host_counts = lists.cpu().contiguous(), counts.cpu().contiguous()
+        if lib.varscope_order_block_lists(ctypes.c_void_p(host.data_ptr()),
+                                          ctypes.c_void_p(host_counts.data_ptr()),
+                                          ctypes.c_int64(host.shape[0]),
+                                          ctypes.c_int64(stride)) != 0:
+            raise RuntimeError("varscope_order_block_lists refused the lists")
+        lists = host.to(bm.device)
+    return lists, counts, stride
 
 
-def ours_call(lib, q, k, v, bm, b, impl):
-    lists, counts, stride = block_lists(bm)  # on bm's device, q's
+def ours_call(lib, q, k, v, bm, b, impl, ascending=False):
+    lists, counts, stride = block_lists(lib, bm, ascending)  # on bm's device, q's
     out = torch.empty_like(q)
     batch, heads, lq, d = q.shape
     lk = k.shape[2]
@@ -146,7 +159,8 @@ def main():
             bm = block_mask_of(tm, b).to(dev)
             row = {"config": name, "block": b, "block_sparsity": 1.0 - bm.float().mean().item(),
                    "impl": a.impl}
-            fns = {"ours": ours_call(lib, q, k, v, bm, b, a.impl)}
+            fns = {"ours": ours_call(lib, q, k, v, bm, b, a.impl),
+                   "ours_ascending": ours_call(lib, q, k, v, bm, b, a.impl, ascending=True)}
             add_flex(fns, row, "flex", flex_call(compiled, q, k, v, bm, b))
             if a.partial_flex:
                 add_flex(fns, row, "flex_partial", flex_partial_call(compiled, q, k, v, bm, b))
