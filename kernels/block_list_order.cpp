@@ -32,7 +32,8 @@ void sort_by_residue(int32_t* first, int32_t* last, int64_t mod) {
 }  // namespace
 
 void order_block_lists_for_shared_reads(int32_t* lists, const int32_t* counts,
-                                        int64_t num_query_blocks, int64_t stride) {
+                                        int64_t num_query_blocks, int64_t stride,
+                                        int64_t min_query_blocks) {
     if (lists == nullptr || counts == nullptr || stride <= 0) return;
     auto count_of = [&](int64_t qb) { return std::clamp<int64_t>(counts[qb], 0, stride); };
     // Only the valid (non-negative) entries take part; a list holding -1 entries keeps them last.
@@ -51,6 +52,7 @@ void order_block_lists_for_shared_reads(int32_t* lists, const int32_t* counts,
         if (!runs.empty())
             longest_last = std::max(longest_last, runs.back().end - runs.back().begin);
     }
+    if (num_query_blocks < min_query_blocks) return;  // sorted, no more
     std::vector<int32_t> out;
     for (int64_t qb = 0; qb < num_query_blocks; ++qb) {
         int32_t* row = lists + qb * stride;

@@ -16,14 +16,21 @@
 
 namespace varscope::kernels {
 
+// Fewer query blocks than this keep ascending lists: there the order measured slower (H100,
+// VAR-d30: 4 query blocks per head +7 %, 16 +1 %; Table 1's 32 at block 128 -0.3 %, 64 at block
+// 64 -4.5 %).
+inline constexpr int64_t kMinQueryBlocksToOrder = 32;
+
 // Reorders each list lists[qb * stride + i], i < counts[qb], in place (the same blocks):
 //   1. the list's last run of consecutive blocks first (for CSLA: the window at the query's own
 //      scale), ordered by (block mod M), M = the longest such last run over all query blocks;
 //   2. then the other blocks ascending, each run of consecutive blocks ordered by
 //      (block mod the run's length).
 // Lists may come in any order (they are sorted first); entries < 0 (no block) go last; entries
-// past counts[qb] are not touched (counts are clamped to [0, stride]).
+// past counts[qb] are not touched (counts are clamped to [0, stride]). With fewer than
+// min_query_blocks query blocks the lists are only sorted.
 void order_block_lists_for_shared_reads(int32_t* lists, const int32_t* counts,
-                                        int64_t num_query_blocks, int64_t stride);
+                                        int64_t num_query_blocks, int64_t stride,
+                                        int64_t min_query_blocks = kMinQueryBlocksToOrder);
 
 }  // namespace varscope::kernels

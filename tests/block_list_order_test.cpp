@@ -34,9 +34,10 @@ Lists lists_of(const std::vector<std::vector<int32_t>>& rows) {
     return l;
 }
 
-void order(Lists& l) {
-    order_block_lists_for_shared_reads(l.idx.data(), l.cnt.data(),
-                                       static_cast<int64_t>(l.cnt.size()), l.stride);
+// min_query_blocks 0: order however few lists there are.
+void order(Lists& l, int64_t min_query_blocks = 0) {
+    order_block_lists_for_shared_reads(
+        l.idx.data(), l.cnt.data(), static_cast<int64_t>(l.cnt.size()), l.stride, min_query_blocks);
 }
 
 }  // namespace
@@ -94,6 +95,20 @@ TEST(BlockListOrder, OtherRunsPaddingAndBadCounts) {
     order(c);
     EXPECT_EQ(c.idx, (std::vector<int32_t>{3, 1, 2}));
     order_block_lists_for_shared_reads(nullptr, c.cnt.data(), 1, 3);  // no lists: nothing
+}
+
+// Below kMinQueryBlocksToOrder query blocks (the default) the lists are only sorted.
+TEST(BlockListOrder, FewQueryBlocksStayAscending) {
+    std::vector<std::vector<int32_t>> rows;
+    for (int32_t u = 0; u < 20; ++u) rows.push_back({12 + u, 11 + u, 10 + u, 1, 0});
+    Lists l = lists_of(rows);
+    order(l, varscope::kernels::kMinQueryBlocksToOrder);
+    for (int32_t u = 0; u < 20; ++u)
+        EXPECT_EQ(l.row(u), (std::vector<int32_t>{0, 1, 10 + u, 11 + u, 12 + u})) << u;
+    for (int32_t u = 20; u < 40; ++u) rows.push_back({12 + u, 11 + u, 10 + u, 1, 0});
+    Lists many = lists_of(rows);
+    order(many, varscope::kernels::kMinQueryBlocksToOrder);
+    EXPECT_EQ(many.row(0), (std::vector<int32_t>{12, 10, 11, 0, 1}));  // 40: ordered
 }
 
 // Random lists: every list keeps exactly its blocks, and ordering twice changes nothing more.
