@@ -31,6 +31,10 @@
 // Tried and dropped (2026-11-26-h100/csla_s16.md): other setmaxnreg splits for 12 (producer /
 // consumer 32/224 and 24/232: every block active 1.5 % faster, Table 1 block 64 0.5 % slower;
 // 48/208 and 56/200: every block active 2 % slower).
+// Kept (2026-11-26-h100/csla_s18.md, no kernel change): the block lists come in an order that makes
+// query blocks read shared key blocks together (kernels/block_list_order.h): H100, Table 1,
+// block 64, 0.1535 -> 0.1469 ms side by side. Synthetic lists there show the cost is reading a
+// shared tile at different times, not DRAM traffic or the tile loop.
 // Tried and dropped (2026-11-26-h100/csla_s18.md): L2 prefetch of each K/V tile once per head, by
 // the query block that first touches it, 0-16 list places ahead (by TMA: 0.4-12 % slower; by
 // prefetch.global.L2 from an idle producer warp, at the item's start or the next item's: 5 %).
