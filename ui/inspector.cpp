@@ -12,6 +12,7 @@
 #include <limits>
 #include <set>
 
+#include "core/accel/probe_kinds.h"
 #include "visualization/heatmap_view.h"
 
 namespace varscope::gui {
@@ -264,6 +265,21 @@ void AttentionInspector::refresh() {
 }
 
 // --- accelerator records ---------------------------------------------------------------------
+
+namespace {
+// What the rows and columns of a known 2-D record are (core/accel/probe_kinds.h); empty names
+// for other kinds, which keep the generic "[row, col]".
+struct Axes {
+    const char* rows = nullptr;
+    const char* cols = nullptr;
+};
+Axes axes_of(const std::string& kind) {
+    if (kind == probe_kinds::kKvOccupancy) return {"layer", "source scale"};
+    if (kind == probe_kinds::kCslaTokenMask) return {"query token", "key token"};
+    if (kind == probe_kinds::kCslaBlockMask) return {"query block", "key block"};
+    return {};
+}
+}  // namespace
 
 AccelInspector::AccelInspector(const QString& method, const QString& hint, QWidget* parent)
     : QWidget(parent), method_(method), hint_(hint) {
@@ -586,13 +602,23 @@ void AccelInspector::refresh() {
         view_->setColormap(static_cast<viz::Colormap>(cmap_->currentIndex()));
     if (token_map && mode_->currentIndex() == 1 && source_)
         view_->setBackground(source_->image, 0.55);  // the image the records were made for
-    view_->setTitle(tr("%1 · %2 %3%4")
-                        .arg(kind_->currentText())
-                        .arg(unit_)
-                        .arg(rec->scale)
-                        .arg(rec->layer >= 0 ? tr(" · layer %1").arg(rec->layer) : QString()));
-    view_->setCellLabeler([token_map, index_list](int row, int col) {
-        return token_map    ? QObject::tr("token (%1,%2)").arg(row).arg(col)
+    const Axes axes = axes_of(rec->kind);
+    view_->setTitle(
+        tr("%1 · %2 %3%4%5")
+            .arg(kind_->currentText())
+            .arg(unit_)
+            .arg(rec->scale)
+            .arg(rec->layer >= 0 ? tr(" · layer %1").arg(rec->layer) : QString())
+            .arg(axes.rows ? tr(" · %1 × %2")
+                                 .arg(QString::fromUtf8(axes.rows), QString::fromUtf8(axes.cols))
+                           : QString()));
+    view_->setCellLabeler([token_map, index_list, axes](int row, int col) {
+        return axes.rows ? QObject::tr("%1 %2, %3 %4")
+                               .arg(QString::fromUtf8(axes.rows))
+                               .arg(row)
+                               .arg(QString::fromUtf8(axes.cols))
+                               .arg(col)
+               : token_map  ? QObject::tr("token (%1,%2)").arg(row).arg(col)
                : index_list ? QObject::tr("query block %1, key %2").arg(row).arg(col)
                             : QObject::tr("[%1, %2]").arg(row).arg(col);
     });
@@ -627,6 +653,9 @@ Inspector::Inspector(QWidget* parent) : QTabWidget(parent) {
         // but the sink + window mask is what shows why CSLA is fast: open on it (the token mask:
         // with the small models, 128-key blocks cover most of a scale).
         if (id == "sparvar") tab->setPreferredKind("sparvar/csla_token_mask");
+        // AMS-KV: which source scales each layer still holds after a scale (the policy itself),
+        // rather than the byte totals that come first.
+        if (id == "ams_kv") tab->setPreferredKind("ams_kv/kv_occupancy");
         methods_.emplace_back(id, tab);
         addTab(tab, title);
     }

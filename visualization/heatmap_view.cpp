@@ -193,6 +193,10 @@ void HeatmapView::paintEvent(QPaintEvent*) {
                fontMetrics().elidedText(text, Qt::ElideRight, width() - 2 * kMargin));
 }
 
+QString HeatmapView::cellLabel(int row, int col) const {
+    return labeler_ ? labeler_(row, col) : tr("row %1, col %2").arg(row).arg(col);
+}
+
 void HeatmapView::mouseMoveEvent(QMouseEvent* e) {
     const QPoint cell = cellAt(e->position());
     if (cell == hover_) return;
@@ -201,9 +205,7 @@ void HeatmapView::mouseMoveEvent(QMouseEvent* e) {
         readout_.clear();
     } else {
         const float v = grid_.at(cell.y(), cell.x());
-        const QString where = labeler_ ? labeler_(cell.y(), cell.x())
-                                       : tr("row %1, col %2").arg(cell.y()).arg(cell.x());
-        readout_ = tr("%1: %2").arg(where, format_value(v));
+        readout_ = tr("%1: %2").arg(cellLabel(cell.y(), cell.x()), format_value(v));
         emit hovered(cell.y(), cell.x(), v);
     }
     update();

@@ -4,7 +4,6 @@
 
 #include <QImage>
 #include <QWidget>
-
 #include <functional>
 #include <optional>
 #include <vector>
@@ -15,7 +14,7 @@ namespace varscope::viz {
 
 class HeatmapView : public QWidget {
     Q_OBJECT
-public:
+  public:
     explicit HeatmapView(QWidget* parent = nullptr);
 
     // range: nullopt = the grid's own min..max.
@@ -32,6 +31,7 @@ public:
     void setPartitions(std::vector<int> rows, std::vector<int> cols);
     // Hover text for a cell; default "row r, col c".
     void setCellLabeler(std::function<QString(int row, int col)> f);
+    QString cellLabel(int row, int col) const;  // what the hover readout names a cell
     void setKeepAspect(bool keep);
     void setLegendLabel(const QString& label);
 
@@ -44,16 +44,16 @@ public:
     QSize sizeHint() const override { return {360, 320}; }
     QSize minimumSizeHint() const override { return {160, 140}; }
 
-signals:
+  signals:
     void hovered(int row, int col, float value);
 
-protected:
+  protected:
     void paintEvent(QPaintEvent*) override;
     void mouseMoveEvent(QMouseEvent*) override;
     void leaveEvent(QEvent*) override;
     void resizeEvent(QResizeEvent*) override;
 
-private:
+  private:
     QRectF mapRect() const;
     void rebuild();
 

@@ -309,6 +309,48 @@ class UiTest : public QObject {
         QCOMPARE(sparvar->currentKind(), QString("sparvar/cs4a_selected"));
     }
 
+    // Known 2-D records name their axes in the title and the hover readout (AMS-KV's occupancy:
+    // layers × source scales; before, "[1, 2]"), and the AMS-KV tab opens on the occupancy.
+    void accelRecordsNameTheirAxes() {
+        using namespace varscope::gui;
+        auto r = std::make_shared<SideResult>();
+        r->side = Side::Accelerated;
+        for (int64_t si : {0, 1, 2}) {
+            ScaleOutput s;
+            s.scale = si;
+            s.patch_num = si + 1;
+            r->run.scales.push_back(s);
+        }
+        for (const char* kind : {"kv_bytes", "kv_occupancy"}) {
+            AccelOutput a;
+            a.method = "ams_kv";
+            a.kind = kind;
+            a.scale = 2;
+            a.data.shape = std::string(kind) == "kv_bytes" ? std::vector<int64_t>{4}
+                                                           : std::vector<int64_t>{4, 3};
+            a.data.values.assign(std::string(kind) == "kv_bytes" ? 4 : 12, 1.f);
+            r->run.accel.push_back(a);
+        }
+        AccelInspector tab("ams_kv", "hint");
+        tab.setPreferredKind("ams_kv/kv_occupancy");  // as Inspector sets it
+        tab.setResults(nullptr, r);
+        QCOMPARE(tab.currentKind(), QString("ams_kv/kv_occupancy"));
+        QVERIFY2(tab.view()->title().endsWith(" · layer × source scale"),
+                 qPrintable(tab.view()->title()));
+        QCOMPARE(tab.view()->cellLabel(1, 2), QString("layer 1, source scale 2"));
+        QVERIFY(tab.selectKind("ams_kv/kv_bytes"));
+        QVERIFY2(!tab.view()->title().contains("source scale"), qPrintable(tab.view()->title()));
+        Inspector insp;  // the real tabs get the preferences
+        bool found = false;
+        for (auto* t : insp.findChildren<AccelInspector*>()) {
+            if (t->objectName() != "inspector.ams_kv") continue;
+            t->setResults(nullptr, r);
+            QCOMPARE(t->currentKind(), QString("ams_kv/kv_occupancy"));
+            found = true;
+        }
+        QVERIFY(found);
+    }
+
     // Filmstrip captions never run into their neighbours, and one strip uses one form: 16 MAR
     // steps in a narrow strip read "1 … 16" (before, "step 1" … "step 9" overlapped, then
     // "10" … "16"); a wide strip keeps "step 1".
