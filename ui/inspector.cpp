@@ -584,6 +584,17 @@ void AccelInspector::refresh() {
         g = mask;
         facts << tr("%1 of %2 keys per row").arg(cols).arg(keys);
     }
+    // AMS-KV's occupancy as the share of each source scale's tokens a layer holds: in raw counts
+    // the condensed scales (1, 4, 9 … tokens) looked empty beside the last scales' hundreds.
+    std::vector<float> held;  // the raw counts, for the readout
+    const bool occupancy =
+        rec->kind == probe_kinds::kKvOccupancy && size_t(g.cols) <= pn.size() && slices == 1;
+    if (occupancy) {
+        held = g.values;
+        for (int r = 0; r < g.rows; ++r)
+            for (int c = 0; c < g.cols; ++c) g.at(r, c) /= float(pn[size_t(c)] * pn[size_t(c)]);
+        facts << tr("share of each source scale's tokens held");
+    }
     const int64_t final_pn = pn.empty() ? 0 : pn.back();
     const bool token_map = g.rows == g.cols && ((spn > 0 && g.rows == spn) || g.rows == final_pn);
     const bool binary = is_binary(g.values);
@@ -594,8 +605,9 @@ void AccelInspector::refresh() {
     values_->setText(facts.join(" · "));
     mode_->setEnabled(token_map);
     view_->setKeepAspect(token_map || rows == cols);
-    view_->setGrid(
-        g, binary ? std::optional<viz::ValueRange>(viz::ValueRange{0.f, 1.f}) : std::nullopt);
+    view_->setGrid(g, binary || occupancy
+                          ? std::optional<viz::ValueRange>(viz::ValueRange{0.f, 1.f})
+                          : std::nullopt);
     if (binary && cmap_->currentIndex() == static_cast<int>(viz::Colormap::Viridis))
         view_->setColormap(viz::Colormap::Mask);
     else
@@ -612,12 +624,18 @@ void AccelInspector::refresh() {
             .arg(axes.rows ? tr(" · %1 × %2")
                                  .arg(QString::fromUtf8(axes.rows), QString::fromUtf8(axes.cols))
                            : QString()));
-    view_->setCellLabeler([token_map, index_list, axes](int row, int col) {
-        return axes.rows ? QObject::tr("%1 %2, %3 %4")
+    const int cols_of_grid = g.cols;
+    view_->setCellLabeler([token_map, index_list, axes, held, pn, cols_of_grid](int row, int col) {
+        const QString counts = held.empty() ? QString()
+                                            : QObject::tr(" (%1 of %2 tokens)")
+                                                  .arg(held[size_t(row * cols_of_grid + col)])
+                                                  .arg(pn[size_t(col)] * pn[size_t(col)]);
+        return axes.rows ? QObject::tr("%1 %2, %3 %4%5")
                                .arg(QString::fromUtf8(axes.rows))
                                .arg(row)
                                .arg(QString::fromUtf8(axes.cols))
                                .arg(col)
+                               .arg(counts)
                : token_map  ? QObject::tr("token (%1,%2)").arg(row).arg(col)
                : index_list ? QObject::tr("query block %1, key %2").arg(row).arg(col)
                             : QObject::tr("[%1, %2]").arg(row).arg(col);

@@ -337,7 +337,10 @@ class UiTest : public QObject {
         QCOMPARE(tab.currentKind(), QString("ams_kv/kv_occupancy"));
         QVERIFY2(tab.view()->title().endsWith(" · layer × source scale"),
                  qPrintable(tab.view()->title()));
-        QCOMPARE(tab.view()->cellLabel(1, 2), QString("layer 1, source scale 2"));
+        // Shown as the share of each source scale's tokens (scales of 1, 4 and 9 tokens here).
+        QCOMPARE(tab.view()->cellLabel(1, 2), QString("layer 1, source scale 2 (1 of 9 tokens)"));
+        QCOMPARE(tab.view()->grid().at(1, 0), 1.f);
+        QCOMPARE(tab.view()->grid().at(1, 1), 0.25f);
         QVERIFY(tab.selectKind("ams_kv/kv_bytes"));
         QVERIFY2(!tab.view()->title().contains("source scale"), qPrintable(tab.view()->title()));
         Inspector insp;  // the real tabs get the preferences
