@@ -58,7 +58,7 @@ void order_block_lists_for_shared_reads(int32_t* lists, const int32_t* counts,
         int32_t* row = lists + qb * stride;
         const int64_t n = valid[static_cast<size_t>(qb)];
         const auto runs = runs_of(row, n);
-        if (runs.size() < 1) continue;
+        if (runs.empty()) continue;
         out.assign(row + runs.back().begin, row + runs.back().end);
         sort_by_residue(out.data(), out.data() + out.size(), longest_last);
         for (size_t r = 0; r + 1 < runs.size(); ++r) {
