@@ -35,20 +35,17 @@ void order_block_lists_for_shared_reads(int32_t* lists, const int32_t* counts,
                                         int64_t num_query_blocks, int64_t stride,
                                         int64_t min_query_blocks) {
     if (lists == nullptr || counts == nullptr || stride <= 0) return;
-    auto count_of = [&](int64_t qb) { return std::clamp<int64_t>(counts[qb], 0, stride); };
-    // Only the valid (non-negative) entries take part; a list holding -1 entries keeps them last.
-    auto valid_of = [&](int64_t qb) {
+    // Each list sorted, its valid (non-negative) entries first (-1 entries stay last), and its
+    // runs found once.
+    std::vector<std::vector<Run>> runs_per_list;
+    int64_t longest_last = 1;
+    for (int64_t qb = 0; qb < num_query_blocks; ++qb) {
         int32_t* row = lists + qb * stride;
-        const int64_t n = count_of(qb);
+        const int64_t n = std::clamp<int64_t>(counts[qb], 0, stride);
         int32_t* end = std::partition(row, row + n, [](int32_t b) { return b >= 0; });
         std::sort(row, end);
-        return static_cast<int64_t>(end - row);
-    };
-    int64_t longest_last = 1;
-    std::vector<int64_t> valid(static_cast<size_t>(std::max<int64_t>(num_query_blocks, 0)));
-    for (int64_t qb = 0; qb < num_query_blocks; ++qb) {
-        valid[static_cast<size_t>(qb)] = valid_of(qb);
-        const auto runs = runs_of(lists + qb * stride, valid[static_cast<size_t>(qb)]);
+        runs_per_list.push_back(runs_of(row, end - row));
+        const auto& runs = runs_per_list.back();
         if (!runs.empty())
             longest_last = std::max(longest_last, runs.back().end - runs.back().begin);
     }
@@ -56,8 +53,7 @@ void order_block_lists_for_shared_reads(int32_t* lists, const int32_t* counts,
     std::vector<int32_t> out;
     for (int64_t qb = 0; qb < num_query_blocks; ++qb) {
         int32_t* row = lists + qb * stride;
-        const int64_t n = valid[static_cast<size_t>(qb)];
-        const auto runs = runs_of(row, n);
+        const auto& runs = runs_per_list[static_cast<size_t>(qb)];
         if (runs.empty()) continue;
         out.assign(row + runs.back().begin, row + runs.back().end);
         sort_by_residue(out.data(), out.data() + out.size(), longest_last);

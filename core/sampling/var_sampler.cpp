@@ -410,6 +410,12 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         return out;
     };
 
+    // The probe's per-scale work (a GUI decodes a preview there) is timed apart from the scale.
+    auto report_scale = [&](ScaleRecord rec) {
+        const auto t_probe = Clock::now();
+        probe->on_scale(std::move(rec));
+        res.probe_millis += millis_since(t_probe);
+    };
     int64_t step = 0;
     for (int64_t si = 0; si < S_run; ++step) {
         if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw SamplingCancelled();
@@ -524,9 +530,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
                                 step,
                                 false};
                 if (!fhat_after.empty()) rec.f_hat = fhat_after[g];
-                const auto t_probe = Clock::now();
-                probe->on_scale(std::move(rec));
-                res.probe_millis += millis_since(t_probe);
+                report_scale(std::move(rec));
             }
         }
         si += static_cast<int64_t>(sctx.segments.size());
@@ -538,10 +542,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             at::full({B, pn * pn}, -1, at::TensorOptions(device).dtype(at::kLong)));
         res.scale_millis.push_back(0.0);
         if (probe) {
-            ScaleRecord rec{si, pn, 0.0, res.tokens.back().cpu(), {}, step, true};
-            const auto t_probe = Clock::now();
-            probe->on_scale(std::move(rec));
-            res.probe_millis += millis_since(t_probe);
+            report_scale({si, pn, 0.0, res.tokens.back().cpu(), {}, step, true});
         }
     }
     res.kv_bytes = graphs ? graphs->kv_bytes() : eager_cache->total_bytes();
