@@ -35,6 +35,11 @@
 // query blocks read shared key blocks together (kernels/block_list_order.h): H100, Table 1,
 // block 64, 0.1535 -> 0.1469 ms side by side. Synthetic lists there show the cost is reading a
 // shared tile at different times, not DRAM traffic or the tile loop.
+// Measured (2026-11-26-h100/csla_s19.md): on the H100 this kernel reaches the card's 700 W limit,
+// and the SM clock falls from ~1.65 to ~1.35 GHz inside one Table-1 launch; its tile loop takes
+// 1214-1230 cycles per tile against 1166 with every block active, so the rest of the sparse loop's
+// slowdown is the clock. Tried and dropped there: the producer touching the next item's tile count
+// and list line while issuing the current item's copies (no change).
 // Tried and dropped (2026-11-26-h100/csla_s18.md): L2 prefetch of each K/V tile once per head, by
 // the query block that first touches it, 0-16 list places ahead (by TMA: 0.4-12 % slower; by
 // prefetch.global.L2 from an idle producer warp, at the item's start or the next item's: 5 %).
@@ -98,6 +103,7 @@
 
 namespace varscope::kernels::cuda::sm90 {
 
+constexpr int kTraceSlots = 9;  // values per work item in the probe's timeline (trace_put)
 #ifdef VARSCOPE_SM90_TRACE
 static __device__ unsigned long long* g_trace = nullptr;  // probe only: see trace_put
 #endif
@@ -1271,10 +1277,12 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
 }
 
 // Probe-only timeline (built with -DVARSCOPE_SM90_TRACE; never in the library): per work item
-// of the persistent kernel, consumer thread 0 writes globaltimer stamps (ns) to g_trace[lin * 8
-// + slot]: 0 before its Q wait, 1 after it, 2 after the first tile's softmax, 3 after the last
-// PV, 4 after the store was issued; slot 5 = smid << 32 | blockIdx.x << 16 | tiles; 6 and 7 the
-// clock cycles spent waiting for K and for V tiles.
+// of the persistent kernel, consumer thread 0 writes kTraceSlots values to g_trace[lin *
+// kTraceSlots + slot]: globaltimer stamps (ns) 0 before its Q wait, 1 after it, 2 after the first
+// tile's softmax, 3 after the last PV, 4 after the store was issued; slot 5 = smid << 32 |
+// blockIdx.x << 16 | tiles; 6 and 7 the clock cycles spent waiting for K and for V tiles; 8 the
+// clock cycles from stamp 2 to stamp 3, so that cycles / ns is the SM clock in the tile loop
+// (on the H100 it falls inside one launch when the card reaches its power limit, csla_s19.md).
 #ifdef VARSCOPE_SM90_TRACE
 __device__ __forceinline__ unsigned long long trace_now() {
     unsigned long long t;
@@ -1284,7 +1292,7 @@ __device__ __forceinline__ unsigned long long trace_now() {
 // buf: g_trace read once per kernel (a global load per stamp would itself take ~0.5 us).
 __device__ __forceinline__ void trace_put(unsigned long long* buf, int lin, int slot,
                                           unsigned long long v) {
-    if (threadIdx.x == 0 && buf != nullptr) buf[static_cast<int64_t>(lin) * 8 + slot] = v;
+    if (threadIdx.x == 0 && buf != nullptr) buf[static_cast<int64_t>(lin) * kTraceSlots + slot] = v;
 }
 // Adds the clock cycles the consumer spends in a barrier wait to acc (slots 6, 7: K and V).
 #define TRACE_WAIT(acc, wait)            \
@@ -1463,7 +1471,7 @@ __global__ void __launch_bounds__(256, 2)
         const int n = item_info[info_at].n, row0 = item_info[info_at].row0,
                   h = item_info[info_at].h, b = item_info[info_at].b;
 #ifdef VARSCOPE_SM90_TRACE
-        long long k_wait = 0, v_wait = 0;
+        long long k_wait = 0, v_wait = 0, loop_c0 = 0, loop_c1 = 0;
 #endif
         trace_put(trace_buf, lin, 0, t_wait);
         trace_put(trace_buf, lin, 1, trace_now());
@@ -1514,6 +1522,9 @@ __global__ void __launch_bounds__(256, 2)
                 pack_p(s, pa);
             }
             trace_put(trace_buf, lin, 2, trace_now());
+#ifdef VARSCOPE_SM90_TRACE
+            loop_c0 = clock64();
+#endif
             free_previous(k);
             for (int i = 1; i < n; ++i) {
                 float s[32];
@@ -1543,6 +1554,9 @@ __global__ void __launch_bounds__(256, 2)
         } else {
             free_previous(k);
         }
+#ifdef VARSCOPE_SM90_TRACE
+        loop_c1 = clock64();
+#endif
         trace_put(trace_buf, lin, 3, trace_now());
         if constexpr (kQInRegs) {
             // O_{k-1} must have left the O buffer (its copy was issued an item ago).
@@ -1559,6 +1573,7 @@ __global__ void __launch_bounds__(256, 2)
                   (static_cast<unsigned long long>(smid) << 32) | (blockIdx.x << 16) | n);
         trace_put(trace_buf, lin, 6, k_wait);
         trace_put(trace_buf, lin, 7, v_wait);
+        trace_put(trace_buf, lin, 8, loop_c1 - loop_c0);
 #endif
     }
     if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");

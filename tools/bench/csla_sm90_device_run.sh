@@ -10,7 +10,9 @@
 # Every step has a timeout so that the call ends inside the lease's 600 s; logs land in $OUT.
 #   SRC=.tsnap-x (git archive of the commit to build), carried .device/deps (packaging/device-deps.sh)
 # Also runs tools/bench/csla_sm90_probe.cu (built with nvcc there; SKIP_PROBE=1 to leave out).
-# Knobs: BENCH_ITERS (50), SKIP_FLEX=1, SKIP_SIDE=1 (csla_vs_torch.py; SIDE_ITERS, 100),
+# Knobs: BENCH_ITERS (50), SKIP_FLEX=1, SKIP_SIDE=1 (csla_vs_torch.py; SIDE_ITERS, 100;
+# SIDE_CLOCKS, 2: seconds each contestant runs back to back for its SM clock and power, 0 = off),
+# TRACE=1 (the probe's per-item timeline with the SM clock: trace.csv.gz, trace_summary.txt),
 # SKIP_OTHER_TESTS=1, SKIP_ATTENTION=1, SKIP_CS4A=1, SKIP_PROBE=1,
 # SM90_FILTER (gtest filter of the first test step, default *Sm90*),
 # BENCH_CONFIGS (all), DEADLINE_S (540).
@@ -56,6 +58,17 @@ if [ "${SKIP_PROBE:-0}" != 1 ]; then
   echo "probe rc=$?"; grep -E "checks:|FAIL|ms \(min|^OK|^FAILED" "$OUT/probe.log" | head -50
   stamp probe
 fi
+if [ "${TRACE:-0}" = 1 ]; then
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I"$SRC" \
+    -DVARSCOPE_SM90_TRACE $(sed "s|^|$SRC/|" "$SRC/tools/bench/probe_sources.txt") \
+    -o /tmp/probe_trace > /tmp/probe_trace_build.log 2>&1 \
+    && timeout 120 /tmp/probe_trace --impls c --trace /tmp/trace.csv > /tmp/trace.log 2>&1
+  echo "trace rc=$?"
+  python3 "$SRC/tools/bench/csla_trace_summary.py" /tmp/trace.csv > "$OUT/trace_summary.txt" 2>&1
+  grep -E "^sparse|tile loop" "$OUT/trace_summary.txt" | head -6
+  gzip -c /tmp/trace.csv > "$OUT/trace.csv.gz"
+  stamp trace
+fi
 
 T=/tmp/build/tests/varscope_gpu_tests
 timeout 150 $T --gtest_filter="${SM90_FILTER:-*Sm90*}" > "$OUT/gpu_tests_sm90.log" 2>&1
@@ -97,11 +110,12 @@ if [ "${SKIP_SIDE:-0}" != 1 ] && [ "$(left)" -gt 200 ]; then
   wait "${PIDS[@]}"
   nvcc -shared /tmp/capi_*.o -o /tmp/libvarscope_csla_capi.so > /tmp/capi_link.log 2>&1 \
     || cat /tmp/capi_*.log | tail -20
-  PYTHONUNBUFFERED=1 timeout 180 python3 "$SRC/tools/bench/csla_vs_torch.py" \
+  PYTHONUNBUFFERED=1 timeout 220 python3 "$SRC/tools/bench/csla_vs_torch.py" \
     --lib /tmp/libvarscope_csla_capi.so --iters "${SIDE_ITERS:-100}" --token-flex --partial-flex \
+    --clocks "${SIDE_CLOCKS:-2}" \
     --commit "$(cat "$SRC/.commit" 2>/dev/null)" --out "$OUT/side_by_side.json" \
     > "$OUT/side_by_side.log" 2>&1
-  echo "side by side rc=$?"; grep -vi "warn" "$OUT/side_by_side.log" | tail -8
+  echo "side by side rc=$?"; grep -vi "warn" "$OUT/side_by_side.log" | tail -10
   stamp side-by-side
 fi
 FLEX_ARG=(); [ -f "$OUT/flex.json" ] && FLEX_ARG=(--flex-json "$OUT/flex.json")

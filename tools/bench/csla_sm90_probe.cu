@@ -599,8 +599,10 @@ int bench(const std::string& impls, int iters, bool profile, bool dense, std::mt
 // --trace FILE: the persistent schedules' per-item timeline at Table 1, block 64 (sparse mask,
 // then every block active): three launches each, after warm-ups and an L2 flush, as CSV rows
 // (case, run, lin, smid, cta, tiles, five globaltimer stamps in ns from the launch's first, the
-// clock cycles waited for K and for V). tools/bench/csla_trace_summary.py reads it.
+// clock cycles waited for K and for V, the clock cycles of the tile loop).
+// tools/bench/csla_trace_summary.py reads it.
 int trace(const std::string& impls, const char* path, std::mt19937& g) {
+    constexpr int kSlots = vc::sm90::kTraceSlots;
     const Config& cfg = kConfigs[0];
     const int B = cfg.batch, H = cfg.heads, D = cfg.head_dim, block = 64;
     int lq = 0, lk = 0;
@@ -613,7 +615,7 @@ int trace(const std::string& impls, const char* path, std::mt19937& g) {
         std::printf("cannot write %s\n", path);
         return 1;
     }
-    std::fprintf(f, "case,impl,run,lin,smid,cta,tiles,t0,t1,t2,t3,t4,kwait,vwait\n");
+    std::fprintf(f, "case,impl,run,lin,smid,cta,tiles,t0,t1,t2,t3,t4,kwait,vwait,loop_cycles\n");
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
     char* flush = nullptr;
@@ -621,9 +623,9 @@ int trace(const std::string& impls, const char* path, std::mt19937& g) {
     CHECK(cudaMalloc(&flush, flush_bytes));
     const int items = nqb * H * B;
     unsigned long long* buf = nullptr;
-    CHECK(cudaMalloc(&buf, sizeof(unsigned long long) * 8 * items));
+    CHECK(cudaMalloc(&buf, sizeof(unsigned long long) * kSlots * items));
     CHECK(vc::set_sm90_trace_d128(buf));
-    std::vector<unsigned long long> host(size_t(8) * items);
+    std::vector<unsigned long long> host(size_t(kSlots) * items);
     for (const bool dense : {false, true}) {
         const std::vector<uint8_t> all(bm.size(), 1);
         const Lists lists = lists_of(dense ? all : bm, nqb, nkb);
@@ -635,19 +637,20 @@ int trace(const std::string& impls, const char* path, std::mt19937& g) {
             if (impl < 11) continue;
             for (int i = 0; i < 10; ++i) launch(p, D, impl, false);
             for (int run = 0; run < 3; ++run) {
-                CHECK(cudaMemset(buf, 0, sizeof(unsigned long long) * 8 * items));
+                CHECK(cudaMemset(buf, 0, sizeof(unsigned long long) * kSlots * items));
                 CHECK(cudaMemsetAsync(flush, run, flush_bytes));
                 launch(p, D, impl, false);
                 CHECK(cudaDeviceSynchronize());
-                CHECK(cudaMemcpy(host.data(), buf, host.size() * 8, cudaMemcpyDeviceToHost));
+                CHECK(cudaMemcpy(host.data(), buf, host.size() * sizeof(unsigned long long),
+                                 cudaMemcpyDeviceToHost));
                 unsigned long long t_min = ~0ull;
-                for (int l = 0; l < items; ++l) t_min = std::min(t_min, host[size_t(l) * 8]);
+                for (int l = 0; l < items; ++l) t_min = std::min(t_min, host[size_t(l) * kSlots]);
                 for (int l = 0; l < items; ++l) {
-                    const unsigned long long* r = &host[size_t(l) * 8];
+                    const unsigned long long* r = &host[size_t(l) * kSlots];
                     std::fprintf(f, "%s,%d,%d,%d,%llu,%llu,%llu", dense ? "dense" : "sparse", impl,
                                  run, l, r[5] >> 32, (r[5] >> 16) & 0xFFFF, r[5] & 0xFFFF);
                     for (int j = 0; j < 5; ++j) std::fprintf(f, ",%lld", (long long)(r[j] - t_min));
-                    std::fprintf(f, ",%llu,%llu\n", r[6], r[7]);
+                    std::fprintf(f, ",%llu,%llu,%llu\n", r[6], r[7], r[8]);
                 }
             }
         }

@@ -4,7 +4,8 @@
 Input: the CSV written by `probe --trace FILE` (tools/bench/csla_sm90_probe.cu built with
 -DVARSCOPE_SM90_TRACE). Per case (sparse mask / every block active), schedule and run it prints:
 the span; the phases of an item (Q wait, first tile, the tile loop per tile, the store); the
-cycles waited for K and V tiles per tile; the tail (how long SMs and CTAs sit idle at the end,
+cycles waited for K and V tiles per tile; the loop's cycles per tile and the SM clock through the
+launch (traces with loop_cycles); the tail (how long SMs and CTAs sit idle at the end,
 and when the first, the median and the last SM end); the per-SM tile load against the SM's end;
 and a CTA's tile rate by what its partner on the SM is doing (in its loop, between items, or
 finished).
@@ -18,7 +19,7 @@ import sys
 import numpy as np
 
 INT_FIELDS = ("impl", "run", "lin", "smid", "cta", "tiles", "t0", "t1", "t2", "t3", "t4",
-              "kwait", "vwait")
+              "kwait", "vwait", "loop_cycles")
 
 
 def load(path):
@@ -27,7 +28,8 @@ def load(path):
     with opener(path, "rt", newline="") as f:
         for row in csv.DictReader(f):
             for key in INT_FIELDS:
-                row[key] = int(row[key])
+                if key in row:  # loop_cycles: traces since 2026-11-26 (session 19)
+                    row[key] = int(row[key])
             groups[(row["case"], row["impl"], row["run"])].append(row)
     return groups
 
@@ -114,6 +116,25 @@ def summarise(key, items):
         base, slope, mean_share, gone = pr
         print(f"  loop ns/tile with the partner in its loop {base:.0f} (+{slope:.0f} x the share "
               f"it spent between items, mean {mean_share:.3f}); partner finished: {gone:.0f}")
+    clock = loop_clock(items, t0, span)
+    if clock:
+        cycles_per_tile, tenths = clock
+        print(f"  tile loop: {cycles_per_tile:.0f} cycles/tile; SM clock (GHz) by tenth of the span "
+              f"(items by their loop's start): " + " ".join(f"{g:.2f}" for g in tenths))
+
+
+def loop_clock(items, t0, span):
+    """Cycles per tile of the tile loops, and the mean SM clock (loop cycles / loop ns) of the
+    loops starting in each tenth of the span; None for traces without loop_cycles."""
+    loops = [r for r in items if "loop_cycles" in r and r["tiles"] > 1 and r["t3"] > r["t2"]]
+    if not loops:
+        return None
+    cycles_per_tile = sum(r["loop_cycles"] for r in loops) / sum(r["tiles"] - 1 for r in loops)
+    by_tenth = collections.defaultdict(list)
+    for r in loops:
+        by_tenth[min(9, int(10 * (r["t2"] - t0) / span))].append(
+            r["loop_cycles"] / (r["t3"] - r["t2"]))
+    return cycles_per_tile, [float(np.mean(by_tenth[k])) for k in sorted(by_tenth)]
 
 
 def main():

@@ -33,6 +33,7 @@ from torch.nn.attention.flex_attention import flex_attention
 from flex_attention_bench import (CONFIGS, active_blocks, block_mask_of, csla_token_mask,
                                   flex_call, flex_partial_call, flex_token_call, fp32_sdpa,
                                   masked_reference, rel_error)
+from gpu_clock_sampler import GpuSampler, NvmlUnavailable, hold
 
 
 def block_lists(lib, bm, ascending=False):
@@ -127,11 +128,16 @@ def main():
     ap.add_argument("--partial-flex", action="store_true",
                     help="also time Flex on the same block lists given as partial blocks only "
                          "(BlockMask.from_kv_blocks: the same attention on Flex's masking path)")
+    ap.add_argument("--clocks", type=float, default=0.0, metavar="SECONDS",
+                    help="after the timing, run each contestant back to back for SECONDS and "
+                         "report the SM clock and power it held (NVML; gpu_clock_sampler.py)")
     ap.add_argument("--commit", default="")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     if a.iters < 4 or a.warmup < 0:
         sys.exit("--iters must be at least 4 and --warmup not negative")
+    if not 0.0 <= a.clocks <= 60.0:
+        sys.exit("--clocks takes 0 (off) to 60 seconds per contestant")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         sys.exit("csla_vs_torch.py needs a Hopper GPU (the kernel is built for sm_90a)")
     try:
@@ -140,6 +146,15 @@ def main():
     except (OSError, AttributeError) as e:
         sys.exit(f"cannot use {a.lib} (build it from tools/bench/csla_sm90_capi.cu): {e}")
     dev = torch.device("cuda")
+    sampler = None
+    if a.clocks > 0:
+        props = torch.cuda.get_device_properties(dev)
+        bus = (f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+               if hasattr(props, "pci_bus_id") else None)
+        try:
+            sampler = GpuSampler(pci_bus_id=bus)
+        except NvmlUnavailable as e:
+            sys.exit(f"--clocks needs NVML: {e}")
     flush = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size, dtype=torch.uint8,
                         device=dev)
     compiled = torch.compile(flex_attention, dynamic=False)
@@ -196,6 +211,14 @@ def main():
                     for o, x in zip(quarters(times[n]), quarters(times["ours"]))]
                 for n in med if n != "ours"}
             row["ideal_speedup"] = 1.0 / max(1e-9, 1.0 - row["block_sparsity"])
+            if sampler is not None:
+                held = {n: hold(f, flush, a.clocks, sampler) for n, f in fns.items()}
+                row["held_clock_and_power"] = held
+                row["power_limit_w"] = sampler.power_limit_w()
+                print(f"{name} block {b}, each run back to back for {a.clocks:g} s: " + " | ".join(
+                    f"{n} {h['sm_clock_mhz']:.0f} MHz (min {h['sm_clock_mhz_min']:.0f}) "
+                    f"{h['power_w']:.0f} W" for n, h in held.items() if h) +
+                    f" (power limit {row['power_limit_w']} W)", flush=True)
             results.append(row)
             print(f"{name} block {b} ({100 * row['block_sparsity']:.2f} % sparse): ours "
                   f"{med['ours']:.4f} ms | " + " | ".join(
