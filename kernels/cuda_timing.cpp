@@ -30,6 +30,9 @@ CudaDeviceInfo cuda_device_info(int device) {
     info.l2_bytes = prop.l2CacheSize;
     check(cudaRuntimeGetVersion(&info.runtime_version), "cudaRuntimeGetVersion");
     check(cudaDriverGetVersion(&info.driver_version), "cudaDriverGetVersion");
+    char bus_id[32] = {};
+    if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, device) == cudaSuccess)
+        info.pci_bus_id = bus_id;
     return info;
 }
 
@@ -75,11 +78,42 @@ GpuTiming time_on_gpu(const std::function<void()>& fn, int device, int warmup, i
     t.median_ms = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
     return t;
 }
+
+GpuHold hold_on_gpu(const std::function<void()>& fn, int device, double seconds, bool flush_l2,
+                    GpuClockSampler& sampler) {
+    TORCH_CHECK(seconds > 0, "the hold must last more than 0 s");
+    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+    at::Tensor flush;
+    if (flush_l2) {
+        const auto bytes = std::max<long long>(cuda_device_info(device).l2_bytes * 2, 1 << 20);
+        flush = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
+    }
+    check(cudaStreamSynchronize(stream), "before the hold");
+    GpuHold h;
+    sampler.start();
+    const double t0 = clock_seconds_now();
+    while (clock_seconds_now() - t0 < seconds) {
+        if (flush_l2)
+            check(cudaMemsetAsync(flush.data_ptr(), h.calls & 0xff, flush.numel(), stream),
+                  "flush");
+        fn();
+        ++h.calls;
+    }
+    check(cudaStreamSynchronize(stream), "the hold");
+    const double t1 = clock_seconds_now();
+    h.seconds = t1 - t0;
+    h.clocks = summarize_clock_samples(sampler.stop(), t0 + 0.4 * (t1 - t0), t1);
+    return h;
+}
 #else
 CudaDeviceInfo cuda_device_info(int) {
     TORCH_CHECK(false, "this build has no CUDA kernels");
 }
 GpuTiming time_on_gpu(const std::function<void()>&, int, int, int, bool) {
+    TORCH_CHECK(false, "this build has no CUDA kernels");
+}
+GpuHold hold_on_gpu(const std::function<void()>&, int, double, bool, GpuClockSampler&) {
     TORCH_CHECK(false, "this build has no CUDA kernels");
 }
 #endif

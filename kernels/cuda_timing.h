@@ -4,8 +4,11 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "kernels/gpu_clocks.h"
 
 namespace varscope::kernels {
 
@@ -16,6 +19,7 @@ struct CudaDeviceInfo {
     long long l2_bytes = 0;
     int runtime_version = 0;  // e.g. 13000
     int driver_version = 0;
+    std::string pci_bus_id;  // e.g. "0000:00:06.0" (NVML finds the same GPU by it)
 };
 
 CudaDeviceInfo cuda_device_info(int device);
@@ -28,5 +32,17 @@ struct GpuTiming {
 // Times fn (which enqueues work on the current CUDA stream of `device`).
 GpuTiming time_on_gpu(const std::function<void()>& fn, int device, int warmup, int iterations,
                       bool flush_l2 = true);
+
+struct GpuHold {
+    std::optional<ClockSummary> clocks;  // none where no sample fell in the kept window
+    int calls = 0;
+    double seconds = 0;
+};
+
+// Runs fn back to back, each call after the same L2 flush as time_on_gpu, enqueueing for about
+// `seconds`, then waits for the GPU. Returns the clock and power the sampler read after the first
+// 40 % of the hold (the power controller settles within milliseconds).
+GpuHold hold_on_gpu(const std::function<void()>& fn, int device, double seconds, bool flush_l2,
+                    GpuClockSampler& sampler);
 
 }  // namespace varscope::kernels

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,7 @@ struct BenchOptions {
     std::vector<std::string> configs{"infinity-8b-1024", "var-d30-256", "var-d30-512"};
     int warmup = 10, iters = 50, device = 0;
     bool no_flush = false;
+    double clocks = 0;          // attention: seconds each contestant holds the GPU (0 = off)
     double keep = 0.2;          // cs4a
     int64_t query_block = 192;  // cs4a (SparVAR's C)
     std::string json_path, flex_json;
@@ -127,6 +129,35 @@ json time_backend(const std::function<void()>& fn, const BenchOptions& o) {
         r["error"] = msg.substr(0, msg.find('\n'));
     }
     return r;
+}
+
+// fn run back to back for o.clocks seconds: the SM clock and power it held (GpuClockSampler).
+json hold_backend(const std::function<void()>& fn, const BenchOptions& o,
+                  vk::GpuClockSampler& sampler) {
+    json r;
+    try {
+        const auto h = vk::hold_on_gpu(fn, o.device, o.clocks, !o.no_flush, sampler);
+        r["calls"] = h.calls;
+        r["seconds"] = h.seconds;
+        if (h.clocks) {
+            r["sm_clock_mhz"] = h.clocks->sm_mhz_median;
+            r["sm_clock_mhz_min"] = h.clocks->sm_mhz_min;
+            r["power_w"] = h.clocks->power_w_median;
+            r["samples"] = h.clocks->samples;
+        }
+    } catch (const std::exception& e) {
+        std::string msg = e.what();
+        r["error"] = msg.substr(0, msg.find('\n'));
+    }
+    return r;
+}
+
+std::string clock_text(const json& h) {
+    if (!h.contains("sm_clock_mhz")) return "no clock read";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.0f MHz %.0f W", h["sm_clock_mhz"].get<double>(),
+                  h["power_w"].get<double>());
+    return buf;
 }
 
 double ms_of(const json& r) {
@@ -193,6 +224,14 @@ int run_attention(const BenchOptions& o) {
             "beside our kernel in one\n",
             o.flex_json.c_str());
     const auto dev = at::TensorOptions().device(at::kCUDA, o.device);
+    // --clocks: NVML is opened before any timing, so that a machine without it fails at once.
+    std::unique_ptr<vk::GpuClockSampler> sampler;
+    std::optional<double> power_limit;
+    if (o.clocks > 0) {
+        sampler = std::make_unique<vk::GpuClockSampler>(vk::cuda_device_info(o.device).pci_bus_id,
+                                                        o.device);
+        power_limit = sampler->power_limit_w();
+    }
     json results = json::array();
     std::printf("%-18s %5s %7s %8s %8s %8s %8s %8s %8s %7s %7s %7s %6s %7s %7s\n", "config",
                 "block", "sparse%", "ours_ms", "v2_ms", "flash", "cudnn", "boolmsk", "flex",
@@ -337,6 +376,27 @@ int run_attention(const BenchOptions& o) {
             r["percent_of_ideal_vs_flash"] = 100.0 * (tf / t) / ideal;
             r["ideal_ms_from_cudnn"] = tc / ideal;
             r["ours_tflops"] = flops / (t * 1e-3) / 1e12;
+            if (sampler) {
+                // Held in turn: the default sm90 kernel (variant 3, as timed above), flash, cuDNN.
+                vk::set_attention_kernel_variant(3);
+                json held;
+                held["ours_sm90"] = hold_backend(run_ours, o, *sampler);
+                held["sdpa_flash"] = hold_backend(
+                    [&] { at::_scaled_dot_product_flash_attention(q, k, v); }, o, *sampler);
+                held["sdpa_cudnn"] = hold_backend(
+                    [&] { at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, false); },
+                    o, *sampler);
+                vk::set_attention_kernel_variant(1);
+                r["held_clock_and_power"] = held;
+                if (power_limit) r["power_limit_w"] = *power_limit;
+                std::printf(
+                    "%-18s %5lld clocks held %.3g s each: sm90-default %s | flash %s | "
+                    "cudnn %s | power limit %s W\n",
+                    c.name.c_str(), static_cast<long long>(block), o.clocks,
+                    clock_text(held["ours_sm90"]).c_str(), clock_text(held["sdpa_flash"]).c_str(),
+                    clock_text(held["sdpa_cudnn"]).c_str(),
+                    power_limit ? fmt(*power_limit, "%.0f").c_str() : "-");
+            }
             results.push_back(r);
             std::printf(
                 "%-18s %5lld %7.2f %8s %8s %8s %8s %8s %8s %7s %7s %7s %6.2f %7s %7s  err %.1e\n",
@@ -552,6 +612,11 @@ Runner add_bench_attention(CLI::App& bench) {
     cmd->add_option("--flex-json", o->flex_json,
                     "FlexAttention times from tools/bench/flex_attention_bench.py (another "
                     "process; tools/bench/csla_vs_torch.py times both in one)");
+    cmd->add_option("--clocks", o->clocks,
+                    "after the timing, run the default kernel, flash and cuDNN back to back for "
+                    "this many seconds each and report the SM clock and power each held (NVML; "
+                    "a power-capped GPU gives each contestant its own clock)")
+        ->check(CLI::Range(0.0, 60.0));
     return guarded([o] { return run_attention(*o); });
 }
 

@@ -13,6 +13,7 @@
 # Knobs: BENCH_ITERS (50), SKIP_FLEX=1, SKIP_SIDE=1 (csla_vs_torch.py; SIDE_ITERS, 100;
 # SIDE_CLOCKS, 2: seconds each contestant runs back to back for its SM clock and power, 0 = off),
 # TRACE=1 (the probe's per-item timeline with the SM clock: trace.csv.gz, trace_summary.txt),
+# CLI_CLOCKS (1: seconds `bench attention --clocks` holds each contestant; 0 = off),
 # SKIP_OTHER_TESTS=1, SKIP_ATTENTION=1, SKIP_CS4A=1, SKIP_PROBE=1,
 # SM90_FILTER (gtest filter of the first test step, default *Sm90*),
 # BENCH_CONFIGS (all), DEADLINE_S (540).
@@ -124,7 +125,7 @@ CLI=/tmp/build/app/cli/varscope-cli
 B=$(left); [ "$B" -gt 20 ] || { echo "no time left for the bench"; exit 0; }
 if [ "${SKIP_ATTENTION:-0}" != 1 ]; then
   VARSCOPE_BENCH_SM90_SKIP="$SKIP" timeout "$B" $CLI bench attention --iters "$ITERS" "${CONFIGS[@]}" \
-    "${FLEX_ARG[@]}" --json "$OUT/attention.json"
+    "${FLEX_ARG[@]}" --clocks "${CLI_CLOCKS:-1}" --json "$OUT/attention.json"
   echo "bench attention rc=$?"
   stamp attention
 fi
