@@ -89,15 +89,31 @@ GpuHold hold_on_gpu(const std::function<void()>& fn, int device, double seconds,
         const auto bytes = std::max<long long>(cuda_device_info(device).l2_bytes * 2, 1 << 20);
         flush = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
     }
+    // At most kInFlight calls queued (each waits for the call kInFlight before it), so the GPU
+    // never idles and the hold ends close to `seconds` instead of after a long queue drains.
+    constexpr int kInFlight = 32;
+    std::vector<cudaEvent_t> done(kInFlight);
+    for (auto& e : done) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+    struct Cleanup {  // the sampler stops and the events go, also when fn throws
+        GpuClockSampler& sampler;
+        std::vector<cudaEvent_t>& events;
+        ~Cleanup() {
+            sampler.stop();
+            for (auto e : events) cudaEventDestroy(e);
+        }
+    } cleanup{sampler, done};
     check(cudaStreamSynchronize(stream), "before the hold");
     GpuHold h;
     sampler.start();
     const double t0 = clock_seconds_now();
     while (clock_seconds_now() - t0 < seconds) {
+        cudaEvent_t& slot = done[h.calls % kInFlight];
+        if (h.calls >= kInFlight) check(cudaEventSynchronize(slot), "the hold");
         if (flush_l2)
             check(cudaMemsetAsync(flush.data_ptr(), h.calls & 0xff, flush.numel(), stream),
                   "flush");
         fn();
+        check(cudaEventRecord(slot, stream), "cudaEventRecord");
         ++h.calls;
     }
     check(cudaStreamSynchronize(stream), "the hold");
