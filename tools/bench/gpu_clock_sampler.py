@@ -88,20 +88,30 @@ def summarize(samples, t_from, t_to):
 
 
 def hold(fn, flush, seconds, sampler, settle=0.4):
-    """Runs flush-then-fn back to back (as the side-by-side times them) for about `seconds` of
-    enqueueing, then waits for the GPU; returns the clock and power summary of the samples after
+    """Runs flush-then-fn back to back (as the side-by-side times them) for about `seconds`,
+    then waits for the GPU; returns the clock and power summary of the samples after
     the first `settle` share of the hold (the power controller's settling)."""
     import torch  # the caller's; imported here so that the module loads without a GPU
 
+    # At most 32 calls queued (each waits for the call 32 before it), as the CLI's hold_on_gpu:
+    # the GPU never idles and the hold ends near `seconds`, not after a long queue drains.
+    done = [torch.cuda.Event() for _ in range(32)]
     torch.cuda.synchronize()
     sampler.start()
     t0 = time.monotonic()
     n = 0
-    while time.monotonic() - t0 < seconds:
-        flush.fill_(n & 0xFF)
-        fn()
-        n += 1
-    torch.cuda.synchronize()
+    try:
+        while time.monotonic() - t0 < seconds:
+            if n >= len(done):
+                done[n % len(done)].synchronize()
+            flush.fill_(n & 0xFF)
+            fn()
+            done[n % len(done)].record()
+            n += 1
+        torch.cuda.synchronize()
+    except BaseException:
+        sampler.stop()
+        raise
     t1 = time.monotonic()
     samples = sampler.stop()
     out = summarize(samples, t0 + settle * (t1 - t0), t1)
