@@ -499,6 +499,7 @@ TEST(SparVarPolicy, ProbesReportMasksAndSelections) {
     ASSERT_EQ(tok.size(), 2u);  // scales 4 and 5
     EXPECT_EQ(tok[1].scale, 5);
     EXPECT_EQ(tok[1].data.sizes(), (at::IntArrayRef{64, 130}));
+    EXPECT_EQ(tok[1].values.at("cuda_kernels"), 0.0);  // the CPU: the exact masked reference
     auto blk = rec.accel(probe_kinds::kCslaBlockMask, 5);
     ASSERT_EQ(blk.size(), 1u);
     EXPECT_EQ(blk[0].data.sizes(), (at::IntArrayRef{16, 33}));

@@ -24,9 +24,16 @@ struct ComparisonMetrics {
     double base_ms = 0, accel_ms = 0;
     double base_overhead_ms = 0, accel_overhead_ms = 0;  // left out of the times (RunOutput)
     int64_t base_kv = 0, accel_kv = 0;
+    // SparVAR's CSLA ran on its exact masked reference (the CPU, fp32, ...), which computes every
+    // score: its speedup then says nothing about the method, and the line says so.
+    bool sparvar_reference = false;
     QString text() const;     // one line for the UI and figure notes
     QString toolTip() const;  // what the times count and what they leave out
 };
+
+// Whether a run's SparVAR records say CSLA ran on the reference instead of the CUDA kernel
+// (record "sparvar/csla_token_mask", value cuda_kernels 0).
+bool ranSparVarReference(const RunOutput& run);
 
 class ComparisonView : public QWidget {
     Q_OBJECT

@@ -204,7 +204,8 @@ private:
     at::Tensor csla(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
                     const at::Tensor& v, double softmax_scale) {
         const auto& e = csla_entry(ctx, q);
-        if (ctx.layer == cs4a_layers_) emit_csla(ctx.scale.scale, e.mask);  // once per scale
+        if (ctx.layer == cs4a_layers_)  // once per scale
+            emit_csla(ctx.scale.scale, e.mask, csla_kernels(q));
         if (e.dense) return {};
         report_flops(ctx, e.pairs * static_cast<double>(q.size(0) * q.size(1)), q.size(3));
         if (csla_kernels(q)) {
@@ -218,10 +219,11 @@ private:
         return attention_sdpa(q, k, v, softmax_scale, e.additive);
     }
 
-    void emit_csla(int64_t scale, const sparvar::CslaScaleMask& m) {
+    void emit_csla(int64_t scale, const sparvar::CslaScaleMask& m, bool on_kernels) {
         if (wants(probe_kinds::kCslaTokenMask))
             probe_->on_accel({kMethod, probe_kinds::kCslaTokenMask, scale, -1, m.token.clone(),
-                              {{"sparsity", m.token_sparsity}}});
+                              {{"sparsity", m.token_sparsity},
+                               {"cuda_kernels", on_kernels ? 1.0 : 0.0}}});
         if (wants(probe_kinds::kCslaBlockMask))
             probe_->on_accel({kMethod, probe_kinds::kCslaBlockMask, scale, -1, m.block.clone(),
                               {{"token_sparsity", m.token_sparsity},

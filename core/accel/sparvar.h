@@ -43,7 +43,10 @@
 //
 // Probe records, method "sparvar" (only when probe->wants_accel("sparvar", kind)):
 //   "csla_token_mask": bool (Lq, Lk), one per sparse scale (the same for every CSLA layer),
-//                      layer -1; values {"sparsity"}.
+//                      layer -1; values {"sparsity", "cuda_kernels"}: cuda_kernels 1 where CSLA
+//                      runs on the CUDA block-sparse kernel, 0 where on the exact masked
+//                      reference, which computes every score and so saves no time (the CPU,
+//                      fp32, the token-wise mask, or reference_kernels).
 //   "csla_block_mask": bool (ceil(Lq/B), ceil(Lk/B)), one per sparse scale, layer -1;
 //                      values {"token_sparsity", "block_sparsity", "block"}.
 //   "cs4a_selected":   int64 (H, G_S, k) ascending key ids (0..N_<=S) kept by each query block

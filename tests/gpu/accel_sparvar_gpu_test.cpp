@@ -25,6 +25,7 @@
 #include <string>
 
 #include "core/accel/csla_mask.h"
+#include "core/accel/probe_kinds.h"
 #include "core/accel/sparvar.h"
 #include "core/io/module_binding.h"
 #include "kernels/attention_dispatch.h"
@@ -227,4 +228,25 @@ TEST(GpuSparVar, ReportedFlopsAddUpAndCslaCountsItsBlockMask) {
         EXPECT_LT(flops, dense_call);
     }
     EXPECT_NEAR(on.attention_flops, want, 1e-9 * want);
+}
+
+// The CSLA mask record says which path ran (the GUI names the reference path under the images).
+TEST(GpuSparVar, CslaRecordsSayWhichPathRan) {
+    REQUIRE_CUDA();
+    std::string why;
+    if (!kernels_for(at::kBFloat16, &why)) GTEST_SKIP() << why;
+    auto path_of = [](Precision precision, bool reference) {
+        auto p = kernel_pipeline(precision);
+        ProbeRecorder rec;
+        const auto hooks = make_sparvar(sparvar_config(reference), p.var_config(), &rec);
+        p.generate(greedy(), hooks.get(), &rec);
+        const auto masks = rec.accel(probe_kinds::kCslaTokenMask);
+        EXPECT_FALSE(masks.empty());
+        std::vector<double> out;
+        for (const auto& m : masks) out.push_back(m.values.at("cuda_kernels"));
+        return out;
+    };
+    for (const double k : path_of(Precision::Bf16, false)) EXPECT_EQ(k, 1.0);
+    for (const double k : path_of(Precision::Bf16, true)) EXPECT_EQ(k, 0.0);
+    for (const double k : path_of(Precision::Fp32, false)) EXPECT_EQ(k, 0.0);
 }

@@ -173,6 +173,34 @@ class UiTest : public QObject {
         QVERIFY2(m.text().endsWith(" · KV 1.00 MiB → 512.0 KiB"), qPrintable(m.text()));
     }
 
+    // SparVAR on its reference path (the CPU, fp32) computes every score: the metrics line and its
+    // tooltip say so, so that its speedup is not read as the method's.
+    void sparvarReferencePathIsNamed() {
+        using namespace varscope::gui;
+        RunOutput run;
+        QVERIFY(!ranSparVarReference(run));
+        AccelOutput rec;
+        rec.method = "sparvar";
+        rec.kind = "csla_token_mask";
+        rec.scale = 9;
+        rec.values = {{"sparsity", 0.8}, {"cuda_kernels", 1.0}};
+        run.accel.push_back(rec);
+        QVERIFY(!ranSparVarReference(run));  // the CUDA kernel ran
+        run.accel.back().values["cuda_kernels"] = 0.0;
+        QVERIFY(ranSparVarReference(run));
+        run.accel.back().kind = "csla_block_mask";  // only the token mask record carries it
+        QVERIFY(!ranSparVarReference(run));
+
+        ComparisonMetrics m;
+        m.valid = true;
+        m.psnr = 30, m.ssim = 0.9, m.speedup = 0.94, m.base_ms = 100, m.accel_ms = 106;
+        QVERIFY(!m.text().contains("SparVAR"));
+        QVERIFY(!m.toolTip().contains("SparVAR"));
+        m.sparvar_reference = true;
+        QVERIFY2(m.text().endsWith(" · SparVAR on its reference path"), qPrintable(m.text()));
+        QVERIFY2(m.toolTip().contains("CUDA kernels"), qPrintable(m.toolTip()));
+    }
+
     void cs4aKeysDimTheRestOfTheDenseMap() {
         using namespace varscope::gui;
         auto base = std::make_shared<SideResult>();
