@@ -36,17 +36,26 @@ CudaDeviceInfo cuda_device_info(int device) {
     return info;
 }
 
+namespace {
+// Writing a buffer twice the L2 size before a call evicts whatever the previous call left there.
+// An undefined tensor where no flush is wanted.
+at::Tensor l2_flush_buffer(int device, bool wanted) {
+    if (!wanted) return {};
+    const auto bytes = std::max<long long>(cuda_device_info(device).l2_bytes * 2, 1 << 20);
+    return at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
+}
+void flush_before_call(const at::Tensor& buffer, int call, cudaStream_t stream) {
+    if (buffer.defined())
+        check(cudaMemsetAsync(buffer.data_ptr(), call & 0xff, buffer.numel(), stream), "flush");
+}
+}  // namespace
+
 GpuTiming time_on_gpu(const std::function<void()>& fn, int device, int warmup, int iterations,
                       bool flush_l2) {
     TORCH_CHECK(iterations > 0, "iterations must be positive");
     const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
-    // Writing a buffer twice the L2 size evicts whatever the previous call left there.
-    at::Tensor flush;
-    if (flush_l2) {
-        const auto bytes = std::max<long long>(cuda_device_info(device).l2_bytes * 2, 1 << 20);
-        flush = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
-    }
+    const at::Tensor flush = l2_flush_buffer(device, flush_l2);
     for (int i = 0; i < warmup; ++i) fn();
     check(cudaStreamSynchronize(stream), "warm-up");
     std::vector<cudaEvent_t> starts(iterations), stops(iterations);
@@ -55,8 +64,7 @@ GpuTiming time_on_gpu(const std::function<void()>& fn, int device, int warmup, i
         check(cudaEventCreate(&stops[i]), "cudaEventCreate");
     }
     for (int i = 0; i < iterations; ++i) {
-        if (flush_l2)
-            check(cudaMemsetAsync(flush.data_ptr(), i & 0xff, flush.numel(), stream), "flush");
+        flush_before_call(flush, i, stream);
         check(cudaEventRecord(starts[i], stream), "cudaEventRecord");
         fn();
         check(cudaEventRecord(stops[i], stream), "cudaEventRecord");
@@ -84,11 +92,7 @@ GpuHold hold_on_gpu(const std::function<void()>& fn, int device, double seconds,
     TORCH_CHECK(seconds > 0, "the hold must last more than 0 s");
     const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
-    at::Tensor flush;
-    if (flush_l2) {
-        const auto bytes = std::max<long long>(cuda_device_info(device).l2_bytes * 2, 1 << 20);
-        flush = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
-    }
+    const at::Tensor flush = l2_flush_buffer(device, flush_l2);
     // At most kInFlight calls queued (each waits for the call kInFlight before it), so the GPU
     // never idles and the hold ends close to `seconds` instead of after a long queue drains.
     constexpr int kInFlight = 32;
@@ -109,9 +113,7 @@ GpuHold hold_on_gpu(const std::function<void()>& fn, int device, double seconds,
     while (clock_seconds_now() - t0 < seconds) {
         cudaEvent_t& slot = done[h.calls % kInFlight];
         if (h.calls >= kInFlight) check(cudaEventSynchronize(slot), "the hold");
-        if (flush_l2)
-            check(cudaMemsetAsync(flush.data_ptr(), h.calls & 0xff, flush.numel(), stream),
-                  "flush");
+        flush_before_call(flush, h.calls, stream);
         fn();
         check(cudaEventRecord(slot, stream), "cudaEventRecord");
         ++h.calls;

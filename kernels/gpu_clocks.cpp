@@ -62,21 +62,20 @@ void bind(void* lib, const char* name, F& fn) {
 
 GpuClockSampler::GpuClockSampler(const std::string& pci_bus_id, int index, double period_s)
     : period_s_(period_s) {
-    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr)
+    auto nvml = std::make_unique<Nvml>();
+    nvml->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (nvml->lib == nullptr)
         throw std::runtime_error(
             "cannot read the GPU's clock: NVML (libnvidia-ml.so.1, part of the NVIDIA driver) "
             "is not installed here");
-    auto nvml = new Nvml;
-    nvml->lib = lib;
     try {
-        bind(lib, "nvmlInit_v2", nvml->init);
-        bind(lib, "nvmlShutdown", nvml->shutdown);
-        bind(lib, "nvmlDeviceGetHandleByPciBusId_v2", nvml->by_bus_id);
-        bind(lib, "nvmlDeviceGetHandleByIndex_v2", nvml->by_index);
-        bind(lib, "nvmlDeviceGetClockInfo", nvml->clock_info);
-        bind(lib, "nvmlDeviceGetPowerUsage", nvml->power_usage);
-        bind(lib, "nvmlDeviceGetEnforcedPowerLimit", nvml->power_limit);
+        bind(nvml->lib, "nvmlInit_v2", nvml->init);
+        bind(nvml->lib, "nvmlShutdown", nvml->shutdown);
+        bind(nvml->lib, "nvmlDeviceGetHandleByPciBusId_v2", nvml->by_bus_id);
+        bind(nvml->lib, "nvmlDeviceGetHandleByIndex_v2", nvml->by_index);
+        bind(nvml->lib, "nvmlDeviceGetClockInfo", nvml->clock_info);
+        bind(nvml->lib, "nvmlDeviceGetPowerUsage", nvml->power_usage);
+        bind(nvml->lib, "nvmlDeviceGetEnforcedPowerLimit", nvml->power_limit);
         if (const int err = nvml->init(); err != 0)
             throw std::runtime_error("NVML did not start (nvmlInit_v2 returned " +
                                      std::to_string(err) + "): is the NVIDIA driver loaded?");
@@ -90,18 +89,16 @@ GpuClockSampler::GpuClockSampler(const std::string& pci_bus_id, int index, doubl
                                      " (error " + std::to_string(err) + ")");
         }
     } catch (...) {
-        dlclose(lib);
-        delete nvml;
+        dlclose(nvml->lib);
         throw;
     }
-    nvml_ = nvml;
+    nvml_ = std::move(nvml);
 }
 
 GpuClockSampler::~GpuClockSampler() {
-    if (running_) stop();
+    stop();
     nvml_->shutdown();
     dlclose(nvml_->lib);
-    delete nvml_;
 }
 
 std::optional<ClockSample> GpuClockSampler::read() const {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -51,7 +52,7 @@ class GpuClockSampler {
 
   private:
     struct Nvml;
-    Nvml* nvml_ = nullptr;
+    std::unique_ptr<Nvml> nvml_;
     void* device_ = nullptr;
     double period_s_;
     std::atomic<bool> running_{false};
