@@ -36,6 +36,14 @@
 #include "visualization/heatmap_view.h"
 
 namespace varscope::gui {
+namespace {
+// "cuda:0 · bf16": where the model runs and in which precision (status bar, figure notes).
+QString deviceText(const ModelInfo& info) {
+    QString t = QString::fromStdString(info.device);
+    if (!info.precision.empty()) t += " · " + QString::fromStdString(info.precision);
+    return t;
+}
+}  // namespace
 
 MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMainWindow(parent) {
     setWindowTitle(tr("VARScope"));
@@ -131,7 +139,7 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         inspector_->setModel(int(info.depth), int(info.num_heads));
         showFamily(info.family);
         status_model_->setText(QString::fromStdString(info.description).replace('\n', " · ") +
-                               " · " + QString::fromStdString(info.device));
+                               " · " + deviceText(info));
     });
     connect(worker_, &GenerationWorker::modelFailed, this, [this](quint64 job, QString msg) {
         if (job != latest_job_) return;
@@ -366,7 +374,7 @@ QStringList MainWindow::figureNotes() const {
                  .arg(r.gen.class_id)
                  .arg(name.isEmpty() ? QString() : "(" + name + ")")
                  .arg(r.gen.seed)
-                 .arg(sampling, QString::fromStdString(model_info_.device));
+                 .arg(sampling, deviceText(model_info_));
     nlohmann::json enabled = nlohmann::json::object();
     for (const auto& [id, m] : r.accel.items())
         if (m.is_object() && m.value("enabled", false)) enabled[id] = m;
@@ -430,7 +438,8 @@ bool MainWindow::exportMetrics(const QString& path, QString* error, bool overwri
     const auto& m = comparison_->metrics();
     nlohmann::json summary = {{"settings", last_request_.to_json()},
                               {"model", model_info_.description},
-                              {"device", model_info_.device}};
+                              {"device", model_info_.device},
+                              {"precision", model_info_.precision}};
     if (m.valid)
         summary["comparison"] = {
             {"psnr_db", std::isinf(m.psnr) ? nlohmann::json("inf") : nlohmann::json(m.psnr)},

@@ -120,6 +120,7 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     form->addRow(tr("Model"), mrow);
 
     device_ = new QComboBox(this);
+    device_->setObjectName("device");
     device_->addItem(tr("CPU"), "cpu");
     device_->addItem(tr("CUDA"), "cuda");
     if (!Engine::cuda_available()) {
@@ -129,7 +130,20 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     } else {
         device_->setCurrentIndex(1);
     }
-    form->addRow(tr("Device"), device_);
+    precision_ = new QComboBox(this);
+    precision_->setObjectName("precision");
+    precision_->addItem(tr("fp32"), "fp32");
+    precision_->addItem(tr("bf16"), "bf16");
+    precision_->addItem(tr("fp16"), "fp16");
+    precision_->setToolTip(
+        tr("Transformer precision on CUDA. bf16 and fp16 run on the tensor cores, and SparVAR's "
+           "sparse attention runs on its CUDA kernels only in bf16 or fp16 (in fp32 it runs its "
+           "exact reference, which saves no time). The CPU runs fp32."));
+    auto* drow = new QHBoxLayout;
+    drow->addWidget(device_, 1);
+    drow->addWidget(precision_);
+    form->addRow(tr("Device"), drow);
+    updatePrecisionEnabled();
 
     prompt_ = new QLineEdit(this);
     prompt_->setObjectName("prompt");
@@ -226,7 +240,11 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
         emit modelChanged();
     });
     connect(device_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
+        updatePrecisionEnabled();
         if (!updating_) emit modelChanged();
+    });
+    connect(precision_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
+        if (!updating_ && precision_->isEnabled()) emit modelChanged();
     });
     connect(prompt_, &QLineEdit::textEdited, this, [this] {
         updateSuggestions();
@@ -296,6 +314,8 @@ void ModelPanel::rebuildModelCombo(const ModelSource& select) {
 ModelSource ModelPanel::modelSource() const {
     ModelSource s = source_from_data(model_->currentData().toString());
     s.device = device_->currentData().toString().toStdString();
+    s.precision =
+        precision_->isEnabled() ? precision_->currentData().toString().toStdString() : "fp32";
     if (s.kind == ModelSource::Kind::Files) s.family = family_;  // as detected when it loaded
     if (s.family == Family::Mar) s.diffusion_steps = mar_->diffusionSteps();
     return s;
@@ -371,6 +391,9 @@ void ModelPanel::setModelSource(const ModelSource& src) {
         device_->findData(QString::fromStdString(src.device).startsWith("cuda") ? "cuda" : "cpu");
     auto* items = qobject_cast<QStandardItemModel*>(device_->model());
     if (d >= 0 && items->item(d)->isEnabled()) device_->setCurrentIndex(d);
+    const int p = precision_->findData(QString::fromStdString(src.precision));
+    if (p >= 0) precision_->setCurrentIndex(p);
+    updatePrecisionEnabled();
     updating_ = false;
     rebuildModelCombo(src);
 }
@@ -391,8 +414,13 @@ void ModelPanel::openCheckpoints() {
     s.var_path = dlg.var_->text().toStdString();
     s.vae_path = dlg.vae_->text().toStdString();
     s.device = device_->currentData().toString().toStdString();
+    s.precision = precision_->currentData().toString().toStdString();
     setModelSource(s);
     emit modelChanged();
+}
+
+void ModelPanel::updatePrecisionEnabled() {
+    precision_->setEnabled(device_->currentData().toString() == "cuda");
 }
 
 QString ModelPanel::prompt() const {

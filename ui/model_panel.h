@@ -81,8 +81,11 @@ class ModelPanel : public QWidget {
     void addRecent(const QString& var, const QString& vae);
     void updateRecommendationButton();
 
+    void updatePrecisionEnabled();
+
     QComboBox* model_;
     QComboBox* device_;
+    QComboBox* precision_;  // fp32 / bf16 / fp16; CUDA only (the CPU runs fp32)
     QLineEdit* prompt_;
     QListWidget* suggestions_;
     QSpinBox* class_id_;

@@ -6,7 +6,8 @@ nlohmann::json Request::to_json() const {
     const char* kinds[] = {"embedded", "files", "custom"};
     nlohmann::json m = {{"kind", kinds[static_cast<int>(model.kind)]},
                         {"family", family_id(model.family)},
-                        {"device", model.device}};
+                        {"device", model.device},
+                        {"precision", model.precision}};
     if (!model.diffusion_steps.empty()) m["diffusion_steps"] = model.diffusion_steps;
     if (model.kind == ModelSource::Kind::Files) {
         m["var"] = model.var_path;
@@ -39,6 +40,10 @@ Request Request::from_json(const nlohmann::json& j) {
     r.model.family = family_from_id(m.value("family", "var"));
     r.model.diffusion_steps = m.value("diffusion_steps", "");
     r.model.device = m.value("device", "cpu");
+    r.model.precision = m.value("precision", "fp32");
+    if (r.model.precision != "fp32" && r.model.precision != "bf16" && r.model.precision != "fp16")
+        throw std::invalid_argument("model precision must be fp32, bf16 or fp16, got '" +
+                                    r.model.precision + "'");
     r.model.var_path = m.value("var", "");
     r.model.vae_path = m.value("vae", "");
     r.model.custom_name = m.value("name", "");

@@ -896,6 +896,46 @@ class UiTest : public QObject {
         QVERIFY(Engine::image_quality(base.image, on.image).psnr > 5);
     }
 
+    // The transformer's precision: part of the settings (exports restore it) and of the model's
+    // cache key; the panel offers it on CUDA only; the engine loads it (bf16 here on the CPU).
+    void precisionTravelsWithTheModel() {
+        Request r = mar_request();
+        r.model.precision = "bf16";
+        QCOMPARE(Request::from_json(r.to_json()).model.precision, std::string("bf16"));
+        auto j = r.to_json();
+        j["model"]["precision"] = "fp8";
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, Request::from_json(j));
+        j["model"].erase("precision");  // settings saved before the field existed
+        QCOMPARE(Request::from_json(j).model.precision, std::string("fp32"));
+        ModelSource a, b;
+        b.precision = "fp16";
+        QVERIFY(a.key() != b.key());
+
+        ModelPanel panel;
+        auto* device = panel.findChild<QComboBox*>("device");
+        auto* precision = panel.findChild<QComboBox*>("precision");
+        QVERIFY(device && precision);
+        precision->setCurrentIndex(precision->findData("bf16"));
+        device->setCurrentIndex(device->findData("cpu"));
+        QVERIFY(!precision->isEnabled());
+        QCOMPARE(panel.modelSource().precision, std::string("fp32"));  // the CPU runs fp32
+        if (Engine::cuda_available()) {
+            device->setCurrentIndex(device->findData("cuda"));
+            QVERIFY(precision->isEnabled());
+            QCOMPARE(panel.modelSource().precision, std::string("bf16"));
+        }
+
+        Engine e;
+        ModelSource src;  // the embedded VAR
+        src.precision = "bf16";
+        e.load(src);
+        QCOMPARE(e.info().precision, std::string("bf16"));
+        GenerationSettings g;
+        g.class_id = 1;
+        const RunOutput out = e.run(g, false);
+        QVERIFY(!out.image.empty());
+    }
+
     void pickingTheEmbeddedMarAppliesItsRecommendation() {
         if (!Engine::embedded_mar_available()) QSKIP("embedded MAR missing");
         const auto rec = Engine::embedded_mar_recommendation();

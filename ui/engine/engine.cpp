@@ -58,13 +58,14 @@ Family family_from_id(const std::string& id) {
 std::string ModelSource::key() const {
     // The diffusion respacing is fixed when a MAR model loads, so it is part of the key.
     const std::string steps = diffusion_steps.empty() ? "" : "|steps" + diffusion_steps;
+    const std::string where = "|" + device + "|" + precision;
     switch (kind) {
         case Kind::Embedded:
-            return std::string("embedded|") + family_id(family) + steps + "|" + device;
+            return std::string("embedded|") + family_id(family) + steps + where;
         case Kind::Files:
-            return "files|" + var_path + "|" + vae_path + steps + "|" + device;
+            return "files|" + var_path + "|" + vae_path + steps + where;
         case Kind::Custom:
-            return "custom|" + custom_name + "|" + device;
+            return "custom|" + custom_name + where;
     }
     return {};
 }
@@ -97,8 +98,7 @@ bool Engine::loaded() const {
 }
 
 void Engine::load(const ModelSource& source) {
-    LoadOptions opt;
-    opt.device = source.device;
+    const LoadOptions opt = load_options(source.device, source.precision);
     std::unique_ptr<VarPipeline> p;
     switch (source.kind) {
         case ModelSource::Kind::Embedded:
@@ -128,6 +128,7 @@ void Engine::set_pipeline(std::unique_ptr<VarPipeline> pipeline, const ModelSour
     info_ = {};
     info_.description = pipeline_->describe();
     info_.device = pipeline_->device().str();
+    info_.precision = source.precision;
     info_.num_classes = v.num_classes;
     info_.depth = v.depth;
     info_.num_heads = v.num_heads;

@@ -55,6 +55,9 @@ struct ModelSource {
     std::string var_path, vae_path;  // Files: the transformer (VAR or MAR) and its VAE
     std::string custom_name;         // Custom (tests, random weights)
     std::string device = "cpu";
+    // Transformer weights: "fp32", "bf16" or "fp16" (core's load_options). On CUDA, bf16/fp16
+    // run on tensor cores and SparVAR's CUDA kernels, which take bf16/fp16 only.
+    std::string precision = "fp32";
     // MAR: diffusion respacing of the head, fixed at load ("" = the file's recommendation, else
     // the official "100").
     std::string diffusion_steps;
@@ -67,6 +70,7 @@ struct ModelInfo {
     std::string description;      // VarPipeline::describe() / MarPipeline::describe()
     std::string class_list_path;  // "" if none fits
     std::string device;
+    std::string precision;  // ModelSource::precision as loaded
     int64_t num_classes = 0;
     int64_t depth = 0;  // MAR: encoder + decoder blocks (the probes' global layer index)
     int64_t num_heads = 0;

@@ -55,8 +55,7 @@ FloatArray image_map(const at::Tensor& per_position, int64_t buffer, int64_t sid
 }  // namespace
 
 void Engine::load_mar(const ModelSource& source) {
-    LoadOptions opt;
-    opt.device = source.device;
+    const LoadOptions opt = load_options(source.device, source.precision);
     MarModelFiles files;
     if (source.kind == ModelSource::Kind::Embedded) {
         files = embedded_mar_files();  // with the file's recommended respacing
@@ -94,6 +93,7 @@ void Engine::set_mar_pipeline(std::unique_ptr<MarPipeline> pipeline, const Model
     info_.family = Family::Mar;
     info_.description = mar_->describe();
     info_.device = mar_->device().str();
+    info_.precision = source.precision;
     info_.num_classes = c.class_num;
     info_.depth = c.encoder_depth + c.decoder_depth;
     info_.num_heads = c.decoder_num_heads;
