@@ -113,11 +113,30 @@ int main(int argc, char** argv) {
     QCommandLineOption model(
         "model", "Embedded model to start with: var or mar (default: the last session's model).",
         "family");
-    cli.addOptions({prompt, seed, preset, shots, tabs, size, model});
+    QCommandLineOption device("device", "Device to start with: cpu or cuda.", "device");
+    QCommandLineOption precision(
+        "precision", "Transformer precision on CUDA to start with: fp32, bf16 or fp16.", "name");
+    cli.addOptions({prompt, seed, preset, shots, tabs, size, model, device, precision});
     cli.process(app);
     const QString family = cli.value(model).toLower();  // "" when not given
     if (cli.isSet(model) && family != "var" && family != "mar") {
         qCritical("--model: expected 'var' or 'mar', got '%s'", qPrintable(cli.value(model)));
+        return 2;
+    }
+    const QString device_name = cli.value(device).toLower();
+    if (cli.isSet(device) && device_name != "cpu" && device_name != "cuda") {
+        qCritical("--device: expected 'cpu' or 'cuda', got '%s'", qPrintable(cli.value(device)));
+        return 2;
+    }
+    if (device_name == "cuda" && !varscope::gui::Engine::cuda_available()) {
+        qCritical("--device cuda: no CUDA device here (or LibTorch without CUDA)");
+        return 2;
+    }
+    const QString precision_name = cli.value(precision).toLower();
+    if (cli.isSet(precision) && precision_name != "fp32" && precision_name != "bf16" &&
+        precision_name != "fp16") {
+        qCritical("--precision: expected fp32, bf16 or fp16, got '%s'",
+                  qPrintable(cli.value(precision)));
         return 2;
     }
 
@@ -131,6 +150,15 @@ int main(int argc, char** argv) {
             qCritical("--model %s: that embedded model is not installed", qPrintable(family));
             return 2;
         }
+    }
+    if (cli.isSet(device) || cli.isSet(precision)) {
+        varscope::gui::ModelSource src = w.modelPanel()->modelSource();
+        if (cli.isSet(device)) src.device = device_name.toStdString();
+        if (cli.isSet(precision)) src.precision = precision_name.toStdString();
+        if (src.device != "cuda" && src.precision != "fp32")
+            qWarning("--precision %s: the CPU runs fp32 (precision applies on CUDA)",
+                     qPrintable(precision_name));
+        w.modelPanel()->setModelSource(src);
     }
     if (cli.isSet(size)) {
         const QStringList wh = cli.value(size).split('x');
