@@ -934,6 +934,12 @@ class UiTest : public QObject {
         g.class_id = 1;
         const RunOutput out = e.run(g, false);
         QVERIFY(!out.image.empty());
+        if (!Engine::embedded_mar_available()) QSKIP("embedded MAR missing");
+        Request mar = mar_request();
+        mar.model.precision = "bf16";
+        e.load(mar.model);
+        QCOMPARE(e.info().precision, std::string("bf16"));
+        QVERIFY(!e.run(mar.gen, false).image.empty());
     }
 
     void pickingTheEmbeddedMarAppliesItsRecommendation() {
