@@ -215,10 +215,21 @@ def main():
                 held = {n: hold(f, flush, a.clocks, sampler) for n, f in fns.items()}
                 row["held_clock_and_power"] = held
                 row["power_limit_w"] = sampler.power_limit_w()
+                # The same ratios counted in cycles (time x held clock): what they would be if
+                # every contestant ran at one clock. An estimate: the clock moves within a launch.
+                if held.get("ours"):
+                    ours_cycles = med["ours"] * held["ours"]["sm_clock_mhz"]
+                    row["speedup_of_ours_in_cycles"] = {
+                        n: med[n] * held[n]["sm_clock_mhz"] / ours_cycles
+                        for n in med if n != "ours" and held.get(n)}
                 print(f"{name} block {b}, each run back to back for {a.clocks:g} s: " + " | ".join(
                     f"{n} {h['sm_clock_mhz']:.0f} MHz (min {h['sm_clock_mhz_min']:.0f}) "
                     f"{h['power_w']:.0f} W" for n, h in held.items() if h) +
                     f" (power limit {row['power_limit_w']} W)", flush=True)
+                if "speedup_of_ours_in_cycles" in row:
+                    print(f"{name} block {b}, ours in cycles: " + " | ".join(
+                        f"x{x:.2f} {n}" for n, x in row["speedup_of_ours_in_cycles"].items()),
+                        flush=True)
             results.append(row)
             print(f"{name} block {b} ({100 * row['block_sparsity']:.2f} % sparse): ours "
                   f"{med['ours']:.4f} ms | " + " | ".join(
