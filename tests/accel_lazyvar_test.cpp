@@ -219,6 +219,19 @@ TEST(LazyVar, GroupDecodingRunsFewerStepsAndMakesAValidImage) {
     EXPECT_EQ(scales[3].step, scales[5].step);
     EXPECT_EQ(scales[4].step, scales[5].step);
     EXPECT_NE(scales[2].step, scales[3].step);
+    // Attention FLOPs per scale record: the group's on its first scale, and they add up to the
+    // run's (the GUI's per-scale table shows them).
+    double booked = 0, base_booked = 0;
+    for (const auto& s : scales) booked += s.attention_flops;
+    for (const auto& s : base_rec.scales()) {
+        EXPECT_GT(s.attention_flops, 0.0) << s.scale;
+        base_booked += s.attention_flops;
+    }
+    EXPECT_GT(scales[3].attention_flops, 0.0);
+    EXPECT_EQ(scales[4].attention_flops, 0.0);
+    EXPECT_EQ(scales[5].attention_flops, 0.0);
+    EXPECT_NEAR(booked, res.attention_flops, 1e-9 * res.attention_flops);
+    EXPECT_NEAR(base_booked, base.attention_flops, 1e-9 * base.attention_flops);
 
     auto groups = rec.accel("lazyvar_group");
     ASSERT_EQ(groups.size(), 1u);

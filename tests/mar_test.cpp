@@ -468,6 +468,20 @@ TEST(MarSampling, ProbeTimeIsKeptOutOfTheStepTimes) {
     EXPECT_EQ(r.graph_capture_millis_call, 0.0);  // no graphs on the CPU
 }
 
+// Each step's record carries the attention FLOPs it computed; they add up to the run's.
+TEST(MarSampling, StepRecordsAddUpTheAttentionFlops) {
+    auto pipe = tiny_mar();
+    ProbeRecorder rec;
+    const auto r = pipe.generate(tiny_options(), nullptr, &rec);
+    ASSERT_GT(r.attention_flops, 0.0);
+    double booked = 0;
+    for (const auto& s : rec.scales()) {
+        EXPECT_GT(s.attention_flops, 0.0) << s.scale;
+        booked += s.attention_flops;
+    }
+    EXPECT_NEAR(booked, r.attention_flops, 1e-9 * r.attention_flops);
+}
+
 TEST(MarSampling, ProbeRecordsPerStep) {
     auto pipe = tiny_mar();
     ProbeRecorder rec(ProbeRecorder::Selection{{1}, {2}, true, false});

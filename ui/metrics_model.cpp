@@ -4,8 +4,17 @@
 
 namespace varscope::gui {
 namespace {
-const char* kColumns[] = {"scale", "tokens", "baseline ms", "accelerated ms", "speedup",
-                          "token agreement", "pruned", "baseline KV bytes", "accelerated KV bytes"};
+const char* kColumns[] = {"scale",
+                          "tokens",
+                          "baseline ms",
+                          "accelerated ms",
+                          "speedup",
+                          "token agreement",
+                          "pruned",
+                          "baseline KV bytes",
+                          "accelerated KV bytes",
+                          "baseline attn GFLOP",
+                          "accelerated attn GFLOP"};
 constexpr int kColumnCount = int(sizeof kColumns / sizeof *kColumns);
 
 double speedup(const ScaleMetrics& m) { return m.accel_ms > 0 ? m.base_ms / m.accel_ms : 0; }
@@ -47,10 +56,12 @@ void MetricsModel::setResults(const SideResultPtr& base, const SideResultPtr& ac
             m.patch_num = int(b.patch_num);
             m.base_ms = b.millis;
             m.base_kv = bkv[i];
+            m.base_flops = b.attention_flops;
             if (accel && i < accel->run.scales.size()) {
                 const auto& a = accel->run.scales[i];
                 m.accel_ms = a.millis;
                 m.accel_kv = i < akv.size() ? akv[i] : 0;
+                m.accel_flops = a.attention_flops;
                 if (!a.tokens.empty() && a.tokens.size() == b.tokens.size()) {
                     size_t same = 0, pruned = 0;
                     for (size_t t = 0; t < a.tokens.size(); ++t) {
@@ -83,6 +94,11 @@ QVariant MetricsModel::data(const QModelIndex& index, int role) const {
     if (role == Qt::TextAlignmentRole) return int(Qt::AlignRight | Qt::AlignVCenter);
     if (role != Qt::DisplayRole && role != Qt::UserRole) return {};
     const bool raw = role == Qt::UserRole;
+    // 0: not counted (a grouped step's later scales, a skipped scale): a dash.
+    auto gflop = [&](double v) -> QVariant {
+        if (raw) return v;
+        return v > 0 ? QVariant(QString::number(v / 1e9, 'f', 3)) : QVariant(QStringLiteral("–"));
+    };
     auto pct = [&](double v) -> QVariant {
         if (v < 0) return raw ? QVariant(v) : QVariant(QStringLiteral("–"));
         return raw ? QVariant(v) : QVariant(QString::number(100 * v, 'f', 1) + " %");
@@ -97,6 +113,8 @@ QVariant MetricsModel::data(const QModelIndex& index, int role) const {
         case 6: return pct(m.pruned);
         case 7: return raw ? QVariant(m.base_kv) : QVariant(QString::number(m.base_kv / 1024.0, 'f', 1) + " KiB");
         case 8: return raw ? QVariant(m.accel_kv) : QVariant(QString::number(m.accel_kv / 1024.0, 'f', 1) + " KiB");
+        case 9: return gflop(m.base_flops);
+        case 10: return gflop(m.accel_flops);
     }
     return {};
 }
@@ -112,7 +130,7 @@ QByteArray MetricsModel::toCsv() const {
     for (const char* c : kColumns) header << QString(c).replace(' ', '_');
     lines << header.join(',');
     for (const auto& m : rows_)
-        lines << QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9")
+        lines << QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11")
                      .arg(m.scale)
                      .arg(m.patch_num)
                      .arg(m.base_ms, 0, 'f', 4)
@@ -121,7 +139,9 @@ QByteArray MetricsModel::toCsv() const {
                      .arg(m.agreement, 0, 'f', 4)
                      .arg(m.pruned, 0, 'f', 4)
                      .arg(m.base_kv, 0, 'f', 0)
-                     .arg(m.accel_kv, 0, 'f', 0);
+                     .arg(m.accel_kv, 0, 'f', 0)
+                     .arg(m.base_flops / 1e9, 0, 'f', 6)
+                     .arg(m.accel_flops / 1e9, 0, 'f', 6);
     return (lines.join('\n') + '\n').toUtf8();
 }
 
@@ -137,7 +157,9 @@ QByteArray MetricsModel::toJson(const nlohmann::json& summary) const {
                           {"token_agreement", m.agreement},
                           {"pruned", m.pruned},
                           {"baseline_kv_bytes", m.base_kv},
-                          {"accelerated_kv_bytes", m.accel_kv}});
+                          {"accelerated_kv_bytes", m.accel_kv},
+                          {"baseline_attention_flops", m.base_flops},
+                          {"accelerated_attention_flops", m.accel_flops}});
     return QByteArray::fromStdString(j.dump(2) + "\n");
 }
 

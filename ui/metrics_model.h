@@ -1,5 +1,5 @@
 // Per-scale comparison table (model/view): timings of both sides, speedup, token agreement,
-// pruned fraction and estimated KV bytes; exports CSV and JSON.
+// pruned fraction, estimated KV bytes and attention FLOPs; exports CSV and JSON.
 #pragma once
 
 #include <QAbstractTableModel>
@@ -16,6 +16,10 @@ struct ScaleMetrics {
     double agreement = -1;  // fraction of equal tokens; -1 = n/a
     double pruned = 0;      // fraction of tokens not computed on the accelerated side
     double base_kv = 0, accel_kv = 0;  // bytes held after this scale (estimated)
+    // Attention FLOPs of the step (QK^T and PV) as the method counts them: the pairs it attends
+    // (SparVAR counts its sparse pairs also where its reference computes every score), so they
+    // show the work a method needs, whichever path ran. 0 = not counted.
+    double base_flops = 0, accel_flops = 0;
 };
 
 // KV bytes after each scale, assuming the cache grows with the tokens appended so far and

@@ -373,6 +373,7 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     for (int64_t step = 0; step < opt.num_iter; ++step) {
         if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw SamplingCancelled();
         const auto t_step = Clock::now();
+        const double flops_before = res.attention_flops;
         const MarStepPlan& p = plan[step];
         at::Tensor decoded;
         bool skipped_unconditional = false;
@@ -453,6 +454,7 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
             const auto t_probe = Clock::now();
             ScaleRecord rec{step, c.seq_h(), res.step_millis.back(), decoded.cpu(), {},
                             step, false};
+            rec.attention_flops = res.attention_flops - flops_before;
             if (probe->wants_fhat())
                 rec.f_hat = mar_unpatchify(tokens, c).to(at::kCPU, at::kFloat, false, true);
             probe->on_scale(std::move(rec));

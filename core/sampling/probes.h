@@ -19,6 +19,9 @@ struct ScaleRecord {
     at::Tensor f_hat;        // (B, Cvae, H, W) accumulated features after this scale, if wanted
     int64_t step = 0;        // loop step that decoded it (scales of a LazyVAR group share one)
     bool skipped = false;    // scale not run (scale skipping); tokens undefined, millis 0
+    // Attention FLOPs (QK^T and PV) the step computed, as the result's attention_flops counts
+    // them; booked like millis: a grouped step's on its first scale, 0 on the others.
+    double attention_flops = 0.0;
 };
 
 struct AttentionRecord {

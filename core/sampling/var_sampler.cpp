@@ -460,6 +460,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             step_mask = graphs ? graphs->step_input(si, "mask", make_mask) : make_mask();
         }
         at::Tensor raw_logits;
+        const double flops_before = res.attention_flops;
         if (graphs) {
             step_ctx = &sctx;
             raw_logits =
@@ -477,6 +478,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         }
         at::Tensor logits = guided.size() == 1 ? guided[0] : at::cat(guided, 1);
         if (hooks) hooks->on_logits(sctx, logits);
+        const double step_flops = res.attention_flops - flops_before;
 
         std::vector<at::Tensor> fhat_after;  // per scale of the step, for probes that want it
         for (const auto& seg : sctx.segments) {
@@ -530,6 +532,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
                                 step,
                                 false};
                 if (!fhat_after.empty()) rec.f_hat = fhat_after[g];
+                rec.attention_flops = g == 0 ? step_flops : 0.0;
                 report_scale(std::move(rec));
             }
         }

@@ -636,6 +636,22 @@ class UiTest : public QObject {
         QVERIFY(w.inspector()->attention()->view()->hasData());
         QCOMPARE(w.inspector()->attention()->view()->grid().cols, 21);
         QCOMPARE(w.metricsModel()->rowCount(), 3);
+        // The per-scale table's attention FLOPs come from the run (columns 9 and 10), in GFLOP.
+        {
+            auto* mm = w.metricsModel();
+            QCOMPARE(mm->columnCount(), 11);
+            QCOMPARE(mm->headerData(9, Qt::Horizontal, Qt::DisplayRole).toString(),
+                     QString("baseline attn GFLOP"));
+            for (int row = 0; row < 3; ++row) {
+                const double flops = base->run.scales[size_t(row)].attention_flops;
+                QVERIFY(flops > 0);
+                QCOMPARE(mm->data(mm->index(row, 9), Qt::UserRole).toDouble(), flops);
+                QCOMPARE(mm->data(mm->index(row, 9), Qt::DisplayRole).toString(),
+                         QString::number(flops / 1e9, 'f', 3));
+            }
+            QVERIFY(QString::fromUtf8(mm->toCsv()).section('\n', 0, 0).endsWith(
+                "baseline_attn_GFLOP,accelerated_attn_GFLOP"));
+        }
         QCOMPARE(w.plots()->latencyPlot()->graph(0)->dataCount(), 3);
         QVERIFY(results.count() >= 2);
 

@@ -204,6 +204,7 @@ RunOutput Engine::run_var(const GenerationSettings& s, bool accelerated,
         so.scale = r.scale;
         so.patch_num = r.patch_num;
         so.millis = r.millis;
+        so.attention_flops = r.attention_flops;
         so.skipped = r.skipped;
         if (r.tokens.defined()) {
             auto t = r.tokens[0].to(at::kLong).contiguous();

@@ -102,6 +102,7 @@ struct ScaleOutput {
     int64_t scale = 0;      // VAR scale / MAR step
     int64_t patch_num = 0;  // VAR: the scale's side; MAR: the token grid's side
     double millis = 0;
+    double attention_flops = 0;  // the step's attention FLOPs (a grouped step's on its first scale)
     bool skipped = false;
     // VAR: first sample's tokens, pn*pn, -1 where pruned. MAR: per grid position the step that
     // decoded it, -1 where still masked after this step.

@@ -164,6 +164,7 @@ RunOutput Engine::run_mar(const GenerationSettings& s, bool accelerated,
         so.scale = r.scale;
         so.patch_num = side;
         so.millis = r.millis;
+        so.attention_flops = r.attention_flops;
         so.tokens.resize(size_t(n));
         for (int64_t p = 0; p < n; ++p)
             so.tokens[size_t(p)] = step_of[size_t(p)] <= r.scale ? step_of[size_t(p)] : -1;
