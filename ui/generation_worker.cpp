@@ -171,6 +171,8 @@ void GenerationWorker::runJob(quint64 id, const Job& job) {
             p.value = v;
             p.millis = acc->run.total_ms;
             p.speedup = acc->run.total_ms > 0 ? base->run.total_ms / acc->run.total_ms : 0;
+            const double acc_flops = attention_flops_of(acc->run);
+            p.work_ratio = acc_flops > 0 ? attention_flops_of(base->run) / acc_flops : 0;
             const ImageQuality q = Engine::image_quality(base->run.image, acc->run.image);
             p.psnr = q.psnr;
             p.ssim = q.ssim;

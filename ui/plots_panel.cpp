@@ -126,6 +126,16 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     for (auto* s : {from_, to_}) s->setDecimals(3);
     run_ = new QPushButton(tr("Run sweep"), this);
     run_->setObjectName("runSweep");
+    sweep_y_ = new QComboBox(this);
+    sweep_y_->setObjectName("sweepY");
+    sweep_y_->addItem(tr("speedup"), "speedup");
+    sweep_y_->addItem(tr("attention work saved"), "work");
+    sweep_y_->setToolTip(
+        tr("What the sweep plots against PSNR: the measured speedup, or baseline attention FLOPs "
+           "÷ accelerated (the work a method saves, also where its path saves no time, e.g. "
+           "SparVAR's reference on the CPU)"));
+    connect(sweep_y_, qOverload<int>(&QComboBox::currentIndexChanged), this,
+            [this] { replotSweep(); });
     sweep_status_ = new QLabel(this);
     bar->addWidget(new QLabel(tr("Sweep"), this));
     bar->addWidget(method_);
@@ -136,6 +146,8 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     bar->addWidget(to_);
     bar->addWidget(steps_);
     bar->addWidget(run_);
+    bar->addWidget(new QLabel(tr("y:"), this));
+    bar->addWidget(sweep_y_);
     bar->addWidget(sweep_status_, 1);
     v->addLayout(bar);
 
@@ -317,23 +329,39 @@ void PlotsPanel::clearSweep() {
 
 void PlotsPanel::addSweepPoint(const SweepPoint& p) {
     sweep_.push_back(p);
+    replotSweep();
+    sweep_status_->setText(tr("%1 points").arg(sweep_.size()));
+}
+
+void PlotsPanel::replotSweep() {
+    const bool work = sweep_y_->currentData().toString() == "work";
+    if (auto* t = qobject_cast<QCPTextElement*>(sweep_plot_->plotLayout()->element(0, 0)))
+        t->setText(work ? tr("Sweep: attention work saved vs PSNR") : tr("Sweep: speedup vs PSNR"));
+    sweep_plot_->yAxis->setLabel(work ? tr("attention work saved ×") : tr("speedup ×"));
+    sweep_plot_->clearItems();
+    if (sweep_.empty()) {
+        sweep_plot_->clearGraphs();
+        sweep_plot_->replot();
+        return;
+    }
     QVector<double> x, y;
     for (const auto& s : sweep_) {
         x << (std::isfinite(s.psnr) ? s.psnr : 99.0);  // identical image: plotted at 99 dB
-        y << s.speedup;
+        y << (work ? s.work_ratio : s.speedup);
     }
     set_series(sweep_plot_, 0, param_->currentText(), kAccel, x, y);
     sweep_plot_->graph(0)->setLineStyle(QCPGraph::lsNone);
-    auto* label = new QCPItemText(sweep_plot_);
-    label->position->setCoords(x.back(), y.back());
-    label->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
-    label->setText(" " + viz::format_value(p.value));
-    label->setFont(QFont(font().family(), 8));
+    for (int i = 0; i < x.size(); ++i) {
+        auto* label = new QCPItemText(sweep_plot_);
+        label->position->setCoords(x[i], y[i]);
+        label->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+        label->setText(" " + viz::format_value(sweep_[size_t(i)].value));
+        label->setFont(QFont(font().family(), 8));
+    }
     sweep_plot_->rescaleAxes();
     sweep_plot_->xAxis->scaleRange(1.2);
     sweep_plot_->yAxis->scaleRange(1.2);
     sweep_plot_->replot();
-    sweep_status_->setText(tr("%1 points").arg(sweep_.size()));
 }
 
 void PlotsPanel::setSweepRunning(bool running) {

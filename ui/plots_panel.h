@@ -50,6 +50,8 @@ class PlotsPanel : public QWidget {
     QCustomPlot* cumulative_;
     QCustomPlot* kv_;
     QCustomPlot* sweep_plot_;
+    QComboBox* sweep_y_;  // what the sweep plots against PSNR: speedup or attention work saved
+    void replotSweep();
     QComboBox* method_;
     QComboBox* param_;
     QDoubleSpinBox* from_;

@@ -60,6 +60,12 @@ Request Request::from_json(const nlohmann::json& j) {
     return r;
 }
 
+double attention_flops_of(const RunOutput& run) {
+    double sum = 0;
+    for (const auto& s : run.scales) sum += s.attention_flops;
+    return sum;
+}
+
 QImage to_qimage(const RgbImage& img) {
     if (img.empty()) return {};
     return QImage(img.rgb.data(), img.width, img.height, img.width * 3, QImage::Format_RGB888)

@@ -7,7 +7,6 @@
 #include <QMetaType>
 #include <QString>
 #include <QVector>
-
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -32,6 +31,9 @@ inline const char* kSettingsTextKey = "varscope.settings";
 
 QImage to_qimage(const RgbImage& img);
 
+// Attention FLOPs of a run (the sum of its scales' or steps').
+double attention_flops_of(const RunOutput& run);
+
 enum class Side { Baseline = 0, Accelerated = 1 };
 
 // One finished side of a comparison.
@@ -39,8 +41,8 @@ struct SideResult {
     Side side = Side::Baseline;
     RunOutput run;
     QImage image;
-    QVector<QImage> filmstrip;  // per scale, empty image where not decoded
-    bool cached = false;        // baseline reused from the cache
+    QVector<QImage> filmstrip;      // per scale, empty image where not decoded
+    bool cached = false;            // baseline reused from the cache
     bool same_as_baseline = false;  // no accelerator enabled: the baseline result is shown
 };
 using SideResultPtr = std::shared_ptr<const SideResult>;
@@ -49,6 +51,7 @@ struct SweepPoint {
     double value = 0;
     double millis = 0;
     double speedup = 0;
+    double work_ratio = 0;  // baseline attention FLOPs / accelerated (0: not counted)
     double psnr = 0;
     double ssim = 0;
 };

@@ -725,7 +725,30 @@ class UiTest : public QObject {
         QCOMPARE(pts[0].value, 0.0);
         QVERIFY(std::isinf(pts[0].psnr));  // nothing skipped: the baseline image
         QVERIFY(pts[2].speedup > 0 && std::isfinite(pts[2].psnr));
-        QCOMPARE(w.plots()->sweepPlot()->graph(0)->dataCount(), 3);
+        // Skipping scales computes less attention: more work saved at each step of the sweep.
+        QCOMPARE(pts[0].work_ratio, 1.0);
+        QVERIFY(pts[1].work_ratio > 1.0);
+        QVERIFY(pts[2].work_ratio > pts[1].work_ratio);
+        // The plotted values (the graph keeps them sorted by PSNR), against the points'.
+        auto plotted = [&] {
+            std::vector<double> v;
+            const auto* g = w.plots()->sweepPlot()->graph(0);
+            for (int i = 0; i < g->dataCount(); ++i) v.push_back(g->data()->at(i)->value);
+            std::sort(v.begin(), v.end());
+            return v;
+        };
+        auto expected = [&](double SweepPoint::*field) {
+            std::vector<double> v;
+            for (const auto& p : pts) v.push_back(p.*field);
+            std::sort(v.begin(), v.end());
+            return v;
+        };
+        QCOMPARE(plotted(), expected(&SweepPoint::speedup));
+        auto* y = w.plots()->findChild<QComboBox*>("sweepY");
+        QVERIFY(y);
+        y->setCurrentIndex(y->findData("work"));  // the same points, plotted as work saved
+        QCOMPARE(plotted(), expected(&SweepPoint::work_ratio));
+        QCOMPARE(w.plots()->sweepPlot()->yAxis->label(), QString("attention work saved ×"));
         QVERIFY(w.comparison()->baseline()->cached);
     }
 
