@@ -133,8 +133,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     const QString precision_name = cli.value(precision).toLower();
-    if (cli.isSet(precision) && precision_name != "fp32" && precision_name != "bf16" &&
-        precision_name != "fp16") {
+    if (cli.isSet(precision) && !varscope::gui::is_model_precision(precision_name.toStdString())) {
         qCritical("--precision: expected fp32, bf16 or fp16, got '%s'",
                   qPrintable(cli.value(precision)));
         return 2;

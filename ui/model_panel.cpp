@@ -132,9 +132,8 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     }
     precision_ = new QComboBox(this);
     precision_->setObjectName("precision");
-    precision_->addItem(tr("fp32"), "fp32");
-    precision_->addItem(tr("bf16"), "bf16");
-    precision_->addItem(tr("fp16"), "fp16");
+    for (const auto& name : model_precisions())
+        precision_->addItem(QString::fromStdString(name), QString::fromStdString(name));
     precision_->setToolTip(
         tr("Transformer precision on CUDA. bf16 and fp16 run on the tensor cores, and SparVAR's "
            "sparse attention runs on its CUDA kernels only in bf16 or fp16 (in fp32 it runs its "

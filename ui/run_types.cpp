@@ -41,7 +41,7 @@ Request Request::from_json(const nlohmann::json& j) {
     r.model.diffusion_steps = m.value("diffusion_steps", "");
     r.model.device = m.value("device", "cpu");
     r.model.precision = m.value("precision", "fp32");
-    if (r.model.precision != "fp32" && r.model.precision != "bf16" && r.model.precision != "fp16")
+    if (!is_model_precision(r.model.precision))
         throw std::invalid_argument("model precision must be fp32, bf16 or fp16, got '" +
                                     r.model.precision + "'");
     r.model.var_path = m.value("var", "");

@@ -116,6 +116,12 @@ json environment(const BenchOptions& o) {
     return env;
 }
 
+// A backend's error for the JSON: its first line (LibTorch appends a C++ backtrace).
+std::string first_line(const std::exception& e) {
+    const std::string msg = e.what();
+    return msg.substr(0, msg.find('\n'));
+}
+
 // Runs fn under the timer; a backend that refuses the inputs is reported, not fatal.
 json time_backend(const std::function<void()>& fn, const BenchOptions& o) {
     json r;
@@ -125,8 +131,7 @@ json time_backend(const std::function<void()>& fn, const BenchOptions& o) {
         r["min_ms"] = t.min_ms;
         r["max_ms"] = t.max_ms;
     } catch (const std::exception& e) {
-        std::string msg = e.what();
-        r["error"] = msg.substr(0, msg.find('\n'));
+        r["error"] = first_line(e);
     }
     return r;
 }
@@ -146,8 +151,7 @@ json hold_backend(const std::function<void()>& fn, const BenchOptions& o,
             r["samples"] = h.clocks->samples;
         }
     } catch (const std::exception& e) {
-        std::string msg = e.what();
-        r["error"] = msg.substr(0, msg.find('\n'));
+        r["error"] = first_line(e);
     }
     return r;
 }

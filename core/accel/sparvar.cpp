@@ -204,11 +204,11 @@ private:
     at::Tensor csla(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
                     const at::Tensor& v, double softmax_scale) {
         const auto& e = csla_entry(ctx, q);
-        if (ctx.layer == cs4a_layers_)  // once per scale
-            emit_csla(ctx.scale.scale, e.mask, csla_kernels(q));
+        const bool on_kernels = csla_kernels(q);
+        if (ctx.layer == cs4a_layers_) emit_csla(ctx.scale.scale, e.mask, on_kernels);  // per scale
         if (e.dense) return {};
         report_flops(ctx, e.pairs * static_cast<double>(q.size(0) * q.size(1)), q.size(3));
-        if (csla_kernels(q)) {
+        if (on_kernels) {
             kernels::AttentionOptions opt;
             opt.scale = softmax_scale;
             opt.path = kernels::KernelPath::Cuda;

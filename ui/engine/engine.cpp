@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
@@ -53,6 +54,16 @@ const char* family_id(Family f) {
 }
 Family family_from_id(const std::string& id) {
     return id == "mar" ? Family::Mar : Family::Var;
+}
+
+const std::vector<std::string>& model_precisions() {
+    static const std::vector<std::string> names{"fp32", "bf16", "fp16"};
+    return names;
+}
+
+bool is_model_precision(const std::string& name) {
+    const auto& names = model_precisions();
+    return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 std::string ModelSource::key() const {

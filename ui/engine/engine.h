@@ -48,6 +48,11 @@ enum class Family { Var, Mar };
 const char* family_id(Family f);               // "var" | "mar"
 Family family_from_id(const std::string& id);  // anything but "mar" is VAR
 
+// The transformer precisions the app offers (ModelSource::precision), fp32 first: the panel's
+// choices, and what saved settings and start options may name.
+const std::vector<std::string>& model_precisions();
+bool is_model_precision(const std::string& name);
+
 struct ModelSource {
     enum class Kind { Embedded, Files, Custom };
     Kind kind = Kind::Embedded;
@@ -57,7 +62,7 @@ struct ModelSource {
     std::string device = "cpu";
     // Transformer weights: "fp32", "bf16" or "fp16" (core's load_options). On CUDA, bf16/fp16
     // run on tensor cores and SparVAR's CUDA kernels, which take bf16/fp16 only.
-    std::string precision = "fp32";
+    std::string precision = "fp32";  // one of model_precisions()
     // MAR: diffusion respacing of the head, fixed at load ("" = the file's recommendation, else
     // the official "100").
     std::string diffusion_steps;
