@@ -40,6 +40,11 @@
 // 1214-1230 cycles per tile against 1166 with every block active, so the rest of the sparse loop's
 // slowdown is the clock. Tried and dropped there: the producer touching the next item's tile count
 // and list line while issuing the current item's copies (no change).
+// Measured (2026-11-26-h200/csla_s20.md, H200): the softmax is 12 % of a Table-1 launch (P = S:
+// 1047 instead of 1215 cycles per tile), its exponentials 7 %. Tried and dropped there: 4, 8 or 16
+// of a thread's 32 exponentials per tile as a cubic on the FMA pipe (7-22 % slower: ten
+// instructions for one MUFU, and the softmax is bound by issue); packed f16x2/bf16x2 ex2 is two
+// MUFU instructions on sm_90a.
 // Tried and dropped (2026-11-26-h100/csla_s18.md): L2 prefetch of each K/V tile once per head, by
 // the query block that first touches it, 0-16 list places ahead (by TMA: 0.4-12 % slower; by
 // prefetch.global.L2 from an idle producer warp, at the item's start or the next item's: 5 %).
