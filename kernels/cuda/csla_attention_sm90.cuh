@@ -44,7 +44,9 @@
 // 1047 instead of 1215 cycles per tile), its exponentials 7 %. Tried and dropped there: 4, 8 or 16
 // of a thread's 32 exponentials per tile as a cubic on the FMA pipe (7-22 % slower: ten
 // instructions for one MUFU, and the softmax is bound by issue); packed f16x2/bf16x2 ex2 is two
-// MUFU instructions on sm_90a.
+// MUFU instructions on sm_90a; the row sums on the tensor cores (P x ones, four m64n8k16 with PV)
+// or added after the next tile's GEMMs are issued (5-22 % slower: each of the softmax's FMAs,
+// exponentials and adds is worth 7-8 % if left out, but moved they cost as much or more).
 // Tried and dropped (2026-11-26-h100/csla_s18.md): L2 prefetch of each K/V tile once per head, by
 // the query block that first touches it, 0-16 list places ahead (by TMA: 0.4-12 % slower; by
 // prefetch.global.L2 from an idle producer warp, at the item's start or the next item's: 5 %).

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Session 20 call 6: row sums after the next issue (late: P copied between buffers, C7513; lateb: P packed twice; late2: two P buffers in turn); bound on packed P. Checks in round 1.
+cd "$(dirname "$0")"
+V="base late lateb late2"
+bash tools/bench/probe_variants.sh build . $V 2>&1 | tail -4
+for r in 1 2 3; do for v in $V; do
+  extra="--no-check"; [ $r = 1 ] && extra=""
+  timeout 100 ./bin_$v --impls c --dense --iters 30 $extra > log_${v}_$r.txt 2>&1
+  printf "round %s %-7s rc=%s " $r $v $?
+  grep -A1 -E "^(infinity-8b-1024 block 64|dense block 64|infinity-8b-1024 block 128|var-d30-512 block 64)" log_${v}_$r.txt | grep "csla impl" | awk '{printf "%s ", $5}'
+  grep -E "checks:" log_${v}_$r.txt | tr '\n' ' '; echo
+done; done
+for v in $V; do
+  timeout 60 ./bin_$v --impls c --no-check --trace trace_$v.csv > log_trace_$v.txt 2>&1
+  python3 tools/bench/csla_trace_summary.py trace_$v.csv > sum_$v.txt 2>&1
+  echo "== trace $v"; grep -A12 "^sparse schedule 12 run 1" sum_$v.txt | grep -E "span|tile loop"
+done
+mkdir -p "$OUT" && tar czf "$OUT/s20_call6.tgz" log_*.txt sum_*.txt
