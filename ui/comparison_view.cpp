@@ -34,6 +34,11 @@ QString ComparisonMetrics::text() const {
     if (base_kv > 0 || accel_kv > 0)
         t += QObject::tr(" · KV %1 → %2").arg(bytes_text(base_kv), bytes_text(accel_kv));
     if (sparvar_reference) t += QObject::tr(" · SparVAR on its reference path");
+    if (cuda)
+        t += base_graphs && accel_graphs     ? QObject::tr(" · CUDA graphs")
+             : !base_graphs && !accel_graphs ? QObject::tr(" · eager")
+             : base_graphs ? QObject::tr(" · baseline as CUDA graphs, accelerated eager")
+                           : QObject::tr(" · baseline eager, accelerated as CUDA graphs");
     return t;
 }
 
@@ -60,6 +65,19 @@ QString ComparisonMetrics::toolTip() const {
             "mask), which computes every score, so it saves no time here. Its speed comes from "
             "the CUDA kernels: a CUDA GPU with bf16 or fp16, block-wise mask, reference kernels "
             "off.");
+    if (cuda && !base_graphs && !accel_graphs)
+        t += QObject::tr(
+            "\nBoth sides ran eagerly, not as CUDA graph replays: the inspector records "
+            "attention maps and accelerator records inside the steps, which a replay cannot "
+            "(AMS-KV has no graph form at all). At batch 1 graphs are 2-3x faster; the sweep "
+            "records nothing and times with graphs where the method allows.");
+    if (matched_eager)
+        t += QObject::tr(
+            "\nOne side could not run as CUDA graphs, so the other ran again eagerly: both "
+            "are timed the same way.");
+    if (cuda && base_graphs != accel_graphs)
+        t += QObject::tr("\nOnly one side ran as CUDA graphs: the speedup mixes two ways of "
+                         "running and says little about the method.");
     return t;
 }
 
@@ -166,6 +184,10 @@ void ComparisonView::updateComparison() {
         metrics_.base_overhead_ms = base_->run.overhead_ms;
         metrics_.accel_overhead_ms = accel_->run.overhead_ms;
         metrics_.sparvar_reference = ranSparVarReference(accel_->run);
+        metrics_.cuda = base_->run.cuda || accel_->run.cuda;
+        metrics_.base_graphs = base_->run.cuda_graphs;
+        metrics_.accel_graphs = accel_->run.cuda_graphs;
+        metrics_.matched_eager = base_->matched_eager || accel_->matched_eager;
         const viz::FloatGrid d = viz::image_difference(base_->image, accel_->image);
         diff_image_ = viz::render_heatmap(d, viz::Colormap::Magma, {0.f, kDiffMax});
         diff_canvas_->setCaption(

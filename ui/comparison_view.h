@@ -27,6 +27,9 @@ struct ComparisonMetrics {
     // SparVAR's CSLA ran on its exact masked reference (the CPU, fp32, ...), which computes every
     // score: its speedup then says nothing about the method, and the line says so.
     bool sparvar_reference = false;
+    // On CUDA: whether each side's steps ran as CUDA graph replays (graphs are 2-3x faster at
+    // batch 1, so times compare only alike), and whether one side ran again eagerly to match.
+    bool cuda = false, base_graphs = false, accel_graphs = false, matched_eager = false;
     QString text() const;     // one line for the UI and figure notes
     QString toolTip() const;  // what the times count and what they leave out
 };

@@ -99,7 +99,7 @@ void GenerationWorker::ensureModel(quint64 id, const ModelSource& src) {
     emit modelLoaded(id, engine_.info());
 }
 
-SideResultPtr GenerationWorker::runSide(quint64 id, const Request& r, Side side) {
+SideResultPtr GenerationWorker::runSide(quint64 id, const Request& r, Side side, bool report) {
     const bool accelerated = side == Side::Accelerated;
     GenerationSettings gs = r.gen;
     gs.accel_json = r.accel.dump();
@@ -114,6 +114,7 @@ SideResultPtr GenerationWorker::runSide(quint64 id, const Request& r, Side side)
             }
     }
     auto progress = [&](int64_t scale, int64_t scales, const RgbImage& preview) {
+        if (!report) return;
         emit this->progress(id, int(side), int(scale), int(scales));
         if (!preview.empty()) emit this->preview(id, int(side), int(scale), to_qimage(preview));
     };
@@ -150,14 +151,42 @@ void GenerationWorker::runJob(quint64 id, const Job& job) {
                 emit sideFinished(id, same);
                 return;
             }
-            emit sideFinished(id, runSide(id, job.request, Side::Accelerated));
+            const SideResultPtr acc = runSide(id, job.request, Side::Accelerated);
+            if (base->run.cuda_graphs != acc->run.cuda_graphs) {
+                // Times compare only alike: the side that ran as CUDA graphs runs again eagerly.
+                Request eager = job.request;
+                eager.gen.cuda_graphs = false;
+                const Side again = base->run.cuda_graphs ? Side::Baseline : Side::Accelerated;
+                auto rerun = std::make_shared<SideResult>(*runSide(id, eager, again));
+                rerun->matched_eager = true;
+                if (again == Side::Baseline) {
+                    emit sideFinished(id, rerun);
+                    emit sideFinished(id, acc);
+                } else {
+                    emit sideFinished(id, rerun);
+                }
+                return;
+            }
+            emit sideFinished(id, acc);
             return;
         }
         // Sweep: one accelerated run per value, compared with the (cached) baseline.
+        // The points record nothing but times and FLOPs, so that methods with a CUDA-graph form
+        // run as graphs on CUDA; each is compared with a baseline run the same way (graphs or
+        // eager), recorded as little (the shown baseline records attention maps: eager).
+        auto timing_baseline = [&](bool graphs) -> SideResultPtr {
+            if (base->run.cuda_graphs == graphs) return base;
+            Request t = job.request;
+            t.gen.attention_layer = -1;
+            t.gen.filmstrip = false;
+            t.gen.cuda_graphs = graphs;
+            return runSide(id, t, Side::Baseline, false);
+        };
         for (double v : job.sweep_values) {
             Request r = job.request;
             r.gen.attention_layer = -1;
             r.gen.filmstrip = false;
+            r.gen.accel_records = false;
             auto& m = r.accel[job.sweep_method];
             if (!m.is_object()) m = nlohmann::json::object();
             m["enabled"] = true;
@@ -167,12 +196,16 @@ void GenerationWorker::runJob(quint64 id, const Job& job) {
             else
                 m[job.sweep_param] = v;
             const SideResultPtr acc = runSide(id, r, Side::Accelerated);
+            const SideResultPtr tb = timing_baseline(acc->run.cuda_graphs);
             SweepPoint p;
             p.value = v;
             p.millis = acc->run.total_ms;
-            p.speedup = acc->run.total_ms > 0 ? base->run.total_ms / acc->run.total_ms : 0;
+            p.baseline_millis = tb->run.total_ms;
+            p.cuda = acc->run.cuda;
+            p.cuda_graphs = acc->run.cuda_graphs && tb->run.cuda_graphs;
+            p.speedup = acc->run.total_ms > 0 ? tb->run.total_ms / acc->run.total_ms : 0;
             const double acc_flops = attention_flops_of(acc->run);
-            p.work_ratio = acc_flops > 0 ? attention_flops_of(base->run) / acc_flops : 0;
+            p.work_ratio = acc_flops > 0 ? attention_flops_of(tb->run) / acc_flops : 0;
             const ImageQuality q = Engine::image_quality(base->run.image, acc->run.image);
             p.psnr = q.psnr;
             p.ssim = q.ssim;

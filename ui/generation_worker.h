@@ -60,7 +60,9 @@ class GenerationWorker : public QThread {
 
   private:
     void runJob(quint64 id, const Job& job);
-    SideResultPtr runSide(quint64 id, const Request& r, Side side);
+    // report: emit progress and previews (false for runs that only time, e.g. a sweep's
+    // baseline timed like its points).
+    SideResultPtr runSide(quint64 id, const Request& r, Side side, bool report = true);
     void ensureModel(quint64 id, const ModelSource& src);
 
     mutable QMutex mutex_;

@@ -451,7 +451,10 @@ bool MainWindow::exportMetrics(const QString& path, QString* error, bool overwri
             {"baseline_overhead_ms", m.base_overhead_ms},
             {"accelerated_overhead_ms", m.accel_overhead_ms},
             {"baseline_kv_bytes", m.base_kv},
-            {"accelerated_kv_bytes", m.accel_kv}};
+            {"accelerated_kv_bytes", m.accel_kv},
+            // Times compare only alike: CUDA graph replays or eager steps, per side.
+            {"baseline_cuda_graphs", m.base_graphs},
+            {"accelerated_cuda_graphs", m.accel_graphs}};
     return viz::write_text_file(path, metrics_->toJson(summary), error);
 }
 

@@ -137,6 +137,7 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     connect(sweep_y_, qOverload<int>(&QComboBox::currentIndexChanged), this,
             [this] { replotSweep(); });
     sweep_status_ = new QLabel(this);
+    sweep_status_->setObjectName("sweepStatus");
     bar->addWidget(new QLabel(tr("Sweep"), this));
     bar->addWidget(method_);
     bar->addWidget(param_);
@@ -330,7 +331,19 @@ void PlotsPanel::clearSweep() {
 void PlotsPanel::addSweepPoint(const SweepPoint& p) {
     sweep_.push_back(p);
     replotSweep();
-    sweep_status_->setText(tr("%1 points").arg(sweep_.size()));
+    sweep_status_->setText(tr("%1 points").arg(sweep_.size()) + sweepTiming());
+}
+
+QString PlotsPanel::sweepTiming() const {
+    if (sweep_.empty() || !sweep_.back().cuda) return {};
+    const bool graphs = std::all_of(sweep_.begin(), sweep_.end(),
+                                    [](const SweepPoint& p) { return p.cuda_graphs; });
+    const bool eager = std::none_of(sweep_.begin(), sweep_.end(),
+                                    [](const SweepPoint& p) { return p.cuda_graphs; });
+    // Each point is timed against a baseline run the same way (generation_worker.cpp).
+    return graphs  ? tr(" · both sides as CUDA graphs")
+           : eager ? tr(" · both sides eager (this method has no CUDA-graph form)")
+                   : tr(" · CUDA graphs where the setting has a graph form, else eager");
 }
 
 void PlotsPanel::replotSweep() {

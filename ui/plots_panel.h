@@ -52,6 +52,7 @@ class PlotsPanel : public QWidget {
     QCustomPlot* sweep_plot_;
     QComboBox* sweep_y_;  // what the sweep plots against PSNR: speedup or attention work saved
     void replotSweep();
+    QString sweepTiming() const;  // how the points were timed on CUDA ("" elsewhere)
     QComboBox* method_;
     QComboBox* param_;
     QDoubleSpinBox* from_;

@@ -44,12 +44,18 @@ struct SideResult {
     QVector<QImage> filmstrip;      // per scale, empty image where not decoded
     bool cached = false;            // baseline reused from the cache
     bool same_as_baseline = false;  // no accelerator enabled: the baseline result is shown
+    // Ran again without CUDA graphs because the other side could not use them (times compare
+    // only alike).
+    bool matched_eager = false;
 };
 using SideResultPtr = std::shared_ptr<const SideResult>;
 
 struct SweepPoint {
     double value = 0;
     double millis = 0;
+    double baseline_millis = 0;  // the baseline it was compared with, run the same way
+    bool cuda = false;           // ran on a CUDA device
+    bool cuda_graphs = false;    // both ran as CUDA graph replays
     double speedup = 0;
     double work_ratio = 0;  // baseline attention FLOPs / accelerated (0: not counted)
     double psnr = 0;

@@ -22,6 +22,7 @@ void ProbeRecorder::on_scale(ScaleRecord r) {
 }
 
 void ProbeRecorder::on_accel(AccelRecord r) {
+    if (!sel_.accel) return;
     std::lock_guard<std::mutex> lock(mu_);
     accel_.push_back(std::move(r));
 }

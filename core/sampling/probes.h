@@ -66,6 +66,9 @@ public:
         std::vector<int64_t> scales;  // empty = all scales
         bool fhat = false;
         bool block_timing = false;
+        // Accelerator records (false: none asked for or kept, so that accelerators whose
+        // records need eager steps may run as CUDA graphs, e.g. for timing sweeps).
+        bool accel = true;
     };
     ProbeRecorder() = default;
     explicit ProbeRecorder(Selection sel) : sel_(std::move(sel)) {}
@@ -73,6 +76,7 @@ public:
     bool wants_attention(int64_t scale, int64_t layer) const override;
     bool wants_fhat() const override { return sel_.fhat; }
     bool wants_block_timing() const override { return sel_.block_timing; }
+    bool wants_accel(const std::string&, const std::string&) const override { return sel_.accel; }
     void on_attention(AttentionRecord record) override;
     void on_scale(ScaleRecord record) override;
     void on_accel(AccelRecord record) override;

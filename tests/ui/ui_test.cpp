@@ -201,6 +201,54 @@ class UiTest : public QObject {
         QVERIFY2(m.toolTip().contains("CUDA kernels"), qPrintable(m.toolTip()));
     }
 
+    // On CUDA the line names how each side ran (CUDA graph replays or eager steps): times compare
+    // only alike. Nothing is said on the CPU, where there are no graphs.
+    void cudaGraphsAreNamedPerSide() {
+        using namespace varscope::gui;
+        ComparisonMetrics m;
+        m.valid = true;
+        m.psnr = 30, m.ssim = 0.9, m.speedup = 1.5, m.base_ms = 30, m.accel_ms = 20;
+        QVERIFY(!m.text().contains("graphs") && !m.text().contains("eager"));
+        m.cuda = true;
+        QVERIFY2(m.text().endsWith(" · eager"), qPrintable(m.text()));
+        QVERIFY2(m.toolTip().contains("Both sides ran eagerly"), qPrintable(m.toolTip()));
+        m.base_graphs = m.accel_graphs = true;
+        QVERIFY2(m.text().endsWith(" · CUDA graphs"), qPrintable(m.text()));
+        QVERIFY(!m.toolTip().contains("eagerly"));
+        m.accel_graphs = false;
+        QVERIFY2(m.text().endsWith(" · baseline as CUDA graphs, accelerated eager"),
+                 qPrintable(m.text()));
+        QVERIFY2(m.toolTip().contains("mixes two ways"), qPrintable(m.toolTip()));
+        m.base_graphs = false;
+        m.matched_eager = true;
+        QVERIFY2(m.toolTip().contains("ran again eagerly"), qPrintable(m.toolTip()));
+    }
+
+    // The engine keeps accelerator records only when asked (sweeps ask for none, so that
+    // methods with a graph form replay graphs on CUDA); records change nothing drawn. A graphed
+    // and an eager baseline are cached apart (their times differ).
+    void accelRecordsOnlyWhenAsked() {
+        using namespace varscope::gui;
+        Engine e;
+        varscope::testing::install_tiny_model(e, true);
+        GenerationSettings g;
+        g.class_id = 1;
+        g.seed = 3;
+        g.top_k = 20;
+        g.filmstrip = false;
+        g.accel_json = R"({"fastvar": {"enabled": true, "ratios": [0.4, 0.5]}})";
+        const RunOutput with = e.run(g, true);
+        QVERIFY(!with.accel.empty());
+        QVERIFY(!with.cuda && !with.cuda_graphs);
+        g.accel_records = false;
+        const RunOutput without = e.run(g, true);
+        QVERIFY(without.accel.empty());
+        QVERIFY(with.image.rgb == without.image.rgb);
+        GenerationSettings eager = g;
+        eager.cuda_graphs = false;
+        QVERIFY(g.baseline_key("m") != eager.baseline_key("m"));
+    }
+
     void cs4aKeysDimTheRestOfTheDenseMap() {
         using namespace varscope::gui;
         auto base = std::make_shared<SideResult>();
@@ -724,6 +772,14 @@ class UiTest : public QObject {
         QCOMPARE(pts.size(), size_t(3));
         QCOMPARE(pts[0].value, 0.0);
         QVERIFY(std::isinf(pts[0].psnr));  // nothing skipped: the baseline image
+        // On the CPU every run is eager: the shown baseline times every point.
+        for (const auto& p : pts) {
+            QVERIFY(!p.cuda && !p.cuda_graphs);
+            QCOMPARE(p.baseline_millis, w.comparison()->baseline()->run.total_ms);
+        }
+        const auto* status = w.plots()->findChild<QLabel*>("sweepStatus");
+        QVERIFY(status);
+        QCOMPARE(status->text(), QString("3 points"));  // no CUDA note on the CPU
         QVERIFY(pts[2].speedup > 0 && std::isfinite(pts[2].psnr));
         // Skipping scales computes less attention: more work saved at each step of the sweep.
         QCOMPARE(pts[0].work_ratio, 1.0);

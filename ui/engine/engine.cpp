@@ -97,7 +97,7 @@ std::string GenerationSettings::baseline_key(const std::string& model_key) const
     std::ostringstream os;
     os << model_key << "|c" << class_id << "|s" << seed << "|cfg" << cfg << "|k" << top_k << "|p"
        << top_p << "|a" << attention_layer << "|f" << filmstrip << "|n" << num_iter << "|"
-       << cfg_schedule << "|t" << temperature;
+       << cfg_schedule << "|t" << temperature << "|g" << cuda_graphs;
     return os.str();
 }
 
@@ -173,11 +173,13 @@ RunOutput Engine::run_var(const GenerationSettings& s, bool accelerated,
     opt.top_k = s.top_k;
     opt.top_p = s.top_p;
     opt.cancel = cancel;
+    opt.cuda_graphs = s.cuda_graphs;
     opt.validate(cfg);
 
     ProbeRecorder::Selection sel;
     if (s.attention_layer >= 0 && s.attention_layer < cfg.depth) sel.layers = {s.attention_layer};
     sel.fhat = s.filmstrip;
+    sel.accel = s.accel_records;
     auto vae = pipeline_->sampler().vqvae();
     const at::Device device = pipeline_->device();
     ProgressRecorder rec(
@@ -208,6 +210,8 @@ RunOutput Engine::run_var(const GenerationSettings& s, bool accelerated,
     out.total_ms = res.total_millis - out.overhead_ms;
     out.decode_ms = res.decode_millis;
     out.kv_bytes = res.kv_bytes;
+    out.cuda = device.is_cuda();
+    out.cuda_graphs = res.cuda_graphs;
 
     for (auto& r : rec.scales()) {
         if (cancel && cancel->load()) throw Cancelled();

@@ -98,6 +98,10 @@ struct GenerationSettings {
     std::string accel_json = "{}";  // AccelConfig / MarAccelConfig JSON (accelerated side only)
     int64_t attention_layer = -1;   // record attention of this layer at every scale; -1 = none
     bool filmstrip = true;          // decode f_hat after every scale
+    bool accel_records = true;      // keep the accelerators' records (the inspector's maps)
+    // On CUDA, run the steps as CUDA graph replays where nothing recorded needs eager steps
+    // (attention maps, most accelerator records and AMS-KV do); false = always eager.
+    bool cuda_graphs = true;
     // Key of the baseline result: everything but the accelerator settings.
     std::string baseline_key(const std::string& model_key) const;
 };
@@ -139,6 +143,8 @@ struct RunOutput {
     // previews and probe records) or pays once (CUDA graph capture).
     double total_ms = 0, decode_ms = 0, overhead_ms = 0;
     int64_t kv_bytes = 0;
+    bool cuda = false;         // ran on a CUDA device
+    bool cuda_graphs = false;  // its steps ran as CUDA graph replays (times compare only alike)
     std::string accel_summary;  // "baseline", "FastVAR + AMS-KV", ...
 };
 

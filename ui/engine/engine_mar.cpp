@@ -114,10 +114,12 @@ RunOutput Engine::run_mar(const GenerationSettings& s, bool accelerated,
     opt.cfg_schedule = parse_cfg_schedule(s.cfg_schedule);
     opt.temperature = s.temperature;
     opt.cancel = cancel;
+    opt.cuda_graphs = s.cuda_graphs;
     opt.validate(c);
 
     ProbeRecorder::Selection sel;
     sel.fhat = s.filmstrip && mar_->has_vae();
+    sel.accel = s.accel_records;
     MarProgressRecorder rec(sel, progress, s.num_iter, *mar_);
 
     RunOutput out;
@@ -147,6 +149,8 @@ RunOutput Engine::run_mar(const GenerationSettings& s, bool accelerated,
     out.overhead_ms = res.probe_millis + res.graph_capture_millis_call;
     out.total_ms = res.total_millis - out.overhead_ms;
     out.decode_ms = res.decode_millis;
+    out.cuda = mar_->device().is_cuda();
+    out.cuda_graphs = res.cuda_graphs;
 
     // Decode order of the first image: the step that decoded each grid position.
     const int64_t side = c.seq_h(), n = c.seq_len();
