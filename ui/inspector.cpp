@@ -198,7 +198,25 @@ QString AttentionInspector::overlay_cs4a(viz::FloatGrid& g, int scale, int layer
         .arg(QString::fromStdString(rec->kind));
 }
 
+namespace {
+QString recording_off_text() {
+    return QObject::tr(
+        "Recording is off (View ▸ Record for the inspector): runs keep no attention maps or "
+        "accelerator records, so on CUDA they replay CUDA graphs and time at full speed.");
+}
+}  // namespace
+
+void AttentionInspector::setRecording(bool on) {
+    recording_ = on;
+    refresh();
+}
+
 void AttentionInspector::refresh() {
+    if (!recording_) {
+        view_->clear();
+        view_->setEmptyText(recording_off_text());
+        return;
+    }
     const SideResultPtr r = side_->currentIndex() == 0 ? base_ : accel_;
     const int scale = scale_->currentIndex(), layer = layer_->value();
     const AttentionOutput* rec = nullptr;
@@ -455,10 +473,22 @@ void AccelInspector::rebuildScales() {
     refresh();
 }
 
+void AccelInspector::setRecording(bool on) {
+    recording_ = on;
+    refresh();
+}
+
 void AccelInspector::refresh() {
     const auto recs = matching();
     view_->setBackground({});
     view_->setPartitions({}, {});
+    // The MAR decoding tab's order comes from the sampler, not from records: it stays.
+    if (!recording_ && recs.empty()) {
+        view_->clear();
+        view_->setEmptyText(recording_off_text());
+        values_->clear();
+        return;
+    }
     if (recs.empty()) {
         view_->clear();
         const bool ran = accel_ && !accel_->same_as_baseline;
@@ -700,6 +730,11 @@ void Inspector::setFamily(Family f) {
         setTabVisible(indexOf(tab), id.isEmpty() || mar_tab == is_mar);
         tab->setStepRecords(is_mar);
     }
+}
+
+void Inspector::setRecording(bool on) {
+    attention_->setRecording(on);
+    for (auto& [_, tab] : methods_) tab->setRecording(on);
 }
 
 void Inspector::setScale(int scale) {

@@ -38,6 +38,9 @@ class AttentionInspector : public QWidget {
     void setDepth(int depth, int heads);
     void setScale(int scale);
     int layer() const;
+    // Off: runs record nothing for the inspector (View ▸ Record for the inspector); the tab
+    // says so instead of showing stale maps.
+    void setRecording(bool on);
     viz::HeatmapView* view() const { return view_; }
 
   signals:
@@ -57,6 +60,7 @@ class AttentionInspector : public QWidget {
     QCheckBox* log_;
     QCheckBox* cs4a_;
     viz::HeatmapView* view_;
+    bool recording_ = true;
 };
 
 class AccelInspector : public QWidget {
@@ -76,6 +80,7 @@ class AccelInspector : public QWidget {
     // The record shown first when the user has not picked one ("method/kind"); otherwise the
     // first kind the run reported.
     void setPreferredKind(const QString& key) { preferred_ = key; }
+    void setRecording(bool on);  // as AttentionInspector::setRecording
 
   private:
     void rebuildKinds();
@@ -96,6 +101,7 @@ class AccelInspector : public QWidget {
     QLabel* values_;
     viz::HeatmapView* view_;
     bool updating_ = false;
+    bool recording_ = true;
 };
 
 class Inspector : public QTabWidget {
@@ -106,6 +112,7 @@ class Inspector : public QTabWidget {
     void setModel(int depth, int heads);
     void setFamily(Family f);  // shows the tabs that apply to VAR or MAR runs
     void setScale(int scale);
+    void setRecording(bool on);  // every tab
     AttentionInspector* attention() const { return attention_; }
     AccelInspector* methodTab(const QString& method) const;
     // The visible panel as an image (for figures); null when it has no data.

@@ -106,6 +106,18 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     buildActions();
     QMenu* view = menuBar()->addMenu(tr("&View"));
     for (auto* d : {left_dock, right_dock, bottom_dock}) view->addAction(d->toggleViewAction());
+    view->addSeparator();
+    record_action_ = view->addAction(tr("Record for the inspector"));
+    record_action_->setObjectName("recordInspector");
+    record_action_->setCheckable(true);
+    record_action_->setChecked(true);
+    record_action_->setToolTip(
+        tr("Record attention maps and accelerator records for the inspector. Recording runs the "
+           "steps eagerly on CUDA; off, both sides replay CUDA graphs (full speed)."));
+    connect(record_action_, &QAction::toggled, this, [this](bool on) {
+        inspector_->setRecording(on);
+        if (has_generated_) debounce_.start();
+    });
 
     // Debounced re-run: sliders emit continuously; only the last value is generated.
     debounce_.setSingleShot(true);
@@ -266,7 +278,9 @@ Request MainWindow::currentRequest() const {
     r.model = model_panel_->modelSource();
     r.prompt = model_panel_->prompt();
     r.gen = model_panel_->sampling();
-    r.gen.attention_layer = inspector_->attention()->layer();
+    const bool record = record_action_->isChecked();
+    r.gen.attention_layer = record ? inspector_->attention()->layer() : -1;
+    r.gen.accel_records = record;
     r.gen.filmstrip = true;
     r.accel = method_panel_->config();
     return r;
@@ -522,7 +536,9 @@ bool MainWindow::restoreFromPng(const QString& path, QString* error) {
     }
     try {
         Request r = Request::from_json(nlohmann::json::parse(text.toStdString()));
-        r.gen.attention_layer = inspector_->attention()->layer();
+        const bool record = record_action_->isChecked();
+        r.gen.attention_layer = record ? inspector_->attention()->layer() : -1;
+        r.gen.accel_records = record;
         applyRequest(r, true);
         statusBar()->showMessage(tr("Settings restored from %1").arg(QFileInfo(path).fileName()),
                                  5000);
@@ -555,6 +571,7 @@ void MainWindow::dropEvent(QDropEvent* e) {
 void MainWindow::readSettings() {
     QSettings s;
     model_panel_->setRecentFiles(s.value("recentFiles").toStringList());
+    record_action_->setChecked(s.value("recordInspector", true).toBool());
     export_dir_ = s.value("exportDir").toString();
     const QString last = s.value("lastRequest").toString();
     if (!last.isEmpty()) {
@@ -586,6 +603,7 @@ void MainWindow::writeSettings() {
     QSettings s;
     s.setValue("recentFiles", model_panel_->recentFiles());
     s.setValue("exportDir", export_dir_);
+    s.setValue("recordInspector", record_action_->isChecked());
     Request r = currentRequest();
     if (r.model.kind != ModelSource::Kind::Custom)
         s.setValue("lastRequest", QString::fromStdString(r.to_json().dump()));

@@ -31,6 +31,9 @@ class MainWindow : public QMainWindow {
 
     Request currentRequest() const;
     void applyRequest(const Request& r, bool generateNow = true);
+    // View ▸ Record for the inspector (on by default, saved with the settings). Off: runs record
+    // no attention maps or accelerator records, so on CUDA both sides replay CUDA graphs.
+    QAction* recordAction() const { return record_action_; }
 
     // Exports without dialogs (the dialogs call these); false + *error on failure. Existing
     // files are refused unless overwrite is true.
@@ -91,6 +94,7 @@ class MainWindow : public QMainWindow {
     QLabel* status_model_;
     QProgressBar* progress_;
     QTimer debounce_;
+    QAction* record_action_ = nullptr;
     quint64 active_job_ = 0;  // latest submitted job still running (0 = idle)
     quint64 latest_job_ = 0;  // results of older jobs are ignored
     bool has_generated_ = false;

@@ -25,6 +25,7 @@ class HeatmapView : public QWidget {
     void setTitle(const QString& t);
     const QString& title() const { return title_; }
     void setEmptyText(const QString& t);
+    const QString& emptyText() const { return empty_text_; }
     // Overlay mode: the grid is drawn over `image` with the given opacity.
     void setBackground(const QImage& image, double alpha = 0.55);
     // Lines before these rows / columns (cell indices), drawn over the map.

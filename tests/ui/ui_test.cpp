@@ -808,6 +808,35 @@ class UiTest : public QObject {
         QVERIFY(w.comparison()->baseline()->cached);
     }
 
+    // View ▸ Record for the inspector, off: the runs record no attention maps or accelerator
+    // records (so on CUDA both sides replay graphs), and the tabs say why they are empty; on
+    // again, the maps come back.
+    void recordingOffKeepsNoInspectorData() {
+        MainWindow w(test_loader);
+        QVERIFY(w.recordAction() && w.recordAction()->isChecked());
+        Request r = tiny_request(true);
+        r.accel = {{"fastvar", {{"enabled", true}, {"ratios", {0.4, 0.5}}}}};
+        w.applyRequest(r, true);
+        QVERIFY(wait_job(w));
+        QVERIFY(!w.comparison()->baseline()->run.attention.empty());
+        QVERIFY(!w.comparison()->accelerated()->run.accel.empty());
+        w.recordAction()->setChecked(false);
+        QCOMPARE(w.currentRequest().gen.attention_layer, int64_t(-1));
+        QVERIFY(!w.currentRequest().gen.accel_records);
+        QVERIFY(w.inspector()->attention()->view()->emptyText().startsWith("Recording is off"));
+        QVERIFY(wait_job(w) && (w.busy() || true));
+        QSignalSpy finished(&w, &MainWindow::jobFinished);
+        QVERIFY(finished.wait(kJobTimeoutMs));  // the toggle re-runs (debounced)
+        QVERIFY(w.comparison()->baseline()->run.attention.empty());
+        QVERIFY(w.comparison()->accelerated()->run.accel.empty());
+        QVERIFY(w.inspector()->methodTab("fastvar")->view()->emptyText().startsWith(
+            "Recording is off"));
+        w.recordAction()->setChecked(true);
+        QVERIFY(finished.wait(kJobTimeoutMs));
+        QVERIFY(!w.comparison()->baseline()->run.attention.empty());
+        QVERIFY(!w.comparison()->accelerated()->run.accel.empty());
+    }
+
     void cancelStopsTheRun() {
         MainWindow w(test_loader);
         w.applyRequest(tiny_request(true), false);
