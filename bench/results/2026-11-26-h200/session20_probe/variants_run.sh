@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Session 20 call 2: part of the exponentials as a cubic on the FMA pipe (4, 8 or 16 of a thread's
-# 32 per tile), against base; checks in round 1 for every variant (they compute the attention).
+# Session 20, calls 2, 4, 5 and 6: build the probe variants src_<v> beside this script, time them
+# in three alternated rounds (checks in round 1; call 4 checked base only, its variants being wrong
+# on purpose), then trace each; the logs go to $OUT/s20_call<N>.tgz.
+#   call 2: variants_run.sh 2 "base poly4 poly8 poly16"
+#   call 4: variants_run.sh 4 "base noffma noadd" base
+#   call 5: variants_run.sh 5 "base tcsum"
+#   call 6: variants_run.sh 6 "base late lateb late2"
 cd "$(dirname "$0")"
-V="base poly4 poly8 poly16"
+N=${1:?call number}
+V=${2:?variants}
+CHECKED=${3:-$V}  # the variants checked in round 1
 bash tools/bench/probe_variants.sh build . $V 2>&1 | tail -4
 for r in 1 2 3; do for v in $V; do
-  extra="--no-check"; [ $r = 1 ] && extra=""
+  extra="--no-check"
+  [ $r = 1 ] && [[ " $CHECKED " == *" $v "* ]] && extra=""
   timeout 100 ./bin_$v --impls c --dense --iters 30 $extra > log_${v}_$r.txt 2>&1
   printf "round %s %-7s rc=%s " $r $v $?
   grep -A1 -E "^(infinity-8b-1024 block 64|dense block 64|infinity-8b-1024 block 128|var-d30-512 block 64)" log_${v}_$r.txt | grep "csla impl" | awk '{printf "%s ", $5}'
@@ -16,4 +24,4 @@ for v in $V; do
   python3 tools/bench/csla_trace_summary.py trace_$v.csv > sum_$v.txt 2>&1
   echo "== trace $v"; grep -A12 "^sparse schedule 12 run 1" sum_$v.txt | grep -E "span|tile loop"
 done
-mkdir -p "$OUT" && tar czf "$OUT/s20_call2.tgz" log_*.txt sum_*.txt
+mkdir -p "$OUT" && tar czf "$OUT/s20_call$N.tgz" log_*.txt sum_*.txt
