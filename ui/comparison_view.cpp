@@ -76,8 +76,9 @@ QString ComparisonMetrics::toolTip() const {
             "\nOne side could not run as CUDA graphs, so the other ran again eagerly: both "
             "are timed the same way.");
     if (cuda && base_graphs != accel_graphs)
-        t += QObject::tr("\nOnly one side ran as CUDA graphs: the speedup mixes two ways of "
-                         "running and says little about the method.");
+        t += QObject::tr(
+            "\nOnly one side ran as CUDA graphs: the speedup mixes two ways of "
+            "running and says little about the method.");
     return t;
 }
 

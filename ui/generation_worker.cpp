@@ -152,14 +152,12 @@ void GenerationWorker::runJob(quint64 id, const Job& job) {
                 return;
             }
             const SideResultPtr acc = runSide(id, job.request, Side::Accelerated);
-            if (base->run.cuda_graphs != acc->run.cuda_graphs) {
-                // Times compare only alike: the side that ran as CUDA graphs runs again eagerly.
+            if (const auto again = sideToRunAgainEagerly(base->run, acc->run)) {
                 Request eager = job.request;
                 eager.gen.cuda_graphs = false;
-                const Side again = base->run.cuda_graphs ? Side::Baseline : Side::Accelerated;
-                auto rerun = std::make_shared<SideResult>(*runSide(id, eager, again));
+                auto rerun = std::make_shared<SideResult>(*runSide(id, eager, *again));
                 rerun->matched_eager = true;
-                if (again == Side::Baseline) {
+                if (*again == Side::Baseline) {
                     emit sideFinished(id, rerun);
                     emit sideFinished(id, acc);
                 } else {

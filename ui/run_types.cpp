@@ -72,4 +72,9 @@ QImage to_qimage(const RgbImage& img) {
         .copy();
 }
 
+std::optional<Side> sideToRunAgainEagerly(const RunOutput& base, const RunOutput& accel) {
+    if (base.cuda_graphs == accel.cuda_graphs) return std::nullopt;
+    return base.cuda_graphs ? Side::Baseline : Side::Accelerated;
+}
+
 }  // namespace varscope::gui

@@ -9,6 +9,7 @@
 #include <QVector>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "ui/engine/engine.h"
 
@@ -49,6 +50,11 @@ struct SideResult {
     bool matched_eager = false;
 };
 using SideResultPtr = std::shared_ptr<const SideResult>;
+
+// Times compare only between runs made the same way. When one side of a comparison replayed CUDA
+// graphs and the other ran eagerly, the graphed side is to run again eagerly: which one (none
+// when both ran alike).
+std::optional<Side> sideToRunAgainEagerly(const RunOutput& base, const RunOutput& accel);
 
 struct SweepPoint {
     double value = 0;

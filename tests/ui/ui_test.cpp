@@ -222,6 +222,16 @@ class UiTest : public QObject {
         m.base_graphs = false;
         m.matched_eager = true;
         QVERIFY2(m.toolTip().contains("ran again eagerly"), qPrintable(m.toolTip()));
+
+        // Which side the worker runs again eagerly: the one that replayed graphs.
+        RunOutput base, accel;
+        QVERIFY(!sideToRunAgainEagerly(base, accel));  // both eager (the CPU)
+        base.cuda_graphs = true;
+        QCOMPARE(sideToRunAgainEagerly(base, accel), std::optional<Side>(Side::Baseline));
+        accel.cuda_graphs = true;
+        QVERIFY(!sideToRunAgainEagerly(base, accel));  // both graphed
+        base.cuda_graphs = false;
+        QCOMPARE(sideToRunAgainEagerly(base, accel), std::optional<Side>(Side::Accelerated));
     }
 
     // The engine keeps accelerator records only when asked (sweeps ask for none, so that

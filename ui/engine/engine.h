@@ -143,8 +143,8 @@ struct RunOutput {
     // previews and probe records) or pays once (CUDA graph capture).
     double total_ms = 0, decode_ms = 0, overhead_ms = 0;
     int64_t kv_bytes = 0;
-    bool cuda = false;         // ran on a CUDA device
-    bool cuda_graphs = false;  // its steps ran as CUDA graph replays (times compare only alike)
+    bool cuda = false;          // ran on a CUDA device
+    bool cuda_graphs = false;   // its steps ran as CUDA graph replays (times compare only alike)
     std::string accel_summary;  // "baseline", "FastVAR + AMS-KV", ...
 };
 
