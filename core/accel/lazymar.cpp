@@ -183,8 +183,12 @@ class LazyMarTokenCache : public MarSamplingHooks {
         : cfg_(cfg), model_(model), probe_(probe), state_("lazymar.tokens.") {}
 
     std::optional<std::string> graph_signature() const override {
-        // Probes read tensors; a threshold reads the computed count back (data-dependent shape).
-        if (probe_ || cfg_.min_similarity > 0) return std::nullopt;
+        // Probes that read tensors, and a threshold (it reads the computed count back: a
+        // data-dependent shape), need eager steps; the per-block counts are host values.
+        if (cfg_.min_similarity > 0) return std::nullopt;
+        if (probe_ && (probe_->wants_accel("lazymar", probe_kinds::kLazyMarSimilarity) ||
+                       probe_->wants_accel("lazymar", probe_kinds::kLazyMarComputedRows)))
+            return std::nullopt;
         return "lazymar.tokens " + cfg_.to_json().dump();
     }
 
@@ -373,7 +377,7 @@ class LazyMarTokenCache : public MarSamplingHooks {
             "LazyMAR: step ", st.step, " block ", g, " computes ", computed, " of ", total,
             " positions in ", ctx.step.rows(), " rows; the plan says ", st.computed[g], " of ",
             st.total[g], " in ", st.rows);
-        if (probe_)
+        if (probe_ && probe_->wants_accel("lazymar", probe_kinds::kLazyMarTokens))
             probe_->on_accel({"lazymar",
                               probe_kinds::kLazyMarTokens,
                               ctx.step.step,
@@ -405,7 +409,9 @@ class LazyMarConditionCache : public MarSamplingHooks {
         : cfg_(cfg), probe_(probe), state_("lazymar.condition.") {}
 
     std::optional<std::string> graph_signature() const override {
-        if (probe_) return std::nullopt;  // the drift probe reads the residual
+        // The drift record reads the residual inside the step.
+        if (probe_ && probe_->wants_accel("lazymar", probe_kinds::kLazyMarCondition))
+            return std::nullopt;
         return "lazymar.condition " + cfg_.to_json().dump();
     }
 

@@ -46,6 +46,20 @@ std::optional<std::string> step_graph_signature(const MarSamplingHooks& hooks) {
     return hooks.graph_signature();
 }
 
+// A probe that takes only per-step records (times, decoded positions, previews: made after each
+// step, on the host) leaves the steps to CUDA graphs. Attention maps and the head caches' drift
+// are read inside a step: they keep it eager.
+bool probe_needs_eager_steps(const ProbeSink* probe, const MarConfig& c, int64_t steps,
+                             bool head_caches) {
+    if (!probe) return false;
+    if (head_caches && probe->wants_accel("lazymar", probe_kinds::kLazyMarHeadCache)) return true;
+    const int64_t layers = c.encoder_depth + c.decoder_depth;
+    for (int64_t step = 0; step < steps; ++step)
+        for (int64_t layer = 0; layer < layers; ++layer)
+            if (probe->wants_attention(step, layer)) return true;
+    return false;
+}
+
 bool wants_features(const std::vector<int64_t>& layers, int64_t layer) {
     return std::find(layers.begin(), layers.end(), layer) != layers.end();
 }
@@ -215,11 +229,13 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     const SimpleMlpAdaLNImpl& head = *mar_->diffloss->net;
 
     // CUDA graphs (mar_cuda_graph.h): the whole step without hooks or with hooks that have a
-    // graph signature, else the diffusion alone. Probes read tensors inside the step, so they
-    // keep the eager loop.
+    // graph signature, else the diffusion alone. Probes that read tensors inside the step keep
+    // the eager loop (probe_needs_eager_steps).
+    const bool head_caches = opt.head_cfg_cache_period > 0 || opt.head_mlp_cache_period > 0;
     std::shared_ptr<MarGraphs> graphs;
     std::optional<std::string> hook_signature;
-    if (opt.cuda_graphs && device.is_cuda() && kernels::cuda_graphs_built() && !probe &&
+    if (opt.cuda_graphs && device.is_cuda() && kernels::cuda_graphs_built() &&
+        !probe_needs_eager_steps(probe, c, opt.num_iter, head_caches) &&
         opt.feature_layers.empty()) {
         if (hooks) hook_signature = step_graph_signature(*hooks);
         const MarGraphKey key{device.index() < 0 ? 0 : int(device.index()),
@@ -242,8 +258,7 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     const double capture_ms_before = graphs ? graphs->capture_millis() : 0.0;
     const HeadPath head_path = opt.fused_head ? HeadPath::Auto : HeadPath::Modules;
     // The head caches' drift per decoding step, for a probe that asks (a device read per
-    // refresh; probes run the loop eagerly).
-    const bool head_caches = opt.head_cfg_cache_period > 0 || opt.head_mlp_cache_period > 0;
+    // refresh; such a probe runs the loop eagerly).
     HeadCacheStats head_stats;
     HeadCacheStats* head_stats_ptr =
         probe && head_caches && probe->wants_accel("lazymar", probe_kinds::kLazyMarHeadCache)

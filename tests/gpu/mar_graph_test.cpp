@@ -121,6 +121,61 @@ size_t graphs_named(const MarSampleResult& r, const std::string& prefix) {
     return n;
 }
 
+// A probe that takes only per-step records (times, decoded positions, previews, as the app's
+// engine asks with its recording off) leaves the steps to graphs: the eager tokens, a record per
+// step. One that wants attention maps keeps the steps eager. LazyMAR with such a probe: graphed
+// without its records, eager with them; the same tokens either way.
+TEST(MarGraph, StepRecordsKeepGraphs) {
+    REQUIRE_CUDA_GRAPHS();
+    const MarConfig c = small_mar_config();
+    auto pipe = MarPipeline::random(c, 3, {"cuda", Precision::Fp32});
+    const auto eager = pipe.generate(options(3.0, false));
+    ProbeRecorder::Selection steps_only;
+    steps_only.fhat = true;
+    steps_only.accel = false;
+    ProbeRecorder rec(steps_only);
+    const auto graphed = pipe.generate(options(3.0, true), nullptr, &rec);
+    EXPECT_TRUE(graphed.cuda_graphs);
+    EXPECT_GT(graphs_named(graphed, "step_"), 0u);
+    expect_same_run(graphed, eager);
+    const auto records = rec.scales();
+    ASSERT_EQ(records.size(), size_t(options(3.0, true).num_iter));
+    for (const auto& r : records) EXPECT_TRUE(r.f_hat.defined()) << "step " << r.scale;
+    EXPECT_TRUE(rec.accel().empty());
+
+    auto attention = steps_only;
+    attention.layers = {1};
+    ProbeRecorder watch(attention);
+    const auto watched = pipe.generate(options(3.0, true), nullptr, &watch);
+    EXPECT_FALSE(watched.cuda_graphs);
+    EXPECT_FALSE(watch.attention().empty());
+    expect_same_run(watched, eager);
+
+    const LazyMarConfig lc = varscope::testing::graph_test_lazymar();
+    auto lazy_run = [&](bool records, bool graphs) {
+        auto sel = steps_only;
+        sel.accel = records;
+        ProbeRecorder r(sel);
+        auto h = make_lazymar_hooks(lc, c, &r);
+        auto out = pipe.generate(options(3.0, graphs), h.chain.get(), &r);
+        if (records) {
+            EXPECT_FALSE(r.accel().empty());
+        }
+        return out;
+    };
+    const auto lazy_eager = lazy_run(false, false);
+    const auto lazy_graphed = lazy_run(false, true);
+    EXPECT_TRUE(lazy_graphed.cuda_graphs);
+    EXPECT_GT(graphs_named(lazy_graphed, "step_"), 0u);
+    expect_same_run(lazy_graphed, lazy_eager);
+    const auto lazy_recorded = lazy_run(true, true);
+    // Its records need eager steps: the transformer eager, only the diffusion as graphs (a new
+    // graph set: its key has no hook signature).
+    EXPECT_EQ(graphs_named(lazy_recorded, "step_"), 0u);
+    EXPECT_GT(graphs_named(lazy_recorded, "diffusion_"), 0u);
+    expect_same_run(lazy_recorded, lazy_eager);
+}
+
 // Hooks without a graph signature (here forced by VARSCOPE_MAR_HOOK_GRAPHS=diffusion): the
 // transformer eager, the reverse diffusion graphed.
 TEST(MarGraph, LazyMarWithGraphedDiffusionEqualsEager) {
