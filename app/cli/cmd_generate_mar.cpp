@@ -26,10 +26,12 @@ struct GenerateMarArgs {
     int64_t repeat = 1, warmup = 0;
 };
 
-// Progress sink: one line per decoding step.
+// Progress sink: one line per decoding step. It takes no accelerator records, so it never keeps
+// the steps from running as CUDA graphs (the head caches' drift would).
 class StepPrinter : public ProbeSink {
 public:
     explicit StepPrinter(int64_t steps) : steps_(steps) {}
+    bool wants_accel(const std::string&, const std::string&) const override { return false; }
     void on_scale(ScaleRecord r) override {
         std::cerr << "  step " << std::setw(3) << r.step + 1 << "/" << steps_ << "  "
                   << std::setw(4) << (r.tokens.defined() ? r.tokens.size(1) : 0) << " tokens"
