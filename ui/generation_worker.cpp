@@ -155,6 +155,7 @@ void GenerationWorker::runJob(quint64 id, const Job& job) {
             if (const auto again = sideToRunAgainEagerly(base->run, acc->run)) {
                 Request eager = job.request;
                 eager.gen.cuda_graphs = false;
+                side = *again == Side::Baseline ? 0 : 1;  // what a failure or cancel names
                 auto rerun = std::make_shared<SideResult>(*runSide(id, eager, *again));
                 rerun->matched_eager = true;
                 if (*again == Side::Baseline) {
