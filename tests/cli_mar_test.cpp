@@ -75,6 +75,9 @@ TEST(CliMar, CompareMarUsesTheEmbeddedModelPromptAndHeadCache) {
     EXPECT_EQ(j["head_cfg_cache_period"], 3);
     EXPECT_EQ(j["accel"]["lazymar"]["head_cfg_period"], 3);
     EXPECT_EQ(j["cuda_graphs"], false);
+    EXPECT_EQ(j["baseline"]["cuda_graphs"], false);
+    EXPECT_EQ(j["accelerated"]["cuda_graphs"], false);
+    EXPECT_EQ(j["warmup_runs"], 0);
     ASSERT_EQ(j["psnr_db"].size(), 1u);
     ASSERT_TRUE(j["psnr_db"][0].is_number()) << j["psnr_db"];  // the caches change the image
     EXPECT_GT(j["psnr_db"][0].get<double>(), 5.0);

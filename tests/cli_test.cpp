@@ -136,6 +136,11 @@ TEST(Cli, CompareWritesBothSidesDiffAndMetrics) {
     EXPECT_DOUBLE_EQ(j["scales"][0]["identical_tokens"].get<double>(),
                      1.0);                                            // same seed, same scale 0
     EXPECT_EQ(j["scales"][2]["undecoded_tokens"].get<int64_t>(), 9);  // the skipped 3x3 scale
+    // How each side was timed: on the CPU no CUDA graphs and, by default, no warm-up run (CUDA
+    // gets one: its first run captures the graphs).
+    EXPECT_EQ(j["baseline"]["cuda_graphs"], false);
+    EXPECT_EQ(j["accelerated"]["cuda_graphs"], false);
+    EXPECT_EQ(j["warmup_runs"], 0);
     // A second run refuses to overwrite.
     auto again = cli("compare --random 2 --patch-nums 1,2,3 --class 1 --accel skip -o " + out);
     EXPECT_NE(again.code, 0);

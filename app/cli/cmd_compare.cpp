@@ -39,7 +39,8 @@ nlohmann::json side_json(const Timed& t) {
             {"total_ms_each", t.total_ms},
             {"median_scale_ms", per_scale},
             {"decode_ms", t.last.decode_millis},
-            {"kv_bytes", t.last.kv_bytes}};
+            {"kv_bytes", t.last.kv_bytes},
+            {"cuda_graphs", t.last.cuda_graphs}};
 }
 
 std::string path_in(const std::string& dir, const std::string& name, int64_t i, int64_t n) {
@@ -55,13 +56,21 @@ int run(const CompareArgs& a) {
     if (fs::exists(a.out_dir) && !fs::is_directory(a.out_dir))
         throw std::invalid_argument("--out '" + a.out_dir + "' exists and is not a directory");
     VarPipeline pipe = a.model.build();
-    const VarSampleOptions opt = a.sampling.resolve(pipe, a.model);
+    VarSampleOptions opt = a.sampling.resolve(pipe, a.model);
     const auto hooks = build_accelerators(accel, pipe.var_config());
     std::cerr << pipe.describe() << "\naccelerated side: " << accel.summary() << "\n";
+    // Times compare only alike: where the accelerated side cannot replay CUDA graphs (AMS-KV),
+    // the baseline runs eagerly too.
+    const bool cuda = pipe.device().is_cuda();
+    if (cuda && opt.cuda_graphs && hooks && !hooks->graph_signature(pipe.var_config())) {
+        opt.cuda_graphs = false;
+        std::cerr << "the accelerated side has no CUDA-graph form: both sides run eagerly\n";
+    }
+    const int64_t warmup = a.warmup_runs(cuda);
 
     // Alternate the two sides so drift of the machine affects both alike.
     Timed base, fast;
-    for (int64_t i = 0; i < a.warmup; ++i) {
+    for (int64_t i = 0; i < warmup; ++i) {
         pipe.generate(opt);
         pipe.generate(opt, hooks.get());
     }
@@ -133,7 +142,7 @@ int run(const CompareArgs& a) {
                   {"accel", accel.to_json()},
                   {"accel_summary", accel.summary()},
                   {"runs", a.repeat},
-                  {"warmup_runs", a.warmup},
+                  {"warmup_runs", warmup},
                   {"baseline", side_json(base)},
                   {"accelerated", side_json(fast)},
                   {"speedup", t_fast > 0 ? t_base / t_fast : 0.0},

@@ -44,7 +44,8 @@ nlohmann::json side_json(const Side& s) {
     return {{"median_total_ms", median(s.total_ms)},
             {"total_ms_each", s.total_ms},
             {"step_ms", s.last.step_millis},
-            {"flops", s.flops.to_json()}};
+            {"flops", s.flops.to_json()},
+            {"cuda_graphs", s.last.cuda_graphs}};
 }
 
 std::string path_in(const std::string& dir, const std::string& name, int64_t i, int64_t n) {
@@ -113,7 +114,8 @@ int run(CompareMarArgs& a) {
 
     // Alternate the sides so drift of the machine affects both alike.
     Side base, fast;
-    for (int64_t i = 0; i < a.warmup; ++i) {
+    const int64_t warmup = a.warmup_runs(pipe.device().is_cuda());
+    for (int64_t i = 0; i < warmup; ++i) {
         pipe.generate(opt, base_hooks.get());
         pipe.generate(fast_opt, fast_hooks.get());
     }
@@ -217,7 +219,7 @@ int run(CompareMarArgs& a) {
                   {"accel", accel.to_json()},
                   {"accel_summary", accel.summary()},
                   {"runs", a.repeat},
-                  {"warmup_runs", a.warmup},
+                  {"warmup_runs", warmup},
                   {"baseline", side_json(base)},
                   {"accelerated", side_json(fast)},
                   {"speedup", t_fast > 0 ? t_base / t_fast : 0.0},

@@ -12,10 +12,14 @@ struct CompareArgsCommon {
     std::string accel;
     std::string out_dir;
     bool force = false;
-    int64_t repeat = 1, warmup = 0;
+    int64_t repeat = 1;
+    int64_t warmup = -1;  // -1: warmup_runs() decides
 
     // presets: the model family's preset names for --accel's help; out_help: what --out gets.
     void add_to(CLI::App& cmd, const std::string& presets, const std::string& out_help);
+    // Untimed runs of each side: --warmup, else 1 on CUDA (a first run captures the CUDA graphs,
+    // which would land in its time) and 0 on the CPU.
+    int64_t warmup_runs(bool cuda) const { return warmup >= 0 ? warmup : (cuda ? 1 : 0); }
 };
 
 }  // namespace varscope::cli
