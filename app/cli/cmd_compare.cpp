@@ -35,12 +35,9 @@ nlohmann::json side_json(const Timed& t) {
         for (const auto& r : t.scale_ms) v.push_back(r[si]);
         per_scale.push_back(median(v));
     }
-    return {{"median_total_ms", median(t.total_ms)},
-            {"total_ms_each", t.total_ms},
-            {"median_scale_ms", per_scale},
-            {"decode_ms", t.last.decode_millis},
-            {"kv_bytes", t.last.kv_bytes},
-            {"cuda_graphs", t.last.cuda_graphs}};
+    return {{"median_total_ms", median(t.total_ms)}, {"total_ms_each", t.total_ms},
+            {"median_scale_ms", per_scale},          {"decode_ms", t.last.decode_millis},
+            {"kv_bytes", t.last.kv_bytes},           {"cuda_graphs", t.last.cuda_graphs}};
 }
 
 std::string path_in(const std::string& dir, const std::string& name, int64_t i, int64_t n) {
@@ -123,11 +120,14 @@ int run(const CompareArgs& a) {
         const int64_t n = base.last.images.size(0);
         const auto diff = abs_diff_map(base.last.images, fast.last.images);
         for (int64_t i = 0; i < n; ++i) {
-            write_image(base.last.images[i], path_in(a.out_dir, "baseline.png", i, n), a.force);
-            write_image(fast.last.images[i], path_in(a.out_dir, "accelerated.png", i, n), a.force);
+            write_image(base.last.images[i],
+                        path_in(a.out_dir, "baseline" + default_image_extension(), i, n), a.force);
+            write_image(fast.last.images[i],
+                        path_in(a.out_dir, "accelerated" + default_image_extension(), i, n),
+                        a.force);
             // Differences are small; amplify 4x so they are visible, clipped at white.
             write_image(diff[i].mul(4).clamp(0, 1).unsqueeze(0).expand({3, -1, -1}),
-                        path_in(a.out_dir, "diff.png", i, n), a.force);
+                        path_in(a.out_dir, "diff" + default_image_extension(), i, n), a.force);
         }
         nlohmann::json j = environment_json(pipe.device().str());
         j.update({{"model", pipe.describe()},

@@ -100,8 +100,8 @@ int run(CompareMarArgs& a) {
                                           path_in(a.out_dir, "tokens.safetensors", 0, 1)};
         if (will_decode)
             for (int64_t i = 0; i < n; ++i)
-                for (const char* name : {"baseline.png", "accelerated.png", "diff.png"})
-                    files.push_back(path_in(a.out_dir, name, i, n));
+                for (const char* name : {"baseline", "accelerated", "diff"})
+                    files.push_back(path_in(a.out_dir, name + default_image_extension(), i, n));
         for (const auto& f : files) check_output_file(f, a.force, "--out", false);
     }
 
@@ -184,10 +184,13 @@ int run(CompareMarArgs& a) {
             const int64_t n = ib.size(0);
             const auto diff = abs_diff_map(ib, ia);  // (B, H, W); x4 so small differences show
             for (int64_t i = 0; i < n; ++i) {
-                write_image(ib[i], path_in(a.out_dir, "baseline.png", i, n), a.force);
-                write_image(ia[i], path_in(a.out_dir, "accelerated.png", i, n), a.force);
+                write_image(ib[i], path_in(a.out_dir, "baseline" + default_image_extension(), i, n),
+                            a.force);
+                write_image(ia[i],
+                            path_in(a.out_dir, "accelerated" + default_image_extension(), i, n),
+                            a.force);
                 write_image(diff[i].mul(4).clamp(0, 1).unsqueeze(0).expand({3, -1, -1}),
-                            path_in(a.out_dir, "diff.png", i, n), a.force);
+                            path_in(a.out_dir, "diff" + default_image_extension(), i, n), a.force);
             }
         }
         const auto tokens_path = (fs::path(a.out_dir) / "tokens.safetensors").string();

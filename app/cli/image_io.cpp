@@ -52,6 +52,14 @@ void write_npy(const at::Tensor& chw, const std::string& path) {
 
 }  // namespace
 
+std::string default_image_extension() {
+#ifdef VARSCOPE_HAVE_OPENCV
+    return ".png";
+#else
+    return ".ppm";
+#endif
+}
+
 std::string supported_image_formats() {
 #ifdef VARSCOPE_HAVE_OPENCV
     return ".png, .jpg, .ppm, .npy";

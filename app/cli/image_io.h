@@ -14,5 +14,8 @@ void write_image(const at::Tensor& image, const std::string& path, bool overwrit
 // "out.png", i, n -> "out.png" when n == 1, else "out_<i>.png".
 std::string numbered_path(const std::string& path, int64_t i, int64_t n);
 std::string supported_image_formats();
+// The extension of the images a command names itself (compare's baseline, accelerated, diff):
+// ".png" where the build has OpenCV, else ".ppm" (headless builds, e.g. the GPU machine).
+std::string default_image_extension();
 
 }  // namespace varscope::cli
