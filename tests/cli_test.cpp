@@ -145,6 +145,8 @@ TEST(Cli, CompareWritesBothSidesDiffAndMetrics) {
     auto again = cli("compare --random 2 --patch-nums 1,2,3 --class 1 --accel skip -o " + out);
     EXPECT_NE(again.code, 0);
     EXPECT_NE(again.out.find("--force"), std::string::npos) << again.out;
+    EXPECT_EQ(again.out.find("transformer time"), std::string::npos)
+        << "refused after sampling: " << again.out;
 }
 
 TEST(Cli, BadAcceleratorConfigNamesTheField) {

@@ -9,6 +9,7 @@
 #include "app/cli/commands.h"
 #include "app/cli/compare_args.h"
 #include "app/cli/image_io.h"
+#include "app/cli/mar_cli_common.h"  // prepare_output_dir, check_output_file
 #include "app/cli/model_options.h"
 #include "app/cli/run_report.h"
 #include "app/cli/sampling_args.h"
@@ -50,10 +51,17 @@ int run(const CompareArgs& a) {
             "compare needs --accel (a config file, inline JSON or a preset)");
     const AccelConfig accel = parse_accel_argument(a.accel);
     namespace fs = std::filesystem;
-    if (fs::exists(a.out_dir) && !fs::is_directory(a.out_dir))
-        throw std::invalid_argument("--out '" + a.out_dir + "' exists and is not a directory");
+    prepare_output_dir(a.out_dir, "--out");  // fails before the model loads
     VarPipeline pipe = a.model.build();
     VarSampleOptions opt = a.sampling.resolve(pipe, a.model);
+    if (!a.out_dir.empty()) {  // existing files: refuse before sampling, not after
+        const int64_t n = opt.class_ids.empty() ? opt.batch : int64_t(opt.class_ids.size());
+        check_output_file(path_in(a.out_dir, "metrics.json", 0, 1), a.force, "--out");
+        for (int64_t i = 0; i < n; ++i)
+            for (const char* name : {"baseline", "accelerated", "diff"})
+                check_output_file(path_in(a.out_dir, name + default_image_extension(), i, n),
+                                  a.force, "--out");
+    }
     const auto hooks = build_accelerators(accel, pipe.var_config());
     std::cerr << pipe.describe() << "\naccelerated side: " << accel.summary() << "\n";
     // Times compare only alike: where the accelerated side cannot replay CUDA graphs (AMS-KV),
