@@ -149,6 +149,19 @@ TEST(Cli, CompareWritesBothSidesDiffAndMetrics) {
         << "refused after sampling: " << again.out;
 }
 
+// The benchmarks' --json path is checked before any run (a bad one used to fail, or with
+// bench attention to be dropped, only at the end).
+TEST(Cli, BenchJsonPathIsCheckedFirst) {
+    for (const char* cmd : {"bench e2e --random 2 --patch-nums 1,2",
+                            "bench mar --planned-flops", "bench attention", "bench cs4a"}) {
+        auto r = cli(std::string(cmd) + " --json /nonexistent-varscope/x.json");
+        EXPECT_EQ(r.code, 2) << cmd << "\n" << r.out;
+        EXPECT_NE(r.out.find("--json: output folder '/nonexistent-varscope' does not exist"),
+                  std::string::npos)
+            << cmd << "\n" << r.out;
+    }
+}
+
 TEST(Cli, BadAcceleratorConfigNamesTheField) {
     auto r = cli(
         "generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel '{\"skip\": {\"last_n\": -3}}'");

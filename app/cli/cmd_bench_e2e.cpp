@@ -14,6 +14,7 @@
 #include <iostream>
 
 #include "app/cli/commands.h"
+#include "app/cli/mar_cli_common.h"  // check_output_file
 #include "app/cli/model_options.h"
 #include "app/cli/run_report.h"
 #include "app/cli/sampling_args.h"
@@ -97,6 +98,7 @@ MethodResult run_method(VarPipeline& pipe, VarSampleOptions opt, const std::stri
 }
 
 int run(const E2eArgs& a) {
+    check_output_file(a.json, a.force, "--json");  // a bad path fails now, not after the runs
     VarPipeline pipe = a.model.build();
     VarSampleOptions opt = a.sampling.resolve(pipe, a.model);
     opt.decode = a.decode;

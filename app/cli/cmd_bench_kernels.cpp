@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "app/cli/commands.h"
+#include "app/cli/mar_cli_common.h"  // check_output_file
 #include "core/accel/csla_mask.h"
 #include "kernels/attention_dispatch.h"
 #include "kernels/cuda_timing.h"
@@ -193,6 +194,8 @@ void write_json(const std::string& path, const json& j) {
     if (path.empty()) return;
     std::ofstream out(path);
     out << j.dump(2) << "\n";
+    out.close();
+    if (!out) throw std::runtime_error("--json: could not write '" + path + "'");
     std::cout << "wrote " << path << "\n";
 }
 
@@ -219,6 +222,7 @@ void require_cuda() {
 }
 
 int run_attention(const BenchOptions& o) {
+    check_output_file(o.json_path, true, "--json");  // overwritten, but its folder must be usable
     require_cuda();
     c10::InferenceMode guard;
     const auto flex = read_flex(o.flex_json);
@@ -451,6 +455,7 @@ int run_attention(const BenchOptions& o) {
 // CS4A at the last scale: each query block of `query_block` rows attends to the sink tokens plus
 // a random `keep` fraction of the other keys (sorted, like mapped Top-K indices), gathered.
 int run_cs4a(const BenchOptions& o) {
+    check_output_file(o.json_path, true, "--json");  // overwritten, but its folder must be usable
     require_cuda();
     c10::InferenceMode guard;
     const auto dev = at::TensorOptions().device(at::kCUDA, o.device);
@@ -598,6 +603,9 @@ Runner guarded(std::function<int()> fn) {
     return [fn] {
         try {
             return fn();
+        } catch (const std::invalid_argument& e) {  // bad input: exit 2, as every command
+            std::cerr << "error: " << e.what() << "\n";
+            return 2;
         } catch (const std::exception& e) {
             std::cerr << "error: " << e.what() << "\n";
             return 1;

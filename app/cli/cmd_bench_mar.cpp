@@ -446,6 +446,7 @@ nlohmann::json bench_model(const std::string& preset, const BenchMarArgs& a) {
 int run(const BenchMarArgs& a) {
     if (a.methods.empty() || a.methods.front() != "baseline")
         throw std::invalid_argument("--methods must start with baseline (ratios are to it)");
+    check_output_file(a.json, a.force, "--json");  // a bad path fails now, not after the runs
     nlohmann::json j = environment_json(a.planned ? "none (planned FLOPs)" : a.device);
     j.update({{"precision", a.precision},
               {"batch", a.batch},
