@@ -183,11 +183,13 @@ class LazyMarTokenCache : public MarSamplingHooks {
         : cfg_(cfg), model_(model), probe_(probe), state_("lazymar.tokens.") {}
 
     std::optional<std::string> graph_signature() const override {
-        // Probes that read tensors, and a threshold (it reads the computed count back: a
-        // data-dependent shape), need eager steps; the per-block counts are host values.
+        // Records made inside the blocks (they read tensors, or run only while capturing), and
+        // a threshold (it reads the computed count back: a data-dependent shape), need eager
+        // steps.
         if (cfg_.min_similarity > 0) return std::nullopt;
         if (probe_ && (probe_->wants_accel("lazymar", probe_kinds::kLazyMarSimilarity) ||
-                       probe_->wants_accel("lazymar", probe_kinds::kLazyMarComputedRows)))
+                       probe_->wants_accel("lazymar", probe_kinds::kLazyMarComputedRows) ||
+                       probe_->wants_accel("lazymar", probe_kinds::kLazyMarTokens)))
             return std::nullopt;
         return "lazymar.tokens " + cfg_.to_json().dump();
     }
