@@ -158,12 +158,8 @@ void GenerationWorker::runJob(quint64 id, const Job& job) {
                 side = *again == Side::Baseline ? 0 : 1;  // what a failure or cancel names
                 auto rerun = std::make_shared<SideResult>(*runSide(id, eager, *again));
                 rerun->matched_eager = true;
-                if (*again == Side::Baseline) {
-                    emit sideFinished(id, rerun);
-                    emit sideFinished(id, acc);
-                } else {
-                    emit sideFinished(id, rerun);
-                }
+                emit sideFinished(id, rerun);
+                if (*again == Side::Baseline) emit sideFinished(id, acc);
                 return;
             }
             emit sideFinished(id, acc);

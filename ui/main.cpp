@@ -115,7 +115,10 @@ int main(int argc, char** argv) {
         "family");
     QCommandLineOption device("device", "Device to start with: cpu or cuda.", "device");
     QCommandLineOption precision(
-        "precision", "Transformer precision on CUDA to start with: fp32, bf16 or fp16.", "name");
+        "precision",
+        QString::fromStdString("Transformer precision on CUDA to start with: " +
+                               varscope::gui::model_precision_names() + "."),
+        "name");
     cli.addOptions({prompt, seed, preset, shots, tabs, size, model, device, precision});
     cli.process(app);
     const QString family = cli.value(model).toLower();  // "" when not given
@@ -134,8 +137,8 @@ int main(int argc, char** argv) {
     }
     const QString precision_name = cli.value(precision).toLower();
     if (cli.isSet(precision) && !varscope::gui::is_model_precision(precision_name.toStdString())) {
-        qCritical("--precision: expected fp32, bf16 or fp16, got '%s'",
-                  qPrintable(cli.value(precision)));
+        qCritical("--precision: expected %s, got '%s'",
+                  varscope::gui::model_precision_names().c_str(), qPrintable(cli.value(precision)));
         return 2;
     }
 

@@ -278,12 +278,16 @@ Request MainWindow::currentRequest() const {
     r.model = model_panel_->modelSource();
     r.prompt = model_panel_->prompt();
     r.gen = model_panel_->sampling();
-    const bool record = record_action_->isChecked();
-    r.gen.attention_layer = record ? inspector_->attention()->layer() : -1;
-    r.gen.accel_records = record;
+    applyRecording(r);
     r.gen.filmstrip = true;
     r.accel = method_panel_->config();
     return r;
+}
+
+void MainWindow::applyRecording(Request& r) const {
+    const bool record = record_action_->isChecked();
+    r.gen.attention_layer = record ? inspector_->attention()->layer() : -1;
+    r.gen.accel_records = record;
 }
 
 void MainWindow::showFamily(Family f) {
@@ -536,9 +540,7 @@ bool MainWindow::restoreFromPng(const QString& path, QString* error) {
     }
     try {
         Request r = Request::from_json(nlohmann::json::parse(text.toStdString()));
-        const bool record = record_action_->isChecked();
-        r.gen.attention_layer = record ? inspector_->attention()->layer() : -1;
-        r.gen.accel_records = record;
+        applyRecording(r);
         applyRequest(r, true);
         statusBar()->showMessage(tr("Settings restored from %1").arg(QFileInfo(path).fileName()),
                                  5000);

@@ -77,6 +77,8 @@ class MainWindow : public QMainWindow {
     // The model family's controls in every panel (accelerators, plots, metrics, inspector).
     void showFamily(Family f);
     void readSettings();
+    // What the inspector records (View ▸ Record for the inspector) into r's settings.
+    void applyRecording(Request& r) const;
     void writeSettings();
     void showResults();
     void runSweep(const QString& method, const QString& param, const std::vector<double>& values);

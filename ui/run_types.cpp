@@ -42,8 +42,8 @@ Request Request::from_json(const nlohmann::json& j) {
     r.model.device = m.value("device", "cpu");
     r.model.precision = m.value("precision", "fp32");
     if (!is_model_precision(r.model.precision))
-        throw std::invalid_argument("model precision must be fp32, bf16 or fp16, got '" +
-                                    r.model.precision + "'");
+        throw std::invalid_argument("model precision must be " + model_precision_names() +
+                                    ", got '" + r.model.precision + "'");
     r.model.var_path = m.value("var", "");
     r.model.vae_path = m.value("vae", "");
     r.model.custom_name = m.value("name", "");

@@ -61,6 +61,14 @@ const std::vector<std::string>& model_precisions() {
     return names;
 }
 
+std::string model_precision_names() {
+    const auto& names = model_precisions();
+    std::string out;
+    for (size_t i = 0; i < names.size(); ++i)
+        out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+    return out;
+}
+
 bool is_model_precision(const std::string& name) {
     const auto& names = model_precisions();
     return std::find(names.begin(), names.end(), name) != names.end();

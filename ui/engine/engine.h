@@ -52,6 +52,7 @@ Family family_from_id(const std::string& id);  // anything but "mar" is VAR
 // choices, and what saved settings and start options may name.
 const std::vector<std::string>& model_precisions();
 bool is_model_precision(const std::string& name);
+std::string model_precision_names();  // "fp32, bf16 or fp16", for messages
 
 struct ModelSource {
     enum class Kind { Embedded, Files, Custom };
