@@ -182,8 +182,12 @@ int main(int argc, char** argv) {
         emit w.modelPanel()->promptEdit()->textEdited(start_prompt);
     }
     if (cli.isSet(seed)) w.modelPanel()->seedBox()->setValue(cli.value(seed).toInt());
-    if (cli.isSet(preset) && !w.methodPanel()->applyPreset(cli.value(preset)))
-        qWarning("unknown preset '%s'", qPrintable(cli.value(preset)));
+    if (cli.isSet(preset) && !w.methodPanel()->applyPreset(cli.value(preset))) {
+        qCritical("--preset: no preset '%s' for this model (presets: %s)",
+                  qPrintable(cli.value(preset)),
+                  qPrintable(w.methodPanel()->presetNames().join(", ")));
+        return 2;
+    }
     if (cli.isSet(shots)) take_screenshots(w, cli.value(shots), cli.value(tabs).split(','));
     w.show();
     // First impression: generate with whatever the panels hold (the embedded model by default).

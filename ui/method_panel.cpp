@@ -314,11 +314,13 @@ QStringList MethodPanel::presetNames() const {
 }
 
 bool MethodPanel::applyPreset(const QString& name) {
-    const auto presets = Engine::presets(family_);
-    const auto it = presets.find(name.toStdString());
-    if (it == presets.end()) return false;
-    setConfig(it->second);
-    return true;
+    // Case-insensitive: the names are lower case, users type "FastVAR".
+    for (const auto& [preset, config] : Engine::presets(family_)) {
+        if (QString::fromStdString(preset).compare(name, Qt::CaseInsensitive) != 0) continue;
+        setConfig(config);
+        return true;
+    }
+    return false;
 }
 
 void MethodPanel::setFamily(Family f) {

@@ -599,6 +599,12 @@ class UiTest : public QObject {
         }
         QVERIFY(panel.applyPreset("baseline"));
         for (const auto& m : methods) QVERIFY(!panel.config()[m.id]["enabled"].get<bool>());
+        // Names match whatever the case (users type "FastVAR"); unknown names change nothing.
+        QVERIFY(panel.applyPreset("FastVAR"));
+        QVERIFY(panel.config()["fastvar"]["enabled"].get<bool>());
+        const auto before = panel.config();
+        QVERIFY(!panel.applyPreset("fastvar2"));
+        QCOMPARE(panel.config(), before);
     }
 
     void sliderChangesEmitConfig() {
