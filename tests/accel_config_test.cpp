@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "core/accel/accel_config.h"
+#include "core/accel/mar_accel_config.h"
 #include "core/pipeline.h"
 #include "core/resources.h"
 #include "tests/error_of.h"
@@ -61,6 +62,14 @@ TEST(AccelConfig, ErrorsNameTheFieldAndTheRule) {
               std::string::npos);
     EXPECT_NE(error_of([] { AccelConfig::from_argument("no-such-preset"); }).find("neither a config file"),
               std::string::npos);
+}
+
+TEST(AccelConfig, PresetNamesMatchInAnyCase) {
+    EXPECT_EQ(AccelConfig::from_argument("FastVAR").to_json(), AccelConfig::from_argument("fastvar").to_json());
+    EXPECT_TRUE(AccelConfig::from_argument("SPARVAR+Skip").sparvar.enabled);
+    EXPECT_NE(error_of([] { AccelConfig::from_argument("FastVARx"); }).find("neither a config file"),
+              std::string::npos);
+    EXPECT_TRUE(MarAccelConfig::from_argument("LazyMAR").lazymar.enabled);
 }
 
 TEST(AccelConfig, IncompatibleCombinationsAreRejectedUpFront) {

@@ -149,6 +149,22 @@ TEST(Cli, CompareWritesBothSidesDiffAndMetrics) {
         << "refused after sampling: " << again.out;
 }
 
+// An existing image refuses before sampling (a long batch used to run first), each of a batch's
+// numbered files alike; --force overwrites.
+TEST(Cli, ExistingImagesRefuseBeforeSampling) {
+    varscope::testing::TempDir dir;
+    const std::string base = "generate --random 2 --patch-nums 1,2 --class 1 2 --seed 3 -o " +
+                             dir.file("img.ppm");
+    ASSERT_EQ(cli(base).code, 0);
+    for (const char* name : {"img_0.ppm", "img_1.ppm"})
+        EXPECT_TRUE(std::ifstream(dir.file(name)).good()) << name;
+    auto again = cli(base);
+    EXPECT_EQ(again.code, 2) << again.out;
+    EXPECT_NE(again.out.find("img_0.ppm' exists; pass --force"), std::string::npos) << again.out;
+    EXPECT_EQ(again.out.find("run 1/1"), std::string::npos) << "sampled first:\n" << again.out;
+    EXPECT_EQ(cli(base + " --force").code, 0);
+}
+
 // The benchmarks' --json path is checked before any run (a bad one used to fail, or with
 // bench attention to be dropped, only at the end).
 TEST(Cli, BenchJsonPathIsCheckedFirst) {

@@ -51,12 +51,18 @@ int run(GenerateArgs& a) {
         throw std::invalid_argument("nothing to write: pass --out, --timings-json or --tokens-out");
     const AccelConfig accel = parse_accel_argument(a.accel);  // fail before loading models
     // Output paths too: a bad one must fail in a second, not after the runs (batch images get
-    // _<i> suffixes, so only their folder and format are checked here; write_image checks each).
+    // _<i> suffixes, so only their folder and format are checked here; their names once the
+    // batch is known).
     check_output_file(a.out, true, "--out", true);
     check_output_file(a.tokens_out, a.force, "--tokens-out");
     check_output_file(a.timings_json, a.force, "--timings-json");
     VarPipeline pipe = a.model.build();
     const VarSampleOptions opt = a.sampling.resolve(pipe, a.model);
+    if (!a.out.empty()) {  // the batch is known now: existing images refuse before sampling
+        const int64_t n = opt.class_ids.empty() ? opt.batch : int64_t(opt.class_ids.size());
+        for (int64_t i = 0; i < n; ++i)
+            check_output_file(numbered_path(a.out, i, n), a.force, "--out");
+    }
     const auto hooks = build_accelerators(accel, pipe.var_config());
     if (hooks) std::cerr << "accelerators: " << accel.summary() << "\n";
     std::cerr << pipe.describe() << "\n";

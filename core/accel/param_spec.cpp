@@ -1,5 +1,7 @@
 #include "core/accel/param_spec.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -168,6 +170,13 @@ nlohmann::json accel_argument_json(const std::string& arg,
         }
     }
     if (!std::ifstream(arg)) {
+        // "FastVAR" for "fastvar": a preset in any case, once no file has that name.
+        for (const auto& [name, config] : presets)
+            if (std::equal(name.begin(), name.end(), arg.begin(), arg.end(), [](char a, char b) {
+                    return std::tolower(static_cast<unsigned char>(a)) ==
+                           std::tolower(static_cast<unsigned char>(b));
+                }))
+                return config;
         std::string names;
         for (const auto& [name, _] : presets) names += (names.empty() ? "" : ", ") + name;
         throw AccelConfigError("'" + arg + "' is neither a config file, inline JSON, nor a " + kind +

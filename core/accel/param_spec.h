@@ -47,7 +47,8 @@ public:
 // "cannot open MAR accelerator config 'x'", "'x' is not valid JSON: ...").
 nlohmann::json accel_file_json(const std::string& path, const std::string& kind);
 // The JSON of an --accel argument: a preset name, inline JSON ("{...}") or a file path (then
-// *file is set to it, so the caller can put the path in front of its validation errors).
+// *file is set to it, so the caller can put the path in front of its validation errors); a
+// preset name in another case ("FastVAR") where no file has that name.
 nlohmann::json accel_argument_json(const std::string& arg,
                                    const std::map<std::string, nlohmann::json>& presets,
                                    const std::string& kind, std::string* file);
