@@ -121,6 +121,8 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     metrics_label_ = new QLabel(this);
     metrics_label_->setObjectName("metricsLabel");
     metrics_label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    // The line grows with its notes (graphs, reference path); wrapped, it cannot widen the window.
+    metrics_label_->setWordWrap(true);
     bar->addWidget(show_diff_);
     bar->addWidget(fit);
     bar->addSpacing(12);

@@ -201,6 +201,30 @@ class UiTest : public QObject {
         QVERIFY2(m.toolTip().contains("CUDA kernels"), qPrintable(m.toolTip()));
     }
 
+    // A long metrics line wraps: with SparVAR's note it made the window 130 px wider than asked.
+    void metricsLineWrapsInsteadOfWideningTheWindow() {
+        using namespace varscope::gui;
+        ComparisonView view;
+        view.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&view));
+        auto* label = view.findChild<QLabel*>("metricsLabel");
+        QVERIFY(label);
+        label->setText("PSNR 27.62 dB");
+        QApplication::processEvents();
+        const int narrow = view.minimumSizeHint().width();
+        ComparisonMetrics m;
+        m.valid = true;
+        m.psnr = 27.62, m.ssim = 0.9216, m.speedup = 0.86, m.base_ms = 1395.5, m.accel_ms = 1627.3;
+        m.base_kv = m.accel_kv = 42.5 * 1024 * 1024;
+        m.sparvar_reference = true;
+        label->setText(m.text() + " · " + m.text());
+        QApplication::processEvents();
+        QVERIFY2(view.minimumSizeHint().width() <= narrow,
+                 qPrintable(QString("%1 px wide with the long line, %2 without")
+                                .arg(view.minimumSizeHint().width())
+                                .arg(narrow)));
+    }
+
     // On CUDA the line names how each side ran (CUDA graph replays or eager steps): times compare
     // only alike. Nothing is said on the CPU, where there are no graphs.
     void cudaGraphsAreNamedPerSide() {
