@@ -34,9 +34,14 @@ TEST(Cli, NoModelGiven) {
     EXPECT_NE(r.out.find("no model"), std::string::npos) << r.out;
 }
 
+// Bad usage exits 2 whether CLI11 or the command finds it (CLI11's own codes were 105-109).
 TEST(Cli, OutOfRangeFlags) {
-    EXPECT_NE(cli("generate --random 2 --top-p 3 -o x.ppm").code, 0);
-    EXPECT_NE(cli("generate --random 2 --device warp9 -o x.ppm").code, 0);
+    EXPECT_EQ(cli("generate --random 2 --top-p 3 -o x.ppm").code, 2);
+    EXPECT_EQ(cli("generate --random 2 --device warp9 -o x.ppm").code, 2);
+    EXPECT_EQ(cli("generate --random 2 --no-such-flag -o x.ppm").code, 2);
+    EXPECT_EQ(cli("info /").code, 2);  // a folder where a file is expected
+    EXPECT_EQ(cli("teacher-forward").code, 2);  // required options missing
+    EXPECT_EQ(cli("--help").code, 0);
 }
 
 TEST(Cli, TruncatedCheckpointAndGoodRun) {

@@ -599,20 +599,6 @@ int run_cs4a(const BenchOptions& o) {
     return 0;
 }
 
-Runner guarded(std::function<int()> fn) {
-    return [fn] {
-        try {
-            return fn();
-        } catch (const std::invalid_argument& e) {  // bad input: exit 2, as every command
-            std::cerr << "error: " << e.what() << "\n";
-            return 2;
-        } catch (const std::exception& e) {
-            std::cerr << "error: " << e.what() << "\n";
-            return 1;
-        }
-    };
-}
-
 }  // namespace
 
 Runner add_bench_attention(CLI::App& bench) {
@@ -629,7 +615,7 @@ Runner add_bench_attention(CLI::App& bench) {
                     "this many seconds each and report the SM clock and power each held (NVML; "
                     "a power-capped GPU gives each contestant its own clock)")
         ->check(CLI::Range(0.0, 60.0));
-    return guarded([o] { return run_attention(*o); });
+    return [o] { return run_attention(*o); };
 }
 
 Runner add_bench_cs4a(CLI::App& bench) {
@@ -640,7 +626,7 @@ Runner add_bench_cs4a(CLI::App& bench) {
     cmd->add_option("--keep", o->keep, "fraction of keys each query block keeps")
         ->check(CLI::Range(0.001, 1.0));
     cmd->add_option("--query-block", o->query_block, "query rows per index list (multiple of 64)");
-    return guarded([o] { return run_cs4a(*o); });
+    return [o] { return run_cs4a(*o); };
 }
 
 }  // namespace varscope::cli

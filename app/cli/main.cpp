@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
     CLI::App app{"VARScope command line: generate with VAR and MAR models, inspect checkpoints"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "varscope-cli 0.1.0");
+    app.footer(
+        "Exit status: 0 done, 2 bad input (flags, files, configs), 3 a failure while running "
+        "(LibTorch, CUDA, I/O).");
     std::map<CLI::App*, varscope::cli::Runner> runners;
     auto add = [&](varscope::cli::Runner (*fn)(CLI::App&), const char* name) {
         auto runner = fn(app);
@@ -30,7 +33,9 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        // app.exit prints the help or the message; its own codes (105, 109, ...) mean no more
+        // than bad usage, which is 2 here as for every other bad input.
+        return app.exit(e) == 0 ? 0 : 2;
     }
     try {
         for (auto* sub : app.get_subcommands()) return runners.at(sub)();
