@@ -181,7 +181,16 @@ int main(int argc, char** argv) {
         w.modelPanel()->promptEdit()->setText(start_prompt);
         emit w.modelPanel()->promptEdit()->textEdited(start_prompt);
     }
-    if (cli.isSet(seed)) w.modelPanel()->seedBox()->setValue(cli.value(seed).toInt());
+    if (cli.isSet(seed)) {
+        bool ok = false;
+        const int value = cli.value(seed).toInt(&ok);
+        if (!ok || value < 0) {  // toInt gives 0 for "abc": a silent seed 0 would mislead
+            qCritical("--seed: expected a whole number from 0 to %d, got '%s'",
+                      w.modelPanel()->seedBox()->maximum(), qPrintable(cli.value(seed)));
+            return 2;
+        }
+        w.modelPanel()->seedBox()->setValue(value);
+    }
     if (cli.isSet(preset) && !w.methodPanel()->applyPreset(cli.value(preset))) {
         qCritical("--preset: no preset '%s' for this model (presets: %s)",
                   qPrintable(cli.value(preset)),
