@@ -32,7 +32,8 @@ void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor* v) {
     }
 }
 
-double scale_or_default(const at::Tensor& q, std::optional<double> scale) {
+// Only the CUDA paths take it; builds without nvcc have none.
+[[maybe_unused]] double scale_or_default(const at::Tensor& q, std::optional<double> scale) {
     return scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
 }
 
