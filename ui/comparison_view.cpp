@@ -42,6 +42,13 @@ QString ComparisonMetrics::text() const {
     return t;
 }
 
+QString acceleratedCaption(const SideResult& r) {
+    if (r.same_as_baseline) return QObject::tr("Accelerated: none enabled (= baseline)");
+    return QObject::tr("%1 · %2 ms")
+        .arg(QString::fromStdString(r.run.accel_summary))
+        .arg(r.run.total_ms, 0, 'f', 1);
+}
+
 bool ranSparVarReference(const RunOutput& run) {
     for (const auto& a : run.accel) {
         if (a.method != "sparvar" || a.kind != "csla_token_mask") continue;
@@ -160,11 +167,7 @@ void ComparisonView::setResult(const SideResultPtr& r) {
         accel_ = r;
         accel_canvas_->setImage(r->image);
         accel_canvas_->setBusy({});
-        accel_canvas_->setCaption(r->same_as_baseline
-                                      ? tr("Accelerated: none enabled (= baseline)")
-                                      : tr("%1 · %2 ms")
-                                            .arg(QString::fromStdString(r->run.accel_summary))
-                                            .arg(r->run.total_ms, 0, 'f', 1));
+        accel_canvas_->setCaption(acceleratedCaption(*r));
         accel_strip_->setFrames(r->filmstrip, scaleCaptions(*r));
     }
     updateComparison();

@@ -38,6 +38,10 @@ struct ComparisonMetrics {
 // (record "sparvar/csla_token_mask", value cuda_kernels 0).
 bool ranSparVarReference(const RunOutput& run);
 
+// The accelerated image's caption, in the window and the exported figure: its methods and time,
+// or that it is the baseline when none is on.
+QString acceleratedCaption(const SideResult& r);
+
 class ComparisonView : public QWidget {
     Q_OBJECT
   public:

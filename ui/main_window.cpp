@@ -418,10 +418,7 @@ bool MainWindow::exportFigure(const ExportOptions& o, QString* error, bool overw
     if (o.baseline)
         f.panels.push_back(
             {base->image, tr("Baseline · %1 ms").arg(base->run.total_ms, 0, 'f', 1)});
-    if (o.accelerated && accel)
-        f.panels.push_back({accel->image, tr("%1 · %2 ms")
-                                              .arg(QString::fromStdString(accel->run.accel_summary))
-                                              .arg(accel->run.total_ms, 0, 'f', 1)});
+    if (o.accelerated && accel) f.panels.push_back({accel->image, acceleratedCaption(*accel)});
     if (o.difference && !comparison_->differenceImage().isNull())
         f.panels.push_back(
             {comparison_->differenceImage(), tr("|accelerated − baseline| (0 … 0.5)")});

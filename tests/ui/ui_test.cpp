@@ -201,6 +201,20 @@ class UiTest : public QObject {
         QVERIFY2(m.toolTip().contains("CUDA kernels"), qPrintable(m.toolTip()));
     }
 
+    // The window and the exported figure caption the accelerated image alike; with nothing on
+    // the figure said "baseline · 1384.0 ms" under a second copy of the baseline.
+    void acceleratedCaptionSaysWhenItIsTheBaseline() {
+        using namespace varscope::gui;
+        SideResult r;
+        r.run.accel_summary = "baseline";
+        r.run.total_ms = 1384.0;
+        r.same_as_baseline = true;
+        QCOMPARE(acceleratedCaption(r), QString("Accelerated: none enabled (= baseline)"));
+        r.same_as_baseline = false;
+        r.run.accel_summary = "FastVAR";
+        QCOMPARE(acceleratedCaption(r), QString("FastVAR · 1384.0 ms"));
+    }
+
     // A long metrics line wraps: with SparVAR's note it made the window 130 px wider than asked.
     void metricsLineWrapsInsteadOfWideningTheWindow() {
         using namespace varscope::gui;
