@@ -64,6 +64,48 @@ TEST(AccelConfig, ErrorsNameTheFieldAndTheRule) {
               std::string::npos);
 }
 
+// The model bounds that sliders and sweeps use (ParamSpec::counts) agree with what each
+// accelerator accepts: its largest value on the model builds, one more is refused.
+TEST(AccelConfig, ModelBoundsMatchTheAcceleratorsChecks) {
+    const VarConfig model = emoji_like_config();
+    ModelCounts counts;
+    counts.scales = model.num_scales();
+    counts.tokens = model.total_tokens();
+    int checked = 0;
+    for (const auto& m : accel_methods())
+        for (const auto& p : m.params) {
+            if (p.counts == ParamCount::None) continue;
+            const double top = model_max(p, counts);
+            ASSERT_LE(top, p.max) << m.id << "." << p.key;
+            nlohmann::json j = {{m.id, {{"enabled", true}, {p.key, int64_t(top)}}}};
+            // The others at their most permissive for this one's top (the bound is the largest
+            // value some setting of the others accepts).
+            if (m.id == "lazyvar") j[m.id]["ratios"] = {0.5};  // one pruned scale at the top
+            if (p.key == "sparse_scales") j[m.id]["sink_scales"] = 0;  // sinks before S
+            if (p.key == "sink_scales") j[m.id]["sparse_scales"] = 1;  // S as late as can be
+            if (p.key == "c_min") j[m.id]["c_max"] = int64_t(top);     // c_max >= c_min
+            const std::string at_top = error_of([&] {
+                build_accelerators(AccelConfig::from_json(j), model);
+            });
+            EXPECT_EQ(at_top, "") << m.id << "." << p.key << " = " << top;
+            // A bound "below" a count: one more is an error. (Budgets past the model's tokens
+            // are valid and only never evict.)
+            if (top < p.max && p.count_offset < 0) {
+                j[m.id][p.key] = int64_t(top) + 1;
+                const std::string above = error_of([&] {
+                    build_accelerators(AccelConfig::from_json(j), model);
+                });
+                EXPECT_NE(above.find(m.id + "." + p.key), std::string::npos)
+                    << m.id << "." << p.key << " = " << top + 1 << ": '" << above << "'";
+            }
+            ++checked;
+        }
+    EXPECT_EQ(checked, 8);  // skip, SparVAR x2, LazyVAR x2, AMS-KV x3
+    // Unknown counts leave the spec's range.
+    for (const auto& m : accel_methods())
+        for (const auto& p : m.params) EXPECT_EQ(model_max(p, ModelCounts{}), p.max);
+}
+
 TEST(AccelConfig, PresetNamesMatchInAnyCase) {
     EXPECT_EQ(AccelConfig::from_argument("FastVAR").to_json(), AccelConfig::from_argument("fastvar").to_json());
     EXPECT_TRUE(AccelConfig::from_argument("SPARVAR+Skip").sparvar.enabled);

@@ -109,6 +109,24 @@ TEST(LazyMar, ConfigDefaultsRoundTripAndErrors) {
     auto bad = lazy(true, true);
     bad.similarity_layer = 4;  // the tiny model has 4 decoder blocks
     EXPECT_THROW(make_lazymar(bad, tiny_mar_config(), nullptr), AccelConfigError);
+    // The slider's model bound (ParamSpec::counts) is the largest block this check accepts.
+    ModelCounts counts;
+    counts.decoder_blocks = tiny_mar_config().decoder_depth;
+    counts.steps = 16;
+    for (const auto& p : LazyMarConfig::spec().params) {
+        if (p.key == "similarity_layer") {
+            auto top = lazy(true, true);
+            top.similarity_layer = int64_t(model_max(p, counts));
+            EXPECT_EQ(top.similarity_layer, 3);
+            EXPECT_NO_THROW(make_lazymar(top, tiny_mar_config(), nullptr));
+        }
+        if (p.key == "start_step") {
+            EXPECT_EQ(model_max(p, counts), 15);  // the last step
+        }
+        if (p.key == "period") {
+            EXPECT_EQ(model_max(p, counts), 16);
+        }
+    }
 }
 
 TEST(LazyMar, PaperSchedules) {

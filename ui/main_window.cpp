@@ -127,6 +127,7 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         if (has_generated_) debounce_.start();
     });
     connect(model_panel_, &ModelPanel::settingsChanged, this, [this] {
+        applyModelCounts();  // MAR's step count bounds LazyMAR's steps
         if (has_generated_) debounce_.start();
     });
     connect(model_panel_, &ModelPanel::modelChanged, this, [this] {
@@ -150,6 +151,7 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         model_panel_->setLoadedModel(info);
         inspector_->setModel(int(info.depth), int(info.num_heads));
         showFamily(info.family);
+        applyModelCounts();
         status_model_->setText(QString::fromStdString(info.description).replace('\n', " · ") +
                                " · " + deviceText(info));
     });
@@ -596,6 +598,13 @@ void MainWindow::readSettings() {
             }
         });
     }
+}
+
+void MainWindow::applyModelCounts() {
+    ModelCounts counts = model_info_.counts;
+    if (model_info_.family == Family::Mar) counts.steps = model_panel_->sampling().num_iter;
+    method_panel_->setModelCounts(counts);
+    plots_->setModelCounts(counts);
 }
 
 void MainWindow::writeSettings() {

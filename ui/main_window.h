@@ -101,6 +101,8 @@ class MainWindow : public QMainWindow {
     quint64 latest_job_ = 0;  // results of older jobs are ignored
     bool has_generated_ = false;
     bool sweeping_ = false;
+    // The accelerators' sliders and the sweep's range follow the loaded model (and MAR's steps).
+    void applyModelCounts();
     ModelInfo model_info_;
     Request last_request_;
     QString export_dir_;

@@ -13,6 +13,7 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 #include <cmath>
+#include <memory>
 
 #include "ui/engine/engine.h"
 
@@ -30,12 +31,15 @@ QString json_text(const nlohmann::json& j) {
     return QString::fromStdString(j.dump());
 }
 
-QString tooltip(const ParamSpec& p) {
+// model_top: the loaded model's upper bound where it is below the spec's.
+QString tooltip(const ParamSpec& p, double model_top = NAN) {
     QString t = "<b>" + QString::fromStdString(p.label).toHtmlEscaped() + "</b>";
     if (!p.symbol.empty()) t += " (" + QString::fromStdString(p.symbol).toHtmlEscaped() + ")";
     if (!p.help.empty()) t += "<br>" + QString::fromStdString(p.help).toHtmlEscaped();
     t += "<br>" + QObject::tr("Paper default: %1").arg(json_text(p.default_value).toHtmlEscaped());
-    if (p.kind != ParamKind::Bool)
+    if (p.kind != ParamKind::Bool && model_top < p.max)
+        t += "<br>" + QObject::tr("Range on this model: [%1, %2]").arg(p.min).arg(model_top);
+    else if (p.kind != ParamKind::Bool)
         t += "<br>" + QObject::tr("Range: [%1, %2]").arg(p.min).arg(p.max);
     if (p.kind == ParamKind::IntList || p.kind == ParamKind::RealList)
         t += "<br>" +
@@ -153,7 +157,7 @@ QWidget* MethodPanel::buildSection(const MethodSpec& m) {
 
 QWidget* MethodPanel::buildEditor(const MethodSpec& m, const ParamSpec& p) {
     const QString name = QString::fromStdString(m.id + "." + p.key);
-    Editor e{m.id, p, {}, {}};
+    Editor e{m.id, p, {}, {}, {}};
     QWidget* w = nullptr;
     switch (p.kind) {
         case ParamKind::Bool: {
@@ -177,38 +181,47 @@ QWidget* MethodPanel::buildEditor(const MethodSpec& m, const ParamSpec& p) {
             h->setContentsMargins(0, 0, 0, 0);
             auto* slider = new QSlider(Qt::Horizontal, row);
             slider->setObjectName(name + ".slider");
-            const double lo = p.min, hi = p.max;
-            const bool int_slider = integer && hi - lo <= kSliderSteps;
-            slider->setRange(int_slider ? int(lo) : 0, int_slider ? int(hi) : kSliderSteps);
+            // The upper end moves with the loaded model (setModelCounts); the mappings read it.
+            const double lo = p.min;
+            auto hi = std::make_shared<double>(p.max);
+            auto int_slider = [=] { return integer && *hi - lo <= kSliderSteps; };
+            auto slider_range = [=] {
+                slider->setRange(int_slider() ? int(lo) : 0,
+                                 int_slider() ? int(*hi) : kSliderSteps);
+            };
+            slider_range();
             QAbstractSpinBox* spin;
             std::function<double()> value;
             std::function<void(double)> set_value;
+            std::function<void(double)> set_top;
             if (integer) {
                 auto* s = new QSpinBox(row);
-                s->setRange(int(std::max(lo, -2e9)), int(std::min(hi, 2e9)));
+                s->setRange(int(std::max(lo, -2e9)), int(std::min(*hi, 2e9)));
                 spin = s;
                 value = [s] { return double(s->value()); };
                 set_value = [s](double v) { s->setValue(int(std::lround(v))); };
+                set_top = [s](double top) { s->setMaximum(int(std::min(top, 2e9))); };
                 connect(s, qOverload<int>(&QSpinBox::valueChanged), this, &MethodPanel::changed);
             } else {
                 auto* s = new QDoubleSpinBox(row);
                 s->setDecimals(decimals_for(p));
-                s->setRange(lo, hi);
-                s->setSingleStep((hi - lo) / 100.0);
+                s->setRange(lo, *hi);
+                s->setSingleStep((*hi - lo) / 100.0);
                 spin = s;
                 value = [s] { return s->value(); };
                 set_value = [s](double v) { s->setValue(v); };
+                set_top = [s](double top) { s->setMaximum(top); };
                 connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this,
                         &MethodPanel::changed);
             }
             spin->setObjectName(name);
             auto to_slider = [=](double v) {
-                return int_slider ? int(std::lround(v))
-                                  : int(std::lround((v - lo) / (hi - lo > 0 ? hi - lo : 1) *
-                                                    kSliderSteps));
+                return int_slider() ? int(std::lround(v))
+                                    : int(std::lround((v - lo) / (*hi - lo > 0 ? *hi - lo : 1) *
+                                                      kSliderSteps));
             };
             auto from_slider = [=](int s) {
-                return int_slider ? double(s) : lo + (hi - lo) * s / double(kSliderSteps);
+                return int_slider() ? double(s) : lo + (*hi - lo) * s / double(kSliderSteps);
             };
             // Slider and spin box mirror each other; the spin box holds the value.
             connect(slider, &QSlider::valueChanged, spin, [=](int s) {
@@ -235,6 +248,18 @@ QWidget* MethodPanel::buildEditor(const MethodSpec& m, const ParamSpec& p) {
             e.set = [=](const nlohmann::json& j) {
                 if (j.is_number()) set_value(j.get<double>());
                 sync();
+            };
+            // A value above the new top is lowered to it (the spin box clamps).
+            e.set_top = [=](double top) {
+                *hi = top;
+                {
+                    const QSignalBlocker b(slider);
+                    slider_range();
+                }
+                set_top(top);
+                sync();
+                slider->setToolTip(tooltip(p, top));
+                spin->setToolTip(tooltip(p, top));
             };
             slider->setToolTip(tooltip(p));
             spin->setToolTip(tooltip(p));
@@ -321,6 +346,15 @@ bool MethodPanel::applyPreset(const QString& name) {
         return true;
     }
     return false;
+}
+
+void MethodPanel::setModelCounts(const ModelCounts& counts) {
+    updating_ = true;  // one configChanged for all the clamps, not one per editor
+    const nlohmann::json before = config();
+    for (auto& e : editors_)
+        if (e.set_top && e.spec.counts != ParamCount::None) e.set_top(model_max(e.spec, counts));
+    updating_ = false;
+    if (config() != before) changed();
 }
 
 void MethodPanel::setFamily(Family f) {

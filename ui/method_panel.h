@@ -35,6 +35,9 @@ class MethodPanel : public QWidget {
     QStringList presetNames() const;
     const std::vector<MethodSpec>& methods() const { return methods_; }  // of the family
     void setFamily(Family f);  // shows that family's methods and presets
+    // Bounds the sliders of settings that count scales, tokens, steps or blocks by the loaded
+    // model (ParamSpec::counts); values above are lowered, with one configChanged.
+    void setModelCounts(const ModelCounts& counts);
     Family family() const { return family_; }
 
   signals:
@@ -46,6 +49,7 @@ class MethodPanel : public QWidget {
         ParamSpec spec;
         std::function<nlohmann::json()> get;
         std::function<void(const nlohmann::json&)> set;
+        std::function<void(double)> set_top;  // numeric editors: a new upper end
     };
     QWidget* buildSection(const MethodSpec& m);
     QWidget* buildEditor(const MethodSpec& m, const ParamSpec& p);

@@ -107,6 +107,13 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     lazymar_ = make_plot(this, tr("LazyMAR per step"), tr("step"), tr("fraction"));
     lazymar_->setObjectName("lazymarPlot");
     lazymar_->setVisible(false);
+    // Scales and steps are whole numbers: no ticks at 2.5 and 7.5.
+    for (auto* p : {latency_, cumulative_, kv_, lazymar_}) {
+        QSharedPointer<QCPAxisTickerFixed> ticker(new QCPAxisTickerFixed);
+        ticker->setTickStep(1.0);
+        ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+        p->xAxis->setTicker(ticker);
+    }
     grid->addWidget(latency_, 0, 0);
     grid->addWidget(cumulative_, 0, 1);
     grid->addWidget(kv_, 0, 2);
@@ -116,9 +123,13 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
 
     auto* bar = new QHBoxLayout;
     method_ = new QComboBox(this);
+    method_->setObjectName("sweepMethod");
     param_ = new QComboBox(this);
+    param_->setObjectName("sweepParam");
     from_ = new QDoubleSpinBox(this);
+    from_->setObjectName("sweepFrom");
     to_ = new QDoubleSpinBox(this);
+    to_->setObjectName("sweepTo");
     steps_ = new QSpinBox(this);
     steps_->setRange(2, 50);
     steps_->setValue(6);
@@ -155,20 +166,8 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     fillMethods();
     connect(method_, qOverload<int>(&QComboBox::currentIndexChanged), this,
             &PlotsPanel::fillParams);
-    connect(param_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
-        const auto id = method_->currentData().toString().toStdString();
-        for (const auto& m : Engine::methods(family_))
-            if (m.id == id)
-                for (const auto& p : m.params)
-                    if (QString::fromStdString(p.key) == param_->currentData().toString()) {
-                        for (auto* s : {from_, to_}) {
-                            s->setDecimals(p.kind == ParamKind::Int ? 0 : 3);
-                            s->setRange(p.min, p.max);
-                        }
-                        from_->setValue(p.min);
-                        to_->setValue(p.max);
-                    }
-    });
+    connect(param_, qOverload<int>(&QComboBox::currentIndexChanged), this,
+            &PlotsPanel::resetSweepRange);
     fillParams();
     connect(run_, &QPushButton::clicked, this, [this] {
         if (method_->count() == 0) return;
@@ -176,6 +175,32 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
                             sweepValues());
     });
     setSweepRunning(false);
+}
+
+void PlotsPanel::resetSweepRange() {
+    const auto id = method_->currentData().toString().toStdString();
+    for (const auto& m : Engine::methods(family_))
+        if (m.id == id)
+            for (const auto& p : m.params)
+                if (QString::fromStdString(p.key) == param_->currentData().toString()) {
+                    // The whole range the loaded model accepts: a 10-scale VAR skips at most 9
+                    // scales, 16 MAR steps start caching at step 15 at the latest.
+                    const double top = model_max(p, counts_);
+                    for (auto* s : {from_, to_}) {
+                        s->setDecimals(p.kind == ParamKind::Int ? 0 : 3);
+                        s->setRange(p.min, top);
+                    }
+                    from_->setValue(p.min);
+                    to_->setValue(top);
+                }
+}
+
+void PlotsPanel::setModelCounts(const ModelCounts& counts) {
+    if (counts.scales == counts_.scales && counts.tokens == counts_.tokens &&
+        counts.steps == counts_.steps && counts.decoder_blocks == counts_.decoder_blocks)
+        return;  // the user's range stays while the model does
+    counts_ = counts;
+    resetSweepRange();
 }
 
 void PlotsPanel::fillMethods() {

@@ -35,6 +35,8 @@ class PlotsPanel : public QWidget {
     QCustomPlot* sweepPlot() const { return sweep_plot_; }
     std::vector<double> sweepValues() const;  // from the range controls
     void setFamily(Family f);  // axis names, the family's plots and sweepable methods
+    // The sweep's range goes up to what the loaded model accepts (ParamSpec::counts).
+    void setModelCounts(const ModelCounts& counts);
     QCustomPlot* lazyMarPlot() const { return lazymar_; }
 
   signals:
@@ -42,6 +44,8 @@ class PlotsPanel : public QWidget {
 
   private:
     void fillParams();
+    void resetSweepRange();  // the chosen setting's whole range on the model
+    ModelCounts counts_;
     void fillMethods();
     void setLazyMarResults(const SideResultPtr& accel);
     Family family_ = Family::Var;

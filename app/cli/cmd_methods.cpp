@@ -32,10 +32,14 @@ nlohmann::json family_json(const Family& f) {
     nlohmann::json j = {{"presets", f.presets}, {"methods", nlohmann::json::array()}};
     for (const auto& m : f.methods) {
         nlohmann::json params = nlohmann::json::array();
-        for (const auto& p : m.params)
+        for (const auto& p : m.params) {
             params.push_back({{"key", p.key}, {"label", p.label}, {"symbol", p.symbol},
                               {"kind", kind_text(p.kind)}, {"min", p.min}, {"max", p.max},
                               {"default", p.default_value}, {"help", p.help}});
+            if (p.counts != ParamCount::None)  // the largest value a model accepts: count + offset
+                params.back()["model_bound"] = {{"count", param_count_name(p.counts)},
+                                                {"offset", p.count_offset}};
+        }
         j["methods"].push_back({{"id", m.id}, {"title", m.title}, {"paper", m.paper},
                                 {"summary", m.summary}, {"params", params}});
     }
@@ -49,7 +53,8 @@ void print_family(const Family& f, bool markdown) {
                       << m.paper << ".\n\n| key | symbol | type | range | default | meaning |\n|---|---|---|---|---|---|\n";
             for (const auto& p : m.params)
                 std::cout << "| `" << p.key << "` | " << p.symbol << " | " << kind_text(p.kind) << " | ["
-                          << p.min << ", " << p.max << "] | `" << p.default_value.dump() << "` | "
+                          << p.min << ", " << p.max << "]" << model_bound_text(p) << " | `"
+                          << p.default_value.dump() << "` | "
                           << p.help << " |\n";
             std::cout << "\n";
             continue;
@@ -57,7 +62,8 @@ void print_family(const Family& f, bool markdown) {
         std::cout << m.title << " (\"" << m.id << "\") - " << m.summary << "\n  source: " << m.paper << "\n";
         for (const auto& p : m.params)
             std::cout << "  " << p.key << (p.symbol.empty() ? "" : " (" + p.symbol + ")") << ": "
-                      << kind_text(p.kind) << " in [" << p.min << ", " << p.max << "], default "
+                      << kind_text(p.kind) << " in [" << p.min << ", " << p.max << "]"
+                      << model_bound_text(p) << ", default "
                       << p.default_value.dump() << "\n      " << p.help << "\n";
     }
     std::cout << (markdown ? std::string("### ") + f.name + " presets\n\n"

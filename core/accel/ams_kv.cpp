@@ -386,18 +386,23 @@ const MethodSpec& AmsKvConfig::spec() {
         "ams-kv.txt Alg. 1-2, Eq. 3, App. E-F",
         "Bound each layer's KV cache: keep the condensed and the most recent scales; layers "
         "whose keys change most between scales get the larger budget.",
-        {{"c_cds", "Condensed scales", "C_cds",
-          "First scales always kept in every layer's cache (paper: 2, the 1x1 and 2x2 maps).",
-          ParamKind::Int, 0, 8, 2},
-         {"c_min", "Cache-efficient budget (tokens)", "C_min",
-          "Tokens a cache-efficient layer keeps. 0 = the paper's setting: the penultimate "
-          "scale plus the condensed scales (174 on the 10-scale 256px schedule).",
-          ParamKind::Int, 0, static_cast<double>(kBudgetLimit), 0},
-         {"c_max", "Cache-demanding budget (tokens)", "C_max",
-          "Tokens a cache-demanding layer keeps. 0 = the paper's setting: the last two scales "
-          "plus the condensed scales (430 on the 10-scale 256px schedule). A budget of at least "
-          "the schedule's total tokens for both never evicts (the baseline).",
-          ParamKind::Int, 0, static_cast<double>(kBudgetLimit), 0},
+        {counting(
+             {"c_cds", "Condensed scales", "C_cds",
+              "First scales always kept in every layer's cache (paper: 2, the 1x1 and 2x2 maps).",
+              ParamKind::Int, 0, 8, 2},
+             ParamCount::Scales, -1),
+         counting({"c_min", "Cache-efficient budget (tokens)", "C_min",
+                   "Tokens a cache-efficient layer keeps. 0 = the paper's setting: the penultimate "
+                   "scale plus the condensed scales (174 on the 10-scale 256px schedule).",
+                   ParamKind::Int, 0, static_cast<double>(kBudgetLimit), 0},
+                  ParamCount::Tokens, 0),
+         counting(
+             {"c_max", "Cache-demanding budget (tokens)", "C_max",
+              "Tokens a cache-demanding layer keeps. 0 = the paper's setting: the last two scales "
+              "plus the condensed scales (430 on the 10-scale 256px schedule). A budget of at "
+              "least the schedule's total tokens for both never evicts (the baseline).",
+              ParamKind::Int, 0, static_cast<double>(kBudgetLimit), 0},
+             ParamCount::Tokens, 0),
          {"theta", "Similarity threshold", "θ",
           "A layer whose key similarity -mean((k_i - up(k_{i-1}))^2) falls below θ when its "
           "cache first overflows C_min becomes cache-demanding (paper: -0.008; stable in "

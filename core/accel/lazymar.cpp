@@ -30,21 +30,26 @@ const MethodSpec& LazyMarConfig::spec() {
           "Between refreshes run only the conditional branch; unconditional = conditional + "
           "the cached residual (uncond - cond).",
           ParamKind::Bool, 0, 1, true},
-         {"start_step", "First cached step", "s₀",
-          "Steps before it compute everything (0 = the paper's: 5 at 64 steps, 4 at 32).",
-          ParamKind::Int, 0, 4096, 0},
-         {"period", "Refresh period", "τ",
-          "Steps per refresh period from s₀ on; the first of each is a full refresh (0 = the "
-          "paper's: 9 at 64 steps, 5 at 32).",
-          ParamKind::Int, 0, 4096, 0},
+         counting({"start_step", "First cached step", "s₀",
+                   "Steps before it compute everything (0 = the paper's: 5 at 64 steps, 4 at 32).",
+                   ParamKind::Int, 0, 4096, 0},
+                  ParamCount::Steps, -1),
+         counting(
+             {"period", "Refresh period", "τ",
+              "Steps per refresh period from s₀ on; the first of each is a full refresh (0 = the "
+              "paper's: 9 at 64 steps, 5 at 32).",
+              ParamKind::Int, 0, 4096, 0},
+             ParamCount::Steps, 0),
          {"keep_ratio", "Computed share", "N / n",
           "Share of the decoder positions (buffer + tokens) computed after block ℓ at cached "
           "steps. Paper: ~270 of 320 skipped at 64 steps (0.16), ~250 at 32 (0.22).",
           ParamKind::Real, 0, 1, 0.16},
-         {"similarity_layer", "Similarity block", "ℓ",
-          "Decoder block (0-based) whose attention values V are compared with the previous "
-          "step; blocks up to it compute every position. Official code: 3.",
-          ParamKind::Int, 0, 255, 3},
+         counting(
+             {"similarity_layer", "Similarity block", "ℓ",
+              "Decoder block (0-based) whose attention values V are compared with the previous "
+              "step; blocks up to it compute every position. Official code: 3.",
+              ParamKind::Int, 0, 255, 3},
+             ParamCount::DecoderBlocks, -1),
          {"min_similarity", "Similarity threshold", "",
           "> 0: also compute every position whose similarity is below this (one host sync per "
           "cached step). 0 = fixed count only.",

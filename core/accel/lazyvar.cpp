@@ -164,19 +164,23 @@ const MethodSpec& LazyVarConfig::spec() {
         "lazyvar.txt §Method (update index, UIGTP, PGD, cumulative retention index)",
         "Compute only the tokens that the previous scale still updated, and decode the last "
         "scales together in one pass.",
-        {{"start_scale", "First pruned scale", "i",
-          "Index si (0 = the 1x1 scale) of the first scale that computes only its most-updated "
-          "tokens; earlier scales run intact (they lay out the image). Paper (Infinity, 13 "
-          "scales): the 10th scale, si 9. Default 7 (10x10) for VAR's 1..16 schedule: on the "
-          "embedded model 91 % of the 10x10 scale's positions change by cos > 0.95 but only "
-          "68 % of the 8x8 one's, and starting at 8x8 doubles the image error.",
-          ParamKind::Int, 1, 63, 7},
-         {"group_size", "Group size", "p",
-          "The last p scales are decoded in one forward pass, all fed from the same "
-          "accumulated features (1 = off). Paper: 4 on Infinity (5 loses quality). Default 2 "
-          "for VAR: with 10 scales the features still move between 8x8 and 13x13, so only "
-          "13x13 and 16x16 share an input.",
-          ParamKind::Int, 1, 16, 2},
+        {counting(
+             {"start_scale", "First pruned scale", "i",
+              "Index si (0 = the 1x1 scale) of the first scale that computes only its most-updated "
+              "tokens; earlier scales run intact (they lay out the image). Paper (Infinity, 13 "
+              "scales): the 10th scale, si 9. Default 7 (10x10) for VAR's 1..16 schedule: on the "
+              "embedded model 91 % of the 10x10 scale's positions change by cos > 0.95 but only "
+              "68 % of the 8x8 one's, and starting at 8x8 doubles the image error.",
+              ParamKind::Int, 1, 63, 7},
+             ParamCount::Scales, -1),
+         counting(
+             {"group_size", "Group size", "p",
+              "The last p scales are decoded in one forward pass, all fed from the same "
+              "accumulated features (1 = off). Paper: 4 on Infinity (5 loses quality). Default 2 "
+              "for VAR: with 10 scales the features still move between 8x8 and 13x13, so only "
+              "13x13 and 16x16 share an input.",
+              ParamKind::Int, 1, 16, 2},
+             ParamCount::Scales, -1),
          {"ratios", "Retention ratios (from the first pruned scale)", "n_k / (h_k w_k)",
           "Share of each scale's tokens computed, from the first pruned scale on (a shorter "
           "list repeats its last entry; 1 = no pruning; at least one token is kept). Paper "

@@ -28,6 +28,48 @@ std::string kind_name(ParamKind k) {
 
 }  // namespace
 
+int64_t ModelCounts::of(ParamCount c) const {
+    switch (c) {
+        case ParamCount::Scales: return scales;
+        case ParamCount::Tokens: return tokens;
+        case ParamCount::Steps: return steps;
+        case ParamCount::DecoderBlocks: return decoder_blocks;
+        case ParamCount::None: break;
+    }
+    return 0;
+}
+
+ParamSpec counting(ParamSpec p, ParamCount what, int64_t offset) {
+    p.counts = what;
+    p.count_offset = offset;
+    return p;
+}
+
+double model_max(const ParamSpec& p, const ModelCounts& m) {
+    const int64_t count = m.of(p.counts);
+    if (count <= 0) return p.max;
+    return std::max(p.min, std::min(p.max, double(count + p.count_offset)));
+}
+
+const char* param_count_name(ParamCount c) {
+    switch (c) {
+        case ParamCount::Scales: return "scales";
+        case ParamCount::Tokens: return "tokens";
+        case ParamCount::Steps: return "steps";
+        case ParamCount::DecoderBlocks: return "decoder blocks";
+        case ParamCount::None: break;
+    }
+    return "";
+}
+
+std::string model_bound_text(const ParamSpec& p) {
+    if (p.counts == ParamCount::None) return "";
+    std::string t = std::string(" (at most the model's ") + param_count_name(p.counts);
+    if (p.count_offset != 0)
+        t += (p.count_offset < 0 ? " - " : " + ") + std::to_string(std::abs(p.count_offset));
+    return t + ")";
+}
+
 nlohmann::json MethodSpec::defaults() const {
     nlohmann::json j = {{"enabled", false}};
     for (const auto& p : params) j[p.key] = p.default_value;

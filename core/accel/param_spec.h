@@ -14,6 +14,20 @@ namespace varscope {
 
 enum class ParamKind { Bool, Int, Real, IntList, RealList };
 
+// What an integer setting counts, so that front ends can bound its slider and sweep by the
+// loaded model (a 10-scale VAR has no 12th scale to skip; 16 MAR steps leave start steps past
+// 15 without effect). The JSON keeps the spec's range; each accelerator checks the model's.
+enum class ParamCount { None, Scales, Tokens, Steps, DecoderBlocks };
+
+// The loaded model's counts; 0 = not known (the spec's range applies).
+struct ModelCounts {
+    int64_t scales = 0;          // VAR: scales of the schedule
+    int64_t tokens = 0;          // VAR: tokens of all scales
+    int64_t steps = 0;           // MAR: decoding steps of the run
+    int64_t decoder_blocks = 0;  // MAR: decoder blocks
+    int64_t of(ParamCount c) const;
+};
+
 struct ParamSpec {
     std::string key;     // JSON key inside the method's object, e.g. "ratios"
     std::string label;   // UI label, e.g. "Pruning ratios (last N scales)"
@@ -25,7 +39,22 @@ struct ParamSpec {
     nlohmann::json default_value;  // the paper's default
     int64_t min_items = 1;         // list length range (lists only)
     int64_t max_items = 64;
+    ParamCount counts = ParamCount::None;  // what the value counts (see counting())
+    int64_t count_offset = 0;              // its largest valid value is the count + this
 };
+
+// `p` bounded by a model count: its largest valid value is count + offset with the other
+// settings at their most permissive (e.g. Scales, -1: "below the model's scales"; SparVAR's
+// sink scales, -2: up to the decision scale, which is at most the second to last). Used in the
+// methods' spec tables.
+ParamSpec counting(ParamSpec p, ParamCount what, int64_t offset);
+// p's largest valid value on a model: the spec's max, lowered to the count's bound where the
+// count is known (never below p.min).
+double model_max(const ParamSpec& p, const ModelCounts& m);
+// "scales", "tokens", "steps", "decoder blocks" ("" for None).
+const char* param_count_name(ParamCount c);
+// " (at most the model's scales - 1)" for a counted setting, "" otherwise.
+std::string model_bound_text(const ParamSpec& p);
 
 struct MethodSpec {
     std::string id;       // JSON key of the method, e.g. "fastvar"

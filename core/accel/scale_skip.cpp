@@ -20,11 +20,15 @@ private:
 
 const MethodSpec& ScaleSkipConfig::spec() {
     static const MethodSpec s{
-        "skip", "Scale skipping", "fastvar.txt §4 (100 % pruning ratio)",
+        "skip",
+        "Scale skipping",
+        "fastvar.txt §4 (100 % pruning ratio)",
         "Skip the last N scales and decode the accumulated features as they stand.",
-        {{"last_n", "Skipped scales", "N",
-          "Number of final scales not run (0 = off). FastVAR's 100 % ratio on the last steps.",
-          ParamKind::Int, 0, 12, 1}}};
+        {counting(
+            {"last_n", "Skipped scales", "N",
+             "Number of final scales not run (0 = off). FastVAR's 100 % ratio on the last steps.",
+             ParamKind::Int, 0, 12, 1},
+            ParamCount::Scales, -1)}};
     return s;
 }
 

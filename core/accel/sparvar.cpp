@@ -325,10 +325,12 @@ const MethodSpec& SparVarConfig::spec() {
         "Sparse attention at the last scales: cross-scale reuse of a decision scale's Top-K "
         "pattern (CS4A, shallow layers) and sink + local block masks (CSLA, deep layers).",
         {
-            {"sparse_scales", "Sparse scales (last N)", "",
-             "Number of final scales computed with sparse attention; the scale before them is the "
-             "sparse decision scale S, computed densely. Paper: 2 of 13 (S = scale 11).",
-             K::Int, 1, 30, 2},
+            counting({"sparse_scales", "Sparse scales (last N)", "",
+                      "Number of final scales computed with sparse attention; the scale before "
+                      "them is the sparse decision scale S, computed densely. Paper: 2 of 13 "
+                      "(S = scale 11).",
+                      K::Int, 1, 30, 2},
+                     ParamCount::Scales, -1),
             {"cs4a_fraction", "CS4A share of layers", "",
              "Fraction of layers, shallowest first, using CS4A; the deeper rest use CSLA. "
              "Paper default 0.6 (App. C: ratio 6:4).",
@@ -349,10 +351,12 @@ const MethodSpec& SparVarConfig::spec() {
              "Map each selected key to its whole upsampled patch at the target scale instead of "
              "App. A's single floor-projected point (Eq. 5). Paper: off (point mapping).",
              K::Bool, 0, 1, false},
-            {"sink_scales", "Sink scales", "𝒮",
-             "Scales [0, n) whose tokens every query attends to (CS4A and CSLA). Paper: the "
-             "first 5 scales (\"scale <= 5\", Table 4).",
-             K::Int, 0, 30, 5},
+            counting(
+                {"sink_scales", "Sink scales", "𝒮",
+                 "Scales [0, n) whose tokens every query attends to (CS4A and CSLA). Paper: the "
+                 "first 5 scales (\"scale <= 5\", Table 4).",
+                 K::Int, 0, 30, 5},
+                ParamCount::Scales, -2),
             {"windows", "Local windows (last scales)", "w_h",
              "CSLA window sizes of the key scales just before and at the query scale (last entry "
              "= the query's own scale); radius floor(w/2) after rescaling. Paper: [3, 5, 7].",

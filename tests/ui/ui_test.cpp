@@ -645,6 +645,73 @@ class UiTest : public QObject {
         QCOMPARE(panel.config(), before);
     }
 
+    // Settings that count scales, tokens, steps or blocks are bounded by the loaded model: the
+    // slider spans what the model accepts (LazyMAR's first cached step was 0..4096 for 16
+    // steps), a value above is lowered with one configChanged, unknown counts give the spec's.
+    void slidersFollowTheModelCounts() {
+        MethodPanel panel;
+        auto* last_n = panel.findChild<QSpinBox*>("skip.last_n");
+        auto* last_n_slider = panel.findChild<QSlider*>("skip.last_n.slider");
+        auto* c_min = panel.findChild<QSpinBox*>("ams_kv.c_min");
+        QVERIFY(last_n && last_n_slider && c_min);
+        last_n->setValue(12);
+        QSignalSpy spy(&panel, &MethodPanel::configChanged);
+        varscope::ModelCounts var;
+        var.scales = 10;
+        var.tokens = 680;
+        panel.setModelCounts(var);
+        QCOMPARE(last_n->maximum(), 9);
+        QCOMPARE(last_n_slider->maximum(), 9);
+        QCOMPARE(last_n->value(), 9);
+        QCOMPARE(panel.config()["skip"]["last_n"].get<int>(), 9);
+        QCOMPARE(spy.count(), 1);
+        QCOMPARE(c_min->maximum(), 680);
+        QVERIFY(last_n->toolTip().contains("Range on this model: [0, 9]"));
+        panel.setModelCounts(varscope::ModelCounts{});  // unknown: the spec's range again
+        QCOMPARE(last_n->maximum(), 12);
+        QCOMPARE(c_min->maximum(), 100000);
+
+        panel.setFamily(Family::Mar);
+        auto* start = panel.findChild<QSpinBox*>("lazymar.start_step");
+        auto* start_slider = panel.findChild<QSlider*>("lazymar.start_step.slider");
+        QVERIFY(start && start_slider);
+        varscope::ModelCounts mar;
+        mar.steps = 16;
+        mar.decoder_blocks = 4;
+        panel.setModelCounts(mar);
+        QCOMPARE(start->maximum(), 15);
+        QCOMPARE(start_slider->maximum(), 15);  // one slider step per decoding step
+        start_slider->setValue(7);
+        QCOMPARE(start->value(), 7);
+        QCOMPARE(panel.findChild<QSpinBox*>("lazymar.similarity_layer")->maximum(), 3);
+    }
+
+    // The sweep's range is the chosen setting's whole range on the loaded model.
+    void sweepRangeFollowsTheModel() {
+        PlotsPanel plots;
+        auto* method = plots.findChild<QComboBox*>("sweepMethod");
+        auto* param = plots.findChild<QComboBox*>("sweepParam");
+        auto* to = plots.findChild<QDoubleSpinBox*>("sweepTo");
+        QVERIFY(method && param && to);
+        method->setCurrentIndex(method->findData("skip"));
+        param->setCurrentIndex(param->findData("last_n"));
+        QCOMPARE(to->value(), 12.0);
+        varscope::ModelCounts var;
+        var.scales = 10;
+        plots.setModelCounts(var);
+        QCOMPARE(to->value(), 9.0);
+        QCOMPARE(to->maximum(), 9.0);
+        plots.setFamily(Family::Mar);
+        varscope::ModelCounts mar;
+        mar.steps = 16;
+        plots.setModelCounts(mar);
+        method->setCurrentIndex(method->findData("lazymar"));
+        param->setCurrentIndex(param->findData("start_step"));
+        QCOMPARE(to->value(), 15.0);
+        const auto values = plots.sweepValues();
+        QVERIFY(!values.empty() && values.back() == 15.0);
+    }
+
     void sliderChangesEmitConfig() {
         MethodPanel panel;
         QSignalSpy spy(&panel, &MethodPanel::configChanged);
@@ -820,6 +887,10 @@ class UiTest : public QObject {
             return m.id == "skip" && !m.params.empty() && m.params.front().key == "last_n";
         });
         if (!has_skip) QSKIP("scale skipping exposes no last_n");
+        // The loaded model bounds the slider and the sweep (MainWindow::applyModelCounts).
+        const int scales = int(w.comparison()->baseline()->run.scales.size());
+        QCOMPARE(w.methodPanel()->findChild<QSpinBox*>("skip.last_n")->maximum(), scales - 1);
+        QCOMPARE(w.plots()->findChild<QDoubleSpinBox*>("sweepTo")->value(), scales - 1.0);
         emit w.plots()->sweepRequested("skip", "last_n", {0.0, 1.0, 2.0});
         QVERIFY(wait_job(w));
         const auto& pts = w.plots()->sweep();

@@ -152,6 +152,8 @@ void Engine::set_pipeline(std::unique_ptr<VarPipeline> pipeline, const ModelSour
     info_.depth = v.depth;
     info_.num_heads = v.num_heads;
     info_.patch_nums = v.patch_nums;
+    info_.counts.scales = v.num_scales();
+    info_.counts.tokens = v.total_tokens();
     info_.image_size = v.patch_nums.back() * pipeline_->vae_config().downsample();
     const std::string var_path = source.kind == ModelSource::Kind::Embedded
                                      ? embedded_model_files().var_path

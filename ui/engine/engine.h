@@ -85,6 +85,9 @@ struct ModelInfo {
     SamplingRecommendation recommended;         // the file's "varscope.sampling" metadata, if any
     MarSamplingRecommendation mar_recommended;  // MAR: "varscope.mar_sampling"
     std::string diffusion_steps;                // MAR: the respacing in use
+    // What bounds the accelerators' settings on this model (scales and tokens for VAR, decoder
+    // blocks for MAR; MAR's steps are a generation setting and are filled in by the front end).
+    ModelCounts counts;
 };
 
 struct GenerationSettings {

@@ -98,6 +98,7 @@ void Engine::set_mar_pipeline(std::unique_ptr<MarPipeline> pipeline, const Model
     info_.depth = c.encoder_depth + c.decoder_depth;
     info_.num_heads = c.decoder_num_heads;
     info_.patch_nums = {c.seq_h()};
+    info_.counts.decoder_blocks = c.decoder_depth;
     info_.image_size = c.img_size;
     info_.diffusion_steps = c.num_sampling_steps;
 }
