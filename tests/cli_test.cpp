@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -196,6 +197,20 @@ TEST(Cli, BadAcceleratorConfigNamesTheField) {
     auto model = cli(
         "generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel '{\"skip\": {\"last_n\": 2}}'");
     EXPECT_NE(model.out.find("must be below the model's 2 scales"), std::string::npos) << model.out;
+}
+
+// docs/accelerators.md ends with `methods --markdown`: the tables there were two LazyMAR
+// settings behind before this test.
+TEST(Cli, AcceleratorDocsMatchTheMethodTables) {
+    std::ifstream f(std::string(VARSCOPE_SOURCE_DIR) + "/docs/accelerators.md");
+    ASSERT_TRUE(f.good());
+    const std::string doc((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const auto at = doc.find("## VAR accelerators");
+    ASSERT_NE(at, std::string::npos);
+    auto r = cli_env("", "methods --markdown");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(doc.substr(at), r.out)
+        << "regenerate the tables: varscope-cli methods --markdown (from '## VAR accelerators')";
 }
 
 TEST(Cli, MethodsListsVarAndMarAccelerators) {
