@@ -109,7 +109,10 @@ if [ "$have_torch" = "$TORCH_VERSION" ] && [ "$have_numpy" != "none" ]; then
 else
     log "installing torch==$TORCH_VERSION and numpy into $VENV (found torch: $have_torch, numpy: $have_numpy)"
     log "the wheel pulls the NVIDIA CUDA runtime wheels (~3.5 GB): this takes several minutes"
-    "$PY" -m pip install --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+    "$PY" -m pip install --disable-pip-version-check "torch==$TORCH_VERSION" numpy \
+        || die "pip could not install torch==$TORCH_VERSION (its message is above). Behind a" \
+               "proxy or a private index, set pip's PIP_INDEX_URL, PIP_CERT or HTTPS_PROXY and" \
+               "run this again: the venv stays, only what is missing is fetched."
     have_torch="$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))')"
     [ "$have_torch" = "$TORCH_VERSION" ] || die "pip left torch $have_torch, wanted $TORCH_VERSION"
     log "torch $have_torch installed"
