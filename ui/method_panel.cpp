@@ -245,18 +245,40 @@ QWidget* MethodPanel::buildEditor(const MethodSpec& m, const ParamSpec& p) {
                 return integer ? nlohmann::json(int64_t(std::lround(value())))
                                : nlohmann::json(value());
             };
+            // What the user (or a preset) asked for, kept while a model bound lowers the shown
+            // value, so that a larger model gets it back (64 -> 16 -> 64 steps: 20, 15, 20).
+            auto wanted = std::make_shared<double>(value());
+            auto bounding = std::make_shared<bool>(false);
+            auto remember = [=] {
+                if (!*bounding) *wanted = value();
+            };
+            if (integer)
+                connect(static_cast<QSpinBox*>(spin), qOverload<int>(&QSpinBox::valueChanged), this,
+                        remember);
+            else
+                connect(static_cast<QDoubleSpinBox*>(spin),
+                        qOverload<double>(&QDoubleSpinBox::valueChanged), this, remember);
             e.set = [=](const nlohmann::json& j) {
-                if (j.is_number()) set_value(j.get<double>());
+                if (j.is_number()) {
+                    *bounding = true;  // the spin box may clamp: remember the value asked for
+                    set_value(j.get<double>());
+                    *bounding = false;
+                    *wanted = j.get<double>();
+                }
                 sync();
             };
-            // A value above the new top is lowered to it (the spin box clamps).
+            // A value above the new top is lowered to it (the spin box clamps), one below it
+            // returns to what was asked for.
             e.set_top = [=](double top) {
                 *hi = top;
                 {
                     const QSignalBlocker b(slider);
                     slider_range();
                 }
+                *bounding = true;
                 set_top(top);
+                set_value(std::min(*wanted, top));
+                *bounding = false;
                 sync();
                 slider->setToolTip(tooltip(p, top));
                 spin->setToolTip(tooltip(p, top));

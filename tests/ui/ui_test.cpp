@@ -683,6 +683,26 @@ class UiTest : public QObject {
         QCOMPARE(start_slider->maximum(), 15);  // one slider step per decoding step
         start_slider->setValue(7);
         QCOMPARE(start->value(), 7);
+        // A value the bound lowered comes back when the bound rises again (the user's setting
+        // is not lost by trying fewer steps), also for a preset's value.
+        mar.steps = 64;
+        panel.setModelCounts(mar);
+        start->setValue(20);
+        mar.steps = 16;
+        panel.setModelCounts(mar);
+        QCOMPARE(start->value(), 15);
+        mar.steps = 64;
+        panel.setModelCounts(mar);
+        QCOMPARE(start->value(), 20);
+        nlohmann::json cfg = panel.config();
+        cfg["lazymar"]["start_step"] = 40;
+        mar.steps = 16;
+        panel.setModelCounts(mar);
+        panel.setConfig(cfg);
+        QCOMPARE(start->value(), 15);
+        mar.steps = 64;
+        panel.setModelCounts(mar);
+        QCOMPARE(start->value(), 40);
         QCOMPARE(panel.findChild<QSpinBox*>("lazymar.similarity_layer")->maximum(), 3);
     }
 
