@@ -177,30 +177,34 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     setSweepRunning(false);
 }
 
-void PlotsPanel::resetSweepRange() {
+std::optional<ParamSpec> PlotsPanel::sweptParam() const {
     const auto id = method_->currentData().toString().toStdString();
     for (const auto& m : Engine::methods(family_))
         if (m.id == id)
             for (const auto& p : m.params)
-                if (QString::fromStdString(p.key) == param_->currentData().toString()) {
-                    // The whole range the loaded model accepts: a 10-scale VAR skips at most 9
-                    // scales, 16 MAR steps start caching at step 15 at the latest.
-                    const double top = model_max(p, counts_);
-                    for (auto* s : {from_, to_}) {
-                        s->setDecimals(p.kind == ParamKind::Int ? 0 : 3);
-                        s->setRange(p.min, top);
-                    }
-                    from_->setValue(p.min);
-                    to_->setValue(top);
-                }
+                if (QString::fromStdString(p.key) == param_->currentData().toString()) return p;
+    return std::nullopt;
+}
+
+void PlotsPanel::resetSweepRange() {
+    const auto p = sweptParam();
+    if (!p) return;
+    // The whole range the loaded model accepts: a 10-scale VAR skips at most 9 scales, 16 MAR
+    // steps start caching at step 15 at the latest.
+    const double top = model_max(*p, counts_);
+    for (auto* s : {from_, to_}) {
+        s->setDecimals(p->kind == ParamKind::Int ? 0 : 3);
+        s->setRange(p->min, top);
+    }
+    from_->setValue(p->min);
+    to_->setValue(top);
 }
 
 void PlotsPanel::setModelCounts(const ModelCounts& counts) {
-    if (counts.scales == counts_.scales && counts.tokens == counts_.tokens &&
-        counts.steps == counts_.steps && counts.decoder_blocks == counts_.decoder_blocks)
-        return;  // the user's range stays while the model does
+    const auto p = sweptParam();
+    const bool moved = p && model_max(*p, counts) != model_max(*p, counts_);
     counts_ = counts;
-    resetSweepRange();
+    if (moved) resetSweepRange();  // else the user's range stays
 }
 
 void PlotsPanel::fillMethods() {

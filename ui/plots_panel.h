@@ -5,6 +5,7 @@
 #pragma once
 
 #include <QWidget>
+#include <optional>
 #include <vector>
 
 #include "core/accel/param_spec.h"
@@ -45,6 +46,7 @@ class PlotsPanel : public QWidget {
   private:
     void fillParams();
     void resetSweepRange();  // the chosen setting's whole range on the model
+    std::optional<ParamSpec> sweptParam() const;  // the setting the sweep controls name
     ModelCounts counts_;
     void fillMethods();
     void setLazyMarResults(const SideResultPtr& accel);

@@ -721,6 +721,10 @@ class UiTest : public QObject {
         plots.setModelCounts(var);
         QCOMPARE(to->value(), 9.0);
         QCOMPARE(to->maximum(), 9.0);
+        to->setValue(5);  // the user's range stays while the setting's bound does
+        var.tokens = 680;
+        plots.setModelCounts(var);
+        QCOMPARE(to->value(), 5.0);
         plots.setFamily(Family::Mar);
         varscope::ModelCounts mar;
         mar.steps = 16;
