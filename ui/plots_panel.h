@@ -45,7 +45,7 @@ class PlotsPanel : public QWidget {
 
   private:
     void fillParams();
-    void resetSweepRange();  // the chosen setting's whole range on the model
+    void resetSweepRange();                       // the chosen setting's whole range on the model
     std::optional<ParamSpec> sweptParam() const;  // the setting the sweep controls name
     ModelCounts counts_;
     void fillMethods();
