@@ -48,7 +48,7 @@ QCustomPlot* make_plot(QWidget* parent, const QString& title, const QString& x, 
 // the fewest visible data points (or line segments' midpoints), first in the order top left, top
 // right, bottom right, bottom left. Rising VAR curves leave the top left free; MAR's flat
 // per-step curves cross it, and leave the bottom free.
-Qt::Alignment emptiest_corner(const QCustomPlot* p) {
+Qt::Alignment emptiest_corner(const QCustomPlot* p, int* points_under) {
     const QCPRange xr = p->xAxis->range(), yr = p->yAxis->range();
     const Qt::Alignment corners[] = {Qt::AlignTop | Qt::AlignLeft, Qt::AlignTop | Qt::AlignRight,
                                      Qt::AlignBottom | Qt::AlignRight,
@@ -72,14 +72,23 @@ Qt::Alignment emptiest_corner(const QCustomPlot* p) {
                 count((it->key + (it + 1)->key) / 2, (it->value + (it + 1)->value) / 2);
         }
     }
-    return corners[std::min_element(counts, counts + 4) - counts];
+    const auto best = std::min_element(counts, counts + 4) - counts;
+    if (points_under) *points_under = counts[best];
+    return corners[best];
+}
+
+void place_legend(QCustomPlot* p) {
+    int under = 0;
+    Qt::Alignment corner = emptiest_corner(p, &under);
+    if (under > 0) {  // every corner has data (LazyMAR's two series): make room above it
+        const QCPRange r = p->yAxis->range();
+        p->yAxis->setRangeUpper(r.upper + 0.9 * r.size());
+        corner = emptiest_corner(p);
+    }
+    p->axisRect()->insetLayout()->setInsetAlignment(0, corner);
 }
 
 namespace {
-
-void place_legend(QCustomPlot* p) {
-    p->axisRect()->insetLayout()->setInsetAlignment(0, emptiest_corner(p));
-}
 
 void set_series(QCustomPlot* p, int graph, const QString& name, const QColor& c,
                 const QVector<double>& x, const QVector<double>& y) {

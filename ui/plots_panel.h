@@ -20,8 +20,12 @@ class QSpinBox;
 
 namespace varscope::gui {
 
-// Where a plot's legend covers the fewest of its points: the corner (top left first on ties).
-Qt::Alignment emptiest_corner(const QCustomPlot* plot);
+// Where a plot's legend covers the fewest of its points: the corner (top left first on ties);
+// *points_under: how many it still covers there.
+Qt::Alignment emptiest_corner(const QCustomPlot* plot, int* points_under = nullptr);
+// Puts the legend in the emptiest corner; where none is empty, first raises the y axis's top
+// so that the data leave the upper corners free.
+void place_legend(QCustomPlot* plot);
 
 class PlotsPanel : public QWidget {
     Q_OBJECT

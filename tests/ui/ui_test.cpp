@@ -554,6 +554,16 @@ class UiTest : public QObject {
         QVERIFY(emptiest_corner(flat.get()) & Qt::AlignBottom);
         const auto falling = plot_of({400, 200, 120, 60, 30, 16, 8, 4, 2, 1});
         QCOMPARE(emptiest_corner(falling.get()), Qt::AlignTop | Qt::AlignRight);
+        // Data in every corner (LazyMAR's computed fraction high, its drift low): the y axis
+        // grows upwards until a corner is free, and the legend goes there.
+        const auto crowded = plot_of({100, 5, 95, 3, 100, 90, 4, 98, 2, 97, 100, 6, 99, 1, 100});
+        int under = -1;
+        emptiest_corner(crowded.get(), &under);
+        QVERIFY(under > 0);
+        place_legend(crowded.get());
+        QVERIFY(emptiest_corner(crowded.get(), &under) & Qt::AlignTop);
+        QCOMPARE(under, 0);
+        QVERIFY(crowded->yAxis->range().upper > 110);
     }
 
     void heatmapsAndOverlays() {
