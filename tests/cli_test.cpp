@@ -169,6 +169,12 @@ TEST(Cli, ExistingImagesRefuseBeforeSampling) {
     EXPECT_NE(again.out.find("img_0.ppm' exists; pass --force"), std::string::npos) << again.out;
     EXPECT_EQ(again.out.find("run 1/1"), std::string::npos) << "sampled first:\n" << again.out;
     EXPECT_EQ(cli(base + " --force").code, 0);
+    // Two outputs on one file (the tokens were written over the image, rc 0): refused first,
+    // --force or not, also against a batch's numbered name.
+    auto same = cli(base + " --force --tokens-out " + dir.file("img_1.ppm"));
+    EXPECT_EQ(same.code, 2) << same.out;
+    EXPECT_NE(same.out.find("--tokens-out and --out name"), std::string::npos) << same.out;
+    EXPECT_EQ(same.out.find("run 1/1"), std::string::npos) << same.out;
 }
 
 // The benchmarks' --json path is checked before any run (a bad one used to fail, or with

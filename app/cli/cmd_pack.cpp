@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "app/cli/commands.h"
+#include "app/cli/mar_cli_common.h"  // check_distinct_outputs
 #include "core/io/checkpoint.h"
 
 #ifdef VARSCOPE_HAVE_OPENCV
@@ -109,6 +110,7 @@ int run_pack(const PackOptions& o) {
             throw std::invalid_argument("'" + (root / s).string() + "' is not a folder");
     check_writable(o.out, o.force);
     check_writable(o.classes_out, o.force);
+    check_distinct_outputs({{"--out", o.out}, {"--classes-out", o.classes_out}});
 
     json emoji;
     {

@@ -192,6 +192,22 @@ void check_output_file(const std::string& path, bool force, const std::string& f
     }
 }
 
+void check_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& outputs) {
+    std::vector<std::pair<std::string, fs::path>> seen;  // flag, normalised path
+    for (const auto& [flag, path] : outputs) {
+        if (path.empty()) continue;
+        std::error_code ec;
+        fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+        if (ec) p = fs::absolute(path).lexically_normal();
+        for (const auto& [other_flag, other] : seen)
+            if (other == p)
+                throw std::invalid_argument(
+                    other_flag + (other_flag == flag ? " names '" : " and " + flag + " name '") +
+                    path + "' twice: each output needs a file of its own");
+        seen.emplace_back(flag, p);
+    }
+}
+
 void prepare_output_dir(const std::string& dir, const std::string& flag) {
     if (dir.empty()) return;
     std::error_code ec;

@@ -64,6 +64,9 @@ private:
 // `flag` names the option in messages. std::invalid_argument on failure.
 void check_output_file(const std::string& path, bool force, const std::string& flag,
                        bool image = false);
+// Throws std::invalid_argument when two of a run's outputs ({flag, path}, empty paths ignored)
+// are one file: "-o x.png --tokens-out x.png" wrote the tokens over the image and said done.
+void check_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& outputs);
 // Creates `dir` (and parents) and checks that files can be written in it.
 void prepare_output_dir(const std::string& dir, const std::string& flag);
 
