@@ -105,9 +105,17 @@ VarPipeline VarPipeline::load(const VarModelFiles& f, const LoadOptions& o) {
 
 VarPipeline VarPipeline::random(const VarConfig& vc, const VqvaeConfig& ac, uint64_t seed,
                                 const LoadOptions& o) {
+    // The modules' default init draws from the global CPU generator, and the VQVAE keeps it:
+    // seeded from `seed` for these constructions only (then put back), so that one --init-seed
+    // gives one model in every process (the VQVAE, and so every token after the first scale,
+    // differed from run to run).
+    auto gen = at::detail::getDefaultCPUGenerator();
+    const at::Tensor saved = gen.get_state();
+    gen.set_current_seed(seed ^ 0x5eedf00du);
     VarTransformer var(vc);
-    var->init_weights(seed);
     Vqvae vae(ac);
+    gen.set_state(saved);
+    var->init_weights(seed);  // its own generator
     return VarPipeline(placed_sampler(var, vae, o));
 }
 

@@ -136,6 +136,33 @@ TEST(VarSampler, SameSeedSameImageOtherSeedOtherTokens) {
     EXPECT_LE(r1.images.max().item<float>(), 1.f);
 }
 
+// --random with one --init-seed is one model in every process: the VQVAE's default init drew
+// from the global generator, so its weights (and every token after the first scale) differed
+// between runs. Here: the same seed after the global generator moved gives the same weights.
+TEST(VarPipeline, RandomWeightsFollowTheSeedOnly) {
+    const auto vc = tiny_var_config();
+    const auto ac = varscope::testing::tiny_vqvae_config();
+    auto a = VarPipeline::random(vc, ac, 5, load_options("cpu", "fp32"));
+    (void)at::randn({1000});  // moves the global generator, as other work in a process would
+    auto b = VarPipeline::random(vc, ac, 5, load_options("cpu", "fp32"));
+    auto c = VarPipeline::random(vc, ac, 6, load_options("cpu", "fp32"));
+    const auto wa = module_state_dict(*a.sampler().vqvae());
+    const auto wb = module_state_dict(*b.sampler().vqvae());
+    const auto wc = module_state_dict(*c.sampler().vqvae());
+    bool differ = false;
+    for (const auto& [name, t] : wa) {
+        EXPECT_TRUE(at::equal(t, wb.at(name))) << name;
+        differ = differ || !at::equal(t, wc.at(name));
+    }
+    EXPECT_TRUE(differ) << "another seed should give another VQVAE";
+    // The global generator is left where it was.
+    at::manual_seed(1);
+    const auto before = at::randn({4});
+    at::manual_seed(1);
+    (void)VarPipeline::random(vc, ac, 5, load_options("cpu", "fp32"));
+    EXPECT_TRUE(at::equal(at::randn({4}), before));
+}
+
 TEST(VarSampler, SharedAdaLnVariantSamples) {
     auto pipe = tiny_pipeline(3, /*shared_aln=*/true);
     auto r = pipe.generate(tiny_options());
