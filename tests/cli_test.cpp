@@ -203,6 +203,21 @@ TEST(Cli, BadAcceleratorConfigNamesTheField) {
     auto model = cli(
         "generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel '{\"skip\": {\"last_n\": 2}}'");
     EXPECT_NE(model.out.find("must be below the model's 2 scales"), std::string::npos) << model.out;
+    // JSON that parses badly in other ways, and a folder, are bad input too (exit 3 with
+    // nlohmann's or iostream's text before).
+    varscope::testing::TempDir dir;
+    for (const std::string& accel : {std::string("'{\"fastvar\": {\"ratios\": [1e400]}}'"),
+                                     dir.path().string()}) {
+        auto r = cli("generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel " + accel);
+        EXPECT_EQ(r.code, 2) << accel << "\n" << r.out;
+        EXPECT_NE(r.out.find("--accel: "), std::string::npos) << r.out;
+    }
+    for (const std::string& random : {std::string("'{\"encoder_embed_dim\": 64'"),
+                                      dir.path().string()}) {
+        auto r = cli("generate-mar --random " + random + " --tokens-out x.safetensors");
+        EXPECT_EQ(r.code, 2) << random << "\n" << r.out;
+        EXPECT_NE(r.out.find("--random: "), std::string::npos) << r.out;
+    }
 }
 
 // docs/accelerators.md ends with `methods --markdown`: the tables there were two LazyMAR

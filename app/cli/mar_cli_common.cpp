@@ -48,9 +48,20 @@ bool writable_dir(const fs::path& dir) {
 
 MarConfig mar_config_argument(const std::string& spec) {
     if (spec.empty()) throw std::invalid_argument("--random needs a preset or a JSON config");
-    if (spec.front() == '{') return MarConfig::from_json(nlohmann::json::parse(spec));
+    // JSON errors name the flag and exit 2 (they were nlohmann's text alone, exit 3).
+    const auto config_of = [&](auto&& source, const std::string& what) {
+        try {
+            return MarConfig::from_json(nlohmann::json::parse(source));
+        } catch (const nlohmann::json::exception& e) {
+            throw std::invalid_argument("--random: " + what + ": " + e.what());
+        }
+    };
+    if (spec.front() == '{') return config_of(spec, "inline JSON");
+    std::error_code ec;
+    if (fs::is_directory(spec, ec))
+        throw std::invalid_argument("--random: '" + spec + "' is a folder, expected a preset or a JSON file");
     std::ifstream f(spec);
-    if (f) return MarConfig::from_json(nlohmann::json::parse(f));
+    if (f) return config_of(f, "'" + spec + "'");
     return MarConfig::named(spec);
 }
 

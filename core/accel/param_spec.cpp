@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -189,11 +190,14 @@ std::vector<double> ParamReader::get_real_list(const std::string& key) const {
 }
 
 nlohmann::json accel_file_json(const std::string& path, const std::string& kind) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))  // a folder opens, then fails inside iostreams
+        throw AccelConfigError(kind + "accelerator config '" + path + "' is a folder");
     std::ifstream in(path);
     if (!in) throw AccelConfigError("cannot open " + kind + "accelerator config '" + path + "'");
     try {
         return nlohmann::json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // also numbers out of range (1e400)
         throw AccelConfigError("'" + path + "' is not valid JSON: " + e.what());
     }
 }
@@ -206,7 +210,7 @@ nlohmann::json accel_argument_json(const std::string& arg,
     if (first != std::string::npos && arg[first] == '{') {
         try {
             return nlohmann::json::parse(arg);
-        } catch (const nlohmann::json::parse_error& e) {
+        } catch (const nlohmann::json::exception& e) {
             throw AccelConfigError("inline " + kind + "accelerator config is not valid JSON: " +
                                    e.what());
         }
