@@ -7,6 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/io/checkpoint.h"
+#include "core/models/sampling_recommendation.h"
+#include "core/resources.h"
 #include "tests/cli_run.h"
 #include "tests/test_util.h"
 
@@ -175,6 +178,24 @@ TEST(Cli, ExistingImagesRefuseBeforeSampling) {
     EXPECT_EQ(same.code, 2) << same.out;
     EXPECT_NE(same.out.find("--tokens-out and --out name"), std::string::npos) << same.out;
     EXPECT_EQ(same.out.find("run 1/1"), std::string::npos) << same.out;
+}
+
+// A malformed sampling recommendation in a model file is warned about and ignored: the weights
+// are fine (it refused the model with exit 3, even with every value given on the command line).
+TEST(Cli, BadSamplingRecommendationIsIgnoredWithAWarning) {
+    if (!varscope::embedded_model_available()) GTEST_SKIP() << "no embedded model";
+    const auto files = varscope::embedded_model_files();
+    varscope::testing::TempDir dir;
+    auto meta = varscope::read_safetensors_metadata(files.var_path);
+    meta.erase("varscope.quant");  // load_checkpoint gives the int8 weights dequantised
+    meta[varscope::kSamplingMetadataKey] = R"({"cfg": "x"})";
+    const std::string var = dir.file("var-bad-sampling.safetensors");
+    varscope::save_safetensors(varscope::load_checkpoint(files.var_path), var, meta);
+    auto r = cli("generate --var " + var + " --vae " + files.vae_path +
+                 " --class 1 -q -o " + dir.file("x.ppm"));
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("warning: " + var + ": varscope.sampling.cfg"), std::string::npos)
+        << r.out;
 }
 
 // The benchmarks' --json path is checked before any run (a bad one used to fail, or with

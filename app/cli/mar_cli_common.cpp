@@ -13,6 +13,7 @@
 #include "app/cli/image_io.h"
 #include "app/cli/sampling_args.h"
 #include "core/accel/lazymar.h"
+#include "core/io/state_dict.h"  // CheckpointError
 #include "core/models/sampling_recommendation.h"
 #include "core/resources.h"
 
@@ -114,7 +115,12 @@ void MarRunArgs::resolve_model() {
         std::cerr << "no --mar given: using the embedded emoji MAR (" << mar_path << ")\n";
     }
     if (mar_path.empty()) return;  // random weights: no recommendation
-    const MarSamplingRecommendation rec = read_mar_sampling_recommendation(mar_path);
+    MarSamplingRecommendation rec;
+    try {
+        rec = read_mar_sampling_recommendation(mar_path);
+    } catch (const CheckpointError& e) {  // the weights are fine: run without it
+        std::cerr << "warning: " << e.what() << "; its sampling recommendation is ignored\n";
+    }
     MarSamplingRecommendation used;
     if (rec.num_iter && !given(num_iter_opt_)) used.num_iter = num_iter = *rec.num_iter;
     if (rec.cfg && !given(cfg_opt_)) used.cfg = cfg = *rec.cfg;

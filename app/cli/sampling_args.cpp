@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "core/data/emoji_classes.h"
+#include "core/io/state_dict.h"  // CheckpointError
 #include "core/models/sampling_recommendation.h"
 #include "core/resources.h"
 #include "core/text/class_matcher.h"
@@ -63,7 +64,12 @@ int64_t class_for_prompt(const std::string& prompt, const std::string& model_pat
 
 void SamplingArgs::apply_recommendation(const std::string& var_path, VarSampleOptions& opt) const {
     if (var_path.empty()) return;  // random weights
-    const SamplingRecommendation rec = read_sampling_recommendation(var_path);
+    SamplingRecommendation rec;
+    try {
+        rec = read_sampling_recommendation(var_path);
+    } catch (const CheckpointError& e) {  // the weights are fine: run without it
+        std::cerr << "warning: " << e.what() << "; its sampling recommendation is ignored\n";
+    }
     SamplingRecommendation used;
     auto unset = [](const CLI::Option* o) { return o == nullptr || o->count() == 0; };
     if (rec.cfg && unset(cfg_option_)) used.cfg = opt.cfg = *rec.cfg;

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "core/io/checkpoint.h"
+#include "core/io/state_dict.h"  // CheckpointError
 
 namespace varscope {
 
@@ -86,7 +87,7 @@ SamplingRecommendation read_sampling_recommendation(const std::string& model_pat
     try {
         return parse_sampling_recommendation(text);
     } catch (const std::invalid_argument& e) {
-        throw std::runtime_error(model_path + ": " + e.what());
+        throw CheckpointError(model_path + ": " + e.what());
     }
 }
 
@@ -148,7 +149,7 @@ MarSamplingRecommendation read_mar_sampling_recommendation(const std::string& mo
     try {
         return parse_mar_sampling_recommendation(text);
     } catch (const std::invalid_argument& e) {
-        throw std::runtime_error(model_path + ": " + e.what());
+        throw CheckpointError(model_path + ": " + e.what());
     }
 }
 

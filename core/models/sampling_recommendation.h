@@ -27,7 +27,8 @@ struct SamplingRecommendation {
 SamplingRecommendation parse_sampling_recommendation(const std::string& json_text);
 
 // Reads the recommendation of a model file: empty for files without one (and for .pth files);
-// throws std::runtime_error (file and field named) when the entry is malformed.
+// throws CheckpointError (file and field named) when the entry is malformed. Front ends warn and
+// use no recommendation then: the weights are fine.
 SamplingRecommendation read_sampling_recommendation(const std::string& model_path);
 
 // MAR's counterpart, metadata entry "varscope.mar_sampling" (written by `train mar` from the
