@@ -8,6 +8,7 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
+#include <QFileInfo>
 #include <QIcon>
 #include <QLineEdit>
 #include <QSettings>
@@ -28,9 +29,9 @@ namespace {
 
 // Saves the window once per listed inspector tab (after the worker went idle), then quits.
 void take_screenshots(MainWindow& w, const QString& dir, const QStringList& tabs) {
-    QDir().mkpath(dir);
     QObject::connect(&w, &MainWindow::jobFinished, &w, [&w, dir, tabs] {
         QTimer::singleShot(400, &w, [&w, dir, tabs] {
+            bool failed = false;
             for (const QString& tab : tabs) {
                 auto* insp = w.inspector();
                 QStringList titles;
@@ -47,15 +48,22 @@ void take_screenshots(MainWindow& w, const QString& dir, const QStringList& tabs
                 insp->setCurrentIndex(found);
                 QApplication::processEvents();
                 QString name = tab.toLower().replace(' ', '-');
-                w.grab().save(QDir(dir).filePath("window-" + name + ".png"));
+                const QString path = QDir(dir).filePath("window-" + name + ".png");
+                if (!w.grab().save(path)) {
+                    qWarning("--screenshots: could not write %s", qPrintable(path));
+                    failed = true;
+                }
             }
             // A comparison figure with the last tab's panel, as File > Export would write it.
             varscope::gui::ExportOptions o;
             o.title = "VARScope comparison";
             o.path = QDir(dir).filePath("figure.png");
             QString error;
-            if (!w.exportFigure(o, &error, true)) qWarning("figure: %s", qPrintable(error));
-            QApplication::quit();
+            if (!w.exportFigure(o, &error, true)) {
+                qWarning("figure: %s", qPrintable(error));
+                failed = true;
+            }
+            QApplication::exit(failed ? 3 : 0);  // a run that saved nothing must not say done
         });
     });
 }
@@ -166,11 +174,14 @@ int main(int argc, char** argv) {
         const QStringList wh = cli.value(size).split('x');
         bool ok_w = false, ok_h = false;
         const int width = wh.value(0).toInt(&ok_w), height = wh.value(1).toInt(&ok_h);
-        if (wh.size() == 2 && ok_w && ok_h && width > 0 && height > 0)
-            w.resize(width, height);
-        else
-            qWarning("--size: expected WxH in pixels, e.g. 1600x1000, got '%s'",
-                     qPrintable(cli.value(size)));
+        constexpr int kMaxSide = 8192;  // the geometry is saved: a typo must not stick
+        if (wh.size() != 2 || !ok_w || !ok_h || width <= 0 || height <= 0 || width > kMaxSide ||
+            height > kMaxSide) {
+            qCritical("--size: expected WxH in pixels up to %dx%d, e.g. 1600x1000, got '%s'",
+                      kMaxSide, kMaxSide, qPrintable(cli.value(size)));
+            return 2;
+        }
+        w.resize(width, height);
     }
     // The very first start shows an emoji the embedded models draw well, not class 0 ("hash");
     // later starts restore the last request.
@@ -197,7 +208,14 @@ int main(int argc, char** argv) {
                   qPrintable(w.methodPanel()->presetNames().join(", ")));
         return 2;
     }
-    if (cli.isSet(shots)) take_screenshots(w, cli.value(shots), cli.value(tabs).split(','));
+    if (cli.isSet(shots)) {
+        const QString dir = cli.value(shots);
+        if (!QDir().mkpath(dir) || !QFileInfo(dir).isWritable()) {  // before the generation
+            qCritical("--screenshots: cannot write in '%s'", qPrintable(dir));
+            return 2;
+        }
+        take_screenshots(w, dir, cli.value(tabs).split(','));
+    }
     w.show();
     // First impression: generate with whatever the panels hold (the embedded model by default).
     QTimer::singleShot(0, &w, &MainWindow::generate);
