@@ -1,4 +1,5 @@
 // The CLI as a user meets it: exit codes and messages for bad input.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -178,6 +179,16 @@ TEST(Cli, ExistingImagesRefuseBeforeSampling) {
     EXPECT_EQ(same.code, 2) << same.out;
     EXPECT_NE(same.out.find("--tokens-out and --out name"), std::string::npos) << same.out;
     EXPECT_EQ(same.out.find("run 1/1"), std::string::npos) << same.out;
+}
+
+// A checkpoint of no known family is bad input (info exited 1, outside the documented codes).
+TEST(Cli, InfoOnAnUnknownFamilyExits2) {
+    varscope::testing::TempDir dir;
+    const std::string f = dir.file("other.safetensors");
+    varscope::save_safetensors({{"w", at::zeros({2})}}, f);
+    auto r = cli("info " + f);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("no known model family"), std::string::npos) << r.out;
 }
 
 // A malformed sampling recommendation in a model file is warned about and ignored: the weights

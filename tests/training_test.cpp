@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -90,6 +91,34 @@ TEST(Training, VarRunLearnsResumesAndExports) {
     train_var(job, out2);
     EXPECT_NE(out2.str().find("resumed at step 12"), std::string::npos) << out2.str();
     EXPECT_EQ(log_lines(dir.file("run/log.jsonl")), lines + 3);  // steps 12, 13 and the final report
+
+    // A damaged run folder is named, not trained backwards or read as miniz's words.
+    const std::string state = dir.file("run/state.json");
+    const std::string good_state = [&] {
+        std::ifstream in(state);
+        return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }();
+    for (const char* bad : {R"({"step": -5})", R"({"step": 2.5})"}) {
+        std::ofstream(state) << bad;
+        std::ostringstream sink;
+        try {
+            train_var(job, sink);
+            ADD_FAILURE() << bad << " accepted";
+        } catch (const std::invalid_argument& e) {
+            EXPECT_NE(std::string(e.what()).find("state.json is not a valid training state"),
+                      std::string::npos) << e.what();
+        }
+    }
+    std::ofstream(state) << good_state;
+    std::ofstream(dir.file("run/optimizer.pt"), std::ios::trunc) << "PK";
+    try {
+        std::ostringstream sink;
+        train_var(job, sink);
+        ADD_FAILURE() << "a truncated optimizer.pt was accepted";
+    } catch (const varscope::CheckpointError& e) {
+        EXPECT_NE(std::string(e.what()).find("optimizer.pt: cannot resume"), std::string::npos)
+            << e.what();
+    }
 
     // The fp16 export loads through the normal pipeline path.
     auto loaded = VarPipeline::load({dir.file("run/export-fp16.safetensors"), dir.file("vae.safetensors"), {}}, {});

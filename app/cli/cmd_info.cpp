@@ -34,7 +34,10 @@ Runner add_info(CLI::App& app) {
             std::cout << "  config:  " << VqvaeConfig::infer_from(d, patch_nums_256()).to_json().dump() << "\n";
         if (*list)
             for (const auto& [n, t] : all) std::cout << "  " << n << " " << t.sizes() << " " << t.scalar_type() << "\n";
-        return fam == ModelFamily::Unknown ? 1 : 0;
+        if (fam != ModelFamily::Unknown) return 0;
+        std::cerr << "error: " << *path << ": no known model family in its tensors (VAR, VQVAE, "
+                     "MAR or KL VAE)\n";
+        return 2;  // bad input, as the documented exit statuses say (it was 1)
     };
 }
 

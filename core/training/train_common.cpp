@@ -146,14 +146,23 @@ int64_t RunDirectory::resume(torch::nn::Module& model, torch::optim::Optimizer& 
     if (!fs::exists(path("state.json"))) return 0;
     std::ifstream f(path("state.json"));
     nlohmann::json st = nlohmann::json::parse(f, nullptr, false);
-    if (st.is_discarded() || !st.contains("step"))
-        throw std::invalid_argument(path("state.json") + " is not a valid training state");
+    // A step below 0 ran the schedule backwards (negative learning rates) and said done.
+    if (st.is_discarded() || !st.contains("step") || !st["step"].is_number_integer() ||
+        st["step"].get<int64_t>() < 0)
+        throw std::invalid_argument(path("state.json") +
+                                    " is not a valid training state (needs \"step\": a whole "
+                                    "number >= 0)");
     BindOptions o;
     o.what = what;
     bind_state_dict(model, load_checkpoint(path("last.safetensors")), o);
-    torch::serialize::InputArchive ar;
-    ar.load_from(path("optimizer.pt"));
-    opt.load(ar);
+    try {
+        torch::serialize::InputArchive ar;
+        ar.load_from(path("optimizer.pt"));
+        opt.load(ar);
+    } catch (const c10::Error& e) {  // a truncated file gave miniz's words without the path
+        throw CheckpointError(path("optimizer.pt") + ": cannot resume from it (" +
+                              e.what_without_backtrace() + ")");
+    }
     return st["step"].get<int64_t>();
 }
 
