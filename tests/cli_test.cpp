@@ -7,6 +7,8 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/io/checkpoint.h"
 #include "core/models/sampling_recommendation.h"
@@ -179,6 +181,39 @@ TEST(Cli, ExistingImagesRefuseBeforeSampling) {
     EXPECT_EQ(same.code, 2) << same.out;
     EXPECT_NE(same.out.find("--tokens-out and --out name"), std::string::npos) << same.out;
     EXPECT_EQ(same.out.find("run 1/1"), std::string::npos) << same.out;
+}
+
+// teacher-forward checks its input's tensors: out-of-range ids reached LibTorch's "index out of
+// range in self" (exit 3), float ids were truncated and extra scales ignored (exit 0).
+TEST(Cli, TeacherForwardChecksItsInput) {
+    varscope::testing::TempDir dir;
+    const auto ids = [](std::vector<int64_t> v) { return at::tensor(v, at::kLong); };
+    const auto run = [&](varscope::StateDict in) {
+        const std::string f = dir.file("in.safetensors");
+        std::remove(f.c_str());
+        varscope::save_safetensors(in, f);
+        return cli("teacher-forward --random 2 --patch-nums 1,2 --input " + f + " --output " +
+                   dir.file("out.safetensors"));
+    };
+    const auto t0 = ids({3}).view({1, 1}), t1 = ids({1, 2, 3, 4}).view({1, 4});
+    auto good = run({{"labels", ids({5})}, {"tokens.0", t0}, {"tokens.1", t1}});
+    EXPECT_EQ(good.code, 0) << good.out;
+    std::remove(dir.file("out.safetensors").c_str());
+    const std::vector<std::pair<varscope::StateDict, std::string>> cases = {
+        {{{"labels", ids({5000})}, {"tokens.0", t0}, {"tokens.1", t1}}, "'labels' values must be"},
+        {{{"labels", ids({5})}, {"tokens.0", ids({99999}).view({1, 1})}, {"tokens.1", t1}},
+         "'tokens.0' values must be"},
+        {{{"labels", ids({5})}, {"tokens.0", t0}, {"tokens.1", t1.to(at::kFloat)}},
+         "'tokens.1' must hold integers"},
+        {{{"labels", ids({5}).view({1, 1})}, {"tokens.0", t0}, {"tokens.1", t1}},
+         "'labels' must be (B)"},
+        {{{"labels", ids({5})}, {"tokens.0", t0}, {"tokens.1", t1}, {"tokens.2", t1}},
+         "more token maps"}};
+    for (const auto& [in, expected] : cases) {
+        auto r = run(in);
+        EXPECT_EQ(r.code, 2) << expected << "\n" << r.out;
+        EXPECT_NE(r.out.find(expected), std::string::npos) << r.out;
+    }
 }
 
 // A checkpoint of no known family is bad input (info exited 1, outside the documented codes).
