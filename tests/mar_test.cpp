@@ -100,6 +100,23 @@ TEST(MarConfig, JsonRoundTripAndValidation) {
     j["img_size"] = 72;  // not a multiple of 16
     EXPECT_THROW(MarConfig::from_json(j), std::invalid_argument);
     EXPECT_EQ(MarConfig::from_json({{"preset", "mar_large"}}).encoder_depth, 16);
+    // A misspelt key, a nonsense eps or a size that would allocate hundreds of GB is named.
+    const auto error_for = [&](const nlohmann::json& changes) {
+        auto k = c.to_json();
+        k.update(changes);
+        try {
+            MarConfig::from_json(k);
+        } catch (const std::invalid_argument& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    EXPECT_NE(error_for({{"depthh", 3}}).find("unknown field 'depthh'"), std::string::npos);
+    EXPECT_NE(error_for({{"norm_eps", -1}}).find("norm_eps"), std::string::npos);
+    EXPECT_NE(error_for({{"class_num", 2000000000}}).find("class_num must be in"),
+              std::string::npos);
+    EXPECT_NE(error_for({{"encoder_embed_dim", 0}}).find("encoder_embed_dim"), std::string::npos);
+    EXPECT_NE(error_for({{"preset", 5}}).find("'preset'"), std::string::npos);
 }
 
 TEST(MarConfig, InferredFromOwnStateDict) {

@@ -81,6 +81,10 @@ TEST(VarConfig, JsonErrorsNameTheField) {
     }
     EXPECT_THROW(VarConfig::from_json(nlohmann::json{{"patch_nums", {1, 3, 2}}}),
                  std::invalid_argument);
+    // A typo'd schedule is refused before it asks for a terabyte.
+    EXPECT_THROW(VarConfig::from_json(nlohmann::json{{"patch_nums", {1, 1000}}}),
+                 std::invalid_argument);
+    EXPECT_NO_THROW(VarConfig::from_json(nlohmann::json{{"patch_nums", {1, 2, 4, 8, 16, 32, 64}}}));
 }
 
 TEST(VarSampler, KvCachePathEqualsTeacherForward) {

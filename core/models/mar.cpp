@@ -83,19 +83,26 @@ MarConfig MarConfig::named(const std::string& name) {
 
 void MarConfig::validate() const {
     auto fail = [](const std::string& m) { throw std::invalid_argument("MAR config: " + m); };
-    auto positive = [&](const char* n, int64_t v) {
-        if (v < 1) fail(std::string(n) + " must be >= 1, got " + std::to_string(v));
+    // Upper bounds far above any MAR (MAR-H: width 1280, 20 + 20 blocks, 256 px) that stop a
+    // typo from allocating hundreds of GB (class_num 2e9).
+    auto in_range = [&](const char* n, int64_t v, int64_t hi) {
+        if (v < 1 || v > hi)
+            fail(std::string(n) + " must be in [1, " + std::to_string(hi) + "], got " +
+                 std::to_string(v));
     };
-    positive("img_size", img_size);
-    positive("vae_stride", vae_stride);
-    positive("patch_size", patch_size);
-    positive("encoder_depth", encoder_depth);
-    positive("decoder_depth", decoder_depth);
-    positive("vae_embed_dim", vae_embed_dim);
-    positive("class_num", class_num);
-    positive("buffer_size", buffer_size);
-    positive("diffloss_d", diffloss_d);
-    positive("diffloss_w", diffloss_w);
+    in_range("img_size", img_size, 4096);
+    in_range("vae_stride", vae_stride, 64);
+    in_range("patch_size", patch_size, 64);
+    in_range("encoder_embed_dim", encoder_embed_dim, 16384);
+    in_range("decoder_embed_dim", decoder_embed_dim, 16384);
+    in_range("encoder_depth", encoder_depth, 256);
+    in_range("decoder_depth", decoder_depth, 256);
+    in_range("vae_embed_dim", vae_embed_dim, 1024);
+    in_range("class_num", class_num, 1000000);
+    in_range("buffer_size", buffer_size, 4096);
+    in_range("diffloss_d", diffloss_d, 256);
+    in_range("diffloss_w", diffloss_w, 16384);
+    if (!(norm_eps > 0) || !(norm_eps < 1)) fail("norm_eps must be in (0, 1)");
     if (img_size % (vae_stride * patch_size) != 0)
         fail("img_size (" + std::to_string(img_size) + ") must be a multiple of vae_stride * " +
              "patch_size (" + std::to_string(vae_stride * patch_size) + ")");
@@ -166,8 +173,17 @@ nlohmann::json MarConfig::to_json() const {
 
 MarConfig MarConfig::from_json(const nlohmann::json& j) {
     if (!j.is_object()) throw std::invalid_argument("MAR config: expected a JSON object");
+    // A misspelt key must not fall back to the default silently ("depthh": 3 ran a MAR-B).
+    const nlohmann::json known = MarConfig{}.to_json();
+    for (const auto& [key, _] : j.items())
+        if (key != "preset" && !known.contains(key))
+            throw std::invalid_argument("MAR config: unknown field '" + key + "'");
     MarConfig c;
-    if (j.contains("preset")) c = named(j.at("preset").get<std::string>());
+    if (j.contains("preset")) {
+        if (!j.at("preset").is_string())
+            throw std::invalid_argument("MAR config: field 'preset' must be a name");
+        c = named(j.at("preset").get<std::string>());
+    }
     auto get = [&](const char* key, auto& field) {
         if (!j.contains(key)) return;
         try {

@@ -120,6 +120,10 @@ void VarConfig::validate() const {
         if (patch_nums[i] < 1 || (i && patch_nums[i] <= patch_nums[i - 1]))
             fail("patch_nums must be positive and strictly increasing, got [" + join(patch_nums) +
                  "]");
+    // Far above any schedule in use (VAR 512 px: 32, Infinity 1024 px: 64); a typo like 1000
+    // asked LibTorch for a terabyte.
+    if (patch_nums.back() > 256)
+        fail("patch_nums entries must be at most 256, got " + std::to_string(patch_nums.back()));
 }
 
 VarConfig VarConfig::infer_from(const StateDict& d, const std::vector<int64_t>& patch_nums) {
