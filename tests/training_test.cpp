@@ -10,6 +10,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/module_binding.h"
+#include "core/models/mar.h"
 #include "core/training/trainers.h"
 #include "tests/test_util.h"
 #include "tests/tiny_models.h"
@@ -59,6 +60,45 @@ TEST(Training, ConfigErrorsNameTheKey) {
     EXPECT_LT(c.lr_at(0), c.lr_at(9));
     EXPECT_NEAR(c.lr_at(10), 1e-3, 1e-9);
     EXPECT_NEAR(c.lr_at(100), 1e-4, 1e-9);  // cosine to 10 %
+}
+
+// A misspelt key is named instead of falling back to its default ("vocab_sizee" trained the
+// 256 px default VQVAE and failed later on an unrelated shape), and the shipped training configs
+// still read.
+TEST(Training, ConfigsRefuseUnknownKeysAndTheShippedOnesRead) {
+    const auto error_of = [](auto&& parse) {
+        try {
+            parse();
+        } catch (const std::invalid_argument& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    EXPECT_NE(error_of([] { TrainConfig::from_json({{"stepz", 3}}); })
+                  .find("train config: unknown field 'stepz'"),
+              std::string::npos);
+    EXPECT_NE(error_of([] { VqvaeConfig::from_json({{"vocab_sizee", 64}}); })
+                  .find("VQVAE config: unknown field 'vocab_sizee'"),
+              std::string::npos);
+    EXPECT_NE(error_of([] { VqvaeConfig::from_json({{"vocab_size", "x"}}); }).find("VQVAE config"),
+              std::string::npos);
+    EXPECT_NE(error_of([] { VarConfig::from_json({{"dept", 4}}); })
+                  .find("VAR config: unknown field 'dept'"),
+              std::string::npos);
+    for (const char* name : {"emoji-vqvae", "emoji-var", "emoji-var-d16", "emoji-mar"}) {
+        std::ifstream f(varscope::testing::source_dir() + "/resources/training/" + name + ".json");
+        ASSERT_TRUE(f.good()) << name;
+        const auto j = nlohmann::json::parse(f);
+        EXPECT_NO_THROW(TrainConfig::from_json(j.at("train"))) << name;
+        const auto& model = j.at("model");
+        const std::string n = name;
+        const auto parse_model = [&] {
+            if (n == "emoji-vqvae") return (void)VqvaeConfig::from_json(model);
+            if (n == "emoji-mar") return (void)varscope::MarConfig::from_json(model);
+            (void)VarConfig::from_json(model);
+        };
+        EXPECT_NO_THROW(parse_model()) << name;
+    }
 }
 
 TEST(Training, VarRunLearnsResumesAndExports) {

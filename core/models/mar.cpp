@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "core/io/json_fields.h"
 #include "core/io/module_binding.h"
 
 namespace varscope {
@@ -173,11 +174,7 @@ nlohmann::json MarConfig::to_json() const {
 
 MarConfig MarConfig::from_json(const nlohmann::json& j) {
     if (!j.is_object()) throw std::invalid_argument("MAR config: expected a JSON object");
-    // A misspelt key must not fall back to the default silently ("depthh": 3 ran a MAR-B).
-    const nlohmann::json known = MarConfig{}.to_json();
-    for (const auto& [key, _] : j.items())
-        if (key != "preset" && !known.contains(key))
-            throw std::invalid_argument("MAR config: unknown field '" + key + "'");
+    require_known_fields(j, MarConfig{}.to_json(), "MAR config", {"preset"});  // "depthh" ran MAR-B
     MarConfig c;
     if (j.contains("preset")) {
         if (!j.at("preset").is_string())

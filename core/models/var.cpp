@@ -10,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/io/json_fields.h"
 #include "core/io/module_binding.h"
 
 namespace varscope {
@@ -187,6 +188,7 @@ VarConfig VarConfig::from_json(const nlohmann::json& j) {
         }
     };
     if (!j.is_object()) throw std::invalid_argument("VAR config: expected a JSON object");
+    require_known_fields(j, VarConfig{}.to_json(), "VAR config");
     get("depth", c.depth);
     get("embed_dim", c.embed_dim);
     get("num_heads", c.num_heads);

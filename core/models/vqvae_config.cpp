@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/io/json_fields.h"
+
 namespace varscope {
 namespace {
 
@@ -121,6 +123,16 @@ nlohmann::json VqvaeConfig::to_json() const {
 }
 
 VqvaeConfig VqvaeConfig::from_json(const nlohmann::json& j) {
+    if (!j.is_object()) throw std::invalid_argument("VQVAE config: expected a JSON object");
+    require_known_fields(j, VqvaeConfig{}.to_json(), "VQVAE config");
+    try {
+        return from_json_fields(j);
+    } catch (const nlohmann::json::exception& e) {  // a wrong type: name the reader, exit 2
+        throw std::invalid_argument(std::string("VQVAE config: ") + e.what());
+    }
+}
+
+VqvaeConfig VqvaeConfig::from_json_fields(const nlohmann::json& j) {
     VqvaeConfig c;
     c.vocab_size = j.value("vocab_size", c.vocab_size);
     c.z_channels = j.value("z_channels", c.z_channels);

@@ -43,10 +43,13 @@ struct VqvaeConfig {
 
     nlohmann::json to_json() const;
     // Missing keys keep their defaults, so a partial object describes a variant of the default.
-    static VqvaeConfig from_json(const nlohmann::json& j);
+    static VqvaeConfig from_json(const nlohmann::json& j);  // unknown keys and types named
 
     bool operator==(const VqvaeConfig& o) const;
     bool operator!=(const VqvaeConfig& o) const { return !(*this == o); }
+
+  private:
+    static VqvaeConfig from_json_fields(const nlohmann::json& j);
 };
 
 }  // namespace varscope

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "core/io/checkpoint.h"
+#include "core/io/json_fields.h"
 #include "core/io/module_binding.h"
 #include "core/io/quant_int8.h"
 
@@ -36,6 +37,7 @@ nlohmann::json TrainConfig::to_json() const {
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
     TrainConfig c;
     if (!j.is_object()) throw std::invalid_argument("train config: expected a JSON object");
+    require_known_fields(j, c.to_json(), "train config");
     auto get = [&](const char* k, auto& v) {
         if (!j.contains(k)) return;
         try {
