@@ -43,6 +43,11 @@ TEST(Cli, NoModelGiven) {
 
 // Bad usage exits 2 whether CLI11 or the command finds it (CLI11's own codes were 105-109).
 TEST(Cli, OutOfRangeFlags) {
+    // Several classes set the batch: another --batch was ignored.
+    auto batch = cli("generate --random 2 --patch-nums 1,2 --class 1,2,3 --batch 2 -o x.ppm");
+    EXPECT_EQ(batch.code, 2) << batch.out;
+    EXPECT_NE(batch.out.find("--batch 2 does not match the 3 classes"), std::string::npos)
+        << batch.out;
     EXPECT_EQ(cli("generate --random 2 --top-p 3 -o x.ppm").code, 2);
     EXPECT_EQ(cli("generate --random 2 --device warp9 -o x.ppm").code, 2);
     EXPECT_EQ(cli("generate --random 2 --no-such-flag -o x.ppm").code, 2);

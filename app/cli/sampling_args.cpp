@@ -26,6 +26,12 @@ void SamplingArgs::add_to(CLI::App& cmd) {
 
 VarSampleOptions SamplingArgs::resolve(const VarPipeline& pipe, const ModelOptions& model) const {
     VarSampleOptions opt;
+    // Several classes set the batch themselves: a different --batch was ignored without a word.
+    if (classes.size() > 1 && batch != 1 && batch != int64_t(classes.size()))
+        throw std::invalid_argument("--batch " + std::to_string(batch) + " does not match the " +
+                                    std::to_string(classes.size()) +
+                                    " classes given (one image per class; --batch goes with "
+                                    "one class or none)");
     opt.class_ids = classes;
     if (classes.size() == 1 && batch > 1) opt.class_ids.assign(batch, classes[0]);
     opt.batch = batch;
@@ -37,6 +43,8 @@ VarSampleOptions SamplingArgs::resolve(const VarPipeline& pipe, const ModelOptio
     opt.attention = attention == "eager" ? AttentionBackend::Eager : AttentionBackend::Sdpa;
     opt.cuda_graphs = !no_cuda_graphs;
     apply_recommendation(model.effective_var_path(), opt);
+    if (random_seed && seed != 0)  // the flag wins: say so rather than drop --seed silently
+        std::cerr << "note: --random-seed ignores --seed " << seed << "\n";
     if (!prompt.empty()) {
         if (!classes.empty()) throw std::invalid_argument("pass either --prompt or --class, not both");
         opt.class_ids.assign(batch, class_for_prompt(prompt, model.effective_var_path(),
