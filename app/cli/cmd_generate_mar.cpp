@@ -116,16 +116,9 @@ int run(GenerateMarArgs& a) {
     const MarSampleOptions opt = m.options(pipe);
     if (!a.out.empty() && !pipe.sampler().has_decoder())
         throw std::invalid_argument("--out needs a VAE to decode images; use --tokens-out for latents");
-    {  // the batch is known now: existing or colliding outputs refuse before sampling
-        std::vector<std::pair<std::string, std::string>> outputs = {
-            {"--tokens-out", a.tokens_out}, {"--timings-json", a.timings_json}};
-        const int64_t n = opt.class_ids.empty() ? opt.batch : int64_t(opt.class_ids.size());
-        for (int64_t i = 0; i < n && !a.out.empty(); ++i) {
-            outputs.emplace_back("--out", numbered_path(a.out, i, n));
-            check_output_file(outputs.back().second, a.force, "--out");
-        }
-        check_distinct_outputs(outputs);
-    }
+    // The batch is known now: existing or colliding outputs refuse before sampling.
+    check_generate_outputs(a.out, opt.class_ids.empty() ? opt.batch : int64_t(opt.class_ids.size()),
+                           a.tokens_out, a.timings_json, a.force);
 
     for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt);
     std::vector<MarSampleResult> runs;

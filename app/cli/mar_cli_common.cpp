@@ -225,6 +225,17 @@ void check_distinct_outputs(const std::vector<std::pair<std::string, std::string
     }
 }
 
+void check_generate_outputs(const std::string& out, int64_t n, const std::string& tokens_out,
+                            const std::string& timings_json, bool force) {
+    std::vector<std::pair<std::string, std::string>> outputs = {{"--tokens-out", tokens_out},
+                                                                {"--timings-json", timings_json}};
+    for (int64_t i = 0; i < n && !out.empty(); ++i) {
+        outputs.emplace_back("--out", numbered_path(out, i, n));
+        check_output_file(outputs.back().second, force, "--out");
+    }
+    check_distinct_outputs(outputs);
+}
+
 void prepare_output_dir(const std::string& dir, const std::string& flag) {
     if (dir.empty()) return;
     std::error_code ec;

@@ -67,6 +67,10 @@ void check_output_file(const std::string& path, bool force, const std::string& f
 // Throws std::invalid_argument when two of a run's outputs ({flag, path}, empty paths ignored)
 // are one file: "-o x.png --tokens-out x.png" wrote the tokens over the image and said done.
 void check_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& outputs);
+// generate / generate-mar once the batch of n images is known: each numbered image (--out) is
+// checked, and no two outputs name one file.
+void check_generate_outputs(const std::string& out, int64_t n, const std::string& tokens_out,
+                            const std::string& timings_json, bool force);
 // Creates `dir` (and parents) and checks that files can be written in it.
 void prepare_output_dir(const std::string& dir, const std::string& flag);
 
