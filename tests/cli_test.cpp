@@ -54,6 +54,13 @@ TEST(Cli, OutOfRangeFlags) {
     EXPECT_EQ(cli("info /").code, 2);  // a folder where a file is expected
     EXPECT_EQ(cli("teacher-forward").code, 2);  // required options missing
     EXPECT_EQ(cli("--help").code, 0);
+    // Seeds: "-1" wrapped to 2^64 - 1 and 2^64 was clamped there, so they gave one image.
+    for (const char* seed : {"-1", "18446744073709551616", "abc"}) {
+        auto r = cli(std::string("generate --random 2 --patch-nums 1,2 -o x.ppm --seed ") + seed);
+        EXPECT_EQ(r.code, 2) << seed << "\n" << r.out;
+        EXPECT_NE(r.out.find("--seed: a seed is"), std::string::npos) << r.out;
+    }
+    EXPECT_EQ(cli("generate-mar --random mar_base --init-seed -1 --tokens-out x.st").code, 2);
 }
 
 TEST(Cli, TruncatedCheckpointAndGoodRun) {

@@ -12,6 +12,7 @@
 
 #include "app/cli/image_io.h"
 #include "app/cli/sampling_args.h"
+#include "app/cli/seed_option.h"
 #include "core/accel/lazymar.h"
 #include "core/io/state_dict.h"  // CheckpointError
 #include "core/models/sampling_recommendation.h"
@@ -71,13 +72,13 @@ void MarRunArgs::add_to(CLI::App& cmd) {
     cmd.add_flag("--raw-weights", raw_weights, "use the checkpoint's 'model' weights instead of its EMA ('model_ema')");
     vae_opt_ = cmd.add_option("--vae", vae_path, "KL-16 VAE checkpoint (kl16.ckpt); default with the embedded MAR: its KL VAE")->check(CLI::ExistingFile);
     cmd.add_option("--random", random_config, "random weights: mar_base | mar_large | mar_huge | JSON config (file or inline)");
-    cmd.add_option("--init-seed", init_seed, "seed of the random weights");
+    cmd.add_option("--init-seed", init_seed, "seed of the random weights")->check(seed_validator());
     cmd.add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
     cmd.add_option("--precision", precision, "transformer precision")->check(CLI::IsMember({"fp32", "fp16", "bf16"}))->capture_default_str();
     cmd.add_option("--class", classes, "class id(s); one per image, or one for the whole batch (-1 = unconditional)")->delimiter(',');
     cmd.add_option("-p,--prompt", prompt, "words naming the class, e.g. \"red heart\" (best match is used; ranked list printed)");
     cmd.add_option("--batch", batch, "images when one or no class is given")->check(CLI::Range(1, 4096));
-    cmd.add_option("--seed", seed, "random seed")->capture_default_str();
+    cmd.add_option("--seed", seed, "random seed")->check(seed_validator())->capture_default_str();
     num_iter_opt_ = cmd.add_option("--num-iter", num_iter, "decoding steps")->check(CLI::Range(1, 4096))->capture_default_str();
     cfg_opt_ = cmd.add_option("--cfg", cfg, "classifier-free guidance (1 = off)")->check(CLI::Range(0.0, 100.0))->capture_default_str();
     schedule_opt_ = cmd.add_option("--cfg-schedule", cfg_schedule, "guidance schedule")->check(CLI::IsMember({"linear", "constant"}))->capture_default_str();

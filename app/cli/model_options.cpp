@@ -3,6 +3,7 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "app/cli/seed_option.h"
 #include "core/resources.h"
 
 namespace varscope::cli {
@@ -15,7 +16,7 @@ void ModelOptions::add_to(CLI::App& cmd) {
     cmd.add_option("--random", random_depth,
                    "use random (official-init) weights of VAR-d<N> instead of checkpoints")
         ->check(CLI::Range(1, 64));
-    cmd.add_option("--init-seed", init_seed, "seed of the random weights");
+    cmd.add_option("--init-seed", init_seed, "seed of the random weights")->check(seed_validator());
     cmd.add_option("--patch-nums", patch_nums, "patch schedule, e.g. 1,2,3,4,5,6,8,10,13,16")
         ->delimiter(',');
     cmd.add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();

@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "app/cli/seed_option.h"
 #include "core/data/emoji_classes.h"
 #include "core/io/state_dict.h"  // CheckpointError
 #include "core/models/sampling_recommendation.h"
@@ -14,7 +15,7 @@ void SamplingArgs::add_to(CLI::App& cmd) {
     cmd.add_option("--class", classes, "class id(s); one per image, or one for the whole batch (-1 = unconditional); none = random")->delimiter(',');
     cmd.add_option("-p,--prompt", prompt, "words naming the class, e.g. \"red heart\" (best match is used; ranked list printed)");
     cmd.add_option("--batch", batch, "images to generate when one or no class is given")->check(CLI::Range(1, 4096));
-    cmd.add_option("--seed", seed, "random seed (same seed, same device: same image)")->capture_default_str();
+    cmd.add_option("--seed", seed, "random seed (same seed, same device: same image)")->check(seed_validator())->capture_default_str();
     cmd.add_flag("--random-seed", random_seed, "do not seed the sampler");
     cfg_option_ = cmd.add_option("--cfg", cfg, "classifier-free guidance scale (ramped over scales)")->check(CLI::Range(0.0, 100.0))->capture_default_str();
     top_k_option_ = cmd.add_option("--top-k", top_k, "top-k filter, 0 = off")->check(CLI::NonNegativeNumber)->capture_default_str();
