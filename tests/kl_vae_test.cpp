@@ -99,6 +99,10 @@ TEST(KlVae, PresetsAndValidation) {
     EXPECT_NE(error_of([&] { bad.validate(); }).find("scale_factor"), std::string::npos);
     EXPECT_NE(error_of([] { KlVaeConfig::from_json({{"ch_mult", "wide"}}); }).find("'ch_mult'"),
               std::string::npos);
+    // A misspelt key is named, not dropped for the default.
+    EXPECT_NE(error_of([] { KlVaeConfig::from_json({{"z_channel", 16}}); })
+                  .find("unknown field 'z_channel'"),
+              std::string::npos);
 }
 
 TEST(KlVae, Kl16HasTheOfficialTensorNamesAndShapes) {

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "core/io/checkpoint.h"
+#include "core/io/json_fields.h"
 #include "core/io/module_binding.h"
 #include "core/models/detect.h"
 #include "core/models/vqvae_blocks.h"
@@ -306,6 +307,7 @@ nlohmann::json KlVaeConfig::to_json() const {
 KlVaeConfig KlVaeConfig::from_json(const nlohmann::json& j) {
     KlVaeConfig c;
     if (!j.is_object()) throw std::invalid_argument("KlVaeConfig: expected a JSON object");
+    require_known_fields(j, KlVaeConfig{}.to_json(), "KlVaeConfig");
     auto get = [&](const char* k, auto& v) {
         if (!j.contains(k)) return;
         try {
