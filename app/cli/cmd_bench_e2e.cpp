@@ -104,7 +104,7 @@ int run(const E2eArgs& a) {
     opt.decode = a.decode;
     opt.time_scales = !a.no_scale_sync;
     std::cerr << pipe.describe() << "\n" << "device " << pipe.device() << ", batch "
-              << (opt.class_ids.empty() ? opt.batch : static_cast<int64_t>(opt.class_ids.size()))
+              << opt.images()
               << ", " << a.warmup << " warm-up + " << a.repeat << " timed runs per method\n";
 
     std::vector<MethodResult> results;
@@ -123,7 +123,7 @@ int run(const E2eArgs& a) {
     j.update({{"model", pipe.describe()},
               {"config", c.to_json()},
               {"precision", a.model.precision},
-              {"batch", opt.class_ids.empty() ? opt.batch : static_cast<int64_t>(opt.class_ids.size())},
+              {"batch", opt.images()},
               {"cfg", a.sampling.cfg},
               {"seed", a.sampling.seed},
               {"runs", a.repeat},

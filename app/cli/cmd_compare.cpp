@@ -9,7 +9,7 @@
 #include "app/cli/commands.h"
 #include "app/cli/compare_args.h"
 #include "app/cli/image_io.h"
-#include "app/cli/mar_cli_common.h"  // prepare_output_dir, check_output_file
+#include "app/cli/mar_cli_common.h"  // prepare_output_dir
 #include "app/cli/model_options.h"
 #include "app/cli/run_report.h"
 #include "app/cli/sampling_args.h"
@@ -41,10 +41,6 @@ nlohmann::json side_json(const Timed& t) {
             {"kv_bytes", t.last.kv_bytes},           {"cuda_graphs", t.last.cuda_graphs}};
 }
 
-std::string path_in(const std::string& dir, const std::string& name, int64_t i, int64_t n) {
-    return numbered_path((std::filesystem::path(dir) / name).string(), i, n);
-}
-
 int run(const CompareArgs& a) {
     if (a.accel.empty())
         throw std::invalid_argument(
@@ -54,14 +50,7 @@ int run(const CompareArgs& a) {
     prepare_output_dir(a.out_dir, "--out");  // fails before the model loads
     VarPipeline pipe = a.model.build();
     VarSampleOptions opt = a.sampling.resolve(pipe, a.model);
-    if (!a.out_dir.empty()) {  // existing files: refuse before sampling, not after
-        const int64_t n = opt.class_ids.empty() ? opt.batch : int64_t(opt.class_ids.size());
-        check_output_file(path_in(a.out_dir, "metrics.json", 0, 1), a.force, "--out");
-        for (int64_t i = 0; i < n; ++i)
-            for (const char* name : {"baseline", "accelerated", "diff"})
-                check_output_file(path_in(a.out_dir, name + default_image_extension(), i, n),
-                                  a.force, "--out");
-    }
+    a.check_outputs(opt.images(), true);  // existing files: refuse before sampling, not after
     const auto hooks = build_accelerators(accel, pipe.var_config());
     std::cerr << pipe.describe() << "\naccelerated side: " << accel.summary() << "\n";
     // Times compare only alike: where the accelerated side cannot replay CUDA graphs (AMS-KV),
@@ -125,18 +114,8 @@ int run(const CompareArgs& a) {
 
     if (!a.out_dir.empty()) {
         fs::create_directories(a.out_dir);
+        a.write_images(base.last.images, fast.last.images);
         const int64_t n = base.last.images.size(0);
-        const auto diff = abs_diff_map(base.last.images, fast.last.images);
-        for (int64_t i = 0; i < n; ++i) {
-            write_image(base.last.images[i],
-                        path_in(a.out_dir, "baseline" + default_image_extension(), i, n), a.force);
-            write_image(fast.last.images[i],
-                        path_in(a.out_dir, "accelerated" + default_image_extension(), i, n),
-                        a.force);
-            // Differences are small; amplify 4x so they are visible, clipped at white.
-            write_image(diff[i].mul(4).clamp(0, 1).unsqueeze(0).expand({3, -1, -1}),
-                        path_in(a.out_dir, "diff" + default_image_extension(), i, n), a.force);
-        }
         nlohmann::json j = environment_json(pipe.device().str());
         j.update({{"model", pipe.describe()},
                   {"config", c.to_json()},

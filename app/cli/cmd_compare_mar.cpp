@@ -48,10 +48,6 @@ nlohmann::json side_json(const Side& s) {
             {"cuda_graphs", s.last.cuda_graphs}};
 }
 
-std::string path_in(const std::string& dir, const std::string& name, int64_t i, int64_t n) {
-    return numbered_path((std::filesystem::path(dir) / name).string(), i, n);
-}
-
 int run(CompareMarArgs& a) {
     MarAccelConfig accel = MarAccelConfig::from_argument(a.accel);
     namespace fs = std::filesystem;
@@ -94,16 +90,8 @@ int run(CompareMarArgs& a) {
                       : std::string())
               << "\n";
     const bool will_decode = pipe.sampler().has_decoder();
-    if (!a.out_dir.empty()) {  // existing files: refuse before sampling, not after
-        const int64_t n = opt.class_ids.empty() ? opt.batch : int64_t(opt.class_ids.size());
-        std::vector<std::string> files = {path_in(a.out_dir, "metrics.json", 0, 1),
-                                          path_in(a.out_dir, "tokens.safetensors", 0, 1)};
-        if (will_decode)
-            for (int64_t i = 0; i < n; ++i)
-                for (const char* name : {"baseline", "accelerated", "diff"})
-                    files.push_back(path_in(a.out_dir, name + default_image_extension(), i, n));
-        for (const auto& f : files) check_output_file(f, a.force, "--out", false);
-    }
+    // Existing files: refuse before sampling, not after.
+    a.check_outputs(opt.images(), will_decode, {"tokens.safetensors"});
 
     const int64_t diffusion_steps = pipe.sampler().diffusion().schedule().num_steps();
     auto base_counter = std::make_shared<MarFlopCounter>(c, diffusion_steps);
@@ -180,19 +168,7 @@ int run(CompareMarArgs& a) {
                   << std::setprecision(4) << s[i] << "\n";
 
     if (!a.out_dir.empty()) {
-        if (images) {
-            const int64_t n = ib.size(0);
-            const auto diff = abs_diff_map(ib, ia);  // (B, H, W); x4 so small differences show
-            for (int64_t i = 0; i < n; ++i) {
-                write_image(ib[i], path_in(a.out_dir, "baseline" + default_image_extension(), i, n),
-                            a.force);
-                write_image(ia[i],
-                            path_in(a.out_dir, "accelerated" + default_image_extension(), i, n),
-                            a.force);
-                write_image(diff[i].mul(4).clamp(0, 1).unsqueeze(0).expand({3, -1, -1}),
-                            path_in(a.out_dir, "diff" + default_image_extension(), i, n), a.force);
-            }
-        }
+        if (images) a.write_images(ib, ia);
         const auto tokens_path = (fs::path(a.out_dir) / "tokens.safetensors").string();
         if (fs::exists(tokens_path) && !a.force)
             throw std::invalid_argument(tokens_path + " exists (use --force)");

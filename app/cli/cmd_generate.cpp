@@ -59,8 +59,7 @@ int run(GenerateArgs& a) {
     VarPipeline pipe = a.model.build();
     const VarSampleOptions opt = a.sampling.resolve(pipe, a.model);
     // The batch is known now: existing or colliding outputs refuse before sampling.
-    check_generate_outputs(a.out, opt.class_ids.empty() ? opt.batch : int64_t(opt.class_ids.size()),
-                           a.tokens_out, a.timings_json, a.force);
+    check_generate_outputs(a.out, opt.images(), a.tokens_out, a.timings_json, a.force);
     const auto hooks = build_accelerators(accel, pipe.var_config());
     if (hooks) std::cerr << "accelerators: " << accel.summary() << "\n";
     std::cerr << pipe.describe() << "\n";

@@ -117,8 +117,7 @@ int run(GenerateMarArgs& a) {
     if (!a.out.empty() && !pipe.sampler().has_decoder())
         throw std::invalid_argument("--out needs a VAE to decode images; use --tokens-out for latents");
     // The batch is known now: existing or colliding outputs refuse before sampling.
-    check_generate_outputs(a.out, opt.class_ids.empty() ? opt.batch : int64_t(opt.class_ids.size()),
-                           a.tokens_out, a.timings_json, a.force);
+    check_generate_outputs(a.out, opt.images(), a.tokens_out, a.timings_json, a.force);
 
     for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt);
     std::vector<MarSampleResult> runs;

@@ -34,8 +34,11 @@ CfgSchedule parse_cfg_schedule(const std::string& s);  // "linear" | "constant"
 std::string cfg_schedule_name(CfgSchedule s);
 
 struct MarSampleOptions {
-    std::vector<int64_t> class_ids;    // one per image (-1 = unconditional); empty = random labels
-    int64_t batch = 1;                 // used when class_ids is empty
+    std::vector<int64_t> class_ids;  // one per image (-1 = unconditional); empty = random labels
+    int64_t batch = 1;               // used when class_ids is empty
+    int64_t images() const {         // how many images a run makes
+        return class_ids.empty() ? batch : static_cast<int64_t>(class_ids.size());
+    }
     std::optional<uint64_t> seed = 0;  // nullopt = non-deterministic
     int64_t num_iter = 64;
     double cfg = 1.0;  // 1 = no guidance (the transformer then runs B rows)

@@ -20,8 +20,11 @@ namespace varscope {
 enum class AttentionBackend { Sdpa, Eager };
 
 struct VarSampleOptions {
-    std::vector<int64_t> class_ids;    // one per image (-1 = unconditional); empty = random labels
-    int64_t batch = 1;                 // used when class_ids is empty
+    std::vector<int64_t> class_ids;  // one per image (-1 = unconditional); empty = random labels
+    int64_t batch = 1;               // used when class_ids is empty
+    int64_t images() const {         // how many images a run makes
+        return class_ids.empty() ? batch : static_cast<int64_t>(class_ids.size());
+    }
     std::optional<uint64_t> seed = 0;  // nullopt = non-deterministic
     double cfg = 4.0;
     int64_t top_k = 900;
