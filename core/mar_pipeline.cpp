@@ -64,8 +64,13 @@ StateDict select_mar_weights(const StateDict& all, bool prefer_ema, std::string*
 
 MarPipeline MarPipeline::load(const MarModelFiles& f, const LoadOptions& o) {
     if (f.mar_path.empty()) throw CheckpointError("no MAR checkpoint given");
+    return from_checkpoint(load_checkpoint(f.mar_path), f, o);
+}
+
+MarPipeline MarPipeline::from_checkpoint(const StateDict& all, const MarModelFiles& f,
+                                         const LoadOptions& o) {
     std::string source;
-    StateDict sd = select_mar_weights(load_checkpoint(f.mar_path), f.prefer_ema, &source, f.mar_path);
+    StateDict sd = select_mar_weights(all, f.prefer_ema, &source, f.mar_path);
     MarConfig cfg = MarConfig::infer_from(sd);
     cfg.num_sampling_steps = f.num_sampling_steps;
     space_timesteps(1000, cfg.num_sampling_steps);  // a bad spec fails before the weights bind

@@ -35,6 +35,10 @@ StateDict select_mar_weights(const StateDict& all, bool prefer_ema, std::string*
 class MarPipeline {
 public:
     static MarPipeline load(const MarModelFiles& files, const LoadOptions& options);
+    // As load(), with every tensor of files.mar_path already read (core/runner reads a
+    // checkpoint once to detect its family).
+    static MarPipeline from_checkpoint(const StateDict& all, const MarModelFiles& files,
+                                       const LoadOptions& options);
     // Official-init random weights (nonzero_head: a DiffLoss head that is not all zeros, so
     // random models sample something else than pure noise), for tests and benchmarks.
     static MarPipeline random(const MarConfig& config, uint64_t seed, const LoadOptions& options,

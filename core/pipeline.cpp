@@ -92,7 +92,12 @@ at::Device parse_device(const std::string& s) {
 }
 
 VarPipeline VarPipeline::load(const VarModelFiles& f, const LoadOptions& o) {
-    StateDict var_sd = load_family(f.var_path, ModelFamily::VarTransformer, "VAR transformer");
+    return from_weights(load_family(f.var_path, ModelFamily::VarTransformer, "VAR transformer"),
+                        f, o);
+}
+
+VarPipeline VarPipeline::from_weights(StateDict var_sd, const VarModelFiles& f,
+                                      const LoadOptions& o) {
     StateDict vae_sd = load_family(f.vae_path, ModelFamily::MultiScaleVqvae, "VQVAE");
     VarConfig vc = VarConfig::infer_from(var_sd, f.patch_nums);
     VqvaeConfig ac = VqvaeConfig::infer_from(vae_sd, vc.patch_nums);

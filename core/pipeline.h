@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/io/state_dict.h"
 #include "core/models/var.h"
 #include "core/models/vqvae.h"
 #include "core/sampling/var_sampler.h"
@@ -46,6 +47,10 @@ LoadOptions load_options(const std::string& device, const std::string& precision
 class VarPipeline {
   public:
     static VarPipeline load(const VarModelFiles& files, const LoadOptions& options);
+    // As load(), with the transformer's weights already read from files.var_path (the family
+    // detection read them: core/runner reads a checkpoint once).
+    static VarPipeline from_weights(StateDict var_weights, const VarModelFiles& files,
+                                    const LoadOptions& options);
     // Official-init random weights, for benchmarks and tests (no checkpoint needed).
     static VarPipeline random(const VarConfig& var, const VqvaeConfig& vae, uint64_t seed,
                               const LoadOptions& options);

@@ -5,11 +5,11 @@
 
 namespace varscope::cli {
 
-Runner add_bench(CLI::App& app) {
+Command add_bench(CLI::App& app) {
     auto* bench = app.add_subcommand("bench", "Benchmarks: kernels vs torch backends, end to end");
     bench->require_subcommand(1);
-    auto runners = std::make_shared<std::map<CLI::App*, Runner>>();
-    auto add = [&](Runner (*fn)(CLI::App&), const char* name) {
+    auto runners = std::make_shared<std::map<CLI::App*, Command>>();
+    auto add = [&](Command (*fn)(CLI::App&), const char* name) {
         auto r = fn(*bench);
         (*runners)[bench->get_subcommand(name)] = std::move(r);
     };

@@ -228,7 +228,7 @@ int run(const E2eArgs& a) {
 
 }  // namespace
 
-Runner add_bench_e2e(CLI::App& bench) {
+Command add_bench_e2e(CLI::App& bench) {
     auto a = std::make_shared<E2eArgs>();
     auto* cmd = bench.add_subcommand("e2e", "whole sampling loop: baseline vs accelerator settings, side by side");
     a->model.add_to(*cmd);

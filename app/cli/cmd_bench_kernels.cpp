@@ -601,7 +601,7 @@ int run_cs4a(const BenchOptions& o) {
 
 }  // namespace
 
-Runner add_bench_attention(CLI::App& bench) {
+Command add_bench_attention(CLI::App& bench) {
     auto o = std::make_shared<BenchOptions>();
     auto* cmd = bench.add_subcommand(
         "attention", "CSLA block-sparse kernel vs SDPA flash / cuDNN / bool mask (and Flex)");
@@ -618,7 +618,7 @@ Runner add_bench_attention(CLI::App& bench) {
     return [o] { return run_attention(*o); };
 }
 
-Runner add_bench_cs4a(CLI::App& bench) {
+Command add_bench_cs4a(CLI::App& bench) {
     auto o = std::make_shared<BenchOptions>();
     auto* cmd =
         bench.add_subcommand("cs4a", "CS4A gathered sparse attention vs SDPA flash / cuDNN");

@@ -470,7 +470,7 @@ int run(const BenchMarArgs& a) {
 
 }  // namespace
 
-Runner add_bench_mar(CLI::App& bench) {
+Command add_bench_mar(CLI::App& bench) {
     auto a = std::make_shared<BenchMarArgs>();
     auto* cmd = bench.add_subcommand(
         "mar", "MAR (random weights) baseline vs LazyMAR: latency, FLOPs, ratios");

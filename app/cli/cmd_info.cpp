@@ -7,12 +7,13 @@
 #include "app/cli/commands.h"
 #include "core/io/checkpoint.h"
 #include "core/models/detect.h"
+#include "core/models/mar.h"
 #include "core/models/var.h"
 #include "core/models/vqvae.h"
 
 namespace varscope::cli {
 
-Runner add_info(CLI::App& app) {
+Command add_info(CLI::App& app) {
     auto* cmd = app.add_subcommand("info", "print the model family and architecture of a checkpoint");
     auto path = std::make_shared<std::string>();
     auto list = std::make_shared<bool>(false);
@@ -30,6 +31,8 @@ Runner add_info(CLI::App& app) {
                   << "\n  tensors: " << d.size() << " (" << numel / 1e6 << "M values)\n";
         if (fam == ModelFamily::VarTransformer)
             std::cout << "  config:  " << VarConfig::infer_from(d).to_json().dump() << "\n";
+        else if (fam == ModelFamily::MarTransformer)
+            std::cout << "  config:  " << MarConfig::infer_from(d).to_json().dump() << "\n";
         else if (fam == ModelFamily::MultiScaleVqvae)
             std::cout << "  config:  " << VqvaeConfig::infer_from(d, patch_nums_256()).to_json().dump() << "\n";
         if (*list)

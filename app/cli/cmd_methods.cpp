@@ -90,7 +90,7 @@ int run(bool json, bool markdown) {
 
 }  // namespace
 
-Runner add_methods(CLI::App& app) {
+Command add_methods(CLI::App& app) {
     auto* cmd = app.add_subcommand("methods", "list the accelerators, their hyperparameters and presets");
     auto json = std::make_shared<bool>(false);
     auto md = std::make_shared<bool>(false);

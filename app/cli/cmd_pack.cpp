@@ -209,7 +209,7 @@ int run_pack(const PackOptions& o) {
 
 }  // namespace
 
-Runner add_pack_emoji(CLI::App& app) {
+Command add_pack_emoji(CLI::App& app) {
     auto* cmd = app.add_subcommand(
         "pack-emoji", "pack the emoji64 PNGs into one safetensors file and write the class list");
     auto o = std::make_shared<PackOptions>();

@@ -72,7 +72,7 @@ void write_report(const TrainArgs& a, const nlohmann::json& report) {
 
 }  // namespace
 
-Runner add_train(CLI::App& app) {
+Command add_train(CLI::App& app) {
     auto* train = app.add_subcommand("train", "train the embedded models on a packed data set");
     train->require_subcommand(1);
     auto va = std::make_shared<TrainArgs>(), ta = std::make_shared<TrainArgs>();

@@ -14,8 +14,8 @@ int main(int argc, char** argv) {
     app.footer(
         "Exit status: 0 done, 2 bad input (flags, files, configs), 3 a failure while running "
         "(LibTorch, CUDA, I/O).");
-    std::map<CLI::App*, varscope::cli::Runner> runners;
-    auto add = [&](varscope::cli::Runner (*fn)(CLI::App&), const char* name) {
+    std::map<CLI::App*, varscope::cli::Command> runners;
+    auto add = [&](varscope::cli::Command (*fn)(CLI::App&), const char* name) {
         auto runner = fn(app);
         runners[app.get_subcommand(name)] = std::move(runner);
     };

@@ -55,22 +55,6 @@ VarSampleOptions SamplingArgs::resolve(const VarPipeline& pipe, const ModelOptio
     return opt;
 }
 
-int64_t class_for_prompt(const std::string& prompt, const std::string& model_path,
-                         int64_t num_classes) {
-    const std::string list = class_list_for(model_path, num_classes);
-    if (list.empty()) throw std::invalid_argument("--prompt needs a class-name list for this model; none was found");
-    auto names = load_class_list(list);
-    if (static_cast<int64_t>(names.size()) != num_classes)
-        throw std::invalid_argument(list + " names " + std::to_string(names.size()) +
-                                    " classes but the model has " + std::to_string(num_classes));
-    auto matches = ClassMatcher(std::move(names)).rank(prompt, 5);
-    if (matches.empty()) throw std::invalid_argument("no class matches the prompt '" + prompt + "'");
-    std::cerr << "prompt '" << prompt << "':";
-    for (const auto& m : matches) std::cerr << "  [" << m.class_id << "] " << m.label;
-    std::cerr << "\n";
-    return matches.front().class_id;
-}
-
 void SamplingArgs::apply_recommendation(const std::string& var_path, VarSampleOptions& opt) const {
     if (var_path.empty()) return;  // random weights
     SamplingRecommendation rec;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/cli/model_options.h"
+#include "app/cli/run_args.h"  // class_for_prompt
 #include "core/accel/accel_config.h"
 #include "core/pipeline.h"
 
@@ -43,10 +44,6 @@ public:
     VarSampleOptions resolve(const VarPipeline& pipe, const ModelOptions& model) const;
 };
 
-// The class a prompt names, matched against the class-name list that belongs to the model file
-// (class_list_for); prints the ranked matches to stderr. Shared by VAR's and MAR's commands.
-int64_t class_for_prompt(const std::string& prompt, const std::string& model_path,
-                         int64_t num_classes);
 
 // --accel: a JSON file, inline JSON or a preset name; "" = baseline.
 AccelConfig parse_accel_argument(const std::string& arg);

@@ -9,52 +9,44 @@
 
 #include "core/accel/accel_config.h"
 #include "core/accel/mar_accel_config.h"
-#include "core/io/checkpoint.h"
-#include "core/mar_pipeline.h"
 #include "core/metrics/image_metrics.h"
-#include "core/models/detect.h"
-#include "core/pipeline.h"
 #include "core/resources.h"
+#include "core/runner/runner.h"
 #include "ui/engine/engine_convert.h"
 
 namespace varscope::gui {
 namespace {
 
-// Records everything and reports each finished scale with its decoded f_hat (the preview,
-// kept for the filmstrip so it is decoded once).
+// Records everything and reports each finished step with its preview (the image so far, kept
+// for the filmstrip so it is decoded once).
 class ProgressRecorder : public ProbeRecorder {
   public:
-    using Decode = std::function<RgbImage(const at::Tensor& fhat)>;
-    ProgressRecorder(Selection sel, const ProgressFn& progress, int64_t scales, Decode decode)
-        : ProbeRecorder(std::move(sel)), progress_(progress), scales_(scales), decode_(decode) {}
+    ProgressRecorder(Selection sel, const ProgressFn& progress, int64_t steps, const Runner& runner)
+        : ProbeRecorder(std::move(sel)), progress_(progress), steps_(steps), runner_(runner) {}
     void on_scale(ScaleRecord r) override {
-        const int64_t si = r.scale;
+        const int64_t step = r.scale;
         RgbImage preview;
-        if (r.f_hat.defined() && decode_) preview = decode_(r.f_hat);
+        if (r.f_hat.defined()) {
+            const at::Tensor image = runner_.preview(r.f_hat);
+            if (image.defined()) preview = to_rgb(image);
+        }
         ProbeRecorder::on_scale(std::move(r));
-        if (progress_) progress_(si, scales_, preview);
-        previews_[si] = std::move(preview);
+        if (progress_) progress_(step, steps_, preview);
+        previews_[step] = std::move(preview);
     }
-    RgbImage preview(int64_t scale) const {
-        const auto it = previews_.find(scale);
+    RgbImage preview(int64_t step) const {
+        const auto it = previews_.find(step);
         return it == previews_.end() ? RgbImage{} : it->second;
     }
 
   private:
     const ProgressFn& progress_;
-    int64_t scales_;
-    Decode decode_;
+    int64_t steps_;
+    const Runner& runner_;
     std::map<int64_t, RgbImage> previews_;
 };
 
 }  // namespace
-
-const char* family_id(Family f) {
-    return f == Family::Mar ? "mar" : "var";
-}
-Family family_from_id(const std::string& id) {
-    return id == "mar" ? Family::Mar : Family::Var;
-}
 
 const std::vector<std::string>& model_precisions() {
     static const std::vector<std::string> names{"fp32", "bf16", "fp16"};
@@ -113,133 +105,128 @@ Engine::Engine() = default;
 Engine::~Engine() = default;
 
 bool Engine::loaded() const {
-    return pipeline_ != nullptr || mar_ != nullptr;
+    return runner_ != nullptr;
 }
 
 void Engine::load(const ModelSource& source) {
-    const LoadOptions opt = load_options(source.device, source.precision);
-    std::unique_ptr<VarPipeline> p;
-    switch (source.kind) {
-        case ModelSource::Kind::Embedded:
-            if (source.family == Family::Mar) return load_mar(source);
-            p = std::make_unique<VarPipeline>(VarPipeline::load(embedded_model_files(), opt));
-            break;
-        case ModelSource::Kind::Files:
-            // The family from the tensor names (read once more by the pipeline's loader: the
-            // price of one detection path for every file format).
-            if (detect_family_nested(load_checkpoint(source.var_path)).family ==
-                ModelFamily::MarTransformer)
-                return load_mar(source);
-            p = std::make_unique<VarPipeline>(
-                VarPipeline::load({source.var_path, source.vae_path, {}}, opt));
-            break;
-        case ModelSource::Kind::Custom:
-            throw std::invalid_argument("a custom model must be installed with set_pipeline()");
+    if (source.kind == ModelSource::Kind::Custom)
+        throw std::invalid_argument("a custom model must be installed with set_runner()");
+    ModelSpec spec;
+    spec.embedded = source.family;
+    if (source.kind == ModelSource::Kind::Files) {
+        spec.model_path = source.var_path;
+        spec.vae_path = source.vae_path;
+        if (spec.vae_path.empty() && detect_runner_family(spec.model_path) == Family::Mar)
+            throw std::invalid_argument(source.var_path +
+                                        " is a MAR model: it needs its KL VAE (e.g. kl16.ckpt) "
+                                        "to make images; open the pair again with the VAE file");
     }
-    set_pipeline(std::move(p), source);
+    spec.diffusion_steps = source.diffusion_steps;
+    set_runner(open_runner(spec, load_options(source.device, source.precision)), source);
 }
 
 void Engine::set_pipeline(std::unique_ptr<VarPipeline> pipeline, const ModelSource& source) {
-    pipeline_ = std::move(pipeline);
-    mar_.reset();
+    set_runner(var_runner(std::move(*pipeline)), source);
+}
+
+void Engine::set_mar_pipeline(std::unique_ptr<MarPipeline> pipeline, const ModelSource& source) {
+    set_runner(mar_runner(std::move(*pipeline)), source);
+}
+
+void Engine::set_runner(std::unique_ptr<Runner> runner, const ModelSource& source) {
+    runner_ = std::move(runner);
     key_ = source.key();
-    const auto& v = pipeline_->var_config();
+    const ModelShape shape = runner_->shape();
     info_ = {};
-    info_.description = pipeline_->describe();
-    info_.device = pipeline_->device().str();
+    info_.family = runner_->family();
+    info_.description = runner_->describe();
+    info_.device = runner_->device().str();
     info_.precision = source.precision;
-    info_.num_classes = v.num_classes;
-    info_.depth = v.depth;
-    info_.num_heads = v.num_heads;
-    info_.patch_nums = v.patch_nums;
-    info_.counts.scales = v.num_scales();
-    info_.counts.tokens = v.total_tokens();
-    info_.image_size = v.patch_nums.back() * pipeline_->vae_config().downsample();
-    const std::string var_path = source.kind == ModelSource::Kind::Embedded
-                                     ? embedded_model_files().var_path
-                                     : source.var_path;
-    if (!var_path.empty()) info_.class_list_path = class_list_for(var_path, v.num_classes);
+    info_.num_classes = shape.num_classes;
+    info_.depth = shape.layers;
+    info_.num_heads = shape.heads;
+    info_.patch_nums = shape.step_sides;
+    info_.counts = shape.counts;
+    info_.image_size = shape.image_size;
+    const std::string& path = runner_->model_path();
+    if (!path.empty()) info_.class_list_path = class_list_for(path, shape.num_classes);
+    if (info_.family == Family::Mar)
+        info_.diffusion_steps = runner_->settings_json({})["num_sampling_steps"].get<std::string>();
+    // A malformed recommendation must not stop the model from loading: offer none.
     try {
-        if (!var_path.empty()) info_.recommended = read_sampling_recommendation(var_path);
+        if (!path.empty() && info_.family == Family::Var)
+            info_.recommended = read_sampling_recommendation(path);
+        if (!path.empty() && info_.family == Family::Mar)
+            info_.mar_recommended = read_mar_sampling_recommendation(path);
     } catch (const std::exception&) {
-        // A malformed recommendation must not stop the model from loading: offer none.
     }
 }
 
 RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
                       const std::atomic<bool>* cancel, const ProgressFn& progress) {
-    if (mar_) return run_mar(s, accelerated, cancel, progress);
-    return run_var(s, accelerated, cancel, progress);
-}
-
-RunOutput Engine::run_var(const GenerationSettings& s, bool accelerated,
-                          const std::atomic<bool>* cancel, const ProgressFn& progress) {
-    if (!pipeline_) throw std::runtime_error("no model is loaded");
-    const auto& cfg = pipeline_->var_config();
-    VarSampleOptions opt;
+    if (!runner_) throw std::runtime_error("no model is loaded");
+    Runner& runner = *runner_;
+    SampleSettings opt;
     opt.class_ids = {s.class_id};
     opt.seed = s.seed;
     opt.cfg = s.cfg;
     opt.top_k = s.top_k;
     opt.top_p = s.top_p;
+    opt.num_iter = s.num_iter;
+    opt.cfg_schedule = parse_cfg_schedule(s.cfg_schedule);
+    opt.temperature = s.temperature;
     opt.cancel = cancel;
     opt.cuda_graphs = s.cuda_graphs;
-    opt.validate(cfg);
+    runner.validate(opt);
 
     ProbeRecorder::Selection sel;
-    if (s.attention_layer >= 0 && s.attention_layer < cfg.depth) sel.layers = {s.attention_layer};
-    sel.fhat = s.filmstrip;
+    if (s.attention_layer >= 0 && s.attention_layer < info_.depth) sel.layers = {s.attention_layer};
+    sel.fhat = s.filmstrip && runner.has_decoder();
     sel.accel = s.accel_records;
-    auto vae = pipeline_->sampler().vqvae();
-    const at::Device device = pipeline_->device();
-    ProgressRecorder rec(
-        sel, progress, cfg.num_scales(), [vae, device](const at::Tensor& f_hat) mutable {
-            c10::InferenceMode guard;
-            return to_rgb(vae->decode(f_hat.narrow(0, 0, 1).to(device))[0].add(1).mul(0.5));
-        });
+    ProgressRecorder rec(sel, progress, runner.steps(opt), runner);
 
     RunOutput out;
-    std::shared_ptr<SamplingHooks> hooks;
+    out.family = runner.family();
+    std::shared_ptr<const AccelPlan> plan;
     if (accelerated) {
-        const AccelConfig ac = AccelConfig::from_json(nlohmann::json::parse(s.accel_json));
-        out.accel_summary = ac.summary();
-        hooks = build_accelerators(ac, cfg, &rec);
+        plan = runner.parse_accel(nlohmann::json::parse(s.accel_json));
+        out.accel_summary = plan->summary();
     } else {
         out.accel_summary = "baseline";
     }
-    VarSampleResult res;
+    RunResult res;
     try {
-        res = pipeline_->generate(opt, hooks.get(), &rec);
+        res = runner.generate(opt, plan.get(), &rec);
     } catch (const SamplingCancelled&) {
         throw Cancelled();
     }
+    if (!res.images.defined())
+        throw std::runtime_error("this model has no VAE attached: nothing to show");
 
     out.image = to_rgb(res.images[0]);
     out.label = res.labels[0].item<int64_t>();
     out.overhead_ms = res.probe_millis + res.graph_capture_millis;
-    out.total_ms = res.total_millis - out.overhead_ms;
+    out.total_ms = res.model_millis();
     out.decode_ms = res.decode_millis;
     out.kv_bytes = res.kv_bytes;
-    out.cuda = device.is_cuda();
+    out.cuda = runner.device().is_cuda();
     out.cuda_graphs = res.cuda_graphs;
 
-    for (auto& r : rec.scales()) {
+    const int64_t side = info_.patch_nums.empty() ? 0 : info_.patch_nums.back();
+    for (const auto& r : rec.scales()) {
         if (cancel && cancel->load()) throw Cancelled();
         ScaleOutput so;
         so.scale = r.scale;
-        so.patch_num = r.patch_num;
+        so.patch_num = r.patch_num > 0 ? r.patch_num : side;  // MAR steps: the token grid
         so.millis = r.millis;
         so.attention_flops = r.attention_flops;
         so.skipped = r.skipped;
-        if (r.tokens.defined()) {
-            auto t = r.tokens[0].to(at::kLong).contiguous();
-            so.tokens.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
-        }
+        so.tokens = runner.step_map(res, r);
         so.fhat = rec.preview(r.scale);
         out.scales.push_back(std::move(so));
     }
     for (auto& a : rec.attention()) out.attention.push_back({a.scale, a.layer, to_array(a.probs)});
-    for (auto& a : rec.accel())
+    for (auto& a : runner.inspector_records(res, rec.accel()))
         out.accel.push_back({a.method, a.kind, a.scale, a.layer, to_array(a.data), a.values});
     return out;
 }

@@ -15,9 +15,12 @@
 #include "core/accel/param_spec.h"
 #include "core/models/sampling_recommendation.h"
 
+#include "core/runner/family.h"
+
 namespace varscope {
 class VarPipeline;
 class MarPipeline;
+class Runner;
 }  // namespace varscope
 
 namespace varscope::gui {
@@ -43,10 +46,11 @@ struct FloatArray {
     bool empty() const { return values.empty(); }
 };
 
-// VAR (next-scale prediction) or MAR (masked autoregression with a diffusion head).
-enum class Family { Var, Mar };
-const char* family_id(Family f);               // "var" | "mar"
-Family family_from_id(const std::string& id);  // anything but "mar" is VAR
+// VAR (next-scale prediction) or MAR (masked autoregression with a diffusion head): core's
+// model families (core/runner/family.h).
+using Family = varscope::Family;
+using varscope::family_from_id;
+using varscope::family_id;
 
 // The transformer precisions the app offers (ModelSource::precision), fp32 first: the panel's
 // choices, and what saved settings and start options may name.
@@ -168,7 +172,8 @@ class Engine {
     Engine& operator=(const Engine&) = delete;
 
     void load(const ModelSource& source);  // throws std::exception with a readable message
-    // Installs an already built pipeline (tests: tiny random models).
+    // Installs an already built model (tests: tiny random models).
+    void set_runner(std::unique_ptr<Runner> runner, const ModelSource& source);
     void set_pipeline(std::unique_ptr<VarPipeline> pipeline, const ModelSource& source);
     void set_mar_pipeline(std::unique_ptr<MarPipeline> pipeline, const ModelSource& source);
     bool loaded() const;
@@ -199,15 +204,7 @@ class Engine {
     static MarSamplingRecommendation embedded_mar_recommendation();  // empty when missing
 
   private:
-    RunOutput run_var(const GenerationSettings& settings, bool accelerated,
-                      const std::atomic<bool>* cancel, const ProgressFn& progress);
-    RunOutput run_mar(const GenerationSettings& settings, bool accelerated,
-                      const std::atomic<bool>* cancel,
-                      const ProgressFn& progress);  // engine_mar.cpp
-    void load_mar(const ModelSource& source);       // engine_mar.cpp
-
-    std::unique_ptr<VarPipeline> pipeline_;
-    std::unique_ptr<MarPipeline> mar_;
+    std::unique_ptr<Runner> runner_;
     ModelInfo info_;
     std::string key_;
 };

@@ -1,0 +1,370 @@
+#include "app/cli/run_args.h"
+
+#include <algorithm>
+#include <cctype>
+#include <iostream>
+#include <sstream>
+
+#include "app/cli/mar_cli_common.h"  // mar_config_argument
+#include "app/cli/seed_option.h"
+#include "core/accel/accel_config.h"
+#include "core/accel/lazymar.h"
+#include "core/accel/mar_accel_config.h"
+#include "core/data/emoji_classes.h"
+#include "core/io/state_dict.h"  // CheckpointError
+#include "core/resources.h"
+#include "core/text/class_matcher.h"
+
+namespace varscope::cli {
+namespace {
+
+bool given_in(const std::map<std::string, CLI::Option*>& options, const std::string& flag) {
+    const auto it = options.find(flag);
+    return it != options.end() && it->second->count() > 0;
+}
+
+// Refuses the flags of `family`'s settings that were given for a model of another family.
+void refuse_foreign(const std::map<std::string, CLI::Option*>& options,
+                    const std::vector<std::string>& flags, Family owner, const Runner& runner) {
+    if (runner.family() == owner) return;
+    for (const auto& f : flags)
+        if (given_in(options, f))
+            throw std::invalid_argument(f + " is a " + family_title(owner) + " setting; the model is " +
+                                        family_title(runner.family()) + " (" +
+                                        runner.describe().substr(0, runner.describe().find('\n')) +
+                                        ")");
+}
+
+const std::vector<std::string> kVarModelFlags = {"--patch-nums"};
+const std::vector<std::string> kMarModelFlags = {"--raw-weights", "--num-sampling-steps"};
+const std::vector<std::string> kVarSampleFlags = {"--top-k", "--top-p", "--more-smooth"};
+const std::vector<std::string> kMarSampleFlags = {"--num-iter", "--cfg-schedule", "--temperature",
+                                                  "--head-cfg-period"};
+
+// The range LazyMAR's parameter table gives head_cfg_period (one source for the accel JSON
+// and the flag).
+const ParamSpec& head_period_spec() {
+    for (const auto& p : LazyMarConfig::spec().params)
+        if (p.key == "head_cfg_period") return p;
+    throw std::logic_error("LazyMarConfig::spec() has no head_cfg_period");
+}
+
+bool is_depth(const std::string& s) {
+    return !s.empty() && s.size() <= 3 &&
+           std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+}  // namespace
+
+void ModelArgs::add_to(CLI::App& cmd, Family default_family) {
+    default_family_ = default_family;
+    auto& o = options_;
+    o["--var"] = cmd.add_option("--var", var_path,
+                                "VAR transformer checkpoint (.pth or .safetensors); the family is "
+                                "read from its tensors")
+                     ->check(CLI::ExistingFile);
+    o["--mar"] = cmd.add_option("--mar", mar_path,
+                                "MAR checkpoint (checkpoint-last.pth, a state dict or "
+                                ".safetensors)")
+                     ->check(CLI::ExistingFile);
+    o["--vae"] = cmd.add_option("--vae", vae_path,
+                                "the model's VAE: the multi-scale VQVAE of a VAR model, the KL-16 "
+                                "VAE (kl16.ckpt) of a MAR model; default with an embedded model: "
+                                "its own")
+                     ->check(CLI::ExistingFile);
+    o["--family"] = cmd.add_option("--family", family,
+                                   std::string("embedded model to use when no checkpoint is "
+                                               "given (default ") +
+                                       family_id(default_family) + ")")
+                        ->check(CLI::IsMember({"var", "mar"}));
+    o["--random"] = cmd.add_option("--random", random,
+                                   "random (official-init) weights: a VAR depth (e.g. 16, 30) or a "
+                                   "MAR config (mar_base | mar_large | mar_huge | JSON file or "
+                                   "inline)");
+    o["--init-seed"] =
+        cmd.add_option("--init-seed", init_seed, "seed of the random weights")->check(seed_validator());
+    o["--patch-nums"] = cmd.add_option("--patch-nums", patch_nums,
+                                       "VAR: patch schedule, e.g. 1,2,3,4,5,6,8,10,13,16")
+                            ->delimiter(',');
+    o["--device"] = cmd.add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
+    o["--precision"] =
+        cmd.add_option("--precision", precision,
+                       "transformer precision (VAR also: bf16-autocast: fp32 stream, bf16 matrix "
+                       "products, as torch.autocast; tf32: fp32 with TF32 matrix products on "
+                       "CUDA, as the official demo)")
+            ->check(CLI::IsMember({"fp32", "fp16", "bf16", "bf16-autocast", "tf32"}))
+            ->capture_default_str();
+    o["--raw-weights"] = cmd.add_flag("--raw-weights", raw_weights,
+                                      "MAR: use the checkpoint's 'model' weights instead of its "
+                                      "EMA ('model_ema')");
+    o["--num-sampling-steps"] =
+        cmd.add_option("--num-sampling-steps", sampling_steps,
+                       "MAR: diffusion respacing: N, comma-separated section counts, or ddimN "
+                       "(default: the model file's recommendation, else 100)");
+}
+
+bool ModelArgs::given(const std::string& flag) const {
+    return given_in(options_, flag);
+}
+
+Family ModelArgs::likely_family() const {
+    if (!random.empty()) return is_depth(random) ? Family::Var : Family::Mar;
+    if (!var_path.empty()) return Family::Var;
+    if (!mar_path.empty()) return Family::Mar;
+    return family.empty() ? default_family_ : family_from_id(family);
+}
+
+std::unique_ptr<Runner> ModelArgs::build() const {
+    const LoadOptions lo = load_options(device, precision);
+    std::unique_ptr<Runner> runner;
+    if (!var_path.empty() && !mar_path.empty())
+        throw std::invalid_argument("pass one checkpoint: --var or --mar");
+    if (!random.empty()) {
+        if (!var_path.empty() || !mar_path.empty() || !vae_path.empty())
+            throw std::invalid_argument("--random cannot be combined with --var/--mar/--vae");
+        if (is_depth(random)) {
+            const int depth = std::stoi(random);
+            if (depth < 1 || depth > 64)
+                throw std::invalid_argument("--random: a VAR depth must be in [1, 64], got " +
+                                            random);
+            VarConfig vc = VarConfig::for_depth(depth, patch_nums);
+            VqvaeConfig ac;  // the official vae_ch160v4096z32 architecture
+            ac.patch_nums = vc.patch_nums;
+            runner = random_var_runner(vc, ac, init_seed, lo);
+        } else {
+            if (lo.autocast || lo.tf32)
+                throw std::invalid_argument("--precision " + precision +
+                                            " is a VAR mode; a MAR model takes fp32, fp16 or bf16");
+            MarConfig c = mar_config_argument(random);
+            c.num_sampling_steps = sampling_steps;
+            runner = random_mar_runner(c, init_seed, lo);
+        }
+    } else {
+        ModelSpec spec;
+        spec.model_path = !var_path.empty() ? var_path : mar_path;
+        spec.vae_path = vae_path;
+        if (!var_path.empty()) spec.named_as = Family::Var;
+        if (!mar_path.empty()) spec.named_as = Family::Mar;
+        spec.embedded = family.empty() ? default_family_ : family_from_id(family);
+        spec.patch_nums = patch_nums;
+        spec.prefer_ema = !raw_weights;
+        if (given("--num-sampling-steps")) spec.diffusion_steps = sampling_steps;
+        if (spec.embedded_model()) {
+            if (spec.embedded == Family::Var) {
+                if (!vae_path.empty())
+                    throw std::invalid_argument(
+                        "pass both --var and --vae (or neither, for the embedded emoji model)");
+                if (!embedded_model_available())
+                    throw std::invalid_argument(
+                        "no model: pass --var and --vae checkpoints, or --random <depth> for "
+                        "random weights (the embedded emoji model was not found in " +
+                        resource_dir() + "/models)");
+                std::cerr << "no checkpoint given: using the embedded emoji VAR ("
+                          << embedded_model_files().var_path << ")\n";
+            } else {
+                std::cerr << "no checkpoint given: using the embedded emoji MAR ("
+                          << embedded_mar_files().mar_path << ")\n";
+            }
+        } else if (!var_path.empty() && vae_path.empty()) {
+            throw std::invalid_argument(
+                "pass both --var and --vae (or neither, for the embedded emoji model)");
+        }
+        // The precision modes of VAR only: refused before the file is read for a MAR one.
+        if ((lo.autocast || lo.tf32) &&
+            (spec.named_as == Family::Mar ||
+             (spec.embedded_model() && spec.embedded == Family::Mar)))
+            throw std::invalid_argument("--precision " + precision +
+                                        " is a VAR mode; a MAR model takes fp32, fp16 or bf16");
+        runner = open_runner(spec, lo);
+        if (runner->family() == Family::Mar && (lo.autocast || lo.tf32))
+            throw std::invalid_argument("--precision " + precision +
+                                        " is a VAR mode; a MAR model takes fp32, fp16 or bf16");
+    }
+    refuse_foreign(options_, kVarModelFlags, Family::Var, *runner);
+    refuse_foreign(options_, kMarModelFlags, Family::Mar, *runner);
+    return runner;
+}
+
+void SampleArgs::add_to(CLI::App& cmd) {
+    auto& o = options_;
+    o["--class"] = cmd.add_option("--class", classes,
+                                  "class id(s); one per image, or one for the whole batch (-1 = "
+                                  "unconditional); none = random")
+                       ->delimiter(',');
+    o["--prompt"] = cmd.add_option("-p,--prompt", prompt,
+                                   "words naming the class, e.g. \"red heart\" (best match is "
+                                   "used; ranked list printed)");
+    o["--batch"] = cmd.add_option("--batch", batch, "images to generate when one or no class is given")
+                       ->check(CLI::Range(1, 4096));
+    o["--seed"] = cmd.add_option("--seed", seed, "random seed (same seed, same device: same image)")
+                      ->check(seed_validator())
+                      ->capture_default_str();
+    o["--random-seed"] = cmd.add_flag("--random-seed", random_seed, "do not seed the sampler");
+    o["--cfg"] = cmd.add_option("--cfg", cfg,
+                                "classifier-free guidance scale (VAR: ramped over scales, default "
+                                "4; MAR: 1 = off, the default)")
+                     ->check(CLI::Range(0.0, 100.0));
+    o["--top-k"] = cmd.add_option("--top-k", top_k, "VAR: top-k filter, 0 = off")
+                       ->check(CLI::NonNegativeNumber)
+                       ->capture_default_str();
+    o["--top-p"] = cmd.add_option("--top-p", top_p, "VAR: top-p (nucleus) filter, 0 = off")
+                       ->check(CLI::Range(0.0, 1.0))
+                       ->capture_default_str();
+    o["--more-smooth"] = cmd.add_flag("--more-smooth", more_smooth,
+                                      "VAR: Gumbel-softmax smoothing (visualisation only)");
+    o["--num-iter"] = cmd.add_option("--num-iter", num_iter, "MAR: decoding steps")
+                          ->check(CLI::Range(1, 4096))
+                          ->capture_default_str();
+    o["--cfg-schedule"] = cmd.add_option("--cfg-schedule", cfg_schedule, "MAR: guidance schedule")
+                              ->check(CLI::IsMember({"linear", "constant"}))
+                              ->capture_default_str();
+    o["--temperature"] =
+        cmd.add_option("--temperature", temperature, "MAR: diffusion sampling temperature")
+            ->capture_default_str();
+    const ParamSpec& hp = head_period_spec();
+    const auto lo = static_cast<int64_t>(hp.min), hi = static_cast<int64_t>(hp.max);
+    o["--head-cfg-period"] =
+        cmd.add_option("--head-cfg-period", head_cfg_period,
+                       "MAR: LazyMAR's DiffLoss head condition cache (head_cfg_period): every "
+                       "N-th diffusion step runs both CFG halves, the others only the "
+                       "conditional one; 0 = off. Needs --accel with LazyMAR's condition cache")
+            ->check(CLI::Validator(
+                [lo, hi](std::string& s) -> std::string {
+                    std::istringstream in(s);
+                    int64_t v = 0;
+                    if (!(in >> v) || !in.eof())
+                        return "must be a whole number in [" + std::to_string(lo) + ", " +
+                               std::to_string(hi) + "] (0 = off), got '" + s + "'";
+                    if (v < lo || v > hi)
+                        return "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                               "] (diffusion steps per full CFG evaluation of the head; 0 = off), "
+                               "got " +
+                               s;
+                    return {};
+                },
+                "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]"));
+    o["--no-cuda-graphs"] = cmd.add_flag("--no-cuda-graphs", no_cuda_graphs,
+                                         "run every step eagerly on CUDA (no graph replay; for "
+                                         "debugging and timing)");
+    o["--attention"] = cmd.add_option("--attention", attention, "attention backend")
+                           ->check(CLI::IsMember({"sdpa", "eager"}))
+                           ->capture_default_str();
+}
+
+bool SampleArgs::given(const std::string& flag) const {
+    return given_in(options_, flag);
+}
+
+SampleSettings SampleArgs::resolve(const Runner& runner) const {
+    refuse_foreign(options_, kVarSampleFlags, Family::Var, runner);
+    refuse_foreign(options_, kMarSampleFlags, Family::Mar, runner);
+    // Several classes set the batch themselves: a different --batch was ignored without a word.
+    if (classes.size() > 1 && batch != 1 && batch != int64_t(classes.size()))
+        throw std::invalid_argument("--batch " + std::to_string(batch) + " does not match the " +
+                                    std::to_string(classes.size()) +
+                                    " classes given (one image per class; --batch goes with "
+                                    "one class or none)");
+    SampleSettings s = runner.defaults();
+    s.class_ids = classes;
+    if (classes.size() == 1 && batch > 1) s.class_ids.assign(batch, classes[0]);
+    s.batch = batch;
+    s.seed = random_seed ? std::nullopt : std::optional<uint64_t>(seed);
+    if (given("--cfg")) s.cfg = cfg;
+    s.top_k = top_k;
+    s.top_p = top_p;
+    s.more_smooth = more_smooth;
+    s.num_iter = num_iter;
+    s.cfg_schedule = parse_cfg_schedule(cfg_schedule);
+    s.temperature = temperature;
+    s.attention = attention == "eager" ? AttentionBackend::Eager : AttentionBackend::Sdpa;
+    s.cuda_graphs = !no_cuda_graphs;
+
+    std::set<std::string> named;  // settings given on the command line, by their JSON names
+    for (const auto& [flag, opt] : options_)
+        if (opt->count() > 0) {
+            std::string key = flag.substr(2);
+            std::replace(key.begin(), key.end(), '-', '_');
+            named.insert(key);
+        }
+    std::string used;
+    try {
+        used = runner.apply_recommendation(s, named);
+    } catch (const CheckpointError& e) {  // the weights are fine: run without it
+        std::cerr << "warning: " << e.what() << "; its sampling recommendation is ignored\n";
+    }
+    if (!used.empty())
+        std::cerr << "using the model's recommended " << used
+                  << " (pass the flags to override)\n";
+    if (random_seed && seed != 0)  // the flag wins: say so rather than drop --seed silently
+        std::cerr << "note: --random-seed ignores --seed " << seed << "\n";
+    if (!prompt.empty()) {
+        if (!classes.empty()) throw std::invalid_argument("pass either --prompt or --class, not both");
+        if (runner.model_path().empty())
+            throw std::invalid_argument("--prompt needs a checkpoint with class names");
+        s.class_ids.assign(batch, class_for_prompt(prompt, runner.model_path(),
+                                                   runner.shape().num_classes));
+    }
+    if (head_cfg_period > 0 && s.cfg == 1.0 && runner.family() == Family::Mar)
+        std::cerr << "note: --head-cfg-period has no effect without guidance (--cfg 1)\n";
+    runner.validate(s);
+    return s;
+}
+
+std::shared_ptr<const AccelPlan> SampleArgs::accel(const Runner& runner,
+                                                   const std::string& arg) const {
+    std::shared_ptr<const AccelPlan> plan;
+    try {
+        plan = runner.accel_from_argument(arg);
+        if (runner.family() == Family::Mar && given("--head-cfg-period")) {
+            nlohmann::json j = plan->to_json();
+            auto& lazy = j["lazymar"];
+            const int64_t before = lazy.value("head_cfg_period", int64_t{0});
+            if (before != 0 && before != head_cfg_period)
+                std::cerr << "--head-cfg-period " << head_cfg_period
+                          << " replaces the accelerator config's lazymar.head_cfg_period " << before
+                          << "\n";
+            lazy["head_cfg_period"] = head_cfg_period;
+            plan = runner.parse_accel(j);
+            if (head_cfg_period > 0 && plan->report().value("head_cfg_cache_period", 0) == 0)
+                throw std::invalid_argument(
+                    "--head-cfg-period applies to LazyMAR's condition cache, which the "
+                    "accelerated side (" +
+                    runner.accel_from_argument(arg)->summary() +
+                    ") does not use; pass --accel lazymar or lazymar-condition");
+        }
+    } catch (const AccelConfigError& e) {
+        throw std::invalid_argument(std::string("--accel: ") + e.what());
+    }
+    return plan;
+}
+
+int64_t class_for_prompt(const std::string& prompt, const std::string& model_path,
+                         int64_t num_classes) {
+    const std::string list = class_list_for(model_path, num_classes);
+    if (list.empty())
+        throw std::invalid_argument("--prompt needs a class-name list for this model; none was found");
+    auto names = load_class_list(list);
+    if (static_cast<int64_t>(names.size()) != num_classes)
+        throw std::invalid_argument(list + " names " + std::to_string(names.size()) +
+                                    " classes but the model has " + std::to_string(num_classes));
+    auto matches = ClassMatcher(std::move(names)).rank(prompt, 5);
+    if (matches.empty()) throw std::invalid_argument("no class matches the prompt '" + prompt + "'");
+    std::cerr << "prompt '" << prompt << "':";
+    for (const auto& m : matches) std::cerr << "  [" << m.class_id << "] " << m.label;
+    std::cerr << "\n";
+    return matches.front().class_id;
+}
+
+std::string all_preset_names() {
+    std::string s;
+    for (const auto& [name, _] : accel_presets()) s += (s.empty() ? "" : ", ") + name;
+    s += "; MAR: ";
+    bool first = true;
+    for (const auto& [name, _] : mar_accel_presets()) {
+        s += (first ? "" : ", ") + name;
+        first = false;
+    }
+    return s;
+}
+
+}  // namespace varscope::cli

@@ -1,0 +1,82 @@
+// The flags of the commands written once against core's Runner (generate, compare,
+// teacher-forward): the model (a checkpoint of any family, detected from its tensors; random
+// weights of either family; or an embedded emoji model) and the sampling settings of every
+// family, each family's own flags refused on another family's model.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/runner/runner.h"
+
+namespace varscope::cli {
+
+struct ModelArgs {
+    std::string var_path, mar_path, vae_path;
+    std::string random;  // a VAR depth ("16") or a MAR config (mar_base | JSON)
+    std::string family;  // the embedded model when no checkpoint is given: "var" | "mar"
+    uint64_t init_seed = 0;
+    std::vector<int64_t> patch_nums;
+    std::string device = "cpu", precision = "fp32";
+    std::string sampling_steps = "100";
+    bool raw_weights = false;
+
+    // default_family: the embedded model without --family (generate: VAR; generate-mar: MAR).
+    void add_to(CLI::App& cmd, Family default_family);
+    // Loads the model (CheckpointError / std::invalid_argument with a clear message) and refuses
+    // the other family's model flags.
+    std::unique_ptr<Runner> build() const;
+    bool given(const std::string& flag) const;  // "--patch-nums": given on the command line
+    // The family the flags point to before any file is read (--random's kind, --var / --mar,
+    // --family): what --accel is checked against before the model loads.
+    Family likely_family() const;
+
+  private:
+    Family default_family_ = Family::Var;
+    std::map<std::string, CLI::Option*> options_;
+};
+
+struct SampleArgs {
+    std::vector<int64_t> classes;
+    std::string prompt;
+    int64_t batch = 1;
+    uint64_t seed = 0;
+    bool random_seed = false;
+    double cfg = 0.0;  // unset: the family's default
+    int64_t top_k = 900;
+    double top_p = 0.95;
+    bool more_smooth = false;
+    std::string attention = "sdpa";
+    bool no_cuda_graphs = false;
+    int64_t num_iter = 64;
+    std::string cfg_schedule = "linear";
+    double temperature = 1.0;
+    int64_t head_cfg_period = 0;
+
+    void add_to(CLI::App& cmd);
+    // Settings for `runner`: its family's defaults, the flags given, the model file's
+    // recommendation for the flags not given (a note on stderr says which), a prompt matched
+    // against the model's class names. Refuses the other family's flags. std::invalid_argument.
+    SampleSettings resolve(const Runner& runner) const;
+    // --accel (a file, inline JSON or a preset; "" = baseline) for `runner`'s family, with
+    // --head-cfg-period folded into LazyMAR's config (it needs LazyMAR's condition cache).
+    std::shared_ptr<const AccelPlan> accel(const Runner& runner, const std::string& arg) const;
+    bool given(const std::string& flag) const;
+
+  private:
+    std::map<std::string, CLI::Option*> options_;
+};
+
+// The class a prompt names, matched against the class-name list that belongs to the model file
+// (class_list_for); prints the ranked matches to stderr.
+int64_t class_for_prompt(const std::string& prompt, const std::string& model_path,
+                         int64_t num_classes);
+
+// "baseline, fastvar, ..." of both families, for help texts.
+std::string all_preset_names();
+
+}  // namespace varscope::cli

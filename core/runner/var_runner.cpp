@@ -1,0 +1,247 @@
+// VAR behind the Runner interface: VarPipeline, its accelerators (core/accel/accel_config.h)
+// and the reports' VAR columns (identical tokens per scale).
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include "core/accel/accel_config.h"
+#include "core/metrics/image_metrics.h"
+#include "core/models/sampling_recommendation.h"
+#include "core/runner/runner.h"
+#include "core/runner/runner_internal.h"
+
+namespace varscope {
+namespace {
+
+class VarAccelPlan : public AccelPlan {
+  public:
+    explicit VarAccelPlan(AccelConfig c) : config(std::move(c)) {}
+    Family family() const override { return Family::Var; }
+    bool enabled() const override { return config.any_enabled(); }
+    std::string summary() const override { return config.summary(); }
+    nlohmann::json to_json() const override { return config.to_json(); }
+    AccelConfig config;
+};
+
+const AccelConfig& var_config_of(const AccelPlan* plan) {
+    static const AccelConfig baseline;
+    if (!plan) return baseline;
+    if (plan->family() != Family::Var)
+        throw std::invalid_argument("a " + std::string(family_title(plan->family())) +
+                                    " accelerator config cannot run on a VAR model");
+    return static_cast<const VarAccelPlan*>(plan)->config;
+}
+
+class VarRunner : public Runner {
+  public:
+    VarRunner(VarPipeline pipe, std::string path) : pipe_(std::move(pipe)), path_(std::move(path)) {}
+
+    Family family() const override { return Family::Var; }
+    std::string describe() const override { return pipe_.describe(); }
+    at::Device device() const override { return pipe_.device(); }
+    nlohmann::json config_json() const override { return cfg().to_json(); }
+    const std::string& model_path() const override { return path_; }
+    bool has_decoder() const override { return true; }
+    const char* step_noun() const override { return "scale"; }
+    int64_t steps(const SampleSettings&) const override { return cfg().num_scales(); }
+    SampleSettings defaults() const override { return {}; }  // cfg 4, top-k 900, top-p 0.95
+
+    StateDict teacher_forward(const StateDict& input, const std::string& source,
+                              bool eager) override {
+        const VarConfig& c = cfg();
+        const auto bad = [&](const std::string& what) {
+            return std::invalid_argument(source + ": " + what);
+        };
+        // Integer tensors with values in range: out-of-range ids reached LibTorch's "index out
+        // of range in self", and float ids were truncated without a word.
+        const auto check_ids = [&](const std::string& name, const at::Tensor& t, int64_t lo,
+                                   int64_t hi) {
+            if (at::isFloatingType(t.scalar_type()) || t.scalar_type() == at::kBool)
+                throw bad("'" + name + "' must hold integers, got " +
+                          std::string(c10::toString(t.scalar_type())));
+            if (t.numel() > 0 && (t.min().item<int64_t>() < lo || t.max().item<int64_t>() > hi))
+                throw bad("'" + name + "' values must be in [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "]");
+        };
+        const auto labels_it = input.find("labels");
+        if (labels_it == input.end()) throw bad("no 'labels' tensor");
+        const at::Tensor labels = labels_it->second;
+        if (labels.dim() != 1 || labels.size(0) < 1)
+            throw bad("'labels' must be (B) with B >= 1, got " + c10::str(labels.sizes()));
+        // -1 or num_classes (the official code's index): the unconditional embedding.
+        check_ids("labels", labels, -1, c.num_classes);
+        const int64_t B = labels.size(0);
+        const auto dev = device();
+        std::vector<at::Tensor> idx;
+        for (int64_t si = 0; si < c.num_scales(); ++si) {
+            const std::string name = "tokens." + std::to_string(si);
+            auto it = input.find(name);
+            if (it == input.end()) throw bad("no '" + name + "'");
+            const int64_t pn = c.patch_nums[si];
+            if (it->second.dim() != 2 || it->second.size(0) != B || it->second.size(1) != pn * pn)
+                throw bad("'" + name + "' must be (" + std::to_string(B) + ", " +
+                          std::to_string(pn * pn) + "), got " + c10::str(it->second.sizes()));
+            check_ids(name, it->second, 0, c.vocab_size - 1);
+            idx.push_back(it->second.to(dev, at::kLong));
+        }
+        if (input.count("tokens." + std::to_string(c.num_scales())))
+            throw bad("more token maps than the model's " + std::to_string(c.num_scales()) +
+                      " scales");
+        c10::InferenceMode guard;
+        auto x = pipe_.sampler().vqvae()->idx_to_var_input(idx);
+        auto logits =
+            pipe_.sampler().transformer()->forward_teacher(labels.to(dev, at::kLong), x, eager);
+        return {{"logits", logits.cpu()}, {"x_BLCv", x.to(at::kFloat).cpu()}};
+    }
+
+    ModelShape shape() const override {
+        const VarConfig& v = cfg();
+        ModelShape s;
+        s.num_classes = v.num_classes;
+        s.image_size = v.patch_nums.back() * pipe_.vae_config().downsample();
+        s.layers = v.depth;
+        s.heads = v.num_heads;
+        s.step_sides = v.patch_nums;
+        s.counts.scales = v.num_scales();
+        s.counts.tokens = v.total_tokens();
+        return s;
+    }
+
+    void validate(const SampleSettings& s) const override { options(s).validate(cfg()); }
+
+    nlohmann::json settings_json(const SampleSettings& s) const override {
+        nlohmann::json j = {{"cfg", s.cfg}, {"top_k", s.top_k}, {"top_p", s.top_p}};
+        if (s.more_smooth) j["more_smooth"] = true;
+        return j;
+    }
+
+    std::string apply_recommendation(SampleSettings& s,
+                                     const std::set<std::string>& given) const override {
+        if (path_.empty()) return {};
+        const SamplingRecommendation rec = read_sampling_recommendation(path_);
+        SamplingRecommendation used;
+        if (rec.cfg && !given.count("cfg")) used.cfg = s.cfg = *rec.cfg;
+        if (rec.top_k && !given.count("top_k")) used.top_k = s.top_k = *rec.top_k;
+        if (rec.top_p && !given.count("top_p")) used.top_p = s.top_p = *rec.top_p;
+        return used.describe();
+    }
+
+    const std::vector<MethodSpec>& methods() const override { return accel_methods(); }
+    const std::map<std::string, nlohmann::json>& presets() const override {
+        return accel_presets();
+    }
+    std::shared_ptr<const AccelPlan> parse_accel(const nlohmann::json& j) const override {
+        return std::make_shared<VarAccelPlan>(AccelConfig::from_json(j));
+    }
+    std::shared_ptr<const AccelPlan> accel_from_argument(const std::string& arg) const override {
+        return var_accel_plan(arg);
+    }
+    bool graphs_possible(const AccelPlan* accel, const SampleSettings&) const override {
+        const auto hooks = build_accelerators(var_config_of(accel), cfg());
+        return !hooks || hooks->graph_signature(cfg()).has_value();
+    }
+
+    RunResult generate(const SampleSettings& s, const AccelPlan* accel,
+                       ProbeSink* probe) override {
+        const auto hooks = build_accelerators(var_config_of(accel), cfg(), probe);
+        VarSampleResult r = pipe_.generate(options(s), hooks.get(), probe);
+        RunResult out;
+        out.images = r.images;
+        out.labels = r.labels;
+        out.latents = r.f_hat;
+        out.step_tokens = r.tokens;
+        out.step_millis = r.scale_millis;
+        out.decode_millis = r.decode_millis;
+        out.total_millis = r.total_millis;
+        out.probe_millis = r.probe_millis;
+        out.graph_capture_millis = r.graph_capture_millis;
+        out.kv_bytes = r.kv_bytes;
+        out.kv_bytes_peak = r.kv_bytes_peak;
+        out.attention_flops = r.attention_flops;
+        out.cuda_graphs = r.cuda_graphs;
+        out.flops = {{"attention", r.attention_flops}, {"total", r.attention_flops}};
+        out.tensors["labels"] = r.labels.cpu();
+        for (size_t si = 0; si < r.tokens.size(); ++si)
+            out.tensors["tokens." + std::to_string(si)] = r.tokens[si].cpu();
+        return out;
+    }
+
+    at::Tensor preview(const at::Tensor& f_hat) const override {
+        c10::InferenceMode guard;
+        auto vae = pipe_.sampler().vqvae();
+        return vae->decode(f_hat.narrow(0, 0, 1).to(device()))[0].add(1).mul(0.5);
+    }
+
+    std::vector<nlohmann::json> compare_steps(const RunResult& base,
+                                              const RunResult& accel) const override {
+        std::vector<nlohmann::json> steps;
+        const auto agreement = token_agreement(base.step_tokens, accel.step_tokens);
+        for (size_t si = 0; si < agreement.size(); ++si)
+            steps.push_back({{"patch_num", cfg().patch_nums[si]},
+                             {"identical_tokens", agreement[si].fraction()},
+                             {"undecoded_tokens", agreement[si].undecoded}});
+        return steps;
+    }
+    nlohmann::json compare_summary(const RunResult&, const RunResult&) const override {
+        return nlohmann::json::object();
+    }
+
+    std::vector<AccelRecord> inspector_records(const RunResult&,
+                                               std::vector<AccelRecord> recorded) const override {
+        return recorded;
+    }
+    std::vector<int64_t> step_map(const RunResult&, const ScaleRecord& record) const override {
+        if (!record.tokens.defined()) return {};
+        const auto t = record.tokens[0].to(at::kCPU, at::kLong).contiguous();
+        return {t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel()};
+    }
+
+  private:
+    const VarConfig& cfg() const { return pipe_.var_config(); }
+    VarSampleOptions options(const SampleSettings& s) const {
+        VarSampleOptions o;
+        o.class_ids = s.class_ids;
+        o.batch = s.batch;
+        o.seed = s.seed;
+        o.cfg = s.cfg;
+        o.top_k = s.top_k;
+        o.top_p = s.top_p;
+        o.more_smooth = s.more_smooth;
+        o.attention = s.attention;
+        o.time_scales = s.time_steps;
+        o.decode = s.decode;
+        o.cuda_graphs = s.cuda_graphs;
+        o.cancel = s.cancel;
+        return o;
+    }
+
+    // mutable: generating changes the sampler's graph cache, not what the model is.
+    mutable VarPipeline pipe_;
+    std::string path_;
+};
+
+}  // namespace
+
+std::shared_ptr<const AccelPlan> var_accel_plan(const std::string& arg) {
+    return std::make_shared<VarAccelPlan>(arg.empty() ? AccelConfig{} : AccelConfig::from_argument(arg));
+}
+
+std::unique_ptr<Runner> var_runner(VarPipeline pipeline, std::string model_path) {
+    return std::make_unique<VarRunner>(std::move(pipeline), std::move(model_path));
+}
+
+std::unique_ptr<Runner> random_var_runner(const VarConfig& var, const VqvaeConfig& vae,
+                                          uint64_t seed, const LoadOptions& options) {
+    return var_runner(VarPipeline::random(var, vae, seed, options));
+}
+
+std::unique_ptr<Runner> load_var_runner(StateDict weights, const ModelSpec& spec,
+                                        const LoadOptions& options) {
+    VarModelFiles files{spec.model_path, spec.vae_path, spec.patch_nums};
+    if (files.vae_path.empty())
+        throw std::invalid_argument(spec.model_path +
+                                    " is a VAR model: it needs its multi-scale VQVAE (--vae)");
+    return var_runner(VarPipeline::from_weights(std::move(weights), files, options),
+                      spec.model_path);
+}
+
+}  // namespace varscope
