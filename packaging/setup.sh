@@ -38,6 +38,7 @@ packages=(
     python3 python3-venv python3-pip
     libopencv-dev libopencv-contrib-dev
     libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
+    clang-format
 )
 gui_packages=(qt6-base-dev qt6-svg-dev libqcustomplot-dev xvfb xauth)
 if [ "${VARSCOPE_NO_GUI:-0}" = "1" ]; then
