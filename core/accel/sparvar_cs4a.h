@@ -58,6 +58,23 @@ at::Tensor map_selection(const at::Tensor& source_selection,
                          int64_t target_scale, int64_t query_block, int64_t sink_tokens,
                          bool patch);
 
+// map_selection in two halves, so the host-side index maps can be staged on the device before
+// a CUDA graph captures the device half: the maps of one (S, K) pair, then their use.
+struct SelectionMap {
+    at::Tensor blocks;   // int64 (G_K): source query block of each target block (homography)
+    at::Tensor keys;     // point: relative_scale_alignment; patch: patch_alignment
+    int64_t kv_len = 0;  // N_<=K
+    bool patch = false;
+    int64_t fanout = 1;  // most target keys one source key maps to (1 for the point mapping)
+    SelectionMap to(const at::Device& device) const;
+};
+SelectionMap selection_map(const std::vector<int64_t>& patch_nums, int64_t decision_scale,
+                           int64_t target_scale, int64_t query_block, int64_t source_blocks,
+                           bool patch);
+// Device ops only (no host copies, no syncs): capturable.
+at::Tensor map_selection(const at::Tensor& source_selection, const SelectionMap& map,
+                         int64_t sink_tokens);
+
 // Per-query-block selection (B, H, G, Lk) expanded to token rows (B, H, Lq, Lk).
 at::Tensor expand_query_blocks(const at::Tensor& selection, int64_t query_block, int64_t q_len);
 
