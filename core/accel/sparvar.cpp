@@ -64,14 +64,43 @@ at::Tensor gathered_per_head(const BlockContext& ctx, const at::Tensor& q, const
     return out.view({B, H, G * query_block, d}).narrow(2, 0, lq);
 }
 
-// (query, key) pairs of a per-query-block selection (B, H, G, Lk) over lq query rows: a double
-// scalar on the selection's device (read later: take_deferred_attention_flops).
-at::Tensor selected_pairs(const at::Tensor& selection, int64_t query_block, int64_t lq) {
-    const int64_t G = selection.size(2);
-    const auto counts = selection.sum({-1}, false, at::kDouble);  // (B, H, G)
+// (query, key) pairs of per-query-block key counts (B, H, G) over lq query rows: a double
+// scalar on the counts' device (read later: take_deferred_attention_flops).
+at::Tensor pairs_of_counts(const at::Tensor& counts, int64_t query_block, int64_t lq) {
+    const int64_t G = counts.size(2);
+    const auto c = counts.to(at::kDouble);
     // Every block has query_block rows but the last, which has G * query_block - lq fewer.
-    return counts.sum().mul(static_cast<double>(query_block)) -
-           counts.select(2, G - 1).sum().mul(static_cast<double>(G * query_block - lq));
+    return c.sum().mul(static_cast<double>(query_block)) -
+           c.select(2, G - 1).sum().mul(static_cast<double>(G * query_block - lq));
+}
+at::Tensor selected_pairs(const at::Tensor& selection, int64_t query_block, int64_t lq) {
+    return pairs_of_counts(selection.sum({-1}, false, at::kDouble), query_block, lq);
+}
+
+// gathered_per_head over key lists (sparvar_cs4a.h KeyLists): each (b, h)'s keys offset into
+// the long sequence, the padding -1 as the kernel's lists are padded. `part`: how the cost model
+// books the kernel (the decision scale's residual pass is the method's overhead).
+at::Tensor gathered_lists(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& v, const sparvar::KeyLists& lists, int64_t query_block,
+                          double softmax_scale, CostPart part) {
+    const int64_t B = q.size(0), H = q.size(1), lq = q.size(2), d = q.size(3), lk = k.size(2);
+    const int64_t G = lists.keys.size(2), W = lists.keys.size(3), n = B * H * G;
+    const auto qf = at::constant_pad_nd(q, {0, 0, 0, G * query_block - lq}, 0)
+                        .reshape({1, 1, B * H * G * query_block, d});
+    const auto kf = k.reshape({1, 1, B * H * lk, d}), vf = v.reshape({1, 1, B * H * lk, d});
+    const auto offset = at::arange(B * H, lists.keys.options()).mul(lk).view({B, H, 1, 1});
+    const auto keys =
+        at::where(lists.keys.lt(lk), lists.keys + offset, at::full({}, -1, lists.keys.options()))
+            .reshape({n, W})
+            .to(at::kInt);
+    kernels::AttentionOptions opt;
+    opt.scale = softmax_scale;
+    opt.path = kernels::KernelPath::Cuda;
+    ctx.mark(part);
+    const auto out = kernels::gathered_attention(
+                         qf, kf, vf, keys, lists.counts.reshape({n}).to(at::kInt), query_block, opt)
+                         .out;
+    return out.view({B, H, G * query_block, d}).narrow(2, 0, lq);
 }
 
 class SparVar : public SamplingHooks {
@@ -144,8 +173,20 @@ public:
 
 private:
     struct Cs4aState {
-        at::Tensor selection;  // bool (2B, H, G_S, N_<=S), sinks included
-        at::Tensor cache;      // float (2B, H, N_S, d): O_dense - O_sparse at S; or undefined
+        // The decision scale's kept keys (sinks included): key lists on the kernel path, the
+        // bool mask (2B, H, G_S, N_<=S) on the reference path and for the patch mapping.
+        sparvar::KeyLists lists;
+        at::Tensor selection;
+        int64_t kv_len = 0;  // N_<=S
+        at::Tensor cache;    // float (2B, H, N_S, d): O_dense - O_sparse at S; or undefined
+        int64_t rows() const {
+            return lists.keys.defined()  ? lists.keys.size(0)
+                   : selection.defined() ? selection.size(0)
+                                         : -1;
+        }
+        at::Tensor mask() const {
+            return selection.defined() ? selection : sparvar::selection_from_lists(lists, kv_len);
+        }
     };
     struct CslaEntry {
         sparvar::CslaScaleMask mask;
@@ -297,6 +338,7 @@ private:
         at::Tensor o_dense, sums;
         if (use_kernels) {
             o_dense = attention_sdpa(q, k, v, softmax_scale);
+            ctx.mark(CostPart::Overhead);  // scoring: the column sums' two QK^T passes
             sums = kernels::block_column_sum(q, k, C, softmax_scale, kernels::KernelPath::Cuda);
         } else {
             at::Tensor probs;
@@ -314,21 +356,28 @@ private:
                                {"query_block", static_cast<double>(C)},
                                {"kv_len", static_cast<double>(lk)}}});
         auto& st = states_[ctx.layer];
-        st.selection = sparvar::selection_from_indices(inds, lk);
+        st.kv_len = lk;
         // Sinks join the set at S too, so O_cache is the residual of the same kind of set that
         // the later scales attend to.
-        if (sink_tokens_ > 0) st.selection.narrow(3, 0, std::min(sink_tokens_, lk)).fill_(true);
+        st.lists =
+            use_kernels ? sparvar::decision_key_lists(inds, sink_tokens_, lk) : sparvar::KeyLists{};
+        st.selection = at::Tensor();
+        if (!use_kernels || cfg_.patch_mapping) {
+            st.selection = sparvar::selection_from_indices(inds, lk);
+            if (sink_tokens_ > 0) st.selection.narrow(3, 0, std::min(sink_tokens_, lk)).fill_(true);
+        }
         st.cache = at::Tensor();
         if (cfg_.use_cache) {
-            defer_flops(ctx, selected_pairs(st.selection, C, lq), q.size(3));
+            defer_flops(ctx,
+                        use_kernels ? pairs_of_counts(st.lists.counts, C, lq)
+                                    : selected_pairs(st.selection, C, lq),
+                        q.size(3));
             const auto o_sparse =
                 use_kernels
-                    ? gathered_per_head(ctx, q, k, v, st.selection, C, softmax_scale,
-                                        decision_width(lk))
+                    ? gathered_lists(ctx, q, k, v, st.lists, C, softmax_scale, CostPart::Overhead)
                           .to(at::kFloat)
                     : sparvar::masked_attention(q, k, v, softmax_scale,
                                                 sparvar::expand_query_blocks(st.selection, C, lq));
-            ctx.mark(CostPart::Overhead);  // the residual itself is overhead, like its pass
             st.cache = o_dense.to(at::kFloat) - o_sparse;
         }
         report_flops(ctx, pairs, q.size(3));
@@ -339,30 +388,49 @@ private:
     at::Tensor cs4a_sparse(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
                            const at::Tensor& v, double softmax_scale) {
         const auto& st = states_[ctx.layer];
-        if (!st.selection.defined() || st.selection.size(0) != q.size(0))
+        if (st.rows() != q.size(0))
             throw std::logic_error("sparvar: layer " + str(ctx.layer) + " reached scale " +
                                    str(ctx.scale.scale) + " without its decision scale " +
                                    str(decision_));
         const auto& pns = ctx.scale.config.patch_nums;
         ctx.mark(CostPart::Overhead);  // index maps and key lists
         const auto& map = cs4a_map(ctx.scale.config, ctx.scale.scale, q.device());
-        const auto sel = sparvar::map_selection(st.selection, map, sink_tokens_);
-        if (wants(probe_kinds::kCs4aMapped))
-            probe_->on_accel({kMethod, probe_kinds::kCs4aMapped, ctx.scale.scale, ctx.layer,
-                              sparvar::selection_lists(sel),
-                              {{"kept_fraction", sel[0].to(at::kFloat).mean().item<double>()},
-                               {"decision_scale", static_cast<double>(decision_)}}});
         report_flops(ctx, 0.0, q.size(3));  // the pairs follow on the device
-        defer_flops(ctx, selected_pairs(sel, cfg_.query_block, q.size(2)), q.size(3));
-        // Mapped keys: at most fanout per key kept at S, plus the sinks.
-        const int64_t width =
-            std::min(map.kv_len, decision_width(st.selection.size(3)) * map.fanout + sink_tokens_);
-        auto o = cs4a_kernels(q)
-                     ? gathered_per_head(ctx, q, k, v, sel, cfg_.query_block, softmax_scale, width)
-                           .to(at::kFloat)
-                     : sparvar::masked_attention(
-                           q, k, v, softmax_scale,
-                           sparvar::expand_query_blocks(sel, cfg_.query_block, q.size(2)));
+        const bool use_kernels = cs4a_kernels(q);
+        auto probe_mapped = [&](const at::Tensor& sel) {
+            if (wants(probe_kinds::kCs4aMapped))
+                probe_->on_accel({kMethod,
+                                  probe_kinds::kCs4aMapped,
+                                  ctx.scale.scale,
+                                  ctx.layer,
+                                  sparvar::selection_lists(sel),
+                                  {{"kept_fraction", sel[0].to(at::kFloat).mean().item<double>()},
+                                   {"decision_scale", static_cast<double>(decision_)}}});
+        };
+        at::Tensor o;
+        if (use_kernels && !map.patch && st.lists.keys.defined()) {
+            // The kernel path maps the lists themselves: O(kept keys) per block, no masks.
+            const auto lists = sparvar::map_key_lists(st.lists, st.kv_len, map, sink_tokens_);
+            if (wants(probe_kinds::kCs4aMapped))
+                probe_mapped(sparvar::selection_from_lists(lists, map.kv_len));
+            defer_flops(ctx, pairs_of_counts(lists.counts, cfg_.query_block, q.size(2)), q.size(3));
+            o = gathered_lists(ctx, q, k, v, lists, cfg_.query_block, softmax_scale,
+                               CostPart::Attention)
+                    .to(at::kFloat);
+        } else {
+            const auto sel = sparvar::map_selection(st.mask(), map, sink_tokens_);
+            probe_mapped(sel);
+            defer_flops(ctx, selected_pairs(sel, cfg_.query_block, q.size(2)), q.size(3));
+            // Mapped keys: at most fanout per key kept at S, plus the sinks.
+            const int64_t width =
+                std::min(map.kv_len, decision_width(st.kv_len) * map.fanout + sink_tokens_);
+            o = use_kernels
+                    ? gathered_per_head(ctx, q, k, v, sel, cfg_.query_block, softmax_scale, width)
+                          .to(at::kFloat)
+                    : sparvar::masked_attention(
+                          q, k, v, softmax_scale,
+                          sparvar::expand_query_blocks(sel, cfg_.query_block, q.size(2)));
+        }
         ctx.mark(CostPart::Overhead);  // O_cache upsampled and added
         if (st.cache.defined())
             o = o + sparvar::upsample_cache(st.cache, pns[decision_], pns[ctx.scale.scale]);

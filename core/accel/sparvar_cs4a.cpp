@@ -140,6 +140,53 @@ at::Tensor map_selection(const at::Tensor& src, const std::vector<int64_t>& pns,
     return map_selection(src, map, sink_tokens);
 }
 
+namespace {
+// Ascending unique entries first: sorts, turns repeats into `pad`, sorts again; counts the
+// entries below pad.
+KeyLists unique_sorted(const at::Tensor& keys, int64_t pad) {
+    auto sorted = std::get<0>(keys.sort(-1));
+    const int64_t w = sorted.size(-1);
+    if (w > 1) {
+        const auto repeat = sorted.narrow(-1, 1, w - 1).eq(sorted.narrow(-1, 0, w - 1));
+        sorted.narrow(-1, 1, w - 1).masked_fill_(repeat, pad);
+        sorted = std::get<0>(sorted.sort(-1));
+    }
+    return {sorted, sorted.lt(pad).sum(-1)};
+}
+// keys with the first `sinks` ids added (ids below sinks already in keys become pad).
+at::Tensor with_sinks(const at::Tensor& keys, int64_t sinks, int64_t pad) {
+    if (sinks <= 0) return keys;
+    auto sizes = keys.sizes().vec();
+    sizes.back() = sinks;
+    const auto sink_ids = at::arange(sinks, keys.options()).expand(sizes);
+    return at::cat({sink_ids, keys.masked_fill(keys.lt(sinks), pad)}, -1);
+}
+}  // namespace
+
+KeyLists decision_key_lists(const at::Tensor& top, int64_t sink_tokens, int64_t kv_len) {
+    return unique_sorted(with_sinks(top, std::min(sink_tokens, kv_len), kv_len), kv_len);
+}
+
+KeyLists map_key_lists(const KeyLists& src, int64_t source_kv_len, const SelectionMap& map,
+                       int64_t sink_tokens) {
+    TORCH_CHECK(!map.patch, "map_key_lists: the point mapping only");
+    const auto keys = src.keys.index_select(2, map.blocks);
+    const auto valid = keys.lt(source_kv_len);
+    const auto mapped = map.keys.index_select(0, keys.clamp_max(source_kv_len - 1).reshape({-1}))
+                            .view(keys.sizes());
+    const auto target = at::where(valid, mapped, at::full({}, map.kv_len, keys.options()));
+    return unique_sorted(with_sinks(target, std::min(sink_tokens, map.kv_len), map.kv_len),
+                         map.kv_len);
+}
+
+at::Tensor selection_from_lists(const KeyLists& lists, int64_t kv_len) {
+    auto sizes = lists.keys.sizes().vec();
+    sizes.back() = kv_len + 1;  // the padding lands in the extra column
+    return at::zeros(sizes, lists.keys.options().dtype(at::kBool))
+        .scatter_(-1, lists.keys, true)
+        .narrow(-1, 0, kv_len);
+}
+
 at::Tensor expand_query_blocks(const at::Tensor& selection, int64_t query_block, int64_t q_len) {
     // Row r takes block r / C: an index_select, which needs no host sync (a graph captures it).
     const auto block_of_row =

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call for issue #30: build the CLI and the GPU tests from a snapshot
-# (/work/main/.device/snap.sh), run the GPU tests (GPU_TESTS: a gtest filter, default all), then
+# (/work/main/.device/snap.sh), run the GPU tests (GPU_TESTS: a gtest filter, default all; CPU_TESTS:
+# a filter of the CPU suite to run there too, default none), then
 # `varscope-cli bench e2e` with its per-step cost model for VAR-d30 (random weights) on the
 # 13-scale 1024x1024 schedule in bf16, for each batch in BATCHES (default "1 8"). Each step is
 # skipped once the call has run BUDGET_S seconds (default 480), so the call ends inside its
@@ -16,9 +17,13 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit --for
 cmake -S . -B "$BUILD" -G Ninja -DVARSCOPE_BUILD_GUI=OFF -DVARSCOPE_WITH_OPENCV=OFF \
   -DVARSCOPE_WERROR=OFF -DVARSCOPE_CUDA_ARCHS=90a -DVARSCOPE_PYTHON="$(command -v python3)" \
   -DCMAKE_PREFIX_PATH="$PWD/.device/deps" > /tmp/cmake.log 2>&1 || { tail -20 /tmp/cmake.log; exit 1; }
-ninja -C "$BUILD" -j16 varscope-cli varscope_gpu_tests > /tmp/build.log 2>&1 ||
-  { grep -B2 -A12 -m5 "error" /tmp/build.log; exit 1; }
+ninja -C "$BUILD" -j16 varscope-cli varscope_gpu_tests ${CPU_TESTS:+varscope_tests} \
+  > /tmp/build.log 2>&1 || { grep -B2 -A12 -m5 "error" /tmp/build.log; exit 1; }
 stamp built
+if [ -n "${CPU_TESTS:-}" ]; then  # a gtest filter of the CPU suite, run here too
+  "$BUILD/tests/varscope_tests" --gtest_filter="$CPU_TESTS" > "$OUT/cpu_tests.log" 2>&1
+  echo "cpu tests rc=$?"; grep -E "^\[  FAILED  \]|tests ran|PASSED" "$OUT/cpu_tests.log" | head
+fi
 timeout "${TEST_TIMEOUT_S:-180}" "$BUILD/tests/varscope_gpu_tests" --gtest_filter="${GPU_TESTS:-*}" \
   > "$OUT/gpu_tests.log" 2>&1
 echo "gpu tests rc=$?"
