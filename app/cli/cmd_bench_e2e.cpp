@@ -4,7 +4,7 @@
 // tokens stay identical to the baseline's for the same seed. The dense baseline replays CUDA
 // graphs on CUDA (captured during the warm-up; capture time reported separately); a method
 // name with the suffix "@eager" runs without them (e.g. "baseline@eager"). Accelerators whose
-// hooks declare a graph signature (skip, FastVAR, LazyVAR, SparVAR's CSLA) replay graphs too;
+// hooks declare a graph signature (skip, FastVAR, LazyVAR, SparVAR) replay graphs too;
 // with both "X" and "X@eager" the JSON says whether their tokens are identical.
 //
 // Cost model (core/sampling/step_cost.h; --no-cost-model turns it off): per method and step,
