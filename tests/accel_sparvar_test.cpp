@@ -566,3 +566,40 @@ TEST(SparVarConfigErrors, NamesTheField) {
     EXPECT_EQ(c.cs4a_layers(4), 2);
     EXPECT_EQ(SparVarConfig{}.cs4a_layers(16), 10);
 }
+
+// The kernel path's key lists hold exactly the masks' key sets: at the decision scale (Top-k
+// plus sinks, Top-k ids among the sinks counted once) and after the point mapping to every later
+// scale (several source keys on one target key counted once), ascending, padded with kv_len.
+TEST(SparVarCs4a, KeyListsEqualTheMasks) {
+    const std::vector<int64_t> pns{1, 2, 3, 4, 6, 8};
+    const int64_t S = 3, C = 4, sinks = 5;  // sinks: scales 0, 1
+    int64_t kv_s = 0;
+    for (int64_t s = 0; s <= S; ++s) kv_s += pns[s] * pns[s];
+    const int64_t G = (pns[S] * pns[S] + C - 1) / C;
+    at::manual_seed(3);
+    for (const int64_t top : std::vector<int64_t>{1, 6, kv_s}) {
+        SCOPED_TRACE("top " + std::to_string(top));
+        const auto sums = at::rand({2, 3, G, kv_s});
+        const auto inds = sparvar::top_k_indices(sums, top);
+        auto mask = sparvar::selection_from_indices(inds, kv_s);
+        mask.narrow(3, 0, sinks).fill_(true);
+        const auto lists = sparvar::decision_key_lists(inds, sinks, kv_s);
+        EXPECT_EQ(lists.keys.size(3), top + sinks);
+        EXPECT_TRUE(sparvar::selection_from_lists(lists, kv_s).equal(mask));
+        EXPECT_TRUE(lists.counts.equal(mask.sum(-1)));
+        // Kept keys first and ascending, then the padding.
+        const auto keys = lists.keys;
+        const auto w = keys.size(3);
+        EXPECT_TRUE(keys.narrow(3, 1, w - 1).ge(keys.narrow(3, 0, w - 1)).all().item<bool>());
+        EXPECT_TRUE(keys.lt(kv_s).sum(-1).equal(lists.counts));
+        for (int64_t K = S + 1; K < static_cast<int64_t>(pns.size()); ++K) {
+            SCOPED_TRACE("K " + std::to_string(K));
+            const auto map = sparvar::selection_map(pns, S, K, C, G, false);
+            const auto want = sparvar::map_selection(mask, map, sinks);
+            const auto got = sparvar::map_key_lists(lists, kv_s, map, sinks);
+            EXPECT_TRUE(sparvar::selection_from_lists(got, map.kv_len).equal(want));
+            EXPECT_TRUE(got.counts.equal(want.sum(-1)));
+            EXPECT_TRUE(got.keys.lt(map.kv_len).sum(-1).equal(got.counts));
+        }
+    }
+}

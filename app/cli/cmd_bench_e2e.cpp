@@ -4,14 +4,22 @@
 // tokens stay identical to the baseline's for the same seed. The dense baseline replays CUDA
 // graphs on CUDA (captured during the warm-up; capture time reported separately); a method
 // name with the suffix "@eager" runs without them (e.g. "baseline@eager"). Accelerators whose
-// hooks declare a graph signature (skip, FastVAR, LazyVAR, SparVAR's CSLA) replay graphs too;
+// hooks declare a graph signature (skip, FastVAR, LazyVAR, SparVAR) replay graphs too;
 // with both "X" and "X@eager" the JSON says whether their tokens are identical.
+//
+// Cost model (core/sampling/step_cost.h; --no-cost-model turns it off): per method and step,
+// the device time and FLOPs of the input, projections, attention, FFN, the method's own
+// overhead and the head, the time outside the transformer forward (sampling, f_hat update,
+// step-level hooks), and the kernels each step's CUDA graph launches. The part times come from
+// two extra runs with CUDA events between the parts (the second is read; the events cost a
+// little, so these runs are not the timed ones: "cost_model.timed_total_ms" says how much).
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
 #include <chrono>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 
 #include "app/cli/commands.h"
 #include "app/cli/mar_cli_common.h"  // check_output_file
@@ -35,6 +43,7 @@ struct E2eArgs {
     bool force = false;
     bool decode = false;         // time the VQVAE decode too (as the official sampler returns images)
     bool no_scale_sync = false;  // no device sync per scale (per-scale times are then host times)
+    bool no_cost_model = false;  // no extra runs with part times
 };
 
 constexpr const char* kEagerSuffix = "@eager";
@@ -51,7 +60,119 @@ struct MethodResult {
     VarSampleResult last;
     int64_t peak_bytes = 0;
     double capture_ms = 0.0;  // CUDA graph capture, summed over all runs (the first one captures)
+    std::optional<VarSampleResult> cost;  // the run with part times (CUDA, cost model on)
 };
+
+nlohmann::json parts_json(const std::array<double, kCostParts>& v) {
+    nlohmann::json j = nlohmann::json::object();
+    for (int p = 0; p < kCostParts; ++p) j[cost_part_name(static_cast<CostPart>(p))] = v[p];
+    return j;
+}
+
+// The cost model of one method: per step, from the timed runs' median scale times, the FLOPs
+// and launches of the last timed run and the part times of the cost run.
+nlohmann::json cost_model_json(const MethodResult& r, const std::vector<double>& median_scale_ms) {
+    nlohmann::json steps = nlohmann::json::array();
+    std::array<double, kCostParts> ms_sum{}, flops_sum{};
+    double outside_sum = 0.0;
+    int64_t launches = 0;
+    bool all_graphs = true, all_timed = r.cost.has_value();
+    for (size_t i = 0; i < r.last.step_costs.size(); ++i) {
+        const auto& sc = r.last.step_costs[i];
+        nlohmann::json st = {{"scale", sc.scale},
+                             {"scales", sc.scales},
+                             {"ms", median_scale_ms.at(sc.scale)},
+                             {"launches", sc.launches},
+                             {"flops", parts_json(sc.flops)}};
+        for (int p = 0; p < kCostParts; ++p) flops_sum[p] += sc.flops[p];
+        if (sc.launches >= 0)
+            launches += sc.launches;
+        else
+            all_graphs = false;
+        const StepCost* timed =
+            r.cost && i < r.cost->step_costs.size() && r.cost->step_costs[i].timed
+                ? &r.cost->step_costs[i]
+                : nullptr;
+        if (timed) {
+            double parts = 0.0;
+            for (int p = 0; p < kCostParts; ++p) {
+                ms_sum[p] += timed->ms[p];
+                parts += timed->ms[p];
+            }
+            // The step's device-synchronised time in the same run, less its forward's parts.
+            const double outside = r.cost->scale_millis.at(sc.scale) - parts;
+            outside_sum += outside;
+            st["part_ms"] = parts_json(timed->ms);
+            st["outside_ms"] = outside;
+            st["timed_step_ms"] = r.cost->scale_millis.at(sc.scale);
+        } else {
+            all_timed = false;
+        }
+        steps.push_back(st);
+    }
+    nlohmann::json j = {{"steps", steps}, {"flops", parts_json(flops_sum)}};
+    if (all_graphs) j["launches"] = launches;
+    if (all_timed) {
+        j["part_ms"] = parts_json(ms_sum);
+        j["outside_ms"] = outside_sum;
+        double total = 0.0;
+        for (double v : r.cost->scale_millis) total += v;
+        j["timed_total_ms"] = total;
+    }
+    return j;
+}
+
+// The readable cost table of one method: one line per step, then the sums.
+void print_cost_table(const nlohmann::json& m) {
+    const auto& cm = m["cost_model"];
+    const bool timed = cm.contains("part_ms");
+    std::cout << "\n"
+              << m["name"].get<std::string>() << ": per-step cost"
+              << (timed ? " (ms from the event-timed run; 'clean' = the timed runs' median)"
+                        : " (no part times)")
+              << "\n";
+    std::cout << std::right << std::setw(5) << "scale" << std::setw(8) << "clean" << std::setw(7)
+              << "launch";
+    for (const char* h : {"input", "proj", "attn", "ffn", "ovhd", "head", "outside"})
+        std::cout << std::setw(8) << h;
+    std::cout << std::setw(9) << "GFLOP" << std::setw(7) << "attn%"
+              << "\n";
+    auto line = [&](const std::string& label, double clean, int64_t launches,
+                    const nlohmann::json* part_ms, const nlohmann::json* outside,
+                    const nlohmann::json& flops) {
+        std::cout << std::setw(5) << label << std::fixed << std::setprecision(2) << std::setw(8)
+                  << clean << std::setw(7) << (launches >= 0 ? std::to_string(launches) : "-");
+        double parts = 0.0, attn = 0.0;
+        for (int p = 0; p < kCostParts; ++p) {
+            const char* name = cost_part_name(static_cast<CostPart>(p));
+            if (part_ms) {
+                const double v = (*part_ms)[name].get<double>();
+                parts += v;
+                if (p == static_cast<int>(CostPart::Attention)) attn = v;
+                std::cout << std::setw(8) << v;
+            } else {
+                std::cout << std::setw(8) << "-";
+            }
+        }
+        if (outside)
+            std::cout << std::setw(8) << outside->get<double>();
+        else
+            std::cout << std::setw(8) << "-";
+        double gflop = 0.0;
+        for (const auto& [k, v] : flops.items()) gflop += v.get<double>() / 1e9;
+        std::cout << std::setw(9) << std::setprecision(1) << gflop << std::setw(6)
+                  << std::setprecision(0) << (parts > 0 ? 100.0 * attn / parts : 0.0) << "%\n";
+    };
+    double clean_sum = 0.0;
+    for (const auto& st : cm["steps"]) {
+        clean_sum += st["ms"].get<double>();
+        line(std::to_string(st["scale"].get<int64_t>()), st["ms"].get<double>(),
+             st["launches"].get<int64_t>(), st.contains("part_ms") ? &st["part_ms"] : nullptr,
+             st.contains("outside_ms") ? &st["outside_ms"] : nullptr, st["flops"]);
+    }
+    line("sum", clean_sum, cm.contains("launches") ? cm["launches"].get<int64_t>() : -1,
+         timed ? &cm["part_ms"] : nullptr, timed ? &cm["outside_ms"] : nullptr, cm["flops"]);
+}
 
 MethodResult run_method(VarPipeline& pipe, VarSampleOptions opt, const std::string& name,
                         const E2eArgs& a) {
@@ -88,11 +209,19 @@ MethodResult run_method(VarPipeline& pipe, VarSampleOptions opt, const std::stri
             m.scale_ms.push_back(m.last.scale_millis);
         }
         if (cuda) m.peak_bytes = kernels::cuda_memory(dev).peak_allocated - before;
+        if (cuda && !a.no_cost_model) {
+            // The first run captures the event-timed graphs (a graph run), the second is read.
+            VarSampleOptions timed = opt;
+            timed.time_parts = true;
+            for (int i = 0; i < 2; ++i) m.cost = pipe.generate(timed, hooks.get());
+        }
     } catch (const c10::OutOfMemoryError&) {
         m.error = "out of device memory";
     } catch (const std::exception& e) {
         m.error = e.what();
     }
+    // Each method's graph sets hold a KV cache of their own: free them before the next method.
+    pipe.sampler().clear_cuda_graphs();
     if (cuda) kernels::empty_cuda_cache();
     return m;
 }
@@ -155,7 +284,8 @@ int run(const E2eArgs& a) {
                   {"attention_flops", r.last.attention_flops},
                   {"kv_bytes_end", r.last.kv_bytes},
                   {"kv_bytes_peak", r.last.kv_bytes_peak},
-                  {"peak_device_bytes", r.peak_bytes}});
+                  {"peak_device_bytes", r.peak_bytes},
+                  {"cost_model", cost_model_json(r, per_scale)}});
         // "X" and "X@eager" in one run: the same seed, so the graphs must draw the eager tokens.
         const std::string partner_name =
             ends_with(r.name, kEagerSuffix)
@@ -199,6 +329,8 @@ int run(const E2eArgs& a) {
         save_safetensors(t, a.tokens_out, {{"seed", std::to_string(a.sampling.seed)}, {"method", results.front().name}});
     }
 
+    for (const auto& m : methods)
+        if (m.contains("cost_model")) print_cost_table(m);
     // The short table, last.
     std::cout << "\n" << std::left << std::setw(18) << "method" << std::right << std::setw(11)
               << "total ms" << std::setw(9) << "speedup" << std::setw(11) << "attn FLOPs" << std::setw(10)
@@ -241,6 +373,8 @@ Command add_bench_e2e(CLI::App& bench) {
     cmd->add_option("--tokens-out", a->tokens_out, "write the first method's token maps (last run) as .safetensors");
     cmd->add_flag("--decode", a->decode, "include the VQVAE decode in the timings");
     cmd->add_flag("--no-scale-sync", a->no_scale_sync, "no device sync per scale (totals only are device times)");
+    cmd->add_flag("--no-cost-model", a->no_cost_model,
+                  "skip the two extra runs per method that time the parts of each step (CUDA)");
     return [a]() { return run(*a); };
 }
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -32,10 +33,13 @@ double dense_pairs(const at::Tensor& q, const at::Tensor& k) {
 // Gathered attention with its own key set per (batch row, head, query block): selection bool
 // (B, H, G, Lk). The kernel shares its lists across batch rows and heads, so each (b, h) becomes
 // its own stretch of one long sequence: queries padded to whole blocks, key ids offset by
-// (b * H + h) * Lk. Output (B, H, Lq, d) in q's dtype.
-at::Tensor gathered_per_head(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                             const at::Tensor& selection, int64_t query_block,
-                             double softmax_scale) {
+// (b * H + h) * Lk. Output (B, H, Lq, d) in q's dtype. `width`: the lists' width, a bound on
+// every block's count known from the settings (the kernel reads `counts` entries of each list),
+// so nothing here waits for the device and a CUDA graph can capture it; eager runs use the same
+// width, so both launch the same kernel on the same lists.
+at::Tensor gathered_per_head(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
+                             const at::Tensor& v, const at::Tensor& selection, int64_t query_block,
+                             double softmax_scale, int64_t width) {
     const int64_t B = q.size(0), H = q.size(1), lq = q.size(2), d = q.size(3), lk = k.size(2);
     const int64_t G = selection.size(2), n = B * H * G;
     const auto qf = at::constant_pad_nd(q, {0, 0, 0, G * query_block - lq}, 0)
@@ -43,7 +47,6 @@ at::Tensor gathered_per_head(const at::Tensor& q, const at::Tensor& k, const at:
     const auto kf = k.reshape({1, 1, B * H * lk, d}), vf = v.reshape({1, 1, B * H * lk, d});
     const auto sel = selection.reshape({n, lk});
     const auto counts = sel.sum(-1);
-    const int64_t width = counts.max().item<int64_t>();
     const auto lopt = counts.options().dtype(at::kLong);
     const auto keys = at::arange(lk, lopt).unsqueeze(0) +
                       at::arange(n, lopt).div(G, "floor").mul(lk).unsqueeze(1);
@@ -54,19 +57,50 @@ at::Tensor gathered_per_head(const at::Tensor& q, const at::Tensor& k, const at:
     kernels::AttentionOptions opt;
     opt.scale = softmax_scale;
     opt.path = kernels::KernelPath::Cuda;
+    ctx.mark(CostPart::Attention);
     const auto out = kernels::gathered_attention(qf, kf, vf, lists.to(at::kInt),
                                                  counts.to(at::kInt), query_block, opt)
                          .out;
     return out.view({B, H, G * query_block, d}).narrow(2, 0, lq);
 }
 
-// (query, key) pairs of a per-query-block selection (B, H, G, Lk) over lq query rows.
-double selected_pairs(const at::Tensor& selection, int64_t query_block, int64_t lq) {
-    const int64_t G = selection.size(2);
-    auto rows = at::full({G}, static_cast<double>(query_block),
-                         selection.options().dtype(at::kDouble));
-    rows[G - 1] = static_cast<double>(lq - (G - 1) * query_block);
-    return (selection.sum(-1).to(at::kDouble) * rows).sum().item<double>();
+// (query, key) pairs of per-query-block key counts (B, H, G) over lq query rows: a double
+// scalar on the counts' device (read later: take_deferred_attention_flops).
+at::Tensor pairs_of_counts(const at::Tensor& counts, int64_t query_block, int64_t lq) {
+    const int64_t G = counts.size(2);
+    const auto c = counts.to(at::kDouble);
+    // Every block has query_block rows but the last, which has G * query_block - lq fewer.
+    return c.sum().mul(static_cast<double>(query_block)) -
+           c.select(2, G - 1).sum().mul(static_cast<double>(G * query_block - lq));
+}
+at::Tensor selected_pairs(const at::Tensor& selection, int64_t query_block, int64_t lq) {
+    return pairs_of_counts(selection.sum({-1}, false, at::kDouble), query_block, lq);
+}
+
+// gathered_per_head over key lists (sparvar_cs4a.h KeyLists): each (b, h)'s keys offset into
+// the long sequence, the padding -1 as the kernel's lists are padded. `part`: how the cost model
+// books the kernel (the decision scale's residual pass is the method's overhead).
+at::Tensor gathered_lists(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& v, const sparvar::KeyLists& lists, int64_t query_block,
+                          double softmax_scale, CostPart part) {
+    const int64_t B = q.size(0), H = q.size(1), lq = q.size(2), d = q.size(3), lk = k.size(2);
+    const int64_t G = lists.keys.size(2), W = lists.keys.size(3), n = B * H * G;
+    const auto qf = at::constant_pad_nd(q, {0, 0, 0, G * query_block - lq}, 0)
+                        .reshape({1, 1, B * H * G * query_block, d});
+    const auto kf = k.reshape({1, 1, B * H * lk, d}), vf = v.reshape({1, 1, B * H * lk, d});
+    const auto offset = at::arange(B * H, lists.keys.options()).mul(lk).view({B, H, 1, 1});
+    const auto keys =
+        at::where(lists.keys.lt(lk), lists.keys + offset, at::full({}, -1, lists.keys.options()))
+            .reshape({n, W})
+            .to(at::kInt);
+    kernels::AttentionOptions opt;
+    opt.scale = softmax_scale;
+    opt.path = kernels::KernelPath::Cuda;
+    ctx.mark(part);
+    const auto out = kernels::gathered_attention(
+                         qf, kf, vf, keys, lists.counts.reshape({n}).to(at::kInt), query_block, opt)
+                         .out;
+    return out.view({B, H, G * query_block, d}).narrow(2, 0, lq);
 }
 
 class SparVar : public SamplingHooks {
@@ -85,27 +119,43 @@ public:
         csla_used_ = cs4a_layers_ < model.depth;
     }
 
-    // Capturable when only CSLA runs (CS4A off: cs4a_fraction 0 or top_k 1): its masks are
-    // fixed per scale and staged on the device by on_scale_begin. CS4A's selections have
-    // value-dependent sizes (Top-K plus sinks per query block, mapped patches) and its FLOP
-    // count reads them back: eager. Probe records: eager.
+    // Capturable: CSLA's masks are fixed per scale and staged on the device by on_scale_begin;
+    // CS4A's Top-K has a fixed k, its index maps are staged by on_scale_begin, its key lists
+    // have a width bounded by the settings (cs4a_width), and the pairs it attends are counted
+    // on the device (take_deferred_attention_flops). Probe records: eager.
     std::optional<std::string> graph_signature(const VarConfig&) override {
-        if (cs4a_layers_ > 0 && !cs4a_off_) return std::nullopt;
         for (const char* kind : {probe_kinds::kCslaTokenMask, probe_kinds::kCslaBlockMask,
                                  probe_kinds::kCs4aSelected, probe_kinds::kCs4aMapped})
             if (wants(kind)) return std::nullopt;
         return "sparvar:" + cfg_.to_json().dump();
     }
 
-    // Before a sparse step (and its capture): the scale's CSLA mask, its block lists and its
-    // token mask on the device, so that attend() copies nothing from the host.
+    // Before a decision or sparse step (and its capture): the scale's CSLA mask, its block
+    // lists and token mask, CS4A's index maps and the FLOP counter on the device, so that
+    // attend() copies nothing from the host.
     void on_scale_begin(ScaleContext& ctx) override {
-        if (!csla_used_) return;
-        for (const auto& seg : ctx.segments)
-            if (seg.scale >= first_sparse_) {
-                auto& e = csla_host_entry(ctx.config, seg.scale);
-                if (!e.dense) stage(e, ctx.f_hat.device());
+        const auto device = ctx.f_hat.device();
+        for (const auto& seg : ctx.segments) {
+            if (cs4a_used() && seg.scale >= decision_) {
+                counter(ctx.config, device);
+                if (seg.scale > decision_) cs4a_map(ctx.config, seg.scale, device);
             }
+            if (csla_used_ && seg.scale >= first_sparse_) {
+                auto& e = csla_host_entry(ctx.config, seg.scale);
+                if (!e.dense) stage(e, device);
+            }
+        }
+    }
+
+    double take_deferred_attention_flops(const ScaleContext& ctx) override {
+        double sum = 0.0;
+        for (const auto& seg : ctx.segments)
+            if (deferred_scales_.count(seg.scale) && pairs_.defined()) {
+                auto slot = pairs_.select(0, seg.scale);
+                sum += slot.item<double>();
+                slot.zero_();
+            }
+        return sum;
     }
 
     at::Tensor attend(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
@@ -123,8 +173,20 @@ public:
 
 private:
     struct Cs4aState {
-        at::Tensor selection;  // bool (2B, H, G_S, N_<=S), sinks included
-        at::Tensor cache;      // float (2B, H, N_S, d): O_dense - O_sparse at S; or undefined
+        // The decision scale's kept keys (sinks included): key lists on the kernel path, the
+        // bool mask (2B, H, G_S, N_<=S) on the reference path and for the patch mapping.
+        sparvar::KeyLists lists;
+        at::Tensor selection;
+        int64_t kv_len = 0;  // N_<=S
+        at::Tensor cache;    // float (2B, H, N_S, d): O_dense - O_sparse at S; or undefined
+        int64_t rows() const {
+            return lists.keys.defined()  ? lists.keys.size(0)
+                   : selection.defined() ? selection.size(0)
+                                         : -1;
+        }
+        at::Tensor mask() const {
+            return selection.defined() ? selection : sparvar::selection_from_lists(lists, kv_len);
+        }
     };
     struct CslaEntry {
         sparvar::CslaScaleMask mask;
@@ -154,6 +216,40 @@ private:
     }
 
     bool wants(const char* kind) const { return probe_ && probe_->wants_accel(kMethod, kind); }
+    bool cs4a_used() const { return cs4a_layers_ > 0 && !cs4a_off_; }
+
+    // FLOPs per scale counted on the device (created outside any capture; kept, since captured
+    // steps add to it).
+    at::Tensor& counter(const VarConfig& config, const at::Device& device) {
+        if (!pairs_.defined() || pairs_.device() != device)
+            pairs_ = at::zeros({config.num_scales()}, at::TensorOptions(device).dtype(at::kDouble));
+        return pairs_;
+    }
+    void defer_flops(const BlockContext& ctx, const at::Tensor& pairs, int64_t head_dim) {
+        counter(ctx.scale.config, pairs.device())
+            .select(0, ctx.scale.scale)
+            .add_(pairs.mul(4.0 * static_cast<double>(head_dim)));
+        deferred_scales_.insert(ctx.scale.scale);
+    }
+
+    // CS4A's index maps from the decision scale to `scale`, on `device`.
+    const sparvar::SelectionMap& cs4a_map(const VarConfig& config, int64_t scale,
+                                          const at::Device& device) {
+        auto& m = maps_[scale];
+        if (!m.blocks.defined() || m.blocks.device() != device) {
+            const auto& pns = config.patch_nums;
+            const int64_t source_blocks =
+                (pns[decision_] * pns[decision_] + cfg_.query_block - 1) / cfg_.query_block;
+            m = sparvar::selection_map(pns, decision_, scale, cfg_.query_block, source_blocks,
+                                       cfg_.patch_mapping)
+                    .to(device);
+        }
+        return m;
+    }
+    // Most keys a query block keeps at the decision scale (Top-k plus sinks) over lk keys.
+    int64_t decision_width(int64_t lk) const {
+        return std::min(lk, sparvar::top_k_count(cfg_.top_k, lk) + sink_tokens_);
+    }
 
     // ------------------------------------------------------------------ CSLA
     // The scale's masks, built on the host once.
@@ -242,13 +338,15 @@ private:
         at::Tensor o_dense, sums;
         if (use_kernels) {
             o_dense = attention_sdpa(q, k, v, softmax_scale);
+            ctx.mark(CostPart::Overhead);  // scoring: the column sums' two QK^T passes
             sums = kernels::block_column_sum(q, k, C, softmax_scale, kernels::KernelPath::Cuda);
         } else {
             at::Tensor probs;
             o_dense = attention_eager(q, k, v, softmax_scale, {}, &probs);
             sums = sparvar::block_column_sums(probs, C);
         }
-        double pairs = dense_pairs(q, k) * (use_kernels ? 2.0 : 1.0);
+        const double pairs = dense_pairs(q, k) * (use_kernels ? 2.0 : 1.0);
+        ctx.mark(CostPart::Overhead);  // scoring, Top-K, the residual's sparse pass
         const int64_t top = sparvar::top_k_count(cfg_.top_k, lk);
         const auto inds = sparvar::top_k_indices(sums, top);
         if (wants(probe_kinds::kCs4aSelected))
@@ -258,16 +356,26 @@ private:
                                {"query_block", static_cast<double>(C)},
                                {"kv_len", static_cast<double>(lk)}}});
         auto& st = states_[ctx.layer];
-        st.selection = sparvar::selection_from_indices(inds, lk);
+        st.kv_len = lk;
         // Sinks join the set at S too, so O_cache is the residual of the same kind of set that
         // the later scales attend to.
-        if (sink_tokens_ > 0) st.selection.narrow(3, 0, std::min(sink_tokens_, lk)).fill_(true);
+        st.lists =
+            use_kernels ? sparvar::decision_key_lists(inds, sink_tokens_, lk) : sparvar::KeyLists{};
+        st.selection = at::Tensor();
+        if (!use_kernels || cfg_.patch_mapping) {
+            st.selection = sparvar::selection_from_indices(inds, lk);
+            if (sink_tokens_ > 0) st.selection.narrow(3, 0, std::min(sink_tokens_, lk)).fill_(true);
+        }
         st.cache = at::Tensor();
         if (cfg_.use_cache) {
-            pairs += selected_pairs(st.selection, C, lq);
+            defer_flops(ctx,
+                        use_kernels ? pairs_of_counts(st.lists.counts, C, lq)
+                                    : selected_pairs(st.selection, C, lq),
+                        q.size(3));
             const auto o_sparse =
                 use_kernels
-                    ? gathered_per_head(q, k, v, st.selection, C, softmax_scale).to(at::kFloat)
+                    ? gathered_lists(ctx, q, k, v, st.lists, C, softmax_scale, CostPart::Overhead)
+                          .to(at::kFloat)
                     : sparvar::masked_attention(q, k, v, softmax_scale,
                                                 sparvar::expand_query_blocks(st.selection, C, lq));
             st.cache = o_dense.to(at::kFloat) - o_sparse;
@@ -280,26 +388,50 @@ private:
     at::Tensor cs4a_sparse(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
                            const at::Tensor& v, double softmax_scale) {
         const auto& st = states_[ctx.layer];
-        if (!st.selection.defined() || st.selection.size(0) != q.size(0))
+        if (st.rows() != q.size(0))
             throw std::logic_error("sparvar: layer " + str(ctx.layer) + " reached scale " +
                                    str(ctx.scale.scale) + " without its decision scale " +
                                    str(decision_));
         const auto& pns = ctx.scale.config.patch_nums;
-        const auto sel = sparvar::map_selection(st.selection, pns, decision_, ctx.scale.scale,
-                                                cfg_.query_block, sink_tokens_,
-                                                cfg_.patch_mapping);
-        if (wants(probe_kinds::kCs4aMapped))
-            probe_->on_accel({kMethod, probe_kinds::kCs4aMapped, ctx.scale.scale, ctx.layer,
-                              sparvar::selection_lists(sel),
-                              {{"kept_fraction", sel[0].to(at::kFloat).mean().item<double>()},
-                               {"decision_scale", static_cast<double>(decision_)}}});
-        report_flops(ctx, selected_pairs(sel, cfg_.query_block, q.size(2)), q.size(3));
-        auto o = cs4a_kernels(q)
-                     ? gathered_per_head(q, k, v, sel, cfg_.query_block, softmax_scale)
-                           .to(at::kFloat)
-                     : sparvar::masked_attention(
-                           q, k, v, softmax_scale,
-                           sparvar::expand_query_blocks(sel, cfg_.query_block, q.size(2)));
+        ctx.mark(CostPart::Overhead);  // index maps and key lists
+        const auto& map = cs4a_map(ctx.scale.config, ctx.scale.scale, q.device());
+        report_flops(ctx, 0.0, q.size(3));  // the pairs follow on the device
+        const bool use_kernels = cs4a_kernels(q);
+        auto probe_mapped = [&](const at::Tensor& sel) {
+            if (wants(probe_kinds::kCs4aMapped))
+                probe_->on_accel({kMethod,
+                                  probe_kinds::kCs4aMapped,
+                                  ctx.scale.scale,
+                                  ctx.layer,
+                                  sparvar::selection_lists(sel),
+                                  {{"kept_fraction", sel[0].to(at::kFloat).mean().item<double>()},
+                                   {"decision_scale", static_cast<double>(decision_)}}});
+        };
+        at::Tensor o;
+        if (use_kernels && !map.patch && st.lists.keys.defined()) {
+            // The kernel path maps the lists themselves: O(kept keys) per block, no masks.
+            const auto lists = sparvar::map_key_lists(st.lists, st.kv_len, map, sink_tokens_);
+            if (wants(probe_kinds::kCs4aMapped))
+                probe_mapped(sparvar::selection_from_lists(lists, map.kv_len));
+            defer_flops(ctx, pairs_of_counts(lists.counts, cfg_.query_block, q.size(2)), q.size(3));
+            o = gathered_lists(ctx, q, k, v, lists, cfg_.query_block, softmax_scale,
+                               CostPart::Attention)
+                    .to(at::kFloat);
+        } else {
+            const auto sel = sparvar::map_selection(st.mask(), map, sink_tokens_);
+            probe_mapped(sel);
+            defer_flops(ctx, selected_pairs(sel, cfg_.query_block, q.size(2)), q.size(3));
+            // Mapped keys: at most fanout per key kept at S, plus the sinks.
+            const int64_t width =
+                std::min(map.kv_len, decision_width(st.kv_len) * map.fanout + sink_tokens_);
+            o = use_kernels
+                    ? gathered_per_head(ctx, q, k, v, sel, cfg_.query_block, softmax_scale, width)
+                          .to(at::kFloat)
+                    : sparvar::masked_attention(
+                          q, k, v, softmax_scale,
+                          sparvar::expand_query_blocks(sel, cfg_.query_block, q.size(2)));
+        }
+        ctx.mark(CostPart::Overhead);  // O_cache upsampled and added
         if (st.cache.defined())
             o = o + sparvar::upsample_cache(st.cache, pns[decision_], pns[ctx.scale.scale]);
         return o.to(q.scalar_type());
@@ -312,6 +444,9 @@ private:
     bool csla_used_ = false;  // some layers use CSLA
     std::vector<Cs4aState> states_;
     std::map<int64_t, CslaEntry> csla_;  // per scale: the same mask for every CSLA layer
+    std::map<int64_t, sparvar::SelectionMap> maps_;  // CS4A index maps per sparse scale
+    at::Tensor pairs_;                   // double (scales): CS4A's attention FLOPs per scale
+    std::set<int64_t> deferred_scales_;  // scales whose FLOPs wait in pairs_
 };
 
 }  // namespace

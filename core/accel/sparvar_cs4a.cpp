@@ -94,34 +94,104 @@ at::Tensor patch_alignment(const std::vector<int64_t>& pns, int64_t S, int64_t K
     return map;
 }
 
-at::Tensor map_selection(const at::Tensor& src, const std::vector<int64_t>& pns, int64_t S,
-                         int64_t K, int64_t query_block, int64_t sink_tokens, bool patch) {
+SelectionMap SelectionMap::to(const at::Device& device) const {
+    return {blocks.to(device), keys.to(device), kv_len, patch, fanout};
+}
+
+SelectionMap selection_map(const std::vector<int64_t>& pns, int64_t S, int64_t K,
+                           int64_t query_block, int64_t source_blocks, bool patch) {
+    SelectionMap m;
+    m.keys = patch ? patch_alignment(pns, S, K) : relative_scale_alignment(pns, S, K);  // checks
     const auto begin = scale_begins(pns);
-    const int64_t n_k = pns[K] * pns[K], kv_k = begin[K + 1];
+    const int64_t n_k = pns[K] * pns[K];
     const int64_t g_k = (n_k + query_block - 1) / query_block;
-    const auto phi = query_block_homography(g_k, src.size(2));
-    auto per_block = src.index_select(2, at::tensor(phi, at::kLong).to(src.device()));
-    at::Tensor out;
+    m.blocks = at::tensor(query_block_homography(g_k, source_blocks), at::kLong);
+    m.kv_len = begin[K + 1];
+    m.patch = patch;
     if (patch) {
-        auto inv = patch_alignment(pns, S, K).to(src.device());
-        auto covered = inv.ge(0);
-        out = per_block.index_select(3, inv.clamp_min(0)).logical_and(covered);
+        const auto owners = m.keys.masked_select(m.keys.ge(0));
+        m.fanout = owners.numel() > 0 ? at::bincount(owners).max().item<int64_t>() : 1;
+    }
+    return m;
+}
+
+at::Tensor map_selection(const at::Tensor& src, const SelectionMap& map, int64_t sink_tokens) {
+    auto per_block = src.index_select(2, map.blocks);
+    at::Tensor out;
+    if (map.patch) {
+        auto covered = map.keys.ge(0);
+        out = per_block.index_select(3, map.keys.clamp_min(0)).logical_and(covered);
     } else {
         // Several source keys may land on one target key: OR them (amax over uint8).
-        auto fwd = relative_scale_alignment(pns, S, K).to(src.device());
         auto sizes = per_block.sizes().vec();
-        sizes.back() = kv_k;
-        auto idx = fwd.expand(per_block.sizes());
+        sizes.back() = map.kv_len;
+        auto idx = map.keys.expand(per_block.sizes());
         out = at::zeros(sizes, per_block.options().dtype(at::kByte))
                   .scatter_reduce(3, idx, per_block.to(at::kByte), "amax")
                   .to(at::kBool);
     }
-    if (sink_tokens > 0) out.narrow(3, 0, std::min(sink_tokens, kv_k)).fill_(true);
+    if (sink_tokens > 0) out.narrow(3, 0, std::min(sink_tokens, map.kv_len)).fill_(true);
     return out;
 }
 
+at::Tensor map_selection(const at::Tensor& src, const std::vector<int64_t>& pns, int64_t S,
+                         int64_t K, int64_t query_block, int64_t sink_tokens, bool patch) {
+    const auto map = selection_map(pns, S, K, query_block, src.size(2), patch).to(src.device());
+    return map_selection(src, map, sink_tokens);
+}
+
+namespace {
+// Ascending unique entries first: sorts, turns repeats into `pad`, sorts again; counts the
+// entries below pad.
+KeyLists unique_sorted(const at::Tensor& keys, int64_t pad) {
+    auto sorted = std::get<0>(keys.sort(-1));
+    const int64_t w = sorted.size(-1);
+    if (w > 1) {
+        const auto repeat = sorted.narrow(-1, 1, w - 1).eq(sorted.narrow(-1, 0, w - 1));
+        sorted.narrow(-1, 1, w - 1).masked_fill_(repeat, pad);
+        sorted = std::get<0>(sorted.sort(-1));
+    }
+    return {sorted, sorted.lt(pad).sum(-1)};
+}
+// keys with the first `sinks` ids added (ids below sinks already in keys become pad).
+at::Tensor with_sinks(const at::Tensor& keys, int64_t sinks, int64_t pad) {
+    if (sinks <= 0) return keys;
+    auto sizes = keys.sizes().vec();
+    sizes.back() = sinks;
+    const auto sink_ids = at::arange(sinks, keys.options()).expand(sizes);
+    return at::cat({sink_ids, keys.masked_fill(keys.lt(sinks), pad)}, -1);
+}
+}  // namespace
+
+KeyLists decision_key_lists(const at::Tensor& top, int64_t sink_tokens, int64_t kv_len) {
+    return unique_sorted(with_sinks(top, std::min(sink_tokens, kv_len), kv_len), kv_len);
+}
+
+KeyLists map_key_lists(const KeyLists& src, int64_t source_kv_len, const SelectionMap& map,
+                       int64_t sink_tokens) {
+    TORCH_CHECK(!map.patch, "map_key_lists: the point mapping only");
+    const auto keys = src.keys.index_select(2, map.blocks);
+    const auto valid = keys.lt(source_kv_len);
+    const auto mapped = map.keys.index_select(0, keys.clamp_max(source_kv_len - 1).reshape({-1}))
+                            .view(keys.sizes());
+    const auto target = at::where(valid, mapped, at::full({}, map.kv_len, keys.options()));
+    return unique_sorted(with_sinks(target, std::min(sink_tokens, map.kv_len), map.kv_len),
+                         map.kv_len);
+}
+
+at::Tensor selection_from_lists(const KeyLists& lists, int64_t kv_len) {
+    auto sizes = lists.keys.sizes().vec();
+    sizes.back() = kv_len + 1;  // the padding lands in the extra column
+    return at::zeros(sizes, lists.keys.options().dtype(at::kBool))
+        .scatter_(-1, lists.keys, true)
+        .narrow(-1, 0, kv_len);
+}
+
 at::Tensor expand_query_blocks(const at::Tensor& selection, int64_t query_block, int64_t q_len) {
-    return selection.repeat_interleave(query_block, 2).narrow(2, 0, q_len);
+    // Row r takes block r / C: an index_select, which needs no host sync (a graph captures it).
+    const auto block_of_row =
+        at::arange(q_len, selection.options().dtype(at::kLong)).div(query_block, "floor");
+    return selection.index_select(2, block_of_row);
 }
 
 at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -58,6 +58,40 @@ at::Tensor map_selection(const at::Tensor& source_selection,
                          int64_t target_scale, int64_t query_block, int64_t sink_tokens,
                          bool patch);
 
+// map_selection in two halves, so the host-side index maps can be staged on the device before
+// a CUDA graph captures the device half: the maps of one (S, K) pair, then their use.
+struct SelectionMap {
+    at::Tensor blocks;   // int64 (G_K): source query block of each target block (homography)
+    at::Tensor keys;     // point: relative_scale_alignment; patch: patch_alignment
+    int64_t kv_len = 0;  // N_<=K
+    bool patch = false;
+    int64_t fanout = 1;  // most target keys one source key maps to (1 for the point mapping)
+    SelectionMap to(const at::Device& device) const;
+};
+SelectionMap selection_map(const std::vector<int64_t>& patch_nums, int64_t decision_scale,
+                           int64_t target_scale, int64_t query_block, int64_t source_blocks,
+                           bool patch);
+// Device ops only (no host copies, no syncs): capturable.
+at::Tensor map_selection(const at::Tensor& source_selection, const SelectionMap& map,
+                         int64_t sink_tokens);
+
+// The same selections as ascending key lists of a fixed width (the kernel path): keys int64
+// (B, H, G, W) ascending, each row's first `counts` (B, H, G) entries the kept keys, the rest
+// the padding value kv_len. They cost O(W) per block instead of the masks' O(kv_len).
+struct KeyLists {
+    at::Tensor keys;
+    at::Tensor counts;
+};
+// Decision scale: the Top-k ids (B, H, G, k) ascending plus the first sink_tokens keys.
+// W = k + min(sink_tokens, kv_len).
+KeyLists decision_key_lists(const at::Tensor& top_indices, int64_t sink_tokens, int64_t kv_len);
+// The point mapping (map.patch false) of decision lists over source_kv_len keys to the map's
+// target scale, sinks added; the key sets equal map_selection's. W = source W + sinks.
+KeyLists map_key_lists(const KeyLists& source, int64_t source_kv_len, const SelectionMap& map,
+                       int64_t sink_tokens);
+// Bool (B, H, G, kv_len) of key lists (tests; the probe's records).
+at::Tensor selection_from_lists(const KeyLists& lists, int64_t kv_len);
+
 // Per-query-block selection (B, H, G, Lk) expanded to token rows (B, H, Lq, Lk).
 at::Tensor expand_query_blocks(const at::Tensor& selection, int64_t query_block, int64_t q_len);
 

@@ -8,16 +8,21 @@
 #include <string>
 
 #include "kernels/cuda_graph.h"
+#include "kernels/part_timer.h"
 
 namespace varscope {
 
 struct DenseStepGraphs::Scale {
+    // key.part_timing: events recorded by the graph's event nodes (declared first so that the
+    // graph, which refers to them, is destroyed before them).
+    std::unique_ptr<kernels::PartTimer> timer;
     kernels::CudaGraph graph;
     at::Tensor logits;  // output of the captured forward, in the graph's memory pool
     double flops = 0.0;
     std::vector<int64_t> layout;  // of the captured step
     int64_t kv_bytes = 0;         // after the step
     std::map<std::string, at::Tensor> inputs;
+    StepCost cost;  // FLOPs per part, recorded at capture
 };
 
 struct DenseStepGraphs::Extra {
@@ -26,9 +31,9 @@ struct DenseStepGraphs::Extra {
 };
 
 bool DenseGraphKey::operator==(const DenseGraphKey& o) const {
-    return device == o.device && batch == o.batch && dtype == o.dtype &&
-           attention == o.attention && patch_nums == o.patch_nums && weights == o.weights &&
-           hooks == o.hooks && compact_kv == o.compact_kv;
+    return device == o.device && batch == o.batch && dtype == o.dtype && attention == o.attention &&
+           patch_nums == o.patch_nums && weights == o.weights && hooks == o.hooks &&
+           compact_kv == o.compact_kv && part_timing == o.part_timing;
 }
 
 size_t weights_fingerprint(const torch::nn::Module& m) {
@@ -76,6 +81,10 @@ at::Tensor DenseStepGraphs::step_input(int64_t si, const std::string& name,
 
 int64_t DenseStepGraphs::kv_bytes_after(int64_t si) const { return scales_.at(si)->kv_bytes; }
 
+const kernels::PartTimer* DenseStepGraphs::part_timer(int64_t si) const {
+    return scales_.at(si)->timer.get();
+}
+
 const std::vector<at::Tensor>& DenseStepGraphs::run(const std::string& name, const Tensors& fn) {
     auto& extra = extras_[name];
     if (!extra) {
@@ -94,7 +103,7 @@ const std::vector<at::Tensor>& DenseStepGraphs::run(const std::string& name, con
 }
 
 at::Tensor DenseStepGraphs::step(int64_t si, const std::vector<int64_t>& layout,
-                                 const Forward& forward, double& flops) {
+                                 const Forward& forward, double& flops, StepCost* cost) {
     Scale& s = *scales_.at(si);
     if (!s.graph.captured()) {
         // Steps are captured in order on one call: the cache's host-side state (lengths, and a
@@ -108,10 +117,12 @@ at::Tensor DenseStepGraphs::step(int64_t si, const std::vector<int64_t>& layout,
                             config_.first_l(), condition_.options().dtype(key_.dtype));
             double ignored = 0.0;
             kernels::run_on_capture_stream(key_.device,
-                                           [&] { forward(0, scratch, ignored, true); });
+                                           [&] { forward(0, scratch, ignored, nullptr, true); });
             warmed_up_ = true;
         }
-        s.graph.capture(key_.device, [&] { s.logits = forward(si, cache_, s.flops, false); });
+        if (key_.part_timing) s.timer = std::make_unique<kernels::PartTimer>(key_.device);
+        const CostRecorder rec{&s.cost, s.timer.get()};
+        s.graph.capture(key_.device, [&] { s.logits = forward(si, cache_, s.flops, &rec, false); });
         s.layout = layout;
         s.kv_bytes = cache_.total_bytes();
         last_captured_ = si;
@@ -126,6 +137,10 @@ at::Tensor DenseStepGraphs::step(int64_t si, const std::vector<int64_t>& layout,
     }
     s.graph.replay();
     flops += s.flops;
+    if (cost) {
+        cost->flops = s.cost.flops;
+        cost->launches = static_cast<int64_t>(s.graph.kernel_nodes());
+    }
     return s.logits;
 }
 

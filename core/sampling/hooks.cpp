@@ -70,6 +70,12 @@ at::Tensor HookChain::attend(const BlockContext& ctx, const at::Tensor& q, const
     return {};
 }
 
+double HookChain::take_deferred_attention_flops(const ScaleContext& ctx) {
+    double sum = 0.0;
+    for (auto& h : hooks_) sum += h->take_deferred_attention_flops(ctx);
+    return sum;
+}
+
 void HookChain::on_logits(const ScaleContext& ctx, at::Tensor& logits) {
     for (auto& h : hooks_) h->on_logits(ctx, logits);
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/models/var.h"
+#include "core/sampling/step_cost.h"
 
 namespace varscope {
 
@@ -65,6 +66,13 @@ struct BlockContext {
     // FLOPs it spent here (the loop counts 4*B*H*Lq*Lk*d otherwise), for the benchmarks. The
     // one output attend() writes through its const context, hence mutable.
     mutable double attention_flops = -1.0;
+    // The cost model's recorder (step_cost.h), null when nothing is recorded. An attend()
+    // override marks its own work: mark(CostPart::Overhead) before scoring, gathers or index
+    // maps, mark(CostPart::Attention) before its attention kernel.
+    const CostRecorder* cost = nullptr;
+    void mark(CostPart part) const {
+        if (cost) cost->mark(part);
+    }
 };
 
 class SamplingHooks {
@@ -128,6 +136,11 @@ public:
                               const at::Tensor& v, double softmax_scale) {
         return {};
     }
+    // Attention FLOPs of this step that attend() could not count on the host without a sync
+    // (value-dependent sparse sets inside a CUDA graph): kept on the device by the hook and
+    // read here, once per step after its tokens were sampled (may sync). The loop adds them to
+    // the step's attention FLOPs. Default: none.
+    virtual double take_deferred_attention_flops(const ScaleContext& ctx) { return 0.0; }
     // Guided logits (B, packed rows, V) before sampling.
     virtual void on_logits(const ScaleContext& ctx, at::Tensor& logits) {}
     // After the tokens of `seg` were folded into f_hat. tokens: (B, pn*pn), -1 where the
@@ -159,6 +172,7 @@ public:
     at::Tensor attend(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
                       const at::Tensor& v, double softmax_scale) override;
     void on_logits(const ScaleContext& ctx, at::Tensor& logits) override;
+    double take_deferred_attention_flops(const ScaleContext& ctx) override;
     void on_scale_end(const ScaleContext& ctx, const ScaleSegment& seg, const at::Tensor& tokens,
                       const at::Tensor& f_hat) override;
 

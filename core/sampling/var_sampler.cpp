@@ -17,6 +17,7 @@
 #include "core/sampling/kv_cache.h"
 #include "core/sampling/token_sampling.h"
 #include "kernels/cuda_graph.h"
+#include "kernels/part_timer.h"
 
 namespace varscope {
 namespace {
@@ -56,10 +57,16 @@ at::Tensor named_tensor(const torch::nn::Module& m, const std::string& name) {
 // One block of one step, with the hook points the accelerators use; `bk` holds the block's
 // per-call constants. `step_mask` is the additive block-causal mask among the step's packed
 // rows (grouped steps only). The eager loop and the CUDA graphs both run this code, so a
-// graph replays exactly the eager operations (VarGraph.* GPU tests).
+// graph replays exactly the eager operations (VarGraph.* GPU tests). `rec` (may be null) takes
+// the block's FLOPs and part marks for the cost model (step_cost.h).
 at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const BlockConstants& bk,
                      BlockContext& ctx, SamplingHooks* hooks, ProbeSink* probe,
-                     AttentionBackend backend, const at::Tensor& step_mask, double& flops) {
+                     AttentionBackend backend, const at::Tensor& step_mask, double& flops,
+                     const CostRecorder* rec) {
+    auto mark = [&](CostPart part) {
+        if (rec) rec->mark(part);
+    };
+    ctx.cost = rec;
     // Per-block timing for the inspector: synchronises the device between the parts, so it is
     // only done when a probe asks (it slows sampling down).
     const bool timed = probe && probe->wants_block_timing();
@@ -73,6 +80,7 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
     };
     if (timed) synchronize_device(x.device());
     t_part = Clock::now();
+    if (hooks) mark(CostPart::Overhead);
     const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x) : at::Tensor();
     // rows: (K) for every batch row, or (2B, K) chosen per batch row (FastVAR).
     const bool per_row = rows.defined() && rows.dim() == 2;
@@ -80,11 +88,16 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
                           : per_row ? x.gather(1, rows.unsqueeze(-1).expand({-1, -1, x.size(2)}))
                                     : x.index_select(1, rows);
 
+    mark(CostPart::Projection);
     auto qkv = blk.attn->project_qkv(blk.attn_input(xs, bk), bk.qkv_bias, bk.q_mul);
     ctx.cache.append(ctx.layer, qkv.k, qkv.v);
-    if (hooks) hooks->on_kv_append(ctx);
+    if (hooks) {
+        mark(CostPart::Overhead);
+        hooks->on_kv_append(ctx);
+    }
     auto [k, v] = ctx.cache.view(ctx.layer);
     if (step_mask.defined()) {
+        mark(CostPart::Overhead);
         TORCH_CHECK(!per_row, "per-row token selection cannot be used in grouped steps");
         // The step's own keys are the newest entries of the cache; everything before them
         // (earlier steps) is visible to every query of the step.
@@ -97,14 +110,24 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
 
     lap();  // selection, QKV projection, cache append and eviction
     const double s = blk.attn->softmax_scale();
+    mark(CostPart::Attention);
     at::Tensor o = hooks ? hooks->attend(ctx, qkv.q, k, v, s) : at::Tensor();
-    if (o.defined() && ctx.attention_flops >= 0) {
-        flops += ctx.attention_flops;
-    } else {
-        flops += 4.0 * static_cast<double>(qkv.q.size(0)) * qkv.q.size(1) * qkv.q.size(2) *
-                 k.size(2) * qkv.q.size(3);
+    const double attention_flops = o.defined() && ctx.attention_flops >= 0
+                                       ? ctx.attention_flops
+                                       : 4.0 * static_cast<double>(qkv.q.size(0)) * qkv.q.size(1) *
+                                             qkv.q.size(2) * k.size(2) * qkv.q.size(3);
+    flops += attention_flops;
+    if (rec) {
+        // 2 FLOPs per multiply-add: QKV (3C) and output (C) projections, the FFN's two layers.
+        const double n = static_cast<double>(xs.size(0) * xs.size(1));
+        const double width = static_cast<double>(xs.size(2));
+        const double hidden = static_cast<double>(blk.ffn->fc1->weight.size(0));
+        rec->add_flops(CostPart::Projection, 2.0 * n * width * 4.0 * width);
+        rec->add_flops(CostPart::Ffn, 4.0 * n * width * hidden);
+        rec->add_flops(CostPart::Attention, attention_flops);
     }
     if (!o.defined()) {
+        mark(CostPart::Attention);  // a hook may have marked its own work and left it to us
         if (probe && probe->wants_attention(ctx.scale.scale, ctx.layer)) {
             at::Tensor probs;
             o = attention_eager(qkv.q, k, v, s, ctx.mask, &probs);
@@ -116,9 +139,12 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
         }
     }
     lap();  // attention
+    mark(CostPart::Projection);
     auto h = xs + blk.attn->project_out(o).mul(bk.m.gamma1);
+    mark(CostPart::Ffn);
     h = h + blk.ffn_branch(h, bk);
     at::Tensor out = h;
+    if (hooks) mark(CostPart::Overhead);
     if (rows.defined()) {
         out = hooks->restore_tokens(ctx, x, rows, h);
         if (!out.defined())
@@ -283,6 +309,8 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     const bool autocast = var_->autocast_bf16();
     const int64_t S = c.num_scales();
     auto gen = seeded_generator(device, opt.seed);
+    // The cost model's part times (CUDA events; graphs with event nodes are kept apart).
+    const bool time_parts = opt.time_parts && device.is_cuda() && kernels::cuda_graphs_built();
 
     // Labels: given, or drawn uniformly first (the official order of random draws).
     at::Tensor labels;
@@ -310,7 +338,8 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         const DenseGraphKey key{device.index(), B,
                                 dtype,          static_cast<int>(opt.attention),
                                 c.patch_nums,   weights_fingerprint(*var_),
-                                *signature,     hooks && hooks->compact_kv_cache(c)};
+                                *signature,     hooks && hooks->compact_kv_cache(c),
+                                time_parts};
         graphs = graphs_->get(c, key, cond_BD);
         graphs_lock = std::unique_lock<std::mutex>(graphs->mutex());
         cond_BD = graphs->condition().copy_(cond_BD);
@@ -387,25 +416,36 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     const ScaleContext* step_ctx = nullptr;
     at::Tensor step_mask;
     auto forward = [&](const ScaleContext& sctx, KvCache& kv, double& flops, SamplingHooks* h,
-                       ProbeSink* p) {
+                       ProbeSink* p, const CostRecorder* rec) {
+        if (rec) rec->mark(CostPart::Input);
         std::vector<at::Tensor> inputs;
         for (const auto& seg : sctx.segments) inputs.push_back(scale_input(seg.scale, seg.rows));
         at::Tensor x = inputs.size() == 1 ? inputs[0] : at::cat(inputs, 1);
+        if (rec && sctx.scale > 0)  // the word embedding of the B conditional rows
+            rec->add_flops(CostPart::Input, 2.0 * static_cast<double>(x.size(0) / 2 * x.size(1)) *
+                                                static_cast<double>(c.cvae * x.size(2)));
         for (int64_t layer = 0; layer < c.depth; ++layer) {
             BlockContext bctx{sctx, layer, kv};
             x = run_block(var_->block(layer), x, constants[layer], bctx, h, p, opt.attention,
-                          step_mask, flops);
+                          step_mask, flops, rec);
         }
-        return var_->logits(x, cond_BD);
+        if (rec) {
+            rec->mark(CostPart::Head);
+            rec->add_flops(CostPart::Head, 2.0 * static_cast<double>(x.size(0) * x.size(1)) *
+                                               static_cast<double>(x.size(2) * c.vocab_size));
+        }
+        auto logits = var_->logits(x, cond_BD);
+        if (rec) rec->end();
+        return logits;
     };
     const DenseStepGraphs::Forward graph_step = [&](int64_t si, KvCache& kv, double& flops,
-                                                    bool warmup) {
-        if (!warmup) return forward(*step_ctx, kv, flops, hooks, nullptr);
+                                                    const CostRecorder* rec, bool warmup) {
+        if (!warmup) return forward(*step_ctx, kv, flops, hooks, nullptr, rec);
         ScaleContext first{c, 0, c.patch_nums[0], B, 0, f_hat, {}, 0};
         first.segments.push_back({0, c.patch_nums[0], 0, {}, 0});
         TORCH_CHECK(si == 0, "CUDA graphs: the warm-up runs the first scale");
         const at::Tensor no_mask = std::exchange(step_mask, at::Tensor());
-        auto out = forward(first, kv, flops, nullptr, nullptr);
+        auto out = forward(first, kv, flops, nullptr, nullptr, nullptr);
         step_mask = no_mask;
         return out;
     };
@@ -416,6 +456,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         probe->on_scale(std::move(rec));
         res.probe_millis += millis_since(t_probe);
     };
+    std::map<size_t, std::unique_ptr<kernels::PartTimer>> eager_timers;  // by step
     int64_t step = 0;
     for (int64_t si = 0; si < S_run; ++step) {
         if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw SamplingCancelled();
@@ -461,14 +502,22 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         }
         at::Tensor raw_logits;
         const double flops_before = res.attention_flops;
+        StepCost cost;
+        cost.scale = si;
+        cost.scales = static_cast<int64_t>(sctx.segments.size());
         if (graphs) {
             step_ctx = &sctx;
-            raw_logits =
-                guarded([&] { return graphs->step(si, layout, graph_step, res.attention_flops); });
+            raw_logits = guarded(
+                [&] { return graphs->step(si, layout, graph_step, res.attention_flops, &cost); });
             step_ctx = nullptr;
         } else {
-            raw_logits = forward(sctx, *eager_cache, res.attention_flops, hooks, probe);
+            auto timer =
+                time_parts ? std::make_unique<kernels::PartTimer>(device.index()) : nullptr;
+            const CostRecorder rec{&cost, timer.get()};
+            raw_logits = forward(sctx, *eager_cache, res.attention_flops, hooks, probe, &rec);
+            if (timer) eager_timers.emplace(res.step_costs.size(), std::move(timer));
         }
+        res.step_costs.push_back(cost);
         std::vector<at::Tensor> guided;
         for (const auto& seg : sctx.segments) {
             const auto part = sctx.segments.size() == 1
@@ -478,7 +527,6 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         }
         at::Tensor logits = guided.size() == 1 ? guided[0] : at::cat(guided, 1);
         if (hooks) hooks->on_logits(sctx, logits);
-        const double step_flops = res.attention_flops - flops_before;
 
         std::vector<at::Tensor> fhat_after;  // per scale of the step, for probes that want it
         for (const auto& seg : sctx.segments) {
@@ -515,6 +563,12 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             if (probe && probe->wants_fhat())
                 fhat_after.push_back(f_hat.to(at::kCPU, f_hat.scalar_type(), false, /*copy=*/true));
         }
+        if (hooks) {
+            const double deferred = hooks->take_deferred_attention_flops(sctx);
+            res.attention_flops += deferred;
+            res.step_costs.back().flops[static_cast<int>(CostPart::Attention)] += deferred;
+        }
+        const double step_flops = res.attention_flops - flops_before;
         res.kv_bytes_peak = std::max(
             res.kv_bytes_peak, graphs ? graphs->kv_bytes_after(si) : eager_cache->total_bytes());
         if (opt.time_scales) synchronize_device(device);
@@ -546,6 +600,22 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         res.scale_millis.push_back(0.0);
         if (probe) {
             report_scale({si, pn, 0.0, res.tokens.back().cpu(), {}, step, true});
+        }
+    }
+    if (time_parts) {
+        // The steps' events are complete once the device is: read the part times.
+        synchronize_device(device);
+        for (size_t i = 0; i < res.step_costs.size(); ++i) {
+            auto& sc = res.step_costs[i];
+            const auto it = eager_timers.find(i);
+            const kernels::PartTimer* timer = graphs ? graphs->part_timer(sc.scale)
+                                              : it != eager_timers.end() ? it->second.get()
+                                                                         : nullptr;
+            std::vector<double> ms(kCostParts, 0.0);
+            if (timer && timer->accumulate(ms)) {
+                for (int p = 0; p < kCostParts; ++p) sc.ms[p] = ms[p];
+                sc.timed = true;
+            }
         }
     }
     res.kv_bytes = graphs ? graphs->kv_bytes() : eager_cache->total_bytes();

@@ -14,6 +14,7 @@
 #include "core/models/vqvae.h"
 #include "core/sampling/hooks.h"
 #include "core/sampling/probes.h"
+#include "core/sampling/step_cost.h"
 
 namespace varscope {
 
@@ -37,6 +38,10 @@ struct VarSampleOptions {
     // batch / precision / schedule), on CUDA without hooks, or with probes that need no
     // per-block data; ignored elsewhere. Same tokens as without.
     bool cuda_graphs = true;
+    // Time the parts of each step with CUDA events (VarSampleResult::step_costs[i].ms; CUDA
+    // only). The events cost a little device time, and graphs with event nodes are captured
+    // apart from the plain ones: time clean runs without it.
+    bool time_parts = false;
     const std::atomic<bool>* cancel = nullptr;  // checked before every scale
     void validate(const VarConfig& cfg) const;  // std::invalid_argument naming the field
 };
@@ -57,6 +62,9 @@ struct VarSampleResult {
     // Spent in the probe's on_scale (e.g. a GUI decoding a preview per scale): part of
     // total_millis, not of scale_millis; subtract it for the model's own time.
     double probe_millis = 0.0;
+    // The cost model (step_cost.h), one entry per step: FLOPs per part, kernel launches (graph
+    // runs), part times (with VarSampleOptions::time_parts).
+    std::vector<StepCost> step_costs;
 };
 
 class DenseGraphCache;

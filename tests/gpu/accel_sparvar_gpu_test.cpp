@@ -88,11 +88,13 @@ struct Twin : SamplingHooks {
     at::Tensor attend(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
                       const at::Tensor& v, double s) override {
         auto& mctx = const_cast<BlockContext&>(ctx);  // the loop's own, mutable context
+        // Each policy's report plus the pairs it counted on the device for this call (CS4A
+        // defers them: take_deferred_attention_flops, read here per call).
         const auto a = kern->attend(ctx, q, k, v, s);
-        const double fa = ctx.attention_flops;
+        const double fa = ctx.attention_flops + kern->take_deferred_attention_flops(ctx.scale);
         mctx.attention_flops = -1.0;
         const auto b = ref->attend(ctx, q, k, v, s);
-        const double fb = ctx.attention_flops;
+        const double fb = ctx.attention_flops + ref->take_deferred_attention_flops(ctx.scale);
         mctx.attention_flops = fa;
         EXPECT_EQ(a.defined(), b.defined())
             << "scale " << ctx.scale.scale << " layer " << ctx.layer;

@@ -2,10 +2,10 @@
 // exactly the tokens and features of the eager loop for a seed (the graphed block does the
 // model's operations on the same values; sampling is eager in both), on the capturing call and on
 // replays, for new labels with the same shape, per shape, in fp32, bf16 and bf16-autocast.
-// Accelerators with a graph signature (skip, FastVAR, LazyVAR, SparVAR's CSLA) are captured inside
-// the steps and must give the eager tokens too. Graphs stay off where something needs to see inside
-// the steps (hooks without a signature, attention probes) and on the CPU. Skips without CUDA (the
-// CPU test runs everywhere).
+// Accelerators with a graph signature (skip, FastVAR, LazyVAR, SparVAR's CS4A and CSLA) are
+// captured inside the steps and must give the eager tokens, FLOPs and KV bytes too. Graphs stay off
+// where something needs to see inside the steps (hooks without a signature, attention probes) and
+// on the CPU. Skips without CUDA (the CPU test runs everywhere).
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -160,12 +160,6 @@ TEST(VarGraph, OffWhereStepsMustBeSeen) {
     REQUIRE_CUDA_GRAPHS();
     auto cpu = varscope::testing::small_pipeline();
     auto gpu = on_device(cpu, Precision::Fp32);
-    // SparVAR with CS4A (value-sized selections) declares no graph signature.
-    const auto hooks = build_accelerators(
-        AccelConfig::from_argument(R"({"sparvar": {"enabled": true, "sink_scales": 2}})"),
-        gpu.var_config());
-    ASSERT_TRUE(hooks);
-    EXPECT_FALSE(gpu.generate(options({1}, true), hooks.get()).cuda_graphs);
     struct Opaque : SamplingHooks {};  // no signature: the default
     Opaque opaque;
     EXPECT_FALSE(gpu.generate(options({1}, true), &opaque).cuda_graphs);
@@ -216,6 +210,13 @@ const std::vector<std::pair<std::string, std::string>>& graph_safe_methods() {
         {"sparvar csla token mask", R"({"sparvar": {"enabled": true, "cs4a_fraction": 0,
                                       "sparse_scales": 2, "sink_scales": 2, "windows": [1, 3],
                                       "middle_window": 1, "block": 64, "token_mask": true}})"},
+        // CS4A (shallow layers) with CSLA (deep): Top-K at the decision scale, mapped lists.
+        {"sparvar cs4a", R"({"sparvar": {"enabled": true, "sparse_scales": 2, "sink_scales": 2,
+                           "windows": [1, 3], "middle_window": 1, "block": 64,
+                           "query_block": 64, "top_k": 0.2}})"},
+        {"sparvar cs4a patch", R"({"sparvar": {"enabled": true, "cs4a_fraction": 1,
+                                 "sparse_scales": 2, "sink_scales": 1, "query_block": 64,
+                                 "top_k": 0.1, "patch_mapping": true, "use_cache": false}})"},
         {"sparvar+skip", R"({"sparvar": {"enabled": true, "top_k": 1, "sparse_scales": 2,
                            "sink_scales": 2, "windows": [1, 3], "middle_window": 1,
                            "block": 64}, "skip": {"enabled": true, "last_n": 1}})"},
