@@ -60,7 +60,8 @@ int run(CompareMarArgs& a) {
                       << " replaces the accelerator config's lazymar.head_cfg_period "
                       << accel.lazymar.head_cfg_period << "\n";
         accel.lazymar.head_cfg_period = m.head_cfg_period;
-        if (m.head_cfg_period > 0 && lazymar_head_period(accel.lazymar) == 0)
+        if (m.head_cfg_period > 0 &&
+            LazyMarHeadCache::from_config(accel.lazymar).head_cfg_cache_period() == 0)
             throw std::invalid_argument(
                 "--head-cfg-period applies to LazyMAR's condition cache, which the accelerated "
                 "side "
@@ -72,22 +73,18 @@ int run(CompareMarArgs& a) {
     const auto& c = pipe.config();
     MarSampleOptions opt = m.options(pipe);
     opt.time_steps = true;
-    // The baseline never caches; the accelerated side's head cache comes from the config.
-    opt.head_cfg_cache_period = 0;
-    opt.head_mlp_cache_period = 0;
     MarSampleOptions fast_opt = opt;
-    fast_opt.head_cfg_cache_period = lazymar_head_period(accel.lazymar);
-    fast_opt.head_mlp_cache_period = lazymar_head_mlp_period(accel.lazymar);
+    // The baseline never caches; the accelerated side's head caches are LazyMAR's hooks.
     auto lazy = make_lazymar_hooks(accel.lazymar, c, nullptr);
+    const int64_t head_cfg_period = lazy.head ? lazy.head->head_cfg_cache_period() : 0;
+    const int64_t head_mlp_period = lazy.head ? lazy.head->head_mlp_cache_period() : 0;
     std::cerr << pipe.describe() << "\naccelerated side: " << accel.summary()
-              << (fast_opt.head_cfg_cache_period > 0
-                      ? ", head condition cache every " +
-                            std::to_string(fast_opt.head_cfg_cache_period) + " diffusion steps"
-                      : std::string())
-              << (fast_opt.head_mlp_cache_period > 0
-                      ? ", head MLP cache every " + std::to_string(fast_opt.head_mlp_cache_period) +
-                            " diffusion steps"
-                      : std::string())
+              << (head_cfg_period > 0 ? ", head condition cache every " +
+                                            std::to_string(head_cfg_period) + " diffusion steps"
+                                      : std::string())
+              << (head_mlp_period > 0 ? ", head MLP cache every " +
+                                            std::to_string(head_mlp_period) + " diffusion steps"
+                                      : std::string())
               << "\n";
     const bool will_decode = pipe.sampler().has_decoder();
     // Existing files: refuse before sampling, not after.
@@ -95,8 +92,7 @@ int run(CompareMarArgs& a) {
 
     const int64_t diffusion_steps = pipe.sampler().diffusion().schedule().num_steps();
     auto base_counter = std::make_shared<MarFlopCounter>(c, diffusion_steps);
-    auto fast_counter = std::make_shared<MarFlopCounter>(
-        c, diffusion_steps, fast_opt.head_cfg_cache_period, fast_opt.head_mlp_cache_period);
+    auto fast_counter = std::make_shared<MarFlopCounter>(c, diffusion_steps);
     auto base_hooks = chain_with_counter(base_counter, nullptr);
     auto fast_hooks = chain_with_counter(fast_counter, lazy.chain);
 
@@ -192,8 +188,8 @@ int run(CompareMarArgs& a) {
                   {"temperature", m.temperature},
                   {"num_sampling_steps", m.sampling_steps},
                   {"diffusion_steps", diffusion_steps},
-                  {"head_cfg_cache_period", fast_opt.head_cfg_cache_period},
-                  {"head_mlp_cache_period", fast_opt.head_mlp_cache_period},
+                  {"head_cfg_cache_period", head_cfg_period},
+                  {"head_mlp_cache_period", head_mlp_period},
                   {"cuda_graphs", base.last.cuda_graphs || fast.last.cuda_graphs},
                   {"accel", accel.to_json()},
                   {"accel_summary", accel.summary()},

@@ -119,12 +119,13 @@ int run(GenerateMarArgs& a) {
     // The batch is known now: existing or colliding outputs refuse before sampling.
     check_generate_outputs(a.out, opt.images(), a.tokens_out, a.timings_json, a.force);
 
-    for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt);
+    const auto head_cache = m.head_cache_hooks();  // --head-cfg-period
+    for (int64_t i = 0; i < a.warmup; ++i) pipe.generate(opt, head_cache.get());
     std::vector<MarSampleResult> runs;
     for (int64_t r = 0; r < a.repeat; ++r) {
         std::cerr << "run " << r + 1 << "/" << a.repeat << " on " << pipe.device() << "\n";
         StepPrinter progress(opt.num_iter);
-        runs.push_back(pipe.generate(opt, nullptr, a.quiet ? nullptr : &progress));
+        runs.push_back(pipe.generate(opt, head_cache.get(), a.quiet ? nullptr : &progress));
         std::cerr << "  total " << runs.back().total_millis << " ms\n";
     }
     const MarSampleResult& res = runs.back();
@@ -146,6 +147,7 @@ int run(GenerateMarArgs& a) {
                          {{"seed", std::to_string(m.seed)}, {"weights", pipe.weights_source()}});
     }
     if (!a.timings_json.empty()) {
+        const int64_t head_period = head_cache ? head_cache->head_cfg_cache_period() : 0;
         nlohmann::json j = {{"date", now_utc()},
                             {"environment", environment_json(m.device)},
                             {"model", pipe.describe()},
@@ -157,7 +159,7 @@ int run(GenerateMarArgs& a) {
                             {"cfg_schedule", m.cfg_schedule},
                             {"temperature", m.temperature},
                             {"num_sampling_steps", m.sampling_steps},
-                            {"head_cfg_cache_period", opt.head_cfg_cache_period},
+                            {"head_cfg_cache_period", head_period},
                             {"cuda_graphs", res.cuda_graphs},
                             {"warmup_runs", a.warmup},
                             {"runs", runs.size()},

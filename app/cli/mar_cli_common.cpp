@@ -108,6 +108,11 @@ void MarRunArgs::add_to(CLI::App& cmd) {
 
 bool MarRunArgs::head_cfg_period_given() const { return given(head_period_opt_); }
 
+std::shared_ptr<MarSamplingHooks> MarRunArgs::head_cache_hooks() const {
+    if (!head_cfg_period_given() || head_cfg_period == 0) return nullptr;
+    return std::make_shared<LazyMarHeadCache>(head_cfg_period, 0);
+}
+
 void MarRunArgs::resolve_model() {
     if (mar_path.empty() && random_config.empty()) {
         const MarModelFiles f = embedded_mar_files();  // CheckpointError naming what is missing
@@ -169,8 +174,7 @@ MarSampleOptions MarRunArgs::options(const MarPipeline& pipe) const {
     o.cfg_schedule = parse_cfg_schedule(cfg_schedule);
     o.temperature = temperature;
     o.cuda_graphs = !no_cuda_graphs;
-    o.head_cfg_cache_period = head_cfg_period_given() ? head_cfg_period : 0;
-    if (o.head_cfg_cache_period > 0 && cfg == 1.0)
+    if (head_cfg_period_given() && head_cfg_period > 0 && cfg == 1.0)
         std::cerr << "note: --head-cfg-period has no effect without guidance (--cfg 1)\n";
     o.validate(c);
     return o;

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,11 +46,14 @@ struct MarRunArgs {
     void resolve_model();
     MarPipeline build() const;
     // The sampling options for `pipe`: --prompt matched against the model's class names
-    // (ranked list on stderr), CUDA graphs unless --no-cuda-graphs, the head condition cache
-    // when --head-cfg-period was given. Throws std::invalid_argument with a clear message.
+    // (ranked list on stderr), CUDA graphs unless --no-cuda-graphs. Throws
+    // std::invalid_argument with a clear message.
     MarSampleOptions options(const MarPipeline& pipe) const;
 
     bool head_cfg_period_given() const;
+    // The head condition cache of --head-cfg-period as a hook (LazyMarHeadCache); nullptr when
+    // not given or 0.
+    std::shared_ptr<MarSamplingHooks> head_cache_hooks() const;
 
 private:
     // Tell "given on the command line" from "left at the default".

@@ -129,10 +129,7 @@ RunOutput Engine::run_mar(const GenerationSettings& s, bool accelerated,
     if (accelerated) {
         const auto ac = MarAccelConfig::from_json(nlohmann::json::parse(s.accel_json));
         out.accel_summary = ac.summary();
-        hooks = build_mar_accelerators(ac, c, &rec);
-        // LazyMAR's DiffLoss-head caches live in the sampler, not in the hooks.
-        opt.head_cfg_cache_period = lazymar_head_period(ac.lazymar);
-        opt.head_mlp_cache_period = lazymar_head_mlp_period(ac.lazymar);
+        hooks = build_mar_accelerators(ac, c, &rec);  // LazyMAR's head caches included
     } else {
         out.accel_summary = "baseline";
     }
