@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/accel/lazymar.h"
 #include "core/accel/mar_accel_config.h"
@@ -95,14 +96,21 @@ TEST(LazyMar, ConfigDefaultsRoundTripAndErrors) {
     EXPECT_EQ(MarAccelConfig::from_argument("lazymar-released").summary(),
               "LazyMAR (token + condition cache + head caches)");
     EXPECT_EQ(MarAccelConfig::from_argument("lazymar-token").summary(), "LazyMAR (token cache)");
-    // The head caches alone are an accelerated run too (no hooks: they live in the sampler).
-    const auto head_only = MarAccelConfig::from_json(
-        {{"lazymar",
-          {{"enabled", true}, {"token_cache", false}, {"condition_cache", false},
-           {"head_mlp_period", 7}}}});
+    // The head caches alone are an accelerated run too: hooks that carry only them (the
+    // condition half needs the condition cache, so only the MLP cache is on here).
+    const auto head_only = MarAccelConfig::from_json({{"lazymar",
+                                                       {{"enabled", true},
+                                                        {"token_cache", false},
+                                                        {"condition_cache", false},
+                                                        {"head_mlp_period", 7},
+                                                        {"head_cfg_period", 5}}}});
     EXPECT_TRUE(head_only.any_enabled());
     EXPECT_EQ(head_only.summary(), "LazyMAR (head caches)");
-    EXPECT_EQ(build_mar_accelerators(head_only, tiny_mar_config(), nullptr), nullptr);
+    const auto head_hooks = build_mar_accelerators(head_only, tiny_mar_config(), nullptr);
+    ASSERT_NE(head_hooks, nullptr);
+    EXPECT_EQ(head_hooks->head_mlp_cache_period(), 7);
+    EXPECT_EQ(head_hooks->head_cfg_cache_period(), 0);
+    EXPECT_TRUE(head_hooks->graph_signature().has_value());
     const auto token = MarAccelConfig::from_argument("lazymar-token");
     EXPECT_TRUE(token.lazymar.token_cache && !token.lazymar.condition_cache);
     EXPECT_FALSE(MarAccelConfig::from_argument("baseline").any_enabled());
@@ -358,8 +366,9 @@ TEST(LazyMar, PlannedFlopsEqualWhatTheRunCounts) {
     }
 }
 
-// The counter is told the run's head condition-cache period (its hooks cannot see the head):
-// it must then count the conditional half only on the non-refresh diffusion steps, as the plan.
+// LazyMAR's hooks carry the head condition-cache period (LazyMarHeadCache) and the counter
+// reads it from the step context: it must then count the conditional half only on the
+// non-refresh diffusion steps, as the plan.
 TEST(LazyMar, CounterCountsTheHeadConditionCache) {
     auto pipe = tiny_mar();
     const auto& c = pipe.config();
@@ -370,9 +379,9 @@ TEST(LazyMar, CounterCountsTheHeadConditionCache) {
         cfg.head_cfg_period = period;
         SCOPED_TRACE("head period " + std::to_string(period));
         auto opt = options(3.0);
-        opt.head_cfg_cache_period = lazymar_head_period(cfg);
-        auto counter = std::make_shared<MarFlopCounter>(c, steps, opt.head_cfg_cache_period);
+        auto counter = std::make_shared<MarFlopCounter>(c, steps);
         auto chain = chain_with_counter(counter, make_lazymar(cfg, c, nullptr));
+        EXPECT_EQ(chain->head_cfg_cache_period(), period);
         const auto r = pipe.generate(opt, chain.get());
         const auto counted = counter->flops(r.attention_flops);
         const auto planned = lazymar_planned_flops(c, cfg, 8, 2, 3.0, steps);
@@ -394,8 +403,8 @@ TEST(LazyMar, CounterCountsTheHeadConditionCache) {
         }
     }
     // Without guidance the period changes nothing.
-    auto counter = std::make_shared<MarFlopCounter>(c, steps, 3);
-    auto chain = chain_with_counter(counter, nullptr);
+    auto counter = std::make_shared<MarFlopCounter>(c, steps);
+    auto chain = chain_with_counter(counter, std::make_shared<LazyMarHeadCache>(3, 0));
     auto opt = options(1.0);
     const auto r = pipe.generate(opt, chain.get());
     EXPECT_DOUBLE_EQ(counter->flops(r.attention_flops).diffusion,
@@ -496,6 +505,54 @@ TEST(LazyMar, GraphSignatureOnlyWithoutProbesOrThreshold) {
     EXPECT_EQ(chain.graph_signature(), sig);
     chain.add(std::make_shared<MarSamplingHooks>());
     EXPECT_FALSE(chain.graph_signature().has_value());
+}
+
+// The head caches are hooks: LazyMarHeadCache answers its periods (from a config: the condition
+// half needs the condition cache), names them in its graph signature unless its probe takes the
+// drift records, and a chain answers the first non-zero period of its members.
+TEST(LazyMar, HeadCacheHookAnswersThePeriods) {
+    const auto c = tiny_mar_config();
+    EXPECT_THROW(LazyMarHeadCache(-1, 0), std::invalid_argument);
+    LazyMarHeadCache h(3, 5);
+    EXPECT_TRUE(h.on());
+    EXPECT_EQ(h.head_cfg_cache_period(), 3);
+    EXPECT_EQ(h.head_mlp_cache_period(), 5);
+    EXPECT_FALSE(LazyMarHeadCache(0, 0).on());
+    ASSERT_TRUE(h.graph_signature().has_value());
+    EXPECT_NE(*h.graph_signature(), *LazyMarHeadCache(3, 4).graph_signature());
+    ProbeRecorder probe;
+    LazyMarHeadCache probed(3, 5, &probe);
+    EXPECT_TRUE(probed.wants_head_cache_stats());
+    EXPECT_FALSE(probed.graph_signature().has_value());
+    EXPECT_FALSE(LazyMarHeadCache(0, 0, &probe).wants_head_cache_stats());  // nothing to record
+
+    auto cfg = lazy(true, true);
+    cfg.head_cfg_period = 7;
+    cfg.head_mlp_period = 4;
+    auto hooks = make_lazymar_hooks(cfg, c, nullptr);
+    ASSERT_NE(hooks.head, nullptr);
+    EXPECT_EQ(hooks.chain->head_cfg_cache_period(), 7);
+    EXPECT_EQ(hooks.chain->head_mlp_cache_period(), 4);
+    EXPECT_TRUE(hooks.chain->graph_signature().has_value());
+    EXPECT_FALSE(hooks.chain->wants_head_cache_stats());
+    EXPECT_TRUE(make_lazymar(cfg, c, &probe)->wants_head_cache_stats());
+    cfg.condition_cache = false;
+    EXPECT_EQ(LazyMarHeadCache::from_config(cfg).head_cfg_cache_period(), 0);
+    EXPECT_EQ(LazyMarHeadCache::from_config(cfg).head_mlp_cache_period(), 4);
+    cfg.enabled = false;
+    EXPECT_FALSE(LazyMarHeadCache::from_config(cfg).on());
+    EXPECT_EQ(make_lazymar_hooks(lazy(true, true), c, nullptr).head, nullptr);  // periods 0
+
+    MarHookChain chain;
+    EXPECT_EQ(chain.head_cfg_cache_period(), 0);
+    chain.add(std::make_shared<MarSamplingHooks>());
+    chain.add(std::make_shared<LazyMarHeadCache>(0, 2));
+    chain.add(std::make_shared<LazyMarHeadCache>(6, 9));
+    EXPECT_EQ(chain.head_cfg_cache_period(), 6);
+    EXPECT_EQ(chain.head_mlp_cache_period(), 2);
+    EXPECT_FALSE(chain.wants_head_cache_stats());
+    chain.add(std::make_shared<LazyMarHeadCache>(1, 1, &probe));
+    EXPECT_TRUE(chain.wants_head_cache_stats());
 }
 
 // The caches are rewritten from step 0 on: one hook object reused for several runs (as the

@@ -40,28 +40,26 @@ TEST(MarGraphNoise, PreDrawnNoiseEqualsInlineDraws) {
         at::equal(inline_draws, diffusion.sample_with_noise(net, z, cfg, 0.9, start, steps)));
 }
 
-// LazyMAR's head-side condition cache: exactly off at period 0, and at period 1 (every step
-// refreshes); at period 7 it runs the conditional half only between refreshes, which changes
-// the samples a little, and the planned FLOPs count the halves skipped.
+// LazyMAR's head-side condition cache (a LazyMarHeadCache hook): exactly off at period 0, and
+// at period 1 (every step refreshes); at period 7 it runs the conditional half only between
+// refreshes, which changes the samples a little, and the planned FLOPs count the halves skipped.
 TEST(MarHeadCfgCache, OffIsExactAndCachedStepsSkipTheUnconditionalHalf) {
     MarConfig c = varscope::testing::tiny_cpu_mar_config();
     c.num_sampling_steps = "20";
     auto pipe = MarPipeline::random(c, 4, {});
     auto o = varscope::testing::mar_options({1, 2}, 9, 4, 3.0);
     const auto base = pipe.generate(o);
-    o.head_cfg_cache_period = 1;
-    EXPECT_TRUE(at::equal(pipe.generate(o).tokens, base.tokens));
-    o.head_cfg_cache_period = 7;
-    const auto cached = pipe.generate(o);
+    LazyMarHeadCache off(0, 0), every(1, 0), period7(7, 0);
+    EXPECT_TRUE(at::equal(pipe.generate(o, &off).tokens, base.tokens));
+    EXPECT_TRUE(at::equal(pipe.generate(o, &every).tokens, base.tokens));
+    const auto cached = pipe.generate(o, &period7);
     const double rel = ((cached.tokens - base.tokens).norm() / base.tokens.norm()).item<double>();
     EXPECT_GT(rel, 0.0);
     EXPECT_LT(rel, 2.0);
     // Without guidance the period changes nothing.
     o.cfg = 1.0;
-    o.head_cfg_cache_period = 0;
     const auto plain = pipe.generate(o);
-    o.head_cfg_cache_period = 7;
-    EXPECT_TRUE(at::equal(pipe.generate(o).tokens, plain.tokens));
+    EXPECT_TRUE(at::equal(pipe.generate(o, &period7).tokens, plain.tokens));
 
     EXPECT_TRUE(DiffusionSampler::full_cfg_step(19, 20, 7));
     EXPECT_TRUE(DiffusionSampler::full_cfg_step(14, 20, 7));
@@ -71,14 +69,15 @@ TEST(MarHeadCfgCache, OffIsExactAndCachedStepsSkipTheUnconditionalHalf) {
     lc.token_cache = false;
     const auto without = lazymar_planned_flops(c, lc, 8, 2, 3.0, 100);
     lc.head_cfg_period = 7;
-    EXPECT_EQ(lazymar_head_period(lc), 7);
+    EXPECT_EQ(LazyMarHeadCache::from_config(lc).head_cfg_cache_period(), 7);
+    EXPECT_EQ(make_lazymar(lc, c, nullptr)->head_cfg_cache_period(), 7);  // LazyMAR's hooks
     const auto with = lazymar_planned_flops(c, lc, 8, 2, 3.0, 100);
     // 16 of 100 steps run both halves: the head's step FLOPs fall to 116 / 200.
     EXPECT_LT(with.diffusion, 0.6 * without.diffusion);
     EXPECT_GT(with.diffusion, 0.55 * without.diffusion);
     EXPECT_EQ(with.linear, without.linear);
     lc.condition_cache = false;
-    EXPECT_EQ(lazymar_head_period(lc), 0);
+    EXPECT_EQ(LazyMarHeadCache::from_config(lc).head_cfg_cache_period(), 0);
     // JSON round trip and range check.
     lc.condition_cache = true;
     EXPECT_EQ(LazyMarConfig::from_json(lc.to_json()).head_cfg_period, 7);

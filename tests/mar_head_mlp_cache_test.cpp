@@ -1,4 +1,5 @@
-// LazyMAR's head MLP cache (DiffusionSampler mlp_cache_period, LazyMarConfig::head_mlp_period):
+// LazyMAR's head MLP cache (DiffusionSampler mlp_cache_period, LazyMarConfig::head_mlp_period,
+// the LazyMarHeadCache hook):
 // the step schedule; exactly the uncached samples when off or when every step refreshes; equal
 // to a plain re-implementation of the released code's rule (written here from its description,
 // per step, without the sampler's windows); the fused loop on its references equals the module
@@ -388,7 +389,7 @@ TEST(HeadMlpCache, ReplayedBlocksReference) {
 
 // The drift of the head caches' kept tensors (HeadCacheStats): counted at each cache's refresh
 // steps, the same on the module path and the fused reference loop, and reported per decoding
-// step to a probe ("lazymar_head_cache") without changing the tokens.
+// step by the head-cache hook to its probe ("lazymar_head_cache") without changing the tokens.
 TEST(HeadMlpCache, DriftIsMeasuredAtRefreshesAndProbedPerStep) {
     auto pipe = strong_head_mar(head_config(6, "50"), 4);
     {
@@ -427,11 +428,12 @@ TEST(HeadMlpCache, DriftIsMeasuredAtRefreshesAndProbedPerStep) {
                                                              HeadPath::Modules)));
     }
     auto o = varscope::testing::mar_options({1, 2}, 9, 4, 3.0);
-    o.head_mlp_cache_period = 7;
-    o.head_cfg_cache_period = 7;
     ProbeRecorder probe;
-    const auto probed = pipe.generate(o, nullptr, &probe);
-    EXPECT_TRUE(at::equal(probed.tokens, pipe.generate(o).tokens));
+    LazyMarHeadCache probed_cache(7, 7, &probe), plain_cache(7, 7);
+    EXPECT_TRUE(probed_cache.wants_head_cache_stats());
+    EXPECT_FALSE(plain_cache.wants_head_cache_stats());
+    const auto probed = pipe.generate(o, &probed_cache, &probe);
+    EXPECT_TRUE(at::equal(probed.tokens, pipe.generate(o, &plain_cache).tokens));
     const auto recs = probe.accel(probe_kinds::kLazyMarHeadCache);
     ASSERT_EQ(recs.size(), 4u);  // every step decodes
     for (size_t i = 0; i < recs.size(); ++i) {
@@ -443,35 +445,57 @@ TEST(HeadMlpCache, DriftIsMeasuredAtRefreshesAndProbedPerStep) {
         EXPECT_GT(recs[i].values.at("mlp_drift"), 0.0);
         EXPECT_GT(recs[i].values.at("cfg_drift"), 0.0);
     }
+    // The hook makes the records, not the loop: a probe given only to the hook gets them.
+    ProbeRecorder hook_only;
+    LazyMarHeadCache hook_probed(7, 7, &hook_only);
+    pipe.generate(o, &hook_probed);
+    EXPECT_EQ(hook_only.accel(probe_kinds::kLazyMarHeadCache).size(), 4u);
+    // LazyMAR's hooks include the head caches (here alone; the condition half needs the
+    // condition cache, so only the MLP cache refreshes).
+    LazyMarConfig lc;
+    lc.enabled = true;
+    lc.token_cache = lc.condition_cache = false;
+    lc.head_cfg_period = lc.head_mlp_period = 7;
+    ProbeRecorder lazy_probe;
+    const auto lazy = make_lazymar(lc, pipe.config(), &lazy_probe);
+    pipe.generate(o, lazy.get(), &lazy_probe);
+    const auto lazy_recs = lazy_probe.accel(probe_kinds::kLazyMarHeadCache);
+    ASSERT_EQ(lazy_recs.size(), 4u);
+    EXPECT_EQ(lazy_recs[0].values.at("mlp_refreshes"), 8.0);
+    EXPECT_EQ(lazy_recs[0].values.at("cfg_refreshes"), 0.0);
     // No head caches: no records.
-    o.head_mlp_cache_period = o.head_cfg_cache_period = 0;
     ProbeRecorder none;
-    pipe.generate(o, nullptr, &none);
+    LazyMarHeadCache off(0, 0, &none);
+    EXPECT_FALSE(off.wants_head_cache_stats());
+    pipe.generate(o, &off, &none);
     EXPECT_TRUE(none.accel(probe_kinds::kLazyMarHeadCache).empty());
 }
 
-// Through the MAR loop: option off = baseline exactly, period 1 = baseline exactly, period 7
-// close to it; LazyMarConfig carries it (JSON, range) and hands it to the options.
+// Through the MAR loop: hook off = baseline exactly, period 1 = baseline exactly, period 7
+// close to it; LazyMarConfig carries it (JSON, range) and LazyMAR's hooks answer it.
 TEST(HeadMlpCache, MarLoopOptionAndConfig) {
     auto pipe = strong_head_mar(head_config(6, "20"), 4);
     auto o = varscope::testing::mar_options({1, 2}, 9, 4, 3.0);
     const auto base = pipe.generate(o);
-    o.head_mlp_cache_period = 1;
-    EXPECT_TRUE(at::equal(pipe.generate(o).tokens, base.tokens));
-    o.head_mlp_cache_period = 7;
-    o.head_cfg_cache_period = 7;
-    const double rel = rel_diff(pipe.generate(o).tokens, base.tokens);
+    LazyMarHeadCache off(0, 0), every(0, 1), both7(7, 7);
+    EXPECT_TRUE(at::equal(pipe.generate(o, &off).tokens, base.tokens));
+    EXPECT_TRUE(at::equal(pipe.generate(o, &every).tokens, base.tokens));
+    const double rel = rel_diff(pipe.generate(o, &both7).tokens, base.tokens);
     EXPECT_GT(rel, 0.0);
     EXPECT_LT(rel, 2.0);
 
     LazyMarConfig lc;
     EXPECT_EQ(lc.head_mlp_period, 0);
     lc.head_mlp_period = 7;
-    EXPECT_EQ(lazymar_head_mlp_period(lc), 0);  // method off
+    EXPECT_EQ(LazyMarHeadCache::from_config(lc).head_mlp_cache_period(), 0);  // method off
+    EXPECT_EQ(make_lazymar(lc, pipe.config(), nullptr), nullptr);
     lc.enabled = true;
-    EXPECT_EQ(lazymar_head_mlp_period(lc), 7);
+    EXPECT_EQ(LazyMarHeadCache::from_config(lc).head_mlp_cache_period(), 7);
     lc.condition_cache = false;  // independent of the condition cache
-    EXPECT_EQ(lazymar_head_mlp_period(lc), 7);
+    EXPECT_EQ(LazyMarHeadCache::from_config(lc).head_mlp_cache_period(), 7);
+    lc.token_cache = false;  // the head cache alone still makes LazyMAR's hooks
+    EXPECT_EQ(make_lazymar(lc, pipe.config(), nullptr)->head_mlp_cache_period(), 7);
+    EXPECT_THROW(LazyMarHeadCache(0, -1), std::invalid_argument);
     EXPECT_EQ(LazyMarConfig::from_json(lc.to_json()).head_mlp_period, 7);
     EXPECT_EQ(LazyMarConfig::from_json({{"head_mlp_period", 3}}).head_mlp_period, 3);
     EXPECT_ANY_THROW(LazyMarConfig::from_json({{"head_mlp_period", -1}}));
@@ -480,7 +504,8 @@ TEST(HeadMlpCache, MarLoopOptionAndConfig) {
     EXPECT_TRUE(listed);
 }
 
-// The counter (told the run's periods) counts what the plan says; by hand for one setting.
+// The counter (reading the periods LazyMAR's hooks answer) counts what the plan says; by hand
+// for one setting.
 TEST(HeadMlpCache, CounterCountsTheHeadMlpCache) {
     const MarConfig c = head_config(6, "20");
     auto pipe = MarPipeline::random(c, 4, {});
@@ -501,11 +526,10 @@ TEST(HeadMlpCache, CounterCountsTheHeadMlpCache) {
                 lc.head_cfg_period = cfg_period;
                 lc.head_mlp_period = mlp_period;
                 o.cfg = guidance;
-                o.head_cfg_cache_period = guidance != 1.0 ? lazymar_head_period(lc) : 0;
-                o.head_mlp_cache_period = lazymar_head_mlp_period(lc);
-                auto counter = std::make_shared<MarFlopCounter>(c, steps, o.head_cfg_cache_period,
-                                                                o.head_mlp_cache_period);
+                auto counter = std::make_shared<MarFlopCounter>(c, steps);
                 auto chain = chain_with_counter(counter, make_lazymar(lc, c, nullptr));
+                EXPECT_EQ(chain->head_mlp_cache_period(), mlp_period);
+                const int64_t cfg_cache = guidance != 1.0 ? chain->head_cfg_cache_period() : 0;
                 const auto r = pipe.generate(o, chain.get());
                 const auto counted = counter->flops(r.attention_flops);
                 const auto planned = lazymar_planned_flops(c, lc, 4, 2, guidance, steps);
@@ -513,9 +537,8 @@ TEST(HeadMlpCache, CounterCountsTheHeadMlpCache) {
                 EXPECT_DOUBLE_EQ(planned.linear, counted.linear);
                 const int64_t tokens = 2 * c.seq_len();
                 if (mlp_period <= 1) {  // period 1 refreshes every step: the uncached count
-                    EXPECT_DOUBLE_EQ(counted.diffusion,
-                                     mar_head_flops(c, tokens, guidance != 1.0, steps,
-                                                    o.head_cfg_cache_period, 0));
+                    EXPECT_DOUBLE_EQ(counted.diffusion, mar_head_flops(c, tokens, guidance != 1.0,
+                                                                       steps, cfg_cache, 0));
                 }
                 if (mlp_period == 7 && cfg_period == 0 && guidance == 3.0) {
                     // 20 steps, period 7: refreshes 19, 14, 7, 0; warm-up none (i > 18 is 19);

@@ -123,9 +123,7 @@ MethodRun run_method(MarPipeline& pipe, MarSampleOptions opt, const std::string&
     m.summary = accel.summary();
     m.config = accel.to_json();
     const auto& c = pipe.config();
-    auto lazy = make_lazymar_hooks(accel.lazymar, c, nullptr);
-    opt.head_cfg_cache_period = lazymar_head_period(accel.lazymar);
-    opt.head_mlp_cache_period = lazymar_head_mlp_period(accel.lazymar);
+    auto lazy = make_lazymar_hooks(accel.lazymar, c, nullptr);  // head caches included
     // Timed runs carry only the method's hooks: without any (the baseline) or with hooks that
     // have a graph signature (LazyMAR without probes or threshold) each step is one CUDA graph
     // replay, with other hooks the transformer runs eagerly (mar_cuda_graph.h). FLOPs come

@@ -7,9 +7,12 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
-#include "core/sampling/mar_sampler.h"  // mar_step_plan
+#include "core/accel/probe_kinds.h"
+#include "core/sampling/gaussian_diffusion.h"  // HeadCacheStats
+#include "core/sampling/mar_sampler.h"         // mar_step_plan
 
 namespace varscope {
 
@@ -484,6 +487,7 @@ class LazyMarConditionCache : public MarSamplingHooks {
 MarFlops lazymar_planned_flops(const MarConfig& m, const LazyMarConfig& cfg, int64_t num_iter,
                                int64_t batch, double guidance, int64_t diffusion_steps) {
     const bool guided = guidance != 1.0;
+    const auto head = LazyMarHeadCache::from_config(cfg);
     const auto plan = mar_step_plan(m.seq_len(), num_iter, guidance, CfgSchedule::Linear);
     const int64_t n = m.total_len(), Ce = m.encoder_embed_dim, Cd = m.decoder_embed_dim;
     MarFlops f;
@@ -499,18 +503,48 @@ MarFlops lazymar_planned_flops(const MarConfig& m, const LazyMarConfig& cfg, int
         for (int64_t l = 0; l < m.decoder_depth; ++l)
             block(Cd, st.rows, st.computed[size_t(m.encoder_depth + l)], n);
         const int64_t sampled = batch * plan[size_t(s)].decoded();
-        f.diffusion += mar_head_flops(m, sampled, guided, diffusion_steps, lazymar_head_period(cfg),
-                                      lazymar_head_mlp_period(cfg));
+        f.diffusion += mar_head_flops(m, sampled, guided, diffusion_steps,
+                                      head.head_cfg_cache_period(), head.head_mlp_cache_period());
     }
     return f;
 }
 
-int64_t lazymar_head_period(const LazyMarConfig& cfg) {
-    return cfg.enabled && cfg.condition_cache ? cfg.head_cfg_period : 0;
+// ----------------------------------------------------------------------------- head caches
+
+LazyMarHeadCache::LazyMarHeadCache(int64_t cfg_period, int64_t mlp_period, ProbeSink* probe)
+    : cfg_period_(cfg_period), mlp_period_(mlp_period), probe_(probe) {
+    if (cfg_period < 0 || mlp_period < 0)
+        throw std::invalid_argument("LazyMAR head cache periods must be >= 0, got " +
+                                    std::to_string(cfg_period) + " and " +
+                                    std::to_string(mlp_period));
 }
 
-int64_t lazymar_head_mlp_period(const LazyMarConfig& cfg) {
-    return cfg.enabled ? cfg.head_mlp_period : 0;
+LazyMarHeadCache LazyMarHeadCache::from_config(const LazyMarConfig& cfg, ProbeSink* probe) {
+    return LazyMarHeadCache(cfg.enabled && cfg.condition_cache ? cfg.head_cfg_period : 0,
+                            cfg.enabled ? cfg.head_mlp_period : 0, probe);
+}
+
+std::optional<std::string> LazyMarHeadCache::graph_signature() const {
+    if (wants_head_cache_stats()) return std::nullopt;  // the drift is read inside the step
+    return "lazymar.head cfg " + std::to_string(cfg_period_) + " mlp " +
+           std::to_string(mlp_period_);
+}
+
+bool LazyMarHeadCache::wants_head_cache_stats() const {
+    return on() && probe_ && probe_->wants_accel("lazymar", probe_kinds::kLazyMarHeadCache);
+}
+
+void LazyMarHeadCache::on_head_cache_stats(int64_t step, const HeadCacheStats& stats) {
+    if (!wants_head_cache_stats()) return;  // a chain tells every hook
+    probe_->on_accel({"lazymar",
+                      probe_kinds::kLazyMarHeadCache,
+                      step,
+                      -1,
+                      {},
+                      {{"mlp_drift", stats.mlp_drift()},
+                       {"mlp_refreshes", double(stats.mlp_refreshes)},
+                       {"cfg_drift", stats.cfg_drift()},
+                       {"cfg_refreshes", double(stats.cfg_refreshes)}}});
 }
 
 // ----------------------------------------------------------------------------- factory
@@ -527,7 +561,8 @@ std::vector<int64_t> LazyMarHooks::skipped_unconditional_steps() const {
 LazyMarHooks make_lazymar_hooks(const LazyMarConfig& cfg, const MarConfig& model,
                                 ProbeSink* probe) {
     LazyMarHooks h;
-    if (!cfg.enabled || (!cfg.token_cache && !cfg.condition_cache)) return h;
+    auto head = std::make_shared<LazyMarHeadCache>(LazyMarHeadCache::from_config(cfg, probe));
+    if (!cfg.enabled || (!cfg.token_cache && !cfg.condition_cache && !head->on())) return h;
     if (cfg.token_cache && cfg.similarity_layer >= model.decoder_depth)
         throw AccelConfigError("lazymar.similarity_layer: must be below the model's " +
                                std::to_string(model.decoder_depth) + " decoder blocks, got " +
@@ -540,6 +575,10 @@ LazyMarHooks make_lazymar_hooks(const LazyMarConfig& cfg, const MarConfig& model
     if (cfg.token_cache) {
         h.tokens = std::make_shared<LazyMarTokenCache>(cfg, model, probe);
         h.chain->add(h.tokens);
+    }
+    if (head->on()) {
+        h.head = head;
+        h.chain->add(h.head);
     }
     return h;
 }

@@ -37,6 +37,7 @@
 //                         after the first {"drift"} = ||C_new - C_old|| / ||C_new|| (how far
 //                         the residual moved over the period it was reused), {"age"} = steps
 //                         since the residual was cached.
+//   "lazymar_head_cache"  the DiffLoss head caches (LazyMarHeadCache; core/accel/probe_kinds.h).
 //
 // CUDA graphs: with no probe and min_similarity 0 the hooks have a graph signature (mar_hooks.h)
 // and LazyMAR runs as whole-step graphs like the baseline: which steps refresh, which branch is
@@ -51,6 +52,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/accel/mar_flops.h"
@@ -82,12 +85,12 @@ struct LazyMarConfig {
     bool encoder_cache = true;     // encoder: compute only buffer + newly known tokens
     // DiffLoss head side of the condition cache (released code): every this many diffusion
     // steps both CFG halves, in between the conditional half + the cached eps residual.
-    // 0 = off. Applied through MarSampleOptions::head_cfg_cache_period (lazymar_head_period).
+    // 0 = off; needs condition_cache. Applied by the LazyMarHeadCache hook.
     int64_t head_cfg_period = 0;
     // DiffLoss head MLP cache (released code, cache_threshold 7; DiffusionSampler HeadMlpStep):
     // every this many diffusion steps the head's blocks compute in full; in between blocks 1..4
     // reuse their output change and the others their MLP term. 0 = off. Independent of
-    // condition_cache. Applied through MarSampleOptions::head_mlp_cache_period.
+    // condition_cache. Applied by the LazyMarHeadCache hook.
     int64_t head_mlp_period = 0;
 
     static const MethodSpec& spec();
@@ -131,14 +134,41 @@ LazyMarStepStats lazymar_planned_step(const MarConfig& model, const LazyMarConfi
                                       const std::vector<MarStepPlan>& plan, int64_t step,
                                       int64_t batch, bool guided);
 
+// LazyMAR's DiffLoss head caches (released code) as a hook: it answers the periods the loop
+// hands the head (MarSamplingHooks::head_cfg_cache_period / head_mlp_cache_period) and, for a
+// probe that takes "lazymar_head_cache" records, makes one per decoding step from the head's
+// statistics (core/accel/probe_kinds.h; the loop then runs eagerly). Usable alone, e.g. for
+// the CLI's --head-cfg-period or in tests.
+class LazyMarHeadCache : public MarSamplingHooks {
+  public:
+    // Periods >= 0 (0 = that cache off); std::invalid_argument otherwise.
+    LazyMarHeadCache(int64_t cfg_period, int64_t mlp_period, ProbeSink* probe = nullptr);
+    // The periods a LazyMAR setting asks for: head_cfg_period needs the condition cache, both
+    // need the method on (0 otherwise).
+    static LazyMarHeadCache from_config(const LazyMarConfig& cfg, ProbeSink* probe = nullptr);
+    bool on() const { return cfg_period_ > 0 || mlp_period_ > 0; }
+
+    // The periods (also MarGraphKey fields); std::nullopt while the probe takes the records.
+    std::optional<std::string> graph_signature() const override;
+    int64_t head_cfg_cache_period() const override { return cfg_period_; }
+    int64_t head_mlp_cache_period() const override { return mlp_period_; }
+    bool wants_head_cache_stats() const override;
+    void on_head_cache_stats(int64_t step, const HeadCacheStats& stats) override;
+
+  private:
+    int64_t cfg_period_, mlp_period_;
+    ProbeSink* probe_;
+};
+
 class LazyMarTokenCache;
 class LazyMarConditionCache;
 
-// The two caches as hooks (either may be null when switched off).
+// The caches as hooks (each null when switched off).
 struct LazyMarHooks {
     std::shared_ptr<LazyMarTokenCache> tokens;
     std::shared_ptr<LazyMarConditionCache> condition;
-    std::shared_ptr<MarHookChain> chain;  // both, in one chain; nullptr when both are off
+    std::shared_ptr<LazyMarHeadCache> head;
+    std::shared_ptr<MarHookChain> chain;  // all of them, in one chain; nullptr when all are off
     const std::vector<LazyMarStepStats>& token_stats() const;
     std::vector<int64_t> skipped_unconditional_steps() const;
 };
@@ -149,14 +179,9 @@ struct LazyMarHooks {
 MarFlops lazymar_planned_flops(const MarConfig& model, const LazyMarConfig& cfg, int64_t num_iter,
                                int64_t batch, double guidance, int64_t diffusion_steps);
 
-// The MarSampleOptions::head_cfg_cache_period a setting asks for (0 when off).
-int64_t lazymar_head_period(const LazyMarConfig& cfg);
-// The MarSampleOptions::head_mlp_cache_period a setting asks for (0 when off).
-int64_t lazymar_head_mlp_period(const LazyMarConfig& cfg);
-
 // Throws AccelConfigError naming the field when the setting does not fit the model.
 LazyMarHooks make_lazymar_hooks(const LazyMarConfig& cfg, const MarConfig& model, ProbeSink* probe);
-// The chain alone (nullptr when the method or both caches are off).
+// The chain alone (nullptr when the method or all its caches are off).
 std::shared_ptr<MarSamplingHooks> make_lazymar(const LazyMarConfig& cfg, const MarConfig& model,
                                                ProbeSink* probe);
 

@@ -79,8 +79,8 @@ void MarFlopCounter::on_keys_values(const MarBlockContext& ctx, const at::Tensor
 void MarFlopCounter::on_step_end(const MarStepContext& ctx, const at::Tensor& sampled,
                                  const at::Tensor&) {
     const int64_t tokens = sampled.size(0) * sampled.size(1);
-    diffusion_ +=
-        mar_head_flops(config_, tokens, ctx.cfg, diffusion_steps_, head_period_, head_mlp_period_);
+    diffusion_ += mar_head_flops(config_, tokens, ctx.cfg, diffusion_steps_,
+                                 ctx.head_cfg_cache_period, ctx.head_mlp_cache_period);
 }
 
 MarFlops MarFlopCounter::flops(double attention_flops) const {

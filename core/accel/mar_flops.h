@@ -34,18 +34,13 @@ double mar_head_flops(const MarConfig& c, int64_t tokens, bool guided, int64_t s
                       int64_t cfg_cache_period, int64_t mlp_cache_period = 0);
 
 // Counts the rows each block computes through on_keys_values, so it must come FIRST in a chain
-// (before policies that replace the keys by full cached sets). Answers nothing itself.
-// head_cfg_cache_period / head_mlp_cache_period: the run's MarSampleOptions fields of those
-// names (the head then skips work on most diffusion steps; the hooks cannot see that, so they
-// are given).
+// (before policies that replace the keys by full cached sets). Answers nothing itself. The
+// head's work follows the run's head caches, which the step context carries (the periods the
+// chain's hooks answered, e.g. LazyMarHeadCache).
 class MarFlopCounter : public MarSamplingHooks {
   public:
-    MarFlopCounter(const MarConfig& c, int64_t diffusion_steps, int64_t head_cfg_cache_period = 0,
-                   int64_t head_mlp_cache_period = 0)
-        : config_(c),
-          diffusion_steps_(diffusion_steps),
-          head_period_(head_cfg_cache_period),
-          head_mlp_period_(head_mlp_cache_period) {}
+    MarFlopCounter(const MarConfig& c, int64_t diffusion_steps)
+        : config_(c), diffusion_steps_(diffusion_steps) {}
     void on_keys_values(const MarBlockContext& ctx, const at::Tensor& rows, at::Tensor& k,
                         at::Tensor& v) override;
     void on_step_end(const MarStepContext& ctx, const at::Tensor& sampled,
@@ -57,8 +52,6 @@ class MarFlopCounter : public MarSamplingHooks {
   private:
     MarConfig config_;
     int64_t diffusion_steps_;
-    int64_t head_period_;
-    int64_t head_mlp_period_;
     double linear_ = 0.0, diffusion_ = 0.0;
 };
 

@@ -53,11 +53,11 @@ constexpr const char* kCs4aMapped = "cs4a_mapped";
 // values {"qkv_ms", "attention_ms", "ffn_ms", "rows"} (rows = tokens the block computed).
 constexpr const char* kBlockMs = "block_ms";
 
-// The MAR loop (method "lazymar") when the DiffLoss head caches of LazyMAR's released code are on
-// (MarSampleOptions::head_cfg_cache_period / head_mlp_cache_period): one record per decoding
-// step, scale = step, no tensor; values {"mlp_drift", "mlp_refreshes", "cfg_drift",
-// "cfg_refreshes"}: the refreshes of each cache in the step's reverse diffusion and how far the
-// kept tensors had moved when refreshed (mean ||new - kept|| / ||new||; core/sampling/
+// LazyMAR's DiffLoss head caches (released code; LazyMarHeadCache in core/accel/lazymar.h),
+// method "lazymar", from the statistics the MAR loop hands the hooks: one record per decoding
+// step that decoded tokens, scale = step, no tensor; values {"mlp_drift", "mlp_refreshes",
+// "cfg_drift", "cfg_refreshes"}: the refreshes of each cache in the step's reverse diffusion and
+// how far the kept tensors had moved when refreshed (mean ||new - kept|| / ||new||; core/sampling/
 // gaussian_diffusion.h HeadCacheStats). A drift near 0 means the reuse steps lost little.
 constexpr const char* kLazyMarHeadCache = "lazymar_head_cache";
 

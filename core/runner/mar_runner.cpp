@@ -26,8 +26,9 @@ class MarAccelPlan : public AccelPlan {
     std::string summary() const override { return config.summary(); }
     nlohmann::json to_json() const override { return config.to_json(); }
     std::string describe() const override {
-        const int64_t cfg_period = lazymar_head_period(config.lazymar);
-        const int64_t mlp_period = lazymar_head_mlp_period(config.lazymar);
+        const LazyMarHeadCache head = LazyMarHeadCache::from_config(config.lazymar);
+        const int64_t cfg_period = head.head_cfg_cache_period();
+        const int64_t mlp_period = head.head_mlp_cache_period();
         std::string s = summary();
         if (cfg_period > 0)
             s += ", head condition cache every " + std::to_string(cfg_period) + " diffusion steps";
@@ -36,8 +37,9 @@ class MarAccelPlan : public AccelPlan {
         return s;
     }
     nlohmann::json report() const override {
-        return {{"head_cfg_cache_period", lazymar_head_period(config.lazymar)},
-                {"head_mlp_cache_period", lazymar_head_mlp_period(config.lazymar)}};
+        const LazyMarHeadCache head = LazyMarHeadCache::from_config(config.lazymar);
+        return {{"head_cfg_cache_period", head.head_cfg_cache_period()},
+                {"head_mlp_cache_period", head.head_mlp_cache_period()}};
     }
     MarAccelConfig config;
 };
@@ -188,16 +190,12 @@ class MarRunner : public Runner {
                        ProbeSink* probe) override {
         const MarAccelConfig& ac = mar_config_of(accel);
         MarSampleOptions o = options(s);
-        o.head_cfg_cache_period = lazymar_head_period(ac.lazymar);
-        o.head_mlp_cache_period = lazymar_head_mlp_period(ac.lazymar);
-        LazyMarHooks lazy;
+        LazyMarHooks lazy;  // with LazyMAR's DiffLoss-head caches, when on
         if (ac.any_enabled()) lazy = make_lazymar_hooks(ac.lazymar, cfg(), probe);
         std::shared_ptr<MarSamplingHooks> hooks = lazy.chain;
         std::shared_ptr<MarFlopCounter> counter;
         if (s.count_flops) {
-            counter = std::make_shared<MarFlopCounter>(cfg(), diffusion_steps(),
-                                                       o.head_cfg_cache_period,
-                                                       o.head_mlp_cache_period);
+            counter = std::make_shared<MarFlopCounter>(cfg(), diffusion_steps());
             hooks = chain_with_counter(counter, lazy.chain);
         }
         MarSampleResult r = pipe_.generate(o, hooks.get(), probe);

@@ -42,9 +42,9 @@ struct MarGraphKey {
     double temperature = 1.0;
     int attention = 0;   // AttentionBackend
     size_t weights = 0;  // weights_fingerprint of the transformer (a reload moves them)
-    int64_t head_cfg_cache_period = 0;
-    bool fused_head = true;  // MarSampleOptions::fused_head
-    int64_t head_mlp_cache_period = 0;
+    int64_t head_cfg_cache_period = 0;  // the hooks' MarSamplingHooks::head_cfg_cache_period
+    bool fused_head = true;             // MarSampleOptions::fused_head
+    int64_t head_mlp_cache_period = 0;  // the hooks' head_mlp_cache_period
     std::string hooks;  // graph signature of hooks run inside the step graphs ("" = none)
     bool operator==(const MarGraphKey& o) const;
 };

@@ -100,4 +100,26 @@ void MarHookChain::on_step_end(const MarStepContext& ctx, const at::Tensor& samp
     for (auto& h : hooks_) h->on_step_end(ctx, sampled, tokens);
 }
 
+int64_t MarHookChain::head_cfg_cache_period() const {
+    for (const auto& h : hooks_)
+        if (const int64_t p = h->head_cfg_cache_period(); p != 0) return p;
+    return 0;
+}
+
+int64_t MarHookChain::head_mlp_cache_period() const {
+    for (const auto& h : hooks_)
+        if (const int64_t p = h->head_mlp_cache_period(); p != 0) return p;
+    return 0;
+}
+
+bool MarHookChain::wants_head_cache_stats() const {
+    for (const auto& h : hooks_)
+        if (h->wants_head_cache_stats()) return true;
+    return false;
+}
+
+void MarHookChain::on_head_cache_stats(int64_t step, const HeadCacheStats& stats) {
+    for (auto& h : hooks_) h->on_head_cache_stats(step, stats);
+}
+
 }  // namespace varscope

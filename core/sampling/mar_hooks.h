@@ -27,6 +27,12 @@
 //   diffusion: the z rows of the decoded positions -> DiffLoss sampler (temperature, CFG of
 //              the step) -> token latents written into tokens
 //   on_step_end(ctx, sampled, tokens)
+//   wants_head_cache_stats() only: on_head_cache_stats(step, stats)   (after the step's records)
+//
+// The DiffLoss head's caches (LazyMAR's released code; DiffusionSampler::sample's
+// cfg_cache_period / mlp_cache_period) are the hooks' decision too: the loop asks
+// head_cfg_cache_period() and head_mlp_cache_period() once per run, hands the answers to the
+// diffusion sampler of every step, and tells the hooks through MarStepContext.
 //
 // run_block(stage, layer), the per-block token selection (like VAR's hooks.h):
 //   rows = select_tokens(bctx, x)        -> indices into x's sequence dim that this block
@@ -75,6 +81,7 @@
 namespace varscope {
 
 class MarGraphs;
+struct HeadCacheStats;  // core/sampling/gaussian_diffusion.h
 
 enum class MarStage { Encoder, Decoder };
 
@@ -102,6 +109,10 @@ struct MarStepContext {
     // Set while the step is captured as a whole-step CUDA graph (hooks with a graph signature):
     // MarHookState keeps its tensors there. nullptr when the step runs eagerly.
     MarGraphs* graphs = nullptr;
+    // The DiffLoss head caches of this run (the hooks' answers; 0 = off), e.g. for counting
+    // the head's work. The condition cache acts only with CFG.
+    int64_t head_cfg_cache_period = 0;
+    int64_t head_mlp_cache_period = 0;
 
     int64_t rows() const { return cfg && !skip_unconditional ? 2 * batch : batch; }
     int64_t known_count() const { return config.seq_len() - masked_before; }
@@ -176,6 +187,20 @@ public:
     // tokens (B, seq_len, token_dim) after they were written in.
     virtual void on_step_end(const MarStepContext& ctx, const at::Tensor& sampled,
                              const at::Tensor& tokens) {}
+
+    // DiffLoss head caches (asked once per run, before the first step). > 0 with CFG: every
+    // this many diffusion steps run both CFG halves, in between the conditional half and the
+    // cached eps residual. 0 = off.
+    virtual int64_t head_cfg_cache_period() const { return 0; }
+    // > 0: every this many diffusion steps the head's blocks compute in full, in between they
+    // reuse cached terms (DiffusionSampler HeadMlpStep). 0 = off.
+    virtual int64_t head_mlp_cache_period() const { return 0; }
+    // true = on_head_cache_stats() wants the caches' statistics. Measuring them reads the
+    // device inside the reverse diffusion, so the loop then runs every step eagerly.
+    virtual bool wants_head_cache_stats() const { return false; }
+    // After a step that decoded tokens, when wants_head_cache_stats(): the refreshes and drift
+    // of the head caches over that step's reverse diffusion.
+    virtual void on_head_cache_stats(int64_t step, const HeadCacheStats& stats) {}
 };
 
 // Tensors a hook keeps from step to step (caches), at stable addresses and updated in place.
@@ -202,6 +227,8 @@ private:
 // that answers unconditional_rows wins; for select_tokens / restore_tokens / attend the first
 // one that answers wins; on_keys_values runs them all in order; notifications go to all.
 // graph_signature: the policies' signatures joined, std::nullopt if any has none or if empty.
+// head_cfg_cache_period / head_mlp_cache_period: the first non-zero answer in chain order
+// (the head has one cache of each kind); wants_head_cache_stats if any wants them.
 class MarHookChain : public MarSamplingHooks {
 public:
     void add(std::shared_ptr<MarSamplingHooks> h) { hooks_.push_back(std::move(h)); }
@@ -225,6 +252,10 @@ public:
     void on_condition(const MarStepContext& ctx, at::Tensor& z) override;
     void on_step_end(const MarStepContext& ctx, const at::Tensor& sampled,
                      const at::Tensor& tokens) override;
+    int64_t head_cfg_cache_period() const override;
+    int64_t head_mlp_cache_period() const override;
+    bool wants_head_cache_stats() const override;
+    void on_head_cache_stats(int64_t step, const HeadCacheStats& stats) override;
 
 private:
     std::vector<std::shared_ptr<MarSamplingHooks>> hooks_;

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "core/accel/probe_kinds.h"
 #include "core/sampling/cuda_graph.h"  // weights_fingerprint
 #include "core/sampling/mar_cuda_graph.h"
 #include "core/sampling/token_sampling.h"
@@ -47,12 +46,10 @@ std::optional<std::string> step_graph_signature(const MarSamplingHooks& hooks) {
 }
 
 // A probe that takes only per-step records (times, decoded positions, previews: made after each
-// step, on the host) leaves the steps to CUDA graphs. Attention maps and the head caches' drift
-// are read inside a step: they keep it eager.
-bool probe_needs_eager_steps(const ProbeSink* probe, const MarConfig& c, int64_t steps,
-                             bool head_caches) {
+// step, on the host) leaves the steps to CUDA graphs. Attention maps are read inside a step:
+// they keep it eager (as the head caches' statistics do, see MarSamplingHooks).
+bool probe_needs_eager_steps(const ProbeSink* probe, const MarConfig& c, int64_t steps) {
     if (!probe) return false;
-    if (head_caches && probe->wants_accel("lazymar", probe_kinds::kLazyMarHeadCache)) return true;
     const int64_t layers = c.encoder_depth + c.decoder_depth;
     for (int64_t step = 0; step < steps; ++step)
         for (int64_t layer = 0; layer < layers; ++layer)
@@ -231,11 +228,15 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     // CUDA graphs (mar_cuda_graph.h): the whole step without hooks or with hooks that have a
     // graph signature, else the diffusion alone. Probes that read tensors inside the step keep
     // the eager loop (probe_needs_eager_steps).
-    const bool head_caches = opt.head_cfg_cache_period > 0 || opt.head_mlp_cache_period > 0;
+    // The DiffLoss head caches are the hooks' decision (LazyMAR's released code).
+    const int64_t head_cfg_period = hooks ? hooks->head_cfg_cache_period() : 0;
+    const int64_t head_mlp_period = hooks ? hooks->head_mlp_cache_period() : 0;
+    const bool head_stats_wanted =
+        (head_cfg_period > 0 || head_mlp_period > 0) && hooks->wants_head_cache_stats();
     std::shared_ptr<MarGraphs> graphs;
     std::optional<std::string> hook_signature;
     if (opt.cuda_graphs && device.is_cuda() && kernels::cuda_graphs_built() &&
-        !probe_needs_eager_steps(probe, c, opt.num_iter, head_caches) &&
+        !probe_needs_eager_steps(probe, c, opt.num_iter) && !head_stats_wanted &&
         opt.feature_layers.empty()) {
         if (hooks) hook_signature = step_graph_signature(*hooks);
         const MarGraphKey key{device.index() < 0 ? 0 : int(device.index()),
@@ -247,9 +248,9 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
                               opt.temperature,
                               int(opt.attention),
                               weights_fingerprint(*mar_),
-                              opt.head_cfg_cache_period,
+                              head_cfg_period,
                               opt.fused_head,
-                              opt.head_mlp_cache_period,
+                              head_mlp_period,
                               hook_signature.value_or("")};
         if (!graphs_ || !(graphs_->key() == key)) graphs_ = std::make_shared<MarGraphs>(key);
         graphs = graphs_;
@@ -257,13 +258,10 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     const bool whole_step_graphs = graphs && (!hooks || hook_signature);
     const double capture_ms_before = graphs ? graphs->capture_millis() : 0.0;
     const HeadPath head_path = opt.fused_head ? HeadPath::Auto : HeadPath::Modules;
-    // The head caches' drift per decoding step, for a probe that asks (a device read per
-    // refresh; such a probe runs the loop eagerly).
+    // The head caches' drift per decoding step, for hooks that ask (a device read per refresh;
+    // the loop then runs eagerly).
     HeadCacheStats head_stats;
-    HeadCacheStats* head_stats_ptr =
-        probe && head_caches && probe->wants_accel("lazymar", probe_kinds::kLazyMarHeadCache)
-            ? &head_stats
-            : nullptr;
+    HeadCacheStats* head_stats_ptr = head_stats_wanted ? &head_stats : nullptr;
     const auto noise_opts = at::TensorOptions(device).dtype(head.input_proj->weight.scalar_type());
     const int64_t S = diffusion_.schedule().num_steps(), C = head.in_channels();
     at::Tensor t_all, orders_in, cls_in, labels_in;
@@ -355,13 +353,12 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
                 cfg_on ? at::full({}, p.cfg, at::TensorOptions(device).dtype(at::kFloat))
                        : at::Tensor();
             sampled = noise.first.defined()
-                          ? diffusion_.sample_with_noise(head, z_sel, cfg_scale, opt.temperature,
-                                                         noise.first, noise.second, t_all,
-                                                         opt.head_cfg_cache_period, head_path,
-                                                         opt.head_mlp_cache_period, head_stats_ptr)
+                          ? diffusion_.sample_with_noise(
+                                head, z_sel, cfg_scale, opt.temperature, noise.first, noise.second,
+                                t_all, head_cfg_period, head_path, head_mlp_period, head_stats_ptr)
                           : diffusion_.sample(head, z_sel, cfg_scale, opt.temperature, gen,
-                                              opt.head_cfg_cache_period, head_path,
-                                              opt.head_mlp_cache_period, head_stats_ptr);
+                                              head_cfg_period, head_path, head_mlp_period,
+                                              head_stats_ptr);
         }
         sampled = sampled.to(at::kFloat).view({B, p.decoded(), D});
         auto next = sctx.tokens.scatter(1, decoded.unsqueeze(-1).expand({-1, -1, D}), sampled);
@@ -380,9 +377,12 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     auto step_context = [&](int64_t step, const MarStepPlan& p, const at::Tensor& orders,
                             const at::Tensor& known, const at::Tensor& dec,
                             const at::Tensor& prev) {
-        return MarStepContext{
+        MarStepContext ctx{
             c,          step,   opt.num_iter, B,     cfg_on, p.cfg, p.masked_before, p.masked_after,
             res.labels, orders, mask,         known, dec,    prev,  tokens};
+        ctx.head_cfg_cache_period = head_cfg_period;
+        ctx.head_mlp_cache_period = head_mlp_period;
+        return ctx;
     };
 
     for (int64_t step = 0; step < opt.num_iter; ++step) {
@@ -450,8 +450,8 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
                         return graphs->run("diffusion_" + std::to_string(N), [&] {
                             return std::vector<at::Tensor>{diffusion_.sample_with_noise(
                                 head, z_in, cfg_on ? scale : at::Tensor(), opt.temperature,
-                                noise.first, noise.second, t_all, opt.head_cfg_cache_period,
-                                head_path, opt.head_mlp_cache_period)};
+                                noise.first, noise.second, t_all, head_cfg_period, head_path,
+                                head_mlp_period)};
                         })[0];
                     };
                 }
@@ -465,34 +465,27 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
         res.step_millis.push_back(millis_since(t_step));
         res.cfg_per_step.push_back(cfg_on ? p.cfg : 1.0);
         res.decoded.push_back(decoded);
-        if (probe) {
+        if (probe || head_stats_ptr) {
             const auto t_probe = Clock::now();
-            ScaleRecord rec{step, c.seq_h(), res.step_millis.back(), decoded.cpu(), {},
-                            step, false};
-            rec.attention_flops = res.attention_flops - flops_before;
-            if (probe->wants_fhat())
-                rec.f_hat = mar_unpatchify(tokens, c).to(at::kCPU, at::kFloat, false, true);
-            probe->on_scale(std::move(rec));
-            probe->on_accel({"mar",
-                             "step",
-                             step,
-                             -1,
-                             {},
-                             {{"cfg", res.cfg_per_step.back()},
-                              {"masked_before", double(p.masked_before)},
-                              {"decoded", double(p.decoded())},
-                              {"unconditional_skipped", skipped_unconditional ? 1.0 : 0.0}}});
-            if (head_stats_ptr && p.decoded() > 0) {
-                probe->on_accel({"lazymar",
-                                 probe_kinds::kLazyMarHeadCache,
+            if (probe) {
+                ScaleRecord rec{step, c.seq_h(), res.step_millis.back(), decoded.cpu(), {},
+                                step, false};
+                rec.attention_flops = res.attention_flops - flops_before;
+                if (probe->wants_fhat())
+                    rec.f_hat = mar_unpatchify(tokens, c).to(at::kCPU, at::kFloat, false, true);
+                probe->on_scale(std::move(rec));
+                probe->on_accel({"mar",
+                                 "step",
                                  step,
                                  -1,
                                  {},
-                                 {{"mlp_drift", head_stats.mlp_drift()},
-                                  {"mlp_refreshes", double(head_stats.mlp_refreshes)},
-                                  {"cfg_drift", head_stats.cfg_drift()},
-                                  {"cfg_refreshes", double(head_stats.cfg_refreshes)}}});
+                                 {{"cfg", res.cfg_per_step.back()},
+                                  {"masked_before", double(p.masked_before)},
+                                  {"decoded", double(p.decoded())},
+                                  {"unconditional_skipped", skipped_unconditional ? 1.0 : 0.0}}});
             }
+            // The hooks record the head caches' statistics (LazyMarHeadCache: "lazymar" records).
+            if (head_stats_ptr && p.decoded() > 0) hooks->on_head_cache_stats(step, head_stats);
             head_stats = HeadCacheStats{};
             res.probe_millis += millis_since(t_probe);
         }

@@ -50,12 +50,6 @@ struct MarSampleOptions {
     // On CUDA, replay each step from a CUDA graph (mar_cuda_graph.h); same tokens as eager.
     // Ignored on the CPU, with probes and with feature_layers.
     bool cuda_graphs = true;
-    // > 0 with CFG: the DiffLoss head's condition cache (DiffusionSampler::sample's
-    // cfg_cache_period; LazyMAR's head_cfg_period). 0 = off.
-    int64_t head_cfg_cache_period = 0;
-    // > 0: the DiffLoss head's MLP cache (DiffusionSampler::sample's mlp_cache_period;
-    // LazyMAR's head_mlp_period), on the module path or the fused kernels. 0 = off.
-    int64_t head_mlp_cache_period = 0;
     // On CUDA with a float16/bfloat16 head, run the DiffLoss head's reverse diffusion through
     // the fused kernels (HeadPath::Auto; tokens within bf16 rounding of the module path).
     // false = the LibTorch module path everywhere (HeadPath::Modules).

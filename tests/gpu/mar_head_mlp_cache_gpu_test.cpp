@@ -1,6 +1,6 @@
 // LazyMAR's head MLP cache on CUDA: the fused head kernels run it within 2x the module path's
-// bf16 error; CUDA graphs (whole steps without hooks, the diffusion per row count with
-// LazyMAR's hooks) give the eager tokens; float32 on the GPU agrees with the CPU. Skipped
+// bf16 error; CUDA graphs (whole steps with the head-cache hook alone and with LazyMAR's
+// hooks) give the eager tokens; float32 on the GPU agrees with the CPU. Skipped
 // without CUDA.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -36,8 +36,6 @@ MarSampleOptions options(bool graphs) {
     o.temperature = 0.95;
     o.time_steps = false;
     o.cuda_graphs = graphs;
-    o.head_cfg_cache_period = 7;
-    o.head_mlp_cache_period = 7;
     return o;
 }
 
@@ -187,19 +185,23 @@ TEST(HeadMlpCacheGpu, GraphedEqualsEager) {
         for (auto& p : pipe.sampler().transformer()->diffloss->net->named_parameters())
             if (p.key().find("adaLN_modulation") != std::string::npos) p.value().mul_(25.0);
     }
-    // Whole-step graphs (no hooks).
-    const auto eager = pipe.generate(options(false));
-    const auto graphed = pipe.generate(options(true));
+    // Whole-step graphs (the head-cache hook alone: both head caches at period 7).
+    LazyMarHeadCache head(7, 7);
+    const auto eager = pipe.generate(options(false), &head);
+    const auto graphed = pipe.generate(options(true), &head);
     ASSERT_TRUE(graphed.cuda_graphs);
     EXPECT_EQ((graphed.tokens.cpu() - eager.tokens.cpu()).abs().max().item<double>(), 0.0);
     // The cache is on: the tokens differ from the uncached ones.
-    auto plain = options(false);
-    plain.head_mlp_cache_period = 0;
-    EXPECT_GT((pipe.generate(plain).tokens.cpu() - eager.tokens.cpu()).abs().max().item<double>(),
+    LazyMarHeadCache no_mlp(7, 0);
+    EXPECT_GT((pipe.generate(options(false), &no_mlp).tokens.cpu() - eager.tokens.cpu())
+                  .abs()
+                  .max()
+                  .item<double>(),
               0.0);
-    // LazyMAR's hooks: the diffusion graphed per row count.
+    // LazyMAR's hooks, its head caches included.
     LazyMarConfig lc = varscope::testing::graph_test_lazymar();
     lc.similarity_layer = 0;
+    lc.head_cfg_period = lc.head_mlp_period = 7;
     auto run = [&](bool graphs) {
         auto hooks = make_lazymar(lc, c, nullptr);
         return pipe.generate(options(graphs), hooks.get());
