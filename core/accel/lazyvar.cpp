@@ -109,7 +109,8 @@ class LazyVar : public SamplingHooks {
         const bool probing = probing_index();
         if (index_needed(seg.scale) || probing) {
             // = lazyvar_update_index(); the CUDA token kernel on GPU.
-            const auto index = kernels::update_index(prev_fhat_, f_hat);
+            const auto index = kernels::update_index(prev_fhat_, f_hat, kernels::KernelPath::Auto,
+                                                     ctx.exec.kernels);
             guide_ = index.mean(0);
             if (probing) {
                 auto first = index[0].to(at::kFloat).cpu();
