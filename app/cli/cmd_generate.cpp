@@ -116,6 +116,7 @@ int run(GenerateArgs& a) {
                             {"top_p", a.sampling.top_p},
                             {"accel", accel.to_json()},
                             {"accel_summary", accel.summary()},
+                            {"exec_policy", to_json(exec_policy())},
                             {"warmup_runs", a.warmup},
                             {"runs", runs.size()},
                             {"total_ms_each", totals},

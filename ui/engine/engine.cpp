@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "app/exec_env/exec_env.h"
 #include "core/accel/accel_config.h"
 #include "core/accel/mar_accel_config.h"
 #include "core/io/checkpoint.h"
@@ -109,7 +110,7 @@ std::string GenerationSettings::baseline_key(const std::string& model_key) const
     return os.str();
 }
 
-Engine::Engine() = default;
+Engine::Engine() : exec_(exec_env::policy_from_environment()) {}
 Engine::~Engine() = default;
 
 bool Engine::loaded() const {
@@ -117,7 +118,8 @@ bool Engine::loaded() const {
 }
 
 void Engine::load(const ModelSource& source) {
-    const LoadOptions opt = load_options(source.device, source.precision);
+    LoadOptions opt = load_options(source.device, source.precision);
+    opt.exec = exec_;
     std::unique_ptr<VarPipeline> p;
     switch (source.kind) {
         case ModelSource::Kind::Embedded:

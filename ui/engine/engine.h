@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/accel/param_spec.h"
+#include "core/exec_policy.h"
 #include "core/models/sampling_recommendation.h"
 
 namespace varscope {
@@ -206,6 +207,9 @@ class Engine {
                       const ProgressFn& progress);  // engine_mar.cpp
     void load_mar(const ModelSource& source);       // engine_mar.cpp
 
+    // How the loaded pipelines execute: the VARSCOPE_* variables (app/exec_env), read when the
+    // engine is made (ui/main.cpp checked them at start).
+    ExecPolicy exec_;
     std::unique_ptr<VarPipeline> pipeline_;
     std::unique_ptr<MarPipeline> mar_;
     ModelInfo info_;

@@ -55,7 +55,8 @@ FloatArray image_map(const at::Tensor& per_position, int64_t buffer, int64_t sid
 }  // namespace
 
 void Engine::load_mar(const ModelSource& source) {
-    const LoadOptions opt = load_options(source.device, source.precision);
+    LoadOptions opt = load_options(source.device, source.precision);
+    opt.exec = exec_;
     MarModelFiles files;
     if (source.kind == ModelSource::Kind::Embedded) {
         files = embedded_mar_files();  // with the file's recommended respacing
