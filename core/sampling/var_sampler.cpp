@@ -262,6 +262,11 @@ void VarSampler::clear_cuda_graphs() {
     graphs_->clear();
 }
 
+void VarSampler::set_exec_policy(const ExecPolicy& exec) {
+    if (exec != exec_) graphs_->clear();  // captured steps keep the kernels they ran
+    exec_ = exec;
+}
+
 void VarSampler::set_tf32(bool on) {
     if (on != tf32_) graphs_->clear();  // captured cuBLAS calls keep the math mode they had
     tf32_ = on;
@@ -401,7 +406,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     const DenseStepGraphs::Forward graph_step = [&](int64_t si, KvCache& kv, double& flops,
                                                     bool warmup) {
         if (!warmup) return forward(*step_ctx, kv, flops, hooks, nullptr);
-        ScaleContext first{c, 0, c.patch_nums[0], B, 0, f_hat, {}, 0};
+        ScaleContext first{c, 0, c.patch_nums[0], B, 0, f_hat, {}, 0, exec_};
         first.segments.push_back({0, c.patch_nums[0], 0, {}, 0});
         TORCH_CHECK(si == 0, "CUDA graphs: the warm-up runs the first scale");
         const at::Tensor no_mask = std::exchange(step_mask, at::Tensor());
@@ -421,8 +426,8 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw SamplingCancelled();
         const auto t_step = Clock::now();
         // Hooks see f_hat as it was before the step (the VQVAE updates it in place).
-        ScaleContext sctx{
-            c, si, c.patch_nums[si], B, c.scale_begin(si), hooks ? f_hat.clone() : f_hat, {}, step};
+        ScaleContext sctx{c, si, c.patch_nums[si], B, c.scale_begin(si),
+                          hooks ? f_hat.clone() : f_hat, {}, step, exec_};
         const int64_t group =
             hooks ? std::clamp<int64_t>(hooks->group_size(sctx), 1, S_run - si) : 1;
         for (int64_t g = 0; g < group; ++g) {
