@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "app/cli/image_io.h"
+#include "app/cli/run_report.h"  // exec_policy
 #include "app/cli/sampling_args.h"
 #include "app/cli/seed_option.h"
 #include "core/accel/lazymar.h"
@@ -139,6 +140,7 @@ void MarRunArgs::resolve_model() {
 
 MarPipeline MarRunArgs::build() const {
     LoadOptions lo{device, parse_precision(precision)};
+    lo.exec = exec_policy();
     if (!random_config.empty()) {
         if (!mar_path.empty()) throw std::invalid_argument("--random cannot be combined with --mar");
         MarConfig c = mar_config_argument(random_config);
