@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "core/accel/probe_kinds.h"
 #include "core/sampling/cuda_graph.h"
 #include "core/sampling/kv_cache.h"
 #include "core/sampling/token_sampling.h"
@@ -129,7 +130,7 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
     lap();  // output projection, FFN, restoration
     if (timed)
         probe->on_accel({"loop",
-                         "block_ms",
+                         probe_kinds::kBlockMs,
                          ctx.scale.scale,
                          ctx.layer,
                          {},
