@@ -17,14 +17,11 @@ using nlohmann::json;
 template <class T>
 using Choices = std::vector<std::pair<const char*, T>>;
 
-const Choices<DiffCachedLayout>& layouts() {
-    static const Choices<DiffCachedLayout> c{{"auto", DiffCachedLayout::Auto},
-                                             {"channels", DiffCachedLayout::Channels},
-                                             {"split", DiffCachedLayout::Split},
-                                             {"rows", DiffCachedLayout::Rows}};
-    return c;
-}
-// The two-valued choices: {name of the default, name of the other}.
+// The choices' names, the default first (the values docs/exec-policy.md lists).
+const Choices<DiffCachedLayout> kLayouts{{"auto", DiffCachedLayout::Auto},
+                                         {"channels", DiffCachedLayout::Channels},
+                                         {"split", DiffCachedLayout::Split},
+                                         {"rows", DiffCachedLayout::Rows}};
 const Choices<bool> kHookGraphs{{"steps", true}, {"diffusion", false}};
 const Choices<bool> kGraphPool{{"chained", true}, {"own", false}};
 const Choices<bool> kSimilarity{{"auto", false}, {"reference", true}};
@@ -88,7 +85,7 @@ json to_json(const ExecPolicy& p) {
             {"diff_row_split", k.diff.row_split},
             {"diff_fold_proj", k.diff.fold_proj},
             {"diff_lean", k.diff.lean},
-            {"diff_cached_layout", name_of(layouts(), k.diff.cached_layout)},
+            {"diff_cached_layout", name_of(kLayouts, k.diff.cached_layout)},
             {"mar_fused_head", p.mar_fused_head},
             {"mar_fused_max_rows",
              p.mar_fused_max_rows < 0 ? json("auto") : json(p.mar_fused_max_rows)},
@@ -121,7 +118,7 @@ ExecPolicy exec_policy_from_json(const json& j) {
         else if (key == "diff_lean")
             k.diff.lean = flag(v, n);
         else if (key == "diff_cached_layout")
-            k.diff.cached_layout = choice(v, n, layouts());
+            k.diff.cached_layout = choice(v, n, kLayouts);
         else if (key == "mar_fused_head")
             p.mar_fused_head = flag(v, n);
         else if (key == "mar_fused_max_rows")

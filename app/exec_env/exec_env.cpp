@@ -11,10 +11,10 @@ namespace {
 
 enum class Kind { Switch, Choice, Rows, Removed, Path };
 
+// A choice's names are core's (exec_policy_from_json checks them; `values` says them for people).
 struct Entry {
     Variable doc;
     Kind kind;
-    std::vector<const char*> choices = {};  // Choice: the names, the default first
 };
 
 const std::vector<Entry>& entries() {
@@ -40,8 +40,7 @@ const std::vector<Entry>& entries() {
         {{"VARSCOPE_DIFF_CACHED_LAYOUT", "diff_cached_layout", "auto, channels, split or rows",
           "auto: split at 1 latent, rows above; the others force the head MLP cache's one-kernel "
           "step's CTA layout (kernels/exec_policy.h)"},
-         Kind::Choice,
-         {"auto", "channels", "split", "rows"}},
+         Kind::Choice},
         {{"VARSCOPE_MAR_FUSED_HEAD", "mar_fused_head", "0 or 1",
           "1: MAR's DiffLoss head on the fused kernels where they take it; 0: always the module "
           "path"},
@@ -61,17 +60,14 @@ const std::vector<Entry>& entries() {
         {{"VARSCOPE_MAR_HOOK_GRAPHS", "mar_hook_graphs", "steps or diffusion",
           "steps: MAR hooks with a graph signature run inside whole-step CUDA graphs; diffusion: "
           "the transformer stays eager, only the reverse diffusion is a graph"},
-         Kind::Choice,
-         {"steps", "diffusion"}},
+         Kind::Choice},
         {{"VARSCOPE_MAR_GRAPH_POOL", "mar_graph_pool", "chained or own",
           "chained: MAR's whole-step graphs share one memory pool; own: a pool per graph"},
-         Kind::Choice,
-         {"chained", "own"}},
+         Kind::Choice},
         {{"VARSCOPE_AMS_KV_SIMILARITY", "ams_kv_similarity", "auto or reference",
           "auto: AMS-KV's scale similarity on the fused CUDA kernel where it runs; reference: "
           "the Gram-matrix reference"},
-         Kind::Choice,
-         {"auto", "reference"}},
+         Kind::Choice},
         {{"VARSCOPE_PROFILE_AMS_KV", "profile_ams_kv", "0 or 1",
           "1: AMS-KV prints where its eviction step's time went after every image (synchronises "
           "the device)"},
@@ -98,7 +94,8 @@ const char* process_environment(const char* name) {
                                 " (docs/exec-policy.md; unset it for the default)");
 }
 
-// The variable's value as its ExecPolicy JSON value (the rule in exec_env.h).
+// The variable's value as its ExecPolicy JSON value (the rule in exec_env.h); a choice's name is
+// checked by exec_policy_from_json.
 nlohmann::json parse(const Entry& e, const std::string& v) {
     const char* name = e.doc.name;
     switch (e.kind) {
@@ -106,9 +103,7 @@ nlohmann::json parse(const Entry& e, const std::string& v) {
             if (v == "0" || v == "1") return v == "1";
             reject(name, v, "0 or 1");
         case Kind::Choice:
-            for (const char* c : e.choices)
-                if (v == c) return v;
-            reject(name, v, e.doc.values);
+            return v;
         case Kind::Rows: {
             if (v == "auto") return v;
             const bool digits = v.find_first_not_of("0123456789") == std::string::npos;
@@ -144,7 +139,13 @@ ExecPolicy policy_from(const Lookup& env) {
         const char* value = env(e.doc.name);
         if (value == nullptr || *value == '\0' || e.kind == Kind::Path) continue;
         const auto parsed = parse(e, value);
-        if (*e.doc.key != '\0') settings[e.doc.key] = parsed;
+        if (*e.doc.key == '\0') continue;
+        try {  // core's check of this one setting (a choice's names), under the variable's name
+            exec_policy_from_json({{e.doc.key, parsed}});
+        } catch (const std::invalid_argument&) {
+            reject(e.doc.name, value, e.doc.values);
+        }
+        settings[e.doc.key] = parsed;
     }
     return exec_policy_from_json(settings);
 }
