@@ -41,7 +41,7 @@ struct LoadOptions {
     bool tf32 = false;
     // How the pipeline's sampler (and its hooks and kernels) execute (core/exec_policy.h): the
     // defaults, or what the program read from the VARSCOPE_* variables (app/exec_env).
-    ExecPolicy exec;
+    ExecPolicy exec = {};
 };
 // precision "fp32", "fp16", "bf16", "bf16-autocast" (Bf16 with autocast) or "tf32" (Fp32 with
 // TF32 matrix products).
