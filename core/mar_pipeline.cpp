@@ -93,7 +93,9 @@ MarPipeline MarPipeline::from_checkpoint(const StateDict& all, const MarModelFil
     const at::Device device = parse_device(o.device);
     mar->to(device, to_scalar(o.precision));
     mar->eval();
-    if (!vae) return MarPipeline(std::make_shared<MarSampler>(mar), source);
+    auto sampler = std::make_shared<MarSampler>(mar);
+    sampler->set_exec_policy(o.exec);
+    if (!vae) return MarPipeline(sampler, source);
     vae->to(device);  // fp32, like the official evaluation
     vae->eval();
     // The sampler divides by the scale factor before decoding (official: tokens / 0.2325).
@@ -101,7 +103,9 @@ MarPipeline MarPipeline::from_checkpoint(const StateDict& all, const MarModelFil
         return vae->decode(latents.to(at::kFloat));
     };
     const double scale = vae->config().scale_factor;
-    return MarPipeline(std::make_shared<MarSampler>(mar, decode, scale), source, decode, scale);
+    sampler = std::make_shared<MarSampler>(mar, decode, scale);
+    sampler->set_exec_policy(o.exec);
+    return MarPipeline(sampler, source, decode, scale);
 }
 
 MarPipeline MarPipeline::random(const MarConfig& cfg, uint64_t seed, const LoadOptions& o,
@@ -110,7 +114,9 @@ MarPipeline MarPipeline::random(const MarConfig& cfg, uint64_t seed, const LoadO
     mar->init_weights(seed, nonzero_head);
     mar->to(parse_device(o.device), to_scalar(o.precision));
     mar->eval();
-    return MarPipeline(std::make_shared<MarSampler>(mar), "random");
+    auto sampler = std::make_shared<MarSampler>(mar);
+    sampler->set_exec_policy(o.exec);
+    return MarPipeline(sampler, "random");
 }
 
 MarSampleResult MarPipeline::generate(const MarSampleOptions& opt, MarSamplingHooks* hooks,

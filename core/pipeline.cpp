@@ -48,6 +48,7 @@ std::shared_ptr<VarSampler> placed_sampler(VarTransformer& var, Vqvae& vae, cons
     vae->eval();
     auto sampler = std::make_shared<VarSampler>(var, vae);
     sampler->set_tf32(o.tf32);
+    sampler->set_exec_policy(o.exec);
     return sampler;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/exec_policy.h"
 #include "core/io/state_dict.h"
 #include "core/models/var.h"
 #include "core/models/vqvae.h"
@@ -39,6 +40,9 @@ struct LoadOptions {
     // (torch.backends.cuda.matmul.allow_tf32), as the official demo_sample sets `tf32 = True`.
     // Same cuBLAS calls as the official fp32 sampler under that setting. No-op on the CPU.
     bool tf32 = false;
+    // How the pipeline's sampler (and its hooks and kernels) execute (core/exec_policy.h): the
+    // defaults, or what the program read from the VARSCOPE_* variables (app/exec_env).
+    ExecPolicy exec = {};
 };
 // precision "fp32", "fp16", "bf16", "bf16-autocast" (Bf16 with autocast) or "tf32" (Fp32 with
 // TF32 matrix products).

@@ -1,6 +1,5 @@
 #include "core/resources.h"
 
-#include <cstdlib>
 #include <filesystem>
 
 #include "core/build_paths.h"
@@ -22,13 +21,24 @@ std::string resolve_resource_dir(const char* env, const std::string& exe,
     return configured;
 }
 
+namespace {
+std::string& resource_dir_override() {
+    static std::string dir;  // set once by the program's main (set_resource_dir_override)
+    return dir;
+}
+}  // namespace
+
+void set_resource_dir_override(const std::string& dir) {
+    resource_dir_override() = dir;
+}
+
 std::string resource_dir() {
     static const std::string exe = [] {  // the running executable does not change
         std::error_code ec;
         const fs::path p = fs::read_symlink("/proc/self/exe", ec);  // Linux; "" elsewhere
         return ec ? std::string() : p.string();
     }();
-    return resolve_resource_dir(std::getenv("VARSCOPE_RESOURCES"), exe, VARSCOPE_RESOURCE_DIR);
+    return resolve_resource_dir(resource_dir_override().c_str(), exe, VARSCOPE_RESOURCE_DIR);
 }
 
 bool embedded_model_available() {

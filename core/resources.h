@@ -8,11 +8,14 @@
 
 namespace varscope {
 
-// Where the shipped files are: $VARSCOPE_RESOURCES if set; else share/varscope beside the
-// running executable's bin/ (an installed copy, `cmake --install`); else the resources/ folder
-// this build was configured from (a build tree).
+// Where the shipped files are: the override if set (the programs pass $VARSCOPE_RESOURCES,
+// app/exec_env); else share/varscope beside the running executable's bin/ (an installed copy,
+// `cmake --install`); else the resources/ folder this build was configured from (a build tree).
 std::string resource_dir();
-// resource_dir()'s rule with its inputs given (env: the variable's value or nullptr; exe: the
+// Sets resource_dir()'s override ("" = none). For a program's main, before other threads start:
+// core reads no environment variables.
+void set_resource_dir_override(const std::string& dir);
+// resource_dir()'s rule with its inputs given (env: the override or nullptr; exe: the
 // executable's path, "" if unknown; configured: the build's resources/ folder).
 std::string resolve_resource_dir(const char* env, const std::string& exe,
                                  const std::string& configured);

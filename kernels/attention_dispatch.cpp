@@ -4,19 +4,14 @@
 #include "kernels/cuda_path.h"
 #ifdef VARSCOPE_KERNELS_CUDA
 #include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/attention_params.h"  // sm90_schedule_for
 #endif
 
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
 namespace varscope::kernels {
 namespace {
-
-std::atomic<bool> g_force_reference{false};
-std::atomic<int> g_kernel_variant{3};  // sm_90a kernel where it applies, else v1
 
 void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor* v) {
     TORCH_CHECK(q.dim() == 4 && k.dim() == 4, "attention expects (B, H, L, D) tensors, got q ",
@@ -38,10 +33,11 @@ void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor* v) {
 }
 
 // Reference or CUDA for these inputs; throws when the CUDA path was demanded but cannot run.
-bool use_cuda(const at::Tensor& q, int64_t block_q, int64_t block_k, KernelPath path) {
+bool use_cuda(const at::Tensor& q, int64_t block_q, int64_t block_k, KernelPath path,
+              const KernelPolicy& policy) {
     if (path == KernelPath::Reference) return false;
     std::string why;
-    const bool ok = cuda_attention_supported(q, block_q, block_k, &why);
+    const bool ok = cuda_attention_supported(q, block_q, block_k, policy, &why);
     TORCH_CHECK(ok || path != KernelPath::Cuda, "CUDA attention kernel requested but ", why);
     return ok;
 }
@@ -53,25 +49,6 @@ void copy_into_out(AttentionResult& r, const at::Tensor& out) {
 }
 
 }  // namespace
-
-void set_attention_kernel_variant(int variant) {
-    TORCH_CHECK(variant >= 1 && variant <= 3, "kernel variant must be 1, 2 or 3 (sm_90a), got ",
-                variant);
-    g_kernel_variant = variant;
-}
-int attention_kernel_variant() {
-    return g_kernel_variant;
-}
-
-void force_reference_kernels(bool on) {
-    g_force_reference = on;
-}
-
-bool reference_kernels_forced() {
-    if (g_force_reference) return true;
-    const char* env = std::getenv("VARSCOPE_REFERENCE_KERNELS");
-    return env != nullptr && std::strcmp(env, "") != 0 && std::strcmp(env, "0") != 0;
-}
 
 bool cuda_kernels_built() {
 #ifdef VARSCOPE_KERNELS_CUDA
@@ -91,7 +68,7 @@ int sm90_ws_fallback_count() {
 
 int sm90_schedule(int head_dim, bool gathered) {
 #ifdef VARSCOPE_KERNELS_CUDA
-    return cuda::sm90_impl(head_dim, gathered);
+    return cuda::sm90_schedule_for(head_dim, gathered);
 #else
     (void)head_dim;
     (void)gathered;
@@ -100,8 +77,8 @@ int sm90_schedule(int head_dim, bool gathered) {
 }
 
 bool cuda_attention_supported(const at::Tensor& q, int64_t block_q, int64_t block_k,
-                              std::string* why_not) {
-    if (auto why = cuda_path_blocker({q}); !why.empty())
+                              const KernelPolicy& policy, std::string* why_not) {
+    if (auto why = cuda_path_blocker(policy, {q}); !why.empty())
         return unsupported(why_not, std::move(why));
     if (q.scalar_type() != at::kBFloat16 && q.scalar_type() != at::kHalf)
         return unsupported(why_not, "the kernels take bfloat16 or float16 only");
@@ -121,13 +98,13 @@ AttentionResult block_sparse_attention(const at::Tensor& q, const at::Tensor& k,
     check_qkv(q, k, &v);
     TORCH_CHECK(block_q > 0 && block_k > 0, "block sizes must be positive");
 #ifdef VARSCOPE_KERNELS_CUDA
-    if (use_cuda(q, block_q, block_k, options.path)) {
+    if (use_cuda(q, block_q, block_k, options.path, options.policy)) {
         return cuda::block_sparse_attention(q, k, v, block_indices, block_counts, block_q, block_k,
                                             scale_or_default(q, options.scale), options.return_lse,
-                                            options.out);
+                                            options.out, options.policy.sm90_attention);
     }
 #else
-    use_cuda(q, block_q, block_k, options.path);
+    use_cuda(q, block_q, block_k, options.path, options.policy);
 #endif
     auto r = reference::block_sparse_attention(q, k, v, block_indices, block_counts, block_q,
                                                block_k, options.scale, options.return_lse);
@@ -141,13 +118,13 @@ AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, con
     check_qkv(q, k, &v);
     TORCH_CHECK(block_q > 0, "block_q must be positive");
 #ifdef VARSCOPE_KERNELS_CUDA
-    if (use_cuda(q, block_q, 64, options.path)) {
+    if (use_cuda(q, block_q, 64, options.path, options.policy)) {
         return cuda::gathered_attention(q, k, v, key_indices, key_counts, block_q,
                                         scale_or_default(q, options.scale), options.return_lse,
-                                        options.out);
+                                        options.out, options.policy.sm90_attention);
     }
 #else
-    use_cuda(q, block_q, 64, options.path);
+    use_cuda(q, block_q, 64, options.path, options.policy);
 #endif
     auto r = reference::gathered_attention(q, k, v, key_indices, key_counts, block_q, options.scale,
                                            options.return_lse);
@@ -156,15 +133,16 @@ AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, con
 }
 
 at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t block_q,
-                            std::optional<double> scale, KernelPath path) {
+                            std::optional<double> scale, KernelPath path,
+                            const KernelPolicy& policy) {
     check_qkv(q, k, nullptr);
     TORCH_CHECK(block_q > 0, "block_q must be positive");
 #ifdef VARSCOPE_KERNELS_CUDA
-    if (use_cuda(q, block_q, 64, path)) {
+    if (use_cuda(q, block_q, 64, path, policy)) {
         return cuda::block_column_sum(q, k, block_q, scale_or_default(q, scale));
     }
 #else
-    use_cuda(q, block_q, 64, path);
+    use_cuda(q, block_q, 64, path, policy);
 #endif
     return reference::block_column_sum(q, k, block_q, scale);
 }

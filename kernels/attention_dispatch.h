@@ -1,7 +1,7 @@
 // Sparse attention entry points used by the accelerators (SparVAR's CSLA and CS4A). Each picks
 // the CUDA kernel for CUDA tensors when this build has kernels for the device, the dtype and the
-// head dim, and the LibTorch reference otherwise; force_reference_kernels(true) or the
-// environment variable VARSCOPE_REFERENCE_KERNELS=1 always selects the reference.
+// head dim, and the LibTorch reference otherwise; KernelPolicy::reference (kernels/exec_policy.h)
+// always selects the reference.
 //
 // Layout: q (B, H, Lq, D), k and v (B, H, Lk, D), any strides with a contiguous last dim.
 // Block lists and index lists are shared by every batch row and head: build them once per scale
@@ -14,6 +14,8 @@
 #include <optional>
 #include <string>
 
+#include "kernels/exec_policy.h"
+
 namespace varscope::kernels {
 
 enum class KernelPath { Auto, Reference, Cuda };
@@ -23,6 +25,7 @@ struct AttentionOptions {
     KernelPath path = KernelPath::Auto;
     bool return_lse = false;  // also return log-sum-exp per query row (B, H, Lq), float32
     at::Tensor out;           // optional preallocated output (B, H, Lq, D), q's dtype, contiguous
+    KernelPolicy policy;      // reference / sm90_attention
 };
 
 struct AttentionResult {
@@ -51,34 +54,22 @@ AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, con
 // without materialising the probabilities on the CUDA path.
 at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t block_q,
                             std::optional<double> scale = std::nullopt,
-                            KernelPath path = KernelPath::Auto);
-
-// CUDA output kernel generation: 3 = the default: the sm_90a wgmma kernel for block-sparse and
-// gathered bf16 output at head dim 64/128 on Hopper (bench/results/2026-11-22-h100/
-// kernels_sm90.md, 2026-11-25-h100/cs4a_sm90.md), variant 1 everywhere else; 1 = v1 forced
-// (mma.sync, 4 warps x 16 query rows); 2 = v2 (2 warps x 32 rows). Only benchmarks and tests
-// switch this.
-void set_attention_kernel_variant(int variant);
-int attention_kernel_variant();
-
-void force_reference_kernels(bool on);
-bool reference_kernels_forced();  // the switch above or VARSCOPE_REFERENCE_KERNELS=1
+                            KernelPath path = KernelPath::Auto, const KernelPolicy& policy = {});
 
 // True when this build contains CUDA kernels at all.
 bool cuda_kernels_built();
-// CSLA launches that asked for the warp-specialised sm90 schedules but ran schedule 6 because no
-// TMA tensor map could be made (0 in a build without CUDA kernels); tests check theirs add none.
+// CSLA launches on the sm90 kernels that ran schedule 6 instead of their warp-specialised kernel
+// because no TMA tensor map could be made (0 in a build without CUDA kernels); tests check
+// theirs add none.
 int sm90_ws_fallback_count();
-// The Hopper kernel's schedules (VARSCOPE_SM90_IMPL numbers, ascending; 1-5 were dropped; 7-12
-// are CSLA-only: CS4A runs 6 for them). See kernels/cuda/csla_attention_sm90.cuh.
-inline constexpr int kSm90Schedules[] = {0, 6, 7, 8, 9, 10, 11, 12};
-// The Hopper kernel's schedule (VARSCOPE_SM90_IMPL number) that bf16 output attention at this
-// head dim (64/128) runs now: VARSCOPE_SM90_IMPL where it names a schedule, else the default;
-// gathered: CS4A tiles, else CSLA. -1 in a build without CUDA kernels. Benchmarks record it.
+// The sm_90a kernel that bf16 output attention at this head dim (64/128) runs on Hopper under
+// KernelPolicy::sm90_attention, as the number of its schedule in the measured history
+// (kernels/cuda/attention_params.h, sm90_schedule_for): CSLA 12 at d128, 10 at d64; gathered
+// (CS4A) 6 at d128, 0 at d64. -1 in a build without CUDA kernels. Benchmarks record it.
 int sm90_schedule(int head_dim, bool gathered);
 // Whether the CUDA path would run for these inputs (device, dtype, head dim, block sizes, image
-// for the device's architecture, switch). why_not receives the reason when it would not.
+// for the device's architecture, policy). why_not receives the reason when it would not.
 bool cuda_attention_supported(const at::Tensor& q, int64_t block_q, int64_t block_k,
-                              std::string* why_not = nullptr);
+                              const KernelPolicy& policy = {}, std::string* why_not = nullptr);
 
 }  // namespace varscope::kernels

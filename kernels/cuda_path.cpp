@@ -10,9 +10,10 @@
 namespace varscope::kernels {
 
 std::string cuda_path_blocker(
+    const KernelPolicy& policy,
     std::initializer_list<std::reference_wrapper<const at::Tensor>> inputs) {
     if (!cuda_kernels_built()) return "this build has no CUDA kernels";
-    if (reference_kernels_forced()) return "the reference kernels are forced";
+    if (policy.reference) return "the reference kernels are forced";
     for (const at::Tensor& t : inputs)
         if (!t.is_cuda()) return "the inputs are not on a CUDA device";
 #ifdef VARSCOPE_KERNELS_CUDA

@@ -1,8 +1,5 @@
 #include "kernels/diffloss_ops.h"
 
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,20 +14,6 @@
 namespace varscope::kernels {
 namespace {
 
-std::atomic<int> g_pdl{-1};            // -1: from the environment
-std::atomic<int> g_row_split{-1};      // -1: from the environment
-std::atomic<int> g_fold_proj{-1};      // -1: from the environment
-std::atomic<int> g_lean{-1};           // -1: from the environment
-std::atomic<int> g_cached_layout{-1};  // -1: from the environment, else a DiffCachedLayout
-
-// A switch: set, else the environment variable (on unless it is "0").
-bool switch_on(const std::atomic<int>& v, const char* env_name) {
-    const int set = v.load();
-    if (set >= 0) return set == 1;
-    const char* env = std::getenv(env_name);
-    return env == nullptr || std::strcmp(env, "0") != 0;
-}
-
 constexpr int64_t kMaxRows = 256;    // kDiffMaxRows
 constexpr int64_t kMaxWidth = 2048;  // kDiffMaxWidth
 // The cached step in the Rows layout: at most 16 rows a CTA with a latent per 128 rows of a
@@ -38,11 +21,11 @@ constexpr int64_t kMaxWidth = 2048;  // kDiffMaxWidth
 constexpr int64_t kMaxCachedRows = 2048;
 
 bool use_cuda(const at::Tensor& like, int64_t rows, int64_t width, KernelPath path,
-              bool cached_step = false) {
+              const KernelPolicy& policy, bool cached_step = false) {
     if (path == KernelPath::Reference) return false;
     std::string why;
-    const bool ok = cached_step ? diff_cached_step_cuda_supported(like, rows, width, &why)
-                                : diff_head_cuda_supported(like, rows, width, &why);
+    const bool ok = cached_step ? diff_cached_step_cuda_supported(like, rows, width, policy, &why)
+                                : diff_head_cuda_supported(like, rows, width, policy, &why);
     TORCH_CHECK(ok || path != KernelPath::Cuda, "fused DiffLoss kernel requested but ", why);
     return ok;
 }
@@ -136,73 +119,18 @@ at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const a
 
 }  // namespace reference
 
-void set_diff_pdl(bool on) {
-    g_pdl = on ? 1 : 0;
-}
-
-bool diff_pdl_enabled() {
-    const int v = g_pdl.load();
-    if (v >= 0) return v == 1;
-    const char* env = std::getenv("VARSCOPE_DIFF_PDL");
-    return !(env != nullptr && std::strcmp(env, "0") == 0);
-}
-
-void set_diff_row_split(bool on) {
-    g_row_split = on ? 1 : 0;
-}
-
-bool diff_row_split_enabled() {
-    const int v = g_row_split.load();
-    if (v >= 0) return v == 1;
-    const char* env = std::getenv("VARSCOPE_DIFF_ROW_SPLIT");
-    return env == nullptr || std::strcmp(env, "0") != 0;  // default on (timed: MAR-B 500 vs 567 ms)
-}
-
-void set_diff_fold_proj(bool on) {
-    g_fold_proj = on ? 1 : 0;
-}
-
-bool diff_fold_proj_enabled() {
-    return switch_on(g_fold_proj, "VARSCOPE_DIFF_FOLD_PROJ");
-}
-
-void set_diff_cached_layout(DiffCachedLayout layout) {
-    g_cached_layout = static_cast<int>(layout);
-}
-
-DiffCachedLayout diff_cached_layout() {
-    const int v = g_cached_layout.load();
-    if (v >= 0) return static_cast<DiffCachedLayout>(v);
-    const char* env = std::getenv("VARSCOPE_DIFF_CACHED_LAYOUT");
-    if (env == nullptr) return DiffCachedLayout::Auto;
-    const std::string e = env;
-    if (e == "channels") return DiffCachedLayout::Channels;
-    if (e == "split") return DiffCachedLayout::Split;
-    if (e == "rows") return DiffCachedLayout::Rows;
-    return DiffCachedLayout::Auto;  // "auto" or anything else
-}
-
-DiffCachedLayout diff_cached_layout_for(int64_t rows) {
-    const DiffCachedLayout l = diff_cached_layout();
-    if (l != DiffCachedLayout::Auto) return l;
+DiffCachedLayout diff_cached_layout_for(DiffCachedLayout chosen, int64_t rows) {
+    if (chosen != DiffCachedLayout::Auto) return chosen;
     // H200, MAR-B head: 2 rows Split 16.0 vs Rows 16.8 us per step, 14 rows 29.1 vs 23.4.
     return rows <= 2 ? DiffCachedLayout::Split : DiffCachedLayout::Rows;
-}
-
-void set_diff_lean(bool on) {
-    g_lean = on ? 1 : 0;
-}
-
-bool diff_lean_enabled() {
-    return switch_on(g_lean, "VARSCOPE_DIFF_LEAN");
 }
 
 namespace {
 
 // The fused kernels' conditions, with the most rows the kernel in question takes.
 bool head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t max_rows, int64_t width,
-                         std::string* why_not) {
-    if (auto why = cuda_path_blocker({like}); !why.empty())
+                         const KernelPolicy& policy, std::string* why_not) {
+    if (auto why = cuda_path_blocker(policy, {like}); !why.empty())
         return unsupported(why_not, std::move(why));
     const auto t = like.scalar_type();
     if (t != at::kHalf && t != at::kBFloat16)
@@ -220,68 +148,72 @@ bool head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t max_rows,
 }  // namespace
 
 bool diff_head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,
-                              std::string* why_not) {
-    return head_cuda_supported(like, rows, kMaxRows, width, why_not);
+                              const KernelPolicy& policy, std::string* why_not) {
+    return head_cuda_supported(like, rows, kMaxRows, width, policy, why_not);
 }
 
 bool diff_cached_step_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,
-                                     std::string* why_not) {
-    const bool by_rows = diff_cached_layout_for(rows) == DiffCachedLayout::Rows;
-    return head_cuda_supported(like, rows, by_rows ? kMaxCachedRows : kMaxRows, width, why_not);
+                                     const KernelPolicy& policy, std::string* why_not) {
+    const bool by_rows =
+        diff_cached_layout_for(policy.diff.cached_layout, rows) == DiffCachedLayout::Rows;
+    return head_cuda_supported(like, rows, by_rows ? kMaxCachedRows : kMaxRows, width, policy,
+                               why_not);
 }
 
 at::Tensor diff_input_proj(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                           int64_t rows, KernelPath path) {
+                           int64_t rows, KernelPath path, const KernelPolicy& policy) {
     TORCH_CHECK(x.dim() == 2 && x.size(0) > 0 && rows % x.size(0) == 0,
                 "diff_input_proj: rows must be a multiple of x's rows");
 #ifdef VARSCOPE_KERNELS_CUDA
-    if (use_cuda(x, rows, x.size(1), path))
-        return cuda::diff_input_proj(x, weight, bias, rows, diff_pdl_enabled());
+    if (use_cuda(x, rows, x.size(1), path, policy))
+        return cuda::diff_input_proj(x, weight, bias, rows, policy.diff);
 #else
-    use_cuda(x, rows, x.size(1), path);
+    use_cuda(x, rows, x.size(1), path, policy);
 #endif
     return reference::diff_input_proj(x, weight, bias, rows);
 }
 
 at::Tensor diff_block_fc1(const at::Tensor& h, const DiffBlockWeights& w, const at::Tensor& shift,
-                          const at::Tensor& scale1, KernelPath path) {
+                          const at::Tensor& scale1, KernelPath path, const KernelPolicy& policy) {
 #ifdef VARSCOPE_KERNELS_CUDA
-    if (use_cuda(h, h.size(0), h.size(1), path))
-        return cuda::diff_block_fc1(h, w, shift, scale1, diff_pdl_enabled());
+    if (use_cuda(h, h.size(0), h.size(1), path, policy))
+        return cuda::diff_block_fc1(h, w, shift, scale1, policy.diff);
 #else
-    use_cuda(h, h.size(0), h.size(1), path);
+    use_cuda(h, h.size(0), h.size(1), path, policy);
 #endif
     return reference::diff_block_fc1(h, w, shift, scale1);
 }
 
 std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(
     const at::Tensor& x, const at::Tensor& in_weight, const at::Tensor& in_bias, int64_t rows,
-    const DiffBlockWeights& w, const at::Tensor& shift, const at::Tensor& scale1, KernelPath path) {
+    const DiffBlockWeights& w, const at::Tensor& shift, const at::Tensor& scale1, KernelPath path,
+    const KernelPolicy& policy) {
     TORCH_CHECK(x.dim() == 2 && x.size(0) > 0 && rows % x.size(0) == 0,
                 "diff_proj_block_fc1: rows must be a multiple of x's rows");
 #ifdef VARSCOPE_KERNELS_CUDA
-    if (use_cuda(x, rows, in_weight.size(0), path) && diff_fold_proj_enabled() &&
-        cuda::diff_proj_fold_runs(x, in_weight, rows, w))
+    if (use_cuda(x, rows, in_weight.size(0), path, policy) && policy.diff.fold_proj &&
+        cuda::diff_proj_fold_runs(x, in_weight, rows, w, policy.diff))
         return cuda::diff_proj_block_fc1(x, in_weight, in_bias, rows, w, shift, scale1,
-                                         diff_pdl_enabled());
+                                         policy.diff);
 #endif
     // The two layers one after the other (each on CUDA or as its reference, as `path` says).
-    auto h = diff_input_proj(x, in_weight, in_bias, rows, path);
-    auto a = diff_block_fc1(h, w, shift, scale1, path);
+    auto h = diff_input_proj(x, in_weight, in_bias, rows, path, policy);
+    auto a = diff_block_fc1(h, w, shift, scale1, path, policy);
     return {std::move(a), std::move(h)};
 }
 
 at::Tensor diff_block_fc2(const at::Tensor& a, const DiffBlockWeights& w, const at::Tensor& gate,
-                          const at::Tensor& h, KernelPath path, const DiffKeep& keep) {
+                          const at::Tensor& h, KernelPath path, const DiffKeep& keep,
+                          const KernelPolicy& policy) {
     for (const auto* t : {&keep.mlp, &keep.change})
         TORCH_CHECK(!t->defined() || (t->sizes() == h.sizes() && t->is_contiguous() &&
                                       t->scalar_type() == h.scalar_type()),
                     "diff_block_fc2: kept outputs must be contiguous tensors shaped like h");
 #ifdef VARSCOPE_KERNELS_CUDA
-    if (use_cuda(a, a.size(0), a.size(1), path))
-        return cuda::diff_block_fc2(a, w, gate, h, diff_pdl_enabled(), keep);
+    if (use_cuda(a, a.size(0), a.size(1), path, policy))
+        return cuda::diff_block_fc2(a, w, gate, h, policy.diff, keep);
 #else
-    use_cuda(a, a.size(0), a.size(1), path);
+    use_cuda(a, a.size(0), a.size(1), path, policy);
 #endif
     return reference::diff_block_fc2(a, w, gate, h, keep);
 }
@@ -307,14 +239,14 @@ void check_kept(const std::vector<DiffKeptBlock>& blocks, int64_t rows, int64_t 
 }  // namespace
 
 at::Tensor diff_apply_kept(const at::Tensor& h, const std::vector<DiffKeptBlock>& blocks,
-                           KernelPath path) {
+                           KernelPath path, const KernelPolicy& policy) {
     TORCH_CHECK(h.dim() == 2, "diff_apply_kept: h (M, W) expected");
     check_kept(blocks, h.size(0), h.size(1), h.scalar_type(), "diff_apply_kept");
 #ifdef VARSCOPE_KERNELS_CUDA
-    if (use_cuda(h, h.size(0), h.size(1), path))
-        return cuda::diff_apply_kept(h, blocks, diff_pdl_enabled());
+    if (use_cuda(h, h.size(0), h.size(1), path, policy))
+        return cuda::diff_apply_kept(h, blocks, policy.diff);
 #else
-    use_cuda(h, h.size(0), h.size(1), path);
+    use_cuda(h, h.size(0), h.size(1), path, policy);
 #endif
     return reference::diff_apply_kept(h, blocks);
 }
@@ -325,7 +257,8 @@ at::Tensor diff_cached_step(const at::Tensor& x, const at::Tensor& in_weight,
                             const at::Tensor& scale1, const at::Tensor& weight,
                             const at::Tensor& bias, double ln_eps, const at::Tensor& noise,
                             const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
-                            const DiffStepCoefs& coefs, KernelPath path) {
+                            const DiffStepCoefs& coefs, KernelPath path,
+                            const KernelPolicy& policy) {
     TORCH_CHECK(
         x.dim() == 2 && x.size(0) > 0 && in_weight.dim() == 2 && in_weight.size(1) == x.size(1),
         "diff_cached_step: x (N, C) and an input projection (W, C) expected");
@@ -341,28 +274,29 @@ at::Tensor diff_cached_step(const at::Tensor& x, const at::Tensor& in_weight,
     TORCH_CHECK(mode == DiffCfgMode::None || mode == DiffCfgMode::Full || delta.defined(),
                 "diff_cached_step: the head condition cache needs a delta tensor");
 #ifdef VARSCOPE_KERNELS_CUDA
-    if (use_cuda(x, rows, W, path, true) && (x.size(1) == 8 || x.size(1) == 16))
+    if (use_cuda(x, rows, W, path, policy, true) && (x.size(1) == 8 || x.size(1) == 16))
         return cuda::diff_cached_step(x, in_weight, in_bias, rows, blocks, shift, scale1, weight,
                                       bias, ln_eps, noise, cfg_scale, mode, delta, coefs,
-                                      diff_pdl_enabled());
+                                      policy.diff);
     TORCH_CHECK(path != KernelPath::Cuda || x.size(1) == 8 || x.size(1) == 16,
                 "fused DiffLoss cached step requested but the latent width ", x.size(1),
                 " is not 8 or 16");
 #else
-    use_cuda(x, rows, W, path, true);
+    use_cuda(x, rows, W, path, policy, true);
 #endif
     // The three ops one after the other (each on CUDA or as its reference, as `path` says).
-    const auto h =
-        diff_apply_kept(diff_input_proj(x, in_weight, in_bias, rows, path), blocks, path);
+    const auto h = diff_apply_kept(diff_input_proj(x, in_weight, in_bias, rows, path, policy),
+                                   blocks, path, policy);
     return diff_final_step(h, shift, scale1, weight, bias, ln_eps, x.clone(), noise, cfg_scale,
-                           mode, delta, coefs, path);
+                           mode, delta, coefs, path, policy);
 }
 
 at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const at::Tensor& scale1,
                            const at::Tensor& weight, const at::Tensor& bias, double ln_eps,
                            const at::Tensor& x, const at::Tensor& noise,
                            const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
-                           const DiffStepCoefs& coefs, KernelPath path) {
+                           const DiffStepCoefs& coefs, KernelPath path,
+                           const KernelPolicy& policy) {
     TORCH_CHECK(x.dim() == 2 && h.dim() == 2, "diff_final_step: x (N, C) and h (M, W) expected");
     const int64_t N = x.size(0);
     const bool both = mode == DiffCfgMode::Full || mode == DiffCfgMode::FullKeep;
@@ -374,11 +308,11 @@ at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const a
     TORCH_CHECK(mode == DiffCfgMode::None || mode == DiffCfgMode::Full || delta.defined(),
                 "diff_final_step: the head condition cache needs a delta tensor");
 #ifdef VARSCOPE_KERNELS_CUDA
-    if (use_cuda(h, h.size(0), h.size(1), path))
+    if (use_cuda(h, h.size(0), h.size(1), path, policy))
         return cuda::diff_final_step(h, shift, scale1, weight, bias, ln_eps, x, noise, cfg_scale,
-                                     mode, delta, coefs, diff_pdl_enabled());
+                                     mode, delta, coefs, policy.diff);
 #else
-    use_cuda(h, h.size(0), h.size(1), path);
+    use_cuda(h, h.size(0), h.size(1), path, policy);
 #endif
     return reference::diff_final_step(h, shift, scale1, weight, bias, ln_eps, x, noise, cfg_scale,
                                       mode, delta, coefs);

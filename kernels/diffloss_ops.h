@@ -18,9 +18,10 @@
 //                     diff_final_step as one kernel
 //
 // The CUDA path runs for CUDA float16/bfloat16 tensors of at most kDiffMaxRows rows and widths
-// that are multiples of 8 up to 2048 (diff_head_cuda_supported); force_reference_kernels() or
-// VARSCOPE_REFERENCE_KERNELS=1 select the references. The CUDA fc2 and final step write in
-// place (h, x, delta) and return those tensors; the references return new tensors.
+// that are multiples of 8 up to 2048 (diff_head_cuda_supported); KernelPolicy::reference selects
+// the references. The CUDA fc2 and final step write in place (h, x, delta) and return those
+// tensors; the references return new tensors. Each entry point takes the policy whose `diff`
+// switches (kernels/exec_policy.h) pick among kernels that give the same values.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "kernels/attention_dispatch.h"
+#include "kernels/exec_policy.h"
 
 namespace varscope::kernels {
 
@@ -72,26 +74,28 @@ struct DiffStepCoefs {
 
 // x (N, C) -> (rows, W); rows a multiple of N.
 at::Tensor diff_input_proj(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                           int64_t rows, KernelPath path = KernelPath::Auto);
+                           int64_t rows, KernelPath path = KernelPath::Auto,
+                           const KernelPolicy& policy = {});
 // h (M, W); shift, scale1 (M, W) with a contiguous last dim.
 at::Tensor diff_block_fc1(const at::Tensor& h, const DiffBlockWeights& w, const at::Tensor& shift,
-                          const at::Tensor& scale1, KernelPath path = KernelPath::Auto);
+                          const at::Tensor& scale1, KernelPath path = KernelPath::Auto,
+                          const KernelPolicy& policy = {});
 // diff_input_proj then diff_block_fc1 on its output: returns {a, h}. On CUDA one kernel (the
 // input projection folded into fc1's prologue; each CTA projects its rows itself and writes the
 // features it owns to h, which fc2 then updates in place), with the two kernels' values bit for
 // bit; two kernels where the fold does not apply (latent width not 8/16, non-square fc1, 16/32-row
-// tiles) or is switched off (set_diff_fold_proj).
+// tiles) or is switched off (DiffLossPolicy::fold_proj).
 std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(
     const at::Tensor& x, const at::Tensor& in_weight, const at::Tensor& in_bias, int64_t rows,
     const DiffBlockWeights& w, const at::Tensor& shift, const at::Tensor& scale1,
-    KernelPath path = KernelPath::Auto);
+    KernelPath path = KernelPath::Auto, const KernelPolicy& policy = {});
 // a, h (M, W), gate (M, W): h + gate * fc2(a) (in place into h on CUDA); keep: see DiffKeep.
 at::Tensor diff_block_fc2(const at::Tensor& a, const DiffBlockWeights& w, const at::Tensor& gate,
                           const at::Tensor& h, KernelPath path = KernelPath::Auto,
-                          const DiffKeep& keep = {});
+                          const DiffKeep& keep = {}, const KernelPolicy& policy = {});
 // h (M, W) after the kept blocks, in order (in place on CUDA). At most 16 blocks.
 at::Tensor diff_apply_kept(const at::Tensor& h, const std::vector<DiffKeptBlock>& blocks,
-                           KernelPath path = KernelPath::Auto);
+                           KernelPath path = KernelPath::Auto, const KernelPolicy& policy = {});
 // h (M, W), x (N, C) latents, noise (N, C) rows (row stride free; ignored when last),
 // cfg_scale 0-dim float32 on the device (undefined for None), delta (N, C) for FullKeep/Cached.
 // Returns the next x (in place on CUDA; the reference also fills delta in place for FullKeep).
@@ -99,7 +103,8 @@ at::Tensor diff_final_step(const at::Tensor& h, const at::Tensor& shift, const a
                            const at::Tensor& weight, const at::Tensor& bias, double ln_eps,
                            const at::Tensor& x, const at::Tensor& noise,
                            const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
-                           const DiffStepCoefs& coefs, KernelPath path = KernelPath::Auto);
+                           const DiffStepCoefs& coefs, KernelPath path = KernelPath::Auto,
+                           const KernelPolicy& policy = {});
 
 // diff_input_proj (rows rows), diff_apply_kept, then diff_final_step on the result, as one
 // kernel on CUDA (latent width C of 8 or 16). x is only read: the next x is a new tensor.
@@ -109,52 +114,19 @@ at::Tensor diff_cached_step(const at::Tensor& x, const at::Tensor& in_weight,
                             const at::Tensor& scale1, const at::Tensor& weight,
                             const at::Tensor& bias, double ln_eps, const at::Tensor& noise,
                             const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
-                            const DiffStepCoefs& coefs, KernelPath path = KernelPath::Auto);
+                            const DiffStepCoefs& coefs, KernelPath path = KernelPath::Auto,
+                            const KernelPolicy& policy = {});
 
 // Whether the fused CUDA kernels would run for a head of width `width` on `rows` rows with
-// tensors like `like` (device, dtype, build, switch, sizes).
+// tensors like `like` (device, dtype, build, policy, sizes).
 bool diff_head_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,
-                              std::string* why_not = nullptr);
+                              const KernelPolicy& policy = {}, std::string* why_not = nullptr);
 // ... for diff_cached_step, which in the Rows layout (DiffCachedLayout) takes up to 2048 rows.
 bool diff_cached_step_cuda_supported(const at::Tensor& like, int64_t rows, int64_t width,
+                                     const KernelPolicy& policy = {},
                                      std::string* why_not = nullptr);
-// Programmatic dependent launch between the fused kernels (default on; VARSCOPE_DIFF_PDL=0 or
-// this switch turn it off). For benchmarks.
-void set_diff_pdl(bool on);
-bool diff_pdl_enabled();
-// Linear-layer kernels with more than 8 rows: 8-row tiles in separate CTAs (blockIdx.y) instead
-// of 16/32-row tiles per CTA. The same sums, the lanes' partial sums added in another order
-// (within one 16-bit ulp). Default on since timed on an H100 (MAR-B b1: 500 vs 567 ms, same
-// call); VARSCOPE_DIFF_ROW_SPLIT=0 or this switch turn it off.
-void set_diff_row_split(bool on);
-bool diff_row_split_enabled();
-// The folded input projection (diff_proj_block_fc1 as one kernel; default on,
-// VARSCOPE_DIFF_FOLD_PROJ=0 or this switch turn it off) and the lean linear-layer kernels (the
-// LayerNorm affine staged in shared memory before the wait, empty tile rows skipped; default
-// on, VARSCOPE_DIFF_LEAN=0 or this switch turn it off). Both give the same bits either way;
-// the switches are there to time them.
-// How diff_cached_step spreads its rows over CTAs; every layout gives the same bits (tested).
-//  Channels: one CTA per latent channel, each building every row (projection, kept blocks,
-//            LayerNorm) again.
-//  Split:    as Channels with the rows also split over blockIdx.y, 8 rows a CTA (MAR-B head
-//            with the MLP cache at 7 tokens 36.8 -> 29.2 us per diffusion step, H200,
-//            bench/results/2026-11-25-h200/session8_split_hybrid.md).
-//  Rows:     one CTA per latent (and its unconditional row) computing every channel, so each
-//            row is built once. MAR-B head with the MLP cache (H200, same call, us per diffusion
-//            step, Split -> Rows): 7 tokens 29.1 -> 23.4, 48 tokens (module path + one-kernel
-//            reuse steps) 81.1 -> 60.9, 112 tokens 125.3 -> 77.3; 1 token 16.0 -> 16.8.
-//            bench/results/2026-11-26-h200/session9_mar.md.
-//  Auto:     Split at 1 latent (2 rows with CFG), Rows above.
-// VARSCOPE_DIFF_CACHED_LAYOUT=channels|split|rows|auto or this switch choose.
-enum class DiffCachedLayout { Auto, Channels, Split, Rows };
-void set_diff_cached_layout(DiffCachedLayout layout);
-DiffCachedLayout diff_cached_layout();
-// The layout diff_cached_step takes for `rows` rows (Auto resolved).
-DiffCachedLayout diff_cached_layout_for(int64_t rows);
-void set_diff_fold_proj(bool on);
-bool diff_fold_proj_enabled();
-void set_diff_lean(bool on);
-bool diff_lean_enabled();
+// The layout diff_cached_step takes for `rows` rows under `chosen` (Auto resolved).
+DiffCachedLayout diff_cached_layout_for(DiffCachedLayout chosen, int64_t rows);
 
 namespace reference {
 at::Tensor diff_input_proj(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,

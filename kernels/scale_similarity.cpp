@@ -104,8 +104,8 @@ double scale_sq_distance(const at::Tensor& k_prev, int64_t pn_prev, const at::Te
 
 bool cuda_scale_similarity_supported(const at::Tensor& k_prev, int64_t pn_prev,
                                      const at::Tensor& k_cur, int64_t pn_cur, bool normalize,
-                                     std::string* why_not) {
-    if (auto why = cuda_path_blocker({k_prev, k_cur}); !why.empty())
+                                     const KernelPolicy& policy, std::string* why_not) {
+    if (auto why = cuda_path_blocker(policy, {k_prev, k_cur}); !why.empty())
         return unsupported(why_not, std::move(why));
     const auto t = k_cur.scalar_type();
     if (t != at::kFloat && t != at::kHalf && t != at::kBFloat16)
@@ -125,12 +125,13 @@ bool cuda_scale_similarity_supported(const at::Tensor& k_prev, int64_t pn_prev,
 }
 
 double scale_sq_distance(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
-                         int64_t pn_cur, bool normalize, KernelPath path) {
+                         int64_t pn_cur, bool normalize, KernelPath path,
+                         const KernelPolicy& policy) {
     check_keys(k_prev, pn_prev, k_cur, pn_cur);
     if (path != KernelPath::Reference) {
         std::string why;
-        const bool ok =
-            cuda_scale_similarity_supported(k_prev, pn_prev, k_cur, pn_cur, normalize, &why);
+        const bool ok = cuda_scale_similarity_supported(k_prev, pn_prev, k_cur, pn_cur, normalize,
+                                                        policy, &why);
         TORCH_CHECK(ok || path != KernelPath::Cuda, "CUDA similarity kernel requested but ", why);
 #ifdef VARSCOPE_KERNELS_CUDA
         if (ok)

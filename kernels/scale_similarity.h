@@ -15,8 +15,8 @@
 // Gram-matrix formulation AMS-KV used before (two batched GEMMs in the keys' precision, float
 // sums; see scale_similarity.cpp). Any strides are accepted; the last dim should be contiguous
 // (otherwise the CUDA path copies). The dispatch follows token_ops.h: the CUDA kernel for CUDA
-// tensors when this build has it, the reference otherwise; force_reference_kernels(true) or
-// VARSCOPE_REFERENCE_KERNELS=1 (attention_dispatch.h) always selects the reference.
+// tensors when this build has it, the reference otherwise; KernelPolicy::reference
+// (exec_policy.h) always selects the reference.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -30,12 +30,14 @@ namespace varscope::kernels {
 
 // D above (>= 0), on the host in double; the device is synchronised once (the result's copy).
 double scale_sq_distance(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
-                         int64_t pn_cur, bool normalize, KernelPath path = KernelPath::Auto);
+                         int64_t pn_cur, bool normalize, KernelPath path = KernelPath::Auto,
+                         const KernelPolicy& policy = {});
 
-// Whether the CUDA kernel would run for these keys (build, switch, device, dtype, shared memory
+// Whether the CUDA kernel would run for these keys (build, policy, device, dtype, shared memory
 // for two rows of the previous map). why_not receives the reason when it would not.
 bool cuda_scale_similarity_supported(const at::Tensor& k_prev, int64_t pn_prev,
                                      const at::Tensor& k_cur, int64_t pn_cur, bool normalize,
+                                     const KernelPolicy& policy = {},
                                      std::string* why_not = nullptr);
 
 // The (pc^2, pp^2) bilinear upsampling matrix of a pp x pp map to pc x pc (row-major tokens),

@@ -22,10 +22,10 @@ void check_update(const at::Tensor& a, const at::Tensor& b) {
     TORCH_CHECK(a.device() == b.device(), "update index: both maps must be on one device");
 }
 
-bool use_cuda(const at::Tensor& x, KernelPath path) {
+bool use_cuda(const at::Tensor& x, KernelPath path, const KernelPolicy& policy) {
     if (path == KernelPath::Reference) return false;
     std::string why;
-    const bool ok = cuda_token_ops_supported(x, &why);
+    const bool ok = cuda_token_ops_supported(x, policy, &why);
     TORCH_CHECK(ok || path != KernelPath::Cuda, "CUDA token kernel requested but ", why);
     return ok;
 }
@@ -64,8 +64,9 @@ at::Tensor update_index(const at::Tensor& f_prev, const at::Tensor& f_next) {
 
 }  // namespace reference
 
-bool cuda_token_ops_supported(const at::Tensor& x, std::string* why_not) {
-    if (auto why = cuda_path_blocker({x}); !why.empty())
+bool cuda_token_ops_supported(const at::Tensor& x, const KernelPolicy& policy,
+                              std::string* why_not) {
+    if (auto why = cuda_path_blocker(policy, {x}); !why.empty())
         return unsupported(why_not, std::move(why));
     const auto t = x.scalar_type();
     if (t != at::kFloat && t != at::kHalf && t != at::kBFloat16)
@@ -74,31 +75,33 @@ bool cuda_token_ops_supported(const at::Tensor& x, std::string* why_not) {
     return true;
 }
 
-at::Tensor pivotal_scores(const at::Tensor& x, KernelPath path) {
+at::Tensor pivotal_scores(const at::Tensor& x, KernelPath path, const KernelPolicy& policy) {
     check_pivotal(x);
 #ifdef VARSCOPE_KERNELS_CUDA
-    if (use_cuda(x, path)) return cuda::pivotal_scores(x);
+    if (use_cuda(x, path, policy)) return cuda::pivotal_scores(x);
 #else
-    use_cuda(x, path);
+    use_cuda(x, path, policy);
 #endif
     return reference::pivotal_scores(x);
 }
 
-PivotalSelection pivotal_token_selection(const at::Tensor& x, int64_t keep, KernelPath path) {
+PivotalSelection pivotal_token_selection(const at::Tensor& x, int64_t keep, KernelPath path,
+                                         const KernelPolicy& policy) {
     PivotalSelection s;
-    s.scores = pivotal_scores(x, path);
+    s.scores = pivotal_scores(x, path, policy);
     s.kept = top_rows(s.scores, keep);
     return s;
 }
 
-at::Tensor update_index(const at::Tensor& f_prev, const at::Tensor& f_next, KernelPath path) {
+at::Tensor update_index(const at::Tensor& f_prev, const at::Tensor& f_next, KernelPath path,
+                        const KernelPolicy& policy) {
     check_update(f_prev, f_next);
     TORCH_CHECK(f_prev.scalar_type() == f_next.scalar_type(),
                 "update index: both maps must share a dtype");
 #ifdef VARSCOPE_KERNELS_CUDA
-    if (use_cuda(f_prev, path)) return cuda::update_index(f_prev, f_next);
+    if (use_cuda(f_prev, path, policy)) return cuda::update_index(f_prev, f_next);
 #else
-    use_cuda(f_prev, path);
+    use_cuda(f_prev, path, policy);
 #endif
     return reference::update_index(f_prev, f_next);
 }

@@ -1,7 +1,7 @@
 // Fused per-token operations of the token-level accelerators, with LibTorch references beside
 // them. Each entry point picks the CUDA kernel for CUDA tensors when this build has kernels for
-// the device, and the reference otherwise; force_reference_kernels(true) or
-// VARSCOPE_REFERENCE_KERNELS=1 (attention_dispatch.h) always selects the reference.
+// the device, and the reference otherwise; KernelPolicy::reference (exec_policy.h) always selects
+// the reference.
 //
 //   FastVAR pivotal token selection (fastvar.txt §3.2): score_n = ||x_n - mean_m x_m||^2 over the
 //   channels, then the K highest-scoring tokens of each row (ascending ids).
@@ -24,19 +24,22 @@ struct PivotalSelection {
 };
 
 // x (R, N, C), float32/float16/bfloat16 -> float32 (R, N).
-at::Tensor pivotal_scores(const at::Tensor& x, KernelPath path = KernelPath::Auto);
+at::Tensor pivotal_scores(const at::Tensor& x, KernelPath path = KernelPath::Auto,
+                          const KernelPolicy& policy = {});
 
 // Scores and the `keep` (1..N) highest-scoring tokens of each row.
 PivotalSelection pivotal_token_selection(const at::Tensor& x, int64_t keep,
-                                         KernelPath path = KernelPath::Auto);
+                                         KernelPath path = KernelPath::Auto,
+                                         const KernelPolicy& policy = {});
 
 // f_prev, f_next (B, C, H, W) (or any (B, C, ...)) -> float32 (B, H, W): 1 - dot / max(|a| |b|,
 // 1e-12) along C.
 at::Tensor update_index(const at::Tensor& f_prev, const at::Tensor& f_next,
-                        KernelPath path = KernelPath::Auto);
+                        KernelPath path = KernelPath::Auto, const KernelPolicy& policy = {});
 
-// Whether the CUDA token kernels would run for x (device, dtype, build, switch).
-bool cuda_token_ops_supported(const at::Tensor& x, std::string* why_not = nullptr);
+// Whether the CUDA token kernels would run for x (device, dtype, build, policy).
+bool cuda_token_ops_supported(const at::Tensor& x, const KernelPolicy& policy = {},
+                              std::string* why_not = nullptr);
 
 namespace reference {
 at::Tensor pivotal_scores(const at::Tensor& x);

@@ -44,6 +44,7 @@ struct Driver {
     std::vector<bool> similar;
     int64_t random_from = 0;
     std::vector<at::Tensor> constant_keys;
+    ExecPolicy exec;  // the sampler's (ScaleContext::exec): the defaults
 
     Driver(VarConfig m, const AmsKvConfig& cfg, std::vector<bool> similar_layers,
            ProbeSink* probe = nullptr)
@@ -59,7 +60,7 @@ struct Driver {
 
     void step(int64_t si) {
         const int64_t pn = model.patch_nums[si], n = pn * pn;
-        ScaleContext sctx{model, si, pn, 1, model.scale_begin(si), at::Tensor(), {}, si};
+        ScaleContext sctx{model, si, pn, 1, model.scale_begin(si), at::Tensor(), {}, si, exec};
         ScaleSegment seg;
         seg.scale = si;
         seg.patch_num = pn;

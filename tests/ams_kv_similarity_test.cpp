@@ -49,7 +49,7 @@ TEST(ScaleSimilarity, ReferenceMatchesUpsampleAndSubtract) {
 TEST(ScaleSimilarity, DispatchOnTheCpu) {
     auto kp = at::randn({1, 2, 4, 8}), kc = at::randn({1, 2, 9, 8});
     std::string why;
-    EXPECT_FALSE(vk::cuda_scale_similarity_supported(kp, 2, kc, 3, true, &why));
+    EXPECT_FALSE(vk::cuda_scale_similarity_supported(kp, 2, kc, 3, true, {}, &why));
     EXPECT_FALSE(why.empty());
     EXPECT_THROW(vk::scale_sq_distance(kp, 2, kc, 3, true, vk::KernelPath::Cuda), c10::Error);
     EXPECT_EQ(vk::scale_sq_distance(kp, 2, kc, 3, true, vk::KernelPath::Reference),
@@ -60,12 +60,11 @@ TEST(ScaleSimilarity, DispatchOnTheCpu) {
 }
 
 TEST(ScaleSimilarity, AmsKvPathSwitch) {
-    EXPECT_EQ(ams_kv::similarity_path(), vk::KernelPath::Auto);  // no VARSCOPE_AMS_KV_SIMILARITY
-    ams_kv::set_similarity_path(vk::KernelPath::Reference);
-    EXPECT_EQ(ams_kv::similarity_path(), vk::KernelPath::Reference);
     auto kp = at::randn({2, 2, 4, 8}), kc = at::randn({2, 2, 9, 8});
-    const double r = ams_kv::similarity(kp, 2, kc, 3);
-    ams_kv::set_similarity_path(vk::KernelPath::Auto);
+    const double r = ams_kv::similarity(kp, 2, kc, 3, true, vk::KernelPath::Reference);
     EXPECT_DOUBLE_EQ(ams_kv::similarity(kp, 2, kc, 3), r);  // the CPU always uses the reference
+    vk::KernelPolicy forced;
+    forced.reference = true;
+    EXPECT_DOUBLE_EQ(ams_kv::similarity(kp, 2, kc, 3, true, vk::KernelPath::Auto, forced), r);
     EXPECT_NEAR(r, -truth(kp, 2, kc, 3, true) / kc.numel(), 1e-7);
 }

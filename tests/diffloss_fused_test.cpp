@@ -69,12 +69,13 @@ TEST(DiffLossFused, CpuKeepsTheModulePathAndRefusesCuda) {
     c10::InferenceMode guard;
     const auto& net = *pipe.sampler().transformer()->diffloss->net;
     const auto z = at::randn({4, 32}).to(at::kBFloat16);
+    const auto& diffusion = pipe.sampler().diffusion();
     std::string why;
-    EXPECT_FALSE(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::Auto, &why));
+    EXPECT_FALSE(diffusion.uses_fused_head(net, z, true, HeadPath::Auto, &why));
     EXPECT_FALSE(why.empty());
-    EXPECT_TRUE(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedReference));
-    EXPECT_FALSE(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::Modules));
-    EXPECT_THROW(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedCuda), c10::Error);
+    EXPECT_TRUE(diffusion.uses_fused_head(net, z, true, HeadPath::FusedReference));
+    EXPECT_FALSE(diffusion.uses_fused_head(net, z, true, HeadPath::Modules));
+    EXPECT_THROW(diffusion.uses_fused_head(net, z, true, HeadPath::FusedCuda), c10::Error);
     const auto x = at::randn({2, 8}).to(at::kBFloat16);
     const auto w = at::randn({64, 8}).to(at::kBFloat16), b = at::randn({64}).to(at::kBFloat16);
     EXPECT_THROW(kernels::diff_input_proj(x, w, b, 4, kernels::KernelPath::Cuda), c10::Error);

@@ -135,7 +135,7 @@ TEST(KernelsReference, DispatchOnCpuUsesTheReference) {
     const auto idx = at::tensor({0, 1, 1, -1}, at::kInt).view({2, 2});
     const auto cnt = at::tensor({2, 1}, at::kInt);
     std::string why;
-    EXPECT_FALSE(vk::cuda_attention_supported(q, 64, 64, &why));
+    EXPECT_FALSE(vk::cuda_attention_supported(q, 64, 64, {}, &why));
     EXPECT_FALSE(why.empty());
     vk::AttentionOptions o;
     o.out = at::full(q.sizes(), std::numeric_limits<float>::quiet_NaN());
@@ -155,20 +155,16 @@ TEST(KernelsReference, DispatchOnCpuUsesTheReference) {
 // The shared first checks of every CUDA dispatcher give the first reason that applies.
 TEST(KernelsReference, CudaPathBlockerNamesTheFirstReason) {
     const auto cpu = at::zeros({2, 3});
-    const bool forced_before = vk::reference_kernels_forced();
-    vk::force_reference_kernels(true);
-    const std::string forced = vk::cuda_path_blocker({cpu});
-    vk::force_reference_kernels(false);
-    const std::string off_device = vk::cuda_path_blocker({cpu, cpu});
-    vk::force_reference_kernels(forced_before);
+    vk::KernelPolicy reference;
+    reference.reference = true;
+    const std::string forced = vk::cuda_path_blocker(reference, {cpu});
+    const std::string off_device = vk::cuda_path_blocker({}, {cpu, cpu});
     if (!vk::cuda_kernels_built()) {
         EXPECT_EQ(forced, "this build has no CUDA kernels");
         EXPECT_EQ(off_device, "this build has no CUDA kernels");
     } else {
         EXPECT_EQ(forced, "the reference kernels are forced");
-        if (!vk::reference_kernels_forced()) {  // VARSCOPE_REFERENCE_KERNELS=1 would win here
-            EXPECT_EQ(off_device, "the inputs are not on a CUDA device");
-        }
+        EXPECT_EQ(off_device, "the inputs are not on a CUDA device");
     }
     std::string why = "untouched";
     EXPECT_FALSE(vk::unsupported(&why, "a reason"));
@@ -247,7 +243,7 @@ TEST(KernelsReference, TokenOpsDispatchOnCpuUsesTheReference) {
     at::manual_seed(13);
     const auto x = at::randn({2, 9, 4});
     std::string why;
-    EXPECT_FALSE(vk::cuda_token_ops_supported(x, &why));
+    EXPECT_FALSE(vk::cuda_token_ops_supported(x, {}, &why));
     EXPECT_FALSE(why.empty());
     const auto sel = vk::pivotal_token_selection(x, 4);
     const auto ref = vk::reference::pivotal_token_selection(x, 4);

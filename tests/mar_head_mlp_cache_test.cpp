@@ -265,14 +265,12 @@ TEST(HeadMlpCache, FusedReferenceLoopEqualsTheModulePathExactly) {
         const int64_t N = 3;
         const HeadInputs in = head_inputs(net, diffusion, N, 9);
         const auto &z = in.z, &start = in.start, &noise = in.noise;
-        EXPECT_TRUE(
-            DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedReference, nullptr, 7));
+        EXPECT_TRUE(diffusion.uses_fused_head(net, z, true, HeadPath::FusedReference, nullptr, 7));
         std::string why;
-        EXPECT_FALSE(DiffusionSampler::uses_fused_head(net, z, true, HeadPath::Auto, &why, 7));
+        EXPECT_FALSE(diffusion.uses_fused_head(net, z, true, HeadPath::Auto, &why, 7));
         EXPECT_FALSE(why.empty());
-        EXPECT_THROW(
-            DiffusionSampler::uses_fused_head(net, z, true, HeadPath::FusedCuda, nullptr, 7),
-            c10::Error);
+        EXPECT_THROW(diffusion.uses_fused_head(net, z, true, HeadPath::FusedCuda, nullptr, 7),
+                     c10::Error);
         for (bool guided : {true, false})
             for (int64_t cfg_period : {0, 7, 3})
                 for (int64_t mlp : {7, 4, 1}) {
@@ -300,14 +298,18 @@ TEST(HeadMlpCache, FusedReferenceLoopEqualsTheModulePathExactly) {
 // conditional rows alone where the head CFG cache skips the other half; nothing, or the gate
 // alone, for the blocks the MLP cache replays): still the released rule's samples, still the
 // same bits on the module path and the fused reference loop, and the samples of every
-// modulation in full (VARSCOPE_MAR_FULL_MODULATIONS=1) up to rounding.
+// modulation in full (ExecPolicy::mar_full_modulations, VARSCOPE_MAR_FULL_MODULATIONS=1) up to
+// rounding.
 TEST(HeadMlpCache, ModulationsByNeedAtManyRows) {
     auto pipe = strong_head_mar(head_config(), 4);
     c10::InferenceMode guard;
     const auto& net = *pipe.sampler().transformer()->diffloss->net;
     const DiffusionSampler diffusion = mild_schedule(50);
     const int64_t N = 10;
-    ASSERT_GT(2 * N, DiffusionSampler::fused_head_max_rows(net.width()));
+    ASSERT_GT(2 * N, diffusion.exec_policy().mar_fused_head_max_rows(net.width()));
+    ExecPolicy all_mods;
+    all_mods.mar_full_modulations = true;
+    const DiffusionSampler full_mods(diffusion.schedule(), all_mods);
     const HeadInputs in = head_inputs(net, diffusion, N, 11);
     const auto &z = in.z, &start = in.start, &noise = in.noise;
     const auto cfg = at::full({}, 2.5);
@@ -325,9 +327,8 @@ TEST(HeadMlpCache, ModulationsByNeedAtManyRows) {
             reference_sample(net, diffusion.schedule(), z, cfg, 0.9, start, noise, cfg_period, 7);
         EXPECT_LT(rel_diff(modules, ref), 1e-5);
         EXPECT_LT(rel_diff(modules, ref), 1e-3 * moved);
-        setenv("VARSCOPE_MAR_FULL_MODULATIONS", "1", 1);
-        const auto full = run(HeadPath::Modules);
-        unsetenv("VARSCOPE_MAR_FULL_MODULATIONS");
+        const auto full = full_mods.sample_with_noise(net, z, cfg, 0.9, start, noise, {},
+                                                      cfg_period, HeadPath::Modules, 7);
         EXPECT_LT(rel_diff(full, modules), 1e-5);
     }
 }

@@ -6,6 +6,7 @@
 #include <QPushButton>
 #include <cmath>
 
+#include "core/accel/probe_kinds.h"
 #include "ui/filmstrip.h"
 #include "visualization/float_grid.h"
 #include "visualization/image_canvas.h"
@@ -51,7 +52,7 @@ QString acceleratedCaption(const SideResult& r) {
 
 bool ranSparVarReference(const RunOutput& run) {
     for (const auto& a : run.accel) {
-        if (a.method != "sparvar" || a.kind != "csla_token_mask") continue;
+        if (a.method != "sparvar" || a.kind != probe_kinds::kCslaTokenMask) continue;
         const auto it = a.values.find("cuda_kernels");
         if (it != a.values.end() && it->second == 0.0) return true;
     }

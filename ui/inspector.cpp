@@ -165,7 +165,8 @@ QString AttentionInspector::overlay_cs4a(viz::FloatGrid& g, int scale, int layer
     const AccelOutput* rec = nullptr;
     if (accel_)
         for (const auto& a : accel_->run.accel)
-            if (a.method == "sparvar" && (a.kind == "cs4a_selected" || a.kind == "cs4a_mapped") &&
+            if (a.method == "sparvar" &&
+                (a.kind == probe_kinds::kCs4aSelected || a.kind == probe_kinds::kCs4aMapped) &&
                 a.scale == scale && a.layer == layer)
                 rec = &a;
     if (!rec || rec->data.shape.size() != 3) return tr(" · no CS4A keys at this scale/layer");

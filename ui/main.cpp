@@ -16,8 +16,10 @@
 #include <QTimer>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
+#include "app/exec_env/exec_env.h"
 #include "ui/inspector.h"
 #include "ui/main_window.h"
 #include "ui/method_panel.h"
@@ -129,6 +131,13 @@ int main(int argc, char** argv) {
         "name");
     cli.addOptions({prompt, seed, preset, shots, tabs, size, model, device, precision});
     cli.process(app);
+    try {  // the VARSCOPE_* variables (the engine reads them again): a malformed one stops here
+        varscope::exec_env::policy_from_environment();
+        varscope::exec_env::apply_resource_dir_from_environment();
+    } catch (const std::invalid_argument& e) {
+        qCritical("%s", e.what());
+        return 2;
+    }
     const QString family = cli.value(model).toLower();  // "" when not given
     if (cli.isSet(model) && family != "var" && family != "mar") {
         qCritical("--model: expected 'var' or 'mar', got '%s'", qPrintable(cli.value(model)));

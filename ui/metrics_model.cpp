@@ -1,5 +1,7 @@
 #include "ui/metrics_model.h"
 
+#include "core/accel/probe_kinds.h"
+
 #include <QStringList>
 
 namespace varscope::gui {
@@ -25,8 +27,8 @@ std::vector<double> kv_bytes_per_scale(const RunOutput& run) {
     std::vector<double> out(n, 0.0);
     bool recorded = false;
     for (const auto& a : run.accel) {
-        if (a.kind != "kv_bytes" || a.scale < 0 || size_t(a.scale) >= n) continue;
-        auto it = a.values.find("total");  // core/accel/probe_kinds.h: kv_bytes
+        if (a.kind != probe_kinds::kKvBytes || a.scale < 0 || size_t(a.scale) >= n) continue;
+        auto it = a.values.find("total");
         if (it == a.values.end()) it = a.values.find("bytes");
         if (it == a.values.end()) continue;
         out[size_t(a.scale)] += it->second;

@@ -1,5 +1,7 @@
 #include "ui/plots_panel.h"
 
+#include "core/accel/probe_kinds.h"
+
 #include <qcustomplot.h>
 
 #include <QComboBox>
@@ -317,14 +319,14 @@ void PlotsPanel::setLazyMarResults(const SideResultPtr& accel) {
     if (accel && !accel->same_as_baseline)
         for (const auto& r : accel->run.accel) {
             if (r.method != "lazymar") continue;
-            if (r.kind == "lazymar_tokens" && r.values.count("computed") &&
+            if (r.kind == probe_kinds::kLazyMarTokens && r.values.count("computed") &&
                 r.values.count("total")) {
                 rows[r.scale].first += r.values.at("computed");
                 rows[r.scale].second += r.values.at("total");
-            } else if (r.kind == "lazymar_condition" && r.values.count("drift")) {
+            } else if (r.kind == probe_kinds::kLazyMarCondition && r.values.count("drift")) {
                 dx << double(r.scale);
                 dy << r.values.at("drift");
-            } else if (r.kind == "lazymar_head_cache") {
+            } else if (r.kind == probe_kinds::kLazyMarHeadCache) {
                 // A drift needs a refresh after the first one.
                 auto value = [&](const char* k) {
                     return r.values.count(k) ? r.values.at(k) : 0.0;

@@ -12,11 +12,9 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -27,6 +25,7 @@
 
 #include "app/cli/commands.h"
 #include "app/cli/mar_cli_common.h"  // check_output_file
+#include "app/cli/run_report.h"      // exec_policy
 #include "core/accel/csla_mask.h"
 #include "kernels/attention_dispatch.h"
 #include "kernels/cuda_timing.h"
@@ -37,22 +36,14 @@ namespace {
 namespace vk = varscope::kernels;
 using nlohmann::json;
 
-// The sm_90a kernel's schedules (VARSCOPE_SM90_IMPL, vk::kSm90Schedules): 0 two K/V stages, 6
-// one stage; CSLA also 7-12 (warp-specialised, TMA copies; 8 overlaps S and PV; 9 is 8 without a
-// maximum per tile; 10 is 9 with shorter CTA starts and ends; 11 is 10 as a persistent kernel; 12
-// is 11 with Q in registers). CS4A has no TMA form and runs 6 for 7-12, so bench cs4a times only
-// these.
-constexpr int kSm90Impls[] = {0, 6};
-
-// Whether a comma-separated list of schedule numbers (VARSCOPE_BENCH_SM90_SKIP) names impl.
-bool listed(const std::string& list, int impl) {
-    size_t begin = 0;
-    while (begin <= list.size()) {
-        const size_t end = std::min(list.find(',', begin), list.size());
-        if (list.substr(begin, end - begin) == std::to_string(impl)) return true;
-        begin = end + 1;
-    }
-    return false;
+// Our kernels side by side: the dispatch's default (the sm_90a kernel on Hopper,
+// KernelPolicy::sm90_attention) and the sm_80 kernel that every other GPU runs ("ours", "v1").
+// The sm_90a schedules that were never the default, and the sm_80 v2 kernel, were deleted after
+// measuring (bench/results/pruned-kernels.md). Both under this run's policy otherwise.
+vk::KernelPolicy kernel_policy(bool sm90) {
+    vk::KernelPolicy p = exec_policy().kernels;
+    p.sm90_attention = sm90;
+    return p;
 }
 
 struct LastScaleConfig {
@@ -114,6 +105,7 @@ json environment(const BenchOptions& o) {
     env["iterations"] = o.iters;
     env["l2_flush"] = !o.no_flush;
     env["statistic"] = "median";
+    env["exec_policy"] = to_json(exec_policy());
     return env;
 }
 
@@ -241,9 +233,9 @@ int run_attention(const BenchOptions& o) {
         power_limit = sampler->power_limit_w();
     }
     json results = json::array();
-    std::printf("%-18s %5s %7s %8s %8s %8s %8s %8s %8s %7s %7s %7s %6s %7s %7s\n", "config",
-                "block", "sparse%", "ours_ms", "v2_ms", "flash", "cudnn", "boolmsk", "flex",
-                "xflash", "xcudnn", "xflex", "ideal", "%ideal", "TFLOP/s");
+    std::printf("%-18s %5s %7s %8s %8s %8s %8s %8s %7s %7s %7s %6s %7s %7s\n", "config", "block",
+                "sparse%", "ours_ms", "flash", "cudnn", "boolmsk", "flex", "xflash", "xcudnn",
+                "xflex", "ideal", "%ideal", "TFLOP/s");
     for (const auto& name : o.configs) {
         const auto& c = config_named(name);
         const size_t last = c.patch_nums.size() - 1;
@@ -276,44 +268,17 @@ int run_attention(const BenchOptions& o) {
             auto run_ours = [&] {
                 vk::block_sparse_attention(q, k, v, idx, cnt, block, block, ko);
             };
-            vk::set_attention_kernel_variant(2);
-            json ours_v2 = time_backend(run_ours, o);
-            // The sm_90a wgmma kernel (variant 3, the default; variant 1 off Hopper) as the
-            // dispatch picks it, then each of its schedules (VARSCOPE_SM90_IMPL: 0 two K/V
-            // stages, 6 one stage with three CTAs per SM, 7/8/9/10 warp-specialised with TMA
-            // copies (8: S/PV overlap; 9: 8 with the bounded exponent base; 10: 9 with shorter
-            // CTA starts and ends; 11: 10 persistent; 12: 11 with Q in registers); 1-5 were
-            // dropped after measuring (bench/results/2026-11-25-h100/kernels_sm90_v2.md);
-            // "sm90_default_schedule" says which one the default row is; outputs kept for the error
-            // check below. VARSCOPE_BENCH_SM90_SKIP lists schedules not to run (e.g. "6,10":
-            // ones whose GPU test failed on this device).
-            // Per-schedule results are indexed by schedule number (the list is ascending).
-            constexpr int kImpls = std::end(vk::kSm90Schedules)[-1] + 1;
-            const char* skip_env = std::getenv("VARSCOPE_BENCH_SM90_SKIP");
-            const std::string skip = skip_env != nullptr ? skip_env : "";
-            vk::set_attention_kernel_variant(3);
-            unsetenv("VARSCOPE_SM90_IMPL");
+            // The sm_90a kernel as the dispatch picks it (the sm_80 one off Hopper;
+            // "sm90_default_schedule" says which), its output kept for the error check below; then
+            // the sm_80 kernel ("ours").
+            ko.policy = kernel_policy(true);
             ko.out.fill_(std::numeric_limits<float>::quiet_NaN());
             const json ours_sm90 = time_backend(run_ours, o);
             const at::Tensor out_default = ko.out.clone();
-            json sm90[kImpls];
-            at::Tensor out_sm90[kImpls];
-            for (const int impl : vk::kSm90Schedules) {
-                if (listed(skip, impl)) {
-                    sm90[impl]["skipped"] = true;
-                    continue;
-                }
-                setenv("VARSCOPE_SM90_IMPL", std::to_string(impl).c_str(), 1);
-                ko.out.fill_(std::numeric_limits<float>::quiet_NaN());
-                sm90[impl] = time_backend(run_ours, o);
-                out_sm90[impl] = ko.out.clone();
-            }
-            unsetenv("VARSCOPE_SM90_IMPL");
-            // The default once more, after the schedules: the same kernel times a few per cent
-            // slower late in a run than first (H200, 2026-11-26: 0.148 vs 0.155 ms), so both
-            // are reported.
+            // The default once more: the same kernel times a few per cent slower late in a run
+            // than first (H200, 2026-11-26: 0.148 vs 0.155 ms), so both are reported.
             const json ours_sm90_again = time_backend(run_ours, o);
-            vk::set_attention_kernel_variant(1);
+            ko.policy = kernel_policy(false);
             json ours = time_backend(run_ours, o);
             // Correctness of what was timed: against SDPA with the expanded block mask.
             const auto expanded =
@@ -321,9 +286,6 @@ int run_attention(const BenchOptions& o) {
             const auto want = at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat),
                                                                v.to(at::kFloat), expanded);
             const double err = rel_error(ko.out, want);
-            double err_sm90s[kImpls];
-            for (int impl = 0; impl < kImpls; ++impl)
-                err_sm90s[impl] = out_sm90[impl].defined() ? rel_error(out_sm90[impl], want) : NAN;
             const double err_sm90 = rel_error(out_default, want);
             const double active_pairs = expanded.sum().item<double>();
             const double flops = 4.0 * c.batch * c.heads * active_pairs * c.head_dim;
@@ -344,28 +306,11 @@ int run_attention(const BenchOptions& o) {
             r["block_sparsity"] = sparsity;
             r["token_sparsity"] = token_sparsity;
             r["ours"] = ours;
-            r["ours_v2"] = ours_v2;
             r["ours_sm90"] = ours_sm90;
             r["ours_sm90_again"] = ours_sm90_again;
             r["sm90_again_speedup_vs_flex"] = tx / ms_of(ours_sm90_again);
             r["rel_error_sm90"] = err_sm90;
-            r["ours_sm90_serial"] = sm90[0];
-            r["rel_error_sm90_serial"] = err_sm90s[0];
-            r["ours_sm90_single"] = sm90[6];
-            r["rel_error_sm90_single"] = err_sm90s[6];
-            r["ours_sm90_ws"] = sm90[7];
-            r["rel_error_sm90_ws"] = err_sm90s[7];
-            r["ours_sm90_ws_overlap"] = sm90[8];
-            r["rel_error_sm90_ws_overlap"] = err_sm90s[8];
-            r["ours_sm90_ws_bounded"] = sm90[9];
-            r["rel_error_sm90_ws_bounded"] = err_sm90s[9];
-            r["ours_sm90_ws_short_ends"] = sm90[10];
-            r["rel_error_sm90_ws_short_ends"] = err_sm90s[10];
-            r["ours_sm90_persistent"] = sm90[11];
-            r["rel_error_sm90_persistent"] = err_sm90s[11];
-            r["ours_sm90_persistent_q_regs"] = sm90[12];
-            r["rel_error_sm90_persistent_q_regs"] = err_sm90s[12];
-            // Which schedule "ours_sm90" (the default) is (env unset above).
+            // Which schedule "ours_sm90" (the default) is.
             r["sm90_default_schedule"] = vk::sm90_schedule(static_cast<int>(c.head_dim), false);
             r["sm90_tflops"] = flops / (ms_of(ours_sm90) * 1e-3) / 1e12;
             r["sm90_speedup_vs_flash"] = tf / ms_of(ours_sm90);
@@ -385,8 +330,8 @@ int run_attention(const BenchOptions& o) {
             r["ideal_ms_from_cudnn"] = tc / ideal;
             r["ours_tflops"] = flops / (t * 1e-3) / 1e12;
             if (sampler) {
-                // Held in turn: the default sm90 kernel (variant 3, as timed above), flash, cuDNN.
-                vk::set_attention_kernel_variant(3);
+                // Held in turn: the default sm90 kernel (as timed above), flash, cuDNN.
+                ko.policy = kernel_policy(true);
                 json held;
                 held["ours_sm90"] = hold_backend(run_ours, o, *sampler);
                 held["sdpa_flash"] = hold_backend(
@@ -394,7 +339,6 @@ int run_attention(const BenchOptions& o) {
                 held["sdpa_cudnn"] = hold_backend(
                     [&] { at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, false); },
                     o, *sampler);
-                vk::set_attention_kernel_variant(1);
                 r["held_clock_and_power"] = held;
                 if (power_limit) r["power_limit_w"] = *power_limit;
                 std::printf(
@@ -407,39 +351,22 @@ int run_attention(const BenchOptions& o) {
             }
             results.push_back(r);
             std::printf(
-                "%-18s %5lld %7.2f %8s %8s %8s %8s %8s %8s %7s %7s %7s %6.2f %7s %7s  err %.1e\n",
+                "%-18s %5lld %7.2f %8s %8s %8s %8s %8s %7s %7s %7s %6.2f %7s %7s  err %.1e\n",
                 c.name.c_str(), static_cast<long long>(block), 100 * sparsity, fmt(t).c_str(),
-                fmt(ms_of(ours_v2)).c_str(), fmt(tf).c_str(), fmt(tc).c_str(),
-                fmt(ms_of(boolmask)).c_str(), fmt(tx).c_str(), fmt(tf / t, "%.2f").c_str(),
-                fmt(tc / t, "%.2f").c_str(), fmt(tx / t, "%.2f").c_str(), ideal,
-                fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(),
+                fmt(tf).c_str(), fmt(tc).c_str(), fmt(ms_of(boolmask)).c_str(), fmt(tx).c_str(),
+                fmt(tf / t, "%.2f").c_str(), fmt(tc / t, "%.2f").c_str(),
+                fmt(tx / t, "%.2f").c_str(), ideal, fmt(100.0 * (tf / t) / ideal, "%.0f").c_str(),
                 fmt(flops / (t * 1e-3) / 1e12, "%.0f").c_str(), err);
-            static const char* const kImplNames[kImpls] = {"sm90-serial",
-                                                           "",
-                                                           "",
-                                                           "",
-                                                           "",
-                                                           "",
-                                                           "sm90-single",
-                                                           "sm90-ws",
-                                                           "sm90-ws-ovl",
-                                                           "sm90-ws-bound",
-                                                           "sm90-ws-ends",
-                                                           "sm90-persist",
-                                                           "sm90-persist-q"};
             auto print_row = [&](const char* name, double ts, double e) {
                 std::printf(
-                    "%-18s %5lld %-12s %8s  x%s flash  x%s cudnn  x%s flex  %s%% ideal  %s TFLOP/s"
-                    "  err %.1e\n",
+                    "%-18s %5lld %-14s %8s  x%s flash  x%s cudnn  x%s flex  %s%% ideal  %s "
+                    "TFLOP/s  err %.1e\n",
                     c.name.c_str(), static_cast<long long>(block), name, fmt(ts).c_str(),
                     fmt(tf / ts, "%.2f").c_str(), fmt(tc / ts, "%.2f").c_str(),
                     fmt(tx / ts, "%.2f").c_str(), fmt(100.0 * (tf / ts) / ideal, "%.0f").c_str(),
                     fmt(flops / (ts * 1e-3) / 1e12, "%.0f").c_str(), e);
             };
-            // The default first, its second timing last.
             print_row("sm90-default", ms_of(ours_sm90), err_sm90);
-            for (const int impl : vk::kSm90Schedules)
-                print_row(kImplNames[impl], ms_of(sm90[impl]), err_sm90s[impl]);
             print_row("sm90-def-again", ms_of(ours_sm90_again), err_sm90);
             std::fflush(stdout);
         }
@@ -460,9 +387,9 @@ int run_cs4a(const BenchOptions& o) {
     c10::InferenceMode guard;
     const auto dev = at::TensorOptions().device(at::kCUDA, o.device);
     json results = json::array();
-    std::printf("%-18s %6s %5s %8s %8s %8s %8s %8s %7s %7s %7s %6s %7s %9s %9s\n", "config", "keep",
-                "C", "sm90_ms", "v1_ms", "v2_ms", "flash", "cudnn", "xflash", "xcudnn", "sm90/v1",
-                "ideal", "%ideal", "colsum_ms", "dec_flash");
+    std::printf("%-18s %6s %5s %8s %8s %8s %8s %7s %7s %7s %6s %7s %9s %9s\n", "config", "keep",
+                "C", "sm90_ms", "v1_ms", "flash", "cudnn", "xflash", "xcudnn", "sm90/v1", "ideal",
+                "%ideal", "colsum_ms", "dec_flash");
     for (const auto& name : o.configs) {
         const auto& c = config_named(name);
         const size_t last = c.patch_nums.size() - 1;
@@ -490,28 +417,15 @@ int run_cs4a(const BenchOptions& o) {
         auto run_ours = [&] {
             vk::gathered_attention(q, k, v, idx_gpu, cnt_gpu, o.query_block, ko);
         };
-        // Old (sm_80 mma.sync v2 and v1) and new (the sm_90a kernel as the dispatch picks it, then
-        // each schedule, VARSCOPE_SM90_IMPL 0 / 6) side by side; outputs kept for the error check.
-        vk::set_attention_kernel_variant(2);
-        json ours_v2 = time_backend(run_ours, o);
-        const at::Tensor out_v2 = ko.out.clone();
-        vk::set_attention_kernel_variant(1);
+        // The sm_80 kernel (v1, mma.sync) and the sm_90a kernel as the dispatch picks it (6 at
+        // d128, 0 at d64: "sm90_default_schedule") side by side; outputs kept for the error check.
+        ko.policy = kernel_policy(false);
         json ours = time_backend(run_ours, o);
         const at::Tensor out_v1 = ko.out.clone();
-        vk::set_attention_kernel_variant(3);
-        unsetenv("VARSCOPE_SM90_IMPL");
+        ko.policy = kernel_policy(true);
         ko.out.fill_(std::numeric_limits<float>::quiet_NaN());
         json ours_sm90 = time_backend(run_ours, o);
         const at::Tensor out_sm90 = ko.out.clone();
-        json sm90[7];
-        at::Tensor out_impl[7];
-        for (const int impl : kSm90Impls) {
-            setenv("VARSCOPE_SM90_IMPL", std::to_string(impl).c_str(), 1);
-            ko.out.fill_(std::numeric_limits<float>::quiet_NaN());
-            sm90[impl] = time_backend(run_ours, o);
-            out_impl[impl] = ko.out.clone();
-        }
-        unsetenv("VARSCOPE_SM90_IMPL");
         json flash = time_backend([&] { at::_scaled_dot_product_flash_attention(q, k, v); }, o);
         json cudnn = time_backend(
             [&] { at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, false); }, o);
@@ -522,8 +436,7 @@ int run_cs4a(const BenchOptions& o) {
                               .to(dev.device());
         const auto want = at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat),
                                                            v.to(at::kFloat), mask);
-        const double err = rel_error(out_v1, want), err_v2 = rel_error(out_v2, want),
-                     err_sm90 = rel_error(out_sm90, want);
+        const double err = rel_error(out_v1, want), err_sm90 = rel_error(out_sm90, want);
 
         // Decision scale (one before the last two): dense column sums vs dense flash there.
         const size_t dec = last - 2;
@@ -534,7 +447,8 @@ int run_cs4a(const BenchOptions& o) {
         const auto vd = at::randn({c.batch, c.heads, dk, c.head_dim}, opts);
         json colsum = time_backend(
             [&] {
-                vk::block_column_sum(qd, kd, o.query_block, std::nullopt, vk::KernelPath::Cuda);
+                vk::block_column_sum(qd, kd, o.query_block, std::nullopt, vk::KernelPath::Cuda,
+                                     kernel_policy(true));
             },
             o);
         json dec_flash =
@@ -554,17 +468,12 @@ int run_cs4a(const BenchOptions& o) {
         r["keys_per_block"] = keep_n;
         r["keep_ratio"] = static_cast<double>(keep_n) / lk;
         r["ours"] = ours;  // v1 (mma.sync), as in earlier files
-        r["ours_v2"] = ours_v2;
         r["ours_sm90"] = ours_sm90;  // the dispatch's default on Hopper
-        r["ours_sm90_serial"] = sm90[0];
-        r["ours_sm90_single"] = sm90[6];
+        r["sm90_default_schedule"] = vk::sm90_schedule(static_cast<int>(c.head_dim), true);
         r["sdpa_flash"] = flash;
         r["sdpa_cudnn"] = cudnn;
         r["rel_error_vs_fp32_sdpa"] = err;
-        r["rel_error_v2"] = err_v2;
         r["rel_error_sm90"] = err_sm90;
-        r["rel_error_sm90_serial"] = rel_error(out_impl[0], want);
-        r["rel_error_sm90_single"] = rel_error(out_impl[6], want);
         r["sm90_speedup_vs_flash"] = tf / ts;
         r["sm90_speedup_vs_cudnn"] = tc / ts;
         r["sm90_speedup_vs_v1"] = t / ts;
@@ -577,18 +486,13 @@ int run_cs4a(const BenchOptions& o) {
             {"q_len", dq}, {"kv_len", dk}, {"column_sum", colsum}, {"sdpa_flash", dec_flash}};
         results.push_back(r);
         std::printf(
-            "%-18s %6.3f %5lld %8s %8s %8s %8s %8s %7s %7s %7s %6.2f %7s %9s %9s  err sm90 %.1e "
+            "%-18s %6.3f %5lld %8s %8s %8s %8s %7s %7s %7s %6.2f %7s %9s %9s  err sm90 %.1e "
             "v1 %.1e\n",
             c.name.c_str(), static_cast<double>(keep_n) / lk, static_cast<long long>(o.query_block),
-            fmt(ts).c_str(), fmt(t).c_str(), fmt(ms_of(ours_v2)).c_str(), fmt(tf).c_str(),
-            fmt(tc).c_str(), fmt(tf / ts, "%.2f").c_str(), fmt(tc / ts, "%.2f").c_str(),
-            fmt(t / ts, "%.2f").c_str(), ideal, fmt(100.0 * (tf / ts) / ideal, "%.0f").c_str(),
-            fmt(ms_of(colsum)).c_str(), fmt(ms_of(dec_flash)).c_str(), err_sm90, err);
-        for (const int impl : kSm90Impls)
-            std::printf("%-18s   sm90 impl %d (%s): %s ms  x%s flash  err %.1e\n", c.name.c_str(),
-                        impl, impl == 0 ? "two stages" : "one stage",
-                        fmt(ms_of(sm90[impl])).c_str(), fmt(tf / ms_of(sm90[impl]), "%.2f").c_str(),
-                        rel_error(out_impl[impl], want));
+            fmt(ts).c_str(), fmt(t).c_str(), fmt(tf).c_str(), fmt(tc).c_str(),
+            fmt(tf / ts, "%.2f").c_str(), fmt(tc / ts, "%.2f").c_str(), fmt(t / ts, "%.2f").c_str(),
+            ideal, fmt(100.0 * (tf / ts) / ideal, "%.0f").c_str(), fmt(ms_of(colsum)).c_str(),
+            fmt(ms_of(dec_flash)).c_str(), err_sm90, err);
         std::fflush(stdout);
     }
     json out;

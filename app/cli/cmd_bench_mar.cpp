@@ -245,12 +245,19 @@ nlohmann::json planned_model(const std::string& preset, const BenchMarArgs& a) {
     return {{"model", preset}, {"config", c.to_json()}, {"methods", methods}};
 }
 
+// The pipelines' device, precision and this run's execution policy.
+LoadOptions load_options_of(const BenchMarArgs& a) {
+    LoadOptions o{a.device, parse_precision(a.precision)};
+    o.exec = exec_policy();
+    return o;
+}
+
 // The DiffLoss head alone (--head-rows): per decoded-token count N, one reverse diffusion
 // (2N rows with CFG) captured as a CUDA graph per head path and replayed.
 nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
     MarConfig c = mar_config_argument(preset);
     c.num_sampling_steps = a.sampling_steps;
-    MarPipeline pipe = MarPipeline::random(c, 0, {a.device, parse_precision(a.precision)});
+    MarPipeline pipe = MarPipeline::random(c, 0, load_options_of(a));
     c10::InferenceMode guard;
     const auto& net = *pipe.sampler().transformer()->diffloss->net;
     const auto& diffusion = pipe.sampler().diffusion();
@@ -269,9 +276,18 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
         HeadPath path;
         bool pdl, row_split;
         int64_t cfg_period = 0, mlp_period = 0;  // the released LazyMAR code's head caches
-        // kernels::set_diff_cached_layout (Channels: as before the layouts existed)
+        // DiffLossPolicy::cached_layout (Channels: as before the layouts existed)
         kernels::DiffCachedLayout layout = kernels::DiffCachedLayout::Channels;
-        bool hybrid = false;  // DiffusionSampler::set_hybrid_cached_step (with Auto)
+        bool hybrid = false;  // ExecPolicy::mar_hybrid_cached_step (with Auto)
+        // This run's policy with the variant's switches.
+        ExecPolicy policy() const {
+            ExecPolicy p = exec_policy();
+            p.kernels.diff.pdl = pdl;
+            p.kernels.diff.row_split = row_split;
+            p.kernels.diff.cached_layout = layout;
+            p.mar_hybrid_cached_step = hybrid;
+            return p;
+        }
     };
     using Layout = kernels::DiffCachedLayout;
     // The cached variants differ from "modules" by what the caches change, not by rounding.
@@ -290,9 +306,6 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
         // reuse steps.
         {"auto_hybrid_mlp7", HeadPath::Auto, true, true, 0, 7, Layout::Split, true},
         {"auto_hybrid_mlp7_rows", HeadPath::Auto, true, true, 0, 7, Layout::Rows, true}};
-    const bool row_split_before = kernels::diff_row_split_enabled();
-    const auto layout_before = kernels::diff_cached_layout();
-    const bool hybrid_before = DiffusionSampler::hybrid_cached_step_enabled();
     nlohmann::json rows = nlohmann::json::array();
     for (int64_t N : a.head_rows) {
         const auto z = at::randn({2 * N, c.decoder_embed_dim}, f32).to(dtype);
@@ -302,21 +315,17 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
         at::Tensor ref;
         nlohmann::json row{{"tokens", N}, {"rows", 2 * N}};
         for (const auto& v : variants) {
+            const DiffusionSampler head(diffusion.schedule(), v.policy());
             std::string why;
             if (v.path == HeadPath::FusedCuda &&
-                !DiffusionSampler::uses_fused_head(net, z, true, HeadPath::Auto, &why,
-                                                   v.mlp_period)) {
+                !head.uses_fused_head(net, z, true, HeadPath::Auto, &why, v.mlp_period)) {
                 std::cerr << "  " << N << "  " << v.name << ": not run (" << why << ")\n";
                 continue;
             }
-            kernels::set_diff_pdl(v.pdl);
-            kernels::set_diff_row_split(v.row_split);
-            kernels::set_diff_cached_layout(v.layout);
-            DiffusionSampler::set_hybrid_cached_step(v.hybrid);
             at::Tensor out;
             auto fn = [&] {
-                out = diffusion.sample_with_noise(net, z, cfg, 1.0, start, steps, t_all,
-                                                  v.cfg_period, v.path, v.mlp_period);
+                out = head.sample_with_noise(net, z, cfg, 1.0, start, steps, t_all, v.cfg_period,
+                                             v.path, v.mlp_period);
             };
             kernels::run_on_capture_stream(dev, fn);
             kernels::CudaGraph graph;
@@ -341,10 +350,6 @@ nlohmann::json bench_head(const std::string& preset, const BenchMarArgs& a) {
                            {"max_abs_diff_vs_modules", diff},
                            {"max_abs_output", ref.abs().max().item<double>()}};
         }
-        kernels::set_diff_pdl(true);
-        kernels::set_diff_row_split(row_split_before);
-        kernels::set_diff_cached_layout(layout_before);
-        DiffusionSampler::set_hybrid_cached_step(hybrid_before);
         rows.push_back(row);
     }
     return {{"model", preset}, {"config", c.to_json()}, {"head_rows", rows}};
@@ -355,7 +360,7 @@ nlohmann::json bench_model(const std::string& preset, const BenchMarArgs& a) {
     if (!a.head_rows.empty()) return bench_head(preset, a);
     MarConfig c = mar_config_argument(preset);
     c.num_sampling_steps = a.sampling_steps;
-    MarPipeline pipe = MarPipeline::random(c, 0, {a.device, parse_precision(a.precision)});
+    MarPipeline pipe = MarPipeline::random(c, 0, load_options_of(a));
     MarSampleOptions opt;
     opt.class_ids.assign(a.batch, 207);
     opt.seed = 0;

@@ -161,6 +161,7 @@ int run(CompareArgs& a) {
                   {"model", runner->describe()},
                   {"config", runner->config_json()},
                   {"precision", a.model.precision},
+                  {"exec_policy", to_json(exec_policy())},
                   {"batch", lab.numel()},
                   {"labels", labels},
                   {"seed", a.sampling.seed},

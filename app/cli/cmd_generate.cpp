@@ -134,6 +134,7 @@ int run(GenerateArgs& a) {
                   {"model", runner->describe()},
                   {"config", runner->config_json()},
                   {"precision", a.model.precision},
+                  {"exec_policy", to_json(exec_policy())},
                   {"batch", res.labels.size(0)},
                   {"seed", a.sampling.seed},
                   {"accel", accel->to_json()},

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/commands.h"
+#include "app/cli/run_report.h"  // exec_policy
 #include "core/io/checkpoint.h"
 #include "core/models/detect.h"
 #include "core/models/mar.h"
@@ -14,7 +15,9 @@
 namespace varscope::cli {
 
 Command add_info(CLI::App& app) {
-    auto* cmd = app.add_subcommand("info", "print the model family and architecture of a checkpoint");
+    auto* cmd = app.add_subcommand(
+        "info", "print the model family and architecture of a checkpoint, and the execution "
+                "policy (VARSCOPE_* variables)");
     auto path = std::make_shared<std::string>();
     auto list = std::make_shared<bool>(false);
     cmd->add_option("checkpoint", *path, "checkpoint file (.pth or .safetensors)")->required()->check(CLI::ExistingFile);
@@ -37,6 +40,9 @@ Command add_info(CLI::App& app) {
             std::cout << "  config:  " << VqvaeConfig::infer_from(d, patch_nums_256()).to_json().dump() << "\n";
         if (*list)
             for (const auto& [n, t] : all) std::cout << "  " << n << " " << t.sizes() << " " << t.scalar_type() << "\n";
+        // How this process would run it (the VARSCOPE_* variables, docs/exec-policy.md).
+        std::cout << "  exec:    " << describe(exec_policy()) << " "
+                  << to_json(exec_policy()).dump() << "\n";
         if (fam != ModelFamily::Unknown) return 0;
         std::cerr << "error: " << *path << ": no known model family in its tensors (VAR, VQVAE, "
                      "MAR or KL VAE)\n";

@@ -5,6 +5,8 @@
 #include <map>
 
 #include "app/cli/commands.h"
+#include "app/cli/run_report.h"
+#include "app/exec_env/exec_env.h"
 #include "core/io/state_dict.h"
 
 int main(int argc, char** argv) {
@@ -38,6 +40,9 @@ int main(int argc, char** argv) {
         return app.exit(e) == 0 ? 0 : 2;
     }
     try {
+        // The environment, once: a malformed VARSCOPE_* value is a usage error (exit 2).
+        varscope::cli::exec_policy();
+        varscope::exec_env::apply_resource_dir_from_environment();
         for (auto* sub : app.get_subcommands()) return runners.at(sub)();
     } catch (const varscope::CheckpointError& e) {
         std::cerr << "error: " << e.what() << "\n";

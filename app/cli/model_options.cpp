@@ -3,6 +3,7 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "app/cli/run_report.h"  // exec_policy
 #include "app/cli/seed_option.h"
 #include "core/resources.h"
 
@@ -30,6 +31,7 @@ void ModelOptions::add_to(CLI::App& cmd) {
 
 VarPipeline ModelOptions::build() const {
     LoadOptions lo = load_options(device, precision);
+    lo.exec = exec_policy();
     if (random_depth > 0) {
         if (!var_path.empty() || !vae_path.empty())
             throw std::invalid_argument("--random cannot be combined with --var/--vae");

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "app/cli/mar_cli_common.h"  // mar_config_argument
+#include "app/cli/run_report.h"      // exec_policy
 #include "app/cli/seed_option.h"
 #include "core/accel/accel_config.h"
 #include "core/accel/lazymar.h"
@@ -115,7 +116,8 @@ Family ModelArgs::likely_family() const {
 }
 
 std::unique_ptr<Runner> ModelArgs::build() const {
-    const LoadOptions lo = load_options(device, precision);
+    LoadOptions lo = load_options(device, precision);
+    lo.exec = exec_policy();  // the VARSCOPE_* variables, read once (app/exec_env)
     std::unique_ptr<Runner> runner;
     if (!var_path.empty() && !mar_path.empty())
         throw std::invalid_argument("pass one checkpoint: --var or --mar");

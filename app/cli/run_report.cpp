@@ -10,6 +10,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "app/exec_env/exec_env.h"
 #include "core/pipeline.h"
 
 namespace varscope::cli {
@@ -47,7 +48,13 @@ void write_json(const nlohmann::json& j, const std::string& path, bool overwrite
 
 nlohmann::json environment_json(const std::string& device) {
     nlohmann::json j = {{"date", now_utc()}, {"torch", TORCH_VERSION}, {"device", device}, {"cuda_available", cuda_available()}};
+    j["exec_policy"] = to_json(exec_policy());
     return j;
+}
+
+const ExecPolicy& exec_policy() {
+    static const ExecPolicy policy = exec_env::policy_from_environment();
+    return policy;
 }
 
 }  // namespace varscope::cli

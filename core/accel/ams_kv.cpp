@@ -3,10 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -23,11 +21,12 @@ namespace {
 
 constexpr const char* kMethod = "ams_kv";
 
-// VARSCOPE_PROFILE_AMS_KV=1: synchronise the device around each part of the eviction step and
-// print where the time went at the end of every image (diagnostics for the GPU benchmark).
+// ExecPolicy::profile_ams_kv (VARSCOPE_PROFILE_AMS_KV=1): synchronise the device around each
+// part of the eviction step and print where the time went at the end of every image
+// (diagnostics for the GPU benchmark).
 class PartTimer {
 public:
-    PartTimer() : on_(std::getenv("VARSCOPE_PROFILE_AMS_KV") != nullptr) {}
+    void set_on(bool on) { on_ = on; }
     template <class Fn>
     auto time(int part, const at::Tensor& on_device, Fn&& fn) {
         if (!on_ || !on_device.defined()) return fn();
@@ -52,7 +51,7 @@ private:
     static void sync(const at::Device& dev) {
         if (dev.is_cuda()) at::empty({1}, at::TensorOptions(dev)).cpu();  // waits for the stream
     }
-    bool on_;
+    bool on_ = false;
     double ms_[3] = {0, 0, 0};
 };
 constexpr int64_t kBudgetLimit = 100000;
@@ -106,6 +105,7 @@ public:
 
     void on_scale_begin(ScaleContext& ctx) override {
         if (ctx.step == 0) reset(ctx.config.depth);  // a new image: every layer starts over
+        timer_.set_on(ctx.exec.profile_ams_kv);
     }
 
     void on_kv_append(const BlockContext& ctx) override {
@@ -129,7 +129,8 @@ public:
         const bool over = now > st.budget;
         if (!added.empty() && ((over && promotable) || wants(probe_kinds::kAmsKvDemanding)))
             st.similarity = timer_.time(0, ctx.scale.f_hat, [&] {
-                return measure_similarity(st, cache, ctx.layer, added.back().scale);
+                return measure_similarity(st, cache, ctx.layer, added.back().scale,
+                                          ctx.scale.exec);
             });
 
         std::vector<std::pair<int64_t, int64_t>> keep;  // empty = keep everything
@@ -243,8 +244,8 @@ private:
         return -1;
     }
 
-    double measure_similarity(const LayerState& st, KvCache& cache, int64_t layer,
-                              int64_t scale) const {
+    double measure_similarity(const LayerState& st, KvCache& cache, int64_t layer, int64_t scale,
+                              const ExecPolicy& exec) const {
         if (scale == 0) return kNoSimilarity;
         const int64_t cur_start = complete_run_start(st.runs, scale, tokens_of(scale));
         if (cur_start < 0) return kNoSimilarity;
@@ -258,7 +259,10 @@ private:
             return kNoSimilarity;
         const auto cur = cache.keys(layer, cur_start, tokens_of(scale));
         return ams_kv::similarity(prev, patch_nums_[scale - 1], cur, patch_nums_[scale],
-                                  normalize_keys_);
+                                  normalize_keys_,
+                                  exec.ams_kv_reference_similarity ? kernels::KernelPath::Reference
+                                                                   : kernels::KernelPath::Auto,
+                                  exec.kernels);
     }
 
     // Keeps a copy of this step's keys when the eviction would drop them but the next scale's
@@ -348,30 +352,13 @@ at::Tensor upsample_weights(int64_t pn_prev, int64_t pn_cur, const at::TensorOpt
     return kernels::bilinear_upsample_weights(pn_prev, pn_cur, options);
 }
 
-namespace {
-std::atomic<int> g_similarity_path{-1};  // -1: not set (the environment decides)
-}  // namespace
-
-void set_similarity_path(kernels::KernelPath path) {
-    g_similarity_path = static_cast<int>(path);
-}
-
-kernels::KernelPath similarity_path() {
-    const int set = g_similarity_path.load();
-    if (set >= 0) return static_cast<kernels::KernelPath>(set);
-    static const bool forced = [] {
-        const char* v = std::getenv("VARSCOPE_AMS_KV_SIMILARITY");
-        return v != nullptr && std::string(v) == "reference";
-    }();
-    return forced ? kernels::KernelPath::Reference : kernels::KernelPath::Auto;
-}
-
 double similarity(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
-                  int64_t pn_cur, bool normalize) {
+                  int64_t pn_cur, bool normalize, kernels::KernelPath path,
+                  const kernels::KernelPolicy& policy) {
     // The fused CUDA kernel on CUDA devices (one pass over the keys, no GEMM; measured in
     // ams_kv_v3.md), the Gram-matrix reference elsewhere (kernels/scale_similarity.h).
     const double sq =
-        kernels::scale_sq_distance(k_prev, pn_prev, k_cur, pn_cur, normalize, similarity_path());
+        kernels::scale_sq_distance(k_prev, pn_prev, k_cur, pn_cur, normalize, path, policy);
     const double n =
         static_cast<double>(k_cur.size(0) * k_cur.size(1) * k_cur.size(2) * k_cur.size(3));
     return -sq / n;

@@ -110,17 +110,15 @@ std::vector<std::pair<int64_t, int64_t>> clru_ranges(int64_t length, int64_t con
 // from kernels::scale_sq_distance (kernels/scale_similarity.h): on CUDA a fused kernel that
 // reads each key once and interpolates on the fly (float32 accumulation, float64 block sums),
 // elsewhere the Gram-matrix reference (two batched GEMMs in the keys' precision). Only the
-// result syncs the device.
+// result syncs the device. The hook passes path Reference where
+// ExecPolicy::ams_kv_reference_similarity (VARSCOPE_AMS_KV_SIMILARITY=reference) asks for it, and
+// the run's kernel policy (its reference switch selects the reference too).
 double similarity(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
-                  int64_t pn_cur, bool normalize = true);
+                  int64_t pn_cur, bool normalize = true,
+                  kernels::KernelPath path = kernels::KernelPath::Auto,
+                  const kernels::KernelPolicy& policy = {});
 // The (pc^2, pp^2) bilinear upsampling matrix of a pp x pp map to pc x pc (row-major tokens).
 at::Tensor upsample_weights(int64_t pn_prev, int64_t pn_cur, const at::TensorOptions& options);
-// Which implementation similarity() uses: Auto (the CUDA kernel where supported) unless the
-// environment has VARSCOPE_AMS_KV_SIMILARITY=reference (Reference); set_similarity_path()
-// overrides both for the process (tests, benchmarks). VARSCOPE_REFERENCE_KERNELS=1 also selects
-// the reference (with every other kernel).
-void set_similarity_path(kernels::KernelPath path);
-kernels::KernelPath similarity_path();
 }  // namespace ams_kv
 
 }  // namespace varscope

@@ -83,7 +83,8 @@ public:
         const int64_t B = s.batch;
         selected_ = {s.scale, ctx.layer};
         // Conditional rows; the CUDA token kernel on GPU, the LibTorch reference otherwise.
-        const auto [scores, kept] = kernels::pivotal_token_selection(x.narrow(0, 0, B), keep);
+        const auto [scores, kept] = kernels::pivotal_token_selection(
+            x.narrow(0, 0, B), keep, kernels::KernelPath::Auto, s.exec.kernels);
         report(ctx, ratio, keep, scores, kept);
         return kept.repeat({2, 1});  // the unconditional row of image b shares its selection
     }

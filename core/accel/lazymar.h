@@ -27,7 +27,7 @@
 // (keep_ratio 0.16); 32 steps: start 4, τ = 5 (~250 skipped). start_step / period = 0 pick the
 // paper's setting for the run's step count (interpolated between and beyond 32 and 64).
 //
-// Probes (AccelRecord, method "lazymar"):
+// Probes (AccelRecord, method "lazymar"; the kinds' constants: core/accel/probe_kinds.h):
 //   "lazymar_tokens"      scale = step, layer = global block (encoder first), no tensor;
 //                         values {"computed", "cached", "total"} per row, {"refresh"} 0/1.
 //   "lazymar_similarity"  scale = step, layer = ℓ (global), data (n) float: the cosine
@@ -58,19 +58,12 @@
 
 #include "core/accel/mar_flops.h"
 #include "core/accel/param_spec.h"
+#include "core/accel/probe_kinds.h"  // kLazyMarTokens, kLazyMarSimilarity, ...
 #include "core/sampling/mar_hooks.h"
 #include "core/sampling/mar_sampler.h"  // MarStepPlan
 #include "core/sampling/probes.h"
 
 namespace varscope {
-
-namespace probe_kinds {
-constexpr const char* kLazyMarTokens = "lazymar_tokens";
-constexpr const char* kLazyMarSimilarity = "lazymar_similarity";
-constexpr const char* kLazyMarCondition = "lazymar_condition";
-// Decoder rows (sequence indices, buffer first) computed in the lazy layers of a step, first row.
-constexpr const char* kLazyMarComputedRows = "lazymar_computed_rows";
-}  // namespace probe_kinds
 
 struct LazyMarConfig {
     bool enabled = false;

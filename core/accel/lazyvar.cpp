@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/accel/probe_kinds.h"
 #include "kernels/token_ops.h"
 
 namespace varscope {
@@ -82,7 +83,7 @@ class LazyVar : public SamplingHooks {
             ratios.push_back(cfg_.ratio_at(s.scale));
             pruned = pruned || kept_count(ratios.back(), s.tokens()) < s.tokens();
         }
-        if (ctx.segments.size() > 1 && wants("lazyvar_group")) report_group(ctx);
+        if (ctx.segments.size() > 1 && wants(probe_kinds::kLazyVarGroup)) report_group(ctx);
         if (!pruned) return;
         if (!guide_.defined())
             throw std::logic_error("lazyvar: no update index before pruned scale " +
@@ -92,9 +93,9 @@ class LazyVar : public SamplingHooks {
         for (size_t i = 0; i < sel.size(); ++i) {
             auto& seg = ctx.segments[i];
             seg.rows = sel[i].rows;
-            if (seg.rows.defined() && wants("lazyvar_kept")) {
+            if (seg.rows.defined() && wants(probe_kinds::kLazyVarKept)) {
                 const auto kept = static_cast<double>(seg.rows.numel());
-                probe_->on_accel(record("lazyvar_kept", seg.scale,
+                probe_->on_accel(record(probe_kinds::kLazyVarKept, seg.scale,
                                         kept_mask(seg.rows, seg.patch_num),
                                         {{"kept", kept},
                                          {"ratio", kept / seg.tokens()},
@@ -109,12 +110,14 @@ class LazyVar : public SamplingHooks {
         const bool probing = probing_index();
         if (index_needed(seg.scale) || probing) {
             // = lazyvar_update_index(); the CUDA token kernel on GPU.
-            const auto index = kernels::update_index(prev_fhat_, f_hat);
+            const auto index = kernels::update_index(prev_fhat_, f_hat, kernels::KernelPath::Auto,
+                                                     ctx.exec.kernels);
             guide_ = index.mean(0);
             if (probing) {
                 auto first = index[0].to(at::kFloat).cpu();
                 const double mean = first.mean().item<double>();
-                probe_->on_accel(record("update_index", seg.scale, first, {{"mean", mean}}));
+                probe_->on_accel(
+                    record(probe_kinds::kUpdateIndex, seg.scale, first, {{"mean", mean}}));
             }
         }
         const bool last_of_step = ctx.segments.empty() || seg.scale == ctx.segments.back().scale;
@@ -130,12 +133,13 @@ class LazyVar : public SamplingHooks {
         return next == group_first_ && first_pruned_ < num_scales_;
     }
     bool wants(const char* kind) const { return probe_ && probe_->wants_accel(kMethod, kind); }
-    bool probing_index() const { return wants("update_index"); }
+    bool probing_index() const { return wants(probe_kinds::kUpdateIndex); }
 
     void report_group(const ScaleContext& ctx) {
         std::vector<int64_t> scales;
         for (const auto& s : ctx.segments) scales.push_back(s.scale);
-        probe_->on_accel(record("lazyvar_group", ctx.scale, at::tensor(scales, at::kLong),
+        probe_->on_accel(record(probe_kinds::kLazyVarGroup, ctx.scale,
+                                at::tensor(scales, at::kLong),
                                 {{"first_scale", static_cast<double>(ctx.scale)},
                                  {"size", static_cast<double>(scales.size())}}));
     }

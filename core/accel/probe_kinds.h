@@ -61,4 +61,18 @@ constexpr const char* kBlockMs = "block_ms";
 // gaussian_diffusion.h HeadCacheStats). A drift near 0 means the reuse steps lost little.
 constexpr const char* kLazyMarHeadCache = "lazymar_head_cache";
 
+// LazyMAR (core/accel/lazymar.h), method "lazymar", scale = decoding step.
+// Positions each block computes: layer = global block (encoder first), no tensor; values
+// {"computed", "cached", "total"} per row, {"refresh"} 0/1.
+constexpr const char* kLazyMarTokens = "lazymar_tokens";
+// Cosine similarity of the first row's positions (decoder order), lazy steps only: layer = the
+// similarity layer (global), (n) float; values {"mean", "computed"}.
+constexpr const char* kLazyMarSimilarity = "lazymar_similarity";
+// The condition cache, no tensor: values {"skipped"} 0/1, and at refresh steps after the first
+// {"drift"} = ||C_new - C_old|| / ||C_new|| (how far the residual moved over the period it was
+// reused), {"age"} = steps since the residual was cached.
+constexpr const char* kLazyMarCondition = "lazymar_condition";
+// Decoder rows (sequence indices, buffer first) computed in the lazy layers of a step, first row.
+constexpr const char* kLazyMarComputedRows = "lazymar_computed_rows";
+
 }  // namespace varscope::probe_kinds

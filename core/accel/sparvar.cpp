@@ -58,6 +58,7 @@ at::Tensor gathered_per_head(const BlockContext& ctx, const at::Tensor& q, const
     opt.scale = softmax_scale;
     opt.path = kernels::KernelPath::Cuda;
     ctx.mark(CostPart::Attention);
+    opt.policy = ctx.scale.exec.kernels;
     const auto out = kernels::gathered_attention(qf, kf, vf, lists.to(at::kInt),
                                                  counts.to(at::kInt), query_block, opt)
                          .out;
@@ -96,6 +97,7 @@ at::Tensor gathered_lists(const BlockContext& ctx, const at::Tensor& q, const at
     kernels::AttentionOptions opt;
     opt.scale = softmax_scale;
     opt.path = kernels::KernelPath::Cuda;
+    opt.policy = ctx.scale.exec.kernels;
     ctx.mark(part);
     const auto out = kernels::gathered_attention(
                          qf, kf, vf, keys, lists.counts.reshape({n}).to(at::kInt), query_block, opt)
@@ -279,28 +281,33 @@ private:
         auto& e = csla_host_entry(ctx.scale.config, ctx.scale.scale);
         if (e.dense) return e;
         stage(e, q.device());  // done already by on_scale_begin
-        if (!csla_kernels(q) &&
+        if (!csla_kernels(q, ctx.scale.exec.kernels) &&
             (!e.additive.defined() || e.additive.device() != q.device() ||
              e.additive.scalar_type() != q.scalar_type()))
             e.additive = sparvar::additive_mask(e.attend, q.options());  // device ops only
         return e;
     }
 
-    // The CUDA kernels run for these inputs (kernels/attention_dispatch.h) and are not disabled.
-    bool kernels_for(const at::Tensor& q, int64_t block_q, int64_t block_k) const {
+    // The CUDA kernels run for these inputs under the run's kernel policy
+    // (kernels/attention_dispatch.h) and are not disabled.
+    bool kernels_for(const at::Tensor& q, int64_t block_q, int64_t block_k,
+                     const kernels::KernelPolicy& kp) const {
         return !cfg_.reference_kernels &&
-               kernels::cuda_attention_supported(q, block_q, block_k);
+               kernels::cuda_attention_supported(q, block_q, block_k, kp);
     }
     // The block kernel computes whole blocks; the token-wise mask stays with the reference.
-    bool csla_kernels(const at::Tensor& q) const {
-        return !cfg_.token_mask && kernels_for(q, cfg_.block, cfg_.block);
+    bool csla_kernels(const at::Tensor& q, const kernels::KernelPolicy& kp) const {
+        return !cfg_.token_mask && kernels_for(q, cfg_.block, cfg_.block, kp);
     }
-    bool cs4a_kernels(const at::Tensor& q) const { return kernels_for(q, cfg_.query_block, 64); }
+    bool cs4a_kernels(const at::Tensor& q, const kernels::KernelPolicy& kp) const {
+        return kernels_for(q, cfg_.query_block, 64, kp);
+    }
 
     at::Tensor csla(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
                     const at::Tensor& v, double softmax_scale) {
         const auto& e = csla_entry(ctx, q);
-        const bool on_kernels = csla_kernels(q);
+        const auto& kp = ctx.scale.exec.kernels;
+        const bool on_kernels = csla_kernels(q, kp);
         if (ctx.layer == cs4a_layers_) emit_csla(ctx.scale.scale, e.mask, on_kernels);  // per scale
         if (e.dense) return {};
         report_flops(ctx, e.pairs * static_cast<double>(q.size(0) * q.size(1)), q.size(3));
@@ -308,6 +315,7 @@ private:
             kernels::AttentionOptions opt;
             opt.scale = softmax_scale;
             opt.path = kernels::KernelPath::Cuda;
+            opt.policy = kp;
             return kernels::block_sparse_attention(q, k, v, e.lists.indices, e.lists.counts,
                                                    cfg_.block, cfg_.block, opt)
                 .out;
@@ -332,14 +340,15 @@ private:
     at::Tensor cs4a_decide(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
                            const at::Tensor& v, double softmax_scale) {
         const int64_t C = cfg_.query_block, lq = q.size(2), lk = k.size(2);
-        const bool use_kernels = cs4a_kernels(q);
+        const auto& kp = ctx.scale.exec.kernels;
+        const bool use_kernels = cs4a_kernels(q, kp);
         // Kernels: SDPA for the output and the column-sum kernel (two QK^T passes: log-sum-exp,
         // then the sums); reference: one eager pass whose probabilities give both.
         at::Tensor o_dense, sums;
         if (use_kernels) {
             o_dense = attention_sdpa(q, k, v, softmax_scale);
             ctx.mark(CostPart::Overhead);  // scoring: the column sums' two QK^T passes
-            sums = kernels::block_column_sum(q, k, C, softmax_scale, kernels::KernelPath::Cuda);
+            sums = kernels::block_column_sum(q, k, C, softmax_scale, kernels::KernelPath::Cuda, kp);
         } else {
             at::Tensor probs;
             o_dense = attention_eager(q, k, v, softmax_scale, {}, &probs);
@@ -396,7 +405,7 @@ private:
         ctx.mark(CostPart::Overhead);  // index maps and key lists
         const auto& map = cs4a_map(ctx.scale.config, ctx.scale.scale, q.device());
         report_flops(ctx, 0.0, q.size(3));  // the pairs follow on the device
-        const bool use_kernels = cs4a_kernels(q);
+        const bool use_kernels = cs4a_kernels(q, ctx.scale.exec.kernels);
         auto probe_mapped = [&](const at::Tensor& sel) {
             if (wants(probe_kinds::kCs4aMapped))
                 probe_->on_accel({kMethod,

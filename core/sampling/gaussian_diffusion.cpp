@@ -3,11 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cfenv>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -389,60 +386,34 @@ at::Tensor DiffusionSampler::time_embeddings(const SimpleMlpAdaLNImpl& net,
     return t_emb_cache_;
 }
 
-int64_t DiffusionSampler::fused_head_max_rows(int64_t width) {
-    const char* env = std::getenv("VARSCOPE_MAR_FUSED_MAX_ROWS");
-    if (env != nullptr && *env != '\0') {
-        char* end = nullptr;
-        const long v = std::strtol(env, &end, 10);
-        if (end != env && *end == '\0' && v >= 0) return v;
-    }
-    return width <= 1024 ? 16 : 8;
-}
-
-namespace {
-std::atomic<int> g_hybrid{-1};  // -1: from the environment
-}  // namespace
-
-void DiffusionSampler::set_hybrid_cached_step(bool on) {
-    g_hybrid = on ? 1 : 0;
-}
-
-bool DiffusionSampler::hybrid_cached_step_enabled() {
-    const int v = g_hybrid.load();
-    if (v >= 0) return v == 1;
-    const char* env = std::getenv("VARSCOPE_MAR_HYBRID_CACHED_STEP");
-    return env == nullptr || std::strcmp(env, "0") != 0;  // default on
-}
-
 bool DiffusionSampler::hybrid_cached_step_runs(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
-                                               bool guided) {
+                                               bool guided) const {
     const auto& w = net.input_proj->weight;  // (W, C)
-    return kernels::diff_cached_step_cuda_supported(w, z.size(0), w.size(0)) &&
+    return kernels::diff_cached_step_cuda_supported(w, z.size(0), w.size(0), exec_.kernels) &&
            z.device() == w.device() && (w.size(1) == 8 || w.size(1) == 16) && net.depth() <= 16 &&
            (!guided || z.size(0) % 2 == 0);
 }
 
 bool DiffusionSampler::uses_fused_head(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
                                        bool guided, HeadPath head, std::string* why_not,
-                                       int64_t mlp_cache_period) {
+                                       int64_t mlp_cache_period) const {
     auto no = [&](std::string why) { return kernels::unsupported(why_not, std::move(why)); };
     if (head == HeadPath::Modules) return no("the module path was asked for");
     if (head == HeadPath::FusedReference) return true;
     const auto& w = net.input_proj->weight;  // (W, C)
     const int64_t rows = z.size(0);          // 2N with CFG, N without: the most rows of a step
     if (head == HeadPath::Auto) {
-        const char* env = std::getenv("VARSCOPE_MAR_FUSED_HEAD");
-        if (env != nullptr && std::strcmp(env, "0") == 0) return no("VARSCOPE_MAR_FUSED_HEAD=0");
+        if (!exec_.mar_fused_head) return no("VARSCOPE_MAR_FUSED_HEAD=0");
         // Each CTA normalises every row itself, so the fused kernels lose to cuBLAS GEMMs as
         // rows grow (bench/results/2026-11-25-h100/mar_fused.md).
-        const int64_t most = fused_head_max_rows(w.size(0));
+        const int64_t most = exec_.mar_fused_head_max_rows(w.size(0));
         if (rows > most)
             return no(std::to_string(rows) + " rows > " + std::to_string(most) +
                       " (VARSCOPE_MAR_FUSED_MAX_ROWS)");
     }
     std::string why;
-    bool ok =
-        kernels::diff_head_cuda_supported(w, rows, w.size(0), &why) && z.device() == w.device();
+    bool ok = kernels::diff_head_cuda_supported(w, rows, w.size(0), exec_.kernels, &why) &&
+              z.device() == w.device();
     if (ok && (w.size(1) % 8 != 0 || w.size(1) > w.size(0))) {
         ok = false;
         why = "the latent width " + std::to_string(w.size(1)) + " is not a multiple of 8";
@@ -483,6 +454,7 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
     const bool fused = uses_fused_head(net, z, guided, head, nullptr, mlp_cache_period);
     const auto kpath = head == HeadPath::FusedReference ? kernels::KernelPath::Reference
                                                         : kernels::KernelPath::Cuda;
+    const kernels::KernelPolicy& kp = exec_.kernels;
     std::vector<kernels::DiffBlockWeights> blocks;
     at::Tensor delta;        // head-side condition cache (cfg_cache_period > 0)
     HeadMlpCache mlp_cache;  // head MLP cache (mlp_cache_period > 0): its kept tensors
@@ -515,10 +487,8 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
     // path runs (so the paths stay comparable bit for bit): there the modulations cost little
     // and more groups cost more kernels (MAR-B b1 lazymar-released 239.0 ms in full vs 251.7 ms
     // by need, H200, two calls with baselines 472.0 ms). Also with
-    // VARSCOPE_MAR_FULL_MODULATIONS=1 (to time the difference).
-    const char* full_env = std::getenv("VARSCOPE_MAR_FULL_MODULATIONS");
-    const bool all_mods =
-        R <= fused_head_max_rows(W) || (full_env != nullptr && std::strcmp(full_env, "1") == 0);
+    // ExecPolicy::mar_full_modulations (to time the difference).
+    const bool all_mods = R <= exec_.mar_fused_head_max_rows(W) || exec_.mar_full_modulations;
     std::vector<StepModulations::Need> needs(static_cast<size_t>(S));
     for (int64_t i = 0; i < S; ++i) {
         auto& n = needs[size_t(i)];
@@ -556,10 +526,10 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                                     : at::randn({guided ? 2 * N : N, C}, gen, opts);
     };
     // The module path with the head MLP cache: its reuse steps through the one-kernel cached
-    // step (hybrid_cached_step_enabled; rows beyond the fused chain's, e.g. batch 16).
+    // step (ExecPolicy::mar_hybrid_cached_step; rows beyond the fused chain's, e.g. batch 16).
     // Only where Auto fell back to the module path: HeadPath::Modules stays LibTorch throughout.
     const bool hybrid = head == HeadPath::Auto && !fused && mlp_cache_period > 0 &&
-                        hybrid_cached_step_enabled() && hybrid_cached_step_runs(net, z, guided);
+                        exec_.mar_hybrid_cached_step && hybrid_cached_step_runs(net, z, guided);
     for (int64_t i = S - 1; i >= 0; --i) {
         const DiffModulation m_i = mods.at(i);  // the rows this step takes (half or both)
         const bool full = !guided || full_cfg_step(i, S, cfg_cache_period);
@@ -592,7 +562,7 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             x = kernels::diff_cached_step(x, net.input_proj->weight, net.input_proj->bias, rows,
                                           kept, m.final_shift, m.final_scale1, fl->weight, fl->bias,
                                           1e-6, noise.narrow(0, 0, N), cfg_scale, mode, delta,
-                                          coefs_of(i), kpath);
+                                          coefs_of(i), kpath, kp);
             measure_delta();
         };
         if (fused) {
@@ -640,14 +610,14 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
             size_t first = 0;
             if (blocks.empty()) {
                 h = kernels::diff_input_proj(x, net.input_proj->weight, net.input_proj->bias, rows,
-                                             kpath);
+                                             kpath, kp);
             } else {
                 // The input projection inside block 0's fc1 kernel (one kernel fewer a step).
                 // Block 0 always computes (the cache replays blocks 1..4 at warm-up steps).
-                auto [a, h0] =
-                    kernels::diff_proj_block_fc1(x, net.input_proj->weight, net.input_proj->bias,
-                                                 rows, blocks[0], m.shift[0], m.scale1[0], kpath);
-                h = kernels::diff_block_fc2(a, blocks[0], m.gate[0], h0, kpath, keep_of(0));
+                auto [a, h0] = kernels::diff_proj_block_fc1(x, net.input_proj->weight,
+                                                            net.input_proj->bias, rows, blocks[0],
+                                                            m.shift[0], m.scale1[0], kpath, kp);
+                h = kernels::diff_block_fc2(a, blocks[0], m.gate[0], h0, kpath, keep_of(0), kp);
                 first = 1;
             }
             for (size_t b = first; b < blocks.size(); ++b) {
@@ -655,16 +625,16 @@ at::Tensor DiffusionSampler::run(const SimpleMlpAdaLNImpl& net, const at::Tensor
                     // The run of replayed blocks from b on, in one kernel.
                     std::vector<kernels::DiffKeptBlock> kept;
                     for (; b < blocks.size() && replayed(b); ++b) kept.push_back(kept_block(b));
-                    h = kernels::diff_apply_kept(h, kept, kpath);
+                    h = kernels::diff_apply_kept(h, kept, kpath, kp);
                     if (b == blocks.size()) break;
                 }
                 const auto a =
-                    kernels::diff_block_fc1(h, blocks[b], m.shift[b], m.scale1[b], kpath);
-                h = kernels::diff_block_fc2(a, blocks[b], m.gate[b], h, kpath, keep_of(b));
+                    kernels::diff_block_fc1(h, blocks[b], m.shift[b], m.scale1[b], kpath, kp);
+                h = kernels::diff_block_fc2(a, blocks[b], m.gate[b], h, kpath, keep_of(b), kp);
             }
             x = kernels::diff_final_step(h, m.final_shift, m.final_scale1, fl->weight, fl->bias,
                                          1e-6, x, noise.narrow(0, 0, N), cfg_scale, mode, delta,
-                                         coefs_of(i), kpath);
+                                         coefs_of(i), kpath, kp);
             if (stats && ms == HeadMlpStep::Refresh) {
                 double drift = 0.0;
                 int64_t drifted = 0;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/exec_policy.h"
+
 namespace varscope {
 
 class SimpleMlpAdaLNImpl;
@@ -45,9 +47,9 @@ struct DiffusionSchedule {
 // How the reverse diffusion runs the DiffLoss head.
 //  Auto: the fused kernels (kernels/diffloss_ops.h: one kernel per linear layer plus one for the
 //        final layer, CFG and the posterior update) on CUDA for float16/bfloat16 heads whose
-//        widths they take, at most fused_head_max_rows() rows (where they beat the module
-//        path), unless VARSCOPE_MAR_FUSED_HEAD=0 or the reference kernels are forced; the
-//        module path otherwise (CPU, float32, many rows).
+//        widths they take, at most ExecPolicy::mar_fused_head_max_rows() rows (where they beat
+//        the module path), unless the policy turns them off (mar_fused_head) or forces the
+//        reference kernels; the module path otherwise (CPU, float32, many rows).
 //  Modules: the LibTorch module path (forward_modulated and the posterior as tensor ops).
 //  FusedReference / FusedCuda: the fused loop with the LibTorch references / the CUDA kernels
 //        (throws where they cannot run). For tests and benchmarks.
@@ -93,8 +95,12 @@ struct HeadCacheStats {
 // synchronises, so a CUDA graph can wrap it.
 class DiffusionSampler {
   public:
-    explicit DiffusionSampler(DiffusionSchedule schedule) : schedule_(std::move(schedule)) {}
+    // exec: the head's switches (ExecPolicy's mar_* head settings) and the kernel policy.
+    explicit DiffusionSampler(DiffusionSchedule schedule, ExecPolicy exec = {})
+        : schedule_(std::move(schedule)), exec_(std::move(exec)) {}
     const DiffusionSchedule& schedule() const { return schedule_; }
+    const ExecPolicy& exec_policy() const { return exec_; }
+    void set_exec_policy(const ExecPolicy& exec) { exec_ = exec; }
 
     // z: (N, Cz) conditions, or with CFG (2N, Cz): N conditional rows then their N
     // unconditional rows. cfg_scale: 0-dim float tensor on z's device (guided eps = uncond +
@@ -133,29 +139,24 @@ class DiffusionSampler {
                                  const at::Tensor& t_all = {}, int64_t cfg_cache_period = 0,
                                  HeadPath head = HeadPath::Auto, int64_t mlp_cache_period = 0,
                                  HeadCacheStats* stats = nullptr) const;
-    // Whether `head` resolves to the fused loop for conditions z (rows as in sample()); why_not
-    // receives the reason when it does not. With mlp_cache_period > 0 the fused CUDA kernels
-    // also need a latent width of 8 or 16 and at most 16 blocks.
-    static bool uses_fused_head(const SimpleMlpAdaLNImpl& net, const at::Tensor& z, bool guided,
-                                HeadPath head, std::string* why_not = nullptr,
-                                int64_t mlp_cache_period = 0);
-    // The most rows (2N with CFG) for which Auto picks the fused kernels for a head of this
-    // width: 16 up to width 1024, 8 above (H100 measurements), or VARSCOPE_MAR_FUSED_MAX_ROWS.
-    static int64_t fused_head_max_rows(int64_t width);
+    // Whether `head` resolves to the fused loop for conditions z (rows as in sample()) under
+    // this sampler's policy; why_not receives the reason when it does not. With
+    // mlp_cache_period > 0 the fused CUDA kernels also need a latent width of 8 or 16 and at most
+    // 16 blocks.
+    bool uses_fused_head(const SimpleMlpAdaLNImpl& net, const at::Tensor& z, bool guided,
+                         HeadPath head, std::string* why_not = nullptr,
+                         int64_t mlp_cache_period = 0) const;
     // With HeadPath::Auto falling back to the module path (e.g. more rows than
-    // fused_head_max_rows), the head MLP cache's reuse steps (every block replayed) may run as
-    // kernels::diff_cached_step's one kernel. Tested on a GPU (within 2x the module path's
-    // bf16 error); the MAR-B head at 16 tokens 89.4 -> 55.3 us per diffusion step, the whole
-    // lazymar-released loop at batch 16 869 -> 784 ms (MAR-B), 1975 -> 1805 ms (MAR-H) (H200,
-    // bench/results/2026-11-26-h200/session9_mar.md): default ON;
-    // VARSCOPE_MAR_HYBRID_CACHED_STEP=0 or this switch turn it off.
+    // mar_fused_head_max_rows), the head MLP cache's reuse steps (every block replayed) may run
+    // as kernels::diff_cached_step's one kernel (ExecPolicy::mar_hybrid_cached_step, default on).
+    // Tested on a GPU (within 2x the module path's bf16 error); the MAR-B head at 16 tokens
+    // 89.4 -> 55.3 us per diffusion step, the whole lazymar-released loop at batch 16 869 -> 784
+    // ms (MAR-B), 1975 -> 1805 ms (MAR-H) (H200, bench/results/2026-11-26-h200/session9_mar.md).
     // hybrid_cached_step_runs: whether the kernel takes this head and these conditions (CUDA,
     // 16-bit, latent width 8 or 16, at most 16 blocks; up to 2048 rows in the Rows layout,
     // kernels::diff_cached_step_cuda_supported).
-    static void set_hybrid_cached_step(bool on);
-    static bool hybrid_cached_step_enabled();
-    static bool hybrid_cached_step_runs(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
-                                        bool guided);
+    bool hybrid_cached_step_runs(const SimpleMlpAdaLNImpl& net, const at::Tensor& z,
+                                 bool guided) const;
     // Whether diffusion step i runs both CFG halves under cfg_cache_period (see sample()).
     static bool full_cfg_step(int64_t i, int64_t num_steps, int64_t cfg_cache_period);
     // What diffusion step i computes under the head MLP cache, and whether it skips block b.
@@ -201,6 +202,7 @@ class DiffusionSampler {
                    const at::Tensor& step_noise, const at::Tensor& t_all, int64_t cfg_cache_period,
                    HeadPath head, int64_t mlp_cache_period, HeadCacheStats* stats) const;
     DiffusionSchedule schedule_;
+    ExecPolicy exec_;
     mutable at::Tensor t_emb_cache_;
     mutable const void* t_emb_key_ = nullptr;
     mutable int64_t t_emb_version_ = -1;

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/exec_policy.h"
 #include "core/models/var.h"
 #include "core/sampling/step_cost.h"
 
@@ -52,6 +53,9 @@ struct ScaleContext {
     at::Tensor f_hat;     // (B, Cvae, H, W) accumulated before this step (read-only for hooks)
     std::vector<ScaleSegment> segments;  // the scales of this step, in order (usually one)
     int64_t step = 0;     // index of this step (differs from scale once groups ran)
+    // How the run executes (the sampler's LoadOptions::exec): the kernel policy hooks pass to
+    // kernels/ and their own switches.
+    const ExecPolicy& exec;
     int64_t packed_length() const;  // rows of the step's packed sequence
 };
 

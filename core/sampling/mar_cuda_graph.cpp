@@ -3,8 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/cuda_graph.h"
 
@@ -20,7 +18,8 @@ bool MarGraphKey::operator==(const MarGraphKey& o) const {
            cfg == o.cfg && schedule == o.schedule && temperature == o.temperature &&
            attention == o.attention && weights == o.weights &&
            head_cfg_cache_period == o.head_cfg_cache_period && fused_head == o.fused_head &&
-           head_mlp_cache_period == o.head_mlp_cache_period && hooks == o.hooks;
+           head_mlp_cache_period == o.head_mlp_cache_period && hooks == o.hooks &&
+           chained_pool == o.chained_pool;
 }
 
 MarGraphs::MarGraphs(const MarGraphKey& key) : key_(key) {}
@@ -31,13 +30,6 @@ at::Tensor MarGraphs::buffer(const std::string& name, const std::function<at::Te
     if (!t.defined()) t = make();
     return t;
 }
-
-namespace {
-bool chaining_allowed() {
-    const char* env = std::getenv("VARSCOPE_MAR_GRAPH_POOL");
-    return env == nullptr || std::strcmp(env, "own") != 0;
-}
-}  // namespace
 
 const std::vector<at::Tensor>& MarGraphs::run(const std::string& name, const Tensors& fn,
                                               Pool pool) {
@@ -52,7 +44,7 @@ const std::vector<at::Tensor>& MarGraphs::run(const std::string& name, const Ten
             warmed_up_ = true;
         }
         auto fresh = std::make_unique<Graph>();
-        const bool chained = pool == Pool::Chained && chaining_allowed();
+        const bool chained = pool == Pool::Chained && key_.chained_pool;
         fresh->graph.capture(
             key_.device, [&] { fresh->outputs = fn(); }, chained ? chain_pool_ : nullptr);
         if (chained && chain_pool_ == nullptr) chain_pool_ = &fresh->graph;

@@ -10,7 +10,8 @@
 //    caches kept in this set's buffers; the signature is part of the key;
 //  * with other hooks (probes, data-dependent row counts), the transformer stays eager and only
 //    the reverse diffusion is a graph, one per decoded-row count.
-//    VARSCOPE_MAR_HOOK_GRAPHS=diffusion keeps this path for every hook (to measure it).
+//    ExecPolicy::mar_hook_step_graphs off (VARSCOPE_MAR_HOOK_GRAPHS=diffusion) keeps this path for
+//    every hook (to measure it).
 // The diffusion noise is drawn eagerly, before each replay, from the sampler's generator in
 // the eager loop's order and shapes (start (N, C), then one (rows, C) per diffusion step) into
 // static buffers, so graphed and eager runs consume the same random stream and give the same
@@ -46,6 +47,7 @@ struct MarGraphKey {
     bool fused_head = true;             // MarSampleOptions::fused_head
     int64_t head_mlp_cache_period = 0;  // the hooks' head_mlp_cache_period
     std::string hooks;  // graph signature of hooks run inside the step graphs ("" = none)
+    bool chained_pool = true;  // ExecPolicy::mar_chained_graph_pool (Pool::Chained below)
     bool operator==(const MarGraphKey& o) const;
 };
 
@@ -61,7 +63,8 @@ class MarGraphs {
     // outputs copied out before the next replays), so 64 steps hold one step's intermediates
     // rather than 64 sets (MAR-B at batch 64 ran out of memory with a pool per graph). Own:
     // a private pool (graphs replayed in no fixed order, e.g. the diffusion per row count).
-    // VARSCOPE_MAR_GRAPH_POOL=own turns chaining off (to measure it).
+    // MarGraphKey::chained_pool false (VARSCOPE_MAR_GRAPH_POOL=own) turns chaining off (to
+    // measure it).
     enum class Pool { Own, Chained };
     // Replays the graph `name`, captured from fn on its first use (after one eager warm-up of
     // the first graph of this set on the capture stream). fn must only read static tensors

@@ -5,8 +5,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 
 #include "core/sampling/cuda_graph.h"  // weights_fingerprint
@@ -37,11 +35,11 @@ struct BlockRun {
     double& flops;
 };
 
-// The graph signature of hooks that may run inside whole-step graphs (mar_hooks.h), unless
-// VARSCOPE_MAR_HOOK_GRAPHS=diffusion asks for the eager transformer (to measure it).
-std::optional<std::string> step_graph_signature(const MarSamplingHooks& hooks) {
-    const char* env = std::getenv("VARSCOPE_MAR_HOOK_GRAPHS");
-    if (env != nullptr && std::strcmp(env, "diffusion") == 0) return std::nullopt;
+// The graph signature of hooks that may run inside whole-step graphs (mar_hooks.h), unless the
+// policy asks for the eager transformer (ExecPolicy::mar_hook_step_graphs, to measure it).
+std::optional<std::string> step_graph_signature(const MarSamplingHooks& hooks,
+                                                const ExecPolicy& exec) {
+    if (!exec.mar_hook_step_graphs) return std::nullopt;
     return hooks.graph_signature();
 }
 
@@ -185,6 +183,11 @@ MarSampler::MarSampler(MarTransformer mar, LatentDecoder decoder, double latent_
       decoder_(std::move(decoder)),
       latent_scale_(latent_scale) {}
 
+void MarSampler::set_exec_policy(const ExecPolicy& exec) {
+    if (exec != diffusion_.exec_policy()) graphs_.reset();  // captured steps keep their kernels
+    diffusion_.set_exec_policy(exec);
+}
+
 MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks* hooks,
                                    ProbeSink* probe) {
     const MarConfig& c = mar_->config();
@@ -238,7 +241,7 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
     if (opt.cuda_graphs && device.is_cuda() && kernels::cuda_graphs_built() &&
         !probe_needs_eager_steps(probe, c, opt.num_iter) && !head_stats_wanted &&
         opt.feature_layers.empty()) {
-        if (hooks) hook_signature = step_graph_signature(*hooks);
+        if (hooks) hook_signature = step_graph_signature(*hooks, exec_policy());
         const MarGraphKey key{device.index() < 0 ? 0 : int(device.index()),
                               B,
                               dtype,
@@ -251,7 +254,8 @@ MarSampleResult MarSampler::sample(const MarSampleOptions& opt, MarSamplingHooks
                               head_cfg_period,
                               opt.fused_head,
                               head_mlp_period,
-                              hook_signature.value_or("")};
+                              hook_signature.value_or(""),
+                              exec_policy().mar_chained_graph_pool};
         if (!graphs_ || !(graphs_->key() == key)) graphs_ = std::make_shared<MarGraphs>(key);
         graphs = graphs_;
     }

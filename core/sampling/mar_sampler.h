@@ -107,6 +107,10 @@ class MarSampler {
 
     MarTransformer transformer() const { return mar_; }
     const DiffusionSampler& diffusion() const { return diffusion_; }
+    // How sampling executes (LoadOptions::exec; the DiffusionSampler holds it). Drops captured
+    // graphs when it changes.
+    void set_exec_policy(const ExecPolicy& exec);
+    const ExecPolicy& exec_policy() const { return diffusion_.exec_policy(); }
     bool has_decoder() const { return static_cast<bool>(decoder_); }
     void set_decoder(LatentDecoder decoder) { decoder_ = std::move(decoder); }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "core/accel/probe_kinds.h"
 #include "core/sampling/cuda_graph.h"
 #include "core/sampling/kv_cache.h"
 #include "core/sampling/token_sampling.h"
@@ -155,7 +156,7 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
     lap();  // output projection, FFN, restoration
     if (timed)
         probe->on_accel({"loop",
-                         "block_ms",
+                         probe_kinds::kBlockMs,
                          ctx.scale.scale,
                          ctx.layer,
                          {},
@@ -286,6 +287,11 @@ VarSampler::VarSampler(VarTransformer var, Vqvae vae)
 
 void VarSampler::clear_cuda_graphs() {
     graphs_->clear();
+}
+
+void VarSampler::set_exec_policy(const ExecPolicy& exec) {
+    if (exec != exec_) graphs_->clear();  // captured steps keep the kernels they ran
+    exec_ = exec;
 }
 
 void VarSampler::set_tf32(bool on) {
@@ -441,7 +447,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     const DenseStepGraphs::Forward graph_step = [&](int64_t si, KvCache& kv, double& flops,
                                                     const CostRecorder* rec, bool warmup) {
         if (!warmup) return forward(*step_ctx, kv, flops, hooks, nullptr, rec);
-        ScaleContext first{c, 0, c.patch_nums[0], B, 0, f_hat, {}, 0};
+        ScaleContext first{c, 0, c.patch_nums[0], B, 0, f_hat, {}, 0, exec_};
         first.segments.push_back({0, c.patch_nums[0], 0, {}, 0});
         TORCH_CHECK(si == 0, "CUDA graphs: the warm-up runs the first scale");
         const at::Tensor no_mask = std::exchange(step_mask, at::Tensor());
@@ -462,8 +468,8 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw SamplingCancelled();
         const auto t_step = Clock::now();
         // Hooks see f_hat as it was before the step (the VQVAE updates it in place).
-        ScaleContext sctx{
-            c, si, c.patch_nums[si], B, c.scale_begin(si), hooks ? f_hat.clone() : f_hat, {}, step};
+        ScaleContext sctx{c, si, c.patch_nums[si], B, c.scale_begin(si),
+                          hooks ? f_hat.clone() : f_hat, {}, step, exec_};
         const int64_t group =
             hooks ? std::clamp<int64_t>(hooks->group_size(sctx), 1, S_run - si) : 1;
         for (int64_t g = 0; g < group; ++g) {

@@ -87,6 +87,10 @@ class VarSampler {
     // the process-wide torch setting is restored after each sample(). Drops captured graphs.
     void set_tf32(bool on);
     bool tf32() const { return tf32_; }
+    // How sampling executes (LoadOptions::exec); hooks see it as ScaleContext::exec. Drops
+    // captured graphs when it changes.
+    void set_exec_policy(const ExecPolicy& exec);
+    const ExecPolicy& exec_policy() const { return exec_; }
     // Drops the captured CUDA graphs and their buffers (they are rebuilt on demand).
     void clear_cuda_graphs();
     size_t cuda_graph_sets() const;  // shapes with captured graphs held now
@@ -96,6 +100,7 @@ class VarSampler {
     Vqvae vae_;
     std::shared_ptr<DenseGraphCache> graphs_;
     bool tf32_ = false;
+    ExecPolicy exec_;
 };
 
 // Synchronises `device` if it is a CUDA device (no-op on CPU).

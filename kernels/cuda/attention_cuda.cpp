@@ -5,26 +5,21 @@
 
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
-#include "kernels/attention_dispatch.h"  // kSm90Schedules
 #include "kernels/cuda/attention_params.h"
 #include "kernels/cuda/torch_glue.h"
 
 namespace varscope::kernels::cuda {
 
 cudaError_t probe_kernel_image();  // kernel_probe.cu
-// Hopper wgmma kernels (csla_attention_sm90.cuh; attention variant 3, the default), bf16 only,
-// Output epilogue: CSLA block-sparse (csla_attention_sm90_d*.cu) and CS4A gathered
-// (cs4a_attention_sm90_d*.cu). impl: 0 two K/V stages, 6 one stage and three CTAs per SM,
-// 7-10 warp-specialised (TMA producer warp; 8 overlaps S and PV; 9 is 8 without a maximum per
-// tile; 10 is 9 with short CTA starts and ends), 11 persistent (10's tile loop), 12 (11 with Q in
-// registers), CSLA only.
-cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
-cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, cudaStream_t);
-cudaError_t launch_cs4a_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
-cudaError_t launch_cs4a_sm90_d128_bf16(const AttentionParams&, int impl, cudaStream_t);
+// Hopper wgmma kernels (csla_attention_sm90.cuh; the default on Hopper), bf16 only, Output
+// epilogue: CSLA block-sparse (csla_attention_sm90_d*.cu) and CS4A gathered
+// (cs4a_attention_sm90_d*.cu); which kernel each runs: attention_dispatch.h's sm90_schedule.
+cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, cudaStream_t);
+cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, cudaStream_t);
+cudaError_t launch_cs4a_sm90_d64_bf16(const AttentionParams&, cudaStream_t);
+cudaError_t launch_cs4a_sm90_d128_bf16(const AttentionParams&, cudaStream_t);
 
 namespace {
 
@@ -60,9 +55,9 @@ AttentionParams base_params(const at::Tensor& q, const at::Tensor& k, double sca
     return p;
 }
 
-// Variant 3 (the default): the sm_90a wgmma kernel where it applies, else variant 1.
-bool use_sm90(const AttentionParams& p, const at::Tensor& q, TileMode mode, Epilogue epi) {
-    if (p.kernel_variant != 3 || (mode != TileMode::BlockSparse && mode != TileMode::Gathered) ||
+// The sm_90a wgmma kernel where it applies (sm90: the policy allows it), else the sm_80 kernels.
+bool use_sm90(bool sm90, const at::Tensor& q, TileMode mode, Epilogue epi) {
+    if (!sm90 || (mode != TileMode::BlockSparse && mode != TileMode::Gathered) ||
         epi != Epilogue::Output || q.scalar_type() != at::kBFloat16 ||
         (q.size(3) != 64 && q.size(3) != 128))
         return false;
@@ -74,44 +69,26 @@ bool use_sm90(const AttentionParams& p, const at::Tensor& q, TileMode mode, Epil
 
 }  // namespace
 
-// The fastest measured (bench/results/2026-11-25-h100/kernels_sm90_v2.md, cs4a_sm90.md,
-// 2026-11-26-*/csla_*.md): CSLA at d128 12 (persistent, warp-specialised, TMA copies, S/PV
-// overlap, no maximum per tile, Q in registers; H200 probe, Infinity-8B block 64: 0.144-0.145 ms
-// vs 0.146 for 11, 0.155 for 10), at d64 10 (VAR-d30's last scales fill at most a wave, 11 and
-// 12 are slower there). CS4A has no TMA form (7-12 run 6 for it): 6 at d128, 0 at d64.
-int sm90_default_impl(int head_dim, bool gathered) {
-    if (gathered) return head_dim == 128 ? 6 : 0;
-    return head_dim == 128 ? 12 : 10;
-}
-
-int sm90_impl(int head_dim, bool gathered) {
-    const char* env = std::getenv("VARSCOPE_SM90_IMPL");
-    if (env != nullptr)
-        for (const int i : kSm90Schedules)
-            if (std::to_string(i) == env) return i;
-    return sm90_default_impl(head_dim, gathered);
-}
-
 namespace {
 
-void launch(const AttentionParams& p_in, const at::Tensor& q, TileMode mode, Epilogue epi) {
+// The fastest measured kernel for the inputs (attention_dispatch.h's sm90_schedule on Hopper;
+// bench/results/2026-11-26-h200/csla_sm90_notes.md).
+void launch(const AttentionParams& p, const at::Tensor& q, TileMode mode, Epilogue epi,
+            bool sm90 = false) {
     const auto stream = stream_of(q);
     const int64_t d = q.size(3);
     const bool bf16 = q.scalar_type() == at::kBFloat16;
     cudaError_t err = cudaErrorNotSupported;
-    AttentionParams p = p_in;
-    if (use_sm90(p, q, mode, epi)) {
-        const int impl = sm90_impl(static_cast<int>(d), mode == TileMode::Gathered);
+    if (use_sm90(sm90, q, mode, epi)) {
         if (mode == TileMode::Gathered)
-            err = d == 64 ? launch_cs4a_sm90_d64_bf16(p, impl, stream)
-                          : launch_cs4a_sm90_d128_bf16(p, impl, stream);
+            err = d == 64 ? launch_cs4a_sm90_d64_bf16(p, stream)
+                          : launch_cs4a_sm90_d128_bf16(p, stream);
         else
-            err = d == 64 ? launch_csla_sm90_d64_bf16(p, impl, stream)
-                          : launch_csla_sm90_d128_bf16(p, impl, stream);
+            err = d == 64 ? launch_csla_sm90_d64_bf16(p, stream)
+                          : launch_csla_sm90_d128_bf16(p, stream);
         check_cuda(err, "sm90 attention kernel launch");
         return;
     }
-    if (p.kernel_variant == 3) p.kernel_variant = 1;
     if (d == 64) {
         err = bf16 ? launch_attention_d64_bf16(p, mode, epi, stream)
                    : launch_attention_d64_fp16(p, mode, epi, stream);
@@ -139,7 +116,7 @@ at::Tensor device_list(const at::Tensor& t, const at::Tensor& q) {
 AttentionResult run_listed(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                            const at::Tensor& lists, const at::Tensor& counts, int64_t block_q,
                            int64_t block_k, double scale, bool return_lse, at::Tensor out,
-                           TileMode mode) {
+                           TileMode mode, bool sm90) {
     TORCH_CHECK(block_q % kQueryTile == 0 && block_k % kKeyTile == 0,
                 "CUDA sparse attention needs block sizes that are multiples of 64, got ", block_q,
                 " and ", block_k);
@@ -163,8 +140,7 @@ AttentionResult run_listed(const at::Tensor& q_in, const at::Tensor& k_in, const
     p.list_stride = static_cast<int>(idx.size(1));
     p.block_q = static_cast<int>(block_q);
     p.block_k = static_cast<int>(block_k);
-    p.kernel_variant = attention_kernel_variant();
-    launch(p, q, mode, Epilogue::Output);
+    launch(p, q, mode, Epilogue::Output, sm90);
     return r;
 }
 
@@ -195,16 +171,17 @@ AttentionResult block_sparse_attention(const at::Tensor& q, const at::Tensor& k,
                                        const at::Tensor& v, const at::Tensor& block_indices,
                                        const at::Tensor& block_counts, int64_t block_q,
                                        int64_t block_k, double scale, bool return_lse,
-                                       at::Tensor out) {
+                                       at::Tensor out, bool sm90) {
     return run_listed(q, k, v, block_indices, block_counts, block_q, block_k, scale, return_lse,
-                      std::move(out), TileMode::BlockSparse);
+                      std::move(out), TileMode::BlockSparse, sm90);
 }
 
 AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const at::Tensor& key_indices, const at::Tensor& key_counts,
-                                   int64_t block_q, double scale, bool return_lse, at::Tensor out) {
+                                   int64_t block_q, double scale, bool return_lse, at::Tensor out,
+                                   bool sm90) {
     return run_listed(q, k, v, key_indices, key_counts, block_q, kKeyTile, scale, return_lse,
-                      std::move(out), TileMode::Gathered);
+                      std::move(out), TileMode::Gathered, sm90);
 }
 
 at::Tensor block_column_sum(const at::Tensor& q_in, const at::Tensor& k_in, int64_t block_q,

@@ -11,27 +11,22 @@ namespace varscope::kernels::cuda {
 // Whether the kernels were compiled for this device's architecture.
 bool device_has_kernel_image(int device, std::string* why_not);
 
+// sm90: the sm_90a kernels where they apply (KernelPolicy::sm90_attention), else the sm_80 ones.
 AttentionResult block_sparse_attention(const at::Tensor& q, const at::Tensor& k,
                                        const at::Tensor& v, const at::Tensor& block_indices,
                                        const at::Tensor& block_counts, int64_t block_q,
                                        int64_t block_k, double scale, bool return_lse,
-                                       at::Tensor out);
+                                       at::Tensor out, bool sm90);
 
 AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const at::Tensor& key_indices, const at::Tensor& key_counts,
-                                   int64_t block_q, double scale, bool return_lse, at::Tensor out);
+                                   int64_t block_q, double scale, bool return_lse, at::Tensor out,
+                                   bool sm90);
 
 at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t block_q,
                             double scale);
 
 // Declared in attention_params.h too (the .cu side); here for the dispatch (no CUDA headers).
 int sm90_ws_fallback_count();
-
-// The schedule the dispatch runs for a head dim (64 or 128) and tile source (gathered: CS4A,
-// else CSLA) without an override.
-int sm90_default_impl(int head_dim, bool gathered);
-// The schedule it runs now: VARSCOPE_SM90_IMPL when it names one of kSm90Schedules
-// (attention_dispatch.h) exactly, else the default.
-int sm90_impl(int head_dim, bool gathered);
 
 }  // namespace varscope::kernels::cuda

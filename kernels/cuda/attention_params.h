@@ -47,12 +47,19 @@ struct AttentionParams {
     int block_q = 64;  // query rows per list entry / per column-sum block (multiple of 64)
     int block_k = 64;  // BlockSparse: keys per block (multiple of 64)
     int num_query_blocks = 0;
-    // Output kernels: 1 = v1 (4 warps x 16 rows), 2 = v2 (2 warps x 32 rows, FA2-style K/V
-    // schedule; kept for comparison, see bench NOTES.md), 3 = the dispatch's default: the sm_90a
-    // wgmma kernel (csla_attention_sm90.cuh) for BlockSparse and Gathered + Output bf16 d64/d128
-    // on Hopper, v1 for everything else.
-    int kernel_variant = 1;
 };
+
+// The sm_90a kernel (csla_attention_sm90.cuh) that bf16 output attention at a head dim (64/128)
+// runs, as its schedule number in the measured history: CSLA (block-sparse tiles) 12 at d128 (the
+// persistent kernel with Q in registers), 10 at d64 (one CTA per query block: VAR-d30's last scales
+// fill at most a wave); CS4A (gathered tiles, no TMA form) 6 at d128 (one K/V stage), 0 at d64
+// (two). The fastest measured (bench/results/2026-11-26-h200/csla_cta.md, csla_s12.md, csla_s13.md,
+// 2026-11-25-h100/cs4a_sm90.md); the others were deleted (bench/results/pruned-kernels.md). The
+// launchers and the dispatch's report (kernels::sm90_schedule) both read it.
+constexpr int sm90_schedule_for(int head_dim, bool gathered) {
+    if (gathered) return head_dim == 128 ? 6 : 0;
+    return head_dim == 128 ? 12 : 10;
+}
 
 // Query rows per CTA and keys per tile: block sizes must be multiples of these.
 inline constexpr int kQueryTile = 64;
@@ -76,8 +83,9 @@ cudaError_t launch_attention_d64_fp16(const AttentionParams&, TileMode, Epilogue
 cudaError_t launch_attention_d128_bf16(const AttentionParams&, TileMode, Epilogue, cudaStream_t);
 cudaError_t launch_attention_d128_fp16(const AttentionParams&, TileMode, Epilogue, cudaStream_t);
 
-// How many CSLA launches that named the sm90 schedules 7/8 ran 6 instead because no TMA tensor
-// map could be made (csla_attention_sm90_d128.cu); tests check it stays 0 for theirs.
+// How many CSLA launches on the sm90 kernels ran schedule 6 instead of their warp-specialised
+// kernel because no TMA tensor map could be made (csla_attention_sm90_d128.cu); tests check it
+// stays 0 for theirs.
 int sm90_ws_fallback_count();
 
 }  // namespace varscope::kernels::cuda

@@ -4,8 +4,8 @@
 
 namespace varscope::kernels::cuda {
 
-cudaError_t launch_cs4a_sm90_d128_bf16(const AttentionParams& p, int impl, cudaStream_t stream) {
-    return sm90::launch_sm90_impl<128, true>(p, impl, stream);
+cudaError_t launch_cs4a_sm90_d128_bf16(const AttentionParams& p, cudaStream_t stream) {
+    return sm90::launch_cs4a_sm90<128>(p, stream);
 }
 
 }  // namespace varscope::kernels::cuda

@@ -1,97 +1,34 @@
-// Hopper (sm_90a) sparse attention: attention variant 3 (the dispatch's default) for CSLA
-// (block-sparse) and CS4A (gathered) attention with an output, bf16, head dim 64/128; every other
-// case, and every non-Hopper GPU, runs the sm_80 kernels (variant 1).
+// Hopper (sm_90a) sparse attention: the dispatch's kernel for CSLA (block-sparse) and CS4A
+// (gathered) attention with an output, bf16, head dim 64/128, on Hopper; every other case, and
+// every non-Hopper GPU, runs the sm_80 kernels (attention_kernel.cuh).
 //
 // One warpgroup (4 warps) per 64 query rows. S = Q K^T and O += P V on warpgroup MMA (wgmma)
 // straight from 128-byte-swizzled shared memory; P stays in registers as wgmma's A operand; online
-// softmax in registers. K/V tiles of 64 keys arrive by 16-byte cp.async, zero-filled where there
-// is no key. Where a tile's keys come from (the tile source):
+// softmax in registers. Where a tile's keys come from (the tile source):
 //   CSLA (BlockSparse): 64 consecutive keys of an active key block on the query block's list.
 //   CS4A (Gathered): 64 key rows picked by the query block's index list, each row copied from
 //     where the list says into the same swizzled layout; rows past the list's count or with an
 //     index outside [0, len_k) are zero-filled and masked, as the reference ignores them.
-// Schedules (VARSCOPE_SM90_IMPL; the numbers of the measured history, see below):
-//   0: two K/V stages, tile i + 1 loads while tile i computes (S -> softmax -> PV per tile).
-//   6: one K/V stage (49 KiB at d128), three CTAs (12 warps) per SM instead of two; V_i's load
-//      overlaps S_i and its softmax.
-//   7 (CSLA only; sm90_ws_kernel): warp-specialised. A producer warp issues TMA tile copies into
-//      a ring of K/V slots on mbarriers; the consumer warpgroup issues no copies and no CTA
-//      barriers; lazy O rescale (the running maximum moves only when it grows by > 2^8).
-//   8: 7 with QK_{i+1} and PV_i in flight together while softmax i + 1 runs, 2 CTAs per SM.
-//   9: 8 without a maximum per tile (online_softmax_bounded).
-//   10: 9 with a shorter start and end per CTA: Q, K_0 and V_0 are copied before the CTA barrier,
-//      and O leaves through shared memory (the Q tile) by a TMA store.
-//   11 (sm90_persistent_kernel): 10's tile loop in a persistent kernel with a producer
-//      warpgroup (setmaxnreg): no CTA start and end per query block. Items round-robin, the last
-//      partial round claimed from a counter (WorkOrder).
-//   12: 11 with Q as QK's register operand (loaded once per item by ldmatrix).
-//   CS4A has no TMA form (rows gathered by index): 7-12 run 6 for it.
-// Default (sm90_default_impl in attention_cuda.cpp): 12 at d128, 10 at d64
-// (bench/results/2026-11-26-h200/csla_cta.md, 2026-11-26-h200/csla_s12.md, csla_s13.md).
-// Tried and dropped (2026-11-26-h100/csla_s16.md): other setmaxnreg splits for 12 (producer /
-// consumer 32/224 and 24/232: every block active 1.5 % faster, Table 1 block 64 0.5 % slower;
-// 48/208 and 56/200: every block active 2 % slower).
-// Kept (2026-11-26-h100/csla_s18.md, no kernel change): the block lists come in an order that makes
-// query blocks read shared key blocks together (kernels/block_list_order.h): H100, Table 1,
-// block 64, 0.1535 -> 0.1469 ms side by side. Synthetic lists there show the cost is reading a
-// shared tile at different times, not DRAM traffic or the tile loop.
-// Measured (2026-11-26-h100/csla_s19.md): on the H100 this kernel reaches the card's 700 W limit,
-// and the SM clock falls from ~1.65 to ~1.35 GHz inside one Table-1 launch; its tile loop takes
-// 1214-1230 cycles per tile against 1166 with every block active, so the rest of the sparse loop's
-// slowdown is the clock. Tried and dropped there: the producer touching the next item's tile count
-// and list line while issuing the current item's copies (no change).
-// Measured (2026-11-26-h200/csla_s20.md, H200): the softmax is 12 % of a Table-1 launch (P = S:
-// 1047 instead of 1215 cycles per tile), its exponentials 7 %. Tried and dropped there: 4, 8 or 16
-// of a thread's 32 exponentials per tile as a cubic on the FMA pipe (7-22 % slower: ten
-// instructions for one MUFU, and the softmax is bound by issue); packed f16x2/bf16x2 ex2 is two
-// MUFU instructions on sm_90a; the row sums on the tensor cores (P x ones, four m64n8k16 with PV)
-// or added after the next tile's GEMMs are issued (5-22 % slower: each of the softmax's FMAs,
-// exponentials and adds is worth 7-8 % if left out, but moved they cost as much or more).
-// Tried and dropped (2026-11-26-h100/csla_s18.md): L2 prefetch of each K/V tile once per head, by
-// the query block that first touches it, 0-16 list places ahead (by TMA: 0.4-12 % slower; by
-// prefetch.global.L2 from an idle producer warp, at the item's start or the next item's: 5 %).
-// Tried and dropped (2026-11-26-h100/csla_s17.md): items walking their lists backwards or from
-// the middle, for half of the heads, half of the CTAs or every item (only the producer's order
-// changed; 0.5-6 % slower on the mask, the same with every block active); each run's first
-// block moved 2-16 places earlier in the list (3.7-7 % slower).
-// Tried and dropped (csla_s15.md, H100): L2 prefetch of the next round's heads, each byte once
-// by one CTA (11 % slower); every item claimed (11 % slower; with every block active as fast as
-// round-robin once the claimed index is uniform); a seventh ring slot for 12 (O staged in the
-// last V's slot: 13 % slower with every block active); tiles in reverse list order (6-13 %).
-// Tried and dropped (csla_s13.md, measured with the probe's per-item timeline): Q loaded by a
-// producer warp of its own (1.6 % slower); the producer's list loads run a tile / an item ahead
-// (no change); items claimed from an atomic counter, in launch order or longest first (7-8 %
-// slower: the tail shrinks, but CTAs on one head no longer walk its K/V in step and the K waits
-// double); L2 eviction hints (no change); one tile loop across items, an item's last PV issued
-// with the next item's first QK (1.3 % slower).
-// Tried and dropped (csla_s12.md): part of the exponentials as a cubic on the FMA pipe (FA4's
-// MUFU offload: 4-12 of 32 per thread, 2-15 % slower); two consumer warpgroups per CTA, one CTA
-// per SM (as fast as two CTAs with every block active, 2-3 % slower on the mask) and FA3's
-// ping-pong turns between them (slower still); QK_{i+1} issued before softmax i (ptxas
-// serialises every wgmma: C7513/C7514); items dealt per round longest-first to the least-loaded
-// CTA (3 % slower than round-robin).
-// Tried and dropped (csla_bound.md): 8 with its exponentials pinned above the PV wait; two
-// query blocks per CTA whose warpgroups issue their GEMMs in turn (FA3's ping-pong); a 5-slot
-// ring; a persistent kernel (one K/V ring across work items); Q as wgmma's register operand.
-// Tried and dropped (csla_cta.md): L2 prefetch of K/V tiles ahead (tensor and plain bulk
-// prefetch: 30-70 % slower), two query blocks per CTA (the ring running on across them), six
-// slots, three CTAs per SM at d128 (wgmma serialised at 136 registers), the next wave's Q
-// prefetched into L2; for 11: work items taken from an atomic counter, snake order, QK_{i+1}
-// issued before softmax i (two score tiles in flight: 0.201 vs 0.147 ms).
-// Tried and dropped (csla_ws.md): 8 with two consumer warpgroups sharing every K/V tile of a
-// 128-row query block (half the L2 traffic; no faster); 7 with 128-key steps (one m64n128k16
-// wgmma per k-step, 64 scores per thread per softmax; slower than 8). Dropped after
-// measuring (bench/results/2026-11-25-h100/kernels_sm90_v2.md, cs4a_sm90.md): 1/2 (FA3-style
-// S/PV overlap, 2 or 3 stages), 3/4/5 (two warpgroups per 128 rows sharing K/V tiles over the
-// union of their lists; with 1's overlap; with 128-key steps): none was faster than 0 or 6; the
-// kernels are bound by instruction issue and latency at low occupancy, not by L2 bytes.
+// The kernels (numbered as the schedules of the measured history, "schedule N"):
+//   CSLA d128 (12, sm90_persistent_kernel): persistent, warp-specialised: a producer warpgroup
+//     issues TMA tile copies into a ring of K/V slots on mbarriers (Q through the ring too, as
+//     QK's register operand); the consumer warpgroup overlaps QK_{i+1} and PV_i, moves the
+//     softmax's exponent base lazily, and stores O by TMA. Items round-robin, the last partial
+//     round claimed from a counter (WorkOrder).
+//   CSLA d64 (10, sm90_ws_kernel): the same tile loop, one CTA per query block with a producer
+//     warp (VAR-d30's last scales fill at most a wave: the persistent kernel is slower there).
+//   CSLA where no TMA tensor map can be made (6), CS4A d128 (6) and d64 (0):
+//     sm90_attention_kernel, K/V tiles by 16-byte cp.async, zero-filled where there is no key;
+//     one K/V stage and three CTAs per SM (6) or two stages (0). CS4A has no TMA form.
+// How they were chosen, and everything tried: bench/results/2026-11-26-h200/csla_sm90_notes.md;
+// the schedules deleted as never the default and their numbers: bench/results/pruned-kernels.md.
 //
 // V (B operand of PV) is read MN-major: CUTLASS's canonical 128B-swizzle MN-major layout puts
 // the stride between 64-element panels in LBO and the 8-row group stride in SBO (confirmed on
 // the device in session 5 by a swapped-descriptor run that failed the test).
 #pragma once
 
-#include <cuda.h>          // CUtensorMap (schedules 7-12: TMA copies)
+#include <cuda.h>          // CUtensorMap (schedules 10 and 12: TMA copies)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -109,11 +46,6 @@
 #include "kernels/cuda/work_order.h"
 
 namespace varscope::kernels::cuda::sm90 {
-
-constexpr int kTraceSlots = 9;  // values per work item in the probe's timeline (trace_put)
-#ifdef VARSCOPE_SM90_TRACE
-static __device__ unsigned long long* g_trace = nullptr;  // probe only: see trace_put
-#endif
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define VARSCOPE_SM90_WGMMA 1
@@ -138,20 +70,14 @@ struct Sm90Traits {
     // Three CTAs per SM with one stage (6), two with two stages (0: by shared memory at d128).
     static constexpr int kMinBlocks = kStages == 1 ? 3 : 1;
 };
-// Schedules 7-10 (warp-specialised, see sm90_ws_kernel). 8 holds S_i, P_{i-1} and O at once:
-// two CTAs per SM (up to 200 registers per thread) and a fourth slot; 7 fits three at d128. 9
-// waits less on its tiles than 8 does, so they must be fetched further ahead: at d128 a fifth
-// slot (97 KiB, still two CTAs per SM) took the K/V data waits from ~12 % of the consumer's
-// stall samples and the time from 0.167 to 0.163 ms (H200, Table 1; neutral at d64).
-template <int kHeadDim, int kSchedule>
+// Schedule 10 (warp-specialised, see sm90_ws_kernel): S_i, P_{i-1} and O held at once, so two
+// CTAs per SM at d128 (a fifth slot there: 97 KiB) and three at d64 (four slots). The kernel waits
+// little on its tiles, so they are fetched far ahead: at d128 the fifth slot took the K/V data
+// waits from ~12 % of the consumer's stall samples and the time from 0.167 to 0.163 ms (H200,
+// Table 1; neutral at d64). The dispatch runs it at d64 only.
+template <int kHeadDim>
 struct WsTraits {
-    static constexpr bool kOverlap = kSchedule != 7;
-    static constexpr bool kBounded = kSchedule >= 9;     // online_softmax_bounded
-    static constexpr bool kShortEnds = kSchedule >= 10;  // early first copies, TMA store of O
-    static constexpr int kSlots = kHeadDim == 128 ? (kSchedule == 7   ? 3
-                                                     : kSchedule == 8 ? 4
-                                                                      : 5)
-                                                  : 4;
+    static constexpr int kSlots = kHeadDim == 128 ? 5 : 4;
     static constexpr int kPanels = kHeadDim / 64;         // 64-column (128-byte) panels
     static constexpr int kTileBytes = 64 * kHeadDim * 2;  // Q, K or V tile
     static constexpr int kThreads = 160;                  // consumer warpgroup + producer warp
@@ -162,9 +88,9 @@ struct WsTraits {
     static constexpr int kValidOffset = kBarOffset + 8 * (1 + 2 * kSlots);
     // (+4: the tile count at d64, see sm90_ws_kernel.)
     static constexpr int kSmemBytes = kValidOffset + 4 * kSlots + 4 + 1024;
-    // d128: 7 65.6 KiB, 3 CTAs per SM (128 registers per thread); 8 81.1 KiB, 9/10 97.1 KiB,
-    // 2 CTAs. (10 with __maxnreg__ instead of these launch bounds: 0.218 instead of 0.156 ms.)
-    static constexpr int kMinBlocks = kHeadDim == 128 ? (kOverlap ? 2 : 3) : (kOverlap ? 3 : 4);
+    // d128: 97.1 KiB, 2 CTAs per SM. (__maxnreg__ instead of these launch bounds: 0.218 instead
+    // of 0.156 ms.)
+    static constexpr int kMinBlocks = kHeadDim == 128 ? 2 : 3;
 };
 // A persistent CTA's work item as the producer hands it to the consumer (shared memory).
 struct ItemInfo {
@@ -182,31 +108,29 @@ struct WorkOrder {
     int dynamic_from = INT_MAX;  // whole heads: a multiple of the query blocks per head
     unsigned* claims = nullptr;
 };
-// Schedules 11 and 12 (sm90_persistent_kernel). Why a producer warpgroup: registers are split
-// between the SM's four sub-partitions; with 5 warps per CTA one sub-partition holds 3 warps of
-// the SM's two CTAs, which caps every thread at 168 registers (16384 / 3 / 32), and 9/10 use 168.
-// The persistent loop's per-item state then spilled into the tile loop (0.176 ms) or, uncapped
-// (187 registers), left one CTA per SM (0.241 ms). With 2 warpgroups per CTA (4 warps per
+// Schedule 12 (sm90_persistent_kernel). Why a producer warpgroup: registers are split between
+// the SM's four sub-partitions; with 5 warps per CTA one sub-partition holds 3 warps of the SM's
+// two CTAs, which caps every thread at 168 registers (16384 / 3 / 32), and 10 uses 168. The
+// persistent loop's per-item state then spilled into the tile loop (0.176 ms) or, uncapped (187
+// registers), left one CTA per SM (0.241 ms). With 2 warpgroups per CTA (4 warps per
 // sub-partition) setmaxnreg moves registers from the producer warpgroup (40) to the consumer
-// (216): no spills.
-template <int kHeadDim, bool kQInRegs>
+// (216): no spills. The dispatch runs it at d128 only.
+template <int kHeadDim>
 struct PersistentTraits {
-    // 12 (Q in registers) takes each item's Q through the ring, ahead of its K/V tiles, and stages
-    // O in a buffer of its own: the second Q buffer's space becomes a ring slot.
-    static constexpr int kQBufs = kQInRegs ? 0 : 2;
-    static constexpr int kOBufs = kQInRegs ? 1 : 0;
-    static constexpr int kSlots = (kHeadDim == 128 ? 5 : 4) + (kQInRegs ? 1 : 0);
-    static constexpr int kInfos = kQInRegs ? kSlots : kQBufs;  // ItemInfo per Q slot or buffer
+    // Each item's Q comes through the ring, ahead of its K/V tiles (QK's register operand, loaded
+    // once per item), and O is staged in a buffer of its own.
+    static constexpr int kOBufs = 1;
+    static constexpr int kSlots = (kHeadDim == 128 ? 5 : 4) + 1;
+    static constexpr int kInfos = kSlots;  // ItemInfo per slot (the Q slots carry one)
     static constexpr int kPanels = kHeadDim / 64;
     static constexpr int kTileBytes = 64 * kHeadDim * 2;
     static constexpr int kThreads = 256;  // consumer warpgroup + producer warpgroup
     static constexpr int kProducerRegs = 40, kConsumerRegs = 216;  // 2 x (40 + 216) x 32 x 4 warps
-    static constexpr int kBarOffset = kTileBytes * (kQBufs + kOBufs + kSlots);
-    // q_full[kQBufs], q_empty[kQBufs], full[kSlots], empty[kSlots]; then the valid keys per slot,
-    // and the items (ItemInfo). No alignment pad: the dynamic shared memory base is 1024-byte
-    // aligned (as CUTLASS's kernels assume; checked in the kernel), and with the pad 7 tiles
-    // would not fit twice per SM.
-    static constexpr int kValidOffset = kBarOffset + 8 * (2 * kQBufs + 2 * kSlots);
+    static constexpr int kBarOffset = kTileBytes * (kOBufs + kSlots);
+    // full[kSlots], empty[kSlots]; then the valid keys per slot, and the items (ItemInfo). No
+    // alignment pad: the dynamic shared memory base is 1024-byte aligned (as CUTLASS's kernels
+    // assume; checked in the kernel), and with the pad 7 tiles would not fit twice per SM.
+    static constexpr int kValidOffset = kBarOffset + 8 * (2 * kSlots);
     static constexpr int kSmemBytes =
         kValidOffset + 4 * kSlots + kInfos * static_cast<int>(sizeof(ItemInfo));
     // Two CTAs per SM: 228 KiB per SM, 1 KiB of it reserved per CTA.
@@ -318,9 +242,9 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
 }
 
 // A descriptor moved by a byte offset: the start address is its low field (bytes >> 4, 14 bits;
-// shared memory offsets stay far below 256 KiB, so no carry reaches LBO). Schedules 7/8 build
-// each operand's descriptor once and step it by constants (their SASS spent ~125 uniform
-// instructions per step rebuilding descriptors from addresses).
+// shared memory offsets stay far below 256 KiB, so no carry reaches LBO). The warp-specialised
+// kernels build each operand's descriptor once and step it by constants (their SASS spent ~125
+// uniform instructions per step rebuilding descriptors from addresses).
 __device__ __forceinline__ uint64_t desc_at(uint64_t desc, uint32_t byte_offset) {
     return desc + (byte_offset >> 4);
 }
@@ -800,15 +724,15 @@ __global__ void __launch_bounds__(128, Sm90Traits<kHeadDim, kStages>::kMinBlocks
     store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0);
 }
 
-// ---- Schedule 7 (CSLA only): warp specialisation. One producer warp issues TMA tile copies
+// ---- Warp specialisation (CSLA only; schedules 10 and 12). A producer issues TMA tile copies
 // (cp.async.bulk.tensor, 128-byte swizzle: the layout load_tile writes by hand) into a ring of
-// kSlots 64-key tiles (K_0, V_0, K_1, V_1, ... in order), completing on mbarriers; the consumer
-// warpgroup issues no copy instructions and no CTA barriers, only mbarrier waits. Rows past
-// len_k (tails, list entries outside the key range) come back as zeros from the copy engine and
-// are masked as before. The consumer also rescales O lazily: the running maximum (the softmax's
-// exponent base) stays unless some row of the warp grows by more than 2^8 (exact: softmax is
-// invariant to the base; P <= 256 keeps bf16's relative precision), so the 64 FMULs of the
-// rescale are skipped on almost every tile.
+// kSlots 64-key tiles, completing on mbarriers; the consumer warpgroup issues no copy
+// instructions and no CTA barriers, only mbarrier waits. Rows past len_k (tails, list entries
+// outside the key range) come back as zeros from the copy engine and are masked as before. The
+// consumer also rescales O lazily: the running maximum (the softmax's exponent base) stays unless
+// some row of the warp grows by more than 2^8 (first tile) or some P exceeds 2^16 (later tiles;
+// exact: softmax is invariant to the base, and bf16 keeps its relative precision), so the 64
+// FMULs of the rescale are skipped on almost every tile.
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -890,7 +814,7 @@ __device__ __forceinline__ void neg_base_of(const float (&row_max)[2], float sl2
     for (int r = 0; r < 2; ++r) neg_base[r] = row_max[r] == -INFINITY ? 0.f : -row_max[r] * sl2;
 }
 
-// As online_softmax, with the lazy base (see schedule 7 above). Returns whether O must be
+// As online_softmax, with the lazy base (see above). Returns whether O must be
 // rescaled by corr (uniform per warp).
 __device__ __forceinline__ bool online_softmax_lazy(float (&s)[32], float (&row_max)[2],
                                                     float (&row_sum)[2], float (&corr)[2],
@@ -932,15 +856,15 @@ __device__ __forceinline__ bool online_softmax_lazy(float (&s)[32], float (&row_
     return rescale;
 }
 
-// Schedule 9's softmax: no maximum per tile. The exponent base (a maximum of scores already
-// seen, so never above the true running maximum) stays until some P of a tile exceeds
-// 2^kPBoundLog2, which the thread's partial row sums show (P > 2^k forces its sum above 2^k; a
-// NaN or inf fails the test too); only then are the tile's maxima found (shuffles) and the base
-// moved, and P computed again from S. Exact as before: softmax does not depend on the base, P <=
-// 2^16 is far from fp32 overflow, and bf16 keeps its relative precision at any magnitude. No base
-// yet (-inf, nothing seen) makes the fast path's P inf or NaN: the test sends it to the slow path.
+// The softmax after the first tile: no maximum per tile. The exponent base (a maximum of scores
+// already seen, so never above the true running maximum) stays until some P of a tile exceeds
+// 2^kPBoundLog2, which the thread's partial row sums show (P > 2^k forces its sum above 2^k; a NaN
+// or inf fails the test too); only then are the tile's maxima found (shuffles) and the base moved,
+// and P computed again from S. Exact as before: softmax does not depend on the base, P <= 2^16 is
+// far from fp32 overflow, and bf16 keeps its relative precision at any magnitude. No base yet
+// (-inf, nothing seen) makes the fast path's P inf or NaN: the test sends it to the slow path.
 // Writes P to p (S stays for the slow path); returns whether O must be rescaled by corr (uniform
-// per warp). (H200, Table 1's shape, block 64: 0.167 ms vs 0.174 for 8's per-tile maximum.)
+// per warp). (H200, Table 1's shape, block 64: 0.167 ms vs 0.174 with a per-tile maximum.)
 constexpr float kPBoundLog2 = 16.f;
 __device__ __forceinline__ bool online_softmax_bounded(const float (&s)[32], float (&p)[32],
                                                        float (&row_max)[2], float (&row_sum)[2],
@@ -968,13 +892,13 @@ __device__ __forceinline__ bool online_softmax_bounded(const float (&s)[32], flo
     return true;
 }
 
-// Schedule 10's end: as store_output, with O written into shared memory (the Q tile, free after
-// the last QK) and stored by TMA (rows past len_q are clipped by the copy engine). The stores
-// of store_output (32 four-byte writes per thread, eight rows apart) and IEEE division and log2
-// made each CTA's end ~1.8 us of a ~25 us life (globaltimer stamps per CTA, H200, Table 1);
-// this one ~1.0 us. Approximate reciprocal and log2 (MUFU, ~1 ulp) are far below bf16's
-// rounding and the LSE's needs. Only the calling warpgroup's 128 threads take part (named
-// barrier 1).
+// The warp-specialised kernels' end: as store_output, with O written into shared memory (10: the Q
+// tile, free after the last QK; 12: its O buffer) and stored by TMA (rows past len_q are clipped by
+// the copy engine). The stores of store_output (32 four-byte writes per thread, eight rows apart)
+// and IEEE division and log2 made each CTA's end ~1.8 us of a ~25 us life (globaltimer stamps per
+// CTA, H200, Table 1); this one ~1.0 us. Approximate reciprocal and log2 (MUFU, ~1 ulp) are far
+// below bf16's rounding and the LSE's needs. Only the calling warpgroup's 128 threads take part
+// (named barrier 1).
 template <int kHeadDim>
 __device__ __forceinline__ void store_output_tma(const AttentionParams& p, float (&o)[kHeadDim / 2],
                                                  float (&row_max)[2], float (&row_sum)[2], int b,
@@ -1041,8 +965,8 @@ struct RingPos {
 
 // The producer's copy of one K or V tile into the ring's next slot, once the consumer has released
 // it. A K slot also gets the tile's valid-key count (len_k - key0): published by the full
-// barrier's arrive (release), read after the consumer's wait. Schedules 7-12 (tile_at, full,
-// empty: the kernel's slot address and barriers).
+// barrier's arrive (release), read after the consumer's wait. tile_at, full, empty: the kernel's
+// slot address and barriers.
 template <int kPanels, int kSlots, int kTile, class TileAt, class Full, class Empty>
 __device__ __forceinline__ void copy_tile(bool is_k, int key0, int h, int b, int len_k,
                                           const CUtensorMap* map_k, const CUtensorMap* map_v,
@@ -1061,14 +985,12 @@ __device__ __forceinline__ void copy_tile(bool is_k, int key0, int h, int b, int
 
 // The producer's copies of an item's list tiles i0 .. i1 - 1 (tiles.ref(i): tile i's first key).
 // The ring holds the K and V tiles in the order the consumer waits for them, so that it also
-// releases them in that order: K_i, V_i where QK_i and PV_i run one after the other (7); K_0,
-// then K_i before V_{i-1}, then V_{n-1} where QK_i and PV_{i-1} are in flight together (8-12).
-// (Before, 8-12 had V_{i-1} ahead of K_i, which the consumer needs first. H200, Table 1, block
-// 64, schedule 12: 0.1415-0.1425 vs 0.1440-0.1463 ms; K waits 97-102 vs 113-124 cycles per
-// tile.) Tile i1 - 1's V follows where it is the item's last tile (i1 = n, and the range is not
-// empty).
-template <bool kOverlap, int kPanels, int kSlots, int kTile, class Tiles, class TileAt, class Full,
-          class Empty>
+// releases them in that order: K_0, then K_i before V_{i-1}, then V_{n-1} (QK_i and PV_{i-1} are
+// in flight together). (Before, V_{i-1} went ahead of K_i, which the consumer needs first. H200,
+// Table 1, block 64, schedule 12: 0.1415-0.1425 vs 0.1440-0.1463 ms; K waits 97-102 vs 113-124
+// cycles per tile.) Tile i1 - 1's V follows where it is the item's last tile (i1 = n, and the
+// range is not empty).
+template <int kPanels, int kSlots, int kTile, class Tiles, class TileAt, class Full, class Empty>
 __device__ __forceinline__ void copy_item_tiles(const Tiles& tiles, int i0, int i1, int n, int h,
                                                 int b, int len_k, const CUtensorMap* map_k,
                                                 const CUtensorMap* map_v, volatile int* valid_keys,
@@ -1078,31 +1000,28 @@ __device__ __forceinline__ void copy_item_tiles(const Tiles& tiles, int i0, int 
         copy_tile<kPanels, kSlots, kTile>(is_k, key0, h, b, len_k, map_k, map_v, valid_keys, pos,
                                           tile_at, full, empty);
     };
-    int prev = kOverlap && i0 > 0 ? tiles.ref(i0 - 1) : 0;  // V_{i-1}'s first key
+    int prev = i0 > 0 ? tiles.ref(i0 - 1) : 0;  // V_{i-1}'s first key
     for (int i = i0; i < i1; ++i) {
         const int key0 = tiles.ref(i);
         copy(true, key0);
-        if (!kOverlap)
-            copy(false, key0);
-        else if (i > 0)
-            copy(false, prev);
+        if (i > 0) copy(false, prev);
         prev = key0;
     }
-    if (kOverlap && i0 < i1 && i1 == n) copy(false, prev);
+    if (i0 < i1 && i1 == n) copy(false, prev);
 }
 
-// kOverlap (schedules 8, 9, 10): QK_{i+1} and PV_i are in flight together while the softmax of
-// tile i + 1 runs (FlashAttention-3's intra-warpgroup pipelining); 7 runs them one after the
-// other. 9 is 8 with online_softmax_bounded; 10 is 9 with kShortEnds.
-template <int kHeadDim, int kSchedule>
-__global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks)
+// Schedule 10 (CSLA only): one CTA per query block, a producer warp and the consumer
+// warpgroup. QK_{i+1} and PV_i are in flight together while the softmax of tile i + 1 runs
+// (FlashAttention-3's intra-warpgroup pipelining); the softmax after the first tile finds no
+// maximum per tile (online_softmax_bounded); Q, K_0 and V_0 are copied before the CTA barrier,
+// and O leaves through shared memory (the Q tile) by a TMA store.
+template <int kHeadDim>
+__global__ void __launch_bounds__(160, WsTraits<kHeadDim>::kMinBlocks)
     sm90_ws_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap map_q,
                    const __grid_constant__ CUtensorMap map_k,
                    const __grid_constant__ CUtensorMap map_v,
                    const __grid_constant__ CUtensorMap map_o) {
-    using W = WsTraits<kHeadDim, kSchedule>;
-    constexpr bool kOverlap = W::kOverlap;
-    constexpr bool kBounded = W::kBounded;
+    using W = WsTraits<kHeadDim>;
     constexpr int kTile = W::kTileBytes;
     constexpr int kSlots = W::kSlots;
     extern __shared__ unsigned char smem_raw[];
@@ -1124,8 +1043,8 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
 
     // At d64 the consumer's loop reads its tile count from shared memory: held in a register
     // through the loop, it was the one value ptxas spilled there (three CTAs per SM, 128
-    // registers). H100, VAR-d30 under 10: as before; at d128 it cost every block active 1-2 %,
-    // so d128 keeps the register (csla_s15.md).
+    // registers). H100, VAR-d30: as before; at d128 it cost every block active 1-2 %, so d128
+    // keeps the register (csla_s15.md).
     volatile int* n_shared = valid_keys + kSlots;
     if (threadIdx.x == 128) {  // first thread of the producer warp
         if constexpr (kHeadDim == 64) *n_shared = n;
@@ -1136,40 +1055,30 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
             mbar_init(empty(st), 4);  // one arrive per consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        if constexpr (W::kShortEnds) {
-            // Q (always: the consumer waits for it even without tiles, then stores O through its
-            // buffer) and K_0 (slot 0, free) before the CTA barrier: a CTA's first scores waited
-            // ~2.1 us after its start, ~1.4 with K_0 and V_0 here (H200 stamps).
-            asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_k))
-                         : "memory");
-            asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_v))
-                         : "memory");
-            mbar_expect_tx(q_full, kTile);
+        // Q (always: the consumer waits for it even without tiles, then stores O through its
+        // buffer) and K_0 (slot 0, free) before the CTA barrier: a CTA's first scores waited
+        // ~2.1 us after its start, ~1.4 with K_0 and V_0 here (H200 stamps).
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_k))
+                     : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_v))
+                     : "memory");
+        mbar_expect_tx(q_full, kTile);
 #pragma unroll
-            for (int c = 0; c < W::kPanels; ++c)
-                tma_load(q_tile + c * 8192, &map_q, 64 * c, row0, h, b, q_full);
-            // (V_0 too where tile 0 is the only one.)
-            RingPos<kSlots> first{0, 0};
-            copy_item_tiles<kOverlap, W::kPanels, kSlots, kTile>(
-                tiles, 0, min(n, 1), n, h, b, p.len_k, &map_k, &map_v, valid_keys, first, tile_at,
-                full, empty);
-        }
+        for (int c = 0; c < W::kPanels; ++c)
+            tma_load(q_tile + c * 8192, &map_q, 64 * c, row0, h, b, q_full);
+        // (V_0 too where tile 0 is the only one.)
+        RingPos<kSlots> first{0, 0};
+        copy_item_tiles<W::kPanels, kSlots, kTile>(tiles, 0, min(n, 1), n, h, b, p.len_k, &map_k,
+                                                   &map_v, valid_keys, first, tile_at, full,
+                                                   empty);
     }
     __syncthreads();  // the last CTA-wide barrier: the producer warp leaves early
 
     if (warp == 4) {                      // producer: lane 0 issues every copy
         if (lane != 0 || n == 0) return;  // no tile: no copy may outlive the CTA
-        if constexpr (!W::kShortEnds) {
-            mbar_expect_tx(q_full, kTile);
-#pragma unroll
-            for (int c = 0; c < W::kPanels; ++c)
-                tma_load(q_tile + c * 8192, &map_q, 64 * c, row0, h, b, q_full);
-        }
-        constexpr int kFirst = W::kShortEnds ? 1 : 0;  // tiles whose copies went before the barrier
-        RingPos<kSlots> pos{kFirst, 0};
-        copy_item_tiles<kOverlap, W::kPanels, kSlots, kTile>(tiles, kFirst, n, n, h, b, p.len_k,
-                                                             &map_k, &map_v, valid_keys, pos,
-                                                             tile_at, full, empty);
+        RingPos<kSlots> pos{1, 0};        // tile 0's copies went before the barrier
+        copy_item_tiles<W::kPanels, kSlots, kTile>(tiles, 1, n, n, h, b, p.len_k, &map_k, &map_v,
+                                                   valid_keys, pos, tile_at, full, empty);
         return;
     }
 
@@ -1206,7 +1115,7 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
         release();
         if (n_valid < 64) mask_tail(s, n_valid, t);
     };
-    // v: V's ring position (in the overlapped loop pos.next(), K_i being at pos; else pos).
+    // v: V's ring position (in the loop pos.next(), K_i being at pos; after it pos).
     auto issue_pv_at = [&](const uint32_t(&pa)[4][4], RingPos<kSlots> v) {
         mbar_wait(full(v.slot), v.phase);
         wgmma_fence();
@@ -1215,25 +1124,8 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
         wgmma_commit();
     };
 
-    if (W::kShortEnds || n > 0) mbar_wait(q_full, 0);
-    if constexpr (!kOverlap) {
-        for (int i = 0; i < n; ++i) {
-            float s[32];
-            const int n_valid = scores(s);
-            wgmma_wait<0>();
-            finish_scores(s, n_valid);
-            float corr[2];
-            if (online_softmax_lazy(s, row_max, row_sum, corr, sl2)) rescale_o<kHeadDim>(o, corr);
-            uint32_t pa[4][4];
-            pack_p(s, pa);
-            fence_regs(o);
-            fence_regs(pa);
-            issue_pv_at(pa, pos);
-            wgmma_wait<0>();
-            fence_regs(o);
-            release();
-        }
-    } else if (n > 0) {
+    mbar_wait(q_full, 0);
+    if (n > 0) {
         uint32_t pa[4][4];
         {
             float s[32];
@@ -1253,22 +1145,17 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
             wgmma_wait<1>();              // S_i done; PV_{i-1} may still run
             finish_scores(s, n_valid);
             float corr[2];
-            float pv[32];
-            float(&p)[32] = kBounded ? pv : s;  // 8 writes P over S; 9 keeps S for its slow path
-            bool rescale;
-            if constexpr (kBounded)
-                rescale = online_softmax_bounded(s, pv, row_max, row_sum, corr, sl2);
-            else
-                rescale = online_softmax_lazy(s, row_max, row_sum, corr, sl2);
-            // Pins the softmax above the wait: in 8 ptxas otherwise sank the exponentials below
-            // it, serialising them after PV_{i-1} (seen in the SASS).
-            fence_regs(p);
+            float pv[32];  // P; S stays for online_softmax_bounded's slow path
+            const bool rescale = online_softmax_bounded(s, pv, row_max, row_sum, corr, sl2);
+            // Pins the softmax above the wait: ptxas otherwise sank the exponentials below it,
+            // serialising them after PV_{i-1} (seen in the SASS).
+            fence_regs(pv);
             fence_regs(row_sum);
             wgmma_wait<0>();  // PV_{i-1} done: O and V_{i-1}'s slot are free
             fence_regs(o);
             release();
             if (rescale) rescale_o<kHeadDim>(o, corr);
-            pack_p(p, pa);
+            pack_p(pv, pa);
         }
         fence_regs(o);
         fence_regs(pa);
@@ -1277,44 +1164,8 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim, kSchedule>::kMinBlocks
         fence_regs(o);
         release();
     }
-    if constexpr (W::kShortEnds)
-        store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0, q_tile, &map_o);
-    else
-        store_output<kHeadDim>(p, o, row_max, row_sum, b, h, row0);
+    store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0, q_tile, &map_o);
 }
-
-// Probe-only timeline (built with -DVARSCOPE_SM90_TRACE; never in the library): per work item
-// of the persistent kernel, consumer thread 0 writes kTraceSlots values to g_trace[lin *
-// kTraceSlots + slot]: globaltimer stamps (ns) 0 before its Q wait, 1 after it, 2 after the first
-// tile's softmax, 3 after the last PV, 4 after the store was issued; slot 5 = smid << 32 |
-// blockIdx.x << 16 | tiles; 6 and 7 the clock cycles spent waiting for K and for V tiles; 8 the
-// clock cycles from stamp 2 to stamp 3, so that cycles / ns is the SM clock in the tile loop
-// (on the H100 it falls inside one launch when the card reaches its power limit, csla_s19.md).
-#ifdef VARSCOPE_SM90_TRACE
-__device__ __forceinline__ unsigned long long trace_now() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-    return t;
-}
-// buf: g_trace read once per kernel (a global load per stamp would itself take ~0.5 us).
-__device__ __forceinline__ void trace_put(unsigned long long* buf, int lin, int slot,
-                                          unsigned long long v) {
-    if (threadIdx.x == 0 && buf != nullptr) buf[static_cast<int64_t>(lin) * kTraceSlots + slot] = v;
-}
-// Adds the clock cycles the consumer spends in a barrier wait to acc (slots 6, 7: K and V).
-#define TRACE_WAIT(acc, wait)            \
-    do {                                 \
-        const long long c0_ = clock64(); \
-        wait;                            \
-        acc += clock64() - c0_;          \
-    } while (0)
-#else
-#define TRACE_WAIT(acc, wait) wait
-__device__ __forceinline__ unsigned long long trace_now() {
-    return 0;
-}
-__device__ __forceinline__ void trace_put(unsigned long long*, int, int, unsigned long long) {}
-#endif
 
 // A claimed item (WorkOrder): its lin, or total where none is left. Called by the producer lane
 // only; the consumer's SASS stays as without it (up to register names).
@@ -1329,45 +1180,35 @@ __device__ __forceinline__ int claim_item(const WorkOrder& order, int total) {
     return x_uniform < n_claimed ? order.dynamic_from + x_uniform : total;
 }
 
-// Schedules 11 and 12: schedule 10 as a persistent kernel. G CTAs (two per SM) take work items
-// (query block, head, batch) lin = blockIdx.x + k * G in turn (in launch order, so the items in
-// flight at once are as L2-local as the CTAs of a plain launch). The K/V ring runs on across
-// items, so an item's first tiles are usually in shared memory before its consumer gets to them.
-// Each item's index, tile count and coordinates travel with its Q through shared memory
-// (ItemInfo: the consumer reads no lists or counts).
-// 11: two Q buffers: item k's Q (and afterwards its O, stored by TMA) in buffer k % 2; the
-// producer loads item k + 1's Q during item k once O_{k-1} has left that buffer (q_empty,
-// signalled by consumer thread 0 after item k's first tile).
-// 12 (kQInRegs): Q as QK's register operand, loaded once per item (QK then reads only K from
-// shared memory). Its Q then needs shared memory only until it is in registers: it comes through
-// the ring ahead of the item's K/V tiles, and O is staged in a buffer of its own, so the ring has
-// the second Q buffer's space as one more slot (H200, Table 1, block 64: 0.1425-0.1428 vs
-// 0.1434-0.1444 ms with two Q buffers; K waits 91 vs 97-102 cycles per tile).
-// H200, Table 1, block 64: 11 0.146-0.148 ms vs 0.155 for 10, 12 ~1 % below 11 (both with two Q
-// buffers); VAR-d30 d64 shapes are faster with 10 (one wave or less).
-template <int kHeadDim, bool kQInRegs>
+// Schedule 12: schedule 10's tile loop as a persistent kernel. G CTAs (two per SM) take work
+// items (query block, head, batch) lin = blockIdx.x + k * G in turn (in launch order, so the
+// items in flight at once are as L2-local as the CTAs of a plain launch). The K/V ring runs on
+// across items, so an item's first tiles are usually in shared memory before its consumer gets to
+// them. Each item's Q comes through the ring ahead of its K/V tiles, with its index, tile count
+// and coordinates (ItemInfo: the consumer reads no lists or counts), and becomes QK's register
+// operand, loaded once per item (QK then reads only K from shared memory); O is staged in a
+// buffer of its own. (H200, Table 1, block 64: 0.1425-0.1428 vs 0.1434-0.1444 ms with two Q
+// buffers in shared memory; K waits 91 vs 97-102 cycles per tile; 0.146-0.148 ms for the
+// persistent kernel with Q in shared memory vs 0.155 for 10.)
+template <int kHeadDim>
 __global__ void __launch_bounds__(256, 2)
     sm90_persistent_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap map_q,
                            const __grid_constant__ CUtensorMap map_k,
                            const __grid_constant__ CUtensorMap map_v,
                            const __grid_constant__ CUtensorMap map_o, const WorkOrder order) {
-    using W = PersistentTraits<kHeadDim, kQInRegs>;
+    using W = PersistentTraits<kHeadDim>;
     constexpr int kTile = W::kTileBytes;
     constexpr int kSlots = W::kSlots;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t smem = smem_addr(smem_raw);
     if ((smem & 1023u) != 0) __trap();
-    constexpr int kQBufs = W::kQBufs;
-    auto q_tile = [&](int buf) { return smem + kTile * buf; };  // 11
-    const uint32_t o_tile = smem;                               // 12
-    auto tile_at = [&](int slot) { return smem + kTile * (kQBufs + W::kOBufs + slot); };
+    const uint32_t o_tile = smem;
+    auto tile_at = [&](int slot) { return smem + kTile * (W::kOBufs + slot); };
     const uint32_t bars = smem + W::kBarOffset;
-    auto q_full = [&](int buf) { return bars + 8 * buf; };
-    auto q_empty = [&](int buf) { return bars + 8 * (kQBufs + buf); };
-    auto full = [&](int slot) { return bars + 8 * (2 * kQBufs + slot); };
-    auto empty = [&](int slot) { return bars + 8 * (2 * kQBufs + kSlots + slot); };
+    auto full = [&](int slot) { return bars + 8 * slot; };
+    auto empty = [&](int slot) { return bars + 8 * (kSlots + slot); };
     volatile int* valid_keys = reinterpret_cast<volatile int*>(smem_raw + W::kValidOffset);
-    // Per Q buffer: its item (lin -1: no more items), tile count and coordinates, so that the
+    // Per Q slot: its item (lin -1: no more items), tile count and coordinates, so that the
     // consumer reads them instead of dividing.
     volatile ItemInfo* item_info = reinterpret_cast<volatile ItemInfo*>(valid_keys + kSlots);
 
@@ -1382,11 +1223,6 @@ __global__ void __launch_bounds__(256, 2)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
     if (threadIdx.x == 128) {
-#pragma unroll
-        for (int i = 0; i < kQBufs; ++i) {
-            mbar_init(q_full(i), 1);
-            mbar_init(q_empty(i), 1);
-        }
 #pragma unroll
         for (int st = 0; st < kSlots; ++st) {
             mbar_init(full(st), 1);
@@ -1406,18 +1242,13 @@ __global__ void __launch_bounds__(256, 2)
         RingPos<kSlots> pos{0, 0};  // the ring runs on across items
         int lin = blockIdx.x;
         if (lin >= order.dynamic_from) lin = claim_item(order, total);
-        for (int k = 0;; ++k) {
-            // 12: the item's Q and its ItemInfo go into the ring's next slot (lin -1 with a plain
-            // arrive: no more items). 11: into Q buffer k % 2 once O_{k-2} has left it.
-            const int buf = k & 1;
-            if constexpr (kQInRegs)
-                mbar_wait(empty(pos.slot), pos.phase ^ 1);
-            else if (k >= 2)
-                mbar_wait(q_empty(buf), ((k - 2) >> 1) & 1);
-            const int info_at = kQInRegs ? pos.slot : buf;
-            const uint32_t q_bar = kQInRegs ? full(pos.slot) : q_full(buf);
+        for (;;) {
+            // The item's Q and its ItemInfo go into the ring's next slot (lin -1 with a plain
+            // arrive: no more items).
+            mbar_wait(empty(pos.slot), pos.phase ^ 1);
+            const uint32_t q_bar = full(pos.slot);
             if (lin >= total) {
-                item_info[info_at].lin = -1;
+                item_info[pos.slot].lin = -1;
                 mbar_arrive(q_bar);
                 break;
             }
@@ -1425,17 +1256,17 @@ __global__ void __launch_bounds__(256, 2)
             coords(lin, row0, h, b);
             const BlockTiles<kHeadDim> tiles(p, row0);
             const int n = tiles.n_tiles;
-            volatile ItemInfo& info = item_info[info_at];  // published by the arrive below
+            volatile ItemInfo& info = item_info[pos.slot];  // published by the arrive below
             info.lin = lin, info.n = n, info.row0 = row0, info.h = h, info.b = b;
             mbar_expect_tx(q_bar, kTile);
-            const uint32_t q_dst = kQInRegs ? tile_at(pos.slot) : q_tile(buf);
+            const uint32_t q_dst = tile_at(pos.slot);
 #pragma unroll
             for (int c = 0; c < W::kPanels; ++c)
                 tma_load(q_dst + c * 8192, &map_q, 64 * c, row0, h, b, q_bar);
-            if constexpr (kQInRegs) pos.step1();
-            copy_item_tiles<true, W::kPanels, kSlots, kTile>(tiles, 0, n, n, h, b, p.len_k, &map_k,
-                                                             &map_v, valid_keys, pos, tile_at, full,
-                                                             empty);
+            pos.step1();
+            copy_item_tiles<W::kPanels, kSlots, kTile>(tiles, 0, n, n, h, b, p.len_k, &map_k,
+                                                       &map_v, valid_keys, pos, tile_at, full,
+                                                       empty);
             lin += G;
             if (lin >= order.dynamic_from) lin = claim_item(order, total);
         }
@@ -1443,11 +1274,6 @@ __global__ void __launch_bounds__(256, 2)
     }
 
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(W::kConsumerRegs) : "memory");
-#ifdef VARSCOPE_SM90_TRACE
-    unsigned long long* const trace_buf = g_trace;
-#else
-    unsigned long long* const trace_buf = nullptr;
-#endif
     const int t = lane % 4;
     // pos: the oldest slot not yet released, as in sm90_ws_kernel (the ring runs on across items).
     RingPos<kSlots> pos{0, 0};
@@ -1456,51 +1282,26 @@ __global__ void __launch_bounds__(256, 2)
         if (lane == 0) mbar_arrive(empty(pos.slot));
         pos.step1();
     };
-    // Thread 0: O_{k-1} has left buffer (k - 1) % 2 (its TMA store read it): the producer may
-    // load Q_{k+1} there.
-    auto free_previous = [&](int k) {
-        if (!kQInRegs && threadIdx.x == 0 && k >= 1) {
-            asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-            mbar_arrive(q_empty((k - 1) & 1));
-        }
-    };
     const float sl2 = p.scale_log2;
-    for (int k = 0;; ++k) {
-        const int buf = k & 1;
-        const unsigned long long t_wait = trace_now();
-        if constexpr (kQInRegs)
-            mbar_wait(full(pos.slot), pos.phase);
-        else
-            mbar_wait(q_full(buf), (k >> 1) & 1);
-        const int info_at = kQInRegs ? pos.slot : buf;
-        const int lin = item_info[info_at].lin;
+    for (;;) {
+        mbar_wait(full(pos.slot), pos.phase);
+        const int lin = item_info[pos.slot].lin;
         if (lin < 0) break;
-        const int n = item_info[info_at].n, row0 = item_info[info_at].row0,
-                  h = item_info[info_at].h, b = item_info[info_at].b;
-#ifdef VARSCOPE_SM90_TRACE
-        long long k_wait = 0, v_wait = 0, loop_c0 = 0, loop_c1 = 0;
-#endif
-        trace_put(trace_buf, lin, 0, t_wait);
-        trace_put(trace_buf, lin, 1, trace_now());
+        const int n = item_info[pos.slot].n, row0 = item_info[pos.slot].row0,
+                  h = item_info[pos.slot].h, b = item_info[pos.slot].b;
         float o[kHeadDim / 2];
 #pragma unroll
         for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
         float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-        const uint64_t dq = smem_desc(q_tile(buf), 16, 1024);
-        uint32_t qa[kQInRegs ? kHeadDim / 16 : 1][4];
-        if constexpr (kQInRegs) {
-            load_a_fragments<kHeadDim>(tile_at(pos.slot), qa);
-            release();  // Q's slot
-        }
+        uint32_t qa[kHeadDim / 16][4];
+        load_a_fragments<kHeadDim>(tile_at(pos.slot), qa);
+        release();  // Q's slot
         auto scores = [&](float(&s)[32]) -> int {
-            TRACE_WAIT(k_wait, mbar_wait(full(pos.slot), pos.phase));
+            mbar_wait(full(pos.slot), pos.phase);
             const int n_valid = valid_keys[pos.slot];
             wgmma_fence();
             const uint64_t dk = smem_desc(tile_at(pos.slot), 16, 1024);
-            if constexpr (kQInRegs)
-                qk_from_regs<kHeadDim>(s, qa, dk);
-            else
-                qk_from_descs<kHeadDim>(s, dq, dk);
+            qk_from_regs<kHeadDim>(s, qa, dk);
             wgmma_commit();
             return n_valid;
         };
@@ -1511,7 +1312,7 @@ __global__ void __launch_bounds__(256, 2)
         };
         // v: V's ring position (inside the loop pos.next(), K_i being at pos; after it pos).
         auto issue_pv = [&](const uint32_t(&pa)[4][4], RingPos<kSlots> v) {
-            TRACE_WAIT(v_wait, mbar_wait(full(v.slot), v.phase));
+            mbar_wait(full(v.slot), v.phase);
             wgmma_fence();
             const uint64_t dv = smem_desc(tile_at(v.slot), 64 * 128, 1024);
             pv_from_desc<kHeadDim>(o, pa, dv);
@@ -1528,11 +1329,6 @@ __global__ void __launch_bounds__(256, 2)
                 online_softmax_lazy(s, row_max, row_sum, corr, sl2);
                 pack_p(s, pa);
             }
-            trace_put(trace_buf, lin, 2, trace_now());
-#ifdef VARSCOPE_SM90_TRACE
-            loop_c0 = clock64();
-#endif
-            free_previous(k);
             for (int i = 1; i < n; ++i) {
                 float s[32];
                 const int n_valid = scores(s);
@@ -1558,42 +1354,23 @@ __global__ void __launch_bounds__(256, 2)
             wgmma_wait<0>();
             fence_regs(o);
             release();
-        } else {
-            free_previous(k);
         }
-#ifdef VARSCOPE_SM90_TRACE
-        loop_c1 = clock64();
-#endif
-        trace_put(trace_buf, lin, 3, trace_now());
-        if constexpr (kQInRegs) {
-            // O_{k-1} must have left the O buffer (its copy was issued an item ago).
-            if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-            asm volatile("bar.sync 1, 128;\n" ::: "memory");
-        }
-        store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0,
-                                   kQInRegs ? o_tile : q_tile(buf), &map_o, false);
-#ifdef VARSCOPE_SM90_TRACE
-        uint32_t smid;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-        trace_put(trace_buf, lin, 4, trace_now());
-        trace_put(trace_buf, lin, 5,
-                  (static_cast<unsigned long long>(smid) << 32) | (blockIdx.x << 16) | n);
-        trace_put(trace_buf, lin, 6, k_wait);
-        trace_put(trace_buf, lin, 7, v_wait);
-        trace_put(trace_buf, lin, 8, loop_c1 - loop_c0);
-#endif
+        // O_{k-1} must have left the O buffer (its copy was issued an item ago).
+        if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");
+        store_output_tma<kHeadDim>(p, o, row_max, row_sum, b, h, row0, o_tile, &map_o, false);
     }
     if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 #else
 template <int kHeadDim, int kStages, bool kGathered>
 __global__ void sm90_attention_kernel(const AttentionParams) {}
-template <int kHeadDim, int kSchedule>
+template <int kHeadDim>
 __global__ void sm90_ws_kernel(const AttentionParams, const __grid_constant__ CUtensorMap,
                                const __grid_constant__ CUtensorMap,
                                const __grid_constant__ CUtensorMap,
                                const __grid_constant__ CUtensorMap) {}
-template <int kHeadDim, bool kQInRegs>
+template <int kHeadDim>
 __global__ void sm90_persistent_kernel(const AttentionParams, const __grid_constant__ CUtensorMap,
                                        const __grid_constant__ CUtensorMap,
                                        const __grid_constant__ CUtensorMap,
@@ -1614,15 +1391,15 @@ cudaError_t launch_sm90(const AttentionParams& p, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
-// Schedules 7-12's tensor maps of a (batch, heads, len, head dim) bf16 tensor with the given
-// element strides: 64-column (128-byte) boxes with the 128-byte swizzle; rows past len read as
-// zeros. The driver's encoder is found once through the runtime (no libcuda link). False where
-// the map cannot be made (e.g. a zero stride): the caller falls back to 6.
-// panels = 1: a 4-d map (head dim, len, heads, batch), 64 x 64 boxes (a copy per 64-column
-// panel). panels = 2 (K and V at d128): the head dim as 64 columns x 2 panels with the panel dim
-// outermost in the box, (64, len, 2, heads, batch), box 64 x 64 x 2: one copy brings both panels
-// of a 64-row tile in the kernels' layout (panel c at c x 8 KiB). (H200, Table 1, block 64:
-// 0.1407-0.1410 vs 0.1415-0.1420 ms, every block active -0.8 %.)
+// The tensor maps of schedules 10 and 12: a (batch, heads, len, head dim) bf16 tensor with the
+// given element strides: 64-column (128-byte) boxes with the 128-byte swizzle; rows past len read
+// as zeros. The driver's encoder is found once through the runtime (no libcuda link). False where
+// the map cannot be made (e.g. a zero stride): the caller falls back to 6. panels = 1: a 4-d map
+// (head dim, len, heads, batch), 64 x 64 boxes (a copy per 64-column panel). panels = 2 (K and V at
+// d128): the head dim as 64 columns x 2 panels with the panel dim outermost in the box, (64, len,
+// 2, heads, batch), box 64 x 64 x 2: one copy brings both panels of a 64-row tile in the kernels'
+// layout (panel c at c x 8 KiB). (H200, Table 1, block 64: 0.1407-0.1410 vs 0.1415-0.1420 ms, every
+// block active -0.8 %.)
 inline bool make_tensor_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], int len,
                             const AttentionParams& p, int head_dim, int panels = 1) {
     static const auto encode = [] {
@@ -1658,12 +1435,12 @@ bool make_kv_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3],
     return make_tensor_map(map, ptr, stride, p.len_k, p, kHeadDim, kHeadDim / 64);
 }
 
-// Schedules 7 (serial) and 8/9/10 (overlapped): CSLA only. Returns cudaErrorNotSupported where the
-// tensor maps cannot be made (nothing launched).
-template <int kHeadDim, int kSchedule>
+// Schedule 10 (CSLA only). Returns cudaErrorNotSupported where the tensor maps cannot be made
+// (nothing launched).
+template <int kHeadDim>
 cudaError_t launch_sm90_ws(const AttentionParams& p, cudaStream_t stream) {
-    using W = WsTraits<kHeadDim, kSchedule>;
-    constexpr auto kKernel = sm90_ws_kernel<kHeadDim, kSchedule>;
+    using W = WsTraits<kHeadDim>;
+    constexpr auto kKernel = sm90_ws_kernel<kHeadDim>;
     constexpr int kSmem = W::kSmemBytes;
     static const cudaError_t attr_err =
         cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -1674,9 +1451,8 @@ cudaError_t launch_sm90_ws(const AttentionParams& p, cudaStream_t stream) {
         !make_kv_map<kHeadDim>(&mk, p.k, p.k_stride, p) ||
         !make_kv_map<kHeadDim>(&mv, p.v, p.v_stride, p))
         return cudaErrorNotSupported;
-    alignas(64) CUtensorMap mo{};  // 10 only: the output's map (its TMA store)
-    if (W::kShortEnds && !make_tensor_map(&mo, p.o, p.o_stride, p.len_q, p, kHeadDim))
-        return cudaErrorNotSupported;
+    alignas(64) CUtensorMap mo;  // the output's map (its TMA store)
+    if (!make_tensor_map(&mo, p.o, p.o_stride, p.len_q, p, kHeadDim)) return cudaErrorNotSupported;
     const dim3 grid((p.len_q + 63) / 64, p.heads, p.batch);
     kKernel<<<grid, W::kThreads, kSmem, stream>>>(p, mq, mk, mv, mo);
     return cudaGetLastError();
@@ -1721,10 +1497,11 @@ inline WorkOrder work_order(int nqb, int total, int grid, int device, cudaStream
     return order;
 }
 
-template <int kHeadDim, bool kQInRegs>
+// Schedule 12 (CSLA only), as launch_sm90_ws.
+template <int kHeadDim>
 cudaError_t launch_sm90_persistent(const AttentionParams& p, cudaStream_t stream) {
-    using W = PersistentTraits<kHeadDim, kQInRegs>;
-    constexpr auto kKernel = sm90_persistent_kernel<kHeadDim, kQInRegs>;
+    using W = PersistentTraits<kHeadDim>;
+    constexpr auto kKernel = sm90_persistent_kernel<kHeadDim>;
     constexpr int kSmem = W::kSmemBytes;
     static const cudaError_t attr_err =
         cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -1749,44 +1526,36 @@ cudaError_t launch_sm90_persistent(const AttentionParams& p, cudaStream_t stream
     return cudaGetLastError();
 }
 
-// How often a CSLA call asked for 7-12 ran 6 instead (no tensor map): tests and the probe
-// check that what they time or check is what they named.
+// How often a CSLA call ran 6 instead of its warp-specialised kernel (no tensor map): tests
+// check that what they check is what the dispatch normally runs.
 inline std::atomic<int>& ws_fallbacks() {
     static std::atomic<int> n{0};
     return n;
 }
 
-// impl: 0 (two stages), 6 (one stage, three CTAs per SM), 7-12 (warp-specialised, TMA;
-// CSLA only: gathered tiles have no TMA form, so CS4A runs 6 for them; where no tensor map can
-// be made, 6 too). The others were dropped.
-template <int kHeadDim, bool kGathered>
-cudaError_t launch_sm90_impl(const AttentionParams& p, int impl, cudaStream_t stream) {
-    switch (impl) {
-        case 0:
-            return launch_sm90<kHeadDim, 2, kGathered>(p, stream);
-        case 6:
-            return launch_sm90<kHeadDim, 1, kGathered>(p, stream);
-        case 7:
-        case 8:
-        case 9:
-        case 10:
-        case 11:
-        case 12:
-            if constexpr (!kGathered) {
-                const cudaError_t err = impl == 7    ? launch_sm90_ws<kHeadDim, 7>(p, stream)
-                                        : impl == 8  ? launch_sm90_ws<kHeadDim, 8>(p, stream)
-                                        : impl == 9  ? launch_sm90_ws<kHeadDim, 9>(p, stream)
-                                        : impl == 10 ? launch_sm90_ws<kHeadDim, 10>(p, stream)
-                                        : impl == 11
-                                            ? launch_sm90_persistent<kHeadDim, false>(p, stream)
-                                            : launch_sm90_persistent<kHeadDim, true>(p, stream);
-                if (err != cudaErrorNotSupported) return err;
-                ++ws_fallbacks();
-            }
-            return launch_sm90<kHeadDim, 1, kGathered>(p, stream);
-        default:
-            return cudaErrorInvalidValue;
-    }
+// CSLA (block-sparse tiles): sm90_schedule_for's kernel (12 at d128, 10 at d64); 6 where no
+// tensor map can be made.
+template <int kHeadDim>
+cudaError_t launch_csla_sm90(const AttentionParams& p, cudaStream_t stream) {
+    constexpr int kSchedule = sm90_schedule_for(kHeadDim, false);
+    static_assert(kSchedule == 12 || kSchedule == 10, "CSLA runs 12 or 10 (the rest was deleted)");
+    cudaError_t err;
+    if constexpr (kSchedule == 12)
+        err = launch_sm90_persistent<kHeadDim>(p, stream);
+    else
+        err = launch_sm90_ws<kHeadDim>(p, stream);
+    if (err != cudaErrorNotSupported) return err;
+    ++ws_fallbacks();
+    return launch_sm90<kHeadDim, 1, false>(p, stream);
+}
+
+// CS4A (gathered tiles, no TMA form): sm90_schedule_for's kernel (6, one K/V stage, at d128; 0,
+// two stages, at d64).
+template <int kHeadDim>
+cudaError_t launch_cs4a_sm90(const AttentionParams& p, cudaStream_t stream) {
+    constexpr int kSchedule = sm90_schedule_for(kHeadDim, true);
+    static_assert(kSchedule == 6 || kSchedule == 0, "CS4A runs 6 or 0 (the rest was deleted)");
+    return launch_sm90<kHeadDim, kSchedule == 6 ? 1 : 2, true>(p, stream);
 }
 
 }  // namespace varscope::kernels::cuda::sm90

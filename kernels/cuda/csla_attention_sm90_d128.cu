@@ -3,16 +3,9 @@
 
 namespace varscope::kernels::cuda {
 
-cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams& p, int impl, cudaStream_t stream) {
-    return sm90::launch_sm90_impl<128, false>(p, impl, stream);
+cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams& p, cudaStream_t stream) {
+    return sm90::launch_csla_sm90<128>(p, stream);
 }
-
-#ifdef VARSCOPE_SM90_TRACE
-// Probe only: where the persistent kernels of this translation unit write their timeline.
-cudaError_t set_sm90_trace_d128(unsigned long long* buffer) {
-    return cudaMemcpyToSymbol(sm90::g_trace, &buffer, sizeof buffer);
-}
-#endif
 
 int sm90_ws_fallback_count() {
     return sm90::ws_fallbacks().load();

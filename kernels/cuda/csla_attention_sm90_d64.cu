@@ -3,8 +3,8 @@
 
 namespace varscope::kernels::cuda {
 
-cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams& p, int impl, cudaStream_t stream) {
-    return sm90::launch_sm90_impl<64, false>(p, impl, stream);
+cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams& p, cudaStream_t stream) {
+    return sm90::launch_csla_sm90<64>(p, stream);
 }
 
 }  // namespace varscope::kernels::cuda

@@ -35,9 +35,10 @@ at::Tensor optional_layout(const at::Tensor& t, at::ScalarType type) {
     return t.defined() ? rows_layout(t, type) : t;
 }
 
-cudaError_t launch_linear(DiffLinearParams p, at::ScalarType type, cudaStream_t s) {
-    p.row_split = diff_row_split_enabled();
-    p.lean = diff_lean_enabled();
+cudaError_t launch_linear(DiffLinearParams p, at::ScalarType type, cudaStream_t s,
+                          const DiffLossPolicy& policy) {
+    p.row_split = policy.row_split;
+    p.lean = policy.lean;
     return type == at::kBFloat16 ? launch_diff_linear_bf16(p, s) : launch_diff_linear_fp16(p, s);
 }
 
@@ -70,7 +71,7 @@ void check_rows(const at::Tensor& t, int64_t rows, int64_t cols, const char* nam
 }  // namespace
 
 at::Tensor diff_input_proj(const at::Tensor& x_in, const at::Tensor& w_in, const at::Tensor& b_in,
-                           int64_t rows, bool pdl) {
+                           int64_t rows, const DiffLossPolicy& policy) {
     const c10::cuda::CUDAGuard guard(x_in.device());
     const auto type = x_in.scalar_type();
     const auto x = rows_layout(x_in, type).contiguous(), w = rows_layout(w_in, type).contiguous(),
@@ -78,8 +79,9 @@ at::Tensor diff_input_proj(const at::Tensor& x_in, const at::Tensor& w_in, const
     TORCH_CHECK(w.size(1) == x.size(1), "diff_input_proj: weight ", w.sizes(), " vs x ", x.sizes());
     auto out = at::empty({rows, w.size(0)}, x.options());
     const DiffLinearParams p =
-        linear_params(x, rows, w, b, out.data_ptr(), DiffPrologue::Copy, DiffEpilogue::Bias, pdl);
-    check_cuda(launch_linear(p, type, stream_of(x)), "fused DiffLoss input projection");
+        linear_params(x, rows, w, b, out.data_ptr(), DiffPrologue::Copy, DiffEpilogue::Bias,
+                      policy.pdl);
+    check_cuda(launch_linear(p, type, stream_of(x), policy), "fused DiffLoss input projection");
     return out;
 }
 
@@ -121,48 +123,52 @@ Fc1Launch fc1_params(const at::Tensor& in, int64_t M, int64_t K, const DiffBlock
 }  // namespace
 
 bool diff_proj_fold_runs(const at::Tensor& x, const at::Tensor& w_in, int64_t rows,
-                         const DiffBlockWeights& wt) {
+                         const DiffBlockWeights& wt, const DiffLossPolicy& policy) {
     // One 8-row tiling for the folded kernel: where the chain would take 16/32-row tiles the
     // caller runs the two kernels (the same values as the unfolded chain either way).
     return (x.size(1) == 8 || x.size(1) == 16) && w_in.size(1) == x.size(1) &&
            wt.fc1_weight.size(0) == w_in.size(0) && wt.fc1_weight.size(1) == w_in.size(0) &&
-           (rows <= 8 || diff_row_split_enabled());
+           (rows <= 8 || policy.row_split);
 }
 
 std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(
     const at::Tensor& x_in, const at::Tensor& w_in, const at::Tensor& b_in, int64_t rows,
-    const DiffBlockWeights& wt, const at::Tensor& shift, const at::Tensor& scale1, bool pdl) {
+    const DiffBlockWeights& wt, const at::Tensor& shift, const at::Tensor& scale1,
+    const DiffLossPolicy& policy) {
     const c10::cuda::CUDAGuard guard(x_in.device());
     const auto type = x_in.scalar_type();
     const auto x = rows_layout(x_in, type).contiguous(), wi = rows_layout(w_in, type).contiguous(),
                bi = rows_layout(b_in, type).contiguous();
-    TORCH_CHECK(diff_proj_fold_runs(x, wi, rows, wt), "diff_proj_block_fc1: shapes ", x.sizes(),
+    TORCH_CHECK(diff_proj_fold_runs(x, wi, rows, wt, policy), "diff_proj_block_fc1: shapes ",
+                x.sizes(),
                 " / ", wi.sizes(), " / ", wt.fc1_weight.sizes(), " not foldable");
     const int64_t K = wi.size(0);
-    Fc1Launch l = fc1_params(x, rows, K, wt, shift, scale1, pdl);
+    Fc1Launch l = fc1_params(x, rows, K, wt, shift, scale1, policy.pdl);
     auto h = at::empty({rows, K}, x.options());
     l.p.proj_weight = wi.data_ptr();
     l.p.proj_bias = bi.data_ptr();
     l.p.proj_k = static_cast<int>(x.size(1));
     l.p.proj_out = h.data_ptr();
-    check_cuda(launch_linear(l.p, type, stream_of(x)), "fused DiffLoss projection + block fc1");
+    check_cuda(launch_linear(l.p, type, stream_of(x), policy),
+               "fused DiffLoss projection + block fc1");
     return {l.out, h};
 }
 
 at::Tensor diff_block_fc1(const at::Tensor& h_in, const DiffBlockWeights& wt,
-                          const at::Tensor& shift_in, const at::Tensor& scale1_in, bool pdl) {
+                          const at::Tensor& shift_in, const at::Tensor& scale1_in,
+                          const DiffLossPolicy& policy) {
     const c10::cuda::CUDAGuard guard(h_in.device());
     const auto type = h_in.scalar_type();
     const auto h = h_in.contiguous();
     const int64_t M = h.size(0), K = h.size(1);
-    Fc1Launch l = fc1_params(h, M, K, wt, shift_in, scale1_in, pdl);
-    check_cuda(launch_linear(l.p, type, stream_of(h)), "fused DiffLoss block fc1");
+    Fc1Launch l = fc1_params(h, M, K, wt, shift_in, scale1_in, policy.pdl);
+    check_cuda(launch_linear(l.p, type, stream_of(h), policy), "fused DiffLoss block fc1");
     return l.out;
 }
 
 at::Tensor diff_block_fc2(const at::Tensor& a_in, const DiffBlockWeights& wt,
-                          const at::Tensor& gate_in, const at::Tensor& h_in, bool pdl,
-                          const DiffKeep& keep) {
+                          const at::Tensor& gate_in, const at::Tensor& h_in,
+                          const DiffLossPolicy& policy, const DiffKeep& keep) {
     const c10::cuda::CUDAGuard guard(a_in.device());
     const auto type = a_in.scalar_type();
     const auto a = a_in.contiguous();
@@ -177,14 +183,14 @@ at::Tensor diff_block_fc2(const at::Tensor& a_in, const DiffBlockWeights& wt,
     TORCH_CHECK(h.size(0) == M && h.size(1) == w.size(0), "diff_block_fc2: h ", h.sizes());
     TORCH_CHECK(w.size(1) == K, "diff_block_fc2: weight ", w.sizes(), " vs a ", a.sizes());
     DiffLinearParams p = linear_params(a, M, w, b, h.data_ptr(), DiffPrologue::Copy,
-                                       DiffEpilogue::BiasGateResid, pdl);
+                                       DiffEpilogue::BiasGateResid, policy.pdl);
     p.gate = gate.data_ptr();
     p.gate_stride = gate.stride(0);
     p.resid = h.data_ptr();
     // The dispatch checked their shapes and layout (contiguous, like h).
     p.keep_mlp = keep.mlp.defined() ? keep.mlp.data_ptr() : nullptr;
     p.keep_change = keep.change.defined() ? keep.change.data_ptr() : nullptr;
-    check_cuda(launch_linear(p, type, stream_of(a)), "fused DiffLoss block fc2");
+    check_cuda(launch_linear(p, type, stream_of(a), policy), "fused DiffLoss block fc2");
     return h;
 }
 
@@ -215,7 +221,7 @@ DiffKeptList kept_list(const std::vector<DiffKeptBlock>& blocks, at::ScalarType 
 }  // namespace
 
 at::Tensor diff_apply_kept(const at::Tensor& h, const std::vector<DiffKeptBlock>& blocks,
-                           bool pdl) {
+                           const DiffLossPolicy& policy) {
     const c10::cuda::CUDAGuard guard(h.device());
     // Updated in place: h must be contiguous and aligned.
     TORCH_CHECK(h.is_contiguous() && aligned16(h), "diff_apply_kept: h must be contiguous");
@@ -225,7 +231,7 @@ at::Tensor diff_apply_kept(const at::Tensor& h, const std::vector<DiffKeptBlock>
     p.rows = static_cast<int>(h.size(0));
     p.K = static_cast<int>(h.size(1));
     p.kept = kept_list(blocks, h.scalar_type(), hold);
-    p.pdl = pdl;
+    p.pdl = policy.pdl;
     const cudaStream_t s = stream_of(h);
     check_cuda(h.scalar_type() == at::kBFloat16 ? launch_diff_apply_bf16(p, s)
                                                 : launch_diff_apply_fp16(p, s),
@@ -312,7 +318,7 @@ at::Tensor diff_final_step(const at::Tensor& h_in, const at::Tensor& shift,
                            const at::Tensor& scale1, const at::Tensor& w, const at::Tensor& b,
                            double ln_eps, const at::Tensor& x, const at::Tensor& noise,
                            const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
-                           const DiffStepCoefs& k, bool pdl) {
+                           const DiffStepCoefs& k, const DiffLossPolicy& policy) {
     const c10::cuda::CUDAGuard guard(h_in.device());
     const auto type = h_in.scalar_type();
     const auto h = h_in.contiguous();
@@ -321,7 +327,7 @@ at::Tensor diff_final_step(const at::Tensor& h_in, const at::Tensor& shift,
                 " tensor (updated in place)");
     std::vector<at::Tensor> hold;
     DiffFinalParams p = final_params(h.size(0), h.size(1), shift, scale1, w, b, ln_eps, x, nullptr,
-                                     noise, cfg_scale, mode, delta, k, pdl, hold);
+                                     noise, cfg_scale, mode, delta, k, policy.pdl, hold);
     p.in = h.data_ptr();
     check_cuda(launch_final(p, type, stream_of(h)), "fused DiffLoss final step");
     return x;
@@ -332,7 +338,7 @@ at::Tensor diff_cached_step(const at::Tensor& x_in, const at::Tensor& w_in, cons
                             const at::Tensor& shift, const at::Tensor& scale1, const at::Tensor& w,
                             const at::Tensor& b, double ln_eps, const at::Tensor& noise,
                             const at::Tensor& cfg_scale, DiffCfgMode mode, const at::Tensor& delta,
-                            const DiffStepCoefs& k, bool pdl) {
+                            const DiffStepCoefs& k, const DiffLossPolicy& policy) {
     const c10::cuda::CUDAGuard guard(x_in.device());
     const auto type = x_in.scalar_type();
     const auto x = rows_layout(x_in, type).contiguous();
@@ -340,13 +346,14 @@ at::Tensor diff_cached_step(const at::Tensor& x_in, const at::Tensor& w_in, cons
     auto next = at::empty_like(x);
     std::vector<at::Tensor> hold;
     DiffFinalParams p = final_params(rows, wi.size(0), shift, scale1, w, b, ln_eps, x,
-                                     next.data_ptr(), noise, cfg_scale, mode, delta, k, pdl, hold);
+                                     next.data_ptr(), noise, cfg_scale, mode, delta, k, policy.pdl,
+                                     hold);
     p.proj_weight = wi.data_ptr();
     p.proj_bias = bi.data_ptr();
     p.proj_k = static_cast<int>(x.size(1));
     p.kept = kept_list(blocks, type, hold);
     const bool halves = mode == DiffCfgMode::Full || mode == DiffCfgMode::FullKeep;
-    switch (diff_cached_layout_for(rows)) {
+    switch (diff_cached_layout_for(policy.cached_layout, rows)) {
         case DiffCachedLayout::Split:
             p.latents_per_cta = halves ? 4 : 8;  // 8 rows a CTA
             break;

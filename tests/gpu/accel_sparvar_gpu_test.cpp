@@ -117,7 +117,7 @@ struct Twin : SamplingHooks {
 
 bool kernels_for(at::ScalarType t, std::string* why) {
     const auto probe = at::zeros({1, 2, 64, 64}, at::TensorOptions().dtype(t).device(at::kCUDA));
-    return vk::cuda_attention_supported(probe, 64, 64, why);
+    return vk::cuda_attention_supported(probe, 64, 64, {}, why);
 }
 
 }  // namespace

@@ -119,9 +119,7 @@ TEST(GpuAmsKvSimilarity, KernelMatchesTheGramReference) {
         const auto p = token_major(prev.to(at::kCUDA, at::kHalf)),
                    q = token_major(cur.to(at::kCUDA, at::kHalf));
         const double k = ams_kv::similarity(p, s.pp, q, s.pc, false);
-        ams_kv::set_similarity_path(vk::KernelPath::Reference);
-        const double r = ams_kv::similarity(p, s.pp, q, s.pc, false);
-        ams_kv::set_similarity_path(vk::KernelPath::Auto);
+        const double r = ams_kv::similarity(p, s.pp, q, s.pc, false, vk::KernelPath::Reference);
         EXPECT_NEAR(k, r, 2e-3 * std::abs(r)) << s.pp << "->" << s.pc;
         // float keys, normalised on the fly, against float64 and the reference on the CPU
         const double kf = ams_kv::similarity(prev.cuda() * 3.0, s.pp, cur.cuda() * 0.5, s.pc);
@@ -151,9 +149,7 @@ TEST(GpuAmsKvSimilarity, DecisionsAgreeWithTheReferenceAroundTheta) {
         const auto p = token_major(prev.to(at::kCUDA, at::kHalf)),
                    q = token_major(cur.to(at::kCUDA, at::kHalf));
         const double k = ams_kv::similarity(p, 13, q, 16, false);
-        ams_kv::set_similarity_path(vk::KernelPath::Reference);
-        const double r = ams_kv::similarity(p, 13, q, 16, false);
-        ams_kv::set_similarity_path(vk::KernelPath::Auto);
+        const double r = ams_kv::similarity(p, 13, q, 16, false, vk::KernelPath::Reference);
         const double t = -truth(p, 13, q, 16, false) / (4.0 * 30 * 256 * 64);
         EXPECT_EQ(k < -0.008, r < -0.008) << noise << ": kernel " << k << " reference " << r;
         EXPECT_NEAR(k, t, 1e-5 * std::abs(t)) << noise;
@@ -191,7 +187,13 @@ TEST(GpuAmsKvSimilarity, LoopTokensAndPromotionsIdenticalWithEitherPath) {
     // middle of the widest gap between them near their median, so that some layers are promoted
     // and none sits within rounding of θ.
     cfg.theta = -1.0;
-    ams_kv::set_similarity_path(vk::KernelPath::Reference);
+    // The similarity path is the pipeline's (ExecPolicy::ams_kv_reference_similarity).
+    auto use_reference = [&](bool reference) {
+        ExecPolicy exec;
+        exec.ams_kv_reference_similarity = reference;
+        gpu.sampler().set_exec_policy(exec);
+    };
+    use_reference(true);
     DemandingProbe first;
     auto h0 = make_ams_kv(cfg, c, &first);
     gpu.generate(o, h0.get());
@@ -215,16 +217,14 @@ TEST(GpuAmsKvSimilarity, LoopTokensAndPromotionsIdenticalWithEitherPath) {
     cfg.theta = 0.5 * (s[best] + s[best + 1]);
     ASSERT_GT(s[best + 1] - s[best], 1e-5) << "similarities too close to split";
 
-    auto run = [&](vk::KernelPath path, DemandingProbe& probe) {
-        ams_kv::set_similarity_path(path);
+    auto run = [&](bool reference, DemandingProbe& probe) {
+        use_reference(reference);
         auto h = make_ams_kv(cfg, c, &probe);
-        auto res = gpu.generate(o, h.get());
-        ams_kv::set_similarity_path(vk::KernelPath::Auto);
-        return res;
+        return gpu.generate(o, h.get());
     };
     DemandingProbe pr, pk;
-    const auto ref = run(vk::KernelPath::Reference, pr);
-    const auto ker = run(vk::KernelPath::Cuda, pk);
+    const auto ref = run(true, pr);
+    const auto ker = run(false, pk);
     ASSERT_EQ(ref.tokens.size(), ker.tokens.size());
     for (size_t si = 0; si < ref.tokens.size(); ++si)
         EXPECT_TRUE(ker.tokens[si].equal(ref.tokens[si])) << "scale " << si;

@@ -26,7 +26,7 @@ bool kernels_runnable(std::string* why) {
     }
     const auto probe =
         at::zeros({1, 1, 64, 64}, at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA));
-    return vk::cuda_attention_supported(probe, 64, 64, why);
+    return vk::cuda_attention_supported(probe, 64, 64, {}, why);
 }
 
 #define REQUIRE_KERNELS()                                   \
@@ -173,45 +173,36 @@ const std::vector<Shape> kShapes = {
 
 }  // namespace
 
-// Restores the kernel variant in force before the test (the default) when it ends, also on
-// failure.
-struct VariantGuard {
-    int saved = vk::attention_kernel_variant();
-    ~VariantGuard() { vk::set_attention_kernel_variant(saved); }
-};
-
+// The sm_80 kernels (KernelPolicy::sm90_attention off: what every non-Hopper GPU runs); the
+// sm_90a ones: kernels_csla_sm90_test.cpp.
 TEST(KernelsAttentionGpu, BlockSparseMatchesReference) {
     REQUIRE_KERNELS();
     c10::InferenceMode guard;
-    VariantGuard restore;
     at::manual_seed(11);
-    for (const int variant : {1, 2}) {
-        vk::set_attention_kernel_variant(variant);
-        for (const auto dtype : {at::kBFloat16, at::kHalf}) {
-            for (const auto& s : kShapes) {
-                for (const int64_t block : {64, 128}) {
-                    for (const bool strided : {false, true}) {
-                        const auto x = random_qkv(s.b, s.h, s.lq, s.lk, s.d, dtype, strided);
-                        const int64_t nqb = (s.lq + block - 1) / block,
-                                      nkb = (s.lk + block - 1) / block;
-                        const auto lists = random_block_lists(nqb, nkb, 0.4, block == 128);
-                        vk::AttentionOptions o;
-                        o.path = vk::KernelPath::Cuda;
-                        o.return_lse = true;
-                        o.out = poisoned_like(x.q);
-                        const auto got = vk::block_sparse_attention(x.q, x.k, x.v, lists.indices,
-                                                                    lists.counts, block, block, o);
-                        sync_and_check();
-                        EXPECT_EQ(got.out.data_ptr(), o.out.data_ptr());
-                        const auto mask = vk::reference::token_mask_from_block_lists(
-                            lists.indices, lists.counts, block, block, s.lq, s.lk);
-                        expect_close_to_reference(
-                            got, x, mask,
-                            std::string(c10::toString(dtype)) + " lq=" + std::to_string(s.lq) +
-                                " lk=" + std::to_string(s.lk) + " d=" + std::to_string(s.d) +
-                                " block=" + std::to_string(block) + (strided ? " strided" : "") +
-                                " variant " + std::to_string(variant));
-                    }
+    for (const auto dtype : {at::kBFloat16, at::kHalf}) {
+        for (const auto& s : kShapes) {
+            for (const int64_t block : {64, 128}) {
+                for (const bool strided : {false, true}) {
+                    const auto x = random_qkv(s.b, s.h, s.lq, s.lk, s.d, dtype, strided);
+                    const int64_t nqb = (s.lq + block - 1) / block,
+                                  nkb = (s.lk + block - 1) / block;
+                    const auto lists = random_block_lists(nqb, nkb, 0.4, block == 128);
+                    vk::AttentionOptions o;
+                    o.path = vk::KernelPath::Cuda;
+                    o.return_lse = true;
+                    o.out = poisoned_like(x.q);
+                    o.policy.sm90_attention = false;
+                    const auto got = vk::block_sparse_attention(x.q, x.k, x.v, lists.indices,
+                                                                lists.counts, block, block, o);
+                    sync_and_check();
+                    EXPECT_EQ(got.out.data_ptr(), o.out.data_ptr());
+                    const auto mask = vk::reference::token_mask_from_block_lists(
+                        lists.indices, lists.counts, block, block, s.lq, s.lk);
+                    expect_close_to_reference(
+                        got, x, mask,
+                        std::string(c10::toString(dtype)) + " lq=" + std::to_string(s.lq) +
+                            " lk=" + std::to_string(s.lk) + " d=" + std::to_string(s.d) +
+                            " block=" + std::to_string(block) + (strided ? " strided" : ""));
                 }
             }
         }
@@ -247,11 +238,9 @@ TEST(KernelsAttentionGpu, BlockSparseMixedBlockSizesAndAllActiveEqualsDense) {
 TEST(KernelsAttentionGpu, GatheredMatchesReference) {
     REQUIRE_KERNELS();
     c10::InferenceMode guard;
-    VariantGuard restore;
     at::manual_seed(13);
-    // 3: the sm_90a kernel on Hopper for bf16 (fp16 and other GPUs fall back to v1).
-    for (const int variant : {1, 2, 3}) {
-        vk::set_attention_kernel_variant(variant);
+    // sm90: the sm_90a kernel on Hopper for bf16 (fp16 and other GPUs run the sm_80 one).
+    for (const bool sm90 : {false, true}) {
         for (const auto dtype : {at::kBFloat16, at::kHalf}) {
             for (const auto& s : kShapes) {
                 for (const int64_t block_q : {64, 192}) {
@@ -262,6 +251,7 @@ TEST(KernelsAttentionGpu, GatheredMatchesReference) {
                     o.path = vk::KernelPath::Cuda;
                     o.return_lse = true;
                     o.out = poisoned_like(x.q);
+                    o.policy.sm90_attention = sm90;
                     const auto got = vk::gathered_attention(x.q, x.k, x.v, lists.indices,
                                                             lists.counts, block_q, o);
                     sync_and_check();
@@ -271,7 +261,7 @@ TEST(KernelsAttentionGpu, GatheredMatchesReference) {
                         got, x, mask,
                         std::string(c10::toString(dtype)) + " gathered lq=" + std::to_string(s.lq) +
                             " lk=" + std::to_string(s.lk) + " d=" + std::to_string(s.d) + " bq=" +
-                            std::to_string(block_q) + " variant " + std::to_string(variant));
+                            std::to_string(block_q) + (sm90 ? " sm90" : " sm80"));
                 }
             }
         }
@@ -349,13 +339,13 @@ TEST(KernelsAttentionGpu, DispatchFallsBackAndSwitchForcesReference) {
     const auto lists = random_block_lists(2, 3, 0.5, false);
     const auto cuda_out =
         vk::block_sparse_attention(x.q, x.k, x.v, lists.indices, lists.counts, 64, 64);
-    vk::force_reference_kernels(true);
+    vk::AttentionOptions forced;
+    forced.policy.reference = true;
     std::string why;
-    EXPECT_FALSE(vk::cuda_attention_supported(x.q, 64, 64, &why));
+    EXPECT_FALSE(vk::cuda_attention_supported(x.q, 64, 64, forced.policy, &why));
     EXPECT_NE(why.find("forced"), std::string::npos);
     const auto ref_out =
-        vk::block_sparse_attention(x.q, x.k, x.v, lists.indices, lists.counts, 64, 64);
-    vk::force_reference_kernels(false);
+        vk::block_sparse_attention(x.q, x.k, x.v, lists.indices, lists.counts, 64, 64, forced);
     EXPECT_LT(rel_err(cuda_out.out, ref_out.out), 2e-2);
     // Unsupported shapes (head dim 32, block 32) fall back to the reference under Auto ...
     const auto small = random_qkv(1, 1, 40, 40, 32, at::kBFloat16);

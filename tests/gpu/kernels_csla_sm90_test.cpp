@@ -1,10 +1,12 @@
-// The sm_90a wgmma kernels (attention variant 3), CSLA block-sparse and CS4A gathered, against
-// the float64 reference: error at most twice torch's own at bf16, tails on both axes, random
-// lists with empty query blocks (gathered: counts off tile boundaries and on them, invalid
-// entries inside the count), poisoned outputs, two runs bitwise equal; scores that rise along the
-// keys (the exponent base must move: schedule 9 moves it only when P would pass 2^16); many
-// items per CTA, eagerly and replayed from a CUDA graph. One test per schedule
-// (VARSCOPE_SM90_IMPL). Skips without CUDA, kernels for the device, or a Hopper GPU.
+// The sm_90a wgmma kernels (KernelPolicy::sm90_attention, the default on Hopper), CSLA
+// block-sparse and CS4A gathered, at both head dims (so each kernel the dispatch runs: CSLA 12 at
+// d128, 10 at d64, 6 where no tensor map can be made; CS4A 6 at d128, 0 at d64), against the
+// float64 reference: error at most twice torch's own at bf16, tails on both axes, random lists
+// with empty query blocks (gathered: counts off tile boundaries and on them, invalid entries
+// inside the count), poisoned outputs, two runs bitwise equal; scores that rise along the keys
+// (the exponent base must move: it moves only when P would pass 2^16); many items per CTA,
+// eagerly and replayed from a CUDA graph. Skips without CUDA, kernels for the device, or a Hopper
+// GPU. (The schedules deleted as never the default had a test each: pruned-kernels.md.)
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -12,7 +14,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -40,7 +41,7 @@ bool hopper_runnable(std::string* why) {
     }
     const auto probe =
         at::zeros({1, 1, 64, 64}, at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA));
-    return vk::cuda_attention_supported(probe, 64, 64, why);
+    return vk::cuda_attention_supported(probe, 64, 64, {}, why);
 }
 
 double rel(const at::Tensor& a, const at::Tensor& ref) {
@@ -97,14 +98,6 @@ std::pair<at::Tensor, at::Tensor> key_lists_for(int64_t nqb, int64_t lk, double 
     return {idx.cuda(), cnt.cuda()};
 }
 
-struct VariantGuard {
-    int saved = vk::attention_kernel_variant();
-    ~VariantGuard() {
-        vk::set_attention_kernel_variant(saved);
-        unsetenv("VARSCOPE_SM90_IMPL");
-    }
-};
-
 // The checks both sm90 tests make of one kernel output `got` (and `again`, the same call into a
 // fresh poisoned buffer) against the float64 reference under the token mask the lists mean:
 // error at most twice torch's own bf16 SDPA error, empty query rows O = 0 and LSE = -inf, the
@@ -158,34 +151,25 @@ void check_block_sparse(const at::Tensor& q, const at::Tensor& k, const at::Tens
 
 }  // namespace
 
-// One test per schedule (VARSCOPE_SM90_IMPL: 0 two K/V stages, 6 one stage with three CTAs per
-// SM, 7-10 warp-specialised with TMA copies, 8 with S/PV overlap, 9 without a maximum per tile,
-// 10 with O stored by TMA through shared memory, 11 persistent, 12 that with Q in registers), so
-// a failure or a hang names its schedule. The fixture selects the schedule and afterwards checks
-// that it ran: 7-12 run 6 where no tensor map can be made, and the test would then have checked
-// 6.
-class KernelsCslaSm90 : public ::testing::TestWithParam<int> {
+// The dispatch's CSLA kernels (12 at d128, 10 at d64). The fixture checks afterwards that they
+// ran: where no tensor map can be made they run 6, and the test would then have checked 6.
+class KernelsCslaSm90 : public ::testing::Test {
   protected:
     void SetUp() override {
         std::string why;
         if (!hopper_runnable(&why)) GTEST_SKIP() << why;
-        vk::set_attention_kernel_variant(3);
-        setenv("VARSCOPE_SM90_IMPL", impl.c_str(), 1);
         fallbacks_before = vk::sm90_ws_fallback_count();
     }
     void TearDown() override {
         if (!IsSkipped()) {
-            EXPECT_EQ(vk::sm90_ws_fallback_count(), fallbacks_before)
-                << "impl " << impl << " fell back to 6";
+            EXPECT_EQ(vk::sm90_ws_fallback_count(), fallbacks_before) << "fell back to 6";
         }
     }
     c10::InferenceMode inference;
-    VariantGuard restore;
-    const std::string impl = std::to_string(GetParam());
     const at::TensorOptions opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
     int fallbacks_before = 0;
 
-    // More items than the persistent schedules have CTAs (ManyItemsPerCta): batch 2, 24 heads, 19
+    // More items than the persistent kernel has CTAs (ManyItemsPerCta): batch 2, 24 heads, 19
     // query blocks (a tail of 5 rows) = 912 items, random lists with empty query blocks.
     struct Problem {
         at::Tensor q, k, v, idx, cnt;
@@ -203,7 +187,7 @@ class KernelsCslaSm90 : public ::testing::TestWithParam<int> {
     }
 };
 
-TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {
+TEST_F(KernelsCslaSm90, BlockSparseMatchesReference) {
     at::manual_seed(21);
     struct Shape {
         int64_t b, h, lq, lk, d;
@@ -227,7 +211,7 @@ TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {
                     // one warpgroup with a list and one without.
                     const auto [idx, cnt] = lists_for(nqb, nkb, 0.4, true);
                     check_block_sparse(q, k, v, idx, cnt, bq, bk,
-                                       std::string("impl ") + impl + " lq=" + std::to_string(s.lq) +
+                                       "lq=" + std::to_string(s.lq) +
                                            " lk=" + std::to_string(s.lk) + " d=" +
                                            std::to_string(s.d) + " block=" + std::to_string(bq) +
                                            "x" + std::to_string(bk) + (strided ? " strided" : ""));
@@ -242,7 +226,7 @@ TEST_P(KernelsCslaSm90, BlockSparseMatchesReference) {
 // times, upwards and, for tiles visited after larger ones, stays. A schedule that failed to
 // rescale O or the row sums when it moves is off by orders of magnitude here; with random keys
 // of one scale (the test above) the base hardly ever moves after the first tile.
-TEST_P(KernelsCslaSm90, RisingScoresMoveTheBase) {
+TEST_F(KernelsCslaSm90, RisingScoresMoveTheBase) {
     at::manual_seed(22);
     for (const int64_t d : {64, 128}) {
         const int64_t lq = 192, lk = 2000, block = 64;
@@ -253,24 +237,24 @@ TEST_P(KernelsCslaSm90, RisingScoresMoveTheBase) {
         const int64_t nqb = (lq + block - 1) / block, nkb = (lk + block - 1) / block;
         const auto [idx, cnt] = lists_for(nqb, nkb, 0.6, false);
         check_block_sparse(q, k, v, idx, cnt, block, block,
-                           "impl " + impl + " rising scores d=" + std::to_string(d));
+                           "rising scores d=" + std::to_string(d));
     }
 }
 
-// More query blocks than the persistent schedules (11, 12) have CTAs (two per SM, at most 2 x 144
-// on a Hopper part): every CTA takes three or more items in turn, so its two Q buffers alternate,
-// its O stores wait for their buffers, and its K/V ring runs on across items (the shapes above
-// fit in one item per CTA). A tail of 5 query rows and empty query blocks as above. 912 items
-// are not whole rounds of 2 x 132 (H100/H200) or 2 x 144 CTAs, so the last items are claimed
-// from the launch's counter (WorkOrder); the second run of each check shows that the first left
-// the counter at zero (an item skipped would leave its NaN poison), and the d = 128 launch, after
-// the d = 64 one on the same stream, the same across kernels.
-TEST_P(KernelsCslaSm90, ManyItemsPerCta) {
+// More query blocks than the persistent kernel (12, d128) has CTAs (two per SM, at most 2 x 144 on
+// a Hopper part): every CTA takes three or more items in turn, so its Q slots and O buffer are
+// reused, its O stores wait for their buffer, and its K/V ring runs on across items (the shapes
+// above fit in one item per CTA). A tail of 5 query rows and empty query blocks as above. 912 items
+// are not whole rounds of 2 x 132 (H100/H200) or 2 x 144 CTAs, so the last items are claimed from
+// the launch's counter (WorkOrder); the second run of each check shows that the first left the
+// counter at zero (an item skipped would leave its NaN poison), and the d = 128 launch, after the d
+// = 64 one on the same stream, the same across kernels.
+TEST_F(KernelsCslaSm90, ManyItemsPerCta) {
     at::manual_seed(23);
     for (const int64_t d : {64, 128}) {
         const auto pr = many_items_problem(d);
         check_block_sparse(pr.q, pr.k, pr.v, pr.idx, pr.cnt, pr.block, pr.block,
-                           "impl " + impl + " many items per CTA d=" + std::to_string(d));
+                           "many items per CTA d=" + std::to_string(d));
     }
 }
 
@@ -278,7 +262,7 @@ TEST_P(KernelsCslaSm90, ManyItemsPerCta) {
 // on the capture stream makes that stream's claim counter, the captured launch uses it, and
 // every replay must leave it at zero for the next. Each replay writes into a NaN-poisoned output
 // and must equal the eager run bitwise.
-TEST_P(KernelsCslaSm90, GraphReplaysMatchTheEagerRun) {
+TEST_F(KernelsCslaSm90, GraphReplaysMatchTheEagerRun) {
     if (!vk::cuda_graphs_built()) GTEST_SKIP() << "no CUDA graphs in this build";
     at::manual_seed(29);
     const auto pr = many_items_problem(128);
@@ -302,40 +286,46 @@ TEST_P(KernelsCslaSm90, GraphReplaysMatchTheEagerRun) {
         out.fill_(nan);
         graph.replay();
         torch::cuda::synchronize();
-        EXPECT_TRUE(at::equal(out, eager)) << "impl " << impl << " replay " << replay;
+        EXPECT_TRUE(at::equal(out, eager)) << "replay " << replay;
     }
 }
 
-// Every schedule the dispatch accepts (vk::kSm90Schedules), so a new one is tested by adding it
-// there.
-INSTANTIATE_TEST_SUITE_P(Impl, KernelsCslaSm90, ::testing::ValuesIn(vk::kSm90Schedules),
-                         [](const ::testing::TestParamInfo<int>& i) {
-                             return "impl" + std::to_string(i.param);
-                         });
+// Keys and values shared by every head (expanded: head stride 0): no TMA tensor map can be made
+// for them, so the CSLA launch runs schedule 6 (sm90_attention_kernel, one K/V stage) instead of
+// its warp-specialised kernel; the result is still the reference's.
+TEST(KernelsCslaSm90Fallback, ZeroStrideKeysRunScheduleSix) {
+    std::string why;
+    if (!hopper_runnable(&why)) GTEST_SKIP() << why;
+    c10::InferenceMode inference;
+    at::manual_seed(24);
+    const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+    for (const int64_t d : {64, 128}) {
+        const int64_t h = 3, lq = 200, lk = 700, block = 64;
+        const auto q = at::randn({1, h, lq, d}, opts);
+        const auto k = at::randn({1, 1, lk, d}, opts).expand({1, h, lk, d});
+        const auto v = at::randn({1, 1, lk, d}, opts).expand({1, h, lk, d});
+        const auto [idx, cnt] = lists_for((lq + block - 1) / block, (lk + block - 1) / block, 0.5,
+                                          true);
+        const int before = vk::sm90_ws_fallback_count();
+        check_block_sparse(q, k, v, idx, cnt, block, block,
+                           "zero-stride keys d=" + std::to_string(d));
+        EXPECT_GT(vk::sm90_ws_fallback_count(), before) << "d=" << d << ": no fallback to 6";
+    }
+}
 
-// Which schedule runs without an override is what the docs and the bench notes report
-// (bench/results/2026-11-26-h200/): a default that silently stayed on an older schedule went
-// unnoticed for a session. The override takes exact schedule numbers only ("1" is not 11 or 12).
-// Host logic: runs in every build with the CUDA kernels, GPU or not (without nvcc there are none
-// and sm90_schedule says -1: found on a fresh Debian 12, which has no CUDA toolkit).
-TEST(KernelsSm90Schedule, DefaultsAndOverride) {
+// Which schedule runs is what the docs and the bench notes report (bench/results/2026-11-26-h200/):
+// a default that silently stayed on an older schedule went unnoticed for a session. Host logic:
+// runs in every build with the CUDA kernels, GPU or not (without nvcc there are none and
+// sm90_schedule says -1: found on a fresh Debian 12, which has no CUDA toolkit).
+TEST(KernelsSm90Schedule, Defaults) {
     if (!vk::cuda_kernels_built()) GTEST_SKIP() << "no CUDA kernels in this build (no nvcc)";
-    unsetenv("VARSCOPE_SM90_IMPL");
     EXPECT_EQ(vk::sm90_schedule(128, false), 12);
     EXPECT_EQ(vk::sm90_schedule(64, false), 10);
     EXPECT_EQ(vk::sm90_schedule(128, true), 6);
     EXPECT_EQ(vk::sm90_schedule(64, true), 0);
-    setenv("VARSCOPE_SM90_IMPL", "11", 1);
-    EXPECT_EQ(vk::sm90_schedule(128, false), 11);
-    EXPECT_EQ(vk::sm90_schedule(64, true), 11);  // CS4A's launcher then runs 6
-    for (const char* not_one : {"1", "112", "12 ", "", "x", "5"}) {
-        setenv("VARSCOPE_SM90_IMPL", not_one, 1);
-        EXPECT_EQ(vk::sm90_schedule(128, false), 12) << "'" << not_one << "'";
-    }
-    unsetenv("VARSCOPE_SM90_IMPL");
 }
 
-// Which items the persistent schedules claim instead of dealing them round-robin: from the head
+// Which items the persistent kernel claims instead of dealing them round-robin: from the head
 // where the last partial round starts. Host logic: runs in every CUDA build, GPU or not.
 TEST(KernelsSm90Schedule, ClaimedItemsStartAtTheLastPartialRound) {
     using varscope::kernels::cuda::first_claimed_item;
@@ -356,15 +346,11 @@ TEST(KernelsSm90Schedule, ClaimedItemsStartAtTheLastPartialRound) {
     EXPECT_EQ(first_claimed_item(64, 1536, 0), 1536);
 }
 
-// CS4A on Hopper: the same tile machinery with key rows gathered by index.
-class KernelsCs4aSm90 : public ::testing::TestWithParam<int> {};
-
-TEST_P(KernelsCs4aSm90, GatheredMatchesReference) {
+// CS4A on Hopper: the same tile machinery with key rows gathered by index (6 at d128, 0 at d64).
+TEST(KernelsCs4aSm90, GatheredMatchesReference) {
     std::string why;
     if (!hopper_runnable(&why)) GTEST_SKIP() << why;
     c10::InferenceMode guard;
-    VariantGuard restore;
-    vk::set_attention_kernel_variant(3);
     at::manual_seed(22);
     struct Shape {
         int64_t b, h, lq, lk, d;
@@ -375,8 +361,8 @@ TEST_P(KernelsCs4aSm90, GatheredMatchesReference) {
                                        {1, 1, 384, 4200, 128, 0.3},  // long lists (pipeline)
                                        {1, 2, 250, 2100, 64, 0.25}};
     const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
-    const std::string impl = std::to_string(GetParam());
-    setenv("VARSCOPE_SM90_IMPL", impl.c_str(), 1);
+    const std::string impl = std::to_string(vk::sm90_schedule(64, true)) + "/" +
+                             std::to_string(vk::sm90_schedule(128, true));
     for (const auto& s : shapes) {
         for (const int64_t bq : {64, 192}) {
             for (const bool strided : {false, true}) {
@@ -408,7 +394,3 @@ TEST_P(KernelsCs4aSm90, GatheredMatchesReference) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Impl, KernelsCs4aSm90, ::testing::Values(0, 6),
-                         [](const ::testing::TestParamInfo<int>& i) {
-                             return "impl" + std::to_string(i.param);
-                         });

@@ -15,6 +15,7 @@
 #include <torch/cuda.h>
 
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -35,7 +36,7 @@ bool fused_runnable(at::ScalarType t, std::string* why) {
         return false;
     }
     return vk::diff_head_cuda_supported(at::zeros({8}, at::TensorOptions(at::kCUDA).dtype(t)), 8,
-                                        256, why);
+                                        256, {}, why);
 }
 
 #define REQUIRE_FUSED(t)                                     \
@@ -113,12 +114,6 @@ void expect_same_up_to_ulp(const at::Tensor& a, const at::Tensor& b, bool exact,
     EXPECT_EQ(over, 0) << what << ": " << over << " elements differ by more than one ulp";
 }
 
-// The cached step's layout setting back as it was when a test ends.
-struct CachedLayoutRestored {
-    const vk::DiffCachedLayout before = vk::diff_cached_layout();
-    ~CachedLayoutRestored() { vk::set_diff_cached_layout(before); }
-};
-
 // Coefficients of a mid-schedule reverse step (a cosine schedule's magnitudes).
 vk::DiffStepCoefs step_coefs(bool last) {
     vk::DiffStepCoefs k;
@@ -136,18 +131,18 @@ vk::DiffStepCoefs step_coefs(bool last) {
 const std::vector<int64_t> kRows{1, 3, 8, 13, 16, 17, 32, 45};
 const std::vector<int64_t> kWidths{256, 1024, 1280};
 
-// The row split is compared against the 16/32-row tiling: the tests run with it off and put the
-// previous setting back when they end.
-struct RowSplitOffForTheTest {
-    const bool before = vk::diff_row_split_enabled();
-    RowSplitOffForTheTest() { vk::set_diff_row_split(false); }
-    ~RowSplitOffForTheTest() { vk::set_diff_row_split(before); }
-};
+// The kernels with the row split on or off (DiffLossPolicy::row_split; the tests compare the
+// split against the 16/32-row tiling).
+vk::KernelPolicy row_split(bool on) {
+    vk::KernelPolicy p;
+    p.diff.row_split = on;
+    return p;
+}
 
 }  // namespace
 
 TEST(KernelsDiffLossGpu, BlockLayersMatchFloat64WithinTwiceTheFrameworkError) {
-    RowSplitOffForTheTest split_off;
+    const vk::KernelPolicy tiles = row_split(false), split = row_split(true);
     for (auto t : {at::kBFloat16, at::kHalf}) {
         REQUIRE_FUSED(t);
         c10::InferenceMode guard;
@@ -162,8 +157,8 @@ TEST(KernelsDiffLossGpu, BlockLayersMatchFloat64WithinTwiceTheFrameworkError) {
                     vk::reference::diff_block_fc1(d64(in.h), w64, d64(in.shift), d64(in.scale1));
                 const auto fw1 = vk::reference::diff_block_fc1(in.h, in.w, in.shift, in.scale1);
                 poison(M * W);
-                const auto k1 =
-                    vk::diff_block_fc1(in.h, in.w, in.shift, in.scale1, vk::KernelPath::Cuda);
+                const auto k1 = vk::diff_block_fc1(in.h, in.w, in.shift, in.scale1,
+                                                   vk::KernelPath::Cuda, tiles);
                 expect_within(rel(k1, truth1), rel(fw1, truth1), "fc1");
                 // fc2: h + gate * linear(a), in place into (a copy of) h
                 const auto a = k1.clone();
@@ -171,19 +166,19 @@ TEST(KernelsDiffLossGpu, BlockLayersMatchFloat64WithinTwiceTheFrameworkError) {
                     vk::reference::diff_block_fc2(d64(a), w64, d64(in.gate), d64(in.h));
                 const auto fw2 = vk::reference::diff_block_fc2(a, in.w, in.gate, in.h);
                 auto h2 = in.h.clone();
-                const auto k2 = vk::diff_block_fc2(a, in.w, in.gate, h2, vk::KernelPath::Cuda);
+                const auto k2 =
+                    vk::diff_block_fc2(a, in.w, in.gate, h2, vk::KernelPath::Cuda, {}, tiles);
                 EXPECT_EQ(k2.data_ptr(), h2.data_ptr()) << "fc2 writes h in place";
                 expect_within(rel(k2, truth2), rel(fw2, truth2), "fc2");
                 // 8-row tiles in separate CTAs: the same sums, reduced across lanes in another
                 // order for tiles of more than 8 rows (float32 reassociation, then one 16-bit
                 // rounding): bit-identical up to 8 rows, within one 16-bit ulp beyond.
-                vk::set_diff_row_split(true);
                 poison(M * W);
-                const auto k1s =
-                    vk::diff_block_fc1(in.h, in.w, in.shift, in.scale1, vk::KernelPath::Cuda);
+                const auto k1s = vk::diff_block_fc1(in.h, in.w, in.shift, in.scale1,
+                                                    vk::KernelPath::Cuda, split);
                 auto h2s = in.h.clone();
-                const auto k2s = vk::diff_block_fc2(a, in.w, in.gate, h2s, vk::KernelPath::Cuda);
-                vk::set_diff_row_split(false);
+                const auto k2s =
+                    vk::diff_block_fc2(a, in.w, in.gate, h2s, vk::KernelPath::Cuda, {}, split);
                 expect_same_up_to_ulp(k1s, k1, M <= 8, "row split, fc1");
                 expect_same_up_to_ulp(k2s, k2, M <= 8, "row split, fc2");
                 // Input projection with repeated rows (CFG): x (n, 16) -> (M, W), M = 2n.
@@ -196,31 +191,16 @@ TEST(KernelsDiffLossGpu, BlockLayersMatchFloat64WithinTwiceTheFrameworkError) {
                     const auto truth3 = vk::reference::diff_input_proj(d64(x), d64(wi), d64(bi), M);
                     const auto fw3 = vk::reference::diff_input_proj(x, wi, bi, M);
                     poison(M * W);
-                    const auto k3 = vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda);
+                    const auto k3 =
+                        vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda, tiles);
                     expect_within(rel(k3, truth3), rel(fw3, truth3), "input_proj");
-                    vk::set_diff_row_split(true);
-                    const auto k3s = vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda);
-                    vk::set_diff_row_split(false);
+                    const auto k3s =
+                        vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda, split);
                     expect_same_up_to_ulp(k3s, k3, M <= 8, "row split, input projection");
                 }
             }
     }
 }
-
-namespace {
-
-// Switches a test flips, put back when it ends.
-struct FoldLeanRestore {
-    const bool fold = vk::diff_fold_proj_enabled(), lean = vk::diff_lean_enabled(),
-               split = vk::diff_row_split_enabled();
-    ~FoldLeanRestore() {
-        vk::set_diff_fold_proj(fold);
-        vk::set_diff_lean(lean);
-        vk::set_diff_row_split(split);
-    }
-};
-
-}  // namespace
 
 // diff_proj_block_fc1 as one kernel (the projection folded into fc1's prologue) gives the two
 // separate kernels' a and h bit for bit, under both tilings, latent widths 8 and 16, CFG-style
@@ -228,7 +208,6 @@ struct FoldLeanRestore {
 // poisoned first. The lean kernels (LN affine staged in shared memory, empty rows skipped) ==
 // the plain ones bit for bit.
 TEST(KernelsDiffLossGpu, FoldedProjectionAndLeanKernelsAreBitIdentical) {
-    FoldLeanRestore restore;
     for (auto t : {at::kBFloat16, at::kHalf}) {
         REQUIRE_FUSED(t);
         c10::InferenceMode guard;
@@ -242,33 +221,36 @@ TEST(KernelsDiffLossGpu, FoldedProjectionAndLeanKernelsAreBitIdentical) {
                                      " latent " + std::to_string(lat) +
                                      (split ? " split" : " 16/32-row tiles") +
                                      (t == at::kHalf ? " fp16" : " bf16"));
-                        vk::set_diff_row_split(split);
+                        // The plain kernels (not lean), the lean ones unfolded, and folded.
+                        vk::KernelPolicy plain = row_split(split), lean = row_split(split);
+                        const vk::KernelPolicy folded = row_split(split);
+                        plain.diff.lean = false;
+                        lean.diff.fold_proj = false;
                         const auto in = block_inputs(M, W, t);
                         const auto x = at::randn({n, lat}, o).to(t);
                         const auto wi = (at::randn({W, lat}, o) * 0.25).to(t);
                         const auto bi = (at::randn({W}, o) * 0.1).to(t);
-                        vk::set_diff_lean(false);
-                        const auto h_sep = vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda);
+                        const auto h_sep =
+                            vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda, plain);
                         const auto a_sep = vk::diff_block_fc1(h_sep, in.w, in.shift, in.scale1,
-                                                              vk::KernelPath::Cuda);
+                                                              vk::KernelPath::Cuda, plain);
                         auto r_sep = h_sep.clone();
-                        vk::diff_block_fc2(a_sep, in.w, in.gate, r_sep, vk::KernelPath::Cuda);
-                        vk::set_diff_lean(true);
+                        vk::diff_block_fc2(a_sep, in.w, in.gate, r_sep, vk::KernelPath::Cuda, {},
+                                           plain);
                         // The lean kernels, unfolded.
-                        vk::set_diff_fold_proj(false);
                         poison(M * W);
                         const auto [a_lean, h_lean] = vk::diff_proj_block_fc1(
-                            x, wi, bi, M, in.w, in.shift, in.scale1, vk::KernelPath::Cuda);
+                            x, wi, bi, M, in.w, in.shift, in.scale1, vk::KernelPath::Cuda, lean);
                         auto r_lean = h_lean.clone();
-                        vk::diff_block_fc2(a_lean, in.w, in.gate, r_lean, vk::KernelPath::Cuda);
+                        vk::diff_block_fc2(a_lean, in.w, in.gate, r_lean, vk::KernelPath::Cuda, {},
+                                           lean);
                         EXPECT_TRUE(at::equal(a_lean, a_sep)) << "lean fc1";
                         EXPECT_TRUE(at::equal(h_lean, h_sep)) << "lean input projection";
                         EXPECT_TRUE(at::equal(r_lean, r_sep)) << "lean fc2";
                         // Folded.
-                        vk::set_diff_fold_proj(true);
                         poison(M * W);
                         const auto [a_fold, h_fold] = vk::diff_proj_block_fc1(
-                            x, wi, bi, M, in.w, in.shift, in.scale1, vk::KernelPath::Cuda);
+                            x, wi, bi, M, in.w, in.shift, in.scale1, vk::KernelPath::Cuda, folded);
                         EXPECT_TRUE(at::equal(a_fold, a_sep))
                             << "folded fc1, max diff "
                             << (a_fold.to(at::kFloat) - a_sep.to(at::kFloat))
@@ -403,12 +385,12 @@ void check_cached_step(const KeptBlocks& kb, int64_t N, int64_t M, int64_t W, in
     EXPECT_TRUE(at::equal(x, x_before)) << "the cached step must not write x";
     expect_within(rel(out, truth), rel(fw, truth), "cached step");
     if (M <= 256) {  // kDiffMaxRows
-        CachedLayoutRestored restore;
         auto run = [&](vk::DiffCachedLayout layout, at::Tensor& d) {
-            vk::set_diff_cached_layout(layout);
+            vk::KernelPolicy policy;
+            policy.diff.cached_layout = layout;
             d = delta0.clone();
             return vk::diff_cached_step(x, wi, bi, M, kept, shift, scale1, wf, bf, 1e-6, noise, cfg,
-                                        mode, d, k, vk::KernelPath::Cuda);
+                                        mode, d, k, vk::KernelPath::Cuda, policy);
         };
         at::Tensor d_1, d_l;
         const auto out_1 = run(vk::DiffCachedLayout::Channels, d_1);
@@ -497,24 +479,25 @@ TEST(KernelsDiffLossGpu, HeadMlpCacheKernelsMatchFloat64WithinTwiceTheFrameworkE
 TEST(KernelsDiffLossGpu, CachedStepBeyondThePerChannelRowLimit) {
     REQUIRE_FUSED(at::kBFloat16);
     c10::InferenceMode guard;
-    CachedLayoutRestored restore;
-    vk::set_diff_cached_layout(vk::DiffCachedLayout::Auto);
     const int64_t N = 300, W = 1024, C = 16;
     for (auto mode : {vk::DiffCfgMode::None, vk::DiffCfgMode::Full, vk::DiffCfgMode::FullKeep,
                       vk::DiffCfgMode::Cached}) {
         SCOPED_TRACE("mode " + std::to_string(int(mode)));
         const bool both = mode == vk::DiffCfgMode::Full || mode == vk::DiffCfgMode::FullKeep;
         const int64_t M = both ? 2 * N : N;
-        ASSERT_EQ(vk::diff_cached_layout_for(M), vk::DiffCachedLayout::Rows);
+        ASSERT_EQ(vk::diff_cached_layout_for(vk::DiffCachedLayout::Auto, M),
+                  vk::DiffCachedLayout::Rows);
         check_cached_step(kept_blocks(N, M, W, at::kBFloat16), N, M, W, C, mode, at::kBFloat16);
     }
     const auto like = at::zeros({8}, at::TensorOptions(at::kCUDA).dtype(at::kBFloat16));
     std::string why;
     EXPECT_TRUE(vk::diff_cached_step_cuda_supported(like, 2048, W));
-    EXPECT_FALSE(vk::diff_cached_step_cuda_supported(like, 2049, W, &why));
+    EXPECT_FALSE(vk::diff_cached_step_cuda_supported(like, 2049, W, {}, &why));
     EXPECT_NE(why.find("2048"), std::string::npos) << why;
-    vk::set_diff_cached_layout(vk::DiffCachedLayout::Split);
-    EXPECT_FALSE(vk::diff_cached_step_cuda_supported(like, 600, W)) << "Split: 256 rows at most";
+    vk::KernelPolicy split;
+    split.diff.cached_layout = vk::DiffCachedLayout::Split;
+    EXPECT_FALSE(vk::diff_cached_step_cuda_supported(like, 600, W, split))
+        << "Split: 256 rows at most";
 }
 
 namespace {
@@ -576,13 +559,18 @@ TEST(KernelsDiffLossGpu, ReverseDiffusionWithinTwiceTheModulePathError) {
 // are within bf16 rounding of the module path's.
 TEST(KernelsDiffLossGpu, MarLoopGraphsAndPdlExact) {
     REQUIRE_FUSED(at::kBFloat16);
-    RowSplitOffForTheTest split_off;
-    // Every step through the fused kernels (Auto takes at most 8-16 rows by default).
-    setenv("VARSCOPE_MAR_FUSED_MAX_ROWS", "256", 1);
-    struct Unset {
-        ~Unset() { unsetenv("VARSCOPE_MAR_FUSED_MAX_ROWS"); }
-    } unset;
-    auto pipe = MarPipeline::random(head_config(256, 2), 3, {"cuda", Precision::Bf16});
+    // Every step through the fused kernels (Auto takes at most 8-16 rows by default), the
+    // 16/32-row tiling (the row split is compared against it below).
+    LoadOptions lo{"cuda", Precision::Bf16};
+    lo.exec.mar_fused_max_rows = 256;
+    lo.exec.kernels.diff.row_split = false;
+    auto pipe = MarPipeline::random(head_config(256, 2), 3, lo);
+    // The pipeline's policy: lo.exec with `edit` applied (a change drops the captured graphs).
+    auto use = [&](const std::function<void(vk::DiffLossPolicy&)>& edit) {
+        ExecPolicy p = lo.exec;
+        edit(p.kernels.diff);
+        pipe.sampler().set_exec_policy(p);
+    };
     MarSampleOptions o;
     o.class_ids = {3, 7};
     o.seed = 11;
@@ -596,17 +584,15 @@ TEST(KernelsDiffLossGpu, MarLoopGraphsAndPdlExact) {
     ASSERT_TRUE(graphed.cuda_graphs);
     EXPECT_EQ((eager.tokens - graphed.tokens).abs().max().item<double>(), 0.0);
     EXPECT_EQ((eager.tokens - pipe.generate(o).tokens).abs().max().item<double>(), 0.0);
-    vk::set_diff_pdl(false);
+    use([](vk::DiffLossPolicy& d) { d.pdl = false; });
     o.cuda_graphs = false;
     const auto no_pdl = pipe.generate(o);
-    vk::set_diff_pdl(true);
     EXPECT_EQ((eager.tokens - no_pdl.tokens).abs().max().item<double>(), 0.0);
-    vk::set_diff_row_split(true);
+    use([](vk::DiffLossPolicy& d) { d.row_split = true; });
     const auto split = pipe.generate(o);
     o.cuda_graphs = true;
     const auto split_graphed = pipe.generate(o);
     o.cuda_graphs = false;
-    vk::set_diff_row_split(false);
     // Row split: the graphed run equals its eager run exactly; against the default tiling the
     // tokens differ only by rounding (lane sums in another order for > 8 rows).
     EXPECT_EQ((split.tokens - split_graphed.tokens).abs().max().item<double>(), 0.0);
@@ -618,19 +604,20 @@ TEST(KernelsDiffLossGpu, MarLoopGraphsAndPdlExact) {
     // The folded input projection and the lean kernels give the same bits as without them
     // (row split on, where the fold applies to every row count), eager and graphed.
     {
-        FoldLeanRestore restore;
-        vk::set_diff_row_split(true);
-        vk::set_diff_fold_proj(false);
-        vk::set_diff_lean(false);
+        use([](vk::DiffLossPolicy& d) {
+            d.row_split = true;
+            d.fold_proj = false;
+            d.lean = false;
+        });
         const auto plain = pipe.generate(o);
-        vk::set_diff_fold_proj(true);
-        vk::set_diff_lean(true);
+        use([](vk::DiffLossPolicy& d) { d.row_split = true; });
         o.cuda_graphs = true;
         const auto folded_graphed = pipe.generate(o);
         o.cuda_graphs = false;
         EXPECT_EQ((plain.tokens - split.tokens).abs().max().item<double>(), 0.0);
         EXPECT_EQ((plain.tokens - folded_graphed.tokens).abs().max().item<double>(), 0.0);
     }
+    use([](vk::DiffLossPolicy&) {});
     o.fused_head = false;
     const auto modules = pipe.generate(o);
     const double diff = (eager.tokens - modules.tokens).abs().max().item<double>();

@@ -23,7 +23,8 @@ bool token_kernels_runnable(std::string* why) {
         *why = "no CUDA device";
         return false;
     }
-    return vk::cuda_token_ops_supported(at::zeros({1}, at::TensorOptions().device(at::kCUDA)), why);
+    return vk::cuda_token_ops_supported(at::zeros({1}, at::TensorOptions().device(at::kCUDA)), {},
+                                        why);
 }
 
 #define REQUIRE_TOKEN_KERNELS()                                   \
@@ -165,12 +166,13 @@ TEST(KernelsTokenOpsGpu, NonContiguousInputsAndForcedReference) {
                   .max()
                   .item<double>(),
               2e-5);
-    vk::force_reference_kernels(true);
+    vk::KernelPolicy forced;
+    forced.reference = true;
     std::string why;
-    EXPECT_FALSE(vk::cuda_token_ops_supported(x, &why));
+    EXPECT_FALSE(vk::cuda_token_ops_supported(x, forced, &why));
     EXPECT_NE(why.find("forced"), std::string::npos) << why;
-    EXPECT_THROW(vk::pivotal_scores(x, vk::KernelPath::Cuda), c10::Error);
-    EXPECT_TRUE(vk::pivotal_scores(x).equal(vk::reference::pivotal_scores(x)));
-    vk::force_reference_kernels(false);
+    EXPECT_THROW(vk::pivotal_scores(x, vk::KernelPath::Cuda, forced), c10::Error);
+    EXPECT_TRUE(vk::pivotal_scores(x, vk::KernelPath::Auto, forced)
+                    .equal(vk::reference::pivotal_scores(x)));
     EXPECT_TRUE(vk::cuda_token_ops_supported(x));
 }

@@ -86,25 +86,21 @@ TEST(MarGraph, GraphedStepsEqualEagerTokens) {
 // with a pool per graph, and less device memory held by the captured graphs.
 TEST(MarGraph, ChainedStepGraphsShareOnePool) {
     REQUIRE_CUDA_GRAPHS();
-    auto held_after_capture = [](const char* pool, MarSampleResult* out) {
-        if (pool)
-            setenv("VARSCOPE_MAR_GRAPH_POOL", pool, 1);
-        else
-            unsetenv("VARSCOPE_MAR_GRAPH_POOL");
-        auto pipe = MarPipeline::random(small_mar_config(), 3, {"cuda", Precision::Bf16});
+    auto held_after_capture = [](bool chained, MarSampleResult* out) {
+        LoadOptions lo{"cuda", Precision::Bf16};
+        lo.exec.mar_chained_graph_pool = chained;  // VARSCOPE_MAR_GRAPH_POOL=own: false
+        auto pipe = MarPipeline::random(small_mar_config(), 3, lo);
         kernels::empty_cuda_cache();
         const int64_t before = kernels::cuda_memory(0).reserved;
         *out = pipe.generate(options(3.0, true));              // captures 12 step graphs
         const auto again = pipe.generate(options(3.0, true));  // replays them
         expect_same_run(again, *out);
         kernels::empty_cuda_cache();  // what stays is held by the graphs (and the weights)
-        const int64_t held = kernels::cuda_memory(0).reserved - before;
-        unsetenv("VARSCOPE_MAR_GRAPH_POOL");
-        return held;
+        return kernels::cuda_memory(0).reserved - before;
     };
     MarSampleResult own, chained;
-    const int64_t own_bytes = held_after_capture("own", &own);
-    const int64_t chained_bytes = held_after_capture(nullptr, &chained);
+    const int64_t own_bytes = held_after_capture(false, &own);
+    const int64_t chained_bytes = held_after_capture(true, &chained);
     expect_same_run(chained, own);
     EXPECT_LT(chained_bytes, own_bytes)
         << "chained " << chained_bytes << " B, own " << own_bytes << " B";
@@ -177,8 +173,8 @@ TEST(MarGraph, StepRecordsKeepGraphs) {
     expect_same_run(lazy_recorded, lazy_eager);
 }
 
-// Hooks without a graph signature (here forced by VARSCOPE_MAR_HOOK_GRAPHS=diffusion): the
-// transformer eager, the reverse diffusion graphed.
+// Hooks without a graph signature (here forced by ExecPolicy::mar_hook_step_graphs off,
+// VARSCOPE_MAR_HOOK_GRAPHS=diffusion): the transformer eager, the reverse diffusion graphed.
 TEST(MarGraph, LazyMarWithGraphedDiffusionEqualsEager) {
     REQUIRE_CUDA_GRAPHS();
     const MarConfig c = small_mar_config();
@@ -190,10 +186,11 @@ TEST(MarGraph, LazyMarWithGraphedDiffusionEqualsEager) {
         return pipe.generate(options(3.0, graphs), hooks.get());
     };
     const auto eager = run(false);
-    setenv("VARSCOPE_MAR_HOOK_GRAPHS", "diffusion", 1);
+    ExecPolicy diffusion_graphs;
+    diffusion_graphs.mar_hook_step_graphs = false;
+    pipe.sampler().set_exec_policy(diffusion_graphs);
     const auto graphed = run(true);
     const auto again = run(true);
-    unsetenv("VARSCOPE_MAR_HOOK_GRAPHS");
     EXPECT_TRUE(graphed.cuda_graphs);
     EXPECT_EQ(graphs_named(graphed, "step_"), 0u);
     EXPECT_GT(graphs_named(graphed, "diffusion_"), 0u);

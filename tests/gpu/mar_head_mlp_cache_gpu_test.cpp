@@ -76,9 +76,12 @@ struct HeadCachePair {
         k.steps = steps.to(at::kBFloat16);
         return k;
     }
-    at::Tensor run(const Case& k, HeadPath path) const {
-        return diffusion.sample_with_noise(n16, k.z, k.cfg, 1.0, k.start, k.steps, {}, k.period,
-                                           path, 7);
+    // hybrid: ExecPolicy::mar_hybrid_cached_step (default on).
+    at::Tensor run(const Case& k, HeadPath path, bool hybrid = true) const {
+        ExecPolicy exec;
+        exec.mar_hybrid_cached_step = hybrid;
+        const DiffusionSampler d(diffusion.schedule(), exec);
+        return d.sample_with_noise(n16, k.z, k.cfg, 1.0, k.start, k.steps, {}, k.period, path, 7);
     }
     static double err(const Case& k, const at::Tensor& t) {
         return ((t.to(at::kFloat) - k.truth).norm() / k.truth.norm()).item<double>();
@@ -96,7 +99,7 @@ TEST(HeadMlpCacheGpu, FusedKernelsWithinTwiceTheModulePathError) {
     c10::InferenceMode guard;
     std::string why;
     const auto like = at::zeros({8, 64}, at::TensorOptions(at::kCUDA).dtype(at::kBFloat16));
-    if (!DiffusionSampler::uses_fused_head(pair.n16, like, true, HeadPath::Auto, &why, 7))
+    if (!pair.diffusion.uses_fused_head(pair.n16, like, true, HeadPath::Auto, &why, 7))
         GTEST_SKIP() << "fused head unavailable: " << why;
     for (int64_t N : {1, 4, 8})
         for (int64_t cfg_period : {-1, 0, 7}) {  // -1: no CFG
@@ -115,7 +118,7 @@ TEST(HeadMlpCacheGpu, FusedKernelsWithinTwiceTheModulePathError) {
 }
 
 // Auto's module path (more rows than the fused chain takes) with its reuse steps through the
-// one-kernel cached step (DiffusionSampler::set_hybrid_cached_step): within 2x the module path's
+// one-kernel cached step (ExecPolicy::mar_hybrid_cached_step): within 2x the module path's
 // bf16 error of float32, and not the module path's bits (so the kernel ran); an explicit
 // HeadPath::Modules is untouched.
 TEST(HeadMlpCacheGpu, HybridCachedStepWithinTwiceTheModulePathError) {
@@ -123,17 +126,13 @@ TEST(HeadMlpCacheGpu, HybridCachedStepWithinTwiceTheModulePathError) {
     const HeadCachePair pair;
     c10::InferenceMode guard;
     const auto like = at::zeros({64, 64}, at::TensorOptions(at::kCUDA).dtype(at::kBFloat16));
-    if (!DiffusionSampler::hybrid_cached_step_runs(pair.n16, like, true))
+    if (!pair.diffusion.hybrid_cached_step_runs(pair.n16, like, true))
         GTEST_SKIP() << "the cached-step kernel does not run here";
-    const bool before = DiffusionSampler::hybrid_cached_step_enabled();
     for (int64_t N : {32, 100})
         for (int64_t cfg_period : {-1, 0, 7}) {
             SCOPED_TRACE("N " + std::to_string(N) + " cfg period " + std::to_string(cfg_period));
             const auto k = pair.make(N, cfg_period);
-            auto run = [&](bool hybrid, HeadPath path) {
-                DiffusionSampler::set_hybrid_cached_step(hybrid);
-                return pair.run(k, path);
-            };
+            auto run = [&](bool hybrid, HeadPath path) { return pair.run(k, path, hybrid); };
             const auto modules = run(false, HeadPath::Auto);  // > 16 rows: the module path
             EXPECT_TRUE(at::equal(modules, run(true, HeadPath::Modules)))
                 << "an explicit module path must stay LibTorch";
@@ -145,7 +144,6 @@ TEST(HeadMlpCacheGpu, HybridCachedStepWithinTwiceTheModulePathError) {
             EXPECT_LE(e_hyb, 2.0 * e_mod + 1e-3);
             EXPECT_FALSE(at::equal(hybrid, modules)) << "the cached-step kernel did not run";
         }
-    DiffusionSampler::set_hybrid_cached_step(before);
 }
 
 TEST(HeadMlpCacheGpu, Fp32MatchesTheCpu) {

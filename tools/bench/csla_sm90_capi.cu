@@ -14,8 +14,8 @@
 #include "kernels/cuda/attention_params.h"
 
 namespace varscope::kernels::cuda {
-cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, int impl, cudaStream_t);
-cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, int impl, cudaStream_t);
+cudaError_t launch_csla_sm90_d64_bf16(const AttentionParams&, cudaStream_t);
+cudaError_t launch_csla_sm90_d128_bf16(const AttentionParams&, cudaStream_t);
 }  // namespace varscope::kernels::cuda
 
 namespace vc = varscope::kernels::cuda;
@@ -23,12 +23,12 @@ namespace vc = varscope::kernels::cuda;
 // Block-sparse attention of contiguous bf16 (batch, heads, len, head_dim) tensors. lists/counts are
 // device int32 arrays: lists[qb * list_stride + i] (i < counts[qb]) are query block qb's active
 // key blocks, in any order (core's list builder orders them with varscope_order_block_lists'
-// rule). Returns a cudaError_t; 1
+// rule). The dispatch's kernel for the head dim (12 at d128, 10 at d64). Returns a cudaError_t; 1
 // (cudaErrorInvalidValue) for arguments the kernels do not take.
 extern "C" int varscope_csla_sm90_bf16(const void* q, const void* k, const void* v, void* o,
                                        int batch, int heads, int len_q, int len_k, int head_dim,
                                        const int32_t* lists, const int32_t* counts, int list_stride,
-                                       int block, int impl, void* stream) {
+                                       int block, void* stream) {
     if (q == nullptr || k == nullptr || v == nullptr || o == nullptr || lists == nullptr ||
         counts == nullptr || batch <= 0 || heads <= 0 || len_q <= 0 || len_k <= 0 ||
         list_stride <= 0 || (head_dim != 64 && head_dim != 128) || block <= 0 ||
@@ -53,10 +53,9 @@ extern "C" int varscope_csla_sm90_bf16(const void* q, const void* k, const void*
     p.list_stride = list_stride;
     p.block_q = p.block_k = block;
     p.num_query_blocks = (len_q + block - 1) / block;
-    p.kernel_variant = 3;
     const auto s = static_cast<cudaStream_t>(stream);
-    return static_cast<int>(head_dim == 64 ? vc::launch_csla_sm90_d64_bf16(p, impl, s)
-                                           : vc::launch_csla_sm90_d128_bf16(p, impl, s));
+    return static_cast<int>(head_dim == 64 ? vc::launch_csla_sm90_d64_bf16(p, s)
+                                           : vc::launch_csla_sm90_d128_bf16(p, s));
 }
 
 // Core's order of the lists (kernels/block_list_order.h), on host int32 arrays in the layout

@@ -55,7 +55,7 @@ def block_lists(lib, bm, ascending=False):
     return lists, counts, stride
 
 
-def ours_call(lib, q, k, v, bm, b, impl, ascending=False):
+def ours_call(lib, q, k, v, bm, b, ascending=False):
     lists, counts, stride = block_lists(lib, bm, ascending)  # on bm's device, q's
     out = torch.empty_like(q)
     batch, heads, lq, d = q.shape
@@ -66,7 +66,7 @@ def ours_call(lib, q, k, v, bm, b, impl, ascending=False):
             ctypes.c_void_p(q.data_ptr()), ctypes.c_void_p(k.data_ptr()),
             ctypes.c_void_p(v.data_ptr()), ctypes.c_void_p(out.data_ptr()), batch, heads, lq, lk,
             d, ctypes.c_void_p(lists.data_ptr()), ctypes.c_void_p(counts.data_ptr()), stride, b,
-            impl, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+            ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
         if err != 0:
             raise RuntimeError(f"varscope_csla_sm90_bf16 returned cudaError {err}")
         return out
@@ -118,8 +118,6 @@ def main():
     ap.add_argument("--lib", required=True, help="libvarscope_csla_capi.so (csla_sm90_capi.cu)")
     ap.add_argument("--configs", nargs="+", default=["infinity-8b-1024"], choices=list(CONFIGS))
     ap.add_argument("--blocks", nargs="+", type=int, default=[64, 128])
-    ap.add_argument("--impl", type=int, default=12,
-                    help="sm90 schedule (12: the dispatch's default at head dim 128, 10 at 64)")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--token-flex", action="store_true",
@@ -173,9 +171,9 @@ def main():
         for b in a.blocks:
             bm = block_mask_of(tm, b).to(dev)
             row = {"config": name, "block": b, "block_sparsity": 1.0 - bm.float().mean().item(),
-                   "impl": a.impl}
-            fns = {"ours": ours_call(lib, q, k, v, bm, b, a.impl),
-                   "ours_ascending": ours_call(lib, q, k, v, bm, b, a.impl, ascending=True)}
+                   "impl": 12 if d == 128 else 10}  # the dispatch's kernel (pruned-kernels.md)
+            fns = {"ours": ours_call(lib, q, k, v, bm, b),
+                   "ours_ascending": ours_call(lib, q, k, v, bm, b, ascending=True)}
             add_flex(fns, row, "flex", flex_call(compiled, q, k, v, bm, b))
             if a.partial_flex:
                 add_flex(fns, row, "flex_partial", flex_partial_call(compiled, q, k, v, bm, b))

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "app/exec_env/exec_env.h"
 #include "core/accel/accel_config.h"
 #include "core/accel/mar_accel_config.h"
 #include "core/metrics/image_metrics.h"
@@ -101,7 +102,7 @@ std::string GenerationSettings::baseline_key(const std::string& model_key) const
     return os.str();
 }
 
-Engine::Engine() = default;
+Engine::Engine() : exec_(exec_env::policy_from_environment()) {}
 Engine::~Engine() = default;
 
 bool Engine::loaded() const {
@@ -122,7 +123,9 @@ void Engine::load(const ModelSource& source) {
                                         "to make images; open the pair again with the VAE file");
     }
     spec.diffusion_steps = source.diffusion_steps;
-    set_runner(open_runner(spec, load_options(source.device, source.precision)), source);
+    LoadOptions opt = load_options(source.device, source.precision);
+    opt.exec = exec_;
+    set_runner(open_runner(spec, opt), source);
 }
 
 void Engine::set_pipeline(std::unique_ptr<VarPipeline> pipeline, const ModelSource& source) {

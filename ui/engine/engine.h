@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/accel/param_spec.h"
+#include "core/exec_policy.h"
 #include "core/models/sampling_recommendation.h"
 
 #include "core/runner/family.h"
@@ -204,6 +205,9 @@ class Engine {
     static MarSamplingRecommendation embedded_mar_recommendation();  // empty when missing
 
   private:
+    // How the loaded models execute: the VARSCOPE_* variables (app/exec_env), read when the
+    // engine is made (ui/main.cpp checked them at start).
+    ExecPolicy exec_;
     std::unique_ptr<Runner> runner_;
     ModelInfo info_;
     std::string key_;
