@@ -10,6 +10,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/checkpoint_internal.h"
+#include "core/io/json_read.h"
 #include "core/io/quant_int8.h"
 
 namespace varscope {
@@ -165,10 +166,9 @@ Header read_header(std::ifstream& in, const std::string& path, uint64_t file_siz
 
     json j;
     try {
-        j = json::parse(text);
-    } catch (const json::exception& e) {
-        detail::checkpoint_fail(path,
-                                std::string("safetensors header is not valid JSON: ") + e.what());
+        j = parse_json(text, "safetensors header");  // also a tensor named twice
+    } catch (const JsonReadError& e) {
+        detail::checkpoint_fail(path, e.what());
     }
     if (!j.is_object()) detail::checkpoint_fail(path, "safetensors header is not a JSON object");
 

@@ -14,6 +14,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/json_fields.h"
+#include "core/io/json_read.h"
 #include "core/io/module_binding.h"
 #include "core/io/quant_int8.h"
 
@@ -146,10 +147,9 @@ std::string RunDirectory::path(const std::string& name) const {
 int64_t RunDirectory::resume(torch::nn::Module& model, torch::optim::Optimizer& opt,
                              const std::string& what) {
     if (!fs::exists(path("state.json"))) return 0;
-    std::ifstream f(path("state.json"));
-    nlohmann::json st = nlohmann::json::parse(f, nullptr, false);
+    const nlohmann::json st = read_json_file(path("state.json"), path("state.json"));
     // A step below 0 ran the schedule backwards (negative learning rates) and said done.
-    if (st.is_discarded() || !st.contains("step") || !st["step"].is_number_integer() ||
+    if (!st.is_object() || !st.contains("step") || !st["step"].is_number_integer() ||
         st["step"].get<int64_t>() < 0)
         throw std::invalid_argument(path("state.json") +
                                     " is not a valid training state (needs \"step\": a whole "
