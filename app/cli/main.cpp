@@ -5,6 +5,7 @@
 #include <map>
 
 #include "app/cli/commands.h"
+#include "app/cli/io_paths.h"
 #include "core/io/state_dict.h"
 
 int main(int argc, char** argv) {
@@ -38,6 +39,8 @@ int main(int argc, char** argv) {
         return app.exit(e) == 0 ? 0 : 2;
     }
     try {
+        // Before any output check: what the command reads may never be overwritten.
+        for (auto* sub : app.get_subcommands()) varscope::cli::record_inputs(*sub);
         for (auto* sub : app.get_subcommands()) return runners.at(sub)();
     } catch (const varscope::CheckpointError& e) {
         std::cerr << "error: " << e.what() << "\n";

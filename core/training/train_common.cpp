@@ -17,6 +17,7 @@
 #include "core/io/json_read.h"
 #include "core/io/module_binding.h"
 #include "core/io/quant_int8.h"
+#include "core/pipeline.h"  // parse_device
 
 namespace fs = std::filesystem;
 
@@ -102,9 +103,18 @@ ImageDataset load_image_dataset(const std::string& path, const at::Device& devic
 }
 
 ImageDataset prepare_training(const TrainConfig& train, const std::string& data_path) {
+    // Checked first: without a GPU, the first copy to "cuda" (the default) failed with
+    // LibTorch's "CUDA driver version is insufficient".
+    at::Device device(at::kCPU);
+    try {
+        device = parse_device(train.device);
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("train.device: ") + e.what() +
+                                    " (train on the CPU with --device cpu)");
+    }
     at::globalContext().setAllowTF32CuBLAS(true);
     at::globalContext().setAllowTF32CuDNN(true);
-    return load_image_dataset(data_path, at::Device(train.device));
+    return load_image_dataset(data_path, device);
 }
 
 BatchSampler::BatchSampler(int64_t n, int64_t batch, uint64_t seed)
