@@ -2,8 +2,12 @@
 // {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}},
 // then the tensors' bytes back to back (offsets are relative to the end of the header).
 #include <ATen/ops/empty.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -257,22 +261,37 @@ void save_safetensors(const StateDict& tensors, const std::string& path,
     std::string text = header.dump();
     text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
 
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) detail::checkpoint_fail(path, "cannot open for writing");
-    char len_bytes[8];
-    for (int i = 0; i < 8; ++i)
-        len_bytes[i] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xff);
-    out.write(len_bytes, 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& [name, t] : tensors) {
-        // One tensor at a time, so a GPU model needs only one extra CPU copy at once.
-        const at::Tensor c = t.detach().to(at::kCPU).contiguous();
-        if (c.nbytes() > 0)
-            out.write(static_cast<const char*>(c.data_ptr()),
-                      static_cast<std::streamsize>(c.nbytes()));
+    // Written under a temporary name in the same folder, then renamed over `path`: a process
+    // killed mid-write (or a full disk) leaves the previous file whole, never a truncated one.
+    const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+    struct Cleanup {
+        const std::string& tmp;
+        bool done = false;
+        ~Cleanup() {
+            if (!done) std::remove(tmp.c_str());
+        }
+    } cleanup{tmp};
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        if (!out) detail::checkpoint_fail(path, "cannot open for writing");
+        char len_bytes[8];
+        for (int i = 0; i < 8; ++i)
+            len_bytes[i] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xff);
+        out.write(len_bytes, 8);
+        out.write(text.data(), static_cast<std::streamsize>(text.size()));
+        for (const auto& [name, t] : tensors) {
+            // One tensor at a time, so a GPU model needs only one extra CPU copy at once.
+            const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+            if (c.nbytes() > 0)
+                out.write(static_cast<const char*>(c.data_ptr()),
+                          static_cast<std::streamsize>(c.nbytes()));
+        }
+        out.close();
+        if (!out) detail::checkpoint_fail(path, "write failed");
     }
-    out.flush();
-    if (!out) detail::checkpoint_fail(path, "write failed");
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+        detail::checkpoint_fail(path, std::string("cannot replace: ") + std::strerror(errno));
+    cleanup.done = true;
 }
 
 }  // namespace varscope
