@@ -4,10 +4,15 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
+#include <thread>
 
 #include "core/io/checkpoint.h"
 #include "tests/test_util.h"
@@ -41,4 +46,30 @@ TEST(AtomicWrite, SafetensorsKilledMidWriteLeavesAWholeFile) {
             EXPECT_TRUE(at::equal(w, big)) << "round " << round;
         }
     }
+}
+
+// Not a regular file (a FIFO here; /dev/null in use): written in place, never renamed over. A
+// symlink: the file it names is replaced and the link stays.
+TEST(AtomicWrite, SpecialFilesAreWrittenInPlaceAndSymlinksFollowed) {
+    TempDir dir;
+    const std::string fifo = dir.file("fifo");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    std::string got;
+    std::thread reader([&] {
+        std::ifstream in(fifo, std::ios::binary);
+        got.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    });
+    varscope::save_safetensors({{"w", at::full({4}, 7.0f)}}, fifo);
+    reader.join();
+    struct stat st {};
+    ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISFIFO(st.st_mode));
+    EXPECT_GT(got.size(), 16u);
+
+    const std::string file = dir.file("a.safetensors"), link = dir.file("link.safetensors");
+    varscope::save_safetensors({{"w", at::full({4}, 1.0f)}}, file);
+    std::filesystem::create_symlink(file, link);
+    varscope::save_safetensors({{"w", at::full({4}, 2.0f)}}, link);
+    EXPECT_TRUE(std::filesystem::is_symlink(link));
+    EXPECT_TRUE(at::equal(varscope::load_checkpoint(file).at("w"), at::full({4}, 2.0f)));
 }

@@ -2,12 +2,14 @@
 // {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}},
 // then the tensors' bytes back to back (offsets are relative to the end of the header).
 #include <ATen/ops/empty.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -263,14 +265,22 @@ void save_safetensors(const StateDict& tensors, const std::string& path,
 
     // Written under a temporary name in the same folder, then renamed over `path`: a process
     // killed mid-write (or a full disk) leaves the previous file whole, never a truncated one.
-    const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+    // Something other than a regular file (/dev/null, a FIFO) is written in place: a rename
+    // would replace it.
+    // Through a symlink, the file it names is replaced, not the link.
+    std::error_code ec;
+    const std::filesystem::path resolved = std::filesystem::weakly_canonical(path, ec);
+    const std::string target = ec ? path : resolved.string();
+    struct stat st {};
+    const bool in_place = ::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+    const std::string tmp = in_place ? target : target + ".tmp-" + std::to_string(::getpid());
     struct Cleanup {
         const std::string& tmp;
-        bool done = false;
+        bool done;
         ~Cleanup() {
             if (!done) std::remove(tmp.c_str());
         }
-    } cleanup{tmp};
+    } cleanup{tmp, in_place};
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) detail::checkpoint_fail(path, "cannot open for writing");
@@ -289,7 +299,7 @@ void save_safetensors(const StateDict& tensors, const std::string& path,
         out.close();
         if (!out) detail::checkpoint_fail(path, "write failed");
     }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    if (!in_place && std::rename(tmp.c_str(), target.c_str()) != 0)
         detail::checkpoint_fail(path, std::string("cannot replace: ") + std::strerror(errno));
     cleanup.done = true;
 }
