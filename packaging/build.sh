@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Set up (packaging/setup.sh), configure with CMake + Ninja and build VARScope.
 #
-#   bash packaging/build.sh [--no-gui] [--werror]
+#   bash packaging/build.sh [--no-gui] [--werror | --no-werror]
 #
-#   --no-gui    do not build the Qt desktop app (also implied when Qt 6 is not found)
-#   --werror    compiler warnings are errors (run-tests.sh passes this when CI=true)
+#   --no-gui      do not build the Qt desktop app (also implied when Qt 6 is not found)
+#   --werror      compiler warnings are errors (run-tests.sh passes this when CI=true)
+#   --no-werror   warnings are not errors. Without either, a new build folder gets
+#                 --no-werror and an existing one keeps what it was built with, so that
+#                 launch.sh after a CI=true test build does not rebuild everything.
 #
 # Environment:
 #   VARSCOPE_NO_GUI=1        same as --no-gui
@@ -14,6 +17,8 @@
 #   VARSCOPE_VENV=DIR        venv with torch==2.11.0 (default: <repo>/.venv), see setup.sh
 #   Torch_DIR=DIR            use an existing LibTorch instead of the venv's wheel
 #   VARSCOPE_CMAKE_ARGS="…"  extra arguments for the CMake configure step
+#   VARSCOPE_PRINT_CONFIGURE=1  print the CMake configure command and stop (no setup, no
+#                            build; tests/packaging_test.sh)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,20 +29,23 @@ gui=ON
 if [ "${VARSCOPE_NO_GUI:-0}" = "1" ]; then
     gui=OFF
 fi
-werror=OFF
+werror=""  # neither flag: decided below from the build folder
 for arg in "$@"; do
     case "$arg" in
         --no-gui) gui=OFF ;;
         --werror) werror=ON ;;
+        --no-werror) werror=OFF ;;
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) die "unknown argument '$arg' (expected --no-gui, --werror)" ;;
+        *) die "unknown argument '$arg' (expected --no-gui, --werror, --no-werror)" ;;
     esac
 done
 
 if [ "$gui" = OFF ]; then
     export VARSCOPE_NO_GUI=1
 fi
-bash "$ROOT/packaging/setup.sh"
+if [ "${VARSCOPE_PRINT_CONFIGURE:-0}" != 1 ]; then
+    bash "$ROOT/packaging/setup.sh"
+fi
 
 # Qt 6 present? Look for the Qt6Widgets CMake package where find_package would.
 have_qt6() {
@@ -61,6 +69,17 @@ case "$BUILD_DIR" in
     /*) ;;
     *) BUILD_DIR="$ROOT/$BUILD_DIR" ;;
 esac
+
+# Another -Werror value changes every compile command, which rebuilds everything: keep the
+# folder's own unless asked.
+if [ -z "$werror" ]; then
+    werror=OFF
+    if [ -f "$BUILD_DIR/CMakeCache.txt" ] &&
+       grep -qxiE 'VARSCOPE_WERROR:BOOL=(ON|TRUE|YES|1)' "$BUILD_DIR/CMakeCache.txt"; then
+        werror=ON
+        log "warnings stay errors as in the last build of $BUILD_DIR (--no-werror turns this off)"
+    fi
+fi
 
 args=(-S "$ROOT" -B "$BUILD_DIR"
       "-DCMAKE_BUILD_TYPE=${VARSCOPE_BUILD_TYPE:-Release}"
@@ -92,6 +111,10 @@ if command -v ccache >/dev/null 2>&1; then
     log "ccache: $(command -v ccache) (CMake sets it as the compiler launcher)"
 fi
 log "configure: $BUILD_DIR (GUI=$gui, Werror=$werror)"
+if [ "${VARSCOPE_PRINT_CONFIGURE:-0}" = 1 ]; then
+    printf '%s\n' "cmake ${args[*]}"
+    exit 0
+fi
 cmake "${args[@]}"
 
 jobs="${VARSCOPE_JOBS:-$(nproc 2>/dev/null || echo 2)}"

@@ -15,9 +15,13 @@ struct CliRun {
 };
 
 // Runs varscope-cli `args`, with the environment variables `env` ("NAME=value ...") when given.
-inline CliRun run_cli(const std::string& args, const std::string& env = "") {
-    const std::string cmd = (env.empty() ? "" : "env " + env + " ") +
-                            std::string(VARSCOPE_CLI_PATH) + " " + args + " 2>&1";
+// With `timeout_s`, a run that takes longer is killed (code 124): a test of a hang then fails
+// instead of hanging itself.
+inline CliRun run_cli(const std::string& args, const std::string& env = "", int timeout_s = 0) {
+    const std::string cmd =
+        (env.empty() ? "" : "env " + env + " ") +
+        (timeout_s > 0 ? "timeout -k 5 " + std::to_string(timeout_s) + " " : std::string()) +
+        std::string(VARSCOPE_CLI_PATH) + " " + args + " 2>&1";
     CliRun r{-1, {}};
     FILE* p = popen(cmd.c_str(), "r");
     if (!p) return r;

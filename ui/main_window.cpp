@@ -26,6 +26,7 @@
 #include <QToolBar>
 #include <QVBoxLayout>
 
+#include "core/io/json_read.h"
 #include "ui/comparison_view.h"
 #include "ui/inspector.h"
 #include "ui/method_panel.h"
@@ -177,6 +178,7 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     connect(worker_, &GenerationWorker::sideFinished, this, [this](quint64 job, SideResultPtr r) {
         if (job != latest_job_) return;
         if (sweeping_ && r->side == Side::Accelerated) return;
+        shown_[int(r->side)] = {last_request_, model_info_};
         comparison_->setResult(r);
         if (r->side == Side::Accelerated) method_panel_->setRuntimeError({});
         showResults();
@@ -187,6 +189,10 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
                 comparison_->clearBusy();
                 if (cancelled) {
                     statusBar()->showMessage(tr("Cancelled"), 4000);
+                    // The kept result replaces the cancelled run's preview: what is shown is
+                    // what an export writes.
+                    if (side == int(Side::Baseline) && comparison_->baseline())
+                        comparison_->setResult(comparison_->baseline());
                     if (side == int(Side::Accelerated) || !comparison_->baseline())
                         comparison_->setSideMessage(Side(side), tr("Cancelled"));
                     return;
@@ -333,6 +339,7 @@ void MainWindow::runSweep(const QString& method, const QString& param,
     Job job;
     job.type = Job::Type::Sweep;
     job.request = currentRequest();
+    last_request_ = job.request;
     job.sweep_method = method.toStdString();
     job.sweep_param = param.toStdString();
     job.sweep_values = values;
@@ -352,11 +359,15 @@ void MainWindow::showResults() {
     inspector_->setResults(base, accel);
     plots_->setResults(base, accel);
     metrics_->setResults(base, accel);
-    if (base) status_model_->setToolTip(QString::fromStdString(last_request_.to_json().dump(2)));
+    if (base) status_model_->setToolTip(QString::fromStdString(shown().request.to_json().dump(2)));
     emit resultsUpdated();
 }
 
 // --- export ----------------------------------------------------------------------------------
+
+const MainWindow::Shown& MainWindow::shown() const {
+    return shown_[int(comparison_->accelerated() ? Side::Accelerated : Side::Baseline)];
+}
 
 bool MainWindow::confirmOverwrite(const QString& path) {
     return !QFileInfo::exists(path) ||
@@ -367,34 +378,35 @@ bool MainWindow::confirmOverwrite(const QString& path) {
 QString MainWindow::defaultExportName(const QString& suffix) const {
     const QString dir = export_dir_.isEmpty() ? QDir::homePath() : export_dir_;
     return QDir(dir).filePath(QStringLiteral("varscope-class%1-seed%2.%3")
-                                  .arg(last_request_.gen.class_id)
-                                  .arg(last_request_.gen.seed)
+                                  .arg(shown().request.gen.class_id)
+                                  .arg(shown().request.gen.seed)
                                   .arg(suffix));
 }
 
 QStringList MainWindow::figureNotes() const {
-    const Request& r = last_request_;
+    const Request& r = shown().request;
+    const ModelInfo& model_info = shown().model;
     QStringList notes;
     notes << tr("Model: %1 (%2)")
                  .arg(QString::fromStdString(r.model.display_name()),
-                      QString::fromStdString(model_info_.description).section('\n', 0, 0));
+                      QString::fromStdString(model_info.description).section('\n', 0, 0));
     const QString name = model_panel_->className(r.gen.class_id);
     // The settings that shaped this image: VAR samples tokens with top-k/top-p; MAR decodes in
     // steps on a CFG schedule, with a diffusion head at a temperature and a respacing.
     const QString sampling =
-        model_info_.family == Family::Mar
+        model_info.family == Family::Mar
             ? tr("%1 steps · CFG %2 (%3) · temperature %4 · %5 diffusion steps")
                   .arg(r.gen.num_iter)
                   .arg(r.gen.cfg)
                   .arg(QString::fromStdString(r.gen.cfg_schedule))
                   .arg(r.gen.temperature)
-                  .arg(QString::fromStdString(model_info_.diffusion_steps))
+                  .arg(QString::fromStdString(model_info.diffusion_steps))
             : tr("CFG %1 · top-k %2 · top-p %3").arg(r.gen.cfg).arg(r.gen.top_k).arg(r.gen.top_p);
     notes << tr("Class %1 %2 · seed %3 · %4 · device %5")
                  .arg(r.gen.class_id)
                  .arg(name.isEmpty() ? QString() : "(" + name + ")")
                  .arg(r.gen.seed)
-                 .arg(sampling, deviceText(model_info_));
+                 .arg(sampling, deviceText(model_info));
     nlohmann::json enabled = nlohmann::json::object();
     for (const auto& [id, m] : r.accel.items())
         if (m.is_object() && m.value("enabled", false)) enabled[id] = m;
@@ -436,7 +448,7 @@ bool MainWindow::exportFigure(const ExportOptions& o, QString* error, bool overw
     f.notes = figureNotes();
     f.columns = std::min<int>(3, std::max<int>(1, int(f.panels.size())));
     QMap<QString, QString> text;
-    text[kSettingsTextKey] = QString::fromStdString(last_request_.to_json().dump());
+    text[kSettingsTextKey] = QString::fromStdString(shown().request.to_json().dump());
     text["Software"] = "VARScope";
     return viz::write_figure(f, o.path, text, error);
 }
@@ -453,10 +465,10 @@ bool MainWindow::exportMetrics(const QString& path, QString* error, bool overwri
     if (QFileInfo(path).suffix().toLower() == "csv")
         return viz::write_text_file(path, metrics_->toCsv(), error);
     const auto& m = comparison_->metrics();
-    nlohmann::json summary = {{"settings", last_request_.to_json()},
-                              {"model", model_info_.description},
-                              {"device", model_info_.device},
-                              {"precision", model_info_.precision}};
+    nlohmann::json summary = {{"settings", shown().request.to_json()},
+                              {"model", shown().model.description},
+                              {"device", shown().model.device},
+                              {"precision", shown().model.precision}};
     if (m.valid)
         summary["comparison"] = {
             {"psnr_db", std::isinf(m.psnr) ? nlohmann::json("inf") : nlohmann::json(m.psnr)},
@@ -486,7 +498,7 @@ bool MainWindow::saveImage(Side side, const QString& path, QString* error, bool 
         return false;
     }
     QMap<QString, QString> text;
-    text[kSettingsTextKey] = QString::fromStdString(last_request_.to_json().dump());
+    text[kSettingsTextKey] = QString::fromStdString(shown_[int(side)].request.to_json().dump());
     return viz::write_image(r->image, path, text, error);
 }
 
@@ -538,7 +550,7 @@ bool MainWindow::restoreFromPng(const QString& path, QString* error) {
         return false;
     }
     try {
-        Request r = Request::from_json(nlohmann::json::parse(text.toStdString()));
+        Request r = Request::from_json(parse_json(text.toStdString(), "the settings chunk"));
         applyRecording(r);
         applyRequest(r, true);
         statusBar()->showMessage(tr("Settings restored from %1").arg(QFileInfo(path).fileName()),
@@ -577,7 +589,7 @@ void MainWindow::readSettings() {
     const QString last = s.value("lastRequest").toString();
     if (!last.isEmpty()) {
         try {
-            Request r = Request::from_json(nlohmann::json::parse(last.toStdString()));
+            Request r = Request::from_json(parse_json(last.toStdString(), "the saved settings"));
             const bool files_gone = r.model.kind == ModelSource::Kind::Files &&
                                     !QFileInfo::exists(QString::fromStdString(r.model.var_path));
             if (files_gone || r.model.kind == ModelSource::Kind::Custom) r.model = ModelSource{};

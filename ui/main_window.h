@@ -104,7 +104,16 @@ class MainWindow : public QMainWindow {
     // The accelerators' sliders and the sweep's range follow the loaded model (and MAR's steps).
     void applyModelCounts();
     ModelInfo model_info_;
-    Request last_request_;
+    Request last_request_;  // of the latest submitted job
+    // Each shown side's settings and model, kept with its result: after Esc cancelled a run,
+    // the export wrote the previous images with the cancelled run's settings.
+    struct Shown {
+        Request request;
+        ModelInfo model;
+    };
+    Shown shown_[2];
+    // What the exported figure describes: the accelerated side's when it is shown.
+    const Shown& shown() const;
     QString export_dir_;
 };
 

@@ -1,5 +1,7 @@
 #include "ui/run_types.h"
 
+#include "core/io/json_fields.h"
+
 namespace varscope::gui {
 
 nlohmann::json Request::to_json() const {
@@ -31,8 +33,15 @@ nlohmann::json Request::to_json() const {
 Request Request::from_json(const nlohmann::json& j) {
     if (!j.is_object() || !j.contains("varscope"))
         throw std::invalid_argument("not VARScope generation settings");
-    Request r;
+    // A key this version does not know would be dropped without a word and the restored run
+    // would differ from the one that was saved ("top_kk": 5 ran top-k 900).
+    const Request defaults;
+    const nlohmann::json known = defaults.to_json();
+    require_known_fields(j, known, "settings");
     const auto& m = j.at("model");
+    require_known_fields(m, known["model"], "settings: model",
+                         {"diffusion_steps", "var", "vae", "name"});
+    Request r;
     const std::string kind = m.value("kind", "embedded");
     r.model.kind = kind == "files"    ? ModelSource::Kind::Files
                    : kind == "custom" ? ModelSource::Kind::Custom

@@ -27,6 +27,7 @@
 #include "app/cli/mar_cli_common.h"  // check_output_file
 #include "app/cli/run_report.h"      // exec_policy
 #include "core/accel/csla_mask.h"
+#include "core/io/json_read.h"
 #include "kernels/attention_dispatch.h"
 #include "kernels/cuda_timing.h"
 
@@ -169,12 +170,13 @@ double rel_error(const at::Tensor& a, const at::Tensor& b) {
 std::map<std::string, double> read_flex(const std::string& path) {
     std::map<std::string, double> flex;
     if (path.empty()) return flex;
-    std::ifstream in(path);
-    if (!in) {
-        std::cerr << "warning: cannot read " << path << "; FlexAttention column left empty\n";
+    json j;
+    try {
+        j = read_json_file(path, "'" + path + "'");
+    } catch (const JsonReadError& e) {
+        std::cerr << "warning: " << e.what() << "; FlexAttention column left empty\n";
         return flex;
     }
-    const auto j = json::parse(in);
     for (const auto& r : j.at("results"))
         if (r.contains("flex_ms"))
             flex[r.at("config").get<std::string>() + "/" +

@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "app/cli/commands.h"
+#include "app/cli/io_paths.h"
 #include "app/cli/mar_cli_common.h"  // check_distinct_outputs
 #include "core/io/checkpoint.h"
+#include "core/io/json_read.h"
 
 #ifdef VARSCOPE_HAVE_OPENCV
 #include <opencv2/core.hpp>
@@ -75,7 +77,8 @@ void read_emoji_png(const std::string& path, uint8_t* chw) {
     }
 }
 
-void check_writable(const std::string& path, bool force) {
+void check_writable(const std::string& path, bool force, const std::string& flag) {
+    check_not_an_input(path, flag);  // --force or not
     const fs::path p(path);
     const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
     if (!fs::is_directory(dir))
@@ -108,19 +111,12 @@ int run_pack(const PackOptions& o) {
     for (const char* s : kStyles)
         if (!fs::is_directory(root / s))
             throw std::invalid_argument("'" + (root / s).string() + "' is not a folder");
-    check_writable(o.out, o.force);
-    check_writable(o.classes_out, o.force);
+    record_input(index.string(), "--dataset");
+    check_writable(o.out, o.force, "--out");
+    check_writable(o.classes_out, o.force, "--classes-out");
     check_distinct_outputs({{"--out", o.out}, {"--classes-out", o.classes_out}});
 
-    json emoji;
-    {
-        std::ifstream f(index, std::ios::binary);
-        try {
-            emoji = json::parse(f);
-        } catch (const json::parse_error& e) {
-            throw std::invalid_argument("'" + index.string() + "' is not valid JSON: " + e.what());
-        }
-    }
+    const json emoji = read_json_file(index.string(), "'" + index.string() + "'");
     if (!emoji.is_array() || emoji.empty())
         throw std::invalid_argument("'" + index.string() + "' should be a non-empty list of emoji");
 

@@ -6,6 +6,7 @@
 
 #include "app/cli/commands.h"
 #include "app/cli/run_args.h"
+#include "app/cli/mar_cli_common.h"  // check_output_file
 #include "core/io/checkpoint.h"
 
 namespace varscope::cli {
@@ -25,6 +26,7 @@ Command add_teacher_forward(CLI::App& app) {
     cmd->add_option("--output", *out, "safetensors to write")->required();
     cmd->add_flag("--eager", *eager, "eager attention instead of SDPA");
     return [model, in, out, eager]() {
+        check_output_file(*out, true, "--output");
         const auto runner = model->build();
         const StateDict result = runner->teacher_forward(load_checkpoint(*in), *in, *eager);
         save_safetensors(result, *out);

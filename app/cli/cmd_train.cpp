@@ -2,11 +2,16 @@
 // overrides, periodic checkpoints, resume from the run folder, a JSONL loss log).
 #include <ATen/ATen.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "app/cli/commands.h"
+#include "app/cli/io_paths.h"
+#include "app/cli/option_checks.h"
+#include "core/io/json_fields.h"
+#include "core/io/json_read.h"
 #include "core/models/sampling_recommendation.h"
 #include "core/training/kl_vae_trainer.h"
 #include "core/training/mar_trainer.h"
@@ -24,13 +29,16 @@ struct TrainArgs {
     double max_seconds = -1;
 };
 
-nlohmann::json read_config(const std::string& path) {
+// The config's top level takes `keys` (plus "model", "train" and a free "comment"); another
+// key is an error, like inside the sections ("cond_dorp" was ignored and trained the default).
+nlohmann::json read_config(const std::string& path, std::initializer_list<const char*> keys) {
     if (path.empty()) return nlohmann::json::object();
-    std::ifstream f(path);
-    if (!f) throw std::invalid_argument("cannot open config '" + path + "'");
-    auto j = nlohmann::json::parse(f, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-        throw std::invalid_argument("config '" + path + "' is not a JSON object");
+    const std::string what = "config '" + path + "'";
+    auto j = read_json_file(path, what);
+    if (!j.is_object()) throw std::invalid_argument(what + " is not a JSON object");
+    nlohmann::json known = {{"model", nullptr}, {"train", nullptr}, {"comment", nullptr}};
+    for (const char* k : keys) known[k] = nullptr;
+    require_known_fields(j, known, what);
     return j;
 }
 
@@ -54,14 +62,23 @@ void add_common(CLI::App* cmd, TrainArgs& a) {
     cmd->add_option("--out", a.out,
                     "run folder: checkpoints, log.jsonl, final weights; an existing run resumes")
         ->required();
-    cmd->add_option("--steps", a.steps, "override train.steps")->check(CLI::PositiveNumber);
-    cmd->add_option("--batch", a.batch, "override train.batch")->check(CLI::PositiveNumber);
+    cmd->add_option("--steps", a.steps, "override train.steps")->check(whole_number_at_least(1));
+    cmd->add_option("--batch", a.batch, "override train.batch")->check(whole_number_at_least(1));
     cmd->add_option("--lr", a.lr, "override train.lr")->check(CLI::Range(1e-8, 1.0));
     cmd->add_option("--device", a.device, "override train.device (cpu, cuda, cuda:N)");
-    cmd->add_option("--seed", a.seed, "override train.seed")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--seed", a.seed, "override train.seed")->check(whole_number_at_least(0));
     cmd->add_option("--max-seconds", a.max_seconds,
                     "stop after this wall time, then export (0 = no limit)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(number_at_least(0));
+}
+
+// The files training writes in its run folder may not be inputs of the run (`--init
+// run/final.safetensors` would be overwritten by the run it starts).
+void check_run_folder(const std::string& out) {
+    for (const char* name :
+         {"last.safetensors", "ema.safetensors", "final.safetensors", "export-fp16.safetensors",
+          "export-raw-fp16.safetensors", "optimizer.pt", "state.json", "log.jsonl", "report.json"})
+        check_not_an_input((std::filesystem::path(out) / name).string(), "--out");
 }
 
 void write_report(const TrainArgs& a, const nlohmann::json& report) {
@@ -97,7 +114,8 @@ Command add_train(CLI::App& app) {
     mr->add_option("--init", ma->init, "start from these MAR weights")->check(CLI::ExistingFile);
     return [vq, vr, kl, mr, va, ta, ka, ma]() {
         if (vq->parsed()) {
-            const auto j = read_config(va->config);
+            check_run_folder(va->out);
+            const auto j = read_config(va->config, {"restart_every"});
             VqvaeTrainJob job;
             job.model = VqvaeConfig::from_json(j.value("model", nlohmann::json::object()));
             job.train = train_config(j, *va);
@@ -106,7 +124,10 @@ Command add_train(CLI::App& app) {
             job.restart_every = j.value("restart_every", job.restart_every);
             write_report(*va, train_vqvae(job, std::cerr));
         } else if (vr->parsed()) {
-            const auto j = read_config(ta->config);
+            check_run_folder(ta->out);
+            const auto j = read_config(
+                ta->config, {"cond_drop", "ema_rate", "bf16_autocast", "export_int8", "grow_depth",
+                             "fit_steps_to_time", "recommended_sampling"});
             VarTrainJob job;
             job.model = VarConfig::from_json(j.value("model", nlohmann::json::object()));
             job.train = train_config(j, *ta);
@@ -130,7 +151,8 @@ Command add_train(CLI::App& app) {
             }
             write_report(*ta, train_var(job, std::cerr));
         } else if (kl->parsed()) {
-            const auto j = read_config(ka->config);
+            check_run_folder(ka->out);
+            const auto j = read_config(ka->config, {"loss", "auto_scale_factor"});
             KlVaeTrainJob job;
             if (j.contains("model")) job.model = KlVaeConfig::from_json(j["model"]);
             job.model.validate();
@@ -141,7 +163,8 @@ Command add_train(CLI::App& app) {
             job.run_dir = ka->out;
             write_report(*ka, train_kl_vae(job, std::cerr));
         } else if (mr->parsed()) {
-            const auto j = read_config(ma->config);
+            check_run_folder(ma->out);
+            const auto j = read_config(ma->config, {"recipe", "sampling"});
             MarTrainJob job;
             job.model = MarConfig::from_json(j.value("model", nlohmann::json::object()));
             job.train = train_config(j, *ma);

@@ -7,6 +7,7 @@
 #include "app/cli/commands.h"
 #include "app/cli/run_report.h"
 #include "app/exec_env/exec_env.h"
+#include "app/cli/io_paths.h"
 #include "core/io/state_dict.h"
 
 int main(int argc, char** argv) {
@@ -43,6 +44,8 @@ int main(int argc, char** argv) {
         // The environment, once: a malformed VARSCOPE_* value is a usage error (exit 2).
         varscope::cli::exec_policy();
         varscope::exec_env::apply_resource_dir_from_environment();
+        // Before any output check: what the command reads may never be overwritten.
+        for (auto* sub : app.get_subcommands()) varscope::cli::record_inputs(*sub);
         for (auto* sub : app.get_subcommands()) return runners.at(sub)();
     } catch (const varscope::CheckpointError& e) {
         std::cerr << "error: " << e.what() << "\n";

@@ -11,9 +11,12 @@
 #include <sstream>
 
 #include "app/cli/image_io.h"
+#include "app/cli/io_paths.h"
+#include "app/cli/option_checks.h"
 #include "app/cli/sampling_args.h"
 #include "app/cli/seed_option.h"
 #include "core/accel/lazymar.h"
+#include "core/io/json_read.h"
 #include "core/io/state_dict.h"  // CheckpointError
 #include "core/models/sampling_recommendation.h"
 #include "core/resources.h"
@@ -41,24 +44,23 @@ bool writable_dir(const fs::path& dir) {
 MarConfig mar_config_argument(const std::string& spec) {
     if (spec.empty()) throw std::invalid_argument("--random needs a preset or a JSON config");
     // JSON errors name the flag and exit 2 (they were nlohmann's text alone, exit 3).
-    const auto config_of = [&](auto&& source, const std::string& what) {
+    const auto config_of = [&](const nlohmann::json& j) {
         try {
-            return MarConfig::from_json(nlohmann::json::parse(source));
+            return MarConfig::from_json(j);
         } catch (const nlohmann::json::exception& e) {
-            throw std::invalid_argument("--random: " + what + ": " + e.what());
+            throw std::invalid_argument("--random: " + std::string(e.what()));
         }
     };
-    if (spec.front() == '{') return config_of(spec, "inline JSON");
+    if (spec.front() == '{') return config_of(parse_json(spec, "--random: inline JSON"));
+    // Whether a file is there, without opening it (opening a FIFO would block).
     std::error_code ec;
-    if (fs::is_directory(spec, ec))
-        throw std::invalid_argument("--random: '" + spec + "' is a folder, expected a preset or a JSON file");
-    std::ifstream f(spec);
-    if (f) return config_of(f, "'" + spec + "'");
+    if (fs::exists(spec, ec)) return config_of(read_json_file(spec, "--random: '" + spec + "'"));
     return MarConfig::named(spec);
 }
 
 void check_output_file(const std::string& path, bool force, const std::string& flag, bool image) {
     if (path.empty()) return;
+    check_not_an_input(path, flag);  // --force or not
     const fs::path p(path);
     const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
     std::error_code ec;

@@ -17,7 +17,8 @@ MarConfig mar_config_argument(const std::string& spec);
 
 // Output checks before any work is done, so a bad path fails in a second, not after sampling:
 // the folder of `path` exists and is writable (probed by creating a file), `path` does not
-// exist unless `force`, and, with `image`, its extension is a supported image format.
+// exist unless `force`, it is not an input of the run (io_paths.h), and, with `image`, its
+// extension is a supported image format.
 // `flag` names the option in messages. std::invalid_argument on failure.
 void check_output_file(const std::string& path, bool force, const std::string& flag,
                        bool image = false);

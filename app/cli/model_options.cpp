@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "app/cli/run_report.h"  // exec_policy
+#include "app/cli/option_checks.h"
 #include "app/cli/seed_option.h"
 #include "core/resources.h"
 
@@ -19,7 +20,8 @@ void ModelOptions::add_to(CLI::App& cmd) {
         ->check(CLI::Range(1, 64));
     cmd.add_option("--init-seed", init_seed, "seed of the random weights")->check(seed_validator());
     cmd.add_option("--patch-nums", patch_nums, "patch schedule, e.g. 1,2,3,4,5,6,8,10,13,16")
-        ->delimiter(',');
+        ->delimiter(',')
+        ->check(whole_number_at_least(1));  // each entry; "" was read as [0]
     cmd.add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
     cmd.add_option(
            "--precision", precision,

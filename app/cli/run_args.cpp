@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "app/cli/mar_cli_common.h"  // mar_config_argument
+#include "app/cli/option_checks.h"
 #include "app/cli/run_report.h"      // exec_policy
 #include "app/cli/seed_option.h"
 #include "core/accel/accel_config.h"
@@ -86,7 +87,8 @@ void ModelArgs::add_to(CLI::App& cmd, Family default_family) {
         cmd.add_option("--init-seed", init_seed, "seed of the random weights")->check(seed_validator());
     o["--patch-nums"] = cmd.add_option("--patch-nums", patch_nums,
                                        "VAR: patch schedule, e.g. 1,2,3,4,5,6,8,10,13,16")
-                            ->delimiter(',');
+                            ->delimiter(',')
+                            ->check(whole_number_at_least(1));  // each entry; "" was read as [0]
     o["--device"] = cmd.add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
     o["--precision"] =
         cmd.add_option("--precision", precision,
@@ -195,7 +197,8 @@ void SampleArgs::add_to(CLI::App& cmd) {
                        ->delimiter(',');
     o["--prompt"] = cmd.add_option("-p,--prompt", prompt,
                                    "words naming the class, e.g. \"red heart\" (best match is "
-                                   "used; ranked list printed)");
+                                   "used; ranked list printed)")
+                        ->check(not_blank("words naming a class"));
     o["--batch"] = cmd.add_option("--batch", batch, "images to generate when one or no class is given")
                        ->check(CLI::Range(1, 4096));
     o["--seed"] = cmd.add_option("--seed", seed, "random seed (same seed, same device: same image)")
@@ -207,7 +210,7 @@ void SampleArgs::add_to(CLI::App& cmd) {
                                 "4; MAR: 1 = off, the default)")
                      ->check(CLI::Range(0.0, 100.0));
     o["--top-k"] = cmd.add_option("--top-k", top_k, "VAR: top-k filter, 0 = off")
-                       ->check(CLI::NonNegativeNumber)
+                       ->check(whole_number_at_least(0))
                        ->capture_default_str();
     o["--top-p"] = cmd.add_option("--top-p", top_p, "VAR: top-p (nucleus) filter, 0 = off")
                        ->check(CLI::Range(0.0, 1.0))

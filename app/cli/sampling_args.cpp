@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "app/cli/option_checks.h"
 #include "app/cli/seed_option.h"
 #include "core/data/emoji_classes.h"
 #include "core/io/state_dict.h"  // CheckpointError
@@ -13,12 +14,12 @@ namespace varscope::cli {
 
 void SamplingArgs::add_to(CLI::App& cmd) {
     cmd.add_option("--class", classes, "class id(s); one per image, or one for the whole batch (-1 = unconditional); none = random")->delimiter(',');
-    cmd.add_option("-p,--prompt", prompt, "words naming the class, e.g. \"red heart\" (best match is used; ranked list printed)");
+    cmd.add_option("-p,--prompt", prompt, "words naming the class, e.g. \"red heart\" (best match is used; ranked list printed)")->check(not_blank("words naming a class"));
     cmd.add_option("--batch", batch, "images to generate when one or no class is given")->check(CLI::Range(1, 4096));
     cmd.add_option("--seed", seed, "random seed (same seed, same device: same image)")->check(seed_validator())->capture_default_str();
     cmd.add_flag("--random-seed", random_seed, "do not seed the sampler");
     cfg_option_ = cmd.add_option("--cfg", cfg, "classifier-free guidance scale (ramped over scales)")->check(CLI::Range(0.0, 100.0))->capture_default_str();
-    top_k_option_ = cmd.add_option("--top-k", top_k, "top-k filter, 0 = off")->check(CLI::NonNegativeNumber)->capture_default_str();
+    top_k_option_ = cmd.add_option("--top-k", top_k, "top-k filter, 0 = off")->check(whole_number_at_least(0))->capture_default_str();
     top_p_option_ = cmd.add_option("--top-p", top_p, "top-p (nucleus) filter, 0 = off")->check(CLI::Range(0.0, 1.0))->capture_default_str();
     cmd.add_flag("--more-smooth", more_smooth, "Gumbel-softmax smoothing (visualisation only)");
     cmd.add_flag("--no-cuda-graphs", no_cuda_graphs, "run the dense loop eagerly on CUDA (no graph replay; for debugging and timing)");

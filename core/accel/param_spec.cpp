@@ -4,8 +4,9 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
+
+#include "core/io/json_read.h"
 
 namespace varscope {
 namespace {
@@ -190,15 +191,10 @@ std::vector<double> ParamReader::get_real_list(const std::string& key) const {
 }
 
 nlohmann::json accel_file_json(const std::string& path, const std::string& kind) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec))  // a folder opens, then fails inside iostreams
-        throw AccelConfigError(kind + "accelerator config '" + path + "' is a folder");
-    std::ifstream in(path);
-    if (!in) throw AccelConfigError("cannot open " + kind + "accelerator config '" + path + "'");
     try {
-        return nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {  // also numbers out of range (1e400)
-        throw AccelConfigError("'" + path + "' is not valid JSON: " + e.what());
+        return read_json_file(path, kind + "accelerator config '" + path + "'");
+    } catch (const JsonReadError& e) {
+        throw AccelConfigError(e.what());
     }
 }
 
@@ -209,13 +205,14 @@ nlohmann::json accel_argument_json(const std::string& arg,
     const auto first = arg.find_first_not_of(" \t\n");
     if (first != std::string::npos && arg[first] == '{') {
         try {
-            return nlohmann::json::parse(arg);
-        } catch (const nlohmann::json::exception& e) {
-            throw AccelConfigError("inline " + kind + "accelerator config is not valid JSON: " +
-                                   e.what());
+            return parse_json(arg, "inline " + kind + "accelerator config");
+        } catch (const JsonReadError& e) {
+            throw AccelConfigError(e.what());
         }
     }
-    if (!std::ifstream(arg)) {
+    // Whether a file is there, without opening it (opening a FIFO would block).
+    std::error_code ec;
+    if (!std::filesystem::exists(arg, ec)) {
         // "FastVAR" for "fastvar": a preset in any case, once no file has that name.
         for (const auto& [name, config] : presets)
             if (std::equal(name.begin(), name.end(), arg.begin(), arg.end(), [](char a, char b) {

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "core/io/json_read.h"
+
 namespace varscope {
 namespace {
 
@@ -24,13 +26,11 @@ std::string optional_string(const json& entry, const char* key, const std::strin
 }  // namespace
 
 std::vector<ClassInfo> load_class_list(const std::string& json_path) {
-    std::ifstream in(json_path, std::ios::binary);
-    if (!in) fail(json_path, "cannot open the file");
     json doc;
     try {
-        doc = json::parse(in);
-    } catch (const json::parse_error& e) {
-        fail(json_path, std::string("not valid JSON (") + e.what() + ")");
+        doc = read_json_file(json_path, "the class list");
+    } catch (const JsonReadError& e) {
+        fail(json_path, e.what());
     }
     if (!doc.is_object()) fail(json_path, "expected a JSON object with a \"classes\" array");
     const auto classes = doc.find("classes");

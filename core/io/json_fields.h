@@ -23,7 +23,7 @@ inline void require_known_fields(const nlohmann::json& j, const nlohmann::json& 
         if (ok) continue;
         std::string allowed;
         for (const auto& k : known.items()) allowed += (allowed.empty() ? "" : ", ") + k.key();
-        for (const char* a : also) allowed += std::string(", ") + a;
+        for (const char* a : also) allowed += (allowed.empty() ? "" : ", ") + std::string(a);
         throw std::invalid_argument(what + ": unknown field '" + key + "' (allowed: " + allowed +
                                     ")");
     }

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/io/checkpoint_internal.h"
+#include "core/io/json_read.h"
 
 namespace varscope {
 
@@ -85,8 +86,13 @@ void dequantize_state_dict_in_place(StateDict& sd,
     if (it == metadata.end()) return;
     const std::string key = kQuantMetadataKey;
     auto fail = [&](const std::string& what) { detail::checkpoint_fail(path, key + ": " + what); };
-    nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) fail("not a JSON object");
+    nlohmann::json j;
+    try {
+        j = parse_json(it->second, "the value");
+    } catch (const JsonReadError& e) {
+        fail(std::string("not a JSON object (") + e.what() + ")");
+    }
+    if (!j.is_object()) fail("not a JSON object");
     if (j.value("scheme", "") != kQuantScheme)
         fail("unsupported scheme '" + j.value("scheme", "") + "' (expected '" + kQuantScheme +
              "')");

@@ -12,6 +12,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/json_fields.h"
+#include "core/io/json_read.h"
 #include "core/io/module_binding.h"
 #include "core/models/detect.h"
 #include "core/models/vqvae_blocks.h"
@@ -442,8 +443,13 @@ KlVae load_kl_vae(const std::string& path, int64_t resolution, double scale_fact
         const auto metadata = read_safetensors_metadata(path);
         auto it = metadata.find("varscope.config");
         if (it != metadata.end()) {
-            auto j = nlohmann::json::parse(it->second, nullptr, false);
-            if (j.is_discarded() || !j.is_object())
+            nlohmann::json j;
+            try {
+                j = parse_json(it->second, "metadata 'varscope.config'");
+            } catch (const JsonReadError& e) {
+                throw CheckpointError(path + ": " + e.what());
+            }
+            if (!j.is_object())
                 throw CheckpointError(path + ": metadata 'varscope.config' is not a JSON object");
             try {
                 cfg = KlVaeConfig::from_json(j);

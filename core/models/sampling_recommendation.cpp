@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "core/io/checkpoint.h"
+#include "core/io/json_read.h"
 #include "core/io/state_dict.h"  // CheckpointError
 
 namespace varscope {
@@ -49,7 +50,7 @@ std::string SamplingRecommendation::describe() const {
 }
 
 SamplingRecommendation parse_sampling_recommendation(const std::string& json_text) {
-    const json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+    const json j = parse_json(json_text, kSamplingMetadataKey);
     if (!j.is_object())
         throw std::invalid_argument(std::string(kSamplingMetadataKey) + ": must be a JSON object");
     for (const auto& [key, value] : j.items()) {
@@ -104,7 +105,7 @@ std::string MarSamplingRecommendation::describe() const {
 
 MarSamplingRecommendation parse_mar_sampling_recommendation(const std::string& json_text) {
     const char* entry = kMarSamplingMetadataKey;
-    const json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+    const json j = parse_json(json_text, entry);
     if (!j.is_object()) throw std::invalid_argument(std::string(entry) + ": must be a JSON object");
     for (const auto& [key, value] : j.items()) {
         (void)value;

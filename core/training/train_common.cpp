@@ -14,8 +14,10 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/json_fields.h"
+#include "core/io/json_read.h"
 #include "core/io/module_binding.h"
 #include "core/io/quant_int8.h"
+#include "core/pipeline.h"  // parse_device
 
 namespace fs = std::filesystem;
 
@@ -101,9 +103,18 @@ ImageDataset load_image_dataset(const std::string& path, const at::Device& devic
 }
 
 ImageDataset prepare_training(const TrainConfig& train, const std::string& data_path) {
+    // Checked first: without a GPU, the first copy to "cuda" (the default) failed with
+    // LibTorch's "CUDA driver version is insufficient".
+    at::Device device(at::kCPU);
+    try {
+        device = parse_device(train.device);
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("train.device: ") + e.what() +
+                                    " (train on the CPU with --device cpu)");
+    }
     at::globalContext().setAllowTF32CuBLAS(true);
     at::globalContext().setAllowTF32CuDNN(true);
-    return load_image_dataset(data_path, at::Device(train.device));
+    return load_image_dataset(data_path, device);
 }
 
 BatchSampler::BatchSampler(int64_t n, int64_t batch, uint64_t seed)
@@ -146,10 +157,9 @@ std::string RunDirectory::path(const std::string& name) const {
 int64_t RunDirectory::resume(torch::nn::Module& model, torch::optim::Optimizer& opt,
                              const std::string& what) {
     if (!fs::exists(path("state.json"))) return 0;
-    std::ifstream f(path("state.json"));
-    nlohmann::json st = nlohmann::json::parse(f, nullptr, false);
+    const nlohmann::json st = read_json_file(path("state.json"), path("state.json"));
     // A step below 0 ran the schedule backwards (negative learning rates) and said done.
-    if (st.is_discarded() || !st.contains("step") || !st["step"].is_number_integer() ||
+    if (!st.is_object() || !st.contains("step") || !st["step"].is_number_integer() ||
         st["step"].get<int64_t>() < 0)
         throw std::invalid_argument(path("state.json") +
                                     " is not a valid training state (needs \"step\": a whole "

@@ -7,6 +7,7 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QImageReader>
+#include <QImageWriter>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
@@ -1010,6 +1011,70 @@ class UiTest : public QObject {
         w.generate();
         QVERIFY(wait_job(w));
         QVERIFY(w.comparison()->baseline());
+    }
+
+    // Esc after changing the seed: the export wrote the previous run's images with the
+    // cancelled run's settings (caption and PNG chunk), so a restore gave another image.
+    void exportAfterCancelDescribesTheShownImages() {
+        MainWindow w(test_loader);
+        w.applyRequest(tiny_request(true), false);
+        w.generate();
+        QVERIFY(wait_job(w));
+        QVERIFY(w.comparison()->baseline());
+        const QImage shown = w.comparison()->baseline()->image;
+        Request other = tiny_request(true);
+        other.gen.seed = 99;
+        w.applyRequest(other, false);
+        QSignalSpy failed(w.worker(), &GenerationWorker::sideFailed);
+        w.generate();
+        w.cancel();
+        QVERIFY(wait_job(w));
+        QCOMPARE(failed.count(), 1);
+        QCOMPARE(w.comparison()->baseline()->image, shown);
+        QVERIFY2(w.figureNotes().join('|').contains("seed 7"), qPrintable(w.figureNotes().join('|')));
+        QTemporaryDir dir;
+        QString error;
+        ExportOptions o;
+        o.path = dir.filePath("figure.png");
+        QVERIFY2(w.exportFigure(o, &error), qPrintable(error));
+        QVERIFY2(w.saveImage(Side::Baseline, dir.filePath("base.png"), &error), qPrintable(error));
+        for (const char* name : {"figure.png", "base.png"}) {
+            QImageReader reader(dir.filePath(name));
+            const Request back = Request::from_json(
+                nlohmann::json::parse(reader.text(kSettingsTextKey).toStdString()));
+            QCOMPARE(back.gen.seed, uint64_t(7));
+        }
+    }
+
+    // Settings with a key this version does not know are refused (it was dropped: "top_kk": 5
+    // restored top-k 900), as are duplicate keys and deep nesting in a PNG's settings chunk.
+    void settingsWithUnknownKeysAreRefused() {
+        nlohmann::json j = tiny_request().to_json();
+        QCOMPARE(Request::from_json(j).gen.seed, uint64_t(7));
+        j["top_kk"] = 5;
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, Request::from_json(j));
+        j = tiny_request().to_json();
+        j["model"]["devise"] = "cuda";
+        try {
+            Request::from_json(j);
+            QFAIL("accepted model.devise");
+        } catch (const std::invalid_argument& e) {
+            QVERIFY2(QString(e.what()).contains("settings: model: unknown field 'devise'"), e.what());
+        }
+        QTemporaryDir dir;
+        for (const std::string& text : {std::string(R"({"varscope": 1, "varscope": 1})"),
+                                        std::string(100000, '[')}) {
+            QImage img(4, 4, QImage::Format_RGB32);
+            img.fill(Qt::red);
+            QImageWriter writer(dir.filePath("s.png"));
+            writer.setText(kSettingsTextKey, QString::fromStdString(text));
+            QVERIFY(writer.write(img));
+            MainWindow w(test_loader);
+            QString error;
+            QVERIFY(!w.restoreFromPng(dir.filePath("s.png"), &error));
+            QVERIFY2(error.contains("appears twice") || error.contains("nested deeper"),
+                     qPrintable(error));
+        }
     }
 
     void badCheckpointIsReported() {
