@@ -297,6 +297,39 @@ class UiTest : public QObject {
         QVERIFY(g.baseline_key("m") != eager.baseline_key("m"));
     }
 
+    // The baseline cache key: every setting but the accelerated side's changes it, to the last
+    // digit of a double (the old key wrote 6 digits: cfg 4.0000001 reused the baseline of 4.0).
+    void baselineKeyCoversEverySettingButTheAccelerators() {
+        const GenerationSettings g;
+        const std::string k = g.baseline_key("m");
+        QVERIFY(k != g.baseline_key("n"));
+        auto differs = [&](auto change) {
+            GenerationSettings o = g;
+            change(o);
+            return o.baseline_key("m") != k;
+        };
+        QVERIFY(differs([](GenerationSettings& o) { o.class_id = 1; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.seed = 1; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.cfg = 4.0000001; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.top_k = 901; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.top_p = 0.9500001; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.num_iter = 65; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.cfg_schedule = "constant"; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.temperature = 1.1; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.attention_layer = 0; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.filmstrip = false; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.cuda_graphs = false; }));
+        QVERIFY(!differs([](GenerationSettings& o) { o.accel_json = R"({"fastvar": {}})"; }));
+        QVERIFY(!differs([](GenerationSettings& o) { o.accel_records = false; }));
+        // Fields cannot run together: class 1 seed 23 is not class 12 seed 3.
+        GenerationSettings a = g, b = g;
+        a.class_id = 1;
+        a.seed = 23;
+        b.class_id = 12;
+        b.seed = 3;
+        QVERIFY(a.baseline_key("m") != b.baseline_key("m"));
+    }
+
     void cs4aKeysDimTheRestOfTheDenseMap() {
         using namespace varscope::gui;
         auto base = std::make_shared<SideResult>();
