@@ -32,6 +32,7 @@
 #include "ui/metrics_model.h"
 #include "ui/model_panel.h"
 #include "ui/plots_panel.h"
+#include "ui/results_model.h"
 #include "visualization/figure.h"
 #include "visualization/heatmap_view.h"
 
@@ -51,7 +52,9 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     worker_ = new GenerationWorker(this);
     if (loader) worker_->setLoader(std::move(loader));
 
+    results_ = new ResultsModel(this);
     comparison_ = new ComparisonView(this);
+    comparison_->setResultsModel(results_);
     setCentralWidget(comparison_);
 
     // Left: model + methods in one scrollable column.
@@ -133,7 +136,7 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     connect(model_panel_, &ModelPanel::modelChanged, this, [this] {
         // The family's controls follow at once (embedded models); files: once loaded.
         showFamily(model_panel_->family());
-        comparison_->clear();
+        results_->clear();
         if (has_generated_) debounce_.start();
     });
     connect(model_panel_, &ModelPanel::recentFilesChanged, this, &MainWindow::writeSettings);
@@ -142,6 +145,7 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     });
     connect(comparison_, &ComparisonView::scaleSelected, inspector_, &Inspector::setScale);
     connect(plots_, &PlotsPanel::sweepRequested, this, &MainWindow::runSweep);
+    connect(results_, &ResultsModel::changed, this, &MainWindow::showResults);
 
     // Worker signals (queued: they come from the worker thread).
     connect(worker_, &GenerationWorker::modelLoaded, this, [this](quint64, ModelInfo info) {
@@ -177,9 +181,8 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     connect(worker_, &GenerationWorker::sideFinished, this, [this](quint64 job, SideResultPtr r) {
         if (job != latest_job_) return;
         if (sweeping_ && r->side == Side::Accelerated) return;
-        comparison_->setResult(r);
         if (r->side == Side::Accelerated) method_panel_->setRuntimeError({});
-        showResults();
+        results_->setSide(r, job_request_);
     });
     connect(worker_, &GenerationWorker::sideFailed, this,
             [this](quint64 job, int side, QString msg, bool cancelled) {
@@ -187,17 +190,18 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
                 comparison_->clearBusy();
                 if (cancelled) {
                     statusBar()->showMessage(tr("Cancelled"), 4000);
-                    if (side == int(Side::Accelerated) || !comparison_->baseline())
+                    if (side == int(Side::Accelerated)) results_->clearSide(Side::Accelerated);
+                    if (side == int(Side::Accelerated) || !results_->baseline())
                         comparison_->setSideMessage(Side(side), tr("Cancelled"));
                     return;
                 }
                 if (side == int(Side::Accelerated)) {
                     // Shown in place (sliders would otherwise raise a dialog per move).
                     method_panel_->setRuntimeError(tr("Accelerated run failed: %1").arg(msg));
+                    results_->clearSide(Side::Accelerated);
                     comparison_->setSideMessage(Side::Accelerated,
                                                 tr("Accelerated run failed:\n%1").arg(msg));
                     statusBar()->showMessage(tr("Accelerated run failed: %1").arg(msg), 8000);
-                    showResults();
                 } else {
                     comparison_->setSideMessage(Side::Baseline, tr("Generation failed."));
                     QMessageBox::critical(this, tr("Generation failed"), msg);
@@ -322,7 +326,7 @@ void MainWindow::generate() {
     }
     Job job;
     job.request = currentRequest();
-    last_request_ = job.request;
+    job_request_ = job.request;
     has_generated_ = true;
     comparison_->markStale();
     latest_job_ = active_job_ = worker_->submit(std::move(job));
@@ -336,6 +340,7 @@ void MainWindow::runSweep(const QString& method, const QString& param,
     job.sweep_method = method.toStdString();
     job.sweep_param = param.toStdString();
     job.sweep_values = values;
+    job_request_ = job.request;
     plots_->clearSweep();
     plots_->setSweepRunning(true);
     sweeping_ = true;
@@ -348,11 +353,12 @@ void MainWindow::cancel() {
 }
 
 void MainWindow::showResults() {
-    const auto base = comparison_->baseline(), accel = comparison_->accelerated();
+    const auto base = results_->baseline(), accel = results_->accelerated();
     inspector_->setResults(base, accel);
     plots_->setResults(base, accel);
     metrics_->setResults(base, accel);
-    if (base) status_model_->setToolTip(QString::fromStdString(last_request_.to_json().dump(2)));
+    status_model_->setToolTip(base ? QString::fromStdString(results_->request().to_json().dump(2))
+                                   : QString());
     emit resultsUpdated();
 }
 
@@ -367,13 +373,13 @@ bool MainWindow::confirmOverwrite(const QString& path) {
 QString MainWindow::defaultExportName(const QString& suffix) const {
     const QString dir = export_dir_.isEmpty() ? QDir::homePath() : export_dir_;
     return QDir(dir).filePath(QStringLiteral("varscope-class%1-seed%2.%3")
-                                  .arg(last_request_.gen.class_id)
-                                  .arg(last_request_.gen.seed)
+                                  .arg(results_->request().gen.class_id)
+                                  .arg(results_->request().gen.seed)
                                   .arg(suffix));
 }
 
 QStringList MainWindow::figureNotes() const {
-    const Request& r = last_request_;
+    const Request& r = results_->request();
     QStringList notes;
     notes << tr("Model: %1 (%2)")
                  .arg(QString::fromStdString(r.model.display_name()),
@@ -400,13 +406,13 @@ QStringList MainWindow::figureNotes() const {
         if (m.is_object() && m.value("enabled", false)) enabled[id] = m;
     notes << tr("Accelerators: %1")
                  .arg(enabled.empty() ? tr("none") : QString::fromStdString(enabled.dump()));
-    notes << tr("Metrics: %1").arg(comparison_->metricsText());
+    notes << tr("Metrics: %1").arg(results_->metrics().text());
     notes << tr("VARScope · %1").arg(QDateTime::currentDateTime().toString(Qt::ISODate));
     return notes;
 }
 
 bool MainWindow::exportFigure(const ExportOptions& o, QString* error, bool overwrite) {
-    const auto base = comparison_->baseline(), accel = comparison_->accelerated();
+    const auto base = results_->baseline(), accel = results_->accelerated();
     if (!base) {
         if (error) *error = tr("Nothing to export yet: generate first.");
         return false;
@@ -421,9 +427,9 @@ bool MainWindow::exportFigure(const ExportOptions& o, QString* error, bool overw
         f.panels.push_back(
             {base->image, tr("Baseline · %1 ms").arg(base->run.total_ms, 0, 'f', 1)});
     if (o.accelerated && accel) f.panels.push_back({accel->image, acceleratedCaption(*accel)});
-    if (o.difference && !comparison_->differenceImage().isNull())
-        f.panels.push_back(
-            {comparison_->differenceImage(), tr("|accelerated − baseline| (0 … 0.5)")});
+    if (o.difference && !results_->differenceImage().isNull())
+        f.panels.push_back({results_->differenceImage(),
+                            tr("|accelerated − baseline| (0 … %1)").arg(ResultsModel::kDiffMax)});
     if (o.attention && inspector_->attention()->view()->hasData())
         f.panels.push_back({inspector_->attention()->view()->grab().toImage(), tr("Attention")});
     if (o.inspector && inspector_->currentWidget() != inspector_->attention()) {
@@ -436,13 +442,13 @@ bool MainWindow::exportFigure(const ExportOptions& o, QString* error, bool overw
     f.notes = figureNotes();
     f.columns = std::min<int>(3, std::max<int>(1, int(f.panels.size())));
     QMap<QString, QString> text;
-    text[kSettingsTextKey] = QString::fromStdString(last_request_.to_json().dump());
+    text[kSettingsTextKey] = QString::fromStdString(results_->request().to_json().dump());
     text["Software"] = "VARScope";
     return viz::write_figure(f, o.path, text, error);
 }
 
 bool MainWindow::exportMetrics(const QString& path, QString* error, bool overwrite) {
-    if (!comparison_->baseline()) {
+    if (!results_->baseline()) {
         if (error) *error = tr("Nothing to export yet: generate first.");
         return false;
     }
@@ -452,8 +458,8 @@ bool MainWindow::exportMetrics(const QString& path, QString* error, bool overwri
     }
     if (QFileInfo(path).suffix().toLower() == "csv")
         return viz::write_text_file(path, metrics_->toCsv(), error);
-    const auto& m = comparison_->metrics();
-    nlohmann::json summary = {{"settings", last_request_.to_json()},
+    const auto& m = results_->metrics();
+    nlohmann::json summary = {{"settings", results_->request().to_json()},
                               {"model", model_info_.description},
                               {"device", model_info_.device},
                               {"precision", model_info_.precision}};
@@ -476,7 +482,7 @@ bool MainWindow::exportMetrics(const QString& path, QString* error, bool overwri
 }
 
 bool MainWindow::saveImage(Side side, const QString& path, QString* error, bool overwrite) {
-    const auto r = side == Side::Baseline ? comparison_->baseline() : comparison_->accelerated();
+    const auto r = results_->side(side);
     if (!r) {
         if (error) *error = tr("Nothing to save yet: generate first.");
         return false;
@@ -486,16 +492,16 @@ bool MainWindow::saveImage(Side side, const QString& path, QString* error, bool 
         return false;
     }
     QMap<QString, QString> text;
-    text[kSettingsTextKey] = QString::fromStdString(last_request_.to_json().dump());
+    text[kSettingsTextKey] = QString::fromStdString(results_->request().to_json().dump());
     return viz::write_image(r->image, path, text, error);
 }
 
 void MainWindow::exportFigureDialog() {
     ExportOptions o;
     o.title = tr("VARScope: %1")
-                  .arg(QString::fromStdString(comparison_->accelerated()
-                                                  ? comparison_->accelerated()->run.accel_summary
-                                                  : "baseline"));
+                  .arg(results_->accelerated()
+                           ? QString::fromStdString(results_->accelerated()->run.accel_summary)
+                           : tr("baseline"));
     o.path = defaultExportName("png");
     ExportDialog dlg(o, inspector_->currentPanelTitle(), this);
     if (dlg.exec() != QDialog::Accepted) return;
@@ -525,7 +531,7 @@ void MainWindow::saveImageDialog() {
     if (path.isEmpty() || !confirmOverwrite(path)) return;
     export_dir_ = QFileInfo(path).path();
     QString error;
-    if (!saveImage(comparison_->accelerated() ? Side::Accelerated : Side::Baseline, path, &error,
+    if (!saveImage(results_->accelerated() ? Side::Accelerated : Side::Baseline, path, &error,
                    true))
         QMessageBox::critical(this, tr("Save failed"), error);
 }

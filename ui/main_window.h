@@ -21,6 +21,7 @@ class MethodPanel;
 class MetricsModel;
 class ModelPanel;
 class PlotsPanel;
+class ResultsModel;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -49,6 +50,7 @@ class MainWindow : public QMainWindow {
     ModelPanel* modelPanel() const { return model_panel_; }
     MethodPanel* methodPanel() const { return method_panel_; }
     ComparisonView* comparison() const { return comparison_; }
+    ResultsModel* results() const { return results_; }
     Inspector* inspector() const { return inspector_; }
     PlotsPanel* plots() const { return plots_; }
     MetricsModel* metricsModel() const { return metrics_; }
@@ -86,6 +88,7 @@ class MainWindow : public QMainWindow {
     QString defaultExportName(const QString& suffix) const;
 
     GenerationWorker* worker_;
+    ResultsModel* results_;
     ModelPanel* model_panel_;
     MethodPanel* method_panel_;
     ComparisonView* comparison_;
@@ -104,7 +107,7 @@ class MainWindow : public QMainWindow {
     // The accelerators' sliders and the sweep's range follow the loaded model (and MAR's steps).
     void applyModelCounts();
     ModelInfo model_info_;
-    Request last_request_;
+    Request job_request_;  // of the latest submitted job (the results on show: results_)
     QString export_dir_;
 };
 

@@ -10,9 +10,13 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
+#include <QMenuBar>
+#include <QPushButton>
 #include <QSignalSpy>
+#include <QSlider>
 #include <QSpinBox>
 #include <QStandardItemModel>
+#include <QStatusBar>
 #include <QTemporaryDir>
 #include <QToolButton>
 #include <QVBoxLayout>
@@ -29,6 +33,7 @@
 #include "ui/metrics_model.h"
 #include "ui/model_panel.h"
 #include "ui/plots_panel.h"
+#include "ui/results_model.h"
 #include "visualization/colormap.h"
 #include "visualization/figure.h"
 #include "visualization/float_grid.h"
@@ -851,17 +856,17 @@ class UiTest : public QObject {
         QSignalSpy results(&w, &MainWindow::resultsUpdated);
         w.applyRequest(tiny_request(), true);
         QVERIFY(wait_job(w));
-        auto base = w.comparison()->baseline();
+        auto base = w.results()->baseline();
         QVERIFY(base);
         QVERIFY(base->image.width() >= 4 && base->image.width() == base->image.height());
         QCOMPARE(base->filmstrip.size(), 3);
         for (const auto& f : base->filmstrip) QVERIFY(!f.isNull());
         QCOMPARE(base->run.label, int64_t(3));
         // No accelerator enabled: the accelerated side is the baseline.
-        QVERIFY(w.comparison()->accelerated());
-        QVERIFY(w.comparison()->accelerated()->same_as_baseline);
-        QVERIFY(w.comparison()->metrics().valid);
-        QVERIFY(std::isinf(w.comparison()->metrics().psnr));
+        QVERIFY(w.results()->accelerated());
+        QVERIFY(w.results()->accelerated()->same_as_baseline);
+        QVERIFY(w.results()->metrics().valid);
+        QVERIFY(std::isinf(w.results()->metrics().psnr));
         // Attention of layer 0 at every scale: (heads, q, k) with k = all tokens so far.
         QCOMPARE(base->run.attention.size(), size_t(3));
         const auto& last = base->run.attention.back().probs;
@@ -885,8 +890,9 @@ class UiTest : public QObject {
                 QCOMPARE(mm->data(mm->index(row, 9), Qt::DisplayRole).toString(),
                          QString::number(flops / 1e9, 'f', 3));
             }
-            QVERIFY(QString::fromUtf8(mm->toCsv()).section('\n', 0, 0).endsWith(
-                "baseline_attn_GFLOP,accelerated_attn_GFLOP"));
+            QVERIFY(QString::fromUtf8(mm->toCsv())
+                        .section('\n', 0, 0)
+                        .endsWith("baseline_attn_GFLOP,accelerated_attn_GFLOP"));
         }
         QCOMPARE(w.plots()->latencyPlot()->graph(0)->dataCount(), 3);
         QVERIFY(results.count() >= 2);
@@ -896,11 +902,11 @@ class UiTest : public QObject {
         r.gen.seed = 8;
         w.applyRequest(r, true);
         QVERIFY(wait_job(w));
-        QVERIFY(!w.comparison()->baseline()->cached);
+        QVERIFY(!w.results()->baseline()->cached);
         w.applyRequest(tiny_request(), true);
         QVERIFY(wait_job(w));
-        QVERIFY(w.comparison()->baseline()->cached);
-        QCOMPARE(w.comparison()->baseline()->image, base->image);
+        QVERIFY(w.results()->baseline()->cached);
+        QCOMPARE(w.results()->baseline()->image, base->image);
     }
 
     void everyMethodRunsOrReportsItsError() {
@@ -908,19 +914,19 @@ class UiTest : public QObject {
         w.show();
         w.applyRequest(tiny_request(true), true);
         QVERIFY(wait_job(w));
-        QVERIFY(w.comparison()->baseline());
+        QVERIFY(w.results()->baseline());
         for (const auto& m : Engine::methods()) {
             QVERIFY(w.methodPanel()->applyPreset(QString::fromStdString(m.id)));
             w.generate();
             QVERIFY(wait_job(w));
-            QVERIFY(w.comparison()->baseline()->cached);  // only the accelerated side re-ran
-            auto acc = w.comparison()->accelerated();
+            QVERIFY(w.results()->baseline()->cached);  // only the accelerated side re-ran
+            auto acc = w.results()->accelerated();
             auto* message = w.methodPanel()->findChild<QLabel*>("methodMessage");
             if (acc) {
                 QVERIFY2(!acc->same_as_baseline, m.id.c_str());
                 QVERIFY2(acc->run.accel_summary != "baseline", m.id.c_str());
                 QVERIFY(!acc->image.isNull());
-                QVERIFY(w.comparison()->metrics().valid);
+                QVERIFY(w.results()->metrics().valid);
             } else {
                 // e.g. "not implemented yet": shown in the panel, no crash, no dialog.
                 QVERIFY2(!message->text().isEmpty(), m.id.c_str());
@@ -942,7 +948,7 @@ class UiTest : public QObject {
         QSignalSpy finished(&w, &MainWindow::jobFinished);
         QVERIFY(finished.wait(kJobTimeoutMs));
         QCOMPARE(finished.count(), 1);  // one run for both slider moves
-        QVERIFY(w.comparison()->baseline()->cached);
+        QVERIFY(w.results()->baseline()->cached);
     }
 
     void sweepRunsOnTheWorker() {
@@ -955,7 +961,7 @@ class UiTest : public QObject {
         });
         if (!has_skip) QSKIP("scale skipping exposes no last_n");
         // The loaded model bounds the slider and the sweep (MainWindow::applyModelCounts).
-        const int scales = int(w.comparison()->baseline()->run.scales.size());
+        const int scales = int(w.results()->baseline()->run.scales.size());
         QCOMPARE(w.methodPanel()->findChild<QSpinBox*>("skip.last_n")->maximum(), scales - 1);
         QCOMPARE(w.plots()->findChild<QDoubleSpinBox*>("sweepTo")->value(), scales - 1.0);
         emit w.plots()->sweepRequested("skip", "last_n", {0.0, 1.0, 2.0});
@@ -967,7 +973,7 @@ class UiTest : public QObject {
         // On the CPU every run is eager: the shown baseline times every point.
         for (const auto& p : pts) {
             QVERIFY(!p.cuda && !p.cuda_graphs);
-            QCOMPARE(p.baseline_millis, w.comparison()->baseline()->run.total_ms);
+            QCOMPARE(p.baseline_millis, w.results()->baseline()->run.total_ms);
         }
         const auto* status = w.plots()->findChild<QLabel*>("sweepStatus");
         QVERIFY(status);
@@ -997,7 +1003,7 @@ class UiTest : public QObject {
         y->setCurrentIndex(y->findData("work"));  // the same points, plotted as work saved
         QCOMPARE(plotted(), expected(&SweepPoint::work_ratio));
         QCOMPARE(w.plots()->sweepPlot()->yAxis->label(), QString("attention work saved ×"));
-        QVERIFY(w.comparison()->baseline()->cached);
+        QVERIFY(w.results()->baseline()->cached);
     }
 
     // View ▸ Record for the inspector, off: the runs record no attention maps or accelerator
@@ -1010,8 +1016,8 @@ class UiTest : public QObject {
         r.accel = {{"fastvar", {{"enabled", true}, {"ratios", {0.4, 0.5}}}}};
         w.applyRequest(r, true);
         QVERIFY(wait_job(w));
-        QVERIFY(!w.comparison()->baseline()->run.attention.empty());
-        QVERIFY(!w.comparison()->accelerated()->run.accel.empty());
+        QVERIFY(!w.results()->baseline()->run.attention.empty());
+        QVERIFY(!w.results()->accelerated()->run.accel.empty());
         w.recordAction()->setChecked(false);
         QCOMPARE(w.currentRequest().gen.attention_layer, int64_t(-1));
         QVERIFY(!w.currentRequest().gen.accel_records);
@@ -1019,14 +1025,14 @@ class UiTest : public QObject {
         QVERIFY(wait_job(w) && (w.busy() || true));
         QSignalSpy finished(&w, &MainWindow::jobFinished);
         QVERIFY(finished.wait(kJobTimeoutMs));  // the toggle re-runs (debounced)
-        QVERIFY(w.comparison()->baseline()->run.attention.empty());
-        QVERIFY(w.comparison()->accelerated()->run.accel.empty());
+        QVERIFY(w.results()->baseline()->run.attention.empty());
+        QVERIFY(w.results()->accelerated()->run.accel.empty());
         QVERIFY(w.inspector()->methodTab("fastvar")->view()->emptyText().startsWith(
             "Recording is off"));
         w.recordAction()->setChecked(true);
         QVERIFY(finished.wait(kJobTimeoutMs));
-        QVERIFY(!w.comparison()->baseline()->run.attention.empty());
-        QVERIFY(!w.comparison()->accelerated()->run.accel.empty());
+        QVERIFY(!w.results()->baseline()->run.attention.empty());
+        QVERIFY(!w.results()->accelerated()->run.accel.empty());
     }
 
     void cancelStopsTheRun() {
@@ -1038,11 +1044,11 @@ class UiTest : public QObject {
         QVERIFY(wait_job(w));
         QCOMPARE(failed.count(), 1);
         QCOMPARE(failed.front().at(3).toBool(), true);  // cancelled, not an error
-        QVERIFY(!w.comparison()->baseline());
+        QVERIFY(!w.results()->baseline());
         // The next generation runs normally.
         w.generate();
         QVERIFY(wait_job(w));
-        QVERIFY(w.comparison()->baseline());
+        QVERIFY(w.results()->baseline());
     }
 
     void badCheckpointIsReported() {
@@ -1094,7 +1100,7 @@ class UiTest : public QObject {
         QSignalSpy previews(w.worker(), &GenerationWorker::preview);
         w.applyRequest(mar_request(), true);
         QVERIFY(wait_job(w));
-        const auto base = w.comparison()->baseline();
+        const auto base = w.results()->baseline();
         QVERIFY(base);
         QCOMPARE(base->run.family, Family::Mar);
         QCOMPARE(base->image.size(), QSize(64, 64));
@@ -1156,9 +1162,9 @@ class UiTest : public QObject {
         r.accel = accel;
         w.applyRequest(r, true);
         QVERIFY(wait_job(w));
-        const auto acc = w.comparison()->accelerated();
+        const auto acc = w.results()->accelerated();
         QVERIFY(acc && !acc->same_as_baseline);
-        QVERIFY(w.comparison()->baseline()->cached);
+        QVERIFY(w.results()->baseline()->cached);
         QCOMPARE(acc->image.size(), QSize(64, 64));
         int maps = 0;
         for (const auto& rec : acc->run.accel)
@@ -1175,7 +1181,7 @@ class UiTest : public QObject {
         QVERIFY(maps > 0);
         QVERIFY(w.inspector()->methodTab("lazymar")->recordCount() > 0);
         QVERIFY(w.plots()->lazyMarPlot()->graph(0)->dataCount() > 0);
-        QVERIFY(w.comparison()->metrics().valid);
+        QVERIFY(w.results()->metrics().valid);
         QCOMPARE(w.plots()->lazyMarPlot()->graphCount(), 2);  // no head caches: no head series
 
         // With the released code's DiffLoss head caches: their drift per step is plotted.
@@ -1373,13 +1379,104 @@ class UiTest : public QObject {
         QVERIFY2(w.restoreFromPng(dir.filePath("figure.png"), &error), qPrintable(error));
         QCOMPARE(w.modelPanel()->seedBox()->value(), 7);
         QVERIFY(wait_job(w));
-        QVERIFY(w.comparison()->baseline()->cached);
+        QVERIFY(w.results()->baseline()->cached);
         // A PNG without settings is refused with a message.
         QImage plain(4, 4, QImage::Format_RGB32);
         plain.fill(Qt::red);
         QVERIFY(plain.save(dir.filePath("plain.png")));
         QVERIFY(!w.restoreFromPng(dir.filePath("plain.png"), &error));
         QVERIFY(error.contains("no VARScope settings"));
+    }
+
+    // --- results model and typed settings ----------------------------------------------------
+    // The results live in a model the views observe. A baseline of other settings than the
+    // accelerated side on show drops that side (no PSNR between two different samples); a
+    // side of the same settings keeps the other and the pair is compared.
+    void resultsModelKeepsOnlyComparablePairs() {
+        auto side = [](Side s, int shade) {
+            auto r = std::make_shared<SideResult>();
+            r->side = s;
+            r->run.image = {4, 4, std::vector<uint8_t>(48, uint8_t(shade))};
+            r->image = to_qimage(r->run.image);
+            r->run.total_ms = s == Side::Baseline ? 20 : 10;
+            return r;
+        };
+        ResultsModel m;
+        ComparisonView view;
+        view.setResultsModel(&m);
+        QSignalSpy changed(&m, &ResultsModel::changed);
+        Request a = tiny_request();
+        m.setSide(side(Side::Baseline, 100), a);
+        m.setSide(side(Side::Accelerated, 110), a);
+        QCOMPARE(changed.count(), 2);
+        QVERIFY(m.metrics().valid);
+        QCOMPARE(m.metrics().speedup, 2.0);
+        QVERIFY(!m.differenceImage().isNull());
+        QVERIFY(view.metricsText().startsWith("PSNR"));
+        QCOMPARE(m.request().gen.seed, a.gen.seed);
+        Request b = a;
+        b.accel = {{"fastvar", {{"enabled", true}}}};  // a slider moved: the baseline stays
+        m.setSide(side(Side::Baseline, 100), b);
+        QVERIFY(m.accelerated() && m.metrics().valid);
+        Request c = a;
+        c.gen.seed = a.gen.seed + 1;  // another sample
+        m.setSide(side(Side::Baseline, 90), c);
+        QVERIFY(m.baseline() && !m.accelerated());
+        QVERIFY(!m.metrics().valid && m.differenceImage().isNull());
+        QVERIFY(view.metricsText().isEmpty());
+        QCOMPARE(m.request().gen.seed, c.gen.seed);
+        m.clear();
+        QVERIFY(m.empty());
+    }
+
+    // A record tab's overviews are typed choices in the scale box, not scale numbers −2/−3.
+    void recordOverviewsAreTypedChoices() {
+        auto r = std::make_shared<SideResult>();
+        r->side = Side::Accelerated;
+        r->accelerated = true;
+        for (int64_t si : {0, 1, 2}) {
+            ScaleOutput s;
+            s.scale = si;
+            s.patch_num = si + 1;
+            r->run.scales.push_back(s);
+            AccelOutput a;  // one 1-D record per scale: stackable
+            a.method = "ams_kv";
+            a.kind = "kv_bytes";
+            a.scale = si;
+            a.data.shape = {4};
+            a.data.values = {1, 2, 3, float(si)};
+            r->run.accel.push_back(a);
+            AccelOutput t;  // scalar values only: a layer x scale table
+            t.method = "ams_kv";
+            t.kind = "bytes";
+            t.scale = si;
+            t.layer = 0;
+            t.values["total"] = double(si);
+            r->run.accel.push_back(t);
+        }
+        AccelInspector tab("ams_kv", "hint");
+        tab.setResults(nullptr, r);
+        auto* box = tab.findChild<QComboBox*>("scale");
+        QVERIFY(box);
+        QCOMPARE(tab.currentKind(), QString("ams_kv/kv_bytes"));
+        QVERIFY(box->currentData().canConvert<ScaleChoice>());
+        QVERIFY(box->currentData().value<ScaleChoice>().view == ScaleChoice::View::Stacked);
+        QVERIFY2(tab.view()->title().contains("per entry"), qPrintable(tab.view()->title()));
+        tab.setScale(1);
+        QVERIFY(box->currentData().value<ScaleChoice>() == ScaleChoice::of(1));
+        QVERIFY(tab.selectKind("ams_kv/bytes"));
+        QVERIFY(box->currentData().value<ScaleChoice>().view == ScaleChoice::View::Table);
+        QVERIFY2(tab.view()->title().contains("per layer"), qPrintable(tab.view()->title()));
+        // An accelerated run without this tab's records says so; the baseline shown as the
+        // accelerated side (nothing on) does not.
+        AccelInspector fast("fastvar", "hint");
+        fast.setResults(nullptr, r);
+        QVERIFY(fast.view()->emptyText().contains("No records from this method"));
+        auto same = std::make_shared<SideResult>(*r);
+        same->accelerated = false;
+        same->same_as_baseline = true;
+        fast.setResults(nullptr, same);
+        QCOMPARE(fast.view()->emptyText(), QString("hint"));
     }
 
   private:
