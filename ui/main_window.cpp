@@ -4,6 +4,7 @@
 
 #include <QAction>
 #include <QApplication>
+#include <QClipboard>
 #include <QCloseEvent>
 #include <QDateTime>
 #include <QDir>
@@ -27,6 +28,7 @@
 #include <QVBoxLayout>
 
 #include "ui/comparison_view.h"
+#include "ui/input_guard.h"
 #include "ui/inspector.h"
 #include "ui/method_panel.h"
 #include "ui/metrics_model.h"
@@ -47,6 +49,8 @@ QString deviceText(const ModelInfo& info) {
 }  // namespace
 
 MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMainWindow(parent) {
+    // First, so that every widget is polished under its rules (wheel focus).
+    new InputGuard(this);
     setWindowTitle(tr("VARScope"));
     setAcceptDrops(true);
     worker_ = new GenerationWorker(this);
@@ -107,7 +111,7 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     statusBar()->addPermanentWidget(progress_);
 
     buildActions();
-    QMenu* view = menuBar()->addMenu(tr("&View"));
+    QMenu* view = view_menu_;
     for (auto* d : {left_dock, right_dock, bottom_dock}) view->addAction(d->toggleViewAction());
     view->addSeparator();
     record_action_ = view->addAction(tr("Record for the inspector"));
@@ -227,56 +231,100 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
 MainWindow::~MainWindow() = default;
 
 void MainWindow::buildActions() {
+    // Menus in the usual order: File | Edit | View | Help (View is filled by the constructor).
     QMenu* file = menuBar()->addMenu(tr("&File"));
+    QMenu* edit = menuBar()->addMenu(tr("&Edit"));
+    view_menu_ = menuBar()->addMenu(tr("&View"));
     QToolBar* tb = addToolBar(tr("Main"));
     tb->setObjectName("mainToolBar");
     tb->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
-    auto add = [&](const QString& text, const QKeySequence& key, auto slot, bool toolbar,
+    auto add = [&](const QString& text, const QList<QKeySequence>& keys, auto slot, bool toolbar,
                    QStyle::StandardPixmap icon = QStyle::SP_CustomBase) {
         auto* a = new QAction(text, this);
-        a->setShortcut(key);
-        a->setToolTip(text + " (" + key.toString(QKeySequence::NativeText) + ")");
+        a->setShortcuts(keys);
+        if (!keys.isEmpty())
+            a->setToolTip(text + " (" + keys.front().toString(QKeySequence::NativeText) + ")");
         if (icon != QStyle::SP_CustomBase) a->setIcon(style()->standardIcon(icon));
         connect(a, &QAction::triggered, this, slot);
-        addAction(a);
+        addAction(a);  // the window's shortcuts (InputGuard keeps them working in every widget)
         if (toolbar) tb->addAction(a);
         return a;
     };
-    auto* gen = add(tr("Generate"), QKeySequence(Qt::CTRL | Qt::Key_Return), &MainWindow::generate,
-                    true, QStyle::SP_MediaPlay);
+    auto* gen =
+        add(tr("Generate"),
+            {QKeySequence(Qt::CTRL | Qt::Key_Return), QKeySequence(Qt::CTRL | Qt::Key_Enter)},
+            &MainWindow::generate, true, QStyle::SP_MediaPlay);
     gen->setObjectName("generateAction");
-    add(tr("Cancel"), QKeySequence(Qt::Key_Escape), &MainWindow::cancel, true,
-        QStyle::SP_MediaStop);
+    auto* cancel = add(tr("Cancel"), {QKeySequence(Qt::Key_Escape)}, &MainWindow::cancel, true,
+                       QStyle::SP_MediaStop);
     tb->addSeparator();
-    add(
-        tr("Random seed"), QKeySequence(Qt::CTRL | Qt::Key_R), [this] { model_panel_->rollDice(); },
-        false);
-    file->addAction(add(
-        tr("Open checkpoints…"), QKeySequence::Open, [this] { model_panel_->openCheckpoints(); },
+    auto* dice = add(
+        tr("Random seed"), {QKeySequence(Qt::CTRL | Qt::Key_R)},
+        [this] { model_panel_->rollDice(); }, false);
+    edit->addAction(gen);
+    edit->addAction(cancel);
+    edit->addAction(dice);
+    edit->addSeparator();
+    edit->addAction(add(
+        tr("Copy settings"), {QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C)},
+        [this] {
+            QGuiApplication::clipboard()->setText(
+                QString::fromStdString(currentRequest().to_json().dump(2)));
+            statusBar()->showMessage(tr("Settings copied as JSON"), 4000);
+        },
         false));
+    edit->addAction(add(
+        tr("Paste settings"), {QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_V)},
+        [this] {
+            try {
+                Request r = Request::from_json(
+                    nlohmann::json::parse(QGuiApplication::clipboard()->text().toStdString()));
+                applyRecording(r);
+                applyRequest(r, true);
+            } catch (const std::exception& e) {
+                statusBar()->showMessage(tr("The clipboard holds no VARScope settings: %1")
+                                             .arg(QString::fromUtf8(e.what())),
+                                         6000);
+            }
+        },
+        false));
+    auto* open = add(
+        tr("Open checkpoints…"), QKeySequence::keyBindings(QKeySequence::Open),
+        [this] { model_panel_->openCheckpoints(); }, false);
+    open->setStatusTip(tr("Drop a VARScope PNG on the window to restore its settings"));
+    file->addAction(open);
     file->addSeparator();
-    file->addAction(add(tr("Export comparison figure…"), QKeySequence(Qt::CTRL | Qt::Key_E),
-                        &MainWindow::exportFigureDialog, true, QStyle::SP_DialogSaveButton));
+    auto* fig = add(tr("Export comparison figure…"), {QKeySequence(Qt::CTRL | Qt::Key_E)},
+                    &MainWindow::exportFigureDialog, true, QStyle::SP_DialogSaveButton);
+    fig->setObjectName("exportFigureAction");
+    file->addAction(fig);
     file->addAction(add(tr("Export metrics (CSV/JSON)…"),
-                        QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E),
+                        {QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E)},
                         &MainWindow::exportMetricsDialog, false));
-    file->addAction(add(tr("Save accelerated image…"), QKeySequence::Save,
-                        &MainWindow::saveImageDialog, false));
+    auto* save = add(tr("Save accelerated image…"), QKeySequence::keyBindings(QKeySequence::Save),
+                     &MainWindow::saveImageDialog, false);
+    save->setObjectName("saveImageAction");
+    file->addAction(save);
     file->addSeparator();
     file->addAction(add(
-        tr("Quit"), QKeySequence::Quit, [this] { close(); }, false));
-    file->actions().front()->setStatusTip(
-        tr("Drop a VARScope PNG on the window to restore its settings"));
+        tr("Quit"), QKeySequence::keyBindings(QKeySequence::Quit), [this] { close(); }, false));
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("Keyboard shortcuts"), this, [this] {
         QMessageBox::information(
             this, tr("Keyboard shortcuts"),
             tr("Ctrl+Enter  generate\nEsc  cancel\nCtrl+R  random seed\nCtrl+O  open checkpoints\n"
                "Ctrl+E  export comparison figure\nCtrl+Shift+E  export metrics\nCtrl+S  save "
-               "accelerated "
-               "image\nD  toggle difference view\nWheel / drag / double-click  zoom / pan / fit\n\n"
+               "accelerated image\nCtrl+Shift+C / Ctrl+Shift+V  copy / paste the settings\n"
+               "D  toggle difference view\nWheel / drag / double-click  zoom / pan / fit\n"
+               "The wheel changes a setting only after a click on it.\n\n"
                "Drop a PNG exported by VARScope on the window to restore its settings."));
     });
+}
+
+bool MainWindow::needResults(const QString& what) {
+    if (results_->baseline()) return true;
+    statusBar()->showMessage(tr("Nothing to %1 yet: generate first (Ctrl+Enter).").arg(what), 5000);
+    return false;
 }
 
 Request MainWindow::currentRequest() const {
@@ -497,6 +545,7 @@ bool MainWindow::saveImage(Side side, const QString& path, QString* error, bool 
 }
 
 void MainWindow::exportFigureDialog() {
+    if (!needResults(tr("export"))) return;
     ExportOptions o;
     o.title = tr("VARScope: %1")
                   .arg(results_->accelerated()
@@ -515,6 +564,7 @@ void MainWindow::exportFigureDialog() {
 }
 
 void MainWindow::exportMetricsDialog() {
+    if (!needResults(tr("export"))) return;
     const QString path = QFileDialog::getSaveFileName(
         this, tr("Export metrics"), defaultExportName("csv"), tr("CSV (*.csv);;JSON (*.json)"),
         nullptr, QFileDialog::DontConfirmOverwrite);
@@ -525,6 +575,7 @@ void MainWindow::exportMetricsDialog() {
 }
 
 void MainWindow::saveImageDialog() {
+    if (!needResults(tr("save"))) return;
     const QString path =
         QFileDialog::getSaveFileName(this, tr("Save accelerated image"), defaultExportName("png"),
                                      tr("PNG (*.png)"), nullptr, QFileDialog::DontConfirmOverwrite);

@@ -10,6 +10,7 @@
 #include "ui/generation_worker.h"
 
 class QLabel;
+class QMenu;
 class QProgressBar;
 class QTableView;
 
@@ -85,6 +86,8 @@ class MainWindow : public QMainWindow {
     void showResults();
     void runSweep(const QString& method, const QString& param, const std::vector<double>& values);
     bool confirmOverwrite(const QString& path);
+    // False, with a status-bar note, while there is nothing to export or save (no dialog).
+    bool needResults(const QString& what);
     QString defaultExportName(const QString& suffix) const;
 
     GenerationWorker* worker_;
@@ -100,6 +103,7 @@ class MainWindow : public QMainWindow {
     QProgressBar* progress_;
     QTimer debounce_;
     QAction* record_action_ = nullptr;
+    QMenu* view_menu_ = nullptr;
     quint64 active_job_ = 0;  // latest submitted job still running (0 = idle)
     quint64 latest_job_ = 0;  // results of older jobs are ignored
     bool has_generated_ = false;

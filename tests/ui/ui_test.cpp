@@ -1479,6 +1479,102 @@ class UiTest : public QObject {
         QCOMPARE(fast.view()->emptyText(), QString("hint"));
     }
 
+    // --- no input traps (#37) -----------------------------------------------------------------
+    // The wheel changes a spin box, slider or combo box only when it has the focus; one it merely
+    // passes over keeps its value (and takes no focus from the wheel).
+    void wheelChangesOnlyFocusedSettings() {
+        MainWindow w(test_loader);
+        auto* slider = new QSlider(Qt::Horizontal);
+        slider->setRange(0, 10);
+        slider->setValue(5);
+        w.statusBar()->addWidget(slider);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowActive(&w));
+        auto* seed = w.modelPanel()->seedBox();
+        auto* to = w.plots()->findChild<QDoubleSpinBox*>("sweepTo");
+        auto* y = w.plots()->findChild<QComboBox*>("sweepY");
+        QVERIFY(seed && to && y);
+        seed->setValue(5);
+        y->setCurrentIndex(0);
+        const double to_before = to->value();
+        auto wheel = [](QWidget* t) {
+            const QPointF c = QRectF(t->rect()).center();
+            QWheelEvent e(c, t->mapToGlobal(c), QPoint(), QPoint(0, -120), Qt::NoButton,
+                          Qt::NoModifier, Qt::NoScrollPhase, false);
+            QApplication::sendEvent(t, &e);
+        };
+        w.modelPanel()->promptEdit()->setFocus();
+        for (QWidget* t : std::initializer_list<QWidget*>{seed, to, y, slider}) {
+            QVERIFY2(t->focusPolicy() != Qt::WheelFocus, t->metaObject()->className());
+            wheel(t);
+        }
+        QCOMPARE(seed->value(), 5);
+        QCOMPARE(to->value(), to_before);
+        QCOMPARE(y->currentIndex(), 0);
+        QCOMPARE(slider->value(), 5);
+        // With the focus the wheel works as ever.
+        for (QWidget* t : std::initializer_list<QWidget*>{seed, y, slider}) {
+            t->setFocus();
+            QTRY_VERIFY(t->hasFocus());
+            wheel(t);
+        }
+        QCOMPARE(seed->value(), 4);
+        QCOMPARE(y->currentIndex(), 1);
+        QVERIFY(slider->value() != 5);
+    }
+
+    // Ctrl+E, Ctrl+S and Ctrl+Enter work wherever the focus is, also in a widget that claims
+    // keys with a modifier for itself (on X11 key schemes QLineEdit takes Ctrl+E, "end of
+    // line": Ctrl+E in the prompt did not export).
+    void shortcutsWorkWhereverTheFocusIs() {
+        struct Greedy : QLineEdit {
+            bool event(QEvent* e) override {
+                if (e->type() == QEvent::ShortcutOverride) {
+                    e->accept();
+                    return true;
+                }
+                return QLineEdit::event(e);
+            }
+        };
+        MainWindow w(test_loader);
+        auto* greedy = new Greedy;
+        w.statusBar()->addWidget(greedy);
+        w.applyRequest(tiny_request(true), false);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowActive(&w));
+        auto* fig = w.findChild<QAction*>("exportFigureAction");
+        auto* save = w.findChild<QAction*>("saveImageAction");
+        QVERIFY(fig && save);
+        QSignalSpy exported(fig, &QAction::triggered), saved(save, &QAction::triggered);
+        const std::initializer_list<QWidget*> targets = {greedy, w.modelPanel()->promptEdit(),
+                                                         w.modelPanel()->seedBox()};
+        for (QWidget* t : targets) {
+            t->setFocus();
+            QTRY_VERIFY(t->hasFocus());
+            QTest::keyClick(t, Qt::Key_E, Qt::ControlModifier);
+            QTest::keyClick(t, Qt::Key_S, Qt::ControlModifier);
+        }
+        QCOMPARE(exported.count(), 3);
+        QCOMPARE(saved.count(), 3);
+        // Nothing to export yet: a note in the status bar, no dialog.
+        QVERIFY2(w.statusBar()->currentMessage().contains("generate first"),
+                 qPrintable(w.statusBar()->currentMessage()));
+        greedy->setFocus();
+        QTRY_VERIFY(greedy->hasFocus());
+        QTest::keyClick(greedy, Qt::Key_Return, Qt::ControlModifier);
+        QVERIFY(w.busy());
+        QVERIFY(wait_job(w));
+        QVERIFY(w.results()->baseline());
+    }
+
+    // Menus in the usual order.
+    void menusInTheUsualOrder() {
+        MainWindow w(test_loader);
+        QStringList titles;
+        for (QAction* a : w.menuBar()->actions()) titles << a->text().remove('&');
+        QCOMPARE(titles, QStringList({"File", "Edit", "View", "Help"}));
+    }
+
   private:
     static std::string varscope_source_dir() { return VARSCOPE_SOURCE_DIR; }
 };
