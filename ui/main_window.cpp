@@ -144,6 +144,7 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         if (has_generated_) debounce_.start();
     });
     connect(model_panel_, &ModelPanel::recentFilesChanged, this, &MainWindow::writeSettings);
+    connect(model_panel_, &ModelPanel::runRequested, this, &MainWindow::generate);
     connect(inspector_, &Inspector::attentionLayerRequested, this, [this] {
         if (has_generated_) debounce_.start();
     });

@@ -1523,6 +1523,45 @@ class UiTest : public QObject {
         QVERIFY(slider->value() != 5);
     }
 
+    // Typing a prompt picks its class at once but starts no run per keystroke: one after a
+    // pause, none while the user is in the suggestion list, at once on Enter.
+    void promptRunsAfterAPauseOrOnEnter() {
+        ModelPanel p;
+        if (!p.promptEdit()->isEnabled()) QSKIP("no class names (resources/models missing)");
+        p.show();
+        QVERIFY(QTest::qWaitForWindowActive(&p));
+        QSignalSpy changed(&p, &ModelPanel::settingsChanged);
+        QSignalSpy run(&p, &ModelPanel::runRequested);
+        const int before = p.classBox()->value();
+        p.promptEdit()->setFocus();
+        QTest::keyClicks(p.promptEdit(), "red heart");
+        QCOMPARE(changed.count(), 0);
+        QVERIFY(p.classBox()->value() != before);  // the suggestion is applied while typing
+        QTRY_COMPARE_WITH_TIMEOUT(changed.count(), 1, 4 * p.promptPauseMs());
+        QTest::qWait(p.promptPauseMs() + 200);
+        QCOMPARE(changed.count(), 1);
+        QCOMPARE(run.count(), 0);
+
+        p.promptEdit()->clear();
+        QTest::keyClicks(p.promptEdit(), "rocket");
+        p.suggestions()->setFocus();
+        QTRY_VERIFY(p.suggestions()->hasFocus());
+        QTest::qWait(2 * p.promptPauseMs());
+        QCOMPARE(changed.count(), 1);  // the list is open: nothing yet
+        p.suggestions()->setCurrentRow(0);
+        QTest::keyClick(p.suggestions(), Qt::Key_Return);
+        QCOMPARE(run.count(), 1);
+        QCOMPARE(p.classBox()->value(), p.suggestions()->item(0)->data(Qt::UserRole).toInt());
+
+        p.promptEdit()->setFocus();
+        QTest::keyClicks(p.promptEdit(), "x");
+        QTest::keyClick(p.promptEdit(), Qt::Key_Return);
+        QCOMPARE(run.count(), 2);
+        const int settled = changed.count();
+        QTest::qWait(p.promptPauseMs() + 200);
+        QCOMPARE(changed.count(), settled);  // Enter settled it: no second run after the pause
+    }
+
     // Ctrl+E, Ctrl+S and Ctrl+Enter work wherever the focus is, also in a widget that claims
     // keys with a modifier for itself (on X11 key schemes QLineEdit takes Ctrl+E, "end of
     // line": Ctrl+E in the prompt did not export).
