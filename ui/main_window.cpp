@@ -153,7 +153,11 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     connect(results_, &ResultsModel::changed, this, &MainWindow::showResults);
 
     // Worker signals (queued: they come from the worker thread).
-    connect(worker_, &GenerationWorker::modelLoaded, this, [this](quint64, ModelInfo info) {
+    connect(worker_, &GenerationWorker::modelLoaded, this, [this](quint64 job, ModelInfo info) {
+        if (job == latest_job_) {
+            working_model_ = job_request_.model;
+            failed_models_.erase(job_request_.model.key());
+        }
         model_info_ = info;
         model_panel_->setClassList(QString::fromStdString(info.class_list_path),
                                    int(info.num_classes));
@@ -166,6 +170,12 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     });
     connect(worker_, &GenerationWorker::modelFailed, this, [this](quint64 job, QString msg) {
         if (job != latest_job_) return;
+        // Not remembered as the last model (writeSettings), and nothing of the model before
+        // stays on show as if it were this one's.
+        failed_models_.insert(job_request_.model.key());
+        results_->clear();
+        status_model_->setText(tr("No model loaded: %1 could not be loaded")
+                                   .arg(QString::fromStdString(job_request_.model.display_name())));
         comparison_->clearBusy();
         comparison_->setSideMessage(Side::Baseline, tr("The model could not be loaded."));
         QMessageBox::critical(this, tr("Could not load the model"), msg);
@@ -195,6 +205,7 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
                 comparison_->clearBusy();
                 if (cancelled) {
                     statusBar()->showMessage(tr("Cancelled"), 4000);
+                    if (sweeping_) return;  // its runs are not on show; the results stay
                     if (side == int(Side::Accelerated)) results_->clearSide(Side::Accelerated);
                     if (side == int(Side::Accelerated) || !results_->baseline())
                         comparison_->setSideMessage(Side(side), tr("Cancelled"));
@@ -222,6 +233,8 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         if (sweeping_) {
             sweeping_ = false;
             plots_->setSweepRunning(false);
+            // The sweep's runs drew their previews and badges over the accelerated image.
+            comparison_->showModel();
         }
         emit jobFinished();
     });
@@ -377,6 +390,10 @@ void MainWindow::generate() {
     job.request = currentRequest();
     job_request_ = job.request;
     has_generated_ = true;
+    // A run of another family: the previous family's images, plots and records go at once.
+    const SideResultPtr shown =
+        results_->baseline() ? results_->baseline() : results_->accelerated();
+    if (shown && shown->run.family != model_panel_->family()) results_->clear();
     comparison_->markStale();
     latest_job_ = active_job_ = worker_->submit(std::move(job));
 }
@@ -640,6 +657,7 @@ void MainWindow::readSettings() {
                                     !QFileInfo::exists(QString::fromStdString(r.model.var_path));
             if (files_gone || r.model.kind == ModelSource::Kind::Custom) r.model = ModelSource{};
             applyRequest(r, false);
+            working_model_ = r.model;  // saved only after it loaded (writeSettings)
         } catch (const std::exception&) {
             // stale or foreign settings: keep the defaults
         }
@@ -671,6 +689,8 @@ void MainWindow::writeSettings() {
     s.setValue("exportDir", export_dir_);
     s.setValue("recordInspector", record_action_->isChecked());
     Request r = currentRequest();
+    // A model that failed to load is not the one to open next time: the last that worked is.
+    if (failed_models_.count(r.model.key())) r.model = working_model_.value_or(ModelSource{});
     if (r.model.kind != ModelSource::Kind::Custom)
         s.setValue("lastRequest", QString::fromStdString(r.to_json().dump()));
     s.setValue("geometry", saveGeometry());

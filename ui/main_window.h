@@ -5,6 +5,8 @@
 
 #include <QMainWindow>
 #include <QTimer>
+#include <optional>
+#include <set>
 
 #include "ui/export_dialog.h"
 #include "ui/generation_worker.h"
@@ -112,6 +114,10 @@ class MainWindow : public QMainWindow {
     void applyModelCounts();
     ModelInfo model_info_;
     Request job_request_;  // of the latest submitted job (the results on show: results_)
+    // Models by key (ModelSource::key) that failed to load this session, and the last that
+    // loaded (or was restored at start): what the settings remember as the model.
+    std::set<std::string> failed_models_;
+    std::optional<ModelSource> working_model_;
     QString export_dir_;
 };
 

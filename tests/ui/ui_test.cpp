@@ -1606,6 +1606,82 @@ class UiTest : public QObject {
         QVERIFY(w.results()->baseline());
     }
 
+    // A model that failed to load is not remembered: the next start opens the last that worked.
+    void failedModelIsNotRemembered() {
+        QSettings().clear();
+        QTemporaryDir dir;
+        const QString good = dir.filePath("good.pth"), bad = dir.filePath("bad.pth");
+        for (const QString& path : {good, bad}) {
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+        }
+        auto loader = [bad](Engine& e, const ModelSource& s) {
+            if (s.var_path == bad.toStdString()) throw std::runtime_error("not a checkpoint");
+            varscope::testing::install_tiny_model(e, true);
+        };
+        auto files = [](const QString& path) {
+            Request r = tiny_request(true);
+            r.model = ModelSource{};
+            r.model.kind = ModelSource::Kind::Files;
+            r.model.var_path = r.model.vae_path = path.toStdString();
+            return r;
+        };
+        QTimer closer;  // the load error's message box
+        connect(&closer, &QTimer::timeout, [] {
+            if (auto* m = QApplication::activeModalWidget()) m->close();
+        });
+        closer.start(50);
+        {
+            MainWindow w(loader);
+            w.applyRequest(files(good), true);
+            QVERIFY(wait_job(w));
+            QVERIFY(w.results()->baseline());
+            QSignalSpy failed(w.worker(), &GenerationWorker::modelFailed);
+            w.applyRequest(files(bad), true);
+            QVERIFY(wait_job(w));
+            QCOMPARE(failed.count(), 1);
+            QVERIFY(w.results()->empty());  // the good model's images are not shown as the bad's
+            QVERIFY(w.close());             // writes the settings
+        }
+        MainWindow next(loader);
+        QCOMPARE(QString::fromStdString(next.modelPanel()->modelSource().var_path), good);
+        QSettings().clear();
+    }
+
+    // A run of another family clears the previous family's images, plots, records and metrics
+    // when it starts; a sweep that ends leaves no "sweeping…" and no badges of its runs.
+    void anotherFamilyAndAnEndedSweepLeaveNoStaleState() {
+        if (!Engine::embedded_mar_available()) QSKIP("embedded MAR missing");
+        MainWindow w(test_loader);
+        Request r = tiny_request(true);
+        r.accel = {{"fastvar", {{"enabled", true}, {"ratios", {0.4, 0.5}}}}};
+        w.applyRequest(r, true);
+        QVERIFY(wait_job(w));
+        auto* fast = w.inspector()->methodTab("fastvar");
+        QVERIFY(fast->recordCount() > 0);
+        QVERIFY(w.metricsModel()->rowCount() > 0);
+        QVERIFY(!w.comparison()->metricsText().isEmpty());
+        QVERIFY(w.plots()->latencyPlot()->graph(0)->dataCount() > 0);
+
+        auto* status = w.plots()->findChild<QLabel*>("sweepStatus");
+        QVERIFY(status);
+        w.plots()->findChild<QPushButton*>("runSweep")->click();
+        QCOMPARE(status->text(), QString("sweeping…"));
+        w.cancel();
+        QVERIFY(wait_job(w));
+        QVERIFY2(!status->text().contains("sweeping"), qPrintable(status->text()));
+
+        w.applyRequest(mar_request(), true);  // a MAR run starts
+        QVERIFY(w.busy());
+        QVERIFY(w.results()->empty());
+        QCOMPARE(fast->recordCount(), 0);
+        QCOMPARE(w.metricsModel()->rowCount(), 0);
+        QVERIFY(w.comparison()->metricsText().isEmpty());
+        QCOMPARE(w.plots()->latencyPlot()->graph(0)->dataCount(), 0);
+        w.cancel();
+        QVERIFY(wait_job(w));
+    }
+
     // Menus in the usual order.
     void menusInTheUsualOrder() {
         MainWindow w(test_loader);
