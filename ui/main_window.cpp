@@ -28,6 +28,7 @@
 #include <QVBoxLayout>
 
 #include "ui/comparison_view.h"
+#include "ui/elided_label.h"
 #include "ui/input_guard.h"
 #include "ui/inspector.h"
 #include "ui/method_panel.h"
@@ -102,7 +103,9 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     bottom_dock->setWidget(bottom_tabs);
     addDockWidget(Qt::BottomDockWidgetArea, bottom_dock);
 
-    status_model_ = new QLabel(tr("No model loaded"), this);
+    status_model_ = new ElidedLabel(this);
+    status_model_->setObjectName("statusModel");
+    status_model_->setFullText(tr("No model loaded"));
     progress_ = new QProgressBar(this);
     progress_->setMaximumWidth(220);
     progress_->setTextVisible(true);
@@ -165,8 +168,8 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         inspector_->setModel(int(info.depth), int(info.num_heads));
         showFamily(info.family);
         applyModelCounts();
-        status_model_->setText(QString::fromStdString(info.description).replace('\n', " · ") +
-                               " · " + deviceText(info));
+        status_model_->setFullText(QString::fromStdString(info.description).replace('\n', " · ") +
+                                   " · " + deviceText(info));
     });
     connect(worker_, &GenerationWorker::modelFailed, this, [this](quint64 job, QString msg) {
         if (job != latest_job_) return;
@@ -174,8 +177,9 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         // stays on show as if it were this one's.
         failed_models_.insert(job_request_.model.key());
         results_->clear();
-        status_model_->setText(tr("No model loaded: %1 could not be loaded")
-                                   .arg(QString::fromStdString(job_request_.model.display_name())));
+        status_model_->setFullText(
+            tr("No model loaded: %1 could not be loaded")
+                .arg(QString::fromStdString(job_request_.model.display_name())));
         comparison_->clearBusy();
         comparison_->setSideMessage(Side::Baseline, tr("The model could not be loaded."));
         QMessageBox::critical(this, tr("Could not load the model"), msg);
@@ -423,7 +427,7 @@ void MainWindow::showResults() {
     inspector_->setResults(base, accel);
     plots_->setResults(base, accel);
     metrics_->setResults(base, accel);
-    status_model_->setToolTip(base ? QString::fromStdString(results_->request().to_json().dump(2))
+    status_model_->setDetails(base ? QString::fromStdString(results_->request().to_json().dump(2))
                                    : QString());
     emit resultsUpdated();
 }

@@ -19,6 +19,7 @@ class QTableView;
 namespace varscope::gui {
 
 class ComparisonView;
+class ElidedLabel;
 class Inspector;
 class MethodPanel;
 class MetricsModel;
@@ -101,7 +102,7 @@ class MainWindow : public QMainWindow {
     PlotsPanel* plots_;
     MetricsModel* metrics_;
     QTableView* table_;
-    QLabel* status_model_;
+    ElidedLabel* status_model_;
     QProgressBar* progress_;
     QTimer debounce_;
     QAction* record_action_ = nullptr;

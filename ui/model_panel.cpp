@@ -22,6 +22,7 @@
 #include <limits>
 
 #include "core/text/class_matcher.h"
+#include "ui/elided_label.h"
 #include "ui/mar_settings.h"
 
 namespace varscope::gui {
@@ -159,7 +160,8 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     class_id_ = new QSpinBox(this);
     class_id_->setObjectName("classId");
     class_id_->setRange(0, 0);
-    class_name_ = new QLabel(this);
+    class_name_ = new ElidedLabel(this);
+    class_name_->setObjectName("className");
     class_name_->setTextInteractionFlags(Qt::TextSelectableByMouse);
     auto* crow = new QHBoxLayout;
     crow->addWidget(class_id_);
@@ -280,7 +282,7 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
         emit runRequested();
     });
     connect(class_id_, qOverload<int>(&QSpinBox::valueChanged), this, [this](int id) {
-        class_name_->setText(className(id));
+        class_name_->setFullText(className(id));
         for (int i = 0; i < suggestions_->count(); ++i)
             if (suggestions_->item(i)->data(Qt::UserRole).toInt() == id)
                 suggestions_->setCurrentRow(i);
@@ -483,7 +485,7 @@ void ModelPanel::applyRequest(const Request& r) {
     updating_ = false;
     committed_class_ = class_id_->value();
     prompt_pause_.stop();
-    class_name_->setText(className(class_id_->value()));
+    class_name_->setFullText(className(class_id_->value()));
 }
 
 void ModelPanel::setLoadedModelRecommendation(const SamplingRecommendation& r) {
@@ -562,7 +564,7 @@ void ModelPanel::setClassList(const QString& path, int numClasses) {
     }
     prompt_->setPlaceholderText(matcher_ ? tr("e.g. red heart, cat, rocket")
                                          : tr("no class names for this model: use the class id"));
-    class_name_->setText(className(class_id_->value()));
+    class_name_->setFullText(className(class_id_->value()));
     updateSuggestions();
 }
 

@@ -24,6 +24,7 @@ class ClassMatcher;
 
 namespace varscope::gui {
 
+class ElidedLabel;
 class MarSettings;
 
 class ModelPanel : public QWidget {
@@ -96,7 +97,7 @@ class ModelPanel : public QWidget {
     QLineEdit* prompt_;
     QListWidget* suggestions_;
     QSpinBox* class_id_;
-    QLabel* class_name_;
+    ElidedLabel* class_name_;
     QSpinBox* seed_;
     QToolButton* dice_;
     QToolButton* recommended_button_;

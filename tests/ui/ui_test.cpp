@@ -25,6 +25,7 @@
 
 #include "tests/ui/tiny_engine.h"
 #include "ui/comparison_view.h"
+#include "ui/elided_label.h"
 #include "ui/filmstrip.h"
 #include "ui/inspector.h"
 #include "ui/main_window.h"
@@ -1680,6 +1681,36 @@ class UiTest : public QObject {
         QCOMPARE(w.plots()->latencyPlot()->graph(0)->dataCount(), 0);
         w.cancel();
         QVERIFY(wait_job(w));
+    }
+
+    // A long model description or class name elides with the whole text in its tooltip and
+    // cannot widen the window (the status bar's model line ran out of a 1280-px window).
+    void longLabelsElideWithATooltip() {
+        ElidedLabel l;
+        const QString text = QString("VAR d16 · 310M parameters · ").repeated(8);
+        l.setFullText(text);
+        l.setDetails("settings");
+        QVERIFY(l.minimumSizeHint().width() < 100);
+        QVERIFY(l.sizeHint().width() > l.fontMetrics().horizontalAdvance(text) - 1);
+        l.show();  // a hidden widget gets its resize events only when shown
+        QVERIFY(QTest::qWaitForWindowExposed(&l));
+        l.resize(200, l.sizeHint().height());
+        QTRY_VERIFY(l.elided());
+        QVERIFY(l.text().endsWith(QChar(0x2026)));
+        QVERIFY(l.fontMetrics().horizontalAdvance(l.text()) <= 200);
+        QVERIFY(l.toolTip().startsWith(text) && l.toolTip().endsWith("settings"));
+        l.resize(l.sizeHint());
+        QTRY_VERIFY(!l.elided());
+        QCOMPARE(l.toolTip(), QString("settings"));
+        MainWindow w(test_loader);
+        auto* status = w.findChild<ElidedLabel*>("statusModel");
+        QVERIFY(status);
+        status->setFullText(text);
+        w.resize(1280, 800);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QCOMPARE(w.width(), 1280);
+        QVERIFY(status->elided());
     }
 
     // Menus in the usual order.
