@@ -21,6 +21,7 @@
 #include <QProgressBar>
 #include <QScrollArea>
 #include <QSettings>
+#include <QStandardPaths>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTableView>
@@ -29,6 +30,7 @@
 
 #include "ui/comparison_view.h"
 #include "ui/elided_label.h"
+#include "ui/history_panel.h"
 #include "ui/input_guard.h"
 #include "ui/inspector.h"
 #include "ui/method_panel.h"
@@ -36,6 +38,7 @@
 #include "ui/model_panel.h"
 #include "ui/plots_panel.h"
 #include "ui/results_model.h"
+#include "ui/run_history.h"
 #include "visualization/figure.h"
 #include "visualization/heatmap_view.h"
 
@@ -89,6 +92,49 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     right_dock->setWidget(inspector_);
     addDockWidget(Qt::RightDockWidgetArea, right_dock);
 
+    // The history of finished runs, a tab beside the inspector.
+    {
+        QSettings s;
+        const QString dir = s.value("historyDir").toString();
+        history_ = new RunHistory(
+            dir.isEmpty()
+                ? QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + "/history"
+                : dir,
+            s.value("historyMaxEntries", 100).toInt(), this);
+    }
+    history_panel_ = new HistoryPanel(this);
+    history_panel_->setHistory(history_);
+    auto* history_dock = new QDockWidget(tr("History"), this);
+    history_dock->setObjectName("historyDock");
+    history_dock->setWidget(history_panel_);
+    addDockWidget(Qt::RightDockWidgetArea, history_dock);
+    tabifyDockWidget(right_dock, history_dock);
+    right_dock->raise();
+    connect(history_panel_, &HistoryPanel::restoreRequested, this, [this](const QString& id) {
+        const HistoryEntry* e = history_->find(id);
+        if (!e) return;
+        try {
+            Request r = Request::from_json(e->settings);
+            applyRecording(r);
+            applyRequest(r, true);
+        } catch (const std::exception& ex) {
+            statusBar()->showMessage(
+                tr("Cannot restore that run: %1").arg(QString::fromUtf8(ex.what())), 6000);
+        }
+    });
+    connect(history_panel_, &HistoryPanel::compareRequested, this,
+            [this](const QString& left, const QString& right) {
+                const SideResultPtr l = history_->sideResult(left, Side::Baseline);
+                const SideResultPtr r = history_->sideResult(right, Side::Accelerated);
+                if (!l || !r) return;
+                Request req;
+                try {
+                    req = Request::from_json(history_->find(left)->settings);
+                } catch (const std::exception&) {
+                }
+                results_->setPair(l, r, req);
+            });
+
     plots_ = new PlotsPanel(this);
     metrics_ = new MetricsModel(this);
     table_ = new QTableView(this);
@@ -115,7 +161,8 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
 
     buildActions();
     QMenu* view = view_menu_;
-    for (auto* d : {left_dock, right_dock, bottom_dock}) view->addAction(d->toggleViewAction());
+    for (auto* d : {left_dock, right_dock, history_dock, bottom_dock})
+        view->addAction(d->toggleViewAction());
     view->addSeparator();
     record_action_ = view->addAction(tr("Record for the inspector"));
     record_action_->setObjectName("recordInspector");
@@ -202,6 +249,7 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         if (sweeping_ && r->side == Side::Accelerated) return;
         if (r->side == Side::Accelerated) method_panel_->setRuntimeError({});
         results_->setSide(r, job_request_);
+        if (r->side == Side::Accelerated) job_complete_ = true;  // both sides of this job shown
     });
     connect(worker_, &GenerationWorker::sideFailed, this,
             [this](quint64 job, int side, QString msg, bool cancelled) {
@@ -234,6 +282,12 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         if (job != latest_job_) return;
         active_job_ = 0;
         progress_->hide();
+        if (job_complete_) {  // a finished comparison (not a sweep, not cancelled) is kept
+            job_complete_ = false;
+            QString error;
+            if (history_->add(*results_, &error).isEmpty())
+                statusBar()->showMessage(tr("Not kept in the history: %1").arg(error), 6000);
+        }
         if (sweeping_) {
             sweeping_ = false;
             plots_->setSweepRunning(false);
@@ -393,6 +447,7 @@ void MainWindow::generate() {
     Job job;
     job.request = currentRequest();
     job_request_ = job.request;
+    job_complete_ = false;
     has_generated_ = true;
     // A run of another family: the previous family's images, plots and records go at once.
     const SideResultPtr shown =
@@ -411,6 +466,7 @@ void MainWindow::runSweep(const QString& method, const QString& param,
     job.sweep_param = param.toStdString();
     job.sweep_values = values;
     job_request_ = job.request;
+    job_complete_ = false;
     plots_->clearSweep();
     plots_->setSweepRunning(true);
     sweeping_ = true;

@@ -20,12 +20,14 @@ namespace varscope::gui {
 
 class ComparisonView;
 class ElidedLabel;
+class HistoryPanel;
 class Inspector;
 class MethodPanel;
 class MetricsModel;
 class ModelPanel;
 class PlotsPanel;
 class ResultsModel;
+class RunHistory;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -55,6 +57,8 @@ class MainWindow : public QMainWindow {
     MethodPanel* methodPanel() const { return method_panel_; }
     ComparisonView* comparison() const { return comparison_; }
     ResultsModel* results() const { return results_; }
+    RunHistory* history() const { return history_; }
+    HistoryPanel* historyPanel() const { return history_panel_; }
     Inspector* inspector() const { return inspector_; }
     PlotsPanel* plots() const { return plots_; }
     MetricsModel* metricsModel() const { return metrics_; }
@@ -95,6 +99,9 @@ class MainWindow : public QMainWindow {
 
     GenerationWorker* worker_;
     ResultsModel* results_;
+    RunHistory* history_;
+    HistoryPanel* history_panel_;
+    bool job_complete_ = false;  // the latest job's both sides arrived: kept when it finishes
     ModelPanel* model_panel_;
     MethodPanel* method_panel_;
     ComparisonView* comparison_;

@@ -90,6 +90,15 @@ void ResultsModel::setSide(const SideResultPtr& result, const Request& r) {
     update();
 }
 
+void ResultsModel::setPair(const SideResultPtr& left, const SideResultPtr& right,
+                           const Request& r) {
+    base_ = left;
+    accel_ = right;
+    base_key_ = accel_key_ = r.gen.baseline_key(r.model.key());
+    request_ = r;
+    update();
+}
+
 void ResultsModel::clearSide(Side side) {
     (side == Side::Baseline ? base_ : accel_).reset();
     update();
@@ -105,7 +114,9 @@ void ResultsModel::update() {
     metrics_ = {};
     diff_image_ = {};
     diff_mean_ = 0;
-    if (base_ && accel_ && !base_->image.isNull() && !accel_->image.isNull()) {
+    // Images of other sizes (two runs of other models) have no PSNR or difference.
+    if (base_ && accel_ && !base_->image.isNull() && !accel_->image.isNull() &&
+        base_->image.size() == accel_->image.size()) {
         metrics_.valid = true;
         const ImageQuality q = Engine::image_quality(base_->run.image, accel_->run.image);
         metrics_.psnr = q.psnr;

@@ -41,6 +41,9 @@ class ResultsModel : public QObject {
     // A side finished for request r. A baseline made with other settings than the accelerated
     // side on show (another class, seed, model, ...) drops that side: the two no longer compare.
     void setSide(const SideResultPtr& result, const Request& r);
+    // Two results side by side whatever their settings (two runs of the history): `left` on the
+    // baseline side, `right` on the accelerated side; r names them in exports (the left run's).
+    void setPair(const SideResultPtr& left, const SideResultPtr& right, const Request& r);
     void clearSide(Side side);  // the side failed or was cancelled
     void clear();               // nothing on show (another model or family)
 

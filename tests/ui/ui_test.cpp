@@ -27,6 +27,7 @@
 #include "ui/comparison_view.h"
 #include "ui/elided_label.h"
 #include "ui/filmstrip.h"
+#include "ui/history_panel.h"
 #include "ui/inspector.h"
 #include "ui/main_window.h"
 #include "ui/mar_settings.h"
@@ -35,6 +36,7 @@
 #include "ui/model_panel.h"
 #include "ui/plots_panel.h"
 #include "ui/results_model.h"
+#include "ui/run_history.h"
 #include "visualization/colormap.h"
 #include "visualization/figure.h"
 #include "visualization/float_grid.h"
@@ -107,6 +109,7 @@ class UiTest : public QObject {
     void initTestCase() {
         QCoreApplication::setOrganizationName("VARScopeTest");
         QCoreApplication::setApplicationName("varscope_ui_tests");
+        QStandardPaths::setTestModeEnabled(true);  // the run history goes to ~/.qttest
         QSettings().clear();
     }
 
@@ -1711,6 +1714,107 @@ class UiTest : public QObject {
         QVERIFY(QTest::qWaitForWindowExposed(&w));
         QCOMPARE(w.width(), 1280);
         QVERIFY(status->elided());
+    }
+
+    // --- history of runs (#37) ----------------------------------------------------------------
+    // Each finished run is kept on disk (a folder per run, an index written atomically), comes
+    // back after a restart, is bounded in number, and leftovers of a crash are removed.
+    void runHistoryKeepsRunsOnDisk() {
+        QTemporaryDir dir;
+        auto side = [](Side s, int shade, double ms) {
+            auto r = std::make_shared<SideResult>();
+            r->side = s;
+            r->accelerated = s == Side::Accelerated;
+            r->run.image = {8, 8, std::vector<uint8_t>(192, uint8_t(shade))};
+            r->image = to_qimage(r->run.image);
+            r->run.total_ms = ms;
+            r->run.accel_summary = s == Side::Accelerated ? "FastVAR" : "baseline";
+            return r;
+        };
+        ResultsModel results;
+        Request req = tiny_request();
+        results.setSide(side(Side::Baseline, 100, 20), req);
+        results.setSide(side(Side::Accelerated, 104, 10), req);
+        QString error;
+        QString first;
+        {
+            RunHistory h(dir.path(), 2);
+            QSignalSpy changed(&h, &RunHistory::changed);
+            first = h.add(results, &error);
+            QVERIFY2(!first.isEmpty(), qPrintable(error));
+            QCOMPARE(changed.count(), 1);
+            for (const char* f :
+                 {"baseline.png", "accelerated.png", "thumb.png", "settings.json", "metrics.json"})
+                QVERIFY2(QFile::exists(dir.filePath(first + "/" + f)), f);
+            QVERIFY(QFile::exists(dir.filePath("index.json")));
+            // The PNGs carry the settings chunk of an export.
+            QImageReader png(dir.filePath(first + "/accelerated.png"));
+            QVERIFY(png.text(kSettingsTextKey).contains("\"seed\":7"));
+            const HistoryEntry* e = h.find(first);
+            QVERIFY(e && e->has_accelerated);
+            QCOMPARE(e->methods, QString("FastVAR"));
+            QCOMPARE(e->metrics["speedup"].get<double>(), 2.0);
+            QVERIFY(e->summary().contains("2.00×"));
+        }
+        QDir(dir.path()).mkdir("20990101-000000-000.tmp");  // a write cut short
+        RunHistory h(dir.path(), 2);                        // a restart
+        QCOMPARE(h.entries().size(), 1);
+        QCOMPARE(h.entries().front().id, first);
+        QVERIFY(!QFileInfo::exists(dir.filePath("20990101-000000-000.tmp")));
+        const SideResultPtr back = h.sideResult(first, Side::Baseline);
+        QVERIFY(back && back->image.pixelColor(0, 0) == QColor(104, 104, 104));
+        QCOMPARE(back->run.total_ms, 10.0);
+        QTest::qWait(2);  // another id
+        const QString second = h.add(results);
+        QTest::qWait(2);
+        const QString third = h.add(results);
+        QVERIFY(!second.isEmpty() && !third.isEmpty());
+        QCOMPARE(h.entries().size(), 2);  // bounded: the oldest went, with its folder
+        QCOMPARE(h.entries().front().id, third);
+        QVERIFY(!QFileInfo::exists(dir.filePath(first)));
+        QVERIFY(h.remove(second));
+        QCOMPARE(h.entries().size(), 1);
+        QVERIFY(!QFileInfo::exists(dir.filePath(second)));
+    }
+
+    // In the window: a finished run enters the history; activating an entry restores its
+    // settings; two entries compare side by side.
+    void historyRestoresAndComparesRuns() {
+        QTemporaryDir dir;
+        QSettings().setValue("historyDir", dir.path());
+        MainWindow w(test_loader);
+        QSettings().remove("historyDir");
+        QVERIFY(w.history()->entries().isEmpty());
+        Request a = tiny_request(true);
+        a.accel = {{"fastvar", {{"enabled", true}, {"ratios", {0.4, 0.5}}}}};
+        w.applyRequest(a, true);
+        QVERIFY(wait_job(w));
+        Request b = a;
+        b.gen.seed = 11;
+        w.applyRequest(b, true);
+        QVERIFY(wait_job(w));
+        QCOMPARE(w.history()->entries().size(), 2);
+        QCOMPARE(w.historyPanel()->list()->count(), 2);
+        QVERIFY(w.historyPanel()->list()->item(0)->text().contains("FastVAR"));
+        // Restore the older run (listed second): its seed comes back and it runs.
+        emit w.historyPanel()->list()->itemActivated(w.historyPanel()->list()->item(1));
+        QCOMPARE(w.modelPanel()->seedBox()->value(), 7);
+        QVERIFY(wait_job(w));
+        QCOMPARE(w.history()->entries().size(), 3);
+        // Compare the two newest side by side.
+        auto* list = w.historyPanel()->list();
+        list->item(0)->setSelected(true);
+        list->item(1)->setSelected(true);
+        auto* compare = w.historyPanel()->findChild<QPushButton*>("historyCompare");
+        QVERIFY(compare && compare->isEnabled());
+        compare->click();
+        QVERIFY(w.results()->baseline() && w.results()->accelerated());
+        QVERIFY(w.results()->metrics().valid);
+        QVERIFY(!std::isinf(w.results()->metrics().psnr));        // seeds 11 and 7 differ
+        QCOMPARE(w.results()->request().gen.seed, uint64_t(11));  // the left: the older
+        // The filter keeps runs of a model or method.
+        w.historyPanel()->findChild<QLineEdit*>("historyFilter")->setText("no such method");
+        QCOMPARE(list->count(), 0);
     }
 
     // Menus in the usual order.
