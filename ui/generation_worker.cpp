@@ -122,6 +122,9 @@ SideResultPtr GenerationWorker::runSide(quint64 id, const Request& r, Side side,
     res->side = side;
     res->run = engine_.run(gs, accelerated, &cancel_, progress);
     res->image = to_qimage(res->run.image);
+    // The engine names a run without enabled methods "baseline" (AccelConfig::summary): the one
+    // place its text is read; the views ask the flag.
+    res->accelerated = accelerated && res->run.accel_summary != "baseline";
     for (const auto& s : res->run.scales) res->filmstrip.push_back(to_qimage(s.fhat));
     if (!accelerated) {
         QMutexLocker lock(&mutex_);
@@ -148,6 +151,7 @@ void GenerationWorker::runJob(quint64 id, const Job& job) {
                 auto same = std::make_shared<SideResult>(*base);
                 same->side = Side::Accelerated;
                 same->same_as_baseline = true;
+                same->accelerated = false;
                 emit sideFinished(id, same);
                 return;
             }

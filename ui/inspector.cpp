@@ -309,6 +309,7 @@ AccelInspector::AccelInspector(const QString& method, const QString& hint, QWidg
     kind_->setToolTip(tr("Record kind reported by the accelerator"));
     kind_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
     scale_ = new QComboBox(this);
+    scale_->setObjectName("scale");
     scale_->setToolTip(tr("Scale; \"stacked\" puts one record per scale side by side"));
     scale_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
     layer_ = new QComboBox(this);
@@ -375,7 +376,7 @@ bool AccelInspector::selectKind(const QString& kind) {
 }
 
 void AccelInspector::setScale(int scale) {
-    const int i = scale_->findData(scale);
+    const int i = scale_->findData(QVariant::fromValue(ScaleChoice::of(scale)));
     if (i >= 0) scale_->setCurrentIndex(i);
 }
 
@@ -420,6 +421,10 @@ void AccelInspector::rebuildKinds() {
     rebuildScales();
 }
 
+ScaleChoice AccelInspector::scaleChoice() const {
+    return scale_->currentData().value<ScaleChoice>();
+}
+
 std::vector<const AccelOutput*> AccelInspector::matching() const {
     std::vector<const AccelOutput*> out;
     const QString key = kind_->currentData().toString();
@@ -448,7 +453,8 @@ void AccelInspector::rebuildScales() {
     if (table) {
         for (const auto& [key, _] : recs.front()->values)
             layer_->addItem(QString::fromStdString(key), QString::fromStdString(key));
-        scale_->addItem(tr("all %1").arg(units_), -2);
+        scale_->addItem(tr("all %1").arg(units_),
+                        QVariant::fromValue(ScaleChoice{ScaleChoice::View::Table}));
     } else {
         // 1-D records of equal length, one per scale (e.g. bytes per layer): stackable into a
         // (entries x scales) map.
@@ -457,16 +463,18 @@ void AccelInspector::rebuildScales() {
                 return r->data.shape.size() == 1 && r->layer < 0 &&
                        r->data.shape == recs.front()->data.shape;
             });
-        if (stackable) scale_->addItem(tr("stacked"), -3);
+        if (stackable)
+            scale_->addItem(tr("stacked"),
+                            QVariant::fromValue(ScaleChoice{ScaleChoice::View::Stacked}));
         for (int64_t s : scales)
             scale_->addItem(s < 0 ? tr("all %1").arg(units_) : tr("%1 %2").arg(unit_).arg(s),
-                            qlonglong(s));
+                            QVariant::fromValue(ScaleChoice::of(s)));
         for (int64_t l : layers)
             layer_->addItem(l < 0 ? tr("all layers") : tr("layer %1").arg(l), qlonglong(l));
     }
     // Default: the stacked overview where there is one, else the last scale.
     int si = scale_->findData(keep_scale);
-    if (si < 0) si = scale_->findData(-3);
+    if (si < 0) si = scale_->findData(QVariant::fromValue(ScaleChoice{ScaleChoice::View::Stacked}));
     scale_->setCurrentIndex(si >= 0 ? si : std::max(0, scale_->count() - 1));
     int li = layer_->findData(keep_layer);
     layer_->setCurrentIndex(li >= 0 ? li : 0);
@@ -492,9 +500,8 @@ void AccelInspector::refresh() {
     }
     if (recs.empty()) {
         view_->clear();
-        const bool ran = accel_ && !accel_->same_as_baseline;
-        view_->setEmptyText(ran && !method_.isEmpty() &&
-                                    QString::fromStdString(accel_->run.accel_summary) != "baseline"
+        const bool ran = accel_ && accel_->accelerated;
+        view_->setEmptyText(ran && !method_.isEmpty()
                                 ? hint_ + "\n" +
                                       tr("(No records from this method in the last run.)")
                                 : hint_);
@@ -503,7 +510,8 @@ void AccelInspector::refresh() {
     }
     const std::vector<int64_t> pn = patch_nums_of(accel_);
     // Layer x scale table of one scalar value.
-    if (scale_->currentData().toLongLong() == -2) {
+    const ScaleChoice choice = scaleChoice();
+    if (choice.view == ScaleChoice::View::Table) {
         const std::string key = layer_->currentData().toString().toStdString();
         std::set<int64_t> ls, ss;
         for (const auto* r : recs) {
@@ -533,7 +541,7 @@ void AccelInspector::refresh() {
         index_->setVisible(false);
         return;
     }
-    if (scale_->currentData().toLongLong() == -3) {
+    if (choice.view == ScaleChoice::View::Stacked) {
         std::vector<const AccelOutput*> by_scale(recs.begin(), recs.end());
         std::sort(by_scale.begin(), by_scale.end(),
                   [](const AccelOutput* a, const AccelOutput* b) { return a->scale < b->scale; });
@@ -557,8 +565,8 @@ void AccelInspector::refresh() {
         mode_->setEnabled(false);
         return;
     }
-    const qlonglong scale = scale_->currentData().toLongLong(),
-                    layer = layer_->currentData().toLongLong();
+    const int64_t scale = choice.scale;
+    const qlonglong layer = layer_->currentData().toLongLong();
     const AccelOutput* rec = nullptr;
     for (const auto* r : recs)
         if (r->scale == scale && r->layer == layer) rec = r;

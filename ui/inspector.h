@@ -63,6 +63,20 @@ class AttentionInspector : public QWidget {
     bool recording_ = true;
 };
 
+// What a record tab's scale box picks: the record of one scale (or step), or an overview of the
+// records of every scale. Kept as the items' data (no sentinel scale numbers).
+struct ScaleChoice {
+    enum class View {
+        Scale,    // the record(s) of `scale`; -1: records that belong to the whole run
+        Table,    // records of scalar values only: value per layer (rows) x scale (columns)
+        Stacked,  // 1-D records of equal length, one per scale, side by side
+    };
+    View view = View::Scale;
+    int64_t scale = -1;
+    static ScaleChoice of(int64_t s) { return {View::Scale, s}; }
+    bool operator==(const ScaleChoice& o) const { return view == o.view && scale == o.scale; }
+};
+
 class AccelInspector : public QWidget {
     Q_OBJECT
   public:
@@ -87,6 +101,7 @@ class AccelInspector : public QWidget {
     void rebuildScales();
     void refresh();
     std::vector<const AccelOutput*> matching() const;  // of the chosen kind
+    ScaleChoice scaleChoice() const;
 
     QString method_, hint_, preferred_;
     QString unit_ = tr("scale"), units_ = tr("scales");
@@ -128,3 +143,5 @@ class Inspector : public QTabWidget {
 };
 
 }  // namespace varscope::gui
+
+Q_DECLARE_METATYPE(varscope::gui::ScaleChoice)

@@ -197,10 +197,7 @@ int main(int argc, char** argv) {
     const QString start_prompt = cli.isSet(prompt) ? cli.value(prompt)
                                  : first_start     ? QStringLiteral("red heart")
                                                    : QString();
-    if (!start_prompt.isEmpty()) {
-        w.modelPanel()->promptEdit()->setText(start_prompt);
-        emit w.modelPanel()->promptEdit()->textEdited(start_prompt);
-    }
+    if (!start_prompt.isEmpty()) w.modelPanel()->setPrompt(start_prompt);
     if (cli.isSet(seed)) {
         bool ok = false;
         const int value = cli.value(seed).toInt(&ok);

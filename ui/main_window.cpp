@@ -4,6 +4,7 @@
 
 #include <QAction>
 #include <QApplication>
+#include <QClipboard>
 #include <QCloseEvent>
 #include <QDateTime>
 #include <QDir>
@@ -20,6 +21,7 @@
 #include <QProgressBar>
 #include <QScrollArea>
 #include <QSettings>
+#include <QStandardPaths>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTableView>
@@ -28,11 +30,16 @@
 
 #include "core/io/json_read.h"
 #include "ui/comparison_view.h"
+#include "ui/elided_label.h"
+#include "ui/history_panel.h"
+#include "ui/input_guard.h"
 #include "ui/inspector.h"
 #include "ui/method_panel.h"
 #include "ui/metrics_model.h"
 #include "ui/model_panel.h"
 #include "ui/plots_panel.h"
+#include "ui/results_model.h"
+#include "ui/run_history.h"
 #include "visualization/figure.h"
 #include "visualization/heatmap_view.h"
 
@@ -47,12 +54,16 @@ QString deviceText(const ModelInfo& info) {
 }  // namespace
 
 MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMainWindow(parent) {
+    // First, so that every widget is polished under its rules (wheel focus).
+    new InputGuard(this);
     setWindowTitle(tr("VARScope"));
     setAcceptDrops(true);
     worker_ = new GenerationWorker(this);
     if (loader) worker_->setLoader(std::move(loader));
 
+    results_ = new ResultsModel(this);
     comparison_ = new ComparisonView(this);
+    comparison_->setResultsModel(results_);
     setCentralWidget(comparison_);
 
     // Left: model + methods in one scrollable column.
@@ -82,6 +93,49 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     right_dock->setWidget(inspector_);
     addDockWidget(Qt::RightDockWidgetArea, right_dock);
 
+    // The history of finished runs, a tab beside the inspector.
+    {
+        QSettings s;
+        const QString dir = s.value("historyDir").toString();
+        history_ = new RunHistory(
+            dir.isEmpty()
+                ? QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + "/history"
+                : dir,
+            s.value("historyMaxEntries", 100).toInt(), this);
+    }
+    history_panel_ = new HistoryPanel(this);
+    history_panel_->setHistory(history_);
+    auto* history_dock = new QDockWidget(tr("History"), this);
+    history_dock->setObjectName("historyDock");
+    history_dock->setWidget(history_panel_);
+    addDockWidget(Qt::RightDockWidgetArea, history_dock);
+    tabifyDockWidget(right_dock, history_dock);
+    right_dock->raise();
+    connect(history_panel_, &HistoryPanel::restoreRequested, this, [this](const QString& id) {
+        const HistoryEntry* e = history_->find(id);
+        if (!e) return;
+        try {
+            Request r = Request::from_json(e->settings);
+            applyRecording(r);
+            applyRequest(r, true);
+        } catch (const std::exception& ex) {
+            statusBar()->showMessage(
+                tr("Cannot restore that run: %1").arg(QString::fromUtf8(ex.what())), 6000);
+        }
+    });
+    connect(history_panel_, &HistoryPanel::compareRequested, this,
+            [this](const QString& left, const QString& right) {
+                const SideResultPtr l = history_->sideResult(left, Side::Baseline);
+                const SideResultPtr r = history_->sideResult(right, Side::Accelerated);
+                if (!l || !r) return;
+                Request req;
+                try {
+                    req = Request::from_json(history_->find(left)->settings);
+                } catch (const std::exception&) {
+                }
+                results_->setPair(l, r, req);
+            });
+
     plots_ = new PlotsPanel(this);
     metrics_ = new MetricsModel(this);
     table_ = new QTableView(this);
@@ -96,7 +150,9 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     bottom_dock->setWidget(bottom_tabs);
     addDockWidget(Qt::BottomDockWidgetArea, bottom_dock);
 
-    status_model_ = new QLabel(tr("No model loaded"), this);
+    status_model_ = new ElidedLabel(this);
+    status_model_->setObjectName("statusModel");
+    status_model_->setFullText(tr("No model loaded"));
     progress_ = new QProgressBar(this);
     progress_->setMaximumWidth(220);
     progress_->setTextVisible(true);
@@ -105,8 +161,9 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     statusBar()->addPermanentWidget(progress_);
 
     buildActions();
-    QMenu* view = menuBar()->addMenu(tr("&View"));
-    for (auto* d : {left_dock, right_dock, bottom_dock}) view->addAction(d->toggleViewAction());
+    QMenu* view = view_menu_;
+    for (auto* d : {left_dock, right_dock, history_dock, bottom_dock})
+        view->addAction(d->toggleViewAction());
     view->addSeparator();
     record_action_ = view->addAction(tr("Record for the inspector"));
     record_action_->setObjectName("recordInspector");
@@ -134,18 +191,24 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     connect(model_panel_, &ModelPanel::modelChanged, this, [this] {
         // The family's controls follow at once (embedded models); files: once loaded.
         showFamily(model_panel_->family());
-        comparison_->clear();
+        results_->clear();
         if (has_generated_) debounce_.start();
     });
     connect(model_panel_, &ModelPanel::recentFilesChanged, this, &MainWindow::writeSettings);
+    connect(model_panel_, &ModelPanel::runRequested, this, &MainWindow::generate);
     connect(inspector_, &Inspector::attentionLayerRequested, this, [this] {
         if (has_generated_) debounce_.start();
     });
     connect(comparison_, &ComparisonView::scaleSelected, inspector_, &Inspector::setScale);
     connect(plots_, &PlotsPanel::sweepRequested, this, &MainWindow::runSweep);
+    connect(results_, &ResultsModel::changed, this, &MainWindow::showResults);
 
     // Worker signals (queued: they come from the worker thread).
-    connect(worker_, &GenerationWorker::modelLoaded, this, [this](quint64, ModelInfo info) {
+    connect(worker_, &GenerationWorker::modelLoaded, this, [this](quint64 job, ModelInfo info) {
+        if (job == latest_job_) {
+            working_model_ = job_request_.model;
+            failed_models_.erase(job_request_.model.key());
+        }
         model_info_ = info;
         model_panel_->setClassList(QString::fromStdString(info.class_list_path),
                                    int(info.num_classes));
@@ -153,11 +216,18 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         inspector_->setModel(int(info.depth), int(info.num_heads));
         showFamily(info.family);
         applyModelCounts();
-        status_model_->setText(QString::fromStdString(info.description).replace('\n', " · ") +
-                               " · " + deviceText(info));
+        status_model_->setFullText(QString::fromStdString(info.description).replace('\n', " · ") +
+                                   " · " + deviceText(info));
     });
     connect(worker_, &GenerationWorker::modelFailed, this, [this](quint64 job, QString msg) {
         if (job != latest_job_) return;
+        // Not remembered as the last model (writeSettings), and nothing of the model before
+        // stays on show as if it were this one's.
+        failed_models_.insert(job_request_.model.key());
+        results_->clear();
+        status_model_->setFullText(
+            tr("No model loaded: %1 could not be loaded")
+                .arg(QString::fromStdString(job_request_.model.display_name())));
         comparison_->clearBusy();
         comparison_->setSideMessage(Side::Baseline, tr("The model could not be loaded."));
         QMessageBox::critical(this, tr("Could not load the model"), msg);
@@ -178,10 +248,9 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     connect(worker_, &GenerationWorker::sideFinished, this, [this](quint64 job, SideResultPtr r) {
         if (job != latest_job_) return;
         if (sweeping_ && r->side == Side::Accelerated) return;
-        shown_[int(r->side)] = {last_request_, model_info_};
-        comparison_->setResult(r);
         if (r->side == Side::Accelerated) method_panel_->setRuntimeError({});
-        showResults();
+        results_->setSide(r, job_request_);
+        if (r->side == Side::Accelerated) job_complete_ = true;  // both sides of this job shown
     });
     connect(worker_, &GenerationWorker::sideFailed, this,
             [this](quint64 job, int side, QString msg, bool cancelled) {
@@ -189,21 +258,19 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
                 comparison_->clearBusy();
                 if (cancelled) {
                     statusBar()->showMessage(tr("Cancelled"), 4000);
-                    // The kept result replaces the cancelled run's preview: what is shown is
-                    // what an export writes.
-                    if (side == int(Side::Baseline) && comparison_->baseline())
-                        comparison_->setResult(comparison_->baseline());
-                    if (side == int(Side::Accelerated) || !comparison_->baseline())
+                    if (sweeping_) return;  // its runs are not on show; the results stay
+                    if (side == int(Side::Accelerated)) results_->clearSide(Side::Accelerated);
+                    if (side == int(Side::Accelerated) || !results_->baseline())
                         comparison_->setSideMessage(Side(side), tr("Cancelled"));
                     return;
                 }
                 if (side == int(Side::Accelerated)) {
                     // Shown in place (sliders would otherwise raise a dialog per move).
                     method_panel_->setRuntimeError(tr("Accelerated run failed: %1").arg(msg));
+                    results_->clearSide(Side::Accelerated);
                     comparison_->setSideMessage(Side::Accelerated,
                                                 tr("Accelerated run failed:\n%1").arg(msg));
                     statusBar()->showMessage(tr("Accelerated run failed: %1").arg(msg), 8000);
-                    showResults();
                 } else {
                     comparison_->setSideMessage(Side::Baseline, tr("Generation failed."));
                     QMessageBox::critical(this, tr("Generation failed"), msg);
@@ -216,9 +283,17 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         if (job != latest_job_) return;
         active_job_ = 0;
         progress_->hide();
+        if (job_complete_) {  // a finished comparison (not a sweep, not cancelled) is kept
+            job_complete_ = false;
+            QString error;
+            if (history_->add(*results_, &error).isEmpty())
+                statusBar()->showMessage(tr("Not kept in the history: %1").arg(error), 6000);
+        }
         if (sweeping_) {
             sweeping_ = false;
             plots_->setSweepRunning(false);
+            // The sweep's runs drew their previews and badges over the accelerated image.
+            comparison_->showModel();
         }
         emit jobFinished();
     });
@@ -229,56 +304,100 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
 MainWindow::~MainWindow() = default;
 
 void MainWindow::buildActions() {
+    // Menus in the usual order: File | Edit | View | Help (View is filled by the constructor).
     QMenu* file = menuBar()->addMenu(tr("&File"));
+    QMenu* edit = menuBar()->addMenu(tr("&Edit"));
+    view_menu_ = menuBar()->addMenu(tr("&View"));
     QToolBar* tb = addToolBar(tr("Main"));
     tb->setObjectName("mainToolBar");
     tb->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
-    auto add = [&](const QString& text, const QKeySequence& key, auto slot, bool toolbar,
+    auto add = [&](const QString& text, const QList<QKeySequence>& keys, auto slot, bool toolbar,
                    QStyle::StandardPixmap icon = QStyle::SP_CustomBase) {
         auto* a = new QAction(text, this);
-        a->setShortcut(key);
-        a->setToolTip(text + " (" + key.toString(QKeySequence::NativeText) + ")");
+        a->setShortcuts(keys);
+        if (!keys.isEmpty())
+            a->setToolTip(text + " (" + keys.front().toString(QKeySequence::NativeText) + ")");
         if (icon != QStyle::SP_CustomBase) a->setIcon(style()->standardIcon(icon));
         connect(a, &QAction::triggered, this, slot);
-        addAction(a);
+        addAction(a);  // the window's shortcuts (InputGuard keeps them working in every widget)
         if (toolbar) tb->addAction(a);
         return a;
     };
-    auto* gen = add(tr("Generate"), QKeySequence(Qt::CTRL | Qt::Key_Return), &MainWindow::generate,
-                    true, QStyle::SP_MediaPlay);
+    auto* gen =
+        add(tr("Generate"),
+            {QKeySequence(Qt::CTRL | Qt::Key_Return), QKeySequence(Qt::CTRL | Qt::Key_Enter)},
+            &MainWindow::generate, true, QStyle::SP_MediaPlay);
     gen->setObjectName("generateAction");
-    add(tr("Cancel"), QKeySequence(Qt::Key_Escape), &MainWindow::cancel, true,
-        QStyle::SP_MediaStop);
+    auto* cancel = add(tr("Cancel"), {QKeySequence(Qt::Key_Escape)}, &MainWindow::cancel, true,
+                       QStyle::SP_MediaStop);
     tb->addSeparator();
-    add(
-        tr("Random seed"), QKeySequence(Qt::CTRL | Qt::Key_R), [this] { model_panel_->rollDice(); },
-        false);
-    file->addAction(add(
-        tr("Open checkpoints…"), QKeySequence::Open, [this] { model_panel_->openCheckpoints(); },
+    auto* dice = add(
+        tr("Random seed"), {QKeySequence(Qt::CTRL | Qt::Key_R)},
+        [this] { model_panel_->rollDice(); }, false);
+    edit->addAction(gen);
+    edit->addAction(cancel);
+    edit->addAction(dice);
+    edit->addSeparator();
+    edit->addAction(add(
+        tr("Copy settings"), {QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C)},
+        [this] {
+            QGuiApplication::clipboard()->setText(
+                QString::fromStdString(currentRequest().to_json().dump(2)));
+            statusBar()->showMessage(tr("Settings copied as JSON"), 4000);
+        },
         false));
+    edit->addAction(add(
+        tr("Paste settings"), {QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_V)},
+        [this] {
+            try {
+                Request r = Request::from_json(
+                    nlohmann::json::parse(QGuiApplication::clipboard()->text().toStdString()));
+                applyRecording(r);
+                applyRequest(r, true);
+            } catch (const std::exception& e) {
+                statusBar()->showMessage(tr("The clipboard holds no VARScope settings: %1")
+                                             .arg(QString::fromUtf8(e.what())),
+                                         6000);
+            }
+        },
+        false));
+    auto* open = add(
+        tr("Open checkpoints…"), QKeySequence::keyBindings(QKeySequence::Open),
+        [this] { model_panel_->openCheckpoints(); }, false);
+    open->setStatusTip(tr("Drop a VARScope PNG on the window to restore its settings"));
+    file->addAction(open);
     file->addSeparator();
-    file->addAction(add(tr("Export comparison figure…"), QKeySequence(Qt::CTRL | Qt::Key_E),
-                        &MainWindow::exportFigureDialog, true, QStyle::SP_DialogSaveButton));
+    auto* fig = add(tr("Export comparison figure…"), {QKeySequence(Qt::CTRL | Qt::Key_E)},
+                    &MainWindow::exportFigureDialog, true, QStyle::SP_DialogSaveButton);
+    fig->setObjectName("exportFigureAction");
+    file->addAction(fig);
     file->addAction(add(tr("Export metrics (CSV/JSON)…"),
-                        QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E),
+                        {QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E)},
                         &MainWindow::exportMetricsDialog, false));
-    file->addAction(add(tr("Save accelerated image…"), QKeySequence::Save,
-                        &MainWindow::saveImageDialog, false));
+    auto* save = add(tr("Save accelerated image…"), QKeySequence::keyBindings(QKeySequence::Save),
+                     &MainWindow::saveImageDialog, false);
+    save->setObjectName("saveImageAction");
+    file->addAction(save);
     file->addSeparator();
     file->addAction(add(
-        tr("Quit"), QKeySequence::Quit, [this] { close(); }, false));
-    file->actions().front()->setStatusTip(
-        tr("Drop a VARScope PNG on the window to restore its settings"));
+        tr("Quit"), QKeySequence::keyBindings(QKeySequence::Quit), [this] { close(); }, false));
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("Keyboard shortcuts"), this, [this] {
         QMessageBox::information(
             this, tr("Keyboard shortcuts"),
             tr("Ctrl+Enter  generate\nEsc  cancel\nCtrl+R  random seed\nCtrl+O  open checkpoints\n"
                "Ctrl+E  export comparison figure\nCtrl+Shift+E  export metrics\nCtrl+S  save "
-               "accelerated "
-               "image\nD  toggle difference view\nWheel / drag / double-click  zoom / pan / fit\n\n"
+               "accelerated image\nCtrl+Shift+C / Ctrl+Shift+V  copy / paste the settings\n"
+               "D  toggle difference view\nWheel / drag / double-click  zoom / pan / fit\n"
+               "The wheel changes a setting only after a click on it.\n\n"
                "Drop a PNG exported by VARScope on the window to restore its settings."));
     });
+}
+
+bool MainWindow::needResults(const QString& what) {
+    if (results_->baseline()) return true;
+    statusBar()->showMessage(tr("Nothing to %1 yet: generate first (Ctrl+Enter).").arg(what), 5000);
+    return false;
 }
 
 Request MainWindow::currentRequest() const {
@@ -328,8 +447,13 @@ void MainWindow::generate() {
     }
     Job job;
     job.request = currentRequest();
-    last_request_ = job.request;
+    job_request_ = job.request;
+    job_complete_ = false;
     has_generated_ = true;
+    // A run of another family: the previous family's images, plots and records go at once.
+    const SideResultPtr shown =
+        results_->baseline() ? results_->baseline() : results_->accelerated();
+    if (shown && shown->run.family != model_panel_->family()) results_->clear();
     comparison_->markStale();
     latest_job_ = active_job_ = worker_->submit(std::move(job));
 }
@@ -339,10 +463,11 @@ void MainWindow::runSweep(const QString& method, const QString& param,
     Job job;
     job.type = Job::Type::Sweep;
     job.request = currentRequest();
-    last_request_ = job.request;
     job.sweep_method = method.toStdString();
     job.sweep_param = param.toStdString();
     job.sweep_values = values;
+    job_request_ = job.request;
+    job_complete_ = false;
     plots_->clearSweep();
     plots_->setSweepRunning(true);
     sweeping_ = true;
@@ -355,19 +480,16 @@ void MainWindow::cancel() {
 }
 
 void MainWindow::showResults() {
-    const auto base = comparison_->baseline(), accel = comparison_->accelerated();
+    const auto base = results_->baseline(), accel = results_->accelerated();
     inspector_->setResults(base, accel);
     plots_->setResults(base, accel);
     metrics_->setResults(base, accel);
-    if (base) status_model_->setToolTip(QString::fromStdString(shown().request.to_json().dump(2)));
+    status_model_->setDetails(base ? QString::fromStdString(results_->request().to_json().dump(2))
+                                   : QString());
     emit resultsUpdated();
 }
 
 // --- export ----------------------------------------------------------------------------------
-
-const MainWindow::Shown& MainWindow::shown() const {
-    return shown_[int(comparison_->accelerated() ? Side::Accelerated : Side::Baseline)];
-}
 
 bool MainWindow::confirmOverwrite(const QString& path) {
     return !QFileInfo::exists(path) ||
@@ -378,14 +500,13 @@ bool MainWindow::confirmOverwrite(const QString& path) {
 QString MainWindow::defaultExportName(const QString& suffix) const {
     const QString dir = export_dir_.isEmpty() ? QDir::homePath() : export_dir_;
     return QDir(dir).filePath(QStringLiteral("varscope-class%1-seed%2.%3")
-                                  .arg(shown().request.gen.class_id)
-                                  .arg(shown().request.gen.seed)
+                                  .arg(results_->request().gen.class_id)
+                                  .arg(results_->request().gen.seed)
                                   .arg(suffix));
 }
 
 QStringList MainWindow::figureNotes() const {
-    const Request& r = shown().request;
-    const ModelInfo& model_info = shown().model;
+    const Request& r = results_->request();
     QStringList notes;
     notes << tr("Model: %1 (%2)")
                  .arg(QString::fromStdString(r.model.display_name()),
@@ -412,13 +533,13 @@ QStringList MainWindow::figureNotes() const {
         if (m.is_object() && m.value("enabled", false)) enabled[id] = m;
     notes << tr("Accelerators: %1")
                  .arg(enabled.empty() ? tr("none") : QString::fromStdString(enabled.dump()));
-    notes << tr("Metrics: %1").arg(comparison_->metricsText());
+    notes << tr("Metrics: %1").arg(results_->metrics().text());
     notes << tr("VARScope · %1").arg(QDateTime::currentDateTime().toString(Qt::ISODate));
     return notes;
 }
 
 bool MainWindow::exportFigure(const ExportOptions& o, QString* error, bool overwrite) {
-    const auto base = comparison_->baseline(), accel = comparison_->accelerated();
+    const auto base = results_->baseline(), accel = results_->accelerated();
     if (!base) {
         if (error) *error = tr("Nothing to export yet: generate first.");
         return false;
@@ -433,9 +554,9 @@ bool MainWindow::exportFigure(const ExportOptions& o, QString* error, bool overw
         f.panels.push_back(
             {base->image, tr("Baseline · %1 ms").arg(base->run.total_ms, 0, 'f', 1)});
     if (o.accelerated && accel) f.panels.push_back({accel->image, acceleratedCaption(*accel)});
-    if (o.difference && !comparison_->differenceImage().isNull())
-        f.panels.push_back(
-            {comparison_->differenceImage(), tr("|accelerated − baseline| (0 … 0.5)")});
+    if (o.difference && !results_->differenceImage().isNull())
+        f.panels.push_back({results_->differenceImage(),
+                            tr("|accelerated − baseline| (0 … %1)").arg(ResultsModel::kDiffMax)});
     if (o.attention && inspector_->attention()->view()->hasData())
         f.panels.push_back({inspector_->attention()->view()->grab().toImage(), tr("Attention")});
     if (o.inspector && inspector_->currentWidget() != inspector_->attention()) {
@@ -448,13 +569,13 @@ bool MainWindow::exportFigure(const ExportOptions& o, QString* error, bool overw
     f.notes = figureNotes();
     f.columns = std::min<int>(3, std::max<int>(1, int(f.panels.size())));
     QMap<QString, QString> text;
-    text[kSettingsTextKey] = QString::fromStdString(shown().request.to_json().dump());
+    text[kSettingsTextKey] = QString::fromStdString(results_->request().to_json().dump());
     text["Software"] = "VARScope";
     return viz::write_figure(f, o.path, text, error);
 }
 
 bool MainWindow::exportMetrics(const QString& path, QString* error, bool overwrite) {
-    if (!comparison_->baseline()) {
+    if (!results_->baseline()) {
         if (error) *error = tr("Nothing to export yet: generate first.");
         return false;
     }
@@ -464,11 +585,11 @@ bool MainWindow::exportMetrics(const QString& path, QString* error, bool overwri
     }
     if (QFileInfo(path).suffix().toLower() == "csv")
         return viz::write_text_file(path, metrics_->toCsv(), error);
-    const auto& m = comparison_->metrics();
-    nlohmann::json summary = {{"settings", shown().request.to_json()},
-                              {"model", shown().model.description},
-                              {"device", shown().model.device},
-                              {"precision", shown().model.precision}};
+    const auto& m = results_->metrics();
+    nlohmann::json summary = {{"settings", results_->request().to_json()},
+                              {"model", model_info_.description},
+                              {"device", model_info_.device},
+                              {"precision", model_info_.precision}};
     if (m.valid)
         summary["comparison"] = {
             {"psnr_db", std::isinf(m.psnr) ? nlohmann::json("inf") : nlohmann::json(m.psnr)},
@@ -488,7 +609,7 @@ bool MainWindow::exportMetrics(const QString& path, QString* error, bool overwri
 }
 
 bool MainWindow::saveImage(Side side, const QString& path, QString* error, bool overwrite) {
-    const auto r = side == Side::Baseline ? comparison_->baseline() : comparison_->accelerated();
+    const auto r = results_->side(side);
     if (!r) {
         if (error) *error = tr("Nothing to save yet: generate first.");
         return false;
@@ -498,16 +619,17 @@ bool MainWindow::saveImage(Side side, const QString& path, QString* error, bool 
         return false;
     }
     QMap<QString, QString> text;
-    text[kSettingsTextKey] = QString::fromStdString(shown_[int(side)].request.to_json().dump());
+    text[kSettingsTextKey] = QString::fromStdString(results_->request().to_json().dump());
     return viz::write_image(r->image, path, text, error);
 }
 
 void MainWindow::exportFigureDialog() {
+    if (!needResults(tr("export"))) return;
     ExportOptions o;
     o.title = tr("VARScope: %1")
-                  .arg(QString::fromStdString(comparison_->accelerated()
-                                                  ? comparison_->accelerated()->run.accel_summary
-                                                  : "baseline"));
+                  .arg(results_->accelerated()
+                           ? QString::fromStdString(results_->accelerated()->run.accel_summary)
+                           : tr("baseline"));
     o.path = defaultExportName("png");
     ExportDialog dlg(o, inspector_->currentPanelTitle(), this);
     if (dlg.exec() != QDialog::Accepted) return;
@@ -521,6 +643,7 @@ void MainWindow::exportFigureDialog() {
 }
 
 void MainWindow::exportMetricsDialog() {
+    if (!needResults(tr("export"))) return;
     const QString path = QFileDialog::getSaveFileName(
         this, tr("Export metrics"), defaultExportName("csv"), tr("CSV (*.csv);;JSON (*.json)"),
         nullptr, QFileDialog::DontConfirmOverwrite);
@@ -531,13 +654,14 @@ void MainWindow::exportMetricsDialog() {
 }
 
 void MainWindow::saveImageDialog() {
+    if (!needResults(tr("save"))) return;
     const QString path =
         QFileDialog::getSaveFileName(this, tr("Save accelerated image"), defaultExportName("png"),
                                      tr("PNG (*.png)"), nullptr, QFileDialog::DontConfirmOverwrite);
     if (path.isEmpty() || !confirmOverwrite(path)) return;
     export_dir_ = QFileInfo(path).path();
     QString error;
-    if (!saveImage(comparison_->accelerated() ? Side::Accelerated : Side::Baseline, path, &error,
+    if (!saveImage(results_->accelerated() ? Side::Accelerated : Side::Baseline, path, &error,
                    true))
         QMessageBox::critical(this, tr("Save failed"), error);
 }
@@ -594,6 +718,7 @@ void MainWindow::readSettings() {
                                     !QFileInfo::exists(QString::fromStdString(r.model.var_path));
             if (files_gone || r.model.kind == ModelSource::Kind::Custom) r.model = ModelSource{};
             applyRequest(r, false);
+            working_model_ = r.model;  // saved only after it loaded (writeSettings)
         } catch (const std::exception&) {
             // stale or foreign settings: keep the defaults
         }
@@ -625,6 +750,8 @@ void MainWindow::writeSettings() {
     s.setValue("exportDir", export_dir_);
     s.setValue("recordInspector", record_action_->isChecked());
     Request r = currentRequest();
+    // A model that failed to load is not the one to open next time: the last that worked is.
+    if (failed_models_.count(r.model.key())) r.model = working_model_.value_or(ModelSource{});
     if (r.model.kind != ModelSource::Kind::Custom)
         s.setValue("lastRequest", QString::fromStdString(r.to_json().dump()));
     s.setValue("geometry", saveGeometry());

@@ -5,22 +5,29 @@
 
 #include <QMainWindow>
 #include <QTimer>
+#include <optional>
+#include <set>
 
 #include "ui/export_dialog.h"
 #include "ui/generation_worker.h"
 
 class QLabel;
+class QMenu;
 class QProgressBar;
 class QTableView;
 
 namespace varscope::gui {
 
 class ComparisonView;
+class ElidedLabel;
+class HistoryPanel;
 class Inspector;
 class MethodPanel;
 class MetricsModel;
 class ModelPanel;
 class PlotsPanel;
+class ResultsModel;
+class RunHistory;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -49,6 +56,9 @@ class MainWindow : public QMainWindow {
     ModelPanel* modelPanel() const { return model_panel_; }
     MethodPanel* methodPanel() const { return method_panel_; }
     ComparisonView* comparison() const { return comparison_; }
+    ResultsModel* results() const { return results_; }
+    RunHistory* history() const { return history_; }
+    HistoryPanel* historyPanel() const { return history_panel_; }
     Inspector* inspector() const { return inspector_; }
     PlotsPanel* plots() const { return plots_; }
     MetricsModel* metricsModel() const { return metrics_; }
@@ -83,9 +93,15 @@ class MainWindow : public QMainWindow {
     void showResults();
     void runSweep(const QString& method, const QString& param, const std::vector<double>& values);
     bool confirmOverwrite(const QString& path);
+    // False, with a status-bar note, while there is nothing to export or save (no dialog).
+    bool needResults(const QString& what);
     QString defaultExportName(const QString& suffix) const;
 
     GenerationWorker* worker_;
+    ResultsModel* results_;
+    RunHistory* history_;
+    HistoryPanel* history_panel_;
+    bool job_complete_ = false;  // the latest job's both sides arrived: kept when it finishes
     ModelPanel* model_panel_;
     MethodPanel* method_panel_;
     ComparisonView* comparison_;
@@ -93,10 +109,11 @@ class MainWindow : public QMainWindow {
     PlotsPanel* plots_;
     MetricsModel* metrics_;
     QTableView* table_;
-    QLabel* status_model_;
+    ElidedLabel* status_model_;
     QProgressBar* progress_;
     QTimer debounce_;
     QAction* record_action_ = nullptr;
+    QMenu* view_menu_ = nullptr;
     quint64 active_job_ = 0;  // latest submitted job still running (0 = idle)
     quint64 latest_job_ = 0;  // results of older jobs are ignored
     bool has_generated_ = false;
@@ -104,16 +121,11 @@ class MainWindow : public QMainWindow {
     // The accelerators' sliders and the sweep's range follow the loaded model (and MAR's steps).
     void applyModelCounts();
     ModelInfo model_info_;
-    Request last_request_;  // of the latest submitted job
-    // Each shown side's settings and model, kept with its result: after Esc cancelled a run,
-    // the export wrote the previous images with the cancelled run's settings.
-    struct Shown {
-        Request request;
-        ModelInfo model;
-    };
-    Shown shown_[2];
-    // What the exported figure describes: the accelerated side's when it is shown.
-    const Shown& shown() const;
+    Request job_request_;  // of the latest submitted job (the results on show: results_)
+    // Models by key (ModelSource::key) that failed to load this session, and the last that
+    // loaded (or was restored at start): what the settings remember as the model.
+    std::set<std::string> failed_models_;
+    std::optional<ModelSource> working_model_;
     QString export_dir_;
 };
 

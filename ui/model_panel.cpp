@@ -17,10 +17,12 @@
 #include <QSpinBox>
 #include <QStandardItemModel>
 #include <QStyle>
+#include <QTimer>
 #include <QToolButton>
 #include <limits>
 
 #include "core/text/class_matcher.h"
+#include "ui/elided_label.h"
 #include "ui/mar_settings.h"
 
 namespace varscope::gui {
@@ -158,7 +160,8 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     class_id_ = new QSpinBox(this);
     class_id_->setObjectName("classId");
     class_id_->setRange(0, 0);
-    class_name_ = new QLabel(this);
+    class_name_ = new ElidedLabel(this);
+    class_name_->setObjectName("className");
     class_name_->setTextInteractionFlags(Qt::TextSelectableByMouse);
     auto* crow = new QHBoxLayout;
     crow->addWidget(class_id_);
@@ -245,20 +248,48 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     connect(precision_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
         if (!updating_ && precision_->isEnabled()) emit modelChanged();
     });
+    // Typing picks the best class at once, but the run waits for Enter or a pause in the typing:
+    // "red heart" made a run per keystroke ("r", "re", "red", ... each a class of its own).
+    prompt_pause_.setSingleShot(true);
+    prompt_pause_.setInterval(800);
+    connect(&prompt_pause_, &QTimer::timeout, this, [this] {
+        // Not while the user is choosing in the suggestion list: the choice commits.
+        if (suggestions_->hasFocus()) return;
+        commitPrompt();
+    });
     connect(prompt_, &QLineEdit::textEdited, this, [this] {
         updateSuggestions();
         if (suggestions_->count() > 0) {
+            updating_ = true;  // no settingsChanged per keystroke
             class_id_->setValue(suggestions_->item(0)->data(Qt::UserRole).toInt());
+            updating_ = false;
         }
+        prompt_pause_.start();
     });
-    connect(suggestions_, &QListWidget::itemClicked, this,
-            [this](QListWidgetItem* it) { class_id_->setValue(it->data(Qt::UserRole).toInt()); });
+    connect(prompt_, &QLineEdit::returnPressed, this, [this] {
+        commitPrompt();
+        emit runRequested();
+    });
+    connect(suggestions_, &QListWidget::itemClicked, this, [this](QListWidgetItem* it) {
+        prompt_pause_.stop();
+        class_id_->setValue(it->data(Qt::UserRole).toInt());
+        commitPrompt();
+    });
+    connect(suggestions_, &QListWidget::itemActivated, this, [this](QListWidgetItem* it) {
+        prompt_pause_.stop();
+        class_id_->setValue(it->data(Qt::UserRole).toInt());
+        commitPrompt();
+        emit runRequested();
+    });
     connect(class_id_, qOverload<int>(&QSpinBox::valueChanged), this, [this](int id) {
-        class_name_->setText(className(id));
+        class_name_->setFullText(className(id));
         for (int i = 0; i < suggestions_->count(); ++i)
             if (suggestions_->item(i)->data(Qt::UserRole).toInt() == id)
                 suggestions_->setCurrentRow(i);
-        if (!updating_) emit settingsChanged();
+        if (!updating_) {
+            committed_class_ = id;
+            emit settingsChanged();
+        }
     });
     connect(seed_, qOverload<int>(&QSpinBox::valueChanged), this, [this] {
         if (!updating_) emit settingsChanged();
@@ -452,7 +483,9 @@ void ModelPanel::applyRequest(const Request& r) {
     top_k_->setValue(int(r.gen.top_k));
     top_p_->setValue(r.gen.top_p);
     updating_ = false;
-    class_name_->setText(className(class_id_->value()));
+    committed_class_ = class_id_->value();
+    prompt_pause_.stop();
+    class_name_->setFullText(className(class_id_->value()));
 }
 
 void ModelPanel::setLoadedModelRecommendation(const SamplingRecommendation& r) {
@@ -487,6 +520,21 @@ void ModelPanel::applyRecommendation() {
     emit settingsChanged();
 }
 
+void ModelPanel::setPrompt(const QString& text) {
+    prompt_->setText(text);
+    updateSuggestions();
+    if (suggestions_->count() > 0)
+        class_id_->setValue(suggestions_->item(0)->data(Qt::UserRole).toInt());
+    commitPrompt();
+}
+
+void ModelPanel::commitPrompt() {
+    prompt_pause_.stop();
+    if (class_id_->value() == committed_class_) return;
+    committed_class_ = class_id_->value();
+    emit settingsChanged();
+}
+
 void ModelPanel::rollDice() {
     seed_->setValue(int(QRandomGenerator::global()->bounded(1000000)));
 }
@@ -506,6 +554,7 @@ void ModelPanel::setClassList(const QString& path, int numClasses) {
     updating_ = true;
     class_id_->setRange(0, std::max(0, numClasses - 1));
     updating_ = false;
+    committed_class_ = class_id_->value();
     prompt_->setEnabled(matcher_ != nullptr);
     // A prompt typed before the names were known picks its class now.
     if (matcher_ && !prompt_->text().trimmed().isEmpty()) {
@@ -515,7 +564,7 @@ void ModelPanel::setClassList(const QString& path, int numClasses) {
     }
     prompt_->setPlaceholderText(matcher_ ? tr("e.g. red heart, cat, rocket")
                                          : tr("no class names for this model: use the class id"));
-    class_name_->setText(className(class_id_->value()));
+    class_name_->setFullText(className(class_id_->value()));
     updateSuggestions();
 }
 

@@ -3,6 +3,7 @@
 // device. Emits modelChanged() / settingsChanged(); holds no model itself.
 #pragma once
 
+#include <QTimer>
 #include <QWidget>
 #include <memory>
 
@@ -23,6 +24,7 @@ class ClassMatcher;
 
 namespace varscope::gui {
 
+class ElidedLabel;
 class MarSettings;
 
 class ModelPanel : public QWidget {
@@ -38,6 +40,8 @@ class ModelPanel : public QWidget {
     // False when the combo does not list it.
     bool pickModel(const ModelSource& src);
     QString prompt() const;
+    // As if typed and settled: the best matching class is picked (settingsChanged) at once.
+    void setPrompt(const QString& text);
     GenerationSettings sampling() const;  // class, seed, cfg, top-k, top-p
     void applyRequest(const Request& r);  // model + prompt + sampling
     // The loaded model's recommended sampling (ModelInfo::recommended). After the user picked
@@ -65,6 +69,7 @@ class ModelPanel : public QWidget {
     QSpinBox* classBox() const { return class_id_; }
     QLineEdit* promptEdit() const { return prompt_; }
     QListWidget* suggestions() const { return suggestions_; }
+    int promptPauseMs() const { return prompt_pause_.interval(); }
 
   public slots:
     void rollDice();
@@ -73,10 +78,13 @@ class ModelPanel : public QWidget {
   signals:
     void modelChanged();
     void settingsChanged();
+    void runRequested();  // Enter in the prompt or on a suggestion: run now
     void recentFilesChanged();
 
   private:
     void updateSuggestions();
+    // The class the prompt picked becomes a setting (settingsChanged) if it is a new one.
+    void commitPrompt();
     void rebuildModelCombo(const ModelSource& select);
     void addRecent(const QString& var, const QString& vae);
     void updateRecommendationButton();
@@ -89,7 +97,7 @@ class ModelPanel : public QWidget {
     QLineEdit* prompt_;
     QListWidget* suggestions_;
     QSpinBox* class_id_;
-    QLabel* class_name_;
+    ElidedLabel* class_name_;
     QSpinBox* seed_;
     QToolButton* dice_;
     QToolButton* recommended_button_;
@@ -105,6 +113,8 @@ class ModelPanel : public QWidget {
     QStringList recent_;
     std::unique_ptr<ClassMatcher> matcher_;
     bool updating_ = false;
+    QTimer prompt_pause_;      // typing in the prompt: a run after this pause (or on Enter)
+    int committed_class_ = 0;  // the class id last announced by settingsChanged
 };
 
 }  // namespace varscope::gui

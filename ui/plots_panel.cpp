@@ -366,6 +366,7 @@ void PlotsPanel::clearSweep() {
     sweep_plot_->clearGraphs();
     sweep_plot_->clearItems();
     sweep_plot_->replot();
+    setSweepRunning(false);  // the status line named the points just cleared
 }
 
 void PlotsPanel::addSweepPoint(const SweepPoint& p) {
@@ -423,6 +424,9 @@ void PlotsPanel::setSweepRunning(bool running) {
         sweep_status_->setText(tr("sweeping…"));
     else if (method_->count() == 0)
         sweep_status_->setText(tr("No accelerator exposes a numeric hyperparameter yet."));
+    else  // ended (done, cancelled or failed): what it left, not "sweeping…"
+        sweep_status_->setText(sweep_.empty() ? QString()
+                                              : tr("%1 points").arg(sweep_.size()) + sweepTiming());
 }
 
 }  // namespace varscope::gui

@@ -42,8 +42,11 @@ struct SideResult {
     Side side = Side::Baseline;
     RunOutput run;
     QImage image;
-    QVector<QImage> filmstrip;      // per scale, empty image where not decoded
-    bool cached = false;            // baseline reused from the cache
+    QVector<QImage> filmstrip;  // per scale, empty image where not decoded
+    bool cached = false;        // baseline reused from the cache
+    // Accelerators ran: the accelerated side with at least one method on (false for the
+    // baseline and for the baseline shown again as the accelerated side).
+    bool accelerated = false;
     bool same_as_baseline = false;  // no accelerator enabled: the baseline result is shown
     // Ran again without CUDA graphs because the other side could not use them (times compare
     // only alike).

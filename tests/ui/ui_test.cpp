@@ -11,9 +11,13 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
+#include <QMenuBar>
+#include <QPushButton>
 #include <QSignalSpy>
+#include <QSlider>
 #include <QSpinBox>
 #include <QStandardItemModel>
+#include <QStatusBar>
 #include <QTemporaryDir>
 #include <QToolButton>
 #include <QVBoxLayout>
@@ -22,7 +26,9 @@
 
 #include "tests/ui/tiny_engine.h"
 #include "ui/comparison_view.h"
+#include "ui/elided_label.h"
 #include "ui/filmstrip.h"
+#include "ui/history_panel.h"
 #include "ui/inspector.h"
 #include "ui/main_window.h"
 #include "ui/mar_settings.h"
@@ -30,6 +36,8 @@
 #include "ui/metrics_model.h"
 #include "ui/model_panel.h"
 #include "ui/plots_panel.h"
+#include "ui/results_model.h"
+#include "ui/run_history.h"
 #include "visualization/colormap.h"
 #include "visualization/figure.h"
 #include "visualization/float_grid.h"
@@ -102,6 +110,7 @@ class UiTest : public QObject {
     void initTestCase() {
         QCoreApplication::setOrganizationName("VARScopeTest");
         QCoreApplication::setApplicationName("varscope_ui_tests");
+        QStandardPaths::setTestModeEnabled(true);  // the run history goes to ~/.qttest
         QSettings().clear();
     }
 
@@ -296,6 +305,39 @@ class UiTest : public QObject {
         GenerationSettings eager = g;
         eager.cuda_graphs = false;
         QVERIFY(g.baseline_key("m") != eager.baseline_key("m"));
+    }
+
+    // The baseline cache key: every setting but the accelerated side's changes it, to the last
+    // digit of a double (the old key wrote 6 digits: cfg 4.0000001 reused the baseline of 4.0).
+    void baselineKeyCoversEverySettingButTheAccelerators() {
+        const GenerationSettings g;
+        const std::string k = g.baseline_key("m");
+        QVERIFY(k != g.baseline_key("n"));
+        auto differs = [&](auto change) {
+            GenerationSettings o = g;
+            change(o);
+            return o.baseline_key("m") != k;
+        };
+        QVERIFY(differs([](GenerationSettings& o) { o.class_id = 1; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.seed = 1; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.cfg = 4.0000001; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.top_k = 901; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.top_p = 0.9500001; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.num_iter = 65; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.cfg_schedule = "constant"; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.temperature = 1.1; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.attention_layer = 0; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.filmstrip = false; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.cuda_graphs = false; }));
+        QVERIFY(!differs([](GenerationSettings& o) { o.accel_json = R"({"fastvar": {}})"; }));
+        QVERIFY(!differs([](GenerationSettings& o) { o.accel_records = false; }));
+        // Fields cannot run together: class 1 seed 23 is not class 12 seed 3.
+        GenerationSettings a = g, b = g;
+        a.class_id = 1;
+        a.seed = 23;
+        b.class_id = 12;
+        b.seed = 3;
+        QVERIFY(a.baseline_key("m") != b.baseline_key("m"));
     }
 
     void cs4aKeysDimTheRestOfTheDenseMap() {
@@ -819,17 +861,17 @@ class UiTest : public QObject {
         QSignalSpy results(&w, &MainWindow::resultsUpdated);
         w.applyRequest(tiny_request(), true);
         QVERIFY(wait_job(w));
-        auto base = w.comparison()->baseline();
+        auto base = w.results()->baseline();
         QVERIFY(base);
         QVERIFY(base->image.width() >= 4 && base->image.width() == base->image.height());
         QCOMPARE(base->filmstrip.size(), 3);
         for (const auto& f : base->filmstrip) QVERIFY(!f.isNull());
         QCOMPARE(base->run.label, int64_t(3));
         // No accelerator enabled: the accelerated side is the baseline.
-        QVERIFY(w.comparison()->accelerated());
-        QVERIFY(w.comparison()->accelerated()->same_as_baseline);
-        QVERIFY(w.comparison()->metrics().valid);
-        QVERIFY(std::isinf(w.comparison()->metrics().psnr));
+        QVERIFY(w.results()->accelerated());
+        QVERIFY(w.results()->accelerated()->same_as_baseline);
+        QVERIFY(w.results()->metrics().valid);
+        QVERIFY(std::isinf(w.results()->metrics().psnr));
         // Attention of layer 0 at every scale: (heads, q, k) with k = all tokens so far.
         QCOMPARE(base->run.attention.size(), size_t(3));
         const auto& last = base->run.attention.back().probs;
@@ -853,8 +895,9 @@ class UiTest : public QObject {
                 QCOMPARE(mm->data(mm->index(row, 9), Qt::DisplayRole).toString(),
                          QString::number(flops / 1e9, 'f', 3));
             }
-            QVERIFY(QString::fromUtf8(mm->toCsv()).section('\n', 0, 0).endsWith(
-                "baseline_attn_GFLOP,accelerated_attn_GFLOP"));
+            QVERIFY(QString::fromUtf8(mm->toCsv())
+                        .section('\n', 0, 0)
+                        .endsWith("baseline_attn_GFLOP,accelerated_attn_GFLOP"));
         }
         QCOMPARE(w.plots()->latencyPlot()->graph(0)->dataCount(), 3);
         QVERIFY(results.count() >= 2);
@@ -864,11 +907,11 @@ class UiTest : public QObject {
         r.gen.seed = 8;
         w.applyRequest(r, true);
         QVERIFY(wait_job(w));
-        QVERIFY(!w.comparison()->baseline()->cached);
+        QVERIFY(!w.results()->baseline()->cached);
         w.applyRequest(tiny_request(), true);
         QVERIFY(wait_job(w));
-        QVERIFY(w.comparison()->baseline()->cached);
-        QCOMPARE(w.comparison()->baseline()->image, base->image);
+        QVERIFY(w.results()->baseline()->cached);
+        QCOMPARE(w.results()->baseline()->image, base->image);
     }
 
     void everyMethodRunsOrReportsItsError() {
@@ -876,19 +919,19 @@ class UiTest : public QObject {
         w.show();
         w.applyRequest(tiny_request(true), true);
         QVERIFY(wait_job(w));
-        QVERIFY(w.comparison()->baseline());
+        QVERIFY(w.results()->baseline());
         for (const auto& m : Engine::methods()) {
             QVERIFY(w.methodPanel()->applyPreset(QString::fromStdString(m.id)));
             w.generate();
             QVERIFY(wait_job(w));
-            QVERIFY(w.comparison()->baseline()->cached);  // only the accelerated side re-ran
-            auto acc = w.comparison()->accelerated();
+            QVERIFY(w.results()->baseline()->cached);  // only the accelerated side re-ran
+            auto acc = w.results()->accelerated();
             auto* message = w.methodPanel()->findChild<QLabel*>("methodMessage");
             if (acc) {
                 QVERIFY2(!acc->same_as_baseline, m.id.c_str());
                 QVERIFY2(acc->run.accel_summary != "baseline", m.id.c_str());
                 QVERIFY(!acc->image.isNull());
-                QVERIFY(w.comparison()->metrics().valid);
+                QVERIFY(w.results()->metrics().valid);
             } else {
                 // e.g. "not implemented yet": shown in the panel, no crash, no dialog.
                 QVERIFY2(!message->text().isEmpty(), m.id.c_str());
@@ -910,7 +953,7 @@ class UiTest : public QObject {
         QSignalSpy finished(&w, &MainWindow::jobFinished);
         QVERIFY(finished.wait(kJobTimeoutMs));
         QCOMPARE(finished.count(), 1);  // one run for both slider moves
-        QVERIFY(w.comparison()->baseline()->cached);
+        QVERIFY(w.results()->baseline()->cached);
     }
 
     void sweepRunsOnTheWorker() {
@@ -923,7 +966,7 @@ class UiTest : public QObject {
         });
         if (!has_skip) QSKIP("scale skipping exposes no last_n");
         // The loaded model bounds the slider and the sweep (MainWindow::applyModelCounts).
-        const int scales = int(w.comparison()->baseline()->run.scales.size());
+        const int scales = int(w.results()->baseline()->run.scales.size());
         QCOMPARE(w.methodPanel()->findChild<QSpinBox*>("skip.last_n")->maximum(), scales - 1);
         QCOMPARE(w.plots()->findChild<QDoubleSpinBox*>("sweepTo")->value(), scales - 1.0);
         emit w.plots()->sweepRequested("skip", "last_n", {0.0, 1.0, 2.0});
@@ -935,7 +978,7 @@ class UiTest : public QObject {
         // On the CPU every run is eager: the shown baseline times every point.
         for (const auto& p : pts) {
             QVERIFY(!p.cuda && !p.cuda_graphs);
-            QCOMPARE(p.baseline_millis, w.comparison()->baseline()->run.total_ms);
+            QCOMPARE(p.baseline_millis, w.results()->baseline()->run.total_ms);
         }
         const auto* status = w.plots()->findChild<QLabel*>("sweepStatus");
         QVERIFY(status);
@@ -965,7 +1008,7 @@ class UiTest : public QObject {
         y->setCurrentIndex(y->findData("work"));  // the same points, plotted as work saved
         QCOMPARE(plotted(), expected(&SweepPoint::work_ratio));
         QCOMPARE(w.plots()->sweepPlot()->yAxis->label(), QString("attention work saved ×"));
-        QVERIFY(w.comparison()->baseline()->cached);
+        QVERIFY(w.results()->baseline()->cached);
     }
 
     // View ▸ Record for the inspector, off: the runs record no attention maps or accelerator
@@ -978,8 +1021,8 @@ class UiTest : public QObject {
         r.accel = {{"fastvar", {{"enabled", true}, {"ratios", {0.4, 0.5}}}}};
         w.applyRequest(r, true);
         QVERIFY(wait_job(w));
-        QVERIFY(!w.comparison()->baseline()->run.attention.empty());
-        QVERIFY(!w.comparison()->accelerated()->run.accel.empty());
+        QVERIFY(!w.results()->baseline()->run.attention.empty());
+        QVERIFY(!w.results()->accelerated()->run.accel.empty());
         w.recordAction()->setChecked(false);
         QCOMPARE(w.currentRequest().gen.attention_layer, int64_t(-1));
         QVERIFY(!w.currentRequest().gen.accel_records);
@@ -987,14 +1030,14 @@ class UiTest : public QObject {
         QVERIFY(wait_job(w) && (w.busy() || true));
         QSignalSpy finished(&w, &MainWindow::jobFinished);
         QVERIFY(finished.wait(kJobTimeoutMs));  // the toggle re-runs (debounced)
-        QVERIFY(w.comparison()->baseline()->run.attention.empty());
-        QVERIFY(w.comparison()->accelerated()->run.accel.empty());
+        QVERIFY(w.results()->baseline()->run.attention.empty());
+        QVERIFY(w.results()->accelerated()->run.accel.empty());
         QVERIFY(w.inspector()->methodTab("fastvar")->view()->emptyText().startsWith(
             "Recording is off"));
         w.recordAction()->setChecked(true);
         QVERIFY(finished.wait(kJobTimeoutMs));
-        QVERIFY(!w.comparison()->baseline()->run.attention.empty());
-        QVERIFY(!w.comparison()->accelerated()->run.accel.empty());
+        QVERIFY(!w.results()->baseline()->run.attention.empty());
+        QVERIFY(!w.results()->accelerated()->run.accel.empty());
     }
 
     void cancelStopsTheRun() {
@@ -1006,11 +1049,11 @@ class UiTest : public QObject {
         QVERIFY(wait_job(w));
         QCOMPARE(failed.count(), 1);
         QCOMPARE(failed.front().at(3).toBool(), true);  // cancelled, not an error
-        QVERIFY(!w.comparison()->baseline());
+        QVERIFY(!w.results()->baseline());
         // The next generation runs normally.
         w.generate();
         QVERIFY(wait_job(w));
-        QVERIFY(w.comparison()->baseline());
+        QVERIFY(w.results()->baseline());
     }
 
     // Esc after changing the seed: the export wrote the previous run's images with the
@@ -1126,7 +1169,7 @@ class UiTest : public QObject {
         QSignalSpy previews(w.worker(), &GenerationWorker::preview);
         w.applyRequest(mar_request(), true);
         QVERIFY(wait_job(w));
-        const auto base = w.comparison()->baseline();
+        const auto base = w.results()->baseline();
         QVERIFY(base);
         QCOMPARE(base->run.family, Family::Mar);
         QCOMPARE(base->image.size(), QSize(64, 64));
@@ -1188,9 +1231,9 @@ class UiTest : public QObject {
         r.accel = accel;
         w.applyRequest(r, true);
         QVERIFY(wait_job(w));
-        const auto acc = w.comparison()->accelerated();
+        const auto acc = w.results()->accelerated();
         QVERIFY(acc && !acc->same_as_baseline);
-        QVERIFY(w.comparison()->baseline()->cached);
+        QVERIFY(w.results()->baseline()->cached);
         QCOMPARE(acc->image.size(), QSize(64, 64));
         int maps = 0;
         for (const auto& rec : acc->run.accel)
@@ -1207,7 +1250,7 @@ class UiTest : public QObject {
         QVERIFY(maps > 0);
         QVERIFY(w.inspector()->methodTab("lazymar")->recordCount() > 0);
         QVERIFY(w.plots()->lazyMarPlot()->graph(0)->dataCount() > 0);
-        QVERIFY(w.comparison()->metrics().valid);
+        QVERIFY(w.results()->metrics().valid);
         QCOMPARE(w.plots()->lazyMarPlot()->graphCount(), 2);  // no head caches: no head series
 
         // With the released code's DiffLoss head caches: their drift per step is plotted.
@@ -1405,13 +1448,446 @@ class UiTest : public QObject {
         QVERIFY2(w.restoreFromPng(dir.filePath("figure.png"), &error), qPrintable(error));
         QCOMPARE(w.modelPanel()->seedBox()->value(), 7);
         QVERIFY(wait_job(w));
-        QVERIFY(w.comparison()->baseline()->cached);
+        QVERIFY(w.results()->baseline()->cached);
         // A PNG without settings is refused with a message.
         QImage plain(4, 4, QImage::Format_RGB32);
         plain.fill(Qt::red);
         QVERIFY(plain.save(dir.filePath("plain.png")));
         QVERIFY(!w.restoreFromPng(dir.filePath("plain.png"), &error));
         QVERIFY(error.contains("no VARScope settings"));
+    }
+
+    // --- results model and typed settings ----------------------------------------------------
+    // The results live in a model the views observe. A baseline of other settings than the
+    // accelerated side on show drops that side (no PSNR between two different samples); a
+    // side of the same settings keeps the other and the pair is compared.
+    void resultsModelKeepsOnlyComparablePairs() {
+        auto side = [](Side s, int shade) {
+            auto r = std::make_shared<SideResult>();
+            r->side = s;
+            r->run.image = {4, 4, std::vector<uint8_t>(48, uint8_t(shade))};
+            r->image = to_qimage(r->run.image);
+            r->run.total_ms = s == Side::Baseline ? 20 : 10;
+            return r;
+        };
+        ResultsModel m;
+        ComparisonView view;
+        view.setResultsModel(&m);
+        QSignalSpy changed(&m, &ResultsModel::changed);
+        Request a = tiny_request();
+        m.setSide(side(Side::Baseline, 100), a);
+        m.setSide(side(Side::Accelerated, 110), a);
+        QCOMPARE(changed.count(), 2);
+        QVERIFY(m.metrics().valid);
+        QCOMPARE(m.metrics().speedup, 2.0);
+        QVERIFY(!m.differenceImage().isNull());
+        QVERIFY(view.metricsText().startsWith("PSNR"));
+        QCOMPARE(m.request().gen.seed, a.gen.seed);
+        Request b = a;
+        b.accel = {{"fastvar", {{"enabled", true}}}};  // a slider moved: the baseline stays
+        m.setSide(side(Side::Baseline, 100), b);
+        QVERIFY(m.accelerated() && m.metrics().valid);
+        Request c = a;
+        c.gen.seed = a.gen.seed + 1;  // another sample
+        m.setSide(side(Side::Baseline, 90), c);
+        QVERIFY(m.baseline() && !m.accelerated());
+        QVERIFY(!m.metrics().valid && m.differenceImage().isNull());
+        QVERIFY(view.metricsText().isEmpty());
+        QCOMPARE(m.request().gen.seed, c.gen.seed);
+        m.clear();
+        QVERIFY(m.empty());
+    }
+
+    // A record tab's overviews are typed choices in the scale box, not scale numbers −2/−3.
+    void recordOverviewsAreTypedChoices() {
+        auto r = std::make_shared<SideResult>();
+        r->side = Side::Accelerated;
+        r->accelerated = true;
+        for (int64_t si : {0, 1, 2}) {
+            ScaleOutput s;
+            s.scale = si;
+            s.patch_num = si + 1;
+            r->run.scales.push_back(s);
+            AccelOutput a;  // one 1-D record per scale: stackable
+            a.method = "ams_kv";
+            a.kind = "kv_bytes";
+            a.scale = si;
+            a.data.shape = {4};
+            a.data.values = {1, 2, 3, float(si)};
+            r->run.accel.push_back(a);
+            AccelOutput t;  // scalar values only: a layer x scale table
+            t.method = "ams_kv";
+            t.kind = "bytes";
+            t.scale = si;
+            t.layer = 0;
+            t.values["total"] = double(si);
+            r->run.accel.push_back(t);
+        }
+        AccelInspector tab("ams_kv", "hint");
+        tab.setResults(nullptr, r);
+        auto* box = tab.findChild<QComboBox*>("scale");
+        QVERIFY(box);
+        QCOMPARE(tab.currentKind(), QString("ams_kv/kv_bytes"));
+        QVERIFY(box->currentData().canConvert<ScaleChoice>());
+        QVERIFY(box->currentData().value<ScaleChoice>().view == ScaleChoice::View::Stacked);
+        QVERIFY2(tab.view()->title().contains("per entry"), qPrintable(tab.view()->title()));
+        tab.setScale(1);
+        QVERIFY(box->currentData().value<ScaleChoice>() == ScaleChoice::of(1));
+        QVERIFY(tab.selectKind("ams_kv/bytes"));
+        QVERIFY(box->currentData().value<ScaleChoice>().view == ScaleChoice::View::Table);
+        QVERIFY2(tab.view()->title().contains("per layer"), qPrintable(tab.view()->title()));
+        // An accelerated run without this tab's records says so; the baseline shown as the
+        // accelerated side (nothing on) does not.
+        AccelInspector fast("fastvar", "hint");
+        fast.setResults(nullptr, r);
+        QVERIFY(fast.view()->emptyText().contains("No records from this method"));
+        auto same = std::make_shared<SideResult>(*r);
+        same->accelerated = false;
+        same->same_as_baseline = true;
+        fast.setResults(nullptr, same);
+        QCOMPARE(fast.view()->emptyText(), QString("hint"));
+    }
+
+    // --- no input traps (#37) -----------------------------------------------------------------
+    // The wheel changes a spin box, slider or combo box only when it has the focus; one it merely
+    // passes over keeps its value (and takes no focus from the wheel).
+    void wheelChangesOnlyFocusedSettings() {
+        MainWindow w(test_loader);
+        auto* slider = new QSlider(Qt::Horizontal);
+        slider->setRange(0, 10);
+        slider->setValue(5);
+        w.statusBar()->addWidget(slider);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowActive(&w));
+        auto* seed = w.modelPanel()->seedBox();
+        auto* to = w.plots()->findChild<QDoubleSpinBox*>("sweepTo");
+        auto* y = w.plots()->findChild<QComboBox*>("sweepY");
+        QVERIFY(seed && to && y);
+        seed->setValue(5);
+        y->setCurrentIndex(0);
+        const double to_before = to->value();
+        auto wheel = [](QWidget* t) {
+            const QPointF c = QRectF(t->rect()).center();
+            QWheelEvent e(c, t->mapToGlobal(c), QPoint(), QPoint(0, -120), Qt::NoButton,
+                          Qt::NoModifier, Qt::NoScrollPhase, false);
+            QApplication::sendEvent(t, &e);
+        };
+        w.modelPanel()->promptEdit()->setFocus();
+        for (QWidget* t : std::initializer_list<QWidget*>{seed, to, y, slider}) {
+            QVERIFY2(t->focusPolicy() != Qt::WheelFocus, t->metaObject()->className());
+            wheel(t);
+        }
+        QCOMPARE(seed->value(), 5);
+        QCOMPARE(to->value(), to_before);
+        QCOMPARE(y->currentIndex(), 0);
+        QCOMPARE(slider->value(), 5);
+        // With the focus the wheel works as ever.
+        for (QWidget* t : std::initializer_list<QWidget*>{seed, y, slider}) {
+            t->setFocus();
+            QTRY_VERIFY(t->hasFocus());
+            wheel(t);
+        }
+        QCOMPARE(seed->value(), 4);
+        QCOMPARE(y->currentIndex(), 1);
+        QVERIFY(slider->value() != 5);
+    }
+
+    // Typing a prompt picks its class at once but starts no run per keystroke: one after a
+    // pause, none while the user is in the suggestion list, at once on Enter.
+    void promptRunsAfterAPauseOrOnEnter() {
+        ModelPanel p;
+        if (!p.promptEdit()->isEnabled()) QSKIP("no class names (resources/models missing)");
+        p.show();
+        QVERIFY(QTest::qWaitForWindowActive(&p));
+        QSignalSpy changed(&p, &ModelPanel::settingsChanged);
+        QSignalSpy run(&p, &ModelPanel::runRequested);
+        const int before = p.classBox()->value();
+        p.promptEdit()->setFocus();
+        QTest::keyClicks(p.promptEdit(), "red heart");
+        QCOMPARE(changed.count(), 0);
+        QVERIFY(p.classBox()->value() != before);  // the suggestion is applied while typing
+        QTRY_COMPARE_WITH_TIMEOUT(changed.count(), 1, 4 * p.promptPauseMs());
+        QTest::qWait(p.promptPauseMs() + 200);
+        QCOMPARE(changed.count(), 1);
+        QCOMPARE(run.count(), 0);
+
+        p.promptEdit()->clear();
+        QTest::keyClicks(p.promptEdit(), "rocket");
+        p.suggestions()->setFocus();
+        QTRY_VERIFY(p.suggestions()->hasFocus());
+        QTest::qWait(2 * p.promptPauseMs());
+        QCOMPARE(changed.count(), 1);  // the list is open: nothing yet
+        p.suggestions()->setCurrentRow(0);
+        QTest::keyClick(p.suggestions(), Qt::Key_Return);
+        QCOMPARE(run.count(), 1);
+        QCOMPARE(p.classBox()->value(), p.suggestions()->item(0)->data(Qt::UserRole).toInt());
+
+        p.promptEdit()->setFocus();
+        QTest::keyClicks(p.promptEdit(), "x");
+        QTest::keyClick(p.promptEdit(), Qt::Key_Return);
+        QCOMPARE(run.count(), 2);
+        const int settled = changed.count();
+        QTest::qWait(p.promptPauseMs() + 200);
+        QCOMPARE(changed.count(), settled);  // Enter settled it: no second run after the pause
+    }
+
+    // Ctrl+E, Ctrl+S and Ctrl+Enter work wherever the focus is, also in a widget that claims
+    // keys with a modifier for itself (on X11 key schemes QLineEdit takes Ctrl+E, "end of
+    // line": Ctrl+E in the prompt did not export).
+    void shortcutsWorkWhereverTheFocusIs() {
+        struct Greedy : QLineEdit {
+            bool event(QEvent* e) override {
+                if (e->type() == QEvent::ShortcutOverride) {
+                    e->accept();
+                    return true;
+                }
+                return QLineEdit::event(e);
+            }
+        };
+        MainWindow w(test_loader);
+        auto* greedy = new Greedy;
+        w.statusBar()->addWidget(greedy);
+        w.applyRequest(tiny_request(true), false);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowActive(&w));
+        auto* fig = w.findChild<QAction*>("exportFigureAction");
+        auto* save = w.findChild<QAction*>("saveImageAction");
+        QVERIFY(fig && save);
+        QSignalSpy exported(fig, &QAction::triggered), saved(save, &QAction::triggered);
+        const std::initializer_list<QWidget*> targets = {greedy, w.modelPanel()->promptEdit(),
+                                                         w.modelPanel()->seedBox()};
+        for (QWidget* t : targets) {
+            t->setFocus();
+            QTRY_VERIFY(t->hasFocus());
+            QTest::keyClick(t, Qt::Key_E, Qt::ControlModifier);
+            QTest::keyClick(t, Qt::Key_S, Qt::ControlModifier);
+        }
+        QCOMPARE(exported.count(), 3);
+        QCOMPARE(saved.count(), 3);
+        // Nothing to export yet: a note in the status bar, no dialog.
+        QVERIFY2(w.statusBar()->currentMessage().contains("generate first"),
+                 qPrintable(w.statusBar()->currentMessage()));
+        greedy->setFocus();
+        QTRY_VERIFY(greedy->hasFocus());
+        QTest::keyClick(greedy, Qt::Key_Return, Qt::ControlModifier);
+        QVERIFY(w.busy());
+        QVERIFY(wait_job(w));
+        QVERIFY(w.results()->baseline());
+    }
+
+    // A model that failed to load is not remembered: the next start opens the last that worked.
+    void failedModelIsNotRemembered() {
+        QSettings().clear();
+        QTemporaryDir dir;
+        const QString good = dir.filePath("good.pth"), bad = dir.filePath("bad.pth");
+        for (const QString& path : {good, bad}) {
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+        }
+        auto loader = [bad](Engine& e, const ModelSource& s) {
+            if (s.var_path == bad.toStdString()) throw std::runtime_error("not a checkpoint");
+            varscope::testing::install_tiny_model(e, true);
+        };
+        auto files = [](const QString& path) {
+            Request r = tiny_request(true);
+            r.model = ModelSource{};
+            r.model.kind = ModelSource::Kind::Files;
+            r.model.var_path = r.model.vae_path = path.toStdString();
+            return r;
+        };
+        QTimer closer;  // the load error's message box
+        connect(&closer, &QTimer::timeout, [] {
+            if (auto* m = QApplication::activeModalWidget()) m->close();
+        });
+        closer.start(50);
+        {
+            MainWindow w(loader);
+            w.applyRequest(files(good), true);
+            QVERIFY(wait_job(w));
+            QVERIFY(w.results()->baseline());
+            QSignalSpy failed(w.worker(), &GenerationWorker::modelFailed);
+            w.applyRequest(files(bad), true);
+            QVERIFY(wait_job(w));
+            QCOMPARE(failed.count(), 1);
+            QVERIFY(w.results()->empty());  // the good model's images are not shown as the bad's
+            QVERIFY(w.close());             // writes the settings
+        }
+        MainWindow next(loader);
+        QCOMPARE(QString::fromStdString(next.modelPanel()->modelSource().var_path), good);
+        QSettings().clear();
+    }
+
+    // A run of another family clears the previous family's images, plots, records and metrics
+    // when it starts; a sweep that ends leaves no "sweeping…" and no badges of its runs.
+    void anotherFamilyAndAnEndedSweepLeaveNoStaleState() {
+        if (!Engine::embedded_mar_available()) QSKIP("embedded MAR missing");
+        MainWindow w(test_loader);
+        Request r = tiny_request(true);
+        r.accel = {{"fastvar", {{"enabled", true}, {"ratios", {0.4, 0.5}}}}};
+        w.applyRequest(r, true);
+        QVERIFY(wait_job(w));
+        auto* fast = w.inspector()->methodTab("fastvar");
+        QVERIFY(fast->recordCount() > 0);
+        QVERIFY(w.metricsModel()->rowCount() > 0);
+        QVERIFY(!w.comparison()->metricsText().isEmpty());
+        QVERIFY(w.plots()->latencyPlot()->graph(0)->dataCount() > 0);
+
+        auto* status = w.plots()->findChild<QLabel*>("sweepStatus");
+        QVERIFY(status);
+        w.plots()->findChild<QPushButton*>("runSweep")->click();
+        QCOMPARE(status->text(), QString("sweeping…"));
+        w.cancel();
+        QVERIFY(wait_job(w));
+        QVERIFY2(!status->text().contains("sweeping"), qPrintable(status->text()));
+
+        w.applyRequest(mar_request(), true);  // a MAR run starts
+        QVERIFY(w.busy());
+        QVERIFY(w.results()->empty());
+        QCOMPARE(fast->recordCount(), 0);
+        QCOMPARE(w.metricsModel()->rowCount(), 0);
+        QVERIFY(w.comparison()->metricsText().isEmpty());
+        QCOMPARE(w.plots()->latencyPlot()->graph(0)->dataCount(), 0);
+        w.cancel();
+        QVERIFY(wait_job(w));
+    }
+
+    // A long model description or class name elides with the whole text in its tooltip and
+    // cannot widen the window (the status bar's model line ran out of a 1280-px window).
+    void longLabelsElideWithATooltip() {
+        ElidedLabel l;
+        const QString text = QString("VAR d16 · 310M parameters · ").repeated(8);
+        l.setFullText(text);
+        l.setDetails("settings");
+        QVERIFY(l.minimumSizeHint().width() < 100);
+        QVERIFY(l.sizeHint().width() > l.fontMetrics().horizontalAdvance(text) - 1);
+        l.show();  // a hidden widget gets its resize events only when shown
+        QVERIFY(QTest::qWaitForWindowExposed(&l));
+        l.resize(200, l.sizeHint().height());
+        QTRY_VERIFY(l.elided());
+        QVERIFY(l.text().endsWith(QChar(0x2026)));
+        QVERIFY(l.fontMetrics().horizontalAdvance(l.text()) <= 200);
+        QVERIFY(l.toolTip().startsWith(text) && l.toolTip().endsWith("settings"));
+        l.resize(l.sizeHint());
+        QTRY_VERIFY(!l.elided());
+        QCOMPARE(l.toolTip(), QString("settings"));
+        MainWindow w(test_loader);
+        auto* status = w.findChild<ElidedLabel*>("statusModel");
+        QVERIFY(status);
+        status->setFullText(text);
+        w.resize(1280, 800);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QCOMPARE(w.width(), 1280);
+        QVERIFY(status->elided());
+    }
+
+    // --- history of runs (#37) ----------------------------------------------------------------
+    // Each finished run is kept on disk (a folder per run, an index written atomically), comes
+    // back after a restart, is bounded in number, and leftovers of a crash are removed.
+    void runHistoryKeepsRunsOnDisk() {
+        QTemporaryDir dir;
+        auto side = [](Side s, int shade, double ms) {
+            auto r = std::make_shared<SideResult>();
+            r->side = s;
+            r->accelerated = s == Side::Accelerated;
+            r->run.image = {8, 8, std::vector<uint8_t>(192, uint8_t(shade))};
+            r->image = to_qimage(r->run.image);
+            r->run.total_ms = ms;
+            r->run.accel_summary = s == Side::Accelerated ? "FastVAR" : "baseline";
+            return r;
+        };
+        ResultsModel results;
+        Request req = tiny_request();
+        results.setSide(side(Side::Baseline, 100, 20), req);
+        results.setSide(side(Side::Accelerated, 104, 10), req);
+        QString error;
+        QString first;
+        {
+            RunHistory h(dir.path(), 2);
+            QSignalSpy changed(&h, &RunHistory::changed);
+            first = h.add(results, &error);
+            QVERIFY2(!first.isEmpty(), qPrintable(error));
+            QCOMPARE(changed.count(), 1);
+            for (const char* f :
+                 {"baseline.png", "accelerated.png", "thumb.png", "settings.json", "metrics.json"})
+                QVERIFY2(QFile::exists(dir.filePath(first + "/" + f)), f);
+            QVERIFY(QFile::exists(dir.filePath("index.json")));
+            // The PNGs carry the settings chunk of an export.
+            QImageReader png(dir.filePath(first + "/accelerated.png"));
+            QVERIFY(png.text(kSettingsTextKey).contains("\"seed\":7"));
+            const HistoryEntry* e = h.find(first);
+            QVERIFY(e && e->has_accelerated);
+            QCOMPARE(e->methods, QString("FastVAR"));
+            QCOMPARE(e->metrics["speedup"].get<double>(), 2.0);
+            QVERIFY(e->summary().contains("2.00×"));
+        }
+        QDir(dir.path()).mkdir("20990101-000000-000.tmp");  // a write cut short
+        RunHistory h(dir.path(), 2);                        // a restart
+        QCOMPARE(h.entries().size(), 1);
+        QCOMPARE(h.entries().front().id, first);
+        QVERIFY(!QFileInfo::exists(dir.filePath("20990101-000000-000.tmp")));
+        const SideResultPtr back = h.sideResult(first, Side::Baseline);
+        QVERIFY(back && back->image.pixelColor(0, 0) == QColor(104, 104, 104));
+        QCOMPARE(back->run.total_ms, 10.0);
+        QTest::qWait(2);  // another id
+        const QString second = h.add(results);
+        QTest::qWait(2);
+        const QString third = h.add(results);
+        QVERIFY(!second.isEmpty() && !third.isEmpty());
+        QCOMPARE(h.entries().size(), 2);  // bounded: the oldest went, with its folder
+        QCOMPARE(h.entries().front().id, third);
+        QVERIFY(!QFileInfo::exists(dir.filePath(first)));
+        QVERIFY(h.remove(second));
+        QCOMPARE(h.entries().size(), 1);
+        QVERIFY(!QFileInfo::exists(dir.filePath(second)));
+    }
+
+    // In the window: a finished run enters the history; activating an entry restores its
+    // settings; two entries compare side by side.
+    void historyRestoresAndComparesRuns() {
+        QTemporaryDir dir;
+        QSettings().setValue("historyDir", dir.path());
+        MainWindow w(test_loader);
+        QSettings().remove("historyDir");
+        QVERIFY(w.history()->entries().isEmpty());
+        Request a = tiny_request(true);
+        a.accel = {{"fastvar", {{"enabled", true}, {"ratios", {0.4, 0.5}}}}};
+        w.applyRequest(a, true);
+        QVERIFY(wait_job(w));
+        Request b = a;
+        b.gen.seed = 11;
+        w.applyRequest(b, true);
+        QVERIFY(wait_job(w));
+        QCOMPARE(w.history()->entries().size(), 2);
+        QCOMPARE(w.historyPanel()->list()->count(), 2);
+        QVERIFY(w.historyPanel()->list()->item(0)->text().contains("FastVAR"));
+        // Restore the older run (listed second): its seed comes back and it runs.
+        emit w.historyPanel()->list()->itemActivated(w.historyPanel()->list()->item(1));
+        QCOMPARE(w.modelPanel()->seedBox()->value(), 7);
+        QVERIFY(wait_job(w));
+        QCOMPARE(w.history()->entries().size(), 3);
+        // Compare the two newest side by side.
+        auto* list = w.historyPanel()->list();
+        list->item(0)->setSelected(true);
+        list->item(1)->setSelected(true);
+        auto* compare = w.historyPanel()->findChild<QPushButton*>("historyCompare");
+        QVERIFY(compare && compare->isEnabled());
+        compare->click();
+        QVERIFY(w.results()->baseline() && w.results()->accelerated());
+        QVERIFY(w.results()->metrics().valid);
+        QVERIFY(!std::isinf(w.results()->metrics().psnr));        // seeds 11 and 7 differ
+        QCOMPARE(w.results()->request().gen.seed, uint64_t(11));  // the left: the older
+        // The filter keeps runs of a model or method.
+        w.historyPanel()->findChild<QLineEdit*>("historyFilter")->setText("no such method");
+        QCOMPARE(list->count(), 0);
+    }
+
+    // Menus in the usual order.
+    void menusInTheUsualOrder() {
+        MainWindow w(test_loader);
+        QStringList titles;
+        for (QAction* a : w.menuBar()->actions()) titles << a->text().remove('&');
+        QCOMPARE(titles, QStringList({"File", "Edit", "View", "Help"}));
     }
 
   private:

@@ -95,11 +95,27 @@ std::string ModelSource::display_name() const {
 }
 
 std::string GenerationSettings::baseline_key(const std::string& model_key) const {
-    std::ostringstream os;
-    os << model_key << "|c" << class_id << "|s" << seed << "|cfg" << cfg << "|k" << top_k << "|p"
-       << top_p << "|a" << attention_layer << "|f" << filmstrip << "|n" << num_iter << "|"
-       << cfg_schedule << "|t" << temperature << "|g" << cuda_graphs;
-    return os.str();
+    // Every field by name, bound at once: a field added to GenerationSettings breaks this
+    // binding until it is placed here, in the key or (accelerated side only) out of it.
+    const auto& [class_id_, seed_, cfg_, top_k_, top_p_, num_iter_, cfg_schedule_, temperature_,
+                 accel_json_, attention_layer_, filmstrip_, accel_records_, cuda_graphs_] = *this;
+    // The accelerated side's part: its config and whether its hooks record.
+    (void)accel_json_;
+    (void)accel_records_;
+    // JSON keeps the doubles' every digit (a stream's default 6 digits gave cfg 4.0000001 the
+    // key of 4.0) and names each value, so no two fields can run together.
+    const nlohmann::json key = {{"class_id", class_id_},
+                                {"seed", seed_},
+                                {"cfg", cfg_},
+                                {"top_k", top_k_},
+                                {"top_p", top_p_},
+                                {"num_iter", num_iter_},
+                                {"cfg_schedule", cfg_schedule_},
+                                {"temperature", temperature_},
+                                {"attention_layer", attention_layer_},
+                                {"filmstrip", filmstrip_},
+                                {"cuda_graphs", cuda_graphs_}};
+    return model_key + "|" + key.dump();
 }
 
 Engine::Engine() : exec_(exec_env::policy_from_environment()) {}

@@ -1,0 +1,76 @@
+// The results of the comparison on show: both sides' SideResults, the request that produced them
+// and what is derived from the pair (PSNR/SSIM, speedup, the difference image). The comparison
+// view, inspector, plots, per-scale table and exports observe it (changed()) instead of reading
+// the results back from a widget.
+#pragma once
+
+#include <QImage>
+#include <QObject>
+
+#include "ui/run_types.h"
+
+namespace varscope::gui {
+
+struct ComparisonMetrics {
+    bool valid = false;
+    double psnr = 0, ssim = 0, speedup = 0;
+    double base_ms = 0, accel_ms = 0;
+    double base_overhead_ms = 0, accel_overhead_ms = 0;  // left out of the times (RunOutput)
+    int64_t base_kv = 0, accel_kv = 0;
+    // SparVAR's CSLA ran on its exact masked reference (the CPU, fp32, ...), which computes every
+    // score: its speedup then says nothing about the method, and the line says so.
+    bool sparvar_reference = false;
+    // On CUDA: whether each side's steps ran as CUDA graph replays (graphs are 2-3x faster at
+    // batch 1, so times compare only alike), and whether one side ran again eagerly to match.
+    bool cuda = false, base_graphs = false, accel_graphs = false, matched_eager = false;
+    QString text() const;     // one line for the UI and figure notes
+    QString toolTip() const;  // what the times count and what they leave out
+};
+
+// Whether a run's SparVAR records say CSLA ran on the reference instead of the CUDA kernel
+// (record "sparvar/csla_token_mask", value cuda_kernels 0).
+bool ranSparVarReference(const RunOutput& run);
+
+class ResultsModel : public QObject {
+    Q_OBJECT
+  public:
+    static constexpr float kDiffMax = 0.5f;  // |Δ| range of the difference image (mean over RGB)
+
+    using QObject::QObject;
+
+    // A side finished for request r. A baseline made with other settings than the accelerated
+    // side on show (another class, seed, model, ...) drops that side: the two no longer compare.
+    void setSide(const SideResultPtr& result, const Request& r);
+    // Two results side by side whatever their settings (two runs of the history): `left` on the
+    // baseline side, `right` on the accelerated side; r names them in exports (the left run's).
+    void setPair(const SideResultPtr& left, const SideResultPtr& right, const Request& r);
+    void clearSide(Side side);  // the side failed or was cancelled
+    void clear();               // nothing on show (another model or family)
+
+    SideResultPtr baseline() const { return base_; }
+    SideResultPtr accelerated() const { return accel_; }
+    SideResultPtr side(Side s) const { return s == Side::Baseline ? base_ : accel_; }
+    bool empty() const { return !base_ && !accel_; }
+    // The request of the latest side on show (its accelerators are the accelerated side's).
+    const Request& request() const { return request_; }
+    const ComparisonMetrics& metrics() const { return metrics_; }
+    // |accelerated − baseline| as a heatmap (0 … kDiffMax), null unless both sides have images.
+    const QImage& differenceImage() const { return diff_image_; }
+    double differenceMean() const { return diff_mean_; }
+
+  signals:
+    void changed();
+
+  private:
+    void update();  // metrics and difference of the pair, then changed()
+
+    SideResultPtr base_, accel_;
+    Request request_;
+    // The baseline settings each side was made with (GenerationSettings::baseline_key).
+    std::string base_key_, accel_key_;
+    ComparisonMetrics metrics_;
+    QImage diff_image_;
+    double diff_mean_ = 0;
+};
+
+}  // namespace varscope::gui

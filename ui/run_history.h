@@ -1,0 +1,66 @@
+// The history of finished runs (#37), on disk: one folder per run (settings.json, metrics.json,
+// baseline.png, accelerated.png, thumb.png; the PNGs carry the settings chunk of an export) and
+// index.json listing them newest first. A run is written into "<id>.tmp" and renamed when
+// complete, the index through QSaveFile, so a crash leaves either the whole entry or none; the
+// oldest entries go beyond maxEntries(). Built on the results model's view of a run.
+#pragma once
+
+#include <QDateTime>
+#include <QImage>
+#include <QObject>
+#include <QVector>
+#include <nlohmann/json.hpp>
+
+#include "ui/results_model.h"
+
+namespace varscope::gui {
+
+struct HistoryEntry {
+    QString id;  // the folder's name
+    QDateTime time;
+    nlohmann::json settings;  // Request::to_json() of the run
+    QString model;            // the model's display name
+    QString methods;          // the accelerated side's methods, "baseline" when none ran
+    nlohmann::json metrics;   // psnr, ssim, speedup, baseline_ms, accelerated_ms (if compared)
+    bool has_accelerated = false;
+    // One line for lists: model · methods · speedup · PSNR.
+    QString summary() const;
+};
+
+class RunHistory : public QObject {
+    Q_OBJECT
+  public:
+    explicit RunHistory(const QString& dir, int maxEntries = 100, QObject* parent = nullptr);
+
+    const QString& dir() const { return dir_; }
+    // Newest first.
+    const QVector<HistoryEntry>& entries() const { return entries_; }
+    const HistoryEntry* find(const QString& id) const;
+    int maxEntries() const { return max_entries_; }
+    void setMaxEntries(int n);  // at least 1; the oldest beyond go at once
+
+    // Keeps the results on show (both sides when present); returns the new id, "" + *error
+    // when nothing was written.
+    QString add(const ResultsModel& results, QString* error = nullptr);
+    bool remove(const QString& id);
+    QImage image(const QString& id, Side side) const;
+    QImage thumbnail(const QString& id) const;
+    // The run's result (its accelerated image, or the baseline where none ran) as a SideResult
+    // shown on side `shown_as`, with its time (no per-scale records): two runs of the history
+    // side by side. Null when the image is missing.
+    SideResultPtr sideResult(const QString& id, Side shown_as) const;
+
+  signals:
+    void changed();
+
+  private:
+    void load();
+    bool writeIndex(QString* error);
+    void prune();
+
+    QString dir_;
+    int max_entries_;
+    QVector<HistoryEntry> entries_;
+};
+
+}  // namespace varscope::gui
