@@ -96,7 +96,7 @@ struct WsTraits {
 struct ItemInfo {
     int lin, n, row0, h, b;
 };
-// The persistent kernels' work order. Items lin < dynamic_from go round-robin (lin = blockIdx.x +
+// The persistent kernel's work order. Items lin < dynamic_from go round-robin (lin = blockIdx.x +
 // k * gridDim.x: the items in flight at once stay on a few heads, whose K/V the CTAs then walk in
 // step). The rest, in launch order, are claimed from *claims as CTAs run out of items, so that
 // the CTAs that finished their static items early take the last ones. Every CTA claims until a
