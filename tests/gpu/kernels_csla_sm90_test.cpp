@@ -290,10 +290,12 @@ TEST_F(KernelsCslaSm90, GraphReplaysMatchTheEagerRun) {
     }
 }
 
-// Keys and values shared by every head (expanded: head stride 0): no TMA tensor map can be made
-// for them, so the CSLA launch runs schedule 6 (sm90_attention_kernel, one K/V stage) instead of
-// its warp-specialised kernel; the result is still the reference's.
-TEST(KernelsCslaSm90Fallback, ZeroStrideKeysRunScheduleSix) {
+// Keys and values shared by every head (expanded: head stride 0) give the reference's result.
+// Written expecting no TMA tensor map for them (so schedule 6 would run); on an H200 at 63ce8ec
+// the maps were made and no call fell back (sm90_ws_fallback_count stayed 0 for d=64 and 128),
+// so this checks the result of the default kernel on such inputs. Schedule 6's CSLA fallback has
+// no input here that is known to reach it.
+TEST(KernelsCslaSm90Fallback, ZeroStrideKeysMatchTheReference) {
     std::string why;
     if (!hopper_runnable(&why)) GTEST_SKIP() << why;
     c10::InferenceMode inference;
@@ -306,10 +308,8 @@ TEST(KernelsCslaSm90Fallback, ZeroStrideKeysRunScheduleSix) {
         const auto v = at::randn({1, 1, lk, d}, opts).expand({1, h, lk, d});
         const auto [idx, cnt] = lists_for((lq + block - 1) / block, (lk + block - 1) / block, 0.5,
                                           true);
-        const int before = vk::sm90_ws_fallback_count();
         check_block_sparse(q, k, v, idx, cnt, block, block,
                            "zero-stride keys d=" + std::to_string(d));
-        EXPECT_GT(vk::sm90_ws_fallback_count(), before) << "d=" << d << ": no fallback to 6";
     }
 }
 
