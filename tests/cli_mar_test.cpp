@@ -125,8 +125,9 @@ TEST(CliMar, HeadPeriodFromTheAccelConfigAndTheFlag) {
 TEST(CliMar, GenerateMarTakesGraphAndHeadCacheFlags) {
     varscope::testing::TempDir dir;
     const std::string timings = dir.file("t.json");
+    // The head cache is LazyMAR's (a hook of its condition cache): --accel names it.
     auto r = cli("generate-mar --class 1891 --num-iter 2 --num-sampling-steps 6 --no-cuda-graphs "
-                 "--head-cfg-period 2 -q --timings-json " + timings);
+                 "--accel lazymar-condition --head-cfg-period 2 -q --timings-json " + timings);
     ASSERT_EQ(r.code, 0) << r.out;
     const auto j = read_json(timings);
     ASSERT_TRUE(j.is_object()) << r.out;
@@ -134,6 +135,37 @@ TEST(CliMar, GenerateMarTakesGraphAndHeadCacheFlags) {
     EXPECT_EQ(j["cuda_graphs"], false);
     EXPECT_EQ(j["num_sampling_steps"], "6");
     EXPECT_DOUBLE_EQ(j["cfg"].get<double>(), 3.0);  // the recommendation
+}
+
+// One generate for every family (core's Runner): the family is read from the checkpoint, the
+// aliases say what they are, and a family's own settings are refused on another family's model.
+TEST(CliMar, GenerateReadsTheFamilyFromTheCheckpoint) {
+    varscope::testing::TempDir dir;
+    const std::string mar = models_dir() + "/emoji-mar.safetensors";
+    const std::string vae = models_dir() + "/emoji-klvae.safetensors";
+    // Named with --var, the file's tensors still make it a MAR model.
+    auto r = cli("generate --var " + mar + " --vae " + vae + " --class 1891 --num-iter 2 "
+                 "--num-sampling-steps 5 -q --tokens-out " + dir.file("t.safetensors"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(contains(r.out, "MAR: encoder")) << r.out;
+    EXPECT_TRUE(std::filesystem::exists(dir.file("t.safetensors")));
+    // --family mar picks the embedded MAR; the alias prints its notice.
+    auto fam = cli("generate --family mar --class 1891 --num-iter 2 --num-sampling-steps 5 -q "
+                   "--timings-json " + dir.file("f.json"));
+    ASSERT_EQ(fam.code, 0) << fam.out;
+    EXPECT_EQ(read_json(dir.file("f.json"))["family"], "mar");
+    auto alias = cli("generate-mar --class 1891 --num-iter 2 --num-sampling-steps 5 -q "
+                     "--timings-json " + dir.file("a.json"));
+    ASSERT_EQ(alias.code, 0) << alias.out;
+    EXPECT_TRUE(contains(alias.out, "generate-mar is an alias of `generate`")) << alias.out;
+    // A VAR setting on the MAR model, a MAR setting on the VAR model: refused before sampling.
+    expect_clear_error(cli("generate --family mar --top-k 5 --num-iter 2 -o " + dir.file("x.png")),
+                       "error:", "--top-k is a VAR setting; the model is MAR");
+    expect_clear_error(cli("generate --num-iter 4 -o " + dir.file("y.png")), "error:",
+                       "--num-iter is a MAR setting; the model is VAR");
+    // An accelerator config of the other family fails before the model loads.
+    expect_clear_error(cli("compare --family mar --accel fastvar -o " + dir.file("c")), "error:",
+                       "--accel");
 }
 
 // CLI11 parse errors: the flag's line first (then CLI11's "Run with --help" hint).
