@@ -308,10 +308,14 @@ ModelPanel::~ModelPanel() = default;
 void ModelPanel::rebuildModelCombo(const ModelSource& select) {
     updating_ = true;
     model_->clear();
-    model_->addItem(tr("Embedded emoji VAR (d16, 1911 emoji)"), source_data(ModelSource{}));
+    // Short names: the combo cuts, not elides, its text (at 1280×800 "Embedded emoji VAR (d16,
+    // 191"); the details are in the tooltips.
+    model_->addItem(tr("Emoji VAR (embedded)"), source_data(ModelSource{}));
+    model_->setItemData(0, tr("Embedded emoji VAR: d16, 1911 emoji"), Qt::ToolTipRole);
     ModelSource mar;
     mar.family = Family::Mar;
-    model_->addItem(tr("Embedded emoji MAR (8M, 1911 emoji)"), source_data(mar));
+    model_->addItem(tr("Emoji MAR (embedded)"), source_data(mar));
+    model_->setItemData(1, tr("Embedded emoji MAR: 8M parameters, 1911 emoji"), Qt::ToolTipRole);
     auto* items = qobject_cast<QStandardItemModel*>(model_->model());
     if (!Engine::embedded_available()) {
         items->item(0)->setEnabled(false);

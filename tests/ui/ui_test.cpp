@@ -18,6 +18,7 @@
 #include <QSpinBox>
 #include <QStandardItemModel>
 #include <QStatusBar>
+#include <QStyleOptionComboBox>
 #include <QTemporaryDir>
 #include <QToolButton>
 #include <QVBoxLayout>
@@ -1646,7 +1647,7 @@ class UiTest : public QObject {
         };
         MainWindow w(test_loader);
         auto* greedy = new Greedy;
-        w.statusBar()->addWidget(greedy);
+        w.statusBar()->addPermanentWidget(greedy);  // not hidden by status messages
         w.applyRequest(tiny_request(true), false);
         w.show();
         QVERIFY(QTest::qWaitForWindowActive(&w));
@@ -1779,6 +1780,84 @@ class UiTest : public QObject {
         QVERIFY(QTest::qWaitForWindowExposed(&w));
         QCOMPARE(w.width(), 1280);
         QVERIFY(status->elided());
+    }
+
+    // No text is cut off at 1280×800 (the smallest size the layout promises): every label,
+    // button and combo box shows its whole text inside the window's visible width, or elides
+    // it with the whole text in its tooltip; and the window is not forced wider than asked.
+    void noClippedTextAt1280x800() {
+        MainWindow w(test_loader);
+        w.applyRequest(Request{}, false);  // the embedded VAR's long name in the model box
+        w.resize(1280, 800);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QApplication::processEvents();
+        QCOMPARE(w.size(), QSize(1280, 800));
+        // The part of t's width not cut by an ancestor (a scroll area's viewport, a dock).
+        auto visible_width = [&w](QWidget* t) {
+            QRect r(t->mapTo(&w, QPoint(0, 0)), t->size());
+            for (QWidget* p = t->parentWidget(); p && p != &w; p = p->parentWidget())
+                r &= QRect(p->mapTo(&w, QPoint(0, 0)), p->size()).adjusted(0, -1000000, 0, 1000000);
+            r &= w.rect().adjusted(0, -1000000, 0, 1000000);
+            return r.width();
+        };
+        auto find_clipped = [&] {
+            QStringList clipped;
+            for (QWidget* t : w.findChildren<QWidget*>()) {
+                // Not in a hidden tab (a tabified dock's widgets stay "visible" with no region).
+                if (!t->isVisible() || t->window() != &w || t->visibleRegion().isEmpty()) continue;
+                int need = 0;
+                QString text;
+                if (auto* e = qobject_cast<ElidedLabel*>(t)) {
+                    if (e->elided() && !e->toolTip().contains(e->fullText()))
+                        clipped << "elided without tooltip: " + e->fullText();
+                    continue;
+                } else if (auto* l = qobject_cast<QLabel*>(t)) {
+                    if (l->wordWrap() || l->text().isEmpty() || l->objectName() == "metricsLabel")
+                        continue;
+                    text = l->text();
+                    need = l->sizeHint().width();
+                } else if (auto* b = qobject_cast<QAbstractButton*>(t)) {
+                    if (b->text().isEmpty() || qobject_cast<QToolButton*>(t)) continue;
+                    text = b->text();
+                    need = b->sizeHint().width();
+                } else if (auto* c = qobject_cast<QComboBox*>(t)) {
+                    if (c->currentText().isEmpty() || c->isEditable()) continue;
+                    QStyleOptionComboBox opt;
+                    opt.initFrom(c);
+                    opt.currentText = c->currentText();
+                    const QRect field = c->style()->subControlRect(QStyle::CC_ComboBox, &opt,
+                                                                   QStyle::SC_ComboBoxEditField, c);
+                    const int room = field.width() + visible_width(c) - c->width();
+                    if (c->fontMetrics().horizontalAdvance(c->currentText()) > room &&
+                        !c->toolTip().contains(c->currentText()))
+                        clipped << QString("%1 (combo %2): %3 px of %4")
+                                       .arg(c->currentText(), c->objectName())
+                                       .arg(room)
+                                       .arg(c->fontMetrics().horizontalAdvance(c->currentText()));
+                    continue;
+                } else {
+                    continue;
+                }
+                const int have = std::min(t->width(), visible_width(t));
+                if (have < need && !t->toolTip().contains(text))
+                    clipped << QString("%1 (%2 %3): %4 px of %5")
+                                   .arg(text, t->metaObject()->className(), t->objectName())
+                                   .arg(have)
+                                   .arg(need);
+            }
+            return clipped;
+        };
+        QStringList clipped = find_clipped();
+        QVERIFY2(clipped.isEmpty(), qPrintable(clipped.join("\n")));
+        Request r = tiny_request(true);  // and with a run's labels, plots and records
+        r.accel = {{"fastvar", {{"enabled", true}, {"ratios", {0.4, 0.5}}}}};
+        w.applyRequest(r, true);
+        QVERIFY(wait_job(w));
+        QApplication::processEvents();
+        QCOMPARE(w.size(), QSize(1280, 800));
+        clipped = find_clipped();
+        QVERIFY2(clipped.isEmpty(), qPrintable(clipped.join("\n")));
     }
 
     // --- history of runs (#37) ----------------------------------------------------------------
