@@ -1064,8 +1064,8 @@ class UiTest : public QObject {
         w.applyRequest(tiny_request(true), false);
         w.generate();
         QVERIFY(wait_job(w));
-        QVERIFY(w.comparison()->baseline());
-        const QImage shown = w.comparison()->baseline()->image;
+        QVERIFY(w.results()->baseline());
+        const QImage shown = w.results()->baseline()->image;
         Request other = tiny_request(true);
         other.gen.seed = 99;
         w.applyRequest(other, false);
@@ -1074,7 +1074,7 @@ class UiTest : public QObject {
         w.cancel();
         QVERIFY(wait_job(w));
         QCOMPARE(failed.count(), 1);
-        QCOMPARE(w.comparison()->baseline()->image, shown);
+        QCOMPARE(w.results()->baseline()->image, shown);
         QVERIFY2(w.figureNotes().join('|').contains("seed 7"), qPrintable(w.figureNotes().join('|')));
         QTemporaryDir dir;
         QString error;
