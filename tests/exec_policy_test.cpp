@@ -207,7 +207,9 @@ TEST(ExecEnv, EveryVariableIsDocumented) {
     const std::string doc = read_file(std::string(VARSCOPE_SOURCE_DIR) + "/docs/exec-policy.md");
     ASSERT_FALSE(doc.empty());
     std::map<std::string, bool> keys;
-    for (const auto& [key, v] : varscope::to_json(ExecPolicy{}).items()) keys[key] = false;
+    // Kept in a variable: items() of a temporary would outlive it (a use after free).
+    const nlohmann::json defaults = varscope::to_json(ExecPolicy{});
+    for (const auto& [key, v] : defaults.items()) keys[key] = false;
     for (const auto& v : exec_env::variables()) {
         EXPECT_NE(doc.find(std::string("`") + v.name + "`"), std::string::npos) << v.name;
         if (*v.key != '\0') {
