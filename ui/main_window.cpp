@@ -510,24 +510,24 @@ QStringList MainWindow::figureNotes() const {
     QStringList notes;
     notes << tr("Model: %1 (%2)")
                  .arg(QString::fromStdString(r.model.display_name()),
-                      QString::fromStdString(model_info.description).section('\n', 0, 0));
+                      QString::fromStdString(model_info_.description).section('\n', 0, 0));
     const QString name = model_panel_->className(r.gen.class_id);
     // The settings that shaped this image: VAR samples tokens with top-k/top-p; MAR decodes in
     // steps on a CFG schedule, with a diffusion head at a temperature and a respacing.
     const QString sampling =
-        model_info.family == Family::Mar
+        model_info_.family == Family::Mar
             ? tr("%1 steps · CFG %2 (%3) · temperature %4 · %5 diffusion steps")
                   .arg(r.gen.num_iter)
                   .arg(r.gen.cfg)
                   .arg(QString::fromStdString(r.gen.cfg_schedule))
                   .arg(r.gen.temperature)
-                  .arg(QString::fromStdString(model_info.diffusion_steps))
+                  .arg(QString::fromStdString(model_info_.diffusion_steps))
             : tr("CFG %1 · top-k %2 · top-p %3").arg(r.gen.cfg).arg(r.gen.top_k).arg(r.gen.top_p);
     notes << tr("Class %1 %2 · seed %3 · %4 · device %5")
                  .arg(r.gen.class_id)
                  .arg(name.isEmpty() ? QString() : "(" + name + ")")
                  .arg(r.gen.seed)
-                 .arg(sampling, deviceText(model_info));
+                 .arg(sampling, deviceText(model_info_));
     nlohmann::json enabled = nlohmann::json::object();
     for (const auto& [id, m] : r.accel.items())
         if (m.is_object() && m.value("enabled", false)) enabled[id] = m;
