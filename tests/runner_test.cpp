@@ -2,6 +2,8 @@
 // every family samples through the same calls, accelerators are exactly the baseline when off,
 // and the embedded models give the same tokens through it as through the pipelines the front
 // ends used before they were written once.
+#include "core/runner/runner.h"
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +12,6 @@
 #include "core/io/checkpoint.h"
 #include "core/models/sampling_recommendation.h"
 #include "core/resources.h"
-#include "core/runner/runner.h"
 #include "tests/test_util.h"
 
 using namespace varscope;
@@ -52,7 +53,8 @@ TEST(Runner, DetectsTheFamilyFromTheCheckpoint) {
               mar->settings_json({})["num_sampling_steps"]);
     EXPECT_EQ(detect_runner_family(embedded_model_files().var_path), Family::Var);
     EXPECT_EQ(var->shape().counts.scales, 10);
-    EXPECT_EQ(mar->shape().counts.decoder_blocks, mar->config_json()["decoder_depth"].get<int64_t>());
+    EXPECT_EQ(mar->shape().counts.decoder_blocks,
+              mar->config_json()["decoder_depth"].get<int64_t>());
 }
 
 TEST(Runner, NamesWhatAFileHoldsWhenItIsNoModel) {
@@ -66,8 +68,9 @@ TEST(Runner, NamesWhatAFileHoldsWhenItIsNoModel) {
     spec.named_as = Family::Var;
     EXPECT_NE(error_of([&] { open_runner(spec, {}); }).find("expected a VAR transformer"),
               std::string::npos);
-    EXPECT_NE(error_of([] { detect_runner_family(embedded_model_files().vae_path); })
-                  .find("not a VAR or MAR transformer"),
+    EXPECT_NE(error_of([] {
+                  detect_runner_family(embedded_model_files().vae_path);
+              }).find("not a VAR or MAR transformer"),
               std::string::npos);
 }
 
@@ -146,12 +149,16 @@ TEST(Runner, AcceleratorsOffAreTheBaselineInEveryFamily) {
         EXPECT_NE(error_of([&] { runner->generate(s, other.get()); }).find("cannot run on a"),
                   std::string::npos);
         for (const auto& row : runner->compare_steps(base, same)) {
-            if (f == Family::Var) EXPECT_DOUBLE_EQ(row["identical_tokens"].get<double>(), 1.0);
-            if (f == Family::Mar) EXPECT_DOUBLE_EQ(row["computed_share"].get<double>(), 1.0);
+            if (f == Family::Var) {
+                EXPECT_DOUBLE_EQ(row["identical_tokens"].get<double>(), 1.0);
+            } else {
+                EXPECT_DOUBLE_EQ(row["computed_share"].get<double>(), 1.0);
+            }
         }
-        if (f == Family::Mar)
-            EXPECT_DOUBLE_EQ(runner->compare_summary(base, same)["latent_relative_l2"].get<double>(),
-                             0.0);
+        if (f == Family::Mar) {
+            EXPECT_DOUBLE_EQ(
+                runner->compare_summary(base, same)["latent_relative_l2"].get<double>(), 0.0);
+        }
         EXPECT_EQ(int64_t(base.step_millis.size()), runner->steps(s));
     }
 }
@@ -177,8 +184,9 @@ TEST(Runner, AnAcceleratorChangesTheRunAndReportsIt) {
 TEST(Runner, TeacherForwardChecksItsInput) {
     const auto runner = embedded(Family::Var);
     StateDict in{{"labels", at::tensor({1}, at::kLong)}};
-    EXPECT_NE(error_of([&] { runner->teacher_forward(in, "x.safetensors", false); })
-                  .find("x.safetensors: no 'tokens.0'"),
+    EXPECT_NE(error_of([&] {
+                  runner->teacher_forward(in, "x.safetensors", false);
+              }).find("x.safetensors: no 'tokens.0'"),
               std::string::npos);
     in["tokens.0"] = at::zeros({1, 1}, at::kLong);
     const auto sides = runner->shape().step_sides;

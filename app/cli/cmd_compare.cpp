@@ -44,12 +44,9 @@ std::vector<double> median_steps(const Side& s) {
 }
 
 nlohmann::json side_json(const Side& s) {
-    return {{"median_total_ms", median(s.total_ms)},
-            {"total_ms_each", s.total_ms},
-            {"median_step_ms", median_steps(s)},
-            {"decode_ms", s.last.decode_millis},
-            {"kv_bytes", s.last.kv_bytes},
-            {"flops", s.last.flops},
+    return {{"median_total_ms", median(s.total_ms)}, {"total_ms_each", s.total_ms},
+            {"median_step_ms", median_steps(s)},     {"decode_ms", s.last.decode_millis},
+            {"kv_bytes", s.last.kv_bytes},           {"flops", s.last.flops},
             {"cuda_graphs", s.last.cuda_graphs}};
 }
 
@@ -192,7 +189,7 @@ int run(CompareArgs& a) {
 }
 
 Command add(CLI::App& app, const char* name, const char* help, Family family,
-           const char* alias_notice) {
+            const char* alias_notice) {
     auto a = std::make_shared<CompareArgs>();
     a->alias_notice = alias_notice;
     auto* cmd = app.add_subcommand(name, help);
@@ -214,8 +211,8 @@ Command add_compare(CLI::App& app) {
 }
 
 Command add_compare_mar(CLI::App& app) {
-    return add(app, "compare-mar", "alias of `compare` whose default model is the embedded emoji MAR",
-               Family::Mar,
+    return add(app, "compare-mar",
+               "alias of `compare` whose default model is the embedded emoji MAR", Family::Mar,
                "note: compare-mar is an alias of `compare` (the family is read from the "
                "checkpoint; --family mar picks the embedded MAR)");
 }

@@ -82,7 +82,8 @@ int run(GenerateArgs& a) {
     const SampleSettings opt = a.sampling.resolve(*runner);
     const auto accel = a.sampling.accel(*runner, a.accel);
     if (!a.out.empty() && !runner->has_decoder())
-        throw std::invalid_argument("--out needs a VAE to decode images; use --tokens-out for latents");
+        throw std::invalid_argument(
+            "--out needs a VAE to decode images; use --tokens-out for latents");
     // The batch is known now: existing or colliding outputs refuse before sampling.
     check_generate_outputs(a.out, opt.images(), a.tokens_out, a.timings_json, a.force);
     if (accel->enabled()) std::cerr << "accelerators: " << accel->summary() << "\n";
@@ -156,15 +157,15 @@ int run(GenerateArgs& a) {
 }
 
 Command add(CLI::App& app, const char* name, const char* help, Family family,
-           const char* alias_notice) {
+            const char* alias_notice) {
     auto a = std::make_shared<GenerateArgs>();
     a->alias_notice = alias_notice;
     auto* cmd = app.add_subcommand(name, help);
     a->model.add_to(*cmd, family);
     a->sampling.add_to(*cmd);
-    cmd->add_option("--accel", a->accel,
-                    "accelerators: a JSON config file, inline JSON, or a preset (" +
-                        all_preset_names() + ")");
+    cmd->add_option(
+        "--accel", a->accel,
+        "accelerators: a JSON config file, inline JSON, or a preset (" + all_preset_names() + ")");
     cmd->add_option("-o,--out", a->out,
                     "output image (needs a VAE); batches get _<i> suffixes. Formats: " +
                         supported_image_formats());
@@ -196,8 +197,7 @@ Command add_generate(CLI::App& app) {
 
 Command add_generate_mar(CLI::App& app) {
     return add(app, "generate-mar",
-               "alias of `generate` whose default model is the embedded emoji MAR",
-               Family::Mar,
+               "alias of `generate` whose default model is the embedded emoji MAR", Family::Mar,
                "note: generate-mar is an alias of `generate` (the family is read from the "
                "checkpoint; --family mar picks the embedded MAR)");
 }

@@ -5,8 +5,8 @@
 #include <iostream>
 
 #include "app/cli/commands.h"
-#include "app/cli/run_args.h"
 #include "app/cli/mar_cli_common.h"  // check_output_file
+#include "app/cli/run_args.h"
 #include "core/io/checkpoint.h"
 
 namespace varscope::cli {

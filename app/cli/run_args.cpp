@@ -7,7 +7,7 @@
 
 #include "app/cli/mar_cli_common.h"  // mar_config_argument
 #include "app/cli/option_checks.h"
-#include "app/cli/run_report.h"      // exec_policy
+#include "app/cli/run_report.h"  // exec_policy
 #include "app/cli/seed_option.h"
 #include "core/accel/accel_config.h"
 #include "core/accel/lazymar.h"
@@ -31,10 +31,10 @@ void refuse_foreign(const std::map<std::string, CLI::Option*>& options,
     if (runner.family() == owner) return;
     for (const auto& f : flags)
         if (given_in(options, f))
-            throw std::invalid_argument(f + " is a " + family_title(owner) + " setting; the model is " +
-                                        family_title(runner.family()) + " (" +
-                                        runner.describe().substr(0, runner.describe().find('\n')) +
-                                        ")");
+            throw std::invalid_argument(
+                f + " is a " + family_title(owner) + " setting; the model is " +
+                family_title(runner.family()) + " (" +
+                runner.describe().substr(0, runner.describe().find('\n')) + ")");
 }
 
 const std::vector<std::string> kVarModelFlags = {"--patch-nums"};
@@ -83,13 +83,14 @@ void ModelArgs::add_to(CLI::App& cmd, Family default_family) {
                                    "random (official-init) weights: a VAR depth (e.g. 16, 30) or a "
                                    "MAR config (mar_base | mar_large | mar_huge | JSON file or "
                                    "inline)");
-    o["--init-seed"] =
-        cmd.add_option("--init-seed", init_seed, "seed of the random weights")->check(seed_validator());
+    o["--init-seed"] = cmd.add_option("--init-seed", init_seed, "seed of the random weights")
+                           ->check(seed_validator());
     o["--patch-nums"] = cmd.add_option("--patch-nums", patch_nums,
                                        "VAR: patch schedule, e.g. 1,2,3,4,5,6,8,10,13,16")
                             ->delimiter(',')
                             ->check(whole_number_at_least(1));  // each entry; "" was read as [0]
-    o["--device"] = cmd.add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
+    o["--device"] =
+        cmd.add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
     o["--precision"] =
         cmd.add_option("--precision", precision,
                        "transformer precision (VAR also: bf16-autocast: fp32 stream, bf16 matrix "
@@ -174,9 +175,8 @@ std::unique_ptr<Runner> ModelArgs::build() const {
                 "pass both --var and --vae (or neither, for the embedded emoji model)");
         }
         // The precision modes of VAR only: refused before the file is read for a MAR one.
-        if ((lo.autocast || lo.tf32) &&
-            (spec.named_as == Family::Mar ||
-             (spec.embedded_model() && spec.embedded == Family::Mar)))
+        if ((lo.autocast || lo.tf32) && (spec.named_as == Family::Mar ||
+                                         (spec.embedded_model() && spec.embedded == Family::Mar)))
             throw std::invalid_argument("--precision " + precision +
                                         " is a VAR mode; a MAR model takes fp32, fp16 or bf16");
         runner = open_runner(spec, lo);
@@ -199,8 +199,9 @@ void SampleArgs::add_to(CLI::App& cmd) {
                                    "words naming the class, e.g. \"red heart\" (best match is "
                                    "used; ranked list printed)")
                         ->check(not_blank("words naming a class"));
-    o["--batch"] = cmd.add_option("--batch", batch, "images to generate when one or no class is given")
-                       ->check(CLI::Range(1, 4096));
+    o["--batch"] =
+        cmd.add_option("--batch", batch, "images to generate when one or no class is given")
+            ->check(CLI::Range(1, 4096));
     o["--seed"] = cmd.add_option("--seed", seed, "random seed (same seed, same device: same image)")
                       ->check(seed_validator())
                       ->capture_default_str();
@@ -298,16 +299,16 @@ SampleSettings SampleArgs::resolve(const Runner& runner) const {
         std::cerr << "warning: " << e.what() << "; its sampling recommendation is ignored\n";
     }
     if (!used.empty())
-        std::cerr << "using the model's recommended " << used
-                  << " (pass the flags to override)\n";
+        std::cerr << "using the model's recommended " << used << " (pass the flags to override)\n";
     if (random_seed && seed != 0)  // the flag wins: say so rather than drop --seed silently
         std::cerr << "note: --random-seed ignores --seed " << seed << "\n";
     if (!prompt.empty()) {
-        if (!classes.empty()) throw std::invalid_argument("pass either --prompt or --class, not both");
+        if (!classes.empty())
+            throw std::invalid_argument("pass either --prompt or --class, not both");
         if (runner.model_path().empty())
             throw std::invalid_argument("--prompt needs a checkpoint with class names");
-        s.class_ids.assign(batch, class_for_prompt(prompt, runner.model_path(),
-                                                   runner.shape().num_classes));
+        s.class_ids.assign(
+            batch, class_for_prompt(prompt, runner.model_path(), runner.shape().num_classes));
     }
     if (head_cfg_period > 0 && s.cfg == 1.0 && runner.family() == Family::Mar)
         std::cerr << "note: --head-cfg-period has no effect without guidance (--cfg 1)\n";
@@ -347,13 +348,15 @@ int64_t class_for_prompt(const std::string& prompt, const std::string& model_pat
                          int64_t num_classes) {
     const std::string list = class_list_for(model_path, num_classes);
     if (list.empty())
-        throw std::invalid_argument("--prompt needs a class-name list for this model; none was found");
+        throw std::invalid_argument(
+            "--prompt needs a class-name list for this model; none was found");
     auto names = load_class_list(list);
     if (static_cast<int64_t>(names.size()) != num_classes)
         throw std::invalid_argument(list + " names " + std::to_string(names.size()) +
                                     " classes but the model has " + std::to_string(num_classes));
     auto matches = ClassMatcher(std::move(names)).rank(prompt, 5);
-    if (matches.empty()) throw std::invalid_argument("no class matches the prompt '" + prompt + "'");
+    if (matches.empty())
+        throw std::invalid_argument("no class matches the prompt '" + prompt + "'");
     std::cerr << "prompt '" << prompt << "':";
     for (const auto& m : matches) std::cerr << "  [" << m.class_id << "] " << m.label;
     std::cerr << "\n";

@@ -118,13 +118,13 @@ class MarRunner : public Runner {
             const at::Tensor scale =
                 guidance >= 0 ? at::full({}, guidance, at::TensorOptions(dev).dtype(at::kFloat))
                               : at::Tensor();
-            out["diff_sample"] = pipe_.sampler()
-                                     .diffusion()
-                                     .sample_with_noise(net, z, scale, temp,
-                                                        input("diff_start").to(dev),
-                                                        input("diff_noise").to(dev))
-                                     .to(at::kFloat)
-                                     .cpu();
+            out["diff_sample"] =
+                pipe_.sampler()
+                    .diffusion()
+                    .sample_with_noise(net, z, scale, temp, input("diff_start").to(dev),
+                                       input("diff_noise").to(dev))
+                    .to(at::kFloat)
+                    .cpu();
         }
         return out;
     }
@@ -186,8 +186,7 @@ class MarRunner : public Runner {
         return !hooks || hooks->graph_signature().has_value();
     }
 
-    RunResult generate(const SampleSettings& s, const AccelPlan* accel,
-                       ProbeSink* probe) override {
+    RunResult generate(const SampleSettings& s, const AccelPlan* accel, ProbeSink* probe) override {
         const MarAccelConfig& ac = mar_config_of(accel);
         MarSampleOptions o = options(s);
         LazyMarHooks lazy;  // with LazyMAR's DiffLoss-head caches, when on
@@ -269,8 +268,7 @@ class MarRunner : public Runner {
     }
     nlohmann::json compare_summary(const RunResult& base, const RunResult& accel) const override {
         const auto b = base.latents.to(at::kFloat), a = accel.latents.to(at::kFloat);
-        const double rel =
-            (a - b).norm().item<double>() / std::max(b.norm().item<double>(), 1e-12);
+        const double rel = (a - b).norm().item<double>() / std::max(b.norm().item<double>(), 1e-12);
         return {{"latent_relative_l2", rel}};
     }
 
@@ -321,9 +319,7 @@ class MarRunner : public Runner {
 
   private:
     const MarConfig& cfg() const { return pipe_.config(); }
-    int64_t diffusion_steps() const {
-        return pipe_.sampler().diffusion().schedule().num_steps();
-    }
+    int64_t diffusion_steps() const { return pipe_.sampler().diffusion().schedule().num_steps(); }
     // Per grid position of the first image, the step that decoded it (-1: never).
     std::vector<int64_t> decode_steps(const RunResult& r) const {
         std::vector<int64_t> step_of(size_t(cfg().seq_len()), -1);
@@ -360,7 +356,8 @@ class MarRunner : public Runner {
 }  // namespace
 
 std::shared_ptr<const AccelPlan> mar_accel_plan(const std::string& arg) {
-    return std::make_shared<MarAccelPlan>(arg.empty() ? MarAccelConfig{} : MarAccelConfig::from_argument(arg));
+    return std::make_shared<MarAccelPlan>(arg.empty() ? MarAccelConfig{}
+                                                      : MarAccelConfig::from_argument(arg));
 }
 
 std::unique_ptr<Runner> mar_runner(MarPipeline pipeline, std::string model_path) {

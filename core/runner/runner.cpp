@@ -57,9 +57,10 @@ std::unique_ptr<Runner> open_runner(const ModelSpec& requested, const LoadOption
     if (spec.named_as == Family::Mar)  // says what the file holds instead
         select_mar_weights(all, spec.prefer_ema, nullptr, spec.model_path);
     if (spec.named_as == Family::Var)
-        throw CheckpointError(spec.model_path +
-                              ": expected a VAR transformer checkpoint, but its tensors look like " +
-                              family_name(found.family));
+        throw CheckpointError(
+            spec.model_path +
+            ": expected a VAR transformer checkpoint, but its tensors look like " +
+            family_name(found.family));
     throw CheckpointError(spec.model_path +
                           ": not a VAR or MAR transformer checkpoint (its tensors look like " +
                           family_name(found.family) + ")");
@@ -73,7 +74,8 @@ Family detect_runner_family(const std::string& model_path) {
     const DetectedFamily found = detect_family_nested(load_checkpoint(model_path));
     if (found.family == ModelFamily::VarTransformer) return Family::Var;
     if (found.family == ModelFamily::MarTransformer) return Family::Mar;
-    throw CheckpointError(model_path + ": not a VAR or MAR transformer checkpoint (its tensors look like " +
+    throw CheckpointError(model_path +
+                          ": not a VAR or MAR transformer checkpoint (its tensors look like " +
                           family_name(found.family) + ")");
 }
 

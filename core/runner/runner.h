@@ -27,7 +27,6 @@
 
 namespace varscope {
 
-
 // What to load: a transformer checkpoint of any family (detected) with its VAE, or, when
 // model_path is empty, the embedded emoji model of `embedded`.
 struct ModelSpec {

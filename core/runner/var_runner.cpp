@@ -33,7 +33,8 @@ const AccelConfig& var_config_of(const AccelPlan* plan) {
 
 class VarRunner : public Runner {
   public:
-    VarRunner(VarPipeline pipe, std::string path) : pipe_(std::move(pipe)), path_(std::move(path)) {}
+    VarRunner(VarPipeline pipe, std::string path)
+        : pipe_(std::move(pipe)), path_(std::move(path)) {}
 
     Family family() const override { return Family::Var; }
     std::string describe() const override { return pipe_.describe(); }
@@ -140,8 +141,7 @@ class VarRunner : public Runner {
         return !hooks || hooks->graph_signature(cfg()).has_value();
     }
 
-    RunResult generate(const SampleSettings& s, const AccelPlan* accel,
-                       ProbeSink* probe) override {
+    RunResult generate(const SampleSettings& s, const AccelPlan* accel, ProbeSink* probe) override {
         const auto hooks = build_accelerators(var_config_of(accel), cfg(), probe);
         VarSampleResult r = pipe_.generate(options(s), hooks.get(), probe);
         RunResult out;
@@ -222,7 +222,8 @@ class VarRunner : public Runner {
 }  // namespace
 
 std::shared_ptr<const AccelPlan> var_accel_plan(const std::string& arg) {
-    return std::make_shared<VarAccelPlan>(arg.empty() ? AccelConfig{} : AccelConfig::from_argument(arg));
+    return std::make_shared<VarAccelPlan>(arg.empty() ? AccelConfig{}
+                                                      : AccelConfig::from_argument(arg));
 }
 
 std::unique_ptr<Runner> var_runner(VarPipeline pipeline, std::string model_path) {

@@ -15,7 +15,6 @@
 #include "core/accel/param_spec.h"
 #include "core/exec_policy.h"
 #include "core/models/sampling_recommendation.h"
-
 #include "core/runner/family.h"
 
 namespace varscope {
