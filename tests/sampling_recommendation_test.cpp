@@ -41,7 +41,7 @@ TEST(SamplingRecommendation, NamesTheBadField) {
     expect_error(R"({"cfg": "high"})", "varscope.sampling.cfg");
     expect_error(R"({"temperature": 1})", "varscope.sampling.temperature: unknown key");
     expect_error("[1, 2]", "must be a JSON object");
-    expect_error("{not json", "must be a JSON object");
+    expect_error("{not json", "varscope.sampling is not valid JSON");  // core/io/json_read.h
 }
 
 TEST(SamplingRecommendation, ReadsFilesWithAndWithoutTheEntry) {
