@@ -8,20 +8,26 @@
 #include "core/io/checkpoint.h"
 #include "core/models/detect.h"
 #include "core/models/kl_vae.h"
+#include "core/sampling/chunked_decode.h"
 
 namespace varscope {
 namespace {
 
 at::ScalarType to_scalar(Precision p) {
     switch (p) {
-        case Precision::Fp16: return at::kHalf;
-        case Precision::Bf16: return at::kBFloat16;
-        case Precision::Fp32: break;
+        case Precision::Fp16:
+            return at::kHalf;
+        case Precision::Bf16:
+            return at::kBFloat16;
+        case Precision::Fp32:
+            break;
     }
     return at::kFloat;
 }
 
-bool is_mar(const StateDict& d) { return detect_family(d) == ModelFamily::MarTransformer; }
+bool is_mar(const StateDict& d) {
+    return detect_family(d) == ModelFamily::MarTransformer;
+}
 
 // The distinct first name components, for error messages ("model_ema, optimizer, ...").
 std::string top_level_names(const StateDict& all) {
@@ -56,9 +62,10 @@ StateDict select_mar_weights(const StateDict& all, bool prefer_ema, std::string*
         if (source) *source = "state dict";
         return all;
     }
-    throw CheckpointError(what + ": no MAR weights found (looked for 'model_ema.*', 'model.*' and "
-                                 "a raw MAR state dict with z_proj / encoder_pos_embed_learned); "
-                                 "the file holds: " +
+    throw CheckpointError(what +
+                          ": no MAR weights found (looked for 'model_ema.*', 'model.*' and "
+                          "a raw MAR state dict with z_proj / encoder_pos_embed_learned); "
+                          "the file holds: " +
                           (all.empty() ? std::string("no tensors") : top_level_names(all)));
 }
 
@@ -99,8 +106,11 @@ MarPipeline MarPipeline::from_checkpoint(const StateDict& all, const MarModelFil
     vae->to(device);  // fp32, like the official evaluation
     vae->eval();
     // The sampler divides by the scale factor before decoding (official: tokens / 0.2325).
+    // In chunks of images (chunked_decode.h): the decoder's full-size maps would scale with B.
     LatentDecoder decode = [vae](const at::Tensor& latents) mutable {
-        return vae->decode(latents.to(at::kFloat));
+        const int64_t side = latents.size(-1) * (int64_t(1) << (vae->config().ch_mult.size() - 1));
+        return decode_in_chunks(latents.to(at::kFloat), decode_chunk_images(side),
+                                [&](const at::Tensor& part) { return vae->decode(part); });
     };
     const double scale = vae->config().scale_factor;
     sampler = std::make_shared<MarSampler>(mar, decode, scale);
@@ -129,7 +139,9 @@ at::Tensor MarPipeline::decode_latents(const at::Tensor& latents) const {
     return decoder_(latents / latent_scale_).add(1).mul(0.5);
 }
 
-at::Device MarPipeline::device() const { return sampler_->transformer()->mask_token.device(); }
+at::Device MarPipeline::device() const {
+    return sampler_->transformer()->mask_token.device();
+}
 
 std::string MarPipeline::describe() const {
     const auto& c = config();

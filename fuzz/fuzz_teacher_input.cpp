@@ -1,7 +1,7 @@
 // teacher-forward's input file: a checkpoint (any format load_checkpoint reads) whose tensors
 // are then checked against a two-scale VAR (patch_nums 1,2; 10 classes, 16 codes). Only
 // CheckpointError and std::invalid_argument may come out.
-#include "app/cli/teacher_input.h"
+#include "core/models/var_teacher_input.h"
 #include "core/io/checkpoint.h"
 #include "fuzz/fuzz_util.h"
 
@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const varscope::VarConfig config = two_scales();
     const std::string& path = varscope::fuzz::input_file(data, size);
     try {
-        (void)varscope::cli::check_teacher_input(varscope::load_checkpoint(path), config, path);
+        (void)varscope::check_var_teacher_input(varscope::load_checkpoint(path), config, path);
     } catch (const varscope::CheckpointError&) {
     } catch (const std::invalid_argument&) {
     } catch (const std::exception& e) {

@@ -13,7 +13,14 @@ struct DeviceMemory {
 };
 
 DeviceMemory cuda_memory(int device);
+// Bytes the driver reports free on `device` (cudaMemGetInfo); -1 without CUDA kernels or on
+// an error (no such device).
+int64_t cuda_free_memory(int device);
 void reset_cuda_peak_memory(int device);
+// Caps the caching allocator's share of `device`'s memory for this process (0 < fraction <= 1):
+// allocations beyond it fail as out of memory (sharing a GPU; injecting that fault). No-op
+// without CUDA kernels.
+void set_cuda_memory_fraction(int device, double fraction);
 void empty_cuda_cache();
 
 }  // namespace varscope::kernels

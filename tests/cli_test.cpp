@@ -24,7 +24,9 @@ CliRun cli_env(const std::string& env, const std::string& args) {
     return varscope::testing::run_cli(args, env);
 }
 
-CliRun cli(const std::string& args) { return varscope::testing::run_cli(args); }
+CliRun cli(const std::string& args) {
+    return varscope::testing::run_cli(args);
+}
 
 }  // namespace
 
@@ -51,7 +53,7 @@ TEST(Cli, OutOfRangeFlags) {
     EXPECT_EQ(cli("generate --random 2 --top-p 3 -o x.ppm").code, 2);
     EXPECT_EQ(cli("generate --random 2 --device warp9 -o x.ppm").code, 2);
     EXPECT_EQ(cli("generate --random 2 --no-such-flag -o x.ppm").code, 2);
-    EXPECT_EQ(cli("info /").code, 2);  // a folder where a file is expected
+    EXPECT_EQ(cli("info /").code, 2);           // a folder where a file is expected
     EXPECT_EQ(cli("teacher-forward").code, 2);  // required options missing
     EXPECT_EQ(cli("--help").code, 0);
     // Seeds: "-1" wrapped to 2^64 - 1 and 2^64 was clamped there, so they gave one image.
@@ -177,8 +179,8 @@ TEST(Cli, CompareWritesBothSidesDiffAndMetrics) {
 // numbered files alike; --force overwrites.
 TEST(Cli, ExistingImagesRefuseBeforeSampling) {
     varscope::testing::TempDir dir;
-    const std::string base = "generate --random 2 --patch-nums 1,2 --class 1 2 --seed 3 -o " +
-                             dir.file("img.ppm");
+    const std::string base =
+        "generate --random 2 --patch-nums 1,2 --class 1 2 --seed 3 -o " + dir.file("img.ppm");
     ASSERT_EQ(cli(base).code, 0);
     for (const char* name : {"img_0.ppm", "img_1.ppm"})
         EXPECT_TRUE(std::ifstream(dir.file(name)).good()) << name;
@@ -249,8 +251,8 @@ TEST(Cli, BadSamplingRecommendationIsIgnoredWithAWarning) {
     meta[varscope::kSamplingMetadataKey] = R"({"cfg": "x"})";
     const std::string var = dir.file("var-bad-sampling.safetensors");
     varscope::save_safetensors(varscope::load_checkpoint(files.var_path), var, meta);
-    auto r = cli("generate --var " + var + " --vae " + files.vae_path +
-                 " --class 1 -q -o " + dir.file("x.ppm"));
+    auto r = cli("generate --var " + var + " --vae " + files.vae_path + " --class 1 -q -o " +
+                 dir.file("x.ppm"));
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("warning: " + var + ": varscope.sampling.cfg"), std::string::npos)
         << r.out;
@@ -259,14 +261,57 @@ TEST(Cli, BadSamplingRecommendationIsIgnoredWithAWarning) {
 // The benchmarks' --json path is checked before any run (a bad one used to fail, or with
 // bench attention to be dropped, only at the end).
 TEST(Cli, BenchJsonPathIsCheckedFirst) {
-    for (const char* cmd : {"bench e2e --random 2 --patch-nums 1,2",
-                            "bench mar --planned-flops", "bench attention", "bench cs4a"}) {
+    for (const char* cmd : {"bench e2e --random 2 --patch-nums 1,2", "bench mar --planned-flops",
+                            "bench attention", "bench cs4a"}) {
         auto r = cli(std::string(cmd) + " --json /nonexistent-varscope/x.json");
         EXPECT_EQ(r.code, 2) << cmd << "\n" << r.out;
         EXPECT_NE(r.out.find("--json: output folder '/nonexistent-varscope' does not exist"),
                   std::string::npos)
-            << cmd << "\n" << r.out;
+            << cmd << "\n"
+            << r.out;
     }
+}
+
+// bench e2e is written once against the Runner: the same command times a VAR and a MAR model
+// (random weights, CPU), each with its family's comparison against the baseline's seed.
+TEST(Cli, BenchE2eServesEveryFamily) {
+    varscope::testing::TempDir dir;
+    const auto read = [](const std::string& path) {
+        std::ifstream f(path);
+        return nlohmann::json::parse(f);
+    };
+    auto var =
+        cli("bench e2e --random 2 --patch-nums 1,2,3 --class 1 --repeat 1 --warmup 0 "
+            "--methods 'baseline;skip;baseline@eager' --json " +
+            dir.file("var.json") + " --tokens-out " + dir.file("var.safetensors"));
+    ASSERT_EQ(var.code, 0) << var.out;
+    const auto v = read(dir.file("var.json"));
+    EXPECT_EQ(v["family"], "var");
+    ASSERT_EQ(v["methods"].size(), 3u);
+    // The baseline against itself: every token identical; skip (last scale) decodes fewer.
+    EXPECT_DOUBLE_EQ(v["methods"][0]["identical_tokens"].get<double>(), 1.0);
+    EXPECT_EQ(v["methods"][1]["identical_tokens_per_step"].size(), 3u);
+    EXPECT_LT(v["methods"][1]["identical_tokens"].get<double>(), 1.0);
+    EXPECT_EQ(v["methods"][2]["identical_tokens_graphs_vs_eager"].get<double>(), 1.0);
+    EXPECT_GT(v["methods"][0]["median_total_ms"].get<double>(), 0.0);
+    const auto tokens = varscope::load_checkpoint(dir.file("var.safetensors"));
+    EXPECT_EQ(tokens.count("tokens.2"), 1u);
+
+    auto mar =
+        cli("bench e2e --random mar_base --class 1 --num-iter 2 --num-sampling-steps 2 "
+            "--repeat 1 --warmup 0 --json " +
+            dir.file("mar.json"));
+    ASSERT_EQ(mar.code, 0) << mar.out;
+    const auto m = read(dir.file("mar.json"));
+    EXPECT_EQ(m["family"], "mar");
+    ASSERT_EQ(m["methods"].size(), 2u);  // the MAR default: baseline;lazymar
+    EXPECT_EQ(m["methods"][1]["name"], "lazymar");
+    EXPECT_DOUBLE_EQ(m["methods"][0]["vs_baseline"]["latent_relative_l2"].get<double>(), 0.0);
+    EXPECT_TRUE(m["methods"][1]["vs_baseline"].contains("latent_relative_l2"));
+    // A family's own flag on the other family's model is refused, as in generate.
+    auto foreign = cli("bench e2e --random 2 --patch-nums 1,2 --num-iter 4 --repeat 1");
+    EXPECT_EQ(foreign.code, 2) << foreign.out;
+    EXPECT_NE(foreign.out.find("--num-iter is a MAR setting"), std::string::npos) << foreign.out;
 }
 
 TEST(Cli, BadAcceleratorConfigNamesTheField) {
@@ -285,14 +330,14 @@ TEST(Cli, BadAcceleratorConfigNamesTheField) {
     // JSON that parses badly in other ways, and a folder, are bad input too (exit 3 with
     // nlohmann's or iostream's text before).
     varscope::testing::TempDir dir;
-    for (const std::string& accel : {std::string("'{\"fastvar\": {\"ratios\": [1e400]}}'"),
-                                     dir.path().string()}) {
+    for (const std::string& accel :
+         {std::string("'{\"fastvar\": {\"ratios\": [1e400]}}'"), dir.path().string()}) {
         auto r = cli("generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel " + accel);
         EXPECT_EQ(r.code, 2) << accel << "\n" << r.out;
         EXPECT_NE(r.out.find("--accel: "), std::string::npos) << r.out;
     }
-    for (const std::string& random : {std::string("'{\"encoder_embed_dim\": 64'"),
-                                      dir.path().string()}) {
+    for (const std::string& random :
+         {std::string("'{\"encoder_embed_dim\": 64'"), dir.path().string()}) {
         auto r = cli("generate-mar --random " + random + " --tokens-out x.safetensors");
         EXPECT_EQ(r.code, 2) << random << "\n" << r.out;
         EXPECT_NE(r.out.find("--random: "), std::string::npos) << r.out;

@@ -1,14 +1,15 @@
-// `varscope-cli bench e2e`: the whole sampling loop (transformer only, VQVAE decode excluded as
-// the papers measure it) for the baseline and each accelerator setting, side by side in one
-// run: per-scale latency, total, attention FLOPs, KV bytes, peak device memory, and how many
-// tokens stay identical to the baseline's for the same seed. The dense baseline replays CUDA
-// graphs on CUDA (captured during the warm-up; capture time reported separately); a method
-// name with the suffix "@eager" runs without them (e.g. "baseline@eager"). Accelerators whose
-// hooks declare a graph signature (skip, FastVAR, LazyVAR, SparVAR) replay graphs too;
-// with both "X" and "X@eager" the JSON says whether their tokens are identical.
+// `varscope-cli bench e2e`: the whole sampling loop of a model of any family (written once
+// against core's Runner) for the baseline and each accelerator setting, side by side in one
+// run: per-step latency, total, attention FLOPs, KV bytes, peak device memory, and how the
+// result compares with the baseline's for the same seed (VAR: identical tokens per scale; MAR:
+// the latents' relative difference). The VAE decode is excluded as the papers measure it
+// (--decode includes it). The dense baseline replays CUDA graphs on CUDA (captured during the
+// warm-up; capture time reported separately); a method name with the suffix "@eager" runs
+// without them (e.g. "baseline@eager"). Accelerators whose hooks declare a graph signature
+// replay graphs too; with both "X" and "X@eager" the JSON says whether their results agree.
 //
-// Cost model (core/sampling/step_cost.h; --no-cost-model turns it off): per method and step,
-// the device time and FLOPs of the input, projections, attention, FFN, the method's own
+// Cost model (core/sampling/step_cost.h; VAR; --no-cost-model turns it off): per method and
+// step, the device time and FLOPs of the input, projections, attention, FFN, the method's own
 // overhead and the head, the time outside the transformer forward (sampling, f_hat update,
 // step-level hooks), and the kernels each step's CUDA graph launches. The part times come from
 // two extra runs with CUDA events between the parts (the second is read; the events cost a
@@ -23,33 +24,38 @@
 
 #include "app/cli/commands.h"
 #include "app/cli/mar_cli_common.h"  // check_output_file
-#include "app/cli/model_options.h"
+#include "app/cli/run_args.h"
 #include "app/cli/run_report.h"
-#include "app/cli/sampling_args.h"
 #include "core/io/checkpoint.h"
-#include "core/metrics/image_metrics.h"
 #include "kernels/memory_stats.h"
 
 namespace varscope::cli {
 namespace {
 
 struct E2eArgs {
-    ModelOptions model;
-    SamplingArgs sampling;
-    std::vector<std::string> methods = {"baseline", "skip", "fastvar", "sparvar", "lazyvar",
-                                        "ams_kv", "sparvar+skip", "fastvar+ams_kv"};
+    ModelArgs model;
+    SampleArgs sampling;
+    std::vector<std::string> methods;  // empty: the family's default list
     int64_t repeat = 5, warmup = 2;
     std::string json, tokens_out;
     bool force = false;
-    bool decode = false;         // time the VQVAE decode too (as the official sampler returns images)
+    bool decode = false;         // time the VAE decode too (as the official samplers return images)
     bool no_scale_sync = false;  // no device sync per scale (per-scale times are then host times)
     bool no_cost_model = false;  // no extra runs with part times
 };
 
 constexpr const char* kEagerSuffix = "@eager";
 
+// What a bench compares when no --methods are given.
+std::vector<std::string> default_methods(Family f) {
+    if (f == Family::Mar) return {"baseline", "lazymar"};
+    return {"baseline", "skip",   "fastvar",      "sparvar",
+            "lazyvar",  "ams_kv", "sparvar+skip", "fastvar+ams_kv"};
+}
+
 bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return s.size() >= suffix.size() &&
+           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 struct MethodResult {
@@ -57,10 +63,10 @@ struct MethodResult {
     nlohmann::json config;
     std::vector<double> totals;
     std::vector<std::vector<double>> scale_ms;
-    VarSampleResult last;
+    RunResult last;
     int64_t peak_bytes = 0;
     double capture_ms = 0.0;  // CUDA graph capture, summed over all runs (the first one captures)
-    std::optional<VarSampleResult> cost;  // the run with part times (CUDA, cost model on)
+    std::optional<RunResult> cost;  // the run with part times (CUDA, cost model on)
 };
 
 nlohmann::json parts_json(const std::array<double, kCostParts>& v) {
@@ -100,11 +106,11 @@ nlohmann::json cost_model_json(const MethodResult& r, const std::vector<double>&
                 parts += timed->ms[p];
             }
             // The step's device-synchronised time in the same run, less its forward's parts.
-            const double outside = r.cost->scale_millis.at(sc.scale) - parts;
+            const double outside = r.cost->step_millis.at(sc.scale) - parts;
             outside_sum += outside;
             st["part_ms"] = parts_json(timed->ms);
             st["outside_ms"] = outside;
-            st["timed_step_ms"] = r.cost->scale_millis.at(sc.scale);
+            st["timed_step_ms"] = r.cost->step_millis.at(sc.scale);
         } else {
             all_timed = false;
         }
@@ -116,7 +122,7 @@ nlohmann::json cost_model_json(const MethodResult& r, const std::vector<double>&
         j["part_ms"] = parts_json(ms_sum);
         j["outside_ms"] = outside_sum;
         double total = 0.0;
-        for (double v : r.cost->scale_millis) total += v;
+        for (double v : r.cost->step_millis) total += v;
         j["timed_total_ms"] = total;
     }
     return j;
@@ -174,7 +180,7 @@ void print_cost_table(const nlohmann::json& m) {
          timed ? &cm["part_ms"] : nullptr, timed ? &cm["outside_ms"] : nullptr, cm["flops"]);
 }
 
-MethodResult run_method(VarPipeline& pipe, VarSampleOptions opt, const std::string& name,
+MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& name,
                         const E2eArgs& a) {
     MethodResult m;
     m.name = name;
@@ -183,37 +189,39 @@ MethodResult run_method(VarPipeline& pipe, VarSampleOptions opt, const std::stri
         accel = name.substr(0, name.size() - std::string(kEagerSuffix).size());
         opt.cuda_graphs = false;
     }
-    const bool cuda = pipe.device().is_cuda();
-    const int dev = cuda ? pipe.device().index() < 0 ? 0 : pipe.device().index() : 0;
+    const at::Device device = runner.device();
+    const bool cuda = device.is_cuda();
+    const int dev = cuda ? device.index() < 0 ? 0 : device.index() : 0;
     try {
-        const AccelConfig cfg = parse_accel_argument(accel == "baseline" ? "" : accel);
-        m.summary = cfg.summary();
-        m.config = cfg.to_json();
-        const auto hooks = build_accelerators(cfg, pipe.var_config());
+        const auto plan = a.sampling.accel(runner, accel == "baseline" ? "" : accel);
+        m.summary = plan ? plan->describe() : "baseline";
+        m.config = plan ? plan->to_json() : nlohmann::json::object();
         if (cuda) kernels::empty_cuda_cache();
         const int64_t before = cuda ? kernels::cuda_memory(dev).allocated : 0;
         if (cuda) kernels::reset_cuda_peak_memory(dev);
         for (int64_t i = 0; i < a.warmup; ++i)
-            m.capture_ms += pipe.generate(opt, hooks.get()).graph_capture_millis;
-        // Without per-scale syncs the last warm-up may still run on the device.
-        synchronize_device(pipe.device());
+            m.capture_ms += runner.generate(opt, plan.get()).graph_capture_millis;
+        // Without per-step syncs the last warm-up may still run on the device.
+        synchronize_device(device);
         for (int64_t r = 0; r < a.repeat; ++r) {
-            // Wall time to the device's last result (the loop syncs only per scale, if asked).
+            // Wall time to the device's last result (the loop syncs only per step, if asked).
             const auto t0 = std::chrono::steady_clock::now();
-            m.last = pipe.generate(opt, hooks.get());
-            synchronize_device(pipe.device());
-            const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            m.last = runner.generate(opt, plan.get());
+            synchronize_device(device);
+            const double wall =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                    .count();
             m.capture_ms += m.last.graph_capture_millis;
             // Capture is host work on the first call only: it is reported, not timed.
             m.totals.push_back(wall - m.last.graph_capture_millis);
-            m.scale_ms.push_back(m.last.scale_millis);
+            m.scale_ms.push_back(m.last.step_millis);
         }
         if (cuda) m.peak_bytes = kernels::cuda_memory(dev).peak_allocated - before;
-        if (cuda && !a.no_cost_model) {
+        if (cuda && !a.no_cost_model && !m.last.step_costs.empty()) {
             // The first run captures the event-timed graphs (a graph run), the second is read.
-            VarSampleOptions timed = opt;
+            SampleSettings timed = opt;
             timed.time_parts = true;
-            for (int i = 0; i < 2; ++i) m.cost = pipe.generate(timed, hooks.get());
+            for (int i = 0; i < 2; ++i) m.cost = runner.generate(timed, plan.get());
         }
     } catch (const c10::OutOfMemoryError&) {
         m.error = "out of device memory";
@@ -221,47 +229,75 @@ MethodResult run_method(VarPipeline& pipe, VarSampleOptions opt, const std::stri
         m.error = e.what();
     }
     // Each method's graph sets hold a KV cache of their own: free them before the next method.
-    pipe.sampler().clear_cuda_graphs();
+    runner.release_graphs();
     if (cuda) kernels::empty_cuda_cache();
     return m;
 }
 
+// Share of identical results over all steps, from the runner's per-step comparison (VAR:
+// "identical_tokens" per scale, weighted by the scale's tokens); nullopt for a family that
+// compares otherwise.
+std::optional<double> identical_share(const Runner& runner, const RunResult& base,
+                                      const RunResult& other, std::vector<double>* per_step) {
+    const auto steps = runner.compare_steps(base, other);
+    double same = 0, total = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+        if (!steps[i].contains("identical_tokens")) return std::nullopt;
+        const double f = steps[i]["identical_tokens"].get<double>();
+        const double n = i < base.step_tokens.size() ? double(base.step_tokens[i].numel()) : 1.0;
+        same += f * n;
+        total += n;
+        if (per_step) per_step->push_back(f);
+    }
+    return total > 0 ? same / total : 1.0;
+}
+
 int run(const E2eArgs& a) {
     check_output_file(a.json, a.force, "--json");  // a bad path fails now, not after the runs
-    VarPipeline pipe = a.model.build();
-    VarSampleOptions opt = a.sampling.resolve(pipe, a.model);
+    check_output_file(a.tokens_out, a.force, "--tokens-out");
+    check_distinct_outputs({{"--json", a.json}, {"--tokens-out", a.tokens_out}});
+    auto runner = a.model.build();
+    SampleSettings opt = a.sampling.resolve(*runner);
     opt.decode = a.decode;
-    opt.time_scales = !a.no_scale_sync;
-    std::cerr << pipe.describe() << "\n" << "device " << pipe.device() << ", batch "
-              << opt.images()
-              << ", " << a.warmup << " warm-up + " << a.repeat << " timed runs per method\n";
+    opt.time_steps = !a.no_scale_sync;
+    runner->validate(opt);
+    a.sampling.check_memory(*runner, opt);
+    const std::vector<std::string> names =
+        a.methods.empty() ? default_methods(runner->family()) : a.methods;
+    std::cerr << runner->describe() << "\n"
+              << "device " << runner->device() << ", batch " << opt.images() << ", " << a.warmup
+              << " warm-up + " << a.repeat << " timed runs per method\n";
 
     std::vector<MethodResult> results;
-    for (const auto& name : a.methods) {
+    for (const auto& name : names) {
         std::cerr << "  " << name << " ..." << std::flush;
-        results.push_back(run_method(pipe, opt, name, a));
+        results.push_back(run_method(*runner, opt, name, a));
         const auto& r = results.back();
-        std::cerr << (r.error.empty() ? " " + std::to_string(median(r.totals)) + " ms" : " failed: " + r.error) << "\n";
+        std::cerr << (r.error.empty() ? " " + std::to_string(median(r.totals)) + " ms"
+                                      : " failed: " + r.error)
+                  << "\n";
     }
     const MethodResult* base = nullptr;
     for (const auto& r : results)
         if (r.name == "baseline" && r.error.empty()) base = &r;
 
-    nlohmann::json j = environment_json(pipe.device().str());
-    const auto& c = pipe.var_config();
-    j.update({{"model", pipe.describe()},
-              {"config", c.to_json()},
+    nlohmann::json j = environment_json(runner->device().str());
+    j.update({{"model", runner->describe()},
+              {"family", family_id(runner->family())},
+              {"config", runner->config_json()},
               {"precision", a.model.precision},
               {"batch", opt.images()},
-              {"cfg", a.sampling.cfg},
+              {"settings", runner->settings_json(opt)},
               {"seed", a.sampling.seed},
               {"runs", a.repeat},
               {"warmup_runs", a.warmup},
               {"cuda_graphs", opt.cuda_graphs},
-              {"scale_sync", opt.time_scales},
-              {"timing", std::string("transformer + sampling per scale, VQVAE decode ") +
-                             (opt.decode ? "included" : "excluded") + "; median of runs" +
-                             (opt.cuda_graphs ? "; CUDA graph capture excluded (graph_capture_ms)" : "")}});
+              {"step_sync", opt.time_steps},
+              {"memory_estimate", runner->estimate_memory(opt).to_json()},
+              {"timing",
+               std::string("transformer + sampling per ") + runner->step_noun() + ", VAE decode " +
+                   (opt.decode ? "included" : "excluded") + "; median of runs" +
+                   (opt.cuda_graphs ? "; CUDA graph capture excluded (graph_capture_ms)" : "")}});
     nlohmann::json methods = nlohmann::json::array();
     for (const auto& r : results) {
         nlohmann::json m = {{"name", r.name}, {"summary", r.summary}, {"accel", r.config}};
@@ -271,7 +307,7 @@ int run(const E2eArgs& a) {
             continue;
         }
         std::vector<double> per_scale;
-        for (size_t si = 0; si < r.last.scale_millis.size(); ++si) {
+        for (size_t si = 0; si < r.last.step_millis.size(); ++si) {
             std::vector<double> v;
             for (const auto& run : r.scale_ms) v.push_back(run[si]);
             per_scale.push_back(median(v));
@@ -280,12 +316,13 @@ int run(const E2eArgs& a) {
                   {"cuda_graphs", r.last.cuda_graphs},
                   {"graph_capture_ms", r.capture_ms},
                   {"total_ms_each", r.totals},
-                  {"median_scale_ms", per_scale},
+                  {"median_step_ms", per_scale},
                   {"attention_flops", r.last.attention_flops},
                   {"kv_bytes_end", r.last.kv_bytes},
                   {"kv_bytes_peak", r.last.kv_bytes_peak},
                   {"peak_device_bytes", r.peak_bytes},
-                  {"cost_model", cost_model_json(r, per_scale)}});
+                  {"flops", r.last.flops}});
+        if (!r.last.step_costs.empty()) m["cost_model"] = cost_model_json(r, per_scale);
         // "X" and "X@eager" in one run: the same seed, so the graphs must draw the eager tokens.
         const std::string partner_name =
             ends_with(r.name, kEagerSuffix)
@@ -293,56 +330,61 @@ int run(const E2eArgs& a) {
                 : r.name + kEagerSuffix;
         for (const auto& q : results)
             if (q.name == partner_name && q.error.empty()) {
-                int64_t same = 0, total = 0;
-                for (const auto& t : token_agreement(q.last.tokens, r.last.tokens)) {
-                    same += t.identical;
-                    total += t.total;
-                }
-                m["identical_tokens_graphs_vs_eager"] =
-                    total ? static_cast<double>(same) / total : 1.0;
+                if (const auto same = identical_share(*runner, q.last, r.last, nullptr))
+                    m["identical_tokens_graphs_vs_eager"] = *same;
+                else
+                    m["graphs_vs_eager"] = runner->compare_summary(q.last, r.last);
             }
         if (base) {
-            const auto ag = token_agreement(base->last.tokens, r.last.tokens);
+            m.update(
+                {{"speedup", median(base->totals) / median(r.totals)},
+                 {"attention_flops_ratio", base->last.attention_flops > 0
+                                               ? r.last.attention_flops / base->last.attention_flops
+                                               : 0.0},
+                 {"kv_bytes_ratio",
+                  base->last.kv_bytes_peak > 0
+                      ? static_cast<double>(r.last.kv_bytes_peak) / base->last.kv_bytes_peak
+                      : 0.0},
+                 {"peak_device_ratio",
+                  base->peak_bytes ? static_cast<double>(r.peak_bytes) / base->peak_bytes : 0.0},
+                 {"vs_baseline", runner->compare_summary(base->last, r.last)}});
             std::vector<double> fr;
-            int64_t same = 0, total = 0;
-            for (const auto& t : ag) {
-                fr.push_back(t.fraction());
-                same += t.identical;
-                total += t.total;
+            if (const auto same = identical_share(*runner, base->last, r.last, &fr)) {
+                m["identical_tokens_per_step"] = fr;
+                m["identical_tokens"] = *same;
+            } else {
+                m["per_step_vs_baseline"] = runner->compare_steps(base->last, r.last);
             }
-            m.update({{"speedup", median(base->totals) / median(r.totals)},
-                      {"attention_flops_ratio", r.last.attention_flops / base->last.attention_flops},
-                      {"kv_bytes_ratio", static_cast<double>(r.last.kv_bytes_peak) / base->last.kv_bytes_peak},
-                      {"peak_device_ratio", base->peak_bytes ? static_cast<double>(r.peak_bytes) / base->peak_bytes : 0.0},
-                      {"identical_tokens_per_scale", fr},
-                      {"identical_tokens", total ? static_cast<double>(same) / total : 1.0}});
         }
         methods.push_back(m);
     }
     j["methods"] = methods;
     if (!a.json.empty()) write_json(j, a.json, a.force);
     if (!a.tokens_out.empty() && !results.empty() && results.front().error.empty()) {
-        // The first method's token maps of its last run (with the labels), for parity checks.
-        const auto& r = results.front().last;
-        StateDict t{{"labels", r.labels.cpu()}};
-        for (size_t si = 0; si < r.tokens.size(); ++si) t["tokens." + std::to_string(si)] = r.tokens[si].cpu();
-        save_safetensors(t, a.tokens_out, {{"seed", std::to_string(a.sampling.seed)}, {"method", results.front().name}});
+        // The first method's tokens of its last run in the family's layout, for parity checks.
+        save_safetensors(results.front().last.tensors, a.tokens_out,
+                         {{"seed", std::to_string(a.sampling.seed)},
+                          {"method", results.front().name},
+                          {"family", family_id(runner->family())}});
     }
 
     for (const auto& m : methods)
         if (m.contains("cost_model")) print_cost_table(m);
     // The short table, last.
-    std::cout << "\n" << std::left << std::setw(18) << "method" << std::right << std::setw(11)
-              << "total ms" << std::setw(9) << "speedup" << std::setw(11) << "attn FLOPs" << std::setw(10)
-              << "KV peak" << std::setw(12) << "device MB" << std::setw(11) << "same tok" << std::setw(8)
-              << "graphs" << "\n";
+    std::cout << "\n"
+              << std::left << std::setw(18) << "method" << std::right << std::setw(11) << "total ms"
+              << std::setw(9) << "speedup" << std::setw(11) << "attn FLOPs" << std::setw(10)
+              << "KV peak" << std::setw(12) << "device MB" << std::setw(11) << "same tok"
+              << std::setw(8) << "graphs"
+              << "\n";
     for (const auto& m : methods) {
         std::cout << std::left << std::setw(18) << m["name"].get<std::string>() << std::right;
         if (m.contains("error")) {
             std::cout << "  " << m["error"].get<std::string>() << "\n";
             continue;
         }
-        std::cout << std::fixed << std::setprecision(2) << std::setw(11) << m["median_total_ms"].get<double>();
+        std::cout << std::fixed << std::setprecision(2) << std::setw(11)
+                  << m["median_total_ms"].get<double>();
         if (m.contains("speedup")) {
             std::cout << std::setw(8) << m["speedup"].get<double>() << "x" << std::setw(10)
                       << 100 * m["attention_flops_ratio"].get<double>() << "%" << std::setw(9)
@@ -350,9 +392,11 @@ int run(const E2eArgs& a) {
         } else {
             std::cout << std::setw(30) << "";
         }
-        std::cout << std::setw(12) << std::setprecision(0) << m["peak_device_bytes"].get<int64_t>() / 1048576.0;
+        std::cout << std::setw(12) << std::setprecision(0)
+                  << m["peak_device_bytes"].get<int64_t>() / 1048576.0;
         if (m.contains("identical_tokens"))
-            std::cout << std::setw(10) << std::setprecision(1) << 100 * m["identical_tokens"].get<double>() << "%";
+            std::cout << std::setw(10) << std::setprecision(1)
+                      << 100 * m["identical_tokens"].get<double>() << "%";
         std::cout << std::setw(8) << (m["cuda_graphs"].get<bool>() ? "yes" : "no") << "\n";
     }
     return 0;
@@ -362,17 +406,37 @@ int run(const E2eArgs& a) {
 
 Command add_bench_e2e(CLI::App& bench) {
     auto a = std::make_shared<E2eArgs>();
-    auto* cmd = bench.add_subcommand("e2e", "whole sampling loop: baseline vs accelerator settings, side by side");
-    a->model.add_to(*cmd);
+    auto* cmd = bench.add_subcommand(
+        "e2e", "whole sampling loop of any family: baseline vs accelerator settings, side by side");
+    a->model.add_to(*cmd, Family::Var);
     a->sampling.add_to(*cmd);
-    cmd->add_option("--methods", a->methods, "presets, JSON files or inline JSON, in order; 'baseline' first for ratios")->delimiter(';')->capture_default_str();
-    cmd->add_option("--repeat", a->repeat, "timed runs per method")->check(CLI::Range(1, 1000))->capture_default_str();
-    cmd->add_option("--warmup", a->warmup, "untimed runs per method first")->check(CLI::Range(0, 100))->capture_default_str();
-    cmd->add_option("--json", a->json, "write the results (with device, date, torch version) as JSON");
-    cmd->add_flag("--force", a->force, "overwrite --json");
-    cmd->add_option("--tokens-out", a->tokens_out, "write the first method's token maps (last run) as .safetensors");
-    cmd->add_flag("--decode", a->decode, "include the VQVAE decode in the timings");
-    cmd->add_flag("--no-scale-sync", a->no_scale_sync, "no device sync per scale (totals only are device times)");
+    cmd->add_option(
+           "--methods", a->methods,
+           "presets, JSON files or inline JSON, ';'-separated, in order; 'baseline' first "
+           "for ratios; a '@eager' suffix runs without CUDA graphs (default: VAR " +
+               [] {
+                   std::string s;
+                   for (const auto& m : default_methods(Family::Var))
+                       s += (s.empty() ? "" : ";") + m;
+                   return s;
+               }() +
+               "; MAR baseline;lazymar)")
+        ->delimiter(';');
+    cmd->add_option("--repeat", a->repeat, "timed runs per method")
+        ->check(CLI::Range(1, 1000))
+        ->capture_default_str();
+    cmd->add_option("--warmup", a->warmup, "untimed runs per method first")
+        ->check(CLI::Range(0, 100))
+        ->capture_default_str();
+    cmd->add_option("--json", a->json,
+                    "write the results (with device, date, torch version) as JSON");
+    cmd->add_flag("--force", a->force, "overwrite --json and --tokens-out");
+    cmd->add_option("--tokens-out", a->tokens_out,
+                    "write the first method's tokens (last run, the family's layout) as "
+                    ".safetensors");
+    cmd->add_flag("--decode", a->decode, "include the VAE decode in the timings");
+    cmd->add_flag("--no-scale-sync", a->no_scale_sync,
+                  "no device sync per scale (totals only are device times)");
     cmd->add_flag("--no-cost-model", a->no_cost_model,
                   "skip the two extra runs per method that time the parts of each step (CUDA)");
     return [a]() { return run(*a); };

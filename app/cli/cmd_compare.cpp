@@ -75,6 +75,7 @@ int run(CompareArgs& a) {
     const auto runner = a.model.build();
     SampleSettings opt = a.sampling.resolve(*runner);
     opt.count_flops = true;
+    a.sampling.check_memory(*runner, opt);
     const auto accel = a.sampling.accel(*runner, a.accel);
     std::cerr << runner->describe() << "\naccelerated side: " << accel->describe() << "\n";
     // Existing files: refuse before sampling, not after.
@@ -91,17 +92,19 @@ int run(CompareArgs& a) {
 
     // Alternate the two sides so drift of the machine affects both alike.
     Side base, fast;
-    for (int64_t i = 0; i < warmup; ++i) {
-        runner->generate(opt);
-        runner->generate(opt, accel.get());
-    }
-    for (int64_t r = 0; r < a.repeat; ++r) {
-        for (Side* s : {&base, &fast}) {
-            s->last = runner->generate(opt, s == &fast ? accel.get() : nullptr);
-            s->step_ms.push_back(s->last.step_millis);
-            s->total_ms.push_back(s->last.total_millis - s->last.decode_millis);
+    report_out_of_memory(*runner, opt, [&] {
+        for (int64_t i = 0; i < warmup; ++i) {
+            runner->generate(opt);
+            runner->generate(opt, accel.get());
         }
-    }
+        for (int64_t r = 0; r < a.repeat; ++r) {
+            for (Side* s : {&base, &fast}) {
+                s->last = runner->generate(opt, s == &fast ? accel.get() : nullptr);
+                s->step_ms.push_back(s->last.step_millis);
+                s->total_ms.push_back(s->last.total_millis - s->last.decode_millis);
+            }
+        }
+    });
 
     const bool images = base.last.images.defined() && fast.last.images.defined();
     at::Tensor ib = base.last.images, ia = fast.last.images;

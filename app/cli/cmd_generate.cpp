@@ -80,6 +80,7 @@ int run(GenerateArgs& a) {
 
     const auto runner = a.model.build();
     const SampleSettings opt = a.sampling.resolve(*runner);
+    a.sampling.check_memory(*runner, opt);
     const auto accel = a.sampling.accel(*runner, a.accel);
     if (!a.out.empty() && !runner->has_decoder())
         throw std::invalid_argument(
@@ -88,16 +89,17 @@ int run(GenerateArgs& a) {
     check_generate_outputs(a.out, opt.images(), a.tokens_out, a.timings_json, a.force);
     if (accel->enabled()) std::cerr << "accelerators: " << accel->summary() << "\n";
     std::cerr << runner->describe() << "\n";
-    for (int64_t i = 0; i < a.warmup; ++i) runner->generate(opt, accel.get());
-
     std::vector<RunResult> runs;
-    for (int64_t r = 0; r < a.repeat; ++r) {
-        std::cerr << "run " << r + 1 << "/" << a.repeat << " on " << runner->device() << "\n";
-        ProgressPrinter progress(*runner, runner->steps(opt));
-        runs.push_back(runner->generate(opt, accel.get(), a.quiet ? nullptr : &progress));
-        std::cerr << "  decode " << runs.back().decode_millis << " ms, total "
-                  << runs.back().total_millis << " ms\n";
-    }
+    report_out_of_memory(*runner, opt, [&] {
+        for (int64_t i = 0; i < a.warmup; ++i) runner->generate(opt, accel.get());
+        for (int64_t r = 0; r < a.repeat; ++r) {
+            std::cerr << "run " << r + 1 << "/" << a.repeat << " on " << runner->device() << "\n";
+            ProgressPrinter progress(*runner, runner->steps(opt));
+            runs.push_back(runner->generate(opt, accel.get(), a.quiet ? nullptr : &progress));
+            std::cerr << "  decode " << runs.back().decode_millis << " ms, total "
+                      << runs.back().total_millis << " ms\n";
+        }
+    });
     const RunResult& res = runs.back();
     std::vector<double> totals, decodes;
     for (const auto& r : runs) {

@@ -13,7 +13,6 @@
 #include "app/cli/image_io.h"
 #include "app/cli/io_paths.h"
 #include "app/cli/option_checks.h"
-#include "app/cli/sampling_args.h"
 #include "app/cli/seed_option.h"
 #include "core/accel/lazymar.h"
 #include "core/io/json_read.h"
@@ -76,7 +75,8 @@ void check_output_file(const std::string& path, bool force, const std::string& f
         throw std::invalid_argument(flag + ": cannot write in '" + dir.string() + "'");
     if (image) {
         std::string ext = p.extension().string();
-        std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return std::tolower(ch); });
+        std::transform(ext.begin(), ext.end(), ext.begin(),
+                       [](unsigned char ch) { return std::tolower(ch); });
         if (ext == ".jpeg") ext = ".jpg";
         // supported_image_formats(): ".png, .jpg, .ppm, .npy" or ".ppm, .npy (...)".
         const std::string formats = supported_image_formats();
@@ -127,7 +127,8 @@ void prepare_output_dir(const std::string& dir, const std::string& flag) {
         throw std::invalid_argument(flag + ": '" + dir + "' exists and is not a folder");
     fs::create_directories(dir, ec);
     if (ec)
-        throw std::invalid_argument(flag + ": cannot create the folder '" + dir + "': " + ec.message());
+        throw std::invalid_argument(flag + ": cannot create the folder '" + dir +
+                                    "': " + ec.message());
     if (!writable_dir(dir)) throw std::invalid_argument(flag + ": cannot write in '" + dir + "'");
 }
 

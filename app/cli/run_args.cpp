@@ -16,6 +16,7 @@
 #include "core/io/state_dict.h"  // CheckpointError
 #include "core/resources.h"
 #include "core/text/class_matcher.h"
+#include "kernels/memory_stats.h"
 
 namespace varscope::cli {
 namespace {
@@ -91,6 +92,11 @@ void ModelArgs::add_to(CLI::App& cmd, Family default_family) {
                             ->check(whole_number_at_least(1));  // each entry; "" was read as [0]
     o["--device"] =
         cmd.add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
+    o["--device-memory-fraction"] =
+        cmd.add_option("--device-memory-fraction", memory_fraction,
+                       "CUDA: the share of the GPU's memory this process may allocate (to share a "
+                       "GPU; also how the out-of-memory handling is tested)")
+            ->check(CLI::Range(0.001, 1.0));
     o["--precision"] =
         cmd.add_option("--precision", precision,
                        "transformer precision (VAR also: bf16-autocast: fp32 stream, bf16 matrix "
@@ -121,6 +127,12 @@ Family ModelArgs::likely_family() const {
 std::unique_ptr<Runner> ModelArgs::build() const {
     LoadOptions lo = load_options(device, precision);
     lo.exec = exec_policy();  // the VARSCOPE_* variables, read once (app/exec_env)
+    if (given("--device-memory-fraction")) {
+        const c10::Device d(lo.device);
+        if (!d.is_cuda())
+            throw std::invalid_argument("--device-memory-fraction is for a CUDA device");
+        kernels::set_cuda_memory_fraction(d.index() < 0 ? 0 : d.index(), memory_fraction);
+    }
     std::unique_ptr<Runner> runner;
     if (!var_path.empty() && !mar_path.empty())
         throw std::invalid_argument("pass one checkpoint: --var or --mar");
@@ -255,6 +267,39 @@ void SampleArgs::add_to(CLI::App& cmd) {
     o["--attention"] = cmd.add_option("--attention", attention, "attention backend")
                            ->check(CLI::IsMember({"sdpa", "eager"}))
                            ->capture_default_str();
+    o["--no-memory-check"] =
+        cmd.add_flag("--no-memory-check", no_memory_check,
+                     "run even when the memory estimate says the batch does not fit");
+}
+
+std::string out_of_memory_message(const Runner& runner, const SampleSettings& s,
+                                  const std::string& what) {
+    kernels::empty_cuda_cache();  // what the failed run held is free again
+    const MemoryEstimate estimate = runner.estimate_memory(s);
+    const int64_t available = available_memory(runner.device());
+    std::string msg = "out of " + runner.device().str() + " memory with " +
+                      std::to_string(s.images()) + (s.images() == 1 ? " image" : " images") +
+                      " (estimate " + format_bytes(estimate.bytes());
+    if (available >= 0) msg += ", " + format_bytes(available) + " free now";
+    msg += ")";
+    if (available >= 0) {
+        const int64_t fit = std::min(
+            estimate.max_images(int64_t(double(available) * kMemoryHeadroom)), s.images() / 2);
+        msg += fit > 0 ? ": try --batch " + std::to_string(fit)
+                       : ": not even one image fits; try a smaller precision or schedule";
+    }
+    const auto first_line = what.substr(0, what.find('\n'));
+    return msg + "\n  (" + first_line + ")";
+}
+
+void SampleArgs::check_memory(const Runner& runner, const SampleSettings& s) const {
+    const MemoryEstimate estimate = runner.estimate_memory(s);
+    if (no_memory_check) return;
+    try {
+        check_memory_fits(estimate, available_memory(runner.device()), runner.device().str());
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string(e.what()) + " (--no-memory-check runs it anyway)");
+    }
 }
 
 bool SampleArgs::given(const std::string& flag) const {

@@ -4,9 +4,12 @@
 // family, each family's own flags refused on another family's model.
 #pragma once
 
+#include <c10/util/Exception.h>
+
 #include <CLI/CLI.hpp>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -23,6 +26,7 @@ struct ModelArgs {
     std::string device = "cpu", precision = "fp32";
     std::string sampling_steps = "100";
     bool raw_weights = false;
+    double memory_fraction = 1.0;  // CUDA: the caching allocator's share of the device
 
     // default_family: the embedded model without --family (generate: VAR; generate-mar: MAR).
     void add_to(CLI::App& cmd, Family default_family);
@@ -51,6 +55,7 @@ struct SampleArgs {
     bool more_smooth = false;
     std::string attention = "sdpa";
     bool no_cuda_graphs = false;
+    bool no_memory_check = false;
     int64_t num_iter = 64;
     std::string cfg_schedule = "linear";
     double temperature = 1.0;
@@ -65,10 +70,29 @@ struct SampleArgs {
     // --head-cfg-period folded into LazyMAR's config (it needs LazyMAR's condition cache).
     std::shared_ptr<const AccelPlan> accel(const Runner& runner, const std::string& arg) const;
     bool given(const std::string& flag) const;
+    // Refuses settings whose memory estimate (Runner::estimate_memory) does not fit what the
+    // device (or host) has free, naming the largest batch that does; --no-memory-check skips it.
+    // std::invalid_argument.
+    void check_memory(const Runner& runner, const SampleSettings& s) const;
 
   private:
     std::map<std::string, CLI::Option*> options_;
 };
+
+// What a user reads when the device ran out of memory mid-run: the batch, the estimate, what is
+// free now and the largest batch the estimate says fits ("try --batch N").
+std::string out_of_memory_message(const Runner& runner, const SampleSettings& s,
+                                  const std::string& what);
+// Runs `f` (a command's sampling): a device out-of-memory error becomes a std::runtime_error with
+// out_of_memory_message (exit 3). Nothing has been written then: outputs follow the runs.
+template <class F>
+auto report_out_of_memory(const Runner& runner, const SampleSettings& s, F&& f) -> decltype(f()) {
+    try {
+        return f();
+    } catch (const c10::OutOfMemoryError& e) {
+        throw std::runtime_error(out_of_memory_message(runner, s, e.what_without_backtrace()));
+    }
+}
 
 // The class a prompt names, matched against the class-name list that belongs to the model file
 // (class_list_for); prints the ranked matches to stderr.

@@ -1,6 +1,10 @@
 #include "core/models/detect.h"
 
 #include "core/io/checkpoint.h"
+#include "core/models/kl_vae.h"
+#include "core/models/mar.h"
+#include "core/models/var.h"
+#include "core/models/vqvae.h"
 
 namespace varscope {
 
@@ -12,7 +16,8 @@ ModelFamily detect_flat(const StateDict& d) {
         return ModelFamily::VarTransformer;
     if (has("quantize.embedding.weight") && has("encoder.conv_in.weight"))
         return ModelFamily::MultiScaleVqvae;
-    if (has("z_proj.weight") && (has("diffloss.net.input_proj.weight") || has("encoder_pos_embed_learned")))
+    if (has("z_proj.weight") &&
+        (has("diffloss.net.input_proj.weight") || has("encoder_pos_embed_learned")))
         return ModelFamily::MarTransformer;
     if (has("encoder.conv_in.weight") && has("quant_conv.weight") && has("decoder.conv_out.weight"))
         return ModelFamily::KlVae;
@@ -35,17 +40,40 @@ DetectedFamily detect_family_nested(const StateDict& d) {
     return {ModelFamily::Unknown, ""};
 }
 
-ModelFamily detect_family(const StateDict& d) { return detect_flat(d); }
+ModelFamily detect_family(const StateDict& d) {
+    return detect_flat(d);
+}
 
 std::string family_name(ModelFamily f) {
     switch (f) {
-        case ModelFamily::VarTransformer: return "VAR transformer";
-        case ModelFamily::MultiScaleVqvae: return "VAR multi-scale VQVAE";
-        case ModelFamily::MarTransformer: return "MAR transformer";
-        case ModelFamily::KlVae: return "KL VAE";
-        case ModelFamily::Unknown: break;
+        case ModelFamily::VarTransformer:
+            return "VAR transformer";
+        case ModelFamily::MultiScaleVqvae:
+            return "VAR multi-scale VQVAE";
+        case ModelFamily::MarTransformer:
+            return "MAR transformer";
+        case ModelFamily::KlVae:
+            return "KL VAE";
+        case ModelFamily::Unknown:
+            break;
     }
     return "unknown";
+}
+
+nlohmann::json inferred_config(ModelFamily f, const StateDict& dict) {
+    switch (f) {
+        case ModelFamily::VarTransformer:
+            return VarConfig::infer_from(dict).to_json();
+        case ModelFamily::MarTransformer:
+            return MarConfig::infer_from(dict).to_json();
+        case ModelFamily::MultiScaleVqvae:
+            return VqvaeConfig::infer_from(dict, patch_nums_256()).to_json();
+        case ModelFamily::KlVae:
+            return KlVaeConfig::infer_from(dict).to_json();
+        case ModelFamily::Unknown:
+            break;
+    }
+    return nullptr;
 }
 
 }  // namespace varscope

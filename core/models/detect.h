@@ -1,6 +1,7 @@
 // The one place that tells model families apart, from tensor names alone.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/io/state_dict.h"
@@ -21,5 +22,10 @@ struct DetectedFamily {
 };
 DetectedFamily detect_family_nested(const StateDict& dict);
 std::string family_name(ModelFamily f);
+
+// The architecture `dict` (the family's own tensors, wrapper prefix removed) describes, as the
+// family's config JSON read off tensor names and shapes; null for an unknown family. What `info`
+// prints: a new family adds its case here, beside its detection.
+nlohmann::json inferred_config(ModelFamily f, const StateDict& dict);
 
 }  // namespace varscope

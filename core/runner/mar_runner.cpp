@@ -14,6 +14,7 @@
 #include "core/models/sampling_recommendation.h"
 #include "core/runner/runner.h"
 #include "core/runner/runner_internal.h"
+#include "core/sampling/chunked_decode.h"
 
 namespace varscope {
 namespace {
@@ -143,6 +144,30 @@ class MarRunner : public Runner {
 
     void validate(const SampleSettings& s) const override { options(s).validate(cfg()); }
 
+    // Per image (2 rows with guidance, else 1): the encoder/decoder activations over the whole
+    // sequence (MAR recomputes it every step; QKV, attention output, FFN hidden and GELU,
+    // residual and norm copies), LazyMAR's per-layer feature cache as if on, the DiffLoss head
+    // on every token of a step (the official 4 noise draws per token, fp32, each residual
+    // block's maps). Fixed: the KL-16 decode of one chunk of images at full resolution in fp32
+    // (chunked_decode.h; first level 128 channels, about six maps live).
+    MemoryEstimate estimate_memory(const SampleSettings& s) const override {
+        const MarConfig& c = cfg();
+        const auto eb = int64_t(element_bytes());
+        const int64_t rows = s.cfg != 1.0 ? 2 : 1, T = c.total_len();
+        const int64_t C = std::max(c.encoder_embed_dim, c.decoder_embed_dim);
+        const int64_t hidden = int64_t(c.mlp_ratio * double(C));
+        const int64_t acts = rows * T * (8 * C + 2 * hidden) * eb;
+        const int64_t cache = (c.encoder_depth + c.decoder_depth) * rows * T * C * eb;
+        const int64_t head = rows * c.seq_len() * 4 * c.diffloss_w * (6 * c.diffloss_d + 4) * 4;
+        const int64_t decode =
+            s.decode && pipe_.has_vae() ? 128 * c.img_size * c.img_size * 4 * 6 : 0;
+        MemoryEstimate e;
+        e.images = s.images();
+        e.per_image = acts + cache + head;
+        e.fixed = decode * std::min(e.images, decode_chunk_images(c.img_size));
+        return e;
+    }
+
     nlohmann::json settings_json(const SampleSettings& s) const override {
         return {{"num_iter", s.num_iter},
                 {"cfg", s.cfg},
@@ -185,6 +210,8 @@ class MarRunner : public Runner {
         const auto hooks = build_mar_accelerators(mar_config_of(accel), cfg());
         return !hooks || hooks->graph_signature().has_value();
     }
+
+    void release_graphs() override { pipe_.sampler().clear_cuda_graphs(); }
 
     RunResult generate(const SampleSettings& s, const AccelPlan* accel, ProbeSink* probe) override {
         const MarAccelConfig& ac = mar_config_of(accel);
@@ -319,6 +346,10 @@ class MarRunner : public Runner {
 
   private:
     const MarConfig& cfg() const { return pipe_.config(); }
+    size_t element_bytes() const {
+        for (const auto& p : pipe_.sampler().transformer()->parameters()) return p.element_size();
+        return 4;
+    }
     int64_t diffusion_steps() const { return pipe_.sampler().diffusion().schedule().num_steps(); }
     // Per grid position of the first image, the step that decoded it (-1: never).
     std::vector<int64_t> decode_steps(const RunResult& r) const {

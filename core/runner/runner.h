@@ -22,8 +22,10 @@
 #include "core/mar_pipeline.h"
 #include "core/pipeline.h"  // LoadOptions, AttentionBackend
 #include "core/runner/family.h"
+#include "core/runner/memory_estimate.h"
 #include "core/sampling/mar_sampler.h"  // CfgSchedule
 #include "core/sampling/probes.h"
+#include "core/sampling/step_cost.h"
 
 namespace varscope {
 
@@ -67,6 +69,9 @@ struct SampleSettings {
     bool cuda_graphs = true;  // replay steps as CUDA graphs where the run allows it
     bool decode = true;       // decode images with the VAE
     bool time_steps = true;   // synchronise the device per step to time it
+    // Time the parts of each step's forward with CUDA events (RunResult::step_costs; the
+    // events cost a little, so a bench reads these from extra runs). VAR only; others ignore.
+    bool time_parts = false;
     // Count FLOPs beyond attention (MAR: linear layers and the DiffLoss head; their counter
     // keeps the steps eager). VAR always reports its attention FLOPs.
     bool count_flops = false;
@@ -108,6 +113,10 @@ struct RunResult {
     // computed_share, unconditional_skipped); empty when they report nothing.
     std::vector<nlohmann::json> step_info;
     StateDict tensors;  // what --tokens-out writes, in the family's own layout
+    // Per step, FLOPs per part of the forward, kernel launches of its CUDA graph, and with
+    // SampleSettings::time_parts the part times (core/sampling/step_cost.h); empty for a family
+    // without the cost model (MAR).
+    std::vector<StepCost> step_costs;
     // The model's own time: every step and the decode, without probes and graph capture.
     double model_millis() const { return total_millis - probe_millis - graph_capture_millis; }
 };
@@ -148,6 +157,9 @@ class Runner {
                                       bool eager_attention) = 0;
     // std::invalid_argument naming the field when the settings do not fit the model.
     virtual void validate(const SampleSettings& s) const = 0;
+    // Memory a run with `s` needs beyond the loaded weights (an upper bound from shapes; see
+    // memory_estimate.h). Front ends check it against available_memory() before running.
+    virtual MemoryEstimate estimate_memory(const SampleSettings& s) const = 0;
     // The settings this family reads, for reports (cfg, top_k, ... or num_iter, cfg_schedule).
     virtual nlohmann::json settings_json(const SampleSettings& s) const = 0;
     // Fills the settings not named in `given` (flag names without dashes: "cfg", "top_k",
@@ -165,6 +177,10 @@ class Runner {
     virtual std::shared_ptr<const AccelPlan> accel_from_argument(const std::string& arg) const = 0;
     // Whether a run with `accel` (null = baseline) and `s` can replay CUDA graphs (on CUDA).
     virtual bool graphs_possible(const AccelPlan* accel, const SampleSettings& s) const = 0;
+
+    // Frees the CUDA graphs (and the KV caches they hold) captured so far: a bench calls it
+    // between methods so one method's graphs do not count against the next one's memory.
+    virtual void release_graphs() = 0;
 
     // One run. Accelerator hooks are built afresh from `accel` for it (null = baseline).
     virtual RunResult generate(const SampleSettings& s, const AccelPlan* accel = nullptr,

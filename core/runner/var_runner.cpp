@@ -6,8 +6,10 @@
 #include "core/accel/accel_config.h"
 #include "core/metrics/image_metrics.h"
 #include "core/models/sampling_recommendation.h"
+#include "core/models/var_teacher_input.h"
 #include "core/runner/runner.h"
 #include "core/runner/runner_internal.h"
+#include "core/sampling/chunked_decode.h"
 
 namespace varscope {
 namespace {
@@ -48,49 +50,13 @@ class VarRunner : public Runner {
 
     StateDict teacher_forward(const StateDict& input, const std::string& source,
                               bool eager) override {
-        const VarConfig& c = cfg();
-        const auto bad = [&](const std::string& what) {
-            return std::invalid_argument(source + ": " + what);
-        };
-        // Integer tensors with values in range: out-of-range ids reached LibTorch's "index out
-        // of range in self", and float ids were truncated without a word.
-        const auto check_ids = [&](const std::string& name, const at::Tensor& t, int64_t lo,
-                                   int64_t hi) {
-            if (at::isFloatingType(t.scalar_type()) || t.scalar_type() == at::kBool)
-                throw bad("'" + name + "' must hold integers, got " +
-                          std::string(c10::toString(t.scalar_type())));
-            if (t.numel() > 0 && (t.min().item<int64_t>() < lo || t.max().item<int64_t>() > hi))
-                throw bad("'" + name + "' values must be in [" + std::to_string(lo) + ", " +
-                          std::to_string(hi) + "]");
-        };
-        const auto labels_it = input.find("labels");
-        if (labels_it == input.end()) throw bad("no 'labels' tensor");
-        const at::Tensor labels = labels_it->second;
-        if (labels.dim() != 1 || labels.size(0) < 1)
-            throw bad("'labels' must be (B) with B >= 1, got " + c10::str(labels.sizes()));
-        // -1 or num_classes (the official code's index): the unconditional embedding.
-        check_ids("labels", labels, -1, c.num_classes);
-        const int64_t B = labels.size(0);
+        const VarTeacherInput in = check_var_teacher_input(input, cfg(), source);
         const auto dev = device();
         std::vector<at::Tensor> idx;
-        for (int64_t si = 0; si < c.num_scales(); ++si) {
-            const std::string name = "tokens." + std::to_string(si);
-            auto it = input.find(name);
-            if (it == input.end()) throw bad("no '" + name + "'");
-            const int64_t pn = c.patch_nums[si];
-            if (it->second.dim() != 2 || it->second.size(0) != B || it->second.size(1) != pn * pn)
-                throw bad("'" + name + "' must be (" + std::to_string(B) + ", " +
-                          std::to_string(pn * pn) + "), got " + c10::str(it->second.sizes()));
-            check_ids(name, it->second, 0, c.vocab_size - 1);
-            idx.push_back(it->second.to(dev, at::kLong));
-        }
-        if (input.count("tokens." + std::to_string(c.num_scales())))
-            throw bad("more token maps than the model's " + std::to_string(c.num_scales()) +
-                      " scales");
+        for (const auto& t : in.tokens) idx.push_back(t.to(dev));
         c10::InferenceMode guard;
         auto x = pipe_.sampler().vqvae()->idx_to_var_input(idx);
-        auto logits =
-            pipe_.sampler().transformer()->forward_teacher(labels.to(dev, at::kLong), x, eager);
+        auto logits = pipe_.sampler().transformer()->forward_teacher(in.labels.to(dev), x, eager);
         return {{"logits", logits.cpu()}, {"x_BLCv", x.to(at::kFloat).cpu()}};
     }
 
@@ -108,6 +74,33 @@ class VarRunner : public Runner {
     }
 
     void validate(const SampleSettings& s) const override { options(s).validate(cfg()); }
+
+    // Per image (2 rows: the conditional and the guidance row): the KV cache of every layer
+    // for the whole schedule; the largest scale's activations (QKV, attention output, FFN
+    // hidden and GELU, residual and norm copies) and, with eager attention, its fp32 scores;
+    // its fp32 logits with the sampler's softmax and top-k copies. Fixed: the VQVAE decode of
+    // one chunk of images at full resolution in fp32 (chunked_decode.h; the first level's
+    // channels, about six maps of them live in a residual block with upsampling).
+    MemoryEstimate estimate_memory(const SampleSettings& s) const override {
+        const VarConfig& c = cfg();
+        const VqvaeConfig& q = pipe_.vae_config();
+        const auto eb = int64_t(element_bytes());
+        const int64_t rows = 2, C = c.embed_dim, L = c.total_tokens();
+        const int64_t pn = c.patch_nums.back(), n = pn * pn;
+        const int64_t kv = c.depth * 2 * rows * L * C * eb;
+        const int64_t hidden = int64_t(c.mlp_ratio * double(C));
+        const int64_t acts = rows * n * (8 * C + 2 * hidden) * eb;
+        const int64_t scores =
+            s.attention == AttentionBackend::Eager ? rows * c.num_heads * n * L * 4 * 2 : 0;
+        const int64_t logits = rows * n * c.vocab_size * 4 * 3;
+        const int64_t side = pn * q.downsample();
+        const int64_t decode = s.decode ? q.ch * q.ch_mult.front() * side * side * 4 * 6 : 0;
+        MemoryEstimate e;
+        e.images = s.images();
+        e.per_image = kv + acts + scores + logits;
+        e.fixed = decode * std::min(e.images, decode_chunk_images(side));
+        return e;
+    }
 
     nlohmann::json settings_json(const SampleSettings& s) const override {
         nlohmann::json j = {{"cfg", s.cfg}, {"top_k", s.top_k}, {"top_p", s.top_p}};
@@ -141,6 +134,8 @@ class VarRunner : public Runner {
         return !hooks || hooks->graph_signature(cfg()).has_value();
     }
 
+    void release_graphs() override { pipe_.sampler().clear_cuda_graphs(); }
+
     RunResult generate(const SampleSettings& s, const AccelPlan* accel, ProbeSink* probe) override {
         const auto hooks = build_accelerators(var_config_of(accel), cfg(), probe);
         VarSampleResult r = pipe_.generate(options(s), hooks.get(), probe);
@@ -158,6 +153,7 @@ class VarRunner : public Runner {
         out.kv_bytes_peak = r.kv_bytes_peak;
         out.attention_flops = r.attention_flops;
         out.cuda_graphs = r.cuda_graphs;
+        out.step_costs = r.step_costs;
         out.flops = {{"attention", r.attention_flops}, {"total", r.attention_flops}};
         out.tensors["labels"] = r.labels.cpu();
         for (size_t si = 0; si < r.tokens.size(); ++si)
@@ -197,6 +193,10 @@ class VarRunner : public Runner {
 
   private:
     const VarConfig& cfg() const { return pipe_.var_config(); }
+    size_t element_bytes() const {
+        for (const auto& p : pipe_.sampler().transformer()->parameters()) return p.element_size();
+        return 4;
+    }
     VarSampleOptions options(const SampleSettings& s) const {
         VarSampleOptions o;
         o.class_ids = s.class_ids;
@@ -208,6 +208,7 @@ class VarRunner : public Runner {
         o.more_smooth = s.more_smooth;
         o.attention = s.attention;
         o.time_scales = s.time_steps;
+        o.time_parts = s.time_parts;
         o.decode = s.decode;
         o.cuda_graphs = s.cuda_graphs;
         o.cancel = s.cancel;

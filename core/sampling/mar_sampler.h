@@ -112,6 +112,8 @@ class MarSampler {
     void set_exec_policy(const ExecPolicy& exec);
     const ExecPolicy& exec_policy() const { return diffusion_.exec_policy(); }
     bool has_decoder() const { return static_cast<bool>(decoder_); }
+    // Frees the captured graphs (they hold their own buffers); the next sample captures again.
+    void clear_cuda_graphs() { graphs_.reset(); }
     void set_decoder(LatentDecoder decoder) { decoder_ = std::move(decoder); }
 
   private:

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/accel/probe_kinds.h"
+#include "core/sampling/chunked_decode.h"
 #include "core/sampling/cuda_graph.h"
 #include "core/sampling/kv_cache.h"
 #include "core/sampling/token_sampling.h"
@@ -468,8 +469,9 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw SamplingCancelled();
         const auto t_step = Clock::now();
         // Hooks see f_hat as it was before the step (the VQVAE updates it in place).
-        ScaleContext sctx{c, si, c.patch_nums[si], B, c.scale_begin(si),
-                          hooks ? f_hat.clone() : f_hat, {}, step, exec_};
+        ScaleContext sctx{
+            c,    si,   c.patch_nums[si], B, c.scale_begin(si), hooks ? f_hat.clone() : f_hat, {},
+            step, exec_};
         const int64_t group =
             hooks ? std::clamp<int64_t>(hooks->group_size(sctx), 1, S_run - si) : 1;
         for (int64_t g = 0; g < group; ++g) {
@@ -627,17 +629,20 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     res.kv_bytes = graphs ? graphs->kv_bytes() : eager_cache->total_bytes();
     if (graphs) res.graph_capture_millis = graphs->capture_millis() - capture_ms_before;
     const auto t_dec = Clock::now();
+    // In chunks of images (chunked_decode.h): the VQVAE's full-size maps would scale with B.
+    const int64_t chunk = decode_chunk_images(vae_->config().downsample() * c.patch_nums.back());
+    const auto decode = [&](const at::Tensor& f) {
+        return decode_in_chunks(
+            f, chunk, [&](const at::Tensor& part) { return vae_->decode(part).add(1).mul(0.5); });
+    };
     if (opt.decode && graphs) {
         // A copy: the graph's output is overwritten by the next call's replay.
         res.images = guarded([&] {
-            return graphs
-                ->run(
-                    "decode",
-                    [&] { return std::vector<at::Tensor>{vae_->decode(f_hat).add(1).mul(0.5)}; })[0]
+            return graphs->run("decode", [&] { return std::vector<at::Tensor>{decode(f_hat)}; })[0]
                 .clone();
         });
     } else if (opt.decode) {
-        res.images = vae_->decode(f_hat).add(1).mul(0.5);
+        res.images = decode(f_hat);
     }
     if (opt.time_scales) synchronize_device(device);
     res.decode_millis = millis_since(t_dec);

@@ -13,6 +13,7 @@
 #include "core/metrics/image_metrics.h"
 #include "core/resources.h"
 #include "core/runner/runner.h"
+#include "kernels/memory_stats.h"
 #include "ui/engine/engine_convert.h"
 
 namespace varscope::gui {
@@ -197,6 +198,9 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
     opt.cancel = cancel;
     opt.cuda_graphs = s.cuda_graphs;
     runner.validate(opt);
+    // A run that cannot fit is refused before it starts (the app stays usable).
+    check_memory_fits(runner.estimate_memory(opt), available_memory(runner.device()),
+                      runner.device().str());
 
     ProbeRecorder::Selection sel;
     if (s.attention_layer >= 0 && s.attention_layer < info_.depth) sel.layers = {s.attention_layer};
@@ -218,6 +222,11 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
         res = runner.generate(opt, plan.get(), &rec);
     } catch (const SamplingCancelled&) {
         throw Cancelled();
+    } catch (const c10::OutOfMemoryError&) {
+        kernels::empty_cuda_cache();  // what the run held is released: the app stays usable
+        throw std::runtime_error(
+            "out of " + runner.device().str() + " memory (this run's estimate: " +
+            format_bytes(runner.estimate_memory(opt).bytes()) + "); the model stays loaded");
     }
     if (!res.images.defined())
         throw std::runtime_error("this model has no VAE attached: nothing to show");

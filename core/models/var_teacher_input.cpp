@@ -1,13 +1,13 @@
-#include "app/cli/teacher_input.h"
+#include "core/models/var_teacher_input.h"
 
 #include <ATen/ATen.h>
 
 #include <stdexcept>
 
-namespace varscope::cli {
+namespace varscope {
 
-TeacherInput check_teacher_input(const StateDict& input, const VarConfig& c,
-                                 const std::string& path) {
+VarTeacherInput check_var_teacher_input(const StateDict& input, const VarConfig& c,
+                                        const std::string& path) {
     const auto bad = [&](const std::string& what) {
         return std::invalid_argument(path + ": " + what);
     };
@@ -25,7 +25,7 @@ TeacherInput check_teacher_input(const StateDict& input, const VarConfig& c,
     };
     const auto labels_it = input.find("labels");
     if (labels_it == input.end()) throw bad("no 'labels' tensor");
-    TeacherInput out;
+    VarTeacherInput out;
     out.labels = labels_it->second;
     if (out.labels.dim() != 1 || out.labels.size(0) < 1)
         throw bad("'labels' must be (B) with B >= 1, got " + c10::str(out.labels.sizes()));
@@ -49,4 +49,4 @@ TeacherInput check_teacher_input(const StateDict& input, const VarConfig& c,
     return out;
 }
 
-}  // namespace varscope::cli
+}  // namespace varscope

@@ -1,0 +1,80 @@
+#include "core/runner/memory_estimate.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "kernels/memory_stats.h"
+
+namespace varscope {
+
+int64_t MemoryEstimate::max_images(int64_t available) const {
+    if (per_image <= 0) return available >= fixed ? images : 0;
+    const int64_t left = available - fixed;
+    return left <= 0 ? 0 : left / per_image;
+}
+
+nlohmann::json MemoryEstimate::to_json() const {
+    return {{"images", images}, {"per_image", per_image}, {"fixed", fixed}, {"bytes", bytes()}};
+}
+
+namespace {
+
+// MemAvailable of /proc/meminfo in bytes, -1 when absent (not Linux).
+int64_t host_available() {
+    std::ifstream f("/proc/meminfo");
+    std::string key;
+    int64_t kib = 0;
+    std::string unit;
+    while (f >> key >> kib >> unit)
+        if (key == "MemAvailable:") return kib * 1024;
+    return -1;
+}
+
+}  // namespace
+
+int64_t available_memory(const c10::Device& device) {
+    if (device.is_cpu()) return host_available();
+    if (device.is_cuda()) {
+        const int index = device.index() < 0 ? 0 : device.index();
+        const auto free = kernels::cuda_free_memory(index);
+        if (free < 0) return -1;
+        const auto m = kernels::cuda_memory(index);
+        return free + (m.reserved - m.allocated);
+    }
+    return -1;
+}
+
+std::string format_bytes(int64_t bytes) {
+    const double b = static_cast<double>(bytes);
+    char buf[32];
+    if (b >= 1024.0 * 1024 * 1024)
+        std::snprintf(buf, sizeof buf, "%.1f GiB", b / (1024.0 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024)
+        std::snprintf(buf, sizeof buf, "%.0f MiB", b / (1024.0 * 1024));
+    else
+        std::snprintf(buf, sizeof buf, "%.0f KiB", b / 1024.0);
+    return buf;
+}
+
+void check_memory_fits(const MemoryEstimate& estimate, int64_t available,
+                       const std::string& device_name) {
+    if (available < 0) return;
+    const auto usable = static_cast<int64_t>(static_cast<double>(available) * kMemoryHeadroom);
+    if (estimate.bytes() <= usable) return;
+    std::ostringstream msg;
+    msg << estimate.images << (estimate.images == 1 ? " image needs" : " images need") << " about "
+        << format_bytes(estimate.bytes()) << " of " << device_name << " memory ("
+        << format_bytes(estimate.per_image) << " per image";
+    if (estimate.fixed > 0) msg << " + " << format_bytes(estimate.fixed);
+    msg << "); " << format_bytes(available) << " is free";
+    const int64_t fit = estimate.max_images(usable);
+    if (fit > 0)
+        msg << ": a batch of at most " << fit << " fits";
+    else
+        msg << ": not even one image fits (a smaller schedule or precision, or another device)";
+    throw std::invalid_argument(msg.str());
+}
+
+}  // namespace varscope

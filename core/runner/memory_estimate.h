@@ -1,0 +1,46 @@
+// How much memory a run needs beyond the loaded weights, estimated before any work, so that a
+// batch or schedule that cannot fit the device (or the host, on CPU) is refused in a second with
+// numbers instead of failing minutes later with an allocator error.
+//
+// The estimate is an upper bound built from shapes (documented per family in its runner): the
+// KV cache, the largest step's activations and logits, the sampling buffers and the VAE decode
+// at full resolution. It is not a measurement: `bench e2e` reports it beside the measured peak
+// (memory_estimate vs peak_device_bytes) so that its margin is known per model.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace varscope {
+
+struct MemoryEstimate {
+    int64_t images = 1;
+    int64_t per_image = 0;  // bytes that grow with each image
+    int64_t fixed = 0;      // bytes independent of the batch
+    int64_t bytes() const { return fixed + per_image * images; }
+    // The most images that fit into `available` bytes (0 when not even one does).
+    int64_t max_images(int64_t available) const;
+    nlohmann::json to_json() const;
+};
+
+// Bytes that new allocations on `device` can still get: on CUDA the driver's free memory plus
+// what the caching allocator holds unused; on the CPU the kernel's MemAvailable. -1 when it
+// cannot be read (then nothing is refused).
+int64_t available_memory(const c10::Device& device);
+
+// Share of the available memory a run may plan to use: the estimate is an upper bound, but
+// other allocations (CUDA graphs' pools, the allocator's rounding, fragmentation) are not in it.
+constexpr double kMemoryHeadroom = 0.9;
+
+// Throws std::invalid_argument when `estimate` does not fit `available` bytes (with
+// kMemoryHeadroom) of `device_name`: the estimate, what is free and the largest batch that fits.
+// `available` < 0: unknown, nothing is checked.
+void check_memory_fits(const MemoryEstimate& estimate, int64_t available,
+                       const std::string& device_name);
+
+std::string format_bytes(int64_t bytes);  // "1.5 GiB", "300 MiB", "12 KiB"
+
+}  // namespace varscope

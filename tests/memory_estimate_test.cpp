@@ -1,0 +1,123 @@
+// The memory estimate before a run: the check's arithmetic and message, the runners' estimates
+// growing with what they should grow with, and the CLI refusing a batch that cannot fit.
+#include "core/runner/memory_estimate.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "core/runner/runner.h"
+#include "core/sampling/chunked_decode.h"
+#include "tests/cli_run.h"
+#include "tests/error_of.h"
+#include "tests/tiny_mar.h"
+#include "tests/tiny_models.h"
+
+namespace varscope {
+namespace {
+
+using testing::error_of;
+using testing::tiny_cpu_mar_config;
+using testing::tiny_pipeline;
+
+TEST(MemoryEstimate, MaxImagesAndBytes) {
+    MemoryEstimate e;
+    e.images = 3;
+    e.per_image = 100;
+    e.fixed = 50;
+    EXPECT_EQ(e.bytes(), 350);
+    EXPECT_EQ(e.max_images(1050), 10);
+    EXPECT_EQ(e.max_images(149), 0);
+    EXPECT_EQ(e.to_json()["bytes"], 350);
+}
+
+TEST(MemoryEstimate, CheckNamesTheBatchThatFits) {
+    MemoryEstimate e;
+    e.images = 64;
+    e.per_image = int64_t(1) << 30;  // 1 GiB an image
+    const int64_t free = int64_t(10) << 30;
+    const auto msg = error_of<std::invalid_argument>([&] { check_memory_fits(e, free, "cuda:0"); });
+    EXPECT_NE(msg.find("64 images need about 64.0 GiB of cuda:0 memory (1.0 GiB per image)"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("10.0 GiB is free: a batch of at most 9 fits"), std::string::npos) << msg;
+    e.images = 9;  // 9 GiB of 10: within the headroom
+    EXPECT_EQ(error_of<std::invalid_argument>([&] { check_memory_fits(e, free, "cuda:0"); }), "");
+    e.images = 1;
+    e.per_image = int64_t(20) << 30;
+    EXPECT_NE(error_of<std::invalid_argument>([&] {
+                  check_memory_fits(e, free, "cpu");
+              }).find("not even one image fits"),
+              std::string::npos);
+    // Unknown free memory: nothing is refused.
+    EXPECT_EQ(error_of<std::invalid_argument>([&] { check_memory_fits(e, -1, "cpu"); }), "");
+}
+
+TEST(MemoryEstimate, HostMemoryIsReadOnLinux) {
+    EXPECT_GT(available_memory(c10::Device(c10::kCPU)), 0);
+}
+
+TEST(MemoryEstimate, VarGrowsWithBatchDecodeAndEagerAttention) {
+    const auto runner = var_runner(tiny_pipeline());
+    SampleSettings s = runner->defaults();
+    s.batch = 1;
+    const auto one = runner->estimate_memory(s);
+    s.batch = 4;
+    const auto four = runner->estimate_memory(s);
+    EXPECT_GT(one.per_image, 0);
+    EXPECT_EQ(four.per_image, one.per_image);
+    EXPECT_EQ(four.bytes(), four.fixed + 4 * one.per_image);
+    // The decode is chunked: it counts once per chunk, not per image.
+    EXPECT_GT(one.fixed, 0);
+    EXPECT_EQ(four.fixed, 4 * one.fixed);  // the tiny model's images all fit one chunk
+    s.decode = false;
+    EXPECT_EQ(runner->estimate_memory(s).fixed, 0);
+    s.decode = true;
+    s.attention = AttentionBackend::Eager;
+    EXPECT_GT(runner->estimate_memory(s).per_image, one.per_image);
+}
+
+TEST(MemoryEstimate, MarGuidanceDoublesTheRows) {
+    const auto runner = random_mar_runner(tiny_cpu_mar_config(), 1, LoadOptions{});
+    SampleSettings s = runner->defaults();
+    s.cfg = 1.0;
+    s.decode = false;
+    const auto plain = runner->estimate_memory(s);
+    s.cfg = 3.0;
+    EXPECT_EQ(runner->estimate_memory(s).per_image, 2 * plain.per_image);
+}
+
+// Chunked decoding gives the images of a whole-batch decode, and bounds the chunk by pixels.
+TEST(ChunkedDecode, SameImagesAsOneCall) {
+    EXPECT_EQ(decode_chunk_images(256), 16);
+    EXPECT_EQ(decode_chunk_images(1024), 1);
+    EXPECT_EQ(decode_chunk_images(4096), 1);
+    const auto x = at::randn({7, 3, 4, 4});
+    int64_t calls = 0;
+    const auto f = [&](const at::Tensor& t) {
+        ++calls;
+        return t.mul(2).sum(1, true);
+    };
+    const auto whole = f(x);
+    calls = 0;
+    const auto chunked = decode_in_chunks(x, 3, f);
+    EXPECT_EQ(calls, 3);  // 3 + 3 + 1
+    EXPECT_TRUE(at::equal(whole, chunked));
+    calls = 0;
+    EXPECT_TRUE(at::equal(decode_in_chunks(x, 16, f), whole));
+    EXPECT_EQ(calls, 1);
+}
+
+TEST(MemoryEstimate, CliRefusesABatchThatCannotFitTheHost) {
+    // VAR-d16 keeps ~180 MB of KV cache per image on the 10-scale schedule: 4096 images
+    // (about 740 GB) cannot fit the hosts this suite runs on. Refused before sampling, with the
+    // batch that fits.
+    const auto r = varscope::testing::run_cli(
+        "generate --random 16 --batch 4096 --class 1 --tokens-out /tmp/never.safetensors");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("4096 images need about"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("a batch of at most"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--no-memory-check"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace varscope
