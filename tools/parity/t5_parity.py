@@ -304,6 +304,14 @@ def make_fixture(out_dir):
         tensors["relu.input_ids"] = b["input_ids"].to(torch.int64)
         tensors["relu.attention_mask"] = b["attention_mask"].to(torch.int64)
         tensors["relu.hidden.fp32"] = rm(**b).last_hidden_state
+    # HF's bucket of every relative position in [-600, 600] for flan-t5's (32, 128) and the
+    # fixture's (8, 20): the log-spaced buckets beyond what the tiny inputs reach.
+    from transformers.models.t5.modeling_t5 import T5Attention
+    rel = torch.arange(-600, 601, dtype=torch.int64)
+    tensors["bucket.relative_position"] = rel
+    for nb, md in ((32, 128), (8, 20)):
+        tensors[f"bucket.{nb}_{md}"] = T5Attention._relative_position_bucket(
+            rel, bidirectional=True, num_buckets=nb, max_distance=md).to(torch.int64)
     save_file({k: v.contiguous() for k, v in tensors.items()},
               os.path.join(out_dir, "expected.safetensors"),
               metadata={"texts": json.dumps(texts, ensure_ascii=False)})

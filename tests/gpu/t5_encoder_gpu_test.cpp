@@ -1,0 +1,77 @@
+// The T5 encoder on CUDA: the tiny fixture against HF (fp32, bf16, fp16 with fp32 `wo`), moving
+// the weights off the GPU and back (Infinity's low-memory mode), and flan-t5-xl's shape from
+// `tools/parity/t5_parity.py --check DIR` (VARSCOPE_T5_PARITY_DIR=DIR). Skips without CUDA.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "core/io/checkpoint.h"
+#include "core/models/t5_encoder.h"
+#include "tests/test_util.h"
+#include "tests/tiny_models.h"
+
+using namespace varscope;
+
+#define REQUIRE_CUDA() \
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+namespace {
+
+double rel_error(const at::Tensor& a, const at::Tensor& b) {
+    const at::Tensor x = a.to(at::kCPU).to(at::kDouble), y = b.to(at::kCPU).to(at::kDouble);
+    return (x - y).abs().max().item<double>() / y.abs().max().item<double>();
+}
+
+T5Encoder load_on_cuda(const std::string& folder, at::ScalarType dt) {
+    std::string what;
+    const StateDict t = load_t5_encoder_tensors(folder, &what);
+    T5EncoderOptions o;
+    o.dtype = dt;
+    T5Encoder enc(load_t5_encoder_config(folder + "/config.json"), o);
+    enc.load(t, what);
+    enc.to(c10::Device(c10::kCUDA, 0));
+    return enc;
+}
+
+}  // namespace
+
+TEST(T5EncoderGpu, TinyFixtureMatchesHuggingFace) {
+    REQUIRE_CUDA();
+    const std::string dir = varscope::testing::source_dir() + "/tests/fixtures/t5_tiny";
+    const StateDict e = load_safetensors(dir + "/expected.safetensors");
+    for (auto [dt, name, bound] : {std::tuple{at::kFloat, "fp32", 1e-5},
+                                   std::tuple{at::kBFloat16, "bf16", 3e-2},
+                                   std::tuple{at::kHalf, "fp16", 1e-2}}) {
+        T5Encoder enc = load_on_cuda(dir + "/model", dt);
+        const at::Tensor out = enc.forward(e.at("longest.input_ids"), e.at("longest.attention_mask"));
+        EXPECT_TRUE(out.is_cuda());
+        const double err = rel_error(out, e.at(std::string("longest.hidden.") + name));
+        std::cout << "[t5 gpu] " << name << " rel. error vs HF (CPU) " << err << "\n";
+        EXPECT_LE(err, bound) << name;
+        enc.to(c10::kCPU);  // low-memory mode: off the GPU and back gives the same output
+        EXPECT_TRUE(enc.device().is_cpu());
+        enc.to(c10::Device(c10::kCUDA, 0));
+        EXPECT_TRUE(at::equal(
+            out, enc.forward(e.at("longest.input_ids"), e.at("longest.attention_mask"))));
+    }
+}
+
+TEST(T5EncoderGpu, FlanT5XlShape) {
+    REQUIRE_CUDA();
+    const char* env = std::getenv("VARSCOPE_T5_PARITY_DIR");
+    if (!env) GTEST_SKIP() << "VARSCOPE_T5_PARITY_DIR not set (tools/parity/t5_parity.py --check)";
+    const std::string dir = env;
+    const StateDict e = load_safetensors(dir + "/expected.safetensors");
+    for (auto [dt, name, bound] :
+         {std::tuple{at::kFloat, "fp32", 1e-4}, std::tuple{at::kHalf, "fp16", 2e-2}}) {
+        const std::string key = std::string("hidden.") + name;
+        if (!e.count(key)) continue;
+        const T5Encoder enc = load_on_cuda(dir + "/model", dt);
+        const double err =
+            rel_error(enc.forward(e.at("input_ids"), e.at("attention_mask")), e.at(key));
+        std::cout << "[t5 gpu] flan-t5-xl shape " << name << " rel. error vs HF " << err << "\n";
+        EXPECT_LE(err, bound) << name;
+    }
+}
