@@ -33,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         switch (data[0] % 3) {
             case 0: {
                 const auto tok = varscope::SentencePieceTokenizer::from_bytes(body, "fuzz");
-                for (const char* p : {"", "a cat </s> <extra_id_3>", "\xf0\x9f\x98\x80 \xe4\xb8\x80"})
+                for (const char* p :
+                     {"", "a cat </s> <extra_id_3>", "\xf0\x9f\x98\x80 \xe4\xb8\x80"})
                     (void)tok.encode_batch({p, "x"});
                 break;
             }

@@ -109,7 +109,9 @@ TEST_F(Tokenizer, IdsMatchHuggingFaceT5Tokenizer) {
         }
         EXPECT_EQ(got.truncated, c.sp_ids.size() + 1 > 512 && c.kind != "special") << c.text;
         truncated += got.truncated;
-        if (got.truncated) EXPECT_GT(got.untruncated_length, 512);
+        if (got.truncated) {
+            EXPECT_GT(got.untruncated_length, 512);
+        }
     }
     EXPECT_GE(truncated, 3);
     EXPECT_GE(special_differs, 5);

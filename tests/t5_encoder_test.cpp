@@ -32,7 +32,9 @@ const StateDict& expected() {
     static const StateDict e = load_safetensors(fixture("expected.safetensors"));
     return e;
 }
-const at::Tensor& ref(const std::string& name) { return expected().at(name); }
+const at::Tensor& want(const std::string& name) {
+    return expected().at(name);
+}
 
 // max |a - b| / max |b| over the whole tensor.
 double rel_error(const at::Tensor& a, const at::Tensor& b) {
@@ -74,11 +76,11 @@ TEST(T5Encoder, ConfigFromHuggingFaceJson) {
 }
 
 TEST(T5Encoder, RelativePositionBucketsMatchHuggingFace) {
-    const at::Tensor rel = ref("bucket.relative_position");
+    const at::Tensor rel = want("bucket.relative_position");
     for (auto [nb, md] : {std::pair<int64_t, int64_t>{32, 128}, {8, 20}}) {
         const at::Tensor got = T5Encoder::relative_position_bucket(rel, nb, md);
         const std::string key = "bucket." + std::to_string(nb) + "_" + std::to_string(md);
-        EXPECT_TRUE(at::equal(got, ref(key))) << key;
+        EXPECT_TRUE(at::equal(got, want(key))) << key;
     }
 }
 
@@ -86,45 +88,45 @@ TEST(T5Encoder, RelativePositionBucketsMatchHuggingFace) {
 TEST(T5Encoder, Fp32MatchesHuggingFace) {
     const T5Encoder enc = load_encoder(fixture("model"));
     for (const std::string tag : {"longest", "max24"}) {
-        const at::Tensor out = enc.forward(ref(tag + ".input_ids"), ref(tag + ".attention_mask"));
+        const at::Tensor out = enc.forward(want(tag + ".input_ids"), want(tag + ".attention_mask"));
         EXPECT_EQ(out.scalar_type(), at::kFloat);
-        const double e = rel_error(out, ref(tag + ".hidden.fp32"));
+        const double e = rel_error(out, want(tag + ".hidden.fp32"));
         EXPECT_LE(e, 1e-5) << tag;
         std::cout << "[t5] fp32 " << tag << " rel. error " << e << "\n";
         // Infinity's compact form, from our output.
-        const TextCondition c = compact_text_features(out, ref(tag + ".attention_mask"));
-        EXPECT_LE(rel_error(c.kv_compact, ref(tag + ".kv_compact")), 1e-5);
-        EXPECT_EQ(c.lens, std::vector<int64_t>(ref(tag + ".lens").data_ptr<int64_t>(),
-                                               ref(tag + ".lens").data_ptr<int64_t>() + 3));
-        EXPECT_TRUE(at::equal(c.cu_seqlens, ref(tag + ".cu_seqlens"))) << c.cu_seqlens;
+        const TextCondition c = compact_text_features(out, want(tag + ".attention_mask"));
+        EXPECT_LE(rel_error(c.kv_compact, want(tag + ".kv_compact")), 1e-5);
+        EXPECT_EQ(c.lens, std::vector<int64_t>(want(tag + ".lens").data_ptr<int64_t>(),
+                                               want(tag + ".lens").data_ptr<int64_t>() + 3));
+        EXPECT_TRUE(at::equal(c.cu_seqlens, want(tag + ".cu_seqlens"))) << c.cu_seqlens;
         EXPECT_EQ(c.cu_seqlens.scalar_type(), at::kInt);
-        EXPECT_EQ(c.max_len, ref(tag + ".lens").max().item<int64_t>());
+        EXPECT_EQ(c.max_len, want(tag + ".lens").max().item<int64_t>());
     }
-    EXPECT_LE(rel_error(enc.forward(ref("nomask.input_ids")), ref("nomask.hidden.fp32")), 1e-5);
+    EXPECT_LE(rel_error(enc.forward(want("nomask.input_ids")), want("nomask.hidden.fp32")), 1e-5);
     // The fixture's batches differ in length, so masking is exercised.
-    EXPECT_LT(ref("longest.attention_mask").sum().item<int64_t>(),
-              ref("longest.attention_mask").numel());
+    EXPECT_LT(want("longest.attention_mask").sum().item<int64_t>(),
+              want("longest.attention_mask").numel());
 }
 
 TEST(T5Encoder, ReluFeedForwardFromBf16Checkpoint) {
     const T5Encoder enc = load_encoder(fixture("model_relu"));
-    EXPECT_LE(rel_error(enc.forward(ref("relu.input_ids"), ref("relu.attention_mask")),
-                        ref("relu.hidden.fp32")),
+    EXPECT_LE(rel_error(enc.forward(want("relu.input_ids"), want("relu.attention_mask")),
+                        want("relu.hidden.fp32")),
               1e-5);
 }
 
 // Half precision: HF's own bf16 / fp16 runs are the reference; the bounds are relative to the
 // output's largest magnitude (bf16 keeps 8 bits of mantissa: 2^-8 = 3.9e-3 per rounding).
 TEST(T5Encoder, HalfPrecisionMatchesHuggingFace) {
-    for (auto [dt, name, bound] : {std::tuple{at::kBFloat16, "bf16", 2e-2},
-                                   std::tuple{at::kHalf, "fp16", 5e-3}}) {
+    for (auto [dt, name, bound] :
+         {std::tuple{at::kBFloat16, "bf16", 2e-2}, std::tuple{at::kHalf, "fp16", 5e-3}}) {
         const T5Encoder enc = load_encoder(fixture("model"), with_dtype(dt));
         for (const std::string tag : {"longest", "max24"}) {
             const at::Tensor out =
-                enc.forward(ref(tag + ".input_ids"), ref(tag + ".attention_mask"));
+                enc.forward(want(tag + ".input_ids"), want(tag + ".attention_mask"));
             EXPECT_EQ(out.scalar_type(), dt);
-            const double vs_hf = rel_error(out, ref(tag + ".hidden." + name));
-            const double vs_fp32 = rel_error(out, ref(tag + ".hidden.fp32"));
+            const double vs_hf = rel_error(out, want(tag + ".hidden." + name));
+            const double vs_fp32 = rel_error(out, want(tag + ".hidden.fp32"));
             std::cout << "[t5] " << name << " " << tag << " rel. error vs HF " << name << " "
                       << vs_hf << ", vs HF fp32 " << vs_fp32 << "\n";
             EXPECT_LE(vs_hf, bound) << name << " " << tag;
@@ -151,17 +153,17 @@ TEST(T5Encoder, ShardedFolderLoadsTheSame) {
     }
     EXPECT_TRUE(a.count("embed_tokens.weight"));
     const T5Encoder enc = load_encoder(fixture("model_sharded"));
-    EXPECT_LE(rel_error(enc.forward(ref("longest.input_ids"), ref("longest.attention_mask")),
-                        ref("longest.hidden.fp32")),
+    EXPECT_LE(rel_error(enc.forward(want("longest.input_ids"), want("longest.attention_mask")),
+                        want("longest.hidden.fp32")),
               1e-5);
 }
 
 // Prompts in, Infinity's compact condition out; padding to 512 gives the same rows.
 TEST(T5Encoder, TextEncoderFromPrompts) {
     if (!SentencePieceTokenizer::available()) GTEST_SKIP() << "built without SentencePiece";
-    const auto texts =
-        nlohmann::json::parse(read_safetensors_metadata(fixture("expected.safetensors")).at("texts"))
-            .get<std::vector<std::string>>();
+    const auto texts = nlohmann::json::parse(
+                           read_safetensors_metadata(fixture("expected.safetensors")).at("texts"))
+                           .get<std::vector<std::string>>();
     for (Padding pad : {Padding::kLongest, Padding::kMaxLength}) {
         T5TextEncoderOptions o;
         o.tokenizer_path = fixture("spiece.model");
@@ -169,23 +171,23 @@ TEST(T5Encoder, TextEncoderFromPrompts) {
         o.offload_after_encode = true;  // a no-op on the CPU, but must not break anything
         T5TextEncoder te(fixture("model"), o);
         const TextCondition c = te.encode(texts);
-        EXPECT_LE(rel_error(c.kv_compact, ref("longest.kv_compact")), 1e-5);
-        EXPECT_TRUE(at::equal(c.cu_seqlens, ref("longest.cu_seqlens")));
+        EXPECT_LE(rel_error(c.kv_compact, want("longest.kv_compact")), 1e-5);
+        EXPECT_TRUE(at::equal(c.cu_seqlens, want("longest.cu_seqlens")));
         EXPECT_EQ(c.truncated, std::vector<bool>(3, false));
         EXPECT_FALSE(te.offloaded());
     }
     T5TextEncoderOptions o;
     o.tokenizer_path = fixture("spiece.model");
-    o.tokenizer.max_length = 4;  // cuts the second prompt
+    o.tokenizer.max_length = 4;  // cuts the second and third prompts (18 and 4 pieces)
     T5TextEncoder te(fixture("model"), o);
     const TextCondition c = te.encode(texts);
     EXPECT_EQ(c.lens, (std::vector<int64_t>{3, 4, 4}));
-    EXPECT_EQ(c.truncated, (std::vector<bool>{false, true, false}));
+    EXPECT_EQ(c.truncated, (std::vector<bool>{false, true, true}));
 }
 
 TEST(T5Encoder, RejectsBadInputs) {
     const T5Encoder enc = load_encoder(fixture("model"));
-    auto ids = ref("longest.input_ids").clone();
+    auto ids = want("longest.input_ids").clone();
     ids[0][0] = 412;
     std::string e = error_of<std::invalid_argument>([&] { enc.forward(ids); });
     EXPECT_NE(e.find("412"), std::string::npos) << e;
@@ -290,8 +292,8 @@ TEST(T5Encoder, BadFoldersNameTheFile) {
         const fs::path f = dir.path() / ("bad_config_" + std::to_string(i++));
         fs::copy(fixture("model"), f);
         edit_config(f, key, value);
-        const std::string e =
-            error_of<std::invalid_argument>([&] { load_t5_encoder_config((f / "config.json").string()); });
+        const std::string e = error_of<std::invalid_argument>(
+            [&] { load_t5_encoder_config((f / "config.json").string()); });
         EXPECT_NE(e.find(needle), std::string::npos) << key << ": " << e;
         EXPECT_NE(e.find((f / "config.json").string()), std::string::npos) << key << ": " << e;
     }

@@ -41,11 +41,12 @@ TEST(T5EncoderGpu, TinyFixtureMatchesHuggingFace) {
     REQUIRE_CUDA();
     const std::string dir = varscope::testing::source_dir() + "/tests/fixtures/t5_tiny";
     const StateDict e = load_safetensors(dir + "/expected.safetensors");
-    for (auto [dt, name, bound] : {std::tuple{at::kFloat, "fp32", 1e-5},
-                                   std::tuple{at::kBFloat16, "bf16", 3e-2},
-                                   std::tuple{at::kHalf, "fp16", 1e-2}}) {
+    for (auto [dt, name, bound] :
+         {std::tuple{at::kFloat, "fp32", 1e-5}, std::tuple{at::kBFloat16, "bf16", 3e-2},
+          std::tuple{at::kHalf, "fp16", 1e-2}}) {
         T5Encoder enc = load_on_cuda(dir + "/model", dt);
-        const at::Tensor out = enc.forward(e.at("longest.input_ids"), e.at("longest.attention_mask"));
+        const at::Tensor out =
+            enc.forward(e.at("longest.input_ids"), e.at("longest.attention_mask"));
         EXPECT_TRUE(out.is_cuda());
         const double err = rel_error(out, e.at(std::string("longest.hidden.") + name));
         std::cout << "[t5 gpu] " << name << " rel. error vs HF (CPU) " << err << "\n";
@@ -53,8 +54,8 @@ TEST(T5EncoderGpu, TinyFixtureMatchesHuggingFace) {
         enc.to(c10::kCPU);  // low-memory mode: off the GPU and back gives the same output
         EXPECT_TRUE(enc.device().is_cpu());
         enc.to(c10::Device(c10::kCUDA, 0));
-        EXPECT_TRUE(at::equal(
-            out, enc.forward(e.at("longest.input_ids"), e.at("longest.attention_mask"))));
+        EXPECT_TRUE(
+            at::equal(out, enc.forward(e.at("longest.input_ids"), e.at("longest.attention_mask"))));
     }
 }
 
