@@ -203,7 +203,11 @@ fs::path copy_folder(const TempDir& dir, const std::string& name) {
     return to;
 }
 
+// The whole folder through T5TextEncoder; without SentencePiece (its loads throw) the encoder's
+// files alone.
 std::string load_error(const fs::path& folder) {
+    if (!SentencePieceTokenizer::available())
+        return error_of([&] { load_encoder(folder.string()); }, "(no error)");
     return error_of([&] { T5TextEncoder te(folder.string()); }, "(no error)");
 }
 
@@ -268,7 +272,7 @@ TEST(T5Encoder, BadFoldersNameTheFile) {
         EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
         EXPECT_NE(e.find(f.string()), std::string::npos) << e;
     }
-    {  // corrupt spiece.model
+    if (SentencePieceTokenizer::available()) {  // corrupt spiece.model
         const fs::path f = dir.path() / "bad_spiece";
         fs::copy(fixture("model"), f);
         std::ofstream((f / "spiece.model").string()) << "corrupt";

@@ -318,10 +318,10 @@ def make_fixture(out_dir):
     print("wrote", out_dir)
 
 
-def make_check(out_dir, device):
+def make_check(out_dir, device, layers=24):
     from transformers import T5Config, T5EncoderModel
     os.makedirs(out_dir, exist_ok=True)
-    cfg = T5Config(vocab_size=32128, d_model=2048, d_kv=64, d_ff=5120, num_layers=24,
+    cfg = T5Config(vocab_size=32128, d_model=2048, d_kv=64, d_ff=5120, num_layers=layers,
                    num_heads=32, relative_attention_num_buckets=32,
                    relative_attention_max_distance=128, dropout_rate=0.0,
                    feed_forward_proj="gated-gelu", tie_word_embeddings=False)
@@ -358,11 +358,13 @@ def main():
     ap.add_argument("--make-fixture", metavar="DIR")
     ap.add_argument("--check", metavar="DIR")
     ap.add_argument("--cuda", action="store_true", help="compute --check's reference on CUDA")
+    ap.add_argument("--layers", type=int, default=24,
+                    help="--check with fewer layers (a quick smoke test of the procedure)")
     a = ap.parse_args()
     if a.make_fixture:
         make_fixture(a.make_fixture)
     elif a.check:
-        make_check(a.check, "cuda" if a.cuda else "cpu")
+        make_check(a.check, "cuda" if a.cuda else "cpu", a.layers)
     else:
         ap.error("pass --make-fixture DIR or --check DIR")
 
