@@ -15,6 +15,7 @@
 #include "core/io/json_read.h"
 #include "core/models/t5_text_encoder.h"
 #include "tests/error_of.h"
+#include "tests/t5_check_weights.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -303,19 +304,33 @@ TEST(T5Encoder, BadFoldersNameTheFile) {
     }
 }
 
-// flan-t5-xl's shape with random weights: `t5_parity.py --check DIR` writes DIR, then
-// VARSCOPE_T5_PARITY_DIR=DIR runs this (fp32 on the CPU: minutes on 16 cores; the GPU suite's
-// T5EncoderGpu.FlanT5XlShape runs fp32 and fp16 on CUDA).
+// flan-t5-xl's shape: `t5_parity.py --check DIR` writes DIR (config, ids, HF's output; the
+// weights are regenerated from its seed), then VARSCOPE_T5_PARITY_DIR=DIR runs this, fp32 on the
+// CPU (the GPU suite's T5EncoderGpu.FlanT5XlShape runs CUDA). With --save-model, DIR/model (HF's
+// own folder) must load to the same weights.
 TEST(T5EncoderParity, FlanT5XlShape) {
     const char* env = std::getenv("VARSCOPE_T5_PARITY_DIR");
     if (!env) GTEST_SKIP() << "VARSCOPE_T5_PARITY_DIR not set (tools/parity/t5_parity.py --check)";
     const std::string dir = env;
     const StateDict e = load_safetensors(dir + "/expected.safetensors");
-    const T5Encoder enc = load_encoder(dir + "/model");
-    EXPECT_EQ(enc.config().d_model, 2048);
+    const uint64_t seed =
+        std::stoull(read_safetensors_metadata(dir + "/expected.safetensors").at("seed"));
+    const T5EncoderConfig config = load_t5_encoder_config(dir + "/config.json");
+    EXPECT_EQ(config.d_model, 2048);
+    T5Encoder enc(config);
+    {
+        const StateDict w = varscope::testing::t5_check_weights(config, seed);
+        enc.load(w, "check weights");
+        if (fs::exists(dir + "/model")) {
+            const StateDict hf = load_t5_encoder_tensors(dir + "/model");
+            ASSERT_EQ(hf.size(), w.size());
+            for (const auto& [name, t] : w) EXPECT_TRUE(at::equal(t, hf.at(name))) << name;
+        }
+    }
     const at::Tensor out = enc.forward(e.at("input_ids"), e.at("attention_mask"));
     const double err = rel_error(out, e.at("hidden.fp32"));
-    std::cout << "[t5] flan-t5-xl shape fp32 rel. error " << err << "\n";
+    std::cout << "[t5] flan-t5-xl shape (" << config.num_layers << " layers) fp32 rel. error "
+              << err << "\n";
     EXPECT_LE(err, 1e-4);  // 24 layers of 2048-wide sums: looser than the tiny model's 1e-5
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/models/t5_encoder.h"
+#include "tests/t5_check_weights.h"
 #include "tests/test_util.h"
 #include "tests/tiny_models.h"
 
@@ -64,12 +65,20 @@ TEST(T5EncoderGpu, FlanT5XlShape) {
     const char* env = std::getenv("VARSCOPE_T5_PARITY_DIR");
     if (!env) GTEST_SKIP() << "VARSCOPE_T5_PARITY_DIR not set (tools/parity/t5_parity.py --check)";
     const std::string dir = env;
-    const StateDict e = load_safetensors(dir + "/expected.safetensors");
+    const std::string expected = dir + "/expected.safetensors";
+    const StateDict e = load_safetensors(expected);
+    const uint64_t seed = std::stoull(read_safetensors_metadata(expected).at("seed"));
+    const T5EncoderConfig config = load_t5_encoder_config(dir + "/config.json");
+    const StateDict w = varscope::testing::t5_check_weights(config, seed);
     for (auto [dt, name, bound] :
          {std::tuple{at::kFloat, "fp32", 1e-4}, std::tuple{at::kHalf, "fp16", 2e-2}}) {
         const std::string key = std::string("hidden.") + name;
         if (!e.count(key)) continue;
-        const T5Encoder enc = load_on_cuda(dir + "/model", dt);
+        T5EncoderOptions o;
+        o.dtype = dt;
+        T5Encoder enc(config, o);
+        enc.load(w, "check weights");
+        enc.to(c10::Device(c10::kCUDA, 0));
         const double err =
             rel_error(enc.forward(e.at("input_ids"), e.at("attention_mask")), e.at(key));
         std::cout << "[t5 gpu] flan-t5-xl shape " << name << " rel. error vs HF " << err << "\n";

@@ -24,17 +24,23 @@ Needs torch, transformers (4.57 tested), sentencepiece (0.2.3 tested), safetenso
                           (fp16 as from_pretrained(torch_dtype=float16) loads it: `wo` stays
                           fp32, as Infinity runs flan-t5), plus Infinity's compact form
 
---check DIR          writes a flan-t5-xl-shaped check (d_model 2048, 24 layers, 32 heads, d_kv
-                     64, d_ff 5120, vocab 32128) with random weights: DIR/model (T5EncoderModel,
-                     sharded safetensors, ~4.9 GB fp32), DIR/expected.safetensors (ids padded
-                     to 512 like Infinity, masks, HF outputs in fp32 and fp16). Then run
+--check DIR          a flan-t5-xl-shaped check (d_model 2048, 24 layers, 32 heads, d_kv 64,
+                     d_ff 5120, vocab 32128): DIR/config.json and DIR/expected.safetensors (13
+                     MB, 25 with --fp16: ids padded to 512 like Infinity, masks, HF's fp32 output, with --fp16
+                     also HF's fp16 one as Infinity runs it). The weights are not written: both
+                     sides regenerate them from a seed (check_weights below), so DIR fits the
+                     GPU machine's 64 MiB carry. Make DIR here (HF is not on the GPU machine;
+                     fp32 on 2 CPU cores takes minutes), then
                          VARSCOPE_T5_PARITY_DIR=DIR build/tests/varscope_tests \
-                             --gtest_filter='T5EncoderParity.*'
-                     (T5EncoderParity.FlanT5XlShape compares in fp32 on the CPU; add --cuda to
-                     this script to compute HF's reference on the GPU, which is much faster).
+                             --gtest_filter='T5EncoderParity.*'          (CPU, fp32)
+                         VARSCOPE_T5_PARITY_DIR=DIR build/tests/gpu/varscope_gpu_tests \
+                             --gtest_filter='T5EncoderGpu.*'             (CUDA, fp32 + fp16)
+                     --layers N makes a quick smaller check; --save-model also writes the HF
+                     folder DIR/model (5 GB) for a run through the folder loader.
 """
 import argparse
 import json
+import math
 import os
 import random
 import sys
@@ -318,24 +324,51 @@ def make_fixture(out_dir):
     print("wrote", out_dir)
 
 
-def make_check(out_dir, device, layers=24):
+def check_weights(cfg, seed):
+    """Weights the C++ side regenerates (tests/t5_check_weights.h) instead of shipping ~5 GB to
+    the GPU machine: over the encoder's tensor names in sorted order (T5Encoder::state_dict()
+    names), tensor k is randn(shape, generator=Generator().manual_seed(seed + k)), then
+    layer norms 1 + 0.1 r, linear weights r / sqrt(fan_in), embedding and position bias r.
+    Same torch (2.11) CPU generator and kernel on both sides, so the same numbers."""
+    D, inner, F = cfg.d_model, cfg.num_heads * cfg.d_kv, cfg.d_ff
+    shapes = {"embed_tokens.weight": (cfg.vocab_size, D), "final_layer_norm.weight": (D,)}
+    for i in range(cfg.num_layers):
+        b = f"block.{i}.layer."
+        for n in "qkv":
+            shapes[b + f"0.SelfAttention.{n}.weight"] = (inner, D)
+        shapes[b + "0.SelfAttention.o.weight"] = (D, inner)
+        if i == 0:
+            shapes[b + "0.SelfAttention.relative_attention_bias.weight"] = (
+                cfg.relative_attention_num_buckets, cfg.num_heads)
+        shapes[b + "0.layer_norm.weight"] = (D,)
+        shapes[b + "1.DenseReluDense.wi_0.weight"] = (F, D)
+        shapes[b + "1.DenseReluDense.wi_1.weight"] = (F, D)
+        shapes[b + "1.DenseReluDense.wo.weight"] = (D, F)
+        shapes[b + "1.layer_norm.weight"] = (D,)
+    out = {}
+    for k, name in enumerate(sorted(shapes)):
+        r = torch.randn(shapes[name], generator=torch.Generator().manual_seed(seed + k))
+        if name.endswith("layer_norm.weight"):
+            r = 0.1 * r + 1.0
+        elif name.endswith(("q.weight", "k.weight", "v.weight", "o.weight", "wi_0.weight",
+                            "wi_1.weight", "wo.weight")):
+            r = r / math.sqrt(shapes[name][1])
+        out[name] = r
+    return out
+
+
+def make_check(out_dir, device, layers=24, fp16=False, save_model=False, seed=1234):
     from transformers import T5Config, T5EncoderModel
     os.makedirs(out_dir, exist_ok=True)
     cfg = T5Config(vocab_size=32128, d_model=2048, d_kv=64, d_ff=5120, num_layers=layers,
                    num_heads=32, relative_attention_num_buckets=32,
                    relative_attention_max_distance=128, dropout_rate=0.0,
                    feed_forward_proj="gated-gelu", tie_word_embeddings=False)
-    torch.manual_seed(0)
-    model = T5EncoderModel(cfg).eval()
-    # Unit-scale embeddings like trained T5 (HF's init gives std 1 too); layer norms near 1.
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "layer_norm" in name:
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
-    folder = os.path.join(out_dir, "model")
-    model.save_pretrained(folder, safe_serialization=True, max_shard_size="2GB")
-    del model
+    cfg.save_pretrained(out_dir)  # DIR/config.json
+    ours = check_weights(cfg, seed)
+    hf = {("shared.weight" if k == "embed_tokens.weight" else "encoder." + k): v
+          for k, v in ours.items()}
+    hf["encoder.embed_tokens.weight"] = hf["shared.weight"]
     g = torch.Generator().manual_seed(4)
     lens = [512, 77, 5]  # one full row, a typical prompt, a short one
     ids = torch.zeros(len(lens), 512, dtype=torch.int64)
@@ -345,12 +378,28 @@ def make_check(out_dir, device, layers=24):
         ids[i, n - 1] = 1
         mask[i, :n] = 1
     tensors = {"input_ids": ids, "attention_mask": mask}
-    for name, h in hf_outputs(folder, ids, mask, device).items():
-        if name != "bf16":
-            tensors[f"hidden.{name}"] = h
-    save_file(tensors, os.path.join(out_dir, "expected.safetensors"))
-    print("wrote", out_dir, "- now run: VARSCOPE_T5_PARITY_DIR=" + out_dir +
-          " build/tests/varscope_tests --gtest_filter='T5EncoderParity.*'")
+    dtypes = [("fp32", torch.float32)] + ([("fp16", torch.float16)] if fp16 else [])
+    for name, dtype in dtypes:
+        m = T5EncoderModel(cfg).eval()
+        m.load_state_dict(hf, strict=True)
+        if save_model and name == "fp32":
+            m.save_pretrained(os.path.join(out_dir, "model"), safe_serialization=True,
+                              max_shard_size="2GB")
+        if dtype == torch.float16:  # as from_pretrained(torch_dtype=float16): `wo` stays fp32
+            m = m.half()
+            for i, blk in enumerate(m.encoder.block):
+                wo = blk.layer[1].DenseReluDense.wo.float()
+                wo.weight.data.copy_(hf[f"encoder.block.{i}.layer.1.DenseReluDense.wo.weight"])
+        with torch.no_grad():
+            h = m.to(device)(input_ids=ids.to(device), attention_mask=mask.to(device))
+        tensors[f"hidden.{name}"] = h.last_hidden_state.float().cpu()
+        del m
+    save_file(tensors, os.path.join(out_dir, "expected.safetensors"),
+              metadata={"seed": str(seed), "device": device})
+    print("wrote", out_dir, "(%.1f MB) - now run: VARSCOPE_T5_PARITY_DIR=%s "
+          "build/tests/varscope_tests --gtest_filter='T5EncoderParity.*' (CPU), or "
+          "build/tests/gpu/varscope_gpu_tests --gtest_filter='T5EncoderGpu.*' (CUDA)" %
+          (os.path.getsize(os.path.join(out_dir, "expected.safetensors")) / 1e6, out_dir))
 
 
 def main():
@@ -360,11 +409,15 @@ def main():
     ap.add_argument("--cuda", action="store_true", help="compute --check's reference on CUDA")
     ap.add_argument("--layers", type=int, default=24,
                     help="--check with fewer layers (a quick smoke test of the procedure)")
+    ap.add_argument("--fp16", action="store_true",
+                    help="--check: also HF's fp16 output (slow on a CPU; use with --cuda)")
+    ap.add_argument("--save-model", action="store_true",
+                    help="--check: also write DIR/model, the HF folder (~5 GB fp32)")
     a = ap.parse_args()
     if a.make_fixture:
         make_fixture(a.make_fixture)
     elif a.check:
-        make_check(a.check, "cuda" if a.cuda else "cpu", a.layers)
+        make_check(a.check, "cuda" if a.cuda else "cpu", a.layers, a.fp16, a.save_model)
     else:
         ap.error("pass --make-fixture DIR or --check DIR")
 
