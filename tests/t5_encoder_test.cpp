@@ -109,7 +109,11 @@ TEST(T5Encoder, Fp32MatchesHuggingFace) {
               want("longest.attention_mask").numel());
 }
 
-TEST(T5Encoder, ReluFeedForwardFromBf16Checkpoint) {
+// T5 v1.0-style ReLU FFN, from a bf16 pytorch_model.bin (the pickle reader; converted to fp32).
+TEST(T5Encoder, ReluFeedForwardFromBf16PytorchModelBin) {
+    std::string what;
+    (void)load_t5_encoder_tensors(fixture("model_relu"), &what);
+    EXPECT_NE(what.find("pytorch_model.bin"), std::string::npos) << what;
     const T5Encoder enc = load_encoder(fixture("model_relu"));
     EXPECT_LE(rel_error(enc.forward(want("relu.input_ids"), want("relu.attention_mask")),
                         want("relu.hidden.fp32")),

@@ -19,7 +19,7 @@ Needs torch, transformers (4.57 tested), sentencepiece (0.2.3 tested), safetenso
                           tensors the encoder loader must skip), save_pretrained(safetensors)
   model_sharded/          the same encoder saved as T5EncoderModel in several shards (index)
   model_relu/             a random tiny T5 v1.0-style encoder (feed_forward_proj "relu"), stored
-                          in bf16 (loaded as fp32)
+                          in bf16 (loaded as fp32) as pytorch_model.bin
   expected.safetensors    input ids / masks and last_hidden_state of HF for fp32, bf16 and fp16
                           (fp16 as from_pretrained(torch_dtype=float16) loads it: `wo` stays
                           fp32, as Infinity runs flan-t5), plus Infinity's compact form
@@ -279,7 +279,8 @@ def make_fixture(out_dir):
     relu = T5EncoderModel(tiny_config(vocab, relu=True)).eval()
     randomize(relu, 2)
     relu = relu.to(torch.bfloat16)  # a bf16 checkpoint: the loader converts it to fp32
-    relu.save_pretrained(os.path.join(out_dir, "model_relu"), safe_serialization=True)
+    # As pytorch_model.bin (torch.save zip), the folder layout older HF repos ship.
+    relu.save_pretrained(os.path.join(out_dir, "model_relu"), safe_serialization=False)
 
     # A batch of three prompts of different lengths, padded to the longest (mask 0 on pads),
     # and the same prompts padded to a fixed 24 like Infinity pads to 512.
