@@ -19,6 +19,12 @@ const std::filesystem::path& folder() {
         auto d = std::filesystem::temp_directory_path() /
                  ("varscope-fuzz-t5-" + std::to_string(::getpid()));
         std::filesystem::create_directories(d);
+        static std::filesystem::path for_exit;
+        for_exit = d;
+        std::atexit([] {
+            std::error_code ec;
+            std::filesystem::remove_all(for_exit, ec);
+        });
         return d;
     }();
     return p;
