@@ -13,6 +13,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/json_read.h"
+#include "core/io/quant_int8.h"
 #include "core/models/t5_text_encoder.h"
 #include "tests/error_of.h"
 #include "tests/t5_check_weights.h"
@@ -143,6 +144,33 @@ TEST(T5Encoder, HalfPrecisionMatchesHuggingFace) {
     const StateDict sd = half.state_dict();
     EXPECT_EQ(sd.at("block.0.layer.1.DenseReluDense.wo.weight").scalar_type(), at::kFloat);
     EXPECT_EQ(sd.at("block.0.layer.1.DenseReluDense.wi_0.weight").scalar_type(), at::kHalf);
+}
+
+// The full T5's decoder is skipped when reading, and an int8 file still dequantises.
+TEST(T5Encoder, SelectedSafetensorsReadsOnlyWhatIsKept) {
+    auto enc_only = [](const std::string& n) { return n.rfind("encoder.", 0) == 0; };
+    const StateDict all = load_safetensors(fixture("model/model.safetensors"));
+    const StateDict some = load_safetensors_selected(fixture("model/model.safetensors"), enc_only);
+    size_t encoder = 0;
+    for (const auto& [name, t] : all)
+        if (enc_only(name)) {
+            ++encoder;
+            ASSERT_TRUE(some.count(name)) << name;
+            EXPECT_TRUE(at::equal(t, some.at(name))) << name;
+        }
+    EXPECT_EQ(some.size(), encoder);
+    EXPECT_LT(encoder, all.size());  // the fixture has decoder tensors to skip
+
+    TempDir dir;
+    const std::string q = dir.file("q.safetensors");
+    std::string meta;
+    StateDict small = {{"encoder.w", at::randn({4, 8})}, {"decoder.w", at::randn({4, 8})}};
+    const StateDict file = quantize_state_dict_int8(
+        small, [](const std::string&, const at::Tensor&) { return true; }, at::kFloat, meta);
+    save_safetensors(file, q, {{kQuantMetadataKey, meta}});  // after `meta` is filled
+    const StateDict dq = load_safetensors_selected(q, enc_only);
+    ASSERT_EQ(dq.size(), 1u);
+    EXPECT_TRUE(at::allclose(dq.at("encoder.w"), load_safetensors(q).at("encoder.w")));
 }
 
 TEST(T5Encoder, ShardedFolderLoadsTheSame) {

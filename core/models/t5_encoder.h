@@ -85,8 +85,9 @@ class T5Encoder {
 
 // The encoder's tensors of a Hugging Face folder, renamed for T5Encoder::load: "encoder."
 // stripped, the shared embedding ("shared.weight", or "encoder.embed_tokens.weight") as
-// "embed_tokens.weight"; decoder.* and lm_head.* are dropped (shards holding only those are not
-// read). `what` receives the file(s) read, for messages. Throws CheckpointError naming the file.
+// "embed_tokens.weight"; decoder.* and lm_head.* are not read from safetensors files (nor are
+// shards that hold only those; a pytorch_model.bin is read whole). `what` receives the file(s)
+// read, for messages. Throws CheckpointError naming the file.
 StateDict load_t5_encoder_tensors(const std::string& folder, std::string* what = nullptr);
 
 // Infinity's text condition (tools/run_infinity.py encode_prompt): the valid rows of every

@@ -173,12 +173,13 @@ StateDict load_t5_encoder_tensors(const std::string& folder, std::string* what) 
         if (wanted.empty()) throw CheckpointError(index_path + ": lists no encoder tensors");
         for (const auto& [file, names] : wanted) {
             const std::string shard = (dir / file).string();
-            StateDict all = load_safetensors(shard);  // names the shard when missing / corrupt
+            // Names the shard when missing / corrupt; its decoder tensors are not read.
+            StateDict all = load_safetensors_selected(shard, is_encoder_name);
             for (const std::string& n : names)
                 if (!all.count(n))
                     throw CheckpointError(shard + ": lacks tensor '" + n + "' that " + index_path +
                                           " places there");
-            take_encoder_tensors(all, out);  // drops the shard's decoder tensors now
+            take_encoder_tensors(all, out);
         }
         if (what) *what = index_path;
         return out;
@@ -186,7 +187,8 @@ StateDict load_t5_encoder_tensors(const std::string& folder, std::string* what) 
     for (const char* name : {"model.safetensors", "pytorch_model.bin"}) {
         const fs::path file = dir / name;
         if (!fs::exists(file)) continue;
-        StateDict all = load_checkpoint(file.string());
+        StateDict all = name[0] == 'm' ? load_safetensors_selected(file.string(), is_encoder_name)
+                                       : load_checkpoint(file.string());
         take_encoder_tensors(all, out);
         if (out.empty()) throw CheckpointError(file.string() + ": holds no encoder tensors");
         if (what) *what = file.string();
