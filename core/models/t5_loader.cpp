@@ -187,8 +187,9 @@ StateDict load_t5_encoder_tensors(const std::string& folder, std::string* what) 
     for (const char* name : {"model.safetensors", "pytorch_model.bin"}) {
         const fs::path file = dir / name;
         if (!fs::exists(file)) continue;
-        StateDict all = name[0] == 'm' ? load_safetensors_selected(file.string(), is_encoder_name)
-                                       : load_checkpoint(file.string());
+        const bool safetensors = std::string(name) == "model.safetensors";
+        StateDict all = safetensors ? load_safetensors_selected(file.string(), is_encoder_name)
+                                    : load_checkpoint(file.string());
         take_encoder_tensors(all, out);
         if (out.empty()) throw CheckpointError(file.string() + ": holds no encoder tensors");
         if (what) *what = file.string();
