@@ -83,6 +83,15 @@ def main(out):
     for h in ("fuzz_accel_json", "fuzz_config_json"):
         seeds["fuzz_json"].update({h + "." + k: v for k, v in seeds[h].items()})
 
+    # fuzz_t5: role byte (0 spiece.model, 1 config.json, 2 shard index) + content.
+    t5 = ROOT / "tests/fixtures/t5_tiny"
+    seeds["fuzz_t5"] = {
+        "spiece.model": b"\x00" + (t5 / "spiece.model").read_bytes(),
+        "not_t5.model": b"\x00" + (t5 / "not_t5.model").read_bytes(),
+        "config.json": b"\x01" + (t5 / "model/config.json").read_bytes(),
+        "config_relu.json": b"\x01" + (t5 / "model_relu/config.json").read_bytes(),
+        "index.json": b"\x02" + (t5 / "model_sharded/model.safetensors.index.json").read_bytes(),
+    }
     for harness, files in seeds.items():
         d = out / harness
         d.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Assemble .device/deps/: a relocatable CMake prefix with the header-only and static
 # dependencies that the GPU machine lacks (it has cmake, ninja, nvcc and torch, but no apt and
-# no network): CLI11, nlohmann-json and GoogleTest/GoogleMock, copied from this Debian machine
-# with their Debian layout (include/, share/cmake/, lib/x86_64-linux-gnu/...). Their CMake
-# configs locate everything relative to themselves, so on the GPU machine
+# no network): CLI11, nlohmann-json, GoogleTest/GoogleMock and SentencePiece, copied from this
+# Debian machine with their Debian layout (include/, share/cmake/, lib/x86_64-linux-gnu/...;
+# libsentencepiece.so in lib/). Their CMake configs locate everything relative to themselves
+# (SentencePiece: the top-level CMakeLists' search of CMAKE_PREFIX_PATH), so on the GPU machine
 #
 #   cmake --preset no-gui -DCMAKE_PREFIX_PATH=$PWD/.device/deps
 #
@@ -28,7 +29,7 @@ for arg in "$@"; do
     esac
 done
 
-need_pkgs=(libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev)
+need_pkgs=(libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libsentencepiece-dev)
 for p in "${need_pkgs[@]}"; do
     [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] \
         || die "$p is not installed here (run packaging/setup.sh first)"
@@ -43,6 +44,7 @@ items=(
     usr/include/gtest
     usr/include/gmock
     "usr/lib/$MULTIARCH/cmake/GTest"
+    usr/include/sentencepiece_processor.h
 )
 for lib in /usr/lib/"$MULTIARCH"/libgtest*.a /usr/lib/"$MULTIARCH"/libgmock*.a; do
     [ -f "$lib" ] || die "missing $lib"
@@ -56,6 +58,14 @@ for item in "${items[@]}"; do
     rel="${item#usr/}"
     mkdir -p "$DEST/$(dirname "$rel")"
     cp -a "/$item" "$DEST/$rel"
+done
+
+# SentencePiece (a shared library needing only libc/libstdc++) goes to lib/, which CMake's
+# find_library searches on any distribution; the build tree's RPATH then finds it at run time.
+# Real files, not symlinks: the link name for the linker, the soname for the loader.
+for lib in libsentencepiece.so libsentencepiece.so.0; do
+    [ -e "/usr/lib/$MULTIARCH/$lib" ] || die "missing /usr/lib/$MULTIARCH/$lib"
+    cp -L "/usr/lib/$MULTIARCH/$lib" "$DEST/lib/$lib"
 done
 
 # Forwarding config: <prefix>/lib/cmake/GTest is searched everywhere; the real config computes

@@ -37,7 +37,7 @@ packages=(
     build-essential cmake ninja-build ccache git pkg-config
     python3 python3-venv python3-pip
     libopencv-dev libopencv-contrib-dev
-    libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
+    libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libsentencepiece-dev
     clang-format
 )
 gui_packages=(qt6-base-dev qt6-svg-dev libqcustomplot-dev xvfb xauth)

@@ -1,6 +1,7 @@
 // Reading and writing checkpoint files: PyTorch .pth (zip + pickle, data only) and .safetensors.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -16,6 +17,10 @@ StateDict load_checkpoint(const std::string& path);
 
 StateDict load_pth(const std::string& path);
 StateDict load_safetensors(const std::string& path);
+// Only the tensors whose names `keep` accepts; the others are not read (e.g. a full T5's
+// decoder beside the encoder that is wanted).
+StateDict load_safetensors_selected(const std::string& path,
+                                    const std::function<bool(const std::string&)>& keep);
 
 // The "__metadata__" string map of a safetensors file (empty when it has none).
 std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);

@@ -233,6 +233,28 @@ StateDict load_safetensors(const std::string& path) {
     return out;
 }
 
+StateDict load_safetensors_selected(const std::string& path,
+                                    const std::function<bool(const std::string&)>& keep) {
+    uint64_t file_size = 0;
+    std::ifstream in = open_input(path, file_size);
+    const Header h = read_header(in, path, file_size);
+    // An int8 file's scales pair with their weights: read it whole, dequantise, then select.
+    const bool quantized = h.metadata.count(kQuantMetadataKey) > 0;
+    StateDict out;
+    for (const Entry& e : h.entries) {
+        if (!quantized && !keep(e.name)) continue;  // never read from disk
+        at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
+        read_tensor(in, path, h, e, t);
+        out.emplace(e.name, std::move(t));
+    }
+    if (quantized) {
+        dequantize_state_dict_in_place(out, h.metadata, path);
+        for (auto it = out.begin(); it != out.end();)
+            it = keep(it->first) ? std::next(it) : out.erase(it);
+    }
+    return out;
+}
+
 std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
     uint64_t file_size = 0;
     std::ifstream in = open_input(path, file_size);

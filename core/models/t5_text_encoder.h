@@ -1,0 +1,47 @@
+// Prompts -> Infinity's text condition: the T5 tokenizer (spiece.model), the T5 encoder
+// (config.json + weights) of one Hugging Face folder such as google/flan-t5-xl, and the compact
+// form the transformer consumes. The encoder can leave the GPU between uses (low-memory mode).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/models/t5_encoder.h"
+#include "core/text/sentencepiece_tokenizer.h"
+
+namespace varscope {
+
+struct T5TextEncoderOptions {
+    T5EncoderOptions encoder;      // device and dtype the encoder computes in
+    T5TokenizerOptions tokenizer;  // max_length 512 like Infinity
+    std::string tokenizer_path;    // default: <folder>/spiece.model
+    // Infinity pads to max_length; padding to the longest prompt gives the same valid rows (the
+    // mask removes padded keys exactly) at a fraction of the work.
+    Padding padding = Padding::kLongest;
+    bool offload_after_encode = false;  // move the weights to the CPU after each encode()
+};
+
+class T5TextEncoder {
+  public:
+    // Throws (naming the file): TokenizerError for spiece.model, std::invalid_argument for
+    // config.json, CheckpointError for the weights.
+    explicit T5TextEncoder(const std::string& folder, T5TextEncoderOptions options = {});
+
+    // Tokenizes, encodes on options.encoder.device (moving the weights back there when they
+    // were offloaded) and compacts. TextCondition::truncated says which prompts were cut.
+    TextCondition encode(const std::vector<std::string>& prompts);
+
+    void offload();  // weights to the CPU; the next encode() brings them back
+    bool offloaded() const;
+
+    const SentencePieceTokenizer& tokenizer() const { return tokenizer_; }
+    const T5Encoder& encoder() const { return encoder_; }
+    const T5TextEncoderOptions& options() const { return options_; }
+
+  private:
+    T5TextEncoderOptions options_;
+    SentencePieceTokenizer tokenizer_;
+    T5Encoder encoder_;
+};
+
+}  // namespace varscope
