@@ -79,3 +79,57 @@ Size3 vae_scale(const Size3& token_scale, const BsqQuantConfig& cfg) {
 }
 
 }  // namespace varscope::bsq
+
+namespace varscope::bsq {
+
+BsqQuantized bsq_quantize(const at::Tensor& x, const BsqQuantConfig& cfg) {
+    cfg.validate();
+    if (x.dim() != 5 || x.size(1) != cfg.codebook_dim)
+        throw std::invalid_argument("bsq::bsq_quantize: expected (B," +
+                                    std::to_string(cfg.codebook_dim) + ",t,h,w), got " +
+                                    shape_of(x));
+    // Official: channels last and contiguous, F.normalize over d, then the straight-through
+    // z + (zhat - z) in float32 (force_quantization_f32), bits = quantized > 0.
+    const at::Tensor xl = x.permute({0, 2, 3, 4, 1}).contiguous().to(at::kFloat);
+    const at::Tensor denom = at::linalg_vector_norm(xl, 2, {-1}, /*keepdim=*/true).clamp_min(1e-12);
+    const at::Tensor z = xl.div(denom.expand_as(xl));
+    const double q = 1.0 / std::sqrt(static_cast<double>(cfg.codebook_dim));
+    const at::Tensor zhat =
+        at::where(z.gt(0), at::ones({}, z.options()), at::full({}, -1.0, z.options())).mul(q);
+    const at::Tensor quantized = z + (zhat - z);
+    return {quantized.permute({0, 4, 1, 2, 3}), quantized.gt(0).to(at::kLong)};
+}
+
+MultiScaleCodes quantize_multiscale(const at::Tensor& h, const std::vector<Size3>& schedule,
+                                    const BsqQuantConfig& cfg) {
+    if (h.dim() != 4 && h.dim() != 5)
+        throw std::invalid_argument(
+            "bsq::quantize_multiscale: h must be (B,d,H,W) or (B,d,T,H,W), got " + shape_of(h));
+    if (schedule.empty()) throw std::invalid_argument("bsq::quantize_multiscale: empty schedule");
+    const at::Tensor x = h.dim() == 4 ? h.unsqueeze(2) : h;
+    const Size3 full{x.size(2), x.size(3), x.size(4)};
+    for (const Size3& s : schedule)
+        if (s[0] < 1 || s[1] < 1 || s[2] < 1 || s[0] > full[0] || s[1] > full[1] || s[2] > full[2])
+            throw std::invalid_argument("bsq::quantize_multiscale: scale (" + std::to_string(s[0]) +
+                                        "," + std::to_string(s[1]) + "," + std::to_string(s[2]) +
+                                        ") does not fit the latent " + shape_of(x));
+    MultiScaleCodes out;
+    at::Tensor residual = x.contiguous();
+    at::Tensor f_hat;
+    for (size_t si = 0; si < schedule.size(); ++si) {
+        const bool at_full = schedule[si] == full;
+        const at::Tensor r = at_full ? residual : interpolate(residual, schedule[si], cfg.down);
+        BsqQuantized q = bsq_quantize(r, cfg);
+        at::Tensor quantized = q.quantized;
+        if (!at_full) quantized = interpolate(quantized, full, cfg.up).contiguous();
+        residual = residual - quantized;
+        f_hat = f_hat.defined() ? f_hat + quantized : quantized;
+        out.bits.push_back(std::move(q.bits));
+        if (si + 1 != schedule.size())
+            out.var_inputs.push_back(interpolate(f_hat, schedule[si + 1], cfg.down).contiguous());
+    }
+    out.f_hat = f_hat.size(2) == 1 ? f_hat.squeeze(2) : f_hat;  // official squeeze(2)
+    return out;
+}
+
+}  // namespace varscope::bsq

@@ -27,6 +27,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 namespace varscope::bsq {
 
@@ -70,6 +71,31 @@ inline at::Tensor interpolate_down(const at::Tensor& x, const Size3& size,
 at::Tensor unpatchify_bits(const at::Tensor& bits);
 // (B,d,2h,2w) -> (B,4d,h,w) (official pixel_unshuffle(2)).
 at::Tensor patchify_codes(const at::Tensor& x);
+
+// ---- encode side (MultiScaleBSQ.forward with the inference settings: new_quant, no projection,
+// no layer norm, no decay factor, no dropped or flipped scales) --------------------------------
+
+struct BsqQuantized {
+    at::Tensor quantized;  // (B,d,t,h,w): z + (zhat - z), zhat = +-1/sqrt(d), z = l2norm_d(x)
+    at::Tensor bits;       // (B,t,h,w,d) int64, quantized > 0 (official bit_indices)
+};
+// One BSQ step (the official lfq forward) on x (B,d,t,h,w).
+BsqQuantized bsq_quantize(const at::Tensor& x, const BsqQuantConfig& cfg);
+
+struct MultiScaleCodes {
+    std::vector<at::Tensor> bits;  // per scale (B,t,h,w,d) int64
+    // Sum of the quantized scales at the input size: (B,d,H,W) for a 4-d input (official
+    // squeeze(2)), else (B,d,T,H,W). What decode takes.
+    at::Tensor f_hat;
+    // Teacher-forcing inputs, for si < last: the running f_hat area-downsampled to
+    // schedule[si+1], (B,d,t,h,w) (official var_inputs).
+    std::vector<at::Tensor> var_inputs;
+};
+// Residual multi-scale quantization of the encoder output h ((B,d,H,W) or (B,d,T,H,W)) for a
+// schedule of (t,h,w) sizes: per scale, area-down the residual (unless the size is the input's),
+// BSQ-quantize, trilinear-up to the input size, subtract, accumulate.
+MultiScaleCodes quantize_multiscale(const at::Tensor& h, const std::vector<Size3>& schedule,
+                                    const BsqQuantConfig& cfg);
 
 // Vae-side size of a token-side scale: (t, 2h, 2w) with spatial patchify, else unchanged.
 Size3 vae_scale(const Size3& token_scale, const BsqQuantConfig& cfg);

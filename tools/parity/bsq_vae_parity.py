@@ -16,7 +16,9 @@ unused imageio / torchvision imports of flux_vqgan.py are stubbed. Needs torch, 
 --check OUTDIR          the real infinity_vae_d32reg architecture (Infinity-2B: codebook_dim 32,
                         patch 16, ch_mult 1 2 4 4 4) with random weights, on CUDA when present:
                         writes the same files at that shape for the C++ side to compare
-                        (`--image-size` 256 by default; the lead runs it on the GPU machine).
+                        (`--image-size` 256 by default; the lead runs it on the GPU machine),
+                        then: VARSCOPE_BSQ_PARITY_DIR=OUTDIR varscope_tests \
+                              --gtest_filter=BsqVaeParity.CheckDirectoryMatchesOfficial
 
   PYTHONPATH=/work/pydeps /opt/venv/bin/python tools/parity/bsq_vae_parity.py \\
       --infinity-src /tmp/infinity-src --make-fixture tests/fixtures/bsq_tiny
@@ -189,6 +191,9 @@ def main():
         write(a.make_fixture, model, make_outputs(model, img, schedule, gen, "cpu"), TINY)
     else:
         device = "cuda" if torch.cuda.is_available() else "cpu"
+        # A true fp32 reference: no TF32 in cuDNN convolutions or matmuls.
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
         model = build(vae_mod, flux_mod, D32REG, a.seed).to(device)
         s = a.image_size // 16
         from infinity.models.bsq_vae.dynamic_resolution import predefined_HW_Scales_dynamic
