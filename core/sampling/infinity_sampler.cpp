@@ -129,9 +129,6 @@ void InfinitySampleOptions::validate(const InfinityConfig& c, const InfinitySche
 InfinitySampler::InfinitySampler(InfinityTransformer model, bsq::BsqQuantConfig quant)
     : model_(std::move(model)), quant_(quant) {
     quant_.validate();
-    if (quant_.spatial_patchify)
-        throw std::invalid_argument(
-            "Infinity sampler: spatial patchify (Infinity-8B) is not supported yet");
     if (quant_.token_bits() != model_->config().codebook_dim)
         throw std::invalid_argument(
             "Infinity sampler: the quantizer has " + std::to_string(quant_.token_bits()) +
@@ -181,9 +178,13 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         compact ? KvCache::compact(mc.depth, bs, mc.num_heads, mc.head_dim(), kv_options)
                 : KvCache(mc.depth, bs, mc.num_heads, mc.head_dim(), s.total_tokens(), kv_options);
     const auto rope = infinity_rope(s, mc.head_dim(), device);
-    const auto& last = s.scales.back();
-    const bsq::Size3 final_size{1, last[0], last[1]};
-    at::Tensor summed = at::zeros({B, d, 1, last[0], last[1]}, kv_options);
+    // The VAE's grid: with spatial patchify a token covers 2 x 2 latent positions.
+    const int64_t up = quant_.spatial_patchify ? 2 : 1, dv = quant_.codebook_dim;
+    auto vae_size = [&](int64_t si) {
+        return bsq::Size3{1, up * s.scales[si][0], up * s.scales[si][1]};
+    };
+    const bsq::Size3 final_size = vae_size(S - 1);
+    at::Tensor summed = at::zeros({B, dv, 1, final_size[1], final_size[2]}, kv_options);
 
     InfinitySampleResult res;
     at::Tensor x = m.start_tokens(cond);  // (bs, 1, C)
@@ -237,13 +238,19 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
             ids = at::full({B, h * w}, -1, ids.options()).index_copy_(1, rows, ids);
         }
         bits = bits.view({B, h, w, d});
-        auto codes = bsq::bits_to_codes(bits, quant_);  // (B, d, 1, h, w)
-        if (keep.defined()) codes = codes * keep;
+        // (B, dv, 1, up*h, up*w)
+        auto codes =
+            bsq::bits_to_codes(quant_.spatial_patchify ? bsq::unpatchify_bits(bits) : bits, quant_);
+        if (keep.defined()) {
+            if (up > 1) keep = keep.repeat_interleave(up, -2).repeat_interleave(up, -1);
+            codes = codes * keep;
+        }
         if (si != S - 1) {
             summed.add_(bsq::interpolate_up(codes, final_size, quant_));
             const int64_t nh = s.scales[si + 1][0], nw = s.scales[si + 1][1];
-            auto next =
-                bsq::interpolate_up(summed, {1, nh, nw}, quant_).squeeze(2);  // (B, d, nh, nw)
+            // (B, dv, up*nh, up*nw), patchified back to (B, d, nh, nw)
+            auto next = bsq::interpolate_up(summed, vae_size(si + 1), quant_).squeeze(2);
+            if (quant_.spatial_patchify) next = bsq::patchify_codes(next);
             next = next.reshape({B, d, nh * nw}).permute({0, 2, 1});
             x = m.embed_tokens(next).repeat({bs / B, 1, 1});
         } else {

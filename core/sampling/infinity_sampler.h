@@ -18,8 +18,10 @@
 // = 1, the 1024 x 1024 default): on other aspect ratios hooks are refused (the hooks' API
 // knows square scales only). Tokens handed to on_scale_end / probes are the bits of a token
 // packed into an int64 (bit i -> 2^i; -1 where a scale-level policy pruned the token).
+// Spatial patchify (Infinity-8B: 4 x 14 bits per token) follows the official unpatchify /
+// patchify around the codes update, but has no official fixture yet.
 // Not yet: grouped steps (group_size > 1, LazyVAR's PGD) are refused, no CUDA graphs, no
-// bf16-autocast mode, no spatial patchify (Infinity-8B) in the bits -> codes update.
+// bf16-autocast mode.
 #pragma once
 
 #include <ATen/core/Tensor.h>
