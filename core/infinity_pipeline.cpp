@@ -31,7 +31,13 @@ InfinityPipeline InfinityPipeline::from(InfinityTransformer model, BsqVae vae) {
 
 InfinityPipeline InfinityPipeline::load(const std::string& model_path, const std::string& vae_path,
                                         const at::Device& device) {
-    const StateDict dict = load_checkpoint(model_path);
+    return from_weights(load_checkpoint(model_path), model_path, vae_path, device);
+}
+
+InfinityPipeline InfinityPipeline::from_weights(const StateDict& dict,
+                                                const std::string& model_path,
+                                                const std::string& vae_path,
+                                                const at::Device& device) {
     InfinityTransformer model(InfinityConfig::infer_from(dict, model_path));
     model->load(dict, model_path);
     model->to(device);

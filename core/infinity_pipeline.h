@@ -24,6 +24,9 @@ struct InfinityPipeline {
     // does not fit the transformer (bits per token).
     static InfinityPipeline load(const std::string& model_path, const std::string& vae_path,
                                  const at::Device& device = at::kCPU);
+    // As load(), with the transformer's tensors already read from model_path.
+    static InfinityPipeline from_weights(const StateDict& weights, const std::string& model_path,
+                                         const std::string& vae_path, const at::Device& device);
     // Wraps built modules (tests, random weights); checks that they fit together.
     static InfinityPipeline from(InfinityTransformer model, BsqVae vae);
 

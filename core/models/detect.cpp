@@ -12,10 +12,14 @@ ModelFamily detect_flat(const StateDict& d) {
         return ModelFamily::VarTransformer;
     if (has("quantize.embedding.weight") && has("encoder.conv_in.weight"))
         return ModelFamily::MultiScaleVqvae;
-    if (has("z_proj.weight") && (has("diffloss.net.input_proj.weight") || has("encoder_pos_embed_learned")))
+    if (has("z_proj.weight") &&
+        (has("diffloss.net.input_proj.weight") || has("encoder_pos_embed_learned")))
         return ModelFamily::MarTransformer;
     if (has("encoder.conv_in.weight") && has("quant_conv.weight") && has("decoder.conv_out.weight"))
         return ModelFamily::KlVae;
+    // Either block layout ("blocks.<i>." or the released "block_chunks.<c>.module.<j>.").
+    if (has("cfg_uncond") && has("text_proj_for_sos.ca.mat_q") && has("word_embed.weight"))
+        return ModelFamily::InfinityTransformer;
     return ModelFamily::Unknown;
 }
 
@@ -35,15 +39,24 @@ DetectedFamily detect_family_nested(const StateDict& d) {
     return {ModelFamily::Unknown, ""};
 }
 
-ModelFamily detect_family(const StateDict& d) { return detect_flat(d); }
+ModelFamily detect_family(const StateDict& d) {
+    return detect_flat(d);
+}
 
 std::string family_name(ModelFamily f) {
     switch (f) {
-        case ModelFamily::VarTransformer: return "VAR transformer";
-        case ModelFamily::MultiScaleVqvae: return "VAR multi-scale VQVAE";
-        case ModelFamily::MarTransformer: return "MAR transformer";
-        case ModelFamily::KlVae: return "KL VAE";
-        case ModelFamily::Unknown: break;
+        case ModelFamily::VarTransformer:
+            return "VAR transformer";
+        case ModelFamily::MultiScaleVqvae:
+            return "VAR multi-scale VQVAE";
+        case ModelFamily::MarTransformer:
+            return "MAR transformer";
+        case ModelFamily::KlVae:
+            return "KL VAE";
+        case ModelFamily::InfinityTransformer:
+            return "Infinity transformer";
+        case ModelFamily::Unknown:
+            break;
     }
     return "unknown";
 }
