@@ -5,6 +5,7 @@
 #include "core/models/infinity.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +19,11 @@
 using namespace varscope;
 
 namespace {
+
+// Test inputs independent of what ran before in the process (the global generator).
+at::Generator seeded(uint64_t seed) {
+    return at::make_generator<at::CPUGeneratorImpl>(seed);
+}
 
 std::string fixture(const std::string& name) {
     return varscope::testing::source_dir() + "/tests/fixtures/infinity_tiny/" + name;
@@ -173,8 +179,8 @@ TEST(Infinity, RandomModelRunsTheReleasedShapesScaledDown) {
     auto m = random_infinity(c, 3);
     auto m2 = random_infinity(c, 3);
     const auto s = infinity_schedule(1.0, "0.06M").first(4);
-    InfinityText text{at::randn({7, 128}), {3, 4}};
-    const auto x = at::randn({2, s.total_tokens() - 1, 4});
+    InfinityText text{at::randn({7, 128}, seeded(1)), {3, 4}};
+    const auto x = at::randn({2, s.total_tokens() - 1, 4}, seeded(1));
     const auto a = m->forward_teacher(text, x, s), b = m2->forward_teacher(text, x, s);
     EXPECT_EQ(a.sizes(), (std::vector<int64_t>{2, s.total_tokens(), 8}));
     EXPECT_TRUE(at::equal(a, b));  // same seed, same weights
@@ -183,4 +189,25 @@ TEST(Infinity, RandomModelRunsTheReleasedShapesScaledDown) {
     const auto u = m->with_unconditional(text);
     EXPECT_EQ(u.lens, (std::vector<int64_t>{3, 4, 3, 4}));
     EXPECT_EQ(u.kv_compact.size(0), 14);
+}
+
+// The CFG batch: cfg_uncond rows of each row's length, or the given negative texts.
+TEST(Infinity, UnconditionalRowsAreCfgUncondOrTheNegativeText) {
+    auto m = load_tiny();
+    const auto t = load_safetensors(fixture("teacher.safetensors"));
+    const auto text = fixture_text(t);
+    const auto u = m->with_unconditional(text);
+    const int64_t n = text.kv_compact.size(0);
+    EXPECT_EQ(u.lens, (std::vector<int64_t>{5, 11, 5, 11}));
+    EXPECT_TRUE(at::equal(u.kv_compact.narrow(0, 0, n), text.kv_compact));
+    EXPECT_TRUE(at::equal(u.kv_compact.narrow(0, n, 5), m->cfg_uncond.narrow(0, 0, 5)));
+    EXPECT_TRUE(at::equal(u.kv_compact.narrow(0, n + 5, 11), m->cfg_uncond.narrow(0, 0, 11)));
+    InfinityText neg{at::ones({7, 128}), {3, 4}};
+    const auto v = m->with_unconditional(text, &neg);
+    EXPECT_EQ(v.lens, (std::vector<int64_t>{5, 11, 3, 4}));
+    EXPECT_TRUE(at::equal(v.kv_compact.narrow(0, n, 7), neg.kv_compact));
+    InfinityText one{at::ones({3, 128}), {3}};
+    EXPECT_THROW(m->with_unconditional(text, &one), std::invalid_argument);
+    InfinityText too_long{at::ones({17, 128}), {17}};
+    EXPECT_THROW(m->with_unconditional(too_long), std::invalid_argument);
 }
