@@ -217,3 +217,33 @@ TEST(InfinitySampler, VarAcceleratorPresetsRunThroughTheHooks) {
     }
     EXPECT_GT(ran, 0);
 }
+
+// Infinity-8B's layout: a token holds 2 x 2 latent positions' bits (apply_spatial_patchify).
+// The official run recorded the bits where it turns them into codes, i.e. unpatchified.
+TEST(InfinitySampler, SpatialPatchifyGivesTheOfficialBits) {
+    const auto j = meta();
+    const auto& run = j["patchify_run"];
+    const auto s = infinity_schedule(j["h_div_w"].get<double>(), j["pn"].get<std::string>());
+    auto q = quant(run["vae_codebook_dim"].get<int64_t>());
+    q.spatial_patchify = true;
+    InfinitySampler sampler(load_tiny(), q);
+    InfinitySampleOptions o;
+    o.seed = run["seed"].get<uint64_t>();
+    o.cfg_list = run["cfg"].get<std::vector<double>>();
+    o.tau_list = run["tau"].get<std::vector<double>>();
+    o.top_k = run["top_k"].get<int64_t>();
+    o.top_p = run["top_p"].get<double>();
+    o.cfg_insertion_layer = run["cfg_insertion_layer"].get<std::vector<int64_t>>();
+    const auto r = sampler.sample(fixture_text(), s, o);
+    const auto expected = load_safetensors(fixture("sample_patchify.safetensors"));
+    int64_t first_bad = -1;
+    for (int64_t si = 0; si < s.num_scales(); ++si) {
+        const auto ours = bsq::unpatchify_bits(r.bits[si]);
+        const auto& e = expected.at("bits." + std::to_string(si));
+        ASSERT_EQ(ours.sizes(), e.sizes()) << si;
+        if (first_bad < 0 && !at::equal(ours, e)) first_bad = si;
+    }
+    EXPECT_EQ(first_bad, -1) << "bits differ from scale " << first_bad << " on";
+    EXPECT_EQ(r.summed_codes.size(1), 2);
+    EXPECT_EQ(r.summed_codes.size(2), 2 * s.scales.back()[0]);
+}

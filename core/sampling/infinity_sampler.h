@@ -19,7 +19,7 @@
 // knows square scales only). Tokens handed to on_scale_end / probes are the bits of a token
 // packed into an int64 (bit i -> 2^i; -1 where a scale-level policy pruned the token).
 // Spatial patchify (Infinity-8B: 4 x 14 bits per token) follows the official unpatchify /
-// patchify around the codes update, but has no official fixture yet.
+// patchify around the codes update (checked against the official loop on the tiny fixture).
 // Not yet: grouped steps (group_size > 1, LazyVAR's PGD) are refused, no CUDA graphs, no
 // bf16-autocast mode.
 #pragma once

@@ -14,7 +14,9 @@ labels, fused-norm path) and writes into OUTDIR:
                              cross-attention keys for debugging
   sample_<run>.safetensors   autoregressive_infer_cfg runs: per-scale bits (B, h, w, d) and the
                              final summed codes, for a seed / cfg list / tau / top-k / top-p /
-                             cfg_insertion_layer (settings in schedules.json under "runs")
+                             cfg_insertion_layer (settings in schedules.json under "runs");
+                             sample_patchify: the same weights with apply_spatial_patchify over
+                             a 2-bit quantizer (Infinity-8B's layout), bits (B, 2h, 2w, 2)
   schedules.json             the official dynamic-resolution schedules (h_div_w templates ->
                              pn -> scales), the tiny config and the runs' settings
 Stubs (CPU, no extra packages): flash_attn (the varlen cross-attention computed in fp32 on the
@@ -231,10 +233,43 @@ def main():
         print(f"run {name}: share of 1-bits {ones:.3f}")
     q.lfq.indices_to_codes = orig
 
+    # Spatial patchify (Infinity-8B's layout): the same transformer weights (8 bits per token)
+    # over a 2-bit quantizer, each token covering 2 x 2 latent positions. Bits are recorded
+    # where the loop turns them into codes, i.e. unpatchified: (B, 2h, 2w, 2).
+    vae_p = types.SimpleNamespace(embed_dim=d // 4, vocab_size=2 ** (d // 4),
+                                  quantizer=MultiScaleBSQ(dim=d // 4, codebook_size=2 ** (d // 4),
+                                                          schedule_mode="dynamic"))
+    model.apply_spatial_patchify = 1
+    qp = vae_p.quantizer
+    orig_p = qp.lfq.indices_to_codes
+
+    def recording_p(indices, label_type="int_label", project_out=True):
+        recorded.append(indices.clone())
+        return orig_p(indices, label_type=label_type, project_out=project_out)
+
+    qp.lfq.indices_to_codes = recording_p
+    r = dict(seed=5, cfg=[1.0] + [3.0] * (n - 1), tau=[0.5] * n, top_k=900, top_p=0.97,
+             cfg_insertion_layer=[0])
+    recorded.clear()
+    with torch.no_grad():
+        model.autoregressive_infer_cfg(
+            vae=vae_p, scale_schedule=scales, label_B_or_BLT=(kv_compact.clone(), lens, cu, max(lens)),
+            B=B, g_seed=r["seed"], cfg_list=r["cfg"], tau_list=r["tau"], top_k=r["top_k"],
+            top_p=r["top_p"], cfg_insertion_layer=r["cfg_insertion_layer"], vae_type=d // 4,
+            returns_vemb=1, ret_img=False, inference_mode=True, gt_leak=0)
+    model.apply_spatial_patchify = 0
+    qp.lfq.indices_to_codes = orig_p
+    assert len(recorded) == n
+    save_file({f"bits.{si}": x[:, 0].to(torch.uint8).contiguous() for si, x in enumerate(recorded)},
+              os.path.join(out, "sample_patchify.safetensors"))
+    patchify_run = dict(r, vae_codebook_dim=d // 4)
+    print(f"run patchify: bits per position {d // 4}, last scale {tuple(recorded[-1].shape)}")
+
     sched = {str(float(k)): {p: [list(s) for s in v[p]["scales"]] for p in v}
              for k, v in dynamic_resolution_h_w.items()}
     meta = {"config": tiny, "h_div_w": h_div_w, "pn": pn, "scales": [[h, w] for _, h, w in scales],
-            "lens": lens, "runs": runs, "h_div_w_templates": [float(x) for x in h_div_w_templates],
+            "lens": lens, "runs": runs, "patchify_run": patchify_run,
+            "h_div_w_templates": [float(x) for x in h_div_w_templates],
             "dynamic_resolution_h_w": sched}
     with open(os.path.join(out, "schedules.json"), "w") as f:
         json.dump(meta, f, indent=1)
