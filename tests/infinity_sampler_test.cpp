@@ -247,3 +247,31 @@ TEST(InfinitySampler, SpatialPatchifyGivesTheOfficialBits) {
     EXPECT_EQ(r.summed_codes.size(1), 2);
     EXPECT_EQ(r.summed_codes.size(2), 2 * s.scales.back()[0]);
 }
+
+// Probes: attention maps of the asked (scale, layer), per-scale records with the summed codes.
+TEST(InfinitySampler, ProbesGetAttentionMapsAndScaleRecords) {
+    struct Probe : ProbeSink {
+        bool wants_attention(int64_t scale, int64_t layer) const override {
+            return scale == 2 && layer == 1;
+        }
+        bool wants_fhat() const override { return true; }
+        void on_attention(AttentionRecord r) override { maps.push_back(std::move(r)); }
+        void on_scale(ScaleRecord r) override { scales.push_back(std::move(r)); }
+        std::vector<AttentionRecord> maps;
+        std::vector<ScaleRecord> scales;
+    } probe;
+    const auto s = infinity_schedule(1.333, "0.06M").first(4);
+    InfinitySampler sampler(load_tiny(), quant(8));
+    InfinitySampleOptions o;
+    const auto base = sampler.sample(fixture_text(), s, o);
+    const auto r = sampler.sample(fixture_text(), s, o, nullptr, &probe);
+    ASSERT_EQ(probe.maps.size(), 1u);
+    const int64_t q = s.tokens(2), kv = s.scale_begin(3);  // scale 2's queries, keys up to it
+    EXPECT_EQ(probe.maps[0].probs.sizes(), (std::vector<int64_t>{2, q, kv}));
+    EXPECT_NEAR(probe.maps[0].probs.sum(-1).mean().item<double>(), 1.0, 1e-5);
+    ASSERT_EQ(probe.scales.size(), 4u);
+    EXPECT_TRUE(at::equal(probe.scales.back().f_hat, r.summed_codes));
+    // (No bit-equality with `base` here: the probed layer attends eagerly, and the official
+    // bf16 rounding of cross-attention can turn that summation order into a flipped bit.)
+    EXPECT_EQ(r.bits.size(), base.bits.size());
+}

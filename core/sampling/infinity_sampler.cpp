@@ -35,8 +35,8 @@ at::Tensor rope_rows(const at::Tensor& rope, const at::Tensor& rows) {
 // One block of one scale with the hook points of var_sampler.cpp's run_block.
 at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x, const Modulation& m,
                      const CrossKv& text_kv, const at::Tensor& text_mask, const at::Tensor& rope,
-                     BlockContext& ctx, SamplingHooks* hooks, AttentionBackend backend,
-                     double& flops) {
+                     BlockContext& ctx, SamplingHooks* hooks, ProbeSink* probe,
+                     AttentionBackend backend, double& flops) {
     const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x) : at::Tensor();
     const bool per_row = rows.defined() && rows.dim() == 2;
     const at::Tensor xs = !rows.defined() ? x
@@ -51,9 +51,16 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x, const Mo
                  ? ctx.attention_flops
                  : 4.0 * static_cast<double>(qkv.q.size(0)) * qkv.q.size(1) * qkv.q.size(2) *
                        k.size(2) * qkv.q.size(3);
-    if (!o.defined())  // every cached key is visible: earlier scales and this one
-        o = backend == AttentionBackend::Eager ? attention_eager(qkv.q, k, v, 1.0)
-                                               : attention_sdpa(qkv.q, k, v, 1.0);
+    if (!o.defined()) {  // every cached key is visible: earlier scales and this one
+        if (probe && probe->wants_attention(ctx.scale.scale, ctx.layer)) {
+            at::Tensor probs;  // the inspector's map: the first conditional row
+            o = attention_eager(qkv.q, k, v, 1.0, {}, &probs);
+            probe->on_attention({ctx.scale.scale, ctx.layer, probs[0].to(at::kFloat).cpu()});
+        } else {
+            o = backend == AttentionBackend::Eager ? attention_eager(qkv.q, k, v, 1.0)
+                                                   : attention_sdpa(qkv.q, k, v, 1.0);
+        }
+    }
     auto h = xs + blk.sa->project_out(o).mul(m.gamma1);
     h = h + blk.cross_branch(h, text_kv, text_mask);
     h = h + blk.ffn_branch(h, m);
@@ -211,7 +218,7 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         for (int64_t layer = 0; layer < mc.depth; ++layer) {
             BlockContext bctx{ctx, layer, cache};
             x = run_block(m.block(layer), x, mods[layer], cond.cross[layer], cond.text_mask,
-                          step_rope, bctx, hooks, opt.attention, flops);
+                          step_rope, bctx, hooks, probe, opt.attention, flops);
             if (g != 1.0 && mix_layers.count(layer)) {  // guidance at this layer's output
                 auto mixed = x.narrow(0, 0, B).mul(g) + x.narrow(0, B, B).mul(1.0 - g);
                 x = at::cat({mixed, mixed}, 0);
