@@ -11,8 +11,10 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/io/checkpoint.h"
+#include "core/io/module_binding.h"
 #include "core/models/infinity_schedule.h"
 #include "tests/test_util.h"
 
@@ -210,4 +212,30 @@ TEST(Infinity, UnconditionalRowsAreCfgUncondOrTheNegativeText) {
     EXPECT_THROW(m->with_unconditional(text, &one), std::invalid_argument);
     InfinityText too_long{at::ones({17, 128}), {17}};
     EXPECT_THROW(m->with_unconditional(too_long), std::invalid_argument);
+}
+
+// The released 2B / 8B layouts at full size (names and shapes of the official modules built on
+// the meta device by tools/parity/infinity_parity.py): the config read off them is the
+// builder's, and every name binds to this module's (depth as released, tiny widths).
+TEST(Infinity, ReleasedTwoAndEightBLayoutsAreUnderstood) {
+    std::ifstream f(fixture("release_shapes.json"));
+    const auto j = nlohmann::json::parse(f);
+    for (const auto& [name, expected] :
+         {std::pair{std::string("2b"), InfinityConfig::infinity_2b()},
+          {"8b", InfinityConfig::infinity_8b()}}) {
+        StateDict d;
+        for (const auto& [k, shape] : j.at(name).items())
+            d[k] =
+                at::empty(shape.get<std::vector<int64_t>>(), at::TensorOptions().device(at::kMeta));
+        EXPECT_TRUE(d.count("block_chunks.7.module.3.sa.mat_qkv.weight")) << name;
+        const auto c = InfinityConfig::infer_from(d, name);
+        EXPECT_EQ(c.to_json(), expected.to_json()) << name;
+        auto tiny = c;
+        tiny.embed_dim = 32, tiny.num_heads = 2, tiny.mlp_hidden = 8, tiny.text_channels = 8;
+        tiny.text_maxlen = 2, tiny.pool_heads = 1, tiny.codebook_dim = 2;
+        std::set<std::string> ours, theirs;
+        for (const auto& kv : module_state_dict(*InfinityTransformer(tiny))) ours.insert(kv.first);
+        for (const auto& kv : infinity_canonical_names(d, name)) theirs.insert(kv.first);
+        EXPECT_EQ(ours, theirs) << name;
+    }
 }

@@ -19,6 +19,8 @@ labels, fused-norm path) and writes into OUTDIR:
                              a 2-bit quantizer (Infinity-8B's layout), bits (B, 2h, 2w, 2)
   schedules.json             the official dynamic-resolution schedules (h_div_w templates ->
                              pn -> scales), the tiny config and the runs' settings
+  release_shapes.json        names and shapes of the released 2B / 8B state dicts (built on the
+                             meta device), to check config inference and names at full size
 Stubs (CPU, no extra packages): flash_attn (the varlen cross-attention computed in fp32 on the
 bf16-rounded inputs the caller passes, output rounded to the input dtype, as flash-attn's
 fp32-accumulating kernel returns it), timm (register_model, DropPath), PIL (unused import), and
@@ -104,6 +106,32 @@ def randomise_(model, gen):
                 p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(0.05 * torch.randn(p.shape, generator=gen))
+
+
+def release_shapes(Infinity, MultiScaleBSQ):
+    """Tensor names and shapes of the released 2B / 8B transformers (tools/run_infinity.py's
+    settings), built on the meta device: no weights are allocated."""
+    item = torch.Tensor.item
+    torch.Tensor.item = lambda self: 0.0 if self.is_meta else item(self)  # values unused here
+    out = {}
+    try:
+        for name, kw, d, patch in (
+                ("2b", dict(depth=32, embed_dim=2048, num_heads=16, block_chunks=8), 32, 0),
+                ("8b", dict(depth=40, embed_dim=3584, num_heads=28, block_chunks=8), 14, 1)):
+            vae = types.SimpleNamespace(embed_dim=d, vocab_size=2 ** d, quantizer=MultiScaleBSQ(
+                dim=d, codebook_size=2 ** d, schedule_mode="dynamic"))
+            with torch.device("meta"):
+                m = Infinity(
+                    vae_local=vae, text_channels=2048, text_maxlen=512, shared_aln=True,
+                    checkpointing="full-block", customized_flash_attn=False, fused_norm=True,
+                    pad_to_multiplier=128, use_flex_attn=False, add_lvl_embeding_only_first_block=1,
+                    use_bit_label=1, rope2d_each_sa_layer=1, rope2d_normalized_by_hw=2, pn="1M",
+                    apply_spatial_patchify=patch, inference_mode=True, train_h_div_w_list=[1.0],
+                    drop_path_rate=0.1, mlp_ratio=4, **kw)
+            out[name] = {k: list(v.shape) for k, v in m.state_dict().items()}
+    finally:
+        torch.Tensor.item = item
+    return out
 
 
 def main():
@@ -273,6 +301,8 @@ def main():
             "dynamic_resolution_h_w": sched}
     with open(os.path.join(out, "schedules.json"), "w") as f:
         json.dump(meta, f, indent=1)
+    with open(os.path.join(out, "release_shapes.json"), "w") as f:
+        json.dump(release_shapes(Infinity, MultiScaleBSQ), f)
     print("wrote", out, sorted(os.listdir(out)))
 
 
