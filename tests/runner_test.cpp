@@ -60,8 +60,9 @@ TEST(Runner, DetectsTheFamilyFromTheCheckpoint) {
 TEST(Runner, NamesWhatAFileHoldsWhenItIsNoModel) {
     ModelSpec spec;
     spec.model_path = embedded_mar_files().vae_path;  // a KL VAE, not a transformer
-    EXPECT_NE(error_of([&] { open_runner(spec, {}); }).find("not a VAR or MAR transformer"),
-              std::string::npos);
+    EXPECT_NE(
+        error_of([&] { open_runner(spec, {}); }).find("not a VAR, MAR or Infinity transformer"),
+        std::string::npos);
     spec.named_as = Family::Mar;
     EXPECT_NE(error_of([&] { open_runner(spec, {}); }).find("no MAR weights found"),
               std::string::npos);
@@ -70,7 +71,7 @@ TEST(Runner, NamesWhatAFileHoldsWhenItIsNoModel) {
               std::string::npos);
     EXPECT_NE(error_of([] {
                   detect_runner_family(embedded_model_files().vae_path);
-              }).find("not a VAR or MAR transformer"),
+              }).find("not a VAR, MAR or Infinity transformer"),
               std::string::npos);
 }
 

@@ -1,6 +1,7 @@
 #include "core/models/detect.h"
 
 #include "core/io/checkpoint.h"
+#include "core/models/infinity.h"
 #include "core/models/kl_vae.h"
 #include "core/models/mar.h"
 #include "core/models/var.h"
@@ -21,6 +22,9 @@ ModelFamily detect_flat(const StateDict& d) {
         return ModelFamily::MarTransformer;
     if (has("encoder.conv_in.weight") && has("quant_conv.weight") && has("decoder.conv_out.weight"))
         return ModelFamily::KlVae;
+    // Either block layout ("blocks.<i>." or the released "block_chunks.<c>.module.<j>.").
+    if (has("cfg_uncond") && has("text_proj_for_sos.ca.mat_q") && has("word_embed.weight"))
+        return ModelFamily::InfinityTransformer;
     return ModelFamily::Unknown;
 }
 
@@ -54,6 +58,8 @@ std::string family_name(ModelFamily f) {
             return "MAR transformer";
         case ModelFamily::KlVae:
             return "KL VAE";
+        case ModelFamily::InfinityTransformer:
+            return "Infinity transformer";
         case ModelFamily::Unknown:
             break;
     }
@@ -70,6 +76,8 @@ nlohmann::json inferred_config(ModelFamily f, const StateDict& dict) {
             return VqvaeConfig::infer_from(dict, patch_nums_256()).to_json();
         case ModelFamily::KlVae:
             return KlVaeConfig::infer_from(dict).to_json();
+        case ModelFamily::InfinityTransformer:
+            return InfinityConfig::infer_from(dict).to_json();
         case ModelFamily::Unknown:
             break;
     }

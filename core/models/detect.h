@@ -8,7 +8,14 @@
 
 namespace varscope {
 
-enum class ModelFamily { Unknown, VarTransformer, MultiScaleVqvae, MarTransformer, KlVae };
+enum class ModelFamily {
+    Unknown,
+    VarTransformer,
+    MultiScaleVqvae,
+    MarTransformer,
+    KlVae,
+    InfinityTransformer
+};
 
 // From the top-level names only (see detect_family_nested for training checkpoints).
 ModelFamily detect_family(const StateDict& dict);

@@ -5,10 +5,11 @@
 
 namespace varscope {
 
-// VAR (next-scale prediction) or MAR (masked autoregression with a diffusion head).
-enum class Family { Var, Mar };
-const char* family_id(Family f);               // "var" | "mar"
-Family family_from_id(const std::string& id);  // anything but "mar" is VAR
-const char* family_title(Family f);            // "VAR" | "MAR"
+// VAR (next-scale prediction), MAR (masked autoregression with a diffusion head) or Infinity
+// (text-to-image next-scale prediction of bits).
+enum class Family { Var, Mar, Infinity };
+const char* family_id(Family f);               // "var" | "mar" | "infinity"
+Family family_from_id(const std::string& id);  // anything but "mar" / "infinity" is VAR
+const char* family_title(Family f);            // "VAR" | "MAR" | "Infinity"
 
 }  // namespace varscope

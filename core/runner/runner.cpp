@@ -11,15 +11,15 @@
 namespace varscope {
 
 const char* family_id(Family f) {
-    return f == Family::Mar ? "mar" : "var";
+    return f == Family::Mar ? "mar" : f == Family::Infinity ? "infinity" : "var";
 }
 
 Family family_from_id(const std::string& id) {
-    return id == "mar" ? Family::Mar : Family::Var;
+    return id == "mar" ? Family::Mar : id == "infinity" ? Family::Infinity : Family::Var;
 }
 
 const char* family_title(Family f) {
-    return f == Family::Mar ? "MAR" : "VAR";
+    return f == Family::Mar ? "MAR" : f == Family::Infinity ? "Infinity" : "VAR";
 }
 
 namespace {
@@ -51,6 +51,8 @@ std::unique_ptr<Runner> open_runner(const ModelSpec& requested, const LoadOption
                                    spec, options);
         case ModelFamily::MarTransformer:
             return load_mar_runner(all, spec, options);
+        case ModelFamily::InfinityTransformer:
+            return load_infinity_runner(all, spec, options);
         default:
             break;
     }
@@ -61,12 +63,14 @@ std::unique_ptr<Runner> open_runner(const ModelSpec& requested, const LoadOption
             spec.model_path +
             ": expected a VAR transformer checkpoint, but its tensors look like " +
             family_name(found.family));
-    throw CheckpointError(spec.model_path +
-                          ": not a VAR or MAR transformer checkpoint (its tensors look like " +
-                          family_name(found.family) + ")");
+    throw CheckpointError(
+        spec.model_path +
+        ": not a VAR, MAR or Infinity transformer checkpoint (its tensors look like " +
+        family_name(found.family) + ")");
 }
 
 std::shared_ptr<const AccelPlan> accel_plan(Family family, const std::string& arg) {
+    if (family == Family::Infinity) return infinity_accel_plan(arg);
     return family == Family::Mar ? mar_accel_plan(arg) : var_accel_plan(arg);
 }
 
@@ -74,9 +78,10 @@ Family detect_runner_family(const std::string& model_path) {
     const DetectedFamily found = detect_family_nested(load_checkpoint(model_path));
     if (found.family == ModelFamily::VarTransformer) return Family::Var;
     if (found.family == ModelFamily::MarTransformer) return Family::Mar;
-    throw CheckpointError(model_path +
-                          ": not a VAR or MAR transformer checkpoint (its tensors look like " +
-                          family_name(found.family) + ")");
+    if (found.family == ModelFamily::InfinityTransformer) return Family::Infinity;
+    throw CheckpointError(
+        model_path + ": not a VAR, MAR or Infinity transformer checkpoint (its tensors look like " +
+        family_name(found.family) + ")");
 }
 
 }  // namespace varscope

@@ -32,8 +32,9 @@ namespace varscope {
 // What to load: a transformer checkpoint of any family (detected) with its VAE, or, when
 // model_path is empty, the embedded emoji model of `embedded`.
 struct ModelSpec {
-    std::string model_path;  // VAR or MAR transformer (.pth / .safetensors)
-    std::string vae_path;    // VAR: the multi-scale VQVAE (required); MAR: its KL VAE ("" = none)
+    std::string model_path;  // VAR, MAR or Infinity transformer (.pth / .safetensors)
+    // VAR: the multi-scale VQVAE (required); MAR: its KL VAE, Infinity: its BSQ VAE ("" = none)
+    std::string vae_path;
     Family embedded = Family::Var;
     std::vector<int64_t> patch_nums;  // VAR: the schedule (empty = the checkpoint's)
     // MAR: the DiffLoss head's diffusion respacing, fixed at load ("" = the file's
@@ -76,6 +77,16 @@ struct SampleSettings {
     // keeps the steps eager). VAR always reports its attention FLOPs.
     bool count_flops = false;
     const std::atomic<bool>* cancel = nullptr;  // checked before every step
+
+    // Infinity (appended here; class_ids / batch are not read: the text gives the rows).
+    // The text: T5 features in the official packed form ("kv_compact", "lens"; see
+    // load_text_features in core/infinity_pipeline.h); prompts need the T5 encoder (branch t5).
+    std::string text_features;
+    std::vector<std::string> prompts;
+    double tau = 0.5;                             // scripts/infer.sh's setting
+    std::vector<int64_t> cfg_insertion_layer{0};  // 0 = guidance on the logits (run_infinity.py)
+    double h_div_w = 1.0;                         // aspect ratio -> the nearest official template
+    std::string pixels = "1M";                    // "0.06M", "0.25M", "0.60M", "1M"
 };
 
 // A parsed, validated accelerator config of one family.
@@ -224,5 +235,7 @@ std::unique_ptr<Runner> random_mar_runner(const MarConfig& config, uint64_t seed
 // Wraps pipelines built elsewhere (tests: tiny models).
 std::unique_ptr<Runner> var_runner(VarPipeline pipeline, std::string model_path = {});
 std::unique_ptr<Runner> mar_runner(MarPipeline pipeline, std::string model_path = {});
+struct InfinityPipeline;
+std::unique_ptr<Runner> infinity_runner(InfinityPipeline pipeline, std::string model_path = {});
 
 }  // namespace varscope

@@ -15,7 +15,13 @@ std::unique_ptr<Runner> load_var_runner(StateDict weights, const ModelSpec& spec
 std::unique_ptr<Runner> load_mar_runner(const StateDict& all, const ModelSpec& spec,
                                         const LoadOptions& options);
 
+// all: the Infinity transformer's tensors (official names); spec.vae_path: its BSQ VAE.
+std::unique_ptr<Runner> load_infinity_runner(const StateDict& all, const ModelSpec& spec,
+                                             const LoadOptions& options);
+
 std::shared_ptr<const AccelPlan> var_accel_plan(const std::string& arg);
+// Infinity runs the VAR accelerators through the same hooks (core/sampling/infinity_sampler.h).
+std::shared_ptr<const AccelPlan> infinity_accel_plan(const std::string& arg);
 std::shared_ptr<const AccelPlan> mar_accel_plan(const std::string& arg);
 
 }  // namespace varscope

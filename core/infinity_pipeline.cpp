@@ -1,0 +1,99 @@
+#include "core/infinity_pipeline.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <chrono>
+
+#include "core/io/checkpoint.h"
+
+namespace varscope {
+
+InfinityPipeline InfinityPipeline::from(InfinityTransformer model, BsqVae vae) {
+    InfinityPipeline p;
+    const auto& c = model->config();
+    if (vae) {
+        p.quant = vae->quant_config();
+        // A token holds 4 latent positions' bits with spatial patchify (Infinity-8B).
+        p.quant.spatial_patchify = c.codebook_dim == 4 * p.quant.codebook_dim;
+        if (p.quant.token_bits() != c.codebook_dim)
+            throw std::invalid_argument("Infinity: the VAE has " +
+                                        std::to_string(p.quant.codebook_dim) +
+                                        " bits per position, the transformer " +
+                                        std::to_string(c.codebook_dim) + " per token");
+    } else {
+        p.quant.codebook_dim = c.codebook_dim;
+    }
+    p.model = std::move(model);
+    p.vae = std::move(vae);
+    return p;
+}
+
+InfinityPipeline InfinityPipeline::load(const std::string& model_path, const std::string& vae_path,
+                                        const at::Device& device) {
+    return from_weights(load_checkpoint(model_path), model_path, vae_path, device);
+}
+
+InfinityPipeline InfinityPipeline::from_weights(const StateDict& dict,
+                                                const std::string& model_path,
+                                                const std::string& vae_path,
+                                                const at::Device& device) {
+    InfinityTransformer model(InfinityConfig::infer_from(dict, model_path));
+    model->load(dict, model_path);
+    model->to(device);
+    model->eval();
+    BsqVae vae{nullptr};
+    if (!vae_path.empty()) {
+        vae = load_bsq_vae(vae_path);
+        vae->to(device);
+        vae->eval();
+    }
+    return from(std::move(model), std::move(vae));
+}
+
+InfinityPipeline::Output InfinityPipeline::generate(const InfinityText& text,
+                                                    const InfinitySchedule& schedule,
+                                                    const InfinitySampleOptions& options,
+                                                    SamplingHooks* hooks, ProbeSink* probe,
+                                                    bool decode) const {
+    InfinitySampler sampler(model, quant);
+    Output out;
+    out.sample = sampler.sample(text, schedule, options, hooks, probe);
+    if (decode && vae) {
+        c10::InferenceMode guard;
+        const auto t0 = std::chrono::steady_clock::now();
+        BsqVae decoder = vae;  // decode() is not const; the holder shares the module
+        out.images = decoder->decode_01(out.sample.summed_codes);
+        synchronize_device(out.images.device());
+        out.decode_millis =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
+    }
+    return out;
+}
+
+InfinityText load_text_features(const std::string& path) {
+    const StateDict d = load_checkpoint(path);
+    auto get = [&](const char* name) -> const at::Tensor& {
+        auto it = d.find(name);
+        if (it == d.end())
+            throw CheckpointError(path + ": text features need a tensor '" + name + "'");
+        return it->second;
+    };
+    const auto& kv = get("kv_compact");
+    const auto lens = get("lens").to(at::kLong).reshape({-1});
+    InfinityText t;
+    t.kv_compact = kv.to(at::kFloat);
+    int64_t total = 0;
+    for (int64_t i = 0; i < lens.numel(); ++i) {
+        t.lens.push_back(lens[i].item<int64_t>());
+        if (t.lens.back() < 1) throw CheckpointError(path + ": 'lens' must be positive");
+        total += t.lens.back();
+    }
+    if (kv.dim() != 2 || kv.size(0) != total)
+        throw CheckpointError(
+            path + ": 'kv_compact' must be (sum(lens) = " + std::to_string(total) + ", channels)");
+    return t;
+}
+
+}  // namespace varscope

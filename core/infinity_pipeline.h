@@ -1,0 +1,48 @@
+// Infinity's pipeline (issue #32): the transformer, its BSQ VAE and the sampling loop, from
+// precomputed text features (T5 encoder output in the official packed form) to images. The
+// runner (core/runner/, Family::Infinity) and the T5 text encoder (branch t5) build on it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+
+#include "core/models/bsq_vae.h"
+#include "core/models/infinity.h"
+#include "core/sampling/infinity_sampler.h"
+
+namespace varscope {
+
+struct InfinityPipeline {
+    InfinityTransformer model{nullptr};
+    BsqVae vae{nullptr};  // null: no decoding (summed codes only)
+    bsq::BsqQuantConfig quant;
+
+    // The transformer file (official .pth / safetensors) and, if given, its BSQ VAE on
+    // `device`. CheckpointError names the file and the tensor; std::invalid_argument when the VAE
+    // does not fit the transformer (bits per token).
+    static InfinityPipeline load(const std::string& model_path, const std::string& vae_path,
+                                 const at::Device& device = at::kCPU);
+    // As load(), with the transformer's tensors already read from model_path.
+    static InfinityPipeline from_weights(const StateDict& weights, const std::string& model_path,
+                                         const std::string& vae_path, const at::Device& device);
+    // Wraps built modules (tests, random weights); checks that they fit together.
+    static InfinityPipeline from(InfinityTransformer model, BsqVae vae);
+
+    struct Output {
+        InfinitySampleResult sample;
+        at::Tensor images;  // (B, 3, H, W) in [0, 1]; undefined without a VAE or decode off
+        double decode_millis = 0.0;
+    };
+    Output generate(const InfinityText& text, const InfinitySchedule& schedule,
+                    const InfinitySampleOptions& options, SamplingHooks* hooks = nullptr,
+                    ProbeSink* probe = nullptr, bool decode = true) const;
+};
+
+// Text features written as tensors "kv_compact" (sum(lens), Ct5) float and "lens" (B) integer
+// (safetensors or .pth; tools/parity/infinity_parity.py writes this layout). CheckpointError
+// naming the file and the tensor.
+InfinityText load_text_features(const std::string& path);
+
+}  // namespace varscope

@@ -1,0 +1,174 @@
+// Infinity's blocks, cross-attention, 2-D RoPE and causal mask (see infinity.h).
+#include <ATen/ATen.h>
+#include <torch/nn/modules/activation.h>
+
+#include <cmath>
+
+#include "core/models/infinity.h"
+
+namespace varscope {
+namespace {
+
+// What the official code does to fp32 operands of flash-attn's varlen kernel: a round trip
+// through bf16 (a no-op on tensors that are already in a 16-bit type).
+at::Tensor round_bf16(const at::Tensor& t) {
+    return t.scalar_type() == at::kFloat ? t.to(at::kBFloat16).to(at::kFloat) : t;
+}
+
+at::Tensor linear(const torch::nn::Linear& l, const at::Tensor& x) {
+    const auto& w = l->weight;
+    return at::linear(x.to(w.scalar_type()), w,
+                      l->bias.defined() ? std::optional<at::Tensor>(l->bias) : std::nullopt);
+}
+
+}  // namespace
+
+// ----------------------------------------------------------------------------- cross-attention
+
+InfinityCrossAttentionImpl::InfinityCrossAttentionImpl(int64_t C, int64_t kv_dim, int64_t H,
+                                                       bool pool)
+    : heads_(H), head_dim_(C / H), pool_(pool) {
+    if (pool)
+        mat_q_pool = register_parameter("mat_q", at::zeros({1, H, C / H}));
+    else
+        mat_q_lin = register_module("mat_q", torch::nn::Linear(C, C));
+    mat_kv = register_module(
+        "mat_kv", torch::nn::Linear(torch::nn::LinearOptions(kv_dim, 2 * C).bias(false)));
+    v_bias = register_parameter("v_bias", at::zeros({C}));
+    zero_k_bias = register_buffer("zero_k_bias", at::zeros({C}));
+    proj = register_module("proj", torch::nn::Linear(C, C));
+}
+
+CrossKv InfinityCrossAttentionImpl::keys_values(const at::Tensor& text) const {
+    const int64_t B = text.size(0), Lt = text.size(1);
+    const auto& w = mat_kv->weight;
+    auto kv = at::linear(text.to(w.scalar_type()), w, at::cat({zero_k_bias, v_bias}))
+                  .view({B, Lt, 2, heads_, head_dim_});
+    return {kv.select(2, 0).transpose(1, 2), kv.select(2, 1).transpose(1, 2)};
+}
+
+at::Tensor InfinityCrossAttentionImpl::forward(const at::Tensor& q_BLC, const CrossKv& kv,
+                                               const at::Tensor& mask) const {
+    const int64_t B = kv.k.size(0);
+    at::Tensor q;  // (B, H, Lq, c)
+    if (pool_) {
+        q = mat_q_pool.unsqueeze(2).expand({B, heads_, 1, head_dim_}).to(kv.k.scalar_type());
+    } else {
+        q = linear(mat_q_lin, q_BLC).view({B, q_BLC.size(1), heads_, head_dim_}).transpose(1, 2);
+    }
+    const int64_t Lq = q.size(2);
+    std::optional<at::Tensor> m;
+    if (mask.defined()) m = mask.to(at::kFloat);
+    auto o = at::scaled_dot_product_attention(round_bf16(q), round_bf16(kv.k), round_bf16(kv.v), m,
+                                              0.0, false, 1.0 / std::sqrt(double(head_dim_)));
+    o = round_bf16(o).transpose(1, 2).reshape({B, Lq, heads_ * head_dim_});
+    return linear(proj, o);
+}
+
+// ----------------------------------------------------------------------------- block
+
+InfinityBlockImpl::InfinityBlockImpl(const InfinityConfig& cfg)
+    : dim_(cfg.embed_dim), eps_(cfg.norm_eps) {
+    const int64_t C = cfg.embed_dim;
+    sa = register_module("sa", SelfAttention(C, cfg.num_heads, /*attn_l2_norm=*/true));
+    ca = register_module("ca", InfinityCrossAttention(C, C, cfg.num_heads, /*pool=*/false));
+    ffn = register_module("ffn", FeedForward(C, cfg.mlp_hidden));
+    ca_norm = register_module(
+        "ca_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({C}).eps(cfg.norm_eps)));
+    ada_gss = register_parameter("ada_gss", at::zeros({1, 1, 6, C}));
+}
+
+Modulation InfinityBlockImpl::modulation(const at::Tensor& gss) const {
+    auto p = (ada_gss + gss).unbind(2);
+    return {p[0], p[1], p[2], p[3], p[4], p[5]};
+}
+
+at::Tensor InfinityBlockImpl::sa_input(const at::Tensor& x, const Modulation& m) const {
+    return at::layer_norm(x.to(at::kFloat), {dim_}, {}, {}, eps_)
+        .mul(m.scale1.add(1))
+        .add_(m.shift1);
+}
+
+Qkv InfinityBlockImpl::project_qkv(const at::Tensor& x_in, const at::Tensor& rope) const {
+    auto r = sa->project_qkv(x_in);
+    r.q = apply_rope2d(r.q, rope);
+    r.k = apply_rope2d(r.k, rope);
+    return r;
+}
+
+at::Tensor InfinityBlockImpl::cross_branch(const at::Tensor& x, const CrossKv& kv,
+                                           const at::Tensor& mask) const {
+    auto in = at::layer_norm(x, {dim_}, ca_norm->weight, ca_norm->bias, eps_);
+    return ca->forward(in, kv, mask).to(at::kFloat);
+}
+
+at::Tensor InfinityBlockImpl::ffn_branch(const at::Tensor& x, const Modulation& m) const {
+    auto in =
+        at::layer_norm(x.to(at::kFloat), {dim_}, {}, {}, eps_).mul(m.scale2.add(1)).add_(m.shift2);
+    return ffn->forward(in).mul(m.gamma2);
+}
+
+at::Tensor InfinityBlockImpl::forward(const at::Tensor& x, const at::Tensor& gss, const CrossKv& kv,
+                                      const at::Tensor& text_mask, const at::Tensor& rope,
+                                      const AttendFn& attend) const {
+    const auto m = modulation(gss);
+    const auto qkv = project_qkv(sa_input(x, m), rope);
+    auto h = x + sa->project_out(attend(qkv.q, qkv.k, qkv.v)).mul(m.gamma1);
+    h = h + cross_branch(h, kv, text_mask);
+    return h + ffn_branch(h, m);
+}
+
+// ----------------------------------------------------------------------------- RoPE and mask
+
+at::Tensor apply_rope2d(const at::Tensor& x, const at::Tensor& rope) {
+    auto sizes = x.sizes().vec();
+    sizes.back() /= 2;
+    sizes.push_back(2);
+    auto xr = x.reshape(sizes);
+    auto x0 = xr.select(-1, 0), x1 = xr.select(-1, 1);
+    // (L, c/2) broadcast over batch and heads, or (B, L, c/2) per batch row (per-row tokens).
+    auto cos = rope.select(0, 0), sin = rope.select(0, 1);
+    if (cos.dim() == 3) {
+        cos = cos.unsqueeze(1);
+        sin = sin.unsqueeze(1);
+    }
+    return at::stack({cos * x0 - sin * x1, sin * x0 + cos * x1}, -1).reshape(x.sizes());
+}
+
+at::Tensor infinity_rope(const InfinitySchedule& s, int64_t head_dim, const at::Device& device) {
+    // The official precompute_rope2d_freqs_grid, mode 2: frequencies theta_i = 10000^(-i/half)
+    // over half the head (rows) and half again (columns); a scale of (h, w) takes the grid
+    // positions round(i * H / h), round(j * W / w) of the template's final grid (H, W).
+    const int64_t half = head_dim / 2;
+    auto inv =
+        at::reciprocal(at::pow(10000.0, at::arange(0, half, 2, at::kLong).to(at::kFloat) / half));
+    std::vector<at::Tensor> parts;
+    for (const auto& hw : s.scales) {
+        const int64_t ph = hw[0], pw = hw[1];
+        auto rows =
+            (at::arange(ph, at::kLong) * (double(s.rope_h) / double(ph))).round().to(at::kInt);
+        auto cols =
+            (at::arange(pw, at::kLong) * (double(s.rope_w) / double(pw))).round().to(at::kInt);
+        auto fh = at::outer(rows.to(at::kFloat), inv);  // (ph, half/2)
+        auto fw = at::outer(cols.to(at::kFloat), inv);  // (pw, half/2)
+        auto grid = at::cat(
+            {fh.unsqueeze(1).expand({ph, pw, -1}), fw.unsqueeze(0).expand({ph, pw, -1})}, -1);
+        parts.push_back(at::stack({grid.cos(), grid.sin()}, 0).reshape({2, ph * pw, half}));
+    }
+    return at::cat(parts, 1).to(device);
+}
+
+at::Tensor infinity_causal_mask(const InfinitySchedule& s, const at::Device& device) {
+    std::vector<int64_t> lvl;
+    for (int64_t si = 0; si < s.num_scales(); ++si)
+        for (int64_t t = 0; t < s.tokens(si); ++t) lvl.push_back(si);
+    const int64_t L = static_cast<int64_t>(lvl.size());
+    auto d = at::tensor(lvl, at::kLong);
+    auto allowed = d.view({L, 1}).ge(d.view({1, L}));
+    return at::zeros({L, L})
+        .masked_fill_(allowed.logical_not(), -INFINITY)
+        .view({1, 1, L, L})
+        .to(device);
+}
+
+}  // namespace varscope

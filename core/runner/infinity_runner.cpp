@@ -1,0 +1,269 @@
+// Infinity behind the Runner interface: InfinityPipeline (transformer, BSQ VAE, sampling loop),
+// the VAR accelerators through the same hooks (square schedules), the reports' VAR columns
+// (identical tokens per scale; a token is a pixel's bits packed into an int64). Text comes as
+// precomputed T5 features (SampleSettings::text_features); prompts wait for the T5 encoder.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include "core/accel/accel_config.h"
+#include "core/infinity_pipeline.h"
+#include "core/metrics/image_metrics.h"
+#include "core/runner/runner.h"
+#include "core/runner/runner_internal.h"
+
+namespace varscope {
+namespace {
+
+class InfinityAccelPlan : public AccelPlan {
+  public:
+    explicit InfinityAccelPlan(AccelConfig c) : config(std::move(c)) {}
+    Family family() const override { return Family::Infinity; }
+    bool enabled() const override { return config.any_enabled(); }
+    std::string summary() const override { return config.summary(); }
+    nlohmann::json to_json() const override { return config.to_json(); }
+    AccelConfig config;
+};
+
+const AccelConfig& config_of(const AccelPlan* plan) {
+    static const AccelConfig baseline;
+    if (!plan) return baseline;
+    if (plan->family() != Family::Infinity)
+        throw std::invalid_argument("a " + std::string(family_title(plan->family())) +
+                                    " accelerator config cannot run on an Infinity model");
+    return static_cast<const InfinityAccelPlan*>(plan)->config;
+}
+
+// The official schedule whose scales are `hw` (S, 2), for teacher forcing.
+InfinitySchedule schedule_of(const at::Tensor& hw, const std::string& source) {
+    if (hw.dim() != 2 || hw.size(1) != 2)
+        throw std::invalid_argument(source + ": 'scales' must be (S, 2) token grids (h, w)");
+    const auto t = hw.to(at::kLong);
+    for (double r : infinity_h_div_w_templates())
+        for (const auto& px : infinity_pixel_budgets()) {
+            const auto s = infinity_schedule(r, px);
+            if (s.num_scales() != t.size(0)) continue;
+            bool same = true;
+            for (int64_t si = 0; si < s.num_scales() && same; ++si)
+                same = s.scales[si][0] == t[si][0].item<int64_t>() &&
+                       s.scales[si][1] == t[si][1].item<int64_t>();
+            if (same) return s;
+        }
+    throw std::invalid_argument(source +
+                                ": 'scales' is not one of the official Infinity schedules");
+}
+
+class InfinityRunner : public Runner {
+  public:
+    InfinityRunner(InfinityPipeline pipe, std::string path)
+        : pipe_(std::move(pipe)), path_(std::move(path)) {}
+
+    Family family() const override { return Family::Infinity; }
+    std::string describe() const override {
+        const auto& c = cfg();
+        std::string d = "Infinity transformer: depth " + std::to_string(c.depth) + ", width " +
+                        std::to_string(c.embed_dim) + ", " + std::to_string(c.num_heads) +
+                        " heads, " + std::to_string(c.codebook_dim) + " bits per token";
+        d += pipe_.vae ? "\nBSQ VAE: " + pipe_.vae->describe() : "\nno VAE (summed codes only)";
+        return d;
+    }
+    at::Device device() const override { return pipe_.model->pos_start.device(); }
+    nlohmann::json config_json() const override { return cfg().to_json(); }
+    const std::string& model_path() const override { return path_; }
+    bool has_decoder() const override { return static_cast<bool>(pipe_.vae); }
+    const char* step_noun() const override { return "scale"; }
+    int64_t steps(const SampleSettings& s) const override { return schedule(s).num_scales(); }
+    SampleSettings defaults() const override {
+        SampleSettings s;  // scripts/infer.sh and run_infinity.py's gen_one_img
+        s.cfg = 4.0;
+        s.top_k = 900;
+        s.top_p = 0.97;
+        return s;
+    }
+
+    // Reads 'kv_compact' (sum(lens), Ct5), 'lens' (B), 'x_BLC_wo_prefix' (B, L - 1, d) and
+    // 'scales' (S, 2) (an official schedule); writes 'logits' (B, L, 2d).
+    StateDict teacher_forward(const StateDict& input, const std::string& source,
+                              bool eager) override {
+        auto get = [&](const char* name) -> const at::Tensor& {
+            auto it = input.find(name);
+            if (it == input.end())
+                throw std::invalid_argument(source + ": no '" + name + "' tensor");
+            return it->second;
+        };
+        InfinityText text;
+        text.kv_compact = get("kv_compact").to(device(), at::kFloat);
+        const auto lens = get("lens").to(at::kLong).reshape({-1});
+        for (int64_t i = 0; i < lens.numel(); ++i) text.lens.push_back(lens[i].item<int64_t>());
+        const auto s = schedule_of(get("scales"), source);
+        c10::InferenceMode guard;
+        try {
+            auto logits =
+                pipe_.model->forward_teacher(text, get("x_BLC_wo_prefix").to(device()), s, eager);
+            return {{"logits", logits.cpu()}};
+        } catch (const std::invalid_argument& e) {
+            throw std::invalid_argument(source + ": " + e.what());
+        }
+    }
+
+    ModelShape shape() const override {
+        const auto s = infinity_schedule(1.0, "1M");
+        ModelShape m;
+        m.image_size = s.scales.back()[0] * (pipe_.quant.spatial_patchify ? 2 : 1) *
+                       (pipe_.vae ? pipe_.vae->config().patch_size : 16);
+        m.layers = cfg().depth;
+        m.heads = cfg().num_heads;
+        for (const auto& hw : s.scales) m.step_sides.push_back(hw[0]);
+        m.counts.scales = s.num_scales();
+        m.counts.tokens = s.total_tokens();
+        return m;
+    }
+
+    void validate(const SampleSettings& s) const override {
+        options(s).validate(cfg(), schedule(s));
+        if (s.text_features.empty() && s.prompts.empty())
+            throw std::invalid_argument(
+                "Infinity needs a text: text_features (a T5 features file) or prompts");
+    }
+
+    nlohmann::json settings_json(const SampleSettings& s) const override {
+        return {{"cfg", s.cfg},
+                {"tau", s.tau},
+                {"top_k", s.top_k},
+                {"top_p", s.top_p},
+                {"h_div_w", s.h_div_w},
+                {"pixels", s.pixels},
+                {"cfg_insertion_layer", s.cfg_insertion_layer}};
+    }
+    std::string apply_recommendation(SampleSettings&, const std::set<std::string>&) const override {
+        return {};
+    }
+
+    const std::vector<MethodSpec>& methods() const override { return accel_methods(); }
+    const std::map<std::string, nlohmann::json>& presets() const override {
+        return accel_presets();
+    }
+    std::shared_ptr<const AccelPlan> parse_accel(const nlohmann::json& j) const override {
+        return std::make_shared<InfinityAccelPlan>(AccelConfig::from_json(j));
+    }
+    std::shared_ptr<const AccelPlan> accel_from_argument(const std::string& arg) const override {
+        return infinity_accel_plan(arg);
+    }
+    bool graphs_possible(const AccelPlan*, const SampleSettings&) const override { return false; }
+
+    RunResult generate(const SampleSettings& s, const AccelPlan* accel, ProbeSink* probe) override {
+        validate(s);
+        const auto sched = schedule(s);
+        std::shared_ptr<SamplingHooks> hooks;
+        const auto& ac = config_of(accel);
+        if (ac.any_enabled()) {
+            const auto view = infinity_hook_view(cfg(), sched);
+            if (!view)
+                throw std::invalid_argument(
+                    "Infinity: accelerators need a square schedule (h_div_w 1) for now");
+            hooks = build_accelerators(ac, *view, probe);
+        }
+        const auto out = pipe_.generate(text(s), sched, options(s), hooks.get(), probe, s.decode);
+        const auto& r = out.sample;
+        RunResult res;
+        res.images = out.images;
+        res.labels = at::full({static_cast<int64_t>(r.summed_codes.size(0))}, -1, at::kLong);
+        res.latents = r.summed_codes;
+        res.step_tokens = r.tokens;
+        res.step_millis = r.scale_millis;
+        res.decode_millis = out.decode_millis;
+        res.total_millis = r.total_millis + out.decode_millis;
+        res.kv_bytes = r.kv_bytes;
+        res.kv_bytes_peak = r.kv_bytes_peak;
+        res.attention_flops = r.attention_flops;
+        res.flops = {{"attention", r.attention_flops}, {"total", r.attention_flops}};
+        for (size_t si = 0; si < r.bits.size(); ++si)
+            res.tensors["bits." + std::to_string(si)] = r.bits[si].cpu();
+        res.tensors["summed_codes"] = r.summed_codes.cpu();
+        return res;
+    }
+
+    at::Tensor preview(const at::Tensor& f_hat) const override {
+        if (!pipe_.vae || !f_hat.defined()) return {};
+        c10::InferenceMode guard;
+        BsqVae vae = pipe_.vae;
+        return vae->decode_01(f_hat.narrow(0, 0, 1).to(device()))[0];
+    }
+
+    std::vector<nlohmann::json> compare_steps(const RunResult& base,
+                                              const RunResult& accel) const override {
+        std::vector<nlohmann::json> steps;
+        const auto agreement = token_agreement(base.step_tokens, accel.step_tokens);
+        for (size_t si = 0; si < agreement.size(); ++si)
+            steps.push_back({{"identical_tokens", agreement[si].fraction()},
+                             {"undecoded_tokens", agreement[si].undecoded}});
+        return steps;
+    }
+    nlohmann::json compare_summary(const RunResult&, const RunResult&) const override {
+        return nlohmann::json::object();
+    }
+    std::vector<AccelRecord> inspector_records(const RunResult&,
+                                               std::vector<AccelRecord> recorded) const override {
+        return recorded;
+    }
+    std::vector<int64_t> step_map(const RunResult&, const ScaleRecord& record) const override {
+        if (!record.tokens.defined()) return {};
+        const auto t = record.tokens[0].to(at::kCPU, at::kLong).contiguous();
+        return {t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel()};
+    }
+
+  private:
+    const InfinityConfig& cfg() const { return pipe_.model->config(); }
+    static InfinitySchedule schedule(const SampleSettings& s) {
+        return infinity_schedule(s.h_div_w, s.pixels);
+    }
+    static InfinitySampleOptions options(const SampleSettings& s) {
+        InfinitySampleOptions o;
+        o.seed = s.seed;
+        o.cfg = s.cfg;
+        o.tau = s.tau;
+        o.top_k = s.top_k;
+        o.top_p = s.top_p;
+        o.cfg_insertion_layer = s.cfg_insertion_layer;
+        o.attention = s.attention;
+        o.time_scales = s.time_steps;
+        o.cancel = s.cancel;
+        return o;
+    }
+    InfinityText text(const SampleSettings& s) const {
+        if (!s.prompts.empty())
+            throw std::invalid_argument(
+                "Infinity: prompts need the T5 text encoder, which this build does not wire in "
+                "yet; "
+                "pass text_features (a file with 'kv_compact' and 'lens')");
+        InfinityText t = load_text_features(s.text_features);
+        t.kv_compact = t.kv_compact.to(device());
+        return t;
+    }
+
+    InfinityPipeline pipe_;
+    std::string path_;
+};
+
+}  // namespace
+
+std::shared_ptr<const AccelPlan> infinity_accel_plan(const std::string& arg) {
+    return std::make_shared<InfinityAccelPlan>(arg.empty() ? AccelConfig{}
+                                                           : AccelConfig::from_argument(arg));
+}
+
+std::unique_ptr<Runner> infinity_runner(InfinityPipeline pipeline, std::string model_path) {
+    return std::make_unique<InfinityRunner>(std::move(pipeline), std::move(model_path));
+}
+
+std::unique_ptr<Runner> load_infinity_runner(const StateDict& all, const ModelSpec& spec,
+                                             const LoadOptions& options) {
+    if (options.precision != Precision::Fp32 || options.autocast)
+        throw std::invalid_argument(spec.model_path +
+                                    " is an Infinity model: only fp32 (or tf32) runs for now");
+    const at::Device device = parse_device(options.device);
+    return infinity_runner(
+        InfinityPipeline::from_weights(all, spec.model_path, spec.vae_path, device),
+        spec.model_path);
+}
+
+}  // namespace varscope

@@ -1,0 +1,303 @@
+#include "core/sampling/infinity_sampler.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <chrono>
+#include <set>
+#include <string>
+
+#include "core/sampling/kv_cache.h"
+#include "core/sampling/token_sampling.h"
+
+namespace varscope {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double millis_since(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Per-scale value from a list (checked by validate) or the single setting.
+double at_scale(const std::vector<double>& list, double single, int64_t si) {
+    return list.empty() ? single : list[static_cast<size_t>(si)];
+}
+
+// The rows' RoPE: (2, l, c/2) for rows shared by the batch, (2, B, K, c/2) for per-row rows.
+at::Tensor rope_rows(const at::Tensor& rope, const at::Tensor& rows) {
+    if (!rows.defined()) return rope;
+    if (rows.dim() == 1) return rope.index_select(1, rows);
+    const int64_t B = rows.size(0), K = rows.size(1), half = rope.size(2);
+    return rope.index_select(1, rows.reshape({-1})).view({2, B, K, half});
+}
+
+// One block of one scale with the hook points of var_sampler.cpp's run_block.
+at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x, const Modulation& m,
+                     const CrossKv& text_kv, const at::Tensor& text_mask, const at::Tensor& rope,
+                     BlockContext& ctx, SamplingHooks* hooks, ProbeSink* probe,
+                     AttentionBackend backend, double& flops) {
+    const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x) : at::Tensor();
+    const bool per_row = rows.defined() && rows.dim() == 2;
+    const at::Tensor xs = !rows.defined() ? x
+                          : per_row ? x.gather(1, rows.unsqueeze(-1).expand({-1, -1, x.size(2)}))
+                                    : x.index_select(1, rows);
+    auto qkv = blk.project_qkv(blk.sa_input(xs, m), rope_rows(rope, rows));
+    ctx.cache.append(ctx.layer, qkv.k, qkv.v);
+    if (hooks) hooks->on_kv_append(ctx);
+    auto [k, v] = ctx.cache.view(ctx.layer);
+    at::Tensor o = hooks ? hooks->attend(ctx, qkv.q, k, v, 1.0) : at::Tensor();
+    flops += o.defined() && ctx.attention_flops >= 0
+                 ? ctx.attention_flops
+                 : 4.0 * static_cast<double>(qkv.q.size(0)) * qkv.q.size(1) * qkv.q.size(2) *
+                       k.size(2) * qkv.q.size(3);
+    if (!o.defined()) {  // every cached key is visible: earlier scales and this one
+        if (probe && probe->wants_attention(ctx.scale.scale, ctx.layer)) {
+            at::Tensor probs;  // the inspector's map: the first conditional row
+            o = attention_eager(qkv.q, k, v, 1.0, {}, &probs);
+            probe->on_attention({ctx.scale.scale, ctx.layer, probs[0].to(at::kFloat).cpu()});
+        } else {
+            o = backend == AttentionBackend::Eager ? attention_eager(qkv.q, k, v, 1.0)
+                                                   : attention_sdpa(qkv.q, k, v, 1.0);
+        }
+    }
+    auto h = xs + blk.sa->project_out(o).mul(m.gamma1);
+    h = h + blk.cross_branch(h, text_kv, text_mask);
+    h = h + blk.ffn_branch(h, m);
+    at::Tensor out = h;
+    if (rows.defined()) {
+        out = hooks->restore_tokens(ctx, x, rows, h);
+        if (!out.defined())
+            out = per_row ? x.scatter(1, rows.unsqueeze(-1).expand_as(h), h)
+                          : x.index_copy(1, rows, h);
+    }
+    if (hooks) hooks->on_block_output(ctx, out);
+    return out;
+}
+
+// Bits (B, l, d) as int64 ids, bit i -> 2^i.
+at::Tensor pack_bits(const at::Tensor& bits) {
+    const int64_t d = bits.size(-1);
+    auto weights = at::pow(2, at::arange(d, bits.options().dtype(at::kLong)));
+    return (bits.to(at::kLong) * weights).sum(-1);
+}
+
+}  // namespace
+
+std::optional<VarConfig> infinity_hook_view(const InfinityConfig& c, const InfinitySchedule& s) {
+    VarConfig v;
+    v.patch_nums.clear();
+    for (const auto& hw : s.scales) {
+        if (hw[0] != hw[1]) return std::nullopt;
+        v.patch_nums.push_back(hw[0]);
+    }
+    v.depth = c.depth;
+    v.embed_dim = c.embed_dim;
+    v.num_heads = c.num_heads;
+    v.num_classes = 1;
+    v.vocab_size = c.vocab();
+    v.cvae = c.codebook_dim;
+    v.mlp_ratio = static_cast<double>(c.mlp_hidden) / c.embed_dim;
+    v.norm_eps = c.norm_eps;
+    v.shared_aln = true;
+    v.attn_l2_norm = true;
+    v.validate();
+    return v;
+}
+
+void InfinitySampleOptions::validate(const InfinityConfig& c, const InfinitySchedule& s) const {
+    auto fail = [](const std::string& m) { throw std::invalid_argument(m); };
+    const auto n = static_cast<size_t>(s.num_scales());
+    if (s.num_scales() < 1) fail("the schedule has no scales");
+    if (s.num_scales() > c.num_levels)
+        fail("the schedule has " + std::to_string(n) + " scales, the model " +
+             std::to_string(c.num_levels) + " level embeddings");
+    if (!cfg_list.empty() && cfg_list.size() < n)
+        fail("cfg_list needs a value per scale (" + std::to_string(n) + "), got " +
+             std::to_string(cfg_list.size()));
+    if (!tau_list.empty() && tau_list.size() < n)
+        fail("tau_list needs a value per scale (" + std::to_string(n) + "), got " +
+             std::to_string(tau_list.size()));
+    for (size_t i = 0; i < n; ++i) {
+        const double g = at_scale(cfg_list, cfg, static_cast<int64_t>(i));
+        const double t = at_scale(tau_list, tau, static_cast<int64_t>(i));
+        if (!(g >= 0.0 && g <= 100.0)) fail("cfg must be in [0, 100], got " + std::to_string(g));
+        if (!(t > 0.0 && t <= 100.0)) fail("tau must be in (0, 100], got " + std::to_string(t));
+    }
+    if (top_k < 0) fail("top_k must be >= 0 (0 = off), got " + std::to_string(top_k));
+    if (!(top_p >= 0.0 && top_p <= 1.0))
+        fail("top_p must be in [0, 1], got " + std::to_string(top_p));
+    for (int64_t l : cfg_insertion_layer)
+        if (l > 0 || (l < 0 && c.depth + l <= 0))
+            fail("cfg_insertion_layer " + std::to_string(l) +
+                 " is not 0 (logits) or a layer in [-" + std::to_string(c.depth - 1) + ", -1]");
+}
+
+InfinitySampler::InfinitySampler(InfinityTransformer model, bsq::BsqQuantConfig quant)
+    : model_(std::move(model)), quant_(quant) {
+    quant_.validate();
+    if (quant_.token_bits() != model_->config().codebook_dim)
+        throw std::invalid_argument(
+            "Infinity sampler: the quantizer has " + std::to_string(quant_.token_bits()) +
+            " bits per token, the transformer " + std::to_string(model_->config().codebook_dim));
+}
+
+InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const InfinitySchedule& s,
+                                             const InfinitySampleOptions& opt, SamplingHooks* hooks,
+                                             ProbeSink* probe, const InfinityText* negative) {
+    const auto& mc = model_->config();
+    opt.validate(mc, s);
+    c10::InferenceMode inference;
+    const auto t_start = Clock::now();
+    const auto& m = *model_;
+    const at::Device device = m.pos_start.device();
+    const int64_t B = text.batch(), S = s.num_scales(), d = mc.codebook_dim;
+    const auto view = infinity_hook_view(mc, s);
+    if (hooks && !view)
+        throw std::invalid_argument(
+            "Infinity sampler: accelerators need a square schedule (h/w = 1) for now");
+    const VarConfig hook_config = view ? *view : VarConfig{};
+    int64_t n_run = S;
+    if (hooks) {
+        n_run = std::clamp<int64_t>(hooks->scales_to_run(hook_config), 1, S);
+    }
+    auto gen = seeded_generator(device, opt.seed);
+
+    bool guided = false;
+    for (int64_t si = 0; si < S; ++si)
+        guided = guided || at_scale(opt.cfg_list, opt.cfg, si) != 1.0;
+    const int64_t bs = guided ? 2 * B : B;
+    const auto cond = m.condition(guided ? m.with_unconditional(text, negative) : text);
+    std::set<int64_t> mix_layers;
+    bool mix_logits = false;
+    for (int64_t l : opt.cfg_insertion_layer) {
+        if (l == 0)
+            mix_logits = true;
+        else
+            mix_layers.insert(mc.depth + l);
+    }
+    std::vector<Modulation> mods;
+    for (int64_t i = 0; i < mc.depth; ++i) mods.push_back(m.block(i).modulation(cond.gss));
+
+    const auto kv_options = at::TensorOptions(device).dtype(at::kFloat);
+    const bool compact = hooks && hooks->compact_kv_cache(hook_config);
+    KvCache cache =
+        compact ? KvCache::compact(mc.depth, bs, mc.num_heads, mc.head_dim(), kv_options)
+                : KvCache(mc.depth, bs, mc.num_heads, mc.head_dim(), s.total_tokens(), kv_options);
+    const auto rope = infinity_rope(s, mc.head_dim(), device);
+    // The VAE's grid: with spatial patchify a token covers 2 x 2 latent positions.
+    const int64_t up = quant_.spatial_patchify ? 2 : 1, dv = quant_.codebook_dim;
+    auto vae_size = [&](int64_t si) {
+        return bsq::Size3{1, up * s.scales[si][0], up * s.scales[si][1]};
+    };
+    const bsq::Size3 final_size = vae_size(S - 1);
+    at::Tensor summed = at::zeros({B, dv, 1, final_size[1], final_size[2]}, kv_options);
+
+    InfinitySampleResult res;
+    at::Tensor x = m.start_tokens(cond);  // (bs, 1, C)
+    for (int64_t si = 0; si < n_run; ++si) {
+        if (opt.cancel && opt.cancel->load()) throw SamplingCancelled();
+        const auto t0 = Clock::now();
+        const double g = at_scale(opt.cfg_list, opt.cfg, si),
+                     tau = at_scale(opt.tau_list, opt.tau, si);
+        const int64_t h = s.scales[si][0], w = s.scales[si][1], begin = s.scale_begin(si);
+        ScaleContext ctx{hook_config, si, h, B, begin, summed.squeeze(2), {}, si, exec_};
+        ctx.segments.push_back(ScaleSegment{si, h, begin, {}, 0});
+        if (hooks) {
+            if (hooks->group_size(ctx) > 1)
+                throw std::invalid_argument(
+                    "Infinity sampler: grouped steps (LazyVAR's PGD) are not supported yet");
+            hooks->on_scale_begin(ctx);
+        }
+        const at::Tensor rows = ctx.segments[0].rows;
+        x = x + m.level_embedding(si);
+        if (rows.defined()) x = x.index_select(1, rows);
+        const at::Tensor scale_rope = rope.narrow(1, begin, h * w);
+        const at::Tensor step_rope = rows.defined() ? scale_rope.index_select(1, rows) : scale_rope;
+        double flops = 0.0;
+        for (int64_t layer = 0; layer < mc.depth; ++layer) {
+            BlockContext bctx{ctx, layer, cache};
+            x = run_block(m.block(layer), x, mods[layer], cond.cross[layer], cond.text_mask,
+                          step_rope, bctx, hooks, probe, opt.attention, flops);
+            if (g != 1.0 && mix_layers.count(layer)) {  // guidance at this layer's output
+                auto mixed = x.narrow(0, 0, B).mul(g) + x.narrow(0, B, B).mul(1.0 - g);
+                x = at::cat({mixed, mixed}, 0);
+            }
+        }
+        at::Tensor logits;
+        if (g != 1.0 && mix_logits) {
+            logits = m.logits(x, cond.cond_BD).mul(1.0 / tau);
+            logits = logits.narrow(0, 0, B).mul(g) + logits.narrow(0, B, B).mul(1.0 - g);
+        } else {
+            logits = m.logits(x.narrow(0, 0, B), cond.cond_BD.narrow(0, 0, B)).mul(1.0 / tau);
+        }
+        if (hooks) hooks->on_logits(ctx, logits);
+        const int64_t l = logits.size(1);
+        auto pairs = logits.reshape({B, l * d, 2});
+        const auto drawn = sample_tokens(pairs, {opt.top_k, opt.top_p}, gen).view({B, l, d});
+
+        // Pruned tokens (scale-level policies) contribute no code: zero bits and a zero mask.
+        at::Tensor bits = drawn, keep;
+        at::Tensor ids = pack_bits(drawn);
+        if (rows.defined()) {
+            bits = at::zeros({B, h * w, d}, drawn.options()).index_copy_(1, rows, drawn);
+            keep = at::zeros({h * w}, kv_options).index_fill_(0, rows, 1.0).view({1, 1, 1, h, w});
+            ids = at::full({B, h * w}, -1, ids.options()).index_copy_(1, rows, ids);
+        }
+        bits = bits.view({B, h, w, d});
+        // (B, dv, 1, up*h, up*w)
+        auto codes =
+            bsq::bits_to_codes(quant_.spatial_patchify ? bsq::unpatchify_bits(bits) : bits, quant_);
+        if (keep.defined()) {
+            if (up > 1) keep = keep.repeat_interleave(up, -2).repeat_interleave(up, -1);
+            codes = codes * keep;
+        }
+        if (si != S - 1) {
+            summed.add_(bsq::interpolate_up(codes, final_size, quant_));
+            const int64_t nh = s.scales[si + 1][0], nw = s.scales[si + 1][1];
+            // (B, dv, up*nh, up*nw), patchified back to (B, d, nh, nw)
+            auto next = bsq::interpolate_up(summed, vae_size(si + 1), quant_).squeeze(2);
+            if (quant_.spatial_patchify) next = bsq::patchify_codes(next);
+            next = next.reshape({B, d, nh * nw}).permute({0, 2, 1});
+            x = m.embed_tokens(next).repeat({bs / B, 1, 1});
+        } else {
+            summed.add_(codes);
+        }
+        res.bits.push_back(bits.to(at::kByte));
+        res.tokens.push_back(ids);
+        res.attention_flops += flops;
+        ScaleSegment seg = ctx.segments[0];
+        if (hooks) hooks->on_scale_end(ctx, seg, ids, summed.squeeze(2));
+        if (opt.time_scales) synchronize_device(device);
+        const double ms = millis_since(t0);
+        res.scale_millis.push_back(ms);
+        res.kv_bytes_peak = std::max(res.kv_bytes_peak, cache.total_bytes());
+        if (probe) {
+            ScaleRecord r;
+            r.scale = si;
+            r.patch_num = h;
+            r.millis = ms;
+            r.tokens = ids;
+            if (probe->wants_fhat()) r.f_hat = summed.squeeze(2).clone();
+            r.step = si;
+            r.attention_flops = flops;
+            probe->on_scale(std::move(r));
+        }
+    }
+    if (probe)
+        for (int64_t si = n_run; si < S; ++si) {
+            ScaleRecord r;
+            r.scale = si;
+            r.patch_num = s.scales[si][0];
+            r.step = si;
+            r.skipped = true;
+            probe->on_scale(std::move(r));
+        }
+    res.summed_codes = summed.squeeze(2);
+    res.kv_bytes = cache.total_bytes();
+    res.kv_bytes_peak = std::max({res.kv_bytes_peak, res.kv_bytes, cache.peak_bytes()});
+    res.total_millis = millis_since(t_start);
+    return res;
+}
+
+}  // namespace varscope

@@ -1,0 +1,95 @@
+// Infinity's next-scale sampling loop (the official Infinity.autoregressive_infer_cfg with
+// inference_mode): per scale, the transformer with a KV cache over the earlier scales and
+// cross-attention to the text, CFG (per-scale cfg list, at a layer's output and/or on the
+// logits), temperature tau, top-k / top-p per bit with the official draw order, and the
+// summed-codes update through the BSQ quantizer's operations (core/models/bsq_quant.h).
+//
+// Design (issue #32): the accelerators plug in through the VAR loop's SamplingHooks
+// (core/sampling/hooks.h), called here at the same points and in the same order as
+// var_sampler.cpp's run_block: scales_to_run, compact_kv_cache, on_scale_begin (scale-level
+// token pruning via ScaleSegment::rows), per block select_tokens -> KV append -> on_kv_append ->
+// attend -> (cross-attention, FFN) -> restore_tokens -> on_block_output, then on_logits and
+// on_scale_end. This is a second loop rather than a model kind of the VAR loop because the step
+// differs in every part (text condition and cross-attention, RoPE per scale, bit sampling,
+// codes instead of a codebook) and the VAR loop's CUDA graphs, grouped steps and autocast are
+// written against VarTransformer; making the loop generic is the next step (see below).
+// What a hook sees: ScaleContext::config is a VarConfig view of the Infinity model (depth,
+// width, heads, patch_nums = the scales' sides), which only exists for square schedules (h/w
+// = 1, the 1024 x 1024 default): on other aspect ratios hooks are refused (the hooks' API
+// knows square scales only). Tokens handed to on_scale_end / probes are the bits of a token
+// packed into an int64 (bit i -> 2^i; -1 where a scale-level policy pruned the token).
+// Spatial patchify (Infinity-8B: 4 x 14 bits per token) follows the official unpatchify /
+// patchify around the codes update (checked against the official loop on the tiny fixture).
+// Not yet: grouped steps (group_size > 1, LazyVAR's PGD) are refused, no CUDA graphs, no
+// bf16-autocast mode.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <optional>
+#include <vector>
+
+#include "core/exec_policy.h"
+#include "core/models/bsq_quant.h"
+#include "core/models/infinity.h"
+#include "core/sampling/hooks.h"
+#include "core/sampling/probes.h"
+#include "core/sampling/var_sampler.h"  // AttentionBackend, SamplingCancelled
+
+namespace varscope {
+
+struct InfinitySampleOptions {
+    std::optional<uint64_t> seed = 0;  // the official g_seed; nullopt = the global generator
+    // Guidance per scale (the official cfg_list); empty = `cfg` at every scale. A scale with
+    // guidance 1 is unguided; when every scale is, the unconditional rows are not run at all.
+    std::vector<double> cfg_list;
+    double cfg = 3.0;
+    std::vector<double> tau_list;  // logit temperature per scale; empty = `tau` everywhere
+    double tau = 1.0;
+    int64_t top_k = 900;  // per bit (V = 2: top-k only acts for k = 1); 0 = off
+    double top_p = 0.97;  // 0 = off
+    // Where guidance mixes the two halves: 0 = on the logits (tools/run_infinity.py's default),
+    // a negative i = at the output of layer depth + i (autoregressive_infer_cfg's default is
+    // {-5}); both may be given. 1 (on probabilities) is not implemented officially either.
+    std::vector<int64_t> cfg_insertion_layer{0};
+    AttentionBackend attention = AttentionBackend::Sdpa;
+    bool time_scales = true;
+    const std::atomic<bool>* cancel = nullptr;  // checked before every scale
+    // std::invalid_argument naming the field.
+    void validate(const InfinityConfig& c, const InfinitySchedule& s) const;
+};
+
+struct InfinitySampleResult {
+    // Per scale run (B, h, w, d) uint8 bits; per scale the bits packed into int64 token ids
+    // (B, h*w) as the hooks and probes see them (-1 pruned).
+    std::vector<at::Tensor> bits, tokens;
+    at::Tensor summed_codes;  // (B, d, H, W) float: what the BSQ VAE decodes
+    std::vector<double> scale_millis;
+    double total_millis = 0.0;
+    double attention_flops = 0.0;
+    int64_t kv_bytes = 0, kv_bytes_peak = 0;
+};
+
+// A VarConfig describing an Infinity model for the hooks, or nullopt when the schedule has a
+// non-square scale.
+std::optional<VarConfig> infinity_hook_view(const InfinityConfig& c, const InfinitySchedule& s);
+
+class InfinitySampler {
+  public:
+    InfinitySampler(InfinityTransformer model, bsq::BsqQuantConfig quant);
+    // `text`: one row per image (the unconditional rows are added here, or given as `negative`).
+    InfinitySampleResult sample(const InfinityText& text, const InfinitySchedule& schedule,
+                                const InfinitySampleOptions& options,
+                                SamplingHooks* hooks = nullptr, ProbeSink* probe = nullptr,
+                                const InfinityText* negative = nullptr);
+    InfinityTransformer transformer() const { return model_; }
+    void set_exec_policy(const ExecPolicy& exec) { exec_ = exec; }
+
+  private:
+    InfinityTransformer model_;
+    bsq::BsqQuantConfig quant_;
+    ExecPolicy exec_;
+};
+
+}  // namespace varscope

@@ -1,0 +1,98 @@
+// Infinity behind the Runner interface: detected from its tensor names by open_runner, teacher
+// forward and generation on the tiny official fixture (tools/parity/infinity_parity.py), the VAR
+// accelerators as Infinity plans.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "core/infinity_pipeline.h"
+#include "core/io/checkpoint.h"
+#include "core/runner/runner.h"
+#include "tests/test_util.h"
+
+using namespace varscope;
+
+namespace {
+
+std::string fixture(const std::string& name) {
+    return varscope::testing::source_dir() + "/tests/fixtures/infinity_tiny/" + name;
+}
+
+std::unique_ptr<Runner> open_tiny() {
+    ModelSpec spec;
+    spec.model_path = fixture("infinity_tiny.pth");
+    return open_runner(spec, load_options("cpu", "fp32"));
+}
+
+}  // namespace
+
+TEST(InfinityRunner, OpenRunnerDetectsInfinity) {
+    EXPECT_EQ(detect_runner_family(fixture("infinity_tiny.pth")), Family::Infinity);
+    const auto r = open_tiny();
+    EXPECT_EQ(r->family(), Family::Infinity);
+    EXPECT_STREQ(family_id(Family::Infinity), "infinity");
+    EXPECT_EQ(family_from_id("infinity"), Family::Infinity);
+    EXPECT_NE(r->describe().find("depth 6"), std::string::npos) << r->describe();
+    EXPECT_FALSE(r->has_decoder());
+    EXPECT_EQ(r->shape().layers, 6);
+    ModelSpec spec;
+    spec.model_path = fixture("infinity_tiny.pth");
+    EXPECT_THROW(open_runner(spec, load_options("cpu", "bf16")), std::invalid_argument);
+}
+
+TEST(InfinityRunner, TeacherForwardMatchesTheOfficialLogits) {
+    const auto r = open_tiny();
+    const auto in = load_safetensors(fixture("teacher.safetensors"));
+    const auto out = r->teacher_forward(in, "teacher.safetensors", false);
+    const auto& e = in.at("logits");
+    const double err = ((out.at("logits") - e).norm() / e.norm()).item<double>();
+    EXPECT_LE(err, 1e-4);
+    StateDict bad = in;
+    bad.erase("scales");
+    EXPECT_THROW(r->teacher_forward(bad, "x", false), std::invalid_argument);
+}
+
+TEST(InfinityRunner, GeneratesWhatThePipelineGenerates) {
+    const auto r = open_tiny();
+    SampleSettings s = r->defaults();
+    s.text_features = fixture("teacher.safetensors");
+    s.h_div_w = 1.333;
+    s.pixels = "0.06M";
+    s.seed = 9;
+    const auto a = r->generate(s);
+    ASSERT_EQ(a.step_tokens.size(), 7u);
+    EXPECT_FALSE(a.images.defined());
+    auto p = InfinityPipeline::load(fixture("infinity_tiny.pth"), "");
+    InfinitySampleOptions o;
+    o.seed = 9;
+    o.cfg = 4.0;
+    o.tau = 0.5;
+    o.top_k = 900;
+    o.top_p = 0.97;
+    const auto b =
+        p.generate(load_text_features(s.text_features), infinity_schedule(1.333, "0.06M"), o);
+    for (size_t si = 0; si < 7; ++si)
+        EXPECT_TRUE(at::equal(a.step_tokens[si], b.sample.tokens[si])) << si;
+    // Prompts wait for the T5 encoder; no text at all is refused.
+    s.prompts = {"a cat"};
+    EXPECT_THROW(r->generate(s), std::invalid_argument);
+    s.prompts.clear();
+    s.text_features.clear();
+    EXPECT_THROW(r->validate(s), std::invalid_argument);
+}
+
+TEST(InfinityRunner, VarAcceleratorsRunAsInfinityPlans) {
+    const auto r = open_tiny();
+    SampleSettings s = r->defaults();
+    s.text_features = fixture("teacher.safetensors");
+    s.pixels = "0.06M";  // h_div_w 1: square scales up to 16 x 16
+    const auto plan = r->accel_from_argument("fastvar");
+    EXPECT_EQ(plan->family(), Family::Infinity);
+    const auto base = r->generate(s), fast = r->generate(s, plan.get());
+    const auto cmp = r->compare_steps(base, fast);
+    ASSERT_EQ(cmp.size(), 7u);
+    EXPECT_EQ(cmp[0]["identical_tokens"].get<double>(), 1.0);
+    EXPECT_LT(fast.attention_flops, base.attention_flops);
+    EXPECT_THROW(r->generate(s, accel_plan(Family::Var, "fastvar").get()), std::invalid_argument);
+    s.h_div_w = 1.333;
+    EXPECT_THROW(r->generate(s, plan.get()), std::invalid_argument);
+}
