@@ -135,3 +135,37 @@ TEST(BsqQuant, SpatialPatchifyRoundTrip) {
     ASSERT_EQ(back.sizes(), (std::vector<int64_t>{2, 4 * d, 3, 5}));
     EXPECT_TRUE(at::equal(back.gt(0).permute({0, 2, 3, 1}), bits.gt(0)));
 }
+
+// The official trainer's BitwiseSelfCorrection.flip_requant (no label noise) on the fixture's
+// encoder features: labels and concatenated next-scale inputs, without and with patchify.
+TEST(BsqQuant, TeacherForcingMatchesOfficialTrainer) {
+    for (const std::string tag : {"tf", "tfp"}) {
+        bsq::BsqQuantConfig cfg = tiny_cfg();
+        cfg.spatial_patchify = tag == "tfp";
+        const at::Tensor s = get(tag + "_schedule");
+        std::vector<bsq::Size3> sched;
+        for (int64_t i = 0; i < s.size(0); ++i)
+            sched.push_back(
+                {s[i][0].item<int64_t>(), s[i][1].item<int64_t>(), s[i][2].item<int64_t>()});
+        const bsq::TeacherForcing tf = bsq::teacher_forcing(get("enc_h"), sched, cfg);
+        ASSERT_EQ(tf.bits.size(), sched.size());
+        ASSERT_EQ(tf.next_inputs.size(), sched.size() - 1);
+        for (size_t si = 0; si < sched.size(); ++si) {
+            const at::Tensor labels = bsq::token_labels(tf.bits[si], cfg);
+            const at::Tensor& ref = get(tag + "_gt." + std::to_string(si));
+            ASSERT_EQ(labels.sizes(), ref.sizes()) << tag << " scale " << si;
+            EXPECT_TRUE(at::equal(labels, ref)) << tag << " scale " << si;
+        }
+        std::vector<at::Tensor> tokens;
+        for (const at::Tensor& x : tf.next_inputs) tokens.push_back(bsq::token_inputs(x, cfg));
+        const at::Tensor x = at::cat(tokens, 1);
+        ASSERT_EQ(x.sizes(), get(tag + "_x").sizes()) << tag;
+        EXPECT_LE(max_abs(x, get(tag + "_x")), 1e-6) << tag;
+        // Without noise the labels are those of the VAE's own multi-scale encode.
+        if (!cfg.spatial_patchify) {
+            for (size_t si = 0; si < sched.size(); ++si) {
+                EXPECT_TRUE(at::equal(tf.bits[si], get("enc_bits." + std::to_string(si))));
+            }
+        }
+    }
+}

@@ -133,3 +133,52 @@ MultiScaleCodes quantize_multiscale(const at::Tensor& h, const std::vector<Size3
 }
 
 }  // namespace varscope::bsq
+
+namespace varscope::bsq {
+
+TeacherForcing teacher_forcing(const at::Tensor& h, const std::vector<Size3>& vae_schedule,
+                               const BsqQuantConfig& cfg) {
+    if (h.dim() != 4 && h.dim() != 5)
+        throw std::invalid_argument(
+            "bsq::teacher_forcing: h must be (B,d,H,W) or (B,d,1,H,W), got " + shape_of(h));
+    if (vae_schedule.empty()) throw std::invalid_argument("bsq::teacher_forcing: empty schedule");
+    const at::Tensor codes_out = h.dim() == 4 ? h.unsqueeze(2) : h;
+    const size_t last = vae_schedule.size() - 1;
+    TeacherForcing out;
+    for (size_t si = 0; si <= last; ++si) {
+        // Official: residual = codes_out - cum (cum starts as the integer 0: no rounding).
+        at::Tensor residual = out.summed.defined() ? codes_out - out.summed : codes_out;
+        if (si != last) residual = interpolate(residual, vae_schedule[si], cfg.down).contiguous();
+        BsqQuantized q = bsq_quantize(residual, cfg);
+        // Always interpolated, even at the last scale where it is the identity size.
+        const at::Tensor up = interpolate(q.quantized, vae_schedule.back(), cfg.up).contiguous();
+        out.summed = out.summed.defined() ? out.summed + up : up;
+        out.bits.push_back(q.bits);
+        if (si < last)
+            out.next_inputs.push_back(
+                interpolate(out.summed, vae_schedule[si + 1], cfg.up).contiguous());
+    }
+    return out;
+}
+
+at::Tensor token_labels(const at::Tensor& bits, const BsqQuantConfig& cfg) {
+    if (bits.dim() != 5 || bits.size(1) != 1 || bits.size(-1) != cfg.codebook_dim)
+        throw std::invalid_argument("bsq::token_labels: expected (B,1,h,w," +
+                                    std::to_string(cfg.codebook_dim) + "), got " + shape_of(bits));
+    const int64_t B = bits.size(0);
+    if (!cfg.spatial_patchify) return bits.reshape({B, -1, cfg.codebook_dim});
+    const at::Tensor x = patchify_codes(bits.squeeze(1).permute({0, 3, 1, 2}));
+    return x.permute({0, 2, 3, 1}).reshape({B, -1, 4 * cfg.codebook_dim});
+}
+
+at::Tensor token_inputs(const at::Tensor& x, const BsqQuantConfig& cfg) {
+    if (x.dim() != 5 || x.size(2) != 1 || x.size(1) != cfg.codebook_dim)
+        throw std::invalid_argument("bsq::token_inputs: expected (B," +
+                                    std::to_string(cfg.codebook_dim) + ",1,h,w), got " +
+                                    shape_of(x));
+    at::Tensor y = x.squeeze(-3);
+    if (cfg.spatial_patchify) y = patchify_codes(y);
+    return y.reshape({y.size(0), y.size(1), -1}).permute({0, 2, 1});
+}
+
+}  // namespace varscope::bsq

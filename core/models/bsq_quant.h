@@ -14,8 +14,10 @@
 //       summed += codes                               // already (1,H,W)
 //   image = vae.decode(summed.squeeze(-3))
 //
-// Teacher forcing (training, bsq_vae encode) builds the next-scale input with the other mode:
-// interpolate_down(f_hat so far, schedule[si+1]) (area), as MultiScaleBSQ.forward's var_inputs.
+// Teacher forcing (official trainer: BitwiseSelfCorrection.flip_requant, without its label
+// noise) is teacher_forcing() below: labels from the encoder features with area-down residuals,
+// and next-scale inputs built exactly like the sampler's (trilinear "up" mode of the running sum).
+// MultiScaleBSQ.forward (the VAE's own encode) differs: its var_inputs use area.
 //
 // Spatial patchify (Infinity-8B, VAE infinity_vae_d56_f8_14_patchify: codebook_dim 14, each
 // transformer token covers 2x2 latent positions, so 56 bits per token and the vae schedule is
@@ -83,8 +85,11 @@ struct BsqQuantized {
 BsqQuantized bsq_quantize(const at::Tensor& x, const BsqQuantConfig& cfg);
 
 struct MultiScaleCodes {
-    std::vector<at::Tensor> bits;  // per scale (B,t,h,w,d) int64
-    // Sum of the quantized scales at the input size: (B,d,H,W) for a 4-d input (official
+    // Per scale (B,t,h,w,d) int64: the teacher labels. The sampler's (B,1,h,w,d) layout, so
+    // bits_to_codes takes them as they are (with spatial patchify, the transformer's (B,h/2,w/2,4d)
+    // labels are pixel_unshuffle(2) of these, the inverse of unpatchify_bits).
+    std::vector<at::Tensor> bits;
+    // Sum of the quantized scales at the input size: (B,d,H,W) when T == 1 (official
     // squeeze(2)), else (B,d,T,H,W). What decode takes.
     at::Tensor f_hat;
     // Teacher-forcing inputs, for si < last: the running f_hat area-downsampled to
@@ -96,6 +101,22 @@ struct MultiScaleCodes {
 // BSQ-quantize, trilinear-up to the input size, subtract, accumulate.
 MultiScaleCodes quantize_multiscale(const at::Tensor& h, const std::vector<Size3>& schedule,
                                     const BsqQuantConfig& cfg);
+
+// ---- teacher forcing (trainer.py -> BitwiseSelfCorrection.flip_requant, no label noise) ------
+
+struct TeacherForcing {
+    std::vector<at::Tensor> bits;         // per scale (B,1,h,w,d) int64, vae-side layout
+    std::vector<at::Tensor> next_inputs;  // per si < last: (B,d,1,h,w) at vae_schedule[si+1]
+    at::Tensor summed;                    // (B,d,1,H,W): sum of trilinear-up(quantized)
+};
+// For encoder features h ((B,d,H,W) or (B,d,1,H,W)) and the vae-side schedule: residual = h -
+// summed, area-down to the scale (all but the last), BSQ-quantize, summed += up(quantized).
+TeacherForcing teacher_forcing(const at::Tensor& h, const std::vector<Size3>& vae_schedule,
+                               const BsqQuantConfig& cfg);
+// The transformer's view of one scale. Labels (B,1,h,w,d) -> (B,h*w,d), or with spatial
+// patchify (B,h*w/4,4d) (pixel_unshuffle(2)); inputs (B,d,1,h,w) -> (B,h*w,d) or (B,h*w/4,4d).
+at::Tensor token_labels(const at::Tensor& bits, const BsqQuantConfig& cfg);
+at::Tensor token_inputs(const at::Tensor& x, const BsqQuantConfig& cfg);
 
 // Vae-side size of a token-side scale: (t, 2h, 2w) with spatial patchify, else unchanged.
 Size3 vae_scale(const Size3& token_scale, const BsqQuantConfig& cfg);

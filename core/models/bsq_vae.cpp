@@ -92,6 +92,10 @@ at::Tensor BsqVaeImpl::decode_chunked(const at::Tensor& f_hat, bool clamp) {
     if (z.dim() != 4 || z.size(1) != cfg_.codebook_dim)
         throw std::invalid_argument("BsqVae::decode: expects [B," +
                                     std::to_string(cfg_.codebook_dim) + ",h,w]");
+    // The sampler's summed codes are float32 whatever the decoder's dtype (a bf16 decoder is
+    // what the official autocast inference amounts to for the convolutions).
+    const at::Tensor w = parameters().front();
+    z = z.to(w.device(), w.scalar_type());
     std::vector<at::Tensor> images;
     for (int64_t b = 0; b < z.size(0); ++b) {
         at::Tensor x = decoder_(z.narrow(0, b, 1));

@@ -147,7 +147,32 @@ def make_outputs(model, img, schedule, gen, device):
         summed2, rec = model.decode_from_indices(bit_indices, schedule, "bit_label")
         assert torch.equal(summed2, summed)
         out["decode_bits"] = rec.cpu()
+
+        # Teacher forcing as the official trainer does it (no label noise), without and with
+        # spatial patchify (then on a vae schedule of even sizes).
+        from infinity.models.bitwise_self_correction import BitwiseSelfCorrection
+        for tag, patchify, sched in (("tf", 0, schedule), ("tfp", 1, patchify_schedule(h))):
+            if sched is None:
+                continue
+            bsc_args = types.SimpleNamespace(noise_apply_layers=0, noise_apply_requant=0,
+                                             noise_apply_strength=0.0, debug_bsc=0,
+                                             apply_spatial_patchify=patchify)
+            bsc = BitwiseSelfCorrection(model, bsc_args)
+            x_blc, gt = bsc.flip_requant(sched, img, h, device)
+            out[f"{tag}_schedule"] = torch.tensor(sched, dtype=torch.int64)
+            out[f"{tag}_x"] = x_blc.cpu()
+            for si, g in enumerate(gt):
+                out[f"{tag}_gt.{si}"] = g.to(torch.int64).cpu()
     return out
+
+
+def patchify_schedule(h):
+    """Even-sized vae scales ending at the latent size, or None if it is odd."""
+    H, W = h.shape[-2:]
+    if H % 2 or W % 2 or H < 4 or W < 4:
+        return None
+    return [(1, 2, 2), (1, H // 2 if (H // 2) % 2 == 0 else H // 2 + 1, W // 2 if (W // 2) % 2 == 0
+                        else W // 2 + 1), (1, H, W)]
 
 
 TINY = dict(codebook_dim=6, patch_size=4, base_ch=24, num_res_blocks=1,
