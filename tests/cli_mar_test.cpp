@@ -160,7 +160,7 @@ TEST(CliMar, GenerateReadsTheFamilyFromTheCheckpoint) {
     EXPECT_TRUE(contains(alias.out, "generate-mar is an alias of `generate`")) << alias.out;
     // A VAR setting on the MAR model, a MAR setting on the VAR model: refused before sampling.
     expect_clear_error(cli("generate --family mar --top-k 5 --num-iter 2 -o " + dir.file("x.png")),
-                       "error:", "--top-k is a VAR setting; the model is MAR");
+                       "error:", "--top-k is a VAR/Infinity setting; the model is MAR");
     expect_clear_error(cli("generate --num-iter 4 -o " + dir.file("y.png")), "error:",
                        "--num-iter is a MAR setting; the model is VAR");
     // An accelerator config of the other family fails before the model loads.

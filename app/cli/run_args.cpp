@@ -14,6 +14,8 @@
 #include "core/accel/mar_accel_config.h"
 #include "core/data/emoji_classes.h"
 #include "core/io/state_dict.h"  // CheckpointError
+#include "core/models/bsq_vae_config.h"
+#include "core/models/infinity.h"
 #include "core/resources.h"
 #include "core/text/class_matcher.h"
 #include "kernels/memory_stats.h"
@@ -26,23 +28,37 @@ bool given_in(const std::map<std::string, CLI::Option*>& options, const std::str
     return it != options.end() && it->second->count() > 0;
 }
 
-// Refuses the flags of `family`'s settings that were given for a model of another family.
+// Refuses the flags of `owners`' settings that were given for a model of another family.
 void refuse_foreign(const std::map<std::string, CLI::Option*>& options,
-                    const std::vector<std::string>& flags, Family owner, const Runner& runner) {
-    if (runner.family() == owner) return;
+                    const std::vector<std::string>& flags, std::vector<Family> owners,
+                    const Runner& runner) {
+    if (std::find(owners.begin(), owners.end(), runner.family()) != owners.end()) return;
+    std::string names;
+    for (Family f : owners) names += std::string(names.empty() ? "" : "/") + family_title(f);
     for (const auto& f : flags)
         if (given_in(options, f))
             throw std::invalid_argument(
-                f + " is a " + family_title(owner) + " setting; the model is " +
-                family_title(runner.family()) + " (" +
-                runner.describe().substr(0, runner.describe().find('\n')) + ")");
+                f + (names[0] == 'I' ? " is an " : " is a ") + names + " setting; the model is " +
+                family_title(runner.family()) +
+                " (" + runner.describe().substr(0, runner.describe().find('\n')) + ")");
 }
 
 const std::vector<std::string> kVarModelFlags = {"--patch-nums"};
 const std::vector<std::string> kMarModelFlags = {"--raw-weights", "--num-sampling-steps"};
-const std::vector<std::string> kVarSampleFlags = {"--top-k", "--top-p", "--more-smooth"};
+const std::vector<std::string> kInfinityModelFlags = {"--t5", "--t5-offload"};
+const std::vector<std::string> kTopFlags = {"--top-k", "--top-p"};  // VAR and Infinity
+const std::vector<std::string> kVarSampleFlags = {"--more-smooth"};
 const std::vector<std::string> kMarSampleFlags = {"--num-iter", "--cfg-schedule", "--temperature",
                                                   "--head-cfg-period"};
+const std::vector<std::string> kInfinitySampleFlags = {"--text-features", "--tau", "--h-div-w",
+                                                       "--pixels"};
+// Class-conditional models only (a text-conditional one reads --prompt as its text).
+const std::vector<std::string> kClassFlags = {"--class"};
+
+// "2b" / "8b": the released Infinity sizes.
+bool is_infinity_size(const std::string& s) {
+    return s == "2b" || s == "8b";
+}
 
 // The range LazyMAR's parameter table gives head_cfg_period (one source for the accel JSON
 // and the flag).
@@ -66,6 +82,17 @@ void ModelArgs::add_to(CLI::App& cmd, Family default_family) {
                                 "VAR transformer checkpoint (.pth or .safetensors); the family is "
                                 "read from its tensors")
                      ->check(CLI::ExistingFile);
+    o["--infinity"] = cmd.add_option("--infinity", infinity_path,
+                                     "Infinity transformer checkpoint (infinity_2b_reg.pth, the 8B "
+                                     "release, or .safetensors); --vae is its BSQ VAE")
+                          ->check(CLI::ExistingFile);
+    o["--t5"] = cmd.add_option("--t5", t5_path,
+                               "Infinity: the T5 encoder's Hugging Face folder (config.json, "
+                               "*.safetensors, spiece.model; flan-t5-xl for the releases)")
+                    ->check(CLI::ExistingDirectory);
+    o["--t5-offload"] = cmd.add_flag("--t5-offload", t5_offload,
+                                     "Infinity on CUDA: move the T5 encoder off the GPU after "
+                                     "encoding (low-memory mode)");
     o["--mar"] = cmd.add_option("--mar", mar_path,
                                 "MAR checkpoint (checkpoint-last.pth, a state dict or "
                                 ".safetensors)")
@@ -81,9 +108,9 @@ void ModelArgs::add_to(CLI::App& cmd, Family default_family) {
                                        family_id(default_family) + ")")
                         ->check(CLI::IsMember({"var", "mar"}));
     o["--random"] = cmd.add_option("--random", random,
-                                   "random (official-init) weights: a VAR depth (e.g. 16, 30) or a "
+                                   "random (official-init) weights: a VAR depth (e.g. 16, 30), a "
                                    "MAR config (mar_base | mar_large | mar_huge | JSON file or "
-                                   "inline)");
+                                   "inline), or an Infinity size (2b | 8b, with its BSQ VAE)");
     o["--init-seed"] = cmd.add_option("--init-seed", init_seed, "seed of the random weights")
                            ->check(seed_validator());
     o["--patch-nums"] = cmd.add_option("--patch-nums", patch_nums,
@@ -118,7 +145,10 @@ bool ModelArgs::given(const std::string& flag) const {
 }
 
 Family ModelArgs::likely_family() const {
-    if (!random.empty()) return is_depth(random) ? Family::Var : Family::Mar;
+    if (!random.empty())
+        return is_depth(random) ? Family::Var
+                                : is_infinity_size(random) ? Family::Infinity : Family::Mar;
+    if (!infinity_path.empty()) return Family::Infinity;
     if (!var_path.empty()) return Family::Var;
     if (!mar_path.empty()) return Family::Mar;
     return family.empty() ? default_family_ : family_from_id(family);
@@ -134,12 +164,19 @@ std::unique_ptr<Runner> ModelArgs::build() const {
         kernels::set_cuda_memory_fraction(d.index() < 0 ? 0 : d.index(), memory_fraction);
     }
     std::unique_ptr<Runner> runner;
-    if (!var_path.empty() && !mar_path.empty())
-        throw std::invalid_argument("pass one checkpoint: --var or --mar");
+    if (int(!var_path.empty()) + int(!mar_path.empty()) + int(!infinity_path.empty()) > 1)
+        throw std::invalid_argument("pass one checkpoint: --var, --mar or --infinity");
     if (!random.empty()) {
-        if (!var_path.empty() || !mar_path.empty() || !vae_path.empty())
-            throw std::invalid_argument("--random cannot be combined with --var/--mar/--vae");
-        if (is_depth(random)) {
+        if (!var_path.empty() || !mar_path.empty() || !infinity_path.empty() || !vae_path.empty())
+            throw std::invalid_argument(
+                "--random cannot be combined with --var/--mar/--infinity/--vae");
+        if (is_infinity_size(random)) {
+            const bool big = random == "8b";
+            runner = random_infinity_runner(
+                big ? InfinityConfig::infinity_8b() : InfinityConfig::infinity_2b(),
+                big ? BsqVaeConfig::d56_f8_14_patchify() : BsqVaeConfig::d32reg(), init_seed, lo,
+                t5_path, t5_offload);
+        } else if (is_depth(random)) {
             const int depth = std::stoi(random);
             if (depth < 1 || depth > 64)
                 throw std::invalid_argument("--random: a VAR depth must be in [1, 64], got " +
@@ -158,10 +195,13 @@ std::unique_ptr<Runner> ModelArgs::build() const {
         }
     } else {
         ModelSpec spec;
-        spec.model_path = !var_path.empty() ? var_path : mar_path;
+        spec.model_path = !var_path.empty() ? var_path : !mar_path.empty() ? mar_path : infinity_path;
         spec.vae_path = vae_path;
+        spec.text_encoder_path = t5_path;
+        spec.text_encoder_offload = t5_offload;
         if (!var_path.empty()) spec.named_as = Family::Var;
         if (!mar_path.empty()) spec.named_as = Family::Mar;
+        if (!infinity_path.empty()) spec.named_as = Family::Infinity;
         spec.embedded = family.empty() ? default_family_ : family_from_id(family);
         spec.patch_nums = patch_nums;
         spec.prefer_ema = !raw_weights;
@@ -196,8 +236,9 @@ std::unique_ptr<Runner> ModelArgs::build() const {
             throw std::invalid_argument("--precision " + precision +
                                         " is a VAR mode; a MAR model takes fp32, fp16 or bf16");
     }
-    refuse_foreign(options_, kVarModelFlags, Family::Var, *runner);
-    refuse_foreign(options_, kMarModelFlags, Family::Mar, *runner);
+    refuse_foreign(options_, kVarModelFlags, {Family::Var}, *runner);
+    refuse_foreign(options_, kMarModelFlags, {Family::Mar}, *runner);
+    refuse_foreign(options_, kInfinityModelFlags, {Family::Infinity}, *runner);
     return runner;
 }
 
@@ -208,9 +249,10 @@ void SampleArgs::add_to(CLI::App& cmd) {
                                   "unconditional); none = random")
                        ->delimiter(',');
     o["--prompt"] = cmd.add_option("-p,--prompt", prompt,
-                                   "words naming the class, e.g. \"red heart\" (best match is "
-                                   "used; ranked list printed)")
-                        ->check(not_blank("words naming a class"));
+                                   "a class-conditional model: words naming the class, e.g. \"red "
+                                   "heart\" (best match is used; ranked list printed); Infinity: "
+                                   "the text prompt (one per image)")
+                        ->check(not_blank("words naming a class or describing the image"));
     o["--batch"] =
         cmd.add_option("--batch", batch, "images to generate when one or no class is given")
             ->check(CLI::Range(1, 4096));
@@ -267,6 +309,21 @@ void SampleArgs::add_to(CLI::App& cmd) {
     o["--attention"] = cmd.add_option("--attention", attention, "attention backend")
                            ->check(CLI::IsMember({"sdpa", "eager"}))
                            ->capture_default_str();
+    o["--text-features"] =
+        cmd.add_option("--text-features", text_features,
+                       "Infinity: precomputed T5 features ('kv_compact' (sum of lengths, width), "
+                       "'lens' (B)) instead of --prompt")
+            ->check(CLI::ExistingFile);
+    o["--tau"] = cmd.add_option("--tau", tau, "Infinity: sampling temperature of the bits")
+                     ->check(CLI::Range(0.01, 10.0));
+    o["--h-div-w"] = cmd.add_option("--h-div-w", h_div_w,
+                                    "Infinity: aspect ratio (height / width); the nearest official "
+                                    "template's schedule is used")
+                         ->check(CLI::Range(0.1, 10.0))
+                         ->capture_default_str();
+    o["--pixels"] = cmd.add_option("--pixels", pixels, "Infinity: image size class")
+                        ->check(CLI::IsMember({"0.06M", "0.25M", "0.60M", "1M"}))
+                        ->capture_default_str();
     o["--no-memory-check"] =
         cmd.add_flag("--no-memory-check", no_memory_check,
                      "run even when the memory estimate says the batch does not fit");
@@ -307,8 +364,11 @@ bool SampleArgs::given(const std::string& flag) const {
 }
 
 SampleSettings SampleArgs::resolve(const Runner& runner) const {
-    refuse_foreign(options_, kVarSampleFlags, Family::Var, runner);
-    refuse_foreign(options_, kMarSampleFlags, Family::Mar, runner);
+    refuse_foreign(options_, kVarSampleFlags, {Family::Var}, runner);
+    refuse_foreign(options_, kTopFlags, {Family::Var, Family::Infinity}, runner);
+    refuse_foreign(options_, kMarSampleFlags, {Family::Mar}, runner);
+    refuse_foreign(options_, kInfinitySampleFlags, {Family::Infinity}, runner);
+    refuse_foreign(options_, kClassFlags, {Family::Var, Family::Mar}, runner);
     // Several classes set the batch themselves: a different --batch was ignored without a word.
     if (classes.size() > 1 && batch != 1 && batch != int64_t(classes.size()))
         throw std::invalid_argument("--batch " + std::to_string(batch) + " does not match the " +
@@ -347,7 +407,14 @@ SampleSettings SampleArgs::resolve(const Runner& runner) const {
         std::cerr << "using the model's recommended " << used << " (pass the flags to override)\n";
     if (random_seed && seed != 0)  // the flag wins: say so rather than drop --seed silently
         std::cerr << "note: --random-seed ignores --seed " << seed << "\n";
-    if (!prompt.empty()) {
+    if (runner.family() == Family::Infinity) {
+        // A text-conditional model: --prompt is its text (one per image), or a features file.
+        if (!prompt.empty()) s.prompts.assign(batch, prompt);
+        s.text_features = text_features;
+        if (given("--tau")) s.tau = tau;
+        s.h_div_w = h_div_w;
+        s.pixels = pixels;
+    } else if (!prompt.empty()) {
         if (!classes.empty())
             throw std::invalid_argument("pass either --prompt or --class, not both");
         if (runner.model_path().empty())

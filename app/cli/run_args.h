@@ -18,8 +18,10 @@
 namespace varscope::cli {
 
 struct ModelArgs {
-    std::string var_path, mar_path, vae_path;
-    std::string random;  // a VAR depth ("16") or a MAR config (mar_base | JSON)
+    std::string var_path, mar_path, infinity_path, vae_path;
+    std::string t5_path;  // Infinity: the T5 encoder folder
+    bool t5_offload = false;
+    std::string random;  // a VAR depth ("16"), a MAR config (mar_base | JSON), Infinity 2b | 8b
     std::string family;  // the embedded model when no checkpoint is given: "var" | "mar"
     uint64_t init_seed = 0;
     std::vector<int64_t> patch_nums;
@@ -60,6 +62,10 @@ struct SampleArgs {
     std::string cfg_schedule = "linear";
     double temperature = 1.0;
     int64_t head_cfg_period = 0;
+    std::string text_features;  // Infinity
+    double tau = 0.5;
+    double h_div_w = 1.0;
+    std::string pixels = "1M";
 
     void add_to(CLI::App& cmd);
     // Settings for `runner`: its family's defaults, the flags given, the model file's

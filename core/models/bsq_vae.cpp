@@ -8,6 +8,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/module_binding.h"
+#include "core/sampling/chunked_decode.h"
 
 namespace varscope {
 
@@ -96,12 +97,11 @@ at::Tensor BsqVaeImpl::decode_chunked(const at::Tensor& f_hat, bool clamp) {
     // what the official autocast inference amounts to for the convolutions).
     const at::Tensor w = parameters().front();
     z = z.to(w.device(), w.scalar_type());
-    std::vector<at::Tensor> images;
-    for (int64_t b = 0; b < z.size(0); ++b) {
-        at::Tensor x = decoder_(z.narrow(0, b, 1));
-        images.push_back(clamp ? x.clamp_(-1, 1) : x);
-    }
-    return images.size() == 1 ? images[0] : at::cat(images, 0);
+    return decode_in_chunks(z, decode_chunk_images(z.size(-1) * cfg_.patch_size),
+                            [&](const at::Tensor& part) {
+                                at::Tensor x = decoder_(part);
+                                return clamp ? x.clamp_(-1, 1) : x;
+                            });
 }
 
 at::Tensor BsqVaeImpl::decode(const at::Tensor& f_hat) {

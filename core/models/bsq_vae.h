@@ -8,9 +8,9 @@
 //   bits --bsq::bits_to_codes, summed with trilinear up (bsq_quant.h)--> f_hat
 //   f_hat --decoder, clamp--> img in [-1,1]; decode_01 gives [0,1] like the other VAEs' users
 //
-// Decoding runs one image at a time (decode_chunk): the decoder's full-resolution activations of
-// a 1024x1024 image are 128 x 1024 x 1024 floats (0.5 GiB fp32) each, several alive at once, so
-// a batch would multiply that peak; per-image results are concatenated.
+// Decoding runs in chunks of images (core/sampling/chunked_decode.h: one image at 1024²): the
+// decoder's full-resolution activations of a 1024x1024 image are 128 x 1024 x 1024 floats
+// (0.5 GiB fp32) each, several alive at once, so a whole batch would multiply that peak.
 //
 // Nothing here disables autograd so that training can reuse it; inference callers add
 // at::NoGradGuard / c10::InferenceMode themselves.

@@ -8,8 +8,10 @@
 #include "core/accel/accel_config.h"
 #include "core/infinity_pipeline.h"
 #include "core/metrics/image_metrics.h"
+#include "core/models/t5_text_encoder.h"
 #include "core/runner/runner.h"
 #include "core/runner/runner_internal.h"
+#include "core/sampling/chunked_decode.h"
 
 namespace varscope {
 namespace {
@@ -54,8 +56,9 @@ InfinitySchedule schedule_of(const at::Tensor& hw, const std::string& source) {
 
 class InfinityRunner : public Runner {
   public:
-    InfinityRunner(InfinityPipeline pipe, std::string path)
-        : pipe_(std::move(pipe)), path_(std::move(path)) {}
+    InfinityRunner(InfinityPipeline pipe, std::string path,
+                   std::shared_ptr<T5TextEncoder> t5 = nullptr)
+        : pipe_(std::move(pipe)), path_(std::move(path)), t5_(std::move(t5)) {}
 
     Family family() const override { return Family::Infinity; }
     std::string describe() const override {
@@ -64,6 +67,13 @@ class InfinityRunner : public Runner {
                         std::to_string(c.embed_dim) + ", " + std::to_string(c.num_heads) +
                         " heads, " + std::to_string(c.codebook_dim) + " bits per token";
         d += pipe_.vae ? "\nBSQ VAE: " + pipe_.vae->describe() : "\nno VAE (summed codes only)";
+        if (t5_) {
+            const auto& e = t5_->encoder().config();
+            d += "\nT5 encoder: " + std::to_string(e.num_layers) + " layers, width " +
+                 std::to_string(e.d_model) + (t5_->options().offload_after_encode
+                                                  ? " (off the GPU between encodings)"
+                                                  : "");
+        }
         return d;
     }
     at::Device device() const override { return pipe_.model->pos_start.device(); }
@@ -124,6 +134,38 @@ class InfinityRunner : public Runner {
             throw std::invalid_argument(
                 "Infinity needs a text: text_features (a T5 features file) or prompts");
     }
+
+    // Per image (2 rows with guidance): the self-attention KV cache of every layer for the whole
+    // schedule; the largest scale's activations (QKV, attention output, FFN hidden and GELU,
+    // residual and norm copies) and, with eager attention, its fp32 scores; the bit logits are
+    // small (2 per bit). Fixed: the BSQ decode of one chunk at full resolution in fp32 (the
+    // first level's channels, about six maps live).
+    MemoryEstimate estimate_memory(const SampleSettings& s) const override {
+        const auto& c = cfg();
+        const InfinitySchedule sch = schedule(s);
+        int64_t n = 0;
+        for (const auto& hw : sch.scales) n = std::max(n, hw[0] * hw[1]);
+        const int64_t eb = 4;  // fp32 for now (load_infinity_runner refuses other precisions)
+        const int64_t rows = s.cfg != 1.0 ? 2 : 1, C = c.embed_dim, L = sch.total_tokens();
+        const int64_t kv = c.depth * 2 * rows * L * C * eb;
+        const int64_t acts = rows * n * (8 * C + 2 * c.mlp_hidden) * eb;
+        const int64_t scores =
+            s.attention == AttentionBackend::Eager ? rows * c.num_heads * n * L * 4 * 2 : 0;
+        const int64_t logits = rows * n * c.vocab() * 4 * 3;
+        MemoryEstimate e;
+        e.images = s.images();
+        e.per_image = kv + acts + scores + logits;
+        if (s.decode && pipe_.vae) {
+            const auto& v = pipe_.vae->config();
+            const int64_t side = sch.scales.back()[0] * (pipe_.quant.spatial_patchify ? 2 : 1) *
+                                 v.patch_size;
+            e.fixed = v.base_ch * v.decoder_ch_mult.front() * side * side * 4 * 6 *
+                      std::min(e.images, decode_chunk_images(side));
+        }
+        return e;
+    }
+
+    void release_graphs() override {}  // the Infinity loop runs eagerly for now
 
     nlohmann::json settings_json(const SampleSettings& s) const override {
         return {{"cfg", s.cfg},
@@ -230,18 +272,28 @@ class InfinityRunner : public Runner {
         return o;
     }
     InfinityText text(const SampleSettings& s) const {
-        if (!s.prompts.empty())
-            throw std::invalid_argument(
-                "Infinity: prompts need the T5 text encoder, which this build does not wire in "
-                "yet; "
-                "pass text_features (a file with 'kv_compact' and 'lens')");
-        InfinityText t = load_text_features(s.text_features);
-        t.kv_compact = t.kv_compact.to(device());
+        if (!s.prompts.empty() && !s.text_features.empty())
+            throw std::invalid_argument("Infinity: pass prompts or a text features file, not both");
+        InfinityText t;
+        if (!s.prompts.empty()) {
+            if (!t5_)
+                throw std::invalid_argument(
+                    "Infinity: prompts need the T5 text encoder (its Hugging Face folder: --t5 "
+                    "DIR), or pass precomputed text features");
+            c10::InferenceMode guard;
+            TextCondition c = t5_->encode(s.prompts);
+            t.kv_compact = c.kv_compact;
+            t.lens = c.lens;
+        } else {
+            t = load_text_features(s.text_features);
+        }
+        t.kv_compact = t.kv_compact.to(device(), at::kFloat);
         return t;
     }
 
     InfinityPipeline pipe_;
     std::string path_;
+    std::shared_ptr<T5TextEncoder> t5_;  // null: text features files only
 };
 
 }  // namespace
@@ -255,15 +307,60 @@ std::unique_ptr<Runner> infinity_runner(InfinityPipeline pipeline, std::string m
     return std::make_unique<InfinityRunner>(std::move(pipeline), std::move(model_path));
 }
 
+namespace {
+
+std::shared_ptr<T5TextEncoder> open_text_encoder(const std::string& folder, bool offload,
+                                                 const at::Device& device,
+                                                 const InfinityConfig& model,
+                                                 const std::string& model_name) {
+    if (folder.empty()) return nullptr;
+    T5TextEncoderOptions o;
+    o.encoder.device = device;
+    o.offload_after_encode = offload && device.is_cuda();
+    auto t5 = std::make_shared<T5TextEncoder>(folder, o);
+    if (t5->encoder().config().d_model != model.text_channels)
+        throw std::invalid_argument(folder + ": a T5 of width " +
+                                    std::to_string(t5->encoder().config().d_model) +
+                                    " does not fit " + model_name +
+                                    ", which takes text features of width " +
+                                    std::to_string(model.text_channels));
+    return t5;
+}
+
+void require_fp32(const LoadOptions& options, const std::string& what) {
+    if (options.precision != Precision::Fp32 || options.autocast)
+        throw std::invalid_argument(what + " is an Infinity model: only fp32 (or tf32) runs for now");
+}
+
+}  // namespace
+
 std::unique_ptr<Runner> load_infinity_runner(const StateDict& all, const ModelSpec& spec,
                                              const LoadOptions& options) {
-    if (options.precision != Precision::Fp32 || options.autocast)
-        throw std::invalid_argument(spec.model_path +
-                                    " is an Infinity model: only fp32 (or tf32) runs for now");
+    require_fp32(options, spec.model_path);
     const at::Device device = parse_device(options.device);
-    return infinity_runner(
-        InfinityPipeline::from_weights(all, spec.model_path, spec.vae_path, device),
-        spec.model_path);
+    auto pipe = InfinityPipeline::from_weights(all, spec.model_path, spec.vae_path, device);
+    auto t5 = open_text_encoder(spec.text_encoder_path, spec.text_encoder_offload, device,
+                                pipe.model->config(), spec.model_path);
+    return std::make_unique<InfinityRunner>(std::move(pipe), spec.model_path, std::move(t5));
+}
+
+std::unique_ptr<Runner> random_infinity_runner(const InfinityConfig& config,
+                                               const BsqVaeConfig& vae, uint64_t seed,
+                                               const LoadOptions& options,
+                                               const std::string& text_encoder_path,
+                                               bool text_encoder_offload) {
+    require_fp32(options, "--random");
+    const at::Device device = parse_device(options.device);
+    auto model = random_infinity(config, seed);
+    model->to(device);
+    model->eval();
+    BsqVae v(BsqVaeImpl::random(vae, seed + 1));
+    v->to(device);
+    v->eval();
+    auto pipe = InfinityPipeline::from(model, v);
+    auto t5 = open_text_encoder(text_encoder_path, text_encoder_offload, device, config,
+                                "a random Infinity");
+    return std::make_unique<InfinityRunner>(std::move(pipe), "", std::move(t5));
 }
 
 }  // namespace varscope

@@ -41,6 +41,11 @@ struct ModelSpec {
     // recommendation, else the official "100").
     std::string diffusion_steps;
     bool prefer_ema = true;  // MAR: EMA weights of a training checkpoint first
+    // Infinity: the T5 encoder's Hugging Face folder (config.json, weights, spiece.model) that
+    // turns prompts into the text condition; "" = text features files only. Low-memory mode:
+    // the encoder leaves the GPU after each encoding (the transformer keeps the memory).
+    std::string text_encoder_path;
+    bool text_encoder_offload = false;
     // The family the user named the file as (--var / --mar), if any: a file of no known family
     // is then reported in that family's terms. The file's tensors decide the family.
     std::optional<Family> named_as;
@@ -79,8 +84,9 @@ struct SampleSettings {
     const std::atomic<bool>* cancel = nullptr;  // checked before every step
 
     // Infinity (appended here; class_ids / batch are not read: the text gives the rows).
-    // The text: T5 features in the official packed form ("kv_compact", "lens"; see
-    // load_text_features in core/infinity_pipeline.h); prompts need the T5 encoder (branch t5).
+    // The text: prompts (encoded by ModelSpec::text_encoder_path's T5), or T5 features in the
+    // official packed form ("kv_compact", "lens"; load_text_features in
+    // core/infinity_pipeline.h).
     std::string text_features;
     std::vector<std::string> prompts;
     double tau = 0.5;                             // scripts/infer.sh's setting
@@ -232,6 +238,14 @@ std::unique_ptr<Runner> random_var_runner(const VarConfig& var, const VqvaeConfi
                                           uint64_t seed, const LoadOptions& options);
 std::unique_ptr<Runner> random_mar_runner(const MarConfig& config, uint64_t seed,
                                           const LoadOptions& options);
+struct InfinityConfig;
+struct BsqVaeConfig;
+// With the T5 folder `text_encoder_path` ("" = text features files only).
+std::unique_ptr<Runner> random_infinity_runner(const InfinityConfig& config,
+                                               const BsqVaeConfig& vae, uint64_t seed,
+                                               const LoadOptions& options,
+                                               const std::string& text_encoder_path = {},
+                                               bool text_encoder_offload = false);
 // Wraps pipelines built elsewhere (tests: tiny models).
 std::unique_ptr<Runner> var_runner(VarPipeline pipeline, std::string model_path = {});
 std::unique_ptr<Runner> mar_runner(MarPipeline pipeline, std::string model_path = {});
