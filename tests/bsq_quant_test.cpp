@@ -107,7 +107,7 @@ TEST(BsqQuant, SamplerAccumulationMatchesOfficial) {
             const at::Tensor up = bsq::interpolate_up(codes, sched.back(), cfg);
             summed = summed.defined() ? summed + up : up;
             const at::Tensor next = bsq::interpolate_up(summed, sched[si + 1], cfg);
-            const at::Tensor& ref = get("sampler_next." + std::to_string(si));
+            const at::Tensor ref = get("sampler_next." + std::to_string(si));
             ASSERT_EQ(next.sizes(), ref.sizes());
             EXPECT_LE(max_abs(next, ref), 1e-6) << "scale " << si;
         } else {
@@ -152,7 +152,7 @@ TEST(BsqQuant, TeacherForcingMatchesOfficialTrainer) {
         ASSERT_EQ(tf.next_inputs.size(), sched.size() - 1);
         for (size_t si = 0; si < sched.size(); ++si) {
             const at::Tensor labels = bsq::token_labels(tf.bits[si], cfg);
-            const at::Tensor& ref = get(tag + "_gt." + std::to_string(si));
+            const at::Tensor ref = get(tag + "_gt." + std::to_string(si));
             ASSERT_EQ(labels.sizes(), ref.sizes()) << tag << " scale " << si;
             EXPECT_TRUE(at::equal(labels, ref)) << tag << " scale " << si;
         }

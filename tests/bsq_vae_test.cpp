@@ -77,7 +77,7 @@ Measured compare(BsqVae& vae, const StateDict& e) {
     m.h = rel(enc.h, get(e, "enc_h"));
     m.f_hat = rel(enc.codes.f_hat, get(e, "enc_z"));
     for (size_t si = 0; si < schedule.size(); ++si) {
-        const at::Tensor& ref = get(e, "enc_bits." + std::to_string(si));
+        const at::Tensor ref = get(e, "enc_bits." + std::to_string(si));
         // Official bit_indices are (B,t,h,w,d); ours too.
         EXPECT_EQ(enc.codes.bits[si].sizes(), ref.sizes()) << "scale " << si;
         m.bits_total += ref.numel();

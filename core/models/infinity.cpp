@@ -116,7 +116,7 @@ StateDict infinity_canonical_names(const StateDict& dict, const std::string& wha
 InfinityConfig InfinityConfig::infer_from(const StateDict& raw, const std::string& what) {
     const StateDict d = infinity_canonical_names(raw, what);
     InfinityConfig c;
-    const auto& we = require(d, "word_embed.weight", what);  // (C, d)
+    const at::Tensor we = require(d, "word_embed.weight", what);  // (C, d)
     c.embed_dim = we.size(0);
     c.codebook_dim = we.size(1);
     c.depth = 0;

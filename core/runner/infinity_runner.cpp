@@ -212,6 +212,16 @@ class InfinityRunner : public Runner {
         res.latents = r.summed_codes;
         res.step_tokens = r.tokens;
         res.step_millis = r.scale_millis;
+        // Scales a hook skipped: no tokens (-1), as the VAR loop reports them, so that runs
+        // with and without skipping compare scale by scale.
+        const int64_t rows = res.labels.size(0);
+        const auto opts = at::TensorOptions().dtype(at::kLong).device(
+            res.step_tokens.empty() ? at::Device(at::kCPU) : res.step_tokens[0].device());
+        for (size_t si = res.step_tokens.size(); si < sched.scales.size(); ++si) {
+            res.step_tokens.push_back(
+                at::full({rows, sched.scales[si][0] * sched.scales[si][1]}, -1, opts));
+            res.step_millis.push_back(0.0);
+        }
         res.decode_millis = out.decode_millis;
         res.total_millis = r.total_millis + out.decode_millis;
         res.kv_bytes = r.kv_bytes;
