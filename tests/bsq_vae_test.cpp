@@ -300,6 +300,31 @@ TEST(BsqVaeParity, CheckDirectoryMatchesOfficial) {
     const StateDict e = load_checkpoint(dir + "/expected.pth");
     const Measured m = compare(vae, e);
     print("--check (CPU fp32 vs official)", m);
+    // Teacher forcing as the official trainer (bsq::teacher_forcing), with patchify for d14.
+    const std::string tag = vae->config().patch_size == 8 ? "tfp" : "tf";
+    if (e.count(tag + "_x")) {
+        bsq::BsqQuantConfig q = vae->quant_config();
+        q.spatial_patchify = tag == "tfp";
+        const at::Tensor s = get(e, tag + "_schedule");
+        std::vector<bsq::Size3> sched;
+        for (int64_t i = 0; i < s.size(0); ++i)
+            sched.push_back(
+                {s[i][0].item<int64_t>(), s[i][1].item<int64_t>(), s[i][2].item<int64_t>()});
+        const bsq::TeacherForcing tf = bsq::teacher_forcing(get(e, "enc_h"), sched, q);
+        int64_t differing = 0, total = 0;
+        for (size_t si = 0; si < sched.size(); ++si) {
+            const at::Tensor& ref = get(e, tag + "_gt." + std::to_string(si));
+            total += ref.numel();
+            differing += bsq::token_labels(tf.bits[si], q).ne(ref).sum().item<int64_t>();
+        }
+        std::vector<at::Tensor> tokens;
+        for (const at::Tensor& x : tf.next_inputs) tokens.push_back(bsq::token_inputs(x, q));
+        const double x_err = rel(at::cat(tokens, 1), get(e, tag + "_x"));
+        std::cout << "teacher forcing (" << tag << "): labels differing " << differing << " of "
+                  << total << ", inputs rel err " << x_err << "\n";
+        EXPECT_LE(differing * 10000, total);
+        EXPECT_LE(x_err, 1e-4);
+    }
     // Other device / conv algorithms than the reference: a label may flip where a residual is
     // within rounding of zero, so allow one in 10^4.
     EXPECT_LE(m.bits_differing * 10000, m.bits_total);

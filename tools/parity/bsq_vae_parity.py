@@ -14,7 +14,8 @@ unused imageio / torchvision imports of flux_vqgan.py are stubbed. Needs torch, 
                         the sampler's summed codes / next-scale inputs, encode -> bit labels per
                         scale, decode. tests/bsq_vae_test.cpp compares against it.
 --check OUTDIR          the real infinity_vae_d32reg architecture (Infinity-2B: codebook_dim 32,
-                        patch 16, ch_mult 1 2 4 4 4) with random weights, on CUDA when present:
+                        patch 16, ch_mult 1 2 4 4 4; --variant d14f8: Infinity-8B's VAE) with
+                        random weights, on CUDA when present (TF32 off):
                         writes the same files at that shape for the C++ side to compare
                         (`--image-size` 256 by default; the lead runs it on the GPU machine),
                         then: VARSCOPE_BSQ_PARITY_DIR=OUTDIR varscope_tests \
@@ -179,6 +180,9 @@ TINY = dict(codebook_dim=6, patch_size=4, base_ch=24, num_res_blocks=1,
             encoder_ch_mult=(2, 1, 1), decoder_ch_mult=(1, 1, 1))
 D32REG = dict(codebook_dim=32, patch_size=16, base_ch=128, num_res_blocks=2,
               encoder_ch_mult=(1, 2, 4, 4, 4), decoder_ch_mult=(1, 2, 4, 4, 4))
+# Infinity-8B's infinity_vae_d56_f8_14_patchify (run_infinity.py with apply_spatial_patchify).
+D14F8 = dict(codebook_dim=14, patch_size=8, base_ch=128, num_res_blocks=2,
+             encoder_ch_mult=(1, 2, 4, 4), decoder_ch_mult=(1, 2, 4, 4))
 
 
 def write(outdir, model, outputs, cfg):
@@ -200,6 +204,8 @@ def main():
     ap.add_argument("--make-fixture", metavar="OUTDIR")
     ap.add_argument("--check", metavar="OUTDIR")
     ap.add_argument("--image-size", type=int, default=256, help="--check only")
+    ap.add_argument("--variant", choices=["d32reg", "d14f8"], default="d32reg",
+                    help="--check only: Infinity-2B's or Infinity-8B's VAE architecture")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     if bool(a.make_fixture) == bool(a.check):
@@ -219,13 +225,17 @@ def main():
         # A true fp32 reference: no TF32 in cuDNN convolutions or matmuls.
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
-        model = build(vae_mod, flux_mod, D32REG, a.seed).to(device)
+        cfg = D32REG if a.variant == "d32reg" else D14F8
+        model = build(vae_mod, flux_mod, cfg, a.seed).to(device)
+        # Infinity's token schedule is that of a stride-16 latent; with spatial patchify (8B,
+        # patch 8) the vae-side schedule doubles h and w (autoregressive_infer_cfg).
         s = a.image_size // 16
+        up = 16 // cfg["patch_size"]
         from infinity.models.bsq_vae.dynamic_resolution import predefined_HW_Scales_dynamic
         hw = predefined_HW_Scales_dynamic.get((s, s), [(s, s)])
-        schedule = [(1, h, w) for h, w in hw]
+        schedule = [(1, up * h, up * w) for h, w in hw]
         img = (torch.rand(1, 3, a.image_size, a.image_size, generator=gen) * 2 - 1).to(device)
-        write(a.check, model, make_outputs(model, img, schedule, gen, device), D32REG)
+        write(a.check, model, make_outputs(model, img, schedule, gen, device), cfg)
 
 
 if __name__ == "__main__":
