@@ -313,7 +313,7 @@ TEST(BsqVaeParity, CheckDirectoryMatchesOfficial) {
         const bsq::TeacherForcing tf = bsq::teacher_forcing(get(e, "enc_h"), sched, q);
         int64_t differing = 0, total = 0;
         for (size_t si = 0; si < sched.size(); ++si) {
-            const at::Tensor& ref = get(e, tag + "_gt." + std::to_string(si));
+            const at::Tensor ref = get(e, tag + "_gt." + std::to_string(si));
             total += ref.numel();
             differing += bsq::token_labels(tf.bits[si], q).ne(ref).sum().item<int64_t>();
         }

@@ -182,6 +182,31 @@ TEST(Runner, AnAcceleratorChangesTheRunAndReportsIt) {
     EXPECT_TRUE(cached);  // LazyMAR's schedule reuses the cache on some steps
 }
 
+// A runner reuses one hooks object per accelerator config across runs (CUDA graphs replay on
+// its buffers): every preset must then draw what a fresh object draws, run after run.
+TEST(Runner, ReusedAcceleratorHooksGiveTheSameRunAsFreshOnes) {
+    const auto runner = embedded(Family::Var);
+    SampleSettings s = runner->defaults();
+    s.class_ids = {3, 17};
+    s.seed = 5;
+    s.decode = false;
+    for (const auto& [name, config] : runner->presets()) {
+        if (name == "baseline") continue;
+        const auto plan = runner->accel_from_argument(name);
+        const RunResult first = runner->generate(s, plan.get());
+        const auto other = runner->accel_from_argument("skip");  // something else in between
+        runner->generate(s, other.get());
+        const RunResult again = runner->generate(s, plan.get());
+        const auto fresh = embedded(Family::Var);
+        const RunResult clean = fresh->generate(s, fresh->accel_from_argument(name).get());
+        ASSERT_EQ(first.step_tokens.size(), again.step_tokens.size()) << name;
+        for (size_t i = 0; i < first.step_tokens.size(); ++i) {
+            EXPECT_TRUE(first.step_tokens[i].equal(again.step_tokens[i])) << name << " scale " << i;
+            EXPECT_TRUE(first.step_tokens[i].equal(clean.step_tokens[i])) << name << " scale " << i;
+        }
+    }
+}
+
 TEST(Runner, TeacherForwardChecksItsInput) {
     const auto runner = embedded(Family::Var);
     StateDict in{{"labels", at::tensor({1}, at::kLong)}};

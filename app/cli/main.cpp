@@ -5,10 +5,11 @@
 #include <map>
 
 #include "app/cli/commands.h"
+#include "app/cli/io_paths.h"
 #include "app/cli/run_report.h"
 #include "app/exec_env/exec_env.h"
-#include "app/cli/io_paths.h"
 #include "core/io/state_dict.h"
+#include "core/text/sentencepiece_tokenizer.h"
 
 int main(int argc, char** argv) {
     CLI::App app{"VARScope command line: generate with VAR and MAR models, inspect checkpoints"};
@@ -47,6 +48,9 @@ int main(int argc, char** argv) {
         // Before any output check: what the command reads may never be overwritten.
         for (auto* sub : app.get_subcommands()) varscope::cli::record_inputs(*sub);
         for (auto* sub : app.get_subcommands()) return runners.at(sub)();
+    } catch (const varscope::TokenizerError& e) {  // a user's spiece.model: bad input
+        std::cerr << "error: " << e.what() << "\n";
+        return 2;
     } catch (const varscope::CheckpointError& e) {
         std::cerr << "error: " << e.what() << "\n";
         return 2;

@@ -134,10 +134,13 @@ class VarRunner : public Runner {
         return !hooks || hooks->graph_signature(cfg()).has_value();
     }
 
-    void release_graphs() override { pipe_.sampler().clear_cuda_graphs(); }
+    void release_graphs() override {
+        pipe_.sampler().clear_cuda_graphs();
+        hooks_.clear();
+    }
 
     RunResult generate(const SampleSettings& s, const AccelPlan* accel, ProbeSink* probe) override {
-        const auto hooks = build_accelerators(var_config_of(accel), cfg(), probe);
+        const auto hooks = hooks_for(var_config_of(accel), probe);
         VarSampleResult r = pipe_.generate(options(s), hooks.get(), probe);
         RunResult out;
         out.images = r.images;
@@ -193,6 +196,17 @@ class VarRunner : public Runner {
 
   private:
     const VarConfig& cfg() const { return pipe_.var_config(); }
+    // The accelerators' hooks for a run. CUDA graphs replay on the buffers of the hooks object
+    // they were captured with (hooks.h, instance_id), so runs without a probe reuse one object
+    // per config: its graphs are captured once, as the baseline's are. Hooks reset their per-run
+    // state at the first scale. A probe's hooks are built afresh (they hold the probe).
+    std::shared_ptr<SamplingHooks> hooks_for(const AccelConfig& config, ProbeSink* probe) {
+        if (probe) return build_accelerators(config, cfg(), probe);
+        const std::string key = config.to_json().dump();
+        auto it = hooks_.find(key);
+        if (it == hooks_.end()) it = hooks_.emplace(key, build_accelerators(config, cfg())).first;
+        return it->second;
+    }
     size_t element_bytes() const {
         for (const auto& p : pipe_.sampler().transformer()->parameters()) return p.element_size();
         return 4;
@@ -217,6 +231,7 @@ class VarRunner : public Runner {
 
     // mutable: generating changes the sampler's graph cache, not what the model is.
     mutable VarPipeline pipe_;
+    std::map<std::string, std::shared_ptr<SamplingHooks>> hooks_;  // per config, no probe
     std::string path_;
 };
 

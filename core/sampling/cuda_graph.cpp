@@ -33,7 +33,8 @@ struct DenseStepGraphs::Extra {
 bool DenseGraphKey::operator==(const DenseGraphKey& o) const {
     return device == o.device && batch == o.batch && dtype == o.dtype && attention == o.attention &&
            patch_nums == o.patch_nums && weights == o.weights && hooks == o.hooks &&
-           compact_kv == o.compact_kv && part_timing == o.part_timing;
+           compact_kv == o.compact_kv && part_timing == o.part_timing &&
+           hooks_instance == o.hooks_instance;
 }
 
 size_t weights_fingerprint(const torch::nn::Module& m) {
@@ -79,7 +80,9 @@ at::Tensor DenseStepGraphs::step_input(int64_t si, const std::string& name,
     return t;
 }
 
-int64_t DenseStepGraphs::kv_bytes_after(int64_t si) const { return scales_.at(si)->kv_bytes; }
+int64_t DenseStepGraphs::kv_bytes_after(int64_t si) const {
+    return scales_.at(si)->kv_bytes;
+}
 
 const kernels::PartTimer* DenseStepGraphs::part_timer(int64_t si) const {
     return scales_.at(si)->timer.get();

@@ -37,7 +37,7 @@ namespace varscope {
 namespace kernels {
 class CudaGraph;
 class PartTimer;
-}
+}  // namespace kernels
 
 // What a set of graphs was captured for: any difference needs new graphs.
 struct DenseGraphKey {
@@ -46,10 +46,13 @@ struct DenseGraphKey {
     at::ScalarType dtype = at::kFloat;
     int attention = 0;  // AttentionBackend
     std::vector<int64_t> patch_nums;
-    size_t weights = 0;  // fingerprint of the weights' addresses (a reload moves them)
-    std::string hooks;   // the hooks' graph signature ("" = none)
-    bool compact_kv = false;  // the hooks asked for a compact KV cache
+    size_t weights = 0;        // fingerprint of the weights' addresses (a reload moves them)
+    std::string hooks;         // the hooks' graph signature ("" = none)
+    bool compact_kv = false;   // the hooks asked for a compact KV cache
     bool part_timing = false;  // the steps record CUDA events between their parts
+    // SamplingHooks::instance_id() of the hooks captured with (0 = none): another hooks object
+    // with the same signature has other buffers, so its graphs are captured anew.
+    uint64_t hooks_instance = 0;
     bool operator==(const DenseGraphKey& o) const;
 };
 
@@ -58,49 +61,49 @@ struct DenseGraphKey {
 size_t weights_fingerprint(const torch::nn::Module& m);
 
 class DenseStepGraphs {
-public:
-  // The step's forward: reads the static inputs (f_hat(), condition(), step_input()),
-  // appends to `cache`, adds its attention FLOPs to `flops`, records its cost into `rec`
-  // (null in the warm-up) and returns the raw (2B, l, V) logits. warmup: the eager run of the
-  // dense first scale before any capture (no hooks).
-  using Forward = std::function<at::Tensor(int64_t si, KvCache& cache, double& flops,
-                                           const CostRecorder* rec, bool warmup)>;
-  // Work outside the steps (prologue, decode): reads static tensors, returns its outputs.
-  using Tensors = std::function<std::vector<at::Tensor>()>;
+  public:
+    // The step's forward: reads the static inputs (f_hat(), condition(), step_input()),
+    // appends to `cache`, adds its attention FLOPs to `flops`, records its cost into `rec`
+    // (null in the warm-up) and returns the raw (2B, l, V) logits. warmup: the eager run of the
+    // dense first scale before any capture (no hooks).
+    using Forward = std::function<at::Tensor(int64_t si, KvCache& cache, double& flops,
+                                             const CostRecorder* rec, bool warmup)>;
+    // Work outside the steps (prologue, decode): reads static tensors, returns its outputs.
+    using Tensors = std::function<std::vector<at::Tensor>()>;
 
-  DenseStepGraphs(const VarConfig& config, const DenseGraphKey& key,
-                  const at::Tensor& condition_prototype);
-  ~DenseStepGraphs();
+    DenseStepGraphs(const VarConfig& config, const DenseGraphKey& key,
+                    const at::Tensor& condition_prototype);
+    ~DenseStepGraphs();
 
-  at::Tensor& f_hat() { return f_hat_; }          // (B, Cvae, H, W) float
-  at::Tensor& condition() { return condition_; }  // (2B, D): class embeddings, CFG pairs
-  // Raw logits of the step starting at scale si (a tensor owned by the graph, valid until the
-  // next replay of that step). Captures `forward` the first time for si (warming up before
-  // the first capture), then replays; adds the step's attention FLOPs to `flops`. layout:
-  // what the step computes (scales and row counts); a replay with another layout throws.
-  // cost (optional): the step's FLOPs per part (recorded at capture) and kernel launches.
-  at::Tensor step(int64_t si, const std::vector<int64_t>& layout, const Forward& forward,
-                  double& flops, StepCost* cost = nullptr);
-  // The events between the parts of step si (key.part_timing; null otherwise), recorded
-  // again by every replay: read them once the replay has finished.
-  const kernels::PartTimer* part_timer(int64_t si) const;
-  // A static input of step si (rows of a pruned scale, a step mask): made by `make` on the
-  // first call (outside any capture), the same tensor afterwards; the caller copies each
-  // call's values in.
-  at::Tensor step_input(int64_t si, const std::string& name,
-                        const std::function<at::Tensor()>& make);
-  // KV bytes held after step si (recorded at capture).
-  int64_t kv_bytes_after(int64_t si) const;
-  // Replays the graph named `name` (captured from fn, after an eager warm-up, on its first
-  // use) and returns the tensors fn returned at capture, now holding this replay's values.
-  // The prologue runs once per sample after condition() is filled, before the steps.
-  const std::vector<at::Tensor>& run(const std::string& name, const Tensors& fn);
-  double capture_millis() const { return capture_ms_; }
-  bool fully_captured() const;
-  int64_t kv_bytes() const { return cache_.total_bytes(); }
-  std::mutex& mutex() { return mutex_; }  // held by the one sample() using the buffers
+    at::Tensor& f_hat() { return f_hat_; }          // (B, Cvae, H, W) float
+    at::Tensor& condition() { return condition_; }  // (2B, D): class embeddings, CFG pairs
+    // Raw logits of the step starting at scale si (a tensor owned by the graph, valid until the
+    // next replay of that step). Captures `forward` the first time for si (warming up before
+    // the first capture), then replays; adds the step's attention FLOPs to `flops`. layout:
+    // what the step computes (scales and row counts); a replay with another layout throws.
+    // cost (optional): the step's FLOPs per part (recorded at capture) and kernel launches.
+    at::Tensor step(int64_t si, const std::vector<int64_t>& layout, const Forward& forward,
+                    double& flops, StepCost* cost = nullptr);
+    // The events between the parts of step si (key.part_timing; null otherwise), recorded
+    // again by every replay: read them once the replay has finished.
+    const kernels::PartTimer* part_timer(int64_t si) const;
+    // A static input of step si (rows of a pruned scale, a step mask): made by `make` on the
+    // first call (outside any capture), the same tensor afterwards; the caller copies each
+    // call's values in.
+    at::Tensor step_input(int64_t si, const std::string& name,
+                          const std::function<at::Tensor()>& make);
+    // KV bytes held after step si (recorded at capture).
+    int64_t kv_bytes_after(int64_t si) const;
+    // Replays the graph named `name` (captured from fn, after an eager warm-up, on its first
+    // use) and returns the tensors fn returned at capture, now holding this replay's values.
+    // The prologue runs once per sample after condition() is filled, before the steps.
+    const std::vector<at::Tensor>& run(const std::string& name, const Tensors& fn);
+    double capture_millis() const { return capture_ms_; }
+    bool fully_captured() const;
+    int64_t kv_bytes() const { return cache_.total_bytes(); }
+    std::mutex& mutex() { return mutex_; }  // held by the one sample() using the buffers
 
-private:
+  private:
     struct Scale;
     const VarConfig config_;
     DenseGraphKey key_;
@@ -117,7 +120,7 @@ private:
 
 // The sampler's graphs, a few shapes at most (each holds a KV cache and its graphs' memory).
 class DenseGraphCache {
-public:
+  public:
     static constexpr size_t kMaxEntries = 3;
     std::shared_ptr<DenseStepGraphs> get(const VarConfig& config, const DenseGraphKey& key,
                                          const at::Tensor& condition_prototype);
@@ -125,7 +128,7 @@ public:
     void clear();
     size_t size() const;
 
-private:
+  private:
     mutable std::mutex mutex_;
     std::vector<std::pair<DenseGraphKey, std::shared_ptr<DenseStepGraphs>>> entries_;  // LRU last
 };

@@ -1,8 +1,14 @@
 #include "core/sampling/hooks.h"
 
 #include <algorithm>
+#include <atomic>
 
 namespace varscope {
+
+SamplingHooks::SamplingHooks() {
+    static std::atomic<uint64_t> next{1};
+    instance_id_ = next.fetch_add(1);
+}
 
 int64_t ScaleContext::packed_length() const {
     int64_t n = 0;

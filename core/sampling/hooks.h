@@ -52,7 +52,7 @@ struct ScaleContext {
     int64_t token_begin;  // first token index of this scale in the full sequence
     at::Tensor f_hat;     // (B, Cvae, H, W) accumulated before this step (read-only for hooks)
     std::vector<ScaleSegment> segments;  // the scales of this step, in order (usually one)
-    int64_t step = 0;     // index of this step (differs from scale once groups ran)
+    int64_t step = 0;                    // index of this step (differs from scale once groups ran)
     // How the run executes (the sampler's LoadOptions::exec): the kernel policy hooks pass to
     // kernels/ and their own switches.
     const ExecPolicy& exec;
@@ -80,8 +80,17 @@ struct BlockContext {
 };
 
 class SamplingHooks {
-public:
+  public:
+    SamplingHooks();
+    SamplingHooks(const SamplingHooks&) : SamplingHooks() {}  // a copy is another object
+    SamplingHooks& operator=(const SamplingHooks&) { return *this; }
     virtual ~SamplingHooks() = default;
+    // Unique per hooks object for the process's lifetime (never reused, unlike an address):
+    // captured CUDA graphs belong to the hooks object they were captured with (its device
+    // buffers are what they replay on, its step-level calls fill them), so the loop keys its
+    // graphs by it and recaptures for another object. Reuse one object across runs to reuse
+    // its graphs (core/runner/var_runner.cpp does, per accelerator config).
+    uint64_t instance_id() const { return instance_id_; }
     // CUDA graphs. A hook that returns a signature (std::nullopt = no, the default) lets the
     // loop capture each step's transformer forward, its block-level calls included, as a CUDA
     // graph and replay it on later calls with the same signature, shape, precision and weights.
@@ -151,6 +160,9 @@ public:
     // scale's token was not computed (pruned).
     virtual void on_scale_end(const ScaleContext& ctx, const ScaleSegment& seg,
                               const at::Tensor& tokens, const at::Tensor& f_hat) {}
+
+  private:
+    uint64_t instance_id_;
 };
 
 // Several policies in order. scales_to_run takes the minimum, group_size the maximum,
@@ -158,7 +170,7 @@ public:
 // joined (std::nullopt if any has none; "" for an empty chain); for select_tokens /
 // restore_tokens / attend the first one that answers wins.
 class HookChain : public SamplingHooks {
-public:
+  public:
     void add(std::shared_ptr<SamplingHooks> h) { hooks_.push_back(std::move(h)); }
     bool empty() const { return hooks_.empty(); }
     size_t size() const { return hooks_.size(); }
@@ -169,8 +181,8 @@ public:
     int64_t group_size(const ScaleContext& ctx) override;
     void on_scale_begin(ScaleContext& ctx) override;
     at::Tensor select_tokens(const BlockContext& ctx, const at::Tensor& x) override;
-    at::Tensor restore_tokens(const BlockContext& ctx, const at::Tensor& x,
-                              const at::Tensor& rows, const at::Tensor& h) override;
+    at::Tensor restore_tokens(const BlockContext& ctx, const at::Tensor& x, const at::Tensor& rows,
+                              const at::Tensor& h) override;
     void on_block_output(const BlockContext& ctx, const at::Tensor& x) override;
     void on_kv_append(const BlockContext& ctx) override;
     at::Tensor attend(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
@@ -180,7 +192,7 @@ public:
     void on_scale_end(const ScaleContext& ctx, const ScaleSegment& seg, const at::Tensor& tokens,
                       const at::Tensor& f_hat) override;
 
-private:
+  private:
     std::vector<std::shared_ptr<SamplingHooks>> hooks_;
 };
 

@@ -346,7 +346,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
                                 dtype,          static_cast<int>(opt.attention),
                                 c.patch_nums,   weights_fingerprint(*var_),
                                 *signature,     hooks && hooks->compact_kv_cache(c),
-                                time_parts};
+                                time_parts,     hooks ? hooks->instance_id() : 0};
         graphs = graphs_->get(c, key, cond_BD);
         graphs_lock = std::unique_lock<std::mutex>(graphs->mutex());
         cond_BD = graphs->condition().copy_(cond_BD);

@@ -254,7 +254,9 @@ TEST(VarGraph, AcceleratorsGraphedEqualEager) {
             EXPECT_EQ(replayed.attention_flops, eager.attention_flops);
             EXPECT_EQ(replayed.kv_bytes, eager.kv_bytes);
             EXPECT_EQ(replayed.kv_bytes_peak, eager.kv_bytes_peak);
-            // A fresh hook object (as the CLI and the app build per run) replays the same graphs.
+            // A fresh hook object is another object: its graphs are captured anew (captured work
+            // reads the buffers of the object it was captured with, which may be gone; the
+            // runners reuse one object per config), and it draws what eager draws.
             const auto fresh =
                 build_accelerators(AccelConfig::from_argument(json), gpu.var_config());
             auto other = options({9, 0}, true);
@@ -262,7 +264,7 @@ TEST(VarGraph, AcceleratorsGraphedEqualEager) {
             auto other_eager = other;
             other_eager.cuda_graphs = false;
             const auto graphed_other = gpu.generate(other, fresh.get());
-            EXPECT_EQ(graphed_other.graph_capture_millis, 0.0);
+            EXPECT_GT(graphed_other.graph_capture_millis, 0.0);
             expect_same_tokens(graphed_other, gpu.generate(other_eager, fresh.get()),
                                "new labels, new hooks");
         }
