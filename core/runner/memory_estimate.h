@@ -2,10 +2,12 @@
 // batch or schedule that cannot fit the device (or the host, on CPU) is refused in a second with
 // numbers instead of failing minutes later with an allocator error.
 //
-// The estimate is an upper bound built from shapes (documented per family in its runner): the
-// KV cache, the largest step's activations and logits, the sampling buffers and the VAE decode
-// at full resolution. It is not a measurement: `bench e2e` reports it beside the measured peak
-// (memory_estimate vs peak_device_bytes) so that its margin is known per model.
+// The estimate is counted from shapes (documented per family in its runner): the KV cache, the
+// largest step's activations and logits, the sampling buffers and one VAE decode chunk at full
+// resolution. It is not a measurement: `bench e2e` reports it beside the measured peak
+// (memory_estimate vs peak_device_bytes); on the H200 it came within 2 % below the peak for
+// VAR-d30 and Infinity-2B at 1024² (bench/results/2026-11-28-h200/session23), which the check's
+// headroom covers.
 #pragma once
 
 #include <c10/core/Device.h>
