@@ -33,7 +33,7 @@ StateDict select_mar_weights(const StateDict& all, bool prefer_ema, std::string*
                              const std::string& what = "checkpoint");
 
 class MarPipeline {
-public:
+  public:
     static MarPipeline load(const MarModelFiles& files, const LoadOptions& options);
     // As load(), with every tensor of files.mar_path already read (core/runner reads a
     // checkpoint once to detect its family).
@@ -57,7 +57,7 @@ public:
     const std::string& weights_source() const { return source_; }  // e.g. "model_ema"
     std::string describe() const;
 
-private:
+  private:
     MarPipeline(std::shared_ptr<MarSampler> s, std::string source, LatentDecoder decoder = {},
                 double latent_scale = 1.0)
         : sampler_(std::move(s)),

@@ -93,8 +93,8 @@ at::Device parse_device(const std::string& s) {
 }
 
 VarPipeline VarPipeline::load(const VarModelFiles& f, const LoadOptions& o) {
-    return from_weights(load_family(f.var_path, ModelFamily::VarTransformer, "VAR transformer"),
-                        f, o);
+    return from_weights(load_family(f.var_path, ModelFamily::VarTransformer, "VAR transformer"), f,
+                        o);
 }
 
 VarPipeline VarPipeline::from_weights(StateDict var_sd, const VarModelFiles& f,

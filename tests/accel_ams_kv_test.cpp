@@ -210,7 +210,10 @@ TEST(AmsKv, LocalWindowRollsAndCondensedScalesStay) {
     Driver d(model, on(2, 23, 23), {true, true});
     const auto condensed = range(0, 5);
     const std::vector<std::vector<int64_t>> expected = {
-        {0}, range(0, 5), range(0, 14), range(0, 23),
+        {0},
+        range(0, 5),
+        range(0, 14),
+        range(0, 23),
         concat(condensed, range(14, 32)),   // scale 2 (5..13) evicted first
         concat(condensed, range(23, 41))};  // then scale 3 (14..22)
     for (int64_t si = 0; si < 6; ++si) {
@@ -307,8 +310,8 @@ TEST(AmsKv, StartsOverForEveryImage) {
 // ---- configuration -------------------------------------------------------------------------
 
 TEST(AmsKv, ConfigJsonRoundTripAndDefaults) {
-    auto c = AmsKvConfig::from_json({{"c_cds", 1}, {"c_min", 100}, {"c_max", 300},
-                                     {"theta", -0.01}});
+    auto c =
+        AmsKvConfig::from_json({{"c_cds", 1}, {"c_min", 100}, {"c_max", 300}, {"theta", -0.01}});
     EXPECT_TRUE(c.enabled);
     EXPECT_EQ(c.c_cds, 1);
     EXPECT_EQ(c.c_min, 100);
@@ -331,14 +334,21 @@ TEST(AmsKv, ConfigJsonRoundTripAndDefaults) {
 }
 
 TEST(AmsKv, ConfigErrorsNameTheField) {
-    EXPECT_EQ(config_error([] { AmsKvConfig::from_json({{"theta", 0.5}}); }),
+    EXPECT_EQ(config_error([] {
+                  AmsKvConfig::from_json({{"theta", 0.5}});
+              }),
               "ams_kv.theta: must be in [-1, 0], got 0.5");
-    EXPECT_EQ(config_error([] { AmsKvConfig::from_json({{"c_min", -3}}); }),
+    EXPECT_EQ(config_error([] {
+                  AmsKvConfig::from_json({{"c_min", -3}});
+              }),
               "ams_kv.c_min: must be in [0, 100000], got -3");
-    EXPECT_EQ(config_error([] { AmsKvConfig::from_json({{"c_cds", 1.5}}); }),
+    EXPECT_EQ(config_error([] {
+                  AmsKvConfig::from_json({{"c_cds", 1.5}});
+              }),
               "ams_kv.c_cds: must be an integer, got 1.5");
-    EXPECT_NE(config_error([] { AmsKvConfig::from_json({{"cmin", 3}}); })
-                  .find("ams_kv.cmin: unknown"),
+    EXPECT_NE(config_error([] {
+                  AmsKvConfig::from_json({{"cmin", 3}});
+              }).find("ams_kv.cmin: unknown"),
               std::string::npos);
     const auto model = schedule({1, 2, 3, 4, 6, 8}, 4);
     EXPECT_EQ(config_error([&] { make_ams_kv(on(6), model, nullptr); }),
@@ -395,8 +405,8 @@ TEST(AmsKv, RunsEndToEndWithFewerKvBytesAndRespectsBudgets) {
             const int64_t budget = dem[i].data[l].item<bool>() ? b.c_max : b.c_min;
             EXPECT_LE(held, budget) << "scale " << i << " layer " << l;
             for (int64_t s = 0; s < std::min<int64_t>(b.c_cds, i + 1); ++s)  // condensed: held
-                EXPECT_EQ(occ[i].data[l][s].item<int64_t>(), p.var_config().patch_nums[s] *
-                                                                 p.var_config().patch_nums[s]);
+                EXPECT_EQ(occ[i].data[l][s].item<int64_t>(),
+                          p.var_config().patch_nums[s] * p.var_config().patch_nums[s]);
         }
     EXPECT_EQ(bytes.back().values.at("total"), static_cast<double>(res.kv_bytes));
     // Deterministic: the same seed gives the same tokens with the policy on.

@@ -1,11 +1,12 @@
 // The accelerator configuration as a whole: presets, JSON round trips, combination rules, and
 // every preset running end to end on the embedded model.
+#include "core/accel/accel_config.h"
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <functional>
 
-#include "core/accel/accel_config.h"
 #include "core/accel/mar_accel_config.h"
 #include "core/pipeline.h"
 #include "core/resources.h"
@@ -16,7 +17,9 @@ using namespace varscope;
 
 namespace {
 
-VarConfig emoji_like_config() { return VarConfig::for_depth(8, {1, 2, 3, 4, 5, 6, 8, 10, 13, 16}); }
+VarConfig emoji_like_config() {
+    return VarConfig::for_depth(8, {1, 2, 3, 4, 5, 6, 8, 10, 13, 16});
+}
 
 // Only configuration errors count: any other exception fails the test.
 std::string error_of(const std::function<void()>& fn) {
@@ -53,14 +56,19 @@ TEST(AccelConfig, MethodTablesAreCompleteAndDefaultsValid) {
 }
 
 TEST(AccelConfig, ErrorsNameTheFieldAndTheRule) {
-    EXPECT_NE(error_of([] { AccelConfig::from_json({{"fastvar", {{"enabled", "yes"}}}}); })
-                  .find("fastvar.enabled: must be true or false"),
+    EXPECT_NE(error_of([] {
+                  AccelConfig::from_json({{"fastvar", {{"enabled", "yes"}}}});
+              }).find("fastvar.enabled: must be true or false"),
               std::string::npos);
-    EXPECT_NE(error_of([] { AccelConfig::from_json(nlohmann::json::array()); }).find("must be a JSON object"),
+    EXPECT_NE(error_of([] {
+                  AccelConfig::from_json(nlohmann::json::array());
+              }).find("must be a JSON object"),
               std::string::npos);
     EXPECT_NE(error_of([] { AccelConfig::from_argument("{not json"); }).find("not valid JSON"),
               std::string::npos);
-    EXPECT_NE(error_of([] { AccelConfig::from_argument("no-such-preset"); }).find("neither a config file"),
+    EXPECT_NE(error_of([] {
+                  AccelConfig::from_argument("no-such-preset");
+              }).find("neither a config file"),
               std::string::npos);
 }
 
@@ -84,17 +92,15 @@ TEST(AccelConfig, ModelBoundsMatchTheAcceleratorsChecks) {
             if (p.key == "sparse_scales") j[m.id]["sink_scales"] = 0;  // sinks before S
             if (p.key == "sink_scales") j[m.id]["sparse_scales"] = 1;  // S as late as can be
             if (p.key == "c_min") j[m.id]["c_max"] = int64_t(top);     // c_max >= c_min
-            const std::string at_top = error_of([&] {
-                build_accelerators(AccelConfig::from_json(j), model);
-            });
+            const std::string at_top =
+                error_of([&] { build_accelerators(AccelConfig::from_json(j), model); });
             EXPECT_EQ(at_top, "") << m.id << "." << p.key << " = " << top;
             // A bound "below" a count: one more is an error. (Budgets past the model's tokens
             // are valid and only never evict.)
             if (top < p.max && p.count_offset < 0) {
                 j[m.id][p.key] = int64_t(top) + 1;
-                const std::string above = error_of([&] {
-                    build_accelerators(AccelConfig::from_json(j), model);
-                });
+                const std::string above =
+                    error_of([&] { build_accelerators(AccelConfig::from_json(j), model); });
                 EXPECT_NE(above.find(m.id + "." + p.key), std::string::npos)
                     << m.id << "." << p.key << " = " << top + 1 << ": '" << above << "'";
             }
@@ -107,16 +113,19 @@ TEST(AccelConfig, ModelBoundsMatchTheAcceleratorsChecks) {
 }
 
 TEST(AccelConfig, PresetNamesMatchInAnyCase) {
-    EXPECT_EQ(AccelConfig::from_argument("FastVAR").to_json(), AccelConfig::from_argument("fastvar").to_json());
+    EXPECT_EQ(AccelConfig::from_argument("FastVAR").to_json(),
+              AccelConfig::from_argument("fastvar").to_json());
     EXPECT_TRUE(AccelConfig::from_argument("SPARVAR+Skip").sparvar.enabled);
-    EXPECT_NE(error_of([] { AccelConfig::from_argument("FastVARx"); }).find("neither a config file"),
-              std::string::npos);
+    EXPECT_NE(
+        error_of([] { AccelConfig::from_argument("FastVARx"); }).find("neither a config file"),
+        std::string::npos);
     EXPECT_TRUE(MarAccelConfig::from_argument("LazyMAR").lazymar.enabled);
 }
 
 TEST(AccelConfig, IncompatibleCombinationsAreRejectedUpFront) {
     auto both = [](const char* a, const char* b) {
-        AccelConfig c = AccelConfig::from_json({{a, nlohmann::json::object()}, {b, nlohmann::json::object()}});
+        AccelConfig c =
+            AccelConfig::from_json({{a, nlohmann::json::object()}, {b, nlohmann::json::object()}});
         return error_of([&] { build_accelerators(c, emoji_like_config()); });
     };
     EXPECT_NE(both("lazyvar", "fastvar").find("lazyvar: cannot be combined"), std::string::npos);

@@ -192,8 +192,8 @@ TEST(FastVar, PivotalTokenSelectionKeepsTheHighestScores) {
                       direct.masked_select(~mask).max().item<double>())
                 << "scale " << si << " layer " << k.layer;
             if (k.layer == 0) {
-                EXPECT_TRUE(at::allclose(scores[0].data.view({n}).to(at::kDouble), direct, 1e-4,
-                                         1e-5));
+                EXPECT_TRUE(
+                    at::allclose(scores[0].data.view({n}).to(at::kDouble), direct, 1e-4, 1e-5));
             }
         }
     }
@@ -303,8 +303,8 @@ TEST(FastVar, ConfigErrorsNameTheField) {
     EXPECT_EQ(make({0.1, 0.1, 0.1, 0.1, 0.1}), "(no error)");
     // Through the aggregate config as the CLI and GUI use it.
     EXPECT_EQ(message([&] {
-                  build_accelerators(AccelConfig::from_json(fastvar_on({0.5, 0.5, 0.5, 0.5, 0.5, 0.5})),
-                                     model);
+                  build_accelerators(
+                      AccelConfig::from_json(fastvar_on({0.5, 0.5, 0.5, 0.5, 0.5, 0.5})), model);
               }).rfind("fastvar.ratios: has 6 entries", 0),
               0u);
 }

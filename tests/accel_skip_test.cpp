@@ -63,8 +63,8 @@ void expect_cut_baseline(VarPipeline& p, const VarSampleOptions& o, int64_t k) {
         if (r.scale == S - k - 1) f_cut = r.f_hat;
     ASSERT_TRUE(f_cut.defined());
     EXPECT_TRUE(skipped.f_hat.cpu().equal(f_cut)) << "k=" << k;
-    EXPECT_TRUE(at::allclose(skipped.images.cpu(), decode(p, f_cut.to(p.device())).cpu(), 1e-6,
-                             1e-6))
+    EXPECT_TRUE(
+        at::allclose(skipped.images.cpu(), decode(p, f_cut.to(p.device())).cpu(), 1e-6, 1e-6))
         << "k=" << k;
     EXPECT_FALSE(skipped.images.equal(base.images)) << "k=" << k;
 }
@@ -119,11 +119,16 @@ TEST(ScaleSkip, SettingsTheModelCannotTakeAreNamed) {
               "skip.last_n: must be below the model's 6 scales, got 6");
     c.last_n = 5;
     EXPECT_EQ(message([&] { make_scale_skip(c, model, nullptr); }), "(no error)");
-    EXPECT_EQ(message([] { ScaleSkipConfig::from_json({{"last_n", -1}}); }),
+    EXPECT_EQ(message([] {
+                  ScaleSkipConfig::from_json({{"last_n", -1}});
+              }),
               "skip.last_n: must be in [0, 12], got -1");
-    EXPECT_EQ(message([] { ScaleSkipConfig::from_json({{"last_n", 1.5}}); }),
+    EXPECT_EQ(message([] {
+                  ScaleSkipConfig::from_json({{"last_n", 1.5}});
+              }),
               "skip.last_n: must be an integer, got 1.5");
-    EXPECT_EQ(message([] { ScaleSkipConfig::from_json({{"lastn", 1}}); })
-                  .rfind("skip.lastn: unknown field", 0),
+    EXPECT_EQ(message([] {
+                  ScaleSkipConfig::from_json({{"lastn", 1}});
+              }).rfind("skip.lastn: unknown field", 0),
               0u);
 }

@@ -1,7 +1,8 @@
 // Class lists (load_class_list), the prompt -> class matcher, and `varscope-cli pack-emoji`.
-#include <gtest/gtest.h>
+#include "core/text/class_matcher.h"
 
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include <fstream>
 #include <string>
@@ -9,7 +10,6 @@
 
 #include "core/data/emoji_classes.h"
 #include "core/io/checkpoint.h"
-#include "core/text/class_matcher.h"
 #include "tests/cli_run.h"
 #include "tests/test_util.h"
 
@@ -20,14 +20,14 @@ using varscope::ClassMatcher;
 using varscope::Match;
 
 const std::vector<ClassInfo>& emoji_classes() {
-    static const auto list =
-        varscope::load_class_list(varscope::testing::source_dir() + "/resources/models/emoji-classes.json");
+    static const auto list = varscope::load_class_list(varscope::testing::source_dir() +
+                                                       "/resources/models/emoji-classes.json");
     return list;
 }
 
 const std::vector<ClassInfo>& imagenet_classes() {
-    static const auto list =
-        varscope::load_class_list(varscope::testing::source_dir() + "/resources/imagenet-classes.json");
+    static const auto list = varscope::load_class_list(varscope::testing::source_dir() +
+                                                       "/resources/imagenet-classes.json");
     return list;
 }
 
@@ -101,7 +101,8 @@ TEST(EmojiClasses, LoaderErrorsNameTheProblem) {
     expect_error("{\"classes\": [{\"id\": 1, \"name\": \"a\"}]}", "ids must be 0, 1, 2");
     expect_error("{\"classes\": [{\"name\": \"a\"}]}", "\"id\"");
     expect_error("{\"classes\": [{\"id\": 0}]}", "\"name\"");
-    expect_error("{\"classes\": [{\"id\": 0, \"name\": \"a\", \"aliases\": \"b\"}]}", "\"aliases\"");
+    expect_error("{\"classes\": [{\"id\": 0, \"name\": \"a\", \"aliases\": \"b\"}]}",
+                 "\"aliases\"");
     expect_error("{\"classes\": [{\"id\": 0, \"name\": \"a\", \"aliases\": [1]}]}", "\"aliases\"");
     expect_error("{\"classes\": [{\"id\": 0, \"name\": 5}]}", "\"name\"");
     expect_error("{\"classes\": [7]}", "entry 0");
@@ -126,8 +127,8 @@ TEST(ClassMatcher, EmojiPromptsFindWhatAUserMeans) {
     ASSERT_GE(cat.size(), 3u);
     EXPECT_EQ(cat[0].class_id, 581);  // CAT (exact name)
     EXPECT_EQ(cat[0].label, "CAT");
-    EXPECT_EQ(cat[1].class_id, 625);  // CAT FACE (short name "cat")
-    EXPECT_EQ(cat[2].class_id, 580);  // BLACK CAT: every word, longer name
+    EXPECT_EQ(cat[1].class_id, 625);       // CAT FACE (short name "cat")
+    EXPECT_EQ(cat[2].class_id, 580);       // BLACK CAT: every word, longer name
     EXPECT_EQ(top(m, "red heart"), 1891);  // HEAVY BLACK HEART, short name "heart"
     EXPECT_EQ(top(m, "pizza"), 390);       // SLICE OF PIZZA, short name "pizza"
     EXPECT_EQ(top(m, "thumbs up"), 655);   // THUMBS UP SIGN, short name "thumbsup"
@@ -157,7 +158,7 @@ TEST(ClassMatcher, IntegerPrompts) {
     EXPECT_EQ(r[0].label, "golden retriever");
     EXPECT_EQ(ids(m.rank(" 0 ", 5)), std::vector<int64_t>{0});
     EXPECT_EQ(ids(m.rank("999", 5)), std::vector<int64_t>{999});
-    EXPECT_TRUE(m.rank("1000", 5).empty());   // out of range, and no name has the word
+    EXPECT_TRUE(m.rank("1000", 5).empty());  // out of range, and no name has the word
     EXPECT_TRUE(m.rank("99999999999999999999999", 5).empty());
 }
 
@@ -175,14 +176,14 @@ TEST(ClassMatcher, EmptyPromptsAndK) {
 
 TEST(ClassMatcher, RankingRules) {
     std::vector<ClassInfo> list = {
-        {"CATERPILLAR", "bug", {"bug"}, ""},       // 0: prefix only
-        {"BLACK CAT", "black_cat", {}, ""},        // 1: the word, longer name
-        {"Cat", "", {}, ""},                       // 2: exact name
-        {"CAT FACE", "kitty", {"kitty"}, ""},      // 3: the word
-        {"DOG", "", {}, ""},                       // 4: unrelated
-        {"RED APPLE", "apple", {"apple"}, ""},     // 5
-        {"GREEN APPLE", "green_apple", {}, ""},    // 6
-        {"APPLE", "", {}, ""},                     // 7
+        {"CATERPILLAR", "bug", {"bug"}, ""},     // 0: prefix only
+        {"BLACK CAT", "black_cat", {}, ""},      // 1: the word, longer name
+        {"Cat", "", {}, ""},                     // 2: exact name
+        {"CAT FACE", "kitty", {"kitty"}, ""},    // 3: the word
+        {"DOG", "", {}, ""},                     // 4: unrelated
+        {"RED APPLE", "apple", {"apple"}, ""},   // 5
+        {"GREEN APPLE", "green_apple", {}, ""},  // 6
+        {"APPLE", "", {}, ""},                   // 7
     };
     const ClassMatcher m(list);
     // Exact full name first, then whole words (shorter names first), then prefixes; no DOG.
@@ -226,7 +227,8 @@ void write_png(const std::string& path, int w, int h, const std::vector<uint8_t>
     std::string raw;
     for (int y = 0; y < h; ++y) {
         raw.push_back(0);  // filter: none
-        raw.append(reinterpret_cast<const char*>(rgba.data()) + y * w * 4, static_cast<size_t>(w) * 4);
+        raw.append(reinterpret_cast<const char*>(rgba.data()) + y * w * 4,
+                   static_cast<size_t>(w) * 4);
     }
     std::string z = "\x78\x01";
     for (size_t off = 0; off < raw.size() || off == 0; off += 65535) {
@@ -259,7 +261,9 @@ std::vector<uint8_t> solid(int w, int h, uint8_t r, uint8_t g, uint8_t b, uint8_
 
 using varscope::testing::CliRun;
 
-CliRun cli(const std::string& args) { return varscope::testing::run_cli(args); }
+CliRun cli(const std::string& args) {
+    return varscope::testing::run_cli(args);
+}
 
 }  // namespace
 
@@ -284,7 +288,8 @@ TEST(EmojiClasses, PackEmojiCommand) {
     // twitter/a-1.png and twitter/b.png are missing.
 
     const std::string out = dir.file("packed.safetensors"), classes = dir.file("classes.json");
-    const std::string args = "pack-emoji --dataset " + root.string() + " --out " + out + " --classes-out " + classes;
+    const std::string args =
+        "pack-emoji --dataset " + root.string() + " --out " + out + " --classes-out " + classes;
     auto r = cli(args);
     if (r.code == 2 && r.out.find("needs a build with OpenCV") != std::string::npos)
         GTEST_SKIP() << "varscope-cli was built without OpenCV";

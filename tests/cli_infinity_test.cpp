@@ -19,8 +19,8 @@ const std::string kText = "--text-features " + kFixtures + "infinity_tiny/teache
 TEST(CliInfinity, GeneratesFromTextFeatures) {
     varscope::testing::TempDir dir;
     const auto out = dir.file("bits.safetensors");
-    const auto r = run_cli("generate " + kModel + kText + "--pixels 0.06M --seed 3 -q --tokens-out " +
-                           out);
+    const auto r =
+        run_cli("generate " + kModel + kText + "--pixels 0.06M --seed 3 -q --tokens-out " + out);
     ASSERT_EQ(r.code, 0) << r.out;
     const auto t = varscope::load_checkpoint(out);
     EXPECT_FALSE(t.empty());

@@ -17,9 +17,13 @@ namespace {
 
 using varscope::testing::CliRun;
 
-CliRun cli(const std::string& args) { return varscope::testing::run_cli(args); }
+CliRun cli(const std::string& args) {
+    return varscope::testing::run_cli(args);
+}
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+    return s.find(part) != std::string::npos;
+}
 
 // Lines of `out` that start with `prefix`.
 int lines_starting(const std::string& out, const std::string& prefix) {
@@ -45,7 +49,9 @@ nlohmann::json read_json(const std::string& path) {
     return nlohmann::json::parse(f);
 }
 
-std::string models_dir() { return varscope::testing::source_dir() + "/resources/models"; }
+std::string models_dir() {
+    return varscope::testing::source_dir() + "/resources/models";
+}
 
 }  // namespace
 
@@ -53,13 +59,16 @@ TEST(CliMar, CompareMarUsesTheEmbeddedModelPromptAndHeadCache) {
     varscope::testing::TempDir dir;
     const std::string out = dir.file("cmp");
     // 8 steps: LazyMAR's schedule has cached steps; the head cache every 3rd diffusion step.
-    auto r = cli("compare-mar --accel lazymar --prompt \"red heart\" --seed 1 --num-iter 8 "
-                 "--num-sampling-steps 20 --head-cfg-period 3 --no-cuda-graphs -o " + out);
+    auto r =
+        cli("compare-mar --accel lazymar --prompt \"red heart\" --seed 1 --num-iter 8 "
+            "--num-sampling-steps 20 --head-cfg-period 3 --no-cuda-graphs -o " +
+            out);
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_TRUE(contains(r.out, "embedded emoji MAR")) << r.out;
     EXPECT_TRUE(contains(r.out, "[1891] HEAVY BLACK HEART")) << r.out;
     // --num-iter and --num-sampling-steps were given: the recommendation fills the rest only.
-    EXPECT_TRUE(contains(r.out, "using the model's recommended cfg 3, linear cfg schedule, temperature 1 ("))
+    EXPECT_TRUE(contains(
+        r.out, "using the model's recommended cfg 3, linear cfg schedule, temperature 1 ("))
         << r.out;
     EXPECT_TRUE(contains(r.out, "head condition cache every 3 diffusion steps")) << r.out;
     for (const char* f : {"baseline.png", "accelerated.png", "diff.png", "tokens.safetensors"})
@@ -94,7 +103,10 @@ TEST(CliMar, CompareMarUsesTheEmbeddedModelPromptAndHeadCache) {
 TEST(CliMar, CompareMarWithLazyMarOffIsIdentical) {
     varscope::testing::TempDir dir;
     const std::string out = dir.file("cmp");
-    auto r = cli("compare-mar --accel baseline --class 1891 --seed 2 --num-iter 4 --num-sampling-steps 10 -o " + out);
+    auto r =
+        cli("compare-mar --accel baseline --class 1891 --seed 2 --num-iter 4 --num-sampling-steps "
+            "10 -o " +
+            out);
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_TRUE(contains(r.out, "PSNR inf dB, SSIM 1.0000")) << r.out;
     const auto j = read_json(out + "/metrics.json");
@@ -111,14 +123,19 @@ TEST(CliMar, CompareMarWithLazyMarOffIsIdentical) {
 TEST(CliMar, HeadPeriodFromTheAccelConfigAndTheFlag) {
     varscope::testing::TempDir dir;
     // The accel JSON's value is read; the flag replaces it and says so.
-    auto flag = cli("compare-mar --accel '{\"lazymar\": {\"head_cfg_period\": 4}}' --head-cfg-period 2 "
-                    "--class 5 --num-iter 2 --num-sampling-steps 8 -o " + dir.file("b"));
+    auto flag =
+        cli("compare-mar --accel '{\"lazymar\": {\"head_cfg_period\": 4}}' --head-cfg-period 2 "
+            "--class 5 --num-iter 2 --num-sampling-steps 8 -o " +
+            dir.file("b"));
     ASSERT_EQ(flag.code, 0) << flag.out;
-    EXPECT_TRUE(contains(flag.out, "--head-cfg-period 2 replaces the accelerator config's lazymar.head_cfg_period 4"))
+    EXPECT_TRUE(
+        contains(flag.out,
+                 "--head-cfg-period 2 replaces the accelerator config's lazymar.head_cfg_period 4"))
         << flag.out;
     EXPECT_EQ(read_json(dir.file("b") + "/metrics.json")["head_cfg_cache_period"], 2);
     // The accel JSON keeps its own range check.
-    auto bad = cli("compare-mar --accel '{\"lazymar\": {\"head_cfg_period\": -1}}' --class 5 --num-iter 2");
+    auto bad = cli(
+        "compare-mar --accel '{\"lazymar\": {\"head_cfg_period\": -1}}' --class 5 --num-iter 2");
     expect_clear_error(bad, "error:", "lazymar.head_cfg_period");
 }
 
@@ -126,8 +143,10 @@ TEST(CliMar, GenerateMarTakesGraphAndHeadCacheFlags) {
     varscope::testing::TempDir dir;
     const std::string timings = dir.file("t.json");
     // The head cache is LazyMAR's (a hook of its condition cache): --accel names it.
-    auto r = cli("generate-mar --class 1891 --num-iter 2 --num-sampling-steps 6 --no-cuda-graphs "
-                 "--accel lazymar-condition --head-cfg-period 2 -q --timings-json " + timings);
+    auto r =
+        cli("generate-mar --class 1891 --num-iter 2 --num-sampling-steps 6 --no-cuda-graphs "
+            "--accel lazymar-condition --head-cfg-period 2 -q --timings-json " +
+            timings);
     ASSERT_EQ(r.code, 0) << r.out;
     const auto j = read_json(timings);
     ASSERT_TRUE(j.is_object()) << r.out;
@@ -144,38 +163,46 @@ TEST(CliMar, GenerateReadsTheFamilyFromTheCheckpoint) {
     const std::string mar = models_dir() + "/emoji-mar.safetensors";
     const std::string vae = models_dir() + "/emoji-klvae.safetensors";
     // Named with --var, the file's tensors still make it a MAR model.
-    auto r = cli("generate --var " + mar + " --vae " + vae + " --class 1891 --num-iter 2 "
-                 "--num-sampling-steps 5 -q --tokens-out " + dir.file("t.safetensors"));
+    auto r = cli("generate --var " + mar + " --vae " + vae +
+                 " --class 1891 --num-iter 2 "
+                 "--num-sampling-steps 5 -q --tokens-out " +
+                 dir.file("t.safetensors"));
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_TRUE(contains(r.out, "MAR: encoder")) << r.out;
     EXPECT_TRUE(std::filesystem::exists(dir.file("t.safetensors")));
     // --family mar picks the embedded MAR; the alias prints its notice.
-    auto fam = cli("generate --family mar --class 1891 --num-iter 2 --num-sampling-steps 5 -q "
-                   "--timings-json " + dir.file("f.json"));
+    auto fam =
+        cli("generate --family mar --class 1891 --num-iter 2 --num-sampling-steps 5 -q "
+            "--timings-json " +
+            dir.file("f.json"));
     ASSERT_EQ(fam.code, 0) << fam.out;
     EXPECT_EQ(read_json(dir.file("f.json"))["family"], "mar");
-    auto alias = cli("generate-mar --class 1891 --num-iter 2 --num-sampling-steps 5 -q "
-                     "--timings-json " + dir.file("a.json"));
+    auto alias =
+        cli("generate-mar --class 1891 --num-iter 2 --num-sampling-steps 5 -q "
+            "--timings-json " +
+            dir.file("a.json"));
     ASSERT_EQ(alias.code, 0) << alias.out;
     EXPECT_TRUE(contains(alias.out, "generate-mar is an alias of `generate`")) << alias.out;
     // A VAR setting on the MAR model, a MAR setting on the VAR model: refused before sampling.
     expect_clear_error(cli("generate --family mar --top-k 5 --num-iter 2 -o " + dir.file("x.png")),
                        "error:", "--top-k is a VAR/Infinity setting; the model is MAR");
-    expect_clear_error(cli("generate --num-iter 4 -o " + dir.file("y.png")), "error:",
-                       "--num-iter is a MAR setting; the model is VAR");
+    expect_clear_error(cli("generate --num-iter 4 -o " + dir.file("y.png")),
+                       "error:", "--num-iter is a MAR setting; the model is VAR");
     // An accelerator config of the other family fails before the model loads.
-    expect_clear_error(cli("compare --family mar --accel fastvar -o " + dir.file("c")), "error:",
-                       "--accel");
+    expect_clear_error(cli("compare --family mar --accel fastvar -o " + dir.file("c")),
+                       "error:", "--accel");
 }
 
 // CLI11 parse errors: the flag's line first (then CLI11's "Run with --help" hint).
 TEST(CliMar, GenerateMarRejectsOutOfRangeFlags) {
     const std::string g = "generate-mar -o x.png";
-    expect_clear_error(cli(g + " --head-cfg-period 1001"), "--head-cfg-period:", "must be in [0, 1000]");
+    expect_clear_error(cli(g + " --head-cfg-period 1001"),
+                       "--head-cfg-period:", "must be in [0, 1000]");
     expect_clear_error(cli(g + " --head-cfg-period 2.5"), "--head-cfg-period:", "whole number");
     expect_clear_error(cli(g + " --num-iter 0"), "--num-iter:", "not in range 1 to 4096");
     expect_clear_error(cli(g + " --cfg -1"), "--cfg:", "not in range");
-    expect_clear_error(cli(g + " --cfg-schedule cosine"), "--cfg-schedule:", "cosine not in {linear,constant}");
+    expect_clear_error(cli(g + " --cfg-schedule cosine"),
+                       "--cfg-schedule:", "cosine not in {linear,constant}");
 }
 
 TEST(CliMar, CompareMarRejectsOutOfRangeFlags) {
@@ -183,10 +210,11 @@ TEST(CliMar, CompareMarRejectsOutOfRangeFlags) {
     expect_clear_error(cli(c + " --head-cfg-period -1"), "--head-cfg-period:", "got -1");
     expect_clear_error(cli(c + " --num-iter 0"), "--num-iter:", "not in range 1 to 4096");
     expect_clear_error(cli(c + " --cfg -0.5"), "--cfg:", "not in range");
-    expect_clear_error(cli(c + " --cfg-schedule cosine"), "--cfg-schedule:", "cosine not in {linear,constant}");
+    expect_clear_error(cli(c + " --cfg-schedule cosine"),
+                       "--cfg-schedule:", "cosine not in {linear,constant}");
     // The head cache belongs to LazyMAR's condition cache: not on the baseline side.
-    expect_clear_error(cli("compare-mar --accel baseline --head-cfg-period 3 --num-iter 2"), "error:",
-                       "pass --accel lazymar or lazymar-condition");
+    expect_clear_error(cli("compare-mar --accel baseline --head-cfg-period 3 --num-iter 2"),
+                       "error:", "pass --accel lazymar or lazymar-condition");
 }
 
 // Nonexistent, garbage and swapped model files.
@@ -194,13 +222,15 @@ static void expect_bad_model_files_rejected(const std::string& cmd) {
     varscope::testing::TempDir dir;
     const std::string garbage = dir.file("garbage.safetensors");
     std::ofstream(garbage) << "not a model";
-    expect_clear_error(cli(cmd + " --mar /nonexistent/mar.safetensors"), "--mar:", "/nonexistent/mar.safetensors");
-    expect_clear_error(cli(cmd + " --vae /nonexistent/vae.ckpt"), "--vae:", "/nonexistent/vae.ckpt");
+    expect_clear_error(cli(cmd + " --mar /nonexistent/mar.safetensors"),
+                       "--mar:", "/nonexistent/mar.safetensors");
+    expect_clear_error(cli(cmd + " --vae /nonexistent/vae.ckpt"),
+                       "--vae:", "/nonexistent/vae.ckpt");
     expect_clear_error(cli(cmd + " --mar " + garbage), "error:", "garbage.safetensors");
     expect_clear_error(cli(cmd + " --vae " + garbage), "error:", "garbage.safetensors");
     // Swapped: each names what the file holds.
-    expect_clear_error(cli(cmd + " --mar " + models_dir() + "/emoji-klvae.safetensors"), "error:",
-                       "no MAR weights found");
+    expect_clear_error(cli(cmd + " --mar " + models_dir() + "/emoji-klvae.safetensors"),
+                       "error:", "no MAR weights found");
 }
 
 TEST(CliMar, GenerateMarRejectsBadModelFiles) {
@@ -222,9 +252,11 @@ TEST(CliMar, GenerateMarUnwritableOutputsFailBeforeSampling) {
     const std::string g = "generate-mar --num-iter 2 ";
     expect_clear_error(cli(g + "-o " + dir.file("missing/x.png")), "error:", "output folder");
     expect_clear_error(cli(g + "-o " + file + "/x.png"), "error:", "is not a folder");
-    expect_clear_error(cli(g + "-o " + dir.file("x.gif")), "error:", "unsupported image format '.gif'");
+    expect_clear_error(cli(g + "-o " + dir.file("x.gif")),
+                       "error:", "unsupported image format '.gif'");
     expect_clear_error(cli(g + "-o " + file), "error:", "pass --force");
-    expect_clear_error(cli(g + "--timings-json " + dir.file("missing/t.json")), "error:", "--timings-json");
+    expect_clear_error(cli(g + "--timings-json " + dir.file("missing/t.json")),
+                       "error:", "--timings-json");
     expect_clear_error(cli(g + "--tokens-out " + dir.path().string()), "error:", "is a folder");
 }
 

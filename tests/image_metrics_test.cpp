@@ -1,10 +1,10 @@
 // Quality metrics used by `compare`, the benches and the GUI.
+#include "core/metrics/image_metrics.h"
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
-
-#include "core/metrics/image_metrics.h"
 
 using namespace varscope;
 

@@ -223,7 +223,7 @@ TEST(KernelsReference, UpdateIndexIsOneMinusCosineAlongChannels) {
     auto b = at::randn({2, 4, 3, 5});
     b.select(2, 0).select(2, 0).copy_(a.select(2, 0).select(2, 0) * 2.5);  // same direction
     b.select(2, 0).select(2, 1).copy_(-a.select(2, 0).select(2, 1));       // opposite
-    b.select(2, 1).select(2, 0).zero_();                                    // zero vector
+    b.select(2, 1).select(2, 0).zero_();                                   // zero vector
     const auto got = vk::reference::update_index(a, b);
     ASSERT_EQ(got.sizes(), (at::IntArrayRef{2, 3, 5}));
     EXPECT_NEAR(got[0][0][0].item<double>(), 0.0, 1e-6);

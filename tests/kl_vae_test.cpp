@@ -1,5 +1,7 @@
 // MAR's KL VAE: configuration, official tensor names, shapes, posterior maths, checkpoint
 // loading and its errors, the trainer, and the shipped emoji tokenizer.
+#include "core/models/kl_vae.h"
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
@@ -15,7 +17,6 @@
 #include "core/io/checkpoint.h"
 #include "core/io/module_binding.h"
 #include "core/models/detect.h"
-#include "core/models/kl_vae.h"
 #include "core/resources.h"
 #include "core/training/kl_vae_trainer.h"
 #include "tests/cli_run.h"
@@ -97,11 +98,14 @@ TEST(KlVae, PresetsAndValidation) {
     bad = emoji;
     bad.scale_factor = 0;
     EXPECT_NE(error_of([&] { bad.validate(); }).find("scale_factor"), std::string::npos);
-    EXPECT_NE(error_of([] { KlVaeConfig::from_json({{"ch_mult", "wide"}}); }).find("'ch_mult'"),
+    EXPECT_NE(error_of([] {
+                  KlVaeConfig::from_json({{"ch_mult", "wide"}});
+              }).find("'ch_mult'"),
               std::string::npos);
     // A misspelt key is named, not dropped for the default.
-    EXPECT_NE(error_of([] { KlVaeConfig::from_json({{"z_channel", 16}}); })
-                  .find("unknown field 'z_channel'"),
+    EXPECT_NE(error_of([] {
+                  KlVaeConfig::from_json({{"z_channel", 16}});
+              }).find("unknown field 'z_channel'"),
               std::string::npos);
 }
 
@@ -295,12 +299,17 @@ TEST(KlVae, TrainerReducesTheLossAndExportsAScaleFactor) {
 
 TEST(KlVae, LossConfigErrorsNameTheKey) {
     EXPECT_EQ(KlVaeLoss::from_json({{"kl_weight", 1e-4}}).kl_weight, 1e-4);
-    EXPECT_NE(error_of([] { KlVaeLoss::from_json({{"kl_weight", -1}}); }).find("'kl_weight'"),
+    EXPECT_NE(error_of([] {
+                  KlVaeLoss::from_json({{"kl_weight", -1}});
+              }).find("'kl_weight'"),
               std::string::npos);
-    EXPECT_NE(error_of([] { KlVaeLoss::from_json({{"l1", 1}}); }).find("unknown key 'l1'"),
+    EXPECT_NE(error_of([] {
+                  KlVaeLoss::from_json({{"l1", 1}});
+              }).find("unknown key 'l1'"),
               std::string::npos);
-    EXPECT_NE(error_of([] { KlVaeLoss::from_json({{"l1_weight", 0}, {"mse_weight", 0}}); })
-                  .find("> 0"),
+    EXPECT_NE(error_of([] {
+                  KlVaeLoss::from_json({{"l1_weight", 0}, {"mse_weight", 0}});
+              }).find("> 0"),
               std::string::npos);
 }
 

@@ -29,7 +29,8 @@ TEST(ModuleBinding, NamesEveryProblem) {
     } catch (const CheckpointError& e) {
         std::string msg = e.what();
         EXPECT_NE(msg.find("toy.pth"), std::string::npos);
-        EXPECT_NE(msg.find("'fc.weight' has shape [3, 3], expected [2, 3]"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("'fc.weight' has shape [3, 3], expected [2, 3]"), std::string::npos)
+            << msg;
         EXPECT_NE(msg.find("missing tensor 'fc.bias'"), std::string::npos) << msg;
         EXPECT_NE(msg.find("unexpected tensor 'extra.thing'"), std::string::npos) << msg;
     }

@@ -1,11 +1,11 @@
 // A model file's recommended sampling settings: parsing, range errors, files without one, and
 // the shipped emoji VAR's entry.
-#include <gtest/gtest.h>
+#include "core/models/sampling_recommendation.h"
 
 #include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
 
 #include "core/io/checkpoint.h"
-#include "core/models/sampling_recommendation.h"
 #include "core/resources.h"
 #include "tests/test_util.h"
 
@@ -35,8 +35,10 @@ void expect_error(const std::string& text, const std::string& message) {
 }
 
 TEST(SamplingRecommendation, NamesTheBadField) {
-    expect_error(R"({"top_p": 1.5})", "varscope.sampling.top_p: must be a number in [0, 1], got 1.5");
-    expect_error(R"({"top_k": -3})", "varscope.sampling.top_k: must be a whole number >= 0, got -3");
+    expect_error(R"({"top_p": 1.5})",
+                 "varscope.sampling.top_p: must be a number in [0, 1], got 1.5");
+    expect_error(R"({"top_k": -3})",
+                 "varscope.sampling.top_k: must be a whole number >= 0, got -3");
     expect_error(R"({"top_k": 2.5})", "varscope.sampling.top_k");
     expect_error(R"({"cfg": "high"})", "varscope.sampling.cfg");
     expect_error(R"({"temperature": 1})", "varscope.sampling.temperature: unknown key");
@@ -66,7 +68,9 @@ TEST(SamplingRecommendation, ReadsFilesWithAndWithoutTheEntry) {
         EXPECT_NE(msg.find("varscope.sampling.top_p"), std::string::npos) << msg;
     }
     // torch.save archives carry no metadata.
-    EXPECT_TRUE(read_sampling_recommendation(testing::source_dir() + "/tests/fixtures/state_dict.pth").empty());
+    EXPECT_TRUE(
+        read_sampling_recommendation(testing::source_dir() + "/tests/fixtures/state_dict.pth")
+            .empty());
 }
 
 TEST(SamplingRecommendation, TheShippedEmojiModelRecommendsATightTopK) {
@@ -82,13 +86,18 @@ TEST(MarSamplingRecommendation, ParsesAndNamesTheBadField) {
     ASSERT_TRUE(r.num_iter && r.cfg && r.cfg_schedule && r.temperature && r.num_sampling_steps);
     EXPECT_EQ(*r.num_iter, 16);
     EXPECT_EQ(*r.num_sampling_steps, "250");
-    EXPECT_EQ(r.describe(), "16 decoding steps, cfg 3, linear cfg schedule, temperature 1, 250 diffusion steps");
+    EXPECT_EQ(r.describe(),
+              "16 decoding steps, cfg 3, linear cfg schedule, temperature 1, 250 diffusion steps");
     EXPECT_TRUE(parse_mar_sampling_recommendation("{}").empty());
     const std::pair<const char*, const char*> bad[] = {
-        {R"({"num_iter": 0})", "varscope.mar_sampling.num_iter: must be a whole number in [1, 4096], got 0"},
-        {R"({"cfg_schedule": "cosine"})", "varscope.mar_sampling.cfg_schedule: must be \"linear\" or \"constant\""},
-        {R"({"num_sampling_steps": 250})", "varscope.mar_sampling.num_sampling_steps: must be a non-empty"},
-        {R"({"temperature": -1})", "varscope.mar_sampling.temperature: must be a number in [0, 10]"},
+        {R"({"num_iter": 0})",
+         "varscope.mar_sampling.num_iter: must be a whole number in [1, 4096], got 0"},
+        {R"({"cfg_schedule": "cosine"})",
+         "varscope.mar_sampling.cfg_schedule: must be \"linear\" or \"constant\""},
+        {R"({"num_sampling_steps": 250})",
+         "varscope.mar_sampling.num_sampling_steps: must be a non-empty"},
+        {R"({"temperature": -1})",
+         "varscope.mar_sampling.temperature: must be a number in [0, 10]"},
         {R"({"top_k": 40})", "varscope.mar_sampling.top_k: unknown key"},
     };
     for (const auto& [text, message] : bad) {

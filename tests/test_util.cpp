@@ -16,12 +16,15 @@ TempDir::~TempDir() {
     std::filesystem::remove_all(path_, ec);
 }
 
-std::string source_dir() { return VARSCOPE_SOURCE_DIR; }
+std::string source_dir() {
+    return VARSCOPE_SOURCE_DIR;
+}
 
 }  // namespace varscope::testing
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+
 #include "tests/tiny_models.h"
 
 namespace varscope::testing {

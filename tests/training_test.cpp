@@ -23,7 +23,8 @@ namespace {
 std::string tiny_pack(const varscope::testing::TempDir& dir) {
     auto gen = at::detail::createCPUGenerator(3);
     auto img = at::randint(0, 256, {16, 3, 8, 8}, gen, at::TensorOptions().dtype(at::kByte));
-    save_safetensors({{"images", img}, {"labels", at::arange(16, at::kLong).remainder(4)}}, dir.file("pack.safetensors"));
+    save_safetensors({{"images", img}, {"labels", at::arange(16, at::kLong).remainder(4)}},
+                     dir.file("pack.safetensors"));
     return dir.file("pack.safetensors");
 }
 
@@ -74,16 +75,21 @@ TEST(Training, ConfigsRefuseUnknownKeysAndTheShippedOnesRead) {
         }
         return std::string();
     };
-    EXPECT_NE(error_of([] { TrainConfig::from_json({{"stepz", 3}}); })
-                  .find("train config: unknown field 'stepz'"),
+    EXPECT_NE(error_of([] {
+                  TrainConfig::from_json({{"stepz", 3}});
+              }).find("train config: unknown field 'stepz'"),
               std::string::npos);
-    EXPECT_NE(error_of([] { VqvaeConfig::from_json({{"vocab_sizee", 64}}); })
-                  .find("VQVAE config: unknown field 'vocab_sizee'"),
+    EXPECT_NE(error_of([] {
+                  VqvaeConfig::from_json({{"vocab_sizee", 64}});
+              }).find("VQVAE config: unknown field 'vocab_sizee'"),
               std::string::npos);
-    EXPECT_NE(error_of([] { VqvaeConfig::from_json({{"vocab_size", "x"}}); }).find("VQVAE config"),
+    EXPECT_NE(error_of([] {
+                  VqvaeConfig::from_json({{"vocab_size", "x"}});
+              }).find("VQVAE config"),
               std::string::npos);
-    EXPECT_NE(error_of([] { VarConfig::from_json({{"dept", 4}}); })
-                  .find("VAR config: unknown field 'dept'"),
+    EXPECT_NE(error_of([] {
+                  VarConfig::from_json({{"dept", 4}});
+              }).find("VAR config: unknown field 'dept'"),
               std::string::npos);
     for (const char* name : {"emoji-vqvae", "emoji-var", "emoji-var-d16", "emoji-mar"}) {
         std::ifstream f(varscope::testing::source_dir() + "/resources/training/" + name + ".json");
@@ -121,8 +127,10 @@ TEST(Training, VarRunLearnsResumesAndExports) {
     std::ifstream f(dir.file("run/log.jsonl"));
     std::string first, line, last_step;
     std::getline(f, first);
-    while (std::getline(f, line)) if (line.find("\"step\"") != std::string::npos) last_step = line;
-    EXPECT_LT(nlohmann::json::parse(last_step)["loss"].get<double>(), nlohmann::json::parse(first)["loss"].get<double>());
+    while (std::getline(f, line))
+        if (line.find("\"step\"") != std::string::npos) last_step = line;
+    EXPECT_LT(nlohmann::json::parse(last_step)["loss"].get<double>(),
+              nlohmann::json::parse(first)["loss"].get<double>());
 
     // Asking for more steps continues from the checkpoint instead of starting over.
     const int64_t lines = log_lines(dir.file("run/log.jsonl"));
@@ -130,7 +138,8 @@ TEST(Training, VarRunLearnsResumesAndExports) {
     std::ostringstream out2;
     train_var(job, out2);
     EXPECT_NE(out2.str().find("resumed at step 12"), std::string::npos) << out2.str();
-    EXPECT_EQ(log_lines(dir.file("run/log.jsonl")), lines + 3);  // steps 12, 13 and the final report
+    EXPECT_EQ(log_lines(dir.file("run/log.jsonl")),
+              lines + 3);  // steps 12, 13 and the final report
 
     // A damaged run folder is named, not trained backwards or read as miniz's words.
     const std::string state = dir.file("run/state.json");
@@ -146,7 +155,8 @@ TEST(Training, VarRunLearnsResumesAndExports) {
             ADD_FAILURE() << bad << " accepted";
         } catch (const std::invalid_argument& e) {
             EXPECT_NE(std::string(e.what()).find("state.json is not a valid training state"),
-                      std::string::npos) << e.what();
+                      std::string::npos)
+                << e.what();
         }
     }
     std::ofstream(state) << good_state;
@@ -161,9 +171,12 @@ TEST(Training, VarRunLearnsResumesAndExports) {
     }
 
     // The fp16 export loads through the normal pipeline path.
-    auto loaded = VarPipeline::load({dir.file("run/export-fp16.safetensors"), dir.file("vae.safetensors"), {}}, {});
+    auto loaded = VarPipeline::load(
+        {dir.file("run/export-fp16.safetensors"), dir.file("vae.safetensors"), {}}, {});
     EXPECT_EQ(loaded.var_config().num_classes, 4);
-    EXPECT_EQ(read_safetensors_metadata(dir.file("run/export-fp16.safetensors")).count("varscope.config"), 1u);
+    EXPECT_EQ(
+        read_safetensors_metadata(dir.file("run/export-fp16.safetensors")).count("varscope.config"),
+        1u);
 }
 
 TEST(Training, VqvaeRunReportsPsnrAndUsage) {

@@ -1,14 +1,14 @@
 // VQVAE: official tensor names, config inference, quantizer identities and the training path.
 // Expected counts and Phi indices below were produced by the official PyTorch code / numpy.
 #include "core/models/vqvae.h"
-#include "core/models/vqvae_parity.h"
 
 #include <gtest/gtest.h>
 
-#include "tests/tiny_models.h"
 #include <nlohmann/json.hpp>
 
 #include "core/io/module_binding.h"
+#include "core/models/vqvae_parity.h"
+#include "tests/tiny_models.h"
 
 using namespace varscope;
 
@@ -23,7 +23,8 @@ VqvaeConfig small_config(int64_t share = 4) {
 
 std::vector<at::Tensor> random_idx(const VqvaeConfig& c, int64_t B) {
     std::vector<at::Tensor> idx;
-    for (int64_t pn : c.patch_nums) idx.push_back(at::randint(c.vocab_size, {B, pn * pn}, at::kLong));
+    for (int64_t pn : c.patch_nums)
+        idx.push_back(at::randint(c.vocab_size, {B, pn * pn}, at::kLong));
     return idx;
 }
 
@@ -72,10 +73,10 @@ TEST(VqvaeNames, SmallConfigMatchesOfficialStateDict) {
         ASSERT_NE(it, sd.end()) << "missing " << name;
         EXPECT_EQ(it->second.sizes(), at::IntArrayRef(shape)) << name;
     }
-    for (const char* absent : {"encoder.down.1.downsample.conv.weight", "encoder.down.0.attn.0.qkv.weight",
-                               "encoder.down.0.block.1.nin_shortcut.weight",
-                               "decoder.up.0.upsample.conv.weight", "decoder.up.0.attn.0.qkv.weight",
-                               "decoder.up.1.block.0.nin_shortcut.weight"})
+    for (const char* absent :
+         {"encoder.down.1.downsample.conv.weight", "encoder.down.0.attn.0.qkv.weight",
+          "encoder.down.0.block.1.nin_shortcut.weight", "decoder.up.0.upsample.conv.weight",
+          "decoder.up.0.attn.0.qkv.weight", "decoder.up.1.block.0.nin_shortcut.weight"})
         EXPECT_EQ(sd.count(absent), 0u) << absent;
     // ema_vocab_hit_SV is a buffer, not a parameter (it must not reach an optimizer).
     EXPECT_EQ(m->named_parameters().find("quantize.ema_vocab_hit_SV"), nullptr);
@@ -139,7 +140,8 @@ TEST(VqvaeConfig, InferFromNamesMissingTensor) {
         VqvaeConfig::infer_from(sd, {1, 2, 4});
         FAIL() << "expected CheckpointError";
     } catch (const CheckpointError& e) {
-        EXPECT_NE(std::string(e.what()).find("'encoder.conv_in.weight'"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("'encoder.conv_in.weight'"), std::string::npos)
+            << e.what();
     }
 }
 
@@ -162,7 +164,8 @@ TEST(VqvaeLoad, CopiesWeightsAndToleratesForeignEma) {
     dst->load(sd, "src.pth");
     EXPECT_TRUE(dst->quantizer()->codebook().equal(src->quantizer()->codebook()));
     const StateDict got = module_state_dict(*dst);
-    EXPECT_TRUE(got.at("decoder.up.1.attn.2.qkv.weight").equal(sd.at("decoder.up.1.attn.2.qkv.weight")));
+    EXPECT_TRUE(
+        got.at("decoder.up.1.attn.2.qkv.weight").equal(sd.at("decoder.up.1.attn.2.qkv.weight")));
     EXPECT_EQ(got.at("quantize.ema_vocab_hit_SV").sum().item<double>(), 0.0);
 
     sd.erase("decoder.conv_out.bias");
@@ -260,8 +263,10 @@ TEST(VqvaeQuant, NextAutoregressiveInputMatchesIdxToFhatAndVarInput) {
         EXPECT_TRUE(acc.is_same(f_hat));  // accumulates in place
         const int64_t pn_next = si + 1 < SN ? c.patch_nums[si + 1] : 4;
         EXPECT_EQ(next.sizes(), at::IntArrayRef({B, 8, pn_next, pn_next}));
-        if (si + 1 < SN) next_inputs.push_back(next.reshape({B, 8, -1}).transpose(1, 2));
-        else EXPECT_TRUE(next.is_same(f_hat));
+        if (si + 1 < SN)
+            next_inputs.push_back(next.reshape({B, 8, -1}).transpose(1, 2));
+        else
+            EXPECT_TRUE(next.is_same(f_hat));
     }
     EXPECT_LT(rel_diff(f_hat, m->idx_to_fhat(idx)), 1e-6);
 

@@ -28,13 +28,15 @@ ExportDialog::ExportDialog(const ExportOptions& o, const QString& inspectorTab, 
     inspector_ = check(tr("Current inspector tab (%1)").arg(inspectorTab), o.inspector);
     plots_ = check(tr("Latency plot"), o.plots);
     auto* panels = new QVBoxLayout;
-    for (auto* c : {baseline_, accelerated_, difference_, attention_, inspector_, plots_}) panels->addWidget(c);
+    for (auto* c : {baseline_, accelerated_, difference_, attention_, inspector_, plots_})
+        panels->addWidget(c);
     form->addRow(tr("Panels"), panels);
     title_ = new QLineEdit(o.title, this);
     form->addRow(tr("Title"), title_);
     path_ = new QLineEdit(o.path, this);
-    path_->setToolTip(tr("The suffix picks the format: .png (with the generation settings embedded), "
-                         ".svg or .pdf"));
+    path_->setToolTip(
+        tr("The suffix picks the format: .png (with the generation settings embedded), "
+           ".svg or .pdf"));
     auto* browse = new QPushButton(tr("Browse…"), this);
     connect(browse, &QPushButton::clicked, this, &ExportDialog::browse);
     auto* row = new QHBoxLayout;
@@ -46,7 +48,8 @@ ExportDialog::ExportDialog(const ExportOptions& o, const QString& inspectorTab, 
         const QString path = path_->text().trimmed();
         const QString suffix = QFileInfo(path).suffix().toLower();
         if (path.isEmpty() || !(suffix == "png" || suffix == "svg" || suffix == "pdf")) {
-            QMessageBox::warning(this, windowTitle(), tr("Choose a file ending in .png, .svg or .pdf."));
+            QMessageBox::warning(this, windowTitle(),
+                                 tr("Choose a file ending in .png, .svg or .pdf."));
             return;
         }
         if (QFileInfo::exists(path) &&
@@ -61,9 +64,10 @@ ExportDialog::ExportDialog(const ExportOptions& o, const QString& inspectorTab, 
 }
 
 void ExportDialog::browse() {
-    const QString f = QFileDialog::getSaveFileName(
-        this, tr("Export figure"), path_->text(), tr("PNG (*.png);;SVG (*.svg);;PDF (*.pdf)"), nullptr,
-        QFileDialog::DontConfirmOverwrite);  // asked once, on Save
+    const QString f =
+        QFileDialog::getSaveFileName(this, tr("Export figure"), path_->text(),
+                                     tr("PNG (*.png);;SVG (*.svg);;PDF (*.pdf)"), nullptr,
+                                     QFileDialog::DontConfirmOverwrite);  // asked once, on Save
     if (!f.isEmpty()) path_->setText(f);
 }
 

@@ -18,11 +18,12 @@ struct ExportOptions {
 
 class ExportDialog : public QDialog {
     Q_OBJECT
-public:
-    ExportDialog(const ExportOptions& initial, const QString& inspectorTab, QWidget* parent = nullptr);
+  public:
+    ExportDialog(const ExportOptions& initial, const QString& inspectorTab,
+                 QWidget* parent = nullptr);
     ExportOptions options() const;
 
-private:
+  private:
     void browse();
     QCheckBox *baseline_, *accelerated_, *difference_, *attention_, *inspector_, *plots_;
     QLineEdit* title_;

@@ -1,8 +1,8 @@
 #include "ui/metrics_model.h"
 
-#include "core/accel/probe_kinds.h"
-
 #include <QStringList>
+
+#include "core/accel/probe_kinds.h"
 
 namespace varscope::gui {
 namespace {
@@ -19,7 +19,9 @@ const char* kColumns[] = {"scale",
                           "accelerated attn GFLOP"};
 constexpr int kColumnCount = int(sizeof kColumns / sizeof *kColumns);
 
-double speedup(const ScaleMetrics& m) { return m.accel_ms > 0 ? m.base_ms / m.accel_ms : 0; }
+double speedup(const ScaleMetrics& m) {
+    return m.accel_ms > 0 ? m.base_ms / m.accel_ms : 0;
+}
 }  // namespace
 
 std::vector<double> kv_bytes_per_scale(const RunOutput& run) {
@@ -39,7 +41,8 @@ std::vector<double> kv_bytes_per_scale(const RunOutput& run) {
     for (const auto& s : run.scales)
         if (!s.skipped) total += double(s.patch_num * s.patch_num);
     for (size_t i = 0; i < n; ++i) {
-        if (!run.scales[i].skipped) sum += double(run.scales[i].patch_num * run.scales[i].patch_num);
+        if (!run.scales[i].skipped)
+            sum += double(run.scales[i].patch_num * run.scales[i].patch_num);
         out[i] = total > 0 ? double(run.kv_bytes) * sum / total : 0;
     }
     return out;
@@ -106,23 +109,37 @@ QVariant MetricsModel::data(const QModelIndex& index, int role) const {
         return raw ? QVariant(v) : QVariant(QString::number(100 * v, 'f', 1) + " %");
     };
     switch (index.column()) {
-        case 0: return m.scale;
-        case 1: return raw ? QVariant(m.patch_num) : QVariant(QStringLiteral("%1×%1").arg(m.patch_num));
-        case 2: return raw ? QVariant(m.base_ms) : QVariant(QString::number(m.base_ms, 'f', 2));
-        case 3: return raw ? QVariant(m.accel_ms) : QVariant(QString::number(m.accel_ms, 'f', 2));
-        case 4: return raw ? QVariant(speedup(m)) : QVariant(QString::number(speedup(m), 'f', 2) + "×");
-        case 5: return pct(m.agreement);
-        case 6: return pct(m.pruned);
-        case 7: return raw ? QVariant(m.base_kv) : QVariant(QString::number(m.base_kv / 1024.0, 'f', 1) + " KiB");
-        case 8: return raw ? QVariant(m.accel_kv) : QVariant(QString::number(m.accel_kv / 1024.0, 'f', 1) + " KiB");
-        case 9: return gflop(m.base_flops);
-        case 10: return gflop(m.accel_flops);
+        case 0:
+            return m.scale;
+        case 1:
+            return raw ? QVariant(m.patch_num) : QVariant(QStringLiteral("%1×%1").arg(m.patch_num));
+        case 2:
+            return raw ? QVariant(m.base_ms) : QVariant(QString::number(m.base_ms, 'f', 2));
+        case 3:
+            return raw ? QVariant(m.accel_ms) : QVariant(QString::number(m.accel_ms, 'f', 2));
+        case 4:
+            return raw ? QVariant(speedup(m)) : QVariant(QString::number(speedup(m), 'f', 2) + "×");
+        case 5:
+            return pct(m.agreement);
+        case 6:
+            return pct(m.pruned);
+        case 7:
+            return raw ? QVariant(m.base_kv)
+                       : QVariant(QString::number(m.base_kv / 1024.0, 'f', 1) + " KiB");
+        case 8:
+            return raw ? QVariant(m.accel_kv)
+                       : QVariant(QString::number(m.accel_kv / 1024.0, 'f', 1) + " KiB");
+        case 9:
+            return gflop(m.base_flops);
+        case 10:
+            return gflop(m.accel_flops);
     }
     return {};
 }
 
 QVariant MetricsModel::headerData(int section, Qt::Orientation o, int role) const {
-    if (role != Qt::DisplayRole || o != Qt::Horizontal || section < 0 || section >= kColumnCount) return {};
+    if (role != Qt::DisplayRole || o != Qt::Horizontal || section < 0 || section >= kColumnCount)
+        return {};
     return tr(kColumns[section]);
 }
 

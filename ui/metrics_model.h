@@ -13,8 +13,8 @@ struct ScaleMetrics {
     int scale = 0;
     int patch_num = 0;
     double base_ms = 0, accel_ms = 0;
-    double agreement = -1;  // fraction of equal tokens; -1 = n/a
-    double pruned = 0;      // fraction of tokens not computed on the accelerated side
+    double agreement = -1;             // fraction of equal tokens; -1 = n/a
+    double pruned = 0;                 // fraction of tokens not computed on the accelerated side
     double base_kv = 0, accel_kv = 0;  // bytes held after this scale (estimated)
     // Attention FLOPs of the step (QK^T and PV) as the method counts them: the pairs it attends
     // (SparVAR counts its sparse pairs also where its reference computes every score), so they
@@ -28,7 +28,7 @@ std::vector<double> kv_bytes_per_scale(const RunOutput& run);
 
 class MetricsModel : public QAbstractTableModel {
     Q_OBJECT
-public:
+  public:
     using QAbstractTableModel::QAbstractTableModel;
     void setResults(const SideResultPtr& base, const SideResultPtr& accel);
     const std::vector<ScaleMetrics>& rows() const { return rows_; }
@@ -42,7 +42,7 @@ public:
     // Per-scale rows plus `summary` (totals, PSNR, settings) in one object.
     QByteArray toJson(const nlohmann::json& summary) const;
 
-private:
+  private:
     std::vector<ScaleMetrics> rows_;
 };
 

@@ -1,7 +1,5 @@
 #include "ui/plots_panel.h"
 
-#include "core/accel/probe_kinds.h"
-
 #include <qcustomplot.h>
 
 #include <QComboBox>
@@ -17,6 +15,7 @@
 #include <cmath>
 #include <map>
 
+#include "core/accel/probe_kinds.h"
 #include "ui/engine/engine.h"
 #include "ui/metrics_model.h"
 #include "visualization/float_grid.h"

@@ -11,7 +11,7 @@ namespace varscope::viz {
 
 enum class Colormap { Viridis, Magma, Inferno, Coolwarm, Gray, Mask };
 
-QStringList colormap_names();               // in enum order, for combo boxes
+QStringList colormap_names();                      // in enum order, for combo boxes
 Colormap colormap_from_name(const QString& name);  // unknown -> Viridis
 QString colormap_name(Colormap c);
 

@@ -7,7 +7,6 @@
 #include <QPainter>
 #include <QString>
 #include <QStringList>
-
 #include <vector>
 
 namespace varscope::viz {
@@ -22,7 +21,7 @@ struct Figure {
     std::vector<FigurePanel> panels;
     QStringList notes;  // one line each, under the panels
     int columns = 3;
-    int cell = 256;     // panel side in points
+    int cell = 256;  // panel side in points
 };
 
 QSize figure_size(const Figure& f);

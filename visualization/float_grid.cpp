@@ -1,7 +1,6 @@
 #include "visualization/float_grid.h"
 
 #include <QPainter>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -72,9 +71,10 @@ QImage token_overlay(const QImage& image, const FloatGrid& grid, Colormap cmap, 
 FloatGrid image_difference(const QImage& a, const QImage& b) {
     if (a.isNull() || b.isNull()) return {};
     const QImage x = a.convertToFormat(QImage::Format_RGB32);
-    const QImage y = (b.size() == a.size() ? b : b.scaled(a.size(), Qt::IgnoreAspectRatio,
-                                                        Qt::SmoothTransformation))
-                         .convertToFormat(QImage::Format_RGB32);
+    const QImage y =
+        (b.size() == a.size() ? b
+                              : b.scaled(a.size(), Qt::IgnoreAspectRatio, Qt::SmoothTransformation))
+            .convertToFormat(QImage::Format_RGB32);
     FloatGrid g = FloatGrid::filled(x.height(), x.width(), 0.f);
     for (int r = 0; r < x.height(); ++r) {
         const auto* lx = reinterpret_cast<const QRgb*>(x.constScanLine(r));

@@ -4,7 +4,6 @@
 
 #include <QImage>
 #include <QString>
-
 #include <optional>
 #include <utility>
 #include <vector>

@@ -3,7 +3,6 @@
 #include <QMouseEvent>
 #include <QPainter>
 #include <QWheelEvent>
-
 #include <algorithm>
 #include <cmath>
 
@@ -84,7 +83,8 @@ void ImageCanvas::paintEvent(QPaintEvent*) {
         p.restore();
         if (!busy_.isEmpty()) {
             const QRect badge(int(area.left()) + 6, int(area.top()) + 6,
-                              fontMetrics().horizontalAdvance(busy_) + 12, fontMetrics().height() + 6);
+                              fontMetrics().horizontalAdvance(busy_) + 12,
+                              fontMetrics().height() + 6);
             p.fillRect(badge, QColor(0, 0, 0, 150));
             p.setPen(Qt::white);
             p.drawText(badge, Qt::AlignCenter, busy_);
@@ -123,6 +123,8 @@ void ImageCanvas::mouseMoveEvent(QMouseEvent* e) {
     sync_->set(sync_->zoom(), drag_center_ - QPointF(d.x() / r.width(), d.y() / r.height()));
 }
 
-void ImageCanvas::mouseDoubleClickEvent(QMouseEvent*) { sync_->reset(); }
+void ImageCanvas::mouseDoubleClickEvent(QMouseEvent*) {
+    sync_->reset();
+}
 
 }  // namespace varscope::viz

@@ -12,43 +12,43 @@ namespace varscope::viz {
 // Zoom factor relative to "fit" and the image point (normalised 0..1) at the view centre.
 class ViewSync : public QObject {
     Q_OBJECT
-public:
+  public:
     using QObject::QObject;
     double zoom() const { return zoom_; }
     QPointF center() const { return center_; }
     void set(double zoom, QPointF center);
     void reset() { set(1.0, {0.5, 0.5}); }
 
-signals:
+  signals:
     void changed();
 
-private:
+  private:
     double zoom_ = 1.0;
     QPointF center_{0.5, 0.5};
 };
 
 class ImageCanvas : public QWidget {
     Q_OBJECT
-public:
+  public:
     explicit ImageCanvas(QWidget* parent = nullptr);
     void setImage(const QImage& image);
     const QImage& image() const { return image_; }
     void setCaption(const QString& caption);  // drawn under the image
     void setEmptyText(const QString& t);
-    void setSync(ViewSync* sync);  // shared state; the canvas does not own it
+    void setSync(ViewSync* sync);       // shared state; the canvas does not own it
     void setBusy(const QString& text);  // e.g. "scale 3/10", empty = idle
 
     QSize sizeHint() const override { return {320, 340}; }
     QSize minimumSizeHint() const override { return {120, 120}; }
 
-protected:
+  protected:
     void paintEvent(QPaintEvent*) override;
     void wheelEvent(QWheelEvent*) override;
     void mousePressEvent(QMouseEvent*) override;
     void mouseMoveEvent(QMouseEvent*) override;
     void mouseDoubleClickEvent(QMouseEvent*) override;
 
-private:
+  private:
     QRectF imageRect() const;  // where the image is painted at the current zoom / pan
     QRectF viewArea() const;
 

@@ -469,7 +469,7 @@ int run_cs4a(const BenchOptions& o) {
         r["query_block"] = o.query_block;
         r["keys_per_block"] = keep_n;
         r["keep_ratio"] = static_cast<double>(keep_n) / lk;
-        r["ours"] = ours;  // v1 (mma.sync), as in earlier files
+        r["ours"] = ours;            // v1 (mma.sync), as in earlier files
         r["ours_sm90"] = ours_sm90;  // the dispatch's default on Hopper
         r["sm90_default_schedule"] = vk::sm90_schedule(static_cast<int>(c.head_dim), true);
         r["sdpa_flash"] = flash;

@@ -11,11 +11,16 @@ namespace {
 
 const char* kind_text(ParamKind k) {
     switch (k) {
-        case ParamKind::Bool: return "bool";
-        case ParamKind::Int: return "int";
-        case ParamKind::Real: return "real";
-        case ParamKind::IntList: return "int list";
-        case ParamKind::RealList: return "real list";
+        case ParamKind::Bool:
+            return "bool";
+        case ParamKind::Int:
+            return "int";
+        case ParamKind::Real:
+            return "real";
+        case ParamKind::IntList:
+            return "int list";
+        case ParamKind::RealList:
+            return "real list";
     }
     return "?";
 }
@@ -33,15 +38,23 @@ nlohmann::json family_json(const Family& f) {
     for (const auto& m : f.methods) {
         nlohmann::json params = nlohmann::json::array();
         for (const auto& p : m.params) {
-            params.push_back({{"key", p.key}, {"label", p.label}, {"symbol", p.symbol},
-                              {"kind", kind_text(p.kind)}, {"min", p.min}, {"max", p.max},
-                              {"default", p.default_value}, {"help", p.help}});
+            params.push_back({{"key", p.key},
+                              {"label", p.label},
+                              {"symbol", p.symbol},
+                              {"kind", kind_text(p.kind)},
+                              {"min", p.min},
+                              {"max", p.max},
+                              {"default", p.default_value},
+                              {"help", p.help}});
             if (p.counts != ParamCount::None)  // the largest value a model accepts: count + offset
                 params.back()["model_bound"] = {{"count", param_count_name(p.counts)},
                                                 {"offset", p.count_offset}};
         }
-        j["methods"].push_back({{"id", m.id}, {"title", m.title}, {"paper", m.paper},
-                                {"summary", m.summary}, {"params", params}});
+        j["methods"].push_back({{"id", m.id},
+                                {"title", m.title},
+                                {"paper", m.paper},
+                                {"summary", m.summary},
+                                {"params", params}});
     }
     return j;
 }
@@ -49,27 +62,30 @@ nlohmann::json family_json(const Family& f) {
 void print_family(const Family& f, bool markdown) {
     for (const auto& m : f.methods) {
         if (markdown) {
-            std::cout << "### " << m.title << " (`" << m.id << "`)\n\n" << m.summary << " Source: "
-                      << m.paper << ".\n\n| key | symbol | type | range | default | meaning |\n|---|---|---|---|---|---|\n";
+            std::cout << "### " << m.title << " (`" << m.id << "`)\n\n"
+                      << m.summary << " Source: " << m.paper
+                      << ".\n\n| key | symbol | type | range | default | meaning "
+                         "|\n|---|---|---|---|---|---|\n";
             for (const auto& p : m.params)
-                std::cout << "| `" << p.key << "` | " << p.symbol << " | " << kind_text(p.kind) << " | ["
-                          << p.min << ", " << p.max << "]" << model_bound_text(p) << " | `"
-                          << p.default_value.dump() << "` | "
-                          << p.help << " |\n";
+                std::cout << "| `" << p.key << "` | " << p.symbol << " | " << kind_text(p.kind)
+                          << " | [" << p.min << ", " << p.max << "]" << model_bound_text(p)
+                          << " | `" << p.default_value.dump() << "` | " << p.help << " |\n";
             std::cout << "\n";
             continue;
         }
-        std::cout << m.title << " (\"" << m.id << "\") - " << m.summary << "\n  source: " << m.paper << "\n";
+        std::cout << m.title << " (\"" << m.id << "\") - " << m.summary << "\n  source: " << m.paper
+                  << "\n";
         for (const auto& p : m.params)
             std::cout << "  " << p.key << (p.symbol.empty() ? "" : " (" + p.symbol + ")") << ": "
                       << kind_text(p.kind) << " in [" << p.min << ", " << p.max << "]"
-                      << model_bound_text(p) << ", default "
-                      << p.default_value.dump() << "\n      " << p.help << "\n";
+                      << model_bound_text(p) << ", default " << p.default_value.dump() << "\n      "
+                      << p.help << "\n";
     }
     std::cout << (markdown ? std::string("### ") + f.name + " presets\n\n"
                            : std::string(f.name) + " presets (" + f.flag + " NAME):\n");
     for (const auto& [name, j] : f.presets)
-        std::cout << (markdown ? "- `" + name + "`: `" + j.dump() + "`\n" : "  " + name + ": " + j.dump() + "\n");
+        std::cout << (markdown ? "- `" + name + "`: `" + j.dump() + "`\n"
+                               : "  " + name + ": " + j.dump() + "\n");
 }
 
 int run(bool json, bool markdown) {
@@ -91,7 +107,8 @@ int run(bool json, bool markdown) {
 }  // namespace
 
 Command add_methods(CLI::App& app) {
-    auto* cmd = app.add_subcommand("methods", "list the accelerators, their hyperparameters and presets");
+    auto* cmd =
+        app.add_subcommand("methods", "list the accelerators, their hyperparameters and presets");
     auto json = std::make_shared<bool>(false);
     auto md = std::make_shared<bool>(false);
     cmd->add_flag("--json", *json, "as JSON");

@@ -71,7 +71,8 @@ void read_emoji_png(const std::string& path, uint8_t* chw) {
             const float a = has_alpha ? px[ch - 1] / 255.0f : 1.0f;
             for (int c = 0; c < 3; ++c) {
                 const float v = std::round(rgb[c] * a + 255.0f * (1.0f - a));
-                chw[c * plane + y * kSize + x] = static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, v)));
+                chw[c * plane + y * kSize + x] =
+                    static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, v)));
             }
         }
     }
@@ -107,7 +108,8 @@ int run_pack(const PackOptions& o) {
     const fs::path root(o.dataset);
     const fs::path index = root / "emoji.json";
     if (!fs::is_regular_file(index))
-        throw std::invalid_argument("'" + index.string() + "' not found (is --dataset the emoji64 folder?)");
+        throw std::invalid_argument("'" + index.string() +
+                                    "' not found (is --dataset the emoji64 folder?)");
     for (const char* s : kStyles)
         if (!fs::is_directory(root / s))
             throw std::invalid_argument("'" + (root / s).string() + "' is not a folder");
@@ -127,7 +129,8 @@ int run_pack(const PackOptions& o) {
         const json& e = emoji[i];
         const std::string image = e.is_object() ? json_string(e, "image") : std::string();
         if (image.empty())
-            throw std::invalid_argument("'" + index.string() + "' entry " + std::to_string(i) + " has no \"image\"");
+            throw std::invalid_argument("'" + index.string() + "' entry " + std::to_string(i) +
+                                        " has no \"image\"");
         ordered_json aliases = ordered_json::array();
         if (const auto sn = e.find("short_names"); sn != e.end() && sn->is_array())
             for (const auto& a : *sn)
@@ -135,23 +138,28 @@ int run_pack(const PackOptions& o) {
         std::string name = json_string(e, "name");
         if (name.empty()) name = json_string(e, "short_name");  // never empty in practice
         classes.push_back(ordered_json{{"id", i},
-                               {"name", name},
-                               {"short_name", json_string(e, "short_name")},
-                               {"aliases", aliases},
-                               {"category", json_string(e, "category")}});
+                                       {"name", name},
+                                       {"short_name", json_string(e, "short_name")},
+                                       {"aliases", aliases},
+                                       {"category", json_string(e, "category")}});
         files.emplace_back(static_cast<int64_t>(i), image);
         if (const auto sv = e.find("skin_variations"); sv != e.end() && sv->is_object())
             for (const auto& [tone, v] : sv->items()) {  // nlohmann orders keys: deterministic
                 const std::string vi = v.is_object() ? json_string(v, "image") : std::string();
                 if (vi.empty())
-                    throw std::invalid_argument("'" + index.string() + "' entry " + std::to_string(i) +
-                                                ", skin tone " + tone + " has no \"image\"");
+                    throw std::invalid_argument("'" + index.string() + "' entry " +
+                                                std::to_string(i) + ", skin tone " + tone +
+                                                " has no \"image\"");
                 files.emplace_back(static_cast<int64_t>(i), vi);
             }
     }
 
     // Samples: class-major, then style, then base image before its skin tones.
-    struct Sample { int64_t label; uint8_t style; std::string path; };
+    struct Sample {
+        int64_t label;
+        uint8_t style;
+        std::string path;
+    };
     std::vector<Sample> samples;
     int64_t missing = 0;
     int64_t per_style[2] = {0, 0};
@@ -170,7 +178,8 @@ int run_pack(const PackOptions& o) {
                 ++per_style[s];
             }
     }
-    if (samples.empty()) throw std::invalid_argument("no images found under '" + root.string() + "'");
+    if (samples.empty())
+        throw std::invalid_argument("no images found under '" + root.string() + "'");
 
     const auto n = static_cast<int64_t>(samples.size());
     at::Tensor images = at::empty({n, 3, kSize, kSize}, at::kByte);
@@ -187,15 +196,15 @@ int run_pack(const PackOptions& o) {
     }
 
     const std::map<std::string, std::string> meta = {{"dataset", "emoji64"},
-                                                      {"classes", std::to_string(classes.size())},
-                                                      {"missing", std::to_string(missing)}};
+                                                     {"classes", std::to_string(classes.size())},
+                                                     {"missing", std::to_string(missing)}};
     const std::string tmp = o.out + ".tmp";
     save_safetensors({{"images", images}, {"labels", labels}, {"styles", styles}}, tmp, meta);
     fs::rename(tmp, o.out);
     write_class_list(classes, o.classes_out);
 
-    std::cout << "packed " << n << " images of " << classes.size() << " classes (google " << per_style[0]
-              << ", twitter " << per_style[1] << "; missing " << missing << ")\n"
+    std::cout << "packed " << n << " images of " << classes.size() << " classes (google "
+              << per_style[0] << ", twitter " << per_style[1] << "; missing " << missing << ")\n"
               << "  " << o.out << " (" << fs::file_size(o.out) << " bytes)\n"
               << "  " << o.classes_out << " (" << fs::file_size(o.classes_out) << " bytes)\n";
     return 0;
@@ -209,7 +218,8 @@ Command add_pack_emoji(CLI::App& app) {
     auto* cmd = app.add_subcommand(
         "pack-emoji", "pack the emoji64 PNGs into one safetensors file and write the class list");
     auto o = std::make_shared<PackOptions>();
-    cmd->add_option("--dataset", o->dataset, "emoji64 folder (emoji.json, google/, twitter/)")->required();
+    cmd->add_option("--dataset", o->dataset, "emoji64 folder (emoji.json, google/, twitter/)")
+        ->required();
     cmd->add_option("--out", o->out, "output .safetensors (images, labels, styles)")->required();
     cmd->add_option("--classes-out", o->classes_out, "output class list .json")->required();
     cmd->add_flag("--force", o->force, "overwrite existing output files");

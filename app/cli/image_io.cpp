@@ -23,7 +23,14 @@ std::string lower_ext(const std::string& path) {
 }
 
 at::Tensor to_hwc_u8(const at::Tensor& chw) {
-    return chw.to(at::kFloat).cpu().clamp(0, 1).mul(255).round().to(at::kByte).permute({1, 2, 0}).contiguous();
+    return chw.to(at::kFloat)
+        .cpu()
+        .clamp(0, 1)
+        .mul(255)
+        .round()
+        .to(at::kByte)
+        .permute({1, 2, 0})
+        .contiguous();
 }
 
 void write_ppm(const at::Tensor& hwc, const std::string& path) {
@@ -71,7 +78,9 @@ std::string supported_image_formats() {
 std::string numbered_path(const std::string& path, int64_t i, int64_t n) {
     if (n == 1) return path;
     fs::path p(path);
-    return (p.parent_path() / (p.stem().string() + "_" + std::to_string(i) + p.extension().string())).string();
+    return (p.parent_path() /
+            (p.stem().string() + "_" + std::to_string(i) + p.extension().string()))
+        .string();
 }
 
 void write_image(const at::Tensor& image, const std::string& path, bool overwrite) {
@@ -92,7 +101,8 @@ void write_image(const at::Tensor& image, const std::string& path, bool overwrit
 #ifdef VARSCOPE_HAVE_OPENCV
     } else if (ext == ".png" || ext == ".jpg" || ext == ".jpeg") {
         auto hwc = to_hwc_u8(image.flip(0));  // OpenCV wants BGR
-        cv::Mat m(static_cast<int>(hwc.size(0)), static_cast<int>(hwc.size(1)), CV_8UC3, hwc.data_ptr<uint8_t>());
+        cv::Mat m(static_cast<int>(hwc.size(0)), static_cast<int>(hwc.size(1)), CV_8UC3,
+                  hwc.data_ptr<uint8_t>());
         if (!cv::imwrite(tmp, m)) throw std::runtime_error("OpenCV could not write '" + path + "'");
 #endif
     } else {

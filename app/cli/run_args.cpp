@@ -39,8 +39,8 @@ void refuse_foreign(const std::map<std::string, CLI::Option*>& options,
         if (given_in(options, f))
             throw std::invalid_argument(
                 f + (names[0] == 'I' ? " is an " : " is a ") + names + " setting; the model is " +
-                family_title(runner.family()) +
-                " (" + runner.describe().substr(0, runner.describe().find('\n')) + ")");
+                family_title(runner.family()) + " (" +
+                runner.describe().substr(0, runner.describe().find('\n')) + ")");
 }
 
 const std::vector<std::string> kVarModelFlags = {"--patch-nums"};
@@ -146,8 +146,9 @@ bool ModelArgs::given(const std::string& flag) const {
 
 Family ModelArgs::likely_family() const {
     if (!random.empty())
-        return is_depth(random) ? Family::Var
-                                : is_infinity_size(random) ? Family::Infinity : Family::Mar;
+        return is_depth(random)           ? Family::Var
+               : is_infinity_size(random) ? Family::Infinity
+                                          : Family::Mar;
     if (!infinity_path.empty()) return Family::Infinity;
     if (!var_path.empty()) return Family::Var;
     if (!mar_path.empty()) return Family::Mar;
@@ -195,7 +196,9 @@ std::unique_ptr<Runner> ModelArgs::build() const {
         }
     } else {
         ModelSpec spec;
-        spec.model_path = !var_path.empty() ? var_path : !mar_path.empty() ? mar_path : infinity_path;
+        spec.model_path = !var_path.empty()   ? var_path
+                          : !mar_path.empty() ? mar_path
+                                              : infinity_path;
         spec.vae_path = vae_path;
         spec.text_encoder_path = t5_path;
         spec.text_encoder_offload = t5_offload;

@@ -47,7 +47,10 @@ void write_json(const nlohmann::json& j, const std::string& path, bool overwrite
 }
 
 nlohmann::json environment_json(const std::string& device) {
-    nlohmann::json j = {{"date", now_utc()}, {"torch", TORCH_VERSION}, {"device", device}, {"cuda_available", cuda_available()}};
+    nlohmann::json j = {{"date", now_utc()},
+                        {"torch", TORCH_VERSION},
+                        {"device", device},
+                        {"cuda_available", cuda_available()}};
     j["exec_policy"] = to_json(exec_policy());
     return j;
 }

@@ -6,7 +6,6 @@
 namespace varscope {
 namespace {
 
-
 const std::vector<std::string>& method_ids() {
     static const std::vector<std::string> ids = {"skip", "fastvar", "sparvar", "lazyvar", "ams_kv"};
     return ids;
@@ -67,15 +66,17 @@ AccelConfig AccelConfig::from_argument(const std::string& arg) {
 }
 
 nlohmann::json AccelConfig::to_json() const {
-    return {{"skip", skip.to_json()},       {"fastvar", fastvar.to_json()},
-            {"sparvar", sparvar.to_json()}, {"lazyvar", lazyvar.to_json()},
+    return {{"skip", skip.to_json()},
+            {"fastvar", fastvar.to_json()},
+            {"sparvar", sparvar.to_json()},
+            {"lazyvar", lazyvar.to_json()},
             {"ams_kv", ams_kv.to_json()}};
 }
 
 const std::vector<MethodSpec>& accel_methods() {
-    static const std::vector<MethodSpec> all = {
-        ScaleSkipConfig::spec(), FastVarConfig::spec(), SparVarConfig::spec(),
-        LazyVarConfig::spec(), AmsKvConfig::spec()};
+    static const std::vector<MethodSpec> all = {ScaleSkipConfig::spec(), FastVarConfig::spec(),
+                                                SparVarConfig::spec(), LazyVarConfig::spec(),
+                                                AmsKvConfig::spec()};
     return all;
 }
 
@@ -100,7 +101,8 @@ const std::map<std::string, nlohmann::json>& accel_presets() {
         auto skip2 = on(ScaleSkipConfig::spec());
         skip2["last_n"] = 2;
         p["sparvar+skip"] = {{"sparvar", sparvar_skip}, {"skip", skip2}};
-        p["fastvar+ams_kv"] = {{"fastvar", on(FastVarConfig::spec())}, {"ams_kv", on(AmsKvConfig::spec())}};
+        p["fastvar+ams_kv"] = {{"fastvar", on(FastVarConfig::spec())},
+                               {"ams_kv", on(AmsKvConfig::spec())}};
         return p;
     }();
     return presets;

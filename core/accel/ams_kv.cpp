@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -25,7 +25,7 @@ constexpr const char* kMethod = "ams_kv";
 // part of the eviction step and print where the time went at the end of every image
 // (diagnostics for the GPU benchmark).
 class PartTimer {
-public:
+  public:
     void set_on(bool on) { on_ = on; }
     template <class Fn>
     auto time(int part, const at::Tensor& on_device, Fn&& fn) {
@@ -47,7 +47,7 @@ public:
         ms_[0] = ms_[1] = ms_[2] = 0;
     }
 
-private:
+  private:
     static void sync(const at::Device& dev) {
         if (dev.is_cuda()) at::empty({1}, at::TensorOptions(dev)).cpu();  // waits for the stream
     }
@@ -90,7 +90,7 @@ std::vector<Run> keep_runs(const std::vector<Run>& runs,
 }
 
 class AmsKv : public SamplingHooks {
-public:
+  public:
     AmsKv(const AmsKvConfig& cfg, const AmsKvBudgets& budgets, const VarConfig& model,
           ProbeSink* probe)
         : cfg_(cfg),
@@ -129,8 +129,7 @@ public:
         const bool over = now > st.budget;
         if (!added.empty() && ((over && promotable) || wants(probe_kinds::kAmsKvDemanding)))
             st.similarity = timer_.time(0, ctx.scale.f_hat, [&] {
-                return measure_similarity(st, cache, ctx.layer, added.back().scale,
-                                          ctx.scale.exec);
+                return measure_similarity(st, cache, ctx.layer, added.back().scale, ctx.scale.exec);
             });
 
         std::vector<std::pair<int64_t, int64_t>> keep;  // empty = keep everything
@@ -177,7 +176,7 @@ public:
         }
     }
 
-private:
+  private:
     struct LayerState {
         std::vector<Run> runs;  // what the layer's cache holds, in order
         int64_t budget = 0;     // C_bgt
@@ -410,8 +409,11 @@ AmsKvConfig AmsKvConfig::from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json AmsKvConfig::to_json() const {
-    return {{"enabled", enabled}, {"c_cds", c_cds}, {"c_min", c_min},
-            {"c_max", c_max},     {"theta", theta}};
+    return {{"enabled", enabled},
+            {"c_cds", c_cds},
+            {"c_min", c_min},
+            {"c_max", c_max},
+            {"theta", theta}};
 }
 
 AmsKvBudgets resolve_ams_kv_budgets(const AmsKvConfig& cfg, const VarConfig& model) {
@@ -446,7 +448,7 @@ AmsKvBudgets resolve_ams_kv_budgets(const AmsKvConfig& cfg, const VarConfig& mod
 }
 
 std::shared_ptr<SamplingHooks> make_ams_kv(const AmsKvConfig& cfg, const VarConfig& model,
-                                          ProbeSink* probe) {
+                                           ProbeSink* probe) {
     const auto budgets = resolve_ams_kv_budgets(cfg, model);
     return std::make_shared<AmsKv>(cfg, budgets, model, probe);
 }

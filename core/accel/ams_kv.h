@@ -90,14 +90,14 @@ struct AmsKvBudgets {
     int64_t c_cds = 0;       // condensed scales
     int64_t cds_tokens = 0;  // their tokens
     int64_t c_min = 0, c_max = 0;
-    bool bounded = false;    // C_max below the schedule's total tokens: eviction can happen
+    bool bounded = false;  // C_max below the schedule's total tokens: eviction can happen
 };
 
 // Throws AccelConfigError naming the field when the setting does not fit the model.
 AmsKvBudgets resolve_ams_kv_budgets(const AmsKvConfig& cfg, const VarConfig& model);
 
 std::shared_ptr<SamplingHooks> make_ams_kv(const AmsKvConfig& cfg, const VarConfig& model,
-                                          ProbeSink* probe);
+                                           ProbeSink* probe);
 
 namespace ams_kv {
 // CLRU (Alg. 2): token ranges {start, length} to keep of a cache of `length` tokens whose first

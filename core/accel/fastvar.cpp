@@ -34,7 +34,7 @@ at::Tensor area_resize(const at::Tensor& t, int64_t pc, int64_t pn) {
 }
 
 class FastVar : public SamplingHooks {
-public:
+  public:
     FastVar(std::vector<double> ratios, const VarConfig& model, ProbeSink* probe)
         : ratios_(std::move(ratios)), probe_(probe) {
         const int64_t S = model.num_scales();
@@ -106,7 +106,7 @@ public:
         cache_in_[ctx.layer] = at::Tensor();
     }
 
-private:
+  private:
     double ratio_at(int64_t scale) const {
         return scale >= first_pruned_ ? ratios_[scale - first_pruned_] : 0.0;
     }
@@ -132,8 +132,8 @@ private:
     ProbeSink* probe_;
     int64_t first_pruned_ = 0, cache_scale_ = 0, cache_patch_num_ = 0, skipped_ = 0;
     std::pair<int64_t, int64_t> selected_{-1, -1};  // (scale, layer) of our last selection
-    std::vector<at::Tensor> cache_in_;      // per layer: block input at the cache scale
-    std::vector<at::Tensor> cache_update_;  // per layer: output - input at the cache scale
+    std::vector<at::Tensor> cache_in_;              // per layer: block input at the cache scale
+    std::vector<at::Tensor> cache_update_;          // per layer: output - input at the cache scale
 };
 
 }  // namespace
@@ -184,7 +184,8 @@ std::shared_ptr<SamplingHooks> make_fastvar(const FastVarConfig& cfg, const VarC
         if (i > 0 && cfg.ratios[i - 1] >= 1.0 && r < 1.0)
             throw AccelConfigError("fastvar.ratios[" + std::to_string(i) +
                                    "]: a skipped scale (ratio 1) can only be followed by skipped "
-                                   "scales, got " + std::to_string(r));
+                                   "scales, got " +
+                                   std::to_string(r));
     }
     return std::make_shared<FastVar>(cfg.ratios, model, probe);
 }

@@ -6,8 +6,8 @@ namespace varscope {
 
 bool MarAccelConfig::any_enabled() const {
     const auto& l = lazymar;
-    return l.enabled && (l.token_cache || l.condition_cache || l.head_cfg_period > 0 ||
-                         l.head_mlp_period > 0);
+    return l.enabled &&
+           (l.token_cache || l.condition_cache || l.head_cfg_period > 0 || l.head_mlp_period > 0);
 }
 
 std::string MarAccelConfig::summary() const {

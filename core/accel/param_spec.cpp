@@ -19,11 +19,16 @@ std::string range_text(const ParamSpec& p) {
 
 std::string kind_name(ParamKind k) {
     switch (k) {
-        case ParamKind::Bool: return "true or false";
-        case ParamKind::Int: return "an integer";
-        case ParamKind::Real: return "a number";
-        case ParamKind::IntList: return "a list of integers";
-        case ParamKind::RealList: return "a list of numbers";
+        case ParamKind::Bool:
+            return "true or false";
+        case ParamKind::Int:
+            return "an integer";
+        case ParamKind::Real:
+            return "a number";
+        case ParamKind::IntList:
+            return "a list of integers";
+        case ParamKind::RealList:
+            return "a list of numbers";
     }
     return "?";
 }
@@ -32,11 +37,16 @@ std::string kind_name(ParamKind k) {
 
 int64_t ModelCounts::of(ParamCount c) const {
     switch (c) {
-        case ParamCount::Scales: return scales;
-        case ParamCount::Tokens: return tokens;
-        case ParamCount::Steps: return steps;
-        case ParamCount::DecoderBlocks: return decoder_blocks;
-        case ParamCount::None: break;
+        case ParamCount::Scales:
+            return scales;
+        case ParamCount::Tokens:
+            return tokens;
+        case ParamCount::Steps:
+            return steps;
+        case ParamCount::DecoderBlocks:
+            return decoder_blocks;
+        case ParamCount::None:
+            break;
     }
     return 0;
 }
@@ -55,11 +65,16 @@ double model_max(const ParamSpec& p, const ModelCounts& m) {
 
 const char* param_count_name(ParamCount c) {
     switch (c) {
-        case ParamCount::Scales: return "scales";
-        case ParamCount::Tokens: return "tokens";
-        case ParamCount::Steps: return "steps";
-        case ParamCount::DecoderBlocks: return "decoder blocks";
-        case ParamCount::None: break;
+        case ParamCount::Scales:
+            return "scales";
+        case ParamCount::Tokens:
+            return "tokens";
+        case ParamCount::Steps:
+            return "steps";
+        case ParamCount::DecoderBlocks:
+            return "decoder blocks";
+        case ParamCount::None:
+            break;
     }
     return "";
 }
@@ -222,8 +237,8 @@ nlohmann::json accel_argument_json(const std::string& arg,
                 return config;
         std::string names;
         for (const auto& [name, _] : presets) names += (names.empty() ? "" : ", ") + name;
-        throw AccelConfigError("'" + arg + "' is neither a config file, inline JSON, nor a " + kind +
-                               "preset (" + names + ")");
+        throw AccelConfigError("'" + arg + "' is neither a config file, inline JSON, nor a " +
+                               kind + "preset (" + names + ")");
     }
     if (file) *file = arg;
     return accel_file_json(arg, kind);

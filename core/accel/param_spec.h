@@ -5,7 +5,6 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
-
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,7 +33,7 @@ struct ParamSpec {
     std::string symbol;  // the paper's symbol, e.g. "N", "τ", "C_min"; may be empty
     std::string help;    // tooltip: what it does; names the paper default
     ParamKind kind = ParamKind::Real;
-    double min = 0.0;    // inclusive range of the value (of every element for lists)
+    double min = 0.0;  // inclusive range of the value (of every element for lists)
     double max = 1.0;
     nlohmann::json default_value;  // the paper's default
     int64_t min_items = 1;         // list length range (lists only)
@@ -57,18 +56,18 @@ const char* param_count_name(ParamCount c);
 std::string model_bound_text(const ParamSpec& p);
 
 struct MethodSpec {
-    std::string id;       // JSON key of the method, e.g. "fastvar"
-    std::string title;    // e.g. "FastVAR"
-    std::string paper;    // e.g. "fastvar.txt §3, App. G"
-    std::string summary;  // one sentence for the panel header
-    std::vector<ParamSpec> params;  // "enabled" is implicit and always first
+    std::string id;                   // JSON key of the method, e.g. "fastvar"
+    std::string title;                // e.g. "FastVAR"
+    std::string paper;                // e.g. "fastvar.txt §3, App. G"
+    std::string summary;              // one sentence for the panel header
+    std::vector<ParamSpec> params;    // "enabled" is implicit and always first
     nlohmann::json defaults() const;  // {"enabled": false, key: default...}
 };
 
 // Invalid accelerator configuration; the message starts with the field path
 // ("fastvar.ratios[2]: must be in [0, 1], got 1.5").
 class AccelConfigError : public std::invalid_argument {
-public:
+  public:
     using std::invalid_argument::invalid_argument;
 };
 
@@ -95,7 +94,7 @@ auto with_config_path(const std::string& path, Parse&& parse) -> decltype(parse(
 // Reads one method's JSON object against its spec: types, ranges, list lengths, and no
 // unknown keys (a typo must not silently fall back to a default). Missing keys take defaults.
 class ParamReader {
-public:
+  public:
     ParamReader(const nlohmann::json& object, const MethodSpec& spec);
     bool enabled() const;
     bool get_bool(const std::string& key) const;
@@ -105,7 +104,7 @@ public:
     std::vector<double> get_real_list(const std::string& key) const;
     [[noreturn]] void fail(const std::string& key, const std::string& message) const;
 
-private:
+  private:
     const ParamSpec& spec_of(const std::string& key) const;
     const nlohmann::json& value_of(const ParamSpec& p) const;
     const nlohmann::json& list_of(const std::string& key) const;  // array, length checked

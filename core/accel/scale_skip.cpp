@@ -4,7 +4,7 @@ namespace varscope {
 namespace {
 
 class ScaleSkip : public SamplingHooks {
-public:
+  public:
     explicit ScaleSkip(int64_t last_n) : last_n_(last_n) {}
     int64_t scales_to_run(const VarConfig& c) override { return c.num_scales() - last_n_; }
     // Nothing inside the steps: the graphs only run fewer of them.
@@ -12,7 +12,7 @@ public:
         return "skip:" + std::to_string(last_n_);
     }
 
-private:
+  private:
     int64_t last_n_;
 };
 

@@ -18,7 +18,9 @@ namespace {
 
 constexpr const char* kMethod = "sparvar";
 
-std::string str(int64_t v) { return std::to_string(v); }
+std::string str(int64_t v) {
+    return std::to_string(v);
+}
 
 // attend()'s FLOP report to the loop (BlockContext::attention_flops, hooks.h).
 void report_flops(const BlockContext& ctx, double pairs, int64_t head_dim) {
@@ -106,7 +108,7 @@ at::Tensor gathered_lists(const BlockContext& ctx, const at::Tensor& q, const at
 }
 
 class SparVar : public SamplingHooks {
-public:
+  public:
     SparVar(const SparVarConfig& cfg, const VarConfig& model, ProbeSink* probe)
         : cfg_(cfg), probe_(probe) {
         const int64_t S = model.num_scales();
@@ -173,7 +175,7 @@ public:
                         : cs4a_sparse(ctx, q, k, v, softmax_scale);
     }
 
-private:
+  private:
     struct Cs4aState {
         // The decision scale's kept keys (sinks included): key lists on the kernel path, the
         // bool mask (2B, H, G_S, N_<=S) on the reference path and for the patch mapping.
@@ -325,11 +327,19 @@ private:
 
     void emit_csla(int64_t scale, const sparvar::CslaScaleMask& m, bool on_kernels) {
         if (wants(probe_kinds::kCslaTokenMask))
-            probe_->on_accel({kMethod, probe_kinds::kCslaTokenMask, scale, -1, m.token.clone(),
-                              {{"sparsity", m.token_sparsity},
-                               {"cuda_kernels", on_kernels ? 1.0 : 0.0}}});
+            probe_->on_accel(
+                {kMethod,
+                 probe_kinds::kCslaTokenMask,
+                 scale,
+                 -1,
+                 m.token.clone(),
+                 {{"sparsity", m.token_sparsity}, {"cuda_kernels", on_kernels ? 1.0 : 0.0}}});
         if (wants(probe_kinds::kCslaBlockMask))
-            probe_->on_accel({kMethod, probe_kinds::kCslaBlockMask, scale, -1, m.block.clone(),
+            probe_->on_accel({kMethod,
+                              probe_kinds::kCslaBlockMask,
+                              scale,
+                              -1,
+                              m.block.clone(),
                               {{"token_sparsity", m.token_sparsity},
                                {"block_sparsity", m.block_sparsity},
                                {"block", static_cast<double>(cfg_.block)}}});
@@ -359,7 +369,10 @@ private:
         const int64_t top = sparvar::top_k_count(cfg_.top_k, lk);
         const auto inds = sparvar::top_k_indices(sums, top);
         if (wants(probe_kinds::kCs4aSelected))
-            probe_->on_accel({kMethod, probe_kinds::kCs4aSelected, ctx.scale.scale, ctx.layer,
+            probe_->on_accel({kMethod,
+                              probe_kinds::kCs4aSelected,
+                              ctx.scale.scale,
+                              ctx.layer,
                               inds[0].cpu(),
                               {{"top_k", static_cast<double>(top)},
                                {"query_block", static_cast<double>(C)},
@@ -545,12 +558,18 @@ SparVarConfig SparVarConfig::from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json SparVarConfig::to_json() const {
-    return {{"enabled", enabled},         {"sparse_scales", sparse_scales},
-            {"cs4a_fraction", cs4a_fraction}, {"top_k", top_k},
-            {"query_block", query_block}, {"use_cache", use_cache},
-            {"patch_mapping", patch_mapping}, {"sink_scales", sink_scales},
-            {"windows", windows},         {"middle_window", middle_window},
-            {"block", block},             {"token_mask", token_mask},
+    return {{"enabled", enabled},
+            {"sparse_scales", sparse_scales},
+            {"cs4a_fraction", cs4a_fraction},
+            {"top_k", top_k},
+            {"query_block", query_block},
+            {"use_cache", use_cache},
+            {"patch_mapping", patch_mapping},
+            {"sink_scales", sink_scales},
+            {"windows", windows},
+            {"middle_window", middle_window},
+            {"block", block},
+            {"token_mask", token_mask},
             {"reference_kernels", reference_kernels}};
 }
 
@@ -559,13 +578,12 @@ int64_t SparVarConfig::cs4a_layers(int64_t depth) const {
 }
 
 std::shared_ptr<SamplingHooks> make_sparvar(const SparVarConfig& cfg, const VarConfig& model,
-                                          ProbeSink* probe) {
+                                            ProbeSink* probe) {
     const int64_t S = model.num_scales();
     if (cfg.sparse_scales < 1 || cfg.sparse_scales >= S)
-        throw AccelConfigError("sparvar.sparse_scales: must be in [1, " + str(S - 1) +
-                               "] for this " + str(S) +
-                               "-scale model (one earlier scale decides), got " +
-                               str(cfg.sparse_scales));
+        throw AccelConfigError(
+            "sparvar.sparse_scales: must be in [1, " + str(S - 1) + "] for this " + str(S) +
+            "-scale model (one earlier scale decides), got " + str(cfg.sparse_scales));
     const int64_t decision = S - cfg.sparse_scales - 1;
     if (cfg.sink_scales < 0 || cfg.sink_scales > decision)
         throw AccelConfigError("sparvar.sink_scales: must be in [0, " + str(decision) +
@@ -584,7 +602,8 @@ std::shared_ptr<SamplingHooks> make_sparvar(const SparVarConfig& cfg, const VarC
         throw AccelConfigError("sparvar.middle_window: must be >= 1, got " +
                                str(cfg.middle_window));
     if (!(cfg.top_k > 0.0 && cfg.top_k <= 1.0))
-        throw AccelConfigError("sparvar.top_k: must be in (0, 1], got " + std::to_string(cfg.top_k));
+        throw AccelConfigError("sparvar.top_k: must be in (0, 1], got " +
+                               std::to_string(cfg.top_k));
     if (!(cfg.cs4a_fraction >= 0.0 && cfg.cs4a_fraction <= 1.0))
         throw AccelConfigError("sparvar.cs4a_fraction: must be in [0, 1], got " +
                                std::to_string(cfg.cs4a_fraction));

@@ -69,19 +69,19 @@ namespace varscope {
 
 struct SparVarConfig {
     bool enabled = false;
-    int64_t sparse_scales = 2;    // last scales computed sparsely; S = the scale before them
-    double cs4a_fraction = 0.6;   // share of layers (shallow first) using CS4A, rest CSLA
+    int64_t sparse_scales = 2;   // last scales computed sparsely; S = the scale before them
+    double cs4a_fraction = 0.6;  // share of layers (shallow first) using CS4A, rest CSLA
     // CS4A
-    double top_k = 0.2;           // alpha: fraction of the decision scale's keys kept
-    int64_t query_block = 192;    // C
-    bool use_cache = true;        // add the upsampled O_cache
-    bool patch_mapping = false;   // see above
+    double top_k = 0.2;          // alpha: fraction of the decision scale's keys kept
+    int64_t query_block = 192;   // C
+    bool use_cache = true;       // add the upsampled O_cache
+    bool patch_mapping = false;  // see above
     // shared by both: scales [0, sink_scales) always attended
     int64_t sink_scales = 5;
     // CSLA
     std::vector<int64_t> windows{3, 5, 7};
     int64_t middle_window = 3;
-    int64_t block = 128;          // B
+    int64_t block = 128;  // B
     bool token_mask = false;
     // Always the LibTorch reference, even where the CUDA kernels could run (debugging); the
     // environment variable VARSCOPE_REFERENCE_KERNELS=1 does the same for every policy.
@@ -97,6 +97,6 @@ struct SparVarConfig {
 
 // Throws AccelConfigError naming the field when the settings do not fit the model.
 std::shared_ptr<SamplingHooks> make_sparvar(const SparVarConfig& cfg, const VarConfig& model,
-                                          ProbeSink* probe);
+                                            ProbeSink* probe);
 
 }  // namespace varscope

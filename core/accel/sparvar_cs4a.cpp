@@ -1,5 +1,4 @@
 #include "core/accel/sparvar_cs4a.h"
-#include "core/accel/resample.h"
 
 #include <ATen/ATen.h>
 
@@ -7,6 +6,8 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+
+#include "core/accel/resample.h"
 
 namespace varscope::sparvar {
 namespace {
@@ -196,7 +197,8 @@ at::Tensor expand_query_blocks(const at::Tensor& selection, int64_t query_block,
 
 at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             double softmax_scale, const at::Tensor& mask) {
-    auto scores = at::matmul(q.to(at::kFloat).mul(softmax_scale), k.to(at::kFloat).transpose(-2, -1));
+    auto scores =
+        at::matmul(q.to(at::kFloat).mul(softmax_scale), k.to(at::kFloat).transpose(-2, -1));
     scores.masked_fill_(mask.logical_not(), -std::numeric_limits<float>::infinity());
     return at::matmul(at::softmax(scores, -1), v.to(at::kFloat));
 }

@@ -53,10 +53,9 @@ at::Tensor patch_alignment(const std::vector<int64_t>& patch_nums, int64_t decis
 // Selection (B, H, G_K, N_<=K) at target scale K from the decision-scale selection
 // (B, H, G_S, N_<=S): homography over query blocks, key alignment, then the first sink_tokens
 // keys always on. patch = true maps each key to its whole upsampled patch instead of one point.
-at::Tensor map_selection(const at::Tensor& source_selection,
-                         const std::vector<int64_t>& patch_nums, int64_t decision_scale,
-                         int64_t target_scale, int64_t query_block, int64_t sink_tokens,
-                         bool patch);
+at::Tensor map_selection(const at::Tensor& source_selection, const std::vector<int64_t>& patch_nums,
+                         int64_t decision_scale, int64_t target_scale, int64_t query_block,
+                         int64_t sink_tokens, bool patch);
 
 // map_selection in two halves, so the host-side index maps can be staged on the device before
 // a CUDA graph captures the device half: the maps of one (S, K) pair, then their use.

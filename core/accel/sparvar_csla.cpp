@@ -8,16 +8,18 @@
 
 namespace varscope::sparvar {
 
-bool CslaScaleMask::dense() const { return attend.all().item<bool>(); }
+bool CslaScaleMask::dense() const {
+    return attend.all().item<bool>();
+}
 
 CslaScaleMask build_csla_scale_mask(const std::vector<int64_t>& patch_nums, int64_t scale,
                                     const CslaSpec& spec, int64_t block, bool token_mode) {
     CslaScaleMask m;
     m.token = csla_token_mask(patch_nums, scale, spec);
     m.block = csla_block_mask(m.token, block, block);
-    m.attend = token_mode ? m.token
-                          : expand_block_mask(m.block, block, block, m.token.size(0),
-                                              m.token.size(1));
+    m.attend = token_mode
+                   ? m.token
+                   : expand_block_mask(m.block, block, block, m.token.size(0), m.token.size(1));
     m.token_sparsity = mask_sparsity(m.token);
     m.block_sparsity = mask_sparsity(m.block);
     return m;

@@ -56,9 +56,11 @@ std::vector<ClassInfo> load_class_list(const std::string& json_path) {
         c.short_name = optional_string(e, "short_name", json_path, where);
         c.category = optional_string(e, "category", json_path, where);
         if (const auto al = e.find("aliases"); al != e.end() && !al->is_null()) {
-            if (!al->is_array()) fail(json_path, where + ": \"aliases\" must be an array of strings");
+            if (!al->is_array())
+                fail(json_path, where + ": \"aliases\" must be an array of strings");
             for (const json& a : *al) {
-                if (!a.is_string()) fail(json_path, where + ": \"aliases\" must be an array of strings");
+                if (!a.is_string())
+                    fail(json_path, where + ": \"aliases\" must be an array of strings");
                 c.aliases.push_back(a.get<std::string>());
             }
         }

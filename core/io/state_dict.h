@@ -15,7 +15,7 @@ using StateDict = std::map<std::string, at::Tensor>;
 // Any problem with a checkpoint file or its contents. The message names the file and, where it
 // applies, the tensor, and says what was expected.
 class CheckpointError : public std::runtime_error {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 

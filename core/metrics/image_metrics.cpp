@@ -11,7 +11,8 @@ namespace {
 
 at::Tensor as_batch(const at::Tensor& x) {
     if (x.dim() == 3) return x.unsqueeze(0);
-    if (x.dim() != 4) throw std::invalid_argument("image metrics need (B, C, H, W) or (C, H, W) tensors");
+    if (x.dim() != 4)
+        throw std::invalid_argument("image metrics need (B, C, H, W) or (C, H, W) tensors");
     return x;
 }
 
@@ -36,7 +37,8 @@ std::vector<double> psnr(const at::Tensor& a_in, const at::Tensor& b_in) {
     std::vector<double> out;
     for (int64_t i = 0; i < mse.size(0); ++i) {
         const double m = mse[i].item<double>();
-        out.push_back(m == 0.0 ? std::numeric_limits<double>::infinity() : 10.0 * std::log10(1.0 / m));
+        out.push_back(m == 0.0 ? std::numeric_limits<double>::infinity()
+                               : 10.0 * std::log10(1.0 / m));
     }
     return out;
 }
@@ -77,7 +79,8 @@ std::vector<TokenAgreement> token_agreement(const std::vector<at::Tensor>& base,
     std::vector<TokenAgreement> out;
     for (size_t si = 0; si < base.size(); ++si) {
         if (base[si].sizes() != acc[si].sizes())
-            throw std::invalid_argument("token maps of scale " + std::to_string(si) + " differ in shape");
+            throw std::invalid_argument("token maps of scale " + std::to_string(si) +
+                                        " differ in shape");
         const auto b = base[si].cpu(), x = acc[si].cpu();
         TokenAgreement t;
         t.scale = static_cast<int64_t>(si);

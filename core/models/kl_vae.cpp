@@ -3,11 +3,10 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/normalization.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "core/io/checkpoint.h"
@@ -27,7 +26,7 @@ namespace varscope {
 namespace kl_vae {
 
 class AttnBlockImpl : public torch::nn::Module {
-public:
+  public:
     explicit AttnBlockImpl(int64_t channels) : channels_(channels) {
         norm_ = register_module("norm", vqvae::group_norm(channels));
         q_ = register_module("q", vqvae::conv2d(channels, channels, 1));
@@ -44,12 +43,12 @@ public:
         const at::Tensor v = v_(h).reshape({B, C, H * W});
         // pow rather than 1/sqrt: bit-identical to the official int(c) ** (-0.5).
         at::Tensor w = at::bmm(q, k).mul_(std::pow(static_cast<double>(C), -0.5));
-        w = at::softmax(w, /*dim=*/2);                       // B, HW(query), HW(key)
+        w = at::softmax(w, /*dim=*/2);                         // B, HW(query), HW(key)
         const at::Tensor out = at::bmm(v, w.transpose(1, 2));  // B, C, HW(query)
         return x + proj_out_(out.reshape({B, C, H, W}));
     }
 
-private:
+  private:
     int64_t channels_;
     torch::nn::GroupNorm norm_{nullptr};
     torch::nn::Conv2d q_{nullptr}, k_{nullptr}, v_{nullptr}, proj_out_{nullptr};
@@ -59,7 +58,7 @@ TORCH_MODULE(AttnBlock);
 // "down.<i>" / "up.<i>": res blocks, one attention block after each when the level has
 // attention, then the optional resampler.
 class LevelImpl : public torch::nn::Module {
-public:
+  public:
     LevelImpl(int64_t in_channels, int64_t out_channels, int64_t num_blocks, bool with_attn,
               const char* resample_name, bool down) {
         auto block = register_module("block", torch::nn::ModuleList());
@@ -84,7 +83,7 @@ public:
         return resample_ ? resample_(h) : h;
     }
 
-private:
+  private:
     std::vector<vqvae::ResnetBlock> blocks_;
     std::vector<AttnBlock> attns_;
     vqvae::Resample resample_{nullptr};
@@ -92,7 +91,7 @@ private:
 TORCH_MODULE(Level);
 
 class MidImpl : public torch::nn::Module {
-public:
+  public:
     explicit MidImpl(int64_t channels) {
         block_1_ = register_module("block_1", vqvae::ResnetBlock(channels, channels));
         attn_1_ = register_module("attn_1", AttnBlock(channels));
@@ -100,14 +99,14 @@ public:
     }
     at::Tensor forward(const at::Tensor& x) { return block_2_(attn_1_(block_1_(x))); }
 
-private:
+  private:
     vqvae::ResnetBlock block_1_{nullptr}, block_2_{nullptr};
     AttnBlock attn_1_{nullptr};
 };
 TORCH_MODULE(Mid);
 
 class EncoderImpl : public torch::nn::Module {
-public:
+  public:
     explicit EncoderImpl(const KlVaeConfig& cfg) {
         const int64_t levels = static_cast<int64_t>(cfg.ch_mult.size());
         conv_in_ = register_module("conv_in", vqvae::conv2d(3, cfg.ch, 3));
@@ -133,7 +132,7 @@ public:
         return conv_out_(at::silu(norm_out_(mid_(h))));
     }
 
-private:
+  private:
     torch::nn::Conv2d conv_in_{nullptr}, conv_out_{nullptr};
     std::vector<Level> levels_;
     Mid mid_{nullptr};
@@ -141,7 +140,7 @@ private:
 };
 
 class DecoderImpl : public torch::nn::Module {
-public:
+  public:
     explicit DecoderImpl(const KlVaeConfig& cfg) {
         const int64_t levels = static_cast<int64_t>(cfg.ch_mult.size());
         const int64_t top = cfg.ch * cfg.ch_mult.back();
@@ -169,7 +168,7 @@ public:
         return conv_out_(at::silu(norm_out_(h)));
     }
 
-private:
+  private:
     torch::nn::Conv2d conv_in_{nullptr}, conv_out_{nullptr};
     Mid mid_{nullptr};
     std::vector<Level> levels_;
@@ -187,7 +186,9 @@ bool contains(const std::vector<int64_t>& list, int64_t v) {
     return std::find(list.begin(), list.end(), v) != list.end();
 }
 
-bool has(const StateDict& dict, const std::string& name) { return dict.count(name) > 0; }
+bool has(const StateDict& dict, const std::string& name) {
+    return dict.count(name) > 0;
+}
 
 const at::Tensor& need(const StateDict& dict, const std::string& name, const char* purpose) {
     auto it = dict.find(name);
@@ -240,7 +241,9 @@ void KlVaeConfig::validate() const {
     if (!(scale_factor > 0) || !std::isfinite(scale_factor)) fail("scale_factor must be > 0");
 }
 
-KlVaeConfig KlVaeConfig::kl16() { return KlVaeConfig{}; }
+KlVaeConfig KlVaeConfig::kl16() {
+    return KlVaeConfig{};
+}
 
 KlVaeConfig KlVaeConfig::emoji() {
     KlVaeConfig c;
@@ -336,8 +339,7 @@ bool KlVaeConfig::operator==(const KlVaeConfig& o) const {
            embed_dim == o.embed_dim && z_channels == o.z_channels && double_z == o.double_z &&
            use_variational == o.use_variational && resolution == o.resolution &&
            attn_resolutions == o.attn_resolutions &&
-           decoder_attn_resolutions == o.decoder_attn_resolutions &&
-           scale_factor == o.scale_factor;
+           decoder_attn_resolutions == o.decoder_attn_resolutions && scale_factor == o.scale_factor;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -357,7 +359,9 @@ at::Tensor DiagonalGaussian::kl() const {
     return 0.5 * (mean.pow(2) + at::exp(logvar) - 1.0 - logvar).sum({1, 2, 3});
 }
 
-at::Tensor DiagonalGaussian::parameters() const { return at::cat({mean, logvar}, 1); }
+at::Tensor DiagonalGaussian::parameters() const {
+    return at::cat({mean, logvar}, 1);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Module
@@ -373,8 +377,12 @@ KlVaeImpl::KlVaeImpl(KlVaeConfig cfg) : cfg_(std::move(cfg)) {
         register_module("post_quant_conv", vqvae::conv2d(cfg_.embed_dim, cfg_.z_channels, 1));
 }
 
-torch::nn::Module& KlVaeImpl::encoder() { return *encoder_; }
-torch::nn::Module& KlVaeImpl::decoder() { return *decoder_; }
+torch::nn::Module& KlVaeImpl::encoder() {
+    return *encoder_;
+}
+torch::nn::Module& KlVaeImpl::decoder() {
+    return *decoder_;
+}
 
 void KlVaeImpl::load(const StateDict& dict, const std::string& what) {
     StateDict model;
@@ -404,7 +412,9 @@ at::Tensor KlVaeImpl::decode_unclamped(const at::Tensor& z) {
     return decoder_->forward(post_quant_conv_(z));
 }
 
-at::Tensor KlVaeImpl::decode(const at::Tensor& z) { return decode_unclamped(z).clamp_(-1, 1); }
+at::Tensor KlVaeImpl::decode(const at::Tensor& z) {
+    return decode_unclamped(z).clamp_(-1, 1);
+}
 
 at::Tensor KlVaeImpl::encode_tokens(const at::Tensor& img, bool sample,
                                     std::optional<at::Generator> generator) {
@@ -459,10 +469,9 @@ KlVae load_kl_vae(const std::string& path, int64_t resolution, double scale_fact
             // The stored resolution names the attention levels; the weights must agree.
             KlVaeConfig check = KlVaeConfig::infer_from(dict, cfg.resolution, cfg.scale_factor);
             if (check != cfg)
-                throw CheckpointError(path + ": metadata 'varscope.config' " +
-                                      cfg.to_json().dump() +
-                                      " disagrees with the tensors, which say " +
-                                      check.to_json().dump());
+                throw CheckpointError(
+                    path + ": metadata 'varscope.config' " + cfg.to_json().dump() +
+                    " disagrees with the tensors, which say " + check.to_json().dump());
         }
     }
     try {

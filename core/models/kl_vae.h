@@ -19,8 +19,8 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/conv.h>
 
-#include <nlohmann/json_fwd.hpp>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,9 +33,9 @@ struct KlVaeConfig {
     int64_t ch = 128;
     std::vector<int64_t> ch_mult{1, 1, 2, 2, 4};
     int64_t num_res_blocks = 2;
-    int64_t embed_dim = 16;   // channels of a latent token (MAR's vae_embed_dim)
-    int64_t z_channels = 16;  // encoder output / decoder input width (official: = embed_dim)
-    bool double_z = true;     // the encoder emits mean and logvar (2 * z_channels)
+    int64_t embed_dim = 16;       // channels of a latent token (MAR's vae_embed_dim)
+    int64_t z_channels = 16;      // encoder output / decoder input width (official: = embed_dim)
+    bool double_z = true;         // the encoder emits mean and logvar (2 * z_channels)
     bool use_variational = true;  // false: logvar is fixed to 1 (official use_variational)
     // Image side the attention resolutions refer to; only the ratio matters for the weights.
     int64_t resolution = 256;
@@ -88,7 +88,7 @@ class DecoderImpl;
 }  // namespace kl_vae
 
 class KlVaeImpl : public torch::nn::Module {
-public:
+  public:
     explicit KlVaeImpl(KlVaeConfig cfg = KlVaeConfig::kl16());
 
     const KlVaeConfig& config() const { return cfg_; }
@@ -98,8 +98,8 @@ public:
     // ("loss.*", LPIPS/discriminator) are ignored like the official strict=False load does.
     void load(const StateDict& dict, const std::string& what);
 
-    DiagonalGaussian encode(const at::Tensor& img);  // img in [-1,1]
-    at::Tensor decode(const at::Tensor& z);          // unscaled z -> img clamped to [-1,1]
+    DiagonalGaussian encode(const at::Tensor& img);    // img in [-1,1]
+    at::Tensor decode(const at::Tensor& z);            // unscaled z -> img clamped to [-1,1]
     at::Tensor decode_unclamped(const at::Tensor& z);  // what training and parity compare
 
     // MAR's view: tokens = scale_factor * (posterior sample, or mean when generator-less
@@ -113,7 +113,7 @@ public:
     torch::nn::Module& encoder();
     torch::nn::Module& decoder();
 
-private:
+  private:
     KlVaeConfig cfg_;
     std::shared_ptr<kl_vae::EncoderImpl> encoder_;
     std::shared_ptr<kl_vae::DecoderImpl> decoder_;
@@ -128,7 +128,6 @@ StateDict kl_vae_state_dict(const StateDict& file_contents, const std::string& w
 
 // Loads a .ckpt/.pth/.safetensors KL VAE: config from the safetensors "varscope.config" metadata
 // when present, otherwise inferred from the shapes (resolution and scale factor as given).
-KlVae load_kl_vae(const std::string& path, int64_t resolution = 256,
-                  double scale_factor = 0.2325);
+KlVae load_kl_vae(const std::string& path, int64_t resolution = 256, double scale_factor = 0.2325);
 
 }  // namespace varscope

@@ -64,7 +64,7 @@ struct MarConfig {
 // timm's ViT block (pre-norm attention + GELU MLP) with the official MAR names:
 // norm1, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2.
 class MarAttentionImpl : public torch::nn::Module {
-public:
+  public:
     MarAttentionImpl(int64_t dim, int64_t num_heads);
     Qkv project_qkv(const at::Tensor& x_BLC) const;          // (B, H, L, d) each
     at::Tensor project_out(const at::Tensor& o_BHLd) const;  // merge heads + proj
@@ -72,14 +72,14 @@ public:
     int64_t num_heads() const { return num_heads_; }
     torch::nn::Linear qkv{nullptr}, proj{nullptr};
 
-private:
+  private:
     int64_t num_heads_, head_dim_;
     double scale_;
 };
 TORCH_MODULE(MarAttention);
 
 class MarMlpImpl : public torch::nn::Module {
-public:
+  public:
     MarMlpImpl(int64_t dim, int64_t hidden);
     at::Tensor forward(const at::Tensor& x) const;  // fc2(gelu(fc1(x))), exact GELU
     torch::nn::Linear fc1{nullptr}, fc2{nullptr};
@@ -87,7 +87,7 @@ public:
 TORCH_MODULE(MarMlp);
 
 class MarBlockImpl : public torch::nn::Module {
-public:
+  public:
     MarBlockImpl(int64_t dim, int64_t num_heads, double mlp_ratio, double eps);
     at::Tensor attn_input(const at::Tensor& x) const { return apply_layer_norm(norm1, x); }
     // x + mlp(norm2(x)) given the post-attention residual stream.
@@ -102,7 +102,7 @@ public:
 TORCH_MODULE(MarBlock);
 
 class MarTransformerImpl : public torch::nn::Module {
-public:
+  public:
     explicit MarTransformerImpl(MarConfig cfg);
     const MarConfig& config() const { return cfg_; }
 
@@ -147,7 +147,7 @@ public:
     torch::nn::ModuleList encoder_blocks{nullptr}, decoder_blocks{nullptr};
     DiffLoss diffloss{nullptr};
 
-private:
+  private:
     MarConfig cfg_;
     std::vector<MarBlock> encoder_handles_, decoder_handles_;
 };

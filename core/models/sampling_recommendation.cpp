@@ -64,7 +64,8 @@ SamplingRecommendation parse_sampling_recommendation(const std::string& json_tex
     if (j.contains("top_k")) {
         const json& v = j.at("top_k");
         if (!v.is_number_integer() || v.get<int64_t>() < 0)
-            throw std::invalid_argument(field("top_k") + ": must be a whole number >= 0, got " + v.dump());
+            throw std::invalid_argument(field("top_k") + ": must be a whole number >= 0, got " +
+                                        v.dump());
         r.top_k = v.get<int64_t>();
     }
     return r;
@@ -111,9 +112,9 @@ MarSamplingRecommendation parse_mar_sampling_recommendation(const std::string& j
         (void)value;
         if (key != "num_iter" && key != "cfg" && key != "cfg_schedule" && key != "temperature" &&
             key != "num_sampling_steps")
-            throw std::invalid_argument(
-                field(key, entry) +
-                ": unknown key (allowed: num_iter, cfg, cfg_schedule, temperature, num_sampling_steps)");
+            throw std::invalid_argument(field(key, entry) +
+                                        ": unknown key (allowed: num_iter, cfg, cfg_schedule, "
+                                        "temperature, num_sampling_steps)");
     }
     MarSamplingRecommendation r;
     r.cfg = read_number(j, "cfg", 0, 100, entry);
@@ -127,7 +128,8 @@ MarSamplingRecommendation parse_mar_sampling_recommendation(const std::string& j
     }
     if (j.contains("cfg_schedule")) {
         const json& v = j.at("cfg_schedule");
-        if (!v.is_string() || (v.get<std::string>() != "linear" && v.get<std::string>() != "constant"))
+        if (!v.is_string() ||
+            (v.get<std::string>() != "linear" && v.get<std::string>() != "constant"))
             throw std::invalid_argument(field("cfg_schedule", entry) +
                                         ": must be \"linear\" or \"constant\", got " + v.dump());
         r.cfg_schedule = v.get<std::string>();
@@ -136,9 +138,9 @@ MarSamplingRecommendation parse_mar_sampling_recommendation(const std::string& j
         // A respacing spec ("250", "ddim50", "10,20"); the diffusion code checks it fully.
         const json& v = j.at("num_sampling_steps");
         if (!v.is_string() || v.get<std::string>().empty())
-            throw std::invalid_argument(field("num_sampling_steps", entry) +
-                                        ": must be a non-empty respacing string such as \"250\", got " +
-                                        v.dump());
+            throw std::invalid_argument(
+                field("num_sampling_steps", entry) +
+                ": must be a non-empty respacing string such as \"250\", got " + v.dump());
         r.num_sampling_steps = v.get<std::string>();
     }
     return r;

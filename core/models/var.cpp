@@ -84,12 +84,18 @@ std::vector<int64_t> schedule_from_levels(const StateDict& d) {
 
 }  // namespace
 
-std::vector<int64_t> patch_nums_256() { return {1, 2, 3, 4, 5, 6, 8, 10, 13, 16}; }
-std::vector<int64_t> patch_nums_512() { return {1, 2, 3, 4, 6, 9, 13, 18, 24, 32}; }
+std::vector<int64_t> patch_nums_256() {
+    return {1, 2, 3, 4, 5, 6, 8, 10, 13, 16};
+}
+std::vector<int64_t> patch_nums_512() {
+    return {1, 2, 3, 4, 6, 9, 13, 18, 24, 32};
+}
 
 // ----------------------------------------------------------------------------- VarConfig
 
-int64_t VarConfig::total_tokens() const { return sum_squares(patch_nums); }
+int64_t VarConfig::total_tokens() const {
+    return sum_squares(patch_nums);
+}
 
 int64_t VarConfig::scale_begin(int64_t si) const {
     int64_t b = 0;
@@ -160,9 +166,8 @@ VarConfig VarConfig::infer_from(const StateDict& d, const std::vector<int64_t>& 
     }
     if (sum_squares(c.patch_nums) != L || static_cast<int64_t>(c.patch_nums.size()) != levels)
         throw CheckpointError("VAR checkpoint: patch schedule mismatch: schedule [" +
-                              join(c.patch_nums) + "] has " +
-                              std::to_string(c.patch_nums.size()) + " scales and " +
-                              std::to_string(sum_squares(c.patch_nums)) +
+                              join(c.patch_nums) + "] has " + std::to_string(c.patch_nums.size()) +
+                              " scales and " + std::to_string(sum_squares(c.patch_nums)) +
                               " tokens, checkpoint has " + std::to_string(levels) +
                               " level embeddings and " + std::to_string(L) + " positions");
     c.validate();
@@ -170,10 +175,12 @@ VarConfig VarConfig::infer_from(const StateDict& d, const std::vector<int64_t>& 
 }
 
 nlohmann::json VarConfig::to_json() const {
-    return {{"depth", depth},           {"embed_dim", embed_dim},   {"num_heads", num_heads},
-            {"num_classes", num_classes}, {"vocab_size", vocab_size}, {"cvae", cvae},
-            {"mlp_ratio", mlp_ratio},   {"norm_eps", norm_eps},     {"shared_aln", shared_aln},
-            {"attn_l2_norm", attn_l2_norm}, {"patch_nums", patch_nums}};
+    return {{"depth", depth},           {"embed_dim", embed_dim},
+            {"num_heads", num_heads},   {"num_classes", num_classes},
+            {"vocab_size", vocab_size}, {"cvae", cvae},
+            {"mlp_ratio", mlp_ratio},   {"norm_eps", norm_eps},
+            {"shared_aln", shared_aln}, {"attn_l2_norm", attn_l2_norm},
+            {"patch_nums", patch_nums}};
 }
 
 VarConfig VarConfig::from_json(const nlohmann::json& j) {
@@ -226,16 +233,20 @@ at::Tensor attention_eager(const at::Tensor& q, const at::Tensor& k, const at::T
 
 SelfAttentionImpl::SelfAttentionImpl(int64_t C, int64_t H, bool l2)
     : num_heads_(H), head_dim_(C / H), l2_norm_(l2) {
-    mat_qkv = register_module("mat_qkv", torch::nn::Linear(torch::nn::LinearOptions(C, 3 * C).bias(false)));
+    mat_qkv = register_module("mat_qkv",
+                              torch::nn::Linear(torch::nn::LinearOptions(C, 3 * C).bias(false)));
     q_bias = register_parameter("q_bias", at::zeros({C}));
     v_bias = register_parameter("v_bias", at::zeros({C}));
     zero_k_bias = register_buffer("zero_k_bias", at::zeros({C}));
-    if (l2) scale_mul_1H11 = register_parameter("scale_mul_1H11", at::full({1, H, 1, 1}, 4.0).log());
+    if (l2)
+        scale_mul_1H11 = register_parameter("scale_mul_1H11", at::full({1, H, 1, 1}, 4.0).log());
     proj = register_module("proj", torch::nn::Linear(C, C));
     scale_ = l2 ? 1.0 : 0.25 / std::sqrt(static_cast<double>(head_dim_));
 }
 
-at::Tensor SelfAttentionImpl::qkv_bias() const { return at::cat({q_bias, zero_k_bias, v_bias}); }
+at::Tensor SelfAttentionImpl::qkv_bias() const {
+    return at::cat({q_bias, zero_k_bias, v_bias});
+}
 
 at::Tensor SelfAttentionImpl::q_mul() const {
     // The learnt per-head temperature, capped at log(100) as in the official model.
@@ -285,7 +296,8 @@ AdaLNSelfAttnImpl::AdaLNSelfAttnImpl(const VarConfig& cfg, int64_t)
     : dim_(cfg.embed_dim), eps_(cfg.norm_eps), shared_aln_(cfg.shared_aln) {
     const int64_t C = cfg.embed_dim;
     attn = register_module("attn", SelfAttention(C, cfg.num_heads, cfg.attn_l2_norm));
-    ffn = register_module("ffn", FeedForward(C, static_cast<int64_t>(std::llround(C * cfg.mlp_ratio))));
+    ffn = register_module("ffn",
+                          FeedForward(C, static_cast<int64_t>(std::llround(C * cfg.mlp_ratio))));
     if (shared_aln_) {
         ada_gss = register_parameter("ada_gss", at::randn({1, 1, 6, C}) / std::sqrt(double(C)));
     } else {
@@ -300,7 +312,8 @@ at::Tensor AdaLNSelfAttnImpl::norm(const at::Tensor& x) const {
 
 Modulation AdaLNSelfAttnImpl::modulation(const at::Tensor& cond) const {
     // Official order of the six chunks: gamma1, gamma2, scale1, scale2, shift1, shift2.
-    at::Tensor six = shared_aln_ ? ada_gss + cond : linear(ada_fc_, at::silu(cond)).view({-1, 1, 6, dim_});
+    at::Tensor six =
+        shared_aln_ ? ada_gss + cond : linear(ada_fc_, at::silu(cond)).view({-1, 1, 6, dim_});
     auto p = six.unbind(2);
     return {p[0], p[1], p[2], p[3], p[4], p[5]};
 }
@@ -349,11 +362,11 @@ at::Tensor AdaLNBeforeHeadImpl::forward(const at::Tensor& x, const at::Tensor& c
                                         bool autocast) const {
     // Modulation in the weights' precision, normalisation in the input's (fp32 for the head).
     // Under autocast the SiLU runs on the fp32 condition and 1 + scale is rounded to bf16.
-    auto p = (autocast ? linear(fc_, at::silu(cond))
-                       : linear(fc_, at::silu(cond.to(fc_->weight.scalar_type())))
-                             .to(x.scalar_type()))
-                 .view({-1, 1, 2, dim_})
-                 .unbind(2);  // scale, shift
+    auto p =
+        (autocast ? linear(fc_, at::silu(cond))
+                  : linear(fc_, at::silu(cond.to(fc_->weight.scalar_type()))).to(x.scalar_type()))
+            .view({-1, 1, 2, dim_})
+            .unbind(2);  // scale, shift
     return at::layer_norm(x, {dim_}, {}, {}, eps_).mul(p[0].add(1)).add_(p[1]);
 }
 
@@ -369,7 +382,8 @@ VarTransformerImpl::VarTransformerImpl(VarConfig cfg) : cfg_(std::move(cfg)) {
     lvl_embed = register_module("lvl_embed", torch::nn::Embedding(S, C));
     if (cfg_.shared_aln) {
         shared_fc_ = torch::nn::Linear(C, 6 * C);
-        shared_ada_lin = register_module("shared_ada_lin", torch::nn::Sequential(torch::nn::SiLU(), shared_fc_));
+        shared_ada_lin =
+            register_module("shared_ada_lin", torch::nn::Sequential(torch::nn::SiLU(), shared_fc_));
     }
     blocks = register_module("blocks", torch::nn::ModuleList());
     for (int64_t i = 0; i < cfg_.depth; ++i) {
@@ -409,10 +423,14 @@ void VarTransformerImpl::init_weights(uint64_t seed) {
     for (auto& p : named_parameters()) {
         const auto& n = p.key();
         auto t = p.value();
-        if (n.find("scale_mul_1H11") != std::string::npos) t.fill_(std::log(4.0));
-        else if (n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0) t.zero_();
-        else if (n.find("q_bias") != std::string::npos || n.find("v_bias") != std::string::npos) t.zero_();
-        else trunc_normal_(t, std, gen);
+        if (n.find("scale_mul_1H11") != std::string::npos)
+            t.fill_(std::log(4.0));
+        else if (n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0)
+            t.zero_();
+        else if (n.find("q_bias") != std::string::npos || n.find("v_bias") != std::string::npos)
+            t.zero_();
+        else
+            trunc_normal_(t, std, gen);
     }
     const double depth_div = std::sqrt(2.0 * cfg_.depth);
     head->weight.mul_(0.02);
@@ -500,7 +518,8 @@ at::Tensor VarTransformerImpl::forward_teacher(const at::Tensor& labels, const a
     const auto& mask = attn_bias_for_masking;
     AttendFn attend = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
         const double s = block(0).attn->softmax_scale();
-        return eager_attention ? attention_eager(q, k, v, s, mask) : attention_sdpa(q, k, v, s, mask);
+        return eager_attention ? attention_eager(q, k, v, s, mask)
+                               : attention_sdpa(q, k, v, s, mask);
     };
     for (int64_t i = 0; i < cfg_.depth; ++i) x = block(i).forward(x, cond, attend);
     return logits(x, cond_BD);

@@ -33,8 +33,8 @@ struct VarConfig {
 
     int64_t num_scales() const { return static_cast<int64_t>(patch_nums.size()); }
     int64_t first_l() const { return patch_nums.front() * patch_nums.front(); }
-    int64_t total_tokens() const;                  // L = sum pn^2
-    int64_t scale_begin(int64_t si) const;         // first token index of scale si
+    int64_t total_tokens() const;           // L = sum pn^2
+    int64_t scale_begin(int64_t si) const;  // first token index of scale si
     int64_t head_dim() const { return embed_dim / num_heads; }
 
     // The official build_vae_var recipe: heads = depth, width = 64 * depth.
@@ -58,9 +58,9 @@ struct Qkv {
 };
 
 class SelfAttentionImpl : public torch::nn::Module {
-public:
+  public:
     SelfAttentionImpl(int64_t embed_dim, int64_t num_heads, bool attn_l2_norm);
-    Qkv project_qkv(const at::Tensor& x_BLC) const;          // incl. q/k L2 norm and head scales
+    Qkv project_qkv(const at::Tensor& x_BLC) const;  // incl. q/k L2 norm and head scales
     // The same with the per-call constants precomputed: qkv_bias() and q_mul().
     Qkv project_qkv(const at::Tensor& x_BLC, const at::Tensor& qkv_bias,
                     const at::Tensor& q_mul) const;
@@ -74,7 +74,7 @@ public:
     torch::nn::Linear mat_qkv{nullptr}, proj{nullptr};
     at::Tensor q_bias, v_bias, zero_k_bias, scale_mul_1H11;
 
-private:
+  private:
     int64_t num_heads_, head_dim_;
     bool l2_norm_;
     double scale_;
@@ -82,7 +82,7 @@ private:
 TORCH_MODULE(SelfAttention);
 
 class FeedForwardImpl : public torch::nn::Module {
-public:
+  public:
     FeedForwardImpl(int64_t dim, int64_t hidden);
     at::Tensor forward(const at::Tensor& x) const;  // fc2(gelu_tanh(fc1(x)))
     torch::nn::Linear fc1{nullptr}, fc2{nullptr};
@@ -104,11 +104,11 @@ struct BlockConstants {
 };
 
 // Attention callback used by blocks: q, k, v in BHLc, returns BHLc.
-using AttendFn = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k,
-                                          const at::Tensor& v)>;
+using AttendFn =
+    std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)>;
 
 class AdaLNSelfAttnImpl : public torch::nn::Module {
-public:
+  public:
     AdaLNSelfAttnImpl(const VarConfig& cfg, int64_t block_idx);
 
     // `cond` is the class embedding (B, D), or with shared AdaLN the shared projection (B,1,6,C).
@@ -128,7 +128,7 @@ public:
     at::Tensor ada_gss;                      // only with shared AdaLN
     torch::nn::LinearImpl& ada_fc() { return *ada_fc_; }
 
-private:
+  private:
     at::Tensor norm(const at::Tensor& x) const;
     torch::nn::Linear ada_fc_{nullptr};  // ada_lin[1], kept typed for const access
     int64_t dim_;
@@ -138,14 +138,14 @@ private:
 TORCH_MODULE(AdaLNSelfAttn);
 
 class AdaLNBeforeHeadImpl : public torch::nn::Module {
-public:
+  public:
     AdaLNBeforeHeadImpl(int64_t dim, int64_t cond_dim, double eps);
     // autocast: 1 + scale in the projection's dtype, as under torch.autocast (else in x's).
     at::Tensor forward(const at::Tensor& x, const at::Tensor& cond, bool autocast = false) const;
     torch::nn::Sequential ada_lin{nullptr};
     torch::nn::LinearImpl& fc() { return *fc_; }
 
-private:
+  private:
     torch::nn::Linear fc_{nullptr};
     int64_t dim_;
     double eps_;
@@ -153,7 +153,7 @@ private:
 TORCH_MODULE(AdaLNBeforeHead);
 
 class VarTransformerImpl : public torch::nn::Module {
-public:
+  public:
     explicit VarTransformerImpl(VarConfig cfg);
     const VarConfig& config() const { return cfg_; }
 
@@ -196,7 +196,7 @@ public:
 
     const AdaLNSelfAttnImpl& block(int64_t i) const { return *block_handles_.at(i); }
 
-private:
+  private:
     VarConfig cfg_;
     std::vector<AdaLNSelfAttn> block_handles_;  // typed views of `blocks`
     torch::nn::Linear shared_fc_{nullptr};

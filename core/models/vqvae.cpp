@@ -36,7 +36,9 @@ void VqvaeImpl::load(const StateDict& dict, const std::string& what) {
     bind_state_dict(*this, *source, options);
 }
 
-at::Tensor VqvaeImpl::encode(const at::Tensor& img) { return quant_conv_(encoder_(img)); }
+at::Tensor VqvaeImpl::encode(const at::Tensor& img) {
+    return quant_conv_(encoder_(img));
+}
 
 at::Tensor VqvaeImpl::decode(const at::Tensor& f_hat) {
     return decoder_(post_quant_conv_(f_hat)).clamp_(-1, 1);

@@ -31,7 +31,7 @@ struct VqvaeTrainOutput {
 };
 
 class VqvaeImpl : public torch::nn::Module {
-public:
+  public:
     explicit VqvaeImpl(VqvaeConfig cfg = {});
 
     const VqvaeConfig& config() const { return cfg_; }
@@ -41,8 +41,8 @@ public:
     // ema_vocab_hit_SV recorded for a different number of scales is ignored, as is its absence.
     void load(const StateDict& dict, const std::string& what);
 
-    at::Tensor encode(const at::Tensor& img);         // quant_conv(encoder(img))
-    at::Tensor decode(const at::Tensor& f_hat);       // decoder(post_quant_conv(f_hat)) in [-1,1]
+    at::Tensor encode(const at::Tensor& img);    // quant_conv(encoder(img))
+    at::Tensor decode(const at::Tensor& f_hat);  // decoder(post_quant_conv(f_hat)) in [-1,1]
     at::Tensor fhat_to_img(const at::Tensor& f_hat) { return decode(f_hat); }
     std::vector<at::Tensor> img_to_idx(const at::Tensor& img) { return f_to_idx(encode(img)); }
     at::Tensor idx_to_img(const std::vector<at::Tensor>& idx) { return decode(idx_to_fhat(idx)); }
@@ -50,7 +50,9 @@ public:
     // Quantizer entry points; see vqvae_quant.h for the exact semantics.
     std::vector<at::Tensor> f_to_idx(const at::Tensor& f) { return quantize_->f_to_idx(f); }
     std::vector<at::Tensor> f_to_fhats(const at::Tensor& f) { return quantize_->f_to_fhats(f); }
-    at::Tensor idx_to_fhat(const std::vector<at::Tensor>& idx) { return quantize_->idx_to_fhat(idx); }
+    at::Tensor idx_to_fhat(const std::vector<at::Tensor>& idx) {
+        return quantize_->idx_to_fhat(idx);
+    }
     at::Tensor idx_to_var_input(const std::vector<at::Tensor>& idx) {
         return quantize_->idx_to_var_input(idx);
     }
@@ -69,7 +71,7 @@ public:
     vqvae::Decoder& decoder() { return decoder_; }
     vqvae::VectorQuantizer& quantizer() { return quantize_; }
 
-private:
+  private:
     VqvaeConfig cfg_;
     vqvae::Encoder encoder_{nullptr};
     vqvae::Decoder decoder_{nullptr};

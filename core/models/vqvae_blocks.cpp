@@ -47,8 +47,8 @@ at::Tensor AttnBlockImpl::forward(const at::Tensor& x) {
     const at::Tensor q = qkv[0].transpose(1, 2);  // B, HW, C
     // pow rather than 1/sqrt: bit-identical to the official int(C) ** -0.5.
     at::Tensor w = at::bmm(q, qkv[1]).mul_(std::pow(static_cast<double>(C), -0.5));
-    w = at::softmax(w, /*dim=*/2);                          // B, HW(query), HW(key)
-    at::Tensor h = at::bmm(qkv[2], w.transpose(1, 2));      // B, C, HW(query)
+    w = at::softmax(w, /*dim=*/2);                      // B, HW(query), HW(key)
+    at::Tensor h = at::bmm(qkv[2], w.transpose(1, 2));  // B, C, HW(query)
     return x + proj_out_(h.reshape({B, C, H, W}));
 }
 
@@ -57,8 +57,8 @@ at::Tensor AttnBlockImpl::forward(const at::Tensor& x) {
 ResampleImpl::ResampleImpl(int64_t channels, bool down) : down_(down) {
     // Downsampling pads right/bottom by one and uses an unpadded stride-2 conv (LDM convention),
     // upsampling is nearest x2 followed by a same-size conv.
-    conv_ = register_module("conv", down ? conv2d(channels, channels, 3, 2, 0)
-                                         : conv2d(channels, channels, 3, 1, 1));
+    conv_ = register_module(
+        "conv", down ? conv2d(channels, channels, 3, 2, 0) : conv2d(channels, channels, 3, 1, 1));
 }
 
 at::Tensor ResampleImpl::forward(const at::Tensor& x) {
@@ -68,8 +68,8 @@ at::Tensor ResampleImpl::forward(const at::Tensor& x) {
 
 // ---------------------------------------------------------------------------------------------
 
-LevelImpl::LevelImpl(int64_t in_channels, int64_t out_channels, int64_t num_blocks,
-                     bool with_attn, const char* resample_name, bool down) {
+LevelImpl::LevelImpl(int64_t in_channels, int64_t out_channels, int64_t num_blocks, bool with_attn,
+                     const char* resample_name, bool down) {
     auto block = register_module("block", torch::nn::ModuleList());
     auto attn = register_module("attn", torch::nn::ModuleList());  // registered even when empty
     for (int64_t i = 0; i < num_blocks; ++i) {

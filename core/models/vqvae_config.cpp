@@ -1,8 +1,7 @@
 #include "core/models/vqvae_config.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 
@@ -19,7 +18,9 @@ const at::Tensor& need(const StateDict& dict, const std::string& name, const cha
     return it->second;
 }
 
-bool has(const StateDict& dict, const std::string& name) { return dict.count(name) > 0; }
+bool has(const StateDict& dict, const std::string& name) {
+    return dict.count(name) > 0;
+}
 
 // Number of consecutive indices i = 0, 1, ... for which prefix + i + suffix is present.
 int64_t count_indexed(const StateDict& dict, const std::string& prefix, const std::string& suffix) {
@@ -42,7 +43,9 @@ int64_t VqvaeConfig::phi_count() const {
 }
 
 void VqvaeConfig::validate() const {
-    auto fail = [](const std::string& what) { throw std::invalid_argument("VqvaeConfig: " + what); };
+    auto fail = [](const std::string& what) {
+        throw std::invalid_argument("VqvaeConfig: " + what);
+    };
     if (vocab_size <= 0) fail("vocab_size must be positive");
     if (z_channels <= 0) fail("z_channels must be positive");
     if (ch <= 0 || ch_mult.empty()) fail("ch and ch_mult must be non-empty/positive");
@@ -86,16 +89,17 @@ VqvaeConfig VqvaeConfig::infer_from(const StateDict& dict, std::vector<int64_t> 
     c.using_sa = has(dict, "encoder.down." + std::to_string(levels - 1) + ".attn.0.qkv.weight");
     c.using_mid_sa = has(dict, "encoder.mid.attn_1.qkv.weight");
 
-    // The Phi container's class shows in the names: PhiShared.qresi, PhiPartiallyShared.qresi_ls.<i>,
-    // PhiNonShared (a ModuleList itself) <i>.
+    // The Phi container's class shows in the names: PhiShared.qresi,
+    // PhiPartiallyShared.qresi_ls.<i>, PhiNonShared (a ModuleList itself) <i>.
     const int64_t partial = count_indexed(dict, "quantize.quant_resi.qresi_ls.", ".weight");
     const int64_t nonshared = count_indexed(dict, "quantize.quant_resi.", ".weight");
     if (has(dict, "quantize.quant_resi.qresi.weight")) {
         c.share_quant_resi = 1;
     } else if (partial > 0) {
         if (partial == 1)
-            throw CheckpointError("VQVAE checkpoint: a single 'quantize.quant_resi.qresi_ls.0' "
-                                  "Phi is not a layout the official model can produce");
+            throw CheckpointError(
+                "VQVAE checkpoint: a single 'quantize.quant_resi.qresi_ls.0' "
+                "Phi is not a layout the official model can produce");
         c.share_quant_resi = partial;
     } else if (nonshared > 0) {
         c.share_quant_resi = 0;

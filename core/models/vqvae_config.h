@@ -1,9 +1,8 @@
 // Hyper-parameters of VAR's multi-scale VQVAE, and how to recover them from a checkpoint.
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
-
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <vector>
 
 #include "core/io/state_dict.h"

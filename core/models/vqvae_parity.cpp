@@ -9,8 +9,7 @@ namespace {
 
 const at::Tensor& required(const StateDict& ref, const std::string& key) {
     auto it = ref.find(key);
-    if (it == ref.end())
-        throw CheckpointError("VQVAE parity reference lacks tensor '" + key + "'");
+    if (it == ref.end()) throw CheckpointError("VQVAE parity reference lacks tensor '" + key + "'");
     return it->second;
 }
 
@@ -20,9 +19,8 @@ ParityEntry compare(const std::string& name, const at::Tensor& ours, const at::T
     const at::Tensor a = ours.detach().to(at::kCPU);
     const at::Tensor b = ref.detach().to(at::kCPU);
     if (a.sizes() != b.sizes())
-        throw CheckpointError("VQVAE parity: '" + name + "' has shape " +
-                              c10::str(a.sizes()) + " here but " + c10::str(b.sizes()) +
-                              " in the reference");
+        throw CheckpointError("VQVAE parity: '" + name + "' has shape " + c10::str(a.sizes()) +
+                              " here but " + c10::str(b.sizes()) + " in the reference");
     e.count = a.numel();
     if (!a.is_floating_point()) {
         e.integer = true;

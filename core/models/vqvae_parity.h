@@ -13,20 +13,20 @@ namespace varscope {
 
 struct ParityEntry {
     std::string name;
-    int64_t count = 0;          // elements compared
-    double max_abs_err = 0.0;   // max |ours - ref|
-    double ref_max_abs = 0.0;   // max |ref|
-    bool integer = false;       // token indices: compared for equality
-    int64_t mismatches = 0;     // integer tensors: elements that differ
+    int64_t count = 0;         // elements compared
+    double max_abs_err = 0.0;  // max |ours - ref|
+    double ref_max_abs = 0.0;  // max |ref|
+    bool integer = false;      // token indices: compared for equality
+    int64_t mismatches = 0;    // integer tensors: elements that differ
     // max_abs_err relative to the reference's scale (element-wise ratios blow up near zero).
     double rel_err() const { return ref_max_abs > 0 ? max_abs_err / ref_max_abs : max_abs_err; }
 };
 
 struct VqvaeParityReport {
     std::vector<ParityEntry> entries;
-    double worst_rel_err() const;       // over float entries
-    int64_t index_mismatches() const;   // over integer entries
-    std::string summary() const;        // one line per entry
+    double worst_rel_err() const;      // over float entries
+    int64_t index_mismatches() const;  // over integer entries
+    std::string summary() const;       // one line per entry
 };
 
 // Reference keys (float32 unless noted; [B,3,H,W] images in [-1, 1]):

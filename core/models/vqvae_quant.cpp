@@ -58,7 +58,8 @@ PhiSetImpl::PhiSetImpl(const VqvaeConfig& cfg)
     const int64_t C = cfg.z_channels;
     auto make = [&] { return torch::nn::Conv2d(torch::nn::Conv2dOptions(C, C, 3).padding(1)); };
     if (cfg.share_quant_resi == 0) {
-        slots_ = cfg.qresi_counts > 0 ? cfg.qresi_counts : static_cast<int64_t>(cfg.patch_nums.size());
+        slots_ =
+            cfg.qresi_counts > 0 ? cfg.qresi_counts : static_cast<int64_t>(cfg.patch_nums.size());
         // PhiNonShared is itself the ModuleList: children sit directly under quant_resi.
         for (int64_t i = 0; i < slots_ && !is_identity; ++i)
             convs_.push_back(register_module(std::to_string(i), make()));
@@ -86,7 +87,9 @@ at::Tensor PhiSetImpl::forward(const at::Tensor& h, int64_t si, int64_t SN) {
 // ---------------------------------------------------------------------------------------------
 
 VectorQuantizerImpl::VectorQuantizerImpl(const VqvaeConfig& cfg)
-    : vocab_size_(cfg.vocab_size), cvae_(cfg.z_channels), beta_(cfg.beta),
+    : vocab_size_(cfg.vocab_size),
+      cvae_(cfg.z_channels),
+      beta_(cfg.beta),
       patch_nums_(cfg.patch_nums) {
     quant_resi_ = register_module("quant_resi", PhiSet(cfg));
     ema_vocab_hit_SV_ = register_buffer(
@@ -215,9 +218,12 @@ QuantizerTrainOutput VectorQuantizerImpl::forward_train(const at::Tensor& f_in, 
             at::NoGradGuard no_grad;
             const at::Tensor hit_V = at::bincount(idx_N, {}, vocab_size_).to(at::kFloat);
             at::Tensor row = ema_vocab_hit_SV_[si];
-            if (record_hit_ == 0) row.copy_(hit_V);
-            else if (record_hit_ < 100) row.mul_(0.9).add_(hit_V.mul(0.1));
-            else row.mul_(0.99).add_(hit_V.mul(0.01));
+            if (record_hit_ == 0)
+                row.copy_(hit_V);
+            else if (record_hit_ < 100)
+                row.mul_(0.9).add_(hit_V.mul(0.1));
+            else
+                row.mul_(0.99).add_(hit_V.mul(0.01));
             ++record_hit_;
         }
         at::Tensor h = embedding_(idx_N.view({B, pn, pn})).permute({0, 3, 1, 2});
@@ -227,7 +233,8 @@ QuantizerTrainOutput VectorQuantizerImpl::forward_train(const at::Tensor& f_in, 
         f_rest.sub_(h.detach());
         // Commitment term pulls the encoder towards f_hat; the codebook/Phi term pulls f_hat
         // towards the (frozen) encoder output.
-        at::Tensor term = at::mse_loss(f_hat.detach(), f).mul_(beta_) + at::mse_loss(f_hat, f_no_grad);
+        at::Tensor term =
+            at::mse_loss(f_hat.detach(), f).mul_(beta_) + at::mse_loss(f_hat, f_no_grad);
         loss = loss.defined() ? loss + term : term;
     }
     QuantizerTrainOutput out;

@@ -30,7 +30,7 @@ namespace vqvae {
 // the layout: "<i>.weight" (non-shared), "qresi.weight" (shared), "qresi_ls.<i>.weight"
 // (partially shared). With |quant_resi| <= 1e-6 it holds nothing and Phi is the identity.
 class PhiSetImpl : public torch::nn::Module {
-public:
+  public:
     explicit PhiSetImpl(const VqvaeConfig& cfg);
     int64_t index_for(int64_t si, int64_t SN) const;
     // Phi_{index_for(si, SN)}(h) = (1 - r) h + r conv3x3(h).
@@ -38,7 +38,7 @@ public:
     int64_t slots() const { return slots_; }
     bool identity() const { return convs_.empty(); }
 
-private:
+  private:
     double ratio_;
     int64_t slots_;
     bool shared_;
@@ -53,7 +53,7 @@ struct QuantizerTrainOutput {
 };
 
 class VectorQuantizerImpl : public torch::nn::Module {
-public:
+  public:
     explicit VectorQuantizerImpl(const VqvaeConfig& cfg);
 
     // Token indices per scale, each [B, pn*pn] int64. f must be [B, Cvae, pn_last, pn_last].
@@ -72,7 +72,9 @@ public:
                                                                 at::Tensor& f_hat,
                                                                 const at::Tensor& h_BChw);
     int64_t phi_for_scale(int64_t si, int64_t SN) const { return quant_resi_->index_for(si, SN); }
-    at::Tensor apply_phi(const at::Tensor& h, int64_t si, int64_t SN) { return quant_resi_(h, si, SN); }
+    at::Tensor apply_phi(const at::Tensor& h, int64_t si, int64_t SN) {
+        return quant_resi_(h, si, SN);
+    }
     // Codebook rows of idx_Bl ([B, pn*pn]) as a [B, Cvae, pn, pn] view (channels-last strides,
     // exactly like the official transpose + view).
     at::Tensor lookup(const at::Tensor& idx_Bl, int64_t pn);
@@ -82,10 +84,10 @@ public:
     const at::Tensor& codebook() const { return embedding_->weight; }
     const std::vector<int64_t>& patch_nums() const { return patch_nums_; }
 
-private:
+  private:
     std::vector<at::Tensor> quantize_scales(const at::Tensor& f, bool want_fhat);
     void check_latent(const at::Tensor& f) const;
-    at::Tensor nearest(const at::Tensor& z_NC) const;      // argmin of squared L2 distance
+    at::Tensor nearest(const at::Tensor& z_NC) const;  // argmin of squared L2 distance
     at::Tensor residual_at(const at::Tensor& f_rest, int64_t si) const;  // [N, C] rows
 
     int64_t vocab_size_, cvae_;

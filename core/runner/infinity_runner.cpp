@@ -70,9 +70,8 @@ class InfinityRunner : public Runner {
         if (t5_) {
             const auto& e = t5_->encoder().config();
             d += "\nT5 encoder: " + std::to_string(e.num_layers) + " layers, width " +
-                 std::to_string(e.d_model) + (t5_->options().offload_after_encode
-                                                  ? " (off the GPU between encodings)"
-                                                  : "");
+                 std::to_string(e.d_model) +
+                 (t5_->options().offload_after_encode ? " (off the GPU between encodings)" : "");
         }
         return d;
     }
@@ -157,8 +156,8 @@ class InfinityRunner : public Runner {
         e.per_image = kv + acts + scores + logits;
         if (s.decode && pipe_.vae) {
             const auto& v = pipe_.vae->config();
-            const int64_t side = sch.scales.back()[0] * (pipe_.quant.spatial_patchify ? 2 : 1) *
-                                 v.patch_size;
+            const int64_t side =
+                sch.scales.back()[0] * (pipe_.quant.spatial_patchify ? 2 : 1) * v.patch_size;
             e.fixed = v.base_ch * v.decoder_ch_mult.front() * side * side * 4 * 6 *
                       std::min(e.images, decode_chunk_images(side));
         }
@@ -329,17 +328,17 @@ std::shared_ptr<T5TextEncoder> open_text_encoder(const std::string& folder, bool
     o.offload_after_encode = offload && device.is_cuda();
     auto t5 = std::make_shared<T5TextEncoder>(folder, o);
     if (t5->encoder().config().d_model != model.text_channels)
-        throw std::invalid_argument(folder + ": a T5 of width " +
-                                    std::to_string(t5->encoder().config().d_model) +
-                                    " does not fit " + model_name +
-                                    ", which takes text features of width " +
-                                    std::to_string(model.text_channels));
+        throw std::invalid_argument(
+            folder + ": a T5 of width " + std::to_string(t5->encoder().config().d_model) +
+            " does not fit " + model_name + ", which takes text features of width " +
+            std::to_string(model.text_channels));
     return t5;
 }
 
 void require_fp32(const LoadOptions& options, const std::string& what) {
     if (options.precision != Precision::Fp32 || options.autocast)
-        throw std::invalid_argument(what + " is an Infinity model: only fp32 (or tf32) runs for now");
+        throw std::invalid_argument(what +
+                                    " is an Infinity model: only fp32 (or tf32) runs for now");
 }
 
 }  // namespace

@@ -9,7 +9,9 @@
 namespace varscope {
 namespace {
 
-int64_t nbytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
+int64_t nbytes(const at::Tensor& t) {
+    return t.defined() ? t.numel() * t.element_size() : 0;
+}
 
 int64_t total_tokens(const std::vector<at::Tensor>& parts) {
     int64_t n = 0;
@@ -313,8 +315,8 @@ at::Tensor KvCache::keys(int64_t layer, int64_t start, int64_t length) const {
 }
 
 int64_t KvCache::token_bytes() const {
-    return 2 * batch_ * heads_ * head_dim_ * static_cast<int64_t>(c10::elementSize(
-                                                 c10::typeMetaToScalarType(options_.dtype())));
+    return 2 * batch_ * heads_ * head_dim_ *
+           static_cast<int64_t>(c10::elementSize(c10::typeMetaToScalarType(options_.dtype())));
 }
 
 int64_t KvCache::bytes(int64_t layer) const {

@@ -31,7 +31,7 @@
 namespace varscope {
 
 class KvCache {
-public:
+  public:
     // Preallocated mode. batch counts both CFG branches; capacity = total tokens of the schedule.
     KvCache(int64_t layers, int64_t batch, int64_t heads, int64_t head_dim, int64_t capacity,
             const at::TensorOptions& options);
@@ -77,7 +77,7 @@ public:
     int64_t peak_bytes() const { return peak_; }
     int64_t token_bytes() const;  // bytes of one token's key + value over the batch and heads
 
-private:
+  private:
     struct Layer {
         // Preallocated: (B, H, capacity, c). Compact: (B, capacity, H, c) or undefined.
         at::Tensor k, v;

@@ -46,7 +46,7 @@ struct MarGraphKey {
     int64_t head_cfg_cache_period = 0;  // the hooks' MarSamplingHooks::head_cfg_cache_period
     bool fused_head = true;             // MarSampleOptions::fused_head
     int64_t head_mlp_cache_period = 0;  // the hooks' head_mlp_cache_period
-    std::string hooks;  // graph signature of hooks run inside the step graphs ("" = none)
+    std::string hooks;         // graph signature of hooks run inside the step graphs ("" = none)
     bool chained_pool = true;  // ExecPolicy::mar_chained_graph_pool (Pool::Chained below)
     bool operator==(const MarGraphKey& o) const;
 };

@@ -88,23 +88,23 @@ enum class MarStage { Encoder, Decoder };
 // One decoding step.
 struct MarStepContext {
     const MarConfig& config;
-    int64_t step = 0;      // s in [0, num_iter)
-    int64_t num_iter = 0;  // decoding steps of the run
-    int64_t batch = 0;     // B images
-    bool cfg = false;      // classifier-free guidance on (the transformer runs 2B rows)
-    double cfg_scale = 1;  // guidance of this step after the schedule (linear / constant)
+    int64_t step = 0;           // s in [0, num_iter)
+    int64_t num_iter = 0;       // decoding steps of the run
+    int64_t batch = 0;          // B images
+    bool cfg = false;           // classifier-free guidance on (the transformer runs 2B rows)
+    double cfg_scale = 1;       // guidance of this step after the schedule (linear / constant)
     int64_t masked_before = 0;  // image tokens still masked when the step starts
     int64_t masked_after = 0;   // ... after it (0 after the last step)
-    at::Tensor labels;           // (B) int64 class ids (-1 = unconditional)
-    at::Tensor orders;           // (B, seq_len) int64 generation order (a permutation per image)
-    at::Tensor mask;             // (B, seq_len) bool, true = masked before this step
-    at::Tensor known;            // (B, seq_len - masked_before) int64 image positions known
-                                 // before the step, ascending (the encoder's rows after the
-                                 // buffer, in this order)
-    at::Tensor decoded;          // (B, masked_before - masked_after) int64 image positions
-                                 // decoded in this step, ascending
-    at::Tensor decoded_prev;     // the previous step's `decoded` (undefined at step 0)
-    at::Tensor tokens;           // (B, seq_len, token_dim) latents before the step (read-only)
+    at::Tensor labels;          // (B) int64 class ids (-1 = unconditional)
+    at::Tensor orders;          // (B, seq_len) int64 generation order (a permutation per image)
+    at::Tensor mask;            // (B, seq_len) bool, true = masked before this step
+    at::Tensor known;           // (B, seq_len - masked_before) int64 image positions known
+                                // before the step, ascending (the encoder's rows after the
+                                // buffer, in this order)
+    at::Tensor decoded;         // (B, masked_before - masked_after) int64 image positions
+                                // decoded in this step, ascending
+    at::Tensor decoded_prev;    // the previous step's `decoded` (undefined at step 0)
+    at::Tensor tokens;          // (B, seq_len, token_dim) latents before the step (read-only)
     bool skip_unconditional = false;  // set by the loop after asking the hooks
     // Set while the step is captured as a whole-step CUDA graph (hooks with a graph signature):
     // MarHookState keeps its tensors there. nullptr when the step runs eagerly.
@@ -137,7 +137,7 @@ struct MarBlockContext {
 };
 
 class MarSamplingHooks {
-public:
+  public:
     virtual ~MarSamplingHooks() = default;
 
     // What the captured work of a step depends on (method and settings) when the hook may run
@@ -160,9 +160,7 @@ public:
 
     // Indices into x's sequence dim (dim 1) that this block computes (int64, on x's device);
     // (K) = the same for every row, (R, K) = per row. Undefined = all rows.
-    virtual at::Tensor select_tokens(const MarBlockContext& ctx, const at::Tensor& x) {
-        return {};
-    }
+    virtual at::Tensor select_tokens(const MarBlockContext& ctx, const at::Tensor& x) { return {}; }
     // Keys and values (R, H, Lk, d) of the computed rows; a policy may replace them (e.g. by
     // full-length keys from its cache with the fresh ones written in). `rows` as selected.
     virtual void on_keys_values(const MarBlockContext& ctx, const at::Tensor& rows, at::Tensor& k,
@@ -208,7 +206,7 @@ public:
 // prefix + name, so every replay, and a later hook object with the same signature, uses the
 // memory the capture saw; otherwise this object holds them.
 class MarHookState {
-public:
+  public:
     explicit MarHookState(std::string prefix) : prefix_(std::move(prefix)) {}
     // The tensor `name` of these sizes and options, made (uninitialised) if missing. Eagerly a
     // tensor of other sizes or options is replaced; in a graph set that is an error (its
@@ -218,7 +216,7 @@ public:
     // The tensor `name`, which must exist.
     at::Tensor get(const MarStepContext& ctx, const std::string& name);
 
-private:
+  private:
     std::string prefix_;
     std::map<std::string, at::Tensor> own_;
 };
@@ -230,7 +228,7 @@ private:
 // head_cfg_cache_period / head_mlp_cache_period: the first non-zero answer in chain order
 // (the head has one cache of each kind); wants_head_cache_stats if any wants them.
 class MarHookChain : public MarSamplingHooks {
-public:
+  public:
     void add(std::shared_ptr<MarSamplingHooks> h) { hooks_.push_back(std::move(h)); }
     bool empty() const { return hooks_.empty(); }
     size_t size() const { return hooks_.size(); }
@@ -257,7 +255,7 @@ public:
     bool wants_head_cache_stats() const override;
     void on_head_cache_stats(int64_t step, const HeadCacheStats& stats) override;
 
-private:
+  private:
     std::vector<std::shared_ptr<MarSamplingHooks>> hooks_;
 };
 

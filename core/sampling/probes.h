@@ -12,13 +12,13 @@
 namespace varscope {
 
 struct ScaleRecord {
-    int64_t scale = 0;       // index si
-    int64_t patch_num = 0;   // the scale's side length pn
-    double millis = 0.0;     // wall time of this scale (device-synchronised when timing is on)
-    at::Tensor tokens;       // (B, pn*pn) sampled indices
-    at::Tensor f_hat;        // (B, Cvae, H, W) accumulated features after this scale, if wanted
-    int64_t step = 0;        // loop step that decoded it (scales of a LazyVAR group share one)
-    bool skipped = false;    // scale not run (scale skipping); tokens undefined, millis 0
+    int64_t scale = 0;      // index si
+    int64_t patch_num = 0;  // the scale's side length pn
+    double millis = 0.0;    // wall time of this scale (device-synchronised when timing is on)
+    at::Tensor tokens;      // (B, pn*pn) sampled indices
+    at::Tensor f_hat;       // (B, Cvae, H, W) accumulated features after this scale, if wanted
+    int64_t step = 0;       // loop step that decoded it (scales of a LazyVAR group share one)
+    bool skipped = false;   // scale not run (scale skipping); tokens undefined, millis 0
     // Attention FLOPs (QK^T and PV) the step computed, as the result's attention_flops counts
     // them; booked like millis: a grouped step's on its first scale, 0 on the others.
     double attention_flops = 0.0;
@@ -43,7 +43,7 @@ struct AccelRecord {
 
 // Receives records while sampling runs. Called on the sampling thread.
 class ProbeSink {
-public:
+  public:
     virtual ~ProbeSink() = default;
     // Return true to have attention probabilities materialised for this (scale, layer).
     virtual bool wants_attention(int64_t scale, int64_t layer) const { return false; }
@@ -54,13 +54,15 @@ public:
     virtual void on_attention(AttentionRecord record) {}
     virtual void on_scale(ScaleRecord record) {}
     // Accelerators ask before computing costly records (e.g. dense maps) only for probes.
-    virtual bool wants_accel(const std::string& method, const std::string& kind) const { return true; }
+    virtual bool wants_accel(const std::string& method, const std::string& kind) const {
+        return true;
+    }
     virtual void on_accel(AccelRecord record) {}
 };
 
 // Keeps every record; which attention maps to keep is chosen up front.
 class ProbeRecorder : public ProbeSink {
-public:
+  public:
     struct Selection {
         std::vector<int64_t> layers;  // empty = none
         std::vector<int64_t> scales;  // empty = all scales
@@ -87,7 +89,7 @@ public:
     // Records of one kind (optionally one scale), in arrival order.
     std::vector<AccelRecord> accel(const std::string& kind, int64_t scale = -1) const;
 
-private:
+  private:
     Selection sel_;
     mutable std::mutex mu_;
     std::vector<ScaleRecord> scales_;

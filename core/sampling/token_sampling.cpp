@@ -6,7 +6,8 @@
 
 namespace varscope {
 
-std::optional<at::Generator> seeded_generator(const at::Device& device, std::optional<uint64_t> seed) {
+std::optional<at::Generator> seeded_generator(const at::Device& device,
+                                              std::optional<uint64_t> seed) {
     if (!seed) return std::nullopt;
     at::Generator gen = at::globalContext().defaultGenerator(device).clone();
     std::lock_guard<std::mutex> lock(gen.mutex());
@@ -37,7 +38,8 @@ at::Tensor guide(const at::Tensor& logits, double t) {
 }
 
 double guidance_at_scale(double cfg, int64_t si, int64_t num_scales) {
-    return num_scales > 1 ? cfg * static_cast<double>(si) / static_cast<double>(num_scales - 1) : 0.0;
+    return num_scales > 1 ? cfg * static_cast<double>(si) / static_cast<double>(num_scales - 1)
+                          : 0.0;
 }
 
 }  // namespace varscope

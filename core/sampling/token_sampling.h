@@ -25,7 +25,8 @@ at::Tensor guide(const at::Tensor& logits_2BlV, double t);
 
 // A private generator of `device`, seeded like torch.Generator(device).manual_seed(seed), so the
 // global generator is untouched; nullopt when no seed is given (the global one is used).
-std::optional<at::Generator> seeded_generator(const at::Device& device, std::optional<uint64_t> seed);
+std::optional<at::Generator> seeded_generator(const at::Device& device,
+                                              std::optional<uint64_t> seed);
 
 // The official guidance ramp: t = cfg * si / (num_scales - 1).
 double guidance_at_scale(double cfg, int64_t si, int64_t num_scales);

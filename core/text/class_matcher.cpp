@@ -68,7 +68,8 @@ ClassMatcher::ClassMatcher(std::vector<ClassInfo> classes) : classes_(std::move(
             Phrase p;
             p.raw = to_lower(trim(text));
             p.tokens = tokenize(text);
-            if (p.tokens.empty() || std::find(seen.begin(), seen.end(), p.raw) != seen.end()) return;
+            if (p.tokens.empty() || std::find(seen.begin(), seen.end(), p.raw) != seen.end())
+                return;
             seen.push_back(p.raw);
             for (const auto& t : p.tokens) p.joined += t;
             p.weight = weight;
@@ -90,7 +91,8 @@ std::vector<Match> ClassMatcher::rank(const std::string& prompt, size_t k) const
         std::all_of(raw.begin(), raw.end(), [](unsigned char c) { return std::isdigit(c); })) {
         const int64_t id = std::stoll(raw);
         if (id < static_cast<int64_t>(classes_.size())) {
-            out.push_back({id, std::numeric_limits<double>::infinity(), classes_[static_cast<size_t>(id)].name});
+            out.push_back({id, std::numeric_limits<double>::infinity(),
+                           classes_[static_cast<size_t>(id)].name});
             return out;
         }
     }
@@ -125,8 +127,9 @@ std::vector<Match> ClassMatcher::rank(const std::string& prompt, size_t k) const
                     phrase_sum += m;
                 }
                 const double level = min_word == 1.0 ? kAllWords : kSomeWords;
-                score = level + p.weight * (0.6 * prompt_sum / static_cast<double>(words.size()) +
-                                            0.39 * phrase_sum / static_cast<double>(p.tokens.size()));
+                score =
+                    level + p.weight * (0.6 * prompt_sum / static_cast<double>(words.size()) +
+                                        0.39 * phrase_sum / static_cast<double>(p.tokens.size()));
             }
             best = std::max(best, score);
         }

@@ -19,7 +19,8 @@ struct Match {
 
 // Matching is case-insensitive on words (runs of ASCII letters and digits). Each class is
 // matched through its name, short name and aliases; the best of these counts. Order of results:
-//   1. exact match of the whole prompt with a name/short name/alias (also "thumbs up" = "thumbsup"),
+//   1. exact match of the whole prompt with a name/short name/alias (also "thumbs up" =
+//   "thumbsup"),
 //      the name before the aliases;
 //   2. every prompt word present as a whole word;
 //   3. some prompt words present, or present as a prefix ("cat" -> "caterpillar") or in plural
@@ -29,20 +30,22 @@ struct Match {
 // A prompt that is a plain non-negative integer below the class count returns that class only.
 // An empty prompt (no words) gives no results; classes with nothing in common are left out.
 class ClassMatcher {
-public:
+  public:
     explicit ClassMatcher(std::vector<ClassInfo> classes);
 
     std::vector<Match> rank(const std::string& prompt, size_t k) const;
 
     size_t size() const { return classes_.size(); }
-    const ClassInfo& info(int64_t class_id) const { return classes_.at(static_cast<size_t>(class_id)); }
+    const ClassInfo& info(int64_t class_id) const {
+        return classes_.at(static_cast<size_t>(class_id));
+    }
 
-private:
+  private:
     struct Phrase {
-        std::string raw;                  // lowercased, trimmed
-        std::string joined;               // tokens concatenated
+        std::string raw;     // lowercased, trimmed
+        std::string joined;  // tokens concatenated
         std::vector<std::string> tokens;
-        double weight;                    // the name counts a little more than aliases
+        double weight;  // the name counts a little more than aliases
     };
     std::vector<ClassInfo> classes_;
     std::vector<std::vector<Phrase>> phrases_;  // per class

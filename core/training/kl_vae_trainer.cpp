@@ -18,7 +18,14 @@ namespace {
 
 // -10 log10(MSE) per image for images in [-1, 1] mapped to [0, 1], summed over the batch.
 double psnr_sum(const at::Tensor& rec, const at::Tensor& img) {
-    return (rec - img).div(2).pow(2).mean({1, 2, 3}).clamp_min(1e-10).log10().mul(-10).sum()
+    return (rec - img)
+        .div(2)
+        .pow(2)
+        .mean({1, 2, 3})
+        .clamp_min(1e-10)
+        .log10()
+        .mul(-10)
+        .sum()
         .item<double>();
 }
 
@@ -31,9 +38,9 @@ nlohmann::json KlVaeLoss::to_json() const {
 KlVaeLoss KlVaeLoss::from_json(const nlohmann::json& j) {
     KlVaeLoss l;
     if (!j.is_object()) throw std::invalid_argument("loss config: expected a JSON object");
-    for (auto [key, value] : {std::pair{"l1_weight", &l.l1_weight},
-                              std::pair{"mse_weight", &l.mse_weight},
-                              std::pair{"kl_weight", &l.kl_weight}}) {
+    for (auto [key, value] :
+         {std::pair{"l1_weight", &l.l1_weight}, std::pair{"mse_weight", &l.mse_weight},
+          std::pair{"kl_weight", &l.kl_weight}}) {
         if (!j.contains(key)) continue;
         if (!j.at(key).is_number())
             throw std::invalid_argument(std::string("loss config: '") + key + "' must be a number");
@@ -49,8 +56,7 @@ KlVaeLoss KlVaeLoss::from_json(const nlohmann::json& j) {
     return l;
 }
 
-nlohmann::json evaluate_kl_vae(KlVae& vae, const ImageDataset& data, int64_t batch,
-                               uint64_t seed) {
+nlohmann::json evaluate_kl_vae(KlVae& vae, const ImageDataset& data, int64_t batch, uint64_t seed) {
     c10::InferenceMode guard;
     const bool was_training = vae->is_training();
     vae->eval();
@@ -97,10 +103,9 @@ nlohmann::json train_kl_vae(const KlVaeTrainJob& job, std::ostream& out) {
     ImageDataset data = prepare_training(job.train, job.data_path);
     if (data.images.size(2) % job.model.downsample() != 0 ||
         data.images.size(3) % job.model.downsample() != 0)
-        throw std::invalid_argument("train klvae: image size " +
-                                    std::to_string(data.images.size(2)) +
-                                    " is not a multiple of the model's stride " +
-                                    std::to_string(job.model.downsample()));
+        throw std::invalid_argument(
+            "train klvae: image size " + std::to_string(data.images.size(2)) +
+            " is not a multiple of the model's stride " + std::to_string(job.model.downsample()));
     RunDirectory run(job.run_dir);
     torch::manual_seed(job.train.seed);
     KlVae vae(job.model);
@@ -132,16 +137,16 @@ nlohmann::json train_kl_vae(const KlVaeTrainJob& job, std::ostream& out) {
         opt.step();
         if (step % job.train.log_every == 0 || step + 1 == job.train.steps) {
             const double m = mse.item<double>();
-            nlohmann::json rec_log = {{"step", step},
-                                      {"loss", loss.item<double>()},
-                                      {"l1", l1.item<double>()},
-                                      {"mse", m},
-                                      {"kl", kl.item<double>()},
-                                      {"psnr_batch", 10 * std::log10(4.0 / std::max(m, 1e-12))},
-                                      {"latent_std_batch", posterior.mean.std().item<double>()},
-                                      {"lr", job.train.lr_at(step)},
-                                      {"seconds", std::chrono::duration<double>(Clock::now() - t0)
-                                                      .count()}};
+            nlohmann::json rec_log = {
+                {"step", step},
+                {"loss", loss.item<double>()},
+                {"l1", l1.item<double>()},
+                {"mse", m},
+                {"kl", kl.item<double>()},
+                {"psnr_batch", 10 * std::log10(4.0 / std::max(m, 1e-12))},
+                {"latent_std_batch", posterior.mean.std().item<double>()},
+                {"lr", job.train.lr_at(step)},
+                {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()}};
             run.log(rec_log);
             out << rec_log.dump() << std::endl;
         }

@@ -14,9 +14,11 @@ namespace {
 
 at::Tensor named(const torch::nn::Module& m, const std::string& name, bool buffer) {
     if (buffer) {
-        for (const auto& b : m.named_buffers()) if (b.key() == name) return b.value();
+        for (const auto& b : m.named_buffers())
+            if (b.key() == name) return b.value();
     } else {
-        for (const auto& p : m.named_parameters()) if (p.key() == name) return p.value();
+        for (const auto& p : m.named_parameters())
+            if (p.key() == name) return p.value();
     }
     throw std::logic_error("no tensor " + name);
 }
@@ -38,8 +40,12 @@ int64_t restart_dead_codes(Vqvae& vae, const at::Tensor& img, at::Generator& gen
     const int64_t n = dead.numel();
     if (n == 0) return 0;
     auto rows = feature_rows(vae, img);
-    auto pick = at::randint(rows.size(0), {n}, gen, at::TensorOptions().dtype(at::kLong)).to(rows.device());
-    auto shrink = at::rand({n, 1}, gen, at::TensorOptions().dtype(at::kFloat)).mul(0.95).add(0.05).to(rows.device());
+    auto pick =
+        at::randint(rows.size(0), {n}, gen, at::TensorOptions().dtype(at::kLong)).to(rows.device());
+    auto shrink = at::rand({n, 1}, gen, at::TensorOptions().dtype(at::kFloat))
+                      .mul(0.95)
+                      .add(0.05)
+                      .to(rows.device());
     code.index_copy_(0, dead.to(code.device()), rows.index_select(0, pick).mul(shrink));
     // Give the new entries an average hit count so they are not replaced again at once.
     hits.index_fill_(1, dead.to(hits.device()), total.mean().item<double>() / hits.size(0));
@@ -61,10 +67,19 @@ nlohmann::json evaluate_vqvae(Vqvae& vae, const ImageDataset& data, int64_t batc
         auto idx = vae->img_to_idx(img);
         for (auto& t : idx) used.index_fill_(0, t.reshape({-1}), true);
         auto rec = vae->idx_to_img(idx);
-        se += (rec - img).div(2).pow(2).mean({1, 2, 3}).clamp_min(1e-10).log10().mul(-10).sum().item<double>();
+        se += (rec - img)
+                  .div(2)
+                  .pow(2)
+                  .mean({1, 2, 3})
+                  .clamp_min(1e-10)
+                  .log10()
+                  .mul(-10)
+                  .sum()
+                  .item<double>();
     }
     vae->train(was_training);
-    return {{"psnr_db", se / data.size()}, {"codebook_usage", used.sum().item<double>() / V},
+    return {{"psnr_db", se / data.size()},
+            {"codebook_usage", used.sum().item<double>() / V},
             {"images", data.size()}};
 }
 
@@ -78,7 +93,8 @@ nlohmann::json train_vqvae(const VqvaeTrainJob& job, std::ostream& out) {
     Vqvae vae(job.model);
     vae->to(dev);
     vae->train();
-    torch::optim::Adam opt(vae->parameters(), torch::optim::AdamOptions(job.train.lr).betas({0.5, 0.9}));
+    torch::optim::Adam opt(vae->parameters(),
+                           torch::optim::AdamOptions(job.train.lr).betas({0.5, 0.9}));
     const nlohmann::json cfg_json = job.model.to_json();
     int64_t step = run.resume(*vae, opt, run.path("last.safetensors"));
     auto gen = at::detail::createCPUGenerator(job.train.seed + 17);
@@ -88,8 +104,11 @@ nlohmann::json train_vqvae(const VqvaeTrainJob& job, std::ostream& out) {
         at::NoGradGuard g;
         auto rows = feature_rows(vae, data.batch_images(sampler.next()));
         auto code = named(*vae, "quantize.embedding.weight", false);
-        auto pick = at::randint(rows.size(0), {code.size(0)}, gen, at::TensorOptions().dtype(at::kLong)).to(dev);
-        code.copy_(rows.index_select(0, pick).mul(at::rand({code.size(0), 1}, gen).to(dev).mul(0.95).add(0.05)));
+        auto pick =
+            at::randint(rows.size(0), {code.size(0)}, gen, at::TensorOptions().dtype(at::kLong))
+                .to(dev);
+        code.copy_(rows.index_select(0, pick).mul(
+            at::rand({code.size(0), 1}, gen).to(dev).mul(0.95).add(0.05)));
     } else {
         out << "resumed at step " << step << "\n";
     }
@@ -106,21 +125,27 @@ nlohmann::json train_vqvae(const VqvaeTrainJob& job, std::ostream& out) {
         loss.backward();
         opt.step();
         int64_t restarted = 0;
-        if (job.restart_every > 0 && step > 0 && step % job.restart_every == 0 && step < job.train.steps * 8 / 10)
+        if (job.restart_every > 0 && step > 0 && step % job.restart_every == 0 &&
+            step < job.train.steps * 8 / 10)
             restarted = restart_dead_codes(vae, img, gen);
         if (step % job.train.log_every == 0 || step + 1 == job.train.steps) {
             const double m = mse.item<double>();
-            nlohmann::json rec = {{"step", step}, {"loss", loss.item<double>()}, {"mse", m},
+            nlohmann::json rec = {{"step", step},
+                                  {"loss", loss.item<double>()},
+                                  {"mse", m},
                                   {"psnr_batch", 10 * std::log10(4.0 / std::max(m, 1e-12))},
-                                  {"vq_loss", r.vq_loss.item<double>()}, {"lr", job.train.lr_at(step)},
-                                  {"restarted_codes", restarted}, {"usage_pct", r.usages}};
+                                  {"vq_loss", r.vq_loss.item<double>()},
+                                  {"lr", job.train.lr_at(step)},
+                                  {"restarted_codes", restarted},
+                                  {"usage_pct", r.usages}};
             run.log(rec);
             out << rec.dump() << std::endl;
         }
         if ((step + 1) % job.train.checkpoint_every == 0) run.save(*vae, opt, step + 1, cfg_json);
     }
     run.save(*vae, opt, step, cfg_json);
-    save_safetensors(module_state_dict(*vae), run.path("final.safetensors"), {{"varscope.config", cfg_json.dump()}});
+    save_safetensors(module_state_dict(*vae), run.path("final.safetensors"),
+                     {{"varscope.config", cfg_json.dump()}});
     export_half(*vae, run.path("export-fp16.safetensors"), cfg_json);
     auto report = evaluate_vqvae(vae, data);
     report["steps"] = step;

@@ -1069,8 +1069,7 @@ __global__ void __launch_bounds__(160, WsTraits<kHeadDim>::kMinBlocks)
         // (V_0 too where tile 0 is the only one.)
         RingPos<kSlots> first{0, 0};
         copy_item_tiles<W::kPanels, kSlots, kTile>(tiles, 0, min(n, 1), n, h, b, p.len_k, &map_k,
-                                                   &map_v, valid_keys, first, tile_at, full,
-                                                   empty);
+                                                   &map_v, valid_keys, first, tile_at, full, empty);
     }
     __syncthreads();  // the last CTA-wide barrier: the producer warp leaves early
 
@@ -1555,7 +1554,7 @@ template <int kHeadDim>
 cudaError_t launch_cs4a_sm90(const AttentionParams& p, cudaStream_t stream) {
     constexpr int kSchedule = sm90_schedule_for(kHeadDim, true);
     static_assert(kSchedule == 6 || kSchedule == 0, "CS4A runs 6 or 0 (the rest was deleted)");
-    return launch_sm90<kHeadDim, kSchedule == 6 ? 1 : 2, true>(p, stream);
+    return launch_sm90 < kHeadDim, kSchedule == 6 ? 1 : 2, true > (p, stream);
 }
 
 }  // namespace varscope::kernels::cuda::sm90

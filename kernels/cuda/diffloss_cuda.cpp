@@ -78,9 +78,8 @@ at::Tensor diff_input_proj(const at::Tensor& x_in, const at::Tensor& w_in, const
                b = rows_layout(b_in, type).contiguous();
     TORCH_CHECK(w.size(1) == x.size(1), "diff_input_proj: weight ", w.sizes(), " vs x ", x.sizes());
     auto out = at::empty({rows, w.size(0)}, x.options());
-    const DiffLinearParams p =
-        linear_params(x, rows, w, b, out.data_ptr(), DiffPrologue::Copy, DiffEpilogue::Bias,
-                      policy.pdl);
+    const DiffLinearParams p = linear_params(x, rows, w, b, out.data_ptr(), DiffPrologue::Copy,
+                                             DiffEpilogue::Bias, policy.pdl);
     check_cuda(launch_linear(p, type, stream_of(x), policy), "fused DiffLoss input projection");
     return out;
 }
@@ -140,8 +139,7 @@ std::pair<at::Tensor, at::Tensor> diff_proj_block_fc1(
     const auto x = rows_layout(x_in, type).contiguous(), wi = rows_layout(w_in, type).contiguous(),
                bi = rows_layout(b_in, type).contiguous();
     TORCH_CHECK(diff_proj_fold_runs(x, wi, rows, wt, policy), "diff_proj_block_fc1: shapes ",
-                x.sizes(),
-                " / ", wi.sizes(), " / ", wt.fc1_weight.sizes(), " not foldable");
+                x.sizes(), " / ", wi.sizes(), " / ", wt.fc1_weight.sizes(), " not foldable");
     const int64_t K = wi.size(0);
     Fc1Launch l = fc1_params(x, rows, K, wt, shift, scale1, policy.pdl);
     auto h = at::empty({rows, K}, x.options());
@@ -345,9 +343,9 @@ at::Tensor diff_cached_step(const at::Tensor& x_in, const at::Tensor& w_in, cons
     const auto wi = rows_layout(w_in, type).contiguous(), bi = rows_layout(b_in, type).contiguous();
     auto next = at::empty_like(x);
     std::vector<at::Tensor> hold;
-    DiffFinalParams p = final_params(rows, wi.size(0), shift, scale1, w, b, ln_eps, x,
-                                     next.data_ptr(), noise, cfg_scale, mode, delta, k, policy.pdl,
-                                     hold);
+    DiffFinalParams p =
+        final_params(rows, wi.size(0), shift, scale1, w, b, ln_eps, x, next.data_ptr(), noise,
+                     cfg_scale, mode, delta, k, policy.pdl, hold);
     p.proj_weight = wi.data_ptr();
     p.proj_bias = bi.data_ptr();
     p.proj_k = static_cast<int>(x.size(1));

@@ -1,6 +1,7 @@
 // AMS-KV on CUDA: the similarity in half precision (unit keys; the fused CUDA kernel since v3,
-// kernels/scale_similarity.h) against the CPU float reference, the compact cache's rolling layer on the device, and the policy in the
-// sampling loop (budgets held, memory as accounted). Every test skips without a CUDA device.
+// kernels/scale_similarity.h) against the CPU float reference, the compact cache's rolling layer on
+// the device, and the policy in the sampling loop (budgets held, memory as accounted). Every test
+// skips without a CUDA device.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -18,7 +19,9 @@ using namespace varscope;
 
 namespace {
 
-at::Tensor unit(const at::Tensor& k) { return k / k.norm(2, {-1}, true); }
+at::Tensor unit(const at::Tensor& k) {
+    return k / k.norm(2, {-1}, true);
+}
 
 }  // namespace
 
@@ -30,8 +33,8 @@ TEST(GpuAmsKv, HalfPrecisionSimilarityMatchesCpu) {
     for (auto [pp, pc] : std::vector<std::pair<int64_t, int64_t>>{{10, 13}, {13, 16}}) {
         auto prev = unit(at::randn({R, H, pp * pp, c}));
         // Keys related to the upsampled previous ones, as in a real model: S near θ.
-        auto up = at::upsample_bilinear2d(
-                      prev.permute({0, 1, 3, 2}).reshape({R, H * c, pp, pp}), {pc, pc}, false)
+        auto up = at::upsample_bilinear2d(prev.permute({0, 1, 3, 2}).reshape({R, H * c, pp, pp}),
+                                          {pc, pc}, false)
                       .reshape({R, H, c, pc * pc})
                       .permute({0, 1, 3, 2});
         auto cur = unit(up + 0.6 * at::randn({R, H, pc * pc, c}) / 8.0);

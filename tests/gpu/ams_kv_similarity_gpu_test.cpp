@@ -163,7 +163,7 @@ namespace {
 
 // Keeps AMS-KV's per-layer similarities and cache-demanding flags of every scale.
 class DemandingProbe : public ProbeSink {
-public:
+  public:
     bool wants_accel(const std::string& method, const std::string& kind) const override {
         return method == "ams_kv" && kind == probe_kinds::kAmsKvDemanding;
     }

@@ -260,8 +260,8 @@ TEST(KernelsAttentionGpu, GatheredMatchesReference) {
                     expect_close_to_reference(
                         got, x, mask,
                         std::string(c10::toString(dtype)) + " gathered lq=" + std::to_string(s.lq) +
-                            " lk=" + std::to_string(s.lk) + " d=" + std::to_string(s.d) + " bq=" +
-                            std::to_string(block_q) + (sm90 ? " sm90" : " sm80"));
+                            " lk=" + std::to_string(s.lk) + " d=" + std::to_string(s.d) +
+                            " bq=" + std::to_string(block_q) + (sm90 ? " sm90" : " sm80"));
                 }
             }
         }

@@ -210,11 +210,11 @@ TEST_F(KernelsCslaSm90, BlockSparseMatchesReference) {
                     // Empty query blocks at every block size: at 64 the pair kernels then see
                     // one warpgroup with a list and one without.
                     const auto [idx, cnt] = lists_for(nqb, nkb, 0.4, true);
-                    check_block_sparse(q, k, v, idx, cnt, bq, bk,
-                                       "lq=" + std::to_string(s.lq) +
-                                           " lk=" + std::to_string(s.lk) + " d=" +
-                                           std::to_string(s.d) + " block=" + std::to_string(bq) +
-                                           "x" + std::to_string(bk) + (strided ? " strided" : ""));
+                    check_block_sparse(
+                        q, k, v, idx, cnt, bq, bk,
+                        "lq=" + std::to_string(s.lq) + " lk=" + std::to_string(s.lk) +
+                            " d=" + std::to_string(s.d) + " block=" + std::to_string(bq) + "x" +
+                            std::to_string(bk) + (strided ? " strided" : ""));
                 }
             }
         }
@@ -236,8 +236,7 @@ TEST_F(KernelsCslaSm90, RisingScoresMoveTheBase) {
         const auto v = at::randn({1, 2, lk, d}, opts);
         const int64_t nqb = (lq + block - 1) / block, nkb = (lk + block - 1) / block;
         const auto [idx, cnt] = lists_for(nqb, nkb, 0.6, false);
-        check_block_sparse(q, k, v, idx, cnt, block, block,
-                           "rising scores d=" + std::to_string(d));
+        check_block_sparse(q, k, v, idx, cnt, block, block, "rising scores d=" + std::to_string(d));
     }
 }
 
@@ -306,8 +305,8 @@ TEST(KernelsCslaSm90Fallback, ZeroStrideKeysMatchTheReference) {
         const auto q = at::randn({1, h, lq, d}, opts);
         const auto k = at::randn({1, 1, lk, d}, opts).expand({1, h, lk, d});
         const auto v = at::randn({1, 1, lk, d}, opts).expand({1, h, lk, d});
-        const auto [idx, cnt] = lists_for((lq + block - 1) / block, (lk + block - 1) / block, 0.5,
-                                          true);
+        const auto [idx, cnt] =
+            lists_for((lq + block - 1) / block, (lk + block - 1) / block, 0.5, true);
         check_block_sparse(q, k, v, idx, cnt, block, block,
                            "zero-stride keys d=" + std::to_string(d));
     }
@@ -393,4 +392,3 @@ TEST(KernelsCs4aSm90, GatheredMatchesReference) {
         }
     }
 }
-

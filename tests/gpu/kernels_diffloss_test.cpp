@@ -191,11 +191,9 @@ TEST(KernelsDiffLossGpu, BlockLayersMatchFloat64WithinTwiceTheFrameworkError) {
                     const auto truth3 = vk::reference::diff_input_proj(d64(x), d64(wi), d64(bi), M);
                     const auto fw3 = vk::reference::diff_input_proj(x, wi, bi, M);
                     poison(M * W);
-                    const auto k3 =
-                        vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda, tiles);
+                    const auto k3 = vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda, tiles);
                     expect_within(rel(k3, truth3), rel(fw3, truth3), "input_proj");
-                    const auto k3s =
-                        vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda, split);
+                    const auto k3s = vk::diff_input_proj(x, wi, bi, M, vk::KernelPath::Cuda, split);
                     expect_same_up_to_ulp(k3s, k3, M <= 8, "row split, input projection");
                 }
             }

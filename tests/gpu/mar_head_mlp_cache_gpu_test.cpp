@@ -52,8 +52,7 @@ struct HeadCachePair {
     MarPipeline p16 = MarPipeline::random(head_cache_config(), 3, {"cuda", Precision::Bf16});
     const SimpleMlpAdaLNImpl& n32 = *p32.sampler().transformer()->diffloss->net;
     const SimpleMlpAdaLNImpl& n16 = *p16.sampler().transformer()->diffloss->net;
-    const DiffusionSampler diffusion{
-        DiffusionSchedule::from_betas(std::vector<double>(50, 0.02))};
+    const DiffusionSampler diffusion{DiffusionSchedule::from_betas(std::vector<double>(50, 0.02))};
 
     struct Case {
         at::Tensor z, cfg, start, steps, truth;  // bf16 inputs, float32 result
@@ -110,7 +109,8 @@ TEST(HeadMlpCacheGpu, FusedKernelsWithinTwiceTheModulePathError) {
             EXPECT_TRUE(at::isfinite(fused).all().item<bool>());
             const double e_mod = pair.err(k, modules), e_fused = pair.err(k, fused);
             std::cout << "  [head MLP cache N " << N << " cfg period " << cfg_period
-                      << "] rel err vs fp32: module bf16 " << e_mod << ", fused " << e_fused << "\n";
+                      << "] rel err vs fp32: module bf16 " << e_mod << ", fused " << e_fused
+                      << "\n";
             EXPECT_LE(e_fused, 2.0 * e_mod + 1e-3);
             EXPECT_TRUE(at::equal(fused, pair.run(k, HeadPath::FusedCuda)));
             EXPECT_TRUE(at::equal(fused, pair.run(k, HeadPath::Auto)));

@@ -9,7 +9,8 @@ void install_tiny_model(gui::Engine& engine, bool small) {
     gui::ModelSource src;
     src.kind = gui::ModelSource::Kind::Custom;
     src.custom_name = small ? "small-random" : "tiny-random";
-    engine.set_pipeline(std::make_unique<VarPipeline>(small ? small_pipeline() : tiny_pipeline()), src);
+    engine.set_pipeline(std::make_unique<VarPipeline>(small ? small_pipeline() : tiny_pipeline()),
+                        src);
 }
 
 }  // namespace varscope::testing

@@ -1075,7 +1075,8 @@ class UiTest : public QObject {
         QVERIFY(wait_job(w));
         QCOMPARE(failed.count(), 1);
         QCOMPARE(w.results()->baseline()->image, shown);
-        QVERIFY2(w.figureNotes().join('|').contains("seed 7"), qPrintable(w.figureNotes().join('|')));
+        QVERIFY2(w.figureNotes().join('|').contains("seed 7"),
+                 qPrintable(w.figureNotes().join('|')));
         QTemporaryDir dir;
         QString error;
         ExportOptions o;
@@ -1103,11 +1104,12 @@ class UiTest : public QObject {
             Request::from_json(j);
             QFAIL("accepted model.devise");
         } catch (const std::invalid_argument& e) {
-            QVERIFY2(QString(e.what()).contains("settings: model: unknown field 'devise'"), e.what());
+            QVERIFY2(QString(e.what()).contains("settings: model: unknown field 'devise'"),
+                     e.what());
         }
         QTemporaryDir dir;
-        for (const std::string& text : {std::string(R"({"varscope": 1, "varscope": 1})"),
-                                        std::string(100000, '[')}) {
+        for (const std::string& text :
+             {std::string(R"({"varscope": 1, "varscope": 1})"), std::string(100000, '[')}) {
             QImage img(4, 4, QImage::Format_RGB32);
             img.fill(Qt::red);
             QImageWriter writer(dir.filePath("s.png"));
