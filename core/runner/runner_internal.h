@@ -3,10 +3,33 @@
 
 #include <memory>
 
+#include "core/accel/accel_config.h"
 #include "core/io/state_dict.h"
 #include "core/runner/runner.h"
 
 namespace varscope {
+
+// The accelerator config of a next-scale family (VAR, and Infinity, which runs the same hooks),
+// tagged with the family it was parsed for.
+class ScaleAccelPlan : public AccelPlan {
+  public:
+    ScaleAccelPlan(Family family, AccelConfig c) : family_(family), config(std::move(c)) {}
+    Family family() const override { return family_; }
+    bool enabled() const override { return config.any_enabled(); }
+    std::string summary() const override { return config.summary(); }
+    nlohmann::json to_json() const override { return config.to_json(); }
+
+  private:
+    Family family_;
+
+  public:
+    AccelConfig config;
+};
+// `plan`'s config (null = the baseline); std::invalid_argument when it was made for another
+// family than `family`.
+const AccelConfig& scale_accel_config(const AccelPlan* plan, Family family);
+// A config from a JSON file, inline JSON or a preset ("" = the baseline) for `family`.
+std::shared_ptr<const AccelPlan> scale_accel_plan(Family family, const std::string& arg);
 
 // weights: the VAR transformer's tensors (wrapper prefix removed), read from spec.model_path.
 std::unique_ptr<Runner> load_var_runner(StateDict weights, const ModelSpec& spec,

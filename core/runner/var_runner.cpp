@@ -14,23 +14,8 @@
 namespace varscope {
 namespace {
 
-class VarAccelPlan : public AccelPlan {
-  public:
-    explicit VarAccelPlan(AccelConfig c) : config(std::move(c)) {}
-    Family family() const override { return Family::Var; }
-    bool enabled() const override { return config.any_enabled(); }
-    std::string summary() const override { return config.summary(); }
-    nlohmann::json to_json() const override { return config.to_json(); }
-    AccelConfig config;
-};
-
 const AccelConfig& var_config_of(const AccelPlan* plan) {
-    static const AccelConfig baseline;
-    if (!plan) return baseline;
-    if (plan->family() != Family::Var)
-        throw std::invalid_argument("a " + std::string(family_title(plan->family())) +
-                                    " accelerator config cannot run on a VAR model");
-    return static_cast<const VarAccelPlan*>(plan)->config;
+    return scale_accel_config(plan, Family::Var);
 }
 
 class VarRunner : public Runner {
@@ -124,7 +109,7 @@ class VarRunner : public Runner {
         return accel_presets();
     }
     std::shared_ptr<const AccelPlan> parse_accel(const nlohmann::json& j) const override {
-        return std::make_shared<VarAccelPlan>(AccelConfig::from_json(j));
+        return std::make_shared<ScaleAccelPlan>(Family::Var, AccelConfig::from_json(j));
     }
     std::shared_ptr<const AccelPlan> accel_from_argument(const std::string& arg) const override {
         return var_accel_plan(arg);
@@ -237,28 +222,60 @@ class VarRunner : public Runner {
 
 }  // namespace
 
+const AccelConfig& scale_accel_config(const AccelPlan* plan, Family family) {
+    static const AccelConfig baseline;
+    if (!plan) return baseline;
+    if (plan->family() != family)
+        throw std::invalid_argument(std::string("a ") + family_title(plan->family()) +
+                                    " accelerator config cannot run on " +
+                                    (family == Family::Infinity ? "an " : "a ") +
+                                    family_title(family) + " model");
+    return static_cast<const ScaleAccelPlan*>(plan)->config;
+}
+
+std::shared_ptr<const AccelPlan> scale_accel_plan(Family family, const std::string& arg) {
+    return std::make_shared<ScaleAccelPlan>(
+        family, arg.empty() ? AccelConfig{} : AccelConfig::from_argument(arg));
+}
+
 std::shared_ptr<const AccelPlan> var_accel_plan(const std::string& arg) {
-    return std::make_shared<VarAccelPlan>(arg.empty() ? AccelConfig{}
+    return scale_accel_plan(Family::Var, arg);
+}
                                                       : AccelConfig::from_argument(arg));
-}
+                                                      }
 
-std::unique_ptr<Runner> var_runner(VarPipeline pipeline, std::string model_path) {
-    return std::make_unique<VarRunner>(std::move(pipeline), std::move(model_path));
-}
+                                                      std::unique_ptr<Runner> var_runner(
+                                                          VarPipeline pipeline,
+                                                          std::string model_path) {
+                                                          return std::make_unique<VarRunner>(
+                                                              std::move(pipeline),
+                                                              std::move(model_path));
+                                                      }
 
-std::unique_ptr<Runner> random_var_runner(const VarConfig& var, const VqvaeConfig& vae,
-                                          uint64_t seed, const LoadOptions& options) {
-    return var_runner(VarPipeline::random(var, vae, seed, options));
-}
+                                                      std::unique_ptr<Runner> random_var_runner(
+                                                          const VarConfig& var,
+                                                          const VqvaeConfig& vae, uint64_t seed,
+                                                          const LoadOptions& options) {
+                                                          return var_runner(VarPipeline::random(
+                                                              var, vae, seed, options));
+                                                      }
 
-std::unique_ptr<Runner> load_var_runner(StateDict weights, const ModelSpec& spec,
-                                        const LoadOptions& options) {
-    VarModelFiles files{spec.model_path, spec.vae_path, spec.patch_nums};
-    if (files.vae_path.empty())
-        throw std::invalid_argument(spec.model_path +
-                                    " is a VAR model: it needs its multi-scale VQVAE (--vae)");
-    return var_runner(VarPipeline::from_weights(std::move(weights), files, options),
-                      spec.model_path);
-}
+                                                      std::unique_ptr<Runner> load_var_runner(
+                                                          StateDict weights, const ModelSpec& spec,
+                                                          const LoadOptions& options) {
+                                                          VarModelFiles files{spec.model_path,
+                                                                              spec.vae_path,
+                                                                              spec.patch_nums};
+                                                          if (files.vae_path.empty())
+                                                              throw std::invalid_argument(
+                                                                  spec.model_path +
+                                                                  " is a VAR model: it needs its "
+                                                                  "multi-scale VQVAE (--vae)");
+                                                          return var_runner(
+                                                              VarPipeline::from_weights(
+                                                                  std::move(weights), files,
+                                                                  options),
+                                                              spec.model_path);
+                                                      }
 
-}  // namespace varscope
+                                                      }  // namespace varscope
