@@ -295,120 +295,69 @@ class InfinityRunner : public Runner {
 std::shared_ptr<const AccelPlan> infinity_accel_plan(const std::string& arg) {
     return scale_accel_plan(Family::Infinity, arg);
 }
-                                                           : AccelConfig::from_argument(arg));
-                                                           }
 
-                                                           std::unique_ptr<Runner> infinity_runner(
-                                                               InfinityPipeline pipeline,
-                                                               std::string model_path) {
-                                                               return std::make_unique<
-                                                                   InfinityRunner>(
-                                                                   std::move(pipeline),
-                                                                   std::move(model_path));
-                                                           }
+std::unique_ptr<Runner> infinity_runner(InfinityPipeline pipeline, std::string model_path) {
+    return std::make_unique<InfinityRunner>(std::move(pipeline), std::move(model_path));
+}
 
-                                                           namespace {
+namespace {
 
-                                                           std::shared_ptr<T5TextEncoder>
-                                                           open_text_encoder(
-                                                               const std::string& folder,
-                                                               bool offload,
-                                                               const at::Device& device,
-                                                               const InfinityConfig& model,
-                                                               const std::string& model_name) {
-                                                               if (folder.empty()) return nullptr;
-                                                               T5TextEncoderOptions o;
-                                                               o.encoder.device = device;
-                                                               o.offload_after_encode =
-                                                                   offload && device.is_cuda();
-                                                               auto t5 =
-                                                                   std::make_shared<T5TextEncoder>(
-                                                                       folder, o);
-                                                               if (t5->encoder().config().d_model !=
-                                                                   model.text_channels)
-                                                                   throw std::invalid_argument(
-                                                                       folder + ": a T5 of width " +
-                                                                       std::to_string(
-                                                                           t5->encoder()
-                                                                               .config()
-                                                                               .d_model) +
-                                                                       " does not fit " +
-                                                                       model_name +
-                                                                       ", which takes text "
-                                                                       "features of width " +
-                                                                       std::to_string(
-                                                                           model.text_channels));
-                                                               return t5;
-                                                           }
+std::shared_ptr<T5TextEncoder> open_text_encoder(const std::string& folder, bool offload,
+                                                 const at::Device& device,
+                                                 const InfinityConfig& model,
+                                                 const std::string& model_name) {
+    if (folder.empty()) return nullptr;
+    T5TextEncoderOptions o;
+    o.encoder.device = device;
+    o.offload_after_encode = offload && device.is_cuda();
+    auto t5 = std::make_shared<T5TextEncoder>(folder, o);
+    if (t5->encoder().config().d_model != model.text_channels)
+        throw std::invalid_argument(folder + ": a T5 of width " +
+                                    std::to_string(t5->encoder().config().d_model) +
+                                    " does not fit " + model_name +
+                                    ", which takes text "
+                                    "features of width " +
+                                    std::to_string(model.text_channels));
+    return t5;
+}
 
-                                                           void require_fp32(
-                                                               const LoadOptions& options,
-                                                               const std::string& what) {
-                                                               if (options.precision !=
-                                                                       Precision::Fp32 ||
-                                                                   options.autocast)
-                                                                   throw std::invalid_argument(
-                                                                       what +
-                                                                       " is an Infinity model: "
-                                                                       "only fp32 (or tf32) runs "
-                                                                       "for now");
-                                                           }
+void require_fp32(const LoadOptions& options, const std::string& what) {
+    if (options.precision != Precision::Fp32 || options.autocast)
+        throw std::invalid_argument(what +
+                                    " is an Infinity model: "
+                                    "only fp32 (or tf32) runs "
+                                    "for now");
+}
 
-                                                           }  // namespace
+}  // namespace
 
-                                                           std::unique_ptr<Runner>
-                                                           load_infinity_runner(
-                                                               const StateDict& all,
-                                                               const ModelSpec& spec,
-                                                               const LoadOptions& options) {
-                                                               require_fp32(options,
-                                                                            spec.model_path);
-                                                               const at::Device device =
-                                                                   parse_device(options.device);
-                                                               auto pipe =
-                                                                   InfinityPipeline::from_weights(
-                                                                       all, spec.model_path,
-                                                                       spec.vae_path, device);
-                                                               auto t5 = open_text_encoder(
-                                                                   spec.text_encoder_path,
-                                                                   spec.text_encoder_offload,
-                                                                   device, pipe.model->config(),
-                                                                   spec.model_path);
-                                                               return std::make_unique<
-                                                                   InfinityRunner>(std::move(pipe),
-                                                                                   spec.model_path,
-                                                                                   std::move(t5));
-                                                           }
+std::unique_ptr<Runner> load_infinity_runner(const StateDict& all, const ModelSpec& spec,
+                                             const LoadOptions& options) {
+    require_fp32(options, spec.model_path);
+    const at::Device device = parse_device(options.device);
+    auto pipe = InfinityPipeline::from_weights(all, spec.model_path, spec.vae_path, device);
+    auto t5 = open_text_encoder(spec.text_encoder_path, spec.text_encoder_offload, device,
+                                pipe.model->config(), spec.model_path);
+    return std::make_unique<InfinityRunner>(std::move(pipe), spec.model_path, std::move(t5));
+}
 
-                                                           std::unique_ptr<Runner>
-                                                           random_infinity_runner(
-                                                               const InfinityConfig& config,
-                                                               const BsqVaeConfig& vae,
-                                                               uint64_t seed,
-                                                               const LoadOptions& options,
-                                                               const std::string& text_encoder_path,
-                                                               bool text_encoder_offload) {
-                                                               require_fp32(options, "--random");
-                                                               const at::Device device =
-                                                                   parse_device(options.device);
-                                                               auto model =
-                                                                   random_infinity(config, seed);
-                                                               model->to(device);
-                                                               model->eval();
-                                                               BsqVae v(BsqVaeImpl::random(
-                                                                   vae, seed + 1));
-                                                               v->to(device);
-                                                               v->eval();
-                                                               auto pipe =
-                                                                   InfinityPipeline::from(model, v);
-                                                               auto t5 = open_text_encoder(
-                                                                   text_encoder_path,
-                                                                   text_encoder_offload, device,
-                                                                   config, "a random Infinity");
-                                                               return std::make_unique<
-                                                                   InfinityRunner>(std::move(pipe),
-                                                                                   "",
-                                                                                   std::move(t5));
-                                                           }
+std::unique_ptr<Runner> random_infinity_runner(const InfinityConfig& config,
+                                               const BsqVaeConfig& vae, uint64_t seed,
+                                               const LoadOptions& options,
+                                               const std::string& text_encoder_path,
+                                               bool text_encoder_offload) {
+    require_fp32(options, "--random");
+    const at::Device device = parse_device(options.device);
+    auto model = random_infinity(config, seed);
+    model->to(device);
+    model->eval();
+    BsqVae v(BsqVaeImpl::random(vae, seed + 1));
+    v->to(device);
+    v->eval();
+    auto pipe = InfinityPipeline::from(model, v);
+    auto t5 = open_text_encoder(text_encoder_path, text_encoder_offload, device, config,
+                                "a random Infinity");
+    return std::make_unique<InfinityRunner>(std::move(pipe), "", std::move(t5));
+}
 
-                                                           }  // namespace varscope
+}  // namespace varscope

@@ -241,41 +241,25 @@ std::shared_ptr<const AccelPlan> scale_accel_plan(Family family, const std::stri
 std::shared_ptr<const AccelPlan> var_accel_plan(const std::string& arg) {
     return scale_accel_plan(Family::Var, arg);
 }
-                                                      : AccelConfig::from_argument(arg));
-                                                      }
 
-                                                      std::unique_ptr<Runner> var_runner(
-                                                          VarPipeline pipeline,
-                                                          std::string model_path) {
-                                                          return std::make_unique<VarRunner>(
-                                                              std::move(pipeline),
-                                                              std::move(model_path));
-                                                      }
+std::unique_ptr<Runner> var_runner(VarPipeline pipeline, std::string model_path) {
+    return std::make_unique<VarRunner>(std::move(pipeline), std::move(model_path));
+}
 
-                                                      std::unique_ptr<Runner> random_var_runner(
-                                                          const VarConfig& var,
-                                                          const VqvaeConfig& vae, uint64_t seed,
-                                                          const LoadOptions& options) {
-                                                          return var_runner(VarPipeline::random(
-                                                              var, vae, seed, options));
-                                                      }
+std::unique_ptr<Runner> random_var_runner(const VarConfig& var, const VqvaeConfig& vae,
+                                          uint64_t seed, const LoadOptions& options) {
+    return var_runner(VarPipeline::random(var, vae, seed, options));
+}
 
-                                                      std::unique_ptr<Runner> load_var_runner(
-                                                          StateDict weights, const ModelSpec& spec,
-                                                          const LoadOptions& options) {
-                                                          VarModelFiles files{spec.model_path,
-                                                                              spec.vae_path,
-                                                                              spec.patch_nums};
-                                                          if (files.vae_path.empty())
-                                                              throw std::invalid_argument(
-                                                                  spec.model_path +
-                                                                  " is a VAR model: it needs its "
-                                                                  "multi-scale VQVAE (--vae)");
-                                                          return var_runner(
-                                                              VarPipeline::from_weights(
-                                                                  std::move(weights), files,
-                                                                  options),
-                                                              spec.model_path);
-                                                      }
+std::unique_ptr<Runner> load_var_runner(StateDict weights, const ModelSpec& spec,
+                                        const LoadOptions& options) {
+    VarModelFiles files{spec.model_path, spec.vae_path, spec.patch_nums};
+    if (files.vae_path.empty())
+        throw std::invalid_argument(spec.model_path +
+                                    " is a VAR model: it needs its "
+                                    "multi-scale VQVAE (--vae)");
+    return var_runner(VarPipeline::from_weights(std::move(weights), files, options),
+                      spec.model_path);
+}
 
-                                                      }  // namespace varscope
+}  // namespace varscope
