@@ -460,6 +460,9 @@ void MainWindow::generate() {
 
 void MainWindow::runSweep(const QString& method, const QString& param,
                           const std::vector<double>& values) {
+    // The sweep is the latest request: a debounced re-run still pending (a slider or bound that
+    // changed just before) would supersede it mid-way and drop its remaining points.
+    debounce_.stop();
     Job job;
     job.type = Job::Type::Sweep;
     job.request = currentRequest();
