@@ -7,11 +7,9 @@
 
 #include "core/accel/accel_config.h"
 #include "core/infinity_pipeline.h"
-#include "core/metrics/image_metrics.h"
 #include "core/models/t5_text_encoder.h"
 #include "core/runner/runner.h"
 #include "core/runner/runner_internal.h"
-#include "core/sampling/chunked_decode.h"
 
 namespace varscope {
 namespace {
@@ -131,20 +129,19 @@ class InfinityRunner : public Runner {
         for (const auto& hw : sch.scales) n = std::max(n, hw[0] * hw[1]);
         const int64_t eb = 4;  // fp32 for now (load_infinity_runner refuses other precisions)
         const int64_t rows = s.cfg != 1.0 ? 2 : 1, C = c.embed_dim, L = sch.total_tokens();
-        const int64_t kv = c.depth * 2 * rows * L * C * eb;
-        const int64_t acts = rows * n * (8 * C + 2 * c.mlp_hidden) * eb;
-        const int64_t scores =
-            s.attention == AttentionBackend::Eager ? rows * c.num_heads * n * L * 4 * 2 : 0;
-        const int64_t logits = rows * n * c.vocab() * 4 * 3;
         MemoryEstimate e;
         e.images = s.images();
-        e.per_image = kv + acts + scores + logits;
+        e.per_image =
+            kv_cache_bytes(c.depth, rows, L, C, eb) +
+            step_activation_bytes(rows, n, C, c.mlp_hidden, eb) +
+            (s.attention == AttentionBackend::Eager ? eager_score_bytes(rows, c.num_heads, n, L)
+                                                    : 0) +
+            logit_bytes(rows, n, c.vocab());
         if (s.decode && pipe_.vae) {
             const auto& v = pipe_.vae->config();
             const int64_t side =
                 sch.scales.back()[0] * (pipe_.quant.spatial_patchify ? 2 : 1) * v.patch_size;
-            e.fixed = v.base_ch * v.decoder_ch_mult.front() * side * side * 4 * 6 *
-                      std::min(e.images, decode_chunk_images(side));
+            e.fixed = decode_bytes(v.base_ch * v.decoder_ch_mult.front(), side, e.images);
         }
         return e;
     }
@@ -227,12 +224,7 @@ class InfinityRunner : public Runner {
 
     std::vector<nlohmann::json> compare_steps(const RunResult& base,
                                               const RunResult& accel) const override {
-        std::vector<nlohmann::json> steps;
-        const auto agreement = token_agreement(base.step_tokens, accel.step_tokens);
-        for (size_t si = 0; si < agreement.size(); ++si)
-            steps.push_back({{"identical_tokens", agreement[si].fraction()},
-                             {"undecoded_tokens", agreement[si].undecoded}});
-        return steps;
+        return scale_compare_steps(base, accel);
     }
     nlohmann::json compare_summary(const RunResult&, const RunResult&) const override {
         return nlohmann::json::object();
@@ -242,9 +234,7 @@ class InfinityRunner : public Runner {
         return recorded;
     }
     std::vector<int64_t> step_map(const RunResult&, const ScaleRecord& record) const override {
-        if (!record.tokens.defined()) return {};
-        const auto t = record.tokens[0].to(at::kCPU, at::kLong).contiguous();
-        return {t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel()};
+        return first_image_tokens(record);
     }
 
   private:

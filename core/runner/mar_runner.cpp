@@ -14,7 +14,6 @@
 #include "core/models/sampling_recommendation.h"
 #include "core/runner/runner.h"
 #include "core/runner/runner_internal.h"
-#include "core/sampling/chunked_decode.h"
 
 namespace varscope {
 namespace {
@@ -156,15 +155,12 @@ class MarRunner : public Runner {
         const int64_t rows = s.cfg != 1.0 ? 2 : 1, T = c.total_len();
         const int64_t C = std::max(c.encoder_embed_dim, c.decoder_embed_dim);
         const int64_t hidden = int64_t(c.mlp_ratio * double(C));
-        const int64_t acts = rows * T * (8 * C + 2 * hidden) * eb;
         const int64_t cache = (c.encoder_depth + c.decoder_depth) * rows * T * C * eb;
         const int64_t head = rows * c.seq_len() * 4 * c.diffloss_w * (6 * c.diffloss_d + 4) * 4;
-        const int64_t decode =
-            s.decode && pipe_.has_vae() ? 128 * c.img_size * c.img_size * 4 * 6 : 0;
         MemoryEstimate e;
         e.images = s.images();
-        e.per_image = acts + cache + head;
-        e.fixed = decode * std::min(e.images, decode_chunk_images(c.img_size));
+        e.per_image = step_activation_bytes(rows, T, C, hidden, eb) + cache + head;
+        if (s.decode && pipe_.has_vae()) e.fixed = decode_bytes(128, c.img_size, e.images);
         return e;
     }
 

@@ -1,10 +1,12 @@
 #include "core/runner/memory_estimate.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 
+#include "core/sampling/chunked_decode.h"
 #include "kernels/memory_stats.h"
 
 namespace varscope {
@@ -56,6 +58,27 @@ std::string format_bytes(int64_t bytes) {
     else
         std::snprintf(buf, sizeof buf, "%.0f KiB", b / 1024.0);
     return buf;
+}
+
+int64_t kv_cache_bytes(int64_t layers, int64_t rows, int64_t keys, int64_t width, int64_t eb) {
+    return layers * 2 * rows * keys * width * eb;
+}
+
+int64_t step_activation_bytes(int64_t rows, int64_t tokens, int64_t width, int64_t hidden,
+                              int64_t eb) {
+    return rows * tokens * (8 * width + 2 * hidden) * eb;
+}
+
+int64_t eager_score_bytes(int64_t rows, int64_t heads, int64_t queries, int64_t keys) {
+    return rows * heads * queries * keys * 4 * 2;
+}
+
+int64_t logit_bytes(int64_t rows, int64_t tokens, int64_t vocab) {
+    return rows * tokens * vocab * 4 * 3;
+}
+
+int64_t decode_bytes(int64_t channels, int64_t side, int64_t images) {
+    return channels * side * side * 4 * 6 * std::min(images, decode_chunk_images(side));
 }
 
 void check_memory_fits(const MemoryEstimate& estimate, int64_t available,

@@ -45,4 +45,20 @@ void check_memory_fits(const MemoryEstimate& estimate, int64_t available,
 
 std::string format_bytes(int64_t bytes);  // "1.5 GiB", "300 MiB", "12 KiB"
 
+// The terms the families' estimates are made of (their assumptions in one place). rows: batch
+// rows of one image (2 with guidance); eb: bytes per element of the transformer's dtype.
+// Keys and values of `layers` layers for `keys` tokens of width `width`.
+int64_t kv_cache_bytes(int64_t layers, int64_t rows, int64_t keys, int64_t width, int64_t eb);
+// One forward over `tokens` rows: QKV (3 width), attention output, FFN hidden and its GELU (2
+// hidden), residual and norm copies (4 width).
+int64_t step_activation_bytes(int64_t rows, int64_t tokens, int64_t width, int64_t hidden,
+                              int64_t eb);
+// Eager attention's fp32 scores and their softmax.
+int64_t eager_score_bytes(int64_t rows, int64_t heads, int64_t queries, int64_t keys);
+// fp32 logits with the sampler's softmax and top-k copies.
+int64_t logit_bytes(int64_t rows, int64_t tokens, int64_t vocab);
+// A VAE decode of `images` images of `side` pixels in fp32 in chunks (chunked_decode.h): about
+// six `channels`-wide maps at full resolution live per image of a chunk.
+int64_t decode_bytes(int64_t channels, int64_t side, int64_t images);
+
 }  // namespace varscope

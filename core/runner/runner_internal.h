@@ -30,6 +30,12 @@ class ScaleAccelPlan : public AccelPlan {
 const AccelConfig& scale_accel_config(const AccelPlan* plan, Family family);
 // A config from a JSON file, inline JSON or a preset ("" = the baseline) for `family`.
 std::shared_ptr<const AccelPlan> scale_accel_plan(Family family, const std::string& arg);
+// Runner::compare_steps of a next-scale family: per scale the share of identical token ids and
+// the tokens not decoded (-1), with the scale's side when `patch_nums` names it.
+std::vector<nlohmann::json> scale_compare_steps(const RunResult& base, const RunResult& accel,
+                                                const std::vector<int64_t>& patch_nums = {});
+// Runner::step_map of a next-scale family: the first image's token ids (-1 pruned).
+std::vector<int64_t> first_image_tokens(const ScaleRecord& record);
 
 // weights: the VAR transformer's tensors (wrapper prefix removed), read from spec.model_path.
 std::unique_ptr<Runner> load_var_runner(StateDict weights, const ModelSpec& spec,

@@ -4,12 +4,10 @@
 #include <c10/core/InferenceMode.h>
 
 #include "core/accel/accel_config.h"
-#include "core/metrics/image_metrics.h"
 #include "core/models/sampling_recommendation.h"
 #include "core/models/var_teacher_input.h"
 #include "core/runner/runner.h"
 #include "core/runner/runner_internal.h"
-#include "core/sampling/chunked_decode.h"
 
 namespace varscope {
 namespace {
@@ -72,18 +70,17 @@ class VarRunner : public Runner {
         const auto eb = int64_t(element_bytes());
         const int64_t rows = 2, C = c.embed_dim, L = c.total_tokens();
         const int64_t pn = c.patch_nums.back(), n = pn * pn;
-        const int64_t kv = c.depth * 2 * rows * L * C * eb;
         const int64_t hidden = int64_t(c.mlp_ratio * double(C));
-        const int64_t acts = rows * n * (8 * C + 2 * hidden) * eb;
-        const int64_t scores =
-            s.attention == AttentionBackend::Eager ? rows * c.num_heads * n * L * 4 * 2 : 0;
-        const int64_t logits = rows * n * c.vocab_size * 4 * 3;
-        const int64_t side = pn * q.downsample();
-        const int64_t decode = s.decode ? q.ch * q.ch_mult.front() * side * side * 4 * 6 : 0;
         MemoryEstimate e;
         e.images = s.images();
-        e.per_image = kv + acts + scores + logits;
-        e.fixed = decode * std::min(e.images, decode_chunk_images(side));
+        e.per_image =
+            kv_cache_bytes(c.depth, rows, L, C, eb) +
+            step_activation_bytes(rows, n, C, hidden, eb) +
+            (s.attention == AttentionBackend::Eager ? eager_score_bytes(rows, c.num_heads, n, L)
+                                                    : 0) +
+            logit_bytes(rows, n, c.vocab_size);
+        if (s.decode)
+            e.fixed = decode_bytes(q.ch * q.ch_mult.front(), pn * q.downsample(), e.images);
         return e;
     }
 
@@ -157,13 +154,7 @@ class VarRunner : public Runner {
 
     std::vector<nlohmann::json> compare_steps(const RunResult& base,
                                               const RunResult& accel) const override {
-        std::vector<nlohmann::json> steps;
-        const auto agreement = token_agreement(base.step_tokens, accel.step_tokens);
-        for (size_t si = 0; si < agreement.size(); ++si)
-            steps.push_back({{"patch_num", cfg().patch_nums[si]},
-                             {"identical_tokens", agreement[si].fraction()},
-                             {"undecoded_tokens", agreement[si].undecoded}});
-        return steps;
+        return scale_compare_steps(base, accel, cfg().patch_nums);
     }
     nlohmann::json compare_summary(const RunResult&, const RunResult&) const override {
         return nlohmann::json::object();
@@ -174,9 +165,7 @@ class VarRunner : public Runner {
         return recorded;
     }
     std::vector<int64_t> step_map(const RunResult&, const ScaleRecord& record) const override {
-        if (!record.tokens.defined()) return {};
-        const auto t = record.tokens[0].to(at::kCPU, at::kLong).contiguous();
-        return {t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel()};
+        return first_image_tokens(record);
     }
 
   private:
@@ -221,22 +210,6 @@ class VarRunner : public Runner {
 };
 
 }  // namespace
-
-const AccelConfig& scale_accel_config(const AccelPlan* plan, Family family) {
-    static const AccelConfig baseline;
-    if (!plan) return baseline;
-    if (plan->family() != family)
-        throw std::invalid_argument(std::string("a ") + family_title(plan->family()) +
-                                    " accelerator config cannot run on " +
-                                    (family == Family::Infinity ? "an " : "a ") +
-                                    family_title(family) + " model");
-    return static_cast<const ScaleAccelPlan*>(plan)->config;
-}
-
-std::shared_ptr<const AccelPlan> scale_accel_plan(Family family, const std::string& arg) {
-    return std::make_shared<ScaleAccelPlan>(
-        family, arg.empty() ? AccelConfig{} : AccelConfig::from_argument(arg));
-}
 
 std::shared_ptr<const AccelPlan> var_accel_plan(const std::string& arg) {
     return scale_accel_plan(Family::Var, arg);
