@@ -26,6 +26,7 @@ InfinityPipeline InfinityPipeline::from(InfinityTransformer model, BsqVae vae) {
     }
     p.model = std::move(model);
     p.vae = std::move(vae);
+    p.sampler = std::make_shared<InfinitySampler>(p.model, p.quant);
     return p;
 }
 
@@ -56,9 +57,13 @@ InfinityPipeline::Output InfinityPipeline::generate(const InfinityText& text,
                                                     const InfinitySampleOptions& options,
                                                     SamplingHooks* hooks, ProbeSink* probe,
                                                     bool decode) const {
-    InfinitySampler sampler(model, quant);
+    // The pipeline's own sampler keeps its CUDA graphs between calls; a pipeline whose model
+    // was swapped after from() samples with a fresh one.
+    std::shared_ptr<InfinitySampler> own = sampler;
+    if (!own || own->transformer().get() != model.get())
+        own = std::make_shared<InfinitySampler>(model, quant);
     Output out;
-    out.sample = sampler.sample(text, schedule, options, hooks, probe);
+    out.sample = own->sample(text, schedule, options, hooks, probe);
     if (decode && vae) {
         c10::InferenceMode guard;
         const auto t0 = std::chrono::steady_clock::now();

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,7 @@ struct InfinityPipeline {
     InfinityTransformer model{nullptr};
     BsqVae vae{nullptr};  // null: no decoding (summed codes only)
     bsq::BsqQuantConfig quant;
+    std::shared_ptr<InfinitySampler> sampler;  // made by from(): holds the CUDA graphs
 
     // The transformer file (official .pth / safetensors) and, if given, its BSQ VAE on
     // `device`. CheckpointError names the file and the tensor; std::invalid_argument when the VAE

@@ -128,7 +128,8 @@ void ModelArgs::add_to(CLI::App& cmd, Family default_family) {
         cmd.add_option("--precision", precision,
                        "transformer precision (VAR also: bf16-autocast: fp32 stream, bf16 matrix "
                        "products, as torch.autocast; tf32: fp32 with TF32 matrix products on "
-                       "CUDA, as the official demo)")
+                       "CUDA, as the official demo; Infinity: fp32, tf32 or bf16, its official "
+                       "bf16 mode)")
             ->check(CLI::IsMember({"fp32", "fp16", "bf16", "bf16-autocast", "tf32"}))
             ->capture_default_str();
     o["--raw-weights"] = cmd.add_flag("--raw-weights", raw_weights,

@@ -226,6 +226,25 @@ void InfinityTransformerImpl::init_weights(uint64_t seed) {
     }
 }
 
+void InfinityTransformerImpl::use_autocast_bf16() {
+    at::NoGradGuard g;
+    const auto bf16 = at::kBFloat16;
+    TORCH_CHECK(pos_start.scalar_type() == at::kFloat, "bf16-autocast needs an fp32 model");
+    if (autocast_) return;
+    for (auto& b : block_handles_) b->to(bf16);  // the official block.bfloat16()
+    word_embed->to(bf16);
+    ca_fc1_->to(bf16);
+    ca_fc2_->to(bf16);
+    pool_->mat_kv->to(bf16);
+    pool_->proj->to(bf16);
+    for (auto* t : {&pool_->v_bias, &pool_->zero_k_bias}) t->set_data(t->to(bf16));
+    autocast_ = true;
+}
+
+at::ScalarType InfinityTransformerImpl::compute_dtype() const {
+    return block(0).sa->mat_qkv->weight.scalar_type();
+}
+
 InfinityText InfinityTransformerImpl::with_unconditional(const InfinityText& text,
                                                          const InfinityText* negative) const {
     InfinityText out;
@@ -253,7 +272,8 @@ InfinityText InfinityTransformerImpl::with_unconditional(const InfinityText& tex
     return out;
 }
 
-InfinityCondition InfinityTransformerImpl::condition(const InfinityText& text) const {
+InfinityCondition InfinityTransformerImpl::condition(const InfinityText& text,
+                                                     bool block_keys) const {
     const int64_t B = text.batch(), Ct5 = cfg_.text_channels, C = cfg_.embed_dim;
     int64_t total = 0, Lt = 0;
     for (int64_t len : text.lens) {
@@ -284,7 +304,8 @@ InfinityCondition InfinityTransformerImpl::condition(const InfinityText& text) c
         pool_->forward({}, pool_->keys_values(padded), c.text_mask).squeeze(1).to(at::kFloat);
     c.text = linear(ca_fc2_, at::gelu(linear(ca_fc1_, padded), "tanh"));
     c.gss = linear(shared_fc_, at::silu(c.cond_BD)).to(at::kFloat).view({B, 1, 6, C});
-    for (const auto& b : block_handles_) c.cross.push_back(b->ca->keys_values(c.text));
+    if (block_keys)
+        for (const auto& b : block_handles_) c.cross.push_back(b->ca->keys_values(c.text));
     return c;
 }
 
@@ -299,6 +320,12 @@ at::Tensor InfinityTransformerImpl::level_embedding(int64_t scale) const {
 
 at::Tensor InfinityTransformerImpl::embed_tokens(const at::Tensor& x_Bld) const {
     return linear(word_embed, x_Bld.to(at::kFloat)).to(at::kFloat);
+}
+
+at::Tensor InfinityTransformerImpl::next_scale_input(const at::Tensor& x_Bld, int64_t scale,
+                                                     int64_t repeat) const {
+    auto x = linear(word_embed, x_Bld.to(at::kFloat)).repeat({repeat, 1, 1});
+    return (x + level_embedding(scale)).to(x.scalar_type());
 }
 
 at::Tensor InfinityTransformerImpl::logits(const at::Tensor& h, const at::Tensor& cond_BD) const {

@@ -8,8 +8,9 @@
 // Precision follows the official fp32 path: the residual stream, norms and self-attention in
 // fp32; cross-attention (and the text pooling) gets bf16-rounded queries, keys and values and
 // returns a bf16-rounded output, as the official code casts fp32 inputs for flash-attn's varlen
-// kernel. Variable text lengths: the official packed (kv_compact, cu_seqlens) rows become a
-// padded batch with an additive key mask (the same softmax: masked keys weigh exactly zero).
+// kernel. use_autocast_bf16() switches to the official bf16 mode. Variable text lengths: the
+// official packed (kv_compact, cu_seqlens) rows become a padded batch with an additive key mask
+// (the same softmax: masked keys weigh exactly zero).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -103,6 +104,7 @@ class InfinityBlockImpl : public torch::nn::Module {
     Qkv project_qkv(const at::Tensor& x_in, const at::Tensor& rope) const;
     at::Tensor cross_branch(const at::Tensor& x, const CrossKv& kv, const at::Tensor& mask) const;
     at::Tensor ffn_branch(const at::Tensor& x, const Modulation& m) const;  // g2 * FFN(adaLN(x))
+    at::Tensor sa_output(const at::Tensor& o_BHLc, const Modulation& m) const;  // g1 * proj(o)
     // The whole block; `attend` maps (q, k, v) of this block's tokens to the attention output
     // (the KV cache and the mask are the caller's).
     at::Tensor forward(const at::Tensor& x, const at::Tensor& gss, const CrossKv& kv,
@@ -143,19 +145,37 @@ class InfinityTransformerImpl : public torch::nn::Module {
     // Random weights in the official init's spirit (truncated normals, zero biases, the
     // official cfg_uncond), for benchmarks and tests.
     void init_weights(uint64_t seed);
+    // The official bf16 mode (run_infinity.py's bf16=1: every block's parameters in bf16, the
+    // sampler under torch.autocast(bfloat16)): blocks become bf16, and the weights autocast
+    // casts per op outside them (word_embed, text_proj_for_ca, the text pool's projections)
+    // get their bf16 copies; the head, its AdaLN, shared_ada_lin (autocast disabled in the
+    // official code) and the embeddings stay fp32. The residual stream stays fp32: layer
+    // norms, modulation and residual adds in fp32; q/k normalised and rotated in fp32, then
+    // rounded; matrix products, self-attention and the KV cache in bf16; cross-attention in
+    // fp32 on bf16 operands (flash-attn's varlen kernel). Call on an fp32 model on its device.
+    void use_autocast_bf16();
+    bool autocast_bf16() const { return autocast_; }
+    // Matrix products and the KV cache: bf16 under autocast, else the weights' dtype.
+    at::ScalarType compute_dtype() const;
 
     // The official CFG batch: the rows followed by the same rows with their text replaced by
     // cfg_uncond[:len] (or by `negative` when given: one negative row per row).
     InfinityText with_unconditional(const InfinityText& text,
                                     const InfinityText* negative = nullptr) const;
-    // text_norm, the attentive pool, text_proj_for_ca, shared AdaLN and per-block keys/values.
-    InfinityCondition condition(const InfinityText& text) const;
+    // text_norm, the attentive pool, text_proj_for_ca, shared AdaLN and per-block keys/values
+    // (block_keys = false leaves `cross` empty: the CUDA-graph path makes them in its prologue).
+    InfinityCondition condition(const InfinityText& text, bool block_keys = true) const;
 
     // The first scale's input (B, 1, C): pooled text + pos_start.
     at::Tensor start_tokens(const InfinityCondition& c) const;
     at::Tensor level_embedding(int64_t scale) const;  // (1, 1, C)
     // word_embed of the next scale's input tokens (B, l, d) -> (B, l, C).
     at::Tensor embed_tokens(const at::Tensor& x_Bld) const;
+    // The sampler's input of scale `scale` > 0 (official autoregressive_infer_cfg): word_embed
+    // of the codes (B, l, d), repeated `repeat` times along the batch (the CFG halves), plus the
+    // level embedding, added in place as the official code does: under autocast (bf16 word
+    // embedding) the sum stays bf16.
+    at::Tensor next_scale_input(const at::Tensor& x_Bld, int64_t scale, int64_t repeat) const;
     at::Tensor logits(const at::Tensor& h, const at::Tensor& cond_BD) const;  // float (B, l, V)
 
     // Teacher-forced forward over all scales with the block-causal mask, as the official
@@ -179,6 +199,7 @@ class InfinityTransformerImpl : public torch::nn::Module {
 
   private:
     InfinityConfig cfg_;
+    bool autocast_ = false;
     std::vector<InfinityBlock> block_handles_;
     InfinityCrossAttention pool_{nullptr};
     torch::nn::Linear ca_fc1_{nullptr}, ca_fc2_{nullptr}, shared_fc_{nullptr};

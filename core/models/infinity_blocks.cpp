@@ -9,10 +9,10 @@
 namespace varscope {
 namespace {
 
-// What the official code does to fp32 operands of flash-attn's varlen kernel: a round trip
-// through bf16 (a no-op on tensors that are already in a 16-bit type).
-at::Tensor round_bf16(const at::Tensor& t) {
-    return t.scalar_type() == at::kFloat ? t.to(at::kBFloat16).to(at::kFloat) : t;
+// flash-attn's varlen kernel as the official code calls it: bf16 operands (fp32 ones are cast),
+// fp32 arithmetic, a bf16-rounded output. Here: the operands' bf16 values in fp32, for SDPA.
+at::Tensor bf16_values(const at::Tensor& t) {
+    return t.scalar_type() == at::kBFloat16 ? t.to(at::kFloat) : t.to(at::kBFloat16).to(at::kFloat);
 }
 
 at::Tensor linear(const torch::nn::Linear& l, const at::Tensor& x) {
@@ -59,9 +59,9 @@ at::Tensor InfinityCrossAttentionImpl::forward(const at::Tensor& q_BLC, const Cr
     const int64_t Lq = q.size(2);
     std::optional<at::Tensor> m;
     if (mask.defined()) m = mask.to(at::kFloat);
-    auto o = at::scaled_dot_product_attention(round_bf16(q), round_bf16(kv.k), round_bf16(kv.v), m,
-                                              0.0, false, 1.0 / std::sqrt(double(head_dim_)));
-    o = round_bf16(o).transpose(1, 2).reshape({B, Lq, heads_ * head_dim_});
+    auto o = at::scaled_dot_product_attention(bf16_values(q), bf16_values(kv.k), bf16_values(kv.v),
+                                              m, 0.0, false, 1.0 / std::sqrt(double(head_dim_)));
+    o = bf16_values(o).transpose(1, 2).reshape({B, Lq, heads_ * head_dim_});
     return linear(proj, o);
 }
 
@@ -90,15 +90,33 @@ at::Tensor InfinityBlockImpl::sa_input(const at::Tensor& x, const Modulation& m)
 }
 
 Qkv InfinityBlockImpl::project_qkv(const at::Tensor& x_in, const at::Tensor& rope) const {
-    auto r = sa->project_qkv(x_in);
+    // bf16-autocast (bf16 weights, fp32 stream): the head scale's exp runs in fp32 (autocast's
+    // fp32 list), q and k are normalised and rotated in fp32 and rounded to bf16 afterwards,
+    // where the official SDPA call casts them.
+    const auto wt = sa->mat_qkv->weight.scalar_type();
+    const bool autocast = x_in.scalar_type() != wt;
+    const auto q_mul = sa->scale_mul_1H11.clamp_max(std::log(100.0)).to(at::kFloat).exp();
+    auto r = sa->project_qkv(x_in, sa->qkv_bias(), q_mul, /*keep_fp32_qk=*/autocast);
     r.q = apply_rope2d(r.q, rope);
     r.k = apply_rope2d(r.k, rope);
+    if (autocast) {
+        r.q = r.q.to(wt);
+        r.k = r.k.to(wt);
+    }
     return r;
+}
+
+at::Tensor InfinityBlockImpl::sa_output(const at::Tensor& o, const Modulation& m) const {
+    // The official x_sa.mul_(gamma1) is in place: under autocast the product stays bf16.
+    auto a = sa->project_out(o);
+    return a.mul(m.gamma1).to(a.scalar_type());
 }
 
 at::Tensor InfinityBlockImpl::cross_branch(const at::Tensor& x, const CrossKv& kv,
                                            const at::Tensor& mask) const {
-    auto in = at::layer_norm(x, {dim_}, ca_norm->weight, ca_norm->bias, eps_);
+    // layer_norm runs in fp32 under autocast (bf16 gains are cast up).
+    auto in = at::layer_norm(x, {dim_}, ca_norm->weight.to(at::kFloat),
+                             ca_norm->bias.to(at::kFloat), eps_);
     return ca->forward(in, kv, mask).to(at::kFloat);
 }
 
@@ -113,7 +131,7 @@ at::Tensor InfinityBlockImpl::forward(const at::Tensor& x, const at::Tensor& gss
                                       const AttendFn& attend) const {
     const auto m = modulation(gss);
     const auto qkv = project_qkv(sa_input(x, m), rope);
-    auto h = x + sa->project_out(attend(qkv.q, qkv.k, qkv.v)).mul(m.gamma1);
+    auto h = x + sa_output(attend(qkv.q, qkv.k, qkv.v), m);
     h = h + cross_branch(h, kv, text_mask);
     return h + ffn_branch(h, m);
 }

@@ -258,7 +258,7 @@ Qkv SelfAttentionImpl::project_qkv(const at::Tensor& x) const {
 }
 
 Qkv SelfAttentionImpl::project_qkv(const at::Tensor& x, const at::Tensor& bias,
-                                   const at::Tensor& mul) const {
+                                   const at::Tensor& mul, bool keep_fp32_qk) const {
     const int64_t B = x.size(0), L = x.size(1);
     const auto& w = mat_qkv->weight;
     auto qkv = at::linear(x.to(w.scalar_type()), w, bias).view({B, L, 3, num_heads_, head_dim_});
@@ -268,8 +268,12 @@ Qkv SelfAttentionImpl::project_qkv(const at::Tensor& x, const at::Tensor& bias,
         if (x.scalar_type() != w.scalar_type()) {
             // bf16-autocast: normalised and scaled in fp32, rounded to bf16 where autocast's
             // SDPA casts them (keys are cached in bf16: the same values).
-            r.q = l2_normalize_autocast(r.q).mul(mul).to(w.scalar_type());
-            r.k = l2_normalize_autocast(r.k).to(w.scalar_type());
+            r.q = l2_normalize_autocast(r.q).mul(mul);
+            r.k = l2_normalize_autocast(r.k);
+            if (!keep_fp32_qk) {
+                r.q = r.q.to(w.scalar_type());
+                r.k = r.k.to(w.scalar_type());
+            }
         } else {
             r.q = l2_normalize(r.q).mul(mul);
             r.k = l2_normalize(r.k);

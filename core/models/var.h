@@ -62,8 +62,10 @@ class SelfAttentionImpl : public torch::nn::Module {
     SelfAttentionImpl(int64_t embed_dim, int64_t num_heads, bool attn_l2_norm);
     Qkv project_qkv(const at::Tensor& x_BLC) const;  // incl. q/k L2 norm and head scales
     // The same with the per-call constants precomputed: qkv_bias() and q_mul().
-    Qkv project_qkv(const at::Tensor& x_BLC, const at::Tensor& qkv_bias,
-                    const at::Tensor& q_mul) const;
+    // keep_fp32_qk (bf16-autocast only): q and k stay in fp32 after the L2 norm, for a caller
+    // that rotates them first (Infinity's RoPE runs in fp32 under autocast) and rounds later.
+    Qkv project_qkv(const at::Tensor& x_BLC, const at::Tensor& qkv_bias, const at::Tensor& q_mul,
+                    bool keep_fp32_qk = false) const;
     at::Tensor qkv_bias() const;  // q_bias | zero_k_bias | v_bias
     at::Tensor q_mul() const;     // exp(min(scale_mul, log 100)); undefined without L2 norm
     at::Tensor project_out(const at::Tensor& o_BHLc) const;  // merge heads + output projection

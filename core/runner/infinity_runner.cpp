@@ -5,6 +5,9 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <map>
+#include <string>
+
 #include "core/accel/accel_config.h"
 #include "core/infinity_pipeline.h"
 #include "core/models/t5_text_encoder.h"
@@ -40,8 +43,8 @@ InfinitySchedule schedule_of(const at::Tensor& hw, const std::string& source) {
 class InfinityRunner : public Runner {
   public:
     InfinityRunner(InfinityPipeline pipe, std::string path,
-                   std::shared_ptr<T5TextEncoder> t5 = nullptr)
-        : pipe_(std::move(pipe)), path_(std::move(path)), t5_(std::move(t5)) {}
+                   std::shared_ptr<T5TextEncoder> t5 = nullptr, bool tf32 = false)
+        : pipe_(std::move(pipe)), path_(std::move(path)), t5_(std::move(t5)), tf32_(tf32) {}
 
     Family family() const override { return Family::Infinity; }
     std::string describe() const override {
@@ -127,7 +130,7 @@ class InfinityRunner : public Runner {
         const InfinitySchedule sch = schedule(s);
         int64_t n = 0;
         for (const auto& hw : sch.scales) n = std::max(n, hw[0] * hw[1]);
-        const int64_t eb = 4;  // fp32 for now (load_infinity_runner refuses other precisions)
+        const int64_t eb = pipe_.model->autocast_bf16() ? 2 : 4;  // the KV cache's element
         const int64_t rows = s.cfg != 1.0 ? 2 : 1, C = c.embed_dim, L = sch.total_tokens();
         MemoryEstimate e;
         e.images = s.images();
@@ -146,7 +149,10 @@ class InfinityRunner : public Runner {
         return e;
     }
 
-    void release_graphs() override {}  // the Infinity loop runs eagerly for now
+    void release_graphs() override {
+        if (pipe_.sampler) pipe_.sampler->release_graphs();
+        hooks_.clear();
+    }
 
     nlohmann::json settings_json(const SampleSettings& s) const override {
         return {{"cfg", s.cfg},
@@ -171,7 +177,15 @@ class InfinityRunner : public Runner {
     std::shared_ptr<const AccelPlan> accel_from_argument(const std::string& arg) const override {
         return infinity_accel_plan(arg);
     }
-    bool graphs_possible(const AccelPlan*, const SampleSettings&) const override { return false; }
+    // The loop's graph rules (InfinitySampleOptions::cuda_graphs): guidance, a square schedule,
+    // hooks with a graph signature and no compact KV cache.
+    bool graphs_possible(const AccelPlan* accel, const SampleSettings& s) const override {
+        const auto view = infinity_hook_view(cfg(), schedule(s));
+        if (!view || s.cfg == 1.0) return false;
+        const auto hooks = build_accelerators(config_of(accel), *view);
+        return !hooks ||
+               (hooks->graph_signature(*view).has_value() && !hooks->compact_kv_cache(*view));
+    }
 
     RunResult generate(const SampleSettings& s, const AccelPlan* accel, ProbeSink* probe) override {
         validate(s);
@@ -183,7 +197,7 @@ class InfinityRunner : public Runner {
             if (!view)
                 throw std::invalid_argument(
                     "Infinity: accelerators need a square schedule (h_div_w 1) for now");
-            hooks = build_accelerators(ac, *view, probe);
+            hooks = hooks_for(ac, *view, probe);
         }
         const auto out = pipe_.generate(text(s), sched, options(s), hooks.get(), probe, s.decode);
         const auto& r = out.sample;
@@ -207,6 +221,8 @@ class InfinityRunner : public Runner {
         res.total_millis = r.total_millis + out.decode_millis;
         res.kv_bytes = r.kv_bytes;
         res.kv_bytes_peak = r.kv_bytes_peak;
+        res.cuda_graphs = r.cuda_graphs;
+        res.graph_capture_millis = r.graph_capture_millis;
         res.attention_flops = r.attention_flops;
         res.flops = {{"attention", r.attention_flops}, {"total", r.attention_flops}};
         for (size_t si = 0; si < r.bits.size(); ++si)
@@ -242,7 +258,7 @@ class InfinityRunner : public Runner {
     static InfinitySchedule schedule(const SampleSettings& s) {
         return infinity_schedule(s.h_div_w, s.pixels);
     }
-    static InfinitySampleOptions options(const SampleSettings& s) {
+    InfinitySampleOptions options(const SampleSettings& s) const {
         InfinitySampleOptions o;
         o.seed = s.seed;
         o.cfg = s.cfg;
@@ -252,8 +268,22 @@ class InfinityRunner : public Runner {
         o.cfg_insertion_layer = s.cfg_insertion_layer;
         o.attention = s.attention;
         o.time_scales = s.time_steps;
+        o.cuda_graphs = s.cuda_graphs;
+        o.tf32 = tf32_;
         o.cancel = s.cancel;
         return o;
+    }
+    // Without a probe, one hooks object per accelerator config and schedule, kept until
+    // release_graphs(): graphs captured with a hooks object are replayed only with that object
+    // (DenseGraphKey::hooks_instance), as in the VAR runner.
+    std::shared_ptr<SamplingHooks> hooks_for(const AccelConfig& config, const VarConfig& view,
+                                             ProbeSink* probe) {
+        if (probe) return build_accelerators(config, view, probe);
+        std::string key = config.to_json().dump();
+        for (int64_t p : view.patch_nums) key += "," + std::to_string(p);
+        auto it = hooks_.find(key);
+        if (it == hooks_.end()) it = hooks_.emplace(key, build_accelerators(config, view)).first;
+        return it->second;
     }
     InfinityText text(const SampleSettings& s) const {
         if (!s.prompts.empty() && !s.text_features.empty())
@@ -278,6 +308,8 @@ class InfinityRunner : public Runner {
     InfinityPipeline pipe_;
     std::string path_;
     std::shared_ptr<T5TextEncoder> t5_;  // null: text features files only
+    bool tf32_ = false;
+    std::map<std::string, std::shared_ptr<SamplingHooks>> hooks_;
 };
 
 }  // namespace
@@ -311,24 +343,32 @@ std::shared_ptr<T5TextEncoder> open_text_encoder(const std::string& folder, bool
     return t5;
 }
 
-void require_fp32(const LoadOptions& options, const std::string& what) {
-    if (options.precision != Precision::Fp32 || options.autocast)
+// Infinity runs in fp32 (tf32 allowed) or in the official bf16 mode ("bf16" and
+// "bf16-autocast" both mean it: bf16 blocks under autocast, InfinityTransformerImpl::
+// use_autocast_bf16). fp16 has no official counterpart.
+void check_precision(const LoadOptions& options, const std::string& what) {
+    if (options.precision == Precision::Fp16)
         throw std::invalid_argument(what +
-                                    " is an Infinity model: "
-                                    "only fp32 (or tf32) runs "
-                                    "for now");
+                                    " is an Infinity model: precision fp32, tf32 or bf16 (the "
+                                    "official bf16 mode); fp16 is not supported");
+}
+
+void apply_precision(const LoadOptions& options, InfinityTransformer& model) {
+    if (options.precision == Precision::Bf16) model->use_autocast_bf16();
 }
 
 }  // namespace
 
 std::unique_ptr<Runner> load_infinity_runner(const StateDict& all, const ModelSpec& spec,
                                              const LoadOptions& options) {
-    require_fp32(options, spec.model_path);
+    check_precision(options, spec.model_path);
     const at::Device device = parse_device(options.device);
     auto pipe = InfinityPipeline::from_weights(all, spec.model_path, spec.vae_path, device);
+    apply_precision(options, pipe.model);
     auto t5 = open_text_encoder(spec.text_encoder_path, spec.text_encoder_offload, device,
                                 pipe.model->config(), spec.model_path);
-    return std::make_unique<InfinityRunner>(std::move(pipe), spec.model_path, std::move(t5));
+    return std::make_unique<InfinityRunner>(std::move(pipe), spec.model_path, std::move(t5),
+                                            options.tf32);
 }
 
 std::unique_ptr<Runner> random_infinity_runner(const InfinityConfig& config,
@@ -336,18 +376,19 @@ std::unique_ptr<Runner> random_infinity_runner(const InfinityConfig& config,
                                                const LoadOptions& options,
                                                const std::string& text_encoder_path,
                                                bool text_encoder_offload) {
-    require_fp32(options, "--random");
+    check_precision(options, "--random");
     const at::Device device = parse_device(options.device);
     auto model = random_infinity(config, seed);
     model->to(device);
     model->eval();
+    apply_precision(options, model);
     BsqVae v(BsqVaeImpl::random(vae, seed + 1));
     v->to(device);
     v->eval();
     auto pipe = InfinityPipeline::from(model, v);
     auto t5 = open_text_encoder(text_encoder_path, text_encoder_offload, device, config,
                                 "a random Infinity");
-    return std::make_unique<InfinityRunner>(std::move(pipe), "", std::move(t5));
+    return std::make_unique<InfinityRunner>(std::move(pipe), "", std::move(t5), options.tf32);
 }
 
 }  // namespace varscope

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/sampling/hooks.h"
+#include "core/sampling/probes.h"
 #include "kernels/cuda_graph.h"
 #include "kernels/part_timer.h"
 
@@ -34,7 +36,19 @@ bool DenseGraphKey::operator==(const DenseGraphKey& o) const {
     return device == o.device && batch == o.batch && dtype == o.dtype && attention == o.attention &&
            patch_nums == o.patch_nums && weights == o.weights && hooks == o.hooks &&
            compact_kv == o.compact_kv && part_timing == o.part_timing &&
-           hooks_instance == o.hooks_instance;
+           hooks_instance == o.hooks_instance && step_settings == o.step_settings;
+}
+
+std::optional<std::string> graphs_apply(bool enabled, const VarConfig& c, const at::Device& device,
+                                        SamplingHooks* hooks, ProbeSink* probe) {
+    if (!enabled || !device.is_cuda() || !kernels::cuda_graphs_built()) return std::nullopt;
+    if (probe) {
+        if (probe->wants_block_timing()) return std::nullopt;
+        for (int64_t si = 0; si < c.num_scales(); ++si)
+            for (int64_t layer = 0; layer < c.depth; ++layer)
+                if (probe->wants_attention(si, layer)) return std::nullopt;
+    }
+    return hooks ? hooks->graph_signature(c) : std::optional<std::string>("");
 }
 
 size_t weights_fingerprint(const torch::nn::Module& m) {

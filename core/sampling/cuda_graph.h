@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,8 +54,20 @@ struct DenseGraphKey {
     // SamplingHooks::instance_id() of the hooks captured with (0 = none): another hooks object
     // with the same signature has other buffers, so its graphs are captured anew.
     uint64_t hooks_instance = 0;
+    // What else the family's captured steps bake in (Infinity: text length, guidance and
+    // temperature per scale); "" for VAR.
+    std::string step_settings;
     bool operator==(const DenseGraphKey& o) const;
 };
+
+class SamplingHooks;
+class ProbeSink;
+// The transformer steps can run as CUDA graph replays when asked (`enabled`), on CUDA with the
+// graph code built, when the hooks allow it (a graph signature: hooks.h) and no probe wants
+// per-block data. Returns the hooks' signature ("" without hooks), or nullopt.
+std::optional<std::string> graphs_apply(bool enabled, const VarConfig& config,
+                                        const at::Device& device, SamplingHooks* hooks,
+                                        ProbeSink* probe);
 
 // Hash of the addresses (and shapes) of every parameter and buffer of `m`: graphs read the
 // weights where they were at capture time.

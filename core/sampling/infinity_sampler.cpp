@@ -3,11 +3,16 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 
+#include "core/sampling/cuda_graph.h"
 #include "core/sampling/kv_cache.h"
+#include "core/sampling/tf32_scope.h"
 #include "core/sampling/token_sampling.h"
 
 namespace varscope {
@@ -33,11 +38,14 @@ at::Tensor rope_rows(const at::Tensor& rope, const at::Tensor& rows) {
 }
 
 // One block of one scale with the hook points of var_sampler.cpp's run_block.
-at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x, const Modulation& m,
+at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const Modulation& m,
                      const CrossKv& text_kv, const at::Tensor& text_mask, const at::Tensor& rope,
                      BlockContext& ctx, SamplingHooks* hooks, ProbeSink* probe,
                      AttentionBackend backend, double& flops) {
-    const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x) : at::Tensor();
+    const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x_in) : at::Tensor();
+    // bf16 mode: a scale's input is bf16 (next_scale_input) and the first block's output fp32;
+    // with selected tokens the block works on the fp32 values, so restoring them mixes no dtypes.
+    const at::Tensor x = rows.defined() ? x_in.to(at::kFloat) : x_in;
     const bool per_row = rows.defined() && rows.dim() == 2;
     const at::Tensor xs = !rows.defined() ? x
                           : per_row ? x.gather(1, rows.unsqueeze(-1).expand({-1, -1, x.size(2)}))
@@ -61,7 +69,7 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x, const Mo
                                                    : attention_sdpa(qkv.q, k, v, 1.0);
         }
     }
-    auto h = xs + blk.sa->project_out(o).mul(m.gamma1);
+    auto h = xs + blk.sa_output(o, m);
     h = h + blk.cross_branch(h, text_kv, text_mask);
     h = h + blk.ffn_branch(h, m);
     at::Tensor out = h;
@@ -134,12 +142,20 @@ void InfinitySampleOptions::validate(const InfinityConfig& c, const InfinitySche
 }
 
 InfinitySampler::InfinitySampler(InfinityTransformer model, bsq::BsqQuantConfig quant)
-    : model_(std::move(model)), quant_(quant) {
+    : model_(std::move(model)), quant_(quant), graphs_(std::make_shared<DenseGraphCache>()) {
     quant_.validate();
     if (quant_.token_bits() != model_->config().codebook_dim)
         throw std::invalid_argument(
             "Infinity sampler: the quantizer has " + std::to_string(quant_.token_bits()) +
             " bits per token, the transformer " + std::to_string(model_->config().codebook_dim));
+}
+
+void InfinitySampler::release_graphs() {
+    graphs_->clear();
+}
+
+size_t InfinitySampler::cuda_graph_sets() const {
+    return graphs_->size();
 }
 
 InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const InfinitySchedule& s,
@@ -151,6 +167,7 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
     const auto t_start = Clock::now();
     const auto& m = *model_;
     const at::Device device = m.pos_start.device();
+    const Tf32Scope tf32(opt.tf32 && device.is_cuda());
     const int64_t B = text.batch(), S = s.num_scales(), d = mc.codebook_dim;
     const auto view = infinity_hook_view(mc, s);
     if (hooks && !view)
@@ -167,7 +184,6 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
     for (int64_t si = 0; si < S; ++si)
         guided = guided || at_scale(opt.cfg_list, opt.cfg, si) != 1.0;
     const int64_t bs = guided ? 2 * B : B;
-    const auto cond = m.condition(guided ? m.with_unconditional(text, negative) : text);
     std::set<int64_t> mix_layers;
     bool mix_logits = false;
     for (int64_t l : opt.cfg_insertion_layer) {
@@ -176,30 +192,159 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         else
             mix_layers.insert(mc.depth + l);
     }
-    std::vector<Modulation> mods;
-    for (int64_t i = 0; i < mc.depth; ++i) mods.push_back(m.block(i).modulation(cond.gss));
-
     const auto kv_options = at::TensorOptions(device).dtype(at::kFloat);
+    const auto cache_options = kv_options.dtype(m.compute_dtype());
     const bool compact = hooks && hooks->compact_kv_cache(hook_config);
-    KvCache cache =
-        compact ? KvCache::compact(mc.depth, bs, mc.num_heads, mc.head_dim(), kv_options)
-                : KvCache(mc.depth, bs, mc.num_heads, mc.head_dim(), s.total_tokens(), kv_options);
-    const auto rope = infinity_rope(s, mc.head_dim(), device);
+
+    // CUDA graphs (cuda_graph.h): each scale's transformer forward (input embedding, blocks,
+    // guidance, head) is captured once per shape and replayed. The graphs own the step inputs
+    // (condition, text, per-scale codes, rows of pruned scales) and the KV cache; the text's
+    // block keys/values and the modulations are made by a prologue graph from them. Guided
+    // square schedules without a compact cache only (the graph cache's layout).
+    std::shared_ptr<DenseStepGraphs> graphs;
+    std::unique_lock<std::mutex> graphs_lock;
+    InfinityCondition cond;
+    if (const auto signature = guided && view && !compact
+                                   ? graphs_apply(opt.cuda_graphs, *view, device, hooks, probe)
+                                   : std::nullopt) {
+        cond = m.condition(m.with_unconditional(text, negative), /*block_keys=*/false);
+        std::string settings = "Lt=" + std::to_string(cond.text.size(1)) +
+                               (cond.text_mask.defined() ? ",ragged" : "") +
+                               ",n=" + std::to_string(n_run) + ",insert=";
+        for (int64_t l : opt.cfg_insertion_layer) settings += std::to_string(l) + " ";
+        for (int64_t si = 0; si < S; ++si)
+            settings += "|" + std::to_string(at_scale(opt.cfg_list, opt.cfg, si)) + "/" +
+                        std::to_string(at_scale(opt.tau_list, opt.tau, si));
+        DenseGraphKey key{device.index(),
+                          B,
+                          m.compute_dtype(),
+                          static_cast<int>(opt.attention),
+                          view->patch_nums,
+                          weights_fingerprint(m),
+                          *signature,
+                          false,
+                          false,
+                          hooks ? hooks->instance_id() : 0,
+                          settings};
+        graphs = graphs_->get(*view, key, cond.cond_BD);
+        graphs_lock = std::unique_lock<std::mutex>(graphs->mutex());
+        cond.cond_BD = graphs->condition().copy_(cond.cond_BD);
+        auto fixed = [&](const char* name, const at::Tensor& t) {
+            return graphs->step_input(0, name, [&] { return at::empty_like(t); }).copy_(t);
+        };
+        cond.gss = fixed("gss", cond.gss);
+        cond.text = fixed("text", cond.text);
+        if (cond.text_mask.defined()) cond.text_mask = fixed("text_mask", cond.text_mask);
+    } else {
+        cond = m.condition(guided ? m.with_unconditional(text, negative) : text);
+    }
+    // A failed capture leaves the set half-built: drop it (rebuilt next time).
+    auto guarded = [&](const auto& fn) {
+        try {
+            return fn();
+        } catch (...) {
+            if (graphs) {
+                graphs_lock.unlock();
+                graphs_->erase(graphs);
+            }
+            throw;
+        }
+    };
+    std::vector<Modulation> mods;
+    if (graphs) {
+        const std::vector<at::Tensor> out = guarded([&]() -> const std::vector<at::Tensor>& {
+            return graphs->run("prologue", [&] {
+                std::vector<at::Tensor> t;
+                for (int64_t i = 0; i < mc.depth; ++i) {
+                    const auto md = m.block(i).modulation(cond.gss);
+                    const auto kv = m.block(i).ca->keys_values(cond.text);
+                    for (const auto& x : {md.gamma1, md.gamma2, md.scale1, md.scale2, md.shift1,
+                                          md.shift2, kv.k, kv.v})
+                        t.push_back(x);
+                }
+                return t;
+            });
+        });
+        for (int64_t i = 0; i < mc.depth; ++i) {
+            const auto* t = &out[static_cast<size_t>(8 * i)];
+            mods.push_back({t[0], t[1], t[2], t[3], t[4], t[5]});
+            cond.cross.push_back({t[6], t[7]});
+        }
+    } else {
+        for (int64_t i = 0; i < mc.depth; ++i) mods.push_back(m.block(i).modulation(cond.gss));
+    }
+
+    std::optional<KvCache> eager_cache;
+    if (!graphs)
+        eager_cache.emplace(
+            compact ? KvCache::compact(mc.depth, bs, mc.num_heads, mc.head_dim(), cache_options)
+                    : KvCache(mc.depth, bs, mc.num_heads, mc.head_dim(), s.total_tokens(),
+                              cache_options));
+    const at::Tensor rope =
+        graphs
+            ? graphs->step_input(0, "rope", [&] { return infinity_rope(s, mc.head_dim(), device); })
+            : infinity_rope(s, mc.head_dim(), device);
     // The VAE's grid: with spatial patchify a token covers 2 x 2 latent positions.
     const int64_t up = quant_.spatial_patchify ? 2 : 1, dv = quant_.codebook_dim;
     auto vae_size = [&](int64_t si) {
         return bsq::Size3{1, up * s.scales[si][0], up * s.scales[si][1]};
     };
     const bsq::Size3 final_size = vae_size(S - 1);
-    at::Tensor summed = at::zeros({B, dv, 1, final_size[1], final_size[2]}, kv_options);
+    // Channels-last as the official summed codes are (they start as an interpolation of the
+    // channels-last codes): the trilinear kernels round differently per layout.
+    at::Tensor summed = at::zeros({B, dv, 1, final_size[1], final_size[2]}, kv_options)
+                            .contiguous(at::MemoryFormat::ChannelsLast3d);
+
+    // One scale's transformer forward: its input (the start tokens, or the embedded codes of
+    // the previous scales), every block with the hooks, guidance, the head. Eager, or captured
+    // by the graphs (warm-up: the first scale without hooks).
+    const ScaleContext* step_ctx = nullptr;
+    at::Tensor step_codes, step_rows;  // the scale's input codes (B, l, d); rows (pruned scale)
+    auto forward = [&](const ScaleContext& ctx, KvCache& cache, SamplingHooks* h, ProbeSink* p,
+                       double& flops) {
+        const int64_t si = ctx.scale, begin = s.scale_begin(si);
+        const int64_t l = s.scales[si][0] * s.scales[si][1];
+        const double g = at_scale(opt.cfg_list, opt.cfg, si),
+                     tau = at_scale(opt.tau_list, opt.tau, si);
+        at::Tensor x = si == 0 ? m.start_tokens(cond) + m.level_embedding(0)
+                               : m.next_scale_input(step_codes, si, bs / B);
+        at::Tensor step_rope = rope.narrow(1, begin, l);
+        if (step_rows.defined()) {
+            x = x.index_select(1, step_rows);
+            step_rope = step_rope.index_select(1, step_rows);
+        }
+        for (int64_t layer = 0; layer < mc.depth; ++layer) {
+            BlockContext bctx{ctx, layer, cache};
+            x = run_block(m.block(layer), x, mods[layer], cond.cross[layer], cond.text_mask,
+                          step_rope, bctx, h, p, opt.attention, flops);
+            if (g != 1.0 && mix_layers.count(layer)) {  // guidance at this layer's output
+                auto mixed = x.narrow(0, 0, B).mul(g) + x.narrow(0, B, B).mul(1.0 - g);
+                x = at::cat({mixed, mixed}, 0);
+            }
+        }
+        if (g != 1.0 && mix_logits) {
+            auto logits = m.logits(x, cond.cond_BD).mul(1.0 / tau);
+            return at::Tensor(logits.narrow(0, 0, B).mul(g) + logits.narrow(0, B, B).mul(1.0 - g));
+        }
+        return m.logits(x.narrow(0, 0, B), cond.cond_BD.narrow(0, 0, B)).mul(1.0 / tau);
+    };
+    const DenseStepGraphs::Forward graph_step = [&](int64_t si, KvCache& cache, double& flops,
+                                                    const CostRecorder*, bool warmup) {
+        if (!warmup) return forward(*step_ctx, cache, hooks, nullptr, flops);
+        TORCH_CHECK(si == 0, "CUDA graphs: the warm-up runs the first scale");
+        ScaleContext first{hook_config, 0, s.scales[0][0], B, 0, at::Tensor(), {}, 0, exec_};
+        const at::Tensor no_rows = std::exchange(step_rows, at::Tensor());
+        auto out = forward(first, cache, nullptr, nullptr, flops);
+        step_rows = no_rows;
+        return out;
+    };
 
     InfinitySampleResult res;
-    at::Tensor x = m.start_tokens(cond);  // (bs, 1, C)
+    res.cuda_graphs = static_cast<bool>(graphs);
+    const double capture_ms_before = graphs ? graphs->capture_millis() : 0.0;
     for (int64_t si = 0; si < n_run; ++si) {
         if (opt.cancel && opt.cancel->load()) throw SamplingCancelled();
         const auto t0 = Clock::now();
-        const double g = at_scale(opt.cfg_list, opt.cfg, si),
-                     tau = at_scale(opt.tau_list, opt.tau, si);
         const int64_t h = s.scales[si][0], w = s.scales[si][1], begin = s.scale_begin(si);
         ScaleContext ctx{hook_config, si, h, B, begin, summed.squeeze(2), {}, si, exec_};
         ctx.segments.push_back(ScaleSegment{si, h, begin, {}, 0});
@@ -210,26 +355,25 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
             hooks->on_scale_begin(ctx);
         }
         const at::Tensor rows = ctx.segments[0].rows;
-        x = x + m.level_embedding(si);
-        if (rows.defined()) x = x.index_select(1, rows);
-        const at::Tensor scale_rope = rope.narrow(1, begin, h * w);
-        const at::Tensor step_rope = rows.defined() ? scale_rope.index_select(1, rows) : scale_rope;
         double flops = 0.0;
-        for (int64_t layer = 0; layer < mc.depth; ++layer) {
-            BlockContext bctx{ctx, layer, cache};
-            x = run_block(m.block(layer), x, mods[layer], cond.cross[layer], cond.text_mask,
-                          step_rope, bctx, hooks, probe, opt.attention, flops);
-            if (g != 1.0 && mix_layers.count(layer)) {  // guidance at this layer's output
-                auto mixed = x.narrow(0, 0, B).mul(g) + x.narrow(0, B, B).mul(1.0 - g);
-                x = at::cat({mixed, mixed}, 0);
-            }
-        }
         at::Tensor logits;
-        if (g != 1.0 && mix_logits) {
-            logits = m.logits(x, cond.cond_BD).mul(1.0 / tau);
-            logits = logits.narrow(0, 0, B).mul(g) + logits.narrow(0, B, B).mul(1.0 - g);
+        if (graphs) {
+            if (si > 0)
+                step_codes =
+                    graphs->step_input(si, "codes", [&] { return at::empty_like(step_codes); })
+                        .copy_(step_codes);
+            step_rows = rows.defined()
+                            ? graphs->step_input(si, "rows", [&] { return at::empty_like(rows); })
+                                  .copy_(rows)
+                            : at::Tensor();
+            step_ctx = &ctx;
+            const std::vector<int64_t> layout{si, rows.defined() ? rows.numel() : h * w};
+            logits = guarded([&] { return graphs->step(si, layout, graph_step, flops); });
+            res.kv_bytes_peak = std::max(res.kv_bytes_peak, graphs->kv_bytes_after(si));
         } else {
-            logits = m.logits(x.narrow(0, 0, B), cond.cond_BD.narrow(0, 0, B)).mul(1.0 / tau);
+            step_rows = rows;
+            logits = forward(ctx, *eager_cache, hooks, probe, flops);
+            res.kv_bytes_peak = std::max(res.kv_bytes_peak, eager_cache->total_bytes());
         }
         if (hooks) hooks->on_logits(ctx, logits);
         const int64_t l = logits.size(1);
@@ -258,8 +402,9 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
             // (B, dv, up*nh, up*nw), patchified back to (B, d, nh, nw)
             auto next = bsq::interpolate_up(summed, vae_size(si + 1), quant_).squeeze(2);
             if (quant_.spatial_patchify) next = bsq::patchify_codes(next);
-            next = next.reshape({B, d, nh * nw}).permute({0, 2, 1});
-            x = m.embed_tokens(next).repeat({bs / B, 1, 1});
+            // Contiguous, as the official codes are (its interpolations keep the codes'
+            // channels-last layout): a bf16 GEMM on a strided input rounds differently.
+            step_codes = next.reshape({B, d, nh * nw}).permute({0, 2, 1}).contiguous();
         } else {
             summed.add_(codes);
         }
@@ -271,7 +416,6 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         if (opt.time_scales) synchronize_device(device);
         const double ms = millis_since(t0);
         res.scale_millis.push_back(ms);
-        res.kv_bytes_peak = std::max(res.kv_bytes_peak, cache.total_bytes());
         if (probe) {
             ScaleRecord r;
             r.scale = si;
@@ -294,8 +438,10 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
             probe->on_scale(std::move(r));
         }
     res.summed_codes = summed.squeeze(2);
-    res.kv_bytes = cache.total_bytes();
-    res.kv_bytes_peak = std::max({res.kv_bytes_peak, res.kv_bytes, cache.peak_bytes()});
+    res.kv_bytes = graphs ? graphs->kv_bytes_after(n_run - 1) : eager_cache->total_bytes();
+    res.kv_bytes_peak = std::max(
+        {res.kv_bytes_peak, res.kv_bytes, graphs ? int64_t(0) : eager_cache->peak_bytes()});
+    if (graphs) res.graph_capture_millis = graphs->capture_millis() - capture_ms_before;
     res.total_millis = millis_since(t_start);
     return res;
 }

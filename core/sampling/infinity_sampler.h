@@ -20,13 +20,15 @@
 // packed into an int64 (bit i -> 2^i; -1 where a scale-level policy pruned the token).
 // Spatial patchify (Infinity-8B: 4 x 14 bits per token) follows the official unpatchify /
 // patchify around the codes update (checked against the official loop on the tiny fixture).
-// Not yet: grouped steps (group_size > 1, LazyVAR's PGD) are refused, no CUDA graphs, no
-// bf16-autocast mode.
+// CUDA graphs as in the VAR loop (cuda_graph.h; see InfinitySampleOptions::cuda_graphs) and the
+// official bf16 mode (InfinityTransformerImpl::use_autocast_bf16). Not yet: grouped steps
+// (group_size > 1, LazyVAR's PGD) are refused.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -38,6 +40,8 @@
 #include "core/sampling/var_sampler.h"  // AttentionBackend, SamplingCancelled
 
 namespace varscope {
+
+class DenseGraphCache;
 
 struct InfinitySampleOptions {
     std::optional<uint64_t> seed = 0;  // the official g_seed; nullopt = the global generator
@@ -55,6 +59,12 @@ struct InfinitySampleOptions {
     std::vector<int64_t> cfg_insertion_layer{0};
     AttentionBackend attention = AttentionBackend::Sdpa;
     bool time_scales = true;
+    // Replay each scale's transformer forward as a CUDA graph (captured on the first call per
+    // batch, text length, guidance / temperature list, precision, schedule and hooks object),
+    // on CUDA, with guidance, on square schedules, with hooks that have a graph signature and
+    // probes that need no per-block data; eager elsewhere. Same bits as eager.
+    bool cuda_graphs = true;
+    bool tf32 = false;  // fp32 matrix products on TF32 tensor cores (LoadOptions::tf32)
     const std::atomic<bool>* cancel = nullptr;  // checked before every scale
     // std::invalid_argument naming the field.
     void validate(const InfinityConfig& c, const InfinitySchedule& s) const;
@@ -67,6 +77,8 @@ struct InfinitySampleResult {
     at::Tensor summed_codes;  // (B, d, H, W) float: what the BSQ VAE decodes
     std::vector<double> scale_millis;
     double total_millis = 0.0;
+    bool cuda_graphs = false;           // the scales ran as CUDA graph replays
+    double graph_capture_millis = 0.0;  // spent capturing in this call (first call per shape)
     double attention_flops = 0.0;
     int64_t kv_bytes = 0, kv_bytes_peak = 0;
 };
@@ -85,11 +97,15 @@ class InfinitySampler {
                                 const InfinityText* negative = nullptr);
     InfinityTransformer transformer() const { return model_; }
     void set_exec_policy(const ExecPolicy& exec) { exec_ = exec; }
+    // Frees the captured graphs and their buffers (a few shapes are kept: cuda_graph.h).
+    void release_graphs();
+    size_t cuda_graph_sets() const;
 
   private:
     InfinityTransformer model_;
     bsq::BsqQuantConfig quant_;
     ExecPolicy exec_;
+    std::shared_ptr<DenseGraphCache> graphs_;  // shared by copies of the sampler
 };
 
 }  // namespace varscope

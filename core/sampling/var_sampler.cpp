@@ -17,32 +17,13 @@
 #include "core/sampling/chunked_decode.h"
 #include "core/sampling/cuda_graph.h"
 #include "core/sampling/kv_cache.h"
+#include "core/sampling/tf32_scope.h"
 #include "core/sampling/token_sampling.h"
 #include "kernels/cuda_graph.h"
 #include "kernels/part_timer.h"
 
 namespace varscope {
 namespace {
-
-// TF32 for fp32 matrix products (torch.backends.cuda.matmul.allow_tf32) while alive; the
-// process-wide setting is put back afterwards, so other pipelines keep theirs.
-class Tf32Scope {
-  public:
-    explicit Tf32Scope(bool on) : active_(on) {
-        if (!active_) return;
-        before_ = at::globalContext().allowTF32CuBLAS();
-        at::globalContext().setAllowTF32CuBLAS(true);
-    }
-    ~Tf32Scope() {
-        if (active_) at::globalContext().setAllowTF32CuBLAS(before_);
-    }
-    Tf32Scope(const Tf32Scope&) = delete;
-    Tf32Scope& operator=(const Tf32Scope&) = delete;
-
-  private:
-    bool active_ = false;
-    bool before_ = false;
-};
 
 using Clock = std::chrono::steady_clock;
 
@@ -238,21 +219,6 @@ class AutocastPhi {
     std::vector<std::pair<at::Tensor, at::Tensor>> convs_;  // bf16 weight, bias per Phi
 };
 
-// The transformer steps can run as CUDA graph replays when the hooks allow it (a graph
-// signature: hooks.h) and no probe wants per-block data. Returns the hooks' signature.
-std::optional<std::string> graphs_apply(const VarSampleOptions& opt, const VarConfig& c,
-                                        const at::Device& device, SamplingHooks* hooks,
-                                        ProbeSink* probe) {
-    if (!opt.cuda_graphs || !device.is_cuda() || !kernels::cuda_graphs_built()) return std::nullopt;
-    if (probe) {
-        if (probe->wants_block_timing()) return std::nullopt;
-        for (int64_t si = 0; si < c.num_scales(); ++si)
-            for (int64_t layer = 0; layer < c.depth; ++layer)
-                if (probe->wants_attention(si, layer)) return std::nullopt;
-    }
-    return hooks ? hooks->graph_signature(c) : std::optional<std::string>("");
-}
-
 }  // namespace
 
 void synchronize_device(const at::Device& device) {
@@ -341,12 +307,18 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     // the one call using them holds their lock.
     std::shared_ptr<DenseStepGraphs> graphs;
     std::unique_lock<std::mutex> graphs_lock;
-    if (const auto signature = graphs_apply(opt, c, device, hooks, probe)) {
-        const DenseGraphKey key{device.index(), B,
-                                dtype,          static_cast<int>(opt.attention),
-                                c.patch_nums,   weights_fingerprint(*var_),
-                                *signature,     hooks && hooks->compact_kv_cache(c),
-                                time_parts,     hooks ? hooks->instance_id() : 0};
+    if (const auto signature = graphs_apply(opt.cuda_graphs, c, device, hooks, probe)) {
+        const DenseGraphKey key{device.index(),
+                                B,
+                                dtype,
+                                static_cast<int>(opt.attention),
+                                c.patch_nums,
+                                weights_fingerprint(*var_),
+                                *signature,
+                                hooks && hooks->compact_kv_cache(c),
+                                time_parts,
+                                hooks ? hooks->instance_id() : 0,
+                                ""};
         graphs = graphs_->get(c, key, cond_BD);
         graphs_lock = std::unique_lock<std::mutex>(graphs->mutex());
         cond_BD = graphs->condition().copy_(cond_BD);

@@ -36,12 +36,43 @@ def _normalize(x, p=2.0, dim=1, eps=1e-12, out=None):
     return x / denom.clamp_min(eps).expand_as(x)
 
 
+_paused = [0]  # > 0 inside a `with torch.autocast(..., enabled=False)` region
+
+
+class _AutocastSwitch:
+    """Stands in for torch.autocast, torch.amp.autocast and torch.cuda.amp.autocast (see
+    install_autocast_switches): enabled=False pauses the emulation, as the real one pauses
+    autocast; enabled=True changes nothing (the emulation is on or off as a whole)."""
+
+    def __init__(self, *args, enabled=True, **kwargs):
+        self.enabled = enabled
+
+    def __enter__(self):
+        if not self.enabled:
+            _paused[0] += 1
+        return self
+
+    def __exit__(self, *exc):
+        if not self.enabled:
+            _paused[0] -= 1
+        return False
+
+
+def install_autocast_switches():
+    """Makes the official code's autocast-disabled regions pause CudaAutocastBf16. Call before
+    importing the official modules (some bind `autocast` at import). Outside the emulation the
+    switches do nothing, as the real context managers do on CPU tensors."""
+    torch.autocast = torch.amp.autocast = torch.cuda.amp.autocast = _AutocastSwitch
+
+
 class CudaAutocastBf16(TorchFunctionMode):
     """with CudaAutocastBf16(): ... runs fp32 code as CUDA autocast(bf16) would. Calls made inside
     an intercepted function are not seen, so composite functions that matter are rewritten."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if _paused[0]:
+            return func(*args, **kwargs)
         if func is F.normalize:
             return _normalize(*args, **kwargs)
         if func in _BF16_OPS:

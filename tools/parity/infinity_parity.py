@@ -19,6 +19,9 @@ labels, fused-norm path) and writes into OUTDIR:
                              a 2-bit quantizer (Infinity-8B's layout), bits (B, 2h, 2w, 2)
   schedules.json             the official dynamic-resolution schedules (h_div_w templates ->
                              pn -> scales), the tiny config and the runs' settings
+  sample_bf16_<run>.safetensors  the logits_cfg and layer_cfg runs in the official bf16 mode
+                             (blocks in bf16, the loop under CUDA autocast(bfloat16) emulated on
+                             the CPU by autocast_emulation.py): per-scale bits
   release_shapes.json        names and shapes of the released 2B / 8B state dicts (built on the
                              meta device), to check config inference and names at full size
 Stubs (CPU, no extra packages): flash_attn (the varlen cross-attention computed in fp32 on the
@@ -45,6 +48,13 @@ def install_stubs():
                         dropout_p=0.0, softmax_scale=None, **_):
         # q (Nq, H, c), kv (Nk, 2, H, c): one attention per row of the packed batch.
         out = torch.empty_like(q)
+        # fp32 arithmetic on the bf16 operands in every mode: under (emulated) autocast too, the
+        # SDPA call below must not run in bf16 (flash-attn accumulates in fp32).
+        with torch.autocast("cuda", enabled=False):
+            _varlen_rows(q, kv, cu_seqlens_q, cu_seqlens_k, softmax_scale, out)
+        return out
+
+    def _varlen_rows(q, kv, cu_seqlens_q, cu_seqlens_k, softmax_scale, out):
         for b in range(cu_seqlens_q.numel() - 1):
             q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
             k0, k1 = int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
@@ -53,7 +63,6 @@ def install_stubs():
             vb = kv[k0:k1, 1].float().transpose(0, 1)
             ob = F.scaled_dot_product_attention(qb, kb, vb, scale=softmax_scale)
             out[q0:q1] = ob.transpose(0, 1).to(q.dtype)
-        return out
 
     def flash_attn_func(*a, **k):
         raise RuntimeError("flash_attn_func stub: the tiny model uses SDPA (customized_flash_attn=False)")
@@ -141,6 +150,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     install_stubs()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from autocast_emulation import CudaAutocastBf16, install_autocast_switches
+    install_autocast_switches()
     sys.path.insert(0, os.path.abspath(args.infinity_src))
     from safetensors.torch import save_file
     from infinity.models.infinity import Infinity
@@ -293,10 +305,32 @@ def main():
     patchify_run = dict(r, vae_codebook_dim=d // 4)
     print(f"run patchify: bits per position {d // 4}, last scale {tuple(recorded[-1].shape)}")
 
+    # The official bf16 mode (run_infinity.py's bf16=1): every block in bf16 and the loop under
+    # CUDA autocast(bfloat16), emulated op by op on the CPU (autocast_emulation.py), with the
+    # official autocast-disabled regions (modulation, RoPE, head, quantizer) honoured.
+    for b in model.unregistered_blocks:
+        b.bfloat16()
+    q.lfq.indices_to_codes = recording
+    bf16_runs = {"bf16_logits_cfg": runs["logits_cfg"], "bf16_layer_cfg": runs["layer_cfg"]}
+    for name, r in bf16_runs.items():
+        recorded.clear()
+        with torch.no_grad(), CudaAutocastBf16():
+            model.autoregressive_infer_cfg(
+                vae=vae, scale_schedule=scales, label_B_or_BLT=(kv_compact.clone(), lens, cu, max(lens)),
+                B=B, g_seed=r["seed"], cfg_list=r["cfg"], tau_list=r["tau"], top_k=r["top_k"],
+                top_p=r["top_p"], cfg_insertion_layer=r["cfg_insertion_layer"], vae_type=d,
+                returns_vemb=1, ret_img=False, inference_mode=True, gt_leak=0)
+        assert len(recorded) == n
+        save_file({f"bits.{si}": x[:, 0].to(torch.uint8).contiguous() for si, x in enumerate(recorded)},
+                  os.path.join(out, f"sample_{name}.safetensors"))
+        print(f"run {name}: bf16 blocks under emulated CUDA autocast")
+    q.lfq.indices_to_codes = orig
+
     sched = {str(float(k)): {p: [list(s) for s in v[p]["scales"]] for p in v}
              for k, v in dynamic_resolution_h_w.items()}
     meta = {"config": tiny, "h_div_w": h_div_w, "pn": pn, "scales": [[h, w] for _, h, w in scales],
             "lens": lens, "runs": runs, "patchify_run": patchify_run,
+            "bf16_runs": {k: k[len("bf16_"):] for k in bf16_runs},
             "h_div_w_templates": [float(x) for x in h_div_w_templates],
             "dynamic_resolution_h_w": sched}
     with open(os.path.join(out, "schedules.json"), "w") as f:

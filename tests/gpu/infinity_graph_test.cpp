@@ -1,0 +1,166 @@
+// CUDA graphs for Infinity's sampling loop (core/sampling/infinity_sampler.cpp): replays give
+// exactly the eager loop's bits for a seed, in fp32 and the official bf16 mode, with guidance on
+// the logits and at a layer's output, on the capturing call and on replays, for a new text of
+// another length (its own graphs), and with the accelerators that have a graph signature. Graphs
+// stay off without guidance and on the CPU. Skips without CUDA.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include "core/accel/accel_config.h"
+#include "core/pipeline.h"
+#include "core/sampling/infinity_sampler.h"
+#include "kernels/cuda_graph.h"
+#include "tests/tiny_models.h"
+
+using namespace varscope;
+
+#define REQUIRE_CUDA_GRAPHS()                                \
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device"; \
+    if (!kernels::cuda_graphs_built()) GTEST_SKIP() << "built without CUDA kernels"
+
+namespace {
+
+// Head dim 64 (SparVAR's kernels), six blocks (layer -5 exists), 8 bits per token.
+InfinityConfig small_config() {
+    InfinityConfig c;
+    c.depth = 6;
+    c.embed_dim = 128;
+    c.num_heads = 2;
+    c.mlp_hidden = 512;
+    c.text_channels = 128;
+    c.text_maxlen = 16;
+    c.pool_heads = 1;
+    c.codebook_dim = 8;
+    return c;
+}
+
+InfinitySampler sampler_on_cuda(bool bf16) {
+    auto m = random_infinity(small_config(), 3);
+    varscope::testing::randomise(*m, 4);
+    m->to(at::kCUDA);
+    m->eval();
+    if (bf16) m->use_autocast_bf16();
+    bsq::BsqQuantConfig q;
+    q.codebook_dim = 8;
+    return InfinitySampler(m, q);
+}
+
+InfinityText text_of(std::vector<int64_t> lens, uint64_t seed) {
+    int64_t total = 0;
+    for (auto l : lens) total += l;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    return {at::randn({total, 128}, gen).to(at::kCUDA), std::move(lens)};
+}
+
+InfinitySampleOptions options(bool graphs, std::vector<int64_t> insertion = {0}) {
+    InfinitySampleOptions o;
+    o.seed = 9;
+    o.cfg = 3.0;
+    o.tau = 0.8;
+    o.cfg_insertion_layer = std::move(insertion);
+    o.cuda_graphs = graphs;
+    return o;
+}
+
+void expect_same_bits(const InfinitySampleResult& a, const InfinitySampleResult& b,
+                      const char* what) {
+    ASSERT_EQ(a.bits.size(), b.bits.size()) << what;
+    for (size_t si = 0; si < a.bits.size(); ++si)
+        EXPECT_TRUE(a.bits[si].equal(b.bits[si])) << what << ": scale " << si;
+    EXPECT_TRUE(a.summed_codes.equal(b.summed_codes)) << what << ": summed codes";
+}
+
+const InfinitySchedule& square() {
+    static const auto s = infinity_schedule(1.0, "0.06M");  // 1 .. 16 x 16, 7 scales
+    return s;
+}
+
+}  // namespace
+
+TEST(InfinityGraph, GraphBitsEqualEagerBits) {
+    REQUIRE_CUDA_GRAPHS();
+    c10::InferenceMode guard;
+    for (bool bf16 : {false, true}) {
+        for (const auto& insertion : std::vector<std::vector<int64_t>>{{0}, {-5}}) {
+            SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp32") + " insertion " +
+                         std::to_string(insertion[0]));
+            auto sampler = sampler_on_cuda(bf16);
+            const auto text = text_of({5, 11}, 1);
+            const auto eager = sampler.sample(text, square(), options(false, insertion));
+            EXPECT_FALSE(eager.cuda_graphs);
+            const auto captured = sampler.sample(text, square(), options(true, insertion));
+            EXPECT_TRUE(captured.cuda_graphs);
+            EXPECT_GT(captured.graph_capture_millis, 0.0);
+            expect_same_bits(captured, eager, "capturing call");
+            const auto replayed = sampler.sample(text, square(), options(true, insertion));
+            EXPECT_EQ(replayed.graph_capture_millis, 0.0);
+            expect_same_bits(replayed, eager, "replay");
+            EXPECT_EQ(replayed.kv_bytes, eager.kv_bytes);
+            EXPECT_EQ(replayed.attention_flops, eager.attention_flops);
+            // Another text of the same shape replays; another length captures its own graphs.
+            const auto same_shape = text_of({5, 11}, 2);
+            auto o = options(true, insertion);
+            const auto a = sampler.sample(same_shape, square(), o);
+            EXPECT_EQ(a.graph_capture_millis, 0.0);
+            expect_same_bits(a, sampler.sample(same_shape, square(), options(false, insertion)),
+                             "new text, same lengths");
+            const auto longer = text_of({7, 3}, 3);
+            const auto b = sampler.sample(longer, square(), o);
+            EXPECT_GT(b.graph_capture_millis, 0.0);
+            expect_same_bits(b, sampler.sample(longer, square(), options(false, insertion)),
+                             "new lengths");
+            EXPECT_EQ(sampler.cuda_graph_sets(), 2u);
+            sampler.release_graphs();
+            EXPECT_EQ(sampler.cuda_graph_sets(), 0u);
+        }
+    }
+}
+
+TEST(InfinityGraph, OffWithoutGuidance) {
+    REQUIRE_CUDA_GRAPHS();
+    auto sampler = sampler_on_cuda(false);
+    auto o = options(true);
+    o.cfg = 1.0;
+    const auto r = sampler.sample(text_of({4}, 1), square(), o);
+    EXPECT_FALSE(r.cuda_graphs);
+}
+
+// Each graph-safe method: graphed (capturing call and replay) == eager bits, FLOPs and KV bytes.
+TEST(InfinityGraph, AcceleratorsGraphedEqualEager) {
+    REQUIRE_CUDA_GRAPHS();
+    const auto view = infinity_hook_view(small_config(), square());
+    ASSERT_TRUE(view.has_value());
+    const std::vector<std::pair<std::string, std::string>> methods{
+        {"skip", R"({"skip": {"enabled": true, "last_n": 2}})"},
+        {"fastvar", R"({"fastvar": {"enabled": true, "ratios": [0.4, 0.5]}})"},
+        {"lazyvar no group", R"({"lazyvar": {"enabled": true, "start_scale": 4,
+                                "group_size": 1, "ratios": [0.6]}})"},
+        {"sparvar csla", R"({"sparvar": {"enabled": true, "cs4a_fraction": 0,
+                           "sparse_scales": 2, "sink_scales": 2, "windows": [1, 3],
+                           "middle_window": 1, "block": 64}})"},
+    };
+    for (bool bf16 : {false, true}) {
+        auto sampler = sampler_on_cuda(bf16);
+        const auto text = text_of({5, 11}, 1);
+        for (const auto& [name, json] : methods) {
+            SCOPED_TRACE(name + (bf16 ? " bf16" : " fp32"));
+            const auto hooks = build_accelerators(AccelConfig::from_argument(json), *view);
+            ASSERT_TRUE(hooks);
+            if (!hooks->graph_signature(*view)) {
+                ADD_FAILURE() << "no graph signature";
+                continue;
+            }
+            const auto eager = sampler.sample(text, square(), options(false), hooks.get());
+            const auto captured = sampler.sample(text, square(), options(true), hooks.get());
+            EXPECT_TRUE(captured.cuda_graphs);
+            expect_same_bits(captured, eager, "capturing call");
+            const auto replayed = sampler.sample(text, square(), options(true), hooks.get());
+            EXPECT_EQ(replayed.graph_capture_millis, 0.0);
+            expect_same_bits(replayed, eager, "replay");
+            EXPECT_EQ(replayed.attention_flops, eager.attention_flops);
+            EXPECT_EQ(replayed.kv_bytes_peak, eager.kv_bytes_peak);
+        }
+    }
+}
