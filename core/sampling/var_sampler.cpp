@@ -112,6 +112,8 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
 
     lap();  // selection, QKV projection, cache append and eviction
     const double s = blk.attn->softmax_scale();
+    if (probe && probe->wants_attention_inputs(ctx.scale.scale, ctx.layer))
+        probe->on_attention_inputs({ctx.scale.scale, ctx.layer, qkv.q[0], k[0], v[0], s, ctx.mask});
     mark(CostPart::Attention);
     at::Tensor o = hooks ? hooks->attend(ctx, qkv.q, k, v, s) : at::Tensor();
     const double attention_flops = o.defined() && ctx.attention_flops >= 0
@@ -248,7 +250,8 @@ std::optional<std::string> graphs_apply(const VarSampleOptions& opt, const VarCo
         if (probe->wants_block_timing()) return std::nullopt;
         for (int64_t si = 0; si < c.num_scales(); ++si)
             for (int64_t layer = 0; layer < c.depth; ++layer)
-                if (probe->wants_attention(si, layer)) return std::nullopt;
+                if (probe->wants_attention(si, layer) || probe->wants_attention_inputs(si, layer))
+                    return std::nullopt;
     }
     return hooks ? hooks->graph_signature(c) : std::optional<std::string>("");
 }
