@@ -79,6 +79,14 @@ void check_shapes(int64_t scale, const at::Tensor& q, const at::Tensor& k, const
 
 }  // namespace
 
+KeepMask simplified(const KeepMask& m) {
+    KeepMask out = m;
+    out.queries = unless_all(m.queries);
+    out.keys = unless_all(m.keys);
+    out.pairs = unless_all(m.pairs);
+    return out;
+}
+
 KeepMask intersect(const KeepMask& a, const KeepMask& b) {
     auto both = [](const at::Tensor& x, const at::Tensor& y) {
         if (!x.defined()) return y;
@@ -116,10 +124,7 @@ BlockMeasures measure_block(int64_t scale, int64_t layer, const at::Tensor& q, c
     const auto heads = at::tensor(head_ids, at::kLong).to(dev);
     const int64_t hm = heads.numel();
 
-    KeepMask keep = keep_in;
-    keep.queries = unless_all(keep.queries);
-    keep.keys = unless_all(keep.keys);
-    keep.pairs = unless_all(keep.pairs);
+    const KeepMask keep = simplified(keep_in);
 
     const auto dtype = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
     const auto qh = q.index_select(0, heads).to(dtype);

@@ -45,6 +45,9 @@ struct KeepMask {
     bool keeps_all() const { return !queries.defined() && !keys.defined() && !pairs.defined(); }
 };
 
+// The same kept set with all-true components dropped (undefined): keeps_all() is then exact.
+KeepMask simplified(const KeepMask& m);
+
 // Both masks' kept sets at once (a method stack). Two pair masks must have the same blocks.
 KeepMask intersect(const KeepMask& a, const KeepMask& b);
 
