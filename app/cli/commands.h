@@ -18,7 +18,8 @@ Command add_train(CLI::App& app);
 Command add_compare(CLI::App& app);
 Command add_compare_mar(CLI::App& app);  // cmd_compare.cpp (alias of compare)
 Command add_methods(CLI::App& app);
-Command add_bench(CLI::App& app);  // parent of the bench subcommands below
+Command add_analyze(CLI::App& app);  // cmd_analyze.cpp: attention analysis (issue #35)
+Command add_bench(CLI::App& app);    // parent of the bench subcommands below
 
 // `bench` subcommands, each in its own file; `bench` is their parent app.
 Command add_bench_attention(CLI::App& bench);  // cmd_bench_kernels.cpp

@@ -46,7 +46,8 @@ std::optional<std::string> graphs_apply(bool enabled, const VarConfig& c, const 
         if (probe->wants_block_timing()) return std::nullopt;
         for (int64_t si = 0; si < c.num_scales(); ++si)
             for (int64_t layer = 0; layer < c.depth; ++layer)
-                if (probe->wants_attention(si, layer)) return std::nullopt;
+                if (probe->wants_attention(si, layer) || probe->wants_attention_inputs(si, layer))
+                    return std::nullopt;
     }
     return hooks ? hooks->graph_signature(c) : std::optional<std::string>("");
 }

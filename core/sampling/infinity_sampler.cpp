@@ -54,6 +54,8 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
     ctx.cache.append(ctx.layer, qkv.k, qkv.v);
     if (hooks) hooks->on_kv_append(ctx);
     auto [k, v] = ctx.cache.view(ctx.layer);
+    if (probe && probe->wants_attention_inputs(ctx.scale.scale, ctx.layer))
+        probe->on_attention_inputs({ctx.scale.scale, ctx.layer, qkv.q[0], k[0], v[0], 1.0, {}});
     at::Tensor o = hooks ? hooks->attend(ctx, qkv.q, k, v, 1.0) : at::Tensor();
     flops += o.defined() && ctx.attention_flops >= 0
                  ? ctx.attention_flops

@@ -30,6 +30,18 @@ struct AttentionRecord {
     at::Tensor probs;  // (heads, q_tokens, k_tokens) for the first conditional sample, float
 };
 
+// What one block's attention was computed from, for analyses that need more than the
+// probabilities (core/analysis/: recall of a method's mask, output error). First conditional
+// sample, on the model's device, views of the loop's tensors (valid during the call only).
+struct AttentionInputs {
+    int64_t scale = 0;
+    int64_t layer = 0;
+    at::Tensor q;     // (heads, q_rows, head_dim), softmax_scale not applied
+    at::Tensor k, v;  // (heads, kv_len, head_dim): the layer's cache as attention reads it
+    double softmax_scale = 1.0;
+    at::Tensor mask;  // additive (q_rows, kv_len) or undefined (every key visible)
+};
+
 // What an accelerator decided at one scale (and layer), for the inspector. `kind` names the
 // record type (core/accel/probe_kinds.h lists them with their tensor layouts); tensors are CPU.
 struct AccelRecord {
@@ -58,6 +70,11 @@ class ProbeSink {
         return true;
     }
     virtual void on_accel(AccelRecord record) {}
+    // The inputs of a block's attention before it is computed (after the hooks' token
+    // selection and KV-cache update). Asking for them makes the run eager, like attention maps.
+    // (Appended last: the vtable slots above stay where they were.)
+    virtual bool wants_attention_inputs(int64_t scale, int64_t layer) const { return false; }
+    virtual void on_attention_inputs(const AttentionInputs& inputs) {}
 };
 
 // Keeps every record; which attention maps to keep is chosen up front.

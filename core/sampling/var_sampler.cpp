@@ -93,6 +93,8 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
 
     lap();  // selection, QKV projection, cache append and eviction
     const double s = blk.attn->softmax_scale();
+    if (probe && probe->wants_attention_inputs(ctx.scale.scale, ctx.layer))
+        probe->on_attention_inputs({ctx.scale.scale, ctx.layer, qkv.q[0], k[0], v[0], s, ctx.mask});
     mark(CostPart::Attention);
     at::Tensor o = hooks ? hooks->attend(ctx, qkv.q, k, v, s) : at::Tensor();
     const double attention_flops = o.defined() && ctx.attention_flops >= 0
