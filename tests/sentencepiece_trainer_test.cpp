@@ -81,6 +81,10 @@ TEST_F(SentencePieceTraining, GivesADeterministicT5Model) {
     for (const auto& s : sentences) EXPECT_EQ(tok.decode_pieces(tok.encode_pieces(s)), s);
     // Case folding: a prompt typed with capitals is the caption the model was trained on.
     EXPECT_EQ(tok.encode_pieces("Thumbs Up Sign"), tok.encode_pieces("thumbs up sign"));
+    EXPECT_NE(error_of<TokenizerError>([&] {
+                  tok.decode_pieces({5, 50});
+              }).find("id 50"),
+              std::string::npos);
     // A character the captions never had is <unk>.
     const auto unk = tok.encode_pieces("zzz \xe2\x9c\x93");
     EXPECT_NE(std::find(unk.begin(), unk.end(), SentencePieceTokenizer::kUnkId), unk.end());
