@@ -45,6 +45,7 @@ items=(
     usr/include/gmock
     "usr/lib/$MULTIARCH/cmake/GTest"
     usr/include/sentencepiece_processor.h
+    usr/include/sentencepiece_trainer.h
 )
 for lib in /usr/lib/"$MULTIARCH"/libgtest*.a /usr/lib/"$MULTIARCH"/libgmock*.a; do
     [ -f "$lib" ] || die "missing $lib"
@@ -63,7 +64,7 @@ done
 # SentencePiece (a shared library needing only libc/libstdc++) goes to lib/, which CMake's
 # find_library searches on any distribution; the build tree's RPATH then finds it at run time.
 # Real files, not symlinks: the link name for the linker, the soname for the loader.
-for lib in libsentencepiece.so libsentencepiece.so.0; do
+for lib in libsentencepiece.so libsentencepiece.so.0 libsentencepiece_train.so libsentencepiece_train.so.0; do
     [ -e "/usr/lib/$MULTIARCH/$lib" ] || die "missing /usr/lib/$MULTIARCH/$lib"
     cp -L "/usr/lib/$MULTIARCH/$lib" "$DEST/lib/$lib"
 done

@@ -1,5 +1,6 @@
 // `varscope-cli pack-emoji`: packs the emoji64 dataset (Noto / Twemoji PNGs + emoji.json) into one
-// safetensors file for training, and writes the class list the app ships with the emoji model.
+// safetensors file for training, with every row's text captions in its metadata
+// (core/data/emoji_captions.h), and writes the class list the app ships with the emoji model.
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "app/cli/commands.h"
 #include "app/cli/io_paths.h"
 #include "app/cli/mar_cli_common.h"  // check_distinct_outputs
+#include "core/data/emoji_captions.h"
 #include "core/io/checkpoint.h"
 #include "core/io/json_read.h"
 
@@ -121,10 +123,24 @@ int run_pack(const PackOptions& o) {
     const json emoji = read_json_file(index.string(), "'" + index.string() + "'");
     if (!emoji.is_array() || emoji.empty())
         throw std::invalid_argument("'" + index.string() + "' should be a non-empty list of emoji");
+    // Optional: fills a category or subcategory an entry lacks in the captions.
+    const fs::path categories_path = root / "categories.json";
+    json categories;
+    if (fs::exists(categories_path)) {
+        record_input(categories_path.string(), "--dataset");
+        categories = read_json_file(categories_path.string(), "'" + categories_path.string() + "'");
+        if (!categories.is_object())
+            throw std::invalid_argument("'" + categories_path.string() +
+                                        "' should be an object {category: {subcategory: [...]}}");
+    }
 
     // Class list and the (class, file) pairs; skin-tone variants are samples of their base class.
     ordered_json classes = ordered_json::array();
-    std::vector<std::pair<int64_t, std::string>> files;  // class id, image file name
+    struct File {
+        int64_t label;
+        std::string image, skin_tone;  // skin tone "" for the base image
+    };
+    std::vector<File> files;
     for (size_t i = 0; i < emoji.size(); ++i) {
         const json& e = emoji[i];
         const std::string image = e.is_object() ? json_string(e, "image") : std::string();
@@ -142,7 +158,7 @@ int run_pack(const PackOptions& o) {
                                        {"short_name", json_string(e, "short_name")},
                                        {"aliases", aliases},
                                        {"category", json_string(e, "category")}});
-        files.emplace_back(static_cast<int64_t>(i), image);
+        files.push_back({static_cast<int64_t>(i), image, ""});
         if (const auto sv = e.find("skin_variations"); sv != e.end() && sv->is_object())
             for (const auto& [tone, v] : sv->items()) {  // nlohmann orders keys: deterministic
                 const std::string vi = v.is_object() ? json_string(v, "image") : std::string();
@@ -150,7 +166,7 @@ int run_pack(const PackOptions& o) {
                     throw std::invalid_argument("'" + index.string() + "' entry " +
                                                 std::to_string(i) + ", skin tone " + tone +
                                                 " has no \"image\"");
-                files.emplace_back(static_cast<int64_t>(i), vi);
+                files.push_back({static_cast<int64_t>(i), vi, tone});
             }
     }
 
@@ -158,7 +174,7 @@ int run_pack(const PackOptions& o) {
     struct Sample {
         int64_t label;
         uint8_t style;
-        std::string path;
+        std::string path, skin_tone;
     };
     std::vector<Sample> samples;
     int64_t missing = 0;
@@ -166,15 +182,15 @@ int run_pack(const PackOptions& o) {
     size_t next = 0;
     for (int64_t cls = 0; cls < static_cast<int64_t>(classes.size()); ++cls) {
         const size_t begin = next;
-        while (next < files.size() && files[next].first == cls) ++next;
+        while (next < files.size() && files[next].label == cls) ++next;
         for (uint8_t s = 0; s < 2; ++s)
             for (size_t f = begin; f < next; ++f) {
-                const fs::path p = root / kStyles[s] / files[f].second;
+                const fs::path p = root / kStyles[s] / files[f].image;
                 if (!fs::exists(p)) {
                     ++missing;
                     continue;
                 }
-                samples.push_back({cls, s, p.string()});
+                samples.push_back({cls, s, p.string(), files[f].skin_tone});
                 ++per_style[s];
             }
     }
@@ -188,16 +204,28 @@ int run_pack(const PackOptions& o) {
     uint8_t* img = images.data_ptr<uint8_t>();
     int64_t* lab = labels.data_ptr<int64_t>();
     uint8_t* sty = styles.data_ptr<uint8_t>();
+    EmojiCaptions captions;
+    size_t heldout_phrasings = 0, train_phrasings = 0;
     for (int64_t i = 0; i < n; ++i) {
         const Sample& s = samples[static_cast<size_t>(i)];
         read_emoji_png(s.path, img + i * 3 * kSize * kSize);
         lab[i] = s.label;
         sty[i] = s.style;
+        const auto entry = static_cast<size_t>(s.label);
+        EmojiPhrasings p = emoji_phrasings(emoji_caption_source(
+            emoji[entry], categories, s.skin_tone, static_cast<EmojiStyle>(s.style),
+            "'" + index.string() + "' entry " + std::to_string(entry)));
+        train_phrasings += p.train.size();
+        heldout_phrasings += p.heldout.size();
+        captions.train.push_back(std::move(p.train));
+        captions.heldout.push_back(std::move(p.heldout));
     }
 
-    const std::map<std::string, std::string> meta = {{"dataset", "emoji64"},
-                                                     {"classes", std::to_string(classes.size())},
-                                                     {"missing", std::to_string(missing)}};
+    const std::map<std::string, std::string> meta = {
+        {"dataset", "emoji64"},
+        {"classes", std::to_string(classes.size())},
+        {"missing", std::to_string(missing)},
+        {kEmojiCaptionsMetadataKey, emoji_captions_to_json(captions)}};
     const std::string tmp = o.out + ".tmp";
     save_safetensors({{"images", images}, {"labels", labels}, {"styles", styles}}, tmp, meta);
     fs::rename(tmp, o.out);
@@ -205,6 +233,8 @@ int run_pack(const PackOptions& o) {
 
     std::cout << "packed " << n << " images of " << classes.size() << " classes (google "
               << per_style[0] << ", twitter " << per_style[1] << "; missing " << missing << ")\n"
+              << "  captions: " << train_phrasings << " training and " << heldout_phrasings
+              << " held-out phrasings\n"
               << "  " << o.out << " (" << fs::file_size(o.out) << " bytes)\n"
               << "  " << o.classes_out << " (" << fs::file_size(o.classes_out) << " bytes)\n";
     return 0;
@@ -216,11 +246,15 @@ int run_pack(const PackOptions& o) {
 
 Command add_pack_emoji(CLI::App& app) {
     auto* cmd = app.add_subcommand(
-        "pack-emoji", "pack the emoji64 PNGs into one safetensors file and write the class list");
+        "pack-emoji",
+        "pack the emoji64 PNGs and their captions into one safetensors file and write the class "
+        "list");
     auto o = std::make_shared<PackOptions>();
     cmd->add_option("--dataset", o->dataset, "emoji64 folder (emoji.json, google/, twitter/)")
         ->required();
-    cmd->add_option("--out", o->out, "output .safetensors (images, labels, styles)")->required();
+    cmd->add_option("--out", o->out,
+                    "output .safetensors (images, labels, styles; captions in its metadata)")
+        ->required();
     cmd->add_option("--classes-out", o->classes_out, "output class list .json")->required();
     cmd->add_flag("--force", o->force, "overwrite existing output files");
     return [o]() -> int {

@@ -1,4 +1,4 @@
-// `varscope-cli train vqvae|var|klvae|mar`: train the embedded models (config file + flag
+// `varscope-cli train vqvae|var|klvae|mar|tokenizer`: train the embedded models (config file + flag
 // overrides, periodic checkpoints, resume from the run folder, a JSONL loss log).
 #include <ATen/ATen.h>
 
@@ -112,7 +112,9 @@ Command add_train(CLI::App& app) {
         ->required()
         ->check(CLI::ExistingFile);
     mr->add_option("--init", ma->init, "start from these MAR weights")->check(CLI::ExistingFile);
-    return [vq, vr, kl, mr, va, ta, ka, ma]() {
+    const TrainSubcommand tokenizer = add_train_tokenizer(*train);
+    return [vq, vr, kl, mr, va, ta, ka, ma, tokenizer]() {
+        if (tokenizer.app->parsed()) return tokenizer.run();
         if (vq->parsed()) {
             check_run_folder(va->out);
             const auto j = read_config(va->config, {"restart_every"});

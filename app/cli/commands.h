@@ -21,6 +21,14 @@ Command add_methods(CLI::App& app);
 Command add_analyze(CLI::App& app);  // cmd_analyze.cpp: attention analysis (issue #35)
 Command add_bench(CLI::App& app);    // parent of the bench subcommands below
 
+// A subcommand registered on a parent app, and what runs it.
+struct TrainSubcommand {
+    CLI::App* app;
+    Command run;
+};
+// `train` subcommands in their own files; `train` is their parent app.
+TrainSubcommand add_train_tokenizer(CLI::App& train);  // cmd_train_tokenizer.cpp
+
 // `bench` subcommands, each in its own file; `bench` is their parent app.
 Command add_bench_attention(CLI::App& bench);  // cmd_bench_kernels.cpp
 Command add_bench_cs4a(CLI::App& bench);       // cmd_bench_kernels.cpp

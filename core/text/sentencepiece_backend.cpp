@@ -30,6 +30,13 @@ std::vector<int> SentencePieceModel::encode(std::string_view text) const {
     return ids;
 }
 
+std::string SentencePieceModel::decode(const std::vector<int>& ids) const {
+    std::string text;
+    const auto status = impl_->processor.Decode(ids, &text);
+    if (!status.ok()) throw TokenizerError("SentencePiece decode failed: " + status.ToString());
+    return text;
+}
+
 int SentencePieceModel::piece_size() const {
     return impl_->processor.GetPieceSize();
 }

@@ -21,6 +21,8 @@ class SentencePieceModel {
 
     // Piece ids of `text` (the model's normalisation applied; no BOS/EOS added).
     std::vector<int> encode(std::string_view text) const;
+    // The text of piece ids (SentencePiece's decoding: "▁" back to spaces, unk as " ⁇ ").
+    std::string decode(const std::vector<int>& ids) const;
     int piece_size() const;
     int piece_to_id(std::string_view piece) const;  // unk id when absent
     int unk_id() const;

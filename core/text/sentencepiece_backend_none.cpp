@@ -16,6 +16,9 @@ SentencePieceModel::~SentencePieceModel() = default;
 std::vector<int> SentencePieceModel::encode(std::string_view) const {
     return {};
 }
+std::string SentencePieceModel::decode(const std::vector<int>&) const {
+    return {};
+}
 int SentencePieceModel::piece_size() const {
     return 0;
 }

@@ -109,6 +109,14 @@ std::vector<int> SentencePieceTokenizer::encode_pieces(std::string_view text) co
     return model_->encode(text);
 }
 
+std::string SentencePieceTokenizer::decode_pieces(const std::vector<int>& ids) const {
+    for (int id : ids)
+        if (id < 0 || id >= piece_size())
+            throw TokenizerError("cannot decode id " + std::to_string(id) + ": the model has " +
+                                 std::to_string(piece_size()) + " pieces");
+    return model_->decode(ids);
+}
+
 TokenizedPrompt SentencePieceTokenizer::encode(std::string_view text) const {
     std::vector<int64_t> ids;
     auto append = [&](std::string_view segment) {

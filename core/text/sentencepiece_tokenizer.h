@@ -65,6 +65,9 @@ class SentencePieceTokenizer {
 
     // SentencePiece ids of `text` alone: no added tokens, no EOS, no truncation.
     std::vector<int> encode_pieces(std::string_view text) const;
+    // The text of SentencePiece ids (the reverse of encode_pieces up to the model's
+    // normalisation); throws TokenizerError for an id outside [0, piece_size()).
+    std::string decode_pieces(const std::vector<int>& ids) const;
     // One prompt the way HF's T5Tokenizer(text, max_length, truncation=True) encodes it.
     TokenizedPrompt encode(std::string_view text) const;
     // Prompts padded to the longest one or to max_length.
