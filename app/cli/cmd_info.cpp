@@ -43,7 +43,7 @@ Command add_info(CLI::App& app) {
         if (fam != ModelFamily::Unknown) return 0;
         std::cerr << "error: " << *path
                   << ": no known model family in its tensors (VAR, VQVAE, "
-                     "MAR or KL VAE)\n";
+                     "MAR, KL VAE, Infinity or BSQ VAE)\n";
         return 2;  // bad input, as the documented exit statuses say (it was 1)
     };
 }

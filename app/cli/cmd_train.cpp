@@ -1,4 +1,5 @@
-// `varscope-cli train vqvae|var|klvae|mar|tokenizer`: train the embedded models (config file + flag
+// `varscope-cli train vqvae|var|klvae|mar|bsq-vae|tokenizer`: train the embedded models (config
+// file + flag
 // overrides, periodic checkpoints, resume from the run folder, a JSONL loss log).
 #include <ATen/ATen.h>
 
@@ -13,6 +14,7 @@
 #include "core/io/json_fields.h"
 #include "core/io/json_read.h"
 #include "core/models/sampling_recommendation.h"
+#include "core/training/bsq_vae_trainer.h"
 #include "core/training/kl_vae_trainer.h"
 #include "core/training/mar_trainer.h"
 #include "core/training/trainers.h"
@@ -59,7 +61,7 @@ void add_common(CLI::App* cmd, TrainArgs& a) {
     cmd->add_option("--data", a.data, "packed data set (varscope-cli pack-emoji)")
         ->required()
         ->check(CLI::ExistingFile);
-    cmd->add_option("--out", a.out,
+    cmd->add_option("--out,--run-dir", a.out,
                     "run folder: checkpoints, log.jsonl, final weights; an existing run resumes")
         ->required();
     cmd->add_option("--steps", a.steps, "override train.steps")->check(whole_number_at_least(1));
@@ -112,8 +114,12 @@ Command add_train(CLI::App& app) {
         ->required()
         ->check(CLI::ExistingFile);
     mr->add_option("--init", ma->init, "start from these MAR weights")->check(CLI::ExistingFile);
+    auto ba = std::make_shared<TrainArgs>();
+    auto* bq = train->add_subcommand(
+        "bsq-vae", "train an Infinity BSQ VAE (multi-scale bitwise tokenizer, official names)");
+    add_common(bq, *ba);
     const TrainSubcommand tokenizer = add_train_tokenizer(*train);
-    return [vq, vr, kl, mr, va, ta, ka, ma, tokenizer]() {
+    return [vq, vr, kl, mr, bq, va, ta, ka, ma, ba, tokenizer]() {
         if (tokenizer.app->parsed()) return tokenizer.run();
         if (vq->parsed()) {
             check_run_folder(va->out);
@@ -177,6 +183,24 @@ Command add_train(CLI::App& app) {
             job.init_path = ma->init;
             job.run_dir = ma->out;
             write_report(*ma, train_mar(job, std::cerr));
+        } else if (bq->parsed()) {
+            check_run_folder(ba->out);
+            const auto j = read_config(ba->config, {"loss", "scales", "holdout_every"});
+            BsqVaeTrainJob job;
+            if (j.contains("model")) job.model = BsqVaeConfig::from_json(j["model"]);
+            job.train = train_config(j, *ba);
+            job.loss = BsqVaeLoss::from_json(j.value("loss", nlohmann::json::object()));
+            try {
+                if (j.contains("scales")) j["scales"].get_to(job.scales);
+                if (j.contains("holdout_every")) j["holdout_every"].get_to(job.holdout_every);
+            } catch (const nlohmann::json::exception&) {
+                throw std::invalid_argument(
+                    "config: 'scales' must be a list of whole numbers and 'holdout_every' a whole "
+                    "number");
+            }
+            job.data_path = ba->data;
+            job.run_dir = ba->out;
+            write_report(*ba, train_bsq_vae(job, std::cerr));
         }
         return 0;
     };

@@ -96,12 +96,13 @@ BsqQuantized bsq_quantize(const at::Tensor& x, const BsqQuantConfig& cfg) {
     const double q = 1.0 / std::sqrt(static_cast<double>(cfg.codebook_dim));
     const at::Tensor zhat =
         at::where(z.gt(0), at::ones({}, z.options()), at::full({}, -1.0, z.options())).mul(q);
-    const at::Tensor quantized = z + (zhat - z);
-    return {quantized.permute({0, 4, 1, 2, 3}), quantized.gt(0).to(at::kLong)};
+    // The detach changes no value; without it the gradient through z cancelled to zero.
+    const at::Tensor quantized = z + (zhat - z).detach();
+    return {quantized.permute({0, 4, 1, 2, 3}), quantized.gt(0).to(at::kLong), z};
 }
 
 MultiScaleCodes quantize_multiscale(const at::Tensor& h, const std::vector<Size3>& schedule,
-                                    const BsqQuantConfig& cfg) {
+                                    const BsqQuantConfig& cfg, const OnBsqScale& on_scale) {
     if (h.dim() != 4 && h.dim() != 5)
         throw std::invalid_argument(
             "bsq::quantize_multiscale: h must be (B,d,H,W) or (B,d,T,H,W), got " + shape_of(h));
@@ -120,9 +121,10 @@ MultiScaleCodes quantize_multiscale(const at::Tensor& h, const std::vector<Size3
         const bool at_full = schedule[si] == full;
         const at::Tensor r = at_full ? residual : interpolate(residual, schedule[si], cfg.down);
         BsqQuantized q = bsq_quantize(r, cfg);
+        if (on_scale) on_scale(si, q);
         at::Tensor quantized = q.quantized;
         if (!at_full) quantized = interpolate(quantized, full, cfg.up).contiguous();
-        residual = residual - quantized;
+        residual = residual - quantized.detach();
         f_hat = f_hat.defined() ? f_hat + quantized : quantized;
         out.bits.push_back(std::move(q.bits));
         if (si + 1 != schedule.size())

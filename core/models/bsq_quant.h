@@ -29,6 +29,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace varscope::bsq {
@@ -78,8 +79,11 @@ at::Tensor patchify_codes(const at::Tensor& x);
 // no layer norm, no decay factor, no dropped or flipped scales) --------------------------------
 
 struct BsqQuantized {
-    at::Tensor quantized;  // (B,d,t,h,w): z + (zhat - z), zhat = +-1/sqrt(d), z = l2norm_d(x)
-    at::Tensor bits;       // (B,t,h,w,d) int64, quantized > 0 (official bit_indices)
+    // (B,d,t,h,w): z + (zhat - z).detach(), zhat = +-1/sqrt(d), z = l2norm_d(x): the values of
+    // zhat with the gradient of z (the straight-through estimator).
+    at::Tensor quantized;
+    at::Tensor bits;        // (B,t,h,w,d) int64, quantized > 0 (official bit_indices)
+    at::Tensor normalized;  // z, (B,t,h,w,d) float32, channels last: what the BSQ losses take
 };
 // One BSQ step (the official lfq forward) on x (B,d,t,h,w).
 BsqQuantized bsq_quantize(const at::Tensor& x, const BsqQuantConfig& cfg);
@@ -99,8 +103,13 @@ struct MultiScaleCodes {
 // Residual multi-scale quantization of the encoder output h ((B,d,H,W) or (B,d,T,H,W)) for a
 // schedule of (t,h,w) sizes: per scale, area-down the residual (unless the size is the input's),
 // BSQ-quantize, trilinear-up to the input size, subtract, accumulate.
+// Differentiable as the official training runs it: f_hat carries the straight-through gradient
+// of every scale, the residual subtracts the quantized scale detached (remove_residual_detach
+// False), so each scale's gradient reaches h directly. on_scale, when set, sees every scale's
+// BSQ step (training computes the quantizer losses there).
+using OnBsqScale = std::function<void(size_t si, const BsqQuantized& q)>;
 MultiScaleCodes quantize_multiscale(const at::Tensor& h, const std::vector<Size3>& schedule,
-                                    const BsqQuantConfig& cfg);
+                                    const BsqQuantConfig& cfg, const OnBsqScale& on_scale = {});
 
 // ---- teacher forcing (trainer.py -> BitwiseSelfCorrection.flip_requant, no label noise) ------
 

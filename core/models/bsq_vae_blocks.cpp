@@ -20,6 +20,9 @@ NormImpl::NormImpl(int64_t channels) {
 }
 
 at::Tensor swish(const at::Tensor& x) {
+    // In place when no gradient is recorded (a 1024² decoder's maps are large); out of place
+    // otherwise, since sigmoid's backward reads its output. Same product either way.
+    if (at::GradMode::is_enabled() && x.requires_grad()) return at::sigmoid(x).mul(x);
     return at::sigmoid(x).mul_(x);
 }
 

@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/io/json_fields.h"
+
 namespace varscope {
 
 namespace {
@@ -105,6 +107,35 @@ std::string BsqVaeConfig::describe() const {
     if (decoder_ch_mult != encoder_ch_mult) s += " / decoder " + join(decoder_ch_mult);
     s += ", " + std::to_string(num_res_blocks) + " res blocks, patch " + std::to_string(patch_size);
     return s;
+}
+
+nlohmann::json BsqVaeConfig::to_json() const {
+    return {{"codebook_dim", codebook_dim},       {"base_ch", base_ch},
+            {"encoder_ch_mult", encoder_ch_mult}, {"decoder_ch_mult", decoder_ch_mult},
+            {"num_res_blocks", num_res_blocks},   {"patch_size", patch_size}};
+}
+
+BsqVaeConfig BsqVaeConfig::from_json(const nlohmann::json& j) {
+    if (!j.is_object()) throw std::invalid_argument("BsqVaeConfig: expected a JSON object");
+    BsqVaeConfig c;
+    require_known_fields(j, c.to_json(), "BsqVaeConfig");
+    auto get = [&](const char* k, auto& v) {
+        if (!j.contains(k)) return;
+        try {
+            j.at(k).get_to(v);
+        } catch (const nlohmann::json::exception&) {
+            throw std::invalid_argument(std::string("BsqVaeConfig: '") + k +
+                                        "' has the wrong type");
+        }
+    };
+    get("codebook_dim", c.codebook_dim);
+    get("base_ch", c.base_ch);
+    get("encoder_ch_mult", c.encoder_ch_mult);
+    get("decoder_ch_mult", c.decoder_ch_mult);
+    get("num_res_blocks", c.num_res_blocks);
+    get("patch_size", c.patch_size);
+    c.validate();
+    return c;
 }
 
 BsqVaeConfig BsqVaeConfig::d32reg() {

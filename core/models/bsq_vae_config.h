@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,13 @@ struct BsqVaeConfig {
     void validate() const;  // std::invalid_argument naming the bad field
     // "d32 (Infinity-2B infinity_vae_d32reg layout: ...)" and the like.
     std::string describe() const;
+
+    // {"codebook_dim", "base_ch", "encoder_ch_mult", "decoder_ch_mult", "num_res_blocks",
+    // "patch_size"}: training configs and the "varscope.config" metadata of trained files.
+    nlohmann::json to_json() const;
+    // Missing keys keep the d32reg defaults; unknown keys, wrong types and invalid values throw
+    // std::invalid_argument naming the key (validate() runs last).
+    static BsqVaeConfig from_json(const nlohmann::json& j);
 
     static BsqVaeConfig d32reg();              // Infinity-2B's VAE
     static BsqVaeConfig d56_f8_14_patchify();  // Infinity-8B's VAE (codebook_dim 14)

@@ -1,6 +1,7 @@
 #include "core/models/detect.h"
 
 #include "core/io/checkpoint.h"
+#include "core/models/bsq_vae_config.h"
 #include "core/models/infinity.h"
 #include "core/models/kl_vae.h"
 #include "core/models/mar.h"
@@ -25,6 +26,9 @@ ModelFamily detect_flat(const StateDict& d) {
     // Either block layout ("blocks.<i>." or the released "block_chunks.<c>.module.<j>.").
     if (has("cfg_uncond") && has("text_proj_for_sos.ca.mat_q") && has("word_embed.weight"))
         return ModelFamily::InfinityTransformer;
+    // After the KL VAE: the flux-style names share "encoder.conv_in.weight" with it.
+    if (bsq_find(d, "encoder.conv_in.conv.weight") && bsq_find(d, "decoder.conv_out.conv.weight"))
+        return ModelFamily::BsqVae;
     return ModelFamily::Unknown;
 }
 
@@ -34,8 +38,9 @@ DetectedFamily detect_family_nested(const StateDict& d) {
     const ModelFamily f = detect_flat(d);
     if (f != ModelFamily::Unknown) return {f, ""};
     // Training checkpoints nest the weights: {"model_ema": ...} (MAR), {"model": ...} (LDM's
-    // kl16.ckpt), {"state_dict": ...} (Lightning); flattened as "<wrapper>.<name>".
-    for (const char* wrapper : {"model_ema", "model", "state_dict"}) {
+    // kl16.ckpt), {"state_dict": ...} (Lightning), {"vae": ...} (Infinity's BSQ VAE files);
+    // flattened as "<wrapper>.<name>".
+    for (const char* wrapper : {"model_ema", "model", "state_dict", "vae"}) {
         const StateDict inner = select_prefix(d, wrapper);
         if (inner.empty()) continue;
         const ModelFamily g = detect_flat(inner);
@@ -60,6 +65,8 @@ std::string family_name(ModelFamily f) {
             return "KL VAE";
         case ModelFamily::InfinityTransformer:
             return "Infinity transformer";
+        case ModelFamily::BsqVae:
+            return "Infinity BSQ VAE";
         case ModelFamily::Unknown:
             break;
     }
@@ -78,6 +85,8 @@ nlohmann::json inferred_config(ModelFamily f, const StateDict& dict) {
             return KlVaeConfig::infer_from(dict).to_json();
         case ModelFamily::InfinityTransformer:
             return InfinityConfig::infer_from(dict).to_json();
+        case ModelFamily::BsqVae:
+            return BsqVaeConfig::infer_from(dict).to_json();
         case ModelFamily::Unknown:
             break;
     }

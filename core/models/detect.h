@@ -14,15 +14,16 @@ enum class ModelFamily {
     MultiScaleVqvae,
     MarTransformer,
     KlVae,
-    InfinityTransformer
+    InfinityTransformer,
+    BsqVae  // Infinity's BSQ multi-scale VAE (either naming; the official files nest it in "vae")
 };
 
 // From the top-level names only (see detect_family_nested for training checkpoints).
 ModelFamily detect_family(const StateDict& dict);
 
 // The family and, for training checkpoints that nest the weights ({"model_ema": ...},
-// {"model": ...}, {"state_dict": ...}), the wrapper prefix to select_prefix() ("" = top level;
-// the first wrapper that holds a known family wins, EMA first).
+// {"model": ...}, {"state_dict": ...}, Infinity's {"vae": ...}), the wrapper prefix to
+// select_prefix() ("" = top level; the first wrapper that holds a known family wins, EMA first).
 struct DetectedFamily {
     ModelFamily family = ModelFamily::Unknown;
     std::string prefix;
