@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <fstream>
@@ -315,4 +316,45 @@ TEST(InfinityTraining, BadJobsAreNamed) {
     j.pixels = "0.25M";  // ends at 32 x 32
     j.model.num_levels = 10;
     expect_error(j, "latent");
+}
+
+TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
+    std::ifstream f(varscope::testing::source_dir() + "/resources/training/emoji-infinity.json");
+    ASSERT_TRUE(f.good());
+    const auto j = nlohmann::json::parse(f);
+    InfinityTrainJob job;
+    apply_infinity_config(j, 1100, job);
+    EXPECT_NO_THROW(TrainConfig::from_json(j.at("train")));
+    EXPECT_EQ(job.t5.vocab_size, 1100);  // from the tokenizer when the config leaves it out
+    EXPECT_EQ(job.t5.d_model, job.model.text_channels);
+    EXPECT_TRUE(job.t5.gated);
+    EXPECT_EQ(infinity_schedule(job.h_div_w, job.pixels).scales.back()[0], 16);
+    for (const auto& item : j.items()) {
+        if (item.key() == "train" || item.key() == "comment") continue;
+        EXPECT_NE(
+            std::find(infinity_config_keys().begin(), infinity_config_keys().end(), item.key()),
+            infinity_config_keys().end())
+            << item.key();
+    }
+    // The shipped file: about one byte per parameter with int8 (two in fp16), under 16 MiB.
+    int64_t params = 0;
+    for (const auto& p : InfinityTransformer(job.model)->parameters()) params += p.numel();
+    EXPECT_LT(params * (job.export_int8 ? 1 : 2), 16 * 1024 * 1024 - 512 * 1024) << params;
+
+    auto error = [&](nlohmann::json c) {
+        InfinityTrainJob jb;
+        if (!c.contains("t5")) c["t5"] = j.at("t5");
+        try {
+            apply_infinity_config(c, 500, jb);
+        } catch (const std::invalid_argument& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    EXPECT_NE(error({{"model", {{"dept", 3}}}}).find("unknown field 'dept'"), std::string::npos);
+    EXPECT_NE(error({{"model", {{"depth", "x"}}}}).find("'depth' has the wrong type"),
+              std::string::npos);
+    EXPECT_NE(error({{"t5", {{"d_model", 0}}}}).find("d_model"), std::string::npos);
+    EXPECT_NE(error({{"cond_drop", 1.5}}).find("cond_drop"), std::string::npos);
+    EXPECT_NE(error({{"pixels", "2M"}}).find("pixels"), std::string::npos);
 }

@@ -1,4 +1,4 @@
-// `varscope-cli train vqvae|var|klvae|mar`: train the embedded models (config file + flag
+// `varscope-cli train vqvae|var|klvae|mar|infinity`: train the embedded models (config file + flag
 // overrides, periodic checkpoints, resume from the run folder, a JSONL loss log).
 #include <ATen/ATen.h>
 
@@ -10,9 +10,13 @@
 #include "app/cli/commands.h"
 #include "app/cli/io_paths.h"
 #include "app/cli/option_checks.h"
+#include "app/cli/train_captions.h"
 #include "core/io/json_fields.h"
 #include "core/io/json_read.h"
 #include "core/models/sampling_recommendation.h"
+#include "core/resources.h"
+#include "core/text/sentencepiece_tokenizer.h"
+#include "core/training/infinity_trainer.h"
 #include "core/training/kl_vae_trainer.h"
 #include "core/training/mar_trainer.h"
 #include "core/training/trainers.h"
@@ -21,7 +25,7 @@ namespace varscope::cli {
 namespace {
 
 struct TrainArgs {
-    std::string config, data, out, vae, init;
+    std::string config, data, out, vae, init, tokenizer, classes;
     int64_t steps = 0, batch = 0;
     double lr = 0;
     std::string device;
@@ -59,7 +63,7 @@ void add_common(CLI::App* cmd, TrainArgs& a) {
     cmd->add_option("--data", a.data, "packed data set (varscope-cli pack-emoji)")
         ->required()
         ->check(CLI::ExistingFile);
-    cmd->add_option("--out", a.out,
+    cmd->add_option("--out,--run-dir", a.out,
                     "run folder: checkpoints, log.jsonl, final weights; an existing run resumes")
         ->required();
     cmd->add_option("--steps", a.steps, "override train.steps")->check(whole_number_at_least(1));
@@ -77,6 +81,7 @@ void add_common(CLI::App* cmd, TrainArgs& a) {
 void check_run_folder(const std::string& out) {
     for (const char* name :
          {"last.safetensors", "ema.safetensors", "final.safetensors", "export-fp16.safetensors",
+          "t5-final/model.safetensors", "t5-fp16/model.safetensors", "t5-fp16/spiece.model",
           "export-raw-fp16.safetensors", "optimizer.pt", "state.json", "log.jsonl", "report.json"})
         check_not_an_input((std::filesystem::path(out) / name).string(), "--out");
 }
@@ -112,7 +117,21 @@ Command add_train(CLI::App& app) {
         ->required()
         ->check(CLI::ExistingFile);
     mr->add_option("--init", ma->init, "start from these MAR weights")->check(CLI::ExistingFile);
-    return [vq, vr, kl, mr, va, ta, ka, ma]() {
+    auto ia = std::make_shared<TrainArgs>();
+    auto* inf = train->add_subcommand(
+        "infinity", "train a text-to-image Infinity and its T5 encoder on a frozen BSQ VAE");
+    add_common(inf, *ia);
+    inf->add_option("--vae", ia->vae, "trained BSQ VAE weights (train bsq-vae)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    inf->add_option("--tokenizer", ia->tokenizer,
+                    "SentencePiece model of the captions (spiece.model; shipped in the T5 folder)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    inf->add_option("--classes", ia->classes,
+                    "class list of the packed data (default: the shipped emoji-classes.json)")
+        ->check(CLI::ExistingFile);
+    return [vq, vr, kl, mr, inf, va, ta, ka, ma, ia]() {
         if (vq->parsed()) {
             check_run_folder(va->out);
             const auto j = read_config(va->config, {"restart_every"});
@@ -175,6 +194,32 @@ Command add_train(CLI::App& app) {
             job.init_path = ma->init;
             job.run_dir = ma->out;
             write_report(*ma, train_mar(job, std::cerr));
+        } else if (inf->parsed()) {
+            check_run_folder(ia->out);
+            const auto& keys = infinity_config_keys();
+            nlohmann::json j = nlohmann::json::object();
+            if (!ia->config.empty()) {
+                const std::string what = "config '" + ia->config + "'";
+                j = read_json_file(ia->config, what);
+                nlohmann::json known = {{"train", nullptr}, {"comment", nullptr}};
+                for (const auto& k : keys) known[k] = nullptr;
+                if (!j.is_object()) throw std::invalid_argument(what + " is not a JSON object");
+                require_known_fields(j, known, what);
+            }
+            InfinityTrainJob job;
+            {
+                const SentencePieceTokenizer tok(ia->tokenizer);
+                apply_infinity_config(j, tok.piece_size() + tok.options().extra_ids, job);
+            }
+            job.train = train_config(j, *ia);
+            job.data_path = ia->data;
+            job.vae_path = ia->vae;
+            job.tokenizer_path = ia->tokenizer;
+            job.run_dir = ia->out;
+            job.captions = load_row_captions(
+                ia->data,
+                ia->classes.empty() ? resource_dir() + "/models/emoji-classes.json" : ia->classes);
+            write_report(*ia, train_infinity(job, std::cerr));
         }
         return 0;
     };

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "core/io/checkpoint.h"
+#include "core/io/json_fields.h"
 #include "core/io/module_binding.h"
 #include "core/models/bsq_quant.h"
 #include "core/models/bsq_vae.h"
@@ -182,6 +183,67 @@ nlohmann::json evaluate(const InfinityTransformerImpl& model, const T5Encoder& t
 }
 
 }  // namespace
+
+const std::vector<std::string>& infinity_config_keys() {
+    static const std::vector<std::string> k = {
+        "model",         "t5",          "cond_drop", "ema_rate",
+        "bf16_autocast", "export_int8", "grad_clip", "reweight_loss_by_scale",
+        "pixels",        "h_div_w"};
+    return k;
+}
+
+void apply_infinity_config(const nlohmann::json& j, int64_t tokenizer_ids, InfinityTrainJob& job) {
+    if (!j.is_object()) throw std::invalid_argument("Infinity training config: expected an object");
+    auto get = [](const nlohmann::json& o, const std::string& where, const char* key, auto& v) {
+        if (!o.contains(key)) return;
+        try {
+            o.at(key).get_to(v);
+        } catch (const nlohmann::json::exception&) {
+            throw std::invalid_argument(where + ": field '" + key + "' has the wrong type");
+        }
+    };
+    if (j.contains("model")) {
+        const auto& m = j["model"];
+        if (!m.is_object()) throw std::invalid_argument("Infinity config: expected an object");
+        require_known_fields(m, InfinityConfig{}.to_json(), "Infinity config");
+        InfinityConfig& c = job.model;
+        for (auto [k, v] : {std::pair<const char*, int64_t*>{"depth", &c.depth},
+                            {"embed_dim", &c.embed_dim},
+                            {"num_heads", &c.num_heads},
+                            {"mlp_hidden", &c.mlp_hidden},
+                            {"text_channels", &c.text_channels},
+                            {"text_maxlen", &c.text_maxlen},
+                            {"pool_heads", &c.pool_heads},
+                            {"codebook_dim", &c.codebook_dim},
+                            {"num_levels", &c.num_levels}})
+            get(m, "Infinity config", k, *v);
+        get(m, "Infinity config", "norm_eps", c.norm_eps);
+    }
+    job.model.validate();
+    nlohmann::json t5 = j.value("t5", nlohmann::json::object());
+    if (!t5.is_object()) throw std::invalid_argument("T5 config: expected an object");
+    if (!t5.contains("vocab_size")) t5["vocab_size"] = tokenizer_ids;
+    job.t5 = T5EncoderConfig::from_json(t5, "T5 config");
+    const std::string top = "Infinity training config";
+    get(j, top, "cond_drop", job.cond_drop);
+    get(j, top, "ema_rate", job.ema_rate);
+    get(j, top, "bf16_autocast", job.bf16_autocast);
+    get(j, top, "export_int8", job.export_int8);
+    get(j, top, "grad_clip", job.grad_clip);
+    get(j, top, "reweight_loss_by_scale", job.reweight_loss_by_scale);
+    get(j, top, "pixels", job.pixels);
+    get(j, top, "h_div_w", job.h_div_w);
+    if (!(job.cond_drop >= 0 && job.cond_drop < 1))
+        throw std::invalid_argument(top + ": 'cond_drop' must be in [0, 1)");
+    if (!(job.ema_rate >= 0 && job.ema_rate < 1))
+        throw std::invalid_argument(top + ": 'ema_rate' must be in [0, 1)");
+    if (!(job.grad_clip >= 0)) throw std::invalid_argument(top + ": 'grad_clip' must be >= 0");
+    try {
+        infinity_schedule(job.h_div_w, job.pixels);
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(top + ": 'pixels' / 'h_div_w': " + e.what());
+    }
+}
 
 std::vector<std::string> pick_captions(const std::vector<std::vector<std::string>>& captions,
                                        const at::Tensor& rows, at::Generator& gen) {

@@ -48,6 +48,17 @@ struct InfinityTrainJob {
     bool export_int8 = false;             // the transformer's large 2-D weights as int8
 };
 
+// The job's settings from a training config (resources/training/emoji-infinity.json): "model"
+// (InfinityConfig fields), "t5" (HF config.json fields; vocab_size defaults to `tokenizer_ids`,
+// the tokenizer's pieces + extra ids), and the top-level keys cond_drop, ema_rate,
+// bf16_autocast, export_int8, grad_clip, reweight_loss_by_scale, pixels, h_div_w. "train" and
+// "comment" are left to the caller. Unknown keys, wrong types and bad ranges throw
+// std::invalid_argument naming the key.
+void apply_infinity_config(const nlohmann::json& config, int64_t tokenizer_ids,
+                           InfinityTrainJob& job);
+// The config's top-level keys apply_infinity_config reads.
+const std::vector<std::string>& infinity_config_keys();
+
 // The caption of each row for one step: uniform over the row's captions, from `gen`.
 std::vector<std::string> pick_captions(const std::vector<std::vector<std::string>>& captions,
                                        const at::Tensor& rows, at::Generator& gen);
