@@ -1,5 +1,5 @@
-// `varscope-cli train vqvae|var|klvae|mar|bsq-vae|tokenizer`: train the embedded models (config
-// file + flag
+// `varscope-cli train vqvae|var|klvae|mar|bsq-vae|infinity|tokenizer`: train the embedded models
+// (config file + flag
 // overrides, periodic checkpoints, resume from the run folder, a JSONL loss log).
 #include <ATen/ATen.h>
 
@@ -11,10 +11,13 @@
 #include "app/cli/commands.h"
 #include "app/cli/io_paths.h"
 #include "app/cli/option_checks.h"
+#include "core/data/emoji_captions.h"
 #include "core/io/json_fields.h"
 #include "core/io/json_read.h"
 #include "core/models/sampling_recommendation.h"
+#include "core/text/sentencepiece_tokenizer.h"
 #include "core/training/bsq_vae_trainer.h"
+#include "core/training/infinity_trainer.h"
 #include "core/training/kl_vae_trainer.h"
 #include "core/training/mar_trainer.h"
 #include "core/training/trainers.h"
@@ -23,7 +26,7 @@ namespace varscope::cli {
 namespace {
 
 struct TrainArgs {
-    std::string config, data, out, vae, init;
+    std::string config, data, out, vae, init, tokenizer;
     int64_t steps = 0, batch = 0;
     double lr = 0;
     std::string device;
@@ -79,6 +82,7 @@ void add_common(CLI::App* cmd, TrainArgs& a) {
 void check_run_folder(const std::string& out) {
     for (const char* name :
          {"last.safetensors", "ema.safetensors", "final.safetensors", "export-fp16.safetensors",
+          "t5-final/model.safetensors", "t5-fp16/model.safetensors", "t5-fp16/spiece.model",
           "export-raw-fp16.safetensors", "optimizer.pt", "state.json", "log.jsonl", "report.json"})
         check_not_an_input((std::filesystem::path(out) / name).string(), "--out");
 }
@@ -118,8 +122,19 @@ Command add_train(CLI::App& app) {
     auto* bq = train->add_subcommand(
         "bsq-vae", "train an Infinity BSQ VAE (multi-scale bitwise tokenizer, official names)");
     add_common(bq, *ba);
+    auto ia = std::make_shared<TrainArgs>();
+    auto* inf = train->add_subcommand(
+        "infinity", "train a text-to-image Infinity and its T5 encoder on a frozen BSQ VAE");
+    add_common(inf, *ia);
+    inf->add_option("--vae", ia->vae, "trained BSQ VAE weights (train bsq-vae)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    inf->add_option("--tokenizer", ia->tokenizer,
+                    "SentencePiece model of the captions (spiece.model; shipped in the T5 folder)")
+        ->required()
+        ->check(CLI::ExistingFile);
     const TrainSubcommand tokenizer = add_train_tokenizer(*train);
-    return [vq, vr, kl, mr, bq, va, ta, ka, ma, ba, tokenizer]() {
+    return [vq, vr, kl, mr, bq, inf, va, ta, ka, ma, ba, ia, tokenizer]() {
         if (tokenizer.app->parsed()) return tokenizer.run();
         if (vq->parsed()) {
             check_run_folder(va->out);
@@ -201,6 +216,31 @@ Command add_train(CLI::App& app) {
             job.data_path = ba->data;
             job.run_dir = ba->out;
             write_report(*ba, train_bsq_vae(job, std::cerr));
+        } else if (inf->parsed()) {
+            check_run_folder(ia->out);
+            const auto& keys = infinity_config_keys();
+            nlohmann::json j = nlohmann::json::object();
+            if (!ia->config.empty()) {
+                const std::string what = "config '" + ia->config + "'";
+                j = read_json_file(ia->config, what);
+                nlohmann::json known = {{"train", nullptr}, {"comment", nullptr}};
+                for (const auto& k : keys) known[k] = nullptr;
+                if (!j.is_object()) throw std::invalid_argument(what + " is not a JSON object");
+                require_known_fields(j, known, what);
+            }
+            InfinityTrainJob job;
+            {
+                const SentencePieceTokenizer tok(ia->tokenizer);
+                apply_infinity_config(j, tok.piece_size() + tok.options().extra_ids, job);
+            }
+            job.train = train_config(j, *ia);
+            job.data_path = ia->data;
+            job.vae_path = ia->vae;
+            job.tokenizer_path = ia->tokenizer;
+            job.run_dir = ia->out;
+            // The training phrasings pack-emoji stored; the held-out ones stay for evaluation.
+            job.captions = load_emoji_captions(ia->data).train;
+            write_report(*ia, train_infinity(job, std::cerr));
         }
         return 0;
     };

@@ -3,6 +3,7 @@
 #include "core/models/t5_encoder.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
 
 #include <cmath>
@@ -166,6 +167,12 @@ at::Tensor T5Encoder::relative_position_bucket(const at::Tensor& relative_positi
 }
 
 at::Tensor T5Encoder::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask) const {
+    at::NoGradGuard no_grad;
+    return forward_train(input_ids, attention_mask);
+}
+
+at::Tensor T5Encoder::forward_train(const at::Tensor& input_ids,
+                                    const at::Tensor& attention_mask) const {
     const T5EncoderConfig& c = config_;
     const Impl& m = *impl_;
     if (input_ids.dim() != 2 || input_ids.scalar_type() != at::kLong)
@@ -181,7 +188,6 @@ at::Tensor T5Encoder::forward(const at::Tensor& input_ids, const at::Tensor& att
                 "T5 encoder: token id " + std::to_string(min_id < 0 ? min_id : max_id) +
                 " outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
     }
-    at::NoGradGuard no_grad;
     const c10::Device dev = m.embed.device();
     const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.num_heads, D = c.d_kv;
 
@@ -221,6 +227,48 @@ at::Tensor T5Encoder::forward(const at::Tensor& input_ids, const at::Tensor& att
         h = clamp_fp16(h + at::linear(f, l.wo));
     }
     return rms_norm(h, m.final_ln, c.layer_norm_epsilon);
+}
+
+void T5Encoder::init_weights(uint64_t seed) {
+    // HF T5PreTrainedModel._init_weights with initializer_factor 1: embeddings N(0, 1), q
+    // N(0, (d_model d_kv)^-1/2) (the attention's missing 1/sqrt(d)), k, v, wi and the position
+    // bias N(0, d_model^-1/2), o N(0, (heads d_kv)^-1/2), wo N(0, d_ff^-1/2), norms 1.
+    at::NoGradGuard g;
+    const T5EncoderConfig& c = config_;
+    Impl& m = *impl_;
+    auto gen = at::detail::createCPUGenerator(seed);
+    auto normal = [&](at::Tensor& t, double std) {
+        t.copy_(at::empty(t.sizes(), at::kFloat).normal_(0.0, std, gen));
+    };
+    const double dm = std::pow(double(c.d_model), -0.5);
+    normal(m.embed, 1.0);
+    normal(m.rel_bias, dm);
+    m.final_ln.fill_(1.0);
+    for (Layer& l : m.layers) {
+        normal(l.q, std::pow(double(c.d_model * c.d_kv), -0.5));
+        normal(l.k, dm);
+        normal(l.v, dm);
+        normal(l.o, std::pow(double(c.num_heads * c.d_kv), -0.5));
+        normal(l.wi_0, dm);
+        if (l.wi_1.defined()) normal(l.wi_1, dm);
+        normal(l.wo, std::pow(double(c.d_ff), -0.5));
+        l.ln_attn.fill_(1.0);
+        l.ln_ff.fill_(1.0);
+    }
+}
+
+torch::nn::Module& T5Encoder::module() {
+    return *impl_->root;
+}
+const torch::nn::Module& T5Encoder::module() const {
+    return *impl_->root;
+}
+std::shared_ptr<torch::nn::Module> T5Encoder::module_ptr() const {
+    return impl_->root;
+}
+
+void T5Encoder::set_trainable(bool trainable) {
+    for (auto& p : impl_->root->parameters()) p.set_requires_grad(trainable);
 }
 
 }  // namespace varscope

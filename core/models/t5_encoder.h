@@ -17,6 +17,10 @@
 
 #include "core/io/state_dict.h"
 
+namespace torch::nn {
+class Module;
+}
+
 namespace varscope {
 
 struct T5EncoderConfig {
@@ -35,6 +39,8 @@ struct T5EncoderConfig {
     // HF's config.json fields (unknown keys are HF's business and ignored). A missing, mistyped
     // or out-of-range field throws std::invalid_argument naming the field and `what`.
     static T5EncoderConfig from_json(const nlohmann::json& j, const std::string& what);
+    // The config.json that from_json (and HF's T5Config) reads back.
+    nlohmann::json to_json() const;
 };
 
 T5EncoderConfig load_t5_encoder_config(const std::string& config_json_path);
@@ -65,6 +71,19 @@ class T5Encoder {
     // final norm's (options.dtype). Ids outside [0, vocab_size) throw std::invalid_argument.
     at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {}) const;
 
+    // Training (Infinity's jointly trained tiny T5, core/training/infinity_trainer.*).
+    // The same computation as forward() with autograd recorded (forward() runs without it).
+    at::Tensor forward_train(const at::Tensor& input_ids,
+                             const at::Tensor& attention_mask = {}) const;
+    // Random weights as HF's T5PreTrainedModel._init_weights (initializer_factor 1), seeded.
+    void init_weights(uint64_t seed);
+    // The weights as one module (HF's encoder names) for optimizers, checkpoints and EMA; they
+    // are created with requires_grad off (inference), set_trainable turns it on.
+    torch::nn::Module& module();
+    const torch::nn::Module& module() const;
+    std::shared_ptr<torch::nn::Module> module_ptr() const;
+    void set_trainable(bool trainable);
+
     // Moves the weights (e.g. to the CPU after encoding, Infinity's low-memory mode).
     void to(c10::Device device);
     c10::Device device() const;
@@ -89,6 +108,14 @@ class T5Encoder {
 // shards that hold only those; a pytorch_model.bin is read whole). `what` receives the file(s)
 // read, for messages. Throws CheckpointError naming the file.
 StateDict load_t5_encoder_tensors(const std::string& folder, std::string* what = nullptr);
+
+// Writes `encoder` as a Hugging Face T5 encoder folder that load_t5_encoder_tensors and
+// T5EncoderConfig::from_json read back (config.json, model.safetensors with "shared.weight" and
+// "encoder.*" in `dtype`), plus spiece_model_path copied as spiece.model when given.
+// std::invalid_argument naming the folder or file when it cannot be written.
+void save_t5_encoder_folder(const T5Encoder& encoder, const std::string& folder,
+                            at::ScalarType dtype = at::kFloat,
+                            const std::string& spiece_model_path = "");
 
 // Infinity's text condition (tools/run_infinity.py encode_prompt): the valid rows of every
 // prompt back to back in fp32, their lengths (the mask's row sums), cumulative offsets with a

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -135,6 +136,68 @@ T5EncoderConfig T5EncoderConfig::from_json(const json& j, const std::string& wha
                                     "' (fields 'feed_forward_proj' / 'dense_act_fn') is not one "
                                     "of gelu_new, gelu, gelu_pytorch_tanh, relu, silu, swish");
     return c;
+}
+
+json T5EncoderConfig::to_json() const {
+    // Both the T5Config spelling (feed_forward_proj) and the explicit fields save_pretrained
+    // writes, so HF and from_json agree on the activation.
+    const std::string proj = (gated ? "gated-" : "") + activation;
+    return {{"architectures", {"T5EncoderModel"}},
+            {"model_type", "t5"},
+            {"vocab_size", vocab_size},
+            {"d_model", d_model},
+            {"d_kv", d_kv},
+            {"d_ff", d_ff},
+            {"num_layers", num_layers},
+            {"num_heads", num_heads},
+            {"relative_attention_num_buckets", relative_attention_num_buckets},
+            {"relative_attention_max_distance", relative_attention_max_distance},
+            {"layer_norm_epsilon", layer_norm_epsilon},
+            {"feed_forward_proj", proj == "gated-gelu_new" ? "gated-gelu" : proj},
+            {"dense_act_fn", activation},
+            {"is_gated_act", gated},
+            {"dropout_rate", 0.0},
+            {"initializer_factor", 1.0},
+            {"pad_token_id", 0},
+            {"eos_token_id", 1},
+            {"decoder_start_token_id", 0},
+            {"is_encoder_decoder", false},
+            {"use_cache", false}};
+}
+
+void save_t5_encoder_folder(const T5Encoder& encoder, const std::string& folder,
+                            at::ScalarType dtype, const std::string& spiece_model_path) {
+    std::error_code ec;
+    fs::create_directories(folder, ec);
+    if (ec || !fs::is_directory(folder))
+        throw std::invalid_argument("cannot create the T5 folder '" + folder +
+                                    "': " + ec.message());
+    StateDict out;
+    for (const auto& [name, t] : encoder.state_dict()) {
+        const at::Tensor v = t.detach().to(at::kCPU, dtype).contiguous();
+        // HF's T5EncoderModel keeps the tied embedding as "shared.weight".
+        out[name == "embed_tokens.weight" ? "shared.weight" : "encoder." + name] = v;
+    }
+    const fs::path dir(folder);
+    save_safetensors(out, (dir / "model.safetensors").string(), {{"format", "pt"}});
+    {
+        json cfg = encoder.config().to_json();
+        cfg["torch_dtype"] = dtype == at::kHalf       ? "float16"
+                             : dtype == at::kBFloat16 ? "bfloat16"
+                                                      : "float32";
+        const fs::path p = dir / "config.json";
+        std::ofstream f(p);
+        f << cfg.dump(2) << "\n";
+        if (!f) throw std::invalid_argument("cannot write '" + p.string() + "'");
+    }
+    if (!spiece_model_path.empty()) {
+        const fs::path dst = dir / "spiece.model";
+        if (fs::absolute(spiece_model_path) != fs::absolute(dst))
+            fs::copy_file(spiece_model_path, dst, fs::copy_options::overwrite_existing, ec);
+        if (ec)
+            throw std::invalid_argument("cannot copy the tokenizer '" + spiece_model_path +
+                                        "' to '" + dst.string() + "': " + ec.message());
+    }
 }
 
 T5EncoderConfig load_t5_encoder_config(const std::string& path) {

@@ -1,0 +1,509 @@
+#include "core/training/infinity_trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/module.h>
+#include <torch/optim/adamw.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <ostream>
+#include <stdexcept>
+
+#include "core/io/checkpoint.h"
+#include "core/io/json_fields.h"
+#include "core/io/module_binding.h"
+#include "core/models/bsq_quant.h"
+#include "core/models/bsq_vae.h"
+#include "core/text/sentencepiece_tokenizer.h"
+#include "core/training/mar_trainer.h"  // clip_gradients
+#include "core/training/var_train_utils.h"
+
+namespace varscope {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Both trained modules under one root ("transformer.*", "t5.*"), so one optimizer, one
+// checkpoint and one EMA cover them.
+struct JointModule : torch::nn::Module {
+    JointModule(const InfinityTransformer& transformer, const T5Encoder& t5) {
+        register_module("transformer", transformer.ptr());
+        register_module("t5", t5.module_ptr());
+    }
+};
+
+std::vector<bsq::Size3> vae_schedule_of(const InfinitySchedule& s) {
+    std::vector<bsq::Size3> out;
+    for (const auto& hw : s.scales) out.push_back({1, hw[0], hw[1]});
+    return out;
+}
+
+// The bit labels (B, L, d) and next-scale inputs (B, L - 1, d) of encoder features.
+struct TeacherBatch {
+    at::Tensor bits, inputs;
+};
+TeacherBatch teacher_batch(const at::Tensor& features, const std::vector<bsq::Size3>& schedule,
+                           const bsq::BsqQuantConfig& quant) {
+    at::NoGradGuard g;
+    const bsq::TeacherForcing tf = bsq::teacher_forcing(features, schedule, quant);
+    std::vector<at::Tensor> bits, inputs;
+    for (const auto& b : tf.bits) bits.push_back(bsq::token_labels(b, quant));
+    for (const auto& x : tf.next_inputs) inputs.push_back(bsq::token_inputs(x, quant));
+    return {at::cat(bits, 1), at::cat(inputs, 1).to(at::kFloat)};
+}
+
+// Encoder features of every image once (the VAE is frozen), on the training device.
+at::Tensor encode_features(BsqVaeImpl& vae, const ImageDataset& data, int64_t chunk = 64) {
+    at::NoGradGuard g;  // not InferenceMode: the cache feeds autograd-recorded steps
+    std::vector<at::Tensor> parts;
+    for (int64_t b = 0; b < data.size(); b += chunk) {
+        auto rows = at::arange(b, std::min(b + chunk, data.size()), at::kLong);
+        parts.push_back(vae.encode_h(data.batch_images(rows)).to(at::kFloat));
+    }
+    return at::cat(parts, 0);
+}
+
+struct TokenTensors {
+    at::Tensor ids, mask;
+};
+TokenTensors tokenize(const SentencePieceTokenizer& tok, const std::vector<std::string>& prompts,
+                      const at::Device& dev) {
+    const TokenBatch b = tok.encode_batch(prompts, Padding::kLongest);
+    const auto o = at::TensorOptions().dtype(at::kLong);
+    return {at::tensor(b.input_ids, o).view({b.rows, b.length}).to(dev),
+            at::tensor(b.attention_mask, o).view({b.rows, b.length}).to(dev)};
+}
+
+InfinityText encode_text(const T5Encoder& t5, const TokenTensors& t) {
+    const TextCondition c = compact_text_features(t5.forward_train(t.ids, t.mask), t.mask);
+    return {c.kv_compact, c.lens};
+}
+
+std::vector<torch::optim::OptimizerParamGroup> param_groups(JointModule& m, double wd) {
+    // No decay on vectors, biases, embeddings and the learnt unconditional text.
+    std::vector<at::Tensor> decay, no_decay;
+    for (auto& item : m.named_parameters()) {
+        const std::string& n = item.key();
+        const bool skip = item.value().dim() < 2 || n.find("cfg_uncond") != std::string::npos ||
+                          n.find("pos_start") != std::string::npos ||
+                          n.find("lvl_embed") != std::string::npos ||
+                          n.find("embed_tokens") != std::string::npos ||
+                          n.find("relative_attention_bias") != std::string::npos;
+        (skip ? no_decay : decay).push_back(item.value());
+    }
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    auto opts = [](double w) {
+        return std::make_unique<torch::optim::AdamWOptions>(
+            torch::optim::AdamWOptions(1e-4).betas({0.9, 0.97}).weight_decay(w));
+    };
+    groups.emplace_back(no_decay, opts(0.0));
+    groups.emplace_back(decay, opts(wd));
+    return groups;
+}
+
+void copy_weights(torch::nn::Module& dst, const torch::nn::Module& src) {
+    at::NoGradGuard g;
+    auto d = dst.parameters(), s = src.parameters();
+    for (size_t i = 0; i < d.size(); ++i) d[i].copy_(s[i]);
+}
+
+std::vector<std::string> derived_buffers(const InfinityConfig& c) {
+    std::vector<std::string> d{"text_proj_for_sos.ca.zero_k_bias"};
+    for (int64_t i = 0; i < c.depth; ++i)
+        for (const char* b : {".sa.zero_k_bias", ".ca.zero_k_bias"})
+            d.push_back("blocks." + std::to_string(i) + b);
+    return d;
+}
+
+void check_job(const InfinityTrainJob& job, const ImageDataset& data,
+               const SentencePieceTokenizer& tok) {
+    job.model.validate();
+    if (job.t5.d_model != job.model.text_channels)
+        throw std::invalid_argument("train infinity: the T5 width d_model (" +
+                                    std::to_string(job.t5.d_model) +
+                                    ") must equal the transformer's text_channels (" +
+                                    std::to_string(job.model.text_channels) + ")");
+    const int64_t needed = tok.piece_size() + tok.options().extra_ids;
+    if (job.t5.vocab_size < needed)
+        throw std::invalid_argument("train infinity: the T5 vocab_size (" +
+                                    std::to_string(job.t5.vocab_size) + ") is smaller than " +
+                                    job.tokenizer_path + "'s " + std::to_string(needed) +
+                                    " ids (pieces + extra ids)");
+    if (static_cast<int64_t>(job.captions.size()) != data.size())
+        throw std::invalid_argument("train infinity: " + std::to_string(job.captions.size()) +
+                                    " caption rows for " + std::to_string(data.size()) +
+                                    " images in " + job.data_path);
+    for (size_t i = 0; i < job.captions.size(); ++i)
+        if (job.captions[i].empty())
+            throw std::invalid_argument("train infinity: row " + std::to_string(i) +
+                                        " has no caption");
+    if (!(job.cond_drop >= 0 && job.cond_drop < 1))
+        throw std::invalid_argument("train infinity: cond_drop must be in [0, 1)");
+    if (!(job.ema_rate >= 0 && job.ema_rate < 1))
+        throw std::invalid_argument("train infinity: ema_rate must be in [0, 1)");
+    if (!(job.grad_clip >= 0))
+        throw std::invalid_argument("train infinity: grad_clip must be >= 0");
+}
+
+// Teacher-forced loss and bit accuracy on the first `count` rows, first caption, no drop.
+nlohmann::json evaluate(const InfinityTransformerImpl& model, const T5Encoder& t5,
+                        const SentencePieceTokenizer& tok, const InfinityTrainJob& job,
+                        const at::Tensor& features, const InfinitySchedule& sched,
+                        const bsq::BsqQuantConfig& quant, int64_t count = 256, int64_t batch = 64) {
+    at::NoGradGuard g;
+    const at::Device dev = features.device();
+    const int64_t n = std::min(count, features.size(0));
+    const auto vs = vae_schedule_of(sched);
+    double loss = 0, bit = 0, token = 0;
+    std::vector<double> per_scale(sched.scales.size(), 0.0);
+    for (int64_t b = 0; b < n; b += batch) {
+        const int64_t e = std::min(b + batch, n);
+        std::vector<std::string> prompts;
+        for (int64_t r = b; r < e; ++r) prompts.push_back(job.captions[size_t(r)].front());
+        const auto rows = at::arange(b, e, at::kLong).to(dev);
+        const TeacherBatch tb = teacher_batch(features.index_select(0, rows), vs, quant);
+        const auto logits =
+            model.forward_teacher(encode_text(t5, tokenize(tok, prompts, dev)), tb.inputs, sched);
+        const double w = static_cast<double>(e - b);
+        loss += bitwise_loss(logits, tb.bits, sched, false).item<double>() * w;
+        const BitAccuracy a = bit_accuracy(logits, tb.bits, sched);
+        bit += a.mean * w;
+        token += a.token * w;
+        for (size_t si = 0; si < per_scale.size(); ++si) per_scale[si] += a.per_scale[si] * w;
+    }
+    const double nd = static_cast<double>(n);
+    for (double& v : per_scale) v /= nd;
+    return {{"loss", loss / nd},
+            {"bit_acc", bit / nd},
+            {"token_acc", token / nd},
+            {"bit_acc_per_scale", per_scale},
+            {"images", n}};
+}
+
+}  // namespace
+
+const std::vector<std::string>& infinity_config_keys() {
+    static const std::vector<std::string> k = {
+        "model",         "t5",          "cond_drop", "ema_rate",
+        "bf16_autocast", "export_int8", "grad_clip", "reweight_loss_by_scale",
+        "pixels",        "h_div_w"};
+    return k;
+}
+
+void apply_infinity_config(const nlohmann::json& j, int64_t tokenizer_ids, InfinityTrainJob& job) {
+    if (!j.is_object()) throw std::invalid_argument("Infinity training config: expected an object");
+    auto get = [](const nlohmann::json& o, const std::string& where, const char* key, auto& v) {
+        if (!o.contains(key)) return;
+        try {
+            o.at(key).get_to(v);
+        } catch (const nlohmann::json::exception&) {
+            throw std::invalid_argument(where + ": field '" + key + "' has the wrong type");
+        }
+    };
+    if (j.contains("model")) {
+        const auto& m = j["model"];
+        if (!m.is_object()) throw std::invalid_argument("Infinity config: expected an object");
+        require_known_fields(m, InfinityConfig{}.to_json(), "Infinity config");
+        InfinityConfig& c = job.model;
+        for (auto [k, v] : {std::pair<const char*, int64_t*>{"depth", &c.depth},
+                            {"embed_dim", &c.embed_dim},
+                            {"num_heads", &c.num_heads},
+                            {"mlp_hidden", &c.mlp_hidden},
+                            {"text_channels", &c.text_channels},
+                            {"text_maxlen", &c.text_maxlen},
+                            {"pool_heads", &c.pool_heads},
+                            {"codebook_dim", &c.codebook_dim},
+                            {"num_levels", &c.num_levels}})
+            get(m, "Infinity config", k, *v);
+        get(m, "Infinity config", "norm_eps", c.norm_eps);
+    }
+    job.model.validate();
+    nlohmann::json t5 = j.value("t5", nlohmann::json::object());
+    if (!t5.is_object()) throw std::invalid_argument("T5 config: expected an object");
+    if (!t5.contains("vocab_size")) t5["vocab_size"] = tokenizer_ids;
+    job.t5 = T5EncoderConfig::from_json(t5, "T5 config");
+    const std::string top = "Infinity training config";
+    get(j, top, "cond_drop", job.cond_drop);
+    get(j, top, "ema_rate", job.ema_rate);
+    get(j, top, "bf16_autocast", job.bf16_autocast);
+    get(j, top, "export_int8", job.export_int8);
+    get(j, top, "grad_clip", job.grad_clip);
+    get(j, top, "reweight_loss_by_scale", job.reweight_loss_by_scale);
+    get(j, top, "pixels", job.pixels);
+    get(j, top, "h_div_w", job.h_div_w);
+    if (!(job.cond_drop >= 0 && job.cond_drop < 1))
+        throw std::invalid_argument(top + ": 'cond_drop' must be in [0, 1)");
+    if (!(job.ema_rate >= 0 && job.ema_rate < 1))
+        throw std::invalid_argument(top + ": 'ema_rate' must be in [0, 1)");
+    if (!(job.grad_clip >= 0)) throw std::invalid_argument(top + ": 'grad_clip' must be >= 0");
+    try {
+        infinity_schedule(job.h_div_w, job.pixels);
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(top + ": 'pixels' / 'h_div_w': " + e.what());
+    }
+}
+
+std::vector<std::string> pick_captions(const std::vector<std::vector<std::string>>& captions,
+                                       const at::Tensor& rows, at::Generator& gen) {
+    const at::Tensor r = rows.to(at::kCPU, at::kLong).contiguous();
+    const at::Tensor u = at::rand({r.numel()}, gen, at::kDouble);
+    std::vector<std::string> out;
+    for (int64_t i = 0; i < r.numel(); ++i) {
+        const int64_t row = r.data_ptr<int64_t>()[i];
+        if (row < 0 || row >= static_cast<int64_t>(captions.size()) ||
+            captions[size_t(row)].empty())
+            throw std::invalid_argument("train infinity: no caption for row " +
+                                        std::to_string(row));
+        const auto& c = captions[size_t(row)];
+        const auto k = std::min(c.size() - 1, static_cast<size_t>(u.data_ptr<double>()[i] *
+                                                                  static_cast<double>(c.size())));
+        out.push_back(c[k]);
+    }
+    return out;
+}
+
+InfinityText drop_conditions(const InfinityText& text, const at::Tensor& cfg_uncond,
+                             const std::vector<bool>& drop) {
+    if (drop.size() != text.lens.size())
+        throw std::invalid_argument("drop_conditions: one flag per row needed");
+    std::vector<at::Tensor> parts;
+    int64_t off = 0;
+    for (size_t b = 0; b < drop.size(); ++b) {
+        const int64_t len = text.lens[b];
+        if (drop[b] && len > cfg_uncond.size(0))
+            throw std::invalid_argument("drop_conditions: a text of " + std::to_string(len) +
+                                        " tokens is longer than cfg_uncond (" +
+                                        std::to_string(cfg_uncond.size(0)) + ")");
+        parts.push_back(drop[b] ? cfg_uncond.narrow(0, 0, len).to(text.kv_compact.dtype())
+                                : text.kv_compact.narrow(0, off, len));
+        off += len;
+    }
+    return {at::cat(parts, 0), text.lens};
+}
+
+at::Tensor bitwise_loss(const at::Tensor& logits, const at::Tensor& bits, const InfinitySchedule& s,
+                        bool reweight) {
+    const int64_t B = logits.size(0), L = logits.size(1), d = bits.size(-1);
+    if (bits.dim() != 3 || bits.size(0) != B || bits.size(1) != L || logits.size(2) != 2 * d)
+        throw std::invalid_argument("bitwise_loss: logits (B, L, 2d) and bits (B, L, d) differ");
+    // Pairs (bit = 0, bit = 1) per bit, as the official reshape(B, L, -1, 2).
+    const at::Tensor logp = at::log_softmax(logits.to(at::kFloat).view({B, L, d, 2}), -1);
+    const at::Tensor per_token =
+        -logp.gather(-1, bits.to(logp.device(), at::kLong).unsqueeze(-1)).squeeze(-1).mean(-1);
+    if (!reweight) return per_token.mean();
+    // Official reweight_loss_by_scale: sqrt(last scale area / scale area) per token, normalised.
+    std::vector<double> w;
+    const double last = std::sqrt(static_cast<double>(s.tokens(s.num_scales() - 1)));
+    for (int64_t si = 0; si < s.num_scales(); ++si)
+        for (int64_t t = 0; t < s.tokens(si); ++t)
+            w.push_back(last / std::sqrt(static_cast<double>(s.tokens(si))));
+    if (static_cast<int64_t>(w.size()) != L)
+        throw std::invalid_argument("bitwise_loss: the schedule has " + std::to_string(w.size()) +
+                                    " tokens, the logits " + std::to_string(L));
+    at::Tensor lw = at::tensor(w, at::kDouble).to(per_token.device(), at::kFloat);
+    lw = lw / lw.sum();
+    return (per_token * lw).sum(-1).mean();
+}
+
+BitAccuracy bit_accuracy(const at::Tensor& logits, const at::Tensor& bits,
+                         const InfinitySchedule& s) {
+    at::NoGradGuard g;
+    const int64_t B = logits.size(0), L = logits.size(1), d = bits.size(-1);
+    const at::Tensor hit =
+        logits.view({B, L, d, 2}).argmax(-1).eq(bits.to(logits.device())).to(at::kFloat);
+    BitAccuracy a;
+    a.mean = hit.mean().item<double>();
+    a.token = hit.amin(-1).mean().item<double>();
+    const at::Tensor per_pos =
+        hit.mean(at::IntArrayRef{0, 2}).to(at::kCPU, at::kDouble).contiguous();
+    const double* p = per_pos.data_ptr<double>();
+    for (int64_t si = 0; si < s.num_scales(); ++si) {
+        double sum = 0;
+        for (int64_t t = s.scale_begin(si); t < s.scale_begin(si) + s.tokens(si); ++t) sum += p[t];
+        a.per_scale.push_back(sum / static_cast<double>(s.tokens(si)));
+    }
+    return a;
+}
+
+nlohmann::json train_infinity(const InfinityTrainJob& job, std::ostream& out) {
+    const auto t0 = Clock::now();
+    job.model.validate();
+    ImageDataset data = prepare_training(job.train, job.data_path);
+    const at::Device dev(job.train.device);
+    T5TokenizerOptions topt;
+    topt.max_length = static_cast<int>(std::min<int64_t>(512, job.model.text_maxlen));
+    const SentencePieceTokenizer tok(job.tokenizer_path, topt);
+    check_job(job, data, tok);
+
+    const InfinitySchedule sched = infinity_schedule(job.h_div_w, job.pixels);
+    if (sched.num_scales() > job.model.num_levels)
+        throw std::invalid_argument(
+            "train infinity: the schedule has " + std::to_string(sched.num_scales()) +
+            " scales but the model only num_levels = " + std::to_string(job.model.num_levels));
+    const auto vsched = vae_schedule_of(sched);
+    BsqVae vae = load_bsq_vae(job.vae_path);
+    if (vae->config().codebook_dim != job.model.codebook_dim)
+        throw std::invalid_argument(
+            job.vae_path + ": a BSQ VAE of " + std::to_string(vae->config().codebook_dim) +
+            " bits, the transformer's codebook_dim is " + std::to_string(job.model.codebook_dim));
+    vae->to(dev);
+    vae->eval();
+    const bsq::BsqQuantConfig quant = vae->quant_config();
+    const at::Tensor features = encode_features(*vae, data);
+    vae = nullptr;
+    const auto& last = sched.scales.back();
+    if (features.size(2) != last[0] || features.size(3) != last[1])
+        throw std::invalid_argument(
+            "train infinity: the VAE turns " + std::to_string(data.images.size(2)) + "x" +
+            std::to_string(data.images.size(3)) + " images into a " +
+            std::to_string(features.size(2)) + "x" + std::to_string(features.size(3)) +
+            " latent, but the schedule (h_div_w " + std::to_string(job.h_div_w) + ", " +
+            job.pixels + ") ends at " + std::to_string(last[0]) + "x" + std::to_string(last[1]));
+    out << "encoded " << data.size() << " images: features " << features.sizes() << ", "
+        << sched.num_scales() << " scales, " << sched.total_tokens() << " tokens\n";
+
+    RunDirectory run(job.run_dir);
+    InfinityTransformer model = random_infinity(job.model, job.train.seed);
+    T5Encoder t5(job.t5);
+    t5.init_weights(job.train.seed + 1);
+    t5.set_trainable(true);
+    model->to(dev);
+    t5.to(dev);
+    model->train();
+    JointModule joint(model, t5);
+    torch::optim::AdamW opt(param_groups(joint, job.train.weight_decay),
+                            torch::optim::AdamWOptions(job.train.lr).betas({0.9, 0.97}));
+    InfinityTransformer ema_model(job.model);
+    T5Encoder ema_t5(job.t5);
+    ema_model->to(dev);
+    ema_t5.to(dev);
+    JointModule ema(ema_model, ema_t5);
+    for (auto& p : ema.parameters()) p.set_requires_grad(false);
+
+    const nlohmann::json cfg_json = job.model.to_json();
+    const nlohmann::json run_json = {{"transformer", cfg_json},
+                                     {"t5", job.t5.to_json()},
+                                     {"pixels", job.pixels},
+                                     {"h_div_w", job.h_div_w}};
+    int64_t step = run.resume(joint, opt, run.path("last.safetensors"));
+    copy_weights(ema, joint);
+    if (step) {
+        out << "resumed at step " << step << "\n";
+        if (job.ema_rate > 0 && std::filesystem::exists(run.path("ema.safetensors"))) {
+            BindOptions o;
+            o.what = run.path("ema.safetensors");
+            bind_state_dict(ema, load_checkpoint(run.path("ema.safetensors")), o);
+        }
+    }
+    auto save = [&](int64_t s) {
+        run.save(joint, opt, s, run_json);
+        if (job.ema_rate > 0)
+            save_safetensors(module_state_dict(ema), run.path("ema.safetensors"),
+                             {{"varscope.config", run_json.dump()}});
+    };
+
+    const TrainConfig& tc = job.train;
+    BatchSampler sampler(data.size(), tc.batch, tc.seed);
+    for (int64_t s = 0; s < step; ++s) sampler.next();  // the batches of an unbroken run
+    const std::vector<at::Tensor> ema_params = ema.parameters(), params = joint.parameters();
+    TimeBudget budget(tc.max_seconds);
+    for (; step < tc.steps; ++step) {
+        if (step % 10 == 0 && budget.spent(step, out)) break;
+        set_learning_rate(opt, tc.lr_at(step));
+        const at::Tensor rows = sampler.next();
+        // Captions and drops from a generator of (seed, step): a resumed run draws the same.
+        auto gen = at::detail::createCPUGenerator(tc.seed * 1000003ULL + 7919ULL +
+                                                  static_cast<uint64_t>(step));
+        const auto prompts = pick_captions(job.captions, rows, gen);
+        const at::Tensor u = at::rand({rows.size(0)}, gen, at::kDouble);
+        std::vector<bool> drop;
+        int64_t dropped = 0;
+        for (int64_t i = 0; i < rows.size(0); ++i) {
+            drop.push_back(u.data_ptr<double>()[i] < job.cond_drop);
+            dropped += drop.back();
+        }
+        const TeacherBatch tb =
+            teacher_batch(features.index_select(0, rows.to(dev)), vsched, quant);
+        const TokenTensors tokens = tokenize(tok, prompts, dev);
+        at::Tensor logits, loss;
+        {
+            AutocastBf16 ac(dev, job.bf16_autocast);
+            const InfinityText text =
+                drop_conditions(encode_text(t5, tokens), model->cfg_uncond, drop);
+            logits = model->forward_teacher(text, tb.inputs, sched);
+            loss = bitwise_loss(logits, tb.bits, sched, job.reweight_loss_by_scale);
+        }
+        opt.zero_grad();
+        loss.backward();
+        const at::Tensor grad_norm =
+            job.grad_clip > 0 ? clip_gradients(joint, job.grad_clip) : at::Tensor();
+        opt.step();
+        if (job.ema_rate > 0) ema_update(ema_params, params, job.ema_rate);
+        if (step % tc.log_every == 0 || step + 1 == tc.steps) {
+            const BitAccuracy a = bit_accuracy(logits, tb.bits, sched);
+            nlohmann::json rec = {{"step", step},
+                                  {"loss", loss.item<double>()},
+                                  {"bit_acc", a.mean},
+                                  {"token_acc", a.token},
+                                  {"bit_acc_per_scale", a.per_scale},
+                                  {"dropped", dropped},
+                                  {"lr", tc.lr_at(step)},
+                                  {"epoch", sampler.epoch()},
+                                  {"seconds", budget.elapsed()}};
+            if (grad_norm.defined()) rec["grad_norm"] = grad_norm.item<double>();
+            run.log(rec);
+            out << rec.dump() << std::endl;
+        }
+        if ((step + 1) % tc.checkpoint_every == 0) save(step + 1);
+    }
+    const double train_seconds = budget.elapsed();
+    save(step);
+    if (job.ema_rate == 0) copy_weights(ema, joint);
+
+    // fp32 weights for continuing elsewhere, then what ships (EMA when on).
+    save_safetensors(module_state_dict(*model), run.path("final.safetensors"),
+                     {{"varscope.config", cfg_json.dump()}});
+    save_t5_encoder_folder(t5, run.path("t5-final"), at::kFloat, job.tokenizer_path);
+    export_half(*ema_model, run.path("export-fp16.safetensors"), cfg_json,
+                derived_buffers(job.model), {{"varscope.infinity_train", run_json.dump()}},
+                job.export_int8);
+    save_t5_encoder_folder(ema_t5, run.path("t5-fp16"), at::kHalf, job.tokenizer_path);
+
+    // The exports as the runner loads them (fp16 -> fp32) against the trained weights.
+    model->eval();
+    nlohmann::json report;
+    report["eval_model"] = evaluate(*model, t5, tok, job, features, sched, quant);
+    {
+        InfinityTransformer reloaded(job.model);
+        reloaded->load(load_checkpoint(run.path("export-fp16.safetensors")),
+                       run.path("export-fp16.safetensors"));
+        reloaded->to(dev);
+        reloaded->eval();
+        T5Encoder t5_reloaded(load_t5_encoder_config(run.path("t5-fp16/config.json")));
+        std::string what;
+        t5_reloaded.load(load_t5_encoder_tensors(run.path("t5-fp16"), &what), what);
+        t5_reloaded.to(dev);
+        report["eval_export"] = evaluate(*reloaded, t5_reloaded, tok, job, features, sched, quant);
+        report["export_bytes"] = std::filesystem::file_size(run.path("export-fp16.safetensors"));
+        report["t5_bytes"] = std::filesystem::file_size(run.path("t5-fp16/model.safetensors"));
+    }
+    int64_t transformer_params = 0, t5_params = 0;
+    for (const auto& p : model->parameters()) transformer_params += p.numel();
+    for (const auto& p : t5.module().parameters()) t5_params += p.numel();
+    report["parameters"] = {{"transformer", transformer_params}, {"t5", t5_params}};
+    report["steps"] = step;
+    report["train_seconds"] = train_seconds;
+    report["seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
+    report["train"] = tc.to_json();
+    report["model"] = run_json;
+    report["cond_drop"] = job.cond_drop;
+    report["ema_rate"] = job.ema_rate;
+    report["bf16_autocast"] = job.bf16_autocast;
+    report["export_int8"] = job.export_int8;
+    run.log({{"final", report}});
+    return report;
+}
+
+}  // namespace varscope

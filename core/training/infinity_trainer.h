@@ -1,0 +1,90 @@
+// `varscope-cli train infinity`: a text-to-image Infinity transformer and a small T5 encoder
+// trained together on captioned images, on the bit labels of a frozen BSQ VAE (issue #33).
+//
+// One step, as the official trainer.py with use_bit_label (no bitwise self-correction noise):
+// the cached VAE encoder features of the batch -> bsq::teacher_forcing over the schedule (bit
+// labels per scale, next-scale inputs from the trilinear-up running sum) -> one random caption
+// per image -> tokenizer + T5 with autograd -> packed text (compact_text_features) -> cond drop
+// (a dropped row's features become cfg_uncond[:len], as the official Infinity.forward does, so
+// CFG at inference — InfinityTransformerImpl::with_unconditional — sees what training taught)
+// -> forward_teacher -> per-bit cross-entropy averaged over bits and tokens -> one AdamW over
+// both modules.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <iosfwd>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/models/infinity.h"
+#include "core/models/t5_encoder.h"
+#include "core/training/train_common.h"
+
+namespace varscope {
+
+struct InfinityTrainJob {
+    InfinityConfig model;
+    T5EncoderConfig t5;  // vocab_size must cover the tokenizer (pieces + extra ids)
+    TrainConfig train;
+    std::string data_path;       // packed images (pack-emoji), rows = captions' rows
+    std::string vae_path;        // the frozen BSQ VAE
+    std::string tokenizer_path;  // spiece.model, shipped in the T5 folder
+    std::string run_dir;
+    // Captions per packed row (at least one each); one is drawn per image and step.
+    std::vector<std::vector<std::string>> captions;
+    // The schedule: the official one of this template and pixel budget (the runner's
+    // --h-div-w / --pixels); its last scale must be the VAE's latent grid (0.06M at 1:1 is
+    // 1,2,4,6,8,12,16: 64 px images with a 4x VAE).
+    double h_div_w = 1.0;
+    std::string pixels = "0.06M";
+    double cond_drop = 0.1;               // probability that a row trains unconditionally (CFG)
+    bool reweight_loss_by_scale = false;  // official option: weight ~ 1/sqrt(scale tokens)
+    double grad_clip = 5.0;               // max global gradient norm, 0 = off
+    double ema_rate = 0;                  // 0 = off; when on, the exports hold the EMA
+    bool bf16_autocast = false;           // CUDA only; fp32 weights
+    bool export_int8 = false;             // the transformer's large 2-D weights as int8
+};
+
+// The job's settings from a training config (resources/training/emoji-infinity.json): "model"
+// (InfinityConfig fields), "t5" (HF config.json fields; vocab_size defaults to `tokenizer_ids`,
+// the tokenizer's pieces + extra ids), and the top-level keys cond_drop, ema_rate,
+// bf16_autocast, export_int8, grad_clip, reweight_loss_by_scale, pixels, h_div_w. "train" and
+// "comment" are left to the caller. Unknown keys, wrong types and bad ranges throw
+// std::invalid_argument naming the key.
+void apply_infinity_config(const nlohmann::json& config, int64_t tokenizer_ids,
+                           InfinityTrainJob& job);
+// The config's top-level keys apply_infinity_config reads.
+const std::vector<std::string>& infinity_config_keys();
+
+// The caption of each row for one step: uniform over the row's captions, from `gen`.
+std::vector<std::string> pick_captions(const std::vector<std::vector<std::string>>& captions,
+                                       const at::Tensor& rows, at::Generator& gen);
+
+// Official cond drop: rows with drop[b] get cfg_uncond[:lens[b]] instead of their features.
+InfinityText drop_conditions(const InfinityText& text, const at::Tensor& cfg_uncond,
+                             const std::vector<bool>& drop);
+
+// Per-bit cross-entropy of logits (B, L, 2d) against bits (B, L, d): mean over bits, then the
+// official token weighting (1/L, or by scale with `reweight`), mean over the batch.
+at::Tensor bitwise_loss(const at::Tensor& logits, const at::Tensor& bits,
+                        const InfinitySchedule& schedule, bool reweight);
+
+// Bit accuracy per scale (fractions in [0, 1]) and the whole-token accuracy.
+struct BitAccuracy {
+    std::vector<double> per_scale;
+    double mean = 0, token = 0;
+};
+BitAccuracy bit_accuracy(const at::Tensor& logits, const at::Tensor& bits,
+                         const InfinitySchedule& schedule);
+
+// Returns a JSON report. Writes in run_dir: last.safetensors / optimizer.pt / state.json
+// (resume), ema.safetensors (with EMA), log.jsonl, final.safetensors (fp32 transformer),
+// t5-final/ (fp32 T5 folder), and what ships: export-fp16.safetensors (the transformer in the
+// official names, InfinityPipeline / the runner load it) and t5-fp16/ (config.json,
+// model.safetensors, spiece.model: the runner's --t5 folder).
+nlohmann::json train_infinity(const InfinityTrainJob& job, std::ostream& out);
+
+}  // namespace varscope

@@ -1,0 +1,360 @@
+// `train infinity` on tiny data: the loss pieces against their definitions, cond drop, the
+// trainable T5 (gradients, its Hugging Face folder), and a whole run that learns, resumes like an
+// unbroken run and exports files the Infinity runner opens and generates from.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/io/checkpoint.h"
+#include "core/io/module_binding.h"
+#include "core/models/t5_text_encoder.h"
+#include "core/pipeline.h"  // load_options
+#include "core/runner/runner.h"
+#include "core/text/sentencepiece_tokenizer.h"
+#include "core/training/infinity_trainer.h"
+#include "tests/test_util.h"
+
+using namespace varscope;
+
+namespace {
+
+std::string fixture(const std::string& name) {
+    return varscope::testing::source_dir() + "/tests/fixtures/" + name;
+}
+
+T5EncoderConfig tiny_t5(int64_t vocab) {
+    T5EncoderConfig c;
+    c.vocab_size = vocab;
+    c.d_model = 32;
+    c.d_kv = 8;
+    c.d_ff = 64;
+    c.num_layers = 2;
+    c.num_heads = 4;
+    c.relative_attention_num_buckets = 8;
+    c.relative_attention_max_distance = 20;
+    return c;
+}
+
+InfinityConfig tiny_infinity() {
+    InfinityConfig c;
+    c.depth = 2;
+    c.embed_dim = 64;
+    c.num_heads = 2;
+    c.mlp_hidden = 128;
+    c.text_channels = 32;
+    c.text_maxlen = 32;
+    c.pool_heads = 2;
+    c.codebook_dim = 6;  // tests/fixtures/bsq_tiny
+    c.num_levels = 7;
+    return c;
+}
+
+// Eight 64x64 images: a coloured square on white, two captions each.
+struct TinyData {
+    std::string pack;
+    std::vector<std::vector<std::string>> captions;
+};
+TinyData tiny_data(const varscope::testing::TempDir& dir) {
+    const std::vector<std::array<int, 3>> colours = {
+        {220, 30, 30}, {30, 200, 40}, {30, 60, 220}, {240, 200, 20}};
+    const std::vector<std::string> names = {"red", "green", "blue", "yellow"};
+    auto img = at::full({8, 3, 64, 64}, 255, at::kByte);
+    TinyData d;
+    for (int64_t i = 0; i < 8; ++i) {
+        const auto& c = colours[size_t(i % 4)];
+        const int64_t lo = i < 4 ? 16 : 8, hi = i < 4 ? 48 : 56;
+        for (int64_t ch = 0; ch < 3; ++ch)
+            img[i][ch].narrow(0, lo, hi - lo).narrow(1, lo, hi - lo).fill_(c[size_t(ch)]);
+        const std::string size = i < 4 ? "small" : "big";
+        d.captions.push_back({size + " " + names[size_t(i % 4)] + " square",
+                              "a " + names[size_t(i % 4)] + " block"});
+    }
+    d.pack = dir.file("pack.safetensors");
+    save_safetensors({{"images", img}, {"labels", at::arange(8, at::kLong)}}, d.pack);
+    return d;
+}
+
+InfinityTrainJob tiny_job(const TinyData& data, const std::string& run_dir, int64_t steps) {
+    const SentencePieceTokenizer tok(fixture("t5_tiny/spiece.model"));
+    InfinityTrainJob job;
+    job.model = tiny_infinity();
+    job.t5 = tiny_t5(tok.piece_size() + tok.options().extra_ids);
+    job.train.steps = steps;
+    job.train.batch = 8;
+    job.train.lr = 1e-2;
+    job.train.warmup = 8;  // lr_at(step) then does not depend on `steps` (resume check)
+    job.train.log_every = 1;
+    job.train.checkpoint_every = 100;
+    job.train.device = "cpu";
+    job.data_path = data.pack;
+    job.captions = data.captions;
+    job.vae_path = fixture("bsq_tiny/vae.pth");
+    job.tokenizer_path = fixture("t5_tiny/spiece.model");
+    job.run_dir = run_dir;
+    job.cond_drop = 0.25;
+    return job;
+}
+
+std::vector<nlohmann::json> step_records(const std::string& log) {
+    std::ifstream f(log);
+    std::vector<nlohmann::json> out;
+    for (std::string line; std::getline(f, line);) {
+        auto j = nlohmann::json::parse(line);
+        if (j.contains("step")) out.push_back(j);
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST(InfinityTraining, BitwiseLossIsThePerBitCrossEntropy) {
+    const InfinitySchedule s = infinity_schedule(1.0, "0.06M").first(3);  // 1 + 4 + 16 tokens
+    const int64_t B = 2, L = s.total_tokens(), d = 3;
+    auto gen = at::detail::createCPUGenerator(1);
+    const auto logits = at::randn({B, L, 2 * d}, gen);
+    const auto bits = at::randint(0, 2, {B, L, d}, gen, at::kLong);
+    // The official form: cross_entropy over (B, 2, L, d), mean over bits, 1/L per token.
+    const auto ce = at::cross_entropy_loss(logits.view({B, L, d, 2}).permute({0, 3, 1, 2}), bits,
+                                           {}, at::Reduction::None);  // (B, L, d)
+    EXPECT_NEAR(bitwise_loss(logits, bits, s, false).item<double>(), ce.mean().item<double>(),
+                1e-6);
+    // Reweighted: sqrt(16 / tokens) per token, normalised to sum 1 over the sequence.
+    std::vector<double> w;
+    for (int64_t si = 0; si < 3; ++si)
+        for (int64_t t = 0; t < s.tokens(si); ++t) w.push_back(4.0 / std::sqrt(s.tokens(si)));
+    auto lw = at::tensor(w, at::kDouble).to(at::kFloat);
+    lw = lw / lw.sum();
+    EXPECT_NEAR(bitwise_loss(logits, bits, s, true).item<double>(),
+                (ce.mean(-1) * lw).sum(-1).mean().item<double>(), 1e-6);
+    // A perfect prediction is 100 % per scale; the shapes are checked.
+    const auto sure = at::stack({(1 - bits) * 9.0, bits * 9.0}, -1).view({B, L, 2 * d});
+    const BitAccuracy a = bit_accuracy(sure.to(at::kFloat), bits, s);
+    ASSERT_EQ(a.per_scale.size(), 3u);
+    for (double v : a.per_scale) EXPECT_DOUBLE_EQ(v, 1.0);
+    EXPECT_DOUBLE_EQ(a.token, 1.0);
+    EXPECT_LT(bit_accuracy(-sure.to(at::kFloat), bits, s).mean, 1e-9);
+    EXPECT_THROW(bitwise_loss(logits, bits.narrow(1, 0, L - 1), s, false), std::invalid_argument);
+}
+
+TEST(InfinityTraining, CondDropReplacesThePromptWithCfgUncond) {
+    InfinityText text;
+    text.lens = {3, 2, 4};
+    text.kv_compact = at::randn({9, 5});
+    const auto uncond = at::randn({6, 5});
+    const InfinityText out = drop_conditions(text, uncond, {false, true, false});
+    EXPECT_EQ(out.lens, text.lens);
+    EXPECT_TRUE(at::equal(out.kv_compact.narrow(0, 0, 3), text.kv_compact.narrow(0, 0, 3)));
+    EXPECT_TRUE(at::equal(out.kv_compact.narrow(0, 3, 2), uncond.narrow(0, 0, 2)));
+    EXPECT_TRUE(at::equal(out.kv_compact.narrow(0, 5, 4), text.kv_compact.narrow(0, 5, 4)));
+    EXPECT_THROW(drop_conditions(text, uncond.narrow(0, 0, 3), {false, false, true}),
+                 std::invalid_argument);
+    EXPECT_THROW(drop_conditions(text, uncond, {true}), std::invalid_argument);
+}
+
+TEST(InfinityTraining, CaptionsAreDrawnFromTheirRow) {
+    const std::vector<std::vector<std::string>> caps = {{"a", "b"}, {"c"}, {"d", "e", "f"}};
+    auto gen = at::detail::createCPUGenerator(5);
+    std::set<std::string> seen;
+    for (int i = 0; i < 50; ++i) {
+        const auto p = pick_captions(caps, at::tensor({2, 0, 1}, at::kLong), gen);
+        ASSERT_EQ(p.size(), 3u);
+        EXPECT_TRUE(p[0] == "d" || p[0] == "e" || p[0] == "f");
+        EXPECT_TRUE(p[1] == "a" || p[1] == "b");
+        EXPECT_EQ(p[2], "c");
+        seen.insert(p.begin(), p.end());
+    }
+    EXPECT_EQ(seen.size(), 6u);  // every caption comes up
+    EXPECT_THROW(pick_captions(caps, at::tensor({3}, at::kLong), gen), std::invalid_argument);
+}
+
+TEST(InfinityTraining, T5TrainsAndSavesAHuggingFaceFolder) {
+    if (!SentencePieceTokenizer::available()) GTEST_SKIP() << "built without SentencePiece";
+    T5Encoder t5(tiny_t5(500));
+    t5.init_weights(3);
+    t5.set_trainable(true);
+    const auto ids = at::tensor({5, 17, 99, 1, 42, 7, 1, 0}, at::kLong).view({2, 4});
+    const auto mask = at::tensor({1, 1, 1, 1, 1, 1, 1, 0}, at::kLong).view({2, 4});
+    const auto h = t5.forward_train(ids, mask);
+    ASSERT_TRUE(h.requires_grad());
+    EXPECT_FALSE(t5.forward(ids, mask).requires_grad());
+    EXPECT_TRUE(at::allclose(h.detach(), t5.forward(ids, mask)));
+    h.pow(2).mean().backward();
+    for (const auto& p : t5.module().named_parameters()) {
+        if (p.key() == "embed_tokens.weight") continue;  // most rows unused
+        ASSERT_TRUE(p.value().grad().defined()) << p.key();
+        EXPECT_GT(p.value().grad().abs().max().item<double>(), 0.0) << p.key();
+    }
+    EXPECT_GT(
+        t5.module().named_parameters()["embed_tokens.weight"].grad()[99].abs().sum().item<double>(),
+        0.0);
+    EXPECT_THROW(t5.forward_train(ids.add(500), mask), std::invalid_argument);
+
+    // The folder reads back through the loader the runner uses (fp16 file, fp32 model).
+    varscope::testing::TempDir dir;
+    save_t5_encoder_folder(t5, dir.file("t5"), at::kHalf, fixture("t5_tiny/spiece.model"));
+    T5TextEncoder text(dir.file("t5"));
+    EXPECT_EQ(text.encoder().config().num_layers, 2);
+    EXPECT_EQ(text.encoder().config().activation, "gelu_new");
+    EXPECT_TRUE(text.encoder().config().gated);
+    const auto back = text.encoder().forward(ids, mask);
+    const double err = ((back - h.detach()).norm() / h.detach().norm()).item<double>();
+    EXPECT_LT(err, 5e-3);  // fp16 weights
+    EXPECT_GT(err, 0.0);
+    EXPECT_EQ(load_t5_encoder_tensors(dir.file("t5")).count("embed_tokens.weight"), 1u);
+}
+
+TEST(InfinityTraining, RunLearnsResumesAndExportsWhatTheRunnerOpens) {
+    if (!SentencePieceTokenizer::available()) GTEST_SKIP() << "built without SentencePiece";
+    varscope::testing::TempDir dir;
+    const TinyData data = tiny_data(dir);
+
+    InfinityTrainJob job = tiny_job(data, dir.file("whole"), 6);
+    std::ostringstream out;
+    const auto report = train_infinity(job, out);
+    EXPECT_EQ(report["steps"], 6);
+    const auto recs = step_records(dir.file("whole/log.jsonl"));
+    ASSERT_EQ(recs.size(), 6u);
+    EXPECT_LT(recs.back()["loss"].get<double>(), recs.front()["loss"].get<double>()) << out.str();
+    EXPECT_EQ(recs.front()["bit_acc_per_scale"].size(), 7u);
+    int64_t dropped = 0;
+    for (const auto& r : recs) dropped += r["dropped"].get<int64_t>();
+    EXPECT_GT(dropped, 0);  // cond drop happened (25 % of 48 rows)
+    EXPECT_LT(dropped, 48);
+    // The exports give the trained model's teacher-forced numbers (fp16 rounding only).
+    EXPECT_NEAR(report["eval_export"]["loss"].get<double>(),
+                report["eval_model"]["loss"].get<double>(), 2e-2);
+
+    // Three steps, then three more in the same folder == six steps at once.
+    InfinityTrainJob split = tiny_job(data, dir.file("split"), 3);
+    std::ostringstream sink;
+    train_infinity(split, sink);
+    split.train.steps = 6;
+    std::ostringstream out2;
+    train_infinity(split, out2);
+    EXPECT_NE(out2.str().find("resumed at step 3"), std::string::npos) << out2.str();
+    const auto a = load_checkpoint(dir.file("whole/final.safetensors"));
+    const auto b = load_checkpoint(dir.file("split/final.safetensors"));
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [name, t] : a)
+        EXPECT_LT((t - b.at(name)).abs().max().item<double>(), 1e-6) << name;
+    const auto ta = load_t5_encoder_tensors(dir.file("whole/t5-final"));
+    const auto tb = load_t5_encoder_tensors(dir.file("split/t5-final"));
+    for (const auto& [name, t] : ta)
+        EXPECT_LT((t - tb.at(name)).abs().max().item<double>(), 1e-6) << name;
+    const auto split_recs = step_records(dir.file("split/log.jsonl"));
+    ASSERT_EQ(split_recs.size(), 6u);
+    EXPECT_DOUBLE_EQ(split_recs.back()["loss"].get<double>(), recs.back()["loss"].get<double>());
+    // The T5 learnt too.
+    const auto t5_init = [&] {
+        T5Encoder t(job.t5);
+        t.init_weights(job.train.seed + 1);
+        return t.state_dict();
+    }();
+    EXPECT_GT((ta.at("block.0.layer.0.SelfAttention.q.weight") -
+               t5_init.at("block.0.layer.0.SelfAttention.q.weight"))
+                  .abs()
+                  .max()
+                  .item<double>(),
+              1e-4);
+
+    // The runner opens the export with the BSQ VAE and the T5 folder and draws an image.
+    EXPECT_EQ(detect_runner_family(dir.file("whole/export-fp16.safetensors")), Family::Infinity);
+    ModelSpec spec;
+    spec.model_path = dir.file("whole/export-fp16.safetensors");
+    spec.vae_path = job.vae_path;
+    spec.text_encoder_path = dir.file("whole/t5-fp16");
+    const auto runner = open_runner(spec, load_options("cpu", "fp32"));
+    SampleSettings s = runner->defaults();
+    s.prompts = {"small red square"};
+    s.pixels = "0.06M";
+    s.h_div_w = 1.0;
+    s.seed = 1;
+    const RunResult r = runner->generate(s);
+    ASSERT_TRUE(r.images.defined());
+    EXPECT_EQ(r.images.sizes(), at::IntArrayRef({1, 3, 64, 64}));
+    EXPECT_TRUE(at::isfinite(r.images).all().item<bool>());
+    EXPECT_EQ(r.step_tokens.size(), 7u);
+}
+
+TEST(InfinityTraining, BadJobsAreNamed) {
+    if (!SentencePieceTokenizer::available()) GTEST_SKIP() << "built without SentencePiece";
+    varscope::testing::TempDir dir;
+    const TinyData data = tiny_data(dir);
+    auto expect_error = [&](InfinityTrainJob job, const std::string& words) {
+        std::ostringstream sink;
+        try {
+            train_infinity(job, sink);
+            ADD_FAILURE() << "accepted; expected: " << words;
+        } catch (const std::invalid_argument& e) {
+            EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+        }
+    };
+    InfinityTrainJob j = tiny_job(data, dir.file("run"), 1);
+    j.captions.pop_back();
+    expect_error(j, "7 caption rows for 8 images");
+    j = tiny_job(data, dir.file("run"), 1);
+    j.captions[2].clear();
+    expect_error(j, "row 2 has no caption");
+    j = tiny_job(data, dir.file("run"), 1);
+    j.t5.d_model = 48;
+    expect_error(j, "text_channels");
+    j = tiny_job(data, dir.file("run"), 1);
+    j.t5.vocab_size = 100;
+    expect_error(j, "vocab_size");
+    j = tiny_job(data, dir.file("run"), 1);
+    j.model.codebook_dim = 8;
+    expect_error(j, "codebook_dim");
+    j = tiny_job(data, dir.file("run"), 1);
+    j.pixels = "0.25M";  // ends at 32 x 32
+    j.model.num_levels = 10;
+    expect_error(j, "latent");
+}
+
+TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
+    std::ifstream f(varscope::testing::source_dir() + "/resources/training/emoji-infinity.json");
+    ASSERT_TRUE(f.good());
+    const auto j = nlohmann::json::parse(f);
+    InfinityTrainJob job;
+    apply_infinity_config(j, 1100, job);
+    EXPECT_NO_THROW(TrainConfig::from_json(j.at("train")));
+    EXPECT_EQ(job.t5.vocab_size, 1100);  // from the tokenizer when the config leaves it out
+    EXPECT_EQ(job.t5.d_model, job.model.text_channels);
+    EXPECT_TRUE(job.t5.gated);
+    EXPECT_EQ(infinity_schedule(job.h_div_w, job.pixels).scales.back()[0], 16);
+    for (const auto& item : j.items()) {
+        if (item.key() == "train" || item.key() == "comment") continue;
+        EXPECT_NE(
+            std::find(infinity_config_keys().begin(), infinity_config_keys().end(), item.key()),
+            infinity_config_keys().end())
+            << item.key();
+    }
+    // The shipped file: about one byte per parameter with int8 (two in fp16), under 16 MiB.
+    int64_t params = 0;
+    for (const auto& p : InfinityTransformer(job.model)->parameters()) params += p.numel();
+    EXPECT_LT(params * (job.export_int8 ? 1 : 2), 16 * 1024 * 1024 - 512 * 1024) << params;
+
+    auto error = [&](nlohmann::json c) {
+        InfinityTrainJob jb;
+        if (!c.contains("t5")) c["t5"] = j.at("t5");
+        try {
+            apply_infinity_config(c, 500, jb);
+        } catch (const std::invalid_argument& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    EXPECT_NE(error({{"model", {{"dept", 3}}}}).find("unknown field 'dept'"), std::string::npos);
+    EXPECT_NE(error({{"model", {{"depth", "x"}}}}).find("'depth' has the wrong type"),
+              std::string::npos);
+    EXPECT_NE(error({{"t5", {{"d_model", 0}}}}).find("d_model"), std::string::npos);
+    EXPECT_NE(error({{"cond_drop", 1.5}}).find("cond_drop"), std::string::npos);
+    EXPECT_NE(error({{"pixels", "2M"}}).find("pixels"), std::string::npos);
+}
