@@ -115,7 +115,7 @@ at::Tensor InfinityBlockImpl::sa_output(const at::Tensor& o, const Modulation& m
 at::Tensor InfinityBlockImpl::cross_branch(const at::Tensor& x, const CrossKv& kv,
                                            const at::Tensor& mask) const {
     // layer_norm runs in fp32 under autocast (bf16 gains are cast up).
-    auto in = at::layer_norm(x, {dim_}, ca_norm->weight.to(at::kFloat),
+    auto in = at::layer_norm(x.to(at::kFloat), {dim_}, ca_norm->weight.to(at::kFloat),
                              ca_norm->bias.to(at::kFloat), eps_);
     return ca->forward(in, kv, mask).to(at::kFloat);
 }

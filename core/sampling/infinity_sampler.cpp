@@ -14,6 +14,7 @@
 #include "core/sampling/kv_cache.h"
 #include "core/sampling/tf32_scope.h"
 #include "core/sampling/token_sampling.h"
+#include "kernels/cuda_graph.h"
 
 namespace varscope {
 namespace {
@@ -341,6 +342,20 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         return out;
     };
 
+    if (graphs && !graphs->fully_captured()) {
+        // SDPA may pick cuDNN's attention at some scales only; its handle must exist before a
+        // capture (creating one allocates device memory, which a capture forbids): attention of
+        // the first and the last scale's shapes, eagerly, on the capture stream.
+        kernels::run_on_capture_stream(device.index(), [&] {
+            for (const int64_t si : {int64_t(0), S - 1}) {
+                const int64_t l = s.scales[si][0] * s.scales[si][1];
+                const auto q = at::zeros({bs, mc.num_heads, l, mc.head_dim()}, cache_options);
+                const auto k = at::zeros({bs, mc.num_heads, s.scale_begin(si) + l, mc.head_dim()},
+                                         cache_options);
+                attention_sdpa(q, k, k, 1.0);
+            }
+        });
+    }
     InfinitySampleResult res;
     res.cuda_graphs = static_cast<bool>(graphs);
     const double capture_ms_before = graphs ? graphs->capture_millis() : 0.0;
@@ -441,8 +456,9 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         }
     res.summed_codes = summed.squeeze(2);
     res.kv_bytes = graphs ? graphs->kv_bytes_after(n_run - 1) : eager_cache->total_bytes();
-    res.kv_bytes_peak = std::max(
-        {res.kv_bytes_peak, res.kv_bytes, graphs ? int64_t(0) : eager_cache->peak_bytes()});
+    // The most KV bytes held after any step (a compact cache's counts, the full cache's filled
+    // part), as the VAR loop reports it, with graphs or without.
+    res.kv_bytes_peak = std::max(res.kv_bytes_peak, res.kv_bytes);
     if (graphs) res.graph_capture_millis = graphs->capture_millis() - capture_ms_before;
     res.total_millis = millis_since(t_start);
     return res;

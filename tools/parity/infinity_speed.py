@@ -65,15 +65,17 @@ def build_official(Infinity, MultiScaleBSQ, seed):
     d = 32
     vae = types.SimpleNamespace(embed_dim=d, vocab_size=2 ** d, quantizer=MultiScaleBSQ(
         dim=d, codebook_size=2 ** d, schedule_mode="dynamic"))
-    with torch.device("cuda"):
-        m = Infinity(
-            vae_local=vae, text_channels=2048, text_maxlen=512, shared_aln=True,
-            checkpointing="full-block", customized_flash_attn=False, fused_norm=True,
-            pad_to_multiplier=128, use_flex_attn=False, add_lvl_embeding_only_first_block=1,
-            use_bit_label=1, rope2d_each_sa_layer=1, rope2d_normalized_by_hw=2, pn="1M",
-            apply_spatial_patchify=0, inference_mode=True, train_h_div_w_list=[1.0],
-            depth=32, embed_dim=2048, num_heads=16, block_chunks=8, mlp_ratio=4,
-            drop_path_rate=0.0)
+    # Built on the CPU: the constructor draws cfg_uncond with a CPU generator.
+    m = Infinity(
+        vae_local=vae, text_channels=2048, text_maxlen=512, shared_aln=True,
+        checkpointing="full-block", customized_flash_attn=False, fused_norm=True,
+        pad_to_multiplier=128, use_flex_attn=False, add_lvl_embeding_only_first_block=1,
+        use_bit_label=1, rope2d_each_sa_layer=1, rope2d_normalized_by_hw=2, pn="1M",
+        apply_spatial_patchify=0, inference_mode=True, train_h_div_w_list=[1.0],
+        depth=32, embed_dim=2048, num_heads=16, block_chunks=8, mlp_ratio=4,
+        drop_path_rate=0.0)
+    m = m.cuda()
+    m.rng = torch.Generator(device="cuda")  # the sampler's generator, made on the CPU above
     g = torch.Generator(device="cuda").manual_seed(seed)
     with torch.no_grad():  # spread-out random weights (the official init makes blocks ~identity)
         for name, p in m.named_parameters():
@@ -116,7 +118,7 @@ def main():
     t0 = time.time()
     torch.save(model.state_dict(), ckpt)
     print(f"saved {ckpt} in {time.time() - t0:.0f} s", flush=True)
-    scales = [tuple(s) for s in dynamic_resolution_h_w[1.0]["1M"]["scales"]]
+    scales = [(1, h, w) for (_, h, w) in dynamic_resolution_h_w[1.0]["1M"]["scales"]]
     n = len(scales)
     cfg, tau, top_k, top_p = 4.0, 1.0, 900, 0.97
     report = {"scales": [list(s) for s in scales], "cfg": cfg, "tau": tau, "top_k": top_k,
