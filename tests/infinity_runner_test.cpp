@@ -36,7 +36,10 @@ TEST(InfinityRunner, OpenRunnerDetectsInfinity) {
     EXPECT_EQ(r->shape().layers, 6);
     ModelSpec spec;
     spec.model_path = fixture("infinity_tiny.pth");
-    EXPECT_THROW(open_runner(spec, load_options("cpu", "bf16")), std::invalid_argument);
+    // bf16 is the official bf16 mode; fp16 has no official counterpart.
+    EXPECT_THROW(open_runner(spec, load_options("cpu", "fp16")), std::invalid_argument);
+    EXPECT_NO_THROW(open_runner(spec, load_options("cpu", "bf16")));
+    EXPECT_NO_THROW(open_runner(spec, load_options("cpu", "bf16-autocast")));
 }
 
 TEST(InfinityRunner, TeacherForwardMatchesTheOfficialLogits) {
