@@ -15,19 +15,6 @@
 namespace varscope {
 namespace {
 
-// -10 log10(MSE) per image for images in [-1, 1] mapped to [0, 1], summed over the batch.
-double psnr_sum(const at::Tensor& rec, const at::Tensor& img) {
-    return (rec - img)
-        .div(2)
-        .pow(2)
-        .mean({1, 2, 3})
-        .clamp_min(1e-10)
-        .log10()
-        .mul(-10)
-        .sum()
-        .item<double>();
-}
-
 ImageDataset rows_of(const ImageDataset& data, const at::Tensor& rows) {
     ImageDataset out;
     out.images = data.images.index_select(0, rows.to(data.images.device()));

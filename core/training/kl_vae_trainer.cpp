@@ -14,22 +14,6 @@
 #include "core/io/module_binding.h"
 
 namespace varscope {
-namespace {
-
-// -10 log10(MSE) per image for images in [-1, 1] mapped to [0, 1], summed over the batch.
-double psnr_sum(const at::Tensor& rec, const at::Tensor& img) {
-    return (rec - img)
-        .div(2)
-        .pow(2)
-        .mean({1, 2, 3})
-        .clamp_min(1e-10)
-        .log10()
-        .mul(-10)
-        .sum()
-        .item<double>();
-}
-
-}  // namespace
 
 nlohmann::json KlVaeLoss::to_json() const {
     return {{"l1_weight", l1_weight}, {"mse_weight", mse_weight}, {"kl_weight", kl_weight}};

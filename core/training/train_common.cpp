@@ -249,4 +249,16 @@ bool TimeBudget::spent(int64_t step, std::ostream& out) {
     return true;
 }
 
+double psnr_sum(const at::Tensor& rec, const at::Tensor& img) {
+    return (rec - img)
+        .div(2)
+        .pow(2)
+        .mean({1, 2, 3})
+        .clamp_min(1e-10)
+        .log10()
+        .mul(-10)
+        .sum()
+        .item<double>();
+}
+
 }  // namespace varscope

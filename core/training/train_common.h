@@ -52,6 +52,9 @@ struct ImageDataset {
 ImageDataset load_image_dataset(const std::string& path, const at::Device& device);
 // Start of every training run: TF32 matrix units on, the data set loaded onto train.device.
 ImageDataset prepare_training(const TrainConfig& train, const std::string& data_path);
+// Sum over a batch of each image's PSNR in dB (-10 log10 MSE) for images in [-1, 1] measured
+// in [0, 1]: the VAE trainers' reconstruction metric.
+double psnr_sum(const at::Tensor& rec, const at::Tensor& img);
 
 // Draws batches by reshuffling a seeded permutation every epoch.
 class BatchSampler {
