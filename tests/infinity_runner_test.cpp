@@ -4,6 +4,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <string>
+
 #include "core/infinity_pipeline.h"
 #include "core/io/checkpoint.h"
 #include "core/runner/runner.h"
@@ -98,4 +101,46 @@ TEST(InfinityRunner, VarAcceleratorsRunAsInfinityPlans) {
     EXPECT_THROW(r->generate(s, accel_plan(Family::Var, "fastvar").get()), std::invalid_argument);
     s.h_div_w = 1.333;
     EXPECT_THROW(r->generate(s, plan.get()), std::invalid_argument);
+}
+
+// A prompt longer than the tokenizer's limit (512 tokens with EOS) is cut as the official
+// encode_prompt cuts it, and the run says so; a short one gives no notice.
+TEST(InfinityRunner, ALongPromptIsCutWithANotice) {
+    namespace fs = std::filesystem;
+    varscope::testing::TempDir dir;
+    const fs::path t5 = dir.path() / "t5";
+    fs::create_directories(t5);
+    const std::string t5_fixture = varscope::testing::source_dir() + "/tests/fixtures/t5_tiny/";
+    for (const char* f : {"config.json", "model.safetensors"})
+        fs::copy_file(t5_fixture + "model/" + f, t5 / f);
+    fs::copy_file(t5_fixture + "spiece.model", t5 / "spiece.model");
+    InfinityConfig c;  // small, with the tiny T5's width (32) as the text width
+    c.depth = 2;
+    c.embed_dim = 32;
+    c.num_heads = 2;
+    c.mlp_hidden = 64;
+    c.text_channels = 32;
+    c.pool_heads = 1;
+    c.codebook_dim = 8;
+    BsqVaeConfig v;
+    v.codebook_dim = 8;
+    v.patch_size = 4;
+    v.base_ch = 24;
+    v.num_res_blocks = 1;
+    v.encoder_ch_mult = {1, 1, 1};
+    v.decoder_ch_mult = {1, 1, 1};
+    const auto r = random_infinity_runner(c, v, 1, load_options("cpu", "fp32"), t5.string());
+    SampleSettings s = r->defaults();
+    s.pixels = "0.06M";
+    s.decode = false;
+    std::string long_prompt;
+    for (int i = 0; i < 700; ++i) long_prompt += "red fox ";
+    s.prompts = {"a red fox", long_prompt};
+    const auto res = r->generate(s);
+    ASSERT_EQ(res.notices.size(), 1u);
+    EXPECT_NE(res.notices[0].find("prompt 2 is longer than the text encoder's limit of 512"),
+              std::string::npos)
+        << res.notices[0];
+    s.prompts = {"a red fox"};
+    EXPECT_TRUE(r->generate(s).notices.empty());
 }

@@ -106,6 +106,7 @@ int run(CompareArgs& a) {
         }
     });
 
+    for (const auto& n : base.last.notices) std::cerr << "notice: " << n << "\n";
     const bool images = base.last.images.defined() && fast.last.images.defined();
     at::Tensor ib = base.last.images, ia = fast.last.images;
     if (!images) std::tie(ib, ia) = latents_as_images(base.last.latents, fast.last.latents);

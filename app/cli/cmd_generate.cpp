@@ -101,6 +101,7 @@ int run(GenerateArgs& a) {
         }
     });
     const RunResult& res = runs.back();
+    for (const auto& n : res.notices) std::cerr << "notice: " << n << "\n";
     std::vector<double> totals, decodes;
     for (const auto& r : runs) {
         totals.push_back(r.total_millis);

@@ -199,7 +199,9 @@ class InfinityRunner : public Runner {
                     "Infinity: accelerators need a square schedule (h_div_w 1) for now");
             hooks = hooks_for(ac, *view, probe);
         }
-        const auto out = pipe_.generate(text(s), sched, options(s), hooks.get(), probe, s.decode);
+        std::vector<std::string> notices;
+        const auto out =
+            pipe_.generate(text(s, &notices), sched, options(s), hooks.get(), probe, s.decode);
         const auto& r = out.sample;
         RunResult res;
         res.images = out.images;
@@ -222,6 +224,7 @@ class InfinityRunner : public Runner {
         res.kv_bytes = r.kv_bytes;
         res.kv_bytes_peak = r.kv_bytes_peak;
         res.cuda_graphs = r.cuda_graphs;
+        res.notices = std::move(notices);
         res.graph_capture_millis = r.graph_capture_millis;
         res.attention_flops = r.attention_flops;
         res.flops = {{"attention", r.attention_flops}, {"total", r.attention_flops}};
@@ -285,7 +288,9 @@ class InfinityRunner : public Runner {
         if (it == hooks_.end()) it = hooks_.emplace(key, build_accelerators(config, view)).first;
         return it->second;
     }
-    InfinityText text(const SampleSettings& s) const {
+    // The rows' text features; `notices` (may be null) gets a line per prompt that was cut to the
+    // tokenizer's limit (max_length tokens with EOS, as the official encode_prompt truncates).
+    InfinityText text(const SampleSettings& s, std::vector<std::string>* notices = nullptr) const {
         if (!s.prompts.empty() && !s.text_features.empty())
             throw std::invalid_argument("Infinity: pass prompts or a text features file, not both");
         InfinityText t;
@@ -296,6 +301,12 @@ class InfinityRunner : public Runner {
                     "DIR), or pass precomputed text features");
             c10::InferenceMode guard;
             TextCondition c = t5_->encode(s.prompts);
+            for (size_t i = 0; notices && i < c.truncated.size(); ++i)
+                if (c.truncated[i])
+                    notices->push_back("prompt " + std::to_string(i + 1) +
+                                       " is longer than the text encoder's limit of " +
+                                       std::to_string(t5_->options().tokenizer.max_length) +
+                                       " tokens: cut to fit, as the official encode_prompt does");
             t.kv_compact = c.kv_compact;
             t.lens = c.lens;
         } else {

@@ -134,6 +134,9 @@ struct RunResult {
     // SampleSettings::time_parts the part times (core/sampling/step_cost.h); empty for a family
     // without the cost model (MAR).
     std::vector<StepCost> step_costs;
+    // What the user should know about this run that is not an error (a front end shows them),
+    // e.g. a prompt cut to the text encoder's length limit.
+    std::vector<std::string> notices;
     // The model's own time: every step and the decode, without probes and graph capture.
     double model_millis() const { return total_millis - probe_millis - graph_capture_millis; }
 };
