@@ -49,6 +49,18 @@ InfinityText fixture_text() {
     return text;
 }
 
+// A fixture run's sampling settings (schedules.json: "runs", "patchify_run").
+InfinitySampleOptions options_of(const nlohmann::json& run) {
+    InfinitySampleOptions o;
+    o.seed = run["seed"].get<uint64_t>();
+    o.cfg_list = run["cfg"].get<std::vector<double>>();
+    o.tau_list = run["tau"].get<std::vector<double>>();
+    o.top_k = run["top_k"].get<int64_t>();
+    o.top_p = run["top_p"].get<double>();
+    o.cfg_insertion_layer = run["cfg_insertion_layer"].get<std::vector<int64_t>>();
+    return o;
+}
+
 bsq::BsqQuantConfig quant(int64_t d) {
     bsq::BsqQuantConfig q;
     q.codebook_dim = d;
@@ -88,13 +100,7 @@ TEST(InfinitySampler, SameBitsAsTheOfficialSamplerAtEveryScale) {
     InfinitySampler sampler(load_tiny(), quant(j["config"]["codebook_dim"].get<int64_t>()));
     const auto text = fixture_text();
     for (const auto& [name, run] : j["runs"].items()) {
-        InfinitySampleOptions o;
-        o.seed = run["seed"].get<uint64_t>();
-        o.cfg_list = run["cfg"].get<std::vector<double>>();
-        o.tau_list = run["tau"].get<std::vector<double>>();
-        o.top_k = run["top_k"].get<int64_t>();
-        o.top_p = run["top_p"].get<double>();
-        o.cfg_insertion_layer = run["cfg_insertion_layer"].get<std::vector<int64_t>>();
+        InfinitySampleOptions o = options_of(run);
         const auto r = sampler.sample(text, s, o);
         const auto expected = load_safetensors(fixture("sample_" + name + ".safetensors"));
         ASSERT_EQ(static_cast<int64_t>(r.bits.size()), s.num_scales());
@@ -138,13 +144,7 @@ TEST(InfinitySampler, Bf16ModeGivesTheOfficialBf16Bits) {
     ASSERT_FALSE(j["bf16_runs"].empty());
     for (const auto& [name, base] : j["bf16_runs"].items()) {
         const auto& run = j["runs"][base.get<std::string>()];
-        InfinitySampleOptions o;
-        o.seed = run["seed"].get<uint64_t>();
-        o.cfg_list = run["cfg"].get<std::vector<double>>();
-        o.tau_list = run["tau"].get<std::vector<double>>();
-        o.top_k = run["top_k"].get<int64_t>();
-        o.top_p = run["top_p"].get<double>();
-        o.cfg_insertion_layer = run["cfg_insertion_layer"].get<std::vector<int64_t>>();
+        InfinitySampleOptions o = options_of(run);
         const auto r = sampler.sample(fixture_text(), s, o);
         const auto expected = load_safetensors(fixture("sample_" + name + ".safetensors"));
         const auto fp32 =
@@ -275,13 +275,7 @@ TEST(InfinitySampler, SpatialPatchifyGivesTheOfficialBits) {
     auto q = quant(run["vae_codebook_dim"].get<int64_t>());
     q.spatial_patchify = true;
     InfinitySampler sampler(load_tiny(), q);
-    InfinitySampleOptions o;
-    o.seed = run["seed"].get<uint64_t>();
-    o.cfg_list = run["cfg"].get<std::vector<double>>();
-    o.tau_list = run["tau"].get<std::vector<double>>();
-    o.top_k = run["top_k"].get<int64_t>();
-    o.top_p = run["top_p"].get<double>();
-    o.cfg_insertion_layer = run["cfg_insertion_layer"].get<std::vector<int64_t>>();
+    InfinitySampleOptions o = options_of(run);
     const auto r = sampler.sample(fixture_text(), s, o);
     const auto expected = load_safetensors(fixture("sample_patchify.safetensors"));
     int64_t first_bad = -1;

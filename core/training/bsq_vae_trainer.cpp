@@ -204,7 +204,7 @@ nlohmann::json train_bsq_vae(const BsqVaeTrainJob& job, std::ostream& out) {
                 {"loss", loss.item<double>()},
                 {"l1", l1.item<double>()},
                 {"mse", m},
-                {"psnr_batch", 10 * std::log10(4.0 / std::max(m, 1e-12))},
+                {"psnr_batch", psnr_of_mse(m)},
                 {"quant_loss", aux.item<double>()},
                 {"commitment", commit.item<double>() / n_scales},
                 {"per_sample_entropy", h_sample.item<double>() / n_scales},

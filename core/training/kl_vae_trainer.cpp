@@ -127,7 +127,7 @@ nlohmann::json train_kl_vae(const KlVaeTrainJob& job, std::ostream& out) {
                 {"l1", l1.item<double>()},
                 {"mse", m},
                 {"kl", kl.item<double>()},
-                {"psnr_batch", 10 * std::log10(4.0 / std::max(m, 1e-12))},
+                {"psnr_batch", psnr_of_mse(m)},
                 {"latent_std_batch", posterior.mean.std().item<double>()},
                 {"lr", job.train.lr_at(step)},
                 {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()}};

@@ -6,6 +6,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/serialize.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -259,6 +260,10 @@ double psnr_sum(const at::Tensor& rec, const at::Tensor& img) {
         .mul(-10)
         .sum()
         .item<double>();
+}
+
+double psnr_of_mse(double mse) {
+    return 10 * std::log10(4.0 / std::max(mse, 1e-12));
 }
 
 }  // namespace varscope

@@ -55,6 +55,9 @@ ImageDataset prepare_training(const TrainConfig& train, const std::string& data_
 // Sum over a batch of each image's PSNR in dB (-10 log10 MSE) for images in [-1, 1] measured
 // in [0, 1]: the VAE trainers' reconstruction metric.
 double psnr_sum(const at::Tensor& rec, const at::Tensor& img);
+// PSNR in dB of a batch's mean squared error measured in [-1, 1] (peak-to-peak 2): the logs'
+// psnr_batch.
+double psnr_of_mse(double mse);
 
 // Draws batches by reshuffling a seeded permutation every epoch.
 class BatchSampler {

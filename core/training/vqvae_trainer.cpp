@@ -67,15 +67,7 @@ nlohmann::json evaluate_vqvae(Vqvae& vae, const ImageDataset& data, int64_t batc
         auto idx = vae->img_to_idx(img);
         for (auto& t : idx) used.index_fill_(0, t.reshape({-1}), true);
         auto rec = vae->idx_to_img(idx);
-        se += (rec - img)
-                  .div(2)
-                  .pow(2)
-                  .mean({1, 2, 3})
-                  .clamp_min(1e-10)
-                  .log10()
-                  .mul(-10)
-                  .sum()
-                  .item<double>();
+        se += psnr_sum(rec, img);
     }
     vae->train(was_training);
     return {{"psnr_db", se / data.size()},
@@ -133,7 +125,7 @@ nlohmann::json train_vqvae(const VqvaeTrainJob& job, std::ostream& out) {
             nlohmann::json rec = {{"step", step},
                                   {"loss", loss.item<double>()},
                                   {"mse", m},
-                                  {"psnr_batch", 10 * std::log10(4.0 / std::max(m, 1e-12))},
+                                  {"psnr_batch", psnr_of_mse(m)},
                                   {"vq_loss", r.vq_loss.item<double>()},
                                   {"lr", job.train.lr_at(step)},
                                   {"restarted_codes", restarted},
