@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -84,16 +83,6 @@ at::Tensor grid_image(const analysis::AttentionAnalysis& a, const std::string& n
                 img[k].narrow(0, s * cell, cell - 1).narrow(1, l * cell, cell - 1).fill_(c[k]);
         }
     return img;
-}
-
-void write_text(const std::string& text, const std::string& path) {
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::binary);
-        f << text;
-        if (!f) throw std::runtime_error("cannot write " + tmp);
-    }
-    fs::rename(tmp, path);
 }
 
 int run(AnalyzeArgs& a) {

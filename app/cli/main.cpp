@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
     add(varscope::cli::add_compare_mar, "compare-mar");
     add(varscope::cli::add_methods, "methods");
     add(varscope::cli::add_analyze, "analyze");
+    add(varscope::cli::add_eval_prompts, "eval-prompts");
     add(varscope::cli::add_bench, "bench");
 
     try {

@@ -29,13 +29,17 @@ std::string now_utc() {
 }
 
 void write_json(const nlohmann::json& j, const std::string& path, bool overwrite) {
-    namespace fs = std::filesystem;
-    if (!overwrite && fs::exists(path))
+    if (!overwrite && std::filesystem::exists(path))
         throw std::invalid_argument("'" + path + "' exists; pass --force to overwrite it");
+    write_text(j.dump(2) + "\n", path);
+}
+
+void write_text(const std::string& text, const std::string& path) {
+    namespace fs = std::filesystem;
     const std::string tmp = path + ".tmp";
     {
-        std::ofstream f(tmp);
-        f << j.dump(2) << "\n";
+        std::ofstream f(tmp, std::ios::binary);
+        f << text;
         if (!f) throw std::runtime_error("could not write '" + tmp + "'");
     }
     std::error_code ec;

@@ -13,6 +13,8 @@ double median(std::vector<double> v);
 std::string now_utc();  // ISO 8601, e.g. 2026-11-22T01:30:00Z
 // Writes `j` to `path` atomically (temporary file + rename); refuses to overwrite unless asked.
 void write_json(const nlohmann::json& j, const std::string& path, bool overwrite);
+// Writes `text` to `path` atomically (temporary file + rename), replacing an existing file.
+void write_text(const std::string& text, const std::string& path);
 // Torch and CUDA versions, device name and the execution policy: what a benchmark result needs
 // to be comparable.
 nlohmann::json environment_json(const std::string& device);
