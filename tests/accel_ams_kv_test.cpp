@@ -384,7 +384,7 @@ TEST(AmsKv, StepsAreGraphableUntilALayerMayBePromoted) {
         {px256, on(2, 174, 174), 10},
         // Off: budgets of the whole schedule never overflow.
         {px256, on(2, 680, 680), 10},
-        // A scale larger than C_max is dropped before any overflow: still capturable.
+        // Other budgets: 91 tokens at scale 5 overflow C_min = 60 first.
         {px256, on(2, 60, 80), 5},
     };
     for (const auto& c : cases) {

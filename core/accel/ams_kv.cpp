@@ -254,6 +254,9 @@ class AmsKv : public SamplingHooks {
     }
     // CUDA graphs (graph_signature): the state of the steps' bookkeeping that the block-level
     // calls of graphed steps advance on the capturing call only.
+    // The kept state holds no tensor: a stash is made only where a cache-efficient layer goes
+    // over C_min (a scale over C_max does too, as C_max >= C_min), i.e. in eager steps; so it
+    // is the same whichever call (graphed, eager, any batch) recorded it.
     struct ReplayMemo {
         bool graphable = true;
         std::vector<LayerState> layers;  // before the first eager step
