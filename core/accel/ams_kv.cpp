@@ -153,7 +153,7 @@ class AmsKv : public SamplingHooks {
             }
         }
         previous_graphable_ = graphable_;
-        ctx.graphable = graphable_;
+        if (!graphable_) ctx.graphable = false;  // never clears another hook's answer
     }
 
     void on_kv_append(const BlockContext& ctx) override {
