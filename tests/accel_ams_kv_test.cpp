@@ -44,7 +44,8 @@ struct Driver {
     std::vector<bool> similar;
     int64_t random_from = 0;
     std::vector<at::Tensor> constant_keys;
-    ExecPolicy exec;  // the sampler's (ScaleContext::exec): the defaults
+    ExecPolicy exec;              // the sampler's (ScaleContext::exec): the defaults
+    std::vector<bool> graphable;  // ScaleContext::graphable after on_scale_begin, per step
 
     Driver(VarConfig m, const AmsKvConfig& cfg, std::vector<bool> similar_layers,
            ProbeSink* probe = nullptr)
@@ -67,6 +68,7 @@ struct Driver {
         seg.token_begin = model.scale_begin(si);
         sctx.segments.push_back(seg);
         policy->on_scale_begin(sctx);
+        graphable.push_back(sctx.graphable);
         for (int64_t l = 0; l < model.depth; ++l) {
             at::Tensor k = similar[l] || si < random_from
                                ? constant_keys[l].expand({kRows, kHeads, n, kDim}).clone()
@@ -363,6 +365,64 @@ TEST(AmsKv, ConfigErrorsNameTheField) {
     EXPECT_EQ(config_error([&] { make_ams_kv(on(2, 41, 105), model, nullptr); }), "(no error)");
 }
 
+// ---- CUDA graphs: which steps are captured --------------------------------------------------
+
+TEST(AmsKv, StepsAreGraphableUntilALayerMayBePromoted) {
+    const std::vector<int64_t> px256 = {1, 2, 3, 4, 5, 6, 8, 10, 13, 16},
+                               px1024 = {1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64};
+    struct Case {
+        std::vector<int64_t> patch_nums;
+        AmsKvConfig cfg;
+        int64_t first_eager;
+    };
+    const Case cases[] = {
+        // 155 tokens up to scale 6 fit C_min = 169 + 5; scale 7 takes them to 255.
+        {px256, on(), 7},
+        // 1497 tokens up to scale 8 fit C_min = 2304 + 5; scale 9 takes them to 2521.
+        {px1024, on(), 9},
+        // C_max = C_min: evictions, but no promotion, so nothing depends on values.
+        {px256, on(2, 174, 174), 10},
+        // Off: budgets of the whole schedule never overflow.
+        {px256, on(2, 680, 680), 10},
+        // Other budgets: 91 tokens at scale 5 overflow C_min = 60 first.
+        {px256, on(2, 60, 80), 5},
+    };
+    for (const auto& c : cases) {
+        const auto model = schedule(c.patch_nums, 2);
+        SCOPED_TRACE(::testing::Message() << model.num_scales() << " scales, c_min " << c.cfg.c_min
+                                          << ", c_max " << c.cfg.c_max);
+        Driver d(model, c.cfg, {true, false});
+        ASSERT_TRUE(d.policy->graph_signature(model).has_value());
+        d.run();  // (a promotion check in a graphable step would throw)
+        ASSERT_EQ(d.graphable.size(), c.patch_nums.size());
+        for (size_t si = 0; si < d.graphable.size(); ++si)
+            EXPECT_EQ(d.graphable[si], static_cast<int64_t>(si) < c.first_eager) << si;
+    }
+    // Profiling synchronises around every part: no step is graphable.
+    Driver profiled(schedule(px256, 1), on(), {true});
+    profiled.exec.profile_ams_kv = true;
+    profiled.run();
+    EXPECT_EQ(std::count(profiled.graphable.begin(), profiled.graphable.end(), true), 0);
+}
+
+TEST(AmsKv, GraphSignatureNamesTheBudgets) {
+    const auto model = schedule({1, 2, 3, 4, 6, 8}, 2);  // 130 tokens
+    const auto paper = make_ams_kv(on(), model, nullptr)->graph_signature(model);
+    ASSERT_TRUE(paper.has_value());
+    EXPECT_EQ(make_ams_kv(on(2, 41, 105), model, nullptr)->graph_signature(model), paper);
+    EXPECT_NE(make_ams_kv(on(2, 50, 105), model, nullptr)->graph_signature(model), paper);
+    auto other_theta = on();
+    other_theta.theta = -0.01;
+    EXPECT_NE(make_ams_kv(other_theta, model, nullptr)->graph_signature(model), paper);
+    // Its probe records come from the block-level calls.
+    ProbeRecorder probe;
+    EXPECT_FALSE(make_ams_kv(on(), model, &probe)->graph_signature(model).has_value());
+    // C_max >= the schedule's tokens > C_min: promotions without a compact cache, which the
+    // Infinity loop would graph and cannot run eagerly: no graphs.
+    EXPECT_FALSE(make_ams_kv(on(2, 41, 130), model, nullptr)->graph_signature(model).has_value());
+    EXPECT_TRUE(make_ams_kv(on(2, 130, 130), model, nullptr)->graph_signature(model).has_value());
+}
+
 // ---- end to end in the sampling loop -------------------------------------------------------
 
 TEST(AmsKv, UnlimitedBudgetAndDisabledReproduceTheBaseline) {
@@ -466,5 +526,157 @@ TEST(AmsKv, CombinesWithGroupedStepsAndTokenPruning) {
         // Condensed scales stay in every layer to the end.
         EXPECT_TRUE(occ.back().data.select(1, 0).eq(1).all().item<bool>()) << other;
         EXPECT_TRUE(occ.back().data.select(1, 1).eq(4).all().item<bool>()) << other;
+    }
+}
+
+// ---- the graph form, emulated on the CPU ----------------------------------------------------
+
+namespace {
+
+// The VAR loop under CUDA graphs, on every call after the capturing one (the capture exists on
+// CUDA only): the graphed steps' block-level work is replayed from the capture, which the hook
+// made on an earlier call, so the hook sees only their step-level calls. Here a twin policy
+// (fresh, same settings) does that work on the cache, and the policy under test gets the
+// block-level calls only from the first step it declares not graphable (ScaleContext::graphable)
+// on, which it must then run from the state it kept on the earlier call.
+class ReplayEmulation : public SamplingHooks {
+  public:
+    ReplayEmulation(std::shared_ptr<SamplingHooks> tested, std::shared_ptr<SamplingHooks> twin)
+        : tested_(std::move(tested)), twin_(std::move(twin)) {}
+    std::vector<bool> graphable;  // per step
+
+    bool compact_kv_cache(const VarConfig& c) override { return tested_->compact_kv_cache(c); }
+    void on_scale_begin(ScaleContext& ctx) override {
+        if (ctx.step == 0) eager_ = false;
+        tested_->on_scale_begin(ctx);
+        eager_ = eager_ || !ctx.graphable;
+        if (!eager_) {
+            ScaleContext copy = ctx;
+            twin_->on_scale_begin(copy);
+        }
+        graphable.push_back(ctx.graphable);
+    }
+    void on_kv_append(const BlockContext& ctx) override {
+        (eager_ ? tested_ : twin_)->on_kv_append(ctx);
+    }
+    void on_scale_end(const ScaleContext& ctx, const ScaleSegment& seg, const at::Tensor& tokens,
+                      const at::Tensor& f_hat) override {
+        tested_->on_scale_end(ctx, seg, tokens, f_hat);
+    }
+
+  private:
+    std::shared_ptr<SamplingHooks> tested_, twin_;
+    bool eager_ = false;
+};
+
+// Every block's output (after attention and FFN), in call order.
+struct BlockOutputs : SamplingHooks {
+    std::vector<at::Tensor> outputs;
+    void on_block_output(const BlockContext&, const at::Tensor& x) override {
+        outputs.push_back(x.clone());
+    }
+};
+
+void expect_same_run(const VarSampleResult& got, const VarSampleResult& want, const char* what) {
+    ASSERT_EQ(got.tokens.size(), want.tokens.size()) << what;
+    for (size_t si = 0; si < want.tokens.size(); ++si)
+        EXPECT_TRUE(got.tokens[si].equal(want.tokens[si])) << what << ": scale " << si;
+    EXPECT_TRUE(got.f_hat.equal(want.f_hat)) << what;
+    EXPECT_EQ(got.kv_bytes, want.kv_bytes) << what;
+    EXPECT_EQ(got.kv_bytes_peak, want.kv_bytes_peak) << what;
+}
+
+}  // namespace
+
+// The graph form's steps (graphed prefix replayed, eager rest from the kept state) give exactly
+// the tokens, block outputs and KV bytes of today's eager AMS-KV: where layers are promoted,
+// where none is, where none can be, off (== the baseline), and with LazyVAR's grouped steps
+// inside and after the graphed prefix.
+TEST(AmsKv, GraphFormGivesTheEagerTokensAndBlockOutputs) {
+    auto p = small_pipeline();  // scales 1, 2, 3, 4, 6, 8: 130 tokens
+    const auto& model = p.var_config();
+    const int64_t total = model.total_tokens();
+    auto theta = [](double t, AmsKvConfig c = on()) {
+        c.theta = t;
+        return c;
+    };
+    const nlohmann::json none;
+    // LazyVAR groups the last scales: 4 and 5, or 2 to 5.
+    const nlohmann::json group2 = {
+        {"lazyvar", {{"start_scale", 4}, {"group_size", 2}, {"ratios", {1.0}}}}};
+    const nlohmann::json group4 = {
+        {"lazyvar", {{"start_scale", 4}, {"group_size", 4}, {"ratios", {1.0}}}}};
+    struct Case {
+        const char* name;
+        nlohmann::json others;
+        AmsKvConfig cfg;
+        std::vector<bool> graphable;  // per step
+        int promoted;                 // some layer is cache-demanding at the end (-1: either)
+    };
+    const Case cases[] = {
+        // C_min 41: 30 tokens up to scale 3, scale 4 takes them to 66.
+        {"every check promotes", none, theta(0.0), {true, true, true, true, false, false}, 1},
+        {"no check promotes", none, theta(-1.0), {true, true, true, true, false, false}, 0},
+        {"paper", none, on(), {true, true, true, true, false, false}, -1},
+        {"no promotion possible", none, on(2, 41, 41), std::vector<bool>(6, true), 0},
+        {"off", none, on(2, total, total), std::vector<bool>(6, true), 0},
+        {"grouped step graphed", group2, on(2, 60, 60), std::vector<bool>(5, true), 0},
+        {"grouped step eager", group4, theta(0.0), {true, true, false}, 1},
+        {"eager before a grouped step",
+         group2,
+         theta(0.0, on(2, 20, 60)),
+         {true, true, true, false, false},
+         1},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.name);
+        auto others = c.others.is_null() ? AccelConfig{} : AccelConfig::from_json(c.others);
+        auto with_ams = others;
+        with_ams.ams_kv = c.cfg;
+        with_ams.ams_kv.enabled = true;
+        // Today's eager AMS-KV (after LazyVAR, as build_accelerators orders them).
+        HookChain eager;
+        eager.add(build_accelerators(with_ams, model));
+        auto eager_out = std::make_shared<BlockOutputs>();
+        eager.add(eager_out);
+        ProbeRecorder probe;
+        auto probed = build_accelerators(with_ams, model, &probe);
+        const auto want = p.generate(options(), &eager);
+        // (the probe's own run: whether a layer was promoted)
+        p.generate(options(), probed.get(), &probe);
+        const auto dem = probe.accel(probe_kinds::kAmsKvDemanding);
+        ASSERT_FALSE(dem.empty());
+        if (c.promoted >= 0) {
+            EXPECT_EQ(dem.back().data.any().item<bool>(), c.promoted == 1);
+        }
+
+        // The capturing call: every block-level call reaches the policy.
+        auto tested = make_ams_kv(with_ams.ams_kv, model, nullptr);
+        ASSERT_TRUE(tested->graph_signature(model).has_value());
+        HookChain capture;
+        if (others.any_enabled()) capture.add(build_accelerators(others, model));
+        capture.add(tested);
+        expect_same_run(p.generate(options(), &capture), want, "capturing call");
+
+        // Two replaying calls.
+        for (int call = 0; call < 2; ++call) {
+            auto emulation = std::make_shared<ReplayEmulation>(
+                tested, make_ams_kv(with_ams.ams_kv, model, nullptr));
+            auto out = std::make_shared<BlockOutputs>();
+            HookChain replay;
+            if (others.any_enabled()) replay.add(build_accelerators(others, model));
+            replay.add(emulation);
+            replay.add(out);
+            expect_same_run(p.generate(options(), &replay), want, "replaying call");
+            EXPECT_EQ(emulation->graphable, c.graphable);
+            ASSERT_EQ(out->outputs.size(), eager_out->outputs.size());
+            for (size_t i = 0; i < out->outputs.size(); ++i)
+                EXPECT_TRUE(out->outputs[i].equal(eager_out->outputs[i])) << "block output " << i;
+        }
+        if (c.cfg.c_min == total) {  // off: the baseline's tokens
+            const auto base = p.generate(options());
+            for (size_t si = 0; si < base.tokens.size(); ++si)
+                EXPECT_TRUE(want.tokens[si].equal(base.tokens[si])) << si;
+        }
     }
 }

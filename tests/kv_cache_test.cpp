@@ -281,3 +281,58 @@ TEST(KvCache, RollingMatchesClruOnRandomAppends) {
         }
     }
 }
+
+// CUDA graphs' eager tail (DenseStepGraphs::eager_tail_cache): a copy of a compact cache shares
+// its buffers but not its host-side state. Writing through the copy lands in the shared buffer;
+// a rebuild in the copy (a wider ring) leaves the original's buffer and state alone.
+TEST(KvCache, CopySharesBuffersButNotState) {
+    auto cache = KvCache::compact(1, kB, kH, kC, at::kFloat);
+    cache.reserve(0, 8);
+    auto [k0, v0] = tokens(0, 6);
+    cache.append(0, k0, v0);
+    cache.view(0);
+    cache.set_window(0, 2, 6);
+    const auto before = cache.view(0).first.clone();
+
+    KvCache copy = cache;
+    auto [k1, v1] = tokens(6, 4);  // overwrites ring slots 6, 7, 2, 3
+    copy.append(0, k1, v1);
+    EXPECT_EQ(ids_of(copy.view(0).first), (std::vector<int64_t>{0, 1, 8, 9, 4, 5, 6, 7}));
+    EXPECT_EQ(cache.length(0), 6);  // the original's state is where it was
+    const auto shared = cache.view(0).first;
+    EXPECT_EQ(ids_of(shared), (std::vector<int64_t>{0, 1, 8, 9, 4, 5}));  // the shared buffer
+    EXPECT_FALSE(shared.equal(before));
+
+    KvCache wider = cache;
+    wider.set_window(0, 2, 10);  // a new buffer in the copy only
+    auto [k2, v2] = tokens(20, 3);
+    wider.append(0, k2, v2);
+    EXPECT_EQ(ids_of(wider.view(0).first), (std::vector<int64_t>{0, 1, 8, 9, 4, 5, 20, 21, 22}));
+    EXPECT_EQ(ids_of(cache.view(0).first), (std::vector<int64_t>{0, 1, 8, 9, 4, 5}));
+    EXPECT_EQ(cache.length(0), 6);
+}
+
+// A grouped step's keys must all stay: retaining every token of a rolling layer whose staged
+// tokens overflow its ring makes the layer linear instead of letting the ring drop the oldest.
+TEST(KvCache, RetainingMoreThanTheRingHoldsMakesTheLayerLinear) {
+    auto cache = KvCache::compact(1, kB, kH, kC, at::kFloat);
+    auto [k0, v0] = tokens(0, 4);
+    cache.append(0, k0, v0);
+    cache.view(0);
+    cache.set_window(0, 1, 3);
+    auto [k1, v1] = tokens(4, 5);
+    cache.append(0, k1, v1);
+    cache.retain(0, {{0, 1}, {1, 8}});
+    EXPECT_FALSE(cache.is_rolling(0));
+    EXPECT_EQ(ids_of(cache.view(0).first), range_ids(0, 9));
+    // Within the ring nothing changes.
+    auto small = KvCache::compact(1, kB, kH, kC, at::kFloat);
+    small.append(0, k0, v0);
+    small.view(0);
+    small.set_window(0, 1, 5);
+    auto [k2, v2] = tokens(4, 2);
+    small.append(0, k2, v2);
+    small.retain(0, {{0, 6}});
+    EXPECT_TRUE(small.is_rolling(0));
+    EXPECT_EQ(ids_of(small.view(0).first), range_ids(0, 6));
+}

@@ -61,7 +61,7 @@ QString ComparisonMetrics::toolTip() const {
         t += QObject::tr(
             "\nBoth sides ran eagerly, not as CUDA graph replays: the inspector records "
             "attention maps and accelerator records inside the steps, which a replay cannot "
-            "(AMS-KV has no graph form at all). At batch 1 graphs are 2-3x faster; the sweep "
+            "(AMS-KV's included). At batch 1 graphs are 2-3x faster; the sweep "
             "records nothing and times with graphs where the method allows.");
     if (matched_eager)
         t += QObject::tr(

@@ -103,9 +103,57 @@ class AmsKv : public SamplingHooks {
 
     bool compact_kv_cache(const VarConfig&) override { return b_.bounded; }
 
+    // Graphs for the steps before the first one where a layer may be promoted (the promotion
+    // needs S on the host); that step and the rest run eagerly (ScaleContext::graphable). The
+    // probe records come from the block-level calls: eager. Without a compact cache the
+    // promotions would need eager steps in a loop whose graphs cannot run them (Infinity): no
+    // graphs there (only C_max >= the schedule's tokens > C_min, which never evicts a promoted
+    // layer).
+    std::optional<std::string> graph_signature(const VarConfig& config) override {
+        for (const char* kind :
+             {probe_kinds::kKvBytes, probe_kinds::kKvOccupancy, probe_kinds::kAmsKvDemanding})
+            if (wants(kind)) return std::nullopt;
+        if (!b_.bounded && promotion_possible() && b_.c_min < config.total_tokens())
+            return std::nullopt;
+        return "ams_kv:" + nlohmann::json{{"c_cds", b_.c_cds},
+                                          {"c_min", b_.c_min},
+                                          {"c_max", b_.c_max},
+                                          {"theta", cfg_.theta}}
+                               .dump();
+    }
+
     void on_scale_begin(ScaleContext& ctx) override {
-        if (ctx.step == 0) reset(ctx.config.depth);  // a new image: every layer starts over
+        if (ctx.step == 0) {  // a new image: every layer starts over
+            reset(ctx.config.depth);
+            through_ = -1;
+            previous_graphable_ = true;
+        }
         timer_.set_on(ctx.exec.profile_ams_kv);
+        const int64_t si = ctx.scale;
+        if (through_ == si - 1) {
+            // The bookkeeping holds every earlier step: decide, and keep the decision and, at
+            // the first eager step, the state for the calls that replay the graphed steps.
+            graphable_ = previous_graphable_ && !ctx.exec.profile_ams_kv && !may_promote(ctx);
+            auto& memo = replay_memo_[si];
+            memo.graphable = graphable_;
+            memo.layers.clear();
+            if (!graphable_ && previous_graphable_) memo.layers = layers_;
+        } else {
+            // The earlier steps were graph replays (their block-level calls ran only when they
+            // were captured, on an earlier call with this layout): take what was kept then.
+            const auto it = replay_memo_.find(si);
+            if (it == replay_memo_.end() || !previous_graphable_ ||
+                (!it->second.graphable && it->second.layers.empty()))
+                throw std::logic_error("ams_kv: no state of the graphed steps before scale " +
+                                       std::to_string(si));
+            graphable_ = it->second.graphable;
+            if (!graphable_) {
+                layers_ = it->second.layers;
+                through_ = si - 1;
+            }
+        }
+        previous_graphable_ = graphable_;
+        if (!graphable_) ctx.graphable = false;  // never clears another hook's answer
     }
 
     void on_kv_append(const BlockContext& ctx) override {
@@ -127,6 +175,9 @@ class AmsKv : public SamplingHooks {
         // Similarity of this step's (last) scale to the previous scale, before anything is
         // evicted; only when the algorithm needs it or the inspector asks.
         const bool over = now > st.budget;
+        if (graphable_ && over && promotable && !added.empty())
+            throw std::logic_error("ams_kv: layer " + std::to_string(ctx.layer) +
+                                   " may be promoted in a step declared graphable");
         if (!added.empty() && ((over && promotable) || wants(probe_kinds::kAmsKvDemanding)))
             st.similarity = timer_.time(0, ctx.scale.f_hat, [&] {
                 return measure_similarity(st, cache, ctx.layer, added.back().scale, ctx.scale.exec);
@@ -165,7 +216,11 @@ class AmsKv : public SamplingHooks {
             });
             st.runs = keep_runs(st.runs, keep);
         }
-        if (ctx.layer + 1 == static_cast<int64_t>(layers_.size())) emit(ctx);
+        if (ctx.layer + 1 == static_cast<int64_t>(layers_.size())) {
+            through_ =
+                ctx.scale.segments.empty() ? ctx.scale.scale : ctx.scale.segments.back().scale;
+            emit(ctx);
+        }
     }
 
     void on_scale_end(const ScaleContext&, const ScaleSegment& seg, const at::Tensor&,
@@ -186,6 +241,29 @@ class AmsKv : public SamplingHooks {
         int64_t stash_scale = -1;
     };
     PartTimer timer_;
+
+    bool promotion_possible() const { return b_.c_max > b_.c_min; }
+    // Whether a layer may reach the promotion check in this step: it is still cache-efficient
+    // and the step's rows (an upper bound of the keys each layer appends) take it over C_min.
+    bool may_promote(const ScaleContext& ctx) const {
+        if (!promotion_possible()) return false;
+        const int64_t unit = ctx.packed_length();
+        for (const auto& st : layers_)
+            if (!st.demanding && total(st.runs) + unit > st.budget) return true;
+        return false;
+    }
+    // CUDA graphs (graph_signature): the state of the steps' bookkeeping that the block-level
+    // calls of graphed steps advance on the capturing call only.
+    // The kept state holds no tensor: a stash is made only where a cache-efficient layer goes
+    // over C_min (a scale over C_max does too, as C_max >= C_min), i.e. in eager steps; so it
+    // is the same whichever call (graphed, eager, any batch) recorded it.
+    struct ReplayMemo {
+        bool graphable = true;
+        std::vector<LayerState> layers;  // before the first eager step
+    };
+    std::map<int64_t, ReplayMemo> replay_memo_;  // by the step's first scale
+    int64_t through_ = -1;  // last scale whose keys the bookkeeping (layers_) holds
+    bool graphable_ = true, previous_graphable_ = true;
 
     // Applies `keep` to the layer's cache. CLRU of a single-scale step in the compact cache is a
     // ring: the condensed tokens stay put and the new tokens overwrite the oldest others when

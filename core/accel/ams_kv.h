@@ -50,6 +50,24 @@
 //     held after any step. With the paper's budgets both are C_min / total for cache-efficient
 //     layers (174 / 680 = 25.6 % on the 256px schedule) and C_max / total (63.2 %) for
 //     cache-demanding ones, so 25.6 % is the floor of the 256px schedule at these budgets.
+//     These count live tokens. What is allocated (KvCache::allocated_bytes): every layer's
+//     buffer of C_min slots from the first scale on; a promoted layer replaces it by one of
+//     C_max slots (both exist during the copy); a layer that drops a scale larger than its
+//     budget or takes a grouped step over its budget is rebuilt at the size it keeps.
+//   - CUDA graphs (SamplingHooks::graph_signature): the promotion is decided on the host from
+//     S, and it changes the current scale's attention inputs (the ring's width), so a step in
+//     which some layer may be promoted (still cache-efficient, and the step's rows take it over
+//     C_min) cannot be captured exactly. The steps before the first such step (the same scale
+//     on every call: the bookkeeping before it depends only on the budgets and the layout) are
+//     captured and replayed; that step and the rest run eagerly on the graphs' cache
+//     (ScaleContext::graphable). With the paper's budgets the eager steps are scales 7-9 of
+//     the 10-scale 256px schedule and 9-12 of the 13-scale 1024px one (1, 2, 4, ..., 48, 64);
+//     with c_max <= c_min, or budgets that never overflow (off), every step is a graph. The eager
+//     steps do exactly what the eager run does, from the same cache state, so the tokens are the
+//     eager ones. Memory: the graphed steps' buffers (every layer's C_min slots, and anything
+//     rebuilt before the first eager step) live in the graphs' memory pool for as long as the
+//     graphs do, also between calls and while a promoted layer's C_max buffer (allocated eagerly,
+//     freed after the call) replaces its C_min one; the eager form frees a replaced buffer at once.
 //
 // Probe records (method "ams_kv", see core/accel/probe_kinds.h), one per scale after the step
 // that decoded it (all layers done), only when probe->wants_accel("ams_kv", kind):

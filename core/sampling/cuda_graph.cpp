@@ -99,6 +99,15 @@ int64_t DenseStepGraphs::kv_bytes_after(int64_t si) const {
     return scales_.at(si)->kv_bytes;
 }
 
+KvCache DenseStepGraphs::eager_tail_cache(int64_t si) const {
+    const int64_t end = last_captured_ < 0 ? 0 : scales_.at(last_captured_)->layout.end()[-2] + 1;
+    if (end != si)
+        throw std::logic_error("CUDA graphs: steps from scale " + std::to_string(si) +
+                               " run eagerly, but the captured steps end before scale " +
+                               std::to_string(end));
+    return cache_;
+}
+
 const kernels::PartTimer* DenseStepGraphs::part_timer(int64_t si) const {
     return scales_.at(si)->timer.get();
 }

@@ -107,6 +107,13 @@ class DenseStepGraphs {
                           const std::function<at::Tensor()>& make);
     // KV bytes held after step si (recorded at capture).
     int64_t kv_bytes_after(int64_t si) const;
+    // The KV cache for the steps that run eagerly after the graphed ones, from scale si on (a
+    // hook cleared ScaleContext::graphable, hooks.h): a copy of the graphs' cache as the captured
+    // steps left it. The copy shares the buffers, which this call's replays have just written;
+    // the eager steps write into them in place or replace them in the copy only, and the next
+    // call's replays rewrite every slot they read. Throws unless the captured steps end right
+    // before scale si.
+    KvCache eager_tail_cache(int64_t si) const;
     // Replays the graph named `name` (captured from fn, after an eager warm-up, on its first
     // use) and returns the tensors fn returned at capture, now holding this replay's values.
     // The prologue runs once per sample after condition() is filled, before the steps.

@@ -56,6 +56,10 @@ struct ScaleContext {
     // How the run executes (the sampler's LoadOptions::exec): the kernel policy hooks pass to
     // kernels/ and their own switches.
     const ExecPolicy& exec;
+    // CUDA graphs: a hook with a graph signature sets false in on_scale_begin when this step's
+    // block-level work depends on values (see graph_signature); the VAR loop then runs this and
+    // every later step of the call eagerly.
+    bool graphable = true;
     int64_t packed_length() const;  // rows of the step's packed sequence
 };
 
@@ -118,6 +122,16 @@ class SamplingHooks {
     //    honoured (the graphs then own a compact cache whose host-side state, lengths and
     //    buffers, advances only while capturing), grouped steps too. attention_flops and KV
     //    bytes reported at capture are repeated for every replay.
+    //  * A policy whose decisions become value-dependent from some step on (AMS-KV's promotion)
+    //    clears ScaleContext::graphable in on_scale_begin of that step: the VAR loop replays the
+    //    graphs of the steps before it and runs it and the rest of the call eagerly, block-level
+    //    calls included, on the graphs' KV cache as the captured steps left it (a copy of its
+    //    host-side state over the buffers the replays just wrote). The answer must be the same
+    //    for a step on every call (it may depend only on the signature, the scale and the
+    //    layout); host-side state the hook advanced in the block-level calls of the graphed
+    //    steps is advanced only on the capturing call, so the hook keeps what it needs from
+    //    that call (core/accel/ams_kv.cpp). The Infinity loop does not run eager tails: it
+    //    throws when a graphed step is not graphable.
     // GPU tests (tests/gpu/var_graph_test.cpp) check graphed == eager tokens per method.
     virtual std::optional<std::string> graph_signature(const VarConfig& config) {
         return std::nullopt;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -375,6 +376,9 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         double flops = 0.0;
         at::Tensor logits;
         if (graphs) {
+            if (!ctx.graphable)  // hooks.h: only the VAR loop runs steps eagerly after graphs
+                throw std::logic_error("Infinity sampler: a hook asked to run step " +
+                                       std::to_string(si) + " eagerly under CUDA graphs");
             if (si > 0)
                 step_codes =
                     graphs->step_input(si, "codes", [&] { return at::empty_like(step_codes); })

@@ -199,7 +199,9 @@ void KvCache::retain(int64_t layer, const std::vector<std::pair<int64_t, int64_t
         end = start + len;
         kept += len;
     }
-    if (kept == l.length) return;  // nothing dropped
+    // Nothing dropped; except that a rolling layer whose ring cannot take its staged tokens
+    // would drop the oldest when read: it is rebuilt linear below, keeping them all.
+    if (kept == l.length && (l.window == 0 || l.length <= l.pinned + l.window)) return;
     if (!compact_) {
         std::vector<at::Tensor> ks, vs;
         for (const auto& [start, len] : ranges) {

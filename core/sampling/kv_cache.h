@@ -47,7 +47,8 @@ class KvCache {
     void assign(int64_t layer, const at::Tensor& k, const at::Tensor& v);
     // Keeps only the token ranges {start, length} of `layer` (ascending, not overlapping, in
     // sequence order); the rest is dropped. Keeping exactly the tokens written before the staged
-    // appends only drops those (no copy, the layer's mode stays).
+    // appends only drops those (no copy, the layer's mode stays). Keeping more tokens than a
+    // rolling layer's ring holds makes it linear.
     void retain(int64_t layer, const std::vector<std::pair<int64_t, int64_t>>& ranges);
     // Keys and values of everything cached in `layer`, (B, H, length, c).
     std::pair<at::Tensor, at::Tensor> view(int64_t layer);

@@ -438,6 +438,9 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         res.probe_millis += millis_since(t_probe);
     };
     std::map<size_t, std::unique_ptr<kernels::PartTimer>> eager_timers;  // by step
+    // Steps a hook asked to run eagerly under graphs (ScaleContext::graphable) and all after
+    // them: on a copy of the graphs' cache as the captured steps left it (hooks.h).
+    std::optional<KvCache> tail_cache;
     int64_t step = 0;
     for (int64_t si = 0; si < S_run; ++step) {
         if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) throw SamplingCancelled();
@@ -456,6 +459,10 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             sctx.segments.push_back(seg);
         }
         if (hooks) hooks->on_scale_begin(sctx);
+        if (graphs && !tail_cache && !sctx.graphable)
+            tail_cache.emplace(guarded([&] { return graphs->eager_tail_cache(si); }));
+        const bool graphed = graphs && !tail_cache;
+        KvCache* eager_kv = tail_cache ? &*tail_cache : eager_cache ? &*eager_cache : nullptr;
         int64_t offset = 0;
         std::vector<int64_t> layout;  // scale and row count of each segment
         for (size_t g = 0; g < sctx.segments.size(); ++g) {
@@ -464,7 +471,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
                 seg.rows = seg.rows.to(at::kLong).to(device);
                 TORCH_CHECK(seg.rows.dim() == 1 && seg.rows.numel() > 0,
                             "a policy pruned every token of scale ", seg.scale);
-                if (graphs) {
+                if (graphed) {
                     // The graph reads the rows from its own buffer; this call's values go in.
                     const auto& rows = seg.rows;
                     auto buffer = graphs->step_input(si, "rows" + std::to_string(g),
@@ -480,14 +487,14 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         step_mask = at::Tensor();
         if (sctx.segments.size() > 1) {
             auto make_mask = [&] { return group_mask(sctx.segments, act); };
-            step_mask = graphs ? graphs->step_input(si, "mask", make_mask) : make_mask();
+            step_mask = graphed ? graphs->step_input(si, "mask", make_mask) : make_mask();
         }
         at::Tensor raw_logits;
         const double flops_before = res.attention_flops;
         StepCost cost;
         cost.scale = si;
         cost.scales = static_cast<int64_t>(sctx.segments.size());
-        if (graphs) {
+        if (graphed) {
             step_ctx = &sctx;
             raw_logits = guarded(
                 [&] { return graphs->step(si, layout, graph_step, res.attention_flops, &cost); });
@@ -496,7 +503,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             auto timer =
                 time_parts ? std::make_unique<kernels::PartTimer>(device.index()) : nullptr;
             const CostRecorder rec{&cost, timer.get()};
-            raw_logits = forward(sctx, *eager_cache, res.attention_flops, hooks, probe, &rec);
+            raw_logits = forward(sctx, *eager_kv, res.attention_flops, hooks, probe, &rec);
             if (timer) eager_timers.emplace(res.step_costs.size(), std::move(timer));
         }
         res.step_costs.push_back(cost);
@@ -552,7 +559,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         }
         const double step_flops = res.attention_flops - flops_before;
         res.kv_bytes_peak = std::max(
-            res.kv_bytes_peak, graphs ? graphs->kv_bytes_after(si) : eager_cache->total_bytes());
+            res.kv_bytes_peak, graphed ? graphs->kv_bytes_after(si) : eager_kv->total_bytes());
         if (opt.time_scales) synchronize_device(device);
         const double step_ms = millis_since(t_step);
         for (size_t g = 0; g < sctx.segments.size(); ++g) {
@@ -590,9 +597,9 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         for (size_t i = 0; i < res.step_costs.size(); ++i) {
             auto& sc = res.step_costs[i];
             const auto it = eager_timers.find(i);
-            const kernels::PartTimer* timer = graphs ? graphs->part_timer(sc.scale)
-                                              : it != eager_timers.end() ? it->second.get()
-                                                                         : nullptr;
+            const kernels::PartTimer* timer = it != eager_timers.end() ? it->second.get()
+                                              : graphs ? graphs->part_timer(sc.scale)
+                                                       : nullptr;
             std::vector<double> ms(kCostParts, 0.0);
             if (timer && timer->accumulate(ms)) {
                 for (int p = 0; p < kCostParts; ++p) sc.ms[p] = ms[p];
@@ -600,7 +607,9 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             }
         }
     }
-    res.kv_bytes = graphs ? graphs->kv_bytes() : eager_cache->total_bytes();
+    res.kv_bytes = tail_cache ? tail_cache->total_bytes()
+                   : graphs   ? graphs->kv_bytes()
+                              : eager_cache->total_bytes();
     if (graphs) res.graph_capture_millis = graphs->capture_millis() - capture_ms_before;
     const auto t_dec = Clock::now();
     // In chunks of images (chunked_decode.h): the VQVAE's full-size maps would scale with B.

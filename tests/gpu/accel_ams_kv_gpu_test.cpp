@@ -1,15 +1,18 @@
 // AMS-KV on CUDA: the similarity in half precision (unit keys; the fused CUDA kernel since v3,
 // kernels/scale_similarity.h) against the CPU float reference, the compact cache's rolling layer on
-// the device, and the policy in the sampling loop (budgets held, memory as accounted). Every test
-// skips without a CUDA device.
+// the device, the policy in the sampling loop (budgets held, memory as accounted), and its CUDA
+// graph form (graphed steps up to the first possible promotion, eager after: the eager tokens) on
+// random VAR-d16 / d30 models at 256px and 1024px. Every test skips without a CUDA device.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
+#include "core/accel/accel_config.h"
 #include "core/accel/ams_kv.h"
 #include "core/sampling/kv_cache.h"
+#include "kernels/cuda_graph.h"
 #include "tests/tiny_models.h"
 
 using namespace varscope;
@@ -112,4 +115,95 @@ TEST(GpuAmsKv, PolicyInTheLoopHoldsItsBudgets) {
     const auto same = gpu.generate(o, off.get());
     for (size_t si = 0; si < base.tokens.size(); ++si)
         EXPECT_TRUE(same.tokens[si].equal(base.tokens[si])) << si;
+}
+
+namespace {
+
+// A random VAR of `depth` (the official recipe: heads = depth, width 64 * depth, official init)
+// and a default VQVAE for the schedule, on the device in bf16.
+VarPipeline random_var(int64_t depth, const std::vector<int64_t>& patch_nums) {
+    VqvaeConfig vae;
+    vae.patch_nums = patch_nums;
+    return VarPipeline::random(VarConfig::for_depth(depth, patch_nums), vae, 3,
+                               {"cuda", Precision::Bf16});
+}
+
+void expect_same_run(const VarSampleResult& got, const VarSampleResult& want, const char* what) {
+    ASSERT_EQ(got.tokens.size(), want.tokens.size()) << what;
+    for (size_t si = 0; si < want.tokens.size(); ++si)
+        EXPECT_TRUE(got.tokens[si].equal(want.tokens[si])) << what << ": scale " << si;
+    EXPECT_TRUE(got.f_hat.equal(want.f_hat)) << what << ": f_hat";
+    EXPECT_EQ(got.kv_bytes, want.kv_bytes) << what;
+    EXPECT_EQ(got.kv_bytes_peak, want.kv_bytes_peak) << what;
+    EXPECT_EQ(got.attention_flops, want.attention_flops) << what;
+}
+
+}  // namespace
+
+// The graph form (ams_kv.h, "CUDA graphs"): the steps before the first possible promotion are
+// graph replays (their steps report kernel launches), the rest run eagerly; the capturing call,
+// the replays and a call with other labels draw exactly the eager tokens, where layers are
+// promoted (θ = 0: every check), where none is (θ = -1), at the paper's θ, without promotions
+// (C_max = C_min), off, and with LazyVAR's grouped last step.
+TEST(GpuAmsKv, GraphFormEqualsEagerOnVarD16AndD30) {
+    REQUIRE_CUDA();
+    if (!kernels::cuda_graphs_built()) GTEST_SKIP() << "built without CUDA kernels";
+    struct Model {
+        const char* name;
+        int64_t depth;
+        std::vector<int64_t> patch_nums;
+        int64_t first_eager;  // with the paper's budgets
+    };
+    const Model models[] = {{"d16 256px", 16, {1, 2, 3, 4, 5, 6, 8, 10, 13, 16}, 7},
+                            {"d30 1024px", 30, {1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64}, 9}};
+    for (const auto& m : models) {
+        SCOPED_TRACE(m.name);
+        auto p = random_var(m.depth, m.patch_nums);
+        const auto& c = p.var_config();
+        const int64_t S = c.num_scales(), total = c.total_tokens();
+        const auto b = resolve_ams_kv_budgets(AmsKvConfig{}, c);
+        struct Setting {
+            std::string name;
+            nlohmann::json json;
+            int64_t first_eager;  // first step (by scale) run eagerly
+        };
+        const Setting settings[] = {
+            {"theta 0", {{"ams_kv", {{"enabled", true}, {"theta", 0.0}}}}, m.first_eager},
+            {"theta -1", {{"ams_kv", {{"enabled", true}, {"theta", -1.0}}}}, m.first_eager},
+            {"paper", {{"ams_kv", {{"enabled", true}}}}, m.first_eager},
+            {"c_max = c_min",
+             {{"ams_kv", {{"enabled", true}, {"c_min", b.c_min}, {"c_max", b.c_min}}}},
+             S},
+            {"off", {{"ams_kv", {{"enabled", true}, {"c_min", total}, {"c_max", total}}}}, S},
+            {"lazyvar + theta 0",
+             {{"lazyvar", {{"enabled", true}, {"group_size", 2}, {"ratios", {1.0}}}},
+              {"ams_kv", {{"enabled", true}, {"theta", 0.0}}}},
+             m.first_eager},
+        };
+        auto o = varscope::testing::exact_options({3}, 11);
+        o.decode = false;
+        for (const auto& s : settings) {
+            SCOPED_TRACE(s.name);
+            auto hooks = build_accelerators(AccelConfig::from_json(s.json), c);
+            ASSERT_TRUE(hooks);
+            ASSERT_TRUE(hooks->graph_signature(c).has_value());
+            o.cuda_graphs = false;
+            const auto eager = p.generate(o, hooks.get());
+            o.cuda_graphs = true;
+            const auto captured = p.generate(o, hooks.get());
+            EXPECT_TRUE(captured.cuda_graphs);
+            expect_same_run(captured, eager, "capturing call");
+            const auto replayed = p.generate(o, hooks.get());
+            EXPECT_EQ(replayed.graph_capture_millis, 0.0);
+            expect_same_run(replayed, eager, "replay");
+            for (const auto& sc : replayed.step_costs)
+                EXPECT_EQ(sc.launches >= 0, sc.scale < s.first_eager) << "step at " << sc.scale;
+            auto other = varscope::testing::exact_options({7}, 4);
+            other.decode = false;
+            other.cuda_graphs = true;
+            const auto graphed_other = p.generate(other, hooks.get());
+            other.cuda_graphs = false;
+            expect_same_run(graphed_other, p.generate(other, hooks.get()), "other labels");
+        }
+    }
 }

@@ -2,7 +2,8 @@
 // times only between runs made the same way (ui/generation_worker.cpp), and its sweeps rely on
 // what is checked here: a run that records nothing replays graphs; one that records attention
 // maps, or an accelerator that keeps its records, runs eagerly; FastVAR without records replays
-// graphs; AMS-KV always runs eagerly; cuda_graphs = false is eager. Every way draws the same
+// graphs; AMS-KV without records replays graphs (the steps before its first possible promotion),
+// with them it runs eagerly; cuda_graphs = false is eager. Every way draws the same
 // tokens. Skips without CUDA.
 #include <gtest/gtest.h>
 
@@ -86,7 +87,12 @@ TEST(GpuEngine, GraphsOnlyWhereNothingRecordedNeedsEagerSteps) {
 
     auto ams = timing;
     ams.accel_json = R"({"ams_kv": {"enabled": true}})";
-    const auto ams_run = engine.run(ams, true);
-    EXPECT_TRUE(ams_run.cuda);
-    EXPECT_FALSE(ams_run.cuda_graphs) << "AMS-KV has no graph form";
+    const auto ams_graphed = engine.run(ams, true);
+    EXPECT_TRUE(ams_graphed.cuda);
+    EXPECT_TRUE(ams_graphed.cuda_graphs) << "AMS-KV replays its steps before a possible promotion";
+    ams.accel_records = true;
+    const auto ams_recorded = engine.run(ams, true);
+    EXPECT_FALSE(ams_recorded.cuda_graphs) << "AMS-KV's records need eager steps";
+    EXPECT_FALSE(ams_recorded.accel.empty());
+    expect_same_tokens(ams_graphed, ams_recorded, "AMS-KV");
 }

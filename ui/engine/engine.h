@@ -108,7 +108,7 @@ struct GenerationSettings {
     bool filmstrip = true;          // decode f_hat after every scale
     bool accel_records = true;      // keep the accelerators' records (the inspector's maps)
     // On CUDA, run the steps as CUDA graph replays where nothing recorded needs eager steps
-    // (attention maps, most accelerator records and AMS-KV do); false = always eager.
+    // (attention maps and most accelerator records do); false = always eager.
     bool cuda_graphs = true;
     // Key of the baseline result: everything but the accelerator settings.
     std::string baseline_key(const std::string& model_key) const;
