@@ -1729,6 +1729,9 @@ class UiTest : public QObject {
     // pause, none while the user is in the suggestion list, at once on Enter.
     void promptRunsAfterAPauseOrOnEnter() {
         ModelPanel p;
+        // The class prompt: the first launch may open the text-to-image model (no classes).
+        p.setFamily(Family::Var);
+        p.setClassList(QString::fromStdString(Engine::embedded_class_list()), -1);
         if (!p.promptEdit()->isEnabled()) QSKIP("no class names (resources/models missing)");
         p.show();
         QVERIFY(QTest::qWaitForWindowActive(&p));
