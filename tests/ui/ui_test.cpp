@@ -913,6 +913,22 @@ class UiTest : public QObject {
         QVERIFY(no_t5.key() != r.model.key());
     }
 
+    // An Infinity transformer opened without its T5 folder: said when it loads, not at the run.
+    void infinityWithoutItsT5IsExplained() {
+        ModelSource src;
+        src.kind = ModelSource::Kind::Files;
+        src.var_path = varscope_source_dir() + "/tests/fixtures/infinity_tiny/infinity_tiny.pth";
+        Engine e;
+        try {
+            e.load(src);
+            QFAIL("loaded an Infinity model without its BSQ VAE and T5 folder");
+        } catch (const std::invalid_argument& ex) {
+            QVERIFY2(std::string(ex.what()).find("T5 encoder folder") != std::string::npos,
+                     ex.what());
+        }
+        QVERIFY(!e.loaded());
+    }
+
     // The embedded text-to-image model in the app: the first launch opens it, a prompt runs it
     // (baseline and accelerated, 64x64 images), and picking the VAR brings the class picker back.
     void embeddedTextToImageRunsAPrompt() {

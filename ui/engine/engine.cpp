@@ -141,20 +141,23 @@ void Engine::load(const ModelSource& source) {
         spec.model_path = source.var_path;
         spec.vae_path = source.vae_path;
         spec.text_encoder_path = source.t5_path;
-        const Family found = detect_runner_family(spec.model_path);
-        if (spec.vae_path.empty() && found == Family::Mar)
+        if (spec.vae_path.empty() && detect_runner_family(spec.model_path) == Family::Mar)
             throw std::invalid_argument(source.var_path +
                                         " is a MAR model: it needs its KL VAE (e.g. kl16.ckpt) "
                                         "to make images; open the pair again with the VAE file");
-        if (found == Family::Infinity && (spec.vae_path.empty() || spec.text_encoder_path.empty()))
-            throw std::invalid_argument(source.var_path +
-                                        " is an Infinity (text-to-image) model: open it with its "
-                                        "BSQ VAE and its T5 encoder folder");
     }
     spec.diffusion_steps = source.diffusion_steps;
     LoadOptions opt = load_options(source.device, source.precision);
     opt.exec = exec_;
-    set_runner(open_runner(spec, opt), source);
+    auto runner = open_runner(spec, opt);
+    // Known once the file is read (a second read would double a large model's load).
+    if (runner->family() == Family::Infinity && source.kind == ModelSource::Kind::Files &&
+        (spec.vae_path.empty() || spec.text_encoder_path.empty()))
+        throw std::invalid_argument(source.var_path +
+                                    " is an Infinity (text-to-image) model: open it with its BSQ "
+                                    "VAE and its T5 encoder folder (config.json, "
+                                    "model.safetensors, spiece.model)");
+    set_runner(std::move(runner), source);
     if (info_.text_to_image()) {
         const std::string t5 = source.kind == ModelSource::Kind::Embedded
                                    ? embedded_t2i_files().text_encoder_path
