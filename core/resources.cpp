@@ -1,6 +1,7 @@
 #include "core/resources.h"
 
 #include <filesystem>
+#include <vector>
 
 #include "core/build_paths.h"
 #include "core/models/sampling_recommendation.h"
@@ -75,6 +76,35 @@ MarModelFiles embedded_mar_files() {
                 "' (set VARSCOPE_RESOURCES to the resources folder, or pass --mar/--vae)");
     if (const auto rec = read_mar_sampling_recommendation(f.mar_path); rec.num_sampling_steps)
         f.num_sampling_steps = *rec.num_sampling_steps;
+    return f;
+}
+
+namespace {
+T2iModelFiles t2i_files_in(const fs::path& m) {
+    return {(m / "emoji-t2i-infinity.safetensors").string(),
+            (m / "emoji-t2i-bsq-vae.safetensors").string(), (m / "emoji-t2i-t5").string()};
+}
+// Every file the model needs: the T5 folder counts only with its three files.
+std::vector<std::string> t2i_required(const T2iModelFiles& f) {
+    const fs::path t5(f.text_encoder_path);
+    return {f.model_path, f.vae_path, (t5 / "config.json").string(),
+            (t5 / "model.safetensors").string(), (t5 / "spiece.model").string()};
+}
+}  // namespace
+
+bool embedded_t2i_available() {
+    for (const auto& p : t2i_required(t2i_files_in(fs::path(resource_dir()) / "models")))
+        if (!fs::exists(p)) return false;
+    return true;
+}
+
+T2iModelFiles embedded_t2i_files() {
+    const T2iModelFiles f = t2i_files_in(fs::path(resource_dir()) / "models");
+    for (const auto& p : t2i_required(f))
+        if (!fs::exists(p))
+            throw CheckpointError("the embedded emoji text-to-image model is missing: '" + p +
+                                  "' (set VARSCOPE_RESOURCES to the resources folder, or pass "
+                                  "--infinity/--vae/--t5)");
     return f;
 }
 

@@ -26,6 +26,16 @@ bool embedded_model_available();
 // diffusion respacing the MAR file recommends; throws CheckpointError if they are missing.
 MarModelFiles embedded_mar_files();
 bool embedded_mar_available();
+// The embedded text-to-image model (issue #33): an Infinity transformer, its BSQ VAE and the T5
+// encoder folder (config.json, model.safetensors, spiece.model) that reads the prompts.
+struct T2iModelFiles {
+    std::string model_path;         // resources/models/emoji-t2i-infinity.safetensors
+    std::string vae_path;           // resources/models/emoji-t2i-bsq-vae.safetensors
+    std::string text_encoder_path;  // resources/models/emoji-t2i-t5/
+};
+// Throws CheckpointError naming the first missing file.
+T2iModelFiles embedded_t2i_files();
+bool embedded_t2i_available();
 // The class-name list that belongs to a VAR checkpoint: "<var>-classes.json" or
 // "emoji-classes.json" beside it, else the ImageNet list for 1000-class models; "" if none.
 std::string class_list_for(const std::string& var_path, int64_t num_classes);

@@ -186,7 +186,7 @@ TEST(CliMar, GenerateReadsTheFamilyFromTheCheckpoint) {
     // A VAR setting on the MAR model, a MAR setting on the VAR model: refused before sampling.
     expect_clear_error(cli("generate --family mar --top-k 5 --num-iter 2 -o " + dir.file("x.png")),
                        "error:", "--top-k is a VAR/Infinity setting; the model is MAR");
-    expect_clear_error(cli("generate --num-iter 4 -o " + dir.file("y.png")),
+    expect_clear_error(cli("generate --family var --num-iter 4 -o " + dir.file("y.png")),
                        "error:", "--num-iter is a MAR setting; the model is VAR");
     // An accelerator config of the other family fails before the model loads.
     expect_clear_error(cli("compare --family mar --accel fastvar -o " + dir.file("c")),

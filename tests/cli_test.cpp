@@ -104,7 +104,8 @@ TEST(Cli, TruncatedCheckpointAndGoodRun) {
 TEST(Cli, EmbeddedModelGeneratesFromAPrompt) {
     varscope::testing::TempDir dir;
     const std::string out = dir.file("heart.ppm");
-    auto r = cli("generate --prompt \"red heart\" --seed 1 --cfg 3 -q -o " + out);
+    // --family var: without it the embedded text-to-image model (when shipped) reads the prompt.
+    auto r = cli("generate --family var --prompt \"red heart\" --seed 1 --cfg 3 -q -o " + out);
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("[1891] HEAVY BLACK HEART"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("(class 1891)"), std::string::npos) << r.out;

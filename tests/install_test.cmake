@@ -30,9 +30,28 @@ foreach(f IN LISTS expected)
     endif()
 endforeach()
 
+# The text-to-image model, when this tree ships it: all of it installed, and the CLI's default.
+if(EXISTS "${PREFIX}/share/varscope/models/emoji-t2i-infinity.safetensors")
+    foreach(f emoji-t2i-bsq-vae.safetensors emoji-t2i-t5/config.json
+              emoji-t2i-t5/model.safetensors emoji-t2i-t5/spiece.model)
+        if(NOT EXISTS "${PREFIX}/share/varscope/models/${f}")
+            message(FATAL_ERROR "not installed: ${PREFIX}/share/varscope/models/${f}")
+        endif()
+    endforeach()
+    execute_process(COMMAND "${CMAKE_COMMAND}" -E env --unset=VARSCOPE_RESOURCES
+                            "${PREFIX}/bin/varscope-cli" generate --prompt "red apple" --seed 0
+                            --out "${PREFIX}/apple.ppm" --force
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    file(REAL_PATH "${PREFIX}/share/varscope/models/emoji-t2i-infinity.safetensors" t2i)
+    string(FIND "${out}" "embedded emoji text-to-image model (${t2i}" at)
+    if(NOT rc EQUAL 0 OR at EQUAL -1 OR NOT EXISTS "${PREFIX}/apple.ppm")
+        message(FATAL_ERROR "the installed varscope-cli did not generate with ${t2i} (${rc}):\n${out}")
+    endif()
+endif()
+
 execute_process(COMMAND "${CMAKE_COMMAND}" -E env --unset=VARSCOPE_RESOURCES
-                        "${PREFIX}/bin/varscope-cli" generate --prompt "red heart" --seed 0
-                        --out "${PREFIX}/heart.ppm" --force
+                        "${PREFIX}/bin/varscope-cli" generate --family var --prompt "red heart"
+                        --seed 0 --out "${PREFIX}/heart.ppm" --force
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(NOT rc EQUAL 0)
     message(FATAL_ERROR "the installed varscope-cli failed (${rc}):\n${out}")

@@ -148,7 +148,7 @@ TEST_F(SentencePieceTraining, CaptionTokenizerTrainsOnTrainingPhrasingsOnly) {
 TEST(EmojiT2ITokenizer, ShippedModelMatchesPythonSentencePiece) {
     if (!SentencePieceTokenizer::available()) GTEST_SKIP() << "built without SentencePiece";
     const std::string dir = varscope::testing::source_dir();
-    const SentencePieceTokenizer tok(dir + "/resources/models/emoji-t2i-spiece.model");
+    const SentencePieceTokenizer tok(dir + "/resources/models/emoji-t2i-t5/spiece.model");
     const json f = varscope::read_json_file(dir + "/tests/fixtures/emoji_spiece/cases.json",
                                             "the parity fixture");
     ASSERT_EQ(f.at("pieces").get<int>(), tok.piece_size());

@@ -603,6 +603,11 @@ void AccelInspector::refresh() {
         return;
     }
     const int64_t slice = std::min<int64_t>(index_->value(), slices - 1);
+    // Cross-attention maps: a slice is a prompt token; its text beside the slice number.
+    const auto& words = source_ ? source_->run.text_tokens : std::vector<std::string>{};
+    index_->setSuffix(rec->kind == "cross_attention" && size_t(slice) < words.size()
+                          ? QStringLiteral(" · ") + QString::fromStdString(words[size_t(slice)])
+                          : QString());
     viz::FloatGrid g(int(rows), int(cols),
                      std::vector<float>(rec->data.values.begin() + slice * rows * cols,
                                         rec->data.values.begin() + (slice + 1) * rows * cols));
@@ -701,6 +706,10 @@ Inspector::Inspector(QWidget* parent) : QTabWidget(parent) {
          tr("Enable LazyMAR to see, per step and layer, which tokens were computed and which were "
             "reused from the token cache, their similarity to the cache, and the condition "
             "cache's skipped steps.")},
+        {"text", tr("Cross-attention"),
+         tr("Generate with a text-to-image model (Infinity) with recording on: per scale, which "
+            "image regions each prompt token attends to (the attention tab's layer; the slice "
+            "box picks the token).")},
         {"", tr("All records"),
          tr("Accelerator probe records of the last accelerated run appear here.")}};
     for (const auto& [id, title, hint] : tabs) {
@@ -736,7 +745,9 @@ void Inspector::setFamily(Family f) {
     setTabVisible(indexOf(attention_), !is_mar);
     for (const auto& [id, tab] : methods_) {
         const bool mar_tab = id == "mar" || id == "lazymar";
-        setTabVisible(indexOf(tab), id.isEmpty() || mar_tab == is_mar);
+        const bool shown = id == "text" ? f == Family::Infinity  // text-to-image only
+                                        : id.isEmpty() || mar_tab == is_mar;
+        setTabVisible(indexOf(tab), shown);
         tab->setStepRecords(is_mar);
     }
 }

@@ -1,6 +1,6 @@
 // VARScope desktop app.
 //
-//   varscope [--model var|mar] [--prompt TEXT] [--seed N] [--preset NAME] [--screenshots DIR]
+//   varscope [--model t2i|var|mar] [--prompt TEXT] [--seed N] [--preset NAME] [--screenshots DIR]
 //
 // --screenshots generates once, saves the window with several inspector tabs and a comparison
 // figure (figure.png) to DIR and quits
@@ -121,7 +121,9 @@ int main(int argc, char** argv) {
                             "list", "Attention");
     QCommandLineOption size("size", "Window size WxH.", "size");
     QCommandLineOption model(
-        "model", "Embedded model to start with: var or mar (default: the last session's model).",
+        "model",
+        "Embedded model to start with: t2i (the emoji text-to-image model), var or mar (default: "
+        "the last session's model; the first start: t2i when it is shipped, else var).",
         "family");
     QCommandLineOption device("device", "Device to start with: cpu or cuda.", "device");
     QCommandLineOption precision(
@@ -139,8 +141,9 @@ int main(int argc, char** argv) {
         return 2;
     }
     const QString family = cli.value(model).toLower();  // "" when not given
-    if (cli.isSet(model) && family != "var" && family != "mar") {
-        qCritical("--model: expected 'var' or 'mar', got '%s'", qPrintable(cli.value(model)));
+    if (cli.isSet(model) && family != "var" && family != "mar" && family != "t2i") {
+        qCritical("--model: expected 't2i', 'var' or 'mar', got '%s'",
+                  qPrintable(cli.value(model)));
         return 2;
     }
     const QString device_name = cli.value(device).toLower();
@@ -164,7 +167,9 @@ int main(int argc, char** argv) {
     if (cli.isSet(model)) {  // else the restored session's model stays
         varscope::gui::ModelSource src;
         src.kind = varscope::gui::ModelSource::Kind::Embedded;
-        src.family = family == "mar" ? varscope::gui::Family::Mar : varscope::gui::Family::Var;
+        src.family = family == "mar"   ? varscope::gui::Family::Mar
+                     : family == "t2i" ? varscope::gui::Family::Infinity
+                                       : varscope::gui::Family::Var;
         if (!w.modelPanel()->pickModel(src)) {
             qCritical("--model %s: that embedded model is not installed", qPrintable(family));
             return 2;

@@ -526,11 +526,17 @@ QStringList MainWindow::figureNotes() const {
                   .arg(r.gen.temperature)
                   .arg(QString::fromStdString(model_info_.diffusion_steps))
             : tr("CFG %1 · top-k %2 · top-p %3").arg(r.gen.cfg).arg(r.gen.top_k).arg(r.gen.top_p);
-    notes << tr("Class %1 %2 · seed %3 · %4 · device %5")
-                 .arg(r.gen.class_id)
-                 .arg(name.isEmpty() ? QString() : "(" + name + ")")
-                 .arg(r.gen.seed)
-                 .arg(sampling, deviceText(model_info_));
+    if (model_info_.text_to_image())
+        notes << tr("Prompt \"%1\" · seed %2 · %3 · device %4")
+                     .arg(QString::fromStdString(r.gen.prompt))
+                     .arg(r.gen.seed)
+                     .arg(sampling, deviceText(model_info_));
+    else
+        notes << tr("Class %1 %2 · seed %3 · %4 · device %5")
+                     .arg(r.gen.class_id)
+                     .arg(name.isEmpty() ? QString() : "(" + name + ")")
+                     .arg(r.gen.seed)
+                     .arg(sampling, deviceText(model_info_));
     nlohmann::json enabled = nlohmann::json::object();
     for (const auto& [id, m] : r.accel.items())
         if (m.is_object() && m.value("enabled", false)) enabled[id] = m;
@@ -719,7 +725,8 @@ void MainWindow::readSettings() {
             Request r = Request::from_json(parse_json(last.toStdString(), "the saved settings"));
             const bool files_gone = r.model.kind == ModelSource::Kind::Files &&
                                     !QFileInfo::exists(QString::fromStdString(r.model.var_path));
-            if (files_gone || r.model.kind == ModelSource::Kind::Custom) r.model = ModelSource{};
+            if (files_gone || r.model.kind == ModelSource::Kind::Custom)
+                r.model = ModelPanel::defaultModelSource();
             applyRequest(r, false);
             working_model_ = r.model;  // saved only after it loaded (writeSettings)
         } catch (const std::exception&) {
@@ -754,7 +761,8 @@ void MainWindow::writeSettings() {
     s.setValue("recordInspector", record_action_->isChecked());
     Request r = currentRequest();
     // A model that failed to load is not the one to open next time: the last that worked is.
-    if (failed_models_.count(r.model.key())) r.model = working_model_.value_or(ModelSource{});
+    if (failed_models_.count(r.model.key()))
+        r.model = working_model_.value_or(ModelPanel::defaultModelSource());
     if (r.model.kind != ModelSource::Kind::Custom)
         s.setValue("lastRequest", QString::fromStdString(r.to_json().dump()));
     s.setValue("geometry", saveGeometry());

@@ -380,6 +380,7 @@ void MethodPanel::setModelCounts(const ModelCounts& counts) {
 }
 
 void MethodPanel::setFamily(Family f) {
+    f = Engine::accel_family(f);  // Infinity: VAR's accelerators
     if (f == family_) return;
     family_ = f;
     methods_ = Engine::methods(f);

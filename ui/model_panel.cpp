@@ -29,11 +29,14 @@ namespace varscope::gui {
 namespace {
 
 QString source_data(const ModelSource& s) {
-    return QString::fromStdString(s.kind == ModelSource::Kind::Files
-                                      ? "files\n" + s.var_path + "\n" + s.vae_path
-                                  : s.kind == ModelSource::Kind::Custom ? "custom\n" + s.custom_name
-                                  : s.family == Family::Mar ? std::string("embedded\nmar")
-                                                            : std::string("embedded"));
+    if (s.kind == ModelSource::Kind::Files)  // a T5 folder makes a text-to-image triple
+        return QString::fromStdString("files\n" + s.var_path + "\n" + s.vae_path +
+                                      (s.t5_path.empty() ? "" : "\n" + s.t5_path));
+    if (s.kind == ModelSource::Kind::Custom)
+        return QString::fromStdString("custom\n" + s.custom_name);
+    return s.family == Family::Mar        ? QStringLiteral("embedded\nmar")
+           : s.family == Family::Infinity ? QStringLiteral("embedded\ninfinity")
+                                          : QStringLiteral("embedded");
 }
 
 ModelSource source_from_data(const QString& d) {
@@ -43,14 +46,21 @@ ModelSource source_from_data(const QString& d) {
         s.kind = ModelSource::Kind::Files;
         s.var_path = parts.value(1).toStdString();
         s.vae_path = parts.value(2).toStdString();
+        s.t5_path = parts.value(3).toStdString();
     } else if (parts.value(0) == "custom") {
         s.kind = ModelSource::Kind::Custom;
         s.custom_name = parts.value(1).toStdString();
     } else if (parts.value(1) == "mar") {
         s.family = Family::Mar;
+    } else if (parts.value(1) == "infinity") {
+        s.family = Family::Infinity;
     }
     return s;
 }
+
+// The official Infinity sampling (InfinityRunner::defaults: scripts/infer.sh's settings).
+constexpr double kInfinityCfg = 4.0, kInfinityTopP = 0.97;
+constexpr int kInfinityTopK = 900;
 
 // Picks the VAR and VQVAE checkpoints of an official pair.
 class CheckpointDialog : public QDialog {
@@ -75,10 +85,25 @@ class CheckpointDialog : public QDialog {
         };
         row(var_, tr("Model"));
         row(vae_, tr("VAE"));
+        t5_ = new QLineEdit(this);
+        t5_->setObjectName("t5Folder");
+        t5_->setPlaceholderText(tr("text-to-image only: the T5 encoder folder"));
+        auto* browse_t5 = new QPushButton(tr("Browse…"), this);
+        connect(browse_t5, &QPushButton::clicked, this, [this] {
+            const QString d =
+                QFileDialog::getExistingDirectory(this, tr("T5 encoder folder"), t5_->text());
+            if (!d.isEmpty()) t5_->setText(d);
+        });
+        auto* t5_row = new QHBoxLayout;
+        t5_row->addWidget(t5_, 1);
+        t5_row->addWidget(browse_t5);
+        form->addRow(tr("T5"), t5_row);
         auto* note = new QLabel(tr("Official pairs: a VAR with its VQVAE (var_d16.pth + "
                                    "vae_ch160v4096z32.pth) or a MAR with its KL VAE "
                                    "(checkpoint-last.pth + kl16.ckpt); the family is read from "
-                                   "the tensor names."),
+                                   "the tensor names. An Infinity (text-to-image) transformer "
+                                   "takes its BSQ VAE and its T5 encoder folder (config.json, "
+                                   "model.safetensors, spiece.model)."),
                                 this);
         note->setWordWrap(true);
         form->addRow(note);
@@ -90,6 +115,11 @@ class CheckpointDialog : public QDialog {
                                          tr("'%1' is not a file.").arg(e->text()));
                     return;
                 }
+            if (!t5_->text().isEmpty() && !QFileInfo(t5_->text()).isDir()) {
+                QMessageBox::warning(this, tr("Open checkpoints"),
+                                     tr("'%1' is not a folder.").arg(t5_->text()));
+                return;
+            }
             accept();
         });
         connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
@@ -98,6 +128,7 @@ class CheckpointDialog : public QDialog {
     }
     QLineEdit* var_;
     QLineEdit* vae_;
+    QLineEdit* t5_;
 };
 
 }  // namespace
@@ -111,10 +142,14 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     model_->setObjectName("modelCombo");
     model_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
     model_->setMinimumContentsLength(14);
-    model_->setToolTip(tr("Model: the embedded emoji VAR or MAR, or an opened checkpoint pair"));
+    model_->setToolTip(
+        tr("Model: the embedded emoji text-to-image model, VAR or MAR, or opened "
+           "checkpoints"));
     auto* open = new QToolButton(this);
     open->setText(tr("Open…"));
-    open->setToolTip(tr("Open a VAR + VQVAE or MAR + KL VAE checkpoint pair (Ctrl+O)"));
+    open->setToolTip(
+        tr("Open a VAR + VQVAE or MAR + KL VAE checkpoint pair, or an Infinity + BSQ "
+           "VAE + T5 folder (Ctrl+O)"));
     connect(open, &QToolButton::clicked, this, &ModelPanel::openCheckpoints);
     auto* mrow = new QHBoxLayout;
     mrow->addWidget(model_, 1);
@@ -167,6 +202,7 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     crow->addWidget(class_id_);
     crow->addWidget(class_name_, 1);
     form->addRow(tr("Class"), crow);
+    class_row_ = crow;
 
     seed_ = new QSpinBox(this);
     seed_->setObjectName("seed");
@@ -223,8 +259,17 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     if (recommendation_.top_p) top_p_->setValue(*recommendation_.top_p);
     setLoadedModelRecommendation(recommendation_);
 
-    rebuildModelCombo(ModelSource{});
-    setClassList(QString::fromStdString(Engine::embedded_class_list()), -1);
+    const ModelSource first = defaultModelSource();
+    rebuildModelCombo(first);
+    if (first.family == Family::Infinity) {  // no classes: the prompt is the model's text
+        recommendation_ = {};                // the VAR's is not this model's
+        cfg_->setValue(kInfinityCfg);
+        top_k_->setValue(kInfinityTopK);
+        top_p_->setValue(kInfinityTopP);
+        setFamily(Family::Infinity);
+    } else {
+        setClassList(QString::fromStdString(Engine::embedded_class_list()), -1);
+    }
 
     connect(model_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
         if (updating_) return;
@@ -236,8 +281,9 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
             setFamily(s.family);
             if (s.family == Family::Mar)
                 setLoadedMarRecommendation(Engine::embedded_mar_recommendation());
-            else
+            else if (s.family == Family::Var)
                 setLoadedModelRecommendation(Engine::embedded_recommendation());
+            // Infinity: its defaults apply when it has loaded (ModelInfo::recommended).
         }
         emit modelChanged();
     });
@@ -258,6 +304,10 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
         commitPrompt();
     });
     connect(prompt_, &QLineEdit::textEdited, this, [this] {
+        if (family_ == Family::Infinity) {  // free text: the run follows the pause or Enter
+            prompt_pause_.start();
+            return;
+        }
         updateSuggestions();
         if (suggestions_->count() > 0) {
             updating_ = true;  // no settingsChanged per keystroke
@@ -316,6 +366,13 @@ void ModelPanel::rebuildModelCombo(const ModelSource& select) {
     mar.family = Family::Mar;
     model_->addItem(tr("Emoji MAR (embedded)"), source_data(mar));
     model_->setItemData(1, tr("Embedded emoji MAR: 8M parameters, 1911 emoji"), Qt::ToolTipRole);
+    ModelSource t2i;
+    t2i.family = Family::Infinity;
+    model_->addItem(tr("Emoji text-to-image (embedded)"), source_data(t2i));
+    model_->setItemData(2,
+                        tr("Embedded emoji text-to-image model: Infinity with a small T5, 64x64 "
+                           "images from free text"),
+                        Qt::ToolTipRole);
     auto* items = qobject_cast<QStandardItemModel*>(model_->model());
     if (!Engine::embedded_available()) {
         items->item(0)->setEnabled(false);
@@ -325,15 +382,23 @@ void ModelPanel::rebuildModelCombo(const ModelSource& select) {
         items->item(1)->setEnabled(false);
         items->item(1)->setToolTip(tr("resources/models/emoji-mar/klvae.safetensors not found"));
     }
-    for (const QString& pair : recent_) {
-        const QStringList p = pair.split('\n');
+    if (!Engine::embedded_t2i_available()) {
+        items->item(2)->setEnabled(false);
+        items->item(2)->setToolTip(
+            tr("resources/models/emoji-t2i-{infinity,bsq-vae}.safetensors or emoji-t2i-t5/ not "
+               "found"));
+    }
+    for (const QString& entry : recent_) {  // "model\nvae" or "model\nvae\nt5"
+        const QStringList p = entry.split('\n');
         ModelSource s;
         s.kind = ModelSource::Kind::Files;
         s.var_path = p.value(0).toStdString();
         s.vae_path = p.value(1).toStdString();
-        model_->addItem(QFileInfo(p.value(0)).fileName() + " + " + QFileInfo(p.value(1)).fileName(),
-                        source_data(s));
-        model_->setItemData(model_->count() - 1, p.value(0) + "\n" + p.value(1), Qt::ToolTipRole);
+        s.t5_path = p.value(2).toStdString();
+        QString name = QFileInfo(p.value(0)).fileName() + " + " + QFileInfo(p.value(1)).fileName();
+        if (!s.t5_path.empty()) name += " + " + QFileInfo(p.value(2)).fileName();
+        model_->addItem(name, source_data(s));
+        model_->setItemData(model_->count() - 1, entry, Qt::ToolTipRole);
     }
     if (select.kind == ModelSource::Kind::Custom)
         model_->addItem(QString::fromStdString(select.custom_name), source_data(select));
@@ -357,14 +422,32 @@ ModelSource ModelPanel::modelSource() const {
 
 void ModelPanel::setFamily(Family f) {
     family_ = f;
-    const bool is_mar = f == Family::Mar;
+    const bool is_mar = f == Family::Mar, t2i = f == Family::Infinity;
     form_->setRowVisible(top_k_, !is_mar);
     form_->setRowVisible(top_p_, !is_mar);
     form_->setRowVisible(mar_, is_mar);
+    // Text-to-image: the prompt is the model's text; no classes to pick or suggest.
+    form_->setRowVisible(class_row_, !t2i);
+    form_->setRowVisible(suggestions_, !t2i);
+    prompt_->setEnabled(t2i || matcher_ != nullptr);
+    prompt_->setPlaceholderText(
+        t2i        ? tr("describe the emoji, e.g. thumbs up, dark skin tone, twemoji style")
+        : matcher_ ? tr("e.g. red heart, cat, rocket")
+                   : tr("no class names for this model: use the class id"));
+    prompt_->setToolTip(t2i ? tr("The text the model draws (read by its T5 encoder); it runs "
+                                 "after a pause in the typing or on Enter")
+                            : tr("Words naming a class: the best match is used"));
+    if (t2i) committed_prompt_ = prompt_->text().trimmed();
     cfg_->setToolTip(is_mar
                          ? tr("Classifier-free guidance scale (scheduled over the decoding steps)")
                          : tr("Classifier-free guidance scale (ramped over the scales)"));
     updateRecommendationButton();
+}
+
+ModelSource ModelPanel::defaultModelSource() {
+    ModelSource s;  // the embedded VAR
+    if (Engine::embedded_t2i_available()) s.family = Family::Infinity;
+    return s;
 }
 
 void ModelPanel::updateRecommendationButton() {
@@ -403,8 +486,8 @@ void ModelPanel::setLoadedMarRecommendation(const MarSamplingRecommendation& r) 
     emit settingsChanged();
 }
 
-void ModelPanel::addRecent(const QString& var, const QString& vae) {
-    const QString pair = var + "\n" + vae;
+void ModelPanel::addRecent(const QString& var, const QString& vae, const QString& t5) {
+    const QString pair = var + "\n" + vae + (t5.isEmpty() ? QString() : "\n" + t5);
     recent_.removeAll(pair);
     recent_.prepend(pair);
     while (recent_.size() > 8) recent_.removeLast();
@@ -419,7 +502,8 @@ void ModelPanel::setRecentFiles(const QStringList& pairs) {
 
 void ModelPanel::setModelSource(const ModelSource& src) {
     if (src.kind == ModelSource::Kind::Files)
-        addRecent(QString::fromStdString(src.var_path), QString::fromStdString(src.vae_path));
+        addRecent(QString::fromStdString(src.var_path), QString::fromStdString(src.vae_path),
+                  QString::fromStdString(src.t5_path));
     updating_ = true;
     const int d =
         device_->findData(QString::fromStdString(src.device).startsWith("cuda") ? "cuda" : "cpu");
@@ -447,6 +531,7 @@ void ModelPanel::openCheckpoints() {
     s.kind = ModelSource::Kind::Files;
     s.var_path = dlg.var_->text().toStdString();
     s.vae_path = dlg.vae_->text().toStdString();
+    s.t5_path = dlg.t5_->text().toStdString();
     s.device = device_->currentData().toString().toStdString();
     s.precision = precision_->currentData().toString().toStdString();
     setModelSource(s);
@@ -468,6 +553,7 @@ GenerationSettings ModelPanel::sampling() const {
     g.cfg = cfg_->value();
     g.top_k = top_k_->value();
     g.top_p = top_p_->value();
+    if (family_ == Family::Infinity) g.prompt = prompt_->text().trimmed().toStdString();
     mar_->read(g);
     return g;
 }
@@ -488,6 +574,7 @@ void ModelPanel::applyRequest(const Request& r) {
     top_p_->setValue(r.gen.top_p);
     updating_ = false;
     committed_class_ = class_id_->value();
+    committed_prompt_ = prompt_->text().trimmed();
     prompt_pause_.stop();
     class_name_->setFullText(className(class_id_->value()));
 }
@@ -526,6 +613,10 @@ void ModelPanel::applyRecommendation() {
 
 void ModelPanel::setPrompt(const QString& text) {
     prompt_->setText(text);
+    if (family_ == Family::Infinity) {
+        commitPrompt();
+        return;
+    }
     updateSuggestions();
     if (suggestions_->count() > 0)
         class_id_->setValue(suggestions_->item(0)->data(Qt::UserRole).toInt());
@@ -534,6 +625,13 @@ void ModelPanel::setPrompt(const QString& text) {
 
 void ModelPanel::commitPrompt() {
     prompt_pause_.stop();
+    if (family_ == Family::Infinity) {  // the text itself is the setting
+        const QString text = prompt_->text().trimmed();
+        if (text == committed_prompt_) return;
+        committed_prompt_ = text;
+        emit settingsChanged();
+        return;
+    }
     if (class_id_->value() == committed_class_) return;
     committed_class_ = class_id_->value();
     emit settingsChanged();
@@ -559,15 +657,17 @@ void ModelPanel::setClassList(const QString& path, int numClasses) {
     class_id_->setRange(0, std::max(0, numClasses - 1));
     updating_ = false;
     committed_class_ = class_id_->value();
-    prompt_->setEnabled(matcher_ != nullptr);
+    prompt_->setEnabled(matcher_ != nullptr || family_ == Family::Infinity);
     // A prompt typed before the names were known picks its class now.
     if (matcher_ && !prompt_->text().trimmed().isEmpty()) {
         const auto best = matcher_->rank(prompt_->text().toStdString(), 1);
         if (!best.empty() && best.front().class_id != class_id_->value())
             class_id_->setValue(int(best.front().class_id));
     }
-    prompt_->setPlaceholderText(matcher_ ? tr("e.g. red heart, cat, rocket")
-                                         : tr("no class names for this model: use the class id"));
+    if (family_ != Family::Infinity)
+        prompt_->setPlaceholderText(matcher_ ? tr("e.g. red heart, cat, rocket")
+                                             : tr("no class names for this model: use the "
+                                                  "class id"));
     class_name_->setFullText(className(class_id_->value()));
     updateSuggestions();
 }
@@ -580,7 +680,7 @@ QString ModelPanel::className(int64_t id) const {
 
 void ModelPanel::updateSuggestions() {
     suggestions_->clear();
-    if (!matcher_) return;
+    if (!matcher_ || family_ == Family::Infinity) return;
     for (const Match& m : matcher_->rank(prompt_->text().toStdString(), 6)) {
         auto* it = new QListWidgetItem(
             QStringLiteral("[%1] %2").arg(m.class_id).arg(QString::fromStdString(m.label)));

@@ -1,6 +1,7 @@
-// Model and sampling controls: model picker (embedded model, official checkpoint pairs, recent
-// files), prompt with ranked class suggestions, class id, seed (with dice), CFG, top-k/top-p,
-// device. Emits modelChanged() / settingsChanged(); holds no model itself.
+// Model and sampling controls: model picker (embedded models, official checkpoint pairs and
+// Infinity + BSQ VAE + T5 triples, recent files), prompt (class-conditional models: with ranked
+// class suggestions and the class id; text-to-image: free text, no classes), seed (with dice),
+// CFG, top-k/top-p, device. Emits modelChanged() / settingsChanged(); holds no model itself.
 #pragma once
 
 #include <QTimer>
@@ -13,6 +14,7 @@ class QComboBox;
 class QFormLayout;
 class QDoubleSpinBox;
 class QLabel;
+class QLayout;
 class QLineEdit;
 class QListWidget;
 class QSpinBox;
@@ -40,8 +42,12 @@ class ModelPanel : public QWidget {
     // False when the combo does not list it.
     bool pickModel(const ModelSource& src);
     QString prompt() const;
-    // As if typed and settled: the best matching class is picked (settingsChanged) at once.
+    // As if typed and settled: the best matching class is picked (settingsChanged) at once;
+    // text-to-image: the text is the setting.
     void setPrompt(const QString& text);
+    // What opens when no model was saved: the embedded text-to-image model when it is shipped,
+    // else the embedded VAR.
+    static ModelSource defaultModelSource();
     GenerationSettings sampling() const;  // class, seed, cfg, top-k, top-p
     void applyRequest(const Request& r);  // model + prompt + sampling
     // The loaded model's recommended sampling (ModelInfo::recommended). After the user picked
@@ -62,7 +68,7 @@ class ModelPanel : public QWidget {
     // numClasses < 0 accepts the list's size.
     void setClassList(const QString& path, int numClasses);
     QStringList recentFiles() const { return recent_; }
-    void setRecentFiles(const QStringList& pairs);  // "var\nvae" entries
+    void setRecentFiles(const QStringList& pairs);  // "var\nvae" or "model\nvae\nt5" entries
     QString className(int64_t id) const;
 
     QSpinBox* seedBox() const { return seed_; }
@@ -86,7 +92,7 @@ class ModelPanel : public QWidget {
     // The class the prompt picked becomes a setting (settingsChanged) if it is a new one.
     void commitPrompt();
     void rebuildModelCombo(const ModelSource& select);
-    void addRecent(const QString& var, const QString& vae);
+    void addRecent(const QString& var, const QString& vae, const QString& t5 = {});
     void updateRecommendationButton();
 
     void updatePrecisionEnabled();
@@ -97,6 +103,7 @@ class ModelPanel : public QWidget {
     QLineEdit* prompt_;
     QListWidget* suggestions_;
     QSpinBox* class_id_;
+    QLayout* class_row_ = nullptr;  // id and name: hidden for a text-to-image model
     ElidedLabel* class_name_;
     QSpinBox* seed_;
     QToolButton* dice_;
@@ -113,8 +120,9 @@ class ModelPanel : public QWidget {
     QStringList recent_;
     std::unique_ptr<ClassMatcher> matcher_;
     bool updating_ = false;
-    QTimer prompt_pause_;      // typing in the prompt: a run after this pause (or on Enter)
-    int committed_class_ = 0;  // the class id last announced by settingsChanged
+    QTimer prompt_pause_;       // typing in the prompt: a run after this pause (or on Enter)
+    int committed_class_ = 0;   // the class id last announced by settingsChanged
+    QString committed_prompt_;  // text-to-image: the text last announced by settingsChanged
 };
 
 }  // namespace varscope::gui

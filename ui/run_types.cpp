@@ -14,6 +14,7 @@ nlohmann::json Request::to_json() const {
     if (model.kind == ModelSource::Kind::Files) {
         m["var"] = model.var_path;
         m["vae"] = model.vae_path;
+        if (!model.t5_path.empty()) m["t5"] = model.t5_path;
     }
     if (model.kind == ModelSource::Kind::Custom) m["name"] = model.custom_name;
     return {{"varscope", 1},
@@ -40,7 +41,7 @@ Request Request::from_json(const nlohmann::json& j) {
     require_known_fields(j, known, "settings");
     const auto& m = j.at("model");
     require_known_fields(m, known["model"], "settings: model",
-                         {"diffusion_steps", "var", "vae", "name"});
+                         {"diffusion_steps", "var", "vae", "t5", "name"});
     Request r;
     const std::string kind = m.value("kind", "embedded");
     r.model.kind = kind == "files"    ? ModelSource::Kind::Files
@@ -55,8 +56,11 @@ Request Request::from_json(const nlohmann::json& j) {
                                     ", got '" + r.model.precision + "'");
     r.model.var_path = m.value("var", "");
     r.model.vae_path = m.value("vae", "");
+    r.model.t5_path = m.value("t5", "");
     r.model.custom_name = m.value("name", "");
     r.prompt = QString::fromStdString(j.value("prompt", ""));
+    // A text-to-image model's text is its prompt.
+    if (r.model.family == Family::Infinity) r.gen.prompt = r.prompt.trimmed().toStdString();
     r.gen.class_id = j.value("class_id", int64_t{0});
     r.gen.seed = j.value("seed", uint64_t{0});
     r.gen.cfg = j.value("cfg", 4.0);

@@ -114,7 +114,12 @@ int run(GenerateArgs& a) {
         for (int64_t i = 0; i < n; ++i) {
             const auto path = numbered_path(a.out, i, n);
             write_image(res.images[i], path, a.force);
-            std::cerr << "wrote " << path << " (class " << res.labels[i].item<int64_t>() << ")\n";
+            const int64_t label = res.labels[i].item<int64_t>();  // -1: a text-to-image row
+            std::cerr << "wrote " << path
+                      << (label < 0 && !opt.prompts.empty()
+                              ? " (prompt \"" + opt.prompts[static_cast<size_t>(i)] + "\")"
+                              : " (class " + std::to_string(label) + ")")
+                      << "\n";
         }
     }
     if (!a.tokens_out.empty())
@@ -193,8 +198,9 @@ Command add(CLI::App& app, const char* name, const char* help, Family family,
 
 Command add_generate(CLI::App& app) {
     return add(app, "generate",
-               "generate images with a VAR or MAR model (the family is read from the checkpoint; "
-               "default: the embedded emoji VAR)",
+               "generate images with a VAR, MAR or Infinity model (the family is read from the "
+               "checkpoint; default: the embedded emoji text-to-image model when it is shipped, "
+               "else the embedded emoji VAR; --family t2i|var|mar picks one)",
                Family::Var, nullptr);
 }
 

@@ -68,6 +68,12 @@ const ParamSpec& head_period_spec() {
     throw std::logic_error("LazyMarConfig::spec() has no head_cfg_period");
 }
 
+// The shipped text-to-image model (what "no checkpoint" runs when it is shipped).
+bool is_embedded_t2i(const Runner& runner) {
+    return runner.family() == Family::Infinity && embedded_t2i_available() &&
+           runner.model_path() == embedded_t2i_files().model_path;
+}
+
 bool is_depth(const std::string& s) {
     return !s.empty() && s.size() <= 3 &&
            std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
@@ -77,6 +83,7 @@ bool is_depth(const std::string& s) {
 
 void ModelArgs::add_to(CLI::App& cmd, Family default_family) {
     default_family_ = default_family;
+    cmd_ = &cmd;
     auto& o = options_;
     o["--var"] = cmd.add_option("--var", var_path,
                                 "VAR transformer checkpoint (.pth or .safetensors); the family is "
@@ -102,11 +109,17 @@ void ModelArgs::add_to(CLI::App& cmd, Family default_family) {
                                 "VAE (kl16.ckpt) of a MAR model; default with an embedded model: "
                                 "its own")
                      ->check(CLI::ExistingFile);
-    o["--family"] = cmd.add_option("--family", family,
-                                   std::string("embedded model to use when no checkpoint is "
-                                               "given (default ") +
-                                       family_id(default_family) + ")")
-                        ->check(CLI::IsMember({"var", "mar"}));
+    o["--family"] =
+        cmd.add_option("--family", family,
+                       std::string("embedded model to use when no checkpoint is given: t2i (or "
+                                   "infinity: the emoji text-to-image model, --prompt is free "
+                                   "text), var (the class-conditional emoji VAR: --class, or "
+                                   "--prompt matched to a class name) or mar (default ") +
+                           (default_family == Family::Mar
+                                ? "mar"
+                                : "t2i when it is shipped, else var; var when --class is given") +
+                           ")")
+            ->check(CLI::IsMember({"t2i", "infinity", "var", "mar"}));
     o["--random"] = cmd.add_option("--random", random,
                                    "random (official-init) weights: a VAR depth (e.g. 16, 30), a "
                                    "MAR config (mar_base | mar_large | mar_huge | JSON file or "
@@ -153,7 +166,21 @@ Family ModelArgs::likely_family() const {
     if (!infinity_path.empty()) return Family::Infinity;
     if (!var_path.empty()) return Family::Var;
     if (!mar_path.empty()) return Family::Mar;
-    return family.empty() ? default_family_ : family_from_id(family);
+    return embedded_family();
+}
+
+Family ModelArgs::embedded_family() const {
+    if (family == "t2i") return Family::Infinity;
+    if (!family.empty()) return family_from_id(family);
+    if (default_family_ != Family::Var) return default_family_;
+    const auto given_on = [this](const char* flag) {
+        const CLI::Option* o = cmd_ ? cmd_->get_option_no_throw(flag) : nullptr;
+        return o && o->count() > 0;
+    };
+    // A request for a class-conditional model: the embedded VAR, whatever else is shipped.
+    for (const char* flag : {"--class", "--more-smooth", "--patch-nums"})
+        if (given_on(flag)) return Family::Var;
+    return embedded_t2i_available() ? Family::Infinity : Family::Var;
 }
 
 std::unique_ptr<Runner> ModelArgs::build() const {
@@ -206,7 +233,7 @@ std::unique_ptr<Runner> ModelArgs::build() const {
         if (!var_path.empty()) spec.named_as = Family::Var;
         if (!mar_path.empty()) spec.named_as = Family::Mar;
         if (!infinity_path.empty()) spec.named_as = Family::Infinity;
-        spec.embedded = family.empty() ? default_family_ : family_from_id(family);
+        spec.embedded = embedded_family();
         spec.patch_nums = patch_nums;
         spec.prefer_ema = !raw_weights;
         if (given("--num-sampling-steps")) spec.diffusion_steps = sampling_steps;
@@ -222,6 +249,10 @@ std::unique_ptr<Runner> ModelArgs::build() const {
                         resource_dir() + "/models)");
                 std::cerr << "no checkpoint given: using the embedded emoji VAR ("
                           << embedded_model_files().var_path << ")\n";
+            } else if (spec.embedded == Family::Infinity) {
+                std::cerr << "no checkpoint given: using the embedded emoji text-to-image model ("
+                          << embedded_t2i_files().model_path
+                          << "; --family var for the class-conditional emoji VAR)\n";
             } else {
                 std::cerr << "no checkpoint given: using the embedded emoji MAR ("
                           << embedded_mar_files().mar_path << ")\n";
@@ -253,9 +284,11 @@ void SampleArgs::add_to(CLI::App& cmd) {
                                   "unconditional); none = random")
                        ->delimiter(',');
     o["--prompt"] = cmd.add_option("-p,--prompt", prompt,
-                                   "a class-conditional model: words naming the class, e.g. \"red "
-                                   "heart\" (best match is used; ranked list printed); Infinity: "
-                                   "the text prompt (one per image)")
+                                   "a text-to-image model (Infinity, the embedded emoji t2i "
+                                   "model): free text, e.g. \"thumbs up, dark skin tone, twemoji "
+                                   "style\" (one per image); a class-conditional model: words "
+                                   "naming the class, e.g. \"red heart\" (best match is used; "
+                                   "ranked list printed)")
                         ->check(not_blank("words naming a class or describing the image"));
     o["--batch"] =
         cmd.add_option("--batch", batch, "images to generate when one or no class is given")
@@ -325,9 +358,10 @@ void SampleArgs::add_to(CLI::App& cmd) {
                                     "template's schedule is used")
                          ->check(CLI::Range(0.1, 10.0))
                          ->capture_default_str();
-    o["--pixels"] = cmd.add_option("--pixels", pixels, "Infinity: image size class")
-                        ->check(CLI::IsMember({"0.06M", "0.25M", "0.60M", "1M"}))
-                        ->capture_default_str();
+    o["--pixels"] = cmd.add_option("--pixels", pixels,
+                                   "Infinity: image size class (default: the model's own, from "
+                                   "its file's metadata; official models 1M)")
+                        ->check(CLI::IsMember({"0.06M", "0.25M", "0.60M", "1M"}));
     o["--no-memory-check"] =
         cmd.add_flag("--no-memory-check", no_memory_check,
                      "run even when the memory estimate says the batch does not fit");
@@ -416,8 +450,15 @@ SampleSettings SampleArgs::resolve(const Runner& runner) const {
         if (!prompt.empty()) s.prompts.assign(batch, prompt);
         s.text_features = text_features;
         if (given("--tau")) s.tau = tau;
-        s.h_div_w = h_div_w;
-        s.pixels = pixels;
+        if (given("--h-div-w")) s.h_div_w = h_div_w;
+        if (given("--pixels")) s.pixels = pixels;  // else the size the model file says
+        if (s.prompts.empty() && s.text_features.empty())
+            throw std::invalid_argument(
+                "Infinity needs a text: --prompt \"...\" (free text, e.g. \"thumbs up, twemoji "
+                "style\") or --text-features FILE" +
+                std::string(is_embedded_t2i(runner)
+                                ? "; --family var picks the class-conditional emoji VAR"
+                                : ""));
     } else if (!prompt.empty()) {
         if (!classes.empty())
             throw std::invalid_argument("pass either --prompt or --class, not both");

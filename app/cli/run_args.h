@@ -22,7 +22,9 @@ struct ModelArgs {
     std::string t5_path;  // Infinity: the T5 encoder folder
     bool t5_offload = false;
     std::string random;  // a VAR depth ("16"), a MAR config (mar_base | JSON), Infinity 2b | 8b
-    std::string family;  // the embedded model when no checkpoint is given: "var" | "mar"
+    // The embedded model when no checkpoint is given: "t2i" (or "infinity"), "var" | "mar";
+    // "" = embedded_family()'s rule.
+    std::string family;
     uint64_t init_seed = 0;
     std::vector<int64_t> patch_nums;
     std::string device = "cpu", precision = "fp32";
@@ -31,6 +33,8 @@ struct ModelArgs {
     double memory_fraction = 1.0;  // CUDA: the caching allocator's share of the device
 
     // default_family: the embedded model without --family (generate: VAR; generate-mar: MAR).
+    // A VAR default means "the embedded text-to-image model if it is shipped, else the VAR": see
+    // embedded_family().
     void add_to(CLI::App& cmd, Family default_family);
     // Loads the model (CheckpointError / std::invalid_argument with a clear message) and refuses
     // the other family's model flags.
@@ -39,9 +43,15 @@ struct ModelArgs {
     // The family the flags point to before any file is read (--random's kind, --var / --mar,
     // --family): what --accel is checked against before the model loads.
     Family likely_family() const;
+    // The embedded model used when no checkpoint is given: --family if given; MAR for the
+    // MAR aliases; the class-conditional VAR when a class-only flag (--class, --more-smooth,
+    // --patch-nums) asks for one; else the emoji text-to-image model when it is shipped
+    // (embedded_t2i_available), else the VAR. The same rule for every command with a model.
+    Family embedded_family() const;
 
   private:
     Family default_family_ = Family::Var;
+    const CLI::App* cmd_ = nullptr;  // to see the sampling flags given with the model
     std::map<std::string, CLI::Option*> options_;
 };
 
@@ -65,7 +75,7 @@ struct SampleArgs {
     std::string text_features;  // Infinity
     double tau = 0.5;
     double h_div_w = 1.0;
-    std::string pixels = "1M";
+    std::string pixels;  // "" = the model's own size (Runner::defaults)
 
     void add_to(CLI::App& cmd);
     // Settings for `runner`: its family's defaults, the flags given, the model file's

@@ -10,6 +10,7 @@
 
 #include "core/accel/accel_config.h"
 #include "core/infinity_pipeline.h"
+#include "core/models/infinity_image_size.h"
 #include "core/models/t5_text_encoder.h"
 #include "core/runner/runner.h"
 #include "core/runner/runner_internal.h"
@@ -43,8 +44,13 @@ InfinitySchedule schedule_of(const at::Tensor& hw, const std::string& source) {
 class InfinityRunner : public Runner {
   public:
     InfinityRunner(InfinityPipeline pipe, std::string path,
-                   std::shared_ptr<T5TextEncoder> t5 = nullptr, bool tf32 = false)
-        : pipe_(std::move(pipe)), path_(std::move(path)), t5_(std::move(t5)), tf32_(tf32) {}
+                   std::shared_ptr<T5TextEncoder> t5 = nullptr, bool tf32 = false,
+                   InfinityImageSize size = {})
+        : pipe_(std::move(pipe)),
+          path_(std::move(path)),
+          t5_(std::move(t5)),
+          tf32_(tf32),
+          size_(std::move(size)) {}
 
     Family family() const override { return Family::Infinity; }
     std::string describe() const override {
@@ -53,6 +59,9 @@ class InfinityRunner : public Runner {
                         std::to_string(c.embed_dim) + ", " + std::to_string(c.num_heads) +
                         " heads, " + std::to_string(c.codebook_dim) + " bits per token";
         d += pipe_.vae ? "\nBSQ VAE: " + pipe_.vae->describe() : "\nno VAE (summed codes only)";
+        if (size_.source != "official")
+            d += "\nimage size: " + size_.pixels + " (from the " +
+                 (size_.source == "metadata" ? "transformer's" : "VAE's") + " metadata)";
         if (t5_) {
             const auto& e = t5_->encoder().config();
             d += "\nT5 encoder: " + std::to_string(e.num_layers) + " layers, width " +
@@ -72,6 +81,8 @@ class InfinityRunner : public Runner {
         s.cfg = 4.0;
         s.top_k = 900;
         s.top_p = 0.97;
+        s.pixels = size_.pixels;  // the size the model was trained for (its file says)
+        s.h_div_w = size_.h_div_w;
         return s;
     }
 
@@ -101,7 +112,7 @@ class InfinityRunner : public Runner {
     }
 
     ModelShape shape() const override {
-        const auto s = infinity_schedule(1.0, "1M");
+        const auto s = infinity_schedule(size_.h_div_w, size_.pixels);
         ModelShape m;
         m.image_size = s.scales.back()[0] * (pipe_.quant.spatial_patchify ? 2 : 1) *
                        (pipe_.vae ? pipe_.vae->config().patch_size : 16);
@@ -320,6 +331,7 @@ class InfinityRunner : public Runner {
     std::string path_;
     std::shared_ptr<T5TextEncoder> t5_;  // null: text features files only
     bool tf32_ = false;
+    InfinityImageSize size_;  // the defaults' pixels and aspect ratio
     std::map<std::string, std::shared_ptr<SamplingHooks>> hooks_;
 };
 
@@ -378,8 +390,9 @@ std::unique_ptr<Runner> load_infinity_runner(const StateDict& all, const ModelSp
     apply_precision(options, pipe.model);
     auto t5 = open_text_encoder(spec.text_encoder_path, spec.text_encoder_offload, device,
                                 pipe.model->config(), spec.model_path);
-    return std::make_unique<InfinityRunner>(std::move(pipe), spec.model_path, std::move(t5),
-                                            options.tf32);
+    return std::make_unique<InfinityRunner>(
+        std::move(pipe), spec.model_path, std::move(t5), options.tf32,
+        read_infinity_image_size(spec.model_path, spec.vae_path));
 }
 
 std::unique_ptr<Runner> random_infinity_runner(const InfinityConfig& config,

@@ -27,7 +27,12 @@ namespace {
 // The embedded model's files where the spec names none (a --vae given with it is kept).
 ModelSpec with_embedded_files(ModelSpec spec) {
     if (!spec.embedded_model()) return spec;
-    if (spec.embedded == Family::Mar) {
+    if (spec.embedded == Family::Infinity) {
+        const T2iModelFiles f = embedded_t2i_files();  // CheckpointError naming what is missing
+        spec.model_path = f.model_path;
+        if (spec.vae_path.empty()) spec.vae_path = f.vae_path;
+        if (spec.text_encoder_path.empty()) spec.text_encoder_path = f.text_encoder_path;
+    } else if (spec.embedded == Family::Mar) {
         const MarModelFiles f = embedded_mar_files();  // CheckpointError naming what is missing
         spec.model_path = f.mar_path;
         if (spec.vae_path.empty()) spec.vae_path = f.vae_path;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -37,6 +38,45 @@ at::Tensor rope_rows(const at::Tensor& rope, const at::Tensor& rows) {
     if (rows.dim() == 1) return rope.index_select(1, rows);
     const int64_t B = rows.size(0), K = rows.size(1), half = rope.size(2);
     return rope.index_select(1, rows.reshape({-1})).view({2, B, K, half});
+}
+
+// The inspector's cross-attention map (issue #33): a probe that records this block's attention
+// also gets which text tokens the image tokens read. For the first conditional row, each image
+// token's attention over the text tokens (padding left out), averaged over the heads, as an
+// AccelRecord of method "text", kind "cross_attention": data (text tokens, h, w) float, the
+// text's tokens in order (the tokenizer's pieces and the EOS). Computed apart from the block's
+// own fused attention, in fp32, from the block's input to its cross-attention.
+void record_cross_attention(const InfinityBlockImpl& blk, const at::Tensor& h, const CrossKv& kv,
+                            const at::Tensor& text_mask, const BlockContext& ctx,
+                            ProbeSink& probe) {
+    const int64_t heads = kv.k.size(1), head_dim = kv.k.size(3), lq = h.size(1);
+    const auto& ln = blk.ca_norm;
+    const at::Tensor in =
+        at::layer_norm(h.narrow(0, 0, 1).to(at::kFloat), {h.size(2)}, ln->weight.to(at::kFloat),
+                       ln->bias.to(at::kFloat), ln->options.eps());
+    const auto& wq = blk.ca->mat_q_lin;
+    const at::Tensor q = at::linear(in, wq->weight.to(at::kFloat),
+                                    wq->bias.defined() ? wq->bias.to(at::kFloat) : at::Tensor())
+                             .view({1, lq, heads, head_dim})
+                             .transpose(1, 2);
+    at::Tensor scores = at::matmul(q, kv.k.narrow(0, 0, 1).to(at::kFloat).transpose(-2, -1))
+                            .mul(1.0 / std::sqrt(static_cast<double>(head_dim)));
+    int64_t text_len = kv.k.size(2);
+    if (text_mask.defined()) {  // padding follows the text: count the visible keys
+        const at::Tensor row = text_mask.narrow(0, 0, 1).to(at::kFloat);
+        scores = scores + row;
+        text_len = row.reshape({-1}).eq(0).sum().item<int64_t>();
+    }
+    at::Tensor probs = scores.softmax(-1).mean(1)[0].narrow(1, 0, text_len);  // (lq, text)
+    at::Tensor map = probs.t().contiguous();
+    const int64_t side = ctx.scale.patch_num;
+    if (side > 0 && lq % side == 0) map = map.view({text_len, side, lq / side});
+    probe.on_accel({"text",
+                    "cross_attention",
+                    ctx.scale.scale,
+                    ctx.layer,
+                    map.cpu(),
+                    {{"text_tokens", static_cast<double>(text_len)}}});
 }
 
 // One block of one scale with the hook points of var_sampler.cpp's run_block.
@@ -74,6 +114,10 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
         }
     }
     auto h = xs + blk.sa_output(o, m);
+    // Whole scales only (pruned rows are not a grid); with the attention map of this layer.
+    if (probe && !rows.defined() && probe->wants_attention(ctx.scale.scale, ctx.layer) &&
+        probe->wants_accel("text", "cross_attention"))
+        record_cross_attention(blk, h, text_kv, text_mask, ctx, *probe);
     h = h + blk.cross_branch(h, text_kv, text_mask);
     h = h + blk.ffn_branch(h, m);
     at::Tensor out = h;

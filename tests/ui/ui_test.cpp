@@ -320,6 +320,7 @@ class UiTest : public QObject {
             return o.baseline_key("m") != k;
         };
         QVERIFY(differs([](GenerationSettings& o) { o.class_id = 1; }));
+        QVERIFY(differs([](GenerationSettings& o) { o.prompt = "red apple"; }));
         QVERIFY(differs([](GenerationSettings& o) { o.seed = 1; }));
         QVERIFY(differs([](GenerationSettings& o) { o.cfg = 4.0000001; }));
         QVERIFY(differs([](GenerationSettings& o) { o.top_k = 901; }));
@@ -820,6 +821,7 @@ class UiTest : public QObject {
     void promptSuggestsClasses() {
         if (!Engine::embedded_available()) QSKIP("embedded model missing");
         ModelPanel panel;
+        panel.setFamily(Family::Var);  // class prompts: the first launch may open the t2i model
         const QString list =
             QString::fromStdString(varscope_source_dir()) + "/resources/models/emoji-classes.json";
         if (!QFile::exists(list)) QSKIP("no emoji class list");
@@ -839,6 +841,13 @@ class UiTest : public QObject {
         ModelPanel panel;  // first launch: the embedded model's recommendation
         auto* top_k = panel.findChild<QSpinBox*>("topK");
         QVERIFY(top_k);
+        if (Engine::embedded_t2i_available()) {
+            // The first launch opens the text-to-image model (its official top-k 900); picking
+            // the embedded VAR applies the VAR's recommendation.
+            QCOMPARE(panel.family(), Family::Infinity);
+            QCOMPARE(top_k->value(), 900);
+            QVERIFY(panel.pickModel(ModelSource{}));
+        }
         QCOMPARE(int64_t(top_k->value()), *rec.top_k);
         auto* button = panel.findChild<QToolButton*>("useRecommended");
         QVERIFY(button && button->isEnabled());
@@ -852,6 +861,141 @@ class UiTest : public QObject {
         panel.setLoadedModelRecommendation({});
         QCOMPARE(top_k->value(), 500);
         QVERIFY(!button->isEnabled());
+    }
+
+    // A text-to-image model: the prompt box is its text (no class picker, no suggestions); the
+    // text is announced after a pause or on Enter, as the class prompt is; back on a class model
+    // the class picker returns.
+    void textToImagePromptReplacesTheClassPicker() {
+        ModelPanel panel;
+        panel.setFamily(Family::Infinity);
+        QVERIFY(panel.promptEdit()->isEnabled());
+        QVERIFY(panel.promptEdit()->isVisibleTo(&panel));
+        QVERIFY(!panel.classBox()->isVisibleTo(&panel));
+        QVERIFY(!panel.suggestions()->isVisibleTo(&panel));
+        QSignalSpy changed(&panel, &ModelPanel::settingsChanged);
+        QSignalSpy run(&panel, &ModelPanel::runRequested);
+        panel.promptEdit()->setText("thumbs up, dark skin tone");
+        emit panel.promptEdit()->textEdited(panel.promptEdit()->text());
+        QCOMPARE(changed.count(), 0);  // not per keystroke
+        QCOMPARE(panel.suggestions()->count(), 0);
+        QVERIFY(changed.wait(panel.promptPauseMs() + 2000));
+        QCOMPARE(changed.count(), 1);
+        QCOMPARE(panel.sampling().prompt, std::string("thumbs up, dark skin tone"));
+        panel.promptEdit()->setText("red apple");
+        emit panel.promptEdit()->returnPressed();
+        QCOMPARE(run.count(), 1);
+        QCOMPARE(changed.count(), 2);
+        QCOMPARE(panel.sampling().prompt, std::string("red apple"));
+        // Back on a class-conditional model: the class picker, and no text in the settings.
+        panel.setFamily(Family::Var);
+        QVERIFY(panel.classBox()->isVisibleTo(&panel));
+        QVERIFY(panel.suggestions()->isVisibleTo(&panel));
+        QVERIFY(panel.sampling().prompt.empty());
+    }
+
+    // The open dialog's T5 folder travels with the model in saved settings (and the prompt is the
+    // text of a text-to-image request).
+    void textToImageRequestRoundTrips() {
+        Request r;
+        r.model.kind = ModelSource::Kind::Files;
+        r.model.family = Family::Infinity;
+        r.model.var_path = "/m/infinity.safetensors";
+        r.model.vae_path = "/m/bsq.safetensors";
+        r.model.t5_path = "/m/t5";
+        r.prompt = "red apple";
+        const Request back = Request::from_json(r.to_json());
+        QCOMPARE(back.model.t5_path, std::string("/m/t5"));
+        QCOMPARE(back.model.family, Family::Infinity);
+        QCOMPARE(back.gen.prompt, std::string("red apple"));
+        ModelSource no_t5 = r.model;
+        no_t5.t5_path.clear();
+        QVERIFY(no_t5.key() != r.model.key());
+    }
+
+    // An Infinity transformer opened without its T5 folder: said when it loads, not at the run.
+    void infinityWithoutItsT5IsExplained() {
+        ModelSource src;
+        src.kind = ModelSource::Kind::Files;
+        src.var_path = varscope_source_dir() + "/tests/fixtures/infinity_tiny/infinity_tiny.pth";
+        Engine e;
+        try {
+            e.load(src);
+            QFAIL("loaded an Infinity model without its BSQ VAE and T5 folder");
+        } catch (const std::invalid_argument& ex) {
+            QVERIFY2(std::string(ex.what()).find("T5 encoder folder") != std::string::npos,
+                     ex.what());
+        }
+        QVERIFY(!e.loaded());
+    }
+
+    // The embedded text-to-image model in the app: the first launch opens it, a prompt runs it
+    // (baseline and accelerated, 64x64 images), and picking the VAR brings the class picker back.
+    void embeddedTextToImageRunsAPrompt() {
+        if (!Engine::embedded_t2i_available()) QSKIP("embedded text-to-image model missing");
+        QSettings().clear();
+        MainWindow w(test_loader);
+        QCOMPARE(w.modelPanel()->modelSource().family, Family::Infinity);  // first launch
+        QVERIFY(!w.modelPanel()->classBox()->isVisibleTo(w.modelPanel()));
+        Request r;
+        r.model.kind = ModelSource::Kind::Embedded;
+        r.model.family = Family::Infinity;
+        r.model.device = "cpu";
+        r.prompt = "thumbs up, dark skin tone, twemoji style";
+        r.gen.seed = 1;
+        r.gen.top_k = 900;
+        r.gen.top_p = 0.97;
+        r.accel = {{"skip", {{"enabled", true}, {"last_n", 1}}}};
+        w.applyRequest(r, true);
+        QVERIFY(wait_job(w));
+        const auto base = w.results()->baseline(), accel = w.results()->accelerated();
+        QVERIFY(base && accel);
+        QCOMPARE(base->image.size(), QSize(64, 64));
+        QCOMPARE(accel->image.size(), QSize(64, 64));
+        QCOMPARE(base->run.family, Family::Infinity);
+        QCOMPARE(base->run.scales.size(), size_t(7));  // the model's own size: 0.06M
+        QVERIFY(accel->accelerated);
+        QCOMPARE(accel->run.accel_summary, std::string("skip-1"));
+        QVERIFY(accel->run.scales.back().skipped);
+        QVERIFY(w.modelPanel()->promptEdit()->isEnabled());
+        QVERIFY(!w.modelPanel()->classBox()->isVisibleTo(w.modelPanel()));
+        // The inspector's cross-attention: a map per scale over the prompt's tokens.
+        QVERIFY(!base->run.text_tokens.empty());
+        QCOMPARE(base->run.text_tokens.back(), std::string("</s>"));
+        auto* text_tab = w.inspector()->methodTab("text");
+        QVERIFY(text_tab);
+        QVERIFY(text_tab->recordCount() > 0);
+        QCOMPARE(text_tab->currentKind(), QStringLiteral("text/cross_attention"));
+        size_t maps = 0;
+        for (const auto& a : base->run.accel)
+            if (a.kind == "cross_attention") {
+                ++maps;
+                QCOMPARE(a.data.dim(0), int64_t(base->run.text_tokens.size()));
+            }
+        QCOMPARE(maps, size_t(7));
+        // Same text and seed: the same image; another text: another image.
+        Engine e;
+        ModelSource src = r.model;
+        e.load(src);
+        QVERIFY(e.info().text_to_image());
+        QCOMPARE(e.info().image_size, int64_t(64));
+        GenerationSettings g;
+        g.prompt = r.prompt.toStdString();
+        g.seed = 1;
+        g.top_p = 0.97;
+        const RunOutput a = e.run(g, false), b = e.run(g, false);
+        QCOMPARE(a.image.width, 64);
+        QVERIFY(a.image.rgb == b.image.rgb);
+        QVERIFY(a.image.rgb == std::vector<uint8_t>(base->run.image.rgb));
+        g.prompt = "red apple";
+        QVERIFY(e.run(g, false).image.rgb != a.image.rgb);
+        g.prompt.clear();
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, e.run(g, false));
+        // Back to the class-conditional VAR: the class picker returns.
+        QVERIFY(w.modelPanel()->pickModel(ModelSource{}));
+        QCOMPARE(w.modelPanel()->family(), Family::Var);
+        QVERIFY(w.modelPanel()->classBox()->isVisibleTo(w.modelPanel()));
+        QSettings().clear();
     }
 
     // --- end to end -------------------------------------------------------------------------
@@ -1601,6 +1745,9 @@ class UiTest : public QObject {
     // pause, none while the user is in the suggestion list, at once on Enter.
     void promptRunsAfterAPauseOrOnEnter() {
         ModelPanel p;
+        // The class prompt: the first launch may open the text-to-image model (no classes).
+        p.setFamily(Family::Var);
+        p.setClassList(QString::fromStdString(Engine::embedded_class_list()), -1);
         if (!p.promptEdit()->isEnabled()) QSKIP("no class names (resources/models missing)");
         p.show();
         QVERIFY(QTest::qWaitForWindowActive(&p));

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Fixture for the shipped emoji text-to-image tokenizer (resources/models/emoji-t2i-spiece.model):
+"""Fixture for the shipped emoji text-to-image tokenizer (resources/models/emoji-t2i-t5/spiece.model):
 the ids the Python `sentencepiece` package (0.2.3 tested) gives for packed captions and a few
 free-text prompts, read by tests/sentencepiece_trainer_test.cpp (EmojiT2ITokenizer.*).
 
     PYTHONPATH=/work/pydeps /opt/venv/bin/python tools/parity/emoji_spiece_parity.py \
-        PACKED.safetensors resources/models/emoji-t2i-spiece.model \
+        PACKED.safetensors resources/models/emoji-t2i-t5/spiece.model \
         tests/fixtures/emoji_spiece/cases.json
 
 PACKED is `varscope-cli pack-emoji` output; its captions are in the safetensors header.

@@ -13,6 +13,7 @@
 #include "core/metrics/image_metrics.h"
 #include "core/resources.h"
 #include "core/runner/runner.h"
+#include "core/text/sentencepiece_tokenizer.h"
 #include "kernels/memory_stats.h"
 #include "ui/engine/engine_convert.h"
 
@@ -76,7 +77,8 @@ std::string ModelSource::key() const {
         case Kind::Embedded:
             return std::string("embedded|") + family_id(family) + steps + where;
         case Kind::Files:
-            return "files|" + var_path + "|" + vae_path + steps + where;
+            return "files|" + var_path + "|" + vae_path + (t5_path.empty() ? "" : "|" + t5_path) +
+                   steps + where;
         case Kind::Custom:
             return "custom|" + custom_name + where;
     }
@@ -86,7 +88,9 @@ std::string ModelSource::key() const {
 std::string ModelSource::display_name() const {
     switch (kind) {
         case Kind::Embedded:
-            return family == Family::Mar ? "Embedded emoji MAR" : "Embedded emoji VAR";
+            return family == Family::Mar        ? "Embedded emoji MAR"
+                   : family == Family::Infinity ? "Embedded emoji text-to-image"
+                                                : "Embedded emoji VAR";
         case Kind::Files:
             return std::filesystem::path(var_path).filename().string();
         case Kind::Custom:
@@ -98,14 +102,16 @@ std::string ModelSource::display_name() const {
 std::string GenerationSettings::baseline_key(const std::string& model_key) const {
     // Every field by name, bound at once: a field added to GenerationSettings breaks this
     // binding until it is placed here, in the key or (accelerated side only) out of it.
-    const auto& [class_id_, seed_, cfg_, top_k_, top_p_, num_iter_, cfg_schedule_, temperature_,
-                 accel_json_, attention_layer_, filmstrip_, accel_records_, cuda_graphs_] = *this;
+    const auto& [class_id_, prompt_, seed_, cfg_, top_k_, top_p_, num_iter_, cfg_schedule_,
+                 temperature_, accel_json_, attention_layer_, filmstrip_, accel_records_,
+                 cuda_graphs_] = *this;
     // The accelerated side's part: its config and whether its hooks record.
     (void)accel_json_;
     (void)accel_records_;
     // JSON keeps the doubles' every digit (a stream's default 6 digits gave cfg 4.0000001 the
     // key of 4.0) and names each value, so no two fields can run together.
     const nlohmann::json key = {{"class_id", class_id_},
+                                {"prompt", prompt_},
                                 {"seed", seed_},
                                 {"cfg", cfg_},
                                 {"top_k", top_k_},
@@ -134,6 +140,7 @@ void Engine::load(const ModelSource& source) {
     if (source.kind == ModelSource::Kind::Files) {
         spec.model_path = source.var_path;
         spec.vae_path = source.vae_path;
+        spec.text_encoder_path = source.t5_path;
         if (spec.vae_path.empty() && detect_runner_family(spec.model_path) == Family::Mar)
             throw std::invalid_argument(source.var_path +
                                         " is a MAR model: it needs its KL VAE (e.g. kl16.ckpt) "
@@ -142,7 +149,21 @@ void Engine::load(const ModelSource& source) {
     spec.diffusion_steps = source.diffusion_steps;
     LoadOptions opt = load_options(source.device, source.precision);
     opt.exec = exec_;
-    set_runner(open_runner(spec, opt), source);
+    auto runner = open_runner(spec, opt);
+    // Known once the file is read (a second read would double a large model's load).
+    if (runner->family() == Family::Infinity && source.kind == ModelSource::Kind::Files &&
+        (spec.vae_path.empty() || spec.text_encoder_path.empty()))
+        throw std::invalid_argument(source.var_path +
+                                    " is an Infinity (text-to-image) model: open it with its BSQ "
+                                    "VAE and its T5 encoder folder (config.json, "
+                                    "model.safetensors, spiece.model)");
+    set_runner(std::move(runner), source);
+    if (info_.text_to_image()) {
+        const std::string t5 = source.kind == ModelSource::Kind::Embedded
+                                   ? embedded_t2i_files().text_encoder_path
+                                   : source.t5_path;
+        spiece_path_ = (std::filesystem::path(t5) / "spiece.model").string();
+    }
 }
 
 void Engine::set_pipeline(std::unique_ptr<VarPipeline> pipeline, const ModelSource& source) {
@@ -155,6 +176,7 @@ void Engine::set_mar_pipeline(std::unique_ptr<MarPipeline> pipeline, const Model
 
 void Engine::set_runner(std::unique_ptr<Runner> runner, const ModelSource& source) {
     runner_ = std::move(runner);
+    spiece_path_.clear();  // load() sets it for a text-to-image model
     key_ = source.key();
     const ModelShape shape = runner_->shape();
     info_ = {};
@@ -172,6 +194,12 @@ void Engine::set_runner(std::unique_ptr<Runner> runner, const ModelSource& sourc
     if (!path.empty()) info_.class_list_path = class_list_for(path, shape.num_classes);
     if (info_.family == Family::Mar)
         info_.diffusion_steps = runner_->settings_json({})["num_sampling_steps"].get<std::string>();
+    if (info_.family == Family::Infinity) {  // no file recommendation: the official settings
+        const SampleSettings d = runner_->defaults();
+        info_.recommended.cfg = d.cfg;
+        info_.recommended.top_k = d.top_k;
+        info_.recommended.top_p = d.top_p;
+    }
     // A malformed recommendation must not stop the model from loading: offer none.
     try {
         if (!path.empty() && info_.family == Family::Var)
@@ -186,8 +214,14 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
                       const std::atomic<bool>* cancel, const ProgressFn& progress) {
     if (!runner_) throw std::runtime_error("no model is loaded");
     Runner& runner = *runner_;
-    SampleSettings opt;
-    opt.class_ids = {s.class_id};
+    // A text-to-image model starts from its own defaults (the image size its file names).
+    SampleSettings opt = info_.text_to_image() ? runner.defaults() : SampleSettings{};
+    if (info_.text_to_image()) {
+        if (s.prompt.empty()) throw std::invalid_argument("type a prompt: this model draws text");
+        opt.prompts = {s.prompt};
+    } else {
+        opt.class_ids = {s.class_id};
+    }
     opt.seed = s.seed;
     opt.cfg = s.cfg;
     opt.top_k = s.top_k;
@@ -256,6 +290,18 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
     for (auto& a : rec.attention()) out.attention.push_back({a.scale, a.layer, to_array(a.probs)});
     for (auto& a : runner.inspector_records(res, rec.accel()))
         out.accel.push_back({a.method, a.kind, a.scale, a.layer, to_array(a.data), a.values});
+    if (info_.text_to_image() && !spiece_path_.empty()) {
+        // The words of the cross-attention maps; a tokenizer that fails only loses the words.
+        try {
+            const SentencePieceTokenizer tok(spiece_path_);
+            for (const int64_t id : tok.encode(s.prompt).ids)
+                out.text_tokens.push_back(id == SentencePieceTokenizer::kEosId
+                                              ? "</s>"
+                                              : tok.decode_pieces({static_cast<int>(id)}));
+        } catch (const std::exception&) {
+            out.text_tokens.clear();
+        }
+    }
     return out;
 }
 
@@ -314,6 +360,10 @@ SamplingRecommendation Engine::embedded_recommendation() {
     } catch (const std::exception&) {
         return {};
     }
+}
+
+bool Engine::embedded_t2i_available() {
+    return varscope::embedded_t2i_available();
 }
 
 bool Engine::embedded_mar_available() {

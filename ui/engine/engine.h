@@ -1,4 +1,5 @@
-// The GUI's bridge to the model: loads a VAR or MAR pipeline and runs generations, returning
+// The GUI's bridge to the model: loads a VAR, MAR or Infinity (text-to-image) model through
+// core's Runner and runs generations, returning
 // plain data (bytes and float arrays, no LibTorch types). engine.cpp (VAR) and engine_mar.cpp
 // (MAR) are the only GUI files that include LibTorch, so the Qt side compiles fast and never
 // touches tensors.
@@ -61,8 +62,11 @@ std::string model_precision_names();  // "fp32, bf16 or fp16", for messages
 struct ModelSource {
     enum class Kind { Embedded, Files, Custom };
     Kind kind = Kind::Embedded;
-    Family family = Family::Var;     // Embedded: which embedded model; Files: detected at load
-    std::string var_path, vae_path;  // Files: the transformer (VAR or MAR) and its VAE
+    // Embedded: which embedded model (Infinity: the emoji text-to-image one); Files: detected at
+    // load
+    Family family = Family::Var;
+    std::string var_path, vae_path;  // Files: the transformer (VAR, MAR or Infinity) and its VAE
+    std::string t5_path;             // Files, Infinity: the T5 encoder folder that reads prompts
     std::string custom_name;         // Custom (tests, random weights)
     std::string device = "cpu";
     // Transformer weights: "fp32", "bf16" or "fp16" (core's load_options). On CUDA, bf16/fp16
@@ -85,17 +89,22 @@ struct ModelInfo {
     int64_t depth = 0;  // MAR: encoder + decoder blocks (the probes' global layer index)
     int64_t num_heads = 0;
     int64_t image_size = 0;
-    std::vector<int64_t> patch_nums;            // MAR: {token grid side}
-    SamplingRecommendation recommended;         // the file's "varscope.sampling" metadata, if any
+    std::vector<int64_t> patch_nums;  // MAR: {token grid side}
+    // The file's "varscope.sampling" metadata, if any; Infinity: the official sampling
+    // (InfinityRunner::defaults).
+    SamplingRecommendation recommended;
     MarSamplingRecommendation mar_recommended;  // MAR: "varscope.mar_sampling"
     std::string diffusion_steps;                // MAR: the respacing in use
     // What bounds the accelerators' settings on this model (scales and tokens for VAR, decoder
     // blocks for MAR; MAR's steps are a generation setting and are filled in by the front end).
     ModelCounts counts;
+    // A text-to-image model (Infinity): GenerationSettings::prompt is its text, no classes.
+    bool text_to_image() const { return family == Family::Infinity; }
 };
 
 struct GenerationSettings {
-    int64_t class_id = 0;
+    int64_t class_id = 0;  // class-conditional models (VAR, MAR)
+    std::string prompt;    // text-to-image models (Infinity): the text, read by its T5
     uint64_t seed = 0;
     double cfg = 4.0;
     int64_t top_k = 900;                  // VAR
@@ -142,7 +151,7 @@ struct AccelOutput {
 struct RunOutput {
     Family family = Family::Var;  // scales are MAR decoding steps for Family::Mar
     RgbImage image;
-    int64_t label = 0;
+    int64_t label = 0;  // -1 for a text-to-image run
     std::vector<ScaleOutput> scales;
     std::vector<AttentionOutput> attention;
     std::vector<AccelOutput> accel;
@@ -154,6 +163,9 @@ struct RunOutput {
     bool cuda = false;          // ran on a CUDA device
     bool cuda_graphs = false;   // its steps ran as CUDA graph replays (times compare only alike)
     std::string accel_summary;  // "baseline", "FastVAR + AMS-KV", ...
+    // Text-to-image: the prompt's tokens as the model read them (SentencePiece pieces, then
+    // "</s>"): the first axis of the "text/cross_attention" records.
+    std::vector<std::string> text_tokens;
 };
 
 // Thrown when a run was cancelled through the cancel flag.
@@ -189,6 +201,9 @@ class Engine {
     // The accelerator tables and presets of a family (core/accel/accel_config.h for VAR,
     // mar_accel_config.h for MAR), without LibTorch types.
     static const std::vector<MethodSpec>& methods(Family f = Family::Var);
+    // The family whose accelerator table a model uses: Infinity runs VAR's (the same hooks on
+    // its scales), so the app shows VAR's accelerator panel for it.
+    static Family accel_family(Family f) { return f == Family::Infinity ? Family::Var : f; }
     static std::map<std::string, nlohmann::json> presets(Family f = Family::Var);
     // "" when the JSON is a valid accelerator config of the family, else the message.
     static std::string validate_accel(const nlohmann::json& j, Family f = Family::Var);
@@ -202,12 +217,15 @@ class Engine {
     static SamplingRecommendation embedded_recommendation();  // empty when missing
     static bool embedded_mar_available();
     static MarSamplingRecommendation embedded_mar_recommendation();  // empty when missing
+    // The embedded emoji text-to-image model (Infinity + BSQ VAE + T5 folder) is shipped.
+    static bool embedded_t2i_available();
 
   private:
     // How the loaded models execute: the VARSCOPE_* variables (app/exec_env), read when the
     // engine is made (ui/main.cpp checked them at start).
     ExecPolicy exec_;
     std::unique_ptr<Runner> runner_;
+    std::string spiece_path_;  // text-to-image: the T5 folder's tokenizer, for RunOutput's words
     ModelInfo info_;
     std::string key_;
 };
