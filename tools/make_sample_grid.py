@@ -33,9 +33,12 @@ def main():
     ap.add_argument("--top-k", type=int, default=900)
     ap.add_argument("--top-p", type=float, default=0.95)
     ap.add_argument("--cfg", type=float, default=3.0)
-    ap.add_argument("--family", choices=["var", "mar"], default="var",
+    ap.add_argument("--family", choices=["var", "mar", "t2i"], default="var",
                     help="var: `generate` (top-k/top-p/cfg given here); mar: `generate-mar` with the "
-                         "MAR file's recommended settings")
+                         "MAR file's recommended settings; t2i: `generate` with the text-to-image "
+                         "model's own settings (the prompt is its text)")
+    ap.add_argument("--model-args", default="",
+                    help="extra generate flags, space-separated (e.g. explicit model files)")
     ap.add_argument("--scale", type=int, default=2, help="pixel upscaling for viewing")
     ap.add_argument("prompts", nargs="+")
     a = ap.parse_args()
@@ -46,7 +49,10 @@ def main():
             imgs = []
             for s in seeds:
                 out = os.path.join(tmp, f"r{i}_{s}.npy")
-                if a.family == "mar":
+                if a.family == "t2i":
+                    cmd = [a.cli, "generate", "--prompt", p, "--seed", str(s), "-q", "-o", out]
+                    cmd += a.model_args.split()
+                elif a.family == "mar":
                     cmd = [a.cli, "generate-mar", "--prompt", p, "--seed", str(s), "-q", "-o", out]
                 else:
                     cmd = [a.cli, "generate", "--prompt", p, "--seed", str(s), "--cfg", str(a.cfg),
