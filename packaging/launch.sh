@@ -4,7 +4,7 @@
 #   bash packaging/launch.sh [--no-gui] [--cli]
 #
 # Launches the desktop app (build/ui/varscope) when it was built and a display is available.
-# Otherwise runs a CLI demo: the embedded emoji model (resources/models/emoji-var.safetensors)
+# Otherwise runs a CLI demo: the embedded emoji text-to-image model (else the emoji VAR)
 # when it is present, else a small random-weight VAR (CPU, a few seconds), and says where the
 # image went.
 #
@@ -63,7 +63,11 @@ DEVICE="${VARSCOPE_DEVICE:-cpu}"
 
 EMBEDDED_VAR="$ROOT/resources/models/emoji-var.safetensors"
 EMBEDDED_VAE="$ROOT/resources/models/emoji-vqvae.safetensors"
-if [ -f "$EMBEDDED_VAR" ]; then
+EMBEDDED_T2I="$ROOT/resources/models/emoji-t2i-infinity.safetensors"
+if [ -f "$EMBEDDED_T2I" ]; then  # no checkpoint named: the CLI's default, the text-to-image model
+    model=(--prompt "red heart, twemoji style")
+    log "generating from a sentence with the embedded emoji text-to-image model on $DEVICE"
+elif [ -f "$EMBEDDED_VAR" ]; then
     model=(--var "$EMBEDDED_VAR" --vae "$EMBEDDED_VAE" --prompt "red heart" --cfg 3)
     log "generating with the embedded emoji model ($EMBEDDED_VAR) on $DEVICE"
 else
