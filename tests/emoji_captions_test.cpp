@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/io/checkpoint.h"
+#include "core/resources.h"
 #include "core/text/sentencepiece_tokenizer.h"
 #include "tests/cli_run.h"
 #include "tests/error_of.h"
@@ -397,4 +398,46 @@ TEST(EmojiCaptions, TrainTokenizerCommand) {
                                    dir.file("y.model") + " --vocab 100000");
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find("ocab"), std::string::npos) << r.out;
+}
+
+// eval-prompts on the tiny pack with the embedded class-conditional VAR (the reference path):
+// every sample is scored, the files are written, bad requests are refused with exit 2.
+TEST(EmojiCaptions, EvalPromptsCommand) {
+    if (!varscope::embedded_model_available()) GTEST_SKIP() << "no embedded emoji VAR";
+    TempDir dir;
+    const auto root = make_tiny_emoji64(dir);
+    const std::string packed = dir.file("p.safetensors");
+    auto r = pack(root, packed, dir.file("c.json"));
+    if (r.code == 2 && r.out.find("needs a build with OpenCV") != std::string::npos)
+        GTEST_SKIP() << "varscope-cli was built without OpenCV";
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::string out = dir.file("pf");
+    r = varscope::testing::run_cli("eval-prompts --data " + packed +
+                                   " --family var --count 3 --seeds 0,1 --prompts-per-batch 2 -o " +
+                                   out);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("prompt following: "), std::string::npos) << r.out;
+    const auto j = nlohmann::json::parse(slurp(out + "/prompt_following.json"));
+    EXPECT_EQ(j.at("n_prompts").get<int>(), 3);
+    EXPECT_EQ(j.at("n_samples").get<int>(), 6);
+    for (const auto& s : j.at("samples")) {
+        EXPECT_GE(s.at("nearest_row").get<int>(), 0);
+        EXPECT_LT(s.at("nearest_row").get<int>(), 6);
+    }
+    EXPECT_EQ(j.at("class_of_prompt").size(), 3u);  // the reference: a class per phrasing
+    EXPECT_TRUE(std::filesystem::exists(out + "/samples.csv"));
+    // The outputs exist now: a second run needs --force.
+    r = varscope::testing::run_cli("eval-prompts --data " + packed + " --family var --count 3 -o " +
+                                   out);
+    EXPECT_EQ(r.code, 2) << r.out;
+    // The tiny pack has fewer distinct held-out phrasings than asked for.
+    r = varscope::testing::run_cli("eval-prompts --data " + packed +
+                                   " --family var --count 500 --force -o " + out);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("distinct phrasings"), std::string::npos) << r.out;
+    // Prompts come from the data, not the command line.
+    r = varscope::testing::run_cli("eval-prompts --data " + packed +
+                                   " --family var --prompt heart --force -o " + out);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("held-out phrasings"), std::string::npos) << r.out;
 }
