@@ -19,6 +19,12 @@ class SingleProcess final : public ProcessGroup {
     void fail(const std::string&, const std::string&) override {}
 };
 
+// c10's messages carry a C++ backtrace after the first line: the user needs the first.
+std::string message_of(const std::exception& e) {
+    if (const auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
+    return e.what();
+}
+
 std::vector<uint8_t> bytes_of(const std::string& s) {
     return {s.begin(), s.end()};
 }
@@ -49,7 +55,7 @@ class StoreGroup final : public ProcessGroup {
                                 std::to_string(static_cast<int64_t>(spec_.timeout_s)) +
                                 " s (it died or hangs): the job failed; the shard files written "
                                 "so far are kept and a restart resumes from them (" +
-                                e.what() + ")");
+                                message_of(e) + ")");
             }
             const auto v = store_->get(key(tag, r));
             std::string s(v.begin(), v.end());
@@ -138,7 +144,7 @@ std::unique_ptr<ProcessGroup> tcp_store_group(const DistributedSpec& spec) {
     } catch (const std::exception& e) {
         throw RankError("rank " + std::to_string(spec.rank) + ": no rendezvous at " +
                         spec.master_addr + ":" + std::to_string(spec.master_port) + ": " +
-                        e.what());
+                        message_of(e));
     }
 }
 
