@@ -37,6 +37,7 @@ TEST(EvalManifest, ReadsEveryField) {
     j["configs"]["preset"] = "fastvar";
     j["save_images"] = true;
     j["rank_timeout_s"] = 60;
+    j["warmup"] = false;
     const EvalManifest m = parse_manifest(j, "'m.json'", "/base");
     EXPECT_TRUE(m.model.embedded_model());
     EXPECT_EQ(m.model.embedded, Family::Var);
@@ -55,6 +56,7 @@ TEST(EvalManifest, ReadsEveryField) {
     EXPECT_EQ(m.output_dir, "/base/out");  // relative to the manifest's folder
     EXPECT_TRUE(m.save_images);
     EXPECT_EQ(m.rank_timeout_s, 60);
+    EXPECT_FALSE(m.warmup);
     EXPECT_EQ(m.conditions(), 2);
 }
 

@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
     add(varscope::cli::add_methods, "methods");
     add(varscope::cli::add_analyze, "analyze");
     add(varscope::cli::add_bench, "bench");
+    add(varscope::cli::add_eval, "eval");
+    add(varscope::cli::add_sweep, "sweep");
 
     try {
         app.parse(argc, argv);

@@ -52,6 +52,30 @@ nlohmann::json token_agreement_of(const Runner& runner, const RunResult& base, c
     return total > 0 ? nlohmann::json(identical / total) : nlohmann::json();
 }
 
+SampleSettings unit_settings(const EvalManifest& m, const SampleSettings& settings,
+                             const EvalUnit& unit) {
+    SampleSettings s = settings;
+    s.class_ids.clear();
+    s.prompts.clear();
+    for (int64_t c : unit.conditions) {
+        if (m.prompts.empty())
+            s.class_ids.push_back(m.classes[c]);
+        else
+            s.prompts.push_back(m.prompts[c]);
+    }
+    s.batch = static_cast<int64_t>(unit.conditions.size());
+    s.seed = unit.seed;
+    return s;
+}
+
+// One untimed call per config on `unit`.
+void warm_up(const EvalManifest& m, Runner& runner, const EvalPlans& plans,
+             const SampleSettings& settings, const EvalUnit& unit) {
+    const SampleSettings s = unit_settings(m, settings, unit);
+    runner.validate(s);
+    for (const auto& plan : plans.plans) runner.generate(s, plan.get());
+}
+
 std::string config_error(const std::string& name, const std::string& what) {
     return "manifest: configs." + name + ": " + what;
 }
@@ -121,17 +145,7 @@ nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans&
     std::map<std::string, std::vector<at::Tensor>> saved;
 
     for (const auto& unit : shard.units) {
-        SampleSettings s = settings;
-        s.class_ids.clear();
-        s.prompts.clear();
-        for (int64_t c : unit.conditions) {
-            if (m.prompts.empty())
-                s.class_ids.push_back(m.classes[c]);
-            else
-                s.prompts.push_back(m.prompts[c]);
-        }
-        s.batch = static_cast<int64_t>(unit.conditions.size());
-        s.seed = unit.seed;
+        const SampleSettings s = unit_settings(m, settings, unit);
         runner.validate(s);
         RunResult base;
         for (size_t k = 0; k < plans.names.size(); ++k) {
@@ -212,6 +226,8 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
                 ++out.resumed;
                 ++progress.resumed;
             } else {
+                if (m.warmup && out.computed == 0)
+                    warm_up(m, runner, plans, settings, shards[index].units.front());
                 done = run_shard(m, runner, plans, settings, shards[index], fingerprint);
                 write_file_atomic(path, done->dump() + "\n");
                 ++out.computed;

@@ -207,6 +207,10 @@ EvalManifest parse_manifest(const nlohmann::json& j, const std::string& source,
         if (!j["save_images"].is_boolean()) r.fail("save_images", "expected true or false");
         m.save_images = j["save_images"].get<bool>();
     }
+    if (j.contains("warmup")) {
+        if (!j["warmup"].is_boolean()) r.fail("warmup", "expected true or false");
+        m.warmup = j["warmup"].get<bool>();
+    }
     if (j.contains("rank_timeout_s")) {
         if (!j["rank_timeout_s"].is_number() || j["rank_timeout_s"].get<double>() <= 0)
             r.fail("rank_timeout_s", "expected a positive number of seconds");

@@ -44,6 +44,9 @@ struct EvalManifest {
     std::vector<EvalConfig> configs;  // the accelerated configs (the baseline is implicit)
     std::string output_dir;
     bool save_images = false;
+    // One untimed call per config before a process's first shard (one-time costs, CUDA graph
+    // capture and allocator growth, stay out of the latencies). Not part of the work.
+    bool warmup = true;
     double rank_timeout_s = 3600;  // distributed: how long rank 0 waits for the others
 
     int64_t conditions() const {
