@@ -137,7 +137,7 @@ EvalManifest parse_manifest(const nlohmann::json& j, const std::string& source,
     if (!j.is_object()) r.fail("top level", "expected a JSON object");
     r.known(j, "",
             {"model", "device", "precision", "classes", "prompts", "seeds", "batch",
-             "batches_per_shard", "sampling", "configs", "output_dir", "save_images",
+             "batches_per_shard", "sampling", "configs", "output_dir", "save_images", "warmup",
              "rank_timeout_s"});
     for (const char* required : {"model", "seeds", "configs", "output_dir"})
         if (!j.contains(required)) r.fail(required, "missing (required)");
