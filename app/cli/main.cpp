@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
     add(varscope::cli::add_analyze, "analyze");
     add(varscope::cli::add_eval_prompts, "eval-prompts");
     add(varscope::cli::add_bench, "bench");
+    add(varscope::cli::add_eval, "eval");
+    add(varscope::cli::add_sweep, "sweep");
 
     try {
         app.parse(argc, argv);

@@ -1,0 +1,289 @@
+#include "core/eval/eval_job.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "core/eval/aggregate.h"
+#include "core/io/checkpoint.h"
+#include "core/metrics/image_metrics.h"
+#include "kernels/memory_stats.h"
+
+namespace varscope {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Latents mapped to [0, 1] through the baseline's range, so PSNR/SSIM read like image ones
+// (a model without a decoder; as `compare` does).
+std::pair<at::Tensor, at::Tensor> comparable_images(const RunResult& base, const RunResult& acc) {
+    if (base.images.defined() && acc.images.defined())
+        return {base.images.to(at::kFloat).cpu(), acc.images.to(at::kFloat).cpu()};
+    const auto b = base.latents.to(at::kFloat).cpu(), a = acc.latents.to(at::kFloat).cpu();
+    const double lo = b.min().item<double>(), hi = b.max().item<double>();
+    const double span = std::max(hi - lo, 1e-12);
+    return {(b - lo).div(span).clamp(0, 1), (a - lo).div(span).clamp(0, 1)};
+}
+
+RunResult image_row(const RunResult& r, int64_t i) {
+    RunResult one;
+    for (const auto& t : r.step_tokens) one.step_tokens.push_back(t.narrow(0, i, 1));
+    one.step_millis = r.step_millis;
+    one.step_info = r.step_info;
+    return one;
+}
+
+// Identical tokens of image `i` over all steps, from the family's per-step comparison
+// (weighted by the step's tokens); null where the family reports none (MAR).
+nlohmann::json token_agreement_of(const Runner& runner, const RunResult& base, const RunResult& acc,
+                                  int64_t i) {
+    if (base.step_tokens.empty() || base.step_tokens.size() != acc.step_tokens.size())
+        return nullptr;
+    const auto steps = runner.compare_steps(image_row(base, i), image_row(acc, i));
+    double identical = 0, total = 0;
+    for (size_t s = 0; s < steps.size() && s < base.step_tokens.size(); ++s) {
+        if (!steps[s].contains("identical_tokens")) return nullptr;
+        const double n = static_cast<double>(base.step_tokens[s].size(1));
+        identical += steps[s]["identical_tokens"].get<double>() * n;
+        total += n;
+    }
+    return total > 0 ? nlohmann::json(identical / total) : nlohmann::json();
+}
+
+SampleSettings unit_settings(const EvalManifest& m, const SampleSettings& settings,
+                             const EvalUnit& unit) {
+    SampleSettings s = settings;
+    s.class_ids.clear();
+    s.prompts.clear();
+    for (int64_t c : unit.conditions) {
+        if (m.prompts.empty())
+            s.class_ids.push_back(m.classes[c]);
+        else
+            s.prompts.push_back(m.prompts[c]);
+    }
+    s.batch = static_cast<int64_t>(unit.conditions.size());
+    s.seed = unit.seed;
+    return s;
+}
+
+// One untimed call per config on `unit`.
+void warm_up(const EvalManifest& m, Runner& runner, const EvalPlans& plans,
+             const SampleSettings& settings, const EvalUnit& unit) {
+    const SampleSettings s = unit_settings(m, settings, unit);
+    runner.validate(s);
+    for (const auto& plan : plans.plans) runner.generate(s, plan.get());
+}
+
+std::string config_error(const std::string& name, const std::string& what) {
+    return "manifest: configs." + name + ": " + what;
+}
+
+}  // namespace
+
+EvalPlans eval_plans(const EvalManifest& m, const Runner& runner) {
+    EvalPlans p;
+    p.names.push_back(kBaselineConfig);
+    p.plans.push_back(nullptr);
+    for (const auto& c : m.configs) {
+        try {
+            p.plans.push_back(c.accel.is_string()
+                                  ? runner.accel_from_argument(c.accel.get<std::string>())
+                                  : runner.parse_accel(c.accel));
+        } catch (const std::invalid_argument& e) {  // AccelConfigError, JSON errors
+            throw ManifestError(config_error(c.name, e.what()));
+        }
+        p.names.push_back(c.name);
+    }
+    return p;
+}
+
+SampleSettings eval_settings(const EvalManifest& m, const Runner& runner) {
+    SampleSettings s = runner.defaults();
+    std::set<std::string> given;
+    for (const auto& item : m.sampling.items()) given.insert(item.key());
+    try {
+        runner.apply_recommendation(s, given);
+    } catch (const CheckpointError&) {  // a malformed recommendation: the defaults stand
+    }
+    const auto& j = m.sampling;
+    if (j.contains("cfg")) s.cfg = j["cfg"].get<double>();
+    if (j.contains("top_k")) s.top_k = j["top_k"].get<int64_t>();
+    if (j.contains("top_p")) s.top_p = j["top_p"].get<double>();
+    if (j.contains("more_smooth")) s.more_smooth = j["more_smooth"].get<bool>();
+    if (j.contains("num_iter")) s.num_iter = j["num_iter"].get<int64_t>();
+    if (j.contains("temperature")) s.temperature = j["temperature"].get<double>();
+    if (j.contains("tau")) s.tau = j["tau"].get<double>();
+    s.time_steps = false;  // no per-step device syncs: the job times whole calls
+    s.count_flops = false;
+    return s;
+}
+
+void prepare_eval_output(const EvalManifest& m) {
+    const std::string where = "output_dir '" + m.output_dir + "'";
+    std::error_code ec;
+    fs::create_directories(fs::path(m.output_dir) / "shards", ec);
+    if (ec) throw std::invalid_argument(where + ": cannot create it: " + ec.message());
+    try {
+        const std::string probe = (fs::path(m.output_dir) / "shards" / ".write-test").string();
+        write_file_atomic(probe, "ok\n");
+        fs::remove(probe, ec);
+    } catch (const std::exception& e) {
+        throw std::invalid_argument(where + ": not writable: " + e.what());
+    }
+}
+
+nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans& plans,
+                         const SampleSettings& settings, const EvalShard& shard,
+                         const std::string& fingerprint) {
+    const at::Device device = runner.device();
+    nlohmann::json images = nlohmann::json::array();
+    nlohmann::json timing = nlohmann::json::object();
+    for (const auto& name : plans.names)
+        timing[name] = {{"calls", nlohmann::json::array()}, {"peak_memory_bytes", nullptr}};
+    std::map<std::string, std::vector<at::Tensor>> saved;
+
+    for (const auto& unit : shard.units) {
+        const SampleSettings s = unit_settings(m, settings, unit);
+        runner.validate(s);
+        RunResult base;
+        for (size_t k = 0; k < plans.names.size(); ++k) {
+            if (device.is_cuda()) kernels::reset_cuda_peak_memory(device.index());
+            RunResult r = runner.generate(s, plans.plans[k].get());
+            auto& t = timing[plans.names[k]];
+            t["calls"].push_back({{"images", s.batch}, {"millis", r.model_millis()}});
+            if (device.is_cuda())
+                t["peak_memory_bytes"] = std::max(
+                    t["peak_memory_bytes"].is_null() ? int64_t{0}
+                                                     : t["peak_memory_bytes"].get<int64_t>(),
+                    kernels::cuda_memory(device.index()).peak_allocated);
+            if (m.save_images && r.images.defined())
+                saved[plans.names[k]].push_back(
+                    r.images.to(at::kFloat).mul(255).round().clamp(0, 255).to(at::kByte).cpu());
+            if (k == 0) {
+                base = std::move(r);
+                continue;
+            }
+            const auto [ib, ia] = comparable_images(base, r);
+            const auto p = psnr(ib, ia);
+            const auto q = ssim(ib, ia);
+            for (size_t i = 0; i < unit.conditions.size(); ++i) {
+                images.push_back(
+                    {{"config", plans.names[k]},
+                     {"seed", unit.seed},
+                     {"condition", unit.conditions[i]},
+                     {"psnr_db", std::isfinite(p[i]) ? nlohmann::json(p[i]) : nlohmann::json()},
+                     {"ssim", q[i]},
+                     {"token_agreement",
+                      token_agreement_of(runner, base, r, static_cast<int64_t>(i))}});
+            }
+        }
+    }
+    if (m.save_images && !saved.empty()) {
+        StateDict tensors;
+        for (auto& [name, list] : saved) tensors[name] = at::cat(list, 0);
+        fs::create_directories(fs::path(m.output_dir) / "images");
+        char file[40];
+        std::snprintf(file, sizeof file, "shard-%05lld.safetensors",
+                      static_cast<long long>(shard.index));
+        save_safetensors(tensors, (fs::path(m.output_dir) / "images" / file).string(),
+                         {{"fingerprint", fingerprint}});
+    }
+    return {{"fingerprint", fingerprint},
+            {"shard", shard.index},
+            {"images", images},
+            {"timing", timing}};
+}
+
+EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobOptions& options) {
+    using Clock = std::chrono::steady_clock;
+    std::unique_ptr<ProcessGroup> single;
+    ProcessGroup* group = options.group;
+    if (!group) {
+        single = single_process_group();
+        group = single.get();
+    }
+    const int rank = group->rank(), world = group->world_size();
+    const std::string fingerprint = manifest_fingerprint(m);
+    const auto shards = plan_shards(m);
+    const std::string tag = "shards-" + fingerprint;
+    EvalJobResult out;
+    out.root = rank == 0;
+    nlohmann::json mine = nlohmann::json::object();
+    SampleSettings settings;
+    try {
+        prepare_eval_output(m);
+        const EvalPlans plans = eval_plans(m, runner);
+        settings = eval_settings(m, runner);
+        const auto todo = shards_of_rank(static_cast<int64_t>(shards.size()), rank, world);
+        const auto start = Clock::now();
+        EvalProgress progress{rank, 0, static_cast<int64_t>(todo.size()), 0, 0, -1};
+        for (int64_t index : todo) {
+            const std::string path = shard_path(m.output_dir, index);
+            auto done = read_shard_result(path, index, fingerprint);
+            if (done) {
+                ++out.resumed;
+                ++progress.resumed;
+            } else {
+                if (m.warmup && out.computed == 0)
+                    warm_up(m, runner, plans, settings, shards[index].units.front());
+                done = run_shard(m, runner, plans, settings, shards[index], fingerprint);
+                write_file_atomic(path, done->dump() + "\n");
+                ++out.computed;
+            }
+            mine[std::to_string(index)] = std::move(*done);
+            ++progress.done;
+            progress.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+            if (out.computed > 0)
+                progress.eta_s =
+                    progress.elapsed_s / out.computed * (progress.total - progress.done);
+            if (options.progress) options.progress(progress);
+        }
+    } catch (const std::exception& e) {
+        group->fail(tag, e.what());
+        throw;
+    }
+
+    const auto gathered = group->gather_to_root(tag, mine.dump());
+    if (rank != 0) return out;
+    // Every shard from the rank that ran it, checked; written here too where rank 0 does not
+    // share the other ranks' disk.
+    std::vector<nlohmann::json> results(shards.size());
+    std::vector<bool> have(shards.size(), false);
+    for (size_t r = 0; r < gathered.size(); ++r) {
+        const auto part = nlohmann::json::parse(gathered[r]);
+        for (const auto& [key, shard] : part.items()) {
+            const int64_t index = std::stoll(key);
+            const std::string source = "shard " + key + " from rank " + std::to_string(r);
+            if (index < 0 || index >= static_cast<int64_t>(shards.size()) ||
+                index % world != static_cast<int64_t>(r) || have[index])
+                throw RankError(source + ": not a shard of that rank");
+            check_shard_result(shard, index, fingerprint, source);
+            const std::string path = shard_path(m.output_dir, index);
+            if (!fs::exists(path)) write_file_atomic(path, shard.dump() + "\n");
+            results[index] = shard;
+            have[index] = true;
+        }
+    }
+    for (size_t i = 0; i < shards.size(); ++i)
+        if (!have[i]) throw RankError("shard " + std::to_string(i) + " came from no rank");
+
+    nlohmann::json result = aggregate_shards(m, results);
+    result["fingerprint"] = fingerprint;
+    result["work"] = m.work_json();
+    result["world_size"] = world;
+    result["device"] = runner.device().str();
+    result["family"] = family_id(runner.family());
+    result["model"] = runner.describe();
+    result["settings"] = runner.settings_json(settings);
+    const fs::path dir = m.output_dir;
+    write_file_atomic((dir / "result.json").string(), result.dump(2) + "\n");
+    write_file_atomic((dir / "summary.csv").string(), summary_csv(result));
+    write_file_atomic((dir / "images.csv").string(), images_csv(results));
+    out.result = std::move(result);
+    out.result_path = (dir / "result.json").string();
+    return out;
+}
+
+}  // namespace varscope

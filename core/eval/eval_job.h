@@ -1,0 +1,66 @@
+// `varscope-cli eval`'s job (issue #34), written once for every model family against Runner:
+// the shards of a manifest, each run under the baseline and every accelerator config, compared
+// per image (PSNR, SSIM, token agreement), timed, written atomically; a restart skips finished
+// shards; rank 0 gathers every rank's shard results and writes result.json, summary.csv and
+// images.csv. Quality metrics that need a feature network (FID, ...) plug in at run_shard's
+// per-image loop and at aggregate_shards (a later part of the issue).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/eval/manifest.h"
+#include "core/eval/process_group.h"
+#include "core/eval/shards.h"
+#include "core/runner/runner.h"
+
+namespace varscope {
+
+struct EvalProgress {
+    int rank = 0;
+    int64_t done = 0;     // shards of this rank finished (computed or found)
+    int64_t total = 0;    // shards of this rank
+    int64_t resumed = 0;  // of `done`, found finished on disk
+    double elapsed_s = 0;
+    double eta_s = -1;  // -1 until a shard was computed
+};
+
+struct EvalJobOptions {
+    ProcessGroup* group = nullptr;  // null: one process
+    std::function<void(const EvalProgress&)> progress;
+};
+
+struct EvalJobResult {
+    bool root = true;       // rank 0: `result` is filled and the files are written
+    nlohmann::json result;  // result.json's content
+    int64_t computed = 0;   // shards this process computed
+    int64_t resumed = 0;    // shards this process found finished
+    std::string result_path;
+};
+
+// The baseline and one plan per manifest config, parsed by the runner's family (the manifest's
+// accel JSON, preset name or file). ManifestError naming the config.
+struct EvalPlans {
+    std::vector<std::string> names;                       // the baseline first
+    std::vector<std::shared_ptr<const AccelPlan>> plans;  // null for the baseline
+};
+EvalPlans eval_plans(const EvalManifest& m, const Runner& runner);
+
+// The family's defaults with the model's recommendation and the manifest's "sampling" over them.
+SampleSettings eval_settings(const EvalManifest& m, const Runner& runner);
+
+// Creates the output folder (and shards/) and checks a file can be written there;
+// std::invalid_argument naming output_dir otherwise.
+void prepare_eval_output(const EvalManifest& m);
+
+// One shard's result (the JSON of its shard file).
+nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans& plans,
+                         const SampleSettings& settings, const EvalShard& shard,
+                         const std::string& fingerprint);
+
+EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobOptions& options);
+
+}  // namespace varscope
