@@ -1,8 +1,6 @@
 // `varscope-cli eval`: bad input named with exit 2, and a 2-process job under torchrun on the
 // embedded emoji VAR giving the 1-process metrics bit for bit (skipped without torchrun).
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -10,12 +8,15 @@
 
 #include "core/io/json_read.h"
 #include "tests/cli_run.h"
+#include "tests/eval_test_util.h"
 #include "tests/test_util.h"
 
 namespace varscope {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::eval_quality;
+using testing::free_port;
 using testing::run_cli;
 using testing::TempDir;
 
@@ -63,29 +64,6 @@ TEST(CliEval, BadInputIsNamedWithExitTwo) {
     EXPECT_NE(r.out.find("shard-00000.json"), std::string::npos) << r.out;
 }
 
-int free_port() {
-    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t n = sizeof a;
-    ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-    ::close(s);
-    return ntohs(a.sin_port);
-}
-
-nlohmann::json metrics_of(const nlohmann::json& result) {
-    nlohmann::json q = nlohmann::json::array();
-    for (const auto& c : result["configs"]) {
-        nlohmann::json row = {{"name", c["name"]}, {"images", c["images"]}};
-        for (const char* k : {"psnr_db", "ssim", "token_agreement"})
-            if (c.contains(k)) row[k] = c[k];
-        q.push_back(row);
-    }
-    return q;
-}
-
 TEST(CliEval, TwoProcessesUnderTorchrunGiveTheOneProcessMetricsBitForBit) {
 #ifdef VARSCOPE_TORCHRUN_PATH
     const std::string torchrun = VARSCOPE_TORCHRUN_PATH;
@@ -111,7 +89,7 @@ TEST(CliEval, TwoProcessesUnderTorchrunGiveTheOneProcessMetricsBitForBit) {
     const auto b = read_json_file(dir.file("two") + "/result.json", "2-process result");
     EXPECT_EQ(b["world_size"], 2);
     EXPECT_EQ(a["world_size"], 1);
-    EXPECT_EQ(metrics_of(b), metrics_of(a));
+    EXPECT_EQ(eval_quality(b), eval_quality(a));
     EXPECT_EQ(a["configs"][1]["images"], 2);
 }
 

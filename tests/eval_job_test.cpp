@@ -5,8 +5,6 @@
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -15,6 +13,7 @@
 
 #include "core/io/json_read.h"
 #include "tests/error_of.h"
+#include "tests/eval_test_util.h"
 #include "tests/test_util.h"
 #include "tests/tiny_models.h"
 
@@ -23,6 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::error_of;
+using testing::eval_quality;
+using testing::free_port;
 using testing::TempDir;
 
 // 3 classes x 2 seeds in batches of 2: 4 generate calls, one per shard.
@@ -41,18 +42,6 @@ EvalManifest manifest(const std::string& out) {
 
 std::unique_ptr<Runner> small_runner() {
     return var_runner(testing::small_pipeline(7));
-}
-
-// The quality numbers of a result (timings differ between runs).
-nlohmann::json quality(const nlohmann::json& result) {
-    nlohmann::json q = nlohmann::json::array();
-    for (const auto& c : result["configs"]) {
-        nlohmann::json row = {{"name", c["name"]}, {"images", c["images"]}};
-        for (const char* k : {"psnr_db", "ssim", "token_agreement"})
-            if (c.contains(k)) row[k] = c[k];
-        q.push_back(row);
-    }
-    return q;
 }
 
 TEST(EvalJob, RunsEveryShardUnderEveryConfigAndSummarises) {
@@ -107,11 +96,11 @@ TEST(EvalJob, ARestartSkipsFinishedShardsAndCountsEachOnce) {
     const auto second = run_eval_job(manifest(out), *runner, {});
     EXPECT_EQ(second.computed, 1);
     EXPECT_EQ(second.resumed, 3);
-    EXPECT_EQ(quality(second.result), quality(first.result));
+    EXPECT_EQ(eval_quality(second.result), eval_quality(first.result));
     EXPECT_EQ(second.result["configs"][2]["images"], 6);  // not 6 + 4
     const auto third = run_eval_job(manifest(out), *runner, {});
     EXPECT_EQ(third.computed, 0);
-    EXPECT_EQ(quality(third.result), quality(first.result));
+    EXPECT_EQ(eval_quality(third.result), eval_quality(first.result));
 }
 
 TEST(EvalJob, ADamagedShardFileStopsTheJobWithItsName) {
@@ -167,18 +156,6 @@ TEST(EvalJob, SavedImagesComeWithTheShards) {
 }
 
 // --- 2 ranks under torchrun: this binary, launched twice, runs the worker below.
-
-int free_port() {
-    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t n = sizeof a;
-    ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-    ::close(s);
-    return ntohs(a.sin_port);
-}
 
 std::string torchrun_path() {
 #ifdef VARSCOPE_TORCHRUN_PATH
@@ -256,7 +233,7 @@ TEST(EvalJobDistributed, TwoRanksUnderTorchrunGiveTheOneRankResultBitForBit) {
     const auto two = read_json_file((fs::path(out) / "result.json").string(), "result");
     EXPECT_EQ(two["world_size"], 2);
     EXPECT_EQ(two["fingerprint"], one.result["fingerprint"]);
-    EXPECT_EQ(quality(two), quality(one.result));
+    EXPECT_EQ(eval_quality(two), eval_quality(one.result));
     for (int i = 0; i < 4; ++i) {
         const auto a = read_json_file(shard_path(out, i), "2-rank shard");
         const auto b = read_json_file(shard_path((dir.path() / "one").string(), i), "shard");
@@ -276,8 +253,8 @@ TEST(EvalJobDistributed, ARankThatDiesFailsTheJobAndTheRestartResumes) {
     ASSERT_EQ(torchrun_workers(out), 0) << log_of(out);
     EXPECT_EQ(computed_by(out, 0) + computed_by(out, 1), 4 - written);
     const auto one = one_process_result((dir.path() / "one").string());
-    EXPECT_EQ(quality(read_json_file((fs::path(out) / "result.json").string(), "result")),
-              quality(one.result));
+    EXPECT_EQ(eval_quality(read_json_file((fs::path(out) / "result.json").string(), "result")),
+              eval_quality(one.result));
 }
 
 }  // namespace

@@ -1,8 +1,6 @@
 // core/eval/process_group.h: one process, and ranks talking through c10d's TCPStore (the
 // other rank is a forked child that uses only the store).
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,23 +8,13 @@
 
 #include "core/eval/process_group.h"
 #include "tests/error_of.h"
+#include "tests/eval_test_util.h"
 
 namespace varscope {
 namespace {
 
 using testing::error_of;
-
-int free_port() {
-    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t n = sizeof a;
-    ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-    ::close(s);
-    return ntohs(a.sin_port);
-}
+using testing::free_port;
 
 DistributedSpec spec(int rank, int port, double timeout_s = 30) {
     DistributedSpec s;

@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 
 #include "app/exec_env/exec_env.h"
+#include "core/io/atomic_file.h"
 #include "core/pipeline.h"
 
 namespace varscope::cli {
@@ -35,19 +35,7 @@ void write_json(const nlohmann::json& j, const std::string& path, bool overwrite
 }
 
 void write_text(const std::string& text, const std::string& path) {
-    namespace fs = std::filesystem;
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::binary);
-        f << text;
-        if (!f) throw std::runtime_error("could not write '" + tmp + "'");
-    }
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    if (ec) {
-        fs::remove(tmp);
-        throw std::runtime_error("could not move '" + tmp + "' to '" + path + "': " + ec.message());
-    }
+    write_file_atomic(path, text);
 }
 
 nlohmann::json environment_json(const std::string& device) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/eval/manifest.h"
+#include "core/io/atomic_file.h"  // write_file_atomic, used by the eval job for every file
 
 namespace varscope {
 
@@ -58,11 +59,5 @@ std::optional<nlohmann::json> read_shard_result(const std::string& path, int64_t
 // aggregation reads. ShardFileError naming `source`.
 void check_shard_result(const nlohmann::json& j, int64_t index, const std::string& fingerprint,
                         const std::string& source);
-
-// Writes `bytes` to `path` so that a reader (or a crash at any point) sees the old file or the
-// new one whole: a temporary file in the same folder, flushed to disk, renamed over `path`.
-// std::runtime_error naming the path on failure (disk full, no permission); the temporary
-// file is removed.
-void write_file_atomic(const std::string& path, const std::string& bytes);
 
 }  // namespace varscope
