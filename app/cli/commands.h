@@ -18,11 +18,11 @@ Command add_train(CLI::App& app);
 Command add_compare(CLI::App& app);
 Command add_compare_mar(CLI::App& app);  // cmd_compare.cpp (alias of compare)
 Command add_methods(CLI::App& app);
-Command add_analyze(CLI::App& app);  // cmd_analyze.cpp: attention analysis (issue #35)
+Command add_analyze(CLI::App& app);       // cmd_analyze.cpp: attention analysis (issue #35)
 Command add_eval_prompts(CLI::App& app);  // cmd_eval_prompts.cpp: prompt following (#33)
-Command add_bench(CLI::App& app);    // parent of the bench subcommands below
-Command add_eval(CLI::App& app);     // cmd_eval.cpp: evaluation jobs (issue #34)
-Command add_sweep(CLI::App& app);    // cmd_eval.cpp: Pareto sweeps over accelerator settings
+Command add_bench(CLI::App& app);         // parent of the bench subcommands below
+Command add_eval(CLI::App& app);          // cmd_eval.cpp: evaluation jobs (issue #34)
+Command add_sweep(CLI::App& app);         // cmd_eval.cpp: Pareto sweeps over accelerator settings
 
 // A subcommand registered on a parent app, and what runs it.
 struct TrainSubcommand {
