@@ -55,8 +55,8 @@ struct DistributedSpec {
 
 // The spec from the launcher's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_RESTART_COUNT), read through `lookup` (the front
-// end passes getenv: core reads no environment). nullopt without RANK and WORLD_SIZE (not
-// launched by torchrun); std::invalid_argument naming the variable when one is malformed.
+// end passes its environment lookup: core reads none itself). nullopt without RANK and WORLD_SIZE
+// (not launched by torchrun); std::invalid_argument naming the variable when one is malformed.
 std::optional<DistributedSpec> distributed_spec_from(
     const std::function<const char*(const char*)>& lookup);
 
