@@ -128,5 +128,21 @@ TEST(EvalManifest, WorkJsonLeavesOutTheOutputFolder) {
     EXPECT_NE(a.work_json(), b.work_json());
 }
 
+// The embedded models by name: the text-to-image one (the CLI's default) as "t2i" or "infinity".
+TEST(EvalManifest, EmbeddedModelsByName) {
+    for (const auto& [name, family] :
+         std::vector<std::pair<std::string, Family>>{{"t2i", Family::Infinity},
+                                                     {"infinity", Family::Infinity},
+                                                     {"var", Family::Var},
+                                                     {"mar", Family::Mar}}) {
+        nlohmann::json j = minimal();
+        j["model"] = {{"embedded", name}};
+        EXPECT_EQ(parse_manifest(j, "'m.json'", "/base").model.embedded, family) << name;
+    }
+    nlohmann::json j = minimal();
+    j["model"] = {{"embedded", "sdxl"}};
+    EXPECT_NE(parse_error(j).find("expected \"t2i\""), std::string::npos) << parse_error(j);
+}
+
 }  // namespace
 }  // namespace varscope

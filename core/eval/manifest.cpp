@@ -52,12 +52,16 @@ ModelSpec read_model(const Reader& r, const nlohmann::json& j) {
     r.known(j, "model", {"embedded", "path", "vae", "text_encoder", "diffusion_steps", "family"});
     ModelSpec spec;
     if (j.contains("embedded") == j.contains("path"))
-        r.fail("model", "name either \"path\" (a checkpoint) or \"embedded\" (\"var\" or \"mar\")");
+        r.fail("model",
+               "name either \"path\" (a checkpoint) or \"embedded\" (\"t2i\", \"var\" "
+               "or \"mar\")");
     if (j.contains("embedded")) {
         const std::string f = r.text(j["embedded"], "model.embedded");
-        if (f != "var" && f != "mar")
-            r.fail("model.embedded", "expected \"var\" or \"mar\", got \"" + f + "\"");
-        spec.embedded = family_from_id(f);
+        if (f != "var" && f != "mar" && f != "t2i" && f != "infinity")
+            r.fail("model.embedded",
+                   "expected \"t2i\" (the emoji text-to-image model), \"var\" or \"mar\", got \"" +
+                       f + "\"");
+        spec.embedded = f == "t2i" ? Family::Infinity : family_from_id(f);
         if (j.contains("vae")) r.fail("model.vae", "the embedded model brings its own VAE");
     } else {
         spec.model_path = r.path(j["path"], "model.path", true);
