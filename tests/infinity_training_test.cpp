@@ -175,6 +175,49 @@ TEST(InfinityTraining, CaptionsAreDrawnFromTheirRow) {
     EXPECT_THROW(pick_captions(caps, at::tensor({3}, at::kLong), gen), std::invalid_argument);
 }
 
+TEST(InfinityTraining, CaptionNoiseAddsFillersAndDropsWordsButKeepsOne) {
+    const std::vector<std::string> words = {"red", "heart,", "twemoji", "style"};
+    const std::string caption = "red heart, twemoji style";
+    CaptionNoise only_fillers;
+    only_fillers.prob = 1;
+    only_fillers.max_words = 3;
+    auto gen = at::detail::createCPUGenerator(11);
+    std::set<size_t> added;
+    for (int i = 0; i < 40; ++i) {
+        const std::string out = noisy_caption(caption, only_fillers, gen);
+        std::vector<std::string> got;
+        std::istringstream in(out);
+        for (std::string w; in >> w;) got.push_back(w);
+        // Every word of the caption, in order, plus 1..3 fillers.
+        ASSERT_GE(got.size(), words.size() + 1) << out;
+        ASSERT_LE(got.size(), words.size() + 3) << out;
+        added.insert(got.size() - words.size());
+        size_t k = 0;
+        for (const auto& w : got)
+            if (k < words.size() && w == words[k]) ++k;
+        EXPECT_EQ(k, words.size()) << out;
+    }
+    EXPECT_EQ(added.size(), 3u);  // 1, 2 and 3 fillers all come up
+    // The fillers never use the held-out templates' words (the evaluation's unseen wording).
+    for (const auto& f : kCaptionFillers)
+        for (const char* held : {"picture", "drawn", "icon", "showing", "from", "category", "the"})
+            EXPECT_NE(f, held);
+    // Dropout keeps at least one word; same generator state, same output.
+    CaptionNoise drop;
+    drop.word_dropout = 0.999;
+    EXPECT_FALSE(noisy_caption(caption, drop, gen).empty());
+    auto g1 = at::detail::createCPUGenerator(3), g2 = at::detail::createCPUGenerator(3);
+    CaptionNoise both = only_fillers;
+    both.word_dropout = 0.3;
+    EXPECT_EQ(noisy_caption(caption, both, g1), noisy_caption(caption, both, g2));
+    // Off: pick_captions draws and returns exactly what it did without noise.
+    const std::vector<std::vector<std::string>> caps = {{"a b", "c d"}, {"e f g"}};
+    auto h1 = at::detail::createCPUGenerator(9), h2 = at::detail::createCPUGenerator(9);
+    EXPECT_EQ(pick_captions(caps, at::tensor({1, 0}, at::kLong), h1),
+              pick_captions(caps, at::tensor({1, 0}, at::kLong), h2, CaptionNoise{}));
+    EXPECT_EQ(at::rand({1}, h1).item<double>(), at::rand({1}, h2).item<double>());
+}
+
 TEST(InfinityTraining, T5TrainsAndSavesAHuggingFaceFolder) {
     if (!SentencePieceTokenizer::available()) GTEST_SKIP() << "built without SentencePiece";
     T5Encoder t5(tiny_t5(500));
@@ -357,4 +400,15 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
     EXPECT_NE(error({{"t5", {{"d_model", 0}}}}).find("d_model"), std::string::npos);
     EXPECT_NE(error({{"cond_drop", 1.5}}).find("cond_drop"), std::string::npos);
     EXPECT_NE(error({{"pixels", "2M"}}).find("pixels"), std::string::npos);
+    EXPECT_NE(error({{"caption_noise", {{"prb", 0.5}}}}).find("unknown field 'prb'"),
+              std::string::npos);
+    EXPECT_NE(error({{"caption_noise", {{"prob", 2}}}}).find("caption_noise"), std::string::npos);
+    InfinityTrainJob noisy;
+    nlohmann::json c = j;
+    c["caption_noise"] = {{"prob", 0.5}, {"max_words", 4}, {"word_dropout", 0.1}};
+    apply_infinity_config(c, 1100, noisy);
+    EXPECT_DOUBLE_EQ(noisy.caption_noise.prob, 0.5);
+    EXPECT_EQ(noisy.caption_noise.max_words, 4);
+    EXPECT_DOUBLE_EQ(noisy.caption_noise.word_dropout, 0.1);
+    EXPECT_FALSE(job.caption_noise.enabled());  // the shipped model's recipe: no noise
 }

@@ -186,9 +186,9 @@ nlohmann::json evaluate(const InfinityTransformerImpl& model, const T5Encoder& t
 
 const std::vector<std::string>& infinity_config_keys() {
     static const std::vector<std::string> k = {
-        "model",         "t5",          "cond_drop", "ema_rate",
-        "bf16_autocast", "export_int8", "grad_clip", "reweight_loss_by_scale",
-        "pixels",        "h_div_w"};
+        "model",         "t5",          "cond_drop",    "ema_rate",
+        "bf16_autocast", "export_int8", "grad_clip",    "reweight_loss_by_scale",
+        "pixels",        "h_div_w",     "caption_noise"};
     return k;
 }
 
@@ -233,6 +233,22 @@ void apply_infinity_config(const nlohmann::json& j, int64_t tokenizer_ids, Infin
     get(j, top, "reweight_loss_by_scale", job.reweight_loss_by_scale);
     get(j, top, "pixels", job.pixels);
     get(j, top, "h_div_w", job.h_div_w);
+    if (j.contains("caption_noise")) {
+        const auto& n = j["caption_noise"];
+        if (!n.is_object())
+            throw std::invalid_argument(top + ": 'caption_noise' must be an object");
+        require_known_fields(n, {{"prob", 0}, {"max_words", 0}, {"word_dropout", 0}},
+                             top + ": caption_noise");
+        get(n, top + ": caption_noise", "prob", job.caption_noise.prob);
+        get(n, top + ": caption_noise", "max_words", job.caption_noise.max_words);
+        get(n, top + ": caption_noise", "word_dropout", job.caption_noise.word_dropout);
+        const CaptionNoise& c = job.caption_noise;
+        if (!(c.prob >= 0 && c.prob <= 1) || !(c.word_dropout >= 0 && c.word_dropout < 1) ||
+            c.max_words < 0 || c.max_words > 16)
+            throw std::invalid_argument(top +
+                                        ": caption_noise: prob in [0, 1], word_dropout in [0, "
+                                        "1), max_words in [0, 16]");
+    }
     if (!(job.cond_drop >= 0 && job.cond_drop < 1))
         throw std::invalid_argument(top + ": 'cond_drop' must be in [0, 1)");
     if (!(job.ema_rate >= 0 && job.ema_rate < 1))
@@ -245,8 +261,49 @@ void apply_infinity_config(const nlohmann::json& j, int64_t tokenizer_ids, Infin
     }
 }
 
+const std::vector<std::string> kCaptionFillers = {
+    "image",  "emoji",   "symbol", "sign",   "small",   "cute",       "simple", "flat",
+    "a",      "an",      "one",    "photo",  "sketch",  "art",        "style",  "graphic",
+    "please", "show",    "me",     "make",   "with",    "of",         "and",    "colorful",
+    "little", "sticker", "design", "yellow", "cartoon", "vector",     "clean",  "nice",
+    "big",    "new",     "my",     "this",   "like",    "illustrated"};
+
+std::string noisy_caption(const std::string& caption, const CaptionNoise& noise,
+                          at::Generator& gen) {
+    std::vector<std::string> words;
+    for (size_t i = 0; i < caption.size();) {
+        const size_t j = std::min(caption.find(' ', i), caption.size());
+        if (j > i) words.push_back(caption.substr(i, j - i));
+        i = j + 1;
+    }
+    if (words.empty()) return caption;
+    // Draws in a fixed order and count per caption: dropouts, then the insertion decision.
+    const at::Tensor u = at::rand({static_cast<int64_t>(words.size()) + 1}, gen, at::kDouble);
+    const double* d = u.data_ptr<double>();
+    std::vector<std::string> kept;
+    for (size_t i = 0; i < words.size(); ++i)
+        if (d[i] >= noise.word_dropout) kept.push_back(words[i]);
+    if (kept.empty()) kept.push_back(words[0]);
+    if (d[words.size()] < noise.prob && noise.max_words > 0) {
+        const int64_t n = at::randint(1, noise.max_words + 1, {1}, gen, at::kLong).item<int64_t>();
+        for (int64_t k = 0; k < n; ++k) {
+            const auto w =
+                at::randint(0, static_cast<int64_t>(kCaptionFillers.size()), {1}, gen, at::kLong)
+                    .item<int64_t>();
+            const auto at_pos =
+                at::randint(0, static_cast<int64_t>(kept.size()) + 1, {1}, gen, at::kLong)
+                    .item<int64_t>();
+            kept.insert(kept.begin() + at_pos, kCaptionFillers[static_cast<size_t>(w)]);
+        }
+    }
+    std::string out;
+    for (const auto& w : kept) out += (out.empty() ? "" : " ") + w;
+    return out;
+}
+
 std::vector<std::string> pick_captions(const std::vector<std::vector<std::string>>& captions,
-                                       const at::Tensor& rows, at::Generator& gen) {
+                                       const at::Tensor& rows, at::Generator& gen,
+                                       const CaptionNoise& noise) {
     const at::Tensor r = rows.to(at::kCPU, at::kLong).contiguous();
     const at::Tensor u = at::rand({r.numel()}, gen, at::kDouble);
     std::vector<std::string> out;
@@ -261,6 +318,8 @@ std::vector<std::string> pick_captions(const std::vector<std::vector<std::string
                                                                   static_cast<double>(c.size())));
         out.push_back(c[k]);
     }
+    if (noise.enabled())
+        for (auto& caption : out) caption = noisy_caption(caption, noise, gen);
     return out;
 }
 
@@ -416,7 +475,7 @@ nlohmann::json train_infinity(const InfinityTrainJob& job, std::ostream& out) {
         // Captions and drops from a generator of (seed, step): a resumed run draws the same.
         auto gen = at::detail::createCPUGenerator(tc.seed * 1000003ULL + 7919ULL +
                                                   static_cast<uint64_t>(step));
-        const auto prompts = pick_captions(job.captions, rows, gen);
+        const auto prompts = pick_captions(job.captions, rows, gen, job.caption_noise);
         const at::Tensor u = at::rand({rows.size(0)}, gen, at::kDouble);
         std::vector<bool> drop;
         int64_t dropped = 0;
@@ -499,6 +558,9 @@ nlohmann::json train_infinity(const InfinityTrainJob& job, std::ostream& out) {
     report["train"] = tc.to_json();
     report["model"] = run_json;
     report["cond_drop"] = job.cond_drop;
+    report["caption_noise"] = {{"prob", job.caption_noise.prob},
+                               {"max_words", job.caption_noise.max_words},
+                               {"word_dropout", job.caption_noise.word_dropout}};
     report["ema_rate"] = job.ema_rate;
     report["bf16_autocast"] = job.bf16_autocast;
     report["export_int8"] = job.export_int8;

@@ -25,6 +25,23 @@
 
 namespace varscope {
 
+// Caption noise (issue #33): the first trained model followed its six training wordings and
+// little else (6 % of held-out phrasings). With probability `prob` a caption gets 1..max_words
+// filler words at random places, and each of its words is dropped with `word_dropout` (one word
+// always stays), so the text encoder learns to read the emoji's name among words it does not
+// know. The fillers (kCaptionFillers) avoid every word of the held-out templates ("picture",
+// "drawn", "icon", "showing", "from", "category", "the"), so the evaluation stays unseen wording.
+struct CaptionNoise {
+    double prob = 0;  // 0 = off (captions as written; the random draws of a run are unchanged)
+    int64_t max_words = 3;
+    double word_dropout = 0;
+    bool enabled() const { return prob > 0 || word_dropout > 0; }
+};
+extern const std::vector<std::string> kCaptionFillers;
+// `caption` with noise from `gen` (a pure function of the caption and the generator's state).
+std::string noisy_caption(const std::string& caption, const CaptionNoise& noise,
+                          at::Generator& gen);
+
 struct InfinityTrainJob {
     InfinityConfig model;
     T5EncoderConfig t5;  // vocab_size must cover the tokenizer (pieces + extra ids)
@@ -46,12 +63,14 @@ struct InfinityTrainJob {
     double ema_rate = 0;                  // 0 = off; when on, the exports hold the EMA
     bool bf16_autocast = false;           // CUDA only; fp32 weights
     bool export_int8 = false;             // the transformer's large 2-D weights as int8
+    CaptionNoise caption_noise;           // off unless the config's "caption_noise" sets it
 };
 
 // The job's settings from a training config (resources/training/emoji-infinity.json): "model"
 // (InfinityConfig fields), "t5" (HF config.json fields; vocab_size defaults to `tokenizer_ids`,
 // the tokenizer's pieces + extra ids), and the top-level keys cond_drop, ema_rate,
-// bf16_autocast, export_int8, grad_clip, reweight_loss_by_scale, pixels, h_div_w. "train" and
+// bf16_autocast, export_int8, grad_clip, reweight_loss_by_scale, pixels, h_div_w and
+// caption_noise ({"prob", "max_words", "word_dropout"}). "train" and
 // "comment" are left to the caller. Unknown keys, wrong types and bad ranges throw
 // std::invalid_argument naming the key.
 void apply_infinity_config(const nlohmann::json& config, int64_t tokenizer_ids,
@@ -59,9 +78,11 @@ void apply_infinity_config(const nlohmann::json& config, int64_t tokenizer_ids,
 // The config's top-level keys apply_infinity_config reads.
 const std::vector<std::string>& infinity_config_keys();
 
-// The caption of each row for one step: uniform over the row's captions, from `gen`.
+// The caption of each row for one step: uniform over the row's captions, from `gen`, then
+// `noise` (when enabled; its draws come after the picks, so an off setting draws nothing more).
 std::vector<std::string> pick_captions(const std::vector<std::vector<std::string>>& captions,
-                                       const at::Tensor& rows, at::Generator& gen);
+                                       const at::Tensor& rows, at::Generator& gen,
+                                       const CaptionNoise& noise = {});
 
 // Official cond drop: rows with drop[b] get cfg_uncond[:lens[b]] instead of their features.
 InfinityText drop_conditions(const InfinityText& text, const at::Tensor& cfg_uncond,
