@@ -306,6 +306,15 @@ varscope::testing::CliRun pack(const std::filesystem::path& root, const std::str
                                       " --classes-out " + classes + extra);
 }
 
+// The tiny dataset packed into dir/p.safetensors; "" when this CLI cannot pack (no OpenCV).
+std::string pack_tiny(const TempDir& dir) {
+    const std::string packed = dir.file("p.safetensors");
+    const auto r = pack(make_tiny_emoji64(dir), packed, dir.file("c.json"));
+    if (r.code == 2 && r.out.find("needs a build with OpenCV") != std::string::npos) return {};
+    EXPECT_EQ(r.code, 0) << r.out;
+    return r.code == 0 ? packed : std::string();
+}
+
 }  // namespace
 
 TEST(EmojiCaptions, PackEmojiWritesCaptionsDeterministically) {
@@ -358,16 +367,12 @@ TEST(EmojiCaptions, TrainTokenizerCommand) {
     if (!varscope::SentencePieceTokenizer::available())
         GTEST_SKIP() << "built without SentencePiece";
     TempDir dir;
-    const auto root = make_tiny_emoji64(dir);
-    const std::string packed = dir.file("p.safetensors");
-    auto r = pack(root, packed, dir.file("c.json"));
-    if (r.code == 2 && r.out.find("needs a build with OpenCV") != std::string::npos)
-        GTEST_SKIP() << "varscope-cli was built without OpenCV";
-    ASSERT_EQ(r.code, 0) << r.out;
+    const std::string packed = pack_tiny(dir);
+    if (packed.empty()) GTEST_SKIP() << "varscope-cli was built without OpenCV (or pack failed)";
 
     const std::string model = dir.file("spiece.model");
     const std::string args = "train tokenizer --data " + packed + " --out " + model + " --vocab 40";
-    r = varscope::testing::run_cli(args);
+    auto r = varscope::testing::run_cli(args);
     if (r.code != 0 && r.out.find("no SentencePiece") != std::string::npos)
         GTEST_SKIP() << "varscope-cli was built without SentencePiece's trainer";
     ASSERT_EQ(r.code, 0) << r.out;
@@ -405,16 +410,12 @@ TEST(EmojiCaptions, TrainTokenizerCommand) {
 TEST(EmojiCaptions, EvalPromptsCommand) {
     if (!varscope::embedded_model_available()) GTEST_SKIP() << "no embedded emoji VAR";
     TempDir dir;
-    const auto root = make_tiny_emoji64(dir);
-    const std::string packed = dir.file("p.safetensors");
-    auto r = pack(root, packed, dir.file("c.json"));
-    if (r.code == 2 && r.out.find("needs a build with OpenCV") != std::string::npos)
-        GTEST_SKIP() << "varscope-cli was built without OpenCV";
-    ASSERT_EQ(r.code, 0) << r.out;
+    const std::string packed = pack_tiny(dir);
+    if (packed.empty()) GTEST_SKIP() << "varscope-cli was built without OpenCV (or pack failed)";
     const std::string out = dir.file("pf");
-    r = varscope::testing::run_cli("eval-prompts --data " + packed +
-                                   " --family var --count 3 --seeds 0,1 --prompts-per-batch 2 -o " +
-                                   out);
+    auto r = varscope::testing::run_cli(
+        "eval-prompts --data " + packed +
+        " --family var --count 3 --seeds 0,1 --prompts-per-batch 2 -o " + out);
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("prompt following: "), std::string::npos) << r.out;
     const auto j = nlohmann::json::parse(slurp(out + "/prompt_following.json"));

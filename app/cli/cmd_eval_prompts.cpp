@@ -15,9 +15,6 @@
 #include "app/cli/run_args.h"
 #include "app/cli/run_report.h"
 #include "core/analysis/prompt_following.h"
-#include "core/data/emoji_classes.h"
-#include "core/resources.h"
-#include "core/text/class_matcher.h"
 #include "core/training/train_common.h"
 
 namespace varscope::cli {
@@ -88,13 +85,9 @@ int run(EvalPromptsArgs& a) {
     const bool text = runner->family() == Family::Infinity;
     std::vector<int64_t> class_of;  // class-conditional: the class each prompt's words match
     if (!text) {
-        const std::string list = class_list_for(runner->model_path(), runner->shape().num_classes);
-        if (list.empty())
-            throw std::invalid_argument(
-                "a class-conditional model needs its class-name list to read prompts; none "
-                "was found for " +
-                runner->model_path());
-        const ClassMatcher matcher(load_class_list(list));
+        // The list beside the model, checked against its class count (as generate's --prompt).
+        const ClassMatcher matcher =
+            class_matcher_for(runner->model_path(), runner->shape().num_classes);
         for (const auto& p : result.prompts) {
             const auto m = matcher.rank(p.text, 1);
             class_of.push_back(m.empty() ? -1 : m.front().class_id);  // -1: unconditional
@@ -161,11 +154,11 @@ int run(EvalPromptsArgs& a) {
               << a.seeds.size() << " seeds) have the described emoji as "
               << "nearest image; class match " << 100.0 * result.class_rate()
               << " %; by phrasing template";
-    for (int64_t t = 0; t < 8; ++t)
+    for (int64_t t = 0; t < result.template_count(); ++t)  // the templates the prompts use
         if (std::any_of(result.prompts.begin(), result.prompts.end(),
                         [&](const auto& p) { return p.template_index == t; }))
             std::cout << " " << t << ": " << 100.0 * result.follow_rate_of_template(t) << " %";
-    std::cout << " %; mean nearest PSNR " << result.mean_psnr() << " dB; every seed "
+    std::cout << "; mean nearest PSNR " << result.mean_psnr() << " dB; every seed "
               << result.prompts_always() << ", no seed " << result.prompts_never()
               << " phrasings\nwrote " << json_path << ", " << csv_path
               << (a.sheet_rows > 0 ? ", " + sheet_path : "") << "\n";

@@ -501,8 +501,7 @@ std::shared_ptr<const AccelPlan> SampleArgs::accel(const Runner& runner,
     return plan;
 }
 
-int64_t class_for_prompt(const std::string& prompt, const std::string& model_path,
-                         int64_t num_classes) {
+ClassMatcher class_matcher_for(const std::string& model_path, int64_t num_classes) {
     const std::string list = class_list_for(model_path, num_classes);
     if (list.empty())
         throw std::invalid_argument(
@@ -511,7 +510,12 @@ int64_t class_for_prompt(const std::string& prompt, const std::string& model_pat
     if (static_cast<int64_t>(names.size()) != num_classes)
         throw std::invalid_argument(list + " names " + std::to_string(names.size()) +
                                     " classes but the model has " + std::to_string(num_classes));
-    auto matches = ClassMatcher(std::move(names)).rank(prompt, 5);
+    return ClassMatcher(std::move(names));
+}
+
+int64_t class_for_prompt(const std::string& prompt, const std::string& model_path,
+                         int64_t num_classes) {
+    auto matches = class_matcher_for(model_path, num_classes).rank(prompt, 5);
     if (matches.empty())
         throw std::invalid_argument("no class matches the prompt '" + prompt + "'");
     std::cerr << "prompt '" << prompt << "':";

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/runner/runner.h"
+#include "core/text/class_matcher.h"
 
 namespace varscope::cli {
 
@@ -110,8 +111,10 @@ auto report_out_of_memory(const Runner& runner, const SampleSettings& s, F&& f) 
     }
 }
 
-// The class a prompt names, matched against the class-name list that belongs to the model file
-// (class_list_for); prints the ranked matches to stderr.
+// A matcher over the class-name list that belongs to the model file (class_list_for); throws
+// std::invalid_argument when there is none or its size is not the model's class count.
+ClassMatcher class_matcher_for(const std::string& model_path, int64_t num_classes);
+// The class a prompt names (class_matcher_for); prints the ranked matches to stderr.
 int64_t class_for_prompt(const std::string& prompt, const std::string& model_path,
                          int64_t num_classes);
 

@@ -137,6 +137,11 @@ double PromptFollowing::follow_rate_of_template(int64_t t) const {
         if (prompts.at(static_cast<size_t>(s.prompt)).template_index == t) of.push_back(s);
     return share(of, [](const PromptSample& s) { return s.follows; });
 }
+int64_t PromptFollowing::template_count() const {
+    int64_t n = 0;
+    for (const auto& p : prompts) n = std::max(n, p.template_index + 1);
+    return n;
+}
 double PromptFollowing::mean_psnr() const {
     double sum = 0;
     for (const auto& s : samples) sum += s.nearest_psnr;
@@ -155,10 +160,9 @@ int64_t PromptFollowing::prompts_never() const {
 
 nlohmann::json to_json(const PromptFollowing& r) {
     nlohmann::json prompts = nlohmann::json::array(), samples = nlohmann::json::array();
-    int64_t templates = 0;
-    for (const auto& p : r.prompts) templates = std::max(templates, p.template_index + 1);
     nlohmann::json by_template = nlohmann::json::array();  // [template] = follow rate
-    for (int64_t t = 0; t < templates; ++t) by_template.push_back(r.follow_rate_of_template(t));
+    for (int64_t t = 0; t < r.template_count(); ++t)
+        by_template.push_back(r.follow_rate_of_template(t));
     for (const auto& p : r.prompts)
         prompts.push_back({{"text", p.text},
                            {"row", p.row},

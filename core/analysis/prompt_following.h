@@ -70,6 +70,7 @@ struct PromptFollowing {
     double follow_rate() const;                     // share of samples that follow
     double class_rate() const;                      // share whose class label matches
     double follow_rate_of_template(int64_t) const;  // follow_rate of one phrasing template
+    int64_t template_count() const;                 // 1 + the largest template index of prompts
     double mean_psnr() const;
     // Prompts with every seed following / with none.
     int64_t prompts_always() const;
