@@ -27,6 +27,8 @@ void HeatmapView::setGrid(const FloatGrid& grid, std::optional<ValueRange> range
     }
     hover_ = {-1, -1};
     readout_.clear();
+    kept_.clear();  // a mask and its note belong to one grid: set again after it
+    corner_.clear();
     rebuild();
 }
 
@@ -37,6 +39,8 @@ void HeatmapView::clear() {
     row_parts_.clear();
     col_parts_.clear();
     readout_.clear();
+    kept_.clear();
+    corner_.clear();
     update();
 }
 
@@ -81,8 +85,31 @@ void HeatmapView::setLegendLabel(const QString& label) {
     update();
 }
 
+void HeatmapView::setKeptMask(std::vector<uint8_t> kept) {
+    kept_ = std::move(kept);
+    rebuild();
+}
+
+void HeatmapView::setCornerText(const QString& t) {
+    corner_ = t;
+    update();
+}
+
 void HeatmapView::rebuild() {
     image_ = render_heatmap(grid_, cmap_, range_);
+    // Dropped entries keep their colour at a quarter of its brightness: still readable, clearly
+    // apart from what the method keeps.
+    if (!kept_.empty() && kept_.size() == grid_.values.size() && !image_.isNull()) {
+        image_ = image_.convertToFormat(QImage::Format_RGB32);
+        for (int r = 0; r < grid_.rows; ++r) {
+            auto* line = reinterpret_cast<QRgb*>(image_.scanLine(r));
+            for (int c = 0; c < grid_.cols; ++c)
+                if (!kept_[size_t(r) * grid_.cols + c]) {
+                    const QRgb v = line[c];
+                    line[c] = qRgb(qRed(v) / 4, qGreen(v) / 4, qBlue(v) / 4);
+                }
+        }
+    }
     update();
 }
 
@@ -163,6 +190,14 @@ void HeatmapView::paintEvent(QPaintEvent*) {
         p.drawRect(QRectF(r.left() + hover_.x() * cw, r.top() + hover_.y() * ch, std::max(cw, 2.0),
                           std::max(ch, 2.0)));
     }
+    if (!corner_.isEmpty()) {
+        const QFontMetrics fm = fontMetrics();
+        const int w = fm.horizontalAdvance(corner_) + 8, h = fm.height() + 4;
+        const QRectF box(r.right() - w - 2, r.top() + 2, w, h);
+        p.fillRect(box, QColor(0, 0, 0, 170));
+        p.setPen(Qt::white);
+        p.drawText(box, Qt::AlignCenter, corner_);
+    }
     // Legend: vertical colour bar with max / mid / min labels.
     const QRectF bar(r.right() + kMargin + 2, r.top(), kLegendWidth, r.height());
     QImage strip = colormap_strip(cmap_, 256, 1).transformed(QTransform().rotate(-90));
@@ -208,7 +243,14 @@ void HeatmapView::mouseMoveEvent(QMouseEvent* e) {
         readout_ = tr("%1: %2").arg(cellLabel(cell.y(), cell.x()), format_value(v));
         emit hovered(cell.y(), cell.x(), v);
     }
+    if (cell_tooltips_) setToolTip(readout_);
     update();
+}
+
+void HeatmapView::mousePressEvent(QMouseEvent* e) {
+    const QPoint cell = cellAt(e->position());
+    if (e->button() == Qt::LeftButton && cell.x() >= 0) emit cellClicked(cell.y(), cell.x());
+    QWidget::mousePressEvent(e);
 }
 
 void HeatmapView::leaveEvent(QEvent*) {
