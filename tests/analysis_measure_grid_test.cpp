@@ -76,8 +76,11 @@ TEST(MeasureGrid, LayerHeadCellsAreTheRecords) {
     const auto g = layer_head_grid(rs, GridMeasure::OutputError, 1, 2, 4);
     ASSERT_EQ(g.rows, 2);
     ASSERT_EQ(g.cols, 4);
-    for (const auto& r : rs)
-        if (r.scale == 1) EXPECT_DOUBLE_EQ(g.at(r.layer, r.head), r.output_error);
+    for (const auto& r : rs) {
+        if (r.scale == 1) {
+            EXPECT_DOUBLE_EQ(g.at(r.layer, r.head), r.output_error);
+        }
+    }
     EXPECT_TRUE(std::isnan(g.at(0, 3)));  // head 3 was not measured
     int64_t s = 0, l = 0, h = 0;
     g.locate(1, 2, s, l, h);

@@ -256,8 +256,8 @@ TEST(MethodMasks, SkippedScalesComputeNothing) {
 // The dense form of a kept set (the app's overlay) entry by entry: queries x keys x blocks.
 TEST(MethodMasks, DenseKeepExpandsEachPart) {
     KeepMask m;
-    m.queries = at::tensor({true, false, true, true, true});
-    m.keys = at::tensor({true, true, true, false, true, true, true});
+    m.queries = at::tensor({1, 0, 1, 1, 1}).gt(0);
+    m.keys = at::tensor({1, 1, 1, 0, 1, 1, 1}).gt(0);
     m.pairs = at::rand({2, 3, 3}) > 0.4;  // blocks of 2 queries x 3 keys, per head
     m.block_q = 2;
     m.block_k = 3;

@@ -341,6 +341,13 @@ void AttentionGrid::refresh() {
                               .arg(measure_text(m), QString::fromStdString(a->method))
                               .arg(scale_text(*a, scale_->currentIndex())));
     view_->setCellLabeler([this](int row, int col) { return cellText(row, col); });
+    QStringList rows, cols;
+    for (int64_t r = 0; r < grid_.rows; ++r)
+        rows << (axes_->currentIndex() == 0 ? tr("%1: %2×%2").arg(r).arg(a->sides[size_t(r)])
+                                            : tr("L%1").arg(r));
+    for (int64_t c = 0; c < grid_.cols; ++c)
+        cols << (axes_->currentIndex() == 0 ? tr("L%1").arg(c) : tr("h%1").arg(c));
+    view_->setAxisLabels(rows, cols);
     status_->setText(tr("%1 records (%2 of %3 heads measured) · analysed in %4 s · click a cell "
                         "for its attention map")
                          .arg(a->records.size())

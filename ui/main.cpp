@@ -67,6 +67,18 @@ void take_screenshots(MainWindow& w, const QString& dir, const QStringList& tabs
                 insp->setCurrentIndex(found);
                 QApplication::processEvents();
                 wait_for_grid(insp->currentWidget());
+                // The grid also as its exported figure (what Export ▸ Figure writes).
+                if (auto* grid = qobject_cast<varscope::gui::AttentionGrid*>(insp->currentWidget());
+                    grid && grid->current()) {
+                    QString error;
+                    for (const char* name : {"grid-figure.png", "grid-figure.svg"})
+                        if (!grid->exportTo(QDir(dir).filePath(name),
+                                            varscope::gui::AttentionGrid::ExportKind::Figure,
+                                            &error)) {
+                            qWarning("grid figure: %s", qPrintable(error));
+                            failed = true;
+                        }
+                }
                 QString name = tab.toLower().replace(' ', '-');
                 const QString path = QDir(dir).filePath("window-" + name + ".png");
                 if (!w.grab().save(path)) {

@@ -112,8 +112,10 @@ void paint_grid_figure(QPainter& p, const GridFigure& f) {
                Qt::AlignHCenter | Qt::AlignTop, f.row_axis);
     p.restore();
     // Colour scale: high values on top, kTicks labels, the measure's name above.
-    const QRect bar(map.right() + kMargin + 1, map.top() + fm.height(), kBarWidth,
-                    std::max(40, map.height() - fm.height()));
+    // Below the name by half a line more, so the top value's label does not touch it.
+    const int bar_top = map.top() + fm.height() + fm.height() / 2 + 2;
+    const QRect bar(map.right() + kMargin + 1, bar_top, kBarWidth,
+                    std::max(40, map.bottom() - bar_top));
     p.drawImage(bar, colormap_strip(f.cmap, 256, 1).transformed(QTransform().rotate(-90)));
     p.drawRect(bar);
     p.drawText(QRect(bar.left(), map.top() - 2, l.legend_w, fm.height()),

@@ -41,6 +41,8 @@ void HeatmapView::clear() {
     readout_.clear();
     kept_.clear();
     corner_.clear();
+    row_labels_.clear();
+    col_labels_.clear();
     update();
 }
 
@@ -90,6 +92,12 @@ void HeatmapView::setKeptMask(std::vector<uint8_t> kept) {
     rebuild();
 }
 
+void HeatmapView::setAxisLabels(QStringList rows, QStringList cols) {
+    row_labels_ = std::move(rows);
+    col_labels_ = std::move(cols);
+    update();
+}
+
 void HeatmapView::setCornerText(const QString& t) {
     corner_ = t;
     update();
@@ -115,8 +123,12 @@ void HeatmapView::rebuild() {
 
 QRectF HeatmapView::mapRect() const {
     const int top = kMargin + (title_.isEmpty() ? 0 : fontMetrics().height() + 2);
-    const int bottom = fontMetrics().height() + kMargin + 2;
-    QRectF area(kMargin, top, width() - 2 * kMargin - kLegendWidth - kLegendTextWidth,
+    const int bottom = fontMetrics().height() + kMargin + 2 +
+                       (col_labels_.isEmpty() ? 0 : fontMetrics().height() + 2);
+    int left = kMargin;
+    for (const QString& l : row_labels_)
+        left = std::max(left, kMargin + fontMetrics().horizontalAdvance(l) + 4);
+    QRectF area(left, top, width() - left - kMargin - kLegendWidth - kLegendTextWidth,
                 height() - top - bottom);
     if (area.width() <= 0 || area.height() <= 0 || grid_.empty()) return area;
     if (keep_aspect_) {
@@ -182,6 +194,26 @@ void HeatmapView::paintEvent(QPaintEvent*) {
             const double y = r.top() + r.height() * row / grid_.rows;
             p.drawLine(QPointF(r.left(), y), QPointF(r.right(), y));
         }
+    // Tick labels, every n-th where the cells are smaller than the text.
+    p.setPen(palette().color(QPalette::Text));
+    const int lh = fontMetrics().height();
+    if (!row_labels_.isEmpty() && grid_.rows > 0) {
+        const double ch = r.height() / grid_.rows;
+        const int step = std::max(1, int(std::ceil(lh / std::max(ch, 1.0))));
+        for (int row = 0; row < grid_.rows && row < row_labels_.size(); row += step)
+            p.drawText(QRectF(0, r.top() + row * ch + ch / 2 - lh / 2.0, r.left() - 3, lh),
+                       Qt::AlignRight | Qt::AlignVCenter, row_labels_[row]);
+    }
+    if (!col_labels_.isEmpty() && grid_.cols > 0) {
+        const double cw = r.width() / grid_.cols;
+        int widest = 0;
+        for (const QString& l : col_labels_)
+            widest = std::max(widest, fontMetrics().horizontalAdvance(l));
+        const int step = std::max(1, int(std::ceil((widest + 4) / std::max(cw, 1.0))));
+        for (int c = 0; c < grid_.cols && c < col_labels_.size(); c += step)
+            p.drawText(QRectF(r.left() + c * cw + cw / 2 - widest, r.bottom() + 1, 2 * widest, lh),
+                       Qt::AlignHCenter | Qt::AlignTop, col_labels_[c]);
+    }
     // Hovered cell.
     if (hover_.x() >= 0) {
         const double cw = r.width() / grid_.cols, ch = r.height() / grid_.rows;

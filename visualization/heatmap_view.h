@@ -3,6 +3,7 @@
 #pragma once
 
 #include <QImage>
+#include <QStringList>
 #include <QWidget>
 #include <cstdint>
 #include <functional>
@@ -41,6 +42,9 @@ class HeatmapView : public QWidget {
     // A short text in the map's top-right corner (e.g. the kept set's recall); empty = none.
     void setCornerText(const QString& t);
     const QString& cornerText() const { return corner_; }
+    // Tick labels left of the rows and under the columns (thinned where they would collide);
+    // empty = none. Kept until clear() or the next call.
+    void setAxisLabels(QStringList rows, QStringList cols);
     // The hover readout also as the widget's tooltip.
     void setCellToolTips(bool on) { cell_tooltips_ = on; }
     void setLegendLabel(const QString& label);
@@ -81,6 +85,7 @@ class HeatmapView : public QWidget {
     bool keep_aspect_ = true;
     std::vector<uint8_t> kept_;
     QString corner_;
+    QStringList row_labels_, col_labels_;
     bool cell_tooltips_ = false;
     QPoint hover_{-1, -1};
 };
