@@ -1268,6 +1268,25 @@ class UiTest : public QObject {
                 QVERIFY2(acc->run.accel_summary != "baseline", m.id.c_str());
                 QVERIFY(!acc->image.isNull());
                 QVERIFY(w.results()->metrics().valid);
+                // Its kept set of the recorded layer at every scale (the attention tab's mask
+                // overlay): dense (heads, side², tokens so far), nothing kept where it skipped.
+                QCOMPARE(acc->run.masks.size(), acc->run.scales.size());
+                int64_t keys = 0;
+                bool skipped = false;
+                for (size_t i = 0; i < acc->run.masks.size(); ++i) {
+                    const MaskOutput& mask = acc->run.masks[i];
+                    const int64_t side = acc->run.scales[i].patch_num;
+                    keys += side * side;
+                    QCOMPARE(mask.queries, side * side);
+                    QCOMPARE(mask.keys, keys);
+                    QCOMPARE(mask.kept.size(), size_t(mask.heads * mask.queries * mask.keys));
+                    skipped = skipped || acc->run.scales[i].skipped;
+                    if (acc->run.scales[i].skipped)
+                        QVERIFY2(std::all_of(mask.kept.begin(), mask.kept.end(),
+                                             [](uint8_t k) { return k == 0; }),
+                                 m.id.c_str());
+                }
+                if (m.id == "skip") QVERIFY(skipped);  // its preset skips the last scale
             } else {
                 // e.g. "not implemented yet": shown in the panel, no crash, no dialog.
                 QVERIFY2(!message->text().isEmpty(), m.id.c_str());
