@@ -232,12 +232,16 @@ void AttentionGrid::rebuildMethods() {
 
 void AttentionGrid::rebuildScales() {
     const AnalysisOutput* a = current();
-    const int n = a ? int(a->sides.size()) : 0;
-    if (scale_->count() == n) return;
+    QStringList items;
+    for (int s = 0; a && s < int(a->sides.size()); ++s)
+        items << tr("scale %1").arg(scale_text(*a, s));
+    QStringList shown;
+    for (int i = 0; i < scale_->count(); ++i) shown << scale_->itemText(i);
+    if (items == shown) return;  // another model's schedule gets its own names
     const QSignalBlocker b(scale_);
-    const int keep = scale_->currentIndex();
+    const int keep = scale_->currentIndex(), n = int(items.size());
     scale_->clear();
-    for (int s = 0; s < n; ++s) scale_->addItem(tr("scale %1").arg(scale_text(*a, s)));
+    scale_->addItems(items);
     scale_->setCurrentIndex(keep >= 0 && keep < n ? keep : n - 1);
 }
 

@@ -44,6 +44,7 @@
 #include "visualization/colormap.h"
 #include "visualization/figure.h"
 #include "visualization/float_grid.h"
+#include "visualization/grid_figure.h"
 #include "visualization/heatmap_view.h"
 
 using namespace varscope::gui;
@@ -827,6 +828,75 @@ class UiTest : public QObject {
         view.show();
         QVERIFY(view.hasData());
         QVERIFY(!view.grab().isNull());
+        // A kept mask dims the dropped cells to a quarter of their colour; the values stay.
+        const auto cell_centre = [&view](int row, int col) {
+            for (int y = 0; y < view.height(); ++y)
+                for (int x = 0; x < view.width(); ++x)
+                    if (view.cellAt(QPointF(x, y)) == QPoint(col, row)) {
+                        int x1 = x, y1 = y;
+                        while (view.cellAt(QPointF(x1 + 1, y)) == QPoint(col, row)) ++x1;
+                        while (view.cellAt(QPointF(x, y1 + 1)) == QPoint(col, row)) ++y1;
+                        return QPoint((x + x1) / 2, (y + y1) / 2);
+                    }
+            return QPoint(-1, -1);
+        };
+        view.setColormap(Colormap::Gray);
+        const QPoint bright = cell_centre(1, 1);  // value 4: white
+        QVERIFY(bright.x() >= 0);
+        const int before = qRed(view.grab().toImage().pixel(bright * view.devicePixelRatio()));
+        view.setKeptMask({1, 1, 1, 1, 0, 1});
+        const int after = qRed(view.grab().toImage().pixel(bright * view.devicePixelRatio()));
+        QVERIFY2(before > 200 && std::abs(after - before / 4) <= 2,
+                 qPrintable(QString("%1 -> %2").arg(before).arg(after)));
+        QCOMPARE(view.grid().at(1, 1), 4.f);
+        view.setCornerText("recall 0.5");
+        QCOMPARE(view.cornerText(), QString("recall 0.5"));
+        view.setGrid(g);  // a new grid drops the mask and its note
+        QVERIFY(view.keptMask().empty() && view.cornerText().isEmpty());
+        // Clicks name their cell; hover tooltips when asked for.
+        QSignalSpy clicked(&view, &HeatmapView::cellClicked);
+        view.setCellToolTips(true);
+        QTest::mouseMove(&view, bright);
+        QVERIFY(view.toolTip().startsWith("row 1, col 1"));
+        QTest::mouseClick(&view, Qt::LeftButton, {}, bright);
+        QCOMPARE(clicked.count(), 1);
+        QCOMPARE(clicked[0][0].toInt(), 1);
+        QCOMPARE(clicked[0][1].toInt(), 1);
+    }
+
+    // The exported grid figure: labelled axes and a colour scale around the cells, grey where
+    // nothing was measured, PNG and SVG.
+    void gridFigureIsLabelled() {
+        using namespace varscope::viz;
+        GridFigure f;
+        f.grid = FloatGrid(2, 3, {0, 1, 2, 3, 4, NAN});
+        f.title = "recall · test";
+        f.row_axis = "scale";
+        f.col_axis = "layer";
+        f.row_labels = {"0 (1×1)", "1 (2×2)"};
+        f.legend = "recall";
+        f.cmap = Colormap::Gray;
+        const QSize size = grid_figure_size(f);
+        QVERIFY(size.width() > 3 * f.cell + 60 && size.height() > 2 * f.cell + 40);
+        const QImage img = render_grid_figure(f, 1.0);
+        QCOMPARE(img.size(), size);
+        // The NaN cell is grey ("not measured"): one cell's worth of that grey.
+        int grey = 0;
+        for (int y = 0; y < img.height(); ++y)
+            for (int x = 0; x < img.width(); ++x) grey += img.pixel(x, y) == qRgb(190, 190, 190);
+        QVERIFY(grey >= (f.cell - 2) * (f.cell - 2));
+        QTemporaryDir dir;
+        QString error;
+        QVERIFY2(write_grid_figure(f, dir.filePath("g.svg"), &error), qPrintable(error));
+        QFile svg(dir.filePath("g.svg"));
+        QVERIFY(svg.open(QIODevice::ReadOnly));
+        const QString text = QString::fromUtf8(svg.readAll());
+        for (const char* label : {"scale", "layer", "recall", "1 (2×2)"})
+            QVERIFY2(text.contains(label), qPrintable(label));
+        QVERIFY(write_grid_figure(f, dir.filePath("g.png"), &error));
+        QCOMPARE(QImage(dir.filePath("g.png")).size(), size * 2);
+        QVERIFY(!write_grid_figure(f, "/proc/varscope-no/g.png", &error));
+        QVERIFY(error.contains("/proc/varscope-no/g.png"));
     }
 
     // --- widgets ----------------------------------------------------------------------------
