@@ -8,6 +8,7 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFileInfo>
 #include <QIcon>
 #include <QLineEdit>
@@ -16,10 +17,12 @@
 #include <QTimer>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "app/exec_env/exec_env.h"
+#include "ui/attention_grid.h"
 #include "ui/inspector.h"
 #include "ui/main_window.h"
 #include "ui/method_panel.h"
@@ -29,9 +32,23 @@ using varscope::gui::MainWindow;
 
 namespace {
 
+// The grid tab, once shown, asks the worker for its analysis: wait for it (up to 5 minutes).
+void wait_for_grid(QWidget* tab) {
+    auto* grid = qobject_cast<varscope::gui::AttentionGrid*>(tab);
+    if (!grid) return;
+    QElapsedTimer t;
+    t.start();
+    while (!grid->current() && t.elapsed() < 300000)
+        QApplication::processEvents(QEventLoop::AllEvents | QEventLoop::WaitForMoreEvents, 100);
+    if (!grid->current()) qWarning("--screenshots: the grid's analysis did not finish");
+}
+
 // Saves the window once per listed inspector tab (after the worker went idle), then quits.
 void take_screenshots(MainWindow& w, const QString& dir, const QStringList& tabs) {
-    QObject::connect(&w, &MainWindow::jobFinished, &w, [&w, dir, tabs] {
+    // Once: the grid's analysis finishes a job of its own.
+    auto once = std::make_shared<QMetaObject::Connection>();
+    *once = QObject::connect(&w, &MainWindow::jobFinished, &w, [&w, dir, tabs, once] {
+        QObject::disconnect(*once);
         QTimer::singleShot(400, &w, [&w, dir, tabs] {
             bool failed = false;
             for (const QString& tab : tabs) {
@@ -49,6 +66,19 @@ void take_screenshots(MainWindow& w, const QString& dir, const QStringList& tabs
                 }
                 insp->setCurrentIndex(found);
                 QApplication::processEvents();
+                wait_for_grid(insp->currentWidget());
+                // The grid also as its exported figure (what Export ▸ Figure writes).
+                if (auto* grid = qobject_cast<varscope::gui::AttentionGrid*>(insp->currentWidget());
+                    grid && grid->current()) {
+                    QString error;
+                    for (const char* name : {"grid-figure.png", "grid-figure.svg"})
+                        if (!grid->exportTo(QDir(dir).filePath(name),
+                                            varscope::gui::AttentionGrid::ExportKind::Figure,
+                                            &error)) {
+                            qWarning("grid figure: %s", qPrintable(error));
+                            failed = true;
+                        }
+                }
                 QString name = tab.toLower().replace(' ', '-');
                 const QString path = QDir(dir).filePath("window-" + name + ".png");
                 if (!w.grab().save(path)) {
@@ -120,6 +150,9 @@ int main(int argc, char** argv) {
     QCommandLineOption tabs("tabs", "Inspector tabs for --screenshots (comma-separated titles).",
                             "list", "Attention");
     QCommandLineOption size("size", "Window size WxH.", "size");
+    QCommandLineOption overlay("overlay",
+                               "Start with the attention map's method-mask overlay on (kept "
+                               "entries bright, dropped ones dimmed).");
     QCommandLineOption model(
         "model",
         "Embedded model to start with: t2i (the emoji text-to-image model), var or mar (default: "
@@ -131,7 +164,7 @@ int main(int argc, char** argv) {
         QString::fromStdString("Transformer precision on CUDA to start with: " +
                                varscope::gui::model_precision_names() + "."),
         "name");
-    cli.addOptions({prompt, seed, preset, shots, tabs, size, model, device, precision});
+    cli.addOptions({prompt, seed, preset, shots, tabs, size, overlay, model, device, precision});
     cli.process(app);
     try {  // the VARSCOPE_* variables (the engine reads them again): a malformed one stops here
         varscope::exec_env::policy_from_environment();
@@ -219,6 +252,7 @@ int main(int argc, char** argv) {
                   qPrintable(w.methodPanel()->presetNames().join(", ")));
         return 2;
     }
+    if (cli.isSet(overlay)) w.inspector()->attention()->setMaskShown(true);
     if (cli.isSet(shots)) {
         const QString dir = cli.value(shots);
         if (!QDir().mkpath(dir) || !QFileInfo(dir).isWritable()) {  // before the generation
