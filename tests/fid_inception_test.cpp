@@ -128,3 +128,18 @@ TEST(FidInception, PreprocessingQuantisesResizesAndScales) {
 
 }  // namespace
 }  // namespace varscope
+
+namespace varscope {
+namespace {
+
+// A torch.save'd state dict in pytorch-fid's module layout holding only the first layer
+// (tools/parity/fid_parity.py writes it): read through the .pth reader, refused by name.
+TEST(FidInception, APartialPthFileIsRefusedNamingFileAndTensor) {
+    const std::string path = testing::source_dir() + "/tests/fixtures/inception_partial.pth";
+    const auto e = testing::error_of<CheckpointError>([&] { FidInception::load(path); });
+    EXPECT_NE(e.find(path), std::string::npos) << e;
+    EXPECT_NE(e.find("missing tensor 'Conv2d_2a_3x3.bn.bias'"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace varscope

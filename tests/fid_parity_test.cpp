@@ -5,6 +5,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+
 #include "core/io/npy.h"
 #include "core/metrics/feature_stats.h"
 #include "core/metrics/fid_inception.h"

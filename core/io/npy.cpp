@@ -2,11 +2,13 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <set>
 
@@ -364,12 +366,16 @@ at::Tensor parse_npy(const std::string& bytes, const std::string& source) {
     while (!text.empty() && (text.back() == ' ' || text.back() == '\n')) text.pop_back();
     const Header h = parse_header(text, source);
     const Dtype& d = dtype_of(h.descr, source);
-    uint64_t count = 1;
+    // The product of the non-zero dimensions bounds what the tensor's shape may claim (a zero
+    // dimension would hide an overflowing one from the data-size check).
+    uint64_t count = 1, bound = 1;
     for (int64_t dim : h.shape) {
-        if (dim != 0 && count > std::numeric_limits<uint64_t>::max() / 16 / uint64_t(dim))
+        if (dim > 0 && bound > std::numeric_limits<uint64_t>::max() / 16 / uint64_t(dim))
             fail(source, "shape too large");
+        bound *= std::max<uint64_t>(uint64_t(dim), 1);
         count *= uint64_t(dim);
     }
+    if (bound > (uint64_t(1) << 62) / 16) fail(source, "shape too large");
     const uint64_t data_at = 8 + len_n + header_n;
     const uint64_t have = bytes.size() - data_at;
     if (have != count * d.size)

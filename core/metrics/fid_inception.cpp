@@ -1,6 +1,7 @@
 #include "core/metrics/fid_inception.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 
 #include <cmath>
 #include <map>
@@ -262,7 +263,7 @@ InceptionFeatures FidInception::features(const at::Tensor& images) const {
 InceptionFeatures FidInception::features_of_input(const at::Tensor& input) const {
     if (input.dim() != 4 || input.size(1) != 3)
         throw std::invalid_argument("FID Inception: input must be (N, 3, H, W)");
-    at::NoGradGuard no_grad;
+    c10::InferenceMode guard;
     // The average pools of FIDInceptionA/C/E_1 leave the padding out of the count (as
     // TensorFlow's graph did); E_2 max-pools.
     auto avg3 = [](const at::Tensor& t) { return at::avg_pool2d(t, 3, 1, 1, false, false); };

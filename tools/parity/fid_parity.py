@@ -22,6 +22,9 @@ fed exactly as pytorch-fid's ToTensor feeds PNGs). Written to tests/fixtures/fid
                              x = generated), mu_x, sigma_x (np.mean, np.cov)
   logits_z, isc_z            float64 (60, 10) logits with spread, torch-fidelity's IS (5 splits)
 
+and tests/fixtures/inception_partial.pth: the first layer of pytorch-fid's InceptionV3 module
+(blocks.0.0.*) as torch.save writes a state dict, for the loader's error path.
+
   PYTHONPATH=/work/pydeps /opt/venv/bin/python tools/parity/fid_parity.py \
       --emoji /work/shared/datasets/emoji64 --out tests/fixtures/fid_parity.npz
 """
@@ -170,6 +173,12 @@ def main():
              isc_z=np.array([isc_z["inception_score_mean"], isc_z["inception_score_std"]]),
              mu_x=mu_x, sigma_x=sigma_x)
     print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes)")
+    # A torch.save'd state dict in pytorch-fid's module layout, cut after the first layer: the
+    # C++ loader's .pth path and its message naming the file and the first missing tensor.
+    partial = os.path.join(os.path.dirname(args.out), "inception_partial.pth")
+    first = {k: v for k, v in model.state_dict().items() if k.startswith("blocks.0.0.")}
+    torch.save(first, partial)
+    print(f"wrote {partial} ({os.path.getsize(partial)} bytes, {len(first)} tensors)")
     print(f"pool3 |max| {np.abs(pool3_a).max():.4g} mean {pool3_a.mean():.4g}; "
           f"logits |max| {np.abs(logits_a).max():.4g}; spatial |max| {np.abs(spatial_a).max():.4g}")
     print(f"FID(a, b) = {fid_ab:.6f}; IS(a) = {isc}; precision {prec}, recall {rec}; "
