@@ -53,6 +53,17 @@ TEST(FeatureStats, FrechetDistanceMatchesClosedForms) {
     // Shifted copy: only the means differ.
     const auto t = feature_stats(x + 2.0);
     EXPECT_NEAR(frechet_distance(s, t), 6 * 4.0, 1e-8);
+    // Fewer samples than features: the singular-value route (kept centred samples) and the
+    // eigenvalue route (statistics only, as from a file) agree.
+    const auto opt = at::TensorOptions().dtype(at::kDouble);
+    auto p = feature_stats(at::randn({9, 30}, opt)),
+         q = feature_stats(at::randn({12, 30}, opt).mul(2));
+    ASSERT_TRUE(p.centred.defined());
+    const double by_svd = frechet_distance(p, q);
+    p.centred = at::Tensor();
+    const double by_eig = frechet_distance(p, q);
+    EXPECT_NEAR(by_svd, by_eig, 1e-6 * by_eig);
+    EXPECT_FALSE(feature_stats(at::randn({31, 30}, opt)).centred.defined());
     const auto bad = diagonal({0, 0}, {1, 1});
     EXPECT_NE(error_of<std::invalid_argument>([&] {
                   frechet_distance(a, bad);

@@ -74,6 +74,7 @@ FeatureStats feature_stats(const at::Tensor& features) {
     const auto centred = x - s.mu;
     s.sigma = centred.t().mm(centred).div(static_cast<double>(x.size(0) - 1));
     s.count = x.size(0);
+    if (x.size(0) <= x.size(1)) s.centred = centred;
     return s;
 }
 
@@ -86,7 +87,16 @@ double frechet_distance(const FeatureStats& a, const FeatureStats& b, double eps
                                     std::to_string(b.mu.size(0)) + ")");
     const auto s1 = a.sigma.to(at::kCPU, at::kDouble), s2 = b.sigma.to(at::kCPU, at::kDouble);
     const auto diff = a.mu.to(at::kCPU, at::kDouble) - b.mu.to(at::kCPU, at::kDouble);
-    double tr_covmean = trace_sqrt_product(s1, s2);
+    double tr_covmean = NAN;
+    if (a.centred.defined() && b.centred.defined()) {
+        const auto m =
+            b.centred.to(at::kCPU, at::kDouble).mm(a.centred.to(at::kCPU, at::kDouble).t());
+        tr_covmean = at::linalg_svdvals(m).sum().item<double>() /
+                     std::sqrt(static_cast<double>(a.centred.size(0) - 1) *
+                               static_cast<double>(b.centred.size(0) - 1));
+    } else {
+        tr_covmean = trace_sqrt_product(s1, s2);
+    }
     if (!std::isfinite(tr_covmean)) {
         const auto offset = at::eye(s1.size(0), s1.options()).mul(eps);
         tr_covmean = trace_sqrt_product(s1 + offset, s2 + offset);

@@ -17,6 +17,9 @@ struct FeatureStats {
     at::Tensor mu;      // (D,) float64, CPU
     at::Tensor sigma;   // (D, D) float64, CPU: covariance with N - 1 (np.cov)
     int64_t count = 0;  // samples behind them (0 when read from a file)
+    // (N, D) float64 samples minus mu, kept when N <= D (fewer samples than features: the
+    // covariances are singular, and tr(sqrtm(S1 S2)) comes exactly and cheaply from them).
+    at::Tensor centred;
 };
 
 // (N, D) features, N >= 2; std::invalid_argument otherwise.
@@ -25,8 +28,11 @@ FeatureStats feature_stats(const at::Tensor& features);
 // ||mu1 - mu2||^2 + tr(S1) + tr(S2) - 2 tr(sqrtm(S1 S2)). tr(sqrtm(S1 S2)) is the real part of
 // the sum of the principal square roots of the eigenvalues of S1 S2 (what the trace of
 // scipy.linalg.sqrtm's Schur-based root equals), in float64; where they are not finite, `eps`
-// is added to both diagonals first, as pytorch-fid does. std::invalid_argument on mismatched
-// or non-finite statistics.
+// is added to both diagonals first, as pytorch-fid does. Where both sides kept their centred
+// samples (N <= D), the same trace is the sum of the singular values of X2 X1^T over
+// sqrt((N1 - 1)(N2 - 1)) (the nonzero eigenvalues of S1 S2 are those of (X2 X1^T)^T (X2 X1^T)):
+// exact where the D x D product is singular, and an N1 x N2 problem instead of a D x D one.
+// std::invalid_argument on mismatched or non-finite statistics.
 double frechet_distance(const FeatureStats& a, const FeatureStats& b, double eps = 1e-6);
 
 struct InceptionScore {
