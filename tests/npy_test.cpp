@@ -75,6 +75,38 @@ TEST(Npy, ReadsNumpysOwnArchive) {
     EXPECT_TRUE(at::allclose(a.at("sigma_x"), a.at("sigma_x").t()));
 }
 
+// np.savez_compressed, as pytorch-fid's --save-stats writes (float32 mu, float64 sigma):
+// tests/fixtures/stats_compressed.npz from tools/parity/fid_parity.py.
+TEST(Npy, ReadsCompressedArchives) {
+    const std::string dir = testing::source_dir() + "/tests/fixtures/";
+    const auto c = read_npz(dir + "stats_compressed.npz");
+    const auto plain = read_npz(dir + "fid_parity.npz", {"mu_x", "sigma_x"});
+    EXPECT_EQ(c.at("mu").scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(c.at("mu"), plain.at("mu_x").to(at::kFloat)));
+    EXPECT_TRUE(at::equal(c.at("sigma"), plain.at("sigma_x")));
+}
+
+// Every single-bit change and every truncation of a small archive is read or refused with an
+// NpyError; nothing else escapes (what fuzz/fuzz_npz.cpp does at length).
+TEST(Npy, EveryByteFlipAndTruncationIsReadOrRefused) {
+    const auto good = npz_bytes(
+        {{"mu", at::arange(3, at::kDouble)}, {"m", at::arange(6, at::kByte).reshape({2, 3})}});
+    for (size_t i = 0; i < good.size(); ++i) {
+        for (int bit : {0, 7}) {
+            auto bad = good;
+            bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
+            try {
+                parse_npz(bad, "x");
+            } catch (const NpyError&) {
+            }
+        }
+        try {
+            parse_npz(good.substr(0, i), "x");
+        } catch (const NpyError&) {
+        }
+    }
+}
+
 TEST(Npy, FortranOrderBecomesCOrder) {
     // A (2, 3) array stored column by column: 0 1 2 / 3 4 5 in C order.
     const auto bytes = npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
@@ -128,12 +160,17 @@ TEST(Npy, RefusesDamagedArchivesNamingFileAndMember) {
     };
     EXPECT_NE(err("hello").find("ref.npz: not a zip archive"), std::string::npos);
     EXPECT_NE(err(good.substr(0, good.size() - 30)).find("ref.npz"), std::string::npos);
-    // Deflate (np.savez_compressed): method field of the central directory entry.
+    // A stored member marked as deflated (method field of its central directory entry): not
+    // deflate data. An unknown method is named.
     auto deflated = good;
     const size_t cd = deflated.find("PK\x01\x02");
     ASSERT_NE(cd, std::string::npos);
     deflated[cd + 10] = 8;
-    EXPECT_NE(err(deflated).find("member 'mu.npy': is deflate-compressed"), std::string::npos);
+    EXPECT_NE(err(deflated).find("ref.npz member 'mu.npy': "), std::string::npos)
+        << err(deflated);
+    auto bzip = good;
+    bzip[cd + 10] = 12;
+    EXPECT_NE(err(bzip).find("unsupported zip compression method 12"), std::string::npos);
     auto flipped = good;
     flipped[flipped.find("\x93NUMPY") + 80] ^= 1;  // inside the data
     EXPECT_NE(err(flipped).find("CRC mismatch"), std::string::npos);

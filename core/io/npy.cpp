@@ -14,10 +14,17 @@
 
 #include "core/io/atomic_file.h"
 
+// miniz's raw-deflate decoder, which libtorch_cpu exports (PyTorch's zip serialisation is built
+// on miniz): np.savez_compressed members (pytorch-fid's --save-stats files) without a new
+// dependency. Returns the bytes written, or (size_t)-1 on damaged input or a full buffer.
+extern "C" size_t tinfl_decompress_mem_to_mem(void* out, size_t out_len, const void* src,
+                                              size_t src_len, int flags);
+
 namespace varscope {
 namespace {
 
 constexpr uint64_t kMaxHeader = 1 << 20;
+constexpr uint64_t kMaxDeflateRatio = 1032;  // deflate's limit; a larger claim is damage
 
 [[noreturn]] void fail(const std::string& source, const std::string& what) {
     throw NpyError(source + ": " + what);
@@ -270,20 +277,28 @@ std::vector<Member> zip_members(const Bytes& in, const std::string& source) {
 
 std::string member_bytes(const Bytes& in, const Member& m, const std::string& source) {
     const std::string where = source + " member '" + m.name + "'";
-    if (m.method == 8)
-        fail(where,
-             "is deflate-compressed (np.savez_compressed); only stored members are "
-             "read: re-save with np.savez");
-    if (m.method != 0)
-        fail(where, "unsupported zip compression method " + std::to_string(m.method));
-    if (m.compressed != m.size) fail(where, "stored member with differing sizes");
+    if (m.method != 0 && m.method != 8)
+        fail(where, "unsupported zip compression method " + std::to_string(m.method) +
+                        " (stored and deflate are read)");
+    if (m.method == 0 && m.compressed != m.size) fail(where, "stored member with differing sizes");
+    if (m.method == 8 && m.size > m.compressed * kMaxDeflateRatio + 1024)
+        fail(where, "claims " + std::to_string(m.size) + " bytes from " +
+                        std::to_string(m.compressed) + " compressed (damaged)");
     if (m.local_offset > in.size || in.size - m.local_offset < 30)
         fail(where, "local header out of range");
     const std::string local = in.read(m.local_offset, 30);
     if (le(local, 0, 4) != 0x04034b50) fail(where, "damaged local header");
     const uint64_t start = m.local_offset + 30 + le(local, 26, 2) + le(local, 28, 2);
-    if (start > in.size || in.size - start < m.size) fail(where, "data out of range (truncated?)");
-    std::string data = in.read(start, m.size);
+    if (start > in.size || in.size - start < m.compressed)
+        fail(where, "data out of range (truncated?)");
+    std::string data = in.read(start, m.compressed);
+    if (m.method == 8) {  // np.savez_compressed: raw deflate
+        std::string out(m.size, '\0');
+        const size_t n = tinfl_decompress_mem_to_mem(out.data(), out.size(), data.data(),
+                                                     data.size(), /*raw deflate*/ 0);
+        if (n != out.size()) fail(where, "damaged deflate data");
+        data = std::move(out);
+    }
     if (crc32(data.data(), data.size()) != m.crc) fail(where, "CRC mismatch (damaged file)");
     return data;
 }

@@ -31,7 +31,7 @@ std::string npy_bytes(const at::Tensor& t);
 // The member names of an .npz without ".npy" ("mu", "sigma", "arr_0").
 std::vector<std::string> list_npz(const std::string& path);
 // The named arrays (all when `names` is empty); NpyError naming the file and the missing array.
-// Members must be stored (np.savez); deflated ones (np.savez_compressed) are refused by name.
+// Members may be stored (np.savez) or deflated (np.savez_compressed, pytorch-fid's --save-stats).
 std::map<std::string, at::Tensor> read_npz(const std::string& path,
                                            const std::vector<std::string>& names = {});
 // np.savez's layout ("<name>.npy" members, stored), written atomically; NpyError over 4 GiB.

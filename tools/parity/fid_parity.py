@@ -23,7 +23,9 @@ fed exactly as pytorch-fid's ToTensor feeds PNGs). Written to tests/fixtures/fid
   logits_z, isc_z            float64 (60, 10) logits with spread, torch-fidelity's IS (5 splits)
 
 and tests/fixtures/inception_partial.pth: the first layer of pytorch-fid's InceptionV3 module
-(blocks.0.0.*) as torch.save writes a state dict, for the loader's error path.
+(blocks.0.0.*) as torch.save writes a state dict, for the loader's error path; and
+tests/fixtures/stats_compressed.npz: mu_x (float32), sigma_x as np.savez_compressed writes them
+(pytorch-fid's --save-stats layout), for the .npz reader's deflate path.
 
   PYTHONPATH=/work/pydeps /opt/venv/bin/python tools/parity/fid_parity.py \
       --emoji /work/shared/datasets/emoji64 --out tests/fixtures/fid_parity.npz
@@ -179,6 +181,11 @@ def main():
     first = {k: v for k, v in model.state_dict().items() if k.startswith("blocks.0.0.")}
     torch.save(first, partial)
     print(f"wrote {partial} ({os.path.getsize(partial)} bytes, {len(first)} tensors)")
+    # Statistics as pytorch-fid's --save-stats writes them (np.savez_compressed; its mu is
+    # float32, np.mean of float32 activations): the reader's deflate path.
+    compressed = os.path.join(os.path.dirname(args.out), "stats_compressed.npz")
+    np.savez_compressed(compressed, mu=mu_x.astype(np.float32), sigma=sigma_x)
+    print(f"wrote {compressed} ({os.path.getsize(compressed)} bytes)")
     print(f"pool3 |max| {np.abs(pool3_a).max():.4g} mean {pool3_a.mean():.4g}; "
           f"logits |max| {np.abs(logits_a).max():.4g}; spatial |max| {np.abs(spatial_a).max():.4g}")
     print(f"FID(a, b) = {fid_ab:.6f}; IS(a) = {isc}; precision {prec}, recall {rec}; "
