@@ -36,10 +36,28 @@ def f32(*values):
     return struct.pack("<%df" % len(values), *values)
 
 
+def npy(descr, shape, raw, fortran=False):
+    """A version 1.0 .npy file as numpy writes it (header padded to 64 bytes)."""
+    dims = ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "")
+    header = "{'descr': '%s', 'fortran_order': %s, 'shape': (%s), }" % (descr, fortran, dims)
+    header += " " * (-(10 + len(header) + 1) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + raw
+
+
+def npz(arrays):
+    """np.savez's layout: stored '<name>.npy' members."""
+    import io
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        for name, data in arrays.items():
+            z.writestr(name + ".npy", data)
+    return buf.getvalue()
+
+
 def main(out):
     out = pathlib.Path(out)
     seeds = {h: {} for h in ["fuzz_json", "fuzz_pickle", "fuzz_pth", "fuzz_safetensors",
-                             "fuzz_teacher_input", "fuzz_accel_json", "fuzz_config_json"]}
+                             "fuzz_teacher_input", "fuzz_accel_json", "fuzz_config_json", "fuzz_npz"]}
     for pth in sorted((ROOT / "tests/fixtures").glob("*.pth")):
         seeds["fuzz_pth"][pth.name] = pth.read_bytes()
         with zipfile.ZipFile(pth) as z:
@@ -79,6 +97,10 @@ def main(out):
         for section, value in json.loads(text).items():
             if isinstance(value, dict):
                 seeds["fuzz_config_json"][cfg.stem + "." + section + ".json"] = json.dumps(value).encode()
+    seeds["fuzz_npz"]["stats.npz"] = npz({"mu": npy("<f8", (2,), struct.pack("<2d", 0.5, 1)),
+                                          "sigma": npy("<f8", (2, 2), struct.pack("<4d", 1, 0, 0, 1))})
+    seeds["fuzz_npz"]["fortran.npy"] = npy("<f4", (2, 3), f32(0, 3, 1, 4, 2, 5), fortran=True)
+    seeds["fuzz_npz"]["bytes.npy"] = npy("|u1", (4,), bytes(range(4)))
     seeds["fuzz_config_json"]["sampling.json"] = b'{"cfg": 3, "top_k": 600, "top_p": 0.9}'
     for h in ("fuzz_accel_json", "fuzz_config_json"):
         seeds["fuzz_json"].update({h + "." + k: v for k, v in seeds[h].items()})

@@ -5,7 +5,7 @@
 #   bash packaging/fuzz.sh [SECONDS] [HARNESS ...]
 #
 #   SECONDS   per harness (default 60)
-#   HARNESS   fuzz_json fuzz_pickle fuzz_pth fuzz_safetensors fuzz_teacher_input (the readers;
+#   HARNESS   fuzz_json fuzz_pickle fuzz_pth fuzz_safetensors fuzz_teacher_input fuzz_npz (the readers;
 #             a few sources each) fuzz_accel_json fuzz_config_json (these build all of core);
 #             default: all
 #
@@ -28,7 +28,7 @@ if [ $# -gt 0 ] && [[ "$1" =~ ^[0-9]+$ ]]; then
     secs=$1
     shift
 fi
-all=(fuzz_json fuzz_pickle fuzz_pth fuzz_safetensors fuzz_teacher_input fuzz_accel_json
+all=(fuzz_json fuzz_pickle fuzz_pth fuzz_safetensors fuzz_teacher_input fuzz_npz fuzz_accel_json
      fuzz_config_json)
 harnesses=("$@")
 [ ${#harnesses[@]} -gt 0 ] || harnesses=("${all[@]}")

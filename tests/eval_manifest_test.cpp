@@ -146,3 +146,47 @@ TEST(EvalManifest, EmbeddedModelsByName) {
 
 }  // namespace
 }  // namespace varscope
+
+namespace varscope {
+namespace {
+
+// "metrics" (FID, IS, precision/recall): strict, files checked, and in the work definition only
+// where given (older manifests keep their fingerprints).
+TEST(EvalManifest, MetricsAreReadStrictly) {
+    TempDir dir;
+    std::ofstream(dir.file("inc.pth")) << "x";
+    std::ofstream(dir.file("ref.npz")) << "x";
+    nlohmann::json j = minimal();
+    const auto plain = parse_manifest(j, "'m.json'", dir.path().string());
+    EXPECT_FALSE(plain.metrics.enabled());
+    EXPECT_FALSE(plain.work_json().contains("metrics"));
+
+    j["metrics"] = {
+        {"inception", "inc.pth"}, {"reference", "ref.npz"}, {"is_splits", 5}, {"pr_k", 4}};
+    const auto m = parse_manifest(j, "'m.json'", dir.path().string());
+    EXPECT_TRUE(m.metrics.enabled());
+    EXPECT_EQ(m.metrics.inception, dir.file("inc.pth"));
+    EXPECT_EQ(m.metrics.reference, dir.file("ref.npz"));
+    EXPECT_EQ(m.metrics.is_splits, 5);
+    EXPECT_EQ(m.metrics.pr_k, 4);
+    EXPECT_EQ(m.work_json()["metrics"]["inception"], dir.file("inc.pth"));
+
+    auto error = [&](nlohmann::json metrics) {
+        nlohmann::json k = minimal();
+        k["metrics"] = metrics;
+        return error_of<ManifestError>([&] { parse_manifest(k, "'m.json'", dir.path().string()); });
+    };
+    EXPECT_NE(error({{"inception", "inc.pth"}, {"fid", true}}).find("fid"), std::string::npos);
+    EXPECT_NE(error({{"reference", "ref.npz"}}).find("metrics.inception: missing"),
+              std::string::npos);
+    EXPECT_NE(error({{"inception", "nope.pth"}}).find("no such file"), std::string::npos);
+    EXPECT_NE(error({{"inception", "inc.pth"}, {"reference", "nope.npz"}})
+                  .find("metrics.reference: no such file"),
+              std::string::npos);
+    EXPECT_NE(error({{"inception", "inc.pth"}, {"is_splits", 0}}).find("metrics.is_splits"),
+              std::string::npos);
+    EXPECT_NE(error("inc.pth").find("metrics: expected an object"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace varscope

@@ -103,6 +103,16 @@ int run_eval(const EvalArgs& a) {
                       << " dB";
         if (c.contains("psnr_db") && c["psnr_db"]["identical"].get<int64_t>() > 0)
             std::cerr << " (" << c["psnr_db"]["identical"] << " identical)";
+        if (c.contains("quality") && c["quality"].is_object()) {  // manifest "metrics"
+            const auto& q = c["quality"];
+            for (const char* against : {"reference", "baseline"})
+                if (q["fid"][against].is_number())
+                    std::cerr << ", FID vs " << against << " " << std::setprecision(3)
+                              << q["fid"][against].get<double>();
+            if (q["inception_score"].is_object())
+                std::cerr << ", IS " << std::setprecision(3)
+                          << q["inception_score"]["mean"].get<double>();
+        }
         std::cerr << "\n";
     }
     std::cerr << "computed " << r.computed << " shards, found " << r.resumed << " finished; wrote "

@@ -6,6 +6,8 @@
 #include <optional>
 #include <sstream>
 
+#include "core/eval/quality.h"
+
 namespace varscope {
 namespace {
 
@@ -99,6 +101,9 @@ nlohmann::json aggregate_shards(const EvalManifest& m, const std::vector<nlohman
         sums[kBaselineConfig].millis > 0
             ? sums[kBaselineConfig].timed_images / (sums[kBaselineConfig].millis / 1000.0)
             : 0.0;
+    const nlohmann::json quality = m.metrics.enabled()
+                                       ? quality_metrics(m.metrics, gather_features(shards))
+                                       : nlohmann::json();
     nlohmann::json configs = nlohmann::json::array();
     for (const auto& name : names) {
         const ConfigSums& s = sums[name];
@@ -120,6 +125,7 @@ nlohmann::json aggregate_shards(const EvalManifest& m, const std::vector<nlohman
             c["ssim"] = mean_ci(s.ssim);
             c["token_agreement"] = s.agreement.empty() ? nlohmann::json() : mean_ci(s.agreement);
         }
+        if (m.metrics.enabled()) c["quality"] = quality.value(name, nlohmann::json());
         configs.push_back(std::move(c));
     }
     return {{"shards", shards.size()}, {"configs", configs}};
@@ -129,7 +135,14 @@ std::string summary_csv(const nlohmann::json& result) {
     std::string out =
         "config,images,images_per_s,speedup,latency_p50_ms,latency_p90_ms,latency_p99_ms,"
         "peak_memory_bytes,psnr_db_mean,psnr_db_ci95,identical_images,ssim_mean,ssim_ci95,"
-        "token_agreement_mean,token_agreement_ci95\n";
+        "token_agreement_mean,token_agreement_ci95";
+    // The distribution metrics' columns only where the job computed them ("metrics").
+    const bool quality = !result.at("configs").empty() && result["configs"][0].contains("quality");
+    if (quality)
+        out +=
+            ",fid_reference,fid_baseline,sfid_reference,sfid_baseline,inception_score_mean,"
+            "inception_score_std,precision,recall";
+    out += "\n";
     for (const auto& c : result.at("configs")) {
         const auto& l = c.at("latency_ms_per_image");
         auto stat = [&](const char* metric, const char* field) -> std::string {
@@ -143,7 +156,20 @@ std::string summary_csv(const nlohmann::json& result) {
                stat("psnr_db", "mean") + "," + stat("psnr_db", "ci95") + "," +
                stat("psnr_db", "identical") + "," + stat("ssim", "mean") + "," +
                stat("ssim", "ci95") + "," + stat("token_agreement", "mean") + "," +
-               stat("token_agreement", "ci95") + "\n";
+               stat("token_agreement", "ci95");
+        if (quality) {
+            const auto& q = c.at("quality");
+            auto value = [&](const char* metric, const char* field) -> std::string {
+                if (q.is_null() || !q.contains(metric) || q[metric].is_null()) return "";
+                return csv_number(q[metric].value(field, nlohmann::json()));
+            };
+            out += "," + value("fid", "reference") + "," + value("fid", "baseline") + "," +
+                   value("sfid", "reference") + "," + value("sfid", "baseline") + "," +
+                   value("inception_score", "mean") + "," + value("inception_score", "std") + "," +
+                   value("precision_recall", "precision") + "," +
+                   value("precision_recall", "recall");
+        }
+        out += "\n";
     }
     return out;
 }

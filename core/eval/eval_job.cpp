@@ -5,8 +5,10 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "core/eval/aggregate.h"
+#include "core/eval/quality.h"
 #include "core/io/checkpoint.h"
 #include "core/metrics/image_metrics.h"
 #include "kernels/memory_stats.h"
@@ -136,8 +138,9 @@ void prepare_eval_output(const EvalManifest& m) {
 
 nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans& plans,
                          const SampleSettings& settings, const EvalShard& shard,
-                         const std::string& fingerprint) {
+                         const std::string& fingerprint, const FidInception* inception) {
     const at::Device device = runner.device();
+    ShardFeatures features;
     nlohmann::json images = nlohmann::json::array();
     nlohmann::json timing = nlohmann::json::object();
     for (const auto& name : plans.names)
@@ -158,6 +161,12 @@ nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans&
                     t["peak_memory_bytes"].is_null() ? int64_t{0}
                                                      : t["peak_memory_bytes"].get<int64_t>(),
                     kernels::cuda_memory(device.index()).peak_allocated);
+            if (inception) {  // after the timed call: scoring stays out of the latencies
+                if (!r.images.defined())
+                    throw std::invalid_argument(
+                        "manifest: metrics: the model gives no decoded images to score");
+                features.add(plans.names[k], inception->features(r.images));
+            }
             if (m.save_images && r.images.defined())
                 saved[plans.names[k]].push_back(
                     r.images.to(at::kFloat).mul(255).round().clamp(0, 255).to(at::kByte).cpu());
@@ -190,10 +199,12 @@ nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans&
         save_safetensors(tensors, (fs::path(m.output_dir) / "images" / file).string(),
                          {{"fingerprint", fingerprint}});
     }
-    return {{"fingerprint", fingerprint},
-            {"shard", shard.index},
-            {"images", images},
-            {"timing", timing}};
+    nlohmann::json out = {{"fingerprint", fingerprint},
+                          {"shard", shard.index},
+                          {"images", images},
+                          {"timing", timing}};
+    if (inception) out["features"] = features.to_json();
+    return out;
 }
 
 EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobOptions& options) {
@@ -216,6 +227,12 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
         prepare_eval_output(m);
         const EvalPlans plans = eval_plans(m, runner);
         settings = eval_settings(m, runner);
+        std::optional<FidInception> inception;
+        if (m.metrics.enabled()) {  // bad metric inputs fail before any sampling
+            check_reference_stats(m.metrics);
+            inception.emplace(FidInception::load(m.metrics.inception));
+            inception->to(runner.device());
+        }
         const auto todo = shards_of_rank(static_cast<int64_t>(shards.size()), rank, world);
         const auto start = Clock::now();
         EvalProgress progress{rank, 0, static_cast<int64_t>(todo.size()), 0, 0, -1};
@@ -228,7 +245,8 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
             } else {
                 if (m.warmup && out.computed == 0)
                     warm_up(m, runner, plans, settings, shards[index].units.front());
-                done = run_shard(m, runner, plans, settings, shards[index], fingerprint);
+                done = run_shard(m, runner, plans, settings, shards[index], fingerprint,
+                                 inception ? &*inception : nullptr);
                 write_file_atomic(path, done->dump() + "\n");
                 ++out.computed;
             }

@@ -3,7 +3,9 @@
 // per image (PSNR, SSIM, token agreement), timed, written atomically; a restart skips finished
 // shards; rank 0 gathers every rank's shard results and writes result.json, summary.csv and
 // images.csv. Quality metrics that need a feature network (FID, ...) plug in at run_shard's
-// per-image loop and at aggregate_shards (a later part of the issue).
+// per-image loop and at aggregate_shards: with the manifest's "metrics", every image's FID
+// Inception features go into the shard file and the result gets FID, sFID, IS and
+// precision/recall per config (core/eval/quality.h).
 #pragma once
 
 #include <functional>
@@ -15,6 +17,7 @@
 #include "core/eval/manifest.h"
 #include "core/eval/process_group.h"
 #include "core/eval/shards.h"
+#include "core/metrics/fid_inception.h"
 #include "core/runner/runner.h"
 
 namespace varscope {
@@ -56,10 +59,11 @@ SampleSettings eval_settings(const EvalManifest& m, const Runner& runner);
 // std::invalid_argument naming output_dir otherwise.
 void prepare_eval_output(const EvalManifest& m);
 
-// One shard's result (the JSON of its shard file).
+// One shard's result (the JSON of its shard file); with `inception`, the features of every
+// image of every config too (std::invalid_argument for a model without decoded images).
 nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans& plans,
                          const SampleSettings& settings, const EvalShard& shard,
-                         const std::string& fingerprint);
+                         const std::string& fingerprint, const FidInception* inception = nullptr);
 
 EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobOptions& options);
 

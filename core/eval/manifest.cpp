@@ -107,6 +107,22 @@ std::vector<uint64_t> read_seeds(const Reader& r, const nlohmann::json& j) {
     return seeds;
 }
 
+EvalMetricsSpec read_metrics(const Reader& r, const nlohmann::json& j) {
+    if (!j.is_object())
+        r.fail("metrics", "expected an object ({\"inception\": weight file, \"reference\": .npz})");
+    r.known(j, "metrics", {"inception", "reference", "is_splits", "pr_k"});
+    if (!j.contains("inception"))
+        r.fail("metrics.inception",
+               "missing: the FID Inception weights (pytorch-fid's "
+               "pt_inception-2015-12-05-6726825d.pth; nothing is downloaded)");
+    EvalMetricsSpec spec;
+    spec.inception = r.path(j["inception"], "metrics.inception", true);
+    if (j.contains("reference")) spec.reference = r.path(j["reference"], "metrics.reference", true);
+    if (j.contains("is_splits")) spec.is_splits = r.positive(j["is_splits"], "metrics.is_splits");
+    if (j.contains("pr_k")) spec.pr_k = r.positive(j["pr_k"], "metrics.pr_k");
+    return spec;
+}
+
 const std::set<std::string>& sampling_keys() {
     static const std::set<std::string> keys = {"cfg",      "top_k",       "top_p", "more_smooth",
                                                "num_iter", "temperature", "tau"};
@@ -118,21 +134,25 @@ const std::set<std::string>& sampling_keys() {
 nlohmann::json EvalManifest::work_json() const {
     nlohmann::json configs_json = nlohmann::json::array();
     for (const auto& c : configs) configs_json.push_back({c.name, c.accel});
-    return {{"model",
-             {{"path", model.model_path},
-              {"vae", model.vae_path},
-              {"embedded", family_id(model.embedded)},
-              {"text_encoder", model.text_encoder_path},
-              {"diffusion_steps", model.diffusion_steps}}},
-            {"device_type", device.rfind("cuda", 0) == 0 ? "cuda" : device},
-            {"precision", precision},
-            {"classes", classes},
-            {"prompts", prompts},
-            {"seeds", seeds},
-            {"batch", batch},
-            {"batches_per_shard", batches_per_shard},
-            {"sampling", sampling},
-            {"configs", configs_json}};
+    nlohmann::json work = {{"model",
+                            {{"path", model.model_path},
+                             {"vae", model.vae_path},
+                             {"embedded", family_id(model.embedded)},
+                             {"text_encoder", model.text_encoder_path},
+                             {"diffusion_steps", model.diffusion_steps}}},
+                           {"device_type", device.rfind("cuda", 0) == 0 ? "cuda" : device},
+                           {"precision", precision},
+                           {"classes", classes},
+                           {"prompts", prompts},
+                           {"seeds", seeds},
+                           {"batch", batch},
+                           {"batches_per_shard", batches_per_shard},
+                           {"sampling", sampling},
+                           {"configs", configs_json}};
+    // The shards then carry Inception features (the reference enters only the aggregation);
+    // manifests without metrics keep their fingerprints.
+    if (metrics.enabled()) work["metrics"] = {{"inception", metrics.inception}};
+    return work;
 }
 
 EvalManifest parse_manifest(const nlohmann::json& j, const std::string& source,
@@ -142,7 +162,7 @@ EvalManifest parse_manifest(const nlohmann::json& j, const std::string& source,
     r.known(j, "",
             {"model", "device", "precision", "classes", "prompts", "seeds", "batch",
              "batches_per_shard", "sampling", "configs", "output_dir", "save_images", "warmup",
-             "rank_timeout_s"});
+             "rank_timeout_s", "metrics"});
     for (const char* required : {"model", "seeds", "configs", "output_dir"})
         if (!j.contains(required)) r.fail(required, "missing (required)");
     EvalManifest m;
@@ -220,6 +240,7 @@ EvalManifest parse_manifest(const nlohmann::json& j, const std::string& source,
             r.fail("rank_timeout_s", "expected a positive number of seconds");
         m.rank_timeout_s = j["rank_timeout_s"].get<double>();
     }
+    if (j.contains("metrics")) m.metrics = read_metrics(r, j["metrics"]);
     return m;
 }
 

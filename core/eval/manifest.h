@@ -26,6 +26,16 @@ struct EvalConfig {
     nlohmann::json accel;
 };
 
+// Distribution metrics (FID, sFID, IS, precision/recall; core/eval/quality.h): "metrics" in the
+// manifest. Off without an Inception weight file.
+struct EvalMetricsSpec {
+    std::string inception;  // pytorch-fid's pt_inception-2015-12-05-6726825d.pth (or equivalent)
+    std::string reference;  // optional .npz: mu, sigma [, mu_s, sigma_s]
+    int64_t is_splits = 10;
+    int64_t pr_k = 3;
+    bool enabled() const { return !inception.empty(); }
+};
+
 // The name of the config with the accelerators off, which every job runs first and compares to.
 inline constexpr const char* kBaselineConfig = "baseline";
 
@@ -48,6 +58,7 @@ struct EvalManifest {
     // capture and allocator growth, stay out of the latencies). Not part of the work.
     bool warmup = true;
     double rank_timeout_s = 3600;  // distributed: how long rank 0 waits for the others
+    EvalMetricsSpec metrics;
 
     int64_t conditions() const {
         return static_cast<int64_t>(prompts.empty() ? classes.size() : prompts.size());
