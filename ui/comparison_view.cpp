@@ -3,6 +3,7 @@
 #include <QCheckBox>
 #include <QGridLayout>
 #include <QLabel>
+#include <QMenu>
 #include <QPushButton>
 
 #include "core/accel/probe_kinds.h"
@@ -65,12 +66,45 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     bar->addWidget(metrics_label_, 1);
     grid->addLayout(bar, 2, 0, 1, 3);
 
+    // Right-click an image to save it at full size (native or upscaled).
+    for (auto [canvas, which] : {std::pair{base_canvas_, SavedImage::Baseline},
+                                 {accel_canvas_, SavedImage::Accelerated},
+                                 {diff_canvas_, SavedImage::Difference}}) {
+        canvas->setContextMenuPolicy(Qt::CustomContextMenu);
+        connect(canvas, &QWidget::customContextMenuRequested, this,
+                [this, canvas = canvas, which = which](const QPoint& pos) {
+                    QMenu* menu = imageMenu(which, this);
+                    if (menu->isEmpty()) {
+                        delete menu;
+                        return;
+                    }
+                    menu->setAttribute(Qt::WA_DeleteOnClose);
+                    menu->popup(canvas->mapToGlobal(pos));
+                });
+    }
+
     for (auto* s : {base_strip_, accel_strip_})
         connect(s, &Filmstrip::frameClicked, this, [this](int i) {
             base_strip_->setSelected(i);
             accel_strip_->setSelected(i);
             emit scaleSelected(i);
         });
+}
+
+QMenu* ComparisonView::imageMenu(SavedImage which, QWidget* parent) {
+    auto* menu = new QMenu(parent);
+    const bool shown =
+        model_ && (which == SavedImage::Baseline      ? bool(model_->baseline())
+                   : which == SavedImage::Accelerated ? bool(model_->accelerated())
+                                                      : !model_->differenceImage().isNull());
+    if (!shown) return menu;
+    const QString what = which == SavedImage::Baseline      ? tr("Save baseline image…")
+                         : which == SavedImage::Accelerated ? tr("Save accelerated image…")
+                                                            : tr("Save difference map…");
+    menu->addAction(what, this, [this, which] { emit saveImageRequested(which); });
+    menu->addAction(tr("Save all images…"), this,
+                    [this] { emit saveImageRequested(std::nullopt); });
+    return menu;
 }
 
 QStringList ComparisonView::scaleCaptions(const SideResult& r) {

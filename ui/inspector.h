@@ -7,6 +7,7 @@
 #include <QTabWidget>
 #include <QWidget>
 
+#include "ui/inspector_empty.h"
 #include "ui/run_types.h"
 
 class QCheckBox;
@@ -41,7 +42,10 @@ class AttentionInspector : public QWidget {
     // Off: runs record nothing for the inspector (View ▸ Record for the inspector); the tab
     // says so instead of showing stale maps.
     void setRecording(bool on);
+    // What the run on show was made with (an empty tab says why it is empty from it).
+    void setRunState(const InspectorRunState& s);
     viz::HeatmapView* view() const { return view_; }
+    QComboBox* sideBox() const { return side_; }
 
   signals:
     void layerRequested(int layer);  // attention of another layer is needed (re-run)
@@ -60,7 +64,7 @@ class AttentionInspector : public QWidget {
     QCheckBox* log_;
     QCheckBox* cs4a_;
     viz::HeatmapView* view_;
-    bool recording_ = true;
+    InspectorRunState state_;  // its base/accel follow setResults
 };
 
 // What a record tab's scale box picks: the record of one scale (or step), or an overview of the
@@ -80,7 +84,8 @@ struct ScaleChoice {
 class AccelInspector : public QWidget {
     Q_OBJECT
   public:
-    // method: "fastvar", ... or "" for every method; hint: the empty-state text.
+    // method: "fastvar", ... or "" for every method; hint: what the tab shows, under the reason
+    // it is empty (emptyTabReason).
     AccelInspector(const QString& method, const QString& hint, QWidget* parent = nullptr);
     void setResults(const SideResultPtr& base, const SideResultPtr& accel);
     void setScale(int scale);
@@ -94,7 +99,10 @@ class AccelInspector : public QWidget {
     // The record shown first when the user has not picked one ("method/kind"); otherwise the
     // first kind the run reported.
     void setPreferredKind(const QString& key) { preferred_ = key; }
-    void setRecording(bool on);  // as AttentionInspector::setRecording
+    void setRecording(bool on);                    // as AttentionInspector::setRecording
+    void setRunState(const InspectorRunState& s);  // as AttentionInspector::setRunState
+    // The readout line (record facts, or why the scale asked for has no record).
+    QString valuesText() const;
 
   private:
     void rebuildKinds();
@@ -116,7 +124,7 @@ class AccelInspector : public QWidget {
     QLabel* values_;
     viz::HeatmapView* view_;
     bool updating_ = false;
-    bool recording_ = true;
+    InspectorRunState state_;
 };
 
 class Inspector : public QTabWidget {
@@ -128,6 +136,11 @@ class Inspector : public QTabWidget {
     void setFamily(Family f);  // shows the tabs that apply to VAR or MAR runs
     void setScale(int scale);
     void setRecording(bool on);  // every tab
+    // The settings of the run on show (what its accelerators were, whether it recorded).
+    void setRequest(const Request& r);
+    // Why there is no accelerated side: "cancelled" or the error ("" once one is on show).
+    void setAcceleratedMissing(const QString& why);
+    const InspectorRunState& runState() const { return state_; }
     AttentionInspector* attention() const { return attention_; }
     AccelInspector* methodTab(const QString& method) const;
     // The visible panel as an image (for figures); null when it has no data.
@@ -138,8 +151,10 @@ class Inspector : public QTabWidget {
     void attentionLayerRequested(int layer);
 
   private:
+    void pushState();
     AttentionInspector* attention_;
     std::vector<std::pair<QString, AccelInspector*>> methods_;
+    InspectorRunState state_;
 };
 
 }  // namespace varscope::gui
