@@ -7,8 +7,9 @@ tools). Steps, each checked:
      area of a screenshot is not blank;
   2. Ctrl+L, type a prompt, Enter: one run of that prompt (a second history entry);
   3. Ctrl+E: export the figure to a typed path (the dialog opens on the file name);
-  4. scroll the wheel over every part of the settings column without clicking it first, then
-     export again: the settings chunks of both PNGs are equal and no run started;
+  4. scroll the wheel over the settings column without clicking it first, then export again:
+     the settings chunks of both PNGs are equal and no run started; then click the seed box and
+     scroll once: the seed (only) changes, so the wheel did reach the settings;
   5. Ctrl+R (a new seed, a run) then Esc, and Ctrl+Q: the app quits cleanly (exit 0).
 Screenshots (xwd, converted to PNG here) go to SHOTS_DIR.
 """
@@ -23,6 +24,7 @@ import time
 import zlib
 
 TIMEOUT_S = 240  # the first image on a 2-core CI machine (model load + T5 + two runs)
+SEED_BOX_Y = 185  # the seed box's centre below the window's top at the first start
 
 
 def log(msg):
@@ -55,32 +57,28 @@ def wait_for(what, predicate, timeout=TIMEOUT_S, proc=None):
 
 # --- images ------------------------------------------------------------------------------------
 def read_xwd(path):
-    """(width, height, rows of (r, g, b)) of a ZPixmap XWD dump (xwd -root)."""
+    """(width, height, rows of RGB bytes) of a ZPixmap XWD dump (xwd -root)."""
     data = open(path, "rb").read()
     h = struct.unpack(">25I", data[:100])
     header_size, fmt, width, height = h[0], h[2], h[4], h[5]
     byte_order, bpp, bpl = h[7], h[11], h[12]
     masks = h[14:17]
     ncolors = h[19]
-    if fmt != 2 or bpp not in (24, 32):
-        fail(f"{path}: unexpected XWD format {fmt}, {bpp} bits per pixel")
+    if fmt != 2 or bpp != 32 or byte_order != 0 or masks != (0xFF0000, 0xFF00, 0xFF):
+        fail(f"{path}: expected a 32-bit LSB-first BGRX dump, got format {fmt}, {bpp} bits, "
+             f"byte order {byte_order}, masks {[hex(m) for m in masks]}")
     offset = header_size + 12 * ncolors
-    step = bpp // 8
-    order = "little" if byte_order == 0 else "big"
-    shifts = [(m & -m).bit_length() - 1 for m in masks]
     rows = []
     for y in range(height):
-        line = data[offset + y * bpl: offset + y * bpl + width * step]
-        row = []
-        for x in range(0, width * step, step):
-            v = int.from_bytes(line[x:x + step], order)
-            row.append(tuple((v & m) >> s for m, s in zip(masks, shifts)))
-        rows.append(row)
+        line = data[offset + y * bpl: offset + y * bpl + width * 4]
+        rgb = bytearray(width * 3)
+        rgb[0::3], rgb[1::3], rgb[2::3] = line[2::4], line[1::4], line[0::4]
+        rows.append(bytes(rgb))
     return width, height, rows
 
 
 def write_png(path, width, height, rows):
-    raw = b"".join(b"\0" + bytes(c for px in row for c in px) for row in rows)
+    raw = b"".join(b"\0" + row for row in rows)
 
     def chunk(kind, body):
         return (struct.pack(">I", len(body)) + kind + body +
@@ -132,7 +130,7 @@ def screenshot(shots, name):
 
 
 def distinct_colours(rows, x0, y0, x1, y1):
-    return len({rows[y][x] for y in range(y0, y1, 2) for x in range(x0, x1, 2)})
+    return len({rows[y][3 * x:3 * x + 3] for y in range(y0, y1, 2) for x in range(x0, x1, 2)})
 
 
 # --- the app -----------------------------------------------------------------------------------
@@ -164,6 +162,10 @@ def export_figure(home, wid, path, proc):
         fail(f"{path} carries no varscope.settings chunk")
     log(f"exported {path} ({os.path.getsize(path)} bytes)")
     return json.loads(settings)
+
+
+def changed_keys(a, b):
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
 def main():
@@ -226,10 +228,11 @@ def run(proc, home, shots, started):
     if before.get("prompt") != "thumbs up":
         fail(f"the export's settings do not carry the typed prompt: {before}")
 
-    # 4. The wheel over the whole settings column, nothing clicked: no setting changes.
+    # 4. The wheel over the settings column (model, device, seed, CFG, top-k, top-p, presets: a
+    #    30-px grid over the left dock), nothing clicked: no setting changes.
     xdotool("windowfocus", "--sync", wid)
     moves = []
-    for y in range(wy + 90, wy + 960, 30):
+    for y in range(wy + 90, wy + 660, 30):
         for x in (wx + 60, wx + 170, wx + 290):
             moves += ["mousemove", x, y, "click", "--repeat", "2", "5"]
     xdotool(*moves)
@@ -237,11 +240,20 @@ def run(proc, home, shots, started):
     screenshot(shots, "3-after-wheel")
     after = export_figure(home, wid, os.path.join(out, "after.png"), proc)
     if after != before:
-        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-        fail(f"the wheel changed settings it only passed over: {changed}\n{before}\n{after}")
+        fail(f"the wheel changed settings it only passed over: {changed_keys(before, after)}")
     if len(history_entries(home)) != 2:
         fail("the wheel started a run")
     log("the wheel over the settings column changed nothing")
+    # The control: the same wheel over the seed box after a click on it (focus) changes the seed
+    # by one, so the grid above did pass over the settings. (Layout of the first start at
+    # 1600x1000: the seed box is the fourth row of the model panel.)
+    xdotool("mousemove", wx + 170, wy + SEED_BOX_Y, "click", "1", "click", "4")
+    wait_for("the run of the new seed", lambda: len(history_entries(home)) >= 3, proc=proc)
+    control = export_figure(home, wid, os.path.join(out, "control.png"), proc)
+    if changed_keys(before, control) != ["seed"] or control["seed"] != before["seed"] + 1:
+        fail(f"the wheel over the focused seed box: {changed_keys(before, control)}, seed "
+             f"{before['seed']} -> {control['seed']} (expected +1 and nothing else)")
+    log(f"control: the wheel over the focused seed box set seed {control['seed']}")
 
     # 5. Ctrl+R starts a run with a new seed; Esc cancels it (or it had finished); Ctrl+Q quits.
     xdotool("windowfocus", "--sync", wid)
@@ -250,7 +262,7 @@ def run(proc, home, shots, started):
     xdotool("key", "Escape")
     time.sleep(1.0)
     n = len(history_entries(home))
-    log("Esc: the run was cancelled (not kept)" if n == 2 else
+    log("Esc: the run was cancelled (not kept)" if n == 3 else
         "Esc: the run had finished before Esc (kept)")
     if proc.poll() is not None:
         fail(f"the app exited ({proc.returncode}) after Esc")
