@@ -136,10 +136,15 @@ void ComparisonView::showSide(Side side, const SideResultPtr& r) {
         return;
     }
     canvas->setImage(r->image);
-    canvas->setCaption(base ? tr("Baseline · %1 ms%2")
-                                  .arg(r->run.total_ms, 0, 'f', 1)
-                                  .arg(r->cached ? tr(" (cached)") : QString())
-                            : acceleratedCaption(*r));
+    // One of two history runs side by side: its label names the run (neither is a baseline).
+    const QString label = model_ ? model_->label(side) : QString();
+    if (!label.isEmpty())
+        canvas->setCaption(label);
+    else
+        canvas->setCaption(base ? tr("Baseline · %1 ms%2")
+                                      .arg(r->run.total_ms, 0, 'f', 1)
+                                      .arg(r->cached ? tr(" (cached)") : QString())
+                                : acceleratedCaption(*r));
     strip->setFrames(r->filmstrip, scaleCaptions(*r));
 }
 

@@ -134,7 +134,16 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
                     req = Request::from_json(history_->find(left)->settings);
                 } catch (const std::exception&) {
                 }
-                results_->setPair(l, r, req);
+                // Neither side is a baseline: the captions name the runs.
+                auto label = [this](const QString& id, const SideResultPtr& side) {
+                    const HistoryEntry* e = history_->find(id);
+                    return tr("Run of %1 · seed %2 · %3 · %4 ms")
+                        .arg(e->time.toString("HH:mm:ss"))
+                        .arg(e->settings.value("seed", uint64_t(0)))
+                        .arg(e->methods)
+                        .arg(side->run.total_ms, 0, 'f', 1);
+                };
+                results_->setPair(l, r, req, label(left, l), label(right, r));
             });
 
     plots_ = new PlotsPanel(this);
@@ -409,7 +418,8 @@ void MainWindow::buildActions() {
     help->addAction(tr("Keyboard shortcuts"), this, [this] {
         QMessageBox::information(
             this, tr("Keyboard shortcuts"),
-            tr("Ctrl+Enter  generate\nEsc  cancel\nCtrl+R  random seed\nCtrl+L  go to the prompt\nCtrl+O  open checkpoints\n"
+            tr("Ctrl+Enter  generate\nEsc  cancel\nCtrl+R  random seed\nCtrl+L  go to the "
+               "prompt\nCtrl+O  open checkpoints\n"
                "Ctrl+E  export comparison figure\nCtrl+Shift+E  export metrics\nCtrl+S  save "
                "accelerated image\nCtrl+Shift+S  save images (native or upscaled)\nCtrl+Shift+C / "
                "Ctrl+Shift+V  copy / paste the settings\n"

@@ -47,6 +47,7 @@
 #include "visualization/figure.h"
 #include "visualization/float_grid.h"
 #include "visualization/heatmap_view.h"
+#include "visualization/image_canvas.h"
 
 using namespace varscope::gui;
 
@@ -2120,6 +2121,15 @@ class UiTest : public QObject {
         QVERIFY(w.results()->metrics().valid);
         QVERIFY(!std::isinf(w.results()->metrics().psnr));        // seeds 11 and 7 differ
         QCOMPARE(w.results()->request().gen.seed, uint64_t(11));  // the left: the older
+        // The captions name the two runs: neither is a baseline.
+        QVERIFY2(w.results()->label(Side::Baseline).contains("seed 11 · FastVAR"),
+                 qPrintable(w.results()->label(Side::Baseline)));
+        QVERIFY2(w.results()->label(Side::Accelerated).contains("seed 7 · FastVAR"),
+                 qPrintable(w.results()->label(Side::Accelerated)));
+        auto* base_canvas =
+            w.comparison()->findChild<varscope::viz::ImageCanvas*>("baselineCanvas");
+        QVERIFY(base_canvas);
+        QCOMPARE(base_canvas->caption(), w.results()->label(Side::Baseline));
         // The filter keeps runs of a model or method.
         w.historyPanel()->findChild<QLineEdit*>("historyFilter")->setText("no such method");
         QCOMPARE(list->count(), 0);
