@@ -791,7 +791,7 @@ QImage Inspector::currentPanelImage() const {
         for (const auto& [_, tab] : methods_)
             if (currentWidget() == tab) v = tab->view();
     if (!v || !v->hasData()) return {};
-    return v->grab().toImage();
+    return v->render(kFigurePanelSize);
 }
 
 QString Inspector::currentPanelTitle() const {

@@ -143,8 +143,10 @@ class Inspector : public QTabWidget {
     const InspectorRunState& runState() const { return state_; }
     AttentionInspector* attention() const { return attention_; }
     AccelInspector* methodTab(const QString& method) const;
-    // The visible panel as an image (for figures); null when it has no data.
+    // The visible panel as an image (for figures), rendered at kFigurePanelSize whatever the
+    // dock's size, so its text stays readable in the figure's cell; null when it has no data.
     QImage currentPanelImage() const;
+    static constexpr QSize kFigurePanelSize{320, 320};
     QString currentPanelTitle() const;
 
   signals:

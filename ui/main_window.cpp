@@ -604,7 +604,9 @@ bool MainWindow::exportFigure(const ExportOptions& o, QString* error, bool overw
         f.panels.push_back({results_->differenceImage(),
                             tr("|accelerated − baseline| (0 … %1)").arg(ResultsModel::kDiffMax)});
     if (o.attention && inspector_->attention()->view()->hasData())
-        f.panels.push_back({inspector_->attention()->view()->grab().toImage(), tr("Attention")});
+        // Rendered at a fixed size: a grab of a wide dock shrank its text to ~3 pt in the cell.
+        f.panels.push_back({inspector_->attention()->view()->render(Inspector::kFigurePanelSize),
+                            tr("Attention")});
     if (o.inspector && inspector_->currentWidget() != inspector_->attention()) {
         const QImage img = inspector_->currentPanelImage();
         if (!img.isNull()) f.panels.push_back({img, inspector_->currentPanelTitle()});

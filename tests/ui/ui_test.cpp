@@ -28,6 +28,7 @@
 
 #include "tests/ui/tiny_engine.h"
 #include "ui/comparison_view.h"
+#include "ui/elided_combo_box.h"
 #include "ui/elided_label.h"
 #include "ui/filmstrip.h"
 #include "ui/history_panel.h"
@@ -641,6 +642,23 @@ class UiTest : public QObject {
         view.show();
         QVERIFY(view.hasData());
         QVERIFY(!view.grab().isNull());
+        // A figure's panel is rendered at a fixed size, not the widget's: a wide, flat view's
+        // title would otherwise shrink to a few points in the figure's square cell.
+        view.resize(1400, 180);
+        view.setTitle("Scale 6 attention");
+        view.setKeepAspect(false);  // as the attention tab: the map fills the panel
+        const QImage panel = view.render(QSize(320, 320), 2.0);
+        QCOMPARE(panel.size(), QSize(640, 640));
+        QCOMPARE(panel.devicePixelRatio(), 2.0);
+        auto dark_pixels = [&panel](QRect r) {  // text is dark on the light base
+            int n = 0;
+            for (int y = r.top(); y <= r.bottom(); ++y)
+                for (int x = r.left(); x <= r.right(); ++x) n += qGray(panel.pixel(x, y)) < 100;
+            return n;
+        };
+        QVERIFY(dark_pixels(QRect(0, 0, 300, 40)) > 50);  // the title, in the top rows
+        // The map fills the render's height (320), not the widget's (180).
+        QVERIFY(qGray(panel.pixel(120, 500)) != qGray(panel.pixel(2, 500)));
     }
 
     // --- widgets ----------------------------------------------------------------------------
@@ -2023,6 +2041,27 @@ class UiTest : public QObject {
         QCOMPARE(w.size(), QSize(1280, 800));
         clipped = find_clipped();
         QVERIFY2(clipped.isEmpty(), qPrintable(clipped.join("\n")));
+        // The first start's model, the text-to-image one: its long name did not fit the model
+        // box and was cut mid-letter; it elides, with the whole name in the tooltip.
+        auto* combo = w.modelPanel()->findChild<ElidedComboBox*>("modelCombo");
+        QVERIFY(combo);
+        ModelSource t2i;
+        t2i.kind = ModelSource::Kind::Embedded;
+        t2i.family = Family::Infinity;
+        t2i.device = "cpu";
+        if (w.modelPanel()->pickModel(t2i)) {
+            w.cancel();
+            QVERIFY(wait_job(w));
+            QApplication::processEvents();
+            QVERIFY(combo->currentText().contains("text-to-image"));
+            combo->resize(120, combo->height());  // narrower than the name, whatever the docks
+            QVERIFY(combo->elided());
+            QVERIFY2(combo->shownText().endsWith(QChar(0x2026)), qPrintable(combo->shownText()));
+            QVERIFY(combo->toolTip().startsWith(combo->currentText()));
+            combo->resize(combo->sizeHint().width() + 200, combo->height());
+            QVERIFY(!combo->elided());
+            QVERIFY(!combo->toolTip().contains(combo->currentText()));
+        }
     }
 
     // --- history of runs (#37) ----------------------------------------------------------------
