@@ -730,7 +730,8 @@ void Inspector::setResults(const SideResultPtr& base, const SideResultPtr& accel
     pushState();
 }
 
-void Inspector::setRequest(const Request& r) {
+void Inspector::setRequest(const Request& r, bool historyPair) {
+    state_.history_pair = historyPair;
     state_.accel_config = r.accel;
     state_.run_recorded = r.gen.accel_records;
     state_.attention_layer = r.gen.attention_layer;

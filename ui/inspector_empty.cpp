@@ -316,6 +316,10 @@ QString emptyTabReason(const QString& tab, const InspectorRunState& s, Side side
             "Recording is off (View ▸ Record for the inspector): runs keep no attention "
             "maps or accelerator records, so on CUDA they replay CUDA graphs and time at "
             "full speed.");
+    if (s.history_pair && (s.base || s.accel))
+        return tr(
+            "Two runs from the history are on show: the history keeps their images and "
+            "metrics, not their attention maps or records. Restore a run to record them.");
     if (tab == "attention") return attentionReason(s, side, scale, layer);
     return recordTabReason(tab, s, scale);
 }

@@ -21,6 +21,7 @@ struct InspectorRunState {
     int64_t attention_layer = -1;  // the layer its attention maps were recorded for
     QString accel_missing;         // why no accelerated side: "cancelled" or the error
     bool has_request = false;      // accel_config / run_recorded are those of a run
+    bool history_pair = false;     // two runs of the history: images and metrics only
 };
 
 // tab: "attention", a record tab's method id ("fastvar", "sparvar", "lazyvar", "ams_kv", "mar",

@@ -520,7 +520,7 @@ void MainWindow::cancel() {
 
 void MainWindow::showResults() {
     const auto base = results_->baseline(), accel = results_->accelerated();
-    inspector_->setRequest(results_->request());
+    inspector_->setRequest(results_->request(), !results_->label(Side::Baseline).isEmpty());
     inspector_->setResults(base, accel);
     plots_->setResults(base, accel);
     metrics_->setResults(base, accel);

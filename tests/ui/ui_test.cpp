@@ -2169,6 +2169,9 @@ class UiTest : public QObject {
             w.comparison()->findChild<varscope::viz::ImageCanvas*>("baselineCanvas");
         QVERIFY(base_canvas);
         QCOMPARE(base_canvas->caption(), w.results()->label(Side::Baseline));
+        // The inspector says the history keeps no records (not "FastVAR reported none").
+        const QString fast = w.inspector()->methodTab("fastvar")->view()->emptyText();
+        QVERIFY2(fast.startsWith("Two runs from the history"), qPrintable(fast));
         // The filter keeps runs of a model or method.
         w.historyPanel()->findChild<QLineEdit*>("historyFilter")->setText("no such method");
         QCOMPARE(list->count(), 0);
@@ -2426,6 +2429,11 @@ class UiTest : public QObject {
         accel->run.cuda_graphs = true;
         QVERIFY(emptyTabReason("attention", st, Side::Accelerated, 1, 0)
                     .contains("replayed CUDA graphs"));
+        // Two runs of the history side by side: they keep no records.
+        st.history_pair = true;
+        QVERIFY(reason("fastvar").startsWith("Two runs from the history"));
+        QVERIFY(emptyTabReason("attention", st).startsWith("Two runs from the history"));
+        st.history_pair = false;
         // Whatever happened, no text asks to enable a method that was on.
         for (const QString& s : seen) {
             QVERIFY2(!s.contains("enable FastVAR", Qt::CaseInsensitive) ||
