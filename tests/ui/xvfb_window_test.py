@@ -16,6 +16,7 @@ Screenshots (xwd, converted to PNG here) go to SHOTS_DIR.
 import glob
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -187,6 +188,7 @@ def main():
             proc.kill()
             proc.wait()
         app_log.close()
+        shutil.rmtree(home, ignore_errors=True)  # settings, history and exports of this run
 
 
 def run(proc, home, shots, started):
@@ -223,7 +225,8 @@ def run(proc, home, shots, started):
     screenshot(shots, "2-prompt")
 
     # 3. Ctrl+E to a typed path.
-    out = tempfile.mkdtemp(prefix="varscope-xvfb-export-")
+    out = os.path.join(home, "exports")
+    os.makedirs(out)
     before = export_figure(home, wid, os.path.join(out, "before.png"), proc)
     if before.get("prompt") != "thumbs up":
         fail(f"the export's settings do not carry the typed prompt: {before}")
