@@ -277,6 +277,8 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
                     if (side == int(Side::Accelerated)) results_->clearSide(Side::Accelerated);
                     if (side == int(Side::Accelerated) || !results_->baseline())
                         comparison_->setSideMessage(Side(side), tr("Cancelled"));
+                    else  // the cancelled run's previews give way to the results on show
+                        comparison_->showModel();
                     return;
                 }
                 if (side == int(Side::Accelerated)) {

@@ -1240,10 +1240,16 @@ class UiTest : public QObject {
         w.applyRequest(other, false);
         QSignalSpy failed(w.worker(), &GenerationWorker::sideFailed);
         w.generate();
+        // A preview of the run being cancelled (Esc in a real window caught one on show beside
+        // the previous run's caption): it goes when the run is cancelled.
+        auto* canvas = w.comparison()->findChild<varscope::viz::ImageCanvas*>("baselineCanvas");
+        QVERIFY(canvas);
+        w.comparison()->setPreview(Side::Baseline, noise_image(8, 8, 3));
         w.cancel();
         QVERIFY(wait_job(w));
         QCOMPARE(failed.count(), 1);
         QCOMPARE(w.results()->baseline()->image, shown);
+        QCOMPARE(canvas->image(), shown);
         QVERIFY2(w.figureNotes().join('|').contains("seed 7"),
                  qPrintable(w.figureNotes().join('|')));
         QTemporaryDir dir;
