@@ -10,7 +10,8 @@ tools). Steps, each checked:
   4. scroll the wheel over the settings column without clicking it first, then export again:
      the settings chunks of both PNGs are equal and no run started; then click the seed box and
      scroll once: the seed (only) changes, so the wheel did reach the settings;
-  5. Ctrl+R (a new seed, a run) then Esc, and Ctrl+Q: the app quits cleanly (exit 0).
+  5. Ctrl+R (a new seed, a run) then Esc: both canvases show the same image (no accelerator is
+     on; no preview of the cancelled run stays on show); Ctrl+Q: the app quits (exit 0).
 Screenshots (xwd, converted to PNG here) go to SHOTS_DIR.
 """
 import glob
@@ -269,7 +270,18 @@ def run(proc, home, shots, started):
         "Esc: the run had finished before Esc (kept)")
     if proc.poll() is not None:
         fail(f"the app exited ({proc.returncode}) after Esc")
-    screenshot(shots, "4-after-esc")
+    _, _, rows = screenshot(shots, "4-after-esc")
+    # No accelerator is on, so both canvases show the same image whether Esc caught the run or
+    # not: the baseline canvas must not keep a preview of the cancelled run. The canvases share
+    # the centre's width; their exact offset is found by search.
+    band = [rows[y][3 * (wx + 420):3 * (wx + 620)] for y in range(wy + 160, wy + 420, 10)]
+    same = any(all(rows[y][3 * (wx + 420 + dx):3 * (wx + 620 + dx)] == b
+                   for y, b in zip(range(wy + 160, wy + 420, 10), band))
+               for dx in range(240, 340))
+    if not same:
+        fail("after Esc the baseline and accelerated canvases differ (a cancelled run's preview "
+             "left on show?)")
+    log("after Esc both canvases show the results on show")
     xdotool("windowfocus", "--sync", wid)
     xdotool("key", "--clearmodifiers", "ctrl+q")
     try:
