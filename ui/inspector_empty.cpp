@@ -52,7 +52,7 @@ QString range(int64_t first, int64_t last) {
     return first == last ? tr("scale %1").arg(first) : tr("scales %1–%2").arg(first).arg(last);
 }
 
-// The scales [first, last] of a run that all ran (none skipped); -1/-1 when the run is empty.
+// Whether scale skipping removed every scale in [first, last] (false for an empty span).
 bool allSkipped(const RunOutput& run, int64_t first, int64_t last) {
     if (first > last) return false;
     for (int64_t s = first; s <= last; ++s)
