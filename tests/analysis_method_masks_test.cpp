@@ -178,6 +178,8 @@ TEST(AttentionAnalysis, JsonAndCsvHoldEveryRecord) {
     EXPECT_EQ(j["head_types"].size(), 8u);
     EXPECT_EQ(j["layer_types"].size(), 4u);
     EXPECT_TRUE(j["timing"].contains("capture_ms"));
+    EXPECT_EQ(j["typing_rule"]["min_queries"], TypingRule{}.min_queries);
+    EXPECT_EQ(j["sink_scales"], opt.measure.sink_scales);
     std::istringstream csv(to_csv(a));
     std::string line;
     std::getline(csv, line);
@@ -249,4 +251,27 @@ TEST(MethodMasks, SkippedScalesComputeNothing) {
     add_skip_masks(set, {ScaleRecord{}, skipped}, kLayout);
     EXPECT_EQ(set.at(5, 3).queries.sum().item<int64_t>(), 0);
     EXPECT_TRUE(set.at(0, 0).keeps_all());
+}
+
+// The dense form of a kept set (the app's overlay) entry by entry: queries x keys x blocks.
+TEST(MethodMasks, DenseKeepExpandsEachPart) {
+    KeepMask m;
+    m.queries = at::tensor({1, 0, 1, 1, 1}).gt(0);
+    m.keys = at::tensor({1, 1, 1, 0, 1, 1, 1}).gt(0);
+    m.pairs = at::rand({2, 3, 3}) > 0.4;  // blocks of 2 queries x 3 keys, per head
+    m.block_q = 2;
+    m.block_k = 3;
+    const auto d = dense_keep(m, 2, 5, 7);
+    ASSERT_EQ(d.sizes(), (at::IntArrayRef{2, 5, 7}));
+    for (int64_t h = 0; h < 2; ++h)
+        for (int64_t i = 0; i < 5; ++i)
+            for (int64_t j = 0; j < 7; ++j) {
+                const bool want = m.queries[i].item<bool>() && m.keys[j].item<bool>() &&
+                                  m.pairs[h][i / 2][j / 3].item<bool>();
+                EXPECT_EQ(d[h][i][j].item<bool>(), want) << h << "," << i << "," << j;
+            }
+    EXPECT_EQ(dense_keep(KeepMask{}, 4, 3, 6).sizes(), (at::IntArrayRef{1, 3, 6}));
+    EXPECT_TRUE(dense_keep(KeepMask{}, 4, 3, 6).all().item<bool>());
+    EXPECT_THROW(dense_keep(m, 2, 5, 8), std::invalid_argument);  // keys of another length
+    EXPECT_THROW(dense_keep(m, 3, 5, 7), std::invalid_argument);  // 2 heads' blocks, 3 heads
 }

@@ -327,6 +327,48 @@ TEST(InfinityTraining, RunLearnsResumesAndExportsWhatTheRunnerOpens) {
     EXPECT_EQ(r.step_tokens.size(), 7u);
 }
 
+TEST(InfinityTraining, FineTuningStartsFromTheExportsAndRefusesOtherShapes) {
+    if (!SentencePieceTokenizer::available()) GTEST_SKIP() << "built without SentencePiece";
+    varscope::testing::TempDir dir;
+    const TinyData data = tiny_data(dir);
+    std::ostringstream sink;
+    const auto trained = train_infinity(tiny_job(data, dir.file("first"), 6), sink);
+
+    // A step too small to move a weight: the fine-tuning run evaluates as the exports it
+    // started from (a run that ignored --init would be a random model: loss ~0.69 per bit).
+    InfinityTrainJob tune = tiny_job(data, dir.file("tune"), 1);
+    tune.train.lr = 1e-30;
+    tune.init_path = dir.file("first/export-fp16.safetensors");
+    tune.init_t5_path = dir.file("first/t5-fp16");
+    std::ostringstream out;
+    const auto tuned = train_infinity(tune, out);
+    EXPECT_NE(out.str().find("transformer initialised from"), std::string::npos) << out.str();
+    EXPECT_NE(out.str().find("T5 encoder initialised from"), std::string::npos) << out.str();
+    EXPECT_NEAR(tuned["eval_model"]["loss"].get<double>(),
+                trained["eval_export"]["loss"].get<double>(), 1e-5);
+    EXPECT_NEAR(tuned["eval_model"]["bit_acc"].get<double>(),
+                trained["eval_export"]["bit_acc"].get<double>(), 1e-6);
+    EXPECT_EQ(tuned["init"], tune.init_path);
+
+    auto expect_error = [&](InfinityTrainJob job, const std::string& words) {
+        std::ostringstream s;
+        try {
+            train_infinity(job, s);
+            ADD_FAILURE() << "accepted; expected: " << words;
+        } catch (const std::invalid_argument& e) {
+            EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+        }
+    };
+    InfinityTrainJob deeper = tiny_job(data, dir.file("deeper"), 1);
+    deeper.model.depth += 1;
+    deeper.init_path = tune.init_path;
+    expect_error(deeper, "--init " + tune.init_path + ": a transformer of");
+    InfinityTrainJob wider_t5 = tiny_job(data, dir.file("wider"), 1);
+    wider_t5.t5.d_ff *= 2;
+    wider_t5.init_t5_path = tune.init_t5_path;
+    expect_error(wider_t5, "--init-t5 " + tune.init_t5_path + ": a T5 encoder of");
+}
+
 TEST(InfinityTraining, BadJobsAreNamed) {
     if (!SentencePieceTokenizer::available()) GTEST_SKIP() << "built without SentencePiece";
     varscope::testing::TempDir dir;
@@ -383,6 +425,20 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
     int64_t params = 0;
     for (const auto& p : InfinityTransformer(job.model)->parameters()) params += p.numel();
     EXPECT_LT(params * (job.export_int8 ? 1 : 2), 16 * 1024 * 1024 - 512 * 1024) << params;
+
+    // The second phase fine-tunes the first's exports: the same shapes, the noise and reweighting
+    // on.
+    std::ifstream f2(varscope::testing::source_dir() +
+                     "/resources/training/emoji-infinity-finetune.json");
+    ASSERT_TRUE(f2.good());
+    const auto j2 = nlohmann::json::parse(f2);
+    InfinityTrainJob tune;
+    apply_infinity_config(j2, 1100, tune);
+    EXPECT_NO_THROW(TrainConfig::from_json(j2.at("train")));
+    EXPECT_EQ(tune.model.to_json(), job.model.to_json());
+    EXPECT_EQ(tune.t5.to_json(), job.t5.to_json());
+    EXPECT_TRUE(tune.caption_noise.enabled());
+    EXPECT_TRUE(tune.reweight_loss_by_scale);
 
     auto error = [&](nlohmann::json c) {
         InfinityTrainJob jb;

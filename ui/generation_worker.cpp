@@ -28,6 +28,7 @@ GenerationWorker::GenerationWorker(QObject* parent) : QThread(parent) {
     qRegisterMetaType<SideResultPtr>();
     qRegisterMetaType<SweepPoint>();
     qRegisterMetaType<ModelInfo>();
+    qRegisterMetaType<AnalysisResultPtr>();
     loader_ = [](Engine& e, const ModelSource& s) { e.load(s); };
 }
 
@@ -134,11 +135,31 @@ SideResultPtr GenerationWorker::runSide(quint64 id, const Request& r, Side side,
     return res;
 }
 
+void GenerationWorker::runAnalysis(quint64 id, const Job& job) {
+    const QString key = QString::fromStdString(job.analysis_key);
+    try {
+        GenerationSettings gs = job.request.gen;
+        gs.accel_json = job.request.accel.dump();
+        auto res = std::make_shared<AnalysisResult>();
+        res->key = job.analysis_key;
+        res->out = engine_.analyze(gs, &cancel_);
+        emit analysisFinished(id, res);
+    } catch (const Cancelled&) {
+        emit analysisFailed(id, key, tr("Cancelled"), true);
+    } catch (const std::exception& e) {
+        emit analysisFailed(id, key, message_of(e), false);
+    }
+}
+
 void GenerationWorker::runJob(quint64 id, const Job& job) {
     try {
         ensureModel(id, job.request.model);
     } catch (const std::exception& e) {
         emit modelFailed(id, message_of(e));
+        return;
+    }
+    if (job.type == Job::Type::Analyze) {
+        runAnalysis(id, job);
         return;
     }
     int side = 0;

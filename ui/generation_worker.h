@@ -20,12 +20,14 @@
 namespace varscope::gui {
 
 struct Job {
-    enum class Type { Generate, Sweep };
+    enum class Type { Generate, Sweep, Analyze };
     Type type = Type::Generate;
     Request request;
     // Sweep: request.accel with accel[method][param] = each value (method enabled).
     std::string sweep_method, sweep_param;
     std::vector<double> sweep_values;
+    // Analyze: the attention analysis of request (request.accel is the method) under this key.
+    std::string analysis_key;
 };
 
 class GenerationWorker : public QThread {
@@ -53,6 +55,8 @@ class GenerationWorker : public QThread {
     void sideFinished(quint64 job, varscope::gui::SideResultPtr result);
     void sideFailed(quint64 job, int side, QString message, bool cancelled);
     void sweepPoint(quint64 job, varscope::gui::SweepPoint point);
+    void analysisFinished(quint64 job, varscope::gui::AnalysisResultPtr result);
+    void analysisFailed(quint64 job, QString key, QString message, bool cancelled);
     void jobFinished(quint64 job);
 
   protected:
@@ -64,6 +68,7 @@ class GenerationWorker : public QThread {
     // baseline timed like its points).
     SideResultPtr runSide(quint64 id, const Request& r, Side side, bool report = true);
     void ensureModel(quint64 id, const ModelSource& src);
+    void runAnalysis(quint64 id, const Job& job);
 
     mutable QMutex mutex_;
     QWaitCondition condition_;

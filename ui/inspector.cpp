@@ -13,6 +13,8 @@
 #include <set>
 
 #include "core/accel/probe_kinds.h"
+#include "core/analysis/measure_grid.h"
+#include "ui/attention_grid.h"
 #include "visualization/heatmap_view.h"
 
 namespace varscope::gui {
@@ -92,13 +94,14 @@ AttentionInspector::AttentionInspector(QWidget* parent) : QWidget(parent) {
     bar->addStretch(1);
     look->addWidget(cmap_);
     look->addWidget(log_);
-    cs4a_ = new QCheckBox(tr("CS4A keys"), this);
-    cs4a_->setObjectName("attentionCs4a");
-    cs4a_->setToolTip(
-        tr("Dim every entry SparVAR's CS4A did not keep at this scale and layer "
-           "(its Top-K keys at the decision scale, the mapped keys at later scales), "
-           "so the dense map shows what the sparse attention sees"));
-    look->addWidget(cs4a_);
+    mask_ = new QCheckBox(tr("Kept by the method"), this);
+    mask_->setObjectName("attentionMask");
+    mask_->setToolTip(
+        tr("Dim every entry the accelerated run's methods drop at this scale and layer (FastVAR's "
+           "pruned tokens, AMS-KV's evicted cache, SparVAR's CSLA blocks and CS4A keys, LazyVAR's "
+           "pruned queries, skipped scales), with the recall of the kept entries in the corner: "
+           "the dense map as the sparse attention sees it"));
+    look->addWidget(mask_);
     look->addStretch(1);
     v->addLayout(bar);
     v->addLayout(look);
@@ -117,7 +120,7 @@ AttentionInspector::AttentionInspector(QWidget* parent) : QWidget(parent) {
     connect(head_, qOverload<int>(&QComboBox::currentIndexChanged), this,
             &AttentionInspector::refresh);
     connect(log_, &QCheckBox::toggled, this, &AttentionInspector::refresh);
-    connect(cs4a_, &QCheckBox::toggled, this, &AttentionInspector::refresh);
+    connect(mask_, &QCheckBox::toggled, this, &AttentionInspector::refresh);
     connect(cmap_, qOverload<int>(&QComboBox::currentIndexChanged), this,
             [this](int i) { view_->setColormap(static_cast<viz::Colormap>(i)); });
     view_->setColormap(viz::Colormap::Inferno);
@@ -159,44 +162,68 @@ void AttentionInspector::setResults(const SideResultPtr& base, const SideResultP
     refresh();
 }
 
-QString AttentionInspector::overlay_cs4a(viz::FloatGrid& g, int scale, int layer, int head) const {
-    // The key lists come from the accelerated run; they apply to whichever dense map is shown
-    // (the baseline's, usually: SparVAR replaces the accelerated side's attention there).
-    const AccelOutput* rec = nullptr;
+QString AttentionInspector::overlay_mask(const AttentionOutput& rec, int head) {
+    // The kept set comes from the accelerated run; it applies to whichever dense map is shown
+    // (the baseline's, usually: sparse methods replace the accelerated side's attention).
+    const MaskOutput* m = nullptr;
     if (accel_)
-        for (const auto& a : accel_->run.accel)
-            if (a.method == "sparvar" &&
-                (a.kind == probe_kinds::kCs4aSelected || a.kind == probe_kinds::kCs4aMapped) &&
-                a.scale == scale && a.layer == layer)
-                rec = &a;
-    if (!rec || rec->data.shape.size() != 3) return tr(" · no CS4A keys at this scale/layer");
-    const int64_t H = rec->data.dim(0), G = rec->data.dim(1), m = rec->data.dim(2);
-    const int64_t q = g.rows, k = g.cols, rows_per_block = (q + G - 1) / std::max<int64_t>(G, 1);
-    std::vector<char> kept(size_t(q * k), 0);
-    for (int64_t h = 0; h < H; ++h) {
+        for (const auto& x : accel_->run.masks)
+            if (x.scale == rec.scale && x.layer == rec.layer) m = &x;
+    if (!m) return tr(" · no method mask at this scale/layer");
+    const int64_t heads = rec.probs.dim(0), q = rec.probs.dim(1), k = rec.probs.dim(2);
+    if (m->queries != q || m->keys != k || (m->heads != 1 && m->heads != heads))
+        return tr(" · the mask (%1×%2) does not fit this map: show the baseline")
+            .arg(m->queries)
+            .arg(m->keys);
+    // Per head: its mask and the recall on its probabilities (core's map_recall); the mean view
+    // keeps an entry that some head keeps and averages the heads' recalls.
+    const size_t n = size_t(q * k);
+    std::vector<uint8_t> shown(n, 0);
+    double recall = 0;
+    int counted = 0;
+    for (int64_t h = 0; h < heads; ++h) {
         if (head >= 0 && h != head) continue;
-        for (int64_t b = 0; b < G; ++b)
-            for (int64_t j = 0; j < m; ++j) {
-                const auto key =
-                    static_cast<int64_t>(rec->data.values[size_t((h * G + b) * m + j)]);
-                if (key < 0 || key >= k) continue;
-                for (int64_t row = b * rows_per_block; row < std::min(q, (b + 1) * rows_per_block);
-                     ++row)
-                    kept[size_t(row * k + key)] = 1;
-            }
+        const size_t mh = m->heads == 1 ? 0 : size_t(h);
+        const std::vector<uint8_t> kept(m->kept.begin() + long(mh * n),
+                                        m->kept.begin() + long((mh + 1) * n));
+        const std::vector<float> probs(rec.probs.values.begin() + long(size_t(h) * n),
+                                       rec.probs.values.begin() + long(size_t(h + 1) * n));
+        recall += analysis::map_recall(probs, kept, q, k);
+        ++counted;
+        for (size_t i = 0; i < n; ++i) shown[i] = shown[i] || kept[i];
     }
-    float lo = std::numeric_limits<float>::infinity();
-    for (float v : g.values) lo = std::min(lo, v);
-    int64_t n_kept = 0;
-    for (size_t i = 0; i < kept.size(); ++i) {
-        if (kept[i])
-            ++n_kept;
-        else
-            g.values[i] = lo;  // dimmed to the bottom of the colour scale
+    overlay_recall_ = counted > 0 ? recall / counted : 0.0;
+    size_t n_kept = 0;
+    for (auto x : shown) n_kept += x;
+    view_->setKeptMask(std::move(shown));
+    view_->setCornerText(tr("recall %1").arg(overlay_recall_, 0, 'f', 3));
+    return tr(" · the method keeps %1 % of the entries")
+        .arg(100.0 * double(n_kept) / double(std::max<size_t>(n, 1)), 0, 'f', 1);
+}
+
+void AttentionInspector::showMap(int scale, int layer, int head) {
+    {
+        const QSignalBlocker a(side_), b(scale_), c(head_);
+        side_->setCurrentIndex(0);  // the dense map
+        if (scale >= 0 && scale < scale_->count()) scale_->setCurrentIndex(scale);
+        if (head + 1 >= 0 && head + 1 < head_->count()) head_->setCurrentIndex(head + 1);
     }
-    return tr(" · CS4A keeps %1 % (%2)")
-        .arg(100.0 * double(n_kept) / double(std::max<int64_t>(q * k, 1)), 0, 'f', 1)
-        .arg(QString::fromStdString(rec->kind));
+    if (layer != layer_->value())
+        layer_->setValue(layer);  // refreshes and asks for that layer's maps
+    else
+        refresh();
+}
+
+void AttentionInspector::setMaskShown(bool on) {
+    mask_->setChecked(on);
+}
+
+int AttentionInspector::scale() const {
+    return scale_->currentIndex();
+}
+
+int AttentionInspector::head() const {
+    return head_->currentIndex() - 1;
 }
 
 void AttentionInspector::setRecording(bool on) {
@@ -212,6 +239,7 @@ void AttentionInspector::setRunState(const InspectorRunState& st) {
 }
 
 void AttentionInspector::refresh() {
+    overlay_recall_ = std::numeric_limits<double>::quiet_NaN();
     const SideResultPtr r = side_->currentIndex() == 0 ? base_ : accel_;
     const int scale = scale_->currentIndex(), layer = layer_->value();
     const AttentionOutput* rec = nullptr;
@@ -238,8 +266,6 @@ void AttentionInspector::refresh() {
     if (log_->isChecked())
         for (auto& x : g.values) x = std::log10(std::max(x, 1e-6f));
 
-    const QString cs4a_note = cs4a_->isChecked() ? overlay_cs4a(g, scale, layer, head) : QString();
-
     ScaleLayout layout{patch_nums_of(r)};
     std::vector<int> cols;
     for (size_t s = 1; s < layout.patch_nums.size(); ++s) {
@@ -247,6 +273,7 @@ void AttentionInspector::refresh() {
         if (b < k) cols.push_back(int(b));
     }
     view_->setGrid(g);
+    const QString mask_note = mask_->isChecked() ? overlay_mask(*rec, head) : QString();
     view_->setPartitions({}, cols);
     view_->setLegendLabel(log_->isChecked() ? tr("log10 p") : tr("p"));
     view_->setTitle(
@@ -256,7 +283,7 @@ void AttentionInspector::refresh() {
             .arg(k)
             .arg(layer)
             .arg(head < 0 ? tr("mean of %1 heads").arg(heads) : tr("head %1").arg(head)) +
-        cs4a_note);
+        mask_note);
     const int64_t qpn = layout.patch_nums[size_t(scale)];
     view_->setCellLabeler([layout, qpn](int row, int col) {
         auto [ks, ky, kx] = layout.locate(col);
@@ -684,6 +711,14 @@ Inspector::Inspector(QWidget* parent) : QTabWidget(parent) {
     setObjectName("inspector");
     attention_ = new AttentionInspector(this);
     addTab(attention_, tr("Attention"));
+    grid_ = new AttentionGrid(this);
+    grid_->setObjectName("inspector.grid");
+    addTab(grid_, tr("Grid"));
+    connect(grid_, &AttentionGrid::analysisRequested, this, &Inspector::analysisRequested);
+    connect(grid_, &AttentionGrid::cellActivated, this, [this](int scale, int layer, int head) {
+        setCurrentWidget(attention_);
+        attention_->showMap(scale, layer, head);
+    });
     // What each tab shows; emptyTabReason says above it why it shows nothing.
     const std::vector<std::tuple<QString, QString, QString>> tabs = {
         {"fastvar", tr("FastVAR tokens"),
@@ -748,6 +783,10 @@ void Inspector::pushState() {
     for (auto& [_, tab] : methods_) tab->setRunState(state_);
 }
 
+void Inspector::setRun(const std::optional<Request>& request) {
+    grid_->setRun(request);
+}
+
 void Inspector::setModel(int depth, int heads) {
     attention_->setDepth(depth, heads);
 }
@@ -758,6 +797,7 @@ void Inspector::setFamily(Family f) {
     // and all tokens; the attention tab's scale partitions are VAR's).
     const bool is_mar = f == Family::Mar;
     setTabVisible(indexOf(attention_), !is_mar);
+    setTabVisible(indexOf(grid_), !is_mar);
     for (const auto& [id, tab] : methods_) {
         const bool mar_tab = id == "mar" || id == "lazymar";
         const bool shown = id == "text" ? f == Family::Infinity  // text-to-image only
@@ -788,6 +828,8 @@ QImage Inspector::currentPanelImage() const {
     viz::HeatmapView* v = nullptr;
     if (currentWidget() == attention_)
         v = attention_->view();
+    else if (currentWidget() == grid_)
+        v = grid_->view();
     else
         for (const auto& [_, tab] : methods_)
             if (currentWidget() == tab) v = tab->view();

@@ -6,6 +6,8 @@
 
 #include <QTabWidget>
 #include <QWidget>
+#include <limits>
+#include <optional>
 
 #include "ui/inspector_empty.h"
 #include "ui/run_types.h"
@@ -46,15 +48,24 @@ class AttentionInspector : public QWidget {
     void setRunState(const InspectorRunState& s);
     viz::HeatmapView* view() const { return view_; }
     QComboBox* sideBox() const { return side_; }
+    // The baseline's map of (scale, layer, head); head -1 = the mean over heads. Another layer
+    // than the recorded one asks for a re-run (layerRequested).
+    void showMap(int scale, int layer, int head);
+    int scale() const;
+    int head() const;  // -1 = mean
+    // The kept set's recall on the map on show (the mask overlay), NaN when none is shown.
+    double overlayRecall() const { return overlay_recall_; }
+    void setMaskShown(bool on);  // the "Kept by the method" overlay
 
   signals:
     void layerRequested(int layer);  // attention of another layer is needed (re-run)
 
   private:
     void refresh();
-    // Dims the entries of `g` (q x k) outside SparVAR's CS4A key lists for (scale, layer);
-    // returns a caption fragment.
-    QString overlay_cs4a(viz::FloatGrid& g, int scale, int layer, int head) const;
+    // The accelerated run's kept set (RunOutput::masks) over the map on show: dropped entries
+    // dimmed, the recall on the probabilities `probs` (heads, q, k) in the corner; returns a
+    // caption fragment.
+    QString overlay_mask(const AttentionOutput& rec, int head);
     SideResultPtr base_, accel_;
     QComboBox* side_;
     QComboBox* scale_;
@@ -62,9 +73,10 @@ class AttentionInspector : public QWidget {
     QComboBox* head_;
     QComboBox* cmap_;
     QCheckBox* log_;
-    QCheckBox* cs4a_;
+    QCheckBox* mask_;
     viz::HeatmapView* view_;
     InspectorRunState state_;  // its base/accel follow setResults
+    double overlay_recall_ = std::numeric_limits<double>::quiet_NaN();
 };
 
 // What a record tab's scale box picks: the record of one scale (or step), or an overview of the
@@ -127,6 +139,8 @@ class AccelInspector : public QWidget {
     InspectorRunState state_;
 };
 
+class AttentionGrid;
+
 class Inspector : public QTabWidget {
     Q_OBJECT
   public:
@@ -143,6 +157,9 @@ class Inspector : public QTabWidget {
     void setAcceleratedMissing(const QString& why);
     const InspectorRunState& runState() const { return state_; }
     AttentionInspector* attention() const { return attention_; }
+    AttentionGrid* grid() const { return grid_; }
+    // The request of the results on show (the grid's analyses are of its settings).
+    void setRun(const std::optional<Request>& request);
     AccelInspector* methodTab(const QString& method) const;
     // The visible panel as an image (for figures), rendered at kFigurePanelSize whatever the
     // dock's size, so its text stays readable in the figure's cell; null when it has no data.
@@ -152,10 +169,12 @@ class Inspector : public QTabWidget {
 
   signals:
     void attentionLayerRequested(int layer);
+    void analysisRequested(QString key, QString method_json);
 
   private:
     void pushState();
     AttentionInspector* attention_;
+    AttentionGrid* grid_;
     std::vector<std::pair<QString, AccelInspector*>> methods_;
     InspectorRunState state_;
 };

@@ -11,6 +11,7 @@
 #include <QCommandLineParser>
 #include <QDir>
 #include <QDockWidget>
+#include <QElapsedTimer>
 #include <QFileInfo>
 #include <QIcon>
 #include <QLineEdit>
@@ -26,6 +27,7 @@
 #include <string>
 
 #include "app/exec_env/exec_env.h"
+#include "ui/attention_grid.h"
 #include "ui/history_panel.h"
 #include "ui/inspector.h"
 #include "ui/main_window.h"
@@ -54,16 +56,30 @@ bool show_history_comparison(MainWindow& w) {
     return true;
 }
 
+// The grid tab, once shown, asks the worker for its analysis: wait for it (up to 5 minutes).
+void wait_for_grid(QWidget* tab) {
+    auto* grid = qobject_cast<varscope::gui::AttentionGrid*>(tab);
+    if (!grid) return;
+    QElapsedTimer t;
+    t.start();
+    while (!grid->current() && t.elapsed() < 300000)
+        QApplication::processEvents(QEventLoop::AllEvents | QEventLoop::WaitForMoreEvents, 100);
+    if (!grid->current()) qWarning("--screenshots: the grid's analysis did not finish");
+}
+
 // After `runs` runs (seed, seed + 1, …), saves the window once per listed inspector tab (or
 // "History"), then quits.
 void take_screenshots(MainWindow& w, const QString& dir, const QStringList& tabs, int runs) {
+    // Once, after the last run: the grid's analysis finishes a job of its own.
     auto done = std::make_shared<int>(0);
-    QObject::connect(&w, &MainWindow::jobFinished, &w, [&w, dir, tabs, runs, done] {
+    auto once = std::make_shared<QMetaObject::Connection>();
+    *once = QObject::connect(&w, &MainWindow::jobFinished, &w, [&w, dir, tabs, runs, done, once] {
         if (++*done < runs) {  // the next seed, at once (not after the seed box's debounce)
             w.modelPanel()->seedBox()->setValue(w.modelPanel()->seedBox()->value() + 1);
             w.generate();
             return;
         }
+        QObject::disconnect(*once);
         QTimer::singleShot(400, &w, [&w, dir, tabs] {
             bool failed = false;
             for (const QString& tab : tabs) {
@@ -91,6 +107,19 @@ void take_screenshots(MainWindow& w, const QString& dir, const QStringList& tabs
                 }
                 insp->setCurrentIndex(found);
                 QApplication::processEvents();
+                wait_for_grid(insp->currentWidget());
+                // The grid also as its exported figure (what Export ▸ Figure writes).
+                if (auto* grid = qobject_cast<varscope::gui::AttentionGrid*>(insp->currentWidget());
+                    grid && grid->current()) {
+                    QString error;
+                    for (const char* name : {"grid-figure.png", "grid-figure.svg"})
+                        if (!grid->exportTo(QDir(dir).filePath(name),
+                                            varscope::gui::AttentionGrid::ExportKind::Figure,
+                                            &error)) {
+                            qWarning("grid figure: %s", qPrintable(error));
+                            failed = true;
+                        }
+                }
                 QString name = tab.toLower().replace(' ', '-');
                 const QString path = QDir(dir).filePath("window-" + name + ".png");
                 if (!w.grab().save(path)) {
@@ -166,6 +195,9 @@ int main(int argc, char** argv) {
     QCommandLineOption runs("runs", "Runs before --screenshots (seeds N, N+1, …; default 1).", "n",
                             "1");
     QCommandLineOption size("size", "Window size WxH.", "size");
+    QCommandLineOption overlay("overlay",
+                               "Start with the attention map's method-mask overlay on (kept "
+                               "entries bright, dropped ones dimmed).");
     QCommandLineOption model(
         "model",
         "Embedded model to start with: t2i (the emoji text-to-image model), var or mar (default: "
@@ -177,7 +209,8 @@ int main(int argc, char** argv) {
         QString::fromStdString("Transformer precision on CUDA to start with: " +
                                varscope::gui::model_precision_names() + "."),
         "name");
-    cli.addOptions({prompt, seed, preset, shots, tabs, runs, size, model, device, precision});
+    cli.addOptions(
+        {prompt, seed, preset, shots, tabs, runs, size, overlay, model, device, precision});
     cli.process(app);
     try {  // the VARSCOPE_* variables (the engine reads them again): a malformed one stops here
         varscope::exec_env::policy_from_environment();
@@ -265,6 +298,7 @@ int main(int argc, char** argv) {
                   qPrintable(w.methodPanel()->presetNames().join(", ")));
         return 2;
     }
+    if (cli.isSet(overlay)) w.inspector()->attention()->setMaskShown(true);
     if (cli.isSet(shots)) {
         const QString dir = cli.value(shots);
         if (!QDir().mkpath(dir) || !QFileInfo(dir).isWritable()) {  // before the generation

@@ -29,6 +29,7 @@
 #include <QVBoxLayout>
 
 #include "core/io/json_read.h"
+#include "ui/attention_grid.h"
 #include "ui/comparison_view.h"
 #include "ui/elided_label.h"
 #include "ui/history_panel.h"
@@ -209,6 +210,13 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     connect(inspector_, &Inspector::attentionLayerRequested, this, [this] {
         if (has_generated_) debounce_.start();
     });
+    connect(inspector_, &Inspector::analysisRequested, this, &MainWindow::requestAnalysis);
+    connect(worker_, &GenerationWorker::analysisFinished, this,
+            [this](quint64, AnalysisResultPtr r) { inspector_->grid()->setAnalysis(r); });
+    connect(worker_, &GenerationWorker::analysisFailed, this,
+            [this](quint64, QString key, QString message, bool) {
+                inspector_->grid()->setAnalysisFailed(key, message);
+            });
     connect(comparison_, &ComparisonView::scaleSelected, inspector_, &Inspector::setScale);
     connect(comparison_, &ComparisonView::saveImageRequested, this,
             [this](std::optional<SavedImage> which) { saveImagesDialog(which); });
@@ -312,6 +320,11 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
             plots_->setSweepRunning(false);
             // The sweep's runs drew their previews and badges over the accelerated image.
             comparison_->showModel();
+        }
+        if (pending_analysis_) {
+            Job next = std::move(*pending_analysis_);
+            pending_analysis_.reset();
+            submitAnalysis(std::move(next));
         }
         emit jobFinished();
     });
@@ -487,6 +500,7 @@ void MainWindow::generate() {
     job_request_ = job.request;
     job_complete_ = false;
     has_generated_ = true;
+    pending_analysis_.reset();  // of the run this one replaces
     // A run of another family: the previous family's images, plots and records go at once.
     const SideResultPtr shown =
         results_->baseline() ? results_->baseline() : results_->accelerated();
@@ -508,6 +522,7 @@ void MainWindow::runSweep(const QString& method, const QString& param,
     job.sweep_param = param.toStdString();
     job.sweep_values = values;
     job_request_ = job.request;
+    pending_analysis_.reset();
     job_complete_ = false;
     plots_->clearSweep();
     plots_->setSweepRunning(true);
@@ -520,10 +535,34 @@ void MainWindow::cancel() {
     worker_->cancel();
 }
 
+void MainWindow::requestAnalysis(const QString& key, const QString& method_json) {
+    if (results_->empty()) return;
+    Job job;
+    job.type = Job::Type::Analyze;
+    job.request = results_->request();
+    try {
+        job.request.accel = nlohmann::json::parse(method_json.toStdString());
+    } catch (const std::exception& e) {
+        inspector_->grid()->setAnalysisFailed(key, QString::fromUtf8(e.what()));
+        return;
+    }
+    job.analysis_key = key.toStdString();
+    if (busy())
+        pending_analysis_ = std::move(job);
+    else
+        submitAnalysis(std::move(job));
+}
+
+void MainWindow::submitAnalysis(Job job) {
+    latest_job_ = active_job_ = worker_->submit(std::move(job));
+}
+
 void MainWindow::showResults() {
     const auto base = results_->baseline(), accel = results_->accelerated();
     inspector_->setRequest(results_->request(), !results_->label(Side::Baseline).isEmpty());
     inspector_->setResults(base, accel);
+    inspector_->setRun(results_->empty() ? std::nullopt
+                                         : std::optional<Request>(results_->request()));
     plots_->setResults(base, accel);
     metrics_->setResults(base, accel);
     status_model_->setDetails(base ? QString::fromStdString(results_->request().to_json().dump(2))

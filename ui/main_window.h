@@ -100,6 +100,10 @@ class MainWindow : public QMainWindow {
     void applyRecording(Request& r) const;
     void writeSettings();
     void showResults();
+    // The grid's analysis of the run on show, with one method: submitted now when the worker is
+    // idle, else once the running job finished (an analysis never cancels a generation).
+    void requestAnalysis(const QString& key, const QString& method_json);
+    void submitAnalysis(Job job);
     void runSweep(const QString& method, const QString& param, const std::vector<double>& values);
     bool confirmOverwrite(const QString& path);
     // False, with a status-bar note, while there is nothing to export or save (no dialog).
@@ -137,6 +141,7 @@ class MainWindow : public QMainWindow {
     std::optional<ModelSource> working_model_;
     QString export_dir_;
     int save_factor_ = 1;  // the last upscale factor chosen (saved with the settings)
+    std::optional<Job> pending_analysis_;
 };
 
 }  // namespace varscope::gui

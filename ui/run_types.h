@@ -59,6 +59,14 @@ using SideResultPtr = std::shared_ptr<const SideResult>;
 // when both ran alike).
 std::optional<Side> sideToRunAgainEagerly(const RunOutput& base, const RunOutput& accel);
 
+// One attention analysis (Engine::analyze) and the key of the run and method it belongs to
+// (AttentionGrid::keyOf): the grid view caches them by key.
+struct AnalysisResult {
+    std::string key;
+    AnalysisOutput out;
+};
+using AnalysisResultPtr = std::shared_ptr<const AnalysisResult>;
+
 struct SweepPoint {
     double value = 0;
     double millis = 0;
@@ -75,4 +83,5 @@ struct SweepPoint {
 
 Q_DECLARE_METATYPE(varscope::gui::SideResultPtr)
 Q_DECLARE_METATYPE(varscope::gui::SweepPoint)
+Q_DECLARE_METATYPE(varscope::gui::AnalysisResultPtr)
 Q_DECLARE_METATYPE(varscope::gui::ModelInfo)

@@ -27,6 +27,8 @@ void HeatmapView::setGrid(const FloatGrid& grid, std::optional<ValueRange> range
     }
     hover_ = {-1, -1};
     readout_.clear();
+    kept_.clear();  // a mask and its note belong to one grid: set again after it
+    corner_.clear();
     rebuild();
 }
 
@@ -37,6 +39,10 @@ void HeatmapView::clear() {
     row_parts_.clear();
     col_parts_.clear();
     readout_.clear();
+    kept_.clear();
+    corner_.clear();
+    row_labels_.clear();
+    col_labels_.clear();
     update();
 }
 
@@ -81,8 +87,37 @@ void HeatmapView::setLegendLabel(const QString& label) {
     update();
 }
 
+void HeatmapView::setKeptMask(std::vector<uint8_t> kept) {
+    kept_ = std::move(kept);
+    rebuild();
+}
+
+void HeatmapView::setAxisLabels(QStringList rows, QStringList cols) {
+    row_labels_ = std::move(rows);
+    col_labels_ = std::move(cols);
+    update();
+}
+
+void HeatmapView::setCornerText(const QString& t) {
+    corner_ = t;
+    update();
+}
+
 void HeatmapView::rebuild() {
     image_ = render_heatmap(grid_, cmap_, range_);
+    // Dropped entries keep their colour at a quarter of its brightness: still readable, clearly
+    // apart from what the method keeps.
+    if (!kept_.empty() && kept_.size() == grid_.values.size() && !image_.isNull()) {
+        image_ = image_.convertToFormat(QImage::Format_RGB32);
+        for (int r = 0; r < grid_.rows; ++r) {
+            auto* line = reinterpret_cast<QRgb*>(image_.scanLine(r));
+            for (int c = 0; c < grid_.cols; ++c)
+                if (!kept_[size_t(r) * grid_.cols + c]) {
+                    const QRgb v = line[c];
+                    line[c] = qRgb(qRed(v) / 4, qGreen(v) / 4, qBlue(v) / 4);
+                }
+        }
+    }
     update();
 }
 
@@ -92,8 +127,12 @@ QRectF HeatmapView::mapRect() const {
 
 QRectF HeatmapView::mapRect(QSize size) const {
     const int top = kMargin + (title_.isEmpty() ? 0 : fontMetrics().height() + 2);
-    const int bottom = fontMetrics().height() + kMargin + 2;
-    QRectF area(kMargin, top, size.width() - 2 * kMargin - kLegendWidth - kLegendTextWidth,
+    const int bottom = fontMetrics().height() + kMargin + 2 +
+                       (col_labels_.isEmpty() ? 0 : fontMetrics().height() + 2);
+    int left = kMargin;
+    for (const QString& l : row_labels_)
+        left = std::max(left, kMargin + fontMetrics().horizontalAdvance(l) + 4);
+    QRectF area(left, top, size.width() - left - kMargin - kLegendWidth - kLegendTextWidth,
                 size.height() - top - bottom);
     if (area.width() <= 0 || area.height() <= 0 || grid_.empty()) return area;
     if (keep_aspect_) {
@@ -174,6 +213,26 @@ void HeatmapView::paint(QPainter& p, QSize size, QPoint hover) const {
             const double y = r.top() + r.height() * row / grid_.rows;
             p.drawLine(QPointF(r.left(), y), QPointF(r.right(), y));
         }
+    // Tick labels, every n-th where the cells are smaller than the text.
+    p.setPen(palette().color(QPalette::Text));
+    const int lh = fontMetrics().height();
+    if (!row_labels_.isEmpty() && grid_.rows > 0) {
+        const double ch = r.height() / grid_.rows;
+        const int step = std::max(1, int(std::ceil(lh / std::max(ch, 1.0))));
+        for (int row = 0; row < grid_.rows && row < row_labels_.size(); row += step)
+            p.drawText(QRectF(0, r.top() + row * ch + ch / 2 - lh / 2.0, r.left() - 3, lh),
+                       Qt::AlignRight | Qt::AlignVCenter, row_labels_[row]);
+    }
+    if (!col_labels_.isEmpty() && grid_.cols > 0) {
+        const double cw = r.width() / grid_.cols;
+        int widest = 0;
+        for (const QString& l : col_labels_)
+            widest = std::max(widest, fontMetrics().horizontalAdvance(l));
+        const int step = std::max(1, int(std::ceil((widest + 4) / std::max(cw, 1.0))));
+        for (int c = 0; c < grid_.cols && c < col_labels_.size(); c += step)
+            p.drawText(QRectF(r.left() + c * cw + cw / 2 - widest, r.bottom() + 1, 2 * widest, lh),
+                       Qt::AlignHCenter | Qt::AlignTop, col_labels_[c]);
+    }
     // Hovered cell.
     if (hover.x() >= 0) {
         const double cw = r.width() / grid_.cols, ch = r.height() / grid_.rows;
@@ -181,6 +240,14 @@ void HeatmapView::paint(QPainter& p, QSize size, QPoint hover) const {
         p.setBrush(Qt::NoBrush);
         p.drawRect(QRectF(r.left() + hover.x() * cw, r.top() + hover.y() * ch, std::max(cw, 2.0),
                           std::max(ch, 2.0)));
+    }
+    if (!corner_.isEmpty()) {
+        const QFontMetrics fm = fontMetrics();
+        const int w = fm.horizontalAdvance(corner_) + 8, h = fm.height() + 4;
+        const QRectF box(r.right() - w - 2, r.top() + 2, w, h);
+        p.fillRect(box, QColor(0, 0, 0, 170));
+        p.setPen(Qt::white);
+        p.drawText(box, Qt::AlignCenter, corner_);
     }
     // Legend: vertical colour bar with max / mid / min labels.
     const QRectF bar(r.right() + kMargin + 2, r.top(), kLegendWidth, r.height());
@@ -227,7 +294,14 @@ void HeatmapView::mouseMoveEvent(QMouseEvent* e) {
         readout_ = tr("%1: %2").arg(cellLabel(cell.y(), cell.x()), format_value(v));
         emit hovered(cell.y(), cell.x(), v);
     }
+    if (cell_tooltips_) setToolTip(readout_);
     update();
+}
+
+void HeatmapView::mousePressEvent(QMouseEvent* e) {
+    const QPoint cell = cellAt(e->position());
+    if (e->button() == Qt::LeftButton && cell.x() >= 0) emit cellClicked(cell.y(), cell.x());
+    QWidget::mousePressEvent(e);
 }
 
 void HeatmapView::leaveEvent(QEvent*) {

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <QImage>
+#include <QStringList>
 #include <QWidget>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <vector>
@@ -36,6 +38,17 @@ class HeatmapView : public QWidget {
     void setCellLabeler(std::function<QString(int row, int col)> f);
     QString cellLabel(int row, int col) const;  // what the hover readout names a cell
     void setKeepAspect(bool keep);
+    // Cells where kept[i] == 0 are drawn dimmed (a method's dropped entries); empty = none.
+    void setKeptMask(std::vector<uint8_t> kept);
+    const std::vector<uint8_t>& keptMask() const { return kept_; }
+    // A short text in the map's top-right corner (e.g. the kept set's recall); empty = none.
+    void setCornerText(const QString& t);
+    const QString& cornerText() const { return corner_; }
+    // Tick labels left of the rows and under the columns (thinned where they would collide);
+    // empty = none. Kept until clear() or the next call.
+    void setAxisLabels(QStringList rows, QStringList cols);
+    // The hover readout also as the widget's tooltip.
+    void setCellToolTips(bool on) { cell_tooltips_ = on; }
     void setLegendLabel(const QString& label);
 
     const FloatGrid& grid() const { return grid_; }
@@ -53,10 +66,12 @@ class HeatmapView : public QWidget {
 
   signals:
     void hovered(int row, int col, float value);
+    void cellClicked(int row, int col);
 
   protected:
     void paintEvent(QPaintEvent*) override;
     void mouseMoveEvent(QMouseEvent*) override;
+    void mousePressEvent(QMouseEvent*) override;
     void leaveEvent(QEvent*) override;
     void resizeEvent(QResizeEvent*) override;
 
@@ -76,6 +91,10 @@ class HeatmapView : public QWidget {
     std::vector<int> row_parts_, col_parts_;
     std::function<QString(int, int)> labeler_;
     bool keep_aspect_ = true;
+    std::vector<uint8_t> kept_;
+    QString corner_;
+    QStringList row_labels_, col_labels_;
+    bool cell_tooltips_ = false;
     QPoint hover_{-1, -1};
 };
 

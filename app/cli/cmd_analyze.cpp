@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -16,15 +17,13 @@
 #include "app/cli/run_args.h"
 #include "app/cli/run_report.h"
 #include "core/analysis/attention_analysis.h"
+#include "core/analysis/measure_grid.h"
 #include "core/io/checkpoint.h"
 
 namespace varscope::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-const std::vector<std::string> kGridMeasures = {"recall",     "output_error", "entropy_normalized",
-                                                "mass_local", "mass_sink",    "verticality"};
 
 struct AnalyzeArgs {
     ModelArgs model;
@@ -34,15 +33,6 @@ struct AnalyzeArgs {
     int64_t max_heads = 0, query_chunk = 256, sink_scales = 2;
     std::vector<int64_t> scales, layers;
 };
-
-double measure_of(const analysis::HeadMeasures& r, const std::string& name) {
-    if (name == "recall") return r.recall;
-    if (name == "output_error") return r.output_error;
-    if (name == "entropy_normalized") return r.entropy_normalized;
-    if (name == "mass_local") return r.mass_local;
-    if (name == "mass_sink") return r.mass_sink;
-    return r.verticality;
-}
 
 // Viridis-like ramp through five anchors, t in [0, 1].
 std::array<float, 3> ramp(double t) {
@@ -59,25 +49,19 @@ std::array<float, 3> ramp(double t) {
     return c;
 }
 
-// Scales down, layers across, each cell the mean over the measured heads; min..max of the grid
-// mapped onto the ramp (the JSON holds the numbers). Unmeasured cells stay grey.
-at::Tensor grid_image(const analysis::AttentionAnalysis& a, const std::string& name) {
-    const int64_t S = static_cast<int64_t>(a.layout.sides.size()), L = a.layout.layers;
-    auto sum = at::zeros({S, L}, at::kDouble), count = at::zeros({S, L}, at::kDouble);
-    for (const auto& r : a.records) {
-        sum[r.scale][r.layer] += measure_of(r, name);
-        count[r.scale][r.layer] += 1;
-    }
-    const auto has = count.gt(0);
-    const auto mean = sum.div(count.clamp_min(1));
-    const double lo = has.any().item<bool>() ? mean.masked_select(has).min().item<double>() : 0;
-    const double hi = has.any().item<bool>() ? mean.masked_select(has).max().item<double>() : 1;
+// Scales down, layers across, each cell the mean over the measured heads (the app's grid,
+// core/analysis/measure_grid.h); min..max of the grid mapped onto the ramp (the JSON holds the
+// numbers). Unmeasured cells stay grey.
+at::Tensor grid_image(const analysis::AttentionAnalysis& a, analysis::GridMeasure measure) {
+    const auto g = analysis::scale_layer_grid(
+        a.records, measure, static_cast<int64_t>(a.layout.sides.size()), a.layout.layers, a.typing);
+    const auto [lo, hi] = g.range();
     const int64_t cell = 24;
-    auto img = at::full({3, S * cell, L * cell}, 0.5f);
-    for (int64_t s = 0; s < S; ++s)
-        for (int64_t l = 0; l < L; ++l) {
-            if (!has[s][l].item<bool>()) continue;
-            const double v = mean[s][l].item<double>();
+    auto img = at::full({3, g.rows * cell, g.cols * cell}, 0.5f);
+    for (int64_t s = 0; s < g.rows; ++s)
+        for (int64_t l = 0; l < g.cols; ++l) {
+            const double v = g.at(s, l);
+            if (!std::isfinite(v)) continue;
             const auto c = ramp(hi > lo ? (v - lo) / (hi - lo) : 1.0);
             for (int k = 0; k < 3; ++k)
                 img[k].narrow(0, s * cell, cell - 1).narrow(1, l * cell, cell - 1).fill_(c[k]);
@@ -89,9 +73,12 @@ int run(AnalyzeArgs& a) {
     if (a.accel.empty())
         throw std::invalid_argument("--accel is required: the method whose mask is measured");
     if (a.out_dir.empty()) throw std::invalid_argument("--out DIR is required");
-    if (std::find(kGridMeasures.begin(), kGridMeasures.end(), a.grid_measure) ==
-        kGridMeasures.end())
-        throw std::invalid_argument("--grid-measure: unknown measure '" + a.grid_measure + "'");
+    analysis::GridMeasure grid_measure;
+    try {
+        grid_measure = analysis::grid_measure_from_name(a.grid_measure);
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("--grid-measure: ") + e.what());
+    }
     if (a.model.likely_family() == Family::Mar)
         throw std::invalid_argument(
             "analyze needs a next-scale model (VAR or Infinity); MAR's attention has no scales");
@@ -130,13 +117,9 @@ int run(AnalyzeArgs& a) {
     nlohmann::json j = environment_json(runner->device().str());
     j.update({{"date", now_utc()}, {"seed", a.sampling.seed}, {"precision", a.model.precision}});
     j.update(analysis::to_json(res));
-    j["typing_rule"] = {{"min_queries", opt.typing.min_queries},
-                        {"verticality_threshold", opt.typing.verticality_threshold},
-                        {"local_threshold", opt.typing.local_threshold}};
-    j["sink_scales"] = a.sink_scales;
     write_json(j, json_path, a.force);
     write_text(analysis::to_csv(res), csv_path);
-    write_image(grid_image(res, a.grid_measure), grid_path, a.force);
+    write_image(grid_image(res, grid_measure), grid_path, a.force);
     if (a.query_maps) {
         StateDict maps;
         for (const auto& m : res.maps) {
@@ -184,9 +167,14 @@ Command add_analyze(CLI::App& app) {
         ->check(CLI::Range(int64_t{0}, int64_t{64}));
     cmd->add_flag("--query-maps", a->query_maps,
                   "also write per-query entropy and recall maps (query_maps.safetensors)");
-    cmd->add_option("--grid-measure", a->grid_measure,
-                    "the measure of the grid figure: recall, output_error, entropy_normalized, "
-                    "mass_local, mass_sink, verticality");
+    cmd->add_option(
+        "--grid-measure", a->grid_measure,
+        "the measure of the grid figure (default recall): " + [] {
+            std::string names;
+            for (const auto& n : analysis::grid_measure_names())
+                names += (names.empty() ? "" : ", ") + n;
+            return names;
+        }());
     return [a]() { return run(*a); };
 }
 

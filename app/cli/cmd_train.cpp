@@ -26,7 +26,7 @@ namespace varscope::cli {
 namespace {
 
 struct TrainArgs {
-    std::string config, data, out, vae, init, tokenizer;
+    std::string config, data, out, vae, init, init_t5, tokenizer;
     int64_t steps = 0, batch = 0;
     double lr = 0;
     std::string device;
@@ -133,6 +133,13 @@ Command add_train(CLI::App& app) {
                     "SentencePiece model of the captions (spiece.model; shipped in the T5 folder)")
         ->required()
         ->check(CLI::ExistingFile);
+    inf->add_option("--init", ia->init,
+                    "start the transformer from these weights (fine-tuning a shipped model; its "
+                    "shape must be the config's)")
+        ->check(CLI::ExistingFile);
+    inf->add_option("--init-t5", ia->init_t5,
+                    "start the T5 encoder from this folder (config.json, model.safetensors)")
+        ->check(CLI::ExistingDirectory);
     const TrainSubcommand tokenizer = add_train_tokenizer(*train);
     return [vq, vr, kl, mr, bq, inf, va, ta, ka, ma, ba, ia, tokenizer]() {
         if (tokenizer.app->parsed()) return tokenizer.run();
@@ -238,6 +245,8 @@ Command add_train(CLI::App& app) {
             job.vae_path = ia->vae;
             job.tokenizer_path = ia->tokenizer;
             job.run_dir = ia->out;
+            job.init_path = ia->init;
+            job.init_t5_path = ia->init_t5;
             // The training phrasings pack-emoji stored; the held-out ones stay for evaluation.
             job.captions = load_emoji_captions(ia->data).train;
             write_report(*ia, train_infinity(job, std::cerr));

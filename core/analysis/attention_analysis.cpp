@@ -116,6 +116,8 @@ AttentionAnalysis analyze_attention(Runner& runner, const SampleSettings& settin
     a.maps = capture.maps();
     a.head_types = type_heads(a.records, options.typing);
     a.layer_types = type_layers(a.records, options.typing);
+    a.typing = options.typing;
+    a.sink_scales = options.measure.sink_scales;
     return a;
 }
 
@@ -166,7 +168,12 @@ nlohmann::json to_json(const AttentionAnalysis& a) {
               {"capture_slowdown", overhead}}},
             {"records", records},
             {"head_types", heads},
-            {"layer_types", layers}};
+            {"layer_types", layers},
+            {"typing_rule",
+             {{"min_queries", a.typing.min_queries},
+              {"verticality_threshold", a.typing.verticality_threshold},
+              {"local_threshold", a.typing.local_threshold}}},
+            {"sink_scales", a.sink_scales}};
 }
 
 std::string to_csv(const AttentionAnalysis& a) {

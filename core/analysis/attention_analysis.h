@@ -65,6 +65,8 @@ struct AttentionAnalysis {
     std::vector<HeadType> head_types;
     std::vector<LayerType> layer_types;
     int64_t masked_blocks = 0;  // (scale, layer) entries where the method drops something
+    TypingRule typing;          // the rule the types follow
+    int64_t sink_scales = 2;    // mass_sink's scales
     double method_ms = 0, dense_ms = 0, capture_run_ms = 0, capture_ms = 0;
 
     // The record of (scale, layer, head), or nullptr when it was not measured.
@@ -78,7 +80,8 @@ AttentionAnalysis analyze_attention(Runner& runner, const SampleSettings& settin
                                     const AccelPlan& method, const AnalysisOptions& options);
 
 // {"family", "model", "method", "accel", "schedule", "heads", "timing": {...}, "records": [...],
-// "head_types": [...], "layer_types": [...], "typing_rule": {...}} (docs/analysis.md).
+// "head_types": [...], "layer_types": [...], "typing_rule": {...}, "sink_scales"}
+// (docs/analysis.md): what `varscope-cli analyze` and the app's grid export write.
 nlohmann::json to_json(const AttentionAnalysis& a);
 // One line per record: scale,layer,head,queries,keys,query_kept,pair_density,recall,
 // recall_computed,output_error,mass_sink,mass_local,mass_rest,entropy,entropy_normalized,

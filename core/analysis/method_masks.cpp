@@ -199,6 +199,30 @@ void add_sparvar_masks(MaskSet& set, const std::vector<AccelRecord>& records,
     }
 }
 
+at::Tensor dense_keep(const KeepMask& m, int64_t heads, int64_t lq, int64_t lk) {
+    const auto fits = [&](const at::Tensor& t, int64_t n) {
+        return !t.defined() || t.numel() == n;
+    };
+    if (!fits(m.queries, lq) || !fits(m.keys, lk))
+        throw std::invalid_argument("mask of " + std::to_string(lq) + " queries x " +
+                                    std::to_string(lk) + " keys: its query or key part differs");
+    auto keep = at::ones({1, lq, lk}, at::kBool);
+    if (m.queries.defined()) keep = keep.logical_and(m.queries.cpu().view({1, lq, 1}));
+    if (m.keys.defined()) keep = keep.logical_and(m.keys.cpu().view({1, 1, lk}));
+    if (m.pairs.defined()) {
+        const auto gq = (lq + m.block_q - 1) / m.block_q, gk = (lk + m.block_k - 1) / m.block_k;
+        if (m.pairs.dim() != 3 || m.pairs.size(1) != gq || m.pairs.size(2) != gk ||
+            (m.pairs.size(0) != 1 && m.pairs.size(0) != heads))
+            throw std::invalid_argument("block mask does not fit " + std::to_string(lq) + " x " +
+                                        std::to_string(lk) + " attention of " +
+                                        std::to_string(heads) + " heads");
+        const auto qi = at::arange(lq, at::kLong).div(m.block_q, "floor");
+        const auto ki = at::arange(lk, at::kLong).div(m.block_k, "floor");
+        keep = keep.logical_and(m.pairs.cpu().index_select(1, qi).index_select(2, ki));
+    }
+    return keep.contiguous();
+}
+
 MaskSet masks_of_run(const AccelConfig& config, const std::vector<AccelRecord>& records,
                      const std::vector<ScaleRecord>& scales, const ScheduleLayout& layout) {
     MaskSet set;

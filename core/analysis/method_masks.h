@@ -60,6 +60,11 @@ void add_ams_kv_masks(MaskSet& set, const std::vector<AccelRecord>& records,
 void add_sparvar_masks(MaskSet& set, const std::vector<AccelRecord>& records,
                        const SparVarConfig& config, const ScheduleLayout& layout);
 
+// The kept set of one (scale, layer) as a dense bool (Hp, lq, lk) CPU tensor, Hp = heads where
+// the mask differs per head (CS4A's key lists), else 1: what the app's overlay dims (the core
+// measures never materialise it). std::invalid_argument when the mask does not fit lq x lk.
+at::Tensor dense_keep(const KeepMask& m, int64_t heads, int64_t lq, int64_t lk);
+
 // Every enabled method of `config`, from one run's records.
 MaskSet masks_of_run(const AccelConfig& config, const std::vector<AccelRecord>& records,
                      const std::vector<ScaleRecord>& scales, const ScheduleLayout& layout);

@@ -386,6 +386,41 @@ BitAccuracy bit_accuracy(const at::Tensor& logits, const at::Tensor& bits,
     return a;
 }
 
+namespace {
+
+// The fine-tuning start of a fresh run: the job's transformer / T5 files, whose configs must be
+// the job's (a different shape would fail on the first tensor with a less helpful message).
+void init_from(const InfinityTrainJob& job, InfinityTransformer& model, T5Encoder& t5,
+               std::ostream& out) {
+    if (!job.init_path.empty()) {
+        const StateDict dict = load_checkpoint(job.init_path);
+        const InfinityConfig found = InfinityConfig::infer_from(dict, job.init_path);
+        if (found.to_json() != job.model.to_json())
+            throw std::invalid_argument("--init " + job.init_path + ": a transformer of " +
+                                        found.to_json().dump() + ", the config asks for " +
+                                        job.model.to_json().dump());
+        at::NoGradGuard g;
+        model->load(dict, job.init_path);
+        out << "transformer initialised from " << job.init_path << "\n";
+    }
+    if (!job.init_t5_path.empty()) {
+        const std::string cfg = job.init_t5_path + "/config.json";
+        const T5EncoderConfig found = load_t5_encoder_config(cfg);
+        if (found.to_json() != job.t5.to_json())
+            throw std::invalid_argument("--init-t5 " + job.init_t5_path + ": a T5 encoder of " +
+                                        found.to_json().dump() + ", the config asks for " +
+                                        job.t5.to_json().dump());
+        std::string what;
+        const StateDict tensors = load_t5_encoder_tensors(job.init_t5_path, &what);
+        at::NoGradGuard g;
+        t5.load(tensors, what);
+        t5.set_trainable(true);
+        out << "T5 encoder initialised from " << job.init_t5_path << "\n";
+    }
+}
+
+}  // namespace
+
 nlohmann::json train_infinity(const InfinityTrainJob& job, std::ostream& out) {
     const auto t0 = Clock::now();
     job.model.validate();
@@ -447,6 +482,7 @@ nlohmann::json train_infinity(const InfinityTrainJob& job, std::ostream& out) {
                                      {"pixels", job.pixels},
                                      {"h_div_w", job.h_div_w}};
     int64_t step = run.resume(joint, opt, run.path("last.safetensors"));
+    if (step == 0) init_from(job, model, t5, out);
     copy_weights(ema, joint);
     if (step) {
         out << "resumed at step " << step << "\n";
@@ -558,6 +594,8 @@ nlohmann::json train_infinity(const InfinityTrainJob& job, std::ostream& out) {
     report["train"] = tc.to_json();
     report["model"] = run_json;
     report["cond_drop"] = job.cond_drop;
+    if (!job.init_path.empty()) report["init"] = job.init_path;
+    if (!job.init_t5_path.empty()) report["init_t5"] = job.init_t5_path;
     report["caption_noise"] = {{"prob", job.caption_noise.prob},
                                {"max_words", job.caption_noise.max_words},
                                {"word_dropout", job.caption_noise.word_dropout}};

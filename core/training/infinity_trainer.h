@@ -50,6 +50,11 @@ struct InfinityTrainJob {
     std::string vae_path;        // the frozen BSQ VAE
     std::string tokenizer_path;  // spiece.model, shipped in the T5 folder
     std::string run_dir;
+    // Optional fine-tuning start (a fresh run only; a resumed one continues its own weights): a
+    // transformer file (e.g. the shipped int8 export, restored to fp32) and a T5 folder, each with
+    // exactly the job's configs. The EMA starts from them too.
+    std::string init_path;
+    std::string init_t5_path;
     // Captions per packed row (at least one each); one is drawn per image and step.
     std::vector<std::vector<std::string>> captions;
     // The schedule: the official one of this template and pixel budget (the runner's

@@ -26,7 +26,9 @@
 #include <QtTest>
 #include <cmath>
 
+#include "core/analysis/measure_grid.h"
 #include "tests/ui/tiny_engine.h"
+#include "ui/attention_grid.h"
 #include "ui/comparison_view.h"
 #include "ui/elided_combo_box.h"
 #include "ui/elided_label.h"
@@ -47,6 +49,7 @@
 #include "visualization/colormap.h"
 #include "visualization/figure.h"
 #include "visualization/float_grid.h"
+#include "visualization/grid_figure.h"
 #include "visualization/heatmap_view.h"
 #include "visualization/image_canvas.h"
 
@@ -348,7 +351,9 @@ class UiTest : public QObject {
         QVERIFY(a.baseline_key("m") != b.baseline_key("m"));
     }
 
-    void cs4aKeysDimTheRestOfTheDenseMap() {
+    // The method-mask overlay (issue #35): the accelerated run's kept set over the dense map,
+    // dropped entries dimmed (values unchanged), the recall of the kept entries in the corner.
+    void methodMaskDimsDroppedEntries() {
         using namespace varscope::gui;
         auto base = std::make_shared<SideResult>();
         for (int64_t si : {0, 1}) {
@@ -357,40 +362,227 @@ class UiTest : public QObject {
             s.patch_num = si + 1;
             base->run.scales.push_back(s);
         }
-        AttentionOutput att;  // scale 1 (2x2 queries) over 5 keys, p_j = (j+1)/15
+        AttentionOutput att;  // scale 1 (2x2 queries) over 5 keys, 2 heads
         att.scale = 1;
-        att.probs.shape = {1, 4, 5};
-        for (int i = 0; i < 4; ++i)
-            for (int j = 0; j < 5; ++j) att.probs.values.push_back(float(j + 1) / 15.f);
+        att.probs.shape = {2, 4, 5};
+        for (int h = 0; h < 2; ++h)
+            for (int i = 0; i < 4; ++i)
+                for (int j = 0; j < 5; ++j)
+                    att.probs.values.push_back(float(h == 0 ? j + 1 : 5 - j) / 15.f);
         base->run.attention.push_back(att);
         auto accel = std::make_shared<SideResult>(*base);
         accel->side = Side::Accelerated;
-        AccelOutput rec;  // 2 query blocks of 2 rows: keys {0, 4} and {1}
-        rec.method = "sparvar";
-        rec.kind = "cs4a_mapped";
-        rec.scale = 1;
-        rec.layer = 0;
-        rec.data.shape = {1, 2, 2};
-        rec.data.values = {0, 4, 1, -1};
-        accel->run.accel.push_back(rec);
+        MaskOutput m;  // per head; head 0 keeps keys {0, 4} of rows 0-1 and key 1 of rows 2-3
+        m.scale = 1;
+        m.heads = 2;
+        m.queries = 4;
+        m.keys = 5;
+        m.kept.assign(2 * 4 * 5, 1);
+        for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 5; ++j)
+                m.kept[size_t(i * 5 + j)] = i < 2 ? (j == 0 || j == 4) : j == 1;
+        accel->run.masks.push_back(m);
 
         AttentionInspector insp;
-        insp.setDepth(1, 1);
+        insp.setDepth(1, 2);
         insp.setResults(base, accel);
         insp.setScale(1);
-        auto* box = insp.findChild<QCheckBox*>("attentionCs4a");
+        insp.showMap(1, 0, 0);
+        auto* box = insp.findChild<QCheckBox*>("attentionMask");
         QVERIFY(box);
         const auto before = insp.view()->grid();
         QCOMPARE(before.cols, 5);
+        QVERIFY(std::isnan(insp.overlayRecall()));
         box->setChecked(true);
-        const auto after = insp.view()->grid();
-        const float lo = before.values[0];            // log10(1/15), the smallest entry
-        QCOMPARE(after.values[4], before.values[4]);  // row 0 keeps key 4
-        QCOMPARE(after.values[2], lo);                // row 0 drops key 2
-        QCOMPARE(after.values[2 * 5 + 1], before.values[2 * 5 + 1]);  // row 2 keeps key 1
-        QCOMPARE(after.values[2 * 5 + 4], lo);                        // row 2 drops key 4
+        QCOMPARE(insp.view()->grid().values, before.values);  // dimmed, not changed
+        const auto& kept = insp.view()->keptMask();
+        QCOMPARE(kept.size(), size_t(20));
+        QCOMPARE(int(kept[4]), 1);          // row 0 keeps key 4
+        QCOMPARE(int(kept[2]), 0);          // row 0 drops key 2
+        QCOMPARE(int(kept[2 * 5 + 1]), 1);  // row 2 keeps key 1
+        QCOMPARE(int(kept[2 * 5 + 4]), 0);  // row 2 drops key 4
+        // Head 0: rows 0-1 keep (1 + 5) / 15, rows 2-3 keep 2 / 15.
+        const double want = (2 * 6.0 / 15 + 2 * 2.0 / 15) / 4;
+        QVERIFY(std::abs(insp.overlayRecall() - want) < 1e-6);
+        QVERIFY(insp.view()->cornerText().contains(QString::number(want, 'f', 3)));
+        // Head 1 keeps everything (its mask is all ones): recall 1.
+        insp.showMap(1, 0, 1);
+        QVERIFY(std::abs(insp.overlayRecall() - 1.0) < 1e-6);
+        // The rendered map: a dropped cell is darker than the same colour kept.
+        insp.showMap(1, 0, 0);
         box->setChecked(false);
+        QVERIFY(insp.view()->keptMask().empty());
+        QVERIFY(insp.view()->cornerText().isEmpty());
         QCOMPARE(insp.view()->grid().values, before.values);
+    }
+
+    // The grid view on the embedded VAR (CPU): it fills from the worker's analysis, its hover
+    // numbers are core's, switching views reuses the cached analysis, a click opens that map,
+    // the exports parse, and the overlay's recall is the analysis' recall.
+    void attentionGridOnTheEmbeddedModel() {
+        if (!Engine::embedded_available()) QSKIP("embedded model missing");
+        using varscope::analysis::GridMeasure;
+        MainWindow w(test_loader);
+        w.resize(1400, 900);
+        w.show();
+        Request r;
+        r.model.kind = ModelSource::Kind::Embedded;
+        r.model.family = Family::Var;
+        r.model.device = "cpu";
+        r.gen.class_id = 4;
+        r.gen.seed = 11;
+        r.accel = Engine::presets(Family::Var).at("fastvar+ams_kv");
+        w.applyRequest(r, true);
+        QVERIFY(wait_job(w));
+        QVERIFY(w.results()->accelerated() && w.results()->accelerated()->accelerated);
+        auto* grid = w.inspector()->grid();
+        QVERIFY(grid && !grid->current());
+        QCOMPARE(grid->methodCount(), 3);       // together, FastVAR alone, AMS-KV alone
+        w.inspector()->setCurrentWidget(grid);  // shown: the analysis is requested
+        QTRY_VERIFY_WITH_TIMEOUT(grid->current() != nullptr, kJobTimeoutMs);
+        const AnalysisOutput& a = *grid->current();
+        const int scales = int(a.sides.size()), layers = int(a.layers);
+        QCOMPARE(a.records.size(), size_t(scales * layers * a.heads_total));
+        QVERIFY(!a.json.empty() && !a.csv.empty());
+
+        // Scale x layer, recall: each cell the mean over heads of core's records, and the hover
+        // text (the tooltip) names that number.
+        QVERIFY(grid->selectMeasure(GridMeasure::Recall));
+        grid->showScaleLayer();
+        auto* view = grid->view();
+        QCOMPARE(view->grid().rows, scales);
+        QCOMPARE(view->grid().cols, layers);
+        bool dropped = false;
+        for (int s = 0; s < scales; ++s)
+            for (int l = 0; l < layers; ++l) {
+                double sum = 0;
+                for (int64_t h = 0; h < a.heads_total; ++h) sum += a.find(s, l, h)->recall;
+                QVERIFY(std::abs(grid->grid().at(s, l) - sum / a.heads_total) < 1e-12);
+                dropped = dropped || sum / a.heads_total < 0.999;
+            }
+        QVERIFY(dropped);  // FastVAR + AMS-KV drop something somewhere
+        const auto cell_pos = [view](int row, int col) {
+            for (int y = 0; y < view->height(); y += 2)
+                for (int x = 0; x < view->width(); x += 2)
+                    if (view->cellAt(QPointF(x, y)) == QPoint(col, row))
+                        return QPoint(x + 1, y + 1);
+            return QPoint(-1, -1);
+        };
+        const auto number_after_equals = [](const QString& text) {
+            const int i = text.indexOf(" = ");
+            return i < 0 ? std::nan("")
+                         : text.mid(i + 3).section(' ', 0, 0).section(':', 0, 0).toDouble();
+        };
+        const int hs = scales - 1, hl = layers - 1;
+        const QPoint p = cell_pos(hs, hl);
+        QVERIFY(p.x() >= 0);
+        QTest::mouseMove(view, p);
+        QVERIFY(view->toolTip().contains(QString("scale %1").arg(hs)));
+        QVERIFY(std::abs(number_after_equals(view->toolTip()) - grid->grid().at(hs, hl)) < 1e-7);
+
+        // Every measure and both views from the cache: timed (printed, not asserted).
+        QElapsedTimer t;
+        t.start();
+        int switches = 0;
+        for (size_t m = 0; m < varscope::analysis::grid_measure_names().size(); ++m) {
+            QVERIFY(grid->selectMeasure(GridMeasure(m)));
+            view->repaint();  // the switch as the user sees it: the grid and its picture
+            grid->showLayerHead(scales - 1);
+            view->repaint();
+            grid->showScaleLayer();
+            view->repaint();
+            switches += 3;
+        }
+        qInfo(
+            "grid view switch: %.2f ms each, painted (%d switches, embedded VAR, cached "
+            "analysis)",
+            double(t.nsecsElapsed()) / 1e6 / switches, switches);
+
+        // Layer x head at the last scale: each cell is one record.
+        QVERIFY(grid->selectMeasure(GridMeasure::OutputError));
+        QVERIFY(grid->showLayerHead(scales - 1));
+        QCOMPARE(view->grid().rows, layers);
+        QCOMPARE(view->grid().cols, int(a.heads_total));
+        for (int l = 0; l < layers; ++l)
+            for (int h = 0; h < int(a.heads_total); ++h)
+                QCOMPARE(grid->grid().at(l, h), a.find(scales - 1, l, h)->output_error);
+        QTest::mouseMove(view, cell_pos(0, 1));
+        QVERIFY(std::abs(number_after_equals(view->toolTip()) -
+                         a.find(scales - 1, 0, 1)->output_error) < 1e-7);
+
+        // Exports: the labelled figure (PNG, SVG), the cells, and analyze's JSON and CSV.
+        QTemporaryDir dir;
+        QString error;
+        for (const QString name : {"grid.png", "grid.svg"})
+            QVERIFY2(grid->exportTo(dir.filePath(name), AttentionGrid::ExportKind::Figure, &error),
+                     qPrintable(error));
+        const QImage png(dir.filePath("grid.png"));
+        QVERIFY(png.width() > 200 && png.height() > 100);
+        QFile svg(dir.filePath("grid.svg"));
+        QVERIFY(svg.open(QIODevice::ReadOnly));
+        const QByteArray svg_text = svg.readAll();
+        QVERIFY(svg_text.contains("<svg") && svg_text.contains("head") &&
+                svg_text.contains("layer"));
+        QVERIFY(
+            grid->exportTo(dir.filePath("cells.csv"), AttentionGrid::ExportKind::GridCsv, &error));
+        QFile cells(dir.filePath("cells.csv"));
+        QVERIFY(cells.open(QIODevice::ReadOnly));
+        const QStringList lines = QString::fromUtf8(cells.readAll()).trimmed().split('\n');
+        QCOMPARE(lines.size(), 1 + layers * int(a.heads_total));
+        QCOMPARE(lines[0], QString("scale,layer,head,output_error"));
+        const QStringList first = lines[1].split(',');
+        QCOMPARE(first.size(), 4);
+        QVERIFY(std::abs(first[3].toDouble() -
+                         a.find(first[0].toLongLong(), first[1].toLongLong(), first[2].toLongLong())
+                             ->output_error) < 1e-7);
+        QVERIFY(grid->exportTo(dir.filePath("measures.json"),
+                               AttentionGrid::ExportKind::MeasuresJson, &error));
+        QFile js(dir.filePath("measures.json"));
+        QVERIFY(js.open(QIODevice::ReadOnly));
+        const auto j = nlohmann::json::parse(js.readAll().toStdString());
+        QCOMPARE(j["records"].size(), a.records.size());
+        QCOMPARE(j["schedule"].size(), size_t(scales));
+        QVERIFY(j.contains("typing_rule") && j.contains("head_types"));
+        QVERIFY(grid->exportTo(dir.filePath("measures.csv"), AttentionGrid::ExportKind::MeasuresCsv,
+                               &error));
+        QVERIFY(QFileInfo(dir.filePath("measures.csv")).size() > 100);
+
+        // A click on a cell: that map (scale, layer, head) in the attention tab.
+        QTest::mouseClick(view, Qt::LeftButton, {}, cell_pos(0, 1));
+        auto* att = w.inspector()->attention();
+        QCOMPARE(w.inspector()->currentWidget(), static_cast<QWidget*>(att));
+        QCOMPARE(att->scale(), scales - 1);
+        QCOMPARE(att->layer(), 0);
+        QCOMPARE(att->head(), 1);
+        QVERIFY(att->view()->hasData());
+
+        // The overlay's recall on the baseline's map is the analysis' recall (the together
+        // method, the run's mask), head by head, at every scale of the recorded layer 0.
+        auto* box = att->findChild<QCheckBox*>("attentionMask");
+        QVERIFY(box);
+        box->setChecked(true);
+        for (int s = 0; s < scales; ++s)
+            for (int h = 0; h < int(a.heads_total); ++h) {
+                att->showMap(s, 0, h);
+                const double core = a.find(s, 0, h)->recall;
+                QVERIFY2(std::abs(att->overlayRecall() - core) < 1e-4,
+                         qPrintable(QString("scale %1 head %2: overlay %3, core %4")
+                                        .arg(s)
+                                        .arg(h)
+                                        .arg(att->overlayRecall())
+                                        .arg(core)));
+            }
+        QVERIFY(att->view()->cornerText().startsWith("recall"));
+
+        // Another method: a second analysis; back to the first comes from the cache at once.
+        w.inspector()->setCurrentWidget(grid);
+        QVERIFY(grid->selectMethod(1));
+        QVERIFY(!grid->current());
+        QTRY_VERIFY_WITH_TIMEOUT(grid->current() != nullptr, kJobTimeoutMs);
+        QCOMPARE(grid->cachedAnalyses(), 2);
+        QVERIFY(grid->selectMethod(0));
+        QVERIFY(grid->current() == &a);
+        QVERIFY(wait_job(w));
     }
 
     // The attention inspector in a 420-px dock (narrower than the app's default) keeps the scale
@@ -642,12 +834,48 @@ class UiTest : public QObject {
         view.show();
         QVERIFY(view.hasData());
         QVERIFY(!view.grab().isNull());
+        // A kept mask dims the dropped cells to a quarter of their colour; the values stay.
+        const auto cell_centre = [&view](int row, int col) {
+            for (int y = 0; y < view.height(); ++y)
+                for (int x = 0; x < view.width(); ++x)
+                    if (view.cellAt(QPointF(x, y)) == QPoint(col, row)) {
+                        int x1 = x, y1 = y;
+                        while (view.cellAt(QPointF(x1 + 1, y)) == QPoint(col, row)) ++x1;
+                        while (view.cellAt(QPointF(x, y1 + 1)) == QPoint(col, row)) ++y1;
+                        return QPoint((x + x1) / 2, (y + y1) / 2);
+                    }
+            return QPoint(-1, -1);
+        };
+        view.setColormap(Colormap::Gray);
+        const QPoint bright = cell_centre(1, 1);  // value 4: white
+        QVERIFY(bright.x() >= 0);
+        const int before = qRed(view.grab().toImage().pixel(bright * view.devicePixelRatio()));
+        view.setKeptMask({1, 1, 1, 1, 0, 1});
+        const int after = qRed(view.grab().toImage().pixel(bright * view.devicePixelRatio()));
+        QVERIFY2(before > 200 && std::abs(after - before / 4) <= 2,
+                 qPrintable(QString("%1 -> %2").arg(before).arg(after)));
+        QCOMPARE(view.grid().at(1, 1), 4.f);
+        view.setCornerText("recall 0.5");
+        QCOMPARE(view.cornerText(), QString("recall 0.5"));
+        view.setGrid(g);  // a new grid drops the mask and its note
+        QVERIFY(view.keptMask().empty() && view.cornerText().isEmpty());
+        // Clicks name their cell; hover tooltips when asked for.
+        QSignalSpy clicked(&view, &HeatmapView::cellClicked);
+        view.setCellToolTips(true);
+        QTest::mouseMove(&view, bright);
+        QVERIFY(view.toolTip().startsWith("row 1, col 1"));
+        QTest::mouseClick(&view, Qt::LeftButton, {}, bright);
+        QCOMPARE(clicked.count(), 1);
+        QCOMPARE(clicked[0][0].toInt(), 1);
+        QCOMPARE(clicked[0][1].toInt(), 1);
         // A figure's panel is rendered at a fixed size, not the widget's: a wide, flat view's
         // title would otherwise shrink to a few points in the figure's square cell.
-        view.resize(1400, 180);
-        view.setTitle("Scale 6 attention");
-        view.setKeepAspect(false);  // as the attention tab: the map fills the panel
-        const QImage panel = view.render(QSize(320, 320), 2.0);
+        HeatmapView flat;  // a wide, flat view
+        flat.setGrid(g);
+        flat.resize(1400, 180);
+        flat.setTitle("Scale 6 attention");
+        flat.setKeepAspect(false);  // as the attention tab: the map fills the panel
+        const QImage panel = flat.render(QSize(320, 320), 2.0);
         QCOMPARE(panel.size(), QSize(640, 640));
         QCOMPARE(panel.devicePixelRatio(), 2.0);
         auto dark_pixels = [&panel](QRect r) {  // text is dark on the light base
@@ -659,6 +887,41 @@ class UiTest : public QObject {
         QVERIFY(dark_pixels(QRect(0, 0, 300, 40)) > 50);  // the title, in the top rows
         // The map fills the render's height (320), not the widget's (180).
         QVERIFY(qGray(panel.pixel(120, 500)) != qGray(panel.pixel(2, 500)));
+    }
+
+    // The exported grid figure: labelled axes and a colour scale around the cells, grey where
+    // nothing was measured, PNG and SVG.
+    void gridFigureIsLabelled() {
+        using namespace varscope::viz;
+        GridFigure f;
+        f.grid = FloatGrid(2, 3, {0, 1, 2, 3, 4, NAN});
+        f.title = "recall · test";
+        f.row_axis = "scale";
+        f.col_axis = "layer";
+        f.row_labels = {"0 (1×1)", "1 (2×2)"};
+        f.legend = "recall";
+        f.cmap = Colormap::Gray;
+        const QSize size = grid_figure_size(f);
+        QVERIFY(size.width() > 3 * f.cell + 60 && size.height() > 2 * f.cell + 40);
+        const QImage img = render_grid_figure(f, 1.0);
+        QCOMPARE(img.size(), size);
+        // The NaN cell is grey ("not measured"): one cell's worth of that grey.
+        int grey = 0;
+        for (int y = 0; y < img.height(); ++y)
+            for (int x = 0; x < img.width(); ++x) grey += img.pixel(x, y) == qRgb(190, 190, 190);
+        QVERIFY(grey >= (f.cell - 2) * (f.cell - 2));
+        QTemporaryDir dir;
+        QString error;
+        QVERIFY2(write_grid_figure(f, dir.filePath("g.svg"), &error), qPrintable(error));
+        QFile svg(dir.filePath("g.svg"));
+        QVERIFY(svg.open(QIODevice::ReadOnly));
+        const QString text = QString::fromUtf8(svg.readAll());
+        for (const char* label : {"scale", "layer", "recall", "1 (2×2)"})
+            QVERIFY2(text.contains(label), qPrintable(label));
+        QVERIFY(write_grid_figure(f, dir.filePath("g.png"), &error));
+        QCOMPARE(QImage(dir.filePath("g.png")).size(), size * 2);
+        QVERIFY(!write_grid_figure(f, "/proc/varscope-no/g.png", &error));
+        QVERIFY(error.contains("/proc/varscope-no/g.png"));
     }
 
     // --- widgets ----------------------------------------------------------------------------
@@ -1100,6 +1363,25 @@ class UiTest : public QObject {
                 QVERIFY2(acc->run.accel_summary != "baseline", m.id.c_str());
                 QVERIFY(!acc->image.isNull());
                 QVERIFY(w.results()->metrics().valid);
+                // Its kept set of the recorded layer at every scale (the attention tab's mask
+                // overlay): dense (heads, side², tokens so far), nothing kept where it skipped.
+                QCOMPARE(acc->run.masks.size(), acc->run.scales.size());
+                int64_t keys = 0;
+                bool skipped = false;
+                for (size_t i = 0; i < acc->run.masks.size(); ++i) {
+                    const MaskOutput& mask = acc->run.masks[i];
+                    const int64_t side = acc->run.scales[i].patch_num;
+                    keys += side * side;
+                    QCOMPARE(mask.queries, side * side);
+                    QCOMPARE(mask.keys, keys);
+                    QCOMPARE(mask.kept.size(), size_t(mask.heads * mask.queries * mask.keys));
+                    skipped = skipped || acc->run.scales[i].skipped;
+                    if (acc->run.scales[i].skipped)
+                        QVERIFY2(std::all_of(mask.kept.begin(), mask.kept.end(),
+                                             [](uint8_t k) { return k == 0; }),
+                                 m.id.c_str());
+                }
+                if (m.id == "skip") QVERIFY(skipped);  // its preset skips the last scale
             } else {
                 // e.g. "not implemented yet": shown in the panel, no crash, no dialog.
                 QVERIFY2(!message->text().isEmpty(), m.id.c_str());

@@ -4,12 +4,15 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <sstream>
 
 #include "app/exec_env/exec_env.h"
 #include "core/accel/accel_config.h"
 #include "core/accel/mar_accel_config.h"
+#include "core/analysis/attention_analysis.h"
+#include "core/analysis/method_masks.h"
 #include "core/metrics/image_metrics.h"
 #include "core/resources.h"
 #include "core/runner/runner.h"
@@ -49,7 +52,46 @@ class ProgressRecorder : public ProbeRecorder {
     std::map<int64_t, RgbImage> previews_;
 };
 
+// The kept set of the recorded attention layer at every scale, from the accelerated run's
+// records (what its overlay dims). Empty where the masks cannot be read: the run itself stands.
+std::vector<MaskOutput> masks_of(const Runner& runner, const AccelPlan& plan,
+                                 const ProbeRecorder& rec, int64_t layer) {
+    std::vector<MaskOutput> out;
+    if (runner.family() == Family::Mar || layer < 0) return out;
+    const ModelShape shape = runner.shape();
+    if (layer >= shape.layers) return out;
+    const analysis::ScheduleLayout layout{shape.step_sides, shape.layers, shape.heads};
+    try {
+        const auto set = analysis::masks_of_run(AccelConfig::from_json(plan.to_json()), rec.accel(),
+                                                rec.scales(), layout);
+        for (int64_t s = 0; s < static_cast<int64_t>(layout.sides.size()); ++s) {
+            MaskOutput m;
+            m.scale = s;
+            m.layer = layer;
+            m.queries = layout.tokens(s);
+            m.keys = layout.tokens_through(s);
+            const at::Tensor kept =
+                analysis::dense_keep(set.at(s, layer), shape.heads, m.queries, m.keys)
+                    .to(at::kByte)
+                    .contiguous();
+            m.heads = kept.size(0);
+            m.kept.assign(kept.data_ptr<uint8_t>(), kept.data_ptr<uint8_t>() + kept.numel());
+            out.push_back(std::move(m));
+        }
+    } catch (const std::exception&) {
+        out.clear();
+    }
+    return out;
+}
+
 }  // namespace
+
+const analysis::HeadMeasures* AnalysisOutput::find(int64_t scale, int64_t layer,
+                                                   int64_t head) const {
+    for (const auto& r : records)
+        if (r.scale == scale && r.layer == layer && r.head == head) return &r;
+    return nullptr;
+}
 
 const std::vector<std::string>& model_precisions() {
     static const std::vector<std::string> names{"fp32", "bf16", "fp16"};
@@ -210,9 +252,8 @@ void Engine::set_runner(std::unique_ptr<Runner> runner, const ModelSource& sourc
     }
 }
 
-RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
-                      const std::atomic<bool>* cancel, const ProgressFn& progress) {
-    if (!runner_) throw std::runtime_error("no model is loaded");
+SampleSettings Engine::sample_settings(const GenerationSettings& s,
+                                       const std::atomic<bool>* cancel) const {
     Runner& runner = *runner_;
     // A text-to-image model starts from its own defaults (the image size its file names).
     SampleSettings opt = info_.text_to_image() ? runner.defaults() : SampleSettings{};
@@ -235,7 +276,14 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
     // A run that cannot fit is refused before it starts (the app stays usable).
     check_memory_fits(runner.estimate_memory(opt), available_memory(runner.device()),
                       runner.device().str());
+    return opt;
+}
 
+RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
+                      const std::atomic<bool>* cancel, const ProgressFn& progress) {
+    if (!runner_) throw std::runtime_error("no model is loaded");
+    Runner& runner = *runner_;
+    SampleSettings opt = sample_settings(s, cancel);
     ProbeRecorder::Selection sel;
     if (s.attention_layer >= 0 && s.attention_layer < info_.depth) sel.layers = {s.attention_layer};
     sel.fhat = s.filmstrip && runner.has_decoder();
@@ -288,6 +336,7 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
         out.scales.push_back(std::move(so));
     }
     for (auto& a : rec.attention()) out.attention.push_back({a.scale, a.layer, to_array(a.probs)});
+    if (plan && s.accel_records) out.masks = masks_of(runner, *plan, rec, s.attention_layer);
     for (auto& a : runner.inspector_records(res, rec.accel()))
         out.accel.push_back({a.method, a.kind, a.scale, a.layer, to_array(a.data), a.values});
     if (info_.text_to_image() && !spiece_path_.empty()) {
@@ -302,6 +351,45 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
             out.text_tokens.clear();
         }
     }
+    return out;
+}
+
+AnalysisOutput Engine::analyze(const GenerationSettings& s, const std::atomic<bool>* cancel) {
+    if (!runner_) throw std::runtime_error("no model is loaded");
+    Runner& runner = *runner_;
+    const auto t = std::chrono::steady_clock::now();
+    const SampleSettings opt = sample_settings(s, cancel);
+    const auto plan = runner.parse_accel(nlohmann::json::parse(s.accel_json));
+    analysis::AnalysisOptions options;
+    options.time_dense = false;  // the app shows the measures, not the capture's overhead
+    analysis::AttentionAnalysis a;
+    try {
+        a = analysis::analyze_attention(runner, opt, *plan, options);
+    } catch (const SamplingCancelled&) {
+        throw Cancelled();
+    } catch (const c10::OutOfMemoryError&) {
+        kernels::empty_cuda_cache();
+        throw std::runtime_error("out of " + runner.device().str() +
+                                 " memory in the attention analysis; the model stays loaded");
+    }
+    AnalysisOutput out;
+    out.method = a.method;
+    out.sides = a.layout.sides;
+    out.layers = a.layout.layers;
+    out.heads_total = a.layout.heads;
+    out.heads = a.heads;
+    out.records = a.records;
+    out.head_types = a.head_types;
+    out.layer_types = a.layer_types;
+    out.typing = a.typing;
+    nlohmann::json j = analysis::to_json(a);
+    j["device"] = runner.device().str();
+    j["seed"] = s.seed;
+    j["precision"] = info_.precision;
+    out.json = j.dump(2);
+    out.csv = analysis::to_csv(a);
+    out.millis =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
     return out;
 }
 

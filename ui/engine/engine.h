@@ -14,11 +14,13 @@
 #include <vector>
 
 #include "core/accel/param_spec.h"
+#include "core/analysis/head_measures.h"
 #include "core/exec_policy.h"
 #include "core/models/sampling_recommendation.h"
 #include "core/runner/family.h"
 
 namespace varscope {
+struct SampleSettings;
 class VarPipeline;
 class MarPipeline;
 class Runner;
@@ -148,6 +150,34 @@ struct AccelOutput {
     std::map<std::string, double> values;
 };
 
+// What the accelerated run's methods keep of the recorded attention layer at one scale
+// (core/analysis/method_masks: their masks from the run's records, intersected), for the
+// attention map's overlay; a scale without an entry was not analysed.
+struct MaskOutput {
+    int64_t scale = 0, layer = 0;
+    int64_t heads = 1;  // 1: the same for every head; else one mask per head
+    int64_t queries = 0, keys = 0;
+    std::vector<uint8_t> kept;  // (heads, queries, keys), 1 = kept
+};
+
+// One attention analysis of a run's settings (core/analysis/attention_analysis.h): the method's
+// run with its records, then the dense run measured per scale x layer x head.
+struct AnalysisOutput {
+    std::string method;          // the plan's summary ("baseline": nothing dropped)
+    std::vector<int64_t> sides;  // patch side per scale
+    int64_t layers = 0, heads_total = 0;
+    std::vector<int64_t> heads;                   // measured heads
+    std::vector<analysis::HeadMeasures> records;  // scale-major, then layer, then head
+    std::vector<analysis::HeadType> head_types;
+    std::vector<analysis::LayerType> layer_types;
+    analysis::TypingRule typing;
+    // What `varscope-cli analyze` writes (core's to_json / to_csv), for the exports; the JSON
+    // adds the app's device, seed and precision.
+    std::string json, csv;
+    double millis = 0;  // the analysis' wall time
+    const analysis::HeadMeasures* find(int64_t scale, int64_t layer, int64_t head) const;
+};
+
 struct RunOutput {
     Family family = Family::Var;  // scales are MAR decoding steps for Family::Mar
     RgbImage image;
@@ -155,6 +185,9 @@ struct RunOutput {
     std::vector<ScaleOutput> scales;
     std::vector<AttentionOutput> attention;
     std::vector<AccelOutput> accel;
+    // Accelerated side with records on (VAR, Infinity): per scale, the kept set of the recorded
+    // attention layer.
+    std::vector<MaskOutput> masks;
     // total_ms: the model's own time (every scale or step and the final decode), what speedups
     // compare. overhead_ms: the rest of the run's wall time, which the tool adds (per-scale
     // previews and probe records) or pays once (CUDA graph capture).
@@ -198,6 +231,12 @@ class Engine {
     RunOutput run(const GenerationSettings& settings, bool accelerated,
                   const std::atomic<bool>* cancel = nullptr, const ProgressFn& progress = {});
 
+    // The attention analysis of `settings` with settings.accel_json as the method (every head,
+    // scale and layer); the dense run's attention is what the baseline side shows. Throws as
+    // run() does, std::invalid_argument for MAR (no scales).
+    AnalysisOutput analyze(const GenerationSettings& settings,
+                           const std::atomic<bool>* cancel = nullptr);
+
     // The accelerator tables and presets of a family (core/accel/accel_config.h for VAR,
     // mar_accel_config.h for MAR), without LibTorch types.
     static const std::vector<MethodSpec>& methods(Family f = Family::Var);
@@ -221,6 +260,8 @@ class Engine {
     static bool embedded_t2i_available();
 
   private:
+    SampleSettings sample_settings(const GenerationSettings& s,
+                                   const std::atomic<bool>* cancel) const;
     // How the loaded models execute: the VARSCOPE_* variables (app/exec_env), read when the
     // engine is made (ui/main.cpp checked them at start).
     ExecPolicy exec_;
