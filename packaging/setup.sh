@@ -40,7 +40,8 @@ packages=(
     libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libsentencepiece-dev
     clang-format
 )
-gui_packages=(qt6-base-dev qt6-svg-dev libqcustomplot-dev xvfb xauth)
+# xdotool and x11-apps (xwd): the window test that drives the app under Xvfb
+gui_packages=(qt6-base-dev qt6-svg-dev libqcustomplot-dev xvfb xauth xdotool x11-apps)
 if [ "${VARSCOPE_NO_GUI:-0}" = "1" ]; then
     log "VARSCOPE_NO_GUI=1: skipping GUI packages (${gui_packages[*]})"
 else

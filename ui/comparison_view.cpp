@@ -3,6 +3,7 @@
 #include <QCheckBox>
 #include <QGridLayout>
 #include <QLabel>
+#include <QMenu>
 #include <QPushButton>
 
 #include "core/accel/probe_kinds.h"
@@ -65,12 +66,45 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     bar->addWidget(metrics_label_, 1);
     grid->addLayout(bar, 2, 0, 1, 3);
 
+    // Right-click an image to save it at full size (native or upscaled).
+    for (auto [canvas, which] : {std::pair{base_canvas_, SavedImage::Baseline},
+                                 {accel_canvas_, SavedImage::Accelerated},
+                                 {diff_canvas_, SavedImage::Difference}}) {
+        canvas->setContextMenuPolicy(Qt::CustomContextMenu);
+        connect(canvas, &QWidget::customContextMenuRequested, this,
+                [this, canvas = canvas, which = which](const QPoint& pos) {
+                    QMenu* menu = imageMenu(which, this);
+                    if (menu->isEmpty()) {
+                        delete menu;
+                        return;
+                    }
+                    menu->setAttribute(Qt::WA_DeleteOnClose);
+                    menu->popup(canvas->mapToGlobal(pos));
+                });
+    }
+
     for (auto* s : {base_strip_, accel_strip_})
         connect(s, &Filmstrip::frameClicked, this, [this](int i) {
             base_strip_->setSelected(i);
             accel_strip_->setSelected(i);
             emit scaleSelected(i);
         });
+}
+
+QMenu* ComparisonView::imageMenu(SavedImage which, QWidget* parent) {
+    auto* menu = new QMenu(parent);
+    const bool shown =
+        model_ && (which == SavedImage::Baseline      ? bool(model_->baseline())
+                   : which == SavedImage::Accelerated ? bool(model_->accelerated())
+                                                      : !model_->differenceImage().isNull());
+    if (!shown) return menu;
+    const QString what = which == SavedImage::Baseline      ? tr("Save baseline image…")
+                         : which == SavedImage::Accelerated ? tr("Save accelerated image…")
+                                                            : tr("Save difference map…");
+    menu->addAction(what, this, [this, which] { emit saveImageRequested(which); });
+    menu->addAction(tr("Save all images…"), this,
+                    [this] { emit saveImageRequested(std::nullopt); });
+    return menu;
 }
 
 QStringList ComparisonView::scaleCaptions(const SideResult& r) {
@@ -102,10 +136,15 @@ void ComparisonView::showSide(Side side, const SideResultPtr& r) {
         return;
     }
     canvas->setImage(r->image);
-    canvas->setCaption(base ? tr("Baseline · %1 ms%2")
-                                  .arg(r->run.total_ms, 0, 'f', 1)
-                                  .arg(r->cached ? tr(" (cached)") : QString())
-                            : acceleratedCaption(*r));
+    // One of two history runs side by side: its label names the run (neither is a baseline).
+    const QString label = model_ ? model_->label(side) : QString();
+    if (!label.isEmpty())
+        canvas->setCaption(label);
+    else
+        canvas->setCaption(base ? tr("Baseline · %1 ms%2")
+                                      .arg(r->run.total_ms, 0, 'f', 1)
+                                      .arg(r->cached ? tr(" (cached)") : QString())
+                                : acceleratedCaption(*r));
     strip->setFrames(r->filmstrip, scaleCaptions(*r));
 }
 

@@ -5,11 +5,14 @@
 #pragma once
 
 #include <QWidget>
+#include <optional>
 
+#include "ui/image_export.h"
 #include "ui/results_model.h"
 
 class QCheckBox;
 class QLabel;
+class QMenu;
 
 namespace varscope::viz {
 class ImageCanvas;
@@ -44,8 +47,14 @@ class ComparisonView : public QWidget {
     bool showDifference() const;
     QString metricsText() const;
 
+    // The context menu of an image (baseline, accelerated or difference canvas): "Save … image…"
+    // and "Save all images…"; empty while that image is not on show. The caller owns it.
+    QMenu* imageMenu(SavedImage which, QWidget* parent = nullptr);
+
   signals:
     void scaleSelected(int scale);
+    // Save that image (the window asks where and at which size); nullopt: every image on show.
+    void saveImageRequested(std::optional<SavedImage> which);
 
   private:
     void modelChanged();

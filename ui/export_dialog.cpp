@@ -60,6 +60,10 @@ ExportDialog::ExportDialog(const ExportOptions& o, const QString& inspectorTab, 
     });
     connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
     form->addRow(buttons);
+    // Enter saves (not the Browse button), and the file name is what one edits first.
+    buttons->button(QDialogButtonBox::Save)->setDefault(true);
+    path_->setFocus();
+    path_->selectAll();
     resize(520, sizeHint().height());
 }
 

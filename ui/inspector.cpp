@@ -149,8 +149,8 @@ void AttentionInspector::setScale(int scale) {
 }
 
 void AttentionInspector::setResults(const SideResultPtr& base, const SideResultPtr& accel) {
-    base_ = base;
-    accel_ = accel;
+    base_ = state_.base = base;
+    accel_ = state_.accel = accel;
     const auto pn = patch_nums_of(base ? base : accel);
     const int keep = scale_->currentIndex();
     {
@@ -226,45 +226,31 @@ int AttentionInspector::head() const {
     return head_->currentIndex() - 1;
 }
 
-namespace {
-QString recording_off_text() {
-    return QObject::tr(
-        "Recording is off (View ▸ Record for the inspector): runs keep no attention maps or "
-        "accelerator records, so on CUDA they replay CUDA graphs and time at full speed.");
-}
-}  // namespace
-
 void AttentionInspector::setRecording(bool on) {
-    recording_ = on;
+    state_.recording = on;
+    refresh();
+}
+
+void AttentionInspector::setRunState(const InspectorRunState& st) {
+    state_ = st;
+    base_ = st.base;
+    accel_ = st.accel;
     refresh();
 }
 
 void AttentionInspector::refresh() {
     overlay_recall_ = std::numeric_limits<double>::quiet_NaN();
-    if (!recording_) {
-        view_->clear();
-        view_->setEmptyText(recording_off_text());
-        return;
-    }
     const SideResultPtr r = side_->currentIndex() == 0 ? base_ : accel_;
     const int scale = scale_->currentIndex(), layer = layer_->value();
     const AttentionOutput* rec = nullptr;
-    if (r)
+    if (r && state_.recording)
         for (const auto& a : r->run.attention)
             if (a.scale == scale && a.layer == layer) rec = &a;
     if (!rec || rec->probs.shape.size() != 3) {
         view_->clear();
-        if (!r)
-            view_->setEmptyText(tr("Press Generate to record attention maps."));
-        else if (r->run.attention.empty())
-            view_->setEmptyText(
-                side_->currentIndex() == 1
-                    ? tr("The accelerated run reported no dense attention maps "
-                         "(its attention may be replaced by a sparse kernel).")
-                    : tr("No attention recorded for layer %1 yet: regenerating…").arg(layer));
-        else
-            view_->setEmptyText(
-                tr("No attention recorded for scale %1, layer %2.").arg(scale).arg(layer));
+        view_->setEmptyText(emptyTabReason(
+            "attention", state_, side_->currentIndex() == 0 ? Side::Baseline : Side::Accelerated,
+            scale, layer));
         return;
     }
     const int64_t heads = rec->probs.dim(0), q = rec->probs.dim(1), k = rec->probs.dim(2);
@@ -404,12 +390,17 @@ bool AccelInspector::selectKind(const QString& kind) {
 
 void AccelInspector::setScale(int scale) {
     const int i = scale_->findData(QVariant::fromValue(ScaleChoice::of(scale)));
-    if (i >= 0) scale_->setCurrentIndex(i);
+    if (i >= 0)
+        scale_->setCurrentIndex(i);
+    else if (!records_.empty() && scaleChoice().view == ScaleChoice::View::Scale)
+        // The frame clicked has no record of this tab: the view keeps its scale and the readout
+        // says why that one has none.
+        values_->setText(emptyTabReason(method_, state_, Side::Accelerated, scale));
 }
 
 void AccelInspector::setResults(const SideResultPtr& base, const SideResultPtr& accel) {
-    base_ = base;
-    accel_ = accel;
+    base_ = state_.base = base;
+    accel_ = state_.accel = accel;
     records_.clear();
     // Acceleration records exist only on the accelerated side; records every run makes (MAR's
     // decode order) come from the baseline when there is no distinct accelerated run.
@@ -510,8 +501,18 @@ void AccelInspector::rebuildScales() {
 }
 
 void AccelInspector::setRecording(bool on) {
-    recording_ = on;
+    state_.recording = on;
     refresh();
+}
+
+void AccelInspector::setRunState(const InspectorRunState& st) {
+    const SideResultPtr base = st.base, accel = st.accel;
+    state_ = st;
+    setResults(base, accel);  // rebuilds the records, then refreshes
+}
+
+QString AccelInspector::valuesText() const {
+    return values_->text();
 }
 
 void AccelInspector::refresh() {
@@ -519,19 +520,10 @@ void AccelInspector::refresh() {
     view_->setBackground({});
     view_->setPartitions({}, {});
     // The MAR decoding tab's order comes from the sampler, not from records: it stays.
-    if (!recording_ && recs.empty()) {
-        view_->clear();
-        view_->setEmptyText(recording_off_text());
-        values_->clear();
-        return;
-    }
     if (recs.empty()) {
         view_->clear();
-        const bool ran = accel_ && accel_->accelerated;
-        view_->setEmptyText(ran && !method_.isEmpty()
-                                ? hint_ + "\n" +
-                                      tr("(No records from this method in the last run.)")
-                                : hint_);
+        // Why it is empty first (what happened), then what the tab would show.
+        view_->setEmptyText(emptyTabReason(method_, state_) + "\n\n" + hint_);
         values_->clear();
         return;
     }
@@ -727,26 +719,27 @@ Inspector::Inspector(QWidget* parent) : QTabWidget(parent) {
         setCurrentWidget(attention_);
         attention_->showMap(scale, layer, head);
     });
+    // What each tab shows; emptyTabReason says above it why it shows nothing.
     const std::vector<std::tuple<QString, QString, QString>> tabs = {
         {"fastvar", tr("FastVAR tokens"),
-         tr("Enable FastVAR to see the pivotal-token scores and the pruned tokens per scale.")},
+         tr("This tab shows FastVAR's pivotal-token scores and the pruned tokens per scale.")},
         {"sparvar", tr("SparVAR masks"),
-         tr("Enable SparVAR to see the CSLA token/block masks and CS4A selected indices.")},
+         tr("This tab shows SparVAR's CSLA token/block masks and CS4A selected indices.")},
         {"lazyvar", tr("LazyVAR"),
-         tr("Enable LazyVAR to see update-index heatmaps and group assignments.")},
-        {"ams_kv", tr("AMS-KV"), tr("Enable AMS-KV to see cache occupancy per layer × scale.")},
+         tr("This tab shows LazyVAR's update-index heatmaps and group assignments.")},
+        {"ams_kv", tr("AMS-KV"), tr("This tab shows AMS-KV's cache occupancy per layer × scale.")},
         {"mar", tr("MAR decoding"),
-         tr("Generate with a MAR model to see which tokens each step decoded (the decode order).")},
+         tr("This tab shows which tokens each step of a MAR model decoded (the decode order).")},
         {"lazymar", tr("LazyMAR"),
-         tr("Enable LazyMAR to see, per step and layer, which tokens were computed and which were "
+         tr("This tab shows, per step and layer, which tokens LazyMAR computed and which it "
             "reused from the token cache, their similarity to the cache, and the condition "
             "cache's skipped steps.")},
         {"text", tr("Cross-attention"),
-         tr("Generate with a text-to-image model (Infinity) with recording on: per scale, which "
-            "image regions each prompt token attends to (the attention tab's layer; the slice "
-            "box picks the token).")},
+         tr("This tab shows, per scale, which image regions each prompt token of a "
+            "text-to-image model attends to (the attention tab's layer; the slice box picks the "
+            "token).")},
         {"", tr("All records"),
-         tr("Accelerator probe records of the last accelerated run appear here.")}};
+         tr("This tab shows every accelerator record of the accelerated run.")}};
     for (const auto& [id, title, hint] : tabs) {
         auto* tab = new AccelInspector(id, hint, this);
         tab->setObjectName("inspector." + (id.isEmpty() ? QStringLiteral("all") : id));
@@ -765,8 +758,29 @@ Inspector::Inspector(QWidget* parent) : QTabWidget(parent) {
 }
 
 void Inspector::setResults(const SideResultPtr& base, const SideResultPtr& accel) {
+    state_.base = base;
+    state_.accel = accel;
+    if (accel) state_.accel_missing.clear();
     attention_->setResults(base, accel);
-    for (auto& [_, tab] : methods_) tab->setResults(base, accel);
+    pushState();
+}
+
+void Inspector::setRequest(const Request& r, bool historyPair) {
+    state_.history_pair = historyPair;
+    state_.accel_config = r.accel;
+    state_.run_recorded = r.gen.accel_records;
+    state_.attention_layer = r.gen.attention_layer;
+    state_.has_request = true;
+}
+
+void Inspector::setAcceleratedMissing(const QString& why) {
+    state_.accel_missing = why;
+    pushState();
+}
+
+void Inspector::pushState() {
+    attention_->setRunState(state_);
+    for (auto& [_, tab] : methods_) tab->setRunState(state_);
 }
 
 void Inspector::setRun(const std::optional<Request>& request) {
@@ -778,6 +792,7 @@ void Inspector::setModel(int depth, int heads) {
 }
 
 void Inspector::setFamily(Family f) {
+    state_.family = f;
     // MAR runs record no attention maps here (its attention is bidirectional over the buffer
     // and all tokens; the attention tab's scale partitions are VAR's).
     const bool is_mar = f == Family::Mar;
@@ -790,11 +805,12 @@ void Inspector::setFamily(Family f) {
         setTabVisible(indexOf(tab), shown);
         tab->setStepRecords(is_mar);
     }
+    pushState();
 }
 
 void Inspector::setRecording(bool on) {
-    attention_->setRecording(on);
-    for (auto& [_, tab] : methods_) tab->setRecording(on);
+    state_.recording = on;
+    pushState();
 }
 
 void Inspector::setScale(int scale) {
@@ -818,7 +834,7 @@ QImage Inspector::currentPanelImage() const {
         for (const auto& [_, tab] : methods_)
             if (currentWidget() == tab) v = tab->view();
     if (!v || !v->hasData()) return {};
-    return v->grab().toImage();
+    return v->render(kFigurePanelSize);
 }
 
 QString Inspector::currentPanelTitle() const {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 
+#include "ui/inspector_empty.h"
 #include "ui/run_types.h"
 
 class QCheckBox;
@@ -43,7 +44,10 @@ class AttentionInspector : public QWidget {
     // Off: runs record nothing for the inspector (View ▸ Record for the inspector); the tab
     // says so instead of showing stale maps.
     void setRecording(bool on);
+    // What the run on show was made with (an empty tab says why it is empty from it).
+    void setRunState(const InspectorRunState& s);
     viz::HeatmapView* view() const { return view_; }
+    QComboBox* sideBox() const { return side_; }
     // The baseline's map of (scale, layer, head); head -1 = the mean over heads. Another layer
     // than the recorded one asks for a re-run (layerRequested).
     void showMap(int scale, int layer, int head);
@@ -71,7 +75,7 @@ class AttentionInspector : public QWidget {
     QCheckBox* log_;
     QCheckBox* mask_;
     viz::HeatmapView* view_;
-    bool recording_ = true;
+    InspectorRunState state_;  // its base/accel follow setResults
     double overlay_recall_ = std::numeric_limits<double>::quiet_NaN();
 };
 
@@ -92,7 +96,8 @@ struct ScaleChoice {
 class AccelInspector : public QWidget {
     Q_OBJECT
   public:
-    // method: "fastvar", ... or "" for every method; hint: the empty-state text.
+    // method: "fastvar", ... or "" for every method; hint: what the tab shows, under the reason
+    // it is empty (emptyTabReason).
     AccelInspector(const QString& method, const QString& hint, QWidget* parent = nullptr);
     void setResults(const SideResultPtr& base, const SideResultPtr& accel);
     void setScale(int scale);
@@ -106,7 +111,10 @@ class AccelInspector : public QWidget {
     // The record shown first when the user has not picked one ("method/kind"); otherwise the
     // first kind the run reported.
     void setPreferredKind(const QString& key) { preferred_ = key; }
-    void setRecording(bool on);  // as AttentionInspector::setRecording
+    void setRecording(bool on);                    // as AttentionInspector::setRecording
+    void setRunState(const InspectorRunState& s);  // as AttentionInspector::setRunState
+    // The readout line (record facts, or why the scale asked for has no record).
+    QString valuesText() const;
 
   private:
     void rebuildKinds();
@@ -128,7 +136,7 @@ class AccelInspector : public QWidget {
     QLabel* values_;
     viz::HeatmapView* view_;
     bool updating_ = false;
-    bool recording_ = true;
+    InspectorRunState state_;
 };
 
 class AttentionGrid;
@@ -142,13 +150,21 @@ class Inspector : public QTabWidget {
     void setFamily(Family f);  // shows the tabs that apply to VAR or MAR runs
     void setScale(int scale);
     void setRecording(bool on);  // every tab
+    // The settings of the run on show (what its accelerators were, whether it recorded);
+    // historyPair: two runs of the history are on show (they keep no records).
+    void setRequest(const Request& r, bool historyPair = false);
+    // Why there is no accelerated side: "cancelled" or the error ("" once one is on show).
+    void setAcceleratedMissing(const QString& why);
+    const InspectorRunState& runState() const { return state_; }
     AttentionInspector* attention() const { return attention_; }
     AttentionGrid* grid() const { return grid_; }
     // The request of the results on show (the grid's analyses are of its settings).
     void setRun(const std::optional<Request>& request);
     AccelInspector* methodTab(const QString& method) const;
-    // The visible panel as an image (for figures); null when it has no data.
+    // The visible panel as an image (for figures), rendered at kFigurePanelSize whatever the
+    // dock's size, so its text stays readable in the figure's cell; null when it has no data.
     QImage currentPanelImage() const;
+    static constexpr QSize kFigurePanelSize{320, 320};
     QString currentPanelTitle() const;
 
   signals:
@@ -156,9 +172,11 @@ class Inspector : public QTabWidget {
     void analysisRequested(QString key, QString method_json);
 
   private:
+    void pushState();
     AttentionInspector* attention_;
     AttentionGrid* grid_;
     std::vector<std::pair<QString, AccelInspector*>> methods_;
+    InspectorRunState state_;
 };
 
 }  // namespace varscope::gui

@@ -1,17 +1,22 @@
 // VARScope desktop app.
 //
 //   varscope [--model t2i|var|mar] [--prompt TEXT] [--seed N] [--preset NAME] [--screenshots DIR]
+//            [--tabs LIST] [--runs N]
 //
-// --screenshots generates once, saves the window with several inspector tabs and a comparison
-// figure (figure.png) to DIR and quits
+// --screenshots generates once (or --runs times, one seed after the other), saves the window
+// with several inspector tabs (or History: the history dock comparing its two newest runs) and
+// a comparison figure (figure.png) to DIR and quits
 // (used for the documentation; run under xvfb-run on a headless machine).
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
+#include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFileInfo>
 #include <QIcon>
 #include <QLineEdit>
+#include <QListWidget>
+#include <QPushButton>
 #include <QSettings>
 #include <QSpinBox>
 #include <QTimer>
@@ -23,6 +28,7 @@
 
 #include "app/exec_env/exec_env.h"
 #include "ui/attention_grid.h"
+#include "ui/history_panel.h"
 #include "ui/inspector.h"
 #include "ui/main_window.h"
 #include "ui/method_panel.h"
@@ -31,6 +37,24 @@
 using varscope::gui::MainWindow;
 
 namespace {
+
+// "History": the history dock raised with its two newest runs compared side by side.
+bool show_history_comparison(MainWindow& w) {
+    for (auto* d : w.findChildren<QDockWidget*>())
+        if (d->objectName() == "historyDock") d->raise();
+    QListWidget* list = w.historyPanel()->list();
+    if (list->count() < 2) {
+        qWarning("--tabs History: %d run(s) in the history; --runs 2 compares two", list->count());
+        return list->count() > 0;
+    }
+    list->clearSelection();
+    list->item(0)->setSelected(true);
+    list->item(1)->setSelected(true);
+    auto* compare = w.historyPanel()->findChild<QPushButton*>("historyCompare");
+    if (!compare || !compare->isEnabled()) return false;
+    compare->click();
+    return true;
+}
 
 // The grid tab, once shown, asks the worker for its analysis: wait for it (up to 5 minutes).
 void wait_for_grid(QWidget* tab) {
@@ -43,15 +67,32 @@ void wait_for_grid(QWidget* tab) {
     if (!grid->current()) qWarning("--screenshots: the grid's analysis did not finish");
 }
 
-// Saves the window once per listed inspector tab (after the worker went idle), then quits.
-void take_screenshots(MainWindow& w, const QString& dir, const QStringList& tabs) {
-    // Once: the grid's analysis finishes a job of its own.
+// After `runs` runs (seed, seed + 1, …), saves the window once per listed inspector tab (or
+// "History"), then quits.
+void take_screenshots(MainWindow& w, const QString& dir, const QStringList& tabs, int runs) {
+    // Once, after the last run: the grid's analysis finishes a job of its own.
+    auto done = std::make_shared<int>(0);
     auto once = std::make_shared<QMetaObject::Connection>();
-    *once = QObject::connect(&w, &MainWindow::jobFinished, &w, [&w, dir, tabs, once] {
+    *once = QObject::connect(&w, &MainWindow::jobFinished, &w, [&w, dir, tabs, runs, done, once] {
+        if (++*done < runs) {  // the next seed, at once (not after the seed box's debounce)
+            w.modelPanel()->seedBox()->setValue(w.modelPanel()->seedBox()->value() + 1);
+            w.generate();
+            return;
+        }
         QObject::disconnect(*once);
         QTimer::singleShot(400, &w, [&w, dir, tabs] {
             bool failed = false;
             for (const QString& tab : tabs) {
+                if (tab == "History") {
+                    failed |= !show_history_comparison(w);
+                    QApplication::processEvents();
+                    const QString path = QDir(dir).filePath("window-history.png");
+                    if (!w.grab().save(path)) {
+                        qWarning("--screenshots: could not write %s", qPrintable(path));
+                        failed = true;
+                    }
+                    continue;
+                }
                 auto* insp = w.inspector();
                 QStringList titles;
                 int found = -1;
@@ -147,8 +188,12 @@ int main(int argc, char** argv) {
     QCommandLineOption seed("seed", "Seed to start with.", "n");
     QCommandLineOption preset("preset", "Accelerator preset to start with.", "name");
     QCommandLineOption shots("screenshots", "Generate once, save screenshots to DIR, quit.", "dir");
-    QCommandLineOption tabs("tabs", "Inspector tabs for --screenshots (comma-separated titles).",
+    QCommandLineOption tabs("tabs",
+                            "Inspector tabs for --screenshots (comma-separated titles; History: "
+                            "the history dock with its two newest runs compared).",
                             "list", "Attention");
+    QCommandLineOption runs("runs", "Runs before --screenshots (seeds N, N+1, …; default 1).", "n",
+                            "1");
     QCommandLineOption size("size", "Window size WxH.", "size");
     QCommandLineOption overlay("overlay",
                                "Start with the attention map's method-mask overlay on (kept "
@@ -164,7 +209,8 @@ int main(int argc, char** argv) {
         QString::fromStdString("Transformer precision on CUDA to start with: " +
                                varscope::gui::model_precision_names() + "."),
         "name");
-    cli.addOptions({prompt, seed, preset, shots, tabs, size, overlay, model, device, precision});
+    cli.addOptions(
+        {prompt, seed, preset, shots, tabs, runs, size, overlay, model, device, precision});
     cli.process(app);
     try {  // the VARSCOPE_* variables (the engine reads them again): a malformed one stops here
         varscope::exec_env::policy_from_environment();
@@ -259,7 +305,14 @@ int main(int argc, char** argv) {
             qCritical("--screenshots: cannot write in '%s'", qPrintable(dir));
             return 2;
         }
-        take_screenshots(w, dir, cli.value(tabs).split(','));
+        bool ok = false;
+        const int n = cli.value(runs).toInt(&ok);
+        if (!ok || n < 1 || n > 100) {
+            qCritical("--runs: expected a whole number from 1 to 100, got '%s'",
+                      qPrintable(cli.value(runs)));
+            return 2;
+        }
+        take_screenshots(w, dir, cli.value(tabs).split(','), n);
     }
     w.show();
     // First impression: generate with whatever the panels hold (the embedded model by default).

@@ -41,6 +41,7 @@
 #include "ui/plots_panel.h"
 #include "ui/results_model.h"
 #include "ui/run_history.h"
+#include "ui/save_images_dialog.h"
 #include "visualization/figure.h"
 #include "visualization/heatmap_view.h"
 
@@ -134,7 +135,16 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
                     req = Request::from_json(history_->find(left)->settings);
                 } catch (const std::exception&) {
                 }
-                results_->setPair(l, r, req);
+                // Neither side is a baseline: the captions name the runs.
+                auto label = [this](const QString& id, const SideResultPtr& side) {
+                    const HistoryEntry* e = history_->find(id);
+                    return tr("Run of %1 · seed %2 · %3 · %4 ms")
+                        .arg(e->time.toString("HH:mm:ss"))
+                        .arg(e->settings.value("seed", uint64_t(0)))
+                        .arg(e->methods)
+                        .arg(side->run.total_ms, 0, 'f', 1);
+                };
+                results_->setPair(l, r, req, label(left, l), label(right, r));
             });
 
     plots_ = new PlotsPanel(this);
@@ -208,6 +218,8 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
                 inspector_->grid()->setAnalysisFailed(key, message);
             });
     connect(comparison_, &ComparisonView::scaleSelected, inspector_, &Inspector::setScale);
+    connect(comparison_, &ComparisonView::saveImageRequested, this,
+            [this](std::optional<SavedImage> which) { saveImagesDialog(which); });
     connect(plots_, &PlotsPanel::sweepRequested, this, &MainWindow::runSweep);
     connect(results_, &ResultsModel::changed, this, &MainWindow::showResults);
 
@@ -267,12 +279,18 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
                 if (cancelled) {
                     statusBar()->showMessage(tr("Cancelled"), 4000);
                     if (sweeping_) return;  // its runs are not on show; the results stay
+                    // The inspector's tabs say the run was cancelled, not "enable …".
+                    if (side == int(Side::Accelerated) || !results_->baseline())
+                        inspector_->setAcceleratedMissing("cancelled");
                     if (side == int(Side::Accelerated)) results_->clearSide(Side::Accelerated);
                     if (side == int(Side::Accelerated) || !results_->baseline())
                         comparison_->setSideMessage(Side(side), tr("Cancelled"));
+                    else  // the cancelled run's previews give way to the results on show
+                        comparison_->showModel();
                     return;
                 }
                 if (side == int(Side::Accelerated)) {
+                    inspector_->setAcceleratedMissing(msg);
                     // Shown in place (sliders would otherwise raise a dialog per move).
                     method_panel_->setRuntimeError(tr("Accelerated run failed: %1").arg(msg));
                     results_->clearSide(Side::Accelerated);
@@ -350,6 +368,16 @@ void MainWindow::buildActions() {
     edit->addAction(gen);
     edit->addAction(cancel);
     edit->addAction(dice);
+    // The prompt from anywhere (as a browser's address bar): type, Enter runs.
+    auto* focus_prompt = add(
+        tr("Go to the prompt"), {QKeySequence(Qt::CTRL | Qt::Key_L)},
+        [this] {
+            model_panel_->promptEdit()->setFocus(Qt::ShortcutFocusReason);
+            model_panel_->promptEdit()->selectAll();
+        },
+        false);
+    focus_prompt->setObjectName("focusPromptAction");
+    edit->addAction(focus_prompt);
     edit->addSeparator();
     edit->addAction(add(
         tr("Copy settings"), {QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C)},
@@ -391,6 +419,13 @@ void MainWindow::buildActions() {
                      &MainWindow::saveImageDialog, false);
     save->setObjectName("saveImageAction");
     file->addAction(save);
+    auto* save_all = add(
+        tr("Save images…"), {QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_S)},
+        [this] { saveImagesDialog(); }, false);
+    save_all->setObjectName("saveImagesAction");
+    save_all->setStatusTip(
+        tr("Baseline, accelerated image and difference map at native size or upscaled"));
+    file->addAction(save_all);
     file->addSeparator();
     file->addAction(add(
         tr("Quit"), QKeySequence::keyBindings(QKeySequence::Quit), [this] { close(); }, false));
@@ -398,9 +433,11 @@ void MainWindow::buildActions() {
     help->addAction(tr("Keyboard shortcuts"), this, [this] {
         QMessageBox::information(
             this, tr("Keyboard shortcuts"),
-            tr("Ctrl+Enter  generate\nEsc  cancel\nCtrl+R  random seed\nCtrl+O  open checkpoints\n"
+            tr("Ctrl+Enter  generate\nEsc  cancel\nCtrl+R  random seed\nCtrl+L  go to the "
+               "prompt\nCtrl+O  open checkpoints\n"
                "Ctrl+E  export comparison figure\nCtrl+Shift+E  export metrics\nCtrl+S  save "
-               "accelerated image\nCtrl+Shift+C / Ctrl+Shift+V  copy / paste the settings\n"
+               "accelerated image\nCtrl+Shift+S  save images (native or upscaled)\nCtrl+Shift+C / "
+               "Ctrl+Shift+V  copy / paste the settings\n"
                "D  toggle difference view\nWheel / drag / double-click  zoom / pan / fit\n"
                "The wheel changes a setting only after a click on it.\n\n"
                "Drop a PNG exported by VARScope on the window to restore its settings."));
@@ -468,6 +505,7 @@ void MainWindow::generate() {
     const SideResultPtr shown =
         results_->baseline() ? results_->baseline() : results_->accelerated();
     if (shown && shown->run.family != model_panel_->family()) results_->clear();
+    inspector_->setAcceleratedMissing({});  // the last run's cancel or failure is not this one's
     comparison_->markStale();
     latest_job_ = active_job_ = worker_->submit(std::move(job));
 }
@@ -521,6 +559,7 @@ void MainWindow::submitAnalysis(Job job) {
 
 void MainWindow::showResults() {
     const auto base = results_->baseline(), accel = results_->accelerated();
+    inspector_->setRequest(results_->request(), !results_->label(Side::Baseline).isEmpty());
     inspector_->setResults(base, accel);
     inspector_->setRun(results_->empty() ? std::nullopt
                                          : std::optional<Request>(results_->request()));
@@ -606,7 +645,9 @@ bool MainWindow::exportFigure(const ExportOptions& o, QString* error, bool overw
         f.panels.push_back({results_->differenceImage(),
                             tr("|accelerated − baseline| (0 … %1)").arg(ResultsModel::kDiffMax)});
     if (o.attention && inspector_->attention()->view()->hasData())
-        f.panels.push_back({inspector_->attention()->view()->grab().toImage(), tr("Attention")});
+        // Rendered at a fixed size: a grab of a wide dock shrank its text to ~3 pt in the cell.
+        f.panels.push_back({inspector_->attention()->view()->render(Inspector::kFigurePanelSize),
+                            tr("Attention")});
     if (o.inspector && inspector_->currentWidget() != inspector_->attention()) {
         const QImage img = inspector_->currentPanelImage();
         if (!img.isNull()) f.panels.push_back({img, inspector_->currentPanelTitle()});
@@ -714,6 +755,99 @@ void MainWindow::saveImageDialog() {
         QMessageBox::critical(this, tr("Save failed"), error);
 }
 
+QString MainWindow::savedImageName(SavedImage which, int factor) const {
+    const auto accel = results_->accelerated();
+    return savedImageFileName(which, results_->request(),
+                              accel ? QString::fromStdString(accel->run.accel_summary) : QString(),
+                              factor);
+}
+
+bool MainWindow::saveImages(const SaveImagesOptions& o, QString* error, bool overwrite,
+                            QStringList* written) {
+    if (!results_->baseline() && !results_->accelerated()) {
+        if (error) *error = tr("Nothing to save yet: generate first.");
+        return false;
+    }
+    if (o.folder.isEmpty()) {
+        if (error) *error = tr("Choose a folder to save the images in.");
+        return false;
+    }
+    std::vector<ImageFile> files;
+    auto add = [&](bool wanted, SavedImage which, const QImage& image, const QString& missing) {
+        if (!wanted) return true;
+        if (image.isNull()) {
+            if (error) *error = missing;
+            return false;
+        }
+        files.push_back({QDir(o.folder).filePath(savedImageName(which, o.factor)), image});
+        return true;
+    };
+    const auto base = results_->baseline(), accel = results_->accelerated();
+    if (!add(o.baseline, SavedImage::Baseline, base ? base->image : QImage(),
+             tr("No baseline image on show.")) ||
+        !add(o.accelerated, SavedImage::Accelerated, accel ? accel->image : QImage(),
+             tr("No accelerated image on show.")) ||
+        !add(o.difference, SavedImage::Difference, results_->differenceImage(),
+             tr("No difference map on show (it needs both images).")))
+        return false;
+    QMap<QString, QString> text;
+    text[kSettingsTextKey] = QString::fromStdString(results_->request().to_json().dump());
+    text["Software"] = "VARScope";
+    if (!writeImagesAtomically(files, o.factor, text, overwrite, error)) return false;
+    if (written) {
+        written->clear();
+        for (const auto& f : files) *written << f.path;
+    }
+    return true;
+}
+
+void MainWindow::saveImagesDialog(std::optional<SavedImage> only) {
+    if (!needResults(tr("save"))) return;
+    std::vector<SavedImage> available;
+    if (results_->baseline()) available.push_back(SavedImage::Baseline);
+    if (results_->accelerated() && !results_->accelerated()->same_as_baseline)
+        available.push_back(SavedImage::Accelerated);
+    if (!results_->differenceImage().isNull()) available.push_back(SavedImage::Difference);
+    SaveImagesOptions o;
+    o.baseline = !only || *only == SavedImage::Baseline;
+    o.accelerated = !only || *only == SavedImage::Accelerated;
+    o.difference = only && *only == SavedImage::Difference;
+    o.factor = save_factor_;
+    o.folder = export_dir_.isEmpty() ? QDir::homePath() : export_dir_;
+    const QImage& shown =
+        results_->baseline() ? results_->baseline()->image : results_->accelerated()->image;
+    SaveImagesDialog dlg(
+        o, available, shown.size(), [this](SavedImage s, int f) { return savedImageName(s, f); },
+        this);
+    while (dlg.exec() == QDialog::Accepted) {
+        o = dlg.options();
+        QStringList existing;
+        for (auto [wanted, which] : {std::pair{o.baseline, SavedImage::Baseline},
+                                     {o.accelerated, SavedImage::Accelerated},
+                                     {o.difference, SavedImage::Difference}})
+            if (wanted &&
+                QFileInfo::exists(QDir(o.folder).filePath(savedImageName(which, o.factor))))
+                existing << savedImageName(which, o.factor);
+        if (!existing.isEmpty() &&
+            QMessageBox::question(
+                this, tr("Files exist"),
+                tr("In %1:\n%2\nOverwrite them?").arg(o.folder, existing.join('\n'))) !=
+                QMessageBox::Yes)
+            continue;
+        QString error;
+        QStringList written;
+        if (!saveImages(o, &error, true, &written)) {
+            QMessageBox::critical(this, tr("Save failed"), error);
+            continue;  // the dialog again, to pick another folder
+        }
+        export_dir_ = o.folder;
+        save_factor_ = o.factor;
+        statusBar()->showMessage(
+            tr("Wrote %n image(s) to %1", nullptr, int(written.size())).arg(o.folder), 6000);
+        return;
+    }
+}
+
 bool MainWindow::restoreFromPng(const QString& path, QString* error) {
     QImageReader reader(path);
     const QString text = reader.text(kSettingsTextKey);
@@ -758,6 +892,7 @@ void MainWindow::readSettings() {
     model_panel_->setRecentFiles(s.value("recentFiles").toStringList());
     record_action_->setChecked(s.value("recordInspector", true).toBool());
     export_dir_ = s.value("exportDir").toString();
+    save_factor_ = s.value("saveImagesFactor", 1).toInt();
     const QString last = s.value("lastRequest").toString();
     if (!last.isEmpty()) {
         try {
@@ -797,6 +932,7 @@ void MainWindow::writeSettings() {
     QSettings s;
     s.setValue("recentFiles", model_panel_->recentFiles());
     s.setValue("exportDir", export_dir_);
+    s.setValue("saveImagesFactor", save_factor_);
     s.setValue("recordInspector", record_action_->isChecked());
     Request r = currentRequest();
     // A model that failed to load is not the one to open next time: the last that worked is.

@@ -10,6 +10,7 @@
 
 #include "ui/export_dialog.h"
 #include "ui/generation_worker.h"
+#include "ui/image_export.h"
 
 class QLabel;
 class QMenu;
@@ -50,6 +51,12 @@ class MainWindow : public QMainWindow {
     QStringList figureNotes() const;
     bool exportMetrics(const QString& path, QString* error, bool overwrite = false);
     bool saveImage(Side side, const QString& path, QString* error, bool overwrite = false);
+    // File ▸ Save images…: the chosen images at native size or upscaled, all written or none.
+    // *written gets the paths.
+    bool saveImages(const SaveImagesOptions& o, QString* error, bool overwrite = false,
+                    QStringList* written = nullptr);
+    // The file name an image of the comparison on show gets at `factor`.
+    QString savedImageName(SavedImage which, int factor) const;
     // Reads the settings embedded in a VARScope PNG and applies them.
     bool restoreFromPng(const QString& path, QString* error);
 
@@ -72,6 +79,8 @@ class MainWindow : public QMainWindow {
     void exportFigureDialog();
     void exportMetricsDialog();
     void saveImageDialog();
+    // The dialog with every image on show checked, or only `only` (an image's context menu).
+    void saveImagesDialog(std::optional<SavedImage> only = std::nullopt);
 
   signals:
     void resultsUpdated();  // a side finished and the panels show it
@@ -131,6 +140,7 @@ class MainWindow : public QMainWindow {
     std::set<std::string> failed_models_;
     std::optional<ModelSource> working_model_;
     QString export_dir_;
+    int save_factor_ = 1;  // the last upscale factor chosen (saved with the settings)
     std::optional<Job> pending_analysis_;
 };
 

@@ -22,6 +22,7 @@
 #include <limits>
 
 #include "core/text/class_matcher.h"
+#include "ui/elided_combo_box.h"
 #include "ui/elided_label.h"
 #include "ui/mar_settings.h"
 
@@ -138,11 +139,11 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     form_ = form;
     form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
 
-    model_ = new QComboBox(this);
+    model_ = new ElidedComboBox(this);
     model_->setObjectName("modelCombo");
     model_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
     model_->setMinimumContentsLength(14);
-    model_->setToolTip(
+    model_->setBaseToolTip(
         tr("Model: the embedded emoji text-to-image model, VAR or MAR, or opened "
            "checkpoints"));
     auto* open = new QToolButton(this);

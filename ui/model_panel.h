@@ -26,6 +26,8 @@ class ClassMatcher;
 
 namespace varscope::gui {
 
+class ElidedComboBox;
+
 class ElidedLabel;
 class MarSettings;
 
@@ -97,7 +99,7 @@ class ModelPanel : public QWidget {
 
     void updatePrecisionEnabled();
 
-    QComboBox* model_;
+    ElidedComboBox* model_;  // long checkpoint names elide
     QComboBox* device_;
     QComboBox* precision_;  // fp32 / bf16 / fp16; CUDA only (the CPU runs fp32)
     QLineEdit* prompt_;

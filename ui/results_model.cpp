@@ -76,6 +76,8 @@ QString ComparisonMetrics::toolTip() const {
 
 void ResultsModel::setSide(const SideResultPtr& result, const Request& r) {
     if (!result) return;
+    base_label_.clear();  // a run's sides again, not a pair of history runs
+    accel_label_.clear();
     const std::string key = r.gen.baseline_key(r.model.key());
     if (result->side == Side::Baseline) {
         base_ = result;
@@ -90,10 +92,12 @@ void ResultsModel::setSide(const SideResultPtr& result, const Request& r) {
     update();
 }
 
-void ResultsModel::setPair(const SideResultPtr& left, const SideResultPtr& right,
-                           const Request& r) {
+void ResultsModel::setPair(const SideResultPtr& left, const SideResultPtr& right, const Request& r,
+                           const QString& leftLabel, const QString& rightLabel) {
     base_ = left;
     accel_ = right;
+    base_label_ = leftLabel;
+    accel_label_ = rightLabel;
     base_key_ = accel_key_ = r.gen.baseline_key(r.model.key());
     request_ = r;
     update();
@@ -107,6 +111,8 @@ void ResultsModel::clearSide(Side side) {
 void ResultsModel::clear() {
     base_.reset();
     accel_.reset();
+    base_label_.clear();
+    accel_label_.clear();
     update();
 }
 

@@ -43,7 +43,11 @@ class ResultsModel : public QObject {
     void setSide(const SideResultPtr& result, const Request& r);
     // Two results side by side whatever their settings (two runs of the history): `left` on the
     // baseline side, `right` on the accelerated side; r names them in exports (the left run's).
-    void setPair(const SideResultPtr& left, const SideResultPtr& right, const Request& r);
+    // The labels name the runs in the captions (neither is a baseline).
+    void setPair(const SideResultPtr& left, const SideResultPtr& right, const Request& r,
+                 const QString& leftLabel = {}, const QString& rightLabel = {});
+    // What a side's caption says instead of "Baseline" / the methods ("" but in a pair of runs).
+    QString label(Side s) const { return s == Side::Baseline ? base_label_ : accel_label_; }
     void clearSide(Side side);  // the side failed or was cancelled
     void clear();               // nothing on show (another model or family)
 
@@ -65,6 +69,7 @@ class ResultsModel : public QObject {
     void update();  // metrics and difference of the pair, then changed()
 
     SideResultPtr base_, accel_;
+    QString base_label_, accel_label_;  // a pair of history runs (setPair)
     Request request_;
     // The baseline settings each side was made with (GenerationSettings::baseline_key).
     std::string base_key_, accel_key_;

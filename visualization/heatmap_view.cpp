@@ -122,14 +122,18 @@ void HeatmapView::rebuild() {
 }
 
 QRectF HeatmapView::mapRect() const {
+    return mapRect(size());
+}
+
+QRectF HeatmapView::mapRect(QSize size) const {
     const int top = kMargin + (title_.isEmpty() ? 0 : fontMetrics().height() + 2);
     const int bottom = fontMetrics().height() + kMargin + 2 +
                        (col_labels_.isEmpty() ? 0 : fontMetrics().height() + 2);
     int left = kMargin;
     for (const QString& l : row_labels_)
         left = std::max(left, kMargin + fontMetrics().horizontalAdvance(l) + 4);
-    QRectF area(left, top, width() - left - kMargin - kLegendWidth - kLegendTextWidth,
-                height() - top - bottom);
+    QRectF area(left, top, size.width() - left - kMargin - kLegendWidth - kLegendTextWidth,
+                size.height() - top - bottom);
     if (area.width() <= 0 || area.height() <= 0 || grid_.empty()) return area;
     if (keep_aspect_) {
         const double aspect = double(grid_.cols) / grid_.rows;
@@ -153,14 +157,29 @@ QPoint HeatmapView::cellAt(const QPointF& pos) const {
 
 void HeatmapView::paintEvent(QPaintEvent*) {
     QPainter p(this);
-    p.fillRect(rect(), palette().base());
+    paint(p, size(), hover_);
+}
+
+QImage HeatmapView::render(QSize size, double dpr) const {
+    QImage img((QSizeF(size) * dpr).toSize(), QImage::Format_RGB32);
+    img.setDevicePixelRatio(dpr);
+    QPainter p(&img);
+    p.setFont(font());
+    paint(p, size, {-1, -1});  // no hovered cell: what the map is, not where the mouse was
+    return img;
+}
+
+void HeatmapView::paint(QPainter& p, QSize size, QPoint hover) const {
+    const QRect rect(QPoint(0, 0), size);
+    const int width = size.width(), height = size.height();
+    p.fillRect(rect, palette().base());
     if (!title_.isEmpty()) {
         QFont f = font();
         f.setBold(true);
         p.setFont(f);
         // Elided, not cut mid-word, where the view is narrower than the title (a figure's panel,
         // a narrow dock).
-        const int w = width() - 2 * kMargin;
+        const int w = width - 2 * kMargin;
         p.drawText(QRect(kMargin, kMargin / 2, w, fontMetrics().height() + 2),
                    Qt::AlignLeft | Qt::AlignVCenter,
                    QFontMetrics(f).elidedText(title_, Qt::ElideRight, w));
@@ -168,11 +187,11 @@ void HeatmapView::paintEvent(QPaintEvent*) {
     }
     if (grid_.empty()) {
         p.setPen(palette().color(QPalette::PlaceholderText));
-        p.drawText(rect().adjusted(12, 12, -12, -12), Qt::AlignCenter | Qt::TextWordWrap,
+        p.drawText(rect.adjusted(12, 12, -12, -12), Qt::AlignCenter | Qt::TextWordWrap,
                    empty_text_);
         return;
     }
-    const QRectF r = mapRect();
+    const QRectF r = mapRect(size);
     if (!background_.isNull()) {
         p.setRenderHint(QPainter::SmoothPixmapTransform, true);
         p.drawImage(r, background_);
@@ -215,11 +234,11 @@ void HeatmapView::paintEvent(QPaintEvent*) {
                        Qt::AlignHCenter | Qt::AlignTop, col_labels_[c]);
     }
     // Hovered cell.
-    if (hover_.x() >= 0) {
+    if (hover.x() >= 0) {
         const double cw = r.width() / grid_.cols, ch = r.height() / grid_.rows;
         p.setPen(QPen(Qt::white, 1.5));
         p.setBrush(Qt::NoBrush);
-        p.drawRect(QRectF(r.left() + hover_.x() * cw, r.top() + hover_.y() * ch, std::max(cw, 2.0),
+        p.drawRect(QRectF(r.left() + hover.x() * cw, r.top() + hover.y() * ch, std::max(cw, 2.0),
                           std::max(ch, 2.0)));
     }
     if (!corner_.isEmpty()) {
@@ -255,9 +274,9 @@ void HeatmapView::paintEvent(QPaintEvent*) {
                                                   .arg(format_value(range_.lo))
                                                   .arg(format_value(range_.hi))
                                             : readout_;
-    p.drawText(QRect(kMargin, height() - fh - kMargin / 2, width() - 2 * kMargin, fh),
+    p.drawText(QRect(kMargin, height - fh - kMargin / 2, width - 2 * kMargin, fh),
                Qt::AlignLeft | Qt::AlignVCenter,
-               fontMetrics().elidedText(text, Qt::ElideRight, width() - 2 * kMargin));
+               fontMetrics().elidedText(text, Qt::ElideRight, width - 2 * kMargin));
 }
 
 QString HeatmapView::cellLabel(int row, int col) const {

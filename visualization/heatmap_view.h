@@ -12,6 +12,8 @@
 
 #include "visualization/float_grid.h"
 
+class QPainter;
+
 namespace varscope::viz {
 
 class HeatmapView : public QWidget {
@@ -55,6 +57,10 @@ class HeatmapView : public QWidget {
     // The cell under a widget position, or (-1, -1).
     QPoint cellAt(const QPointF& pos) const;
 
+    // The view as it would paint at `size` (logical pixels, `dpr` device pixels each), whatever
+    // its size on screen: a figure's panel keeps its text readable at print size however narrow
+    // or wide the dock is.
+    QImage render(QSize size, double dpr = 2.0) const;
     QSize sizeHint() const override { return {360, 320}; }
     QSize minimumSizeHint() const override { return {160, 140}; }
 
@@ -71,6 +77,8 @@ class HeatmapView : public QWidget {
 
   private:
     QRectF mapRect() const;
+    QRectF mapRect(QSize size) const;
+    void paint(QPainter& p, QSize size, QPoint hover) const;
     void rebuild();
 
     FloatGrid grid_;

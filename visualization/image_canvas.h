@@ -34,6 +34,7 @@ class ImageCanvas : public QWidget {
     void setImage(const QImage& image);
     const QImage& image() const { return image_; }
     void setCaption(const QString& caption);  // drawn under the image
+    const QString& caption() const { return caption_; }
     void setEmptyText(const QString& t);
     void setSync(ViewSync* sync);       // shared state; the canvas does not own it
     void setBusy(const QString& text);  // e.g. "scale 3/10", empty = idle

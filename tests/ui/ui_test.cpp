@@ -11,6 +11,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
+#include <QMenu>
 #include <QMenuBar>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -29,10 +30,13 @@
 #include "tests/ui/tiny_engine.h"
 #include "ui/attention_grid.h"
 #include "ui/comparison_view.h"
+#include "ui/elided_combo_box.h"
 #include "ui/elided_label.h"
 #include "ui/filmstrip.h"
 #include "ui/history_panel.h"
+#include "ui/image_export.h"
 #include "ui/inspector.h"
+#include "ui/inspector_empty.h"
 #include "ui/main_window.h"
 #include "ui/mar_settings.h"
 #include "ui/method_panel.h"
@@ -41,11 +45,13 @@
 #include "ui/plots_panel.h"
 #include "ui/results_model.h"
 #include "ui/run_history.h"
+#include "ui/save_images_dialog.h"
 #include "visualization/colormap.h"
 #include "visualization/figure.h"
 #include "visualization/float_grid.h"
 #include "visualization/grid_figure.h"
 #include "visualization/heatmap_view.h"
+#include "visualization/image_canvas.h"
 
 using namespace varscope::gui;
 
@@ -862,6 +868,25 @@ class UiTest : public QObject {
         QCOMPARE(clicked.count(), 1);
         QCOMPARE(clicked[0][0].toInt(), 1);
         QCOMPARE(clicked[0][1].toInt(), 1);
+        // A figure's panel is rendered at a fixed size, not the widget's: a wide, flat view's
+        // title would otherwise shrink to a few points in the figure's square cell.
+        HeatmapView flat;  // a wide, flat view
+        flat.setGrid(g);
+        flat.resize(1400, 180);
+        flat.setTitle("Scale 6 attention");
+        flat.setKeepAspect(false);  // as the attention tab: the map fills the panel
+        const QImage panel = flat.render(QSize(320, 320), 2.0);
+        QCOMPARE(panel.size(), QSize(640, 640));
+        QCOMPARE(panel.devicePixelRatio(), 2.0);
+        auto dark_pixels = [&panel](QRect r) {  // text is dark on the light base
+            int n = 0;
+            for (int y = r.top(); y <= r.bottom(); ++y)
+                for (int x = r.left(); x <= r.right(); ++x) n += qGray(panel.pixel(x, y)) < 100;
+            return n;
+        };
+        QVERIFY(dark_pixels(QRect(0, 0, 300, 40)) > 50);  // the title, in the top rows
+        // The map fills the render's height (320), not the widget's (180).
+        QVERIFY(qGray(panel.pixel(120, 500)) != qGray(panel.pixel(2, 500)));
     }
 
     // The exported grid figure: labelled axes and a colour scale around the cells, grey where
@@ -1497,10 +1522,16 @@ class UiTest : public QObject {
         w.applyRequest(other, false);
         QSignalSpy failed(w.worker(), &GenerationWorker::sideFailed);
         w.generate();
+        // A preview of the run being cancelled (Esc in a real window caught one on show beside
+        // the previous run's caption): it goes when the run is cancelled.
+        auto* canvas = w.comparison()->findChild<varscope::viz::ImageCanvas*>("baselineCanvas");
+        QVERIFY(canvas);
+        w.comparison()->setPreview(Side::Baseline, noise_image(8, 8, 3));
         w.cancel();
         QVERIFY(wait_job(w));
         QCOMPARE(failed.count(), 1);
         QCOMPARE(w.results()->baseline()->image, shown);
+        QCOMPARE(canvas->image(), shown);
         QVERIFY2(w.figureNotes().join('|').contains("seed 7"),
                  qPrintable(w.figureNotes().join('|')));
         QTemporaryDir dir;
@@ -1969,12 +2000,16 @@ class UiTest : public QObject {
         // accelerated side (nothing on) does not.
         AccelInspector fast("fastvar", "hint");
         fast.setResults(nullptr, r);
-        QVERIFY(fast.view()->emptyText().contains("No records from this method"));
+        QVERIFY2(
+            fast.view()->emptyText().startsWith("FastVAR reported no records in the run on show."),
+            qPrintable(fast.view()->emptyText()));
+        QVERIFY(fast.view()->emptyText().endsWith("hint"));
         auto same = std::make_shared<SideResult>(*r);
         same->accelerated = false;
         same->same_as_baseline = true;
         fast.setResults(nullptr, same);
-        QCOMPARE(fast.view()->emptyText(), QString("hint"));
+        QVERIFY2(fast.view()->emptyText().startsWith("No accelerator is on"),
+                 qPrintable(fast.view()->emptyText()));
     }
 
     // --- no input traps (#37) -----------------------------------------------------------------
@@ -2096,6 +2131,11 @@ class UiTest : public QObject {
         }
         QCOMPARE(exported.count(), 3);
         QCOMPARE(saved.count(), 3);
+        // Ctrl+L goes to the prompt from any widget (the window test types there).
+        w.modelPanel()->seedBox()->setFocus();
+        QTRY_VERIFY(w.modelPanel()->seedBox()->hasFocus());
+        QTest::keyClick(w.modelPanel()->seedBox(), Qt::Key_L, Qt::ControlModifier);
+        QTRY_VERIFY(w.modelPanel()->promptEdit()->hasFocus());
         // Nothing to export yet: a note in the status bar, no dialog.
         QVERIFY2(w.statusBar()->currentMessage().contains("generate first"),
                  qPrintable(w.statusBar()->currentMessage()));
@@ -2289,6 +2329,27 @@ class UiTest : public QObject {
         QCOMPARE(w.size(), QSize(1280, 800));
         clipped = find_clipped();
         QVERIFY2(clipped.isEmpty(), qPrintable(clipped.join("\n")));
+        // The first start's model, the text-to-image one: its long name did not fit the model
+        // box and was cut mid-letter; it elides, with the whole name in the tooltip.
+        auto* combo = w.modelPanel()->findChild<ElidedComboBox*>("modelCombo");
+        QVERIFY(combo);
+        ModelSource t2i;
+        t2i.kind = ModelSource::Kind::Embedded;
+        t2i.family = Family::Infinity;
+        t2i.device = "cpu";
+        if (w.modelPanel()->pickModel(t2i)) {
+            w.cancel();
+            QVERIFY(wait_job(w));
+            QApplication::processEvents();
+            QVERIFY(combo->currentText().contains("text-to-image"));
+            combo->resize(120, combo->height());  // narrower than the name, whatever the docks
+            QVERIFY(combo->elided());
+            QVERIFY2(combo->shownText().endsWith(QChar(0x2026)), qPrintable(combo->shownText()));
+            QVERIFY(combo->toolTip().startsWith(combo->currentText()));
+            combo->resize(combo->sizeHint().width() + 200, combo->height());
+            QVERIFY(!combo->elided());
+            QVERIFY(!combo->toolTip().contains(combo->currentText()));
+        }
     }
 
     // --- history of runs (#37) ----------------------------------------------------------------
@@ -2387,9 +2448,310 @@ class UiTest : public QObject {
         QVERIFY(w.results()->metrics().valid);
         QVERIFY(!std::isinf(w.results()->metrics().psnr));        // seeds 11 and 7 differ
         QCOMPARE(w.results()->request().gen.seed, uint64_t(11));  // the left: the older
+        // The captions name the two runs: neither is a baseline.
+        QVERIFY2(w.results()->label(Side::Baseline).contains("seed 11 · FastVAR"),
+                 qPrintable(w.results()->label(Side::Baseline)));
+        QVERIFY2(w.results()->label(Side::Accelerated).contains("seed 7 · FastVAR"),
+                 qPrintable(w.results()->label(Side::Accelerated)));
+        auto* base_canvas =
+            w.comparison()->findChild<varscope::viz::ImageCanvas*>("baselineCanvas");
+        QVERIFY(base_canvas);
+        QCOMPARE(base_canvas->caption(), w.results()->label(Side::Baseline));
+        // The inspector says the history keeps no records (not "FastVAR reported none").
+        const QString fast = w.inspector()->methodTab("fastvar")->view()->emptyText();
+        QVERIFY2(fast.startsWith("Two runs from the history"), qPrintable(fast));
         // The filter keeps runs of a model or method.
         w.historyPanel()->findChild<QLineEdit*>("historyFilter")->setText("no such method");
         QCOMPARE(list->count(), 0);
+    }
+
+    // --- full-size outputs (#37) --------------------------------------------------------------
+    // Nearest-neighbour upscaling keeps every pixel a sharp block; names follow the settings;
+    // a batch is written whole or not at all, and a bad folder is named.
+    void upscaledImagesAreSharpAndWrittenWholeOrNotAtAll() {
+        const QImage src = noise_image(3, 2, 5);
+        const QImage big = upscaleNearest(src, 4);
+        QCOMPARE(big.size(), QSize(12, 8));
+        for (int y = 0; y < 8; ++y)
+            for (int x = 0; x < 12; ++x) QCOMPARE(big.pixel(x, y), src.pixel(x / 4, y / 4));
+        QCOMPARE(upscaleNearest(src, 1), src);
+
+        Request r = tiny_request();
+        QCOMPARE(savedImageFileName(SavedImage::Baseline, r, "FastVAR", 1),
+                 QString("varscope-class3-seed7-baseline.png"));
+        QCOMPARE(savedImageFileName(SavedImage::Accelerated, r, "FastVAR + AMS-KV", 8),
+                 QString("varscope-class3-seed7-fastvar-ams-kv-accelerated-x8.png"));
+        r.model.family = Family::Infinity;  // named by the prompt, not the class
+        r.gen.prompt = "Thumbs up, dark skin tone!";
+        QCOMPARE(savedImageFileName(SavedImage::Difference, r, "", 2),
+                 QString("varscope-thumbs-up-dark-skin-tone-seed7-difference-x2.png"));
+
+        QTemporaryDir dir;
+        QString error;
+        const QMap<QString, QString> text{{kSettingsTextKey, "{}"}};
+        // A missing folder, a file given as the folder, a factor not offered: named, nothing
+        // written.
+        QVERIFY(
+            !writeImagesAtomically({{dir.filePath("nope/a.png"), src}}, 2, text, false, &error));
+        QVERIFY2(error.contains("nope") && error.contains("no such folder"), qPrintable(error));
+        QFile file(dir.filePath("plain"));
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        file.close();
+        QVERIFY(
+            !writeImagesAtomically({{dir.filePath("plain/a.png"), src}}, 2, text, false, &error));
+        QVERIFY2(error.contains("not a folder"), qPrintable(error));
+        QVERIFY(!writeImagesAtomically({{dir.filePath("a.png"), src}}, 3, text, false, &error));
+        QVERIFY2(error.contains("factor 3"), qPrintable(error));
+        // The second file cannot be written (a folder of that name): the first is not left
+        // behind either.
+        QVERIFY(QDir(dir.path()).mkdir("b.png"));
+        QVERIFY(!writeImagesAtomically({{dir.filePath("a.png"), src}, {dir.filePath("b.png"), src}},
+                                       2, text, true, &error));
+        QVERIFY2(error.contains("b.png"), qPrintable(error));
+        QVERIFY(!QFileInfo::exists(dir.filePath("a.png")));
+        QCOMPARE(QDir(dir.path()).entryList(QDir::Files), QStringList({"plain"}));
+        // A good batch: both files, upscaled, with the text chunk; existing files are refused.
+        QVERIFY2(writeImagesAtomically({{dir.filePath("a.png"), src}, {dir.filePath("c.png"), big}},
+                                       2, text, false, &error),
+                 qPrintable(error));
+        QImageReader reader(dir.filePath("c.png"));
+        QCOMPARE(reader.text(kSettingsTextKey), QString("{}"));
+        QCOMPARE(reader.read().size(), QSize(24, 16));
+        QVERIFY(!writeImagesAtomically({{dir.filePath("a.png"), src}}, 1, text, false, &error));
+        QVERIFY2(error.contains("exists"), qPrintable(error));
+    }
+
+    // File ▸ Save images… and the images' context menus: the baseline, accelerated image and
+    // difference map at native size or upscaled, with the export's settings chunk.
+    void saveImagesWritesFullSizeOutputs() {
+        MainWindow w(test_loader);
+        QStringList file_menu;
+        for (QMenu* m : w.menuBar()->findChildren<QMenu*>())
+            if (m->title() == "&File")
+                for (QAction* a : m->actions()) file_menu << a->text();
+        QVERIFY2(file_menu.contains("Save images…"), qPrintable(file_menu.join('|')));
+        QString error;
+        QTemporaryDir dir;
+        SaveImagesOptions o;
+        o.folder = dir.path();
+        QVERIFY(!w.saveImages(o, &error));  // nothing generated yet
+        QVERIFY2(error.contains("generate first"), qPrintable(error));
+        // Nothing on show: the context menu offers nothing.
+        QMenu* none = w.comparison()->imageMenu(SavedImage::Baseline);
+        QVERIFY(none->isEmpty());
+        delete none;
+
+        Request r = tiny_request(true);
+        r.accel = {{"fastvar", {{"enabled", true}, {"ratios", {0.4, 0.5}}}}};
+        w.applyRequest(r, true);
+        QVERIFY(wait_job(w));
+        const auto base = w.results()->baseline(), accel = w.results()->accelerated();
+        QVERIFY(base && accel && !w.results()->differenceImage().isNull());
+        o.difference = true;
+        o.factor = 4;
+        QStringList written;
+        QVERIFY2(w.saveImages(o, &error, false, &written), qPrintable(error));
+        QCOMPARE(written.size(), 3);
+        const QImage images[] = {base->image, accel->image, w.results()->differenceImage()};
+        for (int i = 0; i < 3; ++i) {
+            QVERIFY2(written[i].endsWith("-x4.png"), qPrintable(written[i]));
+            QImageReader reader(written[i]);
+            const Request back = Request::from_json(
+                nlohmann::json::parse(reader.text(kSettingsTextKey).toStdString()));
+            QCOMPARE(back.gen.seed, uint64_t(7));
+            QVERIFY(back.accel["fastvar"]["enabled"].get<bool>());
+            const QImage img = reader.read().convertToFormat(QImage::Format_RGB32);
+            const QImage native = images[i].convertToFormat(QImage::Format_RGB32);
+            QCOMPARE(img.size(), native.size() * 4);
+            for (int y = 0; y < img.height(); y += 3)
+                for (int x = 0; x < img.width(); x += 3)
+                    QCOMPARE(img.pixel(x, y), native.pixel(x / 4, y / 4));
+        }
+        QVERIFY(written[1].contains("fastvar-accelerated"));
+        QVERIFY(!w.saveImages(o, &error));  // never overwrites without asking
+        QVERIFY2(error.contains("exists"), qPrintable(error));
+        // Native size; a folder that is not there is named and nothing is written.
+        o.factor = 1;
+        o.difference = false;
+        QVERIFY2(w.saveImages(o, &error, false, &written), qPrintable(error));
+        QCOMPARE(QImage(written[0]).size(), base->image.size());
+        const int files = QDir(dir.path()).entryList(QDir::Files).size();
+        o.folder = dir.filePath("missing");
+        QVERIFY(!w.saveImages(o, &error));
+        QVERIFY2(error.contains(dir.filePath("missing")), qPrintable(error));
+        QCOMPARE(QDir(dir.path()).entryList(QDir::Files).size(), files);
+
+        // Each image's context menu asks to save that image.
+        QSignalSpy asked(w.comparison(), &ComparisonView::saveImageRequested);
+        QMenu* menu = w.comparison()->imageMenu(SavedImage::Accelerated);
+        QCOMPARE(menu->actions().size(), 2);
+        QVERIFY(menu->actions().front()->text().contains("accelerated"));
+        // It opens the dialog with only that image checked (closed here once it shows).
+        SaveImagesOptions shown_options;
+        bool dialog_shown = false;
+        QTimer::singleShot(0, &w, [&] {
+            if (auto* d = qobject_cast<SaveImagesDialog*>(QApplication::activeModalWidget())) {
+                dialog_shown = true;
+                shown_options = d->options();
+                d->reject();
+            }
+        });
+        menu->actions().front()->trigger();
+        QVERIFY(dialog_shown);
+        QVERIFY(shown_options.accelerated && !shown_options.baseline && !shown_options.difference);
+        QVERIFY(!shown_options.folder.isEmpty());
+        QCOMPARE(asked.size(), 1);
+        QVERIFY(asked.front().at(0).value<std::optional<SavedImage>>() == SavedImage::Accelerated);
+        delete menu;
+        // The dialog names the files at the factor picked.
+        SaveImagesDialog dlg(SaveImagesOptions{}, {SavedImage::Baseline, SavedImage::Accelerated},
+                             base->image.size(),
+                             [&w](SavedImage s, int f) { return w.savedImageName(s, f); });
+        QCOMPARE(dlg.factorBox()->count(), 5);
+        dlg.factorBox()->setCurrentIndex(dlg.factorBox()->findData(16));
+        QVERIFY2(dlg.filesLabel()->text().contains("seed7-baseline-x16.png"),
+                 qPrintable(dlg.filesLabel()->text()));
+        QVERIFY(!dlg.findChild<QCheckBox*>("saveDifference")->isEnabled());
+        QCOMPARE(dlg.options().factor, 16);
+    }
+
+    // --- empty inspector tabs say why (#37) ---------------------------------------------------
+    // One function decides the text from the run's settings and records: what happened, never
+    // "enable FastVAR" while it is enabled.
+    void emptyInspectorTabsSayWhatHappened() {
+        auto run = [](int scales, std::vector<int> skipped_scales) {
+            auto r = std::make_shared<SideResult>();
+            r->side = Side::Accelerated;
+            r->accelerated = true;
+            for (int s = 0; s < scales; ++s) {
+                ScaleOutput so;
+                so.scale = s;
+                so.patch_num = s + 1;
+                so.skipped = std::count(skipped_scales.begin(), skipped_scales.end(), s) > 0;
+                r->run.scales.push_back(so);
+            }
+            return r;
+        };
+        auto base = std::make_shared<SideResult>(*run(6, {}));
+        InspectorRunState st;
+        st.has_request = true;
+        st.attention_layer = 0;
+        st.base = base;
+        st.accel = run(6, {4, 5});
+        st.accel_config = {{"fastvar", {{"enabled", true}, {"ratios", {0.4, 0.5}}}},
+                           {"skip", {{"enabled", true}, {"last_n", 2}}}};
+        QStringList seen;
+        auto reason = [&](const QString& tab, int64_t scale = -1) {
+            const QString t = emptyTabReason(tab, st, Side::Accelerated, scale, 0);
+            seen << t;
+            return t;
+        };
+        QString t = reason("fastvar");
+        QVERIFY2(t.contains("Scale skipping removed the scales FastVAR would prune (scales 4–5)"),
+                 qPrintable(t));
+        // The all-records tab gives the same reason.
+        QVERIFY(reason("").contains("would prune (scales 4–5)"));
+        // Skip removed only the last scale: FastVAR's records exist elsewhere; a frame without
+        // one says why.
+        st.accel = run(6, {5});
+        t = reason("fastvar", 2);
+        QVERIFY2(t.contains("FastVAR prunes only the last 2 scales (scales 4–5); scale 2 ran with "
+                            "every token"),
+                 qPrintable(t));
+        QVERIFY(reason("fastvar", 5).contains("Scale skipping removed scale 5"));
+        // Ratios all 0.
+        st.accel_config["fastvar"]["ratios"] = {0.0, 0.0};
+        QVERIFY(reason("fastvar").contains("ratios are all 0"));
+        // Another method's tab while FastVAR is on names what is on.
+        t = reason("sparvar");
+        QVERIFY2(t.contains("SparVAR is off in the run on show (on: "), qPrintable(t));
+        QVERIFY(t.contains("FastVAR"));
+        // Cancelled or failed accelerated run.
+        st.accel = nullptr;
+        st.accel_missing = "cancelled";
+        QVERIFY(reason("fastvar").contains("accelerated run was cancelled"));
+        QVERIFY(emptyTabReason("attention", st, Side::Accelerated, 0, 0).contains("cancelled"));
+        st.accel_missing = "out of memory";
+        QVERIFY(reason("fastvar").contains("failed: out of memory"));
+        st.accel_missing.clear();
+        QVERIFY(reason("fastvar").contains("appear when the accelerated run finishes"));
+        // A run made with recording off, and recording off now.
+        auto plain = run(6, {});
+        st.accel = plain;
+        st.run_recorded = false;
+        QVERIFY(reason("fastvar").contains("made with recording off"));
+        st.run_recorded = true;
+        st.recording = false;
+        QVERIFY(reason("fastvar").startsWith("Recording is off"));
+        st.recording = true;
+        // Method on and recorded, nothing reported, CUDA graphs.
+        st.accel_config["fastvar"]["ratios"] = {0.4, 0.5};
+        plain->run.cuda_graphs = true;
+        QVERIFY(reason("fastvar").contains("replayed CUDA graphs"));
+        // LazyVAR starting after the last scale.
+        plain->run.cuda_graphs = false;
+        st.accel_config = {{"lazyvar", {{"enabled", true}, {"start_scale", 7}}}};
+        QVERIFY2(reason("lazyvar").contains("starts at scale 7, but this run has 6 scales"),
+                 qPrintable(seen.back()));
+        // No accelerator on; tabs of another family.
+        st.accel_config = nlohmann::json::object();
+        plain->same_as_baseline = true;
+        QVERIFY(reason("").contains("No accelerator is on"));
+        QVERIFY(reason("ams_kv").contains("enable AMS-KV on the left"));
+        QVERIFY(reason("text").contains("reads no text"));
+        QVERIFY(reason("mar").contains("come from MAR models"));
+        st.family = Family::Mar;
+        QVERIFY(reason("fastvar").contains("the loaded model is a MAR"));
+        QVERIFY(emptyTabReason("attention", st).contains("MAR models record no attention"));
+        st.family = Family::Var;
+        // The attention tab: graphs, SparVAR's sparse scales, a skipped scale.
+        auto accel = run(6, {5});
+        accel->run.attention.push_back({0, 0, {}});
+        st.accel = accel;
+        st.accel_config = {{"sparvar", {{"enabled", true}, {"sparse_scales", 2}}}};
+        QVERIFY(emptyTabReason("attention", st, Side::Accelerated, 5, 0)
+                    .contains("Scale skipping removed scale 5 on this side"));
+        QVERIFY(emptyTabReason("attention", st, Side::Accelerated, 4, 0)
+                    .contains("SparVAR computed scale 4 sparsely"));
+        accel->run.attention.clear();
+        accel->run.cuda_graphs = true;
+        QVERIFY(emptyTabReason("attention", st, Side::Accelerated, 1, 0)
+                    .contains("replayed CUDA graphs"));
+        // Two runs of the history side by side: they keep no records.
+        st.history_pair = true;
+        QVERIFY(reason("fastvar").startsWith("Two runs from the history"));
+        QVERIFY(emptyTabReason("attention", st).startsWith("Two runs from the history"));
+        st.history_pair = false;
+        // Whatever happened, no text asks to enable a method that was on.
+        for (const QString& s : seen) {
+            QVERIFY2(!s.contains("enable FastVAR", Qt::CaseInsensitive) ||
+                         s.contains("No accelerator is on"),
+                     qPrintable(s));
+        }
+    }
+
+    // In the window: the tabs of methods that were off, a frame without records and a cancelled
+    // accelerated run say so.
+    void inspectorTabsExplainTheRunOnShow() {
+        MainWindow w(test_loader);
+        Request r = tiny_request(true);  // 6 scales
+        r.accel = {{"fastvar", {{"enabled", true}, {"ratios", {0.4, 0.5}}}}};
+        w.applyRequest(r, true);
+        QVERIFY(wait_job(w));
+        AccelInspector* fast = w.inspector()->methodTab("fastvar");
+        QVERIFY(fast->recordCount() > 0);
+        const QString lazy = w.inspector()->methodTab("lazyvar")->view()->emptyText();
+        QVERIFY2(lazy.startsWith("LazyVAR is off in the run on show (on: FastVAR)"),
+                 qPrintable(lazy));
+        // A filmstrip frame of a scale FastVAR did not prune.
+        emit w.comparison()->scaleSelected(1);
+        QVERIFY2(fast->valuesText().contains("FastVAR prunes only the last 2 scales"),
+                 qPrintable(fast->valuesText()));
+        // The accelerated run cancelled: the tab says so, not "enable FastVAR".
+        w.inspector()->setAcceleratedMissing("cancelled");
+        w.results()->clearSide(Side::Accelerated);
+        const QString cancelled = fast->view()->emptyText();
+        QVERIFY2(cancelled.startsWith("The accelerated run was cancelled"), qPrintable(cancelled));
     }
 
     // Menus in the usual order.
