@@ -49,8 +49,8 @@ constexpr const char* kEagerSuffix = "@eager";
 // What a bench compares when no --methods are given.
 std::vector<std::string> default_methods(Family f) {
     if (f == Family::Mar) return {"baseline", "lazymar"};
-    return {"baseline", "skip",   "fastvar",      "sparvar",
-            "lazyvar",  "ams_kv", "sparvar+skip", "fastvar+ams_kv"};
+    return {"baseline", "skip",         "fastvar",        "sparvar",     "lazyvar",
+            "ams_kv",   "sparvar+skip", "fastvar+ams_kv", "lazyvar+skip"};
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {

@@ -103,6 +103,11 @@ const std::map<std::string, nlohmann::json>& accel_presets() {
         p["sparvar+skip"] = {{"sparvar", sparvar_skip}, {"skip", skip2}};
         p["fastvar+ams_kv"] = {{"fastvar", on(FastVarConfig::spec())},
                                {"ams_kv", on(AmsKvConfig::spec())}};
+        // The stacking search of issue #30 (bench/results/2026-11-29-h200/session26): of the
+        // stacks within the quality of the papers' own SparVAR + skip-2 on the embedded VAR, the
+        // fastest at 1024^2 (3.12x our graphed dense on VAR-d30, 13 scales, bf16, batch 1).
+        p["lazyvar+skip"] = {{"lazyvar", on(LazyVarConfig::spec())},
+                             {"skip", on(ScaleSkipConfig::spec())}};
         return p;
     }();
     return presets;
