@@ -103,6 +103,17 @@ InfinityTrainJob tiny_job(const TinyData& data, const std::string& run_dir, int6
     return job;
 }
 
+// train_infinity refuses `job` with an std::invalid_argument naming `words`.
+void expect_job_error(const InfinityTrainJob& job, const std::string& words) {
+    std::ostringstream sink;
+    try {
+        train_infinity(job, sink);
+        ADD_FAILURE() << "accepted; expected: " << words;
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+}
+
 std::vector<nlohmann::json> step_records(const std::string& log) {
     std::ifstream f(log);
     std::vector<nlohmann::json> out;
@@ -350,57 +361,39 @@ TEST(InfinityTraining, FineTuningStartsFromTheExportsAndRefusesOtherShapes) {
                 trained["eval_export"]["bit_acc"].get<double>(), 1e-6);
     EXPECT_EQ(tuned["init"], tune.init_path);
 
-    auto expect_error = [&](InfinityTrainJob job, const std::string& words) {
-        std::ostringstream s;
-        try {
-            train_infinity(job, s);
-            ADD_FAILURE() << "accepted; expected: " << words;
-        } catch (const std::invalid_argument& e) {
-            EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-        }
-    };
     InfinityTrainJob deeper = tiny_job(data, dir.file("deeper"), 1);
     deeper.model.depth += 1;
     deeper.init_path = tune.init_path;
-    expect_error(deeper, "--init " + tune.init_path + ": a transformer of");
+    expect_job_error(deeper, "--init " + tune.init_path + ": a transformer of");
     InfinityTrainJob wider_t5 = tiny_job(data, dir.file("wider"), 1);
     wider_t5.t5.d_ff *= 2;
     wider_t5.init_t5_path = tune.init_t5_path;
-    expect_error(wider_t5, "--init-t5 " + tune.init_t5_path + ": a T5 encoder of");
+    expect_job_error(wider_t5, "--init-t5 " + tune.init_t5_path + ": a T5 encoder of");
 }
 
 TEST(InfinityTraining, BadJobsAreNamed) {
     if (!SentencePieceTokenizer::available()) GTEST_SKIP() << "built without SentencePiece";
     varscope::testing::TempDir dir;
     const TinyData data = tiny_data(dir);
-    auto expect_error = [&](InfinityTrainJob job, const std::string& words) {
-        std::ostringstream sink;
-        try {
-            train_infinity(job, sink);
-            ADD_FAILURE() << "accepted; expected: " << words;
-        } catch (const std::invalid_argument& e) {
-            EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-        }
-    };
     InfinityTrainJob j = tiny_job(data, dir.file("run"), 1);
     j.captions.pop_back();
-    expect_error(j, "7 caption rows for 8 images");
+    expect_job_error(j, "7 caption rows for 8 images");
     j = tiny_job(data, dir.file("run"), 1);
     j.captions[2].clear();
-    expect_error(j, "row 2 has no caption");
+    expect_job_error(j, "row 2 has no caption");
     j = tiny_job(data, dir.file("run"), 1);
     j.t5.d_model = 48;
-    expect_error(j, "text_channels");
+    expect_job_error(j, "text_channels");
     j = tiny_job(data, dir.file("run"), 1);
     j.t5.vocab_size = 100;
-    expect_error(j, "vocab_size");
+    expect_job_error(j, "vocab_size");
     j = tiny_job(data, dir.file("run"), 1);
     j.model.codebook_dim = 8;
-    expect_error(j, "codebook_dim");
+    expect_job_error(j, "codebook_dim");
     j = tiny_job(data, dir.file("run"), 1);
     j.pixels = "0.25M";  // ends at 32 x 32
     j.model.num_levels = 10;
-    expect_error(j, "latent");
+    expect_job_error(j, "latent");
 }
 
 TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
