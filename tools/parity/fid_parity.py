@@ -7,7 +7,7 @@ core/metrics/fid_inception.h (a seeded hash of tensor name and index), which thi
 the C++ synthetic_inception_weights() both implement. pytorch-fid's InceptionV3 is built with
 those weights (its download is replaced by them) and run on 2 x 12 emoji64 images (64x64 RGB,
 fed exactly as pytorch-fid's ToTensor feeds PNGs). Written to tests/fixtures/fid_parity.npz
-(read by tests/metrics_fid_parity_test.cpp through our own .npz reader, so CI needs no Python):
+(read by tests/fid_parity_test.cpp through our own .npz reader, so CI needs no Python):
 
   images_a, images_b         uint8 (12, 3, 64, 64)
   pool3_a/b, logits_a/b, spatial_a/b   float32 features from pytorch-fid's network (logits: the
@@ -27,8 +27,10 @@ and tests/fixtures/inception_partial.pth: the first layer of pytorch-fid's Incep
 tests/fixtures/stats_compressed.npz: mu_x (float32), sigma_x as np.savez_compressed writes them
 (pytorch-fid's --save-stats layout), for the .npz reader's deflate path.
 
-  PYTHONPATH=/work/pydeps /opt/venv/bin/python tools/parity/fid_parity.py \
-      --emoji /work/shared/datasets/emoji64 --out tests/fixtures/fid_parity.npz
+Needs torch 2.11 and: pip install pytorch-fid==0.3.0 torch-fidelity==0.4.0 torchvision==0.26.0 scipy pillow
+
+  python3 tools/parity/fid_parity.py --emoji ../shared/datasets/emoji64 \
+      --out tests/fixtures/fid_parity.npz
 """
 import argparse
 import os
