@@ -71,6 +71,9 @@ toolchain_problem() {
     if ! clang++-14 -fsanitize=fuzzer,address,undefined "$tmp/probe.cpp" -o "$tmp/probe" \
             >"$tmp/log" 2>&1; then
         echo "clang++-14 cannot link a fuzzer with ASan + UBSan (libfuzzer-14-dev missing?): $(head -c 300 "$tmp/log")"
+    # ... and run it? (LeakSanitizer, for one, refuses to run under ptrace or some sandboxes.)
+    elif ! ASAN_OPTIONS=detect_leaks=1 "$tmp/probe" -runs=1 >"$tmp/log" 2>&1; then
+        echo "a fuzzer built with ASan + UBSan does not run here: $(grep -m1 -i 'error\|fatal' "$tmp/log" | head -c 300)"
     fi
     rm -rf "$tmp"
 }

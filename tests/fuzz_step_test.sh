@@ -28,6 +28,19 @@ chmod +x "$tmp/nolib/clang++-14"
 PATH="$tmp/nolib:$PATH" fuzz --ci 5 || fail "clang without libFuzzer should skip --ci, got: $(cat "$tmp/out")"
 grep -q 'skipped: clang++-14 cannot link a fuzzer' "$tmp/out" || fail "no skip message: $(cat "$tmp/out")"
 
+# A clang++-14 whose fuzzers do not run here (LeakSanitizer under ptrace, say).
+mkdir "$tmp/norun"
+cat >"$tmp/norun/clang++-14" <<'CLANG'
+#!/bin/sh
+while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done
+printf '#!/bin/sh\necho "==1==LeakSanitizer has encountered a fatal error." >&2\nexit 1\n' >"$out"
+chmod +x "$out"
+CLANG
+chmod +x "$tmp/norun/clang++-14"
+PATH="$tmp/norun:$PATH" fuzz --ci 5 || fail "fuzzers that cannot run should skip --ci, got: $(cat "$tmp/out")"
+grep -q 'skipped: a fuzzer built with ASan + UBSan does not run here: .*LeakSanitizer' "$tmp/out" ||
+    fail "no skip message: $(cat "$tmp/out")"
+
 rc=0
 VARSCOPE_FUZZ_SECONDS=abc fuzz --ci || rc=$?
 if [ "$rc" != 2 ] || ! grep -q "SECONDS must be a whole number, got 'abc'" "$tmp/out"; then
