@@ -30,10 +30,26 @@ inline const std::string& input_file(const uint8_t* data, size_t size) {
     return path;
 }
 
+// The input as a string (the readers of byte strings take one).
+inline std::string bytes(const uint8_t* data, size_t size) {
+    return {reinterpret_cast<const char*>(data), size};
+}
+
 // An exception the reader does not document: print it and abort.
 [[noreturn]] inline void unexpected(const char* what) {
     std::fprintf(stderr, "unexpected exception escaped the reader: %s\n", what);
     std::abort();
+}
+
+// Runs one input's check; an exception escaping it (a broken contract) is printed and aborts.
+template <class Check>
+int checked(Check&& check) {
+    try {
+        check();
+    } catch (const std::exception& e) {
+        unexpected(e.what());
+    }
+    return 0;
 }
 
 }  // namespace varscope::fuzz

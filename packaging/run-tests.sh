@@ -4,10 +4,14 @@
 #   bash packaging/run-tests.sh [--no-gui] [--werror]
 #
 # Arguments go to packaging/build.sh; CI=true adds --werror. GPU tests skip themselves
-# (reported as skipped) when no CUDA device is visible. Exits non-zero on any failure.
+# (reported as skipped) when no CUDA device is visible. Then the fuzz step: the reader harnesses
+# built with clang-14 + ASan + UBSan in build-fuzz/ and run for a fixed budget each
+# (packaging/fuzz.sh --ci; skipped with a message where clang-14 or libFuzzer is missing).
+# Exits non-zero on any failure, a fuzzing finding included.
 #
 # Environment: as packaging/build.sh (VARSCOPE_BUILD_DIR, VARSCOPE_VENV, Torch_DIR, ...), plus
-#   VARSCOPE_CTEST_ARGS="…"  extra ctest arguments, e.g. "-R Pth" or "-L gpu"
+#   VARSCOPE_CTEST_ARGS="…"    extra ctest arguments, e.g. "-R Pth" or "-L gpu"
+#   VARSCOPE_FUZZ_SECONDS=N    seconds per fuzz harness (default 15); 0 turns the fuzz step off
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,3 +42,7 @@ if [ -n "${VARSCOPE_CTEST_ARGS:-}" ]; then
 fi
 log "ctest ${ctest_args[*]}"
 ctest "${ctest_args[@]}"
+
+# Fuzzing (docs/reliability.md): a crash, leak or sanitizer report fails the tests.
+log "fuzz step: packaging/fuzz.sh --ci (VARSCOPE_FUZZ_SECONDS=${VARSCOPE_FUZZ_SECONDS:-15} per harness)"
+bash "$ROOT/packaging/fuzz.sh" --ci

@@ -8,6 +8,7 @@
 #
 # Environment:
 #   VARSCOPE_NO_GUI=1     skip the Qt / QCustomPlot / Xvfb packages
+#   VARSCOPE_FUZZ_SECONDS=0  no fuzz step: skip clang-14 / libfuzzer-14-dev
 #   VARSCOPE_VENV=DIR     venv location (default: <repo>/.venv)
 #   Torch_DIR=DIR         use this LibTorch (…/share/cmake/Torch); no venv, no pip
 #   VARSCOPE_SKIP_APT=1   do not touch system packages (e.g. no root, packages managed elsewhere)
@@ -40,6 +41,13 @@ packages=(
     libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libsentencepiece-dev
     clang-format
 )
+# The fuzz step of run-tests.sh (packaging/fuzz.sh --ci): clang with libFuzzer and the sanitizers
+fuzz_packages=(clang-14 libfuzzer-14-dev)
+if [ "${VARSCOPE_FUZZ_SECONDS:-}" = "0" ]; then
+    log "VARSCOPE_FUZZ_SECONDS=0: skipping the fuzzing packages (${fuzz_packages[*]})"
+else
+    packages+=("${fuzz_packages[@]}")
+fi
 # xdotool and x11-apps (xwd): the window test that drives the app under Xvfb
 gui_packages=(qt6-base-dev qt6-svg-dev libqcustomplot-dev xvfb xauth xdotool x11-apps)
 if [ "${VARSCOPE_NO_GUI:-0}" = "1" ]; then
