@@ -21,7 +21,7 @@
 # run times (docs/reliability.md records runs).
 #
 # Needs clang-14 and libfuzzer-14-dev (Debian: apt-get install clang-14 libfuzzer-14-dev;
-# packaging/setup.sh installs them unless VARSCOPE_FUZZ_SECONDS=0).
+# packaging/setup.sh installs them for run-tests.sh, unless VARSCOPE_FUZZ_SECONDS=0).
 # Environment: VARSCOPE_VENV and Torch_DIR (as packaging/build.sh), VARSCOPE_JOBS (compile jobs
 # and harnesses at a time, default nproc), VARSCOPE_FUZZ_SECONDS (--ci's SECONDS),
 # VARSCOPE_FUZZ_ARGS (more libFuzzer flags).

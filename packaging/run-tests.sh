@@ -22,6 +22,8 @@ if [ "${CI:-}" = "true" ]; then
     build_args+=(--werror)
     log "CI=true: building with --werror"
 fi
+# The fuzz step's compiler comes with the other packages (setup.sh), not for the app alone.
+export VARSCOPE_FUZZ_PACKAGES=1
 bash "$ROOT/packaging/build.sh" ${build_args[@]+"${build_args[@]}"}
 
 BUILD_DIR="${VARSCOPE_BUILD_DIR:-$ROOT/build}"

@@ -8,7 +8,8 @@
 #
 # Environment:
 #   VARSCOPE_NO_GUI=1     skip the Qt / QCustomPlot / Xvfb packages
-#   VARSCOPE_FUZZ_SECONDS=0  no fuzz step: skip clang-14 / libfuzzer-14-dev
+#   VARSCOPE_FUZZ_PACKAGES=1 also clang-14 / libfuzzer-14-dev (run-tests.sh sets it for its fuzz
+#                            step unless VARSCOPE_FUZZ_SECONDS=0; the app alone does not need them)
 #   VARSCOPE_VENV=DIR     venv location (default: <repo>/.venv)
 #   Torch_DIR=DIR         use this LibTorch (…/share/cmake/Torch); no venv, no pip
 #   VARSCOPE_SKIP_APT=1   do not touch system packages (e.g. no root, packages managed elsewhere)
@@ -43,9 +44,7 @@ packages=(
 )
 # The fuzz step of run-tests.sh (packaging/fuzz.sh --ci): clang with libFuzzer and the sanitizers
 fuzz_packages=(clang-14 libfuzzer-14-dev)
-if [ "${VARSCOPE_FUZZ_SECONDS:-}" = "0" ]; then
-    log "VARSCOPE_FUZZ_SECONDS=0: skipping the fuzzing packages (${fuzz_packages[*]})"
-else
+if [ "${VARSCOPE_FUZZ_PACKAGES:-0}" = "1" ] && [ "${VARSCOPE_FUZZ_SECONDS:-}" != "0" ]; then
     packages+=("${fuzz_packages[@]}")
 fi
 # xdotool and x11-apps (xwd): the window test that drives the app under Xvfb
