@@ -166,8 +166,7 @@ TEST(Npy, RefusesDamagedArchivesNamingFileAndMember) {
     const size_t cd = deflated.find("PK\x01\x02");
     ASSERT_NE(cd, std::string::npos);
     deflated[cd + 10] = 8;
-    EXPECT_NE(err(deflated).find("ref.npz member 'mu.npy': "), std::string::npos)
-        << err(deflated);
+    EXPECT_NE(err(deflated).find("ref.npz member 'mu.npy': "), std::string::npos) << err(deflated);
     auto bzip = good;
     bzip[cd + 10] = 12;
     EXPECT_NE(err(bzip).find("unsupported zip compression method 12"), std::string::npos);
