@@ -490,6 +490,13 @@ std::vector<std::string> list_npz(const std::string& path) {
     return names;
 }
 
+std::vector<std::string> list_zip(const std::string& path) {
+    std::shared_ptr<std::ifstream> file;
+    std::vector<std::string> names;
+    for (const auto& m : zip_members(file_bytes(path, file), path)) names.push_back(m.name);
+    return names;
+}
+
 std::map<std::string, at::Tensor> read_npz(const std::string& path,
                                            const std::vector<std::string>& names) {
     std::shared_ptr<std::ifstream> file;

@@ -30,6 +30,8 @@ std::string npy_bytes(const at::Tensor& t);
 
 // The member names of an .npz without ".npy" ("mu", "sigma", "arr_0").
 std::vector<std::string> list_npz(const std::string& path);
+// The member names of any zip archive as stored, in its central directory's order.
+std::vector<std::string> list_zip(const std::string& path);
 // The named arrays (all when `names` is empty); NpyError naming the file and the missing array.
 // Members may be stored (np.savez) or deflated (np.savez_compressed, pytorch-fid's --save-stats).
 std::map<std::string, at::Tensor> read_npz(const std::string& path,

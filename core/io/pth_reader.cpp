@@ -9,6 +9,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/checkpoint_internal.h"
+#include "core/io/npy.h"
 #include "core/io/pickle_reader.h"
 
 namespace varscope {
@@ -193,6 +194,7 @@ class PthReader {
     at::DataPtr record(const std::string& name, size_t& size);
     void check_byteorder();
     ValuePtr load_storage(const ValuePtr& pid);
+    void check_zip_layout();
     void flatten(const ValuePtr& v, const std::string& name, int depth, StateDict& out);
 
     std::string path_;
@@ -202,11 +204,36 @@ class PthReader {
     uint64_t visited_ = 0;
 };
 
+// LibTorch's stream reader ends the process (a fatal log, not an exception) on two layouts it
+// refuses: a first record outside a folder, and no version record (fuzz_pth's inputs in
+// tests/fixtures/fuzz). Checked first with our own zip listing; an archive that listing cannot
+// read goes to LibTorch as before, whose other refusals are exceptions.
+void PthReader::check_zip_layout() {
+    std::vector<std::string> names;
+    try {
+        names = list_zip(path_);
+    } catch (const std::exception&) {
+        return;
+    }
+    if (names.empty()) fail("not a torch.save zip archive: the zip is empty");
+    const auto slash = names[0].find('/');
+    if (slash == std::string::npos)
+        fail("not a torch.save zip archive: its first record '" + names[0] +
+             "' is not inside a folder");
+    const std::string dir = names[0].substr(0, slash + 1);
+    auto has = [&](const std::string& n) {
+        return std::find(names.begin(), names.end(), n) != names.end();
+    };
+    if (!has(dir + "version") && !has(dir + ".data/version"))
+        fail("not a torch.save zip archive: no " + dir + "version record");
+}
+
 StateDict PthReader::read() {
     file_size_ = detail::checked_file_size(path_);
     const std::string head = detail::read_head(path_, 16);
     detail::reject_raw_pickle(path_, head);
     if (head.rfind("PK", 0) != 0) fail("not a zip archive, so not a torch.save file");
+    check_zip_layout();
     zip_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path_);
     if (!zip_->hasRecord("data.pkl")) fail("no data.pkl in the archive, so not a torch.save file");
     check_byteorder();
