@@ -482,18 +482,16 @@ std::string npz_bytes(const std::map<std::string, at::Tensor>& arrays) {
     return out;
 }
 
-std::vector<std::string> list_npz(const std::string& path) {
-    std::shared_ptr<std::ifstream> file;
-    std::vector<std::string> names;
-    for (const auto& m : zip_members(file_bytes(path, file), path))
-        names.push_back(strip_npy(m.name));
-    return names;
-}
-
 std::vector<std::string> list_zip(const std::string& path) {
     std::shared_ptr<std::ifstream> file;
     std::vector<std::string> names;
     for (const auto& m : zip_members(file_bytes(path, file), path)) names.push_back(m.name);
+    return names;
+}
+
+std::vector<std::string> list_npz(const std::string& path) {
+    std::vector<std::string> names = list_zip(path);
+    for (auto& n : names) n = strip_npy(n);
     return names;
 }
 
