@@ -152,8 +152,12 @@ TEST(AttentionAnalysis, HeadSamplingScalesLayersAndMaps) {
     opt.scales = {5};
     opt.layers = {0, 2};
     opt.measure.query_maps = true;
+    opt.dense_runs = 3;
     const auto a =
         analyze_attention(*runner, settings(), *runner->parse_accel(nlohmann::json::object()), opt);
+    EXPECT_EQ(a.dense_runs, 3);
+    EXPECT_LE(a.dense_ms, a.dense_first_ms);  // the fastest of the three
+    EXPECT_EQ(a.dense_peak_bytes, 0);         // CPU: no CUDA peak to report
     ASSERT_EQ(a.records.size(), 2u);
     ASSERT_EQ(a.maps.size(), 2u);
     EXPECT_EQ(a.maps[0].entropy.sizes(), (at::IntArrayRef{1, 64}));

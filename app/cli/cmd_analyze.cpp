@@ -30,7 +30,7 @@ struct AnalyzeArgs {
     SampleArgs sampling;
     std::string accel, out_dir, grid_measure = "recall";
     bool force = false, query_maps = false;
-    int64_t max_heads = 0, query_chunk = 256, sink_scales = 2;
+    int64_t max_heads = 0, query_chunk = 256, sink_scales = 2, dense_runs = 1;
     std::vector<int64_t> scales, layers;
 };
 
@@ -106,6 +106,7 @@ int run(AnalyzeArgs& a) {
 
     analysis::AnalysisOptions opt;
     opt.max_heads = a.max_heads;
+    opt.dense_runs = a.dense_runs;
     opt.scales = a.scales;
     opt.layers = a.layers;
     opt.measure.query_chunk = a.query_chunk;
@@ -132,8 +133,12 @@ int run(AnalyzeArgs& a) {
     std::cerr << "measured " << res.records.size() << " (scale, layer, head) records; "
               << res.masked_blocks << " (scale, layer) blocks where the method drops something\n"
               << "capture overhead: " << res.capture_ms << " ms measuring; dense run "
-              << res.dense_ms << " ms, with capture " << res.capture_run_ms << " ms\n"
-              << "wrote " << json_path << ", " << csv_path << ", " << grid_path
+              << res.dense_ms << " ms (fastest of " << res.dense_runs << "; first "
+              << res.dense_first_ms << " ms), with capture " << res.capture_run_ms << " ms\n";
+    if (res.dense_peak_bytes > 0)
+        std::cerr << "peak GPU memory: dense run " << res.dense_peak_bytes / (1 << 20)
+                  << " MiB, with capture " << res.capture_peak_bytes / (1 << 20) << " MiB\n";
+    std::cerr << "wrote " << json_path << ", " << csv_path << ", " << grid_path
               << (a.query_maps ? ", " + maps_path : "") << "\n";
     return 0;
 }
@@ -165,6 +170,10 @@ Command add_analyze(CLI::App& app) {
     cmd->add_option("--sink-scales", a->sink_scales,
                     "scales counted as sinks in mass_sink (default 2: the 1x1 and 2x2 maps)")
         ->check(CLI::Range(int64_t{0}, int64_t{64}));
+    cmd->add_option("--dense-runs", a->dense_runs,
+                    "time the dense run this many times, the fastest is the overhead's reference "
+                    "(on CUDA the first includes capturing its graphs; default 1)")
+        ->check(CLI::Range(int64_t{1}, int64_t{100}));
     cmd->add_flag("--query-maps", a->query_maps,
                   "also write per-query entropy and recall maps (query_maps.safetensors)");
     cmd->add_option(

@@ -7,8 +7,10 @@
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "core/sampling/var_sampler.h"  // synchronize_device
+#include "kernels/memory_stats.h"
 
 namespace varscope::analysis {
 namespace {
@@ -102,10 +104,26 @@ AttentionAnalysis analyze_attention(Runner& runner, const SampleSettings& settin
                                        recorder.scales(), a.layout);
     a.masked_blocks = static_cast<int64_t>(masks.size());
 
-    // The dense baseline: once as it runs (the overhead's reference), once measured.
-    if (options.time_dense) a.dense_ms = runner.generate(settings).total_millis;
+    // The dense baseline: once as it runs (the overhead's reference), once measured. On CUDA
+    // the peak allocation of each is kept too: the measures' chunks must fit beside the run.
+    const auto device = runner.device();
+    const auto peak_of = [&](auto&& run) {
+        if (device.is_cuda()) kernels::reset_cuda_peak_memory(device.index());
+        const double ms = run();
+        const int64_t peak =
+            device.is_cuda() ? kernels::cuda_memory(device.index()).peak_allocated : 0;
+        return std::make_pair(ms, peak);
+    };
+    if (options.time_dense)
+        for (int64_t i = 0; i < std::max<int64_t>(1, options.dense_runs); ++i) {
+            const auto [ms, peak] = peak_of([&] { return runner.generate(settings).total_millis; });
+            if (i == 0) a.dense_first_ms = ms;
+            a.dense_ms = i == 0 ? ms : std::min(a.dense_ms, ms);
+            a.dense_peak_bytes = std::max(a.dense_peak_bytes, peak);
+        }
     AttentionCapture capture(a.layout, masks, options);
-    a.capture_run_ms = runner.generate(settings, nullptr, &capture).total_millis;
+    std::tie(a.capture_run_ms, a.capture_peak_bytes) =
+        peak_of([&] { return runner.generate(settings, nullptr, &capture).total_millis; });
     a.capture_ms = capture.millis();
     a.heads = sampled_heads(shape.heads, options.max_heads);
     a.records = capture.records();
@@ -117,6 +135,7 @@ AttentionAnalysis analyze_attention(Runner& runner, const SampleSettings& settin
     a.head_types = type_heads(a.records, options.typing);
     a.layer_types = type_layers(a.records, options.typing);
     a.typing = options.typing;
+    a.dense_runs = options.time_dense ? std::max<int64_t>(1, options.dense_runs) : 0;
     a.sink_scales = options.measure.sink_scales;
     return a;
 }
@@ -162,10 +181,14 @@ nlohmann::json to_json(const AttentionAnalysis& a) {
             {"masked_blocks", a.masked_blocks},
             {"timing",
              {{"method_ms", a.method_ms},
-              {"dense_ms", a.dense_ms},
+              {"dense_ms", a.dense_ms},  // the fastest of dense_runs
+              {"dense_first_ms", a.dense_first_ms},
+              {"dense_runs", a.dense_runs},
               {"dense_with_capture_ms", a.capture_run_ms},
               {"capture_ms", a.capture_ms},
-              {"capture_slowdown", overhead}}},
+              {"capture_slowdown", overhead},
+              {"dense_peak_bytes", a.dense_peak_bytes},  // 0 off CUDA
+              {"capture_peak_bytes", a.capture_peak_bytes}}},
             {"records", records},
             {"head_types", heads},
             {"layer_types", layers},

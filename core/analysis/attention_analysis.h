@@ -22,6 +22,9 @@ struct AnalysisOptions {
     std::vector<int64_t> layers;  // empty = every layer
     TypingRule typing;
     bool time_dense = true;  // also run the dense baseline without capture (overhead)
+    // Dense runs timed; the fastest is the reference. The first run of a settings on CUDA
+    // includes capturing its graphs, so a fair overhead on the GPU needs 2 or more.
+    int64_t dense_runs = 1;
 };
 
 // Heads 0..heads-1 sampled evenly (all when max_heads is 0 or >= heads).
@@ -68,6 +71,9 @@ struct AttentionAnalysis {
     TypingRule typing;          // the rule the types follow
     int64_t sink_scales = 2;    // mass_sink's scales
     double method_ms = 0, dense_ms = 0, capture_run_ms = 0, capture_ms = 0;
+    double dense_first_ms = 0;  // the first dense run (graph capture included on CUDA)
+    int64_t dense_runs = 0;
+    int64_t dense_peak_bytes = 0, capture_peak_bytes = 0;  // CUDA peak allocation; 0 elsewhere
 
     // The record of (scale, layer, head), or nullptr when it was not measured.
     const HeadMeasures* find(int64_t scale, int64_t layer, int64_t head) const;
