@@ -5,12 +5,23 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
 #endif
 
 namespace varscope::kernels {
 
 #ifdef VARSCOPE_KERNELS_CUDA
 namespace alloc = c10::cuda::CUDACachingAllocator;
+
+namespace {
+// The shares set by set_cuda_memory_fraction (the allocator enforces them but does not report
+// them back).
+std::mutex fraction_mutex;
+std::map<int, double> fractions;
+}  // namespace
 
 DeviceMemory cuda_memory(int device) {
     const auto stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(device));
@@ -32,11 +43,44 @@ int64_t cuda_free_memory(int device) {
     return static_cast<int64_t>(free);
 }
 
+int64_t cuda_total_memory(int device) {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return static_cast<int64_t>(total);
+}
+
+int64_t cuda_available_memory(int device) {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    const DeviceMemory m = cuda_memory(device);
+    int64_t available = static_cast<int64_t>(free) + (m.reserved - m.allocated);
+    double fraction = 1.0;
+    {
+        const std::lock_guard<std::mutex> lock(fraction_mutex);
+        if (const auto it = fractions.find(device); it != fractions.end()) fraction = it->second;
+    }
+    if (fraction < 1.0) {
+        const auto cap = static_cast<int64_t>(fraction * static_cast<double>(total));
+        available = std::min(available, cap - m.allocated);
+    }
+    return std::max<int64_t>(available, 0);
+}
+
 void set_cuda_memory_fraction(int device, double fraction) {
     // The allocator exists once CUDA is initialised (ATen does that on the first CUDA tensor).
     (void)at::empty({1},
                     at::TensorOptions().device(at::kCUDA, static_cast<c10::DeviceIndex>(device)));
     alloc::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(device));
+    const std::lock_guard<std::mutex> lock(fraction_mutex);
+    fractions[device] = fraction;
 }
 
 void reset_cuda_peak_memory(int device) {
@@ -51,6 +95,12 @@ DeviceMemory cuda_memory(int) {
     return {};
 }
 int64_t cuda_free_memory(int) {
+    return -1;
+}
+int64_t cuda_available_memory(int) {
+    return -1;
+}
+int64_t cuda_total_memory(int) {
     return -1;
 }
 void reset_cuda_peak_memory(int) {}

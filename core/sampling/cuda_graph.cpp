@@ -10,6 +10,7 @@
 #include "core/sampling/hooks.h"
 #include "core/sampling/probes.h"
 #include "kernels/cuda_graph.h"
+#include "kernels/memory_stats.h"
 #include "kernels/part_timer.h"
 
 namespace varscope {
@@ -171,6 +172,23 @@ at::Tensor DenseStepGraphs::step(int64_t si, const std::vector<int64_t>& layout,
     return s.logits;
 }
 
+int64_t graph_set_bytes(const VarConfig& c, const DenseGraphKey& key) {
+    int64_t tokens = 0;  // the key's schedule (a cache may hold sets of several)
+    for (const int64_t pn : key.patch_nums) tokens += pn * pn;
+    if (tokens == 0) tokens = c.total_tokens();
+    const int64_t kv = 2 * c.depth * (2 * key.batch) * tokens * c.embed_dim *
+                       static_cast<int64_t>(c10::elementSize(key.dtype));
+    return kv + kv / 2;
+}
+
+size_t graph_sets_to_release(int64_t available, int64_t need,
+                             const std::vector<int64_t>& lru_bytes) {
+    if (available < 0) return 0;
+    size_t n = 0;
+    while (available < need && n < lru_bytes.size()) available += lru_bytes[n++];
+    return n;
+}
+
 std::shared_ptr<DenseStepGraphs> DenseGraphCache::get(const VarConfig& config,
                                                       const DenseGraphKey& key,
                                                       const at::Tensor& condition_prototype) {
@@ -183,6 +201,21 @@ std::shared_ptr<DenseStepGraphs> DenseGraphCache::get(const VarConfig& config,
         return entries_.back().second;
     }
     if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());
+    if (condition_prototype.is_cuda()) {
+        // Sets on this device, least recent first, and what releasing each would give back.
+        std::vector<size_t> same;
+        std::vector<int64_t> bytes;
+        for (size_t i = 0; i < entries_.size(); ++i)
+            if (entries_[i].first.device == key.device) {
+                same.push_back(i);
+                bytes.push_back(graph_set_bytes(config, entries_[i].first));
+            }
+        const size_t n = graph_sets_to_release(kernels::cuda_available_memory(key.device),
+                                               graph_set_bytes(config, key), bytes);
+        for (size_t k = n; k-- > 0;) entries_.erase(entries_.begin() + same[k]);
+        // Graph pools go back to the driver only when emptied (another process may need it too).
+        if (n > 0) kernels::empty_cuda_cache();
+    }
     entries_.emplace_back(key, std::make_shared<DenseStepGraphs>(config, key, condition_prototype));
     return entries_.back().second;
 }

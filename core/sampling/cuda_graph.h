@@ -138,7 +138,21 @@ class DenseStepGraphs {
     std::mutex mutex_;
 };
 
+// Bytes a new set of graphs for `key` is expected to hold: its full KV cache (a compact cache
+// holds less; this is the bound) and half as much again for the graphs' own memory pools.
+int64_t graph_set_bytes(const VarConfig& config, const DenseGraphKey& key);
+
+// How many of the least recently used graph sets (bytes each, least recent first) to release
+// before a new set of `need` bytes is made with `available` bytes free: the fewest that make
+// room; all of them when even that does not (the new set's best chance); none when the free
+// memory is unknown (available < 0).
+size_t graph_sets_to_release(int64_t available, int64_t need,
+                             const std::vector<int64_t>& lru_bytes);
+
 // The sampler's graphs, a few shapes at most (each holds a KV cache and its graphs' memory).
+// A new set first releases the least recently used sets on its device when the device could not
+// hold it beside them (a batch that fits alone must not fail because an earlier shape's KV cache
+// is still cached, e.g. the benchmark's event-timed graphs after the timed ones).
 class DenseGraphCache {
   public:
     static constexpr size_t kMaxEntries = 3;

@@ -12,7 +12,9 @@
 
 #include "core/accel/accel_config.h"
 #include "core/io/module_binding.h"
+#include "core/sampling/cuda_graph.h"
 #include "kernels/cuda_graph.h"
+#include "kernels/memory_stats.h"
 #include "tests/gpu/device_pipelines.h"
 #include "tests/tiny_models.h"
 
@@ -137,6 +139,44 @@ TEST(VarGraph, EachBatchSizeGetsItsOwnGraphs) {
     EXPECT_EQ(gpu.sampler().cuda_graph_sets(), 2u);  // batch 1 reused
     gpu.sampler().clear_cuda_graphs();
     EXPECT_EQ(gpu.sampler().cuda_graph_sets(), 0u);
+}
+
+// A new shape's graphs release the cached ones when the device could not hold both (the app
+// alternating baseline and accelerated runs at a batch that fits once; the benchmark's
+// event-timed graphs after its timed ones), and keep them when it can.
+TEST(VarGraph, ANewSetReleasesCachedSetsOnlyWhenMemoryIsShort) {
+    REQUIRE_CUDA_GRAPHS();
+    auto cpu = varscope::testing::small_pipeline(2);
+    auto gpu = on_device(cpu, Precision::Fp32);
+    const std::vector<int64_t> four{1, 2, 3, 4}, five{1, 2, 3, 4, 5};
+    gpu.generate(options(four, true));
+    gpu.generate(options(five, true));
+    EXPECT_EQ(gpu.sampler().cuda_graph_sets(), 2u);  // room for both
+    gpu.sampler().clear_cuda_graphs();
+    kernels::empty_cuda_cache();
+
+    const auto eager = gpu.generate(options(five, false));
+    gpu.generate(options(four, true));
+    ASSERT_EQ(gpu.sampler().cuda_graph_sets(), 1u);
+    // Cap the process so that what the cache sees as available is just short of the next set's
+    // estimate: the cached set must go, and then the new one fits.
+    DenseGraphKey next;
+    next.batch = 5;
+    next.dtype = at::kFloat;
+    next.patch_nums = gpu.var_config().patch_nums;
+    const int64_t need = graph_set_bytes(gpu.var_config(), next);
+    const int64_t available = kernels::cuda_available_memory(0);
+    ASSERT_GT(available, need);
+    const int64_t total = kernels::cuda_total_memory(0);
+    ASSERT_GT(total, 0);
+    const int64_t allocated = kernels::cuda_memory(0).allocated;
+    kernels::set_cuda_memory_fraction(0, double(allocated + need - 1) / double(total));
+    EXPECT_LT(kernels::cuda_available_memory(0), need);
+    VarSampleResult graphed;
+    EXPECT_NO_THROW(graphed = gpu.generate(options(five, true)));
+    kernels::set_cuda_memory_fraction(0, 1.0);
+    EXPECT_EQ(gpu.sampler().cuda_graph_sets(), 1u);  // the batch-4 set was released
+    if (graphed.tokens.size()) expect_same_tokens(graphed, eager, "after the release");
 }
 
 TEST(VarGraph, SharedAdaLnAndRebindingWeights) {
