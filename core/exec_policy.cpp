@@ -73,6 +73,7 @@ bool ExecPolicy::operator==(const ExecPolicy& o) const {
            mar_full_modulations == o.mar_full_modulations &&
            mar_hook_step_graphs == o.mar_hook_step_graphs &&
            mar_chained_graph_pool == o.mar_chained_graph_pool &&
+           var_chained_graph_pool == o.var_chained_graph_pool &&
            ams_kv_reference_similarity == o.ams_kv_reference_similarity &&
            profile_ams_kv == o.profile_ams_kv;
 }
@@ -93,6 +94,7 @@ json to_json(const ExecPolicy& p) {
             {"mar_full_modulations", p.mar_full_modulations},
             {"mar_hook_graphs", name_of(kHookGraphs, p.mar_hook_step_graphs)},
             {"mar_graph_pool", name_of(kGraphPool, p.mar_chained_graph_pool)},
+            {"var_graph_pool", name_of(kGraphPool, p.var_chained_graph_pool)},
             {"ams_kv_similarity", name_of(kSimilarity, p.ams_kv_reference_similarity)},
             {"profile_ams_kv", p.profile_ams_kv}};
 }
@@ -131,6 +133,8 @@ ExecPolicy exec_policy_from_json(const json& j) {
             p.mar_hook_step_graphs = choice(v, n, kHookGraphs);
         else if (key == "mar_graph_pool")
             p.mar_chained_graph_pool = choice(v, n, kGraphPool);
+        else if (key == "var_graph_pool")
+            p.var_chained_graph_pool = choice(v, n, kGraphPool);
         else if (key == "ams_kv_similarity")
             p.ams_kv_reference_similarity = choice(v, n, kSimilarity);
         else if (key == "profile_ams_kv")

@@ -47,6 +47,9 @@ struct ExecPolicy {
     // The whole-step graphs share one memory pool (false: a pool per graph).
     // VARSCOPE_MAR_GRAPH_POOL.
     bool mar_chained_graph_pool = true;
+    // The VAR and Infinity loops' per-scale step graphs share one memory pool (false: a pool per
+    // step graph, 13 sets of intermediates at 1024^2). VARSCOPE_VAR_GRAPH_POOL.
+    bool var_chained_graph_pool = true;
 
     // AMS-KV (core/accel/ams_kv.h): the scale similarity by its Gram-matrix reference instead of
     // the fused CUDA kernel. VARSCOPE_AMS_KV_SIMILARITY.

@@ -69,6 +69,7 @@ TEST(ExecPolicy, DefaultsAreTheBehaviourWithoutVariables) {
     EXPECT_FALSE(p.mar_full_modulations);
     EXPECT_TRUE(p.mar_hook_step_graphs);
     EXPECT_TRUE(p.mar_chained_graph_pool);
+    EXPECT_TRUE(p.var_chained_graph_pool);
     EXPECT_FALSE(p.ams_kv_reference_similarity);
     EXPECT_FALSE(p.profile_ams_kv);
     EXPECT_EQ(varscope::describe(p), "defaults");
@@ -93,6 +94,7 @@ TEST(ExecPolicy, JsonRoundTripAndStrictReading) {
     p.mar_full_modulations = true;
     p.mar_hook_step_graphs = false;
     p.mar_chained_graph_pool = false;
+    p.var_chained_graph_pool = false;
     p.ams_kv_reference_similarity = true;
     p.profile_ams_kv = true;
     const json j = varscope::to_json(p);
@@ -100,6 +102,7 @@ TEST(ExecPolicy, JsonRoundTripAndStrictReading) {
     EXPECT_EQ(j["mar_fused_max_rows"], 256);
     EXPECT_EQ(j["mar_hook_graphs"], "diffusion");
     EXPECT_EQ(j["mar_graph_pool"], "own");
+    EXPECT_EQ(j["var_graph_pool"], "own");
     EXPECT_EQ(j["ams_kv_similarity"], "reference");
     EXPECT_EQ(varscope::to_json(defaults)["mar_fused_max_rows"], "auto");
     EXPECT_EQ(varscope::exec_policy_from_json(j), p);
@@ -144,6 +147,7 @@ TEST(ExecEnv, OneRuleForEveryVariable) {
                                                        {"VARSCOPE_MAR_FULL_MODULATIONS", "1"},
                                                        {"VARSCOPE_MAR_HOOK_GRAPHS", "diffusion"},
                                                        {"VARSCOPE_MAR_GRAPH_POOL", "own"},
+                                                       {"VARSCOPE_VAR_GRAPH_POOL", "own"},
                                                        {"VARSCOPE_AMS_KV_SIMILARITY", "reference"},
                                                        {"VARSCOPE_PROFILE_AMS_KV", "1"}}));
     EXPECT_TRUE(p.kernels.reference);
@@ -159,6 +163,7 @@ TEST(ExecEnv, OneRuleForEveryVariable) {
     EXPECT_TRUE(p.mar_full_modulations);
     EXPECT_FALSE(p.mar_hook_step_graphs);
     EXPECT_FALSE(p.mar_chained_graph_pool);
+    EXPECT_FALSE(p.var_chained_graph_pool);
     EXPECT_TRUE(p.ams_kv_reference_similarity);
     EXPECT_TRUE(p.profile_ams_kv);
     EXPECT_TRUE(p.kernels.sm90_attention);  // no variable
@@ -168,6 +173,7 @@ TEST(ExecEnv, OneRuleForEveryVariable) {
                                             {"VARSCOPE_MAR_FUSED_MAX_ROWS", "auto"},
                                             {"VARSCOPE_MAR_HOOK_GRAPHS", "steps"},
                                             {"VARSCOPE_MAR_GRAPH_POOL", "chained"},
+                                            {"VARSCOPE_VAR_GRAPH_POOL", "chained"},
                                             {"VARSCOPE_AMS_KV_SIMILARITY", "auto"},
                                             {"VARSCOPE_PROFILE_AMS_KV", "0"}})),
               ExecPolicy{});
@@ -182,6 +188,7 @@ TEST(ExecEnv, OneRuleForEveryVariable) {
         {"VARSCOPE_DIFF_CACHED_LAYOUT", {"Rows", "row", "columns"}},
         {"VARSCOPE_MAR_HOOK_GRAPHS", {"step", "none"}},
         {"VARSCOPE_MAR_GRAPH_POOL", {"shared"}},
+        {"VARSCOPE_VAR_GRAPH_POOL", {"one", "Own"}},
         {"VARSCOPE_AMS_KV_SIMILARITY", {"cuda", "ref"}},
         {"VARSCOPE_MAR_FUSED_MAX_ROWS", {"-1", "16 ", "1e3", "x", "99999999999999999999"}}};
     for (const auto& [name, values] : bad)

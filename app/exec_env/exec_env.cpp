@@ -64,6 +64,10 @@ const std::vector<Entry>& entries() {
         {{"VARSCOPE_MAR_GRAPH_POOL", "mar_graph_pool", "chained or own",
           "chained: MAR's whole-step graphs share one memory pool; own: a pool per graph"},
          Kind::Choice},
+        {{"VARSCOPE_VAR_GRAPH_POOL", "var_graph_pool", "chained or own",
+          "chained: the VAR and Infinity loops' per-scale step graphs share one memory pool; "
+          "own: a pool per step graph"},
+         Kind::Choice},
         {{"VARSCOPE_AMS_KV_SIMILARITY", "ams_kv_similarity", "auto or reference",
           "auto: AMS-KV's scale similarity on the fused CUDA kernel where it runs; reference: "
           "the Gram-matrix reference"},

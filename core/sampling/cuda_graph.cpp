@@ -37,7 +37,8 @@ bool DenseGraphKey::operator==(const DenseGraphKey& o) const {
     return device == o.device && batch == o.batch && dtype == o.dtype && attention == o.attention &&
            patch_nums == o.patch_nums && weights == o.weights && hooks == o.hooks &&
            compact_kv == o.compact_kv && part_timing == o.part_timing &&
-           hooks_instance == o.hooks_instance && step_settings == o.step_settings;
+           hooks_instance == o.hooks_instance && step_settings == o.step_settings &&
+           chained_pool == o.chained_pool;
 }
 
 std::optional<std::string> graphs_apply(bool enabled, const VarConfig& c, const at::Device& device,
@@ -150,7 +151,14 @@ at::Tensor DenseStepGraphs::step(int64_t si, const std::vector<int64_t>& layout,
         }
         if (key_.part_timing) s.timer = std::make_unique<kernels::PartTimer>(key_.device);
         const CostRecorder rec{&s.cost, s.timer.get()};
-        s.graph.capture(key_.device, [&] { s.logits = forward(si, cache_, s.flops, &rec, false); });
+        // Chained: the steps allocate from the first step's pool. They replay one after another
+        // on one stream and each step's logits (kept alive in its Scale) are read before the
+        // next replay, so one set of intermediates serves every scale (kernels/cuda_graph.h).
+        const kernels::CudaGraph* pool =
+            key_.chained_pool && chain_pool_ != nullptr ? chain_pool_ : nullptr;
+        s.graph.capture(
+            key_.device, [&] { s.logits = forward(si, cache_, s.flops, &rec, false); }, pool);
+        if (key_.chained_pool && chain_pool_ == nullptr) chain_pool_ = &s.graph;
         s.layout = layout;
         s.kv_bytes = cache_.total_bytes();
         last_captured_ = si;

@@ -57,6 +57,8 @@ struct DenseGraphKey {
     // What else the family's captured steps bake in (Infinity: text length, guidance and
     // temperature per scale); "" for VAR.
     std::string step_settings;
+    // The step graphs share one memory pool (ExecPolicy::var_chained_graph_pool).
+    bool chained_pool = true;
     bool operator==(const DenseGraphKey& o) const;
 };
 
@@ -133,7 +135,8 @@ class DenseStepGraphs {
     struct Extra;
     std::map<std::string, std::unique_ptr<Extra>> extras_;
     bool warmed_up_ = false;
-    int64_t last_captured_ = -1;  // steps are captured in order, on one call
+    int64_t last_captured_ = -1;                      // steps are captured in order, on one call
+    const kernels::CudaGraph* chain_pool_ = nullptr;  // the first step's graph, owns the pool
     double capture_ms_ = 0.0;
     std::mutex mutex_;
 };

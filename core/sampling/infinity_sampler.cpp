@@ -273,7 +273,8 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
                           false,
                           false,
                           hooks ? hooks->instance_id() : 0,
-                          settings};
+                          settings,
+                          exec_.var_chained_graph_pool};
         graphs = graphs_->get(*view, key, cond.cond_BD);
         graphs_lock = std::unique_lock<std::mutex>(graphs->mutex());
         cond.cond_BD = graphs->condition().copy_(cond.cond_BD);

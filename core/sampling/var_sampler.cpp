@@ -320,7 +320,8 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
                                 hooks && hooks->compact_kv_cache(c),
                                 time_parts,
                                 hooks ? hooks->instance_id() : 0,
-                                ""};
+                                "",
+                                exec_.var_chained_graph_pool};
         graphs = graphs_->get(c, key, cond_BD);
         graphs_lock = std::unique_lock<std::mutex>(graphs->mutex());
         cond_BD = graphs->condition().copy_(cond_BD);
