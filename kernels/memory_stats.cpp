@@ -43,16 +43,6 @@ int64_t cuda_free_memory(int device) {
     return static_cast<int64_t>(free);
 }
 
-int64_t cuda_total_memory(int device) {
-    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-    size_t free = 0, total = 0;
-    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return -1;
-    }
-    return static_cast<int64_t>(total);
-}
-
 int64_t cuda_available_memory(int device) {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
     size_t free = 0, total = 0;
@@ -98,9 +88,6 @@ int64_t cuda_free_memory(int) {
     return -1;
 }
 int64_t cuda_available_memory(int) {
-    return -1;
-}
-int64_t cuda_total_memory(int) {
     return -1;
 }
 void reset_cuda_peak_memory(int) {}

@@ -209,7 +209,11 @@ std::shared_ptr<DenseStepGraphs> DenseGraphCache::get(const VarConfig& config,
         return entries_.back().second;
     }
     if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());
-    if (condition_prototype.is_cuda()) {
+    const int64_t available = memory_probe_ ? memory_probe_(key.device)
+                              : condition_prototype.is_cuda()
+                                  ? kernels::cuda_available_memory(key.device)
+                                  : -1;
+    if (available >= 0) {
         // Sets on this device, least recent first, and what releasing each would give back.
         std::vector<size_t> same;
         std::vector<int64_t> bytes;
@@ -218,8 +222,7 @@ std::shared_ptr<DenseStepGraphs> DenseGraphCache::get(const VarConfig& config,
                 same.push_back(i);
                 bytes.push_back(graph_set_bytes(config, entries_[i].first));
             }
-        const size_t n = graph_sets_to_release(kernels::cuda_available_memory(key.device),
-                                               graph_set_bytes(config, key), bytes);
+        const size_t n = graph_sets_to_release(available, graph_set_bytes(config, key), bytes);
         for (size_t k = n; k-- > 0;) entries_.erase(entries_.begin() + same[k]);
         // Graph pools go back to the driver only when emptied (another process may need it too).
         if (n > 0) kernels::empty_cuda_cache();
@@ -240,6 +243,11 @@ void DenseGraphCache::erase(const std::shared_ptr<DenseStepGraphs>& graphs) {
 void DenseGraphCache::clear() {
     const std::lock_guard<std::mutex> lock(mutex_);
     entries_.clear();
+}
+
+void DenseGraphCache::set_memory_probe(MemoryProbe probe) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    memory_probe_ = std::move(probe);
 }
 
 size_t DenseGraphCache::size() const {

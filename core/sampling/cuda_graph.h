@@ -164,8 +164,14 @@ class DenseGraphCache {
     void erase(const std::shared_ptr<DenseStepGraphs>& graphs);
     void clear();
     size_t size() const;
+    // What the release rule reads as the device's available bytes (default: CUDA tensors'
+    // kernels::cuda_available_memory, unknown elsewhere). For tests: a fixed answer exercises
+    // the rule without running a device out of memory.
+    using MemoryProbe = std::function<int64_t(int device)>;
+    void set_memory_probe(MemoryProbe probe);
 
   private:
+    MemoryProbe memory_probe_;
     mutable std::mutex mutex_;
     std::vector<std::pair<DenseGraphKey, std::shared_ptr<DenseStepGraphs>>> entries_;  // LRU last
 };

@@ -272,6 +272,10 @@ size_t VarSampler::cuda_graph_sets() const {
     return graphs_->size();
 }
 
+void VarSampler::set_graph_memory_probe(std::function<int64_t(int)> probe) {
+    graphs_->set_memory_probe(std::move(probe));
+}
+
 VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* hooks,
                                    ProbeSink* probe) {
     const VarConfig& c = var_->config();

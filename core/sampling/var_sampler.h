@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -94,6 +95,9 @@ class VarSampler {
     // Drops the captured CUDA graphs and their buffers (they are rebuilt on demand).
     void clear_cuda_graphs();
     size_t cuda_graph_sets() const;  // shapes with captured graphs held now
+    // What the graph cache reads as the device's free bytes when a new shape needs room
+    // (DenseGraphCache::set_memory_probe; tests).
+    void set_graph_memory_probe(std::function<int64_t(int device)> probe);
 
   private:
     VarTransformer var_;
