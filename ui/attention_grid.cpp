@@ -68,7 +68,6 @@ AttentionGrid::AttentionGrid(QWidget* parent) : QWidget(parent) {
     scale_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
     bar->addWidget(method_);
     bar->addWidget(measure_);
-    bar->addStretch(1);
     auto* look = new QHBoxLayout;
     look->addWidget(axes_);
     look->addWidget(scale_);
@@ -92,8 +91,11 @@ AttentionGrid::AttentionGrid(QWidget* parent) : QWidget(parent) {
     menu->addAction(tr("Every measure (CSV, as varscope-cli analyze)…"), this,
                     [this] { exportDialog(ExportKind::MeasuresCsv); });
     export_->setMenu(menu);
-    look->addWidget(export_);
+    // On the first row: the second would make the inspector wider than a 1280-px window
+    // leaves it beside the images.
+    bar->addWidget(export_);
     look->addStretch(1);
+    bar->addStretch(1);
     v->addLayout(bar);
     v->addLayout(look);
     status_ = new QLabel(this);

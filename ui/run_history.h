@@ -1,5 +1,6 @@
 // The history of finished runs (#37), on disk: one folder per run (settings.json, metrics.json,
-// baseline.png, accelerated.png, thumb.png; the PNGs carry the settings chunk of an export) and
+// scales.json: the per-scale summary of both sides, baseline.png, accelerated.png, thumb.png;
+// the PNGs carry the settings chunk of an export) and
 // index.json listing them newest first. A run is written into "<id>.tmp" and renamed when
 // complete, the index through QSaveFile, so a crash leaves either the whole entry or none; the
 // oldest entries go beyond maxEntries(). Built on the results model's view of a run.
@@ -46,9 +47,13 @@ class RunHistory : public QObject {
     QImage image(const QString& id, Side side) const;
     QImage thumbnail(const QString& id) const;
     // The run's result (its accelerated image, or the baseline where none ran) as a SideResult
-    // shown on side `shown_as`, with its time (no per-scale records): two runs of the history
-    // side by side. Null when the image is missing.
-    SideResultPtr sideResult(const QString& id, Side shown_as) const;
+    // shown on side `shown_as`, with its time and stored per-scale summary (stored_scales; no
+    // tokens, maps or records): two runs of the history side by side. Null when the image is
+    // missing. *note: why the summary is empty (an entry saved by an older version, or an
+    // unreadable scales.json), else "".
+    SideResultPtr sideResult(const QString& id, Side shown_as, QString* note = nullptr) const;
+    // The stored per-scale summary of one side of a run; empty + *note (as above) when none.
+    std::vector<ScaleSummary> scales(const QString& id, Side side, QString* note = nullptr) const;
 
   signals:
     void changed();
