@@ -20,6 +20,7 @@
 #include <QMimeData>
 #include <QProgressBar>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
 #include <QStandardPaths>
 #include <QStatusBar>
@@ -83,7 +84,9 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     auto* scroll = new QScrollArea(this);
     scroll->setWidget(left);
     scroll->setWidgetResizable(true);
-    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    // Narrower than its contents (the dock shrinks for the images), the column scrolls
+    // sideways instead of cutting its text.
+    scroll->setObjectName("settingsScroll");
     auto* left_dock = new QDockWidget(tr("Model and accelerators"), this);
     left_dock->setObjectName("leftDock");
     left_dock->setWidget(scroll);
@@ -126,6 +129,30 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
                 tr("Cannot restore that run: %1").arg(QString::fromUtf8(ex.what())), 6000);
         }
     });
+    connect(history_panel_, &HistoryPanel::showRequested, this, [this](const QString& id) {
+        QString note;
+        const auto [base, accel] = history_->storedRun(id, &note);
+        const HistoryEntry* e = history_->find(id);
+        if (!base || !e) return;
+        Request req;
+        try {
+            req = Request::from_json(e->settings);
+        } catch (const std::exception&) {
+        }
+        // Its two sides ran together: the metrics line's speedup is the run's own.
+        RunPair pair;
+        pair.one_run = true;
+        const QString when = e->time.toString("yyyy-MM-dd HH:mm:ss");
+        pair.left_label =
+            tr("Baseline · run of %1 · %2 ms").arg(when).arg(base->run.total_ms, 0, 'f', 1);
+        if (accel)
+            pair.right_label = tr("%1 · run of %2 · %3 ms")
+                                   .arg(e->methods, when)
+                                   .arg(accel->run.total_ms, 0, 'f', 1);
+        pair.note = note;
+        results_->setPair(base, accel, req, pair);
+        if (!note.isEmpty()) statusBar()->showMessage(note, 8000);
+    });
     connect(history_panel_, &HistoryPanel::compareRequested, this,
             [this](const QString& left, const QString& right) {
                 QString left_note, right_note;
@@ -150,7 +177,7 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
                         .arg(side->run.total_ms, 0, 'f', 1);
                 };
                 auto name = [](const QString& ab, const HistoryEntry* e) {
-                    return tr("%1: %2 (%3)").arg(ab, e->methods, e->time.toString("HH:mm:ss"));
+                    return tr("%1 (%2)").arg(ab, e->time.toString("HH:mm:ss"));
                 };
                 RunPair pair;
                 pair.left_label = label("A", a, l);
@@ -579,7 +606,8 @@ void MainWindow::submitAnalysis(Job job) {
 
 void MainWindow::showResults() {
     const auto base = results_->baseline(), accel = results_->accelerated();
-    inspector_->setRequest(results_->request(), !results_->label(Side::Baseline).isEmpty());
+    inspector_->setRequest(results_->request(), !results_->label(Side::Baseline).isEmpty(),
+                           results_->pair().one_run);
     inspector_->setResults(base, accel);
     inspector_->setRun(results_->empty() ? std::nullopt
                                          : std::optional<Request>(results_->request()));
@@ -940,7 +968,13 @@ void MainWindow::applyDefaultLayout() {
     // (a 64x64 emoji at 4x). The side docks share what is left (the inspector up to 620 px on
     // wide windows), the plots a strip at the bottom.
     constexpr int kCentreWidth = 600;
-    const int left_w = std::clamp(width() * 21 / 100, 250, 370);
+    // The settings column as wide as its contents need (no sideways scrolling), at most 370 px.
+    int left_w = std::clamp(width() * 21 / 100, 250, 370);
+    if (auto* scroll = findChild<QScrollArea*>("settingsScroll"))
+        left_w = std::clamp(scroll->widget()->minimumSizeHint().width() +
+                                scroll->verticalScrollBar()->sizeHint().width() +
+                                2 * scroll->frameWidth(),
+                            left_w, 370);
     const int inspector_w = std::clamp(width() - left_w - kCentreWidth, 300, 620);
     const int plots_h = std::max(200, height() * 28 / 100);
     for (auto* d : findChildren<QDockWidget*>()) {

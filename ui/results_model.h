@@ -35,14 +35,16 @@ struct ComparisonMetrics {
 // (record "sparvar/csla_token_mask", value cuda_kernels 0).
 bool ranSparVarReference(const RunOutput& run);
 
-// Two runs of the history side by side (ResultsModel::setPair): how the captions and the plots'
-// series name them, when each ran, and a note for the plots (e.g. an entry without per-scale
-// records).
+// Runs of the history on show (ResultsModel::setPair): two runs side by side, or one run's
+// baseline and accelerated sides (one_run). How the captions and the plots' series name them,
+// when each ran (two runs: their times are not compared as a speedup) and a note for the plots
+// (e.g. an entry without per-scale records).
 struct RunPair {
     QString left_label, right_label;  // the images' captions
-    QString left_name, right_name;    // the plots' series
-    QDateTime left_time, right_time;
+    QString left_name, right_name;    // the plots' series ("": baseline / accelerated)
+    QDateTime left_time, right_time;  // two runs: when each ran (invalid for one run)
     QString note;
+    bool one_run = false;
 };
 
 class ResultsModel : public QObject {

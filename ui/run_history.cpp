@@ -245,22 +245,43 @@ std::vector<ScaleSummary> RunHistory::scales(const QString& id, Side side, QStri
     }
 }
 
-SideResultPtr RunHistory::sideResult(const QString& id, Side shown_as, QString* note) const {
-    const HistoryEntry* e = find(id);
-    if (!e) return nullptr;
-    const QImage img = image(id, e->has_accelerated ? Side::Accelerated : Side::Baseline);
+SideResultPtr RunHistory::loadSide(const HistoryEntry& e, Side stored, Side shown_as,
+                                   QString* note) const {
+    const QImage img = image(e.id, stored);
     if (img.isNull()) return nullptr;
+    const bool accelerated = stored == Side::Accelerated;
     auto r = std::make_shared<SideResult>();
     r->side = shown_as;
-    r->accelerated = e->has_accelerated && shown_as == Side::Accelerated;
+    r->accelerated = accelerated && shown_as == Side::Accelerated;
     r->image = img.convertToFormat(QImage::Format_RGB888);
     r->run.image = rgb_of(img);
     r->run.family = family_from_id(
-        e->settings.value("model", nlohmann::json::object()).value("family", std::string("var")));
-    r->run.total_ms = e->metrics.value(e->has_accelerated ? "accelerated_ms" : "baseline_ms", 0.0);
-    r->run.accel_summary = e->methods.toStdString();
-    r->stored_scales = scales(id, e->has_accelerated ? Side::Accelerated : Side::Baseline, note);
+        e.settings.value("model", nlohmann::json::object()).value("family", std::string("var")));
+    r->run.total_ms = e.metrics.value(accelerated ? "accelerated_ms" : "baseline_ms", 0.0);
+    r->run.accel_summary = accelerated ? e.methods.toStdString() : std::string("baseline");
+    r->stored_scales = scales(e.id, stored, note);
     return r;
+}
+
+SideResultPtr RunHistory::sideResult(const QString& id, Side shown_as, QString* note) const {
+    const HistoryEntry* e = find(id);
+    if (!e) return nullptr;
+    return loadSide(*e, e->has_accelerated ? Side::Accelerated : Side::Baseline, shown_as, note);
+}
+
+std::pair<SideResultPtr, SideResultPtr> RunHistory::storedRun(const QString& id,
+                                                              QString* note) const {
+    const HistoryEntry* e = find(id);
+    if (!e) return {};
+    SideResultPtr base = loadSide(*e, Side::Baseline, Side::Baseline, note);
+    SideResultPtr accel;
+    if (e->has_accelerated) {
+        QString accel_note;
+        accel = loadSide(*e, Side::Accelerated, Side::Accelerated, note ? &accel_note : nullptr);
+        if (note && note->isEmpty()) *note = accel_note;
+        if (!accel) base.reset();  // half a run: nothing
+    }
+    return {base, accel};
 }
 
 }  // namespace varscope::gui

@@ -11,6 +11,7 @@
 #include <QObject>
 #include <QVector>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "ui/results_model.h"
 
@@ -52,6 +53,10 @@ class RunHistory : public QObject {
     // missing. *note: why the summary is empty (an entry saved by an older version, or an
     // unreadable scales.json), else "".
     SideResultPtr sideResult(const QString& id, Side shown_as, QString* note = nullptr) const;
+    // Both sides of a run as kept (the accelerated side null where none ran), each with its time
+    // and per-scale summary; *note as above. {null, null} when the images are missing.
+    std::pair<SideResultPtr, SideResultPtr> storedRun(const QString& id,
+                                                      QString* note = nullptr) const;
     // The stored per-scale summary of one side of a run; empty + *note (as above) when none.
     std::vector<ScaleSummary> scales(const QString& id, Side side, QString* note = nullptr) const;
 
@@ -59,6 +64,8 @@ class RunHistory : public QObject {
     void changed();
 
   private:
+    // The kept side `stored` of entry e shown on side `shown_as`.
+    SideResultPtr loadSide(const HistoryEntry& e, Side stored, Side shown_as, QString* note) const;
     void load();
     bool writeIndex(QString* error);
     void prune();

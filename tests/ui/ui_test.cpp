@@ -15,6 +15,8 @@
 #include <QMenu>
 #include <QMenuBar>
 #include <QPushButton>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSignalSpy>
 #include <QSlider>
 #include <QSpinBox>
@@ -2627,9 +2629,9 @@ class UiTest : public QObject {
             QVERIFY(values(plots[what], 1) == expect(b, what));
             QVERIFY(plots[what]->graph(1)->visible());
         }
-        QVERIFY2(w.plots()->latencyPlot()->graph(0)->name().startsWith("A: FastVAR"),
+        QVERIFY2(w.plots()->latencyPlot()->graph(0)->name().startsWith("A ("),
                  qPrintable(w.plots()->latencyPlot()->graph(0)->name()));
-        QVERIFY(w.plots()->latencyPlot()->graph(1)->name().startsWith("B: FastVAR"));
+        QVERIFY(w.plots()->latencyPlot()->graph(1)->name().startsWith("B ("));
         QVERIFY(w.plots()->note().isEmpty());
         // The per-scale table too.
         QCOMPARE(w.metricsModel()->rows().size(), size_t(4));
@@ -2641,6 +2643,23 @@ class UiTest : public QObject {
                  qPrintable(line));
         QVERIFY(line.contains(QString("A %1 ms").arg(w.results()->metrics().base_ms, 0, 'f', 1)));
         QVERIFY(w.results()->label(Side::Baseline).startsWith("A · run of "));
+
+        // A click on one run shows it as kept: its baseline and accelerated curves, the speedup
+        // measured in that run, and the inspector says what the history keeps.
+        list->clearSelection();
+        list->item(1)->setSelected(true);
+        emit list->itemClicked(list->item(1));
+        QVERIFY(w.results()->pair().one_run);
+        QVERIFY(values(w.plots()->latencyPlot(), 0) ==
+                expect(w.history()->scales(ids[0], Side::Baseline), 0));
+        QVERIFY(values(w.plots()->kvPlot(), 1) == expect(a, 2));
+        QCOMPARE(w.plots()->latencyPlot()->graph(0)->name(), QString("baseline"));
+        QVERIFY2(w.comparison()->metricsText().contains("speedup "),
+                 qPrintable(w.comparison()->metricsText()));
+        QVERIFY(!w.comparison()->metricsText().contains("time A"));
+        QVERIFY(w.results()->label(Side::Baseline).startsWith("Baseline · run of "));
+        const QString why = w.inspector()->methodTab("fastvar")->view()->emptyText();
+        QVERIFY2(why.startsWith("A run from the history is on show"), qPrintable(why));
 
         // An entry of the version before summaries: its curve stays empty, and the plots say why.
         QVERIFY(QFile::remove(dir.filePath(ids[1] + "/scales.json")));
@@ -2688,10 +2707,16 @@ class UiTest : public QObject {
                     r.width() >= 256 && r.height() >= 256,
                     qPrintable(QString("%1: %2x%3 px").arg(name).arg(r.width()).arg(r.height())));
             }
-            // Docks shrink to what their contents need, not a fixed width.
+            // Docks shrink below their contents' width (the settings column then scrolls
+            // sideways instead of cutting its text); the default layout needs no scrolling.
             auto* left = w.findChild<QDockWidget*>("leftDock");
             QVERIFY(left->minimumWidth() <= 250);
-            QVERIFY(left->width() < 330);
+            auto* scroll = w.findChild<QScrollArea*>("settingsScroll");
+            QVERIFY(scroll && !scroll->horizontalScrollBar()->isVisible());
+            QVERIFY(scroll->horizontalScrollBarPolicy() != Qt::ScrollBarAlwaysOff);
+            const int inspector_min =
+                w.findChild<QDockWidget*>("inspectorDock")->minimumSizeHint().width();
+            QVERIFY2(inspector_min <= 360, qPrintable(QString::number(inspector_min)));
             w.resizeDocks({left}, {300}, Qt::Horizontal);
             QTest::qWait(20);
             left_width = left->width();
