@@ -68,7 +68,6 @@ AttentionGrid::AttentionGrid(QWidget* parent) : QWidget(parent) {
     scale_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
     bar->addWidget(method_);
     bar->addWidget(measure_);
-    bar->addStretch(1);
     auto* look = new QHBoxLayout;
     look->addWidget(axes_);
     look->addWidget(scale_);
@@ -81,7 +80,6 @@ AttentionGrid::AttentionGrid(QWidget* parent) : QWidget(parent) {
     analyze_->setToolTip(
         tr("Run the method with its records and the dense baseline measured per scale, layer and "
            "head (two runs on the worker)"));
-    look->addWidget(analyze_);
     export_ = new QPushButton(tr("Export"), this);
     export_->setObjectName("gridExport");
     auto* menu = new QMenu(export_);
@@ -92,10 +90,17 @@ AttentionGrid::AttentionGrid(QWidget* parent) : QWidget(parent) {
     menu->addAction(tr("Every measure (CSV, as varscope-cli analyze)…"), this,
                     [this] { exportDialog(ExportKind::MeasuresCsv); });
     export_->setMenu(menu);
-    look->addWidget(export_);
+    // The buttons on a row of their own: beside the view's boxes they made the inspector wider
+    // than a 1280-px window leaves it beside the images.
+    auto* actions = new QHBoxLayout;
+    actions->addWidget(analyze_);
+    actions->addWidget(export_);
+    actions->addStretch(1);
     look->addStretch(1);
+    bar->addStretch(1);
     v->addLayout(bar);
     v->addLayout(look);
+    v->addLayout(actions);
     status_ = new QLabel(this);
     status_->setObjectName("gridStatus");
     status_->setWordWrap(true);

@@ -41,6 +41,11 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent) {
 
     connect(filter_, &QLineEdit::textChanged, this, &HistoryPanel::rebuild);
     connect(list_, &QListWidget::itemSelectionChanged, this, &HistoryPanel::updateButtons);
+    // A click, not a selection change: the list rebuilds (and reselects) when a run is added.
+    connect(list_, &QListWidget::itemClicked, this, [this](QListWidgetItem* it) {
+        if (selectedIds() == QStringList{it->data(Qt::UserRole).toString()})
+            emit showRequested(it->data(Qt::UserRole).toString());
+    });
     connect(list_, &QListWidget::itemActivated, this, [this](QListWidgetItem* it) {
         emit restoreRequested(it->data(Qt::UserRole).toString());
     });

@@ -1,6 +1,7 @@
 // The history dock (#37): the finished runs of RunHistory, newest first, with thumbnails and a
-// filter by model or method. Activating a run restores its settings; two selected runs can be
-// compared side by side; runs can be deleted.
+// filter by model or method. A click on a run shows it as kept (images, metrics, plots);
+// activating it restores its settings; two selected runs can be compared side by side; runs can
+// be deleted.
 #pragma once
 
 #include <QWidget>
@@ -23,6 +24,8 @@ class HistoryPanel : public QWidget {
 
   signals:
     void restoreRequested(QString id);
+    // A click on one run (alone in the selection): show it as it was kept.
+    void showRequested(QString id);
     void compareRequested(QString left, QString right);
 
   private:

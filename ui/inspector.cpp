@@ -82,16 +82,19 @@ AttentionInspector::AttentionInspector(QWidget* parent) : QWidget(parent) {
     log_ = new QCheckBox(tr("log"), this);
     log_->setChecked(true);
     log_->setToolTip(tr("log10 of the probabilities (small weights become visible)"));
-    // Two rows: in one the bar was wider than the dock's default width, and the layout cut the
-    // scale box's text ("9: 16×16" read "9: 16×1"). The first row picks the map, the second how
-    // it is drawn.
+    // Three rows: in one the bar was wider than the dock's default width, and the layout cut the
+    // scale box's text ("9: 16×16" read "9: 16×1"); in two the dock needed 410 px, more than a
+    // 1280-px window leaves it beside the images. The first two rows pick the map, the third
+    // how it is drawn.
     auto* look = new QHBoxLayout;
+    auto* where = new QHBoxLayout;
     bar->addWidget(side_);
     bar->addWidget(new QLabel(tr("Scale"), this));
     bar->addWidget(scale_);
-    bar->addWidget(layer_);
-    bar->addWidget(head_);
     bar->addStretch(1);
+    where->addWidget(layer_);
+    where->addWidget(head_);
+    where->addStretch(1);
     look->addWidget(cmap_);
     look->addWidget(log_);
     mask_ = new QCheckBox(tr("Kept by the method"), this);
@@ -104,6 +107,7 @@ AttentionInspector::AttentionInspector(QWidget* parent) : QWidget(parent) {
     look->addWidget(mask_);
     look->addStretch(1);
     v->addLayout(bar);
+    v->addLayout(where);
     v->addLayout(look);
     view_ = new viz::HeatmapView(this);
     view_->setObjectName("attentionView");
@@ -337,11 +341,12 @@ AccelInspector::AccelInspector(const QString& method, const QString& hint, QWidg
     mode_->setCurrentIndex(1);
     cmap_ = colormap_combo(this, viz::Colormap::Viridis);
     // Two rows, as the attention bar: in one, a 480-px dock cut the record kind to
-    // "cs4a_sele". The first row picks the record, the second how it is drawn.
+    // "cs4a_sele". The first row picks the record, the second its slice and how it is drawn
+    // (the slice there keeps the dock narrow enough for a 1280-px window).
     auto* look = new QHBoxLayout;
-    for (QWidget* w : std::initializer_list<QWidget*>{kind_, scale_, layer_, index_})
-        bar->addWidget(w);
+    for (QWidget* w : std::initializer_list<QWidget*>{kind_, scale_, layer_}) bar->addWidget(w);
     bar->addStretch(1);
+    look->addWidget(index_);
     look->addWidget(mode_);
     look->addWidget(cmap_);
     look->addStretch(1);
@@ -765,8 +770,9 @@ void Inspector::setResults(const SideResultPtr& base, const SideResultPtr& accel
     pushState();
 }
 
-void Inspector::setRequest(const Request& r, bool historyPair) {
+void Inspector::setRequest(const Request& r, bool historyPair, bool historyOneRun) {
     state_.history_pair = historyPair;
+    state_.history_one_run = historyPair && historyOneRun;
     state_.accel_config = r.accel;
     state_.run_recorded = r.gen.accel_records;
     state_.attention_layer = r.gen.attention_layer;

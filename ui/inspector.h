@@ -151,8 +151,9 @@ class Inspector : public QTabWidget {
     void setScale(int scale);
     void setRecording(bool on);  // every tab
     // The settings of the run on show (what its accelerators were, whether it recorded);
-    // historyPair: two runs of the history are on show (they keep no records).
-    void setRequest(const Request& r, bool historyPair = false);
+    // historyPair: runs of the history are on show (they keep no records): two, or one run's
+    // both sides (historyOneRun).
+    void setRequest(const Request& r, bool historyPair = false, bool historyOneRun = false);
     // Why there is no accelerated side: "cancelled" or the error ("" once one is on show).
     void setAcceleratedMissing(const QString& why);
     const InspectorRunState& runState() const { return state_; }

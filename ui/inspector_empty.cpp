@@ -317,9 +317,13 @@ QString emptyTabReason(const QString& tab, const InspectorRunState& s, Side side
             "maps or accelerator records, so on CUDA they replay CUDA graphs and time at "
             "full speed.");
     if (s.history_pair && (s.base || s.accel))
-        return tr(
-            "Two runs from the history are on show: the history keeps their images and "
-            "metrics, not their attention maps or records. Restore a run to record them.");
+        return s.history_one_run
+                   ? tr("A run from the history is on show: the history keeps its images, "
+                        "metrics and per-scale summary, not its attention maps or records. "
+                        "Restore the run to record them.")
+                   : tr("Two runs from the history are on show: the history keeps their images, "
+                        "metrics and per-scale summaries, not their attention maps or records. "
+                        "Restore a run to record them.");
     if (tab == "attention") return attentionReason(s, side, scale, layer);
     return recordTabReason(tab, s, scale);
 }

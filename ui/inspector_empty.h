@@ -21,7 +21,8 @@ struct InspectorRunState {
     int64_t attention_layer = -1;  // the layer its attention maps were recorded for
     QString accel_missing;         // why no accelerated side: "cancelled" or the error
     bool has_request = false;      // accel_config / run_recorded are those of a run
-    bool history_pair = false;     // two runs of the history: images and metrics only
+    bool history_pair = false;     // runs of the history: images, metrics, per-scale summaries
+    bool history_one_run = false;  // with history_pair: one run's both sides, not two runs
 };
 
 // tab: "attention", a record tab's method id ("fastvar", "sparvar", "lazyvar", "ams_kv", "mar",

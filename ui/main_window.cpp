@@ -20,6 +20,7 @@
 #include <QMimeData>
 #include <QProgressBar>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
 #include <QStandardPaths>
 #include <QStatusBar>
@@ -27,6 +28,7 @@
 #include <QTableView>
 #include <QToolBar>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "core/io/json_read.h"
 #include "ui/attention_grid.h"
@@ -82,11 +84,13 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     auto* scroll = new QScrollArea(this);
     scroll->setWidget(left);
     scroll->setWidgetResizable(true);
-    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    // Narrower than its contents (the dock shrinks for the images), the column scrolls
+    // sideways instead of cutting its text.
+    scroll->setObjectName("settingsScroll");
     auto* left_dock = new QDockWidget(tr("Model and accelerators"), this);
     left_dock->setObjectName("leftDock");
     left_dock->setWidget(scroll);
-    left_dock->setMinimumWidth(330);
+    left_dock->setMinimumWidth(240);  // shrinkable: the images need the width more
     addDockWidget(Qt::LeftDockWidgetArea, left_dock);
 
     inspector_ = new Inspector(this);
@@ -125,26 +129,69 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
                 tr("Cannot restore that run: %1").arg(QString::fromUtf8(ex.what())), 6000);
         }
     });
+    connect(history_panel_, &HistoryPanel::showRequested, this, [this](const QString& id) {
+        QString note;
+        const auto [base, accel] = history_->storedRun(id, &note);
+        const HistoryEntry* e = history_->find(id);
+        if (!base || !e) return;
+        Request req;
+        try {
+            req = Request::from_json(e->settings);
+        } catch (const std::exception&) {
+        }
+        // Its two sides ran together: the metrics line's speedup is the run's own.
+        RunPair pair;
+        pair.one_run = true;
+        const QString when = e->time.toString("yyyy-MM-dd HH:mm:ss");
+        pair.left_label =
+            tr("Baseline · run of %1 · %2 ms").arg(when).arg(base->run.total_ms, 0, 'f', 1);
+        if (accel)
+            pair.right_label = tr("%1 · run of %2 · %3 ms")
+                                   .arg(e->methods, when)
+                                   .arg(accel->run.total_ms, 0, 'f', 1);
+        pair.note = note;
+        results_->setPair(base, accel, req, pair);
+        if (!note.isEmpty()) statusBar()->showMessage(note, 8000);
+    });
     connect(history_panel_, &HistoryPanel::compareRequested, this,
             [this](const QString& left, const QString& right) {
-                const SideResultPtr l = history_->sideResult(left, Side::Baseline);
-                const SideResultPtr r = history_->sideResult(right, Side::Accelerated);
+                QString left_note, right_note;
+                const SideResultPtr l = history_->sideResult(left, Side::Baseline, &left_note);
+                const SideResultPtr r = history_->sideResult(right, Side::Accelerated, &right_note);
                 if (!l || !r) return;
                 Request req;
                 try {
                     req = Request::from_json(history_->find(left)->settings);
                 } catch (const std::exception&) {
                 }
-                // Neither side is a baseline: the captions name the runs.
-                auto label = [this](const QString& id, const SideResultPtr& side) {
-                    const HistoryEntry* e = history_->find(id);
-                    return tr("Run of %1 · seed %2 · %3 · %4 ms")
-                        .arg(e->time.toString("HH:mm:ss"))
+                // Neither side is a baseline: the captions and the plots name the runs, A
+                // (left) and B (right), as the metrics line's ratio of their times does.
+                const HistoryEntry* a = history_->find(left);
+                const HistoryEntry* b = history_->find(right);
+                auto label = [this](const QString& ab, const HistoryEntry* e,
+                                    const SideResultPtr& side) {
+                    return tr("%1 · run of %2 · seed %3 · %4 · %5 ms")
+                        .arg(ab, e->time.toString("yyyy-MM-dd HH:mm:ss"))
                         .arg(e->settings.value("seed", uint64_t(0)))
                         .arg(e->methods)
                         .arg(side->run.total_ms, 0, 'f', 1);
                 };
-                results_->setPair(l, r, req, label(left, l), label(right, r));
+                auto name = [](const QString& ab, const HistoryEntry* e) {
+                    return tr("%1 (%2)").arg(ab, e->time.toString("HH:mm:ss"));
+                };
+                RunPair pair;
+                pair.left_label = label("A", a, l);
+                pair.right_label = label("B", b, r);
+                pair.left_name = name("A", a);
+                pair.right_name = name("B", b);
+                pair.left_time = a->time;
+                pair.right_time = b->time;
+                QStringList notes;
+                if (!left_note.isEmpty()) notes << tr("Run A: %1").arg(left_note);
+                if (!right_note.isEmpty()) notes << tr("Run B: %1").arg(right_note);
+                pair.note = notes.join('\n');
+                results_->setPair(l, r, req, pair);
+                if (!pair.note.isEmpty()) statusBar()->showMessage(notes.join(" · "), 8000);
             });
 
     plots_ = new PlotsPanel(this);
@@ -559,11 +606,13 @@ void MainWindow::submitAnalysis(Job job) {
 
 void MainWindow::showResults() {
     const auto base = results_->baseline(), accel = results_->accelerated();
-    inspector_->setRequest(results_->request(), !results_->label(Side::Baseline).isEmpty());
+    inspector_->setRequest(results_->request(), !results_->label(Side::Baseline).isEmpty(),
+                           results_->pair().one_run);
     inspector_->setResults(base, accel);
     inspector_->setRun(results_->empty() ? std::nullopt
                                          : std::optional<Request>(results_->request()));
-    plots_->setResults(base, accel);
+    const RunPair& pair = results_->pair();
+    plots_->setResults(base, accel, pair.left_name, pair.right_name, pair.note);
     metrics_->setResults(base, accel);
     status_model_->setDetails(base ? QString::fromStdString(results_->request().to_json().dump(2))
                                    : QString());
@@ -908,16 +957,30 @@ void MainWindow::readSettings() {
         }
     }
     if (!restoreGeometry(s.value("geometry").toByteArray())) resize(1560, 980);
-    if (!restoreState(s.value("windowState").toByteArray())) {
-        // First start: images large, plots a strip at the bottom.
-        QTimer::singleShot(0, this, [this] {
-            for (auto* d : findChildren<QDockWidget*>()) {
-                if (d->objectName() == "leftDock") resizeDocks({d}, {370}, Qt::Horizontal);
-                if (d->objectName() == "inspectorDock") resizeDocks({d}, {620}, Qt::Horizontal);
-                if (d->objectName() == "plotsDock")
-                    resizeDocks({d}, {std::max(280, height() * 3 / 10)}, Qt::Vertical);
-            }
-        });
+    // First start: the default layout once the window has its size (a saved one restores the
+    // docks' sizes as the user left them).
+    if (!restoreState(s.value("windowState").toByteArray()))
+        QTimer::singleShot(0, this, &MainWindow::applyDefaultLayout);
+}
+
+void MainWindow::applyDefaultLayout() {
+    // The images get the space: at 1280x800 each of the two is at least 256 px wide and high
+    // (a 64x64 emoji at 4x). The side docks share what is left (the inspector up to 620 px on
+    // wide windows), the plots a strip at the bottom.
+    constexpr int kCentreWidth = 600;
+    // The settings column as wide as its contents need (no sideways scrolling), at most 370 px.
+    int left_w = std::clamp(width() * 21 / 100, 250, 370);
+    if (auto* scroll = findChild<QScrollArea*>("settingsScroll"))
+        left_w = std::clamp(scroll->widget()->minimumSizeHint().width() +
+                                scroll->verticalScrollBar()->sizeHint().width() +
+                                2 * scroll->frameWidth(),
+                            left_w, 370);
+    const int inspector_w = std::clamp(width() - left_w - kCentreWidth, 300, 620);
+    const int plots_h = std::max(200, height() * 28 / 100);
+    for (auto* d : findChildren<QDockWidget*>()) {
+        if (d->objectName() == "leftDock") resizeDocks({d}, {left_w}, Qt::Horizontal);
+        if (d->objectName() == "inspectorDock") resizeDocks({d}, {inspector_w}, Qt::Horizontal);
+        if (d->objectName() == "plotsDock") resizeDocks({d}, {plots_h}, Qt::Vertical);
     }
 }
 

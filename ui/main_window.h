@@ -60,6 +60,10 @@ class MainWindow : public QMainWindow {
     // Reads the settings embedded in a VARScope PNG and applies them.
     bool restoreFromPng(const QString& path, QString* error);
 
+    // The docks' sizes of a first start (no saved window state), from the window's size: the
+    // images get the space (at 1280x800 each image at least 256 px).
+    void applyDefaultLayout();
+
     ModelPanel* modelPanel() const { return model_panel_; }
     MethodPanel* methodPanel() const { return method_panel_; }
     ComparisonView* comparison() const { return comparison_; }

@@ -1,6 +1,7 @@
 #include "ui/metrics_model.h"
 
 #include <QStringList>
+#include <algorithm>
 
 #include "core/accel/probe_kinds.h"
 
@@ -52,31 +53,29 @@ void MetricsModel::setResults(const SideResultPtr& base, const SideResultPtr& ac
     beginResetModel();
     rows_.clear();
     if (base) {
-        const auto bkv = kv_bytes_per_scale(base->run);
-        const auto akv = accel ? kv_bytes_per_scale(accel->run) : std::vector<double>{};
-        for (size_t i = 0; i < base->run.scales.size(); ++i) {
-            const auto& b = base->run.scales[i];
+        // Times, KV bytes and FLOPs from the summaries (a history run keeps only those);
+        // agreement from the tokens, which live runs have.
+        const auto bs = scale_summary_of(*base);
+        const auto as = accel ? scale_summary_of(*accel) : std::vector<ScaleSummary>{};
+        for (size_t i = 0; i < bs.size(); ++i) {
             ScaleMetrics m;
-            m.scale = int(b.scale);
-            m.patch_num = int(b.patch_num);
-            m.base_ms = b.millis;
-            m.base_kv = bkv[i];
-            m.base_flops = b.attention_flops;
-            if (accel && i < accel->run.scales.size()) {
-                const auto& a = accel->run.scales[i];
-                m.accel_ms = a.millis;
-                m.accel_kv = i < akv.size() ? akv[i] : 0;
-                m.accel_flops = a.attention_flops;
-                if (!a.tokens.empty() && a.tokens.size() == b.tokens.size()) {
-                    size_t same = 0, pruned = 0;
-                    for (size_t t = 0; t < a.tokens.size(); ++t) {
-                        same += a.tokens[t] == b.tokens[t];
-                        pruned += a.tokens[t] < 0;
-                    }
-                    m.agreement = double(same) / double(a.tokens.size());
-                    m.pruned = double(pruned) / double(a.tokens.size());
-                } else if (a.skipped) {
-                    m.pruned = 1.0;
+            m.scale = int(bs[i].scale);
+            m.patch_num = int(bs[i].patch_num);
+            m.base_ms = bs[i].millis;
+            m.base_kv = bs[i].kv_bytes;
+            m.base_flops = bs[i].attention_flops;
+            if (i < as.size()) {
+                m.accel_ms = as[i].millis;
+                m.accel_kv = as[i].kv_bytes;
+                m.accel_flops = as[i].attention_flops;
+                m.pruned = std::max(0.0, as[i].pruned);
+                const bool tokens = i < base->run.scales.size() && i < accel->run.scales.size();
+                const auto* a = tokens ? &accel->run.scales[i].tokens : nullptr;
+                const auto* b = tokens ? &base->run.scales[i].tokens : nullptr;
+                if (a && !a->empty() && a->size() == b->size()) {
+                    size_t same = 0;
+                    for (size_t t = 0; t < a->size(); ++t) same += (*a)[t] == (*b)[t];
+                    m.agreement = double(same) / double(a->size());
                 }
             }
             rows_.push_back(m);

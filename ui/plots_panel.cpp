@@ -17,7 +17,6 @@
 
 #include "core/accel/probe_kinds.h"
 #include "ui/engine/engine.h"
-#include "ui/metrics_model.h"
 #include "visualization/float_grid.h"
 
 namespace varscope::gui {
@@ -105,6 +104,11 @@ void set_series(QCustomPlot* p, int graph, const QString& name, const QColor& c,
 
 PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     auto* v = new QVBoxLayout(this);
+    note_ = new QLabel(this);
+    note_->setObjectName("plotsNote");
+    note_->setWordWrap(true);
+    note_->hide();
+    v->addWidget(note_);
     auto* grid = new QGridLayout;
     latency_ = make_plot(this, tr("Latency per scale"), tr("scale"), tr("ms"));
     latency_->setObjectName("latencyPlot");
@@ -270,33 +274,46 @@ std::vector<double> PlotsPanel::sweepValues() const {
     return v;
 }
 
-void PlotsPanel::setResults(const SideResultPtr& base, const SideResultPtr& accel) {
-    QVector<double> xs, bms, ams, bcum, acum, bkv, akv;
-    if (base) {
-        const auto bk = kv_bytes_per_scale(base->run);
-        const auto ak = accel ? kv_bytes_per_scale(accel->run) : std::vector<double>{};
-        double bc = 0, ac = 0;
-        for (size_t i = 0; i < base->run.scales.size(); ++i) {
+QString PlotsPanel::note() const {
+    return note_->text();
+}
+
+void PlotsPanel::setResults(const SideResultPtr& base, const SideResultPtr& accel,
+                            const QString& baseName, const QString& accelName,
+                            const QString& note) {
+    note_->setText(note);
+    note_->setVisible(!note.isEmpty());
+    // The accelerated series needs a baseline to compare with, and is the baseline again when
+    // no accelerator ran.
+    const std::vector<ScaleSummary> bs =
+        base ? scale_summary_of(*base) : std::vector<ScaleSummary>{};
+    const std::vector<ScaleSummary> as = base && accel && !accel->same_as_baseline
+                                             ? scale_summary_of(*accel)
+                                             : std::vector<ScaleSummary>{};
+    // Two runs of the history may be of models with other scale counts: each series its own.
+    auto series = [](const std::vector<ScaleSummary>& rows, QVector<double>& xs,
+                     QVector<double>& ms, QVector<double>& cum, QVector<double>& kv) {
+        double c = 0;
+        for (size_t i = 0; i < rows.size(); ++i) {
             xs << double(i);
-            bms << base->run.scales[i].millis;
-            bc += base->run.scales[i].millis;
-            bcum << bc;
-            bkv << bk[i] / double(1 << 20);
-            if (accel && !accel->same_as_baseline && i < accel->run.scales.size()) {
-                ams << accel->run.scales[i].millis;
-                ac += accel->run.scales[i].millis;
-                acum << ac;
-                akv << (i < ak.size() ? ak[i] : 0) / double(1 << 20);
-            }
+            ms << rows[i].millis;
+            c += rows[i].millis;
+            cum << c;
+            kv << rows[i].kv_bytes / double(1 << 20);
         }
-    }
-    const QVector<double> axs = xs.mid(0, ams.size());
+    };
+    QVector<double> bxs, bms, bcum, bkv, axs, ams, acum, akv;
+    series(bs, bxs, bms, bcum, bkv);
+    series(as, axs, ams, acum, akv);
+    const QString bname = baseName.isEmpty() ? tr("baseline") : baseName;
+    const QString aname = accelName.isEmpty() ? tr("accelerated") : accelName;
+    const double n = double(std::max(bs.size(), as.size()));
     for (auto [plot, b, a] : {std::tuple{latency_, bms, ams}, std::tuple{cumulative_, bcum, acum},
                               std::tuple{kv_, bkv, akv}}) {
-        set_series(plot, 0, tr("baseline"), kBase, xs, b);
-        set_series(plot, 1, tr("accelerated"), kAccel, axs, a);
+        set_series(plot, 0, bname, kBase, bxs, b);
+        set_series(plot, 1, aname, kAccel, axs, a);
         plot->rescaleAxes();
-        plot->xAxis->setRange(-0.5, std::max<double>(1, xs.size()) - 0.5);
+        plot->xAxis->setRange(-0.5, std::max(1.0, n) - 0.5);
         plot->yAxis->setRangeLower(0);
         plot->yAxis->setRangeUpper(plot->yAxis->range().upper * 1.1 + 1e-9);
         plot->graph(1)->setVisible(!a.isEmpty());

@@ -31,12 +31,20 @@ class PlotsPanel : public QWidget {
     Q_OBJECT
   public:
     explicit PlotsPanel(QWidget* parent = nullptr);
-    void setResults(const SideResultPtr& base, const SideResultPtr& accel);
+    // The per-scale series of both sides (scale_summary_of: a history run's stored summary).
+    // The names label the series (two runs of the history: which run each is); note: a line
+    // over the plots (e.g. why an entry has no per-scale records), hidden when empty.
+    void setResults(const SideResultPtr& base, const SideResultPtr& accel,
+                    const QString& baseName = {}, const QString& accelName = {},
+                    const QString& note = {});
+    QString note() const;
     void clearSweep();
     void addSweepPoint(const SweepPoint& p);
     void setSweepRunning(bool running);
     const std::vector<SweepPoint>& sweep() const { return sweep_; }
     QCustomPlot* latencyPlot() const { return latency_; }
+    QCustomPlot* cumulativePlot() const { return cumulative_; }
+    QCustomPlot* kvPlot() const { return kv_; }
     QCustomPlot* sweepPlot() const { return sweep_plot_; }
     std::vector<double> sweepValues() const;  // from the range controls
     void setFamily(Family f);  // axis names, the family's plots and sweepable methods
@@ -70,6 +78,7 @@ class PlotsPanel : public QWidget {
     QSpinBox* steps_;
     QPushButton* run_;
     QLabel* sweep_status_;
+    QLabel* note_;
     std::vector<SweepPoint> sweep_;
 };
 

@@ -16,6 +16,20 @@ QString bytes_text(int64_t b) {
 QString ComparisonMetrics::text() const {
     if (!valid) return {};
     const QString p = std::isinf(psnr) ? QStringLiteral("∞") : QString::number(psnr, 'f', 2);
+    if (run_a.isValid() && run_b.isValid()) {
+        // Two runs made apart (other moments, maybe other loads of the machine): the ratio of
+        // their times, with both times, not a speedup measured side by side.
+        const QString format = run_a.date() == run_b.date() ? "HH:mm:ss" : "yyyy-MM-dd HH:mm:ss";
+        return QObject::tr(
+                   "PSNR %1 dB · SSIM %2 · time A / time B = %3× (A %4 ms, B %5 ms; runs of "
+                   "%6, %7; not measured side by side)")
+            .arg(p)
+            .arg(ssim, 0, 'f', 4)
+            .arg(speedup, 0, 'f', 2)
+            .arg(base_ms, 0, 'f', 1)
+            .arg(accel_ms, 0, 'f', 1)
+            .arg(run_a.toString("yyyy-MM-dd HH:mm:ss"), run_b.toString(format));
+    }
     QString t = QObject::tr("PSNR %1 dB · SSIM %2 · speedup %3× (%4 → %5 ms)")
                     .arg(p)
                     .arg(ssim, 0, 'f', 4)
@@ -63,6 +77,11 @@ QString ComparisonMetrics::toolTip() const {
             "attention maps and accelerator records inside the steps, which a replay cannot "
             "(AMS-KV's included). At batch 1 graphs are 2-3x faster; the sweep "
             "records nothing and times with graphs where the method allows.");
+    if (run_a.isValid() && run_b.isValid())
+        t += QObject::tr(
+            "\nA and B are two runs of the history, each timed in its own run: the ratio of "
+            "their times is not a speedup measured side by side (other moments, maybe another "
+            "load on the machine or another model).");
     if (matched_eager)
         t += QObject::tr(
             "\nOne side could not run as CUDA graphs, so the other ran again eagerly: both "
@@ -76,8 +95,7 @@ QString ComparisonMetrics::toolTip() const {
 
 void ResultsModel::setSide(const SideResultPtr& result, const Request& r) {
     if (!result) return;
-    base_label_.clear();  // a run's sides again, not a pair of history runs
-    accel_label_.clear();
+    pair_ = {};  // a run's sides again, not a pair of history runs
     const std::string key = r.gen.baseline_key(r.model.key());
     if (result->side == Side::Baseline) {
         base_ = result;
@@ -93,11 +111,10 @@ void ResultsModel::setSide(const SideResultPtr& result, const Request& r) {
 }
 
 void ResultsModel::setPair(const SideResultPtr& left, const SideResultPtr& right, const Request& r,
-                           const QString& leftLabel, const QString& rightLabel) {
+                           const RunPair& pair) {
     base_ = left;
     accel_ = right;
-    base_label_ = leftLabel;
-    accel_label_ = rightLabel;
+    pair_ = pair;
     base_key_ = accel_key_ = r.gen.baseline_key(r.model.key());
     request_ = r;
     update();
@@ -111,8 +128,7 @@ void ResultsModel::clearSide(Side side) {
 void ResultsModel::clear() {
     base_.reset();
     accel_.reset();
-    base_label_.clear();
-    accel_label_.clear();
+    pair_ = {};
     update();
 }
 
@@ -140,6 +156,8 @@ void ResultsModel::update() {
         metrics_.base_graphs = base_->run.cuda_graphs;
         metrics_.accel_graphs = accel_->run.cuda_graphs;
         metrics_.matched_eager = base_->matched_eager || accel_->matched_eager;
+        metrics_.run_a = pair_.left_time;
+        metrics_.run_b = pair_.right_time;
         const viz::FloatGrid d = viz::image_difference(base_->image, accel_->image);
         diff_image_ = viz::render_heatmap(d, viz::Colormap::Magma, {0.f, kDiffMax});
         diff_mean_ = d.mean();

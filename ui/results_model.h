@@ -4,6 +4,7 @@
 // the results back from a widget.
 #pragma once
 
+#include <QDateTime>
 #include <QImage>
 #include <QObject>
 
@@ -23,6 +24,9 @@ struct ComparisonMetrics {
     // On CUDA: whether each side's steps ran as CUDA graph replays (graphs are 2-3x faster at
     // batch 1, so times compare only alike), and whether one side ran again eagerly to match.
     bool cuda = false, base_graphs = false, accel_graphs = false, matched_eager = false;
+    // Two runs of the history (A left, B right), each timed in its own run: when they ran. Both
+    // valid: the line gives the ratio of their times for what it is, not a speedup.
+    QDateTime run_a, run_b;
     QString text() const;     // one line for the UI and figure notes
     QString toolTip() const;  // what the times count and what they leave out
 };
@@ -30,6 +34,18 @@ struct ComparisonMetrics {
 // Whether a run's SparVAR records say CSLA ran on the reference instead of the CUDA kernel
 // (record "sparvar/csla_token_mask", value cuda_kernels 0).
 bool ranSparVarReference(const RunOutput& run);
+
+// Runs of the history on show (ResultsModel::setPair): two runs side by side, or one run's
+// baseline and accelerated sides (one_run). How the captions and the plots' series name them,
+// when each ran (two runs: their times are not compared as a speedup) and a note for the plots
+// (e.g. an entry without per-scale records).
+struct RunPair {
+    QString left_label, right_label;  // the images' captions
+    QString left_name, right_name;    // the plots' series ("": baseline / accelerated)
+    QDateTime left_time, right_time;  // two runs: when each ran (invalid for one run)
+    QString note;
+    bool one_run = false;
+};
 
 class ResultsModel : public QObject {
     Q_OBJECT
@@ -43,13 +59,16 @@ class ResultsModel : public QObject {
     void setSide(const SideResultPtr& result, const Request& r);
     // Two results side by side whatever their settings (two runs of the history): `left` on the
     // baseline side, `right` on the accelerated side; r names them in exports (the left run's).
-    // The labels name the runs in the captions (neither is a baseline).
+    // The pair's labels name the runs in the captions (neither is a baseline).
     void setPair(const SideResultPtr& left, const SideResultPtr& right, const Request& r,
-                 const QString& leftLabel = {}, const QString& rightLabel = {});
+                 const RunPair& pair = {});
     // What a side's caption says instead of "Baseline" / the methods ("" but in a pair of runs).
-    QString label(Side s) const { return s == Side::Baseline ? base_label_ : accel_label_; }
-    void clearSide(Side side);  // the side failed or was cancelled
-    void clear();               // nothing on show (another model or family)
+    QString label(Side s) const {
+        return s == Side::Baseline ? pair_.left_label : pair_.right_label;
+    }
+    const RunPair& pair() const { return pair_; }  // empty unless two runs of the history
+    void clearSide(Side side);                     // the side failed or was cancelled
+    void clear();                                  // nothing on show (another model or family)
 
     SideResultPtr baseline() const { return base_; }
     SideResultPtr accelerated() const { return accel_; }
@@ -69,7 +88,7 @@ class ResultsModel : public QObject {
     void update();  // metrics and difference of the pair, then changed()
 
     SideResultPtr base_, accel_;
-    QString base_label_, accel_label_;  // a pair of history runs (setPair)
+    RunPair pair_;  // a pair of history runs (setPair)
     Request request_;
     // The baseline settings each side was made with (GenerationSettings::baseline_key).
     std::string base_key_, accel_key_;

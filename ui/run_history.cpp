@@ -5,6 +5,7 @@
 #include <QFileInfo>
 #include <QSaveFile>
 #include <cmath>
+#include <stdexcept>
 
 #include "visualization/figure.h"
 
@@ -169,6 +170,10 @@ QString RunHistory::add(const ResultsModel& results, QString* error) {
         kThumbSide, kThumbSide, Qt::KeepAspectRatio,
         // Upscaled pixel art stays sharp; large images shrink smoothly.
         shown.width() < kThumbSide ? Qt::FastTransformation : Qt::SmoothTransformation);
+    // The per-scale summary of both sides: the plots of this run after a restart.
+    const nlohmann::json scales = scales_to_json(
+        summarize_scales(base->run),
+        e.has_accelerated ? summarize_scales(accel->run) : std::vector<ScaleSummary>{});
     QString err;
     bool ok = viz::write_image(base->image, t.filePath("baseline.png"), text, &err) &&
               (!e.has_accelerated ||
@@ -177,7 +182,9 @@ QString RunHistory::add(const ResultsModel& results, QString* error) {
               viz::write_text_file(t.filePath("settings.json"),
                                    QByteArray::fromStdString(e.settings.dump(2)), &err) &&
               viz::write_text_file(t.filePath("metrics.json"),
-                                   QByteArray::fromStdString(e.metrics.dump(2)), &err);
+                                   QByteArray::fromStdString(e.metrics.dump(2)), &err) &&
+              viz::write_text_file(t.filePath("scales.json"),
+                                   QByteArray::fromStdString(scales.dump(1)), &err);
     // Complete: the entry appears under its final name in one step.
     if (ok && !d.rename(id + ".tmp", id)) {
         ok = false;
@@ -216,21 +223,65 @@ QImage RunHistory::thumbnail(const QString& id) const {
     return QImage(QDir(QDir(dir_).filePath(id)).filePath("thumb.png"));
 }
 
-SideResultPtr RunHistory::sideResult(const QString& id, Side shown_as) const {
-    const HistoryEntry* e = find(id);
-    if (!e) return nullptr;
-    const QImage img = image(id, e->has_accelerated ? Side::Accelerated : Side::Baseline);
+std::vector<ScaleSummary> RunHistory::scales(const QString& id, Side side, QString* note) const {
+    if (note) note->clear();
+    QFile f(QDir(QDir(dir_).filePath(id)).filePath("scales.json"));
+    if (!f.exists()) {
+        if (note) *note = tr("no per-scale records in this entry (saved by an older version)");
+        return {};
+    }
+    try {
+        if (!f.open(QIODevice::ReadOnly)) throw std::runtime_error(f.errorString().toStdString());
+        const auto j = nlohmann::json::parse(f.readAll().toStdString());
+        auto rows = scales_from_json(j, side == Side::Baseline ? "baseline" : "accelerated",
+                                     f.fileName().toStdString());
+        if (rows.empty() && note) *note = tr("no per-scale records of this side in this entry");
+        return rows;
+    } catch (const std::exception& ex) {
+        if (note)
+            *note = tr("the per-scale records of this entry are unreadable: %1")
+                        .arg(QString::fromUtf8(ex.what()));
+        return {};
+    }
+}
+
+SideResultPtr RunHistory::loadSide(const HistoryEntry& e, Side stored, Side shown_as,
+                                   QString* note) const {
+    const QImage img = image(e.id, stored);
     if (img.isNull()) return nullptr;
+    const bool accelerated = stored == Side::Accelerated;
     auto r = std::make_shared<SideResult>();
     r->side = shown_as;
-    r->accelerated = e->has_accelerated && shown_as == Side::Accelerated;
+    r->accelerated = accelerated && shown_as == Side::Accelerated;
     r->image = img.convertToFormat(QImage::Format_RGB888);
     r->run.image = rgb_of(img);
     r->run.family = family_from_id(
-        e->settings.value("model", nlohmann::json::object()).value("family", std::string("var")));
-    r->run.total_ms = e->metrics.value(e->has_accelerated ? "accelerated_ms" : "baseline_ms", 0.0);
-    r->run.accel_summary = e->methods.toStdString();
+        e.settings.value("model", nlohmann::json::object()).value("family", std::string("var")));
+    r->run.total_ms = e.metrics.value(accelerated ? "accelerated_ms" : "baseline_ms", 0.0);
+    r->run.accel_summary = accelerated ? e.methods.toStdString() : std::string("baseline");
+    r->stored_scales = scales(e.id, stored, note);
     return r;
+}
+
+SideResultPtr RunHistory::sideResult(const QString& id, Side shown_as, QString* note) const {
+    const HistoryEntry* e = find(id);
+    if (!e) return nullptr;
+    return loadSide(*e, e->has_accelerated ? Side::Accelerated : Side::Baseline, shown_as, note);
+}
+
+std::pair<SideResultPtr, SideResultPtr> RunHistory::storedRun(const QString& id,
+                                                              QString* note) const {
+    const HistoryEntry* e = find(id);
+    if (!e) return {};
+    SideResultPtr base = loadSide(*e, Side::Baseline, Side::Baseline, note);
+    SideResultPtr accel;
+    if (e->has_accelerated) {
+        QString accel_note;
+        accel = loadSide(*e, Side::Accelerated, Side::Accelerated, note ? &accel_note : nullptr);
+        if (note && note->isEmpty()) *note = accel_note;
+        if (!accel) base.reset();  // half a run: nothing
+    }
+    return {base, accel};
 }
 
 }  // namespace varscope::gui

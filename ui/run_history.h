@@ -1,5 +1,6 @@
 // The history of finished runs (#37), on disk: one folder per run (settings.json, metrics.json,
-// baseline.png, accelerated.png, thumb.png; the PNGs carry the settings chunk of an export) and
+// scales.json: the per-scale summary of both sides, baseline.png, accelerated.png, thumb.png;
+// the PNGs carry the settings chunk of an export) and
 // index.json listing them newest first. A run is written into "<id>.tmp" and renamed when
 // complete, the index through QSaveFile, so a crash leaves either the whole entry or none; the
 // oldest entries go beyond maxEntries(). Built on the results model's view of a run.
@@ -10,6 +11,7 @@
 #include <QObject>
 #include <QVector>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "ui/results_model.h"
 
@@ -46,14 +48,24 @@ class RunHistory : public QObject {
     QImage image(const QString& id, Side side) const;
     QImage thumbnail(const QString& id) const;
     // The run's result (its accelerated image, or the baseline where none ran) as a SideResult
-    // shown on side `shown_as`, with its time (no per-scale records): two runs of the history
-    // side by side. Null when the image is missing.
-    SideResultPtr sideResult(const QString& id, Side shown_as) const;
+    // shown on side `shown_as`, with its time and stored per-scale summary (stored_scales; no
+    // tokens, maps or records): two runs of the history side by side. Null when the image is
+    // missing. *note: why the summary is empty (an entry saved by an older version, or an
+    // unreadable scales.json), else "".
+    SideResultPtr sideResult(const QString& id, Side shown_as, QString* note = nullptr) const;
+    // Both sides of a run as kept (the accelerated side null where none ran), each with its time
+    // and per-scale summary; *note as above. {null, null} when the images are missing.
+    std::pair<SideResultPtr, SideResultPtr> storedRun(const QString& id,
+                                                      QString* note = nullptr) const;
+    // The stored per-scale summary of one side of a run; empty + *note (as above) when none.
+    std::vector<ScaleSummary> scales(const QString& id, Side side, QString* note = nullptr) const;
 
   signals:
     void changed();
 
   private:
+    // The kept side `stored` of entry e shown on side `shown_as`.
+    SideResultPtr loadSide(const HistoryEntry& e, Side stored, Side shown_as, QString* note) const;
     void load();
     bool writeIndex(QString* error);
     void prune();

@@ -85,6 +85,10 @@ QImage to_qimage(const RgbImage& img) {
         .copy();
 }
 
+std::vector<ScaleSummary> scale_summary_of(const SideResult& r) {
+    return r.stored_scales.empty() ? summarize_scales(r.run) : r.stored_scales;
+}
+
 std::optional<Side> sideToRunAgainEagerly(const RunOutput& base, const RunOutput& accel) {
     if (base.cuda_graphs == accel.cuda_graphs) return std::nullopt;
     return base.cuda_graphs ? Side::Baseline : Side::Accelerated;

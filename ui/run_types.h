@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "ui/engine/engine.h"
+#include "ui/scale_summary.h"
 
 namespace varscope::gui {
 
@@ -51,8 +52,14 @@ struct SideResult {
     // Ran again without CUDA graphs because the other side could not use them (times compare
     // only alike).
     bool matched_eager = false;
+    // A run of the history: its stored per-scale summary (run.scales keeps the times, not the
+    // tokens and records). Empty for a live run, and for an entry saved before summaries.
+    std::vector<ScaleSummary> stored_scales;
 };
 using SideResultPtr = std::shared_ptr<const SideResult>;
+
+// What the plots and the per-scale table draw of a side: its stored summary, else its run's.
+std::vector<ScaleSummary> scale_summary_of(const SideResult& r);
 
 // Times compare only between runs made the same way. When one side of a comparison replayed CUDA
 // graphs and the other ran eagerly, the graphed side is to run again eagerly: which one (none

@@ -41,6 +41,7 @@ class ImageCanvas : public QWidget {
 
     QSize sizeHint() const override { return {320, 340}; }
     QSize minimumSizeHint() const override { return {120, 120}; }
+    QRectF imageRect() const;  // where the image is painted at the current zoom / pan
 
   protected:
     void paintEvent(QPaintEvent*) override;
@@ -50,7 +51,6 @@ class ImageCanvas : public QWidget {
     void mouseDoubleClickEvent(QMouseEvent*) override;
 
   private:
-    QRectF imageRect() const;  // where the image is painted at the current zoom / pan
     QRectF viewArea() const;
 
     QImage image_;

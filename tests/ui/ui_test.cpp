@@ -4,6 +4,7 @@
 #include <qcustomplot.h>
 
 #include <QCheckBox>
+#include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QImageReader>
@@ -14,6 +15,8 @@
 #include <QMenu>
 #include <QMenuBar>
 #include <QPushButton>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSignalSpy>
 #include <QSlider>
 #include <QSpinBox>
@@ -110,6 +113,30 @@ QImage noise_image(int w, int h, unsigned seed) {
             img.setPixel(c, y, qRgb(int(x >> 24), int((x >> 16) & 255), int((x >> 8) & 255)));
         }
     return img;
+}
+
+// A side with per-scale times, FLOPs, tokens (some pruned) and its KV size: what a live run
+// hands the history.
+std::shared_ptr<SideResult> scaled_side(Side s, int shade, double scale_ms) {
+    auto r = std::make_shared<SideResult>();
+    r->side = s;
+    r->accelerated = s == Side::Accelerated;
+    r->run.image = {64, 64, std::vector<uint8_t>(64 * 64 * 3, uint8_t(shade))};
+    r->image = to_qimage(r->run.image);
+    r->run.accel_summary = s == Side::Accelerated ? "FastVAR" : "baseline";
+    r->run.kv_bytes = 3000 + shade;
+    for (int i = 0; i < 4; ++i) {
+        ScaleOutput o;
+        o.scale = i;
+        o.patch_num = i + 1;
+        o.millis = scale_ms * (i + 1) + 0.125 * shade;
+        o.attention_flops = 1e6 * (i + 1) * (i + 1) + shade;
+        o.tokens.assign(size_t((i + 1) * (i + 1)), 5);
+        if (s == Side::Accelerated && i == 3) std::fill_n(o.tokens.begin(), 6, -1);
+        r->run.scales.push_back(o);
+        r->run.total_ms += o.millis;
+    }
+    return r;
 }
 
 }  // namespace
@@ -2463,6 +2490,252 @@ class UiTest : public QObject {
         // The filter keeps runs of a model or method.
         w.historyPanel()->findChild<QLineEdit*>("historyFilter")->setText("no such method");
         QCOMPARE(list->count(), 0);
+    }
+
+    // --- per-scale summaries in the history, the two-run ratio, the layout (#37) --------------
+    // Write, restart (a new store on the same folder), read: the same numbers; an entry of an
+    // older version (no scales.json) and a newer format say so instead of failing.
+    void historyKeepsThePerScaleSummary() {
+        QTemporaryDir dir;
+        ResultsModel results;
+        const Request req = tiny_request();
+        const auto base = scaled_side(Side::Baseline, 100, 5.0);
+        const auto accel = scaled_side(Side::Accelerated, 104, 2.5);
+        results.setSide(base, req);
+        results.setSide(accel, req);
+        QString id;
+        {
+            RunHistory h(dir.path());
+            id = h.add(results);
+            QVERIFY(!id.isEmpty());
+            QVERIFY(QFile::exists(dir.filePath(id + "/scales.json")));
+        }
+        RunHistory h(dir.path());  // a restart
+        QString note = "unset";
+        const auto bs = h.scales(id, Side::Baseline, &note);
+        QVERIFY(note.isEmpty());
+        const auto as = h.scales(id, Side::Accelerated);
+        QCOMPARE(bs.size(), size_t(4));
+        QVERIFY(bs == summarize_scales(base->run));
+        QVERIFY(as == summarize_scales(accel->run));
+        QCOMPARE(as[2].millis, 2.5 * 3 + 0.125 * 104);
+        QCOMPARE(as[3].pruned, 6.0 / 16.0);
+        QCOMPARE(bs[3].pruned, 0.0);
+        QCOMPARE(as[3].kv_bytes, double(3104));  // the estimate ends at the run's KV size
+        const SideResultPtr shown = h.sideResult(id, Side::Accelerated, &note);
+        QVERIFY(shown && note.isEmpty());
+        QVERIFY(shown->stored_scales == as);
+        QVERIFY(scale_summary_of(*shown) == as);
+
+        // A newer format is named, not misread.
+        QFile f(dir.filePath(id + "/scales.json"));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(R"({"varscope_scales": 99, "baseline": []})");
+        f.close();
+        QVERIFY(h.scales(id, Side::Baseline, &note).empty());
+        QVERIFY2(note.contains("format version 99"), qPrintable(note));
+        // A field of the wrong type is named.
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(R"({"varscope_scales": 1, "baseline": [{"scale": 0, "patch_num": 1, "ms": "x"}]})");
+        f.close();
+        QVERIFY(h.scales(id, Side::Baseline, &note).empty());
+        QVERIFY2(note.contains("\"baseline\"[0]: \"ms\""), qPrintable(note));
+        // An entry of the version before summaries.
+        QVERIFY(QFile::remove(dir.filePath(id + "/scales.json")));
+        RunHistory old(dir.path());
+        QCOMPARE(old.entries().size(), 1);
+        const SideResultPtr back = old.sideResult(id, Side::Baseline, &note);
+        QVERIFY(back && back->stored_scales.empty());
+        QCOMPARE(note, QString("no per-scale records in this entry (saved by an older version)"));
+    }
+
+    // The ratio of two runs' times is labelled for what it is, with both times.
+    void twoRunRatioIsNotCalledASpeedup() {
+        ComparisonMetrics m;
+        m.valid = true;
+        m.psnr = 26.5, m.ssim = 0.8, m.base_ms = 20, m.accel_ms = 12.5, m.speedup = 1.6;
+        QVERIFY(m.text().contains("speedup 1.60×"));  // one run's sides: measured side by side
+        m.run_a = QDateTime(QDate(2026, 11, 29), QTime(10, 41, 2));
+        m.run_b = QDateTime(QDate(2026, 11, 29), QTime(10, 41, 5));
+        QCOMPARE(m.text(), QString("PSNR 26.50 dB · SSIM 0.8000 · time A / time B = 1.60× (A 20.0 "
+                                   "ms, B 12.5 ms; runs of 2026-11-29 10:41:02, 10:41:05; not "
+                                   "measured side by side)"));
+        m.run_b = QDateTime(QDate(2026, 11, 30), QTime(9, 0, 0));
+        QVERIFY2(m.text().contains("runs of 2026-11-29 10:41:02, 2026-11-30 09:00:00;"),
+                 qPrintable(m.text()));
+        QVERIFY(m.toolTip().contains("not a speedup measured side by side"));
+        // Through the results model: A's time over B's.
+        ResultsModel results;
+        RunPair pair;
+        pair.left_time = m.run_a;
+        pair.right_time = m.run_b;
+        results.setPair(scaled_side(Side::Baseline, 100, 5.0),
+                        scaled_side(Side::Accelerated, 90, 2.5), tiny_request(), pair);
+        const ComparisonMetrics& r = results.metrics();
+        QVERIFY(r.valid);
+        QCOMPARE(r.speedup, r.base_ms / r.accel_ms);
+        QVERIFY2(r.text().contains(QString("time A / time B = %1×").arg(r.speedup, 0, 'f', 2)),
+                 qPrintable(r.text()));
+    }
+
+    // Two entries compared in the window: the plots show both runs' stored curves (times,
+    // cumulative time, KV bytes), named A and B; an entry of an older version says it has none.
+    void historyComparisonPlotsBothRuns() {
+        QTemporaryDir dir;
+        QSettings().setValue("historyDir", dir.path());
+        MainWindow w(test_loader);
+        QSettings().remove("historyDir");
+        const Request req = tiny_request();
+        QStringList ids;
+        for (int k = 0; k < 2; ++k) {
+            ResultsModel results;
+            results.setSide(scaled_side(Side::Baseline, 100 + k, 6.0), req);
+            results.setSide(scaled_side(Side::Accelerated, 120 + 10 * k, 2.0 + k), req);
+            ids << w.history()->add(results);
+            QTest::qWait(2);  // another id
+        }
+        auto* list = w.historyPanel()->list();
+        QCOMPARE(list->count(), 2);
+        auto* compare = w.historyPanel()->findChild<QPushButton*>("historyCompare");
+        auto compareBoth = [&] {
+            list->clearSelection();
+            list->item(0)->setSelected(true);
+            list->item(1)->setSelected(true);
+            compare->click();  // the older (ids[0]) on the left: A
+        };
+        compareBoth();
+        const auto a = w.history()->scales(ids[0], Side::Accelerated);
+        const auto b = w.history()->scales(ids[1], Side::Accelerated);
+        QCOMPARE(a.size(), size_t(4));
+        auto values = [](const QCustomPlot* p, int g) {
+            std::vector<double> v;
+            const auto data = p->graph(g)->data();
+            for (auto it = data->constBegin(); it != data->constEnd(); ++it) v.push_back(it->value);
+            return v;
+        };
+        auto expect = [](const std::vector<ScaleSummary>& rows, int what) {
+            std::vector<double> v;
+            double sum = 0;
+            for (const auto& r : rows) {
+                sum += r.millis;
+                v.push_back(what == 0 ? r.millis : what == 1 ? sum : r.kv_bytes / double(1 << 20));
+            }
+            return v;
+        };
+        const QCustomPlot* plots[] = {w.plots()->latencyPlot(), w.plots()->cumulativePlot(),
+                                      w.plots()->kvPlot()};
+        for (int what = 0; what < 3; ++what) {
+            QVERIFY(values(plots[what], 0) == expect(a, what));
+            QVERIFY(values(plots[what], 1) == expect(b, what));
+            QVERIFY(plots[what]->graph(1)->visible());
+        }
+        QVERIFY2(w.plots()->latencyPlot()->graph(0)->name().startsWith("A ("),
+                 qPrintable(w.plots()->latencyPlot()->graph(0)->name()));
+        QVERIFY(w.plots()->latencyPlot()->graph(1)->name().startsWith("B ("));
+        QVERIFY(w.plots()->note().isEmpty());
+        // The per-scale table too.
+        QCOMPARE(w.metricsModel()->rows().size(), size_t(4));
+        QCOMPARE(w.metricsModel()->rows()[2].accel_ms, b[2].millis);
+        QCOMPARE(w.metricsModel()->rows()[3].pruned, b[3].pruned);
+        // The metrics line: the ratio of the two runs' times, with both times.
+        const QString line = w.comparison()->metricsText();
+        QVERIFY2(line.contains("time A / time B = ") && line.contains("not measured side by side"),
+                 qPrintable(line));
+        QVERIFY(line.contains(QString("A %1 ms").arg(w.results()->metrics().base_ms, 0, 'f', 1)));
+        QVERIFY(w.results()->label(Side::Baseline).startsWith("A · run of "));
+
+        // A click on one run shows it as kept: its baseline and accelerated curves, the speedup
+        // measured in that run, and the inspector says what the history keeps.
+        list->clearSelection();
+        list->item(1)->setSelected(true);
+        emit list->itemClicked(list->item(1));
+        QVERIFY(w.results()->pair().one_run);
+        QVERIFY(values(w.plots()->latencyPlot(), 0) ==
+                expect(w.history()->scales(ids[0], Side::Baseline), 0));
+        QVERIFY(values(w.plots()->kvPlot(), 1) == expect(a, 2));
+        QCOMPARE(w.plots()->latencyPlot()->graph(0)->name(), QString("baseline"));
+        QVERIFY2(w.comparison()->metricsText().contains("speedup "),
+                 qPrintable(w.comparison()->metricsText()));
+        QVERIFY(!w.comparison()->metricsText().contains("time A"));
+        QVERIFY(w.results()->label(Side::Baseline).startsWith("Baseline · run of "));
+        const QString why = w.inspector()->methodTab("fastvar")->view()->emptyText();
+        QVERIFY2(why.startsWith("A run from the history is on show"), qPrintable(why));
+
+        // An entry of the version before summaries: its curve stays empty, and the plots say why.
+        QVERIFY(QFile::remove(dir.filePath(ids[1] + "/scales.json")));
+        compareBoth();
+        QCOMPARE(w.plots()->note(),
+                 QString("Run B: no per-scale records in this entry (saved by an older version)"));
+        QVERIFY(w.plots()->findChild<QLabel*>("plotsNote")->isVisibleTo(w.plots()));
+        QVERIFY(values(w.plots()->latencyPlot(), 0) == expect(a, 0));
+        QCOMPARE(w.plots()->latencyPlot()->graph(1)->dataCount(), 0);
+        // A live run's results replace the pair: no note.
+        w.results()->setSide(scaled_side(Side::Baseline, 10, 1.0), req);
+        QVERIFY(w.plots()->note().isEmpty());
+        QVERIFY(!w.plots()->findChild<QLabel*>("plotsNote")->isVisibleTo(w.plots()));
+    }
+
+    // At 1280x800 with the first start's layout the images get the space: a 64x64 emoji is shown
+    // at 256 px or more, also with a two-run comparison's long captions and metrics line; the
+    // docks' sizes come back after a restart.
+    void imagesGetTheSpaceAt1280x800() {
+        QSettings().remove("windowState");
+        QSettings().remove("geometry");
+        QTemporaryDir dir;
+        QSettings().setValue("historyDir", dir.path());
+        int left_width = 0;
+        {
+            MainWindow w(test_loader);
+            w.resize(1280, 800);
+            w.show();
+            QVERIFY(QTest::qWaitForWindowExposed(&w));
+            w.applyDefaultLayout();
+            RunPair pair;
+            pair.left_label = "A · run of 2026-11-29 10:41:02 · seed 1 · FastVAR · 20.0 ms";
+            pair.right_label = "B · run of 2026-11-29 10:41:05 · seed 2 · FastVAR · 12.5 ms";
+            pair.left_time = QDateTime(QDate(2026, 11, 29), QTime(10, 41, 2));
+            pair.right_time = QDateTime(QDate(2026, 11, 29), QTime(10, 41, 5));
+            w.results()->setPair(scaled_side(Side::Baseline, 100, 5.0),
+                                 scaled_side(Side::Accelerated, 90, 2.5), tiny_request(), pair);
+            QTest::qWait(50);
+            QCOMPARE(w.size(), QSize(1280, 800));
+            for (const char* name : {"baselineCanvas", "acceleratedCanvas"}) {
+                auto* c = w.comparison()->findChild<varscope::viz::ImageCanvas*>(name);
+                QVERIFY(c);
+                const QRectF r = c->imageRect();
+                QVERIFY2(
+                    r.width() >= 256 && r.height() >= 256,
+                    qPrintable(QString("%1: %2x%3 px").arg(name).arg(r.width()).arg(r.height())));
+            }
+            // Docks shrink below their contents' width (the settings column then scrolls
+            // sideways instead of cutting its text); the default layout needs no scrolling.
+            auto* left = w.findChild<QDockWidget*>("leftDock");
+            QVERIFY(left->minimumWidth() <= 250);
+            auto* scroll = w.findChild<QScrollArea*>("settingsScroll");
+            QVERIFY(scroll && !scroll->horizontalScrollBar()->isVisible());
+            QVERIFY(scroll->horizontalScrollBarPolicy() != Qt::ScrollBarAlwaysOff);
+            const int inspector_min =
+                w.findChild<QDockWidget*>("inspectorDock")->minimumSizeHint().width();
+            QVERIFY2(inspector_min <= 360, qPrintable(QString::number(inspector_min)));
+            w.resizeDocks({left}, {300}, Qt::Horizontal);
+            QTest::qWait(20);
+            left_width = left->width();
+            w.close();  // saves the window state
+        }
+        MainWindow again(test_loader);  // a restart: the saved sizes, not the default layout
+        QSettings().remove("historyDir");
+        again.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&again));
+        QTest::qWait(50);
+        QCOMPARE(again.size(), QSize(1280, 800));
+        // The saved width (300), not the default layout's (268 at 1280 px); within a few pixels
+        // of the frame the offscreen platform adds to the restored geometry.
+        const int restored = again.findChild<QDockWidget*>("leftDock")->width();
+        QVERIFY2(std::abs(restored - left_width) <= 6,
+                 qPrintable(QString("%1 vs %2").arg(restored).arg(left_width)));
+        again.close();
+        QSettings().remove("windowState");
+        QSettings().remove("geometry");
     }
 
     // --- full-size outputs (#37) --------------------------------------------------------------

@@ -1,0 +1,101 @@
+#include "ui/scale_summary.h"
+
+#include <stdexcept>
+
+#include "ui/metrics_model.h"
+
+namespace varscope::gui {
+
+bool ScaleSummary::operator==(const ScaleSummary& o) const {
+    return scale == o.scale && patch_num == o.patch_num && millis == o.millis &&
+           attention_flops == o.attention_flops && kv_bytes == o.kv_bytes && skipped == o.skipped &&
+           pruned == o.pruned;
+}
+
+std::vector<ScaleSummary> summarize_scales(const RunOutput& run) {
+    const std::vector<double> kv = kv_bytes_per_scale(run);
+    std::vector<ScaleSummary> out;
+    out.reserve(run.scales.size());
+    for (size_t i = 0; i < run.scales.size(); ++i) {
+        const ScaleOutput& s = run.scales[i];
+        ScaleSummary r;
+        r.scale = s.scale;
+        r.patch_num = s.patch_num;
+        r.millis = s.millis;
+        r.attention_flops = s.attention_flops;
+        r.kv_bytes = i < kv.size() ? kv[i] : 0;
+        r.skipped = s.skipped;
+        if (s.skipped) {
+            r.pruned = 1.0;
+        } else if (!s.tokens.empty()) {
+            size_t pruned = 0;
+            for (int64_t t : s.tokens) pruned += t < 0;
+            r.pruned = double(pruned) / double(s.tokens.size());
+        }
+        out.push_back(r);
+    }
+    return out;
+}
+
+namespace {
+
+nlohmann::json rows_json(const std::vector<ScaleSummary>& rows) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& r : rows)
+        a.push_back({{"scale", r.scale},
+                     {"patch_num", r.patch_num},
+                     {"ms", r.millis},
+                     {"attention_flops", r.attention_flops},
+                     {"kv_bytes", r.kv_bytes},
+                     {"skipped", r.skipped},
+                     {"pruned", r.pruned < 0 ? nlohmann::json() : nlohmann::json(r.pruned)}});
+    return a;
+}
+
+}  // namespace
+
+nlohmann::json scales_to_json(const std::vector<ScaleSummary>& baseline,
+                              const std::vector<ScaleSummary>& accelerated) {
+    nlohmann::json j = {{"varscope_scales", kScaleSummaryVersion}};
+    if (!baseline.empty()) j["baseline"] = rows_json(baseline);
+    if (!accelerated.empty()) j["accelerated"] = rows_json(accelerated);
+    return j;
+}
+
+std::vector<ScaleSummary> scales_from_json(const nlohmann::json& j, const std::string& side,
+                                           const std::string& what) {
+    auto fail = [&](const std::string& why) { throw std::runtime_error(what + ": " + why); };
+    if (!j.is_object() || !j.contains("varscope_scales") || !j["varscope_scales"].is_number())
+        fail("not a per-scale summary (no \"varscope_scales\" version)");
+    const int version = j["varscope_scales"].get<int>();
+    if (version < 1 || version > kScaleSummaryVersion)
+        fail("format version " + std::to_string(version) + " (this version reads up to " +
+             std::to_string(kScaleSummaryVersion) + ")");
+    if (!j.contains(side)) return {};
+    const nlohmann::json& rows = j[side];
+    if (!rows.is_array()) fail("\"" + side + "\" is not a list");
+    std::vector<ScaleSummary> out;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const nlohmann::json& r = rows[i];
+        const std::string where = "\"" + side + "\"[" + std::to_string(i) + "]";
+        auto number = [&](const char* key) {
+            if (!r.is_object() || !r.contains(key) || !r[key].is_number())
+                fail(where + ": \"" + key + "\" missing or not a number");
+            return r[key].get<double>();
+        };
+        ScaleSummary s;
+        s.scale = int64_t(number("scale"));
+        s.patch_num = int64_t(number("patch_num"));
+        s.millis = number("ms");
+        s.attention_flops = number("attention_flops");
+        s.kv_bytes = number("kv_bytes");
+        if (r.contains("skipped") && !r["skipped"].is_boolean())
+            fail(where + ": \"skipped\" is not true or false");
+        s.skipped = r.value("skipped", false);
+        s.pruned = r.contains("pruned") && r["pruned"].is_number() ? r["pruned"].get<double>() : -1;
+        out.push_back(s);
+    }
+    return out;
+}
+
+}  // namespace varscope::gui
