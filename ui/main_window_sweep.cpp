@@ -1,5 +1,7 @@
 // The window's part of the sweep view (issue #34): its dock beside the plots, the menu entries,
 // and loading a point's accelerator config into the method panel (where it fits the model).
+#include <QAction>
+#include <QDir>
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -49,6 +51,9 @@ void MainWindow::buildSweepView() {
 bool MainWindow::openSweepResult(const QString& path, QString* error) {
     sweep_dock_->show();
     sweep_dock_->raise();
+    // The plots' strip is low for a front with its names: at least 40 % of the window.
+    if (!sweep_dock_->isFloating() && sweep_dock_->height() < height() * 2 / 5)
+        resizeDocks({sweep_dock_}, {height() * 2 / 5}, Qt::Vertical);
     QString message;
     const bool ok = sweep_view_->open(path, &message);
     if (error) *error = message;

@@ -3,6 +3,7 @@
 #include <qcustomplot.h>
 
 #include <QComboBox>
+#include <QDir>
 #include <QDragEnterEvent>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -128,19 +129,19 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
     v->addWidget(summary_);
 
     connect(plot_, &QCustomPlot::mouseMove, this, [this](QMouseEvent* e) {
-        const int i = pointAt(e->pos());
+        const int i = pointAt(e->position().toPoint());
         if (i >= 0)
             QToolTip::showText(e->globalPosition().toPoint(), pointToolTip(i), plot_);
         else
             QToolTip::hideText();
     });
     connect(plot_, &QCustomPlot::mousePress, this,
-            [this](QMouseEvent* e) { pressed_at_ = e->pos(); });
+            [this](QMouseEvent* e) { pressed_at_ = e->position().toPoint(); });
     connect(plot_, &QCustomPlot::mouseRelease, this, [this](QMouseEvent* e) {
         if (e->button() != Qt::LeftButton ||
-            (e->pos() - pressed_at_).manhattanLength() > kHitPixels)
+            (e->position().toPoint() - pressed_at_).manhattanLength() > kHitPixels)
             return;  // a drag of the axes
-        const int i = pointAt(e->pos());
+        const int i = pointAt(e->position().toPoint());
         if (i >= 0) emit pointActivated(i);
     });
     for (auto* box : {x_field_, y_field_}) {
@@ -306,8 +307,11 @@ void SweepView::replot() {
         auto* label = new QCPItemText(plot_);
         label->position->setCoords(shownValue(*points[i].field(x.field), false),
                                    shownValue(*points[i].field(y.field), true));
-        label->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
-        label->setPadding(QMargins(6, 0, 0, 4));
+        // Names of points in the right half go to their left: they stay inside the plot.
+        const bool right_half = label->position->coords().x() > (x_lo_ + x_hi_) / 2;
+        label->setPositionAlignment((right_half ? Qt::AlignRight : Qt::AlignLeft) |
+                                    Qt::AlignBottom);
+        label->setPadding(right_half ? QMargins(0, 0, 6, 4) : QMargins(6, 0, 0, 4));
         label->setFont(QFont(plot_->font().family(), 8));
         label->setText(QString::fromStdString(points[i].name));
         label->setClipToAxisRect(false);
@@ -315,7 +319,7 @@ void SweepView::replot() {
 
     auto axis_label = [](const ParetoAxis& a) {
         return QString::fromStdString(sweep_field_label(a.field)) +
-               (a.better == Better::Higher ? tr(" (higher is better)") : tr(" (lower is better)"));
+               (a.better == Better::Higher ? tr(" ↑ better") : tr(" ↓ better"));
     };
     plot_->xAxis->setLabel(axis_label(x));
     plot_->yAxis->setLabel(axis_label(y));
@@ -330,10 +334,11 @@ void SweepView::replot() {
     }
     plot_->xAxis->setRange(pad(x_lo_, x_hi_, x_inf));
     plot_->yAxis->setRange(pad(y_lo_, y_hi_, y_inf));
-    // The legend where the front is not: a front that rises to the right leaves the top left.
-    const bool rising = (x.better == Better::Higher) != (y.better == Better::Higher);
+    // The legend in the corner better than every point in both fields: nothing lies beyond
+    // the front there.
     plot_->axisRect()->insetLayout()->setInsetAlignment(
-        0, Qt::AlignBottom | (rising ? Qt::AlignRight : Qt::AlignLeft));
+        0, (x.better == Better::Higher ? Qt::AlignRight : Qt::AlignLeft) |
+               (y.better == Better::Higher ? Qt::AlignTop : Qt::AlignBottom));
 
     const int on = int(std::count(front_.begin(), front_.end(), true));
     QString text = tr("%1 points, %2 on the Pareto front of %3 and %4 (blue). Hover a point for "

@@ -5,6 +5,7 @@
 
 #include <qcustomplot.h>
 
+#include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QImageReader>
 #include <QMenu>
@@ -16,7 +17,6 @@
 #include <QtTest>
 #include <fstream>
 
-#include "core/eval/sweep.h"
 #include "core/eval/sweep_result.h"
 #include "tests/ui/tiny_engine.h"
 #include "ui/main_window.h"
@@ -50,30 +50,40 @@ QString fixture() {
     return QStringLiteral(VARSCOPE_SOURCE_DIR "/tests/fixtures/sweep/sweep.json");
 }
 
-// A sweep.json from core's writer: two skip points and a FastVAR point, model not recorded.
+// A sweep.json as core's writer (sweep_summary) writes it, with the points' configs and result
+// entries: two skip points and a FastVAR point, the model not recorded. (Written out here: this
+// Qt test does not link LibTorch; EvalSweep.RunsAsAnEvalJob reads the writer's file with core.)
 QString write_sweep(const QDir& dir) {
-    nlohmann::json configs = nlohmann::json::array();
-    configs.push_back(
-        {{"name", "baseline"}, {"accel", nullptr}, {"speedup", 1.0}, {"images_per_s", 1.0}});
-    auto add = [&](const std::string& name, const nlohmann::json& accel, double speedup,
-                   double ssim) {
-        configs.push_back({{"name", name},
-                           {"accel", accel},
-                           {"speedup", speedup},
-                           {"images_per_s", speedup},
-                           {"ssim", {{"mean", ssim}, {"n", 2}}},
-                           {"psnr_db", {{"mean", 20 + 10 * ssim}, {"n", 2}, {"identical", 0}}}});
+    nlohmann::json points = nlohmann::json::array();
+    auto add = [&](const std::string& name, const nlohmann::json& accel,
+                   const nlohmann::json& values, double speedup, double ssim, bool pareto) {
+        nlohmann::json metrics = {{"speedup", speedup}, {"images_per_s", speedup}};
+        if (name != "baseline") {
+            metrics["ssim"] = {{"mean", ssim}, {"n", 2}};
+            metrics["psnr_db"] = {{"mean", 20 + 10 * ssim}, {"n", 2}, {"identical", 0}};
+        }
+        points.push_back({{"name", name},
+                          {"speedup", speedup},
+                          {"images_per_s", speedup},
+                          {"quality", ssim},
+                          {"pareto", pareto},
+                          {"values", values},
+                          {"accel", accel},
+                          {"metrics", metrics}});
     };
-    add("skip.last_n=1", {{"skip", {{"enabled", true}, {"last_n", 1}}}}, 1.5, 0.9);
-    add("skip.last_n=2", {{"skip", {{"enabled", true}, {"last_n", 2}}}}, 2.5, 0.7);
-    add("fastvar.ratios=[0.3,0.6]", {{"fastvar", {{"enabled", true}, {"ratios", {0.3, 0.6}}}}}, 1.2,
-        0.85);  // beaten by skip.last_n=1
-    const std::vector<SweepPoint> points = {{"skip.last_n=1", {}, {{"skip.last_n", 1}}},
-                                            {"skip.last_n=2", {}, {{"skip.last_n", 2}}},
-                                            {"fastvar.ratios=[0.3,0.6]", {}, {}}};
-    const auto summary = sweep_summary({{"configs", configs}, {"family", "var"}}, points, "ssim");
+    add("baseline", nullptr, nullptr, 1.0, 1.0, true);
+    add("skip.last_n=1", {{"skip", {{"enabled", true}, {"last_n", 1}}}}, {{"skip.last_n", 1}}, 1.5,
+        0.9, true);
+    add("skip.last_n=2", {{"skip", {{"enabled", true}, {"last_n", 2}}}}, {{"skip.last_n", 2}}, 2.5,
+        0.7, true);
+    add("fastvar.ratios=[0.3,0.6]", {{"fastvar", {{"enabled", true}, {"ratios", {0.3, 0.6}}}}},
+        {{"fastvar.ratios", {0.3, 0.6}}}, 1.2, 0.85, false);  // beaten by skip.last_n=1
+    const nlohmann::json sweep = {{"quality_metric", "ssim"},
+                                  {"points", points},
+                                  {"pareto_front", {"baseline", "skip.last_n=1", "skip.last_n=2"}},
+                                  {"family", "var"}};
     const QString path = dir.filePath("sweep.json");
-    std::ofstream(path.toStdString()) << summary.dump(2);
+    std::ofstream(path.toStdString()) << sweep.dump(2);
     return path;
 }
 
@@ -148,7 +158,7 @@ class SweepViewTest : public QObject {
         QVERIFY(i >= 0);
         const QString tip = v->pointToolTip(i);
         QVERIFY2(tip.contains("skip.last_n = 2") && tip.contains("sparvar.top_k = 0.2") &&
-                     tip.contains("SSIM vs baseline: 0.75277"),
+                     tip.contains("SSIM vs baseline: 0.75278"),
                  qPrintable(tip));
     }
 
@@ -269,8 +279,18 @@ class SweepViewTest : public QObject {
         QTemporaryDir dir;
         SweepView v;
         const QString path = write_sweep(QDir(dir.path()));
+        // Not a JSON file: the view does not take it.
+        QMimeData png;
+        png.setUrls({QUrl::fromLocalFile(QDir(dir.path()).filePath("image.png"))});
+        QDragEnterEvent refused(QPoint(5, 5), Qt::CopyAction, &png, Qt::LeftButton, {});
+        QCoreApplication::sendEvent(&v, &refused);
+        QVERIFY(!refused.isAccepted());
+        // Qt delivers a drop to the widget that accepted the drag's entry.
         QMimeData mime;
         mime.setUrls({QUrl::fromLocalFile(path)});
+        QDragEnterEvent enter(QPoint(5, 5), Qt::CopyAction, &mime, Qt::LeftButton, {});
+        QCoreApplication::sendEvent(&v, &enter);
+        QVERIFY(enter.isAccepted());
         QDropEvent drop(QPointF(5, 5), Qt::CopyAction, &mime, Qt::LeftButton, {});
         QCoreApplication::sendEvent(&v, &drop);
         QVERIFY(v.result().has_value());
