@@ -8,6 +8,7 @@
 #include <QMenu>
 #include <QMenuBar>
 #include <QStatusBar>
+#include <QTimer>
 
 #include "core/runner/family.h"
 #include "ui/main_window.h"
@@ -51,9 +52,12 @@ void MainWindow::buildSweepView() {
 bool MainWindow::openSweepResult(const QString& path, QString* error) {
     sweep_dock_->show();
     sweep_dock_->raise();
-    // The plots' strip is low for a front with its names: at least 40 % of the window.
-    if (!sweep_dock_->isFloating() && sweep_dock_->height() < height() * 2 / 5)
-        resizeDocks({sweep_dock_}, {height() * 2 / 5}, Qt::Vertical);
+    // The plots' strip is low for a front with its names: at least 40 % of the window (after
+    // the first start's own dock sizes, which wait for the event loop too).
+    QTimer::singleShot(0, this, [this] {
+        if (!sweep_dock_->isFloating() && sweep_dock_->height() < height() * 2 / 5)
+            resizeDocks({sweep_dock_}, {height() * 2 / 5}, Qt::Vertical);
+    });
     QString message;
     const bool ok = sweep_view_->open(path, &message);
     if (error) *error = message;

@@ -302,16 +302,23 @@ void SweepView::replot() {
     on_front->setLineStyle(QCPGraph::lsNone);
     on_front->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, kFront, kFront, 9));
     on_front->setData(fx, fy);
-    for (int i : shown_) {
-        if (!front_[i]) continue;
+    std::vector<int> named;  // the front's points by x: their names alternate above and below
+    for (int i : shown_)
+        if (front_[i]) named.push_back(i);
+    std::sort(named.begin(), named.end(),
+              [&](int a, int b) { return *points[a].field(x.field) < *points[b].field(x.field); });
+    for (size_t k = 0; k < named.size(); ++k) {
+        const int i = named[k];
+        const bool below = k % 2 == 1;
         auto* label = new QCPItemText(plot_);
         label->position->setCoords(shownValue(*points[i].field(x.field), false),
                                    shownValue(*points[i].field(y.field), true));
         // Names of points in the right half go to their left: they stay inside the plot.
         const bool right_half = label->position->coords().x() > (x_lo_ + x_hi_) / 2;
         label->setPositionAlignment((right_half ? Qt::AlignRight : Qt::AlignLeft) |
-                                    Qt::AlignBottom);
-        label->setPadding(right_half ? QMargins(0, 0, 6, 4) : QMargins(6, 0, 0, 4));
+                                    (below ? Qt::AlignTop : Qt::AlignBottom));
+        label->setPadding(
+            QMargins(right_half ? 0 : 6, below ? 4 : 0, right_half ? 6 : 0, below ? 0 : 4));
         label->setFont(QFont(plot_->font().family(), 8));
         label->setText(QString::fromStdString(points[i].name));
         label->setClipToAxisRect(false);
