@@ -6,6 +6,7 @@
 
 #include "core/accel/accel_config.h"
 #include "core/eval/sweep.h"
+#include "core/eval/sweep_result.h"
 #include "tests/error_of.h"
 #include "tests/test_util.h"
 #include "tests/tiny_models.h"
@@ -123,6 +124,15 @@ TEST(EvalSweep, RunsAsAnEvalJob) {
     EXPECT_GT(s["points"][1]["quality"].get<double>(), s["points"][2]["quality"].get<double>());
     for (const char* f : {"sweep.json", "pareto.svg", "result.json"})
         EXPECT_TRUE(std::filesystem::exists(dir.path() / "out" / f)) << f;
+    // The file alone tells the app which config each point ran, on which model.
+    const auto read = read_sweep_result((dir.path() / "out" / "sweep.json").string());
+    ASSERT_EQ(read.points.size(), 3u);
+    EXPECT_EQ(read.model, runner->describe());
+    EXPECT_EQ(read.family, "var");
+    EXPECT_EQ(read.points[0].accel, nlohmann::json::object());
+    EXPECT_EQ(read.points[2].accel["skip"], (nlohmann::json{{"enabled", true}, {"last_n", 2}}));
+    EXPECT_EQ(read.points[1].field("ssim"), s["points"][1]["quality"].get<double>());
+    EXPECT_TRUE(read.points[1].field("latency_ms_per_image.p50").has_value());
     m.configs.push_back({"second", nlohmann::json::object()});
     EXPECT_NE(error_of<std::invalid_argument>([&] {
                   run_sweep(m, *runner, r, {});

@@ -1,7 +1,7 @@
 // VARScope desktop app.
 //
 //   varscope [--model t2i|var|mar] [--prompt TEXT] [--seed N] [--preset NAME] [--screenshots DIR]
-//            [--tabs LIST] [--runs N]
+//            [--tabs LIST] [--runs N] [--sweep FILE]
 //
 // --screenshots generates once (or --runs times, one seed after the other), saves the window
 // with several inspector tabs (or History: the history dock comparing its two newest runs) and
@@ -209,8 +209,10 @@ int main(int argc, char** argv) {
         QString::fromStdString("Transformer precision on CUDA to start with: " +
                                varscope::gui::model_precision_names() + "."),
         "name");
+    QCommandLineOption sweep("sweep", "Open a sweep result (sweep.json of varscope-cli sweep).",
+                             "file");
     cli.addOptions(
-        {prompt, seed, preset, shots, tabs, runs, size, overlay, model, device, precision});
+        {prompt, seed, preset, shots, tabs, runs, size, overlay, model, device, precision, sweep});
     cli.process(app);
     try {  // the VARSCOPE_* variables (the engine reads them again): a malformed one stops here
         varscope::exec_env::policy_from_environment();
@@ -299,6 +301,11 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (cli.isSet(overlay)) w.inspector()->attention()->setMaskShown(true);
+    QString sweep_error;
+    if (cli.isSet(sweep) && !w.openSweepResult(cli.value(sweep), &sweep_error)) {
+        qCritical("--sweep: %s", qPrintable(sweep_error));
+        return 2;
+    }
     if (cli.isSet(shots)) {
         const QString dir = cli.value(shots);
         if (!QDir().mkpath(dir) || !QFileInfo(dir).isWritable()) {  // before the generation

@@ -222,6 +222,7 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
     QMenu* view = view_menu_;
     for (auto* d : {left_dock, right_dock, history_dock, bottom_dock})
         view->addAction(d->toggleViewAction());
+    buildSweepView();
     view->addSeparator();
     record_action_ = view->addAction(tr("Record for the inspector"));
     record_action_->setObjectName("recordInspector");

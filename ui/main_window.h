@@ -12,6 +12,7 @@
 #include "ui/generation_worker.h"
 #include "ui/image_export.h"
 
+class QDockWidget;
 class QLabel;
 class QMenu;
 class QProgressBar;
@@ -29,6 +30,7 @@ class ModelPanel;
 class PlotsPanel;
 class ResultsModel;
 class RunHistory;
+class SweepView;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -146,6 +148,22 @@ class MainWindow : public QMainWindow {
     QString export_dir_;
     int save_factor_ = 1;  // the last upscale factor chosen (saved with the settings)
     std::optional<Job> pending_analysis_;
+
+    // --- the sweep view (issue #34; main_window_sweep.cpp) -------------------------------------
+  public:
+    SweepView* sweepView() const { return sweep_view_; }
+    // Opens a sweep.json in the sweep view (and shows it); on failure the view keeps what it
+    // showed, says why, and *error gets the message.
+    bool openSweepResult(const QString& path, QString* error = nullptr);
+    void openSweepResultDialog();
+    // Point `index` of the sweep on show into the accelerator panel (as pasted settings are);
+    // a sweep of another model is only noted (with "Load anyway") unless `otherModel`.
+    bool loadSweepPoint(int index, bool otherModel = false);
+
+  private:
+    void buildSweepView();  // the dock, File ▸ Open sweep result…, View ▸ Sweep result
+    SweepView* sweep_view_ = nullptr;
+    QDockWidget* sweep_dock_ = nullptr;
 };
 
 }  // namespace varscope::gui

@@ -171,6 +171,12 @@ nlohmann::json sweep_summary(const nlohmann::json& eval_result,
                 throw std::invalid_argument(
                     "--quality token_agreement: this model family reports no token agreement");
         }
+        // The config it ran and every number of its result: the app loads and plots them.
+        row["accel"] = c.value("accel", nlohmann::json());
+        nlohmann::json metrics = c;
+        metrics.erase("name");
+        metrics.erase("accel");
+        row["metrics"] = std::move(metrics);
         speed.push_back(c.at("speedup").get<double>());
         quality.push_back(row["quality"]);
         rows.push_back(std::move(row));
@@ -181,7 +187,11 @@ nlohmann::json sweep_summary(const nlohmann::json& eval_result,
         rows[i]["pareto"] = static_cast<bool>(front[i]);
         if (front[i]) names.push_back(rows[i]["name"]);
     }
-    return {{"quality_metric", metric}, {"points", rows}, {"pareto_front", names}};
+    nlohmann::json summary = {
+        {"quality_metric", metric}, {"points", rows}, {"pareto_front", names}};
+    for (const char* key : {"model", "family"})  // to tell whether the app's model ran it
+        if (eval_result.contains(key)) summary[key] = eval_result[key];
+    return summary;
 }
 
 std::string pareto_svg(const nlohmann::json& summary) {
