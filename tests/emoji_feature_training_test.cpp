@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -90,7 +91,13 @@ TEST(EmojiFeatureTraining, ConfigErrorsNameTheKey) {
                   apply_emoji_feature_config({{"label_smoothing", 1.5}}, job);
               }).find("label_smoothing"),
               std::string::npos);
-    apply_emoji_feature_config({{"train_styles", {"google"}}, {"label_smoothing", 0.2}}, job);
+    EXPECT_NE(error_of<std::invalid_argument>([&] {
+                  apply_emoji_feature_config({{"balance_classes", 1}}, job);
+              }).find("balance_classes"),
+              std::string::npos);
+    apply_emoji_feature_config(
+        {{"train_styles", {"google"}}, {"label_smoothing", 0.2}, {"balance_classes", false}}, job);
+    EXPECT_FALSE(job.balance_classes);
     EXPECT_EQ(job.train_styles, std::vector<std::string>{"google"});
     EXPECT_DOUBLE_EQ(job.label_smoothing, 0.2);
 }
@@ -102,13 +109,15 @@ TEST(EmojiFeatureTraining, SmokeRunWritesALoadableExportAndHoldsOutAStyle) {
     std::ostringstream log;
     const auto report = train_emoji_features(job, log);
     EXPECT_EQ(report["steps"], 2);
-    EXPECT_EQ(report["train_images"], 6);
-    EXPECT_EQ(report["heldout_images"], 6);
-    EXPECT_TRUE(report["heldout_accuracy"].is_number());
-    EXPECT_TRUE(report["accuracy_by_style"].contains("twitter"));
-    const double acc = report["train_accuracy"].get<double>();
+    EXPECT_EQ(report["train"]["images"], 6);
+    EXPECT_EQ(report["heldout"]["images"], 6);
+    EXPECT_TRUE(report["heldout"]["accuracy"].is_number());
+    EXPECT_EQ(report["by_style"]["twitter"]["images"], 6);
+    const double acc = report["train"]["accuracy"].get<double>();
     EXPECT_GE(acc, 0.0);
     EXPECT_LE(acc, 1.0);
+    // Every class has 2 images per style here: both accuracies are the same mean.
+    EXPECT_NEAR(report["train"]["class_mean_accuracy"].get<double>(), acc, 1e-12);
     const auto net = EmojiFeatureNetwork::load(job.run_dir + "/export-fp16.safetensors");
     EXPECT_EQ(net.config().num_classes, 3);
     ASSERT_TRUE(net.reference_mu().defined());
@@ -125,6 +134,26 @@ TEST(EmojiFeatureTraining, SmokeRunWritesALoadableExportAndHoldsOutAStyle) {
     std::ostringstream again;
     EXPECT_EQ(train_emoji_features(job, again)["steps"], 2);
     EXPECT_NE(again.str().find("resumed at step 2"), std::string::npos);
+}
+
+TEST(EmojiFeatureTraining, ClassMeanAccuracyWeighsEveryClassTheSame) {
+    // Class 0 has 10 images, class 1 two; a network that always answers 0.
+    testing::TempDir dir;
+    const auto img = at::zeros({12, 3, 64, 64}, at::TensorOptions().dtype(at::kByte));
+    auto labels = at::zeros({12}, at::kLong);
+    labels.narrow(0, 10, 2).fill_(1);
+    save_safetensors({{"images", img}, {"labels", labels}}, dir.file("pack.safetensors"));
+    auto job = tiny_job(dir, dir.file("pack.safetensors"));
+    job.model.num_classes = 2;
+    job.label_smoothing = 0;
+    job.train.steps = 1;
+    std::ostringstream log;
+    const auto report = train_emoji_features(job, log);
+    // Identical images: one answer for all; image accuracy 10/12 or 2/12, class mean 1/2.
+    const double acc = report["train"]["accuracy"].get<double>();
+    EXPECT_TRUE(std::abs(acc - 10.0 / 12) < 1e-9 || std::abs(acc - 2.0 / 12) < 1e-9) << acc;
+    EXPECT_NEAR(report["train"]["class_mean_accuracy"].get<double>(), 0.5, 1e-9);
+    EXPECT_TRUE(report["heldout"]["accuracy"].is_null());
 }
 
 TEST(EmojiFeatureTraining, DataProblemsAreExplained) {

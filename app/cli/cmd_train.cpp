@@ -259,7 +259,8 @@ Command add_train(CLI::App& app) {
             write_report(*ia, train_infinity(job, std::cerr));
         } else if (ef->parsed()) {
             check_run_folder(ea->out);
-            const auto j = read_config(ea->config, {"augment", "label_smoothing", "train_styles"});
+            const auto j = read_config(
+                ea->config, {"augment", "label_smoothing", "balance_classes", "train_styles"});
             EmojiFeatureTrainJob job;
             apply_emoji_feature_config(j, job);
             job.train = train_config(j, *ea);

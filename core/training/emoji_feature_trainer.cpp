@@ -49,15 +49,45 @@ at::Tensor load_styles(const std::string& path, int64_t rows) {
     return it->second.to(at::kLong);
 }
 
-// Features of every row (no augmentation), in order.
-at::Tensor all_features(EmojiFeatureNet& net, const ImageDataset& data, int64_t batch) {
+// Features and predicted class of every row (no augmentation), in order: one pass serves every
+// accuracy of the report and the reference statistics.
+std::pair<at::Tensor, at::Tensor> score_all(EmojiFeatureNet& net, const ImageDataset& data,
+                                            int64_t batch) {
     c10::InferenceMode guard;
-    std::vector<at::Tensor> parts;
+    std::vector<at::Tensor> features, predicted;
     for (int64_t b = 0; b < data.size(); b += batch) {
         const auto rows = at::arange(b, std::min(b + batch, data.size()), at::kLong);
-        parts.push_back(net->features(data.batch_images(rows)).cpu());
+        const auto f = net->features(data.batch_images(rows));
+        features.push_back(f.cpu());
+        predicted.push_back(net->logits_of(f).argmax(1).cpu());
     }
-    return at::cat(parts, 0);
+    return {at::cat(features, 0), at::cat(predicted, 0)};
+}
+
+// {"images", "accuracy" (over images), "class_mean_accuracy" (each class's accuracy, averaged
+// over the classes present: what the eval's per-class requests see; classes with skin tones
+// have 12 images, most others 2)} of the given rows; null accuracies for no rows.
+nlohmann::json accuracy_of(const at::Tensor& predicted, const at::Tensor& labels,
+                           const at::Tensor& rows, int64_t classes) {
+    if (rows.numel() == 0)
+        return {{"images", 0}, {"accuracy", nullptr}, {"class_mean_accuracy", nullptr}};
+    const auto l = labels.index_select(0, rows);
+    const auto hit = predicted.index_select(0, rows).eq(l).to(at::kDouble);
+    const auto count = at::bincount(l, {}, classes).to(at::kDouble);
+    const auto correct = at::bincount(l, hit, classes);
+    const auto present = count.gt(0);
+    return {
+        {"images", rows.numel()},
+        {"accuracy", hit.mean().item<double>()},
+        {"class_mean_accuracy",
+         correct.masked_select(present).div(count.masked_select(present)).mean().item<double>()}};
+}
+
+// Training rows drawn with probability 1 / (images of their class), so that a class with 12
+// images (skin tones x styles) is not seen 6x as often as one with 2.
+at::Tensor class_weights(const at::Tensor& labels, int64_t classes) {
+    const auto count = at::bincount(labels, {}, classes).to(at::kDouble);
+    return count.index_select(0, labels).reciprocal();
 }
 
 }  // namespace
@@ -128,6 +158,11 @@ void apply_emoji_feature_config(const nlohmann::json& j, EmojiFeatureTrainJob& j
         if (!(job.label_smoothing >= 0 && job.label_smoothing < 1))
             throw std::invalid_argument("config: 'label_smoothing' must be in [0, 1)");
     }
+    if (j.contains("balance_classes")) {
+        if (!j["balance_classes"].is_boolean())
+            throw std::invalid_argument("config: 'balance_classes' must be true or false");
+        job.balance_classes = j["balance_classes"].get<bool>();
+    }
     if (j.contains("train_styles")) {
         const auto& s = j["train_styles"];
         if (!s.is_array() || s.empty() || s.size() > 2)
@@ -141,23 +176,6 @@ void apply_emoji_feature_config(const nlohmann::json& j, EmojiFeatureTrainJob& j
             job.train_styles.push_back(e.get<std::string>());
         }
     }
-}
-
-double emoji_accuracy(EmojiFeatureNet& net, const ImageDataset& data, const at::Tensor& rows,
-                      int64_t batch) {
-    if (rows.numel() == 0) return std::nan("");
-    c10::InferenceMode guard;
-    const bool was_training = net->is_training();
-    net->eval();
-    int64_t correct = 0;
-    for (int64_t b = 0; b < rows.numel(); b += batch) {
-        const auto r = rows.narrow(0, b, std::min(batch, rows.numel() - b));
-        const auto pred = net->logits_of(net->features(data.batch_images(r))).argmax(1);
-        correct +=
-            pred.eq(data.labels.index_select(0, r.to(data.labels.device()))).sum().item<int64_t>();
-    }
-    net->train(was_training);
-    return static_cast<double>(correct) / static_cast<double>(rows.numel());
 }
 
 nlohmann::json train_emoji_features(const EmojiFeatureTrainJob& job, std::ostream& out) {
@@ -207,16 +225,22 @@ nlohmann::json train_emoji_features(const EmojiFeatureTrainJob& job, std::ostrea
     if (step > 0) out << "resumed at step " << step << "\n";
     BatchSampler sampler(train_rows.numel(), job.train.batch, job.train.seed);
     auto gen = at::detail::createCPUGenerator(job.train.seed + 101);
+    const at::Tensor train_labels = data.labels.index_select(0, train_rows.to(dev)).cpu();
+    const at::Tensor weights = class_weights(train_labels, job.model.num_classes);
+    const int64_t batch = std::min(job.train.batch, train_rows.numel());
+    auto next_rows = [&] {
+        if (!job.balance_classes) return train_rows.index_select(0, sampler.next());
+        return train_rows.index_select(0, at::multinomial(weights, batch, true, gen));
+    };
     for (int64_t s = 0; s < step; ++s) {  // same batches and draws as an unbroken run
-        const auto idx = sampler.next();
-        const int64_t n = idx.numel();
-        for (int k = 0; k < 6; ++k) at::rand({n}, gen);
+        next_rows();
+        for (int k = 0; k < 6; ++k) at::rand({batch}, gen);
     }
     TimeBudget budget(job.train.max_seconds);
     for (; step < job.train.steps; ++step) {
         if (step % 10 == 0 && budget.spent(step, out)) break;
         set_learning_rate(opt, job.train.lr_at(step));
-        const auto rows = train_rows.index_select(0, sampler.next());
+        const auto rows = next_rows();
         const auto img = augment_emoji_batch(data.batch_images(rows), job.augment, gen);
         const auto labels = data.labels.index_select(0, rows.to(dev));
         const auto logits = net->logits_of(net->features(img));
@@ -242,26 +266,26 @@ nlohmann::json train_emoji_features(const EmojiFeatureTrainJob& job, std::ostrea
     net->eval();
 
     nlohmann::json report;
+    const auto [features, predicted] = score_all(net, data, 256);
+    const at::Tensor labels = data.labels.cpu();
+    const int64_t classes = job.model.num_classes;
     report["train_styles"] = job.train_styles;
-    report["train_accuracy"] = emoji_accuracy(net, data, train_rows);
-    report["train_images"] = train_rows.numel();
+    report["balance_classes"] = job.balance_classes;
+    report["train"] = accuracy_of(predicted, labels, train_rows, classes);
     if (styles.defined()) {
         nlohmann::json per_style = nlohmann::json::object();
-        for (int64_t s = 0; s < 2; ++s) {
-            const auto rows = styles.eq(s).nonzero().view({-1});
-            per_style[kStyleNames[s]] = emoji_accuracy(net, data, rows);
-        }
-        report["accuracy_by_style"] = per_style;
+        for (int64_t s = 0; s < 2; ++s)
+            per_style[kStyleNames[s]] =
+                accuracy_of(predicted, labels, styles.eq(s).nonzero().view({-1}), classes);
+        report["by_style"] = per_style;
     }
-    report["heldout_accuracy"] = heldout_rows.numel() > 0
-                                     ? nlohmann::json(emoji_accuracy(net, data, heldout_rows))
-                                     : nlohmann::json();
-    report["heldout_images"] = heldout_rows.numel();
+    // The cross-style check: the styles not trained on (null without).
+    report["heldout"] = accuracy_of(predicted, labels, heldout_rows, classes);
     // The data set's own Frechet reference: every packed image, both styles.
-    const FeatureStats ref = feature_stats(all_features(net, data, 256).to(at::kDouble));
+    const FeatureStats ref = feature_stats(features.to(at::kDouble));
     report["steps"] = step;
     report["seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
-    report["train"] = job.train.to_json();
+    report["train_config"] = job.train.to_json();
     report["augment"] = job.augment.to_json();
     report["label_smoothing"] = job.label_smoothing;
     report["model"] = cfg_json;
