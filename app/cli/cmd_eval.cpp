@@ -105,13 +105,25 @@ int run_eval(const EvalArgs& a) {
             std::cerr << " (" << c["psnr_db"]["identical"] << " identical)";
         if (c.contains("quality") && c["quality"].is_object()) {  // manifest "metrics"
             const auto& q = c["quality"];
-            for (const char* against : {"reference", "baseline"})
-                if (q["fid"][against].is_number())
-                    std::cerr << ", FID vs " << against << " " << std::setprecision(3)
-                              << q["fid"][against].get<double>();
-            if (q["inception_score"].is_object())
+            if (q.contains("fid"))
+                for (const char* against : {"reference", "baseline"})
+                    if (q["fid"][against].is_number())
+                        std::cerr << ", FID vs " << against << " " << std::setprecision(3)
+                                  << q["fid"][against].get<double>();
+            if (q.contains("inception_score") && q["inception_score"].is_object())
                 std::cerr << ", IS " << std::setprecision(3)
                           << q["inception_score"]["mean"].get<double>();
+            if (q.contains("emoji") && q["emoji"].is_object()) {  // metrics.emoji
+                const auto& e = q["emoji"];
+                for (const char* against : {"dataset", "baseline"})
+                    if (e["fid"][against].is_number())
+                        std::cerr << ", emoji FID vs " << against << " " << std::setprecision(3)
+                                  << e["fid"][against].get<double>();
+                if (e["accuracy"].is_object())
+                    std::cerr << ", emoji accuracy " << std::setprecision(3)
+                              << e["accuracy"]["rate"].get<double>() << " of "
+                              << e["accuracy"]["counted"];
+            }
         }
         std::cerr << "\n";
     }
@@ -175,7 +187,10 @@ Command add_sweep(CLI::App& app) {
         ->required();
     cmd->add_flag("--list", a->list,
                   "pair the values of two settings (i-th with i-th) instead of the full grid");
-    cmd->add_option("--quality", a->quality, "quality axis: ssim, psnr_db or token_agreement")
+    cmd->add_option(
+           "--quality", a->quality,
+           "quality axis: ssim, psnr_db, token_agreement, emoji_accuracy or emoji_agreement (the "
+           "last two need \"metrics\": {\"emoji\": true})")
         ->check(CLI::IsMember({"ssim", "psnr_db", "token_agreement"}));
     return [a] { return run_sweep_command(*a); };
 }

@@ -1,4 +1,5 @@
-// `varscope-cli train vqvae|var|klvae|mar|bsq-vae|infinity|tokenizer`: train the embedded models
+// `varscope-cli train vqvae|var|klvae|mar|bsq-vae|infinity|emoji-features|tokenizer`: train the
+// embedded models
 // (config file + flag
 // overrides, periodic checkpoints, resume from the run folder, a JSONL loss log).
 #include <ATen/ATen.h>
@@ -17,6 +18,7 @@
 #include "core/models/sampling_recommendation.h"
 #include "core/text/sentencepiece_tokenizer.h"
 #include "core/training/bsq_vae_trainer.h"
+#include "core/training/emoji_feature_trainer.h"
 #include "core/training/infinity_trainer.h"
 #include "core/training/kl_vae_trainer.h"
 #include "core/training/mar_trainer.h"
@@ -140,8 +142,13 @@ Command add_train(CLI::App& app) {
     inf->add_option("--init-t5", ia->init_t5,
                     "start the T5 encoder from this folder (config.json, model.safetensors)")
         ->check(CLI::ExistingDirectory);
+    auto ea = std::make_shared<TrainArgs>();
+    auto* ef = train->add_subcommand(
+        "emoji-features",
+        "train the emoji feature network of the eval metrics (classifier of emoji64's classes)");
+    add_common(ef, *ea);
     const TrainSubcommand tokenizer = add_train_tokenizer(*train);
-    return [vq, vr, kl, mr, bq, inf, va, ta, ka, ma, ba, ia, tokenizer]() {
+    return [vq, vr, kl, mr, bq, inf, ef, va, ta, ka, ma, ba, ia, ea, tokenizer]() {
         if (tokenizer.app->parsed()) return tokenizer.run();
         if (vq->parsed()) {
             check_run_folder(va->out);
@@ -250,6 +257,16 @@ Command add_train(CLI::App& app) {
             // The training phrasings pack-emoji stored; the held-out ones stay for evaluation.
             job.captions = load_emoji_captions(ia->data).train;
             write_report(*ia, train_infinity(job, std::cerr));
+        } else if (ef->parsed()) {
+            check_run_folder(ea->out);
+            const auto j = read_config(
+                ea->config, {"augment", "label_smoothing", "balance_classes", "train_styles"});
+            EmojiFeatureTrainJob job;
+            apply_emoji_feature_config(j, job);
+            job.train = train_config(j, *ea);
+            job.data_path = ea->data;
+            job.run_dir = ea->out;
+            write_report(*ea, train_emoji_features(job, std::cerr));
         }
         return 0;
     };

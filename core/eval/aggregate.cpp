@@ -6,6 +6,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/eval/emoji_quality.h"
 #include "core/eval/quality.h"
 
 namespace varscope {
@@ -101,9 +102,15 @@ nlohmann::json aggregate_shards(const EvalManifest& m, const std::vector<nlohman
         sums[kBaselineConfig].millis > 0
             ? sums[kBaselineConfig].timed_images / (sums[kBaselineConfig].millis / 1000.0)
             : 0.0;
-    const nlohmann::json quality = m.metrics.enabled()
+    const nlohmann::json quality = m.metrics.inception_enabled()
                                        ? quality_metrics(m.metrics, gather_features(shards))
                                        : nlohmann::json();
+    nlohmann::json emoji = nlohmann::json();
+    if (m.metrics.emoji_enabled()) {  // the data set's reference statistics ship in its file
+        const auto net = load_emoji_network(m.metrics);
+        emoji = emoji_quality_metrics(gather_emoji_scores(shards), net.reference_mu(),
+                                      net.reference_sigma());
+    }
     nlohmann::json configs = nlohmann::json::array();
     for (const auto& name : names) {
         const ConfigSums& s = sums[name];
@@ -125,7 +132,11 @@ nlohmann::json aggregate_shards(const EvalManifest& m, const std::vector<nlohman
             c["ssim"] = mean_ci(s.ssim);
             c["token_agreement"] = s.agreement.empty() ? nlohmann::json() : mean_ci(s.agreement);
         }
-        if (m.metrics.enabled()) c["quality"] = quality.value(name, nlohmann::json());
+        if (m.metrics.inception_enabled()) c["quality"] = quality.value(name, nlohmann::json());
+        if (m.metrics.emoji_enabled()) {
+            if (!c["quality"].is_object()) c["quality"] = nlohmann::json::object();
+            c["quality"]["emoji"] = emoji.value(name, nlohmann::json());
+        }
         configs.push_back(std::move(c));
     }
     return {{"shards", shards.size()}, {"configs", configs}};
@@ -137,11 +148,19 @@ std::string summary_csv(const nlohmann::json& result) {
         "peak_memory_bytes,psnr_db_mean,psnr_db_ci95,identical_images,ssim_mean,ssim_ci95,"
         "token_agreement_mean,token_agreement_ci95";
     // The distribution metrics' columns only where the job computed them ("metrics").
-    const bool quality = !result.at("configs").empty() && result["configs"][0].contains("quality");
+    const auto& first = result.at("configs").empty() ? nlohmann::json() : result["configs"][0];
+    const bool quality = first.contains("quality") && first["quality"].is_object() &&
+                         first["quality"].contains("fid");
+    const bool emoji = first.contains("quality") && first["quality"].is_object() &&
+                       first["quality"].contains("emoji");
     if (quality)
         out +=
             ",fid_reference,fid_baseline,sfid_reference,sfid_baseline,inception_score_mean,"
             "inception_score_std,precision,recall";
+    if (emoji)
+        out +=
+            ",emoji_fid_dataset,emoji_fid_baseline,emoji_accuracy,emoji_accuracy_counted,"
+            "emoji_baseline_agreement";
     out += "\n";
     for (const auto& c : result.at("configs")) {
         const auto& l = c.at("latency_ms_per_image");
@@ -168,6 +187,16 @@ std::string summary_csv(const nlohmann::json& result) {
                    value("inception_score", "mean") + "," + value("inception_score", "std") + "," +
                    value("precision_recall", "precision") + "," +
                    value("precision_recall", "recall");
+        }
+        if (emoji) {
+            const auto& q = c.at("quality").at("emoji");
+            auto value = [&](const char* metric, const char* field) -> std::string {
+                if (q.is_null() || !q.contains(metric) || q[metric].is_null()) return "";
+                return csv_number(field ? q[metric].value(field, nlohmann::json()) : q[metric]);
+            };
+            out += "," + value("fid", "dataset") + "," + value("fid", "baseline") + "," +
+                   value("accuracy", "rate") + "," + value("accuracy", "counted") + "," +
+                   value("baseline_agreement", nullptr);
         }
         out += "\n";
     }

@@ -8,9 +8,11 @@
 #include <optional>
 
 #include "core/eval/aggregate.h"
+#include "core/eval/emoji_quality.h"
 #include "core/eval/quality.h"
 #include "core/io/checkpoint.h"
 #include "core/metrics/image_metrics.h"
+#include "core/resources.h"
 #include "kernels/memory_stats.h"
 
 namespace varscope {
@@ -136,11 +138,49 @@ void prepare_eval_output(const EvalManifest& m) {
     }
 }
 
+// The networks that score the images (manifest "metrics"); null where off.
+struct Scorers {
+    const FidInception* inception = nullptr;
+    const EmojiFeatureNetwork* emoji = nullptr;
+    std::vector<int64_t> emoji_targets;  // per condition: the class to show, -1 = not counted
+};
+
+// The emoji network for a job, checked against the model before any sampling.
+std::optional<EmojiFeatureNetwork> emoji_scorer(const EvalManifest& m, const Runner& runner,
+                                                std::vector<int64_t>& targets) {
+    if (!m.metrics.emoji_enabled()) return std::nullopt;
+    std::optional<EmojiFeatureNetwork> net(load_emoji_network(m.metrics));
+    const int64_t classes = net->config().num_classes;
+    const int64_t model_classes = runner.shape().num_classes;
+    if (m.prompts.empty() && model_classes > 0 && model_classes != classes)
+        throw ManifestError("manifest: metrics.emoji: the emoji network knows " +
+                            std::to_string(classes) + " classes, the model " +
+                            std::to_string(model_classes) +
+                            " (its scores need a model of emoji64's classes)");
+    std::vector<ClassInfo> names;
+    if (!m.prompts.empty()) {  // the class a prompt names, from the list the network was made on
+        const auto list = std::filesystem::path(resource_dir()) / "models" / "emoji-classes.json";
+        try {
+            names = load_class_list(list.string());
+        } catch (const std::exception& e) {
+            throw ManifestError("manifest: metrics.emoji: the prompts' classes need " +
+                                list.string() + ": " + e.what());
+        }
+    }
+    targets = emoji_targets(m, names);
+    for (int64_t& t : targets)
+        if (t >= classes) t = -1;
+    net->to(runner.device());
+    return net;
+}
+
 nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans& plans,
                          const SampleSettings& settings, const EvalShard& shard,
-                         const std::string& fingerprint, const FidInception* inception) {
+                         const std::string& fingerprint, const Scorers& scorers) {
     const at::Device device = runner.device();
+    const FidInception* inception = scorers.inception;
     ShardFeatures features;
+    ShardEmojiScores emoji_scores;
     nlohmann::json images = nlohmann::json::array();
     nlohmann::json timing = nlohmann::json::object();
     for (const auto& name : plans.names)
@@ -166,6 +206,15 @@ nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans&
                     throw std::invalid_argument(
                         "manifest: metrics: the model gives no decoded images to score");
                 features.add(plans.names[k], inception->features(r.images));
+            }
+            if (scorers.emoji) {
+                if (!r.images.defined())
+                    throw std::invalid_argument(
+                        "manifest: metrics: the model gives no decoded images to score");
+                std::vector<int64_t> targets;
+                for (int64_t c : unit.conditions)
+                    targets.push_back(scorers.emoji_targets.at(static_cast<size_t>(c)));
+                emoji_scores.add(plans.names[k], scorers.emoji->features(r.images), targets);
             }
             if (m.save_images && r.images.defined())
                 saved[plans.names[k]].push_back(
@@ -204,6 +253,7 @@ nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans&
                           {"images", images},
                           {"timing", timing}};
     if (inception) out["features"] = features.to_json();
+    if (scorers.emoji) out["emoji_features"] = emoji_scores.to_json();
     return out;
 }
 
@@ -228,10 +278,14 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
         const EvalPlans plans = eval_plans(m, runner);
         settings = eval_settings(m, runner);
         std::optional<FidInception> inception;
-        if (m.metrics.enabled()) {  // bad metric inputs fail before any sampling
+        Scorers scorers;
+        const auto emoji = emoji_scorer(m, runner, scorers.emoji_targets);
+        if (emoji) scorers.emoji = &*emoji;
+        if (m.metrics.inception_enabled()) {  // bad metric inputs fail before any sampling
             check_reference_stats(m.metrics);
             inception.emplace(FidInception::load(m.metrics.inception));
             inception->to(runner.device());
+            scorers.inception = &*inception;
         }
         const auto todo = shards_of_rank(static_cast<int64_t>(shards.size()), rank, world);
         const auto start = Clock::now();
@@ -245,8 +299,7 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
             } else {
                 if (m.warmup && out.computed == 0)
                     warm_up(m, runner, plans, settings, shards[index].units.front());
-                done = run_shard(m, runner, plans, settings, shards[index], fingerprint,
-                                 inception ? &*inception : nullptr);
+                done = run_shard(m, runner, plans, settings, shards[index], fingerprint, scorers);
                 write_file_atomic(path, done->dump() + "\n");
                 ++out.computed;
             }

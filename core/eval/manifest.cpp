@@ -5,6 +5,7 @@
 
 #include "core/io/json_fields.h"
 #include "core/io/json_read.h"
+#include "core/resources.h"
 
 namespace varscope {
 namespace {
@@ -109,15 +110,40 @@ std::vector<uint64_t> read_seeds(const Reader& r, const nlohmann::json& j) {
 
 EvalMetricsSpec read_metrics(const Reader& r, const nlohmann::json& j) {
     if (!j.is_object())
-        r.fail("metrics", "expected an object ({\"inception\": weight file, \"reference\": .npz})");
-    r.known(j, "metrics", {"inception", "reference", "is_splits", "pr_k"});
-    if (!j.contains("inception"))
+        r.fail("metrics",
+               "expected an object ({\"inception\": weight file, \"reference\": .npz} and/or "
+               "{\"emoji\": true})");
+    r.known(j, "metrics", {"inception", "reference", "emoji", "is_splits", "pr_k"});
+    if (!j.contains("inception") && !j.contains("emoji"))
         r.fail("metrics.inception",
                "missing: the FID Inception weights (pytorch-fid's "
-               "pt_inception-2015-12-05-6726825d.pth; nothing is downloaded)");
+               "pt_inception-2015-12-05-6726825d.pth; nothing is downloaded), or name the emoji "
+               "feature network (\"emoji\": true)");
     EvalMetricsSpec spec;
-    spec.inception = r.path(j["inception"], "metrics.inception", true);
-    if (j.contains("reference")) spec.reference = r.path(j["reference"], "metrics.reference", true);
+    if (j.contains("inception")) spec.inception = r.path(j["inception"], "metrics.inception", true);
+    if (j.contains("reference")) {
+        if (!j.contains("inception"))
+            r.fail("metrics.reference",
+                   "Inception statistics need \"inception\" (the emoji network brings its own)");
+        spec.reference = r.path(j["reference"], "metrics.reference", true);
+    }
+    if (j.contains("emoji")) {
+        const auto& e = j["emoji"];
+        if (e.is_boolean()) {
+            if (e.get<bool>()) {
+                spec.emoji =
+                    (fs::path(resource_dir()) / "models" / "emoji-features.safetensors").string();
+                if (!fs::exists(spec.emoji))
+                    r.fail("metrics.emoji", "the shipped emoji feature network '" + spec.emoji +
+                                                "' is missing (train one with varscope-cli train "
+                                                "emoji-features, or name a file)");
+            }
+        } else {
+            if (!e.is_string())
+                r.fail("metrics.emoji", "expected true (the shipped network) or a file");
+            spec.emoji = r.path(e, "metrics.emoji", true);
+        }
+    }
     if (j.contains("is_splits")) spec.is_splits = r.positive(j["is_splits"], "metrics.is_splits");
     if (j.contains("pr_k")) spec.pr_k = r.positive(j["pr_k"], "metrics.pr_k");
     return spec;
@@ -151,7 +177,8 @@ nlohmann::json EvalManifest::work_json() const {
                            {"configs", configs_json}};
     // The shards then carry Inception features (the reference enters only the aggregation);
     // manifests without metrics keep their fingerprints.
-    if (metrics.enabled()) work["metrics"] = {{"inception", metrics.inception}};
+    if (metrics.inception_enabled()) work["metrics"]["inception"] = metrics.inception;
+    if (metrics.emoji_enabled()) work["metrics"]["emoji"] = metrics.emoji;
     return work;
 }
 

@@ -26,14 +26,20 @@ struct EvalConfig {
     nlohmann::json accel;
 };
 
-// Distribution metrics (FID, sFID, IS, precision/recall; core/eval/quality.h): "metrics" in the
-// manifest. Off without an Inception weight file.
+// Distribution metrics (FID, sFID, IS, precision/recall; core/eval/quality.h) and the emoji
+// models' own metrics (emoji Frechet distance and accuracy; core/eval/emoji_quality.h):
+// "metrics" in the manifest. Each is off without its network file.
 struct EvalMetricsSpec {
     std::string inception;  // pytorch-fid's pt_inception-2015-12-05-6726825d.pth (or equivalent)
     std::string reference;  // optional .npz: mu, sigma [, mu_s, sigma_s]
+    // An emoji feature network export ("emoji": true in the manifest = the shipped
+    // resources/models/emoji-features.safetensors).
+    std::string emoji;
     int64_t is_splits = 10;
     int64_t pr_k = 3;
-    bool enabled() const { return !inception.empty(); }
+    bool enabled() const { return inception_enabled() || emoji_enabled(); }
+    bool inception_enabled() const { return !inception.empty(); }
+    bool emoji_enabled() const { return !emoji.empty(); }
 };
 
 // The name of the config with the accelerators off, which every job runs first and compares to.

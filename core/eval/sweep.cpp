@@ -15,6 +15,36 @@ double quality_value(const nlohmann::json& q) {
     return q.is_null() ? std::numeric_limits<double>::infinity() : q.get<double>();
 }
 
+// The quality axes: per-image metrics against the baseline, and the emoji network's accuracy
+// and agreement with the baseline's predicted classes (manifest metrics.emoji). Higher is better.
+void check_quality_metric(const std::string& metric) {
+    for (const char* m :
+         {"ssim", "psnr_db", "token_agreement", "emoji_accuracy", "emoji_agreement"})
+        if (metric == m) return;
+    throw std::invalid_argument(
+        "--quality: expected ssim, psnr_db, token_agreement, emoji_accuracy or emoji_agreement, "
+        "got '" +
+        metric + "'");
+}
+
+// A config's emoji accuracy or agreement from the eval result (std::invalid_argument when the
+// job did not score with the emoji network or counted no image).
+nlohmann::json emoji_quality_of(const nlohmann::json& config, const std::string& metric) {
+    const auto q = config.value("quality", nlohmann::json());
+    const auto e = q.is_object() ? q.value("emoji", nlohmann::json()) : nlohmann::json();
+    if (!e.is_object())
+        throw std::invalid_argument("--quality " + metric +
+                                    ": the eval result has no emoji metrics (add \"metrics\": "
+                                    "{\"emoji\": true} to the manifest)");
+    if (metric == "emoji_agreement")
+        return config.at("name") == "baseline" ? nlohmann::json(1.0) : e.at("baseline_agreement");
+    if (!e.at("accuracy").is_object())
+        throw std::invalid_argument(
+            "--quality emoji_accuracy: no image has a class to check "
+            "(class -1, or prompts that name no class)");
+    return e["accuracy"].at("rate");
+}
+
 std::string xml_escape(const std::string& s) {
     std::string out;
     for (char c : s) {
@@ -145,9 +175,8 @@ std::vector<bool> pareto_front(const std::vector<double>& speed,
 
 nlohmann::json sweep_summary(const nlohmann::json& eval_result,
                              const std::vector<SweepPoint>& points, const std::string& metric) {
-    if (metric != "ssim" && metric != "psnr_db" && metric != "token_agreement")
-        throw std::invalid_argument("--quality: expected ssim, psnr_db or token_agreement, got '" +
-                                    metric + "'");
+    check_quality_metric(metric);
+    const bool emoji = metric.rfind("emoji_", 0) == 0;
     nlohmann::json rows = nlohmann::json::array();
     std::vector<double> speed;
     std::vector<nlohmann::json> quality;
@@ -155,7 +184,12 @@ nlohmann::json sweep_summary(const nlohmann::json& eval_result,
         const std::string name = c.at("name").get<std::string>();
         nlohmann::json row = {
             {"name", name}, {"speedup", c.at("speedup")}, {"images_per_s", c.at("images_per_s")}};
-        if (name == "baseline") {
+        if (emoji) {
+            const auto p = std::find_if(points.begin(), points.end(),
+                                        [&](const SweepPoint& s) { return s.name == name; });
+            row["values"] = name == "baseline" || p == points.end() ? nlohmann::json() : p->values;
+            row["quality"] = emoji_quality_of(c, metric);
+        } else if (name == "baseline") {
             row["values"] = nullptr;
             row["quality"] = metric == "psnr_db" ? nlohmann::json() : nlohmann::json(1.0);
         } else {
@@ -273,10 +307,11 @@ nlohmann::json run_sweep(EvalManifest m, Runner& runner, const SweepRequest& req
             "sweep: the manifest names " + std::to_string(m.configs.size()) +
             " configs; a sweep starts from one (its base, e.g. {\"base\": {}})");
     check_sweep_axes(request.axes, runner.methods(), request.grid);
-    if (request.metric != "ssim" && request.metric != "psnr_db" &&
-        request.metric != "token_agreement")
-        throw std::invalid_argument("--quality: expected ssim, psnr_db or token_agreement, got '" +
-                                    request.metric + "'");
+    check_quality_metric(request.metric);
+    if (request.metric.rfind("emoji_", 0) == 0 && !m.metrics.emoji_enabled())
+        throw std::invalid_argument("--quality " + request.metric +
+                                    ": the manifest's metrics name no emoji network (add "
+                                    "\"metrics\": {\"emoji\": true})");
     const auto plans = eval_plans(m, runner);  // names a bad base config
     const nlohmann::json base = plans.plans[1]->to_json();
     const auto points = sweep_points(base, request.axes, request.grid);

@@ -44,10 +44,11 @@ std::vector<bool> pareto_front(const std::vector<double>& speed,
                                const std::vector<nlohmann::json>& quality);
 
 // From an eval result whose configs are the baseline and the points: per point its settings,
-// speedup, images/s and quality (`metric`: "ssim", "psnr_db" or "token_agreement", the mean),
-// and whether it is on the front; the baseline is a point (speedup 1) too. Each point also
-// carries its config (`accel`) and its whole result entry (`metrics`), and the summary the
-// result's `model` and `family`: the app (core/eval/sweep_result.h) reads them.
+// speedup, images/s and quality (`metric`: "ssim", "psnr_db" or "token_agreement", the mean;
+// "emoji_accuracy" or "emoji_agreement", from the emoji network's scores, manifest
+// metrics.emoji), and whether it is on the front; the baseline is a point (speedup 1) too. Each
+// point also carries its config (`accel`) and its whole result entry (`metrics`), and the summary
+// the result's `model` and `family`: the app (core/eval/sweep_result.h) reads them.
 nlohmann::json sweep_summary(const nlohmann::json& eval_result,
                              const std::vector<SweepPoint>& points, const std::string& metric);
 

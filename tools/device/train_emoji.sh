@@ -8,6 +8,10 @@
 #                   a 60-step probe sizes the cosine schedule to MAX_SECONDS
 #   STAGE=mar    -> trains the MAR (resources/training/emoji-mar.json) on the latents of
 #                   resources/models/emoji-klvae.safetensors; same probe without STEPS
+#   STAGE=emoji-features -> the eval metrics' emoji feature network
+#                   (resources/training/emoji-features.json), then its cross-style check
+#                   (emoji-features-google-only.json: trained on google, heldout_accuracy on
+#                   twitter), copied out as emoji-emoji-features-google-only.* beside it
 # Needs (git-ignored, carried): .device/deps and .device/data/emoji64.safetensors.xz (or .gz)
 # (varscope-cli pack-emoji output; xz -9 is 15 MB vs gzip's 23 MB, which matters under the 64 MiB
 # upload once the shipped models are tracked). MAX_SECONDS caps the training wall time;
@@ -54,6 +58,16 @@ elif [ "$STAGE" = klvae ] || [ "$STAGE" = mar ]; then
   $CLI train $STAGE --config $KCFG --data /tmp/emoji64.safetensors $VAE_ARG --out "$RUN" \
     ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} ${STEPS:+--steps $STEPS} ${INIT:+--init $INIT} ${LR:+--lr $LR} \
     2>&1 | grep -v '^ ' | tail -60
+elif [ "$STAGE" = emoji-features ]; then
+  for CFG in emoji-features emoji-features-google-only; do
+    $CLI train emoji-features --config resources/training/$CFG.json --data /tmp/emoji64.safetensors \
+      --out /tmp/runs/$CFG ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} ${STEPS:+--steps $STEPS} \
+      2>&1 | grep -v '^ ' | tail -30
+  done
+  RUN2=/tmp/runs/emoji-features-google-only
+  cp "$RUN2/export-fp16.safetensors" "$OUT/emoji-emoji-features-google-only.safetensors"
+  cp "$RUN2/log.jsonl" "$OUT/log-emoji-features-google-only.jsonl"
+  cp "$RUN2/report.json" "$OUT/report-emoji-features-google-only.json"
 else
   $CLI train var --config ${VAR_CONFIG:-resources/training/emoji-var.json} --data /tmp/emoji64.safetensors \
     --vae resources/models/emoji-vqvae.safetensors --out "$RUN" ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} \
