@@ -57,12 +57,14 @@ void run_on_capture_stream(int device, const std::function<void()>& fn) {
     done.block(current);
 }
 
-CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}
+// The graph object is made at capture, under the device's guard: made earlier it would touch
+// CUDA (a set of graphs is built before any capture, also where no driver is present).
+CudaGraph::CudaGraph() = default;
 CudaGraph::~CudaGraph() = default;
 
 void CudaGraph::capture(int device, const std::function<void()>& fn,
                         const CudaGraph* share_memory_with) {
-    TORCH_CHECK(!impl_->captured, "CudaGraph: already captured");
+    TORCH_CHECK(!captured(), "CudaGraph: already captured");
     TORCH_CHECK(share_memory_with == nullptr || share_memory_with->captured(),
                 "CudaGraph: the graph to share memory with is not captured");
     const auto dev = static_cast<c10::DeviceIndex>(device);
@@ -70,6 +72,7 @@ void CudaGraph::capture(int device, const std::function<void()>& fn,
     // Capture needs a stream other than the legacy default stream; work already queued on the
     // current stream does not matter (capture runs nothing).
     const c10::cuda::CUDAStreamGuard stream_guard(capture_stream(dev));
+    if (!impl_) impl_ = std::make_unique<Impl>();
     // Thread-local mode: other threads (a GUI, say) may keep using CUDA meanwhile.
     const at::cuda::MempoolId_t pool =
         share_memory_with ? share_memory_with->impl_->graph.pool() : at::cuda::MempoolId_t{0, 0};
@@ -110,18 +113,18 @@ void CudaGraph::capture(int device, const std::function<void()>& fn,
 }
 
 void CudaGraph::replay() {
-    TORCH_CHECK(impl_->captured, "CudaGraph: replay before capture");
+    TORCH_CHECK(captured(), "CudaGraph: replay before capture");
     impl_->graph.replay();
 }
 
 bool CudaGraph::captured() const {
-    return impl_->captured;
+    return impl_ && impl_->captured;
 }
 size_t CudaGraph::kernel_nodes() const {
-    return impl_->kernel_nodes;
+    return impl_ ? impl_->kernel_nodes : 0;
 }
 size_t CudaGraph::nodes() const {
-    return impl_->nodes;
+    return impl_ ? impl_->nodes : 0;
 }
 #else
 struct CudaGraph::Impl {};

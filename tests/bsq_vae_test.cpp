@@ -278,13 +278,16 @@ TEST(BsqVaeRandom, SeededAndDecodesPerImage) {
     EXPECT_TRUE(at::equal(module_state_dict(*a).at(w), module_state_dict(*b).at(w)));
     EXPECT_FALSE(at::equal(module_state_dict(*a).at(w), module_state_dict(*c).at(w)));
     c10::InferenceMode g;
+    at::manual_seed(3);  // fixed latents: the tolerance below is for these, not any draw
     const at::Tensor z = at::randn({3, 6, 2, 3});
     const at::Tensor img = a->decode_01(z);
     EXPECT_EQ(img.sizes(), (at::IntArrayRef{3, 3, 8, 12}));
     EXPECT_GE(img.min().item<double>(), 0.0);
     EXPECT_LE(img.max().item<double>(), 1.0);
-    // Batch chunking: the second image alone decodes to the same pixels.
-    EXPECT_TRUE(at::allclose(a->decode_01(z.narrow(0, 1, 1)), img.narrow(0, 1, 1), 1e-6, 1e-6));
+    // Batch chunking: the second image alone decodes to the same pixels, up to float rounding
+    // (the CPU convolutions may split a batch of 1 and of 3 differently across threads: under a
+    // loaded ctest -j2 a difference above 1e-6 was seen once).
+    EXPECT_TRUE(at::allclose(a->decode_01(z.narrow(0, 1, 1)), img.narrow(0, 1, 1), 1e-5, 1e-5));
 }
 
 // The real d32reg shape with random weights: tools/parity/bsq_vae_parity.py --check DIR writes

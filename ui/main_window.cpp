@@ -921,16 +921,24 @@ bool MainWindow::restoreFromPng(const QString& path, QString* error) {
 void MainWindow::dragEnterEvent(QDragEnterEvent* e) {
     if (e->mimeData()->hasUrls())
         for (const QUrl& u : e->mimeData()->urls())
-            if (u.isLocalFile() && u.toLocalFile().endsWith(".png", Qt::CaseInsensitive)) {
+            if (u.isLocalFile() && (u.toLocalFile().endsWith(".png", Qt::CaseInsensitive) ||
+                                    u.toLocalFile().endsWith(".json", Qt::CaseInsensitive))) {
                 e->acceptProposedAction();
                 return;
             }
 }
 
+// A PNG restores its settings; a JSON file is taken for a sweep result (its tab says why not).
 void MainWindow::dropEvent(QDropEvent* e) {
     for (const QUrl& u : e->mimeData()->urls()) {
+        if (!u.isLocalFile()) continue;
+        const QString path = u.toLocalFile();
+        if (path.endsWith(".json", Qt::CaseInsensitive)) {
+            openSweepResult(path);
+            return;
+        }
         QString error;
-        if (u.isLocalFile() && restoreFromPng(u.toLocalFile(), &error)) return;
+        if (restoreFromPng(path, &error)) return;
         QMessageBox::warning(this, tr("Cannot restore settings"), error);
     }
 }

@@ -225,7 +225,7 @@ std::shared_ptr<DenseStepGraphs> DenseGraphCache::get(const VarConfig& config,
         const size_t n = graph_sets_to_release(available, graph_set_bytes(config, key), bytes);
         for (size_t k = n; k-- > 0;) entries_.erase(entries_.begin() + same[k]);
         // Graph pools go back to the driver only when emptied (another process may need it too).
-        if (n > 0) kernels::empty_cuda_cache();
+        if (n > 0 && condition_prototype.is_cuda()) kernels::empty_cuda_cache();
     }
     entries_.emplace_back(key, std::make_shared<DenseStepGraphs>(config, key, condition_prototype));
     return entries_.back().second;

@@ -297,6 +297,28 @@ class SweepViewTest : public QObject {
         QCOMPARE(v.result()->points.size(), size_t(4));
     }
 
+    // The window: the tab is hidden until a sweep opens (it would cost the images the height of
+    // a tab bar), and a sweep.json dropped anywhere on the window opens in it.
+    void windowDropOpensTheHiddenTab() {
+        QTemporaryDir dir;
+        const QString path = write_sweep(QDir(dir.path()));
+        MainWindow w(test_loader);
+        w.resize(1280, 800);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(!w.sweepView()->isVisible());
+        QMimeData mime;
+        mime.setUrls({QUrl::fromLocalFile(path)});
+        QDragEnterEvent enter(QPoint(5, 5), Qt::CopyAction, &mime, Qt::LeftButton, {});
+        QCoreApplication::sendEvent(&w, &enter);
+        QVERIFY(enter.isAccepted());
+        QDropEvent drop(QPointF(5, 5), Qt::CopyAction, &mime, Qt::LeftButton, {});
+        QCoreApplication::sendEvent(&w, &drop);
+        QVERIFY(w.sweepView()->isVisible());
+        QVERIFY(w.sweepView()->result().has_value());
+        QCOMPARE(w.sweepView()->result()->points.size(), size_t(4));
+    }
+
     // The plot as PNG and SVG; nothing to export before a file is open.
     void exportsThePlot() {
         QTemporaryDir dir;
