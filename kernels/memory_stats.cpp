@@ -21,6 +21,14 @@ namespace {
 // them back).
 std::mutex fraction_mutex;
 std::map<int, double> fractions;
+
+// cudaMemGetInfo on `device`; false (and the error cleared for later calls) when it fails.
+bool memory_info(int device, size_t& free, size_t& total) {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) return true;
+    (void)cudaGetLastError();  // clear the sticky-free error state for later calls
+    return false;
+}
 }  // namespace
 
 DeviceMemory cuda_memory(int device) {
@@ -34,22 +42,13 @@ DeviceMemory cuda_memory(int device) {
 }
 
 int64_t cuda_free_memory(int device) {
-    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
     size_t free = 0, total = 0;
-    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
-        (void)cudaGetLastError();  // clear the sticky-free error state for later calls
-        return -1;
-    }
-    return static_cast<int64_t>(free);
+    return memory_info(device, free, total) ? static_cast<int64_t>(free) : -1;
 }
 
 int64_t cuda_available_memory(int device) {
-    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
     size_t free = 0, total = 0;
-    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return -1;
-    }
+    if (!memory_info(device, free, total)) return -1;
     const DeviceMemory m = cuda_memory(device);
     int64_t available = static_cast<int64_t>(free) + (m.reserved - m.allocated);
     double fraction = 1.0;

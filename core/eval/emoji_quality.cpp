@@ -7,7 +7,7 @@
 #include <optional>
 #include <set>
 
-#include "core/eval/quality.h"  // encode_floats, decode_floats
+#include "core/eval/quality.h"  // encode_floats, decode_floats, read_shard_sections
 #include "core/eval/shards.h"
 #include "core/io/state_dict.h"
 #include "core/metrics/feature_stats.h"
@@ -103,34 +103,23 @@ nlohmann::json ShardEmojiScores::to_json() const {
 std::map<std::string, EmojiScores> gather_emoji_scores(const std::vector<nlohmann::json>& shards) {
     std::map<std::string, std::vector<at::Tensor>> features;
     std::map<std::string, EmojiScores> out;
-    for (const auto& shard : shards) {
-        const std::string source = "shard " + shard.value("shard", nlohmann::json()).dump();
-        const std::string redo = " (delete its file to compute it again)";
-        if (!shard.contains("emoji_features") || !shard["emoji_features"].is_object())
-            throw ShardFileError(source + ": no emoji features (made without metrics.emoji?)" +
-                                 redo);
-        for (const auto& [config, f] : shard["emoji_features"].items()) {
-            try {
-                const int64_t n = f.at("images").get<int64_t>();
-                const int64_t dim = f.at("dim").get<int64_t>();
-                const auto predicted = f.at("predicted").get<std::vector<int64_t>>();
-                const auto target = f.at("target").get<std::vector<int64_t>>();
-                if (static_cast<int64_t>(predicted.size()) != n ||
-                    static_cast<int64_t>(target.size()) != n)
-                    throw std::invalid_argument(
-                        "predicted / target lists of another length than "
-                        "the images");
-                features[config].push_back(
-                    decode_floats(f.at("features").get<std::string>(), n, dim));
-                auto& s = out[config];
-                s.predicted.insert(s.predicted.end(), predicted.begin(), predicted.end());
-                s.target.insert(s.target.end(), target.begin(), target.end());
-            } catch (const std::exception& e) {
-                throw ShardFileError(source + ": emoji features of '" + config + "': " + e.what() +
-                                     redo);
-            }
-        }
-    }
+    read_shard_sections(
+        shards, "emoji_features", "no emoji features (made without metrics.emoji?)",
+        "emoji features of", [&](const std::string& config, const nlohmann::json& f) {
+            const int64_t n = f.at("images").get<int64_t>();
+            const int64_t dim = f.at("dim").get<int64_t>();
+            const auto predicted = f.at("predicted").get<std::vector<int64_t>>();
+            const auto target = f.at("target").get<std::vector<int64_t>>();
+            if (static_cast<int64_t>(predicted.size()) != n ||
+                static_cast<int64_t>(target.size()) != n)
+                throw std::invalid_argument(
+                    "predicted / target lists of another length than "
+                    "the images");
+            features[config].push_back(decode_floats(f.at("features").get<std::string>(), n, dim));
+            auto& s = out[config];
+            s.predicted.insert(s.predicted.end(), predicted.begin(), predicted.end());
+            s.target.insert(s.target.end(), target.begin(), target.end());
+        });
     for (auto& [config, parts] : features) {
         try {
             out[config].features = at::cat(parts, 0);

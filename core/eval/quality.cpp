@@ -111,31 +111,42 @@ nlohmann::json ShardFeatures::to_json() const {
     return out;
 }
 
-std::map<std::string, InceptionFeatures> gather_features(
-    const std::vector<nlohmann::json>& shards) {
-    std::map<std::string, std::vector<InceptionFeatures>> parts;
+void read_shard_sections(
+    const std::vector<nlohmann::json>& shards, const std::string& section,
+    const std::string& missing, const std::string& entry,
+    const std::function<void(const std::string&, const nlohmann::json&)>& read) {
     for (const auto& shard : shards) {
         const std::string source = "shard " + shard.value("shard", nlohmann::json()).dump();
         const std::string redo = " (delete its file to compute it again)";
-        if (!shard.contains("features") || !shard["features"].is_object())
-            throw ShardFileError(source + ": no Inception features (made without \"metrics\"?)" +
-                                 redo);
-        for (const auto& [config, f] : shard["features"].items()) {
+        if (!shard.contains(section) || !shard[section].is_object())
+            throw ShardFileError(source + ": " + missing + redo);
+        for (const auto& [config, f] : shard[section].items()) {
             try {
-                const int64_t n = f.at("images").get<int64_t>();
-                InceptionFeatures part;
-                part.pool3 = decode_floats(f.at("pool3").get<std::string>(), n, kInceptionPool3Dim);
-                part.spatial =
-                    decode_floats(f.at("spatial").get<std::string>(), n, kInceptionSpatialDim);
-                if (!f.at("logits").is_null())
-                    part.logits =
-                        decode_floats(f.at("logits").get<std::string>(), n, kInceptionLogitsDim);
-                parts[config].push_back(std::move(part));
+                read(config, f);
             } catch (const std::exception& e) {
-                throw ShardFileError(source + ": features of '" + config + "': " + e.what() + redo);
+                throw ShardFileError(source + ": " + entry + " '" + config + "': " + e.what() +
+                                     redo);
             }
         }
     }
+}
+
+std::map<std::string, InceptionFeatures> gather_features(
+    const std::vector<nlohmann::json>& shards) {
+    std::map<std::string, std::vector<InceptionFeatures>> parts;
+    read_shard_sections(
+        shards, "features", "no Inception features (made without \"metrics\"?)", "features of",
+        [&](const std::string& config, const nlohmann::json& f) {
+            const int64_t n = f.at("images").get<int64_t>();
+            InceptionFeatures part;
+            part.pool3 = decode_floats(f.at("pool3").get<std::string>(), n, kInceptionPool3Dim);
+            part.spatial =
+                decode_floats(f.at("spatial").get<std::string>(), n, kInceptionSpatialDim);
+            if (!f.at("logits").is_null())
+                part.logits =
+                    decode_floats(f.at("logits").get<std::string>(), n, kInceptionLogitsDim);
+            parts[config].push_back(std::move(part));
+        });
     std::map<std::string, InceptionFeatures> out;
     for (const auto& [config, p] : parts) out[config] = concat(p);
     return out;

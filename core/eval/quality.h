@@ -6,6 +6,7 @@
 // numbers whichever rank computed a shard).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -44,5 +45,14 @@ nlohmann::json quality_metrics(const EvalMetricsSpec& spec,
 // base64 of a float32 tensor's bytes, and back (std::invalid_argument on bad text or size).
 std::string encode_floats(const at::Tensor& t);
 at::Tensor decode_floats(const std::string& text, int64_t rows, int64_t cols);
+
+// read(config, entry) for each config's entry of every shard's `section` object, in shard order
+// (the feature sections the Inception and the emoji network write). ShardFileError naming the
+// shard where the section is missing ("<shard>: <missing>") or read throws on an entry
+// ("<shard>: <entry> '<config>': <what>"), each telling to delete the file.
+void read_shard_sections(
+    const std::vector<nlohmann::json>& shards, const std::string& section,
+    const std::string& missing, const std::string& entry,
+    const std::function<void(const std::string& config, const nlohmann::json& entry)>& read);
 
 }  // namespace varscope

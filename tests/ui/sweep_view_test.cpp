@@ -19,28 +19,17 @@
 
 #include "core/eval/sweep_result.h"
 #include "tests/ui/tiny_engine.h"
+#include "tests/ui/window_test_util.h"
 #include "ui/main_window.h"
 #include "ui/method_panel.h"
 
 using namespace varscope;
 using namespace varscope::gui;
 
+using varscope::testing::test_loader;
+using varscope::testing::wait_job;
+
 namespace {
-
-constexpr int kJobTimeoutMs = 120000;
-
-void test_loader(Engine& e, const ModelSource& s) {
-    if (s.kind == ModelSource::Kind::Custom)
-        varscope::testing::install_tiny_model(e, s.custom_name == "small-random");
-    else
-        e.load(s);
-}
-
-bool wait_job(MainWindow& w) {
-    if (!w.busy()) return true;
-    QSignalSpy spy(&w, &MainWindow::jobFinished);
-    return spy.wait(kJobTimeoutMs) || !w.busy();
-}
 
 // `varscope-cli sweep` on the embedded VAR, CPU, 2026-11-29: base.json {"model": {"embedded":
 // "var"}, "classes": [1, 5], "seeds": {"first": 0, "count": 1}, "batch": 2, "configs":

@@ -31,6 +31,7 @@
 
 #include "core/analysis/measure_grid.h"
 #include "tests/ui/tiny_engine.h"
+#include "tests/ui/window_test_util.h"
 #include "ui/attention_grid.h"
 #include "ui/comparison_view.h"
 #include "ui/elided_combo_box.h"
@@ -58,16 +59,11 @@
 
 using namespace varscope::gui;
 
+using varscope::testing::kJobTimeoutMs;
+using varscope::testing::test_loader;
+using varscope::testing::wait_job;
+
 namespace {
-
-constexpr int kJobTimeoutMs = 120000;
-
-void test_loader(Engine& e, const ModelSource& s) {
-    if (s.kind == ModelSource::Kind::Custom)
-        varscope::testing::install_tiny_model(e, s.custom_name == "small-random");
-    else
-        e.load(s);
-}
 
 // The embedded emoji MAR at settings small enough for the 2-core CI machine.
 Request mar_request() {
@@ -96,12 +92,6 @@ Request tiny_request(bool small = false) {
     r.gen.top_k = 0;
     r.gen.top_p = 0;
     return r;
-}
-
-bool wait_job(MainWindow& w) {
-    if (!w.busy()) return true;
-    QSignalSpy spy(&w, &MainWindow::jobFinished);
-    return spy.wait(kJobTimeoutMs) || !w.busy();
 }
 
 QImage noise_image(int w, int h, unsigned seed) {
