@@ -89,6 +89,7 @@ TEST(BatchSearch, LimitAboveTheCapIsNotALimit) {
         EXPECT_TRUE(j["fits_up_to_cap"].get<bool>());
         EXPECT_TRUE(j["first_failed_batch"].is_null());
         EXPECT_EQ(j["largest_batch"], cap);
+        EXPECT_EQ(j["tries"].back()["outcome"], "fits");
     }
     // The limit exactly at the cap: it fits, and nothing above it is tried.
     FakeDevice at{64, {}};
@@ -186,6 +187,18 @@ TEST(OutOfMemory, TryKeepsTheFirstLineOfTheMessage) {
     const BatchTry ok = try_batch_with(2, [] {});
     EXPECT_EQ(ok.outcome, BatchOutcome::Fits);
     EXPECT_TRUE(ok.error.empty());
+    // What the caller measured of a try goes into the search's JSON beside the outcome.
+    const BatchSearch s = search_largest_batch(
+        [](int64_t b) {
+            BatchTry t = try_batch_with(b, [] {});
+            t.details["peak_device_bytes"] = 100 * b;
+            return t;
+        },
+        2);
+    const auto tries = s.to_json()["tries"];
+    ASSERT_EQ(tries.size(), 2u);
+    EXPECT_EQ(tries[1]["peak_device_bytes"], 200);
+    EXPECT_EQ(tries[1]["batch"], 2);
     EXPECT_STREQ(batch_outcome_name(BatchOutcome::OutOfMemory), "out_of_memory");
 }
 

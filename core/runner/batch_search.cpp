@@ -72,6 +72,7 @@ nlohmann::json BatchSearch::to_json() const {
     for (const auto& t : tries) {
         nlohmann::json j = {{"batch", t.batch}, {"outcome", batch_outcome_name(t.outcome)}};
         if (!t.error.empty()) j["error"] = t.error;
+        j.update(t.details);
         tries_json.push_back(j);
     }
     nlohmann::json j = {{"cap", cap},
@@ -87,7 +88,7 @@ nlohmann::json BatchSearch::to_json() const {
 std::string BatchSearch::describe() const {
     std::string s = std::to_string(largest);
     if (fits_up_to_cap)
-        s += " (fits up to the cap " + std::to_string(cap) + "; the limit is higher)";
+        s += " (fits up to the cap " + std::to_string(cap) + ": no limit found below it)";
     else if (first_failed)
         s += " (" + std::to_string(*first_failed) + " out of memory)";
     if (error) s += " (stopped: batch " + std::to_string(error->batch) + ": " + error->error + ")";

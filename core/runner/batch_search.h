@@ -36,6 +36,8 @@ struct BatchTry {
     int64_t batch = 0;
     BatchOutcome outcome = BatchOutcome::Fits;
     std::string error;  // the exception's first line (out of memory or another error)
+    // What the caller measured of the try (peak memory, the estimate), merged into to_json().
+    nlohmann::json details = nlohmann::json::object();
 };
 
 // Runs `attempt` and says how it ended: Fits when it returned, OutOfMemory or Error (with the
