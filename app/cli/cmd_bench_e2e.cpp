@@ -265,30 +265,13 @@ MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& n
     return m;
 }
 
-// `s` for `images` images: the classes (VAR, MAR) or prompts (Infinity) given repeat in order.
-SampleSettings with_images(const SampleSettings& s, int64_t images) {
-    SampleSettings out = s;
-    out.batch = images;
-    auto repeat = [images](auto& v) {
-        const auto given = v;
-        v.resize(static_cast<size_t>(images));
-        for (size_t i = 0; i < v.size(); ++i) v[i] = given[i % given.size()];
-    };
-    if (!out.class_ids.empty()) repeat(out.class_ids);
-    if (!out.prompts.empty()) repeat(out.prompts);
-    return out;
-}
-
-// --max-batch: the method's largest batch, one run per try (the graphs it captures included)
-// with everything it held released after it, fitting or not; then the method timed at that
-// batch as run_method times it.
+// --max-batch: the method's largest batch, one run per try (try_runner_batch: the graphs it
+// captures included, everything it held released after it); then the method timed at that batch
+// as run_method times it.
 MethodResult run_method_at_max_batch(Runner& runner, const SampleSettings& opt,
                                      const std::string& name, const E2eArgs& a) {
     SampleSettings s = opt;
     const std::string accel = method_accel(name, s);
-    const at::Device device = runner.device();
-    const bool cuda = device.is_cuda();
-    const int dev = cuda ? device.index() < 0 ? 0 : device.index() : 0;
     std::shared_ptr<const AccelPlan> plan;
     try {
         plan = a.sampling.accel(runner, accel == "baseline" ? "" : accel);
@@ -299,22 +282,8 @@ MethodResult run_method_at_max_batch(Runner& runner, const SampleSettings& opt,
         return m;
     }
     auto attempt = [&](int64_t b) {
-        const SampleSettings sb = with_images(s, b);
-        if (cuda) kernels::empty_cuda_cache();
-        const int64_t before = cuda ? kernels::cuda_memory(dev).allocated : 0;
-        if (cuda) kernels::reset_cuda_peak_memory(dev);
         std::cerr << " " << b << std::flush;
-        BatchTry t = try_batch_with(b, [&] {
-            runner.validate(sb);
-            runner.generate(sb, plan.get());
-            synchronize_device(device);
-        });
-        if (cuda)
-            t.details["peak_device_bytes"] = kernels::cuda_memory(dev).peak_allocated - before;
-        t.details["memory_estimate_bytes"] = runner.estimate_memory(sb).bytes();
-        // The next try starts from the same state: no graph set, KV cache or cached block left.
-        runner.release_graphs();
-        if (cuda) kernels::empty_cuda_cache();
+        const BatchTry t = try_runner_batch(runner, s, plan.get(), b);
         std::cerr << (t.outcome == BatchOutcome::Fits          ? " fits,"
                       : t.outcome == BatchOutcome::OutOfMemory ? " out of memory,"
                                                                : " failed,");

@@ -6,6 +6,10 @@
 #include <new>
 #include <stdexcept>
 
+#include "core/runner/runner.h"
+#include "core/sampling/var_sampler.h"  // synchronize_device
+#include "kernels/memory_stats.h"
+
 namespace varscope {
 
 namespace {
@@ -137,6 +141,40 @@ BatchSearch search_largest_batch(const std::function<BatchTry(int64_t batch)>& t
         if (!run(mid)) return s;
     }
     return s;
+}
+
+SampleSettings with_images(const SampleSettings& s, int64_t images) {
+    SampleSettings out = s;
+    out.batch = images;
+    auto repeat = [images](auto& v) {
+        const auto given = v;
+        v.resize(static_cast<size_t>(images));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = given[i % given.size()];
+    };
+    if (!out.class_ids.empty()) repeat(out.class_ids);
+    if (!out.prompts.empty()) repeat(out.prompts);
+    return out;
+}
+
+BatchTry try_runner_batch(Runner& runner, const SampleSettings& s, const AccelPlan* accel,
+                          int64_t images) {
+    const SampleSettings sb = with_images(s, images);
+    const at::Device device = runner.device();
+    const bool cuda = device.is_cuda();
+    const int dev = cuda && device.index() >= 0 ? device.index() : 0;
+    if (cuda) kernels::empty_cuda_cache();
+    const int64_t before = cuda ? kernels::cuda_memory(dev).allocated : 0;
+    if (cuda) kernels::reset_cuda_peak_memory(dev);
+    BatchTry t = try_batch_with(images, [&] {
+        runner.validate(sb);
+        runner.generate(sb, accel);
+        synchronize_device(device);
+    });
+    if (cuda) t.details["peak_device_bytes"] = kernels::cuda_memory(dev).peak_allocated - before;
+    t.details["memory_estimate_bytes"] = runner.estimate_memory(sb).bytes();
+    runner.release_graphs();
+    if (cuda) kernels::empty_cuda_cache();
+    return t;
 }
 
 }  // namespace varscope

@@ -63,4 +63,20 @@ struct BatchSearch {
 BatchSearch search_largest_batch(const std::function<BatchTry(int64_t batch)>& try_batch,
                                  int64_t cap, int64_t start = 1);
 
+// A search's tries on a Runner (the bench's --max-batch, the GPU test).
+struct SampleSettings;
+class Runner;
+class AccelPlan;
+
+// `s` for `images` images: the classes (VAR, MAR) or prompts (Infinity) given repeat in order.
+SampleSettings with_images(const SampleSettings& s, int64_t images);
+
+// One try: a run of `s` at `images` images with `accel` (null = baseline), the graphs it captures
+// included; details: "memory_estimate_bytes" and, on CUDA, the try's "peak_device_bytes" above
+// what was allocated before it. Afterwards, fitting or not, the runner's graph sets and hooks
+// (with their KV caches) are released and the CUDA caching allocator's cache is emptied, so the
+// next try starts from the same state.
+BatchTry try_runner_batch(Runner& runner, const SampleSettings& s, const AccelPlan* accel,
+                          int64_t images);
+
 }  // namespace varscope
