@@ -46,6 +46,11 @@ int64_t cuda_free_memory(int device) {
     return memory_info(device, free, total) ? static_cast<int64_t>(free) : -1;
 }
 
+int64_t cuda_total_memory(int device) {
+    size_t free = 0, total = 0;
+    return memory_info(device, free, total) ? static_cast<int64_t>(total) : -1;
+}
+
 int64_t cuda_available_memory(int device) {
     size_t free = 0, total = 0;
     if (!memory_info(device, free, total)) return -1;
@@ -84,6 +89,9 @@ DeviceMemory cuda_memory(int) {
     return {};
 }
 int64_t cuda_free_memory(int) {
+    return -1;
+}
+int64_t cuda_total_memory(int) {
     return -1;
 }
 int64_t cuda_available_memory(int) {

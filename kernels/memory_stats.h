@@ -16,6 +16,9 @@ DeviceMemory cuda_memory(int device);
 // Bytes the driver reports free on `device` (cudaMemGetInfo); -1 without CUDA kernels or on
 // an error (no such device).
 int64_t cuda_free_memory(int device);
+// The device's whole memory in bytes (what set_cuda_memory_fraction's share is of); -1 as
+// cuda_free_memory.
+int64_t cuda_total_memory(int device);
 // Bytes new tensors could still get on `device`: what the driver has free plus what the caching
 // allocator holds unused, within the share set by set_cuda_memory_fraction; -1 as
 // cuda_free_memory. For deciding what to release before a big allocation, not a promise

@@ -14,6 +14,14 @@
 // step-level hooks), and the kernels each step's CUDA graph launches. The part times come from
 // two extra runs with CUDA events between the parts (the second is read; the events cost a
 // little, so these runs are not the timed ones: "cost_model.timed_total_ms" says how much).
+//
+// --max-batch [CAP] (issue #30: a memory saving shown as throughput): per method, the largest
+// batch that fits is searched in this process first (core/runner/batch_search.h: one run per
+// try, doubling from --batch, then bisection; everything the try held is released after it),
+// then the method is timed at its own largest batch. The report puts the methods side by side:
+// largest batch, the first batch that ran out of memory, peak device memory beside the estimate,
+// images/s, and both as ratios over the baseline's. The memory pre-check does not apply there:
+// the search measures.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -21,12 +29,14 @@
 #include <iomanip>
 #include <iostream>
 #include <optional>
+#include <sstream>
 
 #include "app/cli/commands.h"
 #include "app/cli/mar_cli_common.h"  // check_output_file
 #include "app/cli/run_args.h"
 #include "app/cli/run_report.h"
 #include "core/io/checkpoint.h"
+#include "core/runner/batch_search.h"
 #include "kernels/memory_stats.h"
 
 namespace varscope::cli {
@@ -42,6 +52,7 @@ struct E2eArgs {
     bool decode = false;         // time the VAE decode too (as the official samplers return images)
     bool no_scale_sync = false;  // no device sync per scale (per-scale times are then host times)
     bool no_cost_model = false;  // no extra runs with part times
+    int64_t max_batch = 0;       // --max-batch's cap; 0 = off (time at --batch)
 };
 
 constexpr const char* kEagerSuffix = "@eager";
@@ -67,7 +78,11 @@ struct MethodResult {
     RunResult last;
     int64_t peak_bytes = 0;
     double capture_ms = 0.0;  // CUDA graph capture, summed over all runs (the first one captures)
-    std::optional<RunResult> cost;  // the run with part times (CUDA, cost model on)
+    std::optional<RunResult> cost;      // the run with part times (CUDA, cost model on)
+    int64_t batch = 0;                  // the images of each run
+    std::optional<BatchSearch> search;  // --max-batch: how the batch was found
+    MemoryEstimate estimate;            // the estimate for this method's batch
+    double images_per_s() const { return totals.empty() ? 0.0 : batch / (median(totals) / 1000.0); }
 };
 
 nlohmann::json parts_json(const std::array<double, kCostParts>& v) {
@@ -181,15 +196,21 @@ void print_cost_table(const nlohmann::json& m) {
          timed ? &cm["part_ms"] : nullptr, timed ? &cm["outside_ms"] : nullptr, cm["flops"]);
 }
 
+// The accelerator a method name runs ("baseline" for none); "X@eager" is X with CUDA graphs off
+// in `opt`.
+std::string method_accel(const std::string& name, SampleSettings& opt) {
+    if (!ends_with(name, kEagerSuffix)) return name;
+    opt.cuda_graphs = false;
+    return name.substr(0, name.size() - std::string(kEagerSuffix).size());
+}
+
 MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& name,
                         const E2eArgs& a) {
     MethodResult m;
     m.name = name;
-    std::string accel = name;
-    if (ends_with(name, kEagerSuffix)) {
-        accel = name.substr(0, name.size() - std::string(kEagerSuffix).size());
-        opt.cuda_graphs = false;
-    }
+    m.batch = opt.images();
+    m.estimate = runner.estimate_memory(opt);
+    const std::string accel = method_accel(name, opt);
     const at::Device device = runner.device();
     const bool cuda = device.is_cuda();
     const int dev = cuda ? device.index() < 0 ? 0 : device.index() : 0;
@@ -219,10 +240,8 @@ MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& n
             m.scale_ms.push_back(m.last.step_millis);
         }
         if (cuda) m.peak_bytes = kernels::cuda_memory(dev).peak_allocated - before;
-    } catch (const c10::OutOfMemoryError&) {
-        m.error = "out of device memory";
     } catch (const std::exception& e) {
-        m.error = e.what();
+        m.error = is_out_of_memory(e) ? "out of device memory" : e.what();
     }
     if (m.error.empty() && cuda && !a.no_cost_model && !m.last.step_costs.empty()) {
         // The event-timed steps are graphs of their own (another key): the timed runs' set,
@@ -235,18 +254,103 @@ MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& n
             SampleSettings timed = opt;
             timed.time_parts = true;
             for (int i = 0; i < 2; ++i) m.cost = runner.generate(timed, plan.get());
-        } catch (const c10::OutOfMemoryError&) {
-            m.cost.reset();
-            m.cost_error = "out of device memory";
         } catch (const std::exception& e) {
             m.cost.reset();
-            m.cost_error = e.what();
+            m.cost_error = is_out_of_memory(e) ? "out of device memory" : e.what();
         }
     }
     // Each method's graph sets hold a KV cache of their own: free them before the next method.
     runner.release_graphs();
     if (cuda) kernels::empty_cuda_cache();
     return m;
+}
+
+// --max-batch: the method's largest batch, one run per try (try_runner_batch: the graphs it
+// captures included, everything it held released after it); then the method timed at that batch
+// as run_method times it.
+MethodResult run_method_at_max_batch(Runner& runner, const SampleSettings& opt,
+                                     const std::string& name, const E2eArgs& a) {
+    SampleSettings s = opt;
+    const std::string accel = method_accel(name, s);
+    std::shared_ptr<const AccelPlan> plan;
+    try {
+        plan = a.sampling.accel(runner, accel == "baseline" ? "" : accel);
+    } catch (const std::exception& e) {
+        MethodResult m;
+        m.name = name;
+        m.error = e.what();
+        return m;
+    }
+    auto attempt = [&](int64_t b) {
+        std::cerr << " " << b << std::flush;
+        const BatchTry t = try_runner_batch(runner, s, plan.get(), b);
+        std::cerr << (t.outcome == BatchOutcome::Fits          ? " fits,"
+                      : t.outcome == BatchOutcome::OutOfMemory ? " out of memory,"
+                                                               : " failed,");
+        return t;
+    };
+    std::cerr << " batch" << std::flush;
+    const BatchSearch search = search_largest_batch(attempt, a.max_batch, opt.images());
+    std::cerr << " largest " << search.describe() << std::flush;
+    MethodResult m;
+    if (search.largest > 0) {
+        std::cerr << "; timing at " << search.largest << std::flush;
+        m = run_method(runner, with_images(opt, search.largest), name, a);
+    } else {
+        m.name = name;
+        m.estimate = runner.estimate_memory(with_images(opt, 1));
+        m.error = search.error
+                      ? "batch " + std::to_string(search.error->batch) + ": " + search.error->error
+                      : "not even batch 1 fits: " + search.tries.back().error;
+    }
+    m.search = search;
+    return m;
+}
+
+std::string fixed_text(double v, int decimals) {
+    std::ostringstream o;
+    o << std::fixed << std::setprecision(decimals) << v;
+    return o.str();
+}
+
+// --max-batch's table: per method its largest batch and what that batch gives.
+void print_max_batch_table(const nlohmann::json& methods) {
+    const double gib = 1024.0 * 1024 * 1024;
+    std::cout << "\n"
+              << std::left << std::setw(18) << "method" << std::right << std::setw(8) << "batch"
+              << std::setw(26) << "first failed" << std::setw(11) << "peak GiB" << std::setw(11)
+              << "est. GiB" << std::setw(12) << "total ms" << std::setw(10) << "images/s"
+              << std::setw(9) << "x img/s" << std::setw(9) << "x batch"
+              << "\n";
+    for (const auto& m : methods) {
+        std::cout << std::left << std::setw(18) << m["name"].get<std::string>() << std::right;
+        const auto* search = m.contains("max_batch") ? &m["max_batch"] : nullptr;
+        std::string failed = "-";
+        if (search && (*search)["fits_up_to_cap"].get<bool>())
+            failed = "none: fits up to the cap";
+        else if (search && !(*search)["first_failed_batch"].is_null())
+            failed = std::to_string((*search)["first_failed_batch"].get<int64_t>());
+        if (m.contains("error")) {
+            std::cout << std::setw(8) << "-" << std::setw(26) << failed << "  "
+                      << m["error"].get<std::string>() << "\n";
+            continue;
+        }
+        // No device memory is measured off CUDA (a CPU run is a smoke test of the search).
+        const auto peak = m["peak_device_bytes"].get<int64_t>();
+        std::cout << std::setw(8) << m["batch"].get<int64_t>() << std::setw(26) << failed
+                  << std::fixed << std::setprecision(2) << std::setw(11)
+                  << (peak > 0 ? fixed_text(peak / gib, 2) : std::string("-")) << std::setw(11)
+                  << m["memory_estimate"]["bytes"].get<int64_t>() / gib << std::setw(12)
+                  << m["median_total_ms"].get<double>() << std::setw(10)
+                  << m["images_per_s"].get<double>();
+        if (m.contains("images_per_s_ratio"))
+            std::cout << std::setw(8) << m["images_per_s_ratio"].get<double>() << "x"
+                      << std::setw(8) << m["batch_ratio"].get<double>() << "x";
+        std::cout << "\n";
+        if (search && search->contains("error"))
+            std::cout << "    search stopped at batch " << (*search)["error"]["batch"] << ": "
+                      << (*search)["error"]["message"].get<std::string>() << "\n";
+    }
 }
 
 // Share of identical results over all steps, from the runner's per-step comparison (VAR:
@@ -276,17 +380,27 @@ int run(const E2eArgs& a) {
     opt.decode = a.decode;
     opt.time_steps = !a.no_scale_sync;
     runner->validate(opt);
-    a.sampling.check_memory(*runner, opt);
+    if (a.max_batch == 0) {
+        a.sampling.check_memory(*runner, opt);
+    } else if (!opt.text_features.empty()) {
+        throw std::invalid_argument(
+            "--max-batch needs the text as --prompt (with --t5): a --text-features file fixes "
+            "the batch to its rows");
+    }
     const std::vector<std::string> names =
         a.methods.empty() ? default_methods(runner->family()) : a.methods;
     std::cerr << runner->describe() << "\n"
-              << "device " << runner->device() << ", batch " << opt.images() << ", " << a.warmup
-              << " warm-up + " << a.repeat << " timed runs per method\n";
+              << "device " << runner->device() << ", "
+              << (a.max_batch ? "largest batch up to " + std::to_string(a.max_batch) + " from " +
+                                    std::to_string(opt.images())
+                              : "batch " + std::to_string(opt.images()))
+              << ", " << a.warmup << " warm-up + " << a.repeat << " timed runs per method\n";
 
     std::vector<MethodResult> results;
     for (const auto& name : names) {
         std::cerr << "  " << name << " ..." << std::flush;
-        results.push_back(run_method(*runner, opt, name, a));
+        results.push_back(a.max_batch ? run_method_at_max_batch(*runner, opt, name, a)
+                                      : run_method(*runner, opt, name, a));
         const auto& r = results.back();
         std::cerr << (r.error.empty() ? " " + std::to_string(median(r.totals)) + " ms"
                                       : " failed: " + r.error)
@@ -302,21 +416,36 @@ int run(const E2eArgs& a) {
               {"family", family_id(runner->family())},
               {"config", runner->config_json()},
               {"precision", a.model.precision},
-              {"batch", opt.images()},
+              {"batch", a.max_batch ? nlohmann::json(nullptr) : nlohmann::json(opt.images())},
               {"settings", runner->settings_json(opt)},
               {"seed", a.sampling.seed},
               {"runs", a.repeat},
               {"warmup_runs", a.warmup},
               {"cuda_graphs", opt.cuda_graphs},
               {"step_sync", opt.time_steps},
-              {"memory_estimate", runner->estimate_memory(opt).to_json()},
+              {"memory_estimate",
+               a.max_batch ? nlohmann::json(nullptr) : runner->estimate_memory(opt).to_json()},
               {"timing",
                std::string("transformer + sampling per ") + runner->step_noun() + ", VAE decode " +
                    (opt.decode ? "included" : "excluded") + "; median of runs" +
                    (opt.cuda_graphs ? "; CUDA graph capture excluded (graph_capture_ms)" : "")}});
+    if (a.max_batch)
+        j["max_batch"] = {
+            {"cap", a.max_batch},
+            {"start", opt.images()},
+            {"meaning",
+             "per method, the largest batch whose run (with this run's CUDA graphs and settings) "
+             "fit on this device in this process: doubling from start, then bisection, one run "
+             "per try, everything released between tries; each method is timed at its own "
+             "largest batch"}};
     nlohmann::json methods = nlohmann::json::array();
     for (const auto& r : results) {
-        nlohmann::json m = {{"name", r.name}, {"summary", r.summary}, {"accel", r.config}};
+        nlohmann::json m = {{"name", r.name},
+                            {"summary", r.summary},
+                            {"accel", r.config},
+                            {"batch", r.batch},
+                            {"memory_estimate", r.estimate.to_json()}};
+        if (r.search) m["max_batch"] = r.search->to_json();
         if (!r.error.empty()) {
             m["error"] = r.error;
             methods.push_back(m);
@@ -337,6 +466,7 @@ int run(const E2eArgs& a) {
                   {"kv_bytes_end", r.last.kv_bytes},
                   {"kv_bytes_peak", r.last.kv_bytes_peak},
                   {"peak_device_bytes", r.peak_bytes},
+                  {"images_per_s", r.images_per_s()},
                   {"flops", r.last.flops}});
         if (!r.last.step_costs.empty()) m["cost_model"] = cost_model_json(r, per_scale);
         if (!r.cost_error.empty()) m["cost_model_error"] = r.cost_error;
@@ -346,13 +476,19 @@ int run(const E2eArgs& a) {
                 ? r.name.substr(0, r.name.size() - std::string(kEagerSuffix).size())
                 : r.name + kEagerSuffix;
         for (const auto& q : results)
-            if (q.name == partner_name && q.error.empty()) {
+            if (q.name == partner_name && q.error.empty() && q.batch == r.batch) {
                 if (const auto same = identical_share(*runner, q.last, r.last, nullptr))
                     m["identical_tokens_graphs_vs_eager"] = *same;
                 else
                     m["graphs_vs_eager"] = runner->compare_summary(q.last, r.last);
             }
-        if (base) {
+        if (base && a.max_batch) {
+            // Different batches: throughput and batch are compared, not times or tokens.
+            m["images_per_s_ratio"] = r.images_per_s() / base->images_per_s();
+            m["batch_ratio"] = static_cast<double>(r.batch) / base->batch;
+            m["peak_device_ratio"] =
+                base->peak_bytes ? static_cast<double>(r.peak_bytes) / base->peak_bytes : 0.0;
+        } else if (base) {
             m.update(
                 {{"speedup", median(base->totals) / median(r.totals)},
                  {"attention_flops_ratio", base->last.attention_flops > 0
@@ -387,6 +523,10 @@ int run(const E2eArgs& a) {
 
     for (const auto& m : methods)
         if (m.contains("cost_model")) print_cost_table(m);
+    if (a.max_batch) {
+        print_max_batch_table(methods);
+        return 0;
+    }
     // The short table, last.
     std::cout << "\n"
               << std::left << std::setw(18) << "method" << std::right << std::setw(11) << "total ms"
@@ -456,6 +596,14 @@ Command add_bench_e2e(CLI::App& bench) {
                   "no device sync per scale (totals only are device times)");
     cmd->add_flag("--no-cost-model", a->no_cost_model,
                   "skip the two extra runs per method that time the parts of each step (CUDA)");
+    cmd->add_option("--max-batch", a->max_batch,
+                    "per method, find the largest batch that fits (up to CAP, default 256; "
+                    "doubling from --batch, then bisection, in this process), then time each "
+                    "method at its own largest batch: batch and images/s side by side")
+        ->expected(0, 1)
+        ->default_str("256")
+        ->type_name("[CAP]")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
     return [a]() { return run(*a); };
 }
 

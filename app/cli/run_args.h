@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/runner/batch_search.h"  // is_out_of_memory
 #include "core/runner/runner.h"
 #include "core/text/class_matcher.h"
 
@@ -100,14 +101,18 @@ struct SampleArgs {
 // free now and the largest batch the estimate says fits ("try --batch N").
 std::string out_of_memory_message(const Runner& runner, const SampleSettings& s,
                                   const std::string& what);
-// Runs `f` (a command's sampling): a device out-of-memory error becomes a std::runtime_error with
-// out_of_memory_message (exit 3). Nothing has been written then: outputs follow the runs.
+// Runs `f` (a command's sampling): an out-of-memory error (is_out_of_memory, the one classifier
+// the bench's batch search uses too) becomes a std::runtime_error with out_of_memory_message
+// (exit 3). Nothing has been written then: outputs follow the runs.
 template <class F>
 auto report_out_of_memory(const Runner& runner, const SampleSettings& s, F&& f) -> decltype(f()) {
     try {
         return f();
-    } catch (const c10::OutOfMemoryError& e) {
-        throw std::runtime_error(out_of_memory_message(runner, s, e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+        if (!is_out_of_memory(e)) throw;
+        const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+        throw std::runtime_error(out_of_memory_message(
+            runner, s, c10_error ? c10_error->what_without_backtrace() : e.what()));
     }
 }
 

@@ -15,6 +15,7 @@
 #include "core/analysis/method_masks.h"
 #include "core/metrics/image_metrics.h"
 #include "core/resources.h"
+#include "core/runner/batch_search.h"  // is_out_of_memory
 #include "core/runner/runner.h"
 #include "core/text/sentencepiece_tokenizer.h"
 #include "kernels/memory_stats.h"
@@ -304,7 +305,8 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
         res = runner.generate(opt, plan.get(), &rec);
     } catch (const SamplingCancelled&) {
         throw Cancelled();
-    } catch (const c10::OutOfMemoryError&) {
+    } catch (const std::exception& e) {
+        if (!is_out_of_memory(e)) throw;
         kernels::empty_cuda_cache();  // what the run held is released: the app stays usable
         throw std::runtime_error(
             "out of " + runner.device().str() + " memory (this run's estimate: " +
@@ -367,7 +369,8 @@ AnalysisOutput Engine::analyze(const GenerationSettings& s, const std::atomic<bo
         a = analysis::analyze_attention(runner, opt, *plan, options);
     } catch (const SamplingCancelled&) {
         throw Cancelled();
-    } catch (const c10::OutOfMemoryError&) {
+    } catch (const std::exception& e) {
+        if (!is_out_of_memory(e)) throw;
         kernels::empty_cuda_cache();
         throw std::runtime_error("out of " + runner.device().str() +
                                  " memory in the attention analysis; the model stays loaded");
