@@ -457,13 +457,12 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
     for (int64_t si = 0; si < n_run; ++step) {
         if (opt.cancel && opt.cancel->load()) throw SamplingCancelled();
         const auto t0 = Clock::now();
-        const int64_t begin = s.scale_begin(si);
-        ScaleContext ctx{hook_config, si,   s.scales[si][0], B, begin, summed.squeeze(2), {},
-                         step,        exec_};
+        const int64_t side = s.scales[si][0], begin = s.scale_begin(si);
+        ScaleContext ctx{hook_config, si, side, B, begin, summed.squeeze(2), {}, step, exec_};
         if (view) {
             plan_step_segments(ctx, hooks, n_run);  // the grouping rule (grouped_step.h)
         } else {  // no hooks (non-square schedule): one scale per step
-            ctx.segments.push_back(ScaleSegment{si, s.scales[si][0], begin, {}, 0});
+            ctx.segments.push_back(ScaleSegment{si, side, begin, {}, 0});
         }
         if (hooks) hooks->on_scale_begin(ctx);
         if (graphs && !ctx.graphable)  // hooks.h: only the VAR loop runs steps eagerly after graphs

@@ -11,8 +11,9 @@
 // attend -> (cross-attention, FFN) -> restore_tokens -> on_block_output, then on_logits and
 // on_scale_end. This is a second loop rather than a model kind of the VAR loop because the step
 // differs in every part (text condition and cross-attention, RoPE per scale, bit sampling,
-// codes instead of a codebook) and the VAR loop's CUDA graphs, grouped steps and autocast are
-// written against VarTransformer; making the loop generic is the next step (see below).
+// codes instead of a codebook) and the VAR loop's step and autocast are written against
+// VarTransformer; what both loops share is shared code (the graph cache, cuda_graph.h; the
+// grouping rule, grouped_step.h).
 // What a hook sees: ScaleContext::config is a VarConfig view of the Infinity model (depth,
 // width, heads, patch_nums = the scales' sides), which only exists for square schedules (h/w
 // = 1, the 1024 x 1024 default): on other aspect ratios hooks are refused (the hooks' API
