@@ -294,7 +294,7 @@ MethodResult run_method_at_max_batch(Runner& runner, const SampleSettings& opt,
     std::cerr << " largest " << search.describe() << std::flush;
     MethodResult m;
     if (search.largest > 0) {
-        std::cerr << "; timing at " << search.largest << std::flush;
+        std::cerr << "; at batch " << search.largest << ":" << std::flush;
         m = run_method(runner, with_images(opt, search.largest), name, a);
     } else {
         m.name = name;
