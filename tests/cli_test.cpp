@@ -367,4 +367,8 @@ TEST(Cli, MethodsListsVarAndMarAccelerators) {
     ASSERT_EQ(j.at("mar").at("methods").size(), 1u);
     EXPECT_EQ(j["mar"]["methods"][0].at("id"), "lazymar");
     EXPECT_TRUE(j["mar"].at("presets").contains("lazymar-token"));
+    // Infinity: the VAR presets and the papers' Infinity-2B settings (VAR's list has none).
+    EXPECT_TRUE(j.at("infinity").at("presets").contains("sparvar+skip"));
+    EXPECT_TRUE(j["infinity"]["presets"].contains("infinity-lazyvar"));
+    EXPECT_FALSE(j["presets"].contains("infinity-lazyvar"));
 }

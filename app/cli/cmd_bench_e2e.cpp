@@ -60,6 +60,16 @@ constexpr const char* kEagerSuffix = "@eager";
 // What a bench compares when no --methods are given.
 std::vector<std::string> default_methods(Family f) {
     if (f == Family::Mar) return {"baseline", "lazymar"};
+    // The papers' Infinity-2B settings (issue #32's table: FastVAR, LazyVAR, SparVAR, SparVAR +
+    // skip-2 over our dense run), then the generic presets that fit any schedule.
+    if (f == Family::Infinity)
+        return {"baseline",
+                "infinity-fastvar",
+                "infinity-lazyvar",
+                "infinity-sparvar",
+                "infinity-sparvar+skip",
+                "skip",
+                "ams_kv"};
     return {"baseline", "skip",         "fastvar",        "sparvar",     "lazyvar",
             "ams_kv",   "sparvar+skip", "fastvar+ams_kv", "lazyvar+skip"};
 }

@@ -88,17 +88,35 @@ void print_family(const Family& f, bool markdown) {
                                : "  " + name + ": " + j.dump() + "\n");
 }
 
+// Infinity runs the VAR methods through the same hooks; its own presets are the papers'
+// Infinity-2B settings (the VAR presets apply too).
+void print_infinity_presets(bool markdown) {
+    std::cout << (markdown ? "\n### Infinity presets\n\nThe VAR methods and presets, and the "
+                             "papers' Infinity-2B settings for its 13-scale 1024² schedule:\n\n"
+                           : "Infinity presets (the VAR ones and these; generate/compare "
+                             "--accel NAME):\n");
+    for (const auto& [name, j] : infinity_accel_presets()) {
+        if (accel_presets().count(name)) continue;
+        std::cout << (markdown ? "- `" + name + "`: `" + j.dump() + "`\n"
+                               : "  " + name + ": " + j.dump() + "\n");
+    }
+}
+
 int run(bool json, bool markdown) {
     const Family var{"VAR", "generate/compare --accel", accel_methods(), accel_presets()};
+    const Family infinity{"Infinity", "generate/compare --accel", accel_methods(),
+                          infinity_accel_presets()};
     const Family mar{"MAR", "compare-mar --accel", mar_accel_methods(), mar_accel_presets()};
     if (json) {
-        nlohmann::json j = family_json(var);  // top level: VAR (as before); MAR under "mar"
+        nlohmann::json j = family_json(var);  // top level: VAR (as before); the others by name
+        j["infinity"] = family_json(infinity);
         j["mar"] = family_json(mar);
         std::cout << j.dump(2) << "\n";
         return 0;
     }
     if (markdown) std::cout << "## VAR accelerators\n\n";
     print_family(var, markdown);
+    print_infinity_presets(markdown);
     std::cout << (markdown ? "\n## MAR accelerators\n\n" : "\n");
     print_family(mar, markdown);
     return 0;

@@ -527,6 +527,13 @@ int64_t class_for_prompt(const std::string& prompt, const std::string& model_pat
 std::string all_preset_names() {
     std::string s;
     for (const auto& [name, _] : accel_presets()) s += (s.empty() ? "" : ", ") + name;
+    s += "; Infinity also: ";
+    bool first_infinity = true;
+    for (const auto& [name, _] : infinity_accel_presets()) {
+        if (accel_presets().count(name)) continue;
+        s += (first_infinity ? "" : ", ") + name;
+        first_infinity = false;
+    }
     s += "; MAR: ";
     bool first = true;
     for (const auto& [name, _] : mar_accel_presets()) {

@@ -33,7 +33,8 @@ struct AccelConfig {
 
     static AccelConfig from_json(const nlohmann::json& j);  // AccelConfigError on bad input
     static AccelConfig from_file(const std::string& path);  // ... naming the file
-    // Accepts a file path, an inline JSON object, or a preset name (see accel_presets()).
+    // Accepts a file path, an inline JSON object, or a preset name (any of
+    // infinity_accel_presets(), which holds accel_presets() too).
     static AccelConfig from_argument(const std::string& arg);
     nlohmann::json to_json() const;
 };
@@ -43,6 +44,14 @@ const std::vector<MethodSpec>& accel_methods();
 
 // Named settings: each method at its paper's defaults, and the papers' combinations.
 const std::map<std::string, nlohmann::json>& accel_presets();
+
+// Infinity's presets: accel_presets() and the papers' Infinity-2B settings for its 13-scale
+// 1024^2 schedule, "infinity-fastvar", "infinity-lazyvar", "infinity-sparvar",
+// "infinity-sparvar+skip". Settings counted from the end of the schedule (FastVAR's ratios,
+// SparVAR's sparse scales, skipping) apply to shorter schedules too; LazyVAR's start scale is
+// an index (si 9), so on a schedule of fewer than 13 scales that preset is refused with the
+// field's message when its hooks are built (build_accelerators), not clipped.
+const std::map<std::string, nlohmann::json>& infinity_accel_presets();
 
 // The hooks for `cfg` on this model (nullptr when nothing is enabled). Checks what depends on
 // the model (scale counts, layer counts) and which combinations are allowed.

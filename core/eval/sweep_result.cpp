@@ -63,14 +63,14 @@ void fill_baseline(SweepResult& r) {
     }
 }
 
-const nlohmann::json& require(const nlohmann::json& obj, const std::string& key,
+const nlohmann::json& require(const nlohmann::json& obj, const char* key,
                               const std::string& where) {
     const auto it = obj.find(key);
-    if (it == obj.end()) throw std::invalid_argument(where + ": missing key '" + key + "'");
+    if (it == obj.end()) throw std::invalid_argument(where + ": missing key '" + std::string(key) + "'");
     return *it;
 }
 
-double require_number(const nlohmann::json& obj, const std::string& key, const std::string& where) {
+double require_number(const nlohmann::json& obj, const char* key, const std::string& where) {
     const auto& v = require(obj, key, where);
     if (!v.is_number()) throw std::invalid_argument(where + ": '" + key + "' is not a number");
     return v.get<double>();

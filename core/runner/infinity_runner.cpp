@@ -180,7 +180,7 @@ class InfinityRunner : public Runner {
 
     const std::vector<MethodSpec>& methods() const override { return accel_methods(); }
     const std::map<std::string, nlohmann::json>& presets() const override {
-        return accel_presets();
+        return infinity_accel_presets();  // the VAR presets and the papers' Infinity settings
     }
     std::shared_ptr<const AccelPlan> parse_accel(const nlohmann::json& j) const override {
         return std::make_shared<ScaleAccelPlan>(Family::Infinity, AccelConfig::from_json(j));

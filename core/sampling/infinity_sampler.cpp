@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/sampling/cuda_graph.h"
+#include "core/sampling/grouped_step.h"
 #include "core/sampling/kv_cache.h"
 #include "core/sampling/tf32_scope.h"
 #include "core/sampling/token_sampling.h"
@@ -83,7 +84,7 @@ void record_cross_attention(const InfinityBlockImpl& blk, const at::Tensor& h, c
 at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const Modulation& m,
                      const CrossKv& text_kv, const at::Tensor& text_mask, const at::Tensor& rope,
                      BlockContext& ctx, SamplingHooks* hooks, ProbeSink* probe,
-                     AttentionBackend backend, double& flops) {
+                     AttentionBackend backend, const at::Tensor& step_mask, double& flops) {
     const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x_in) : at::Tensor();
     // bf16 mode: a scale's input is bf16 (next_scale_input) and the first block's output fp32;
     // with selected tokens the block works on the fp32 values, so restoring them mixes no dtypes.
@@ -96,26 +97,31 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
     ctx.cache.append(ctx.layer, qkv.k, qkv.v);
     if (hooks) hooks->on_kv_append(ctx);
     auto [k, v] = ctx.cache.view(ctx.layer);
+    // Grouped steps: block-causal among the step's scales, earlier steps visible.
+    if (step_mask.defined()) ctx.mask = block_group_mask(step_mask, rows, k.size(2));
     if (probe && probe->wants_attention_inputs(ctx.scale.scale, ctx.layer))
-        probe->on_attention_inputs({ctx.scale.scale, ctx.layer, qkv.q[0], k[0], v[0], 1.0, {}});
+        probe->on_attention_inputs(
+            {ctx.scale.scale, ctx.layer, qkv.q[0], k[0], v[0], 1.0, ctx.mask});
     at::Tensor o = hooks ? hooks->attend(ctx, qkv.q, k, v, 1.0) : at::Tensor();
     flops += o.defined() && ctx.attention_flops >= 0
                  ? ctx.attention_flops
                  : 4.0 * static_cast<double>(qkv.q.size(0)) * qkv.q.size(1) * qkv.q.size(2) *
                        k.size(2) * qkv.q.size(3);
-    if (!o.defined()) {  // every cached key is visible: earlier scales and this one
+    if (!o.defined()) {  // every cached key is visible (but later scales of a group)
         if (probe && probe->wants_attention(ctx.scale.scale, ctx.layer)) {
             at::Tensor probs;  // the inspector's map: the first conditional row
-            o = attention_eager(qkv.q, k, v, 1.0, {}, &probs);
+            o = attention_eager(qkv.q, k, v, 1.0, ctx.mask, &probs);
             probe->on_attention({ctx.scale.scale, ctx.layer, probs[0].to(at::kFloat).cpu()});
         } else {
-            o = backend == AttentionBackend::Eager ? attention_eager(qkv.q, k, v, 1.0)
-                                                   : attention_sdpa(qkv.q, k, v, 1.0);
+            o = backend == AttentionBackend::Eager ? attention_eager(qkv.q, k, v, 1.0, ctx.mask)
+                                                   : attention_sdpa(qkv.q, k, v, 1.0, ctx.mask);
         }
     }
     auto h = xs + blk.sa_output(o, m);
-    // Whole scales only (pruned rows are not a grid); with the attention map of this layer.
-    if (probe && !rows.defined() && probe->wants_attention(ctx.scale.scale, ctx.layer) &&
+    // Whole single scales only (pruned rows and groups are not one grid); with the attention
+    // map of this layer.
+    if (probe && !rows.defined() && ctx.scale.segments.size() <= 1 &&
+        probe->wants_attention(ctx.scale.scale, ctx.layer) &&
         probe->wants_accel("text", "cross_attention"))
         record_cross_attention(blk, h, text_kv, text_mask, ctx, *probe);
     h = h + blk.cross_branch(h, text_kv, text_mask);
@@ -344,50 +350,91 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
     at::Tensor summed = at::zeros({B, dv, 1, final_size[1], final_size[2]}, kv_options)
                             .contiguous(at::MemoryFormat::ChannelsLast3d);
 
-    // One scale's transformer forward: its input (the start tokens, or the embedded codes of
-    // the previous scales), every block with the hooks, guidance, the head. Eager, or captured
-    // by the graphs (warm-up: the first scale without hooks).
+    // One step's transformer forward: the inputs of its scales (the start tokens, or the
+    // embedded codes of each scale, all from the summed codes before the step: LazyVAR's PGD
+    // for a group), each with its own level embedding and RoPE positions, packed in scale
+    // order; every block with the hooks (block-causal among a group's scales), guidance and
+    // temperature per scale, the head. Eager, or captured by the graphs (warm-up: the first
+    // scale without hooks).
     const ScaleContext* step_ctx = nullptr;
-    at::Tensor step_codes, step_rows;  // the scale's input codes (B, l, d); rows (pruned scale)
+    std::vector<at::Tensor> step_codes;  // per segment: the scale's input codes (B, l, d)
+    at::Tensor step_mask;                // grouped steps: the mask among the packed rows
+    // fn(part, seg) on each segment's rows of the packed (rows, L, ...) tensor, joined again.
+    auto per_segment = [](const at::Tensor& x, const ScaleContext& ctx, const auto& fn) {
+        if (ctx.segments.size() == 1) return at::Tensor(fn(x, ctx.segments[0]));
+        std::vector<at::Tensor> parts;
+        for (const auto& seg : ctx.segments)
+            parts.push_back(fn(x.narrow(1, seg.offset, seg.length()), seg));
+        return at::cat(parts, 1);
+    };
     auto forward = [&](const ScaleContext& ctx, KvCache& cache, SamplingHooks* h, ProbeSink* p,
                        double& flops) {
-        const int64_t si = ctx.scale, begin = s.scale_begin(si);
-        const int64_t l = s.scales[si][0] * s.scales[si][1];
-        const double g = at_scale(opt.cfg_list, opt.cfg, si),
-                     tau = at_scale(opt.tau_list, opt.tau, si);
-        at::Tensor x = si == 0 ? m.start_tokens(cond) + m.level_embedding(0)
-                               : m.next_scale_input(step_codes, si, bs / B);
-        at::Tensor step_rope = rope.narrow(1, begin, l);
-        if (step_rows.defined()) {
-            x = x.index_select(1, step_rows);
-            step_rope = step_rope.index_select(1, step_rows);
+        std::vector<at::Tensor> inputs, ropes;
+        for (size_t gi = 0; gi < ctx.segments.size(); ++gi) {
+            const auto& seg = ctx.segments[gi];
+            const int64_t sj = seg.scale, l = s.scales[sj][0] * s.scales[sj][1];
+            at::Tensor x = sj == 0 ? m.start_tokens(cond) + m.level_embedding(0)
+                                   : m.next_scale_input(step_codes[gi], sj, bs / B);
+            at::Tensor r = rope.narrow(1, s.scale_begin(sj), l);
+            if (seg.rows.defined()) {
+                x = x.index_select(1, seg.rows);
+                r = r.index_select(1, seg.rows);
+            }
+            inputs.push_back(x);
+            ropes.push_back(r);
         }
+        at::Tensor x = inputs.size() == 1 ? inputs[0] : at::cat(inputs, 1);
+        const at::Tensor step_rope = ropes.size() == 1 ? ropes[0] : at::cat(ropes, 1);
+        auto guidance = [&](const ScaleSegment& seg) {
+            return at_scale(opt.cfg_list, opt.cfg, seg.scale);
+        };
+        bool any_guided = false;
+        for (const auto& seg : ctx.segments) any_guided = any_guided || guidance(seg) != 1.0;
         for (int64_t layer = 0; layer < mc.depth; ++layer) {
             BlockContext bctx{ctx, layer, cache};
             x = run_block(m.block(layer), x, mods[layer], cond.cross[layer], cond.text_mask,
-                          step_rope, bctx, h, p, opt.attention, flops);
-            if (g != 1.0 && mix_layers.count(layer)) {  // guidance at this layer's output
-                auto mixed = x.narrow(0, 0, B).mul(g) + x.narrow(0, B, B).mul(1.0 - g);
-                x = at::cat({mixed, mixed}, 0);
-            }
+                          step_rope, bctx, h, p, opt.attention, step_mask, flops);
+            if (any_guided && mix_layers.count(layer))  // guidance at this layer's output
+                x = per_segment(x, ctx, [&](const at::Tensor& part, const ScaleSegment& seg) {
+                    const double g = guidance(seg);
+                    if (g == 1.0) return part;
+                    auto mixed = part.narrow(0, 0, B).mul(g) + part.narrow(0, B, B).mul(1.0 - g);
+                    return at::cat({mixed, mixed}, 0);
+                });
         }
-        if (g != 1.0 && mix_logits) {
-            auto logits = m.logits(x, cond.cond_BD).mul(1.0 / tau);
+        const bool guide_logits = any_guided && mix_logits;
+        const at::Tensor raw = guide_logits
+                                   ? m.logits(x, cond.cond_BD)
+                                   : m.logits(x.narrow(0, 0, B), cond.cond_BD.narrow(0, 0, B));
+        return per_segment(raw, ctx, [&](const at::Tensor& part, const ScaleSegment& seg) {
+            const double g = guidance(seg);
+            auto logits = part.mul(1.0 / at_scale(opt.tau_list, opt.tau, seg.scale));
+            if (!guide_logits) return logits;
+            if (g == 1.0) return logits.narrow(0, 0, B);
             return at::Tensor(logits.narrow(0, 0, B).mul(g) + logits.narrow(0, B, B).mul(1.0 - g));
-        }
-        return m.logits(x.narrow(0, 0, B), cond.cond_BD.narrow(0, 0, B)).mul(1.0 / tau);
+        });
     };
     const DenseStepGraphs::Forward graph_step = [&](int64_t si, KvCache& cache, double& flops,
                                                     const CostRecorder*, bool warmup) {
         if (!warmup) return forward(*step_ctx, cache, hooks, nullptr, flops);
         TORCH_CHECK(si == 0, "CUDA graphs: the warm-up runs the first scale");
         ScaleContext first{hook_config, 0, s.scales[0][0], B, 0, at::Tensor(), {}, 0, exec_};
-        const at::Tensor no_rows = std::exchange(step_rows, at::Tensor());
+        first.segments.push_back(ScaleSegment{0, s.scales[0][0], 0, {}, 0});
+        const at::Tensor no_mask = std::exchange(step_mask, at::Tensor());
         auto out = forward(first, cache, nullptr, nullptr, flops);
-        step_rows = no_rows;
+        step_mask = no_mask;
         return out;
     };
-
+    // The input codes of scale si > 0 from the summed codes as they stand: (B, l, d).
+    auto input_codes = [&](int64_t si) {
+        const int64_t nh = s.scales[si][0], nw = s.scales[si][1];
+        // (B, dv, up*nh, up*nw), patchified back to (B, d, nh, nw)
+        auto next = bsq::interpolate_up(summed, vae_size(si), quant_).squeeze(2);
+        if (quant_.spatial_patchify) next = bsq::patchify_codes(next);
+        // Contiguous, as the official codes are (its interpolations keep the codes'
+        // channels-last layout): a bf16 GEMM on a strided input rounds differently.
+        return next.reshape({B, d, nh * nw}).permute({0, 2, 1}).contiguous();
+    };
     if (graphs && !graphs->fully_captured()) {
         // SDPA may pick cuDNN's attention at some scales only; its handle must exist before a
         // capture (creating one allocates device memory, which a capture forbids): attention of
@@ -405,106 +452,119 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
     InfinitySampleResult res;
     res.cuda_graphs = static_cast<bool>(graphs);
     const double capture_ms_before = graphs ? graphs->capture_millis() : 0.0;
-    for (int64_t si = 0; si < n_run; ++si) {
+    const auto act = at::TensorOptions(device).dtype(m.compute_dtype());
+    int64_t step = 0, last_step_scale = 0;
+    for (int64_t si = 0; si < n_run; ++step) {
         if (opt.cancel && opt.cancel->load()) throw SamplingCancelled();
         const auto t0 = Clock::now();
-        const int64_t h = s.scales[si][0], w = s.scales[si][1], begin = s.scale_begin(si);
-        ScaleContext ctx{hook_config, si, h, B, begin, summed.squeeze(2), {}, si, exec_};
-        ctx.segments.push_back(ScaleSegment{si, h, begin, {}, 0});
-        if (hooks) {
-            if (hooks->group_size(ctx) > 1)
-                throw std::invalid_argument(
-                    "Infinity sampler: grouped steps (LazyVAR's PGD) are not supported yet");
-            hooks->on_scale_begin(ctx);
+        const int64_t begin = s.scale_begin(si);
+        ScaleContext ctx{hook_config, si,   s.scales[si][0], B, begin, summed.squeeze(2), {},
+                         step,        exec_};
+        if (view) {
+            plan_step_segments(ctx, hooks, n_run);  // the grouping rule (grouped_step.h)
+        } else {  // no hooks (non-square schedule): one scale per step
+            ctx.segments.push_back(ScaleSegment{si, s.scales[si][0], begin, {}, 0});
         }
-        const at::Tensor rows = ctx.segments[0].rows;
+        if (hooks) hooks->on_scale_begin(ctx);
+        if (graphs && !ctx.graphable)  // hooks.h: only the VAR loop runs steps eagerly after graphs
+            throw std::logic_error("Infinity sampler: a hook asked to run step " +
+                                   std::to_string(si) + " eagerly under CUDA graphs");
+        const std::vector<int64_t> layout = place_step_segments(ctx, device, graphs.get());
+        step_mask = step_group_mask(ctx, act, graphs.get());
+        // Every scale of the step reads the summed codes before the step.
+        step_codes.assign(ctx.segments.size(), at::Tensor());
+        for (size_t gi = 0; gi < ctx.segments.size(); ++gi) {
+            const int64_t sj = ctx.segments[gi].scale;
+            if (sj == 0) continue;
+            step_codes[gi] = input_codes(sj);
+            if (graphs)
+                step_codes[gi] = graphs
+                                     ->step_input(si, "codes" + std::to_string(gi),
+                                                  [&] { return at::empty_like(step_codes[gi]); })
+                                     .copy_(step_codes[gi]);
+        }
         double flops = 0.0;
         at::Tensor logits;
         if (graphs) {
-            if (!ctx.graphable)  // hooks.h: only the VAR loop runs steps eagerly after graphs
-                throw std::logic_error("Infinity sampler: a hook asked to run step " +
-                                       std::to_string(si) + " eagerly under CUDA graphs");
-            if (si > 0)
-                step_codes =
-                    graphs->step_input(si, "codes", [&] { return at::empty_like(step_codes); })
-                        .copy_(step_codes);
-            step_rows = rows.defined()
-                            ? graphs->step_input(si, "rows", [&] { return at::empty_like(rows); })
-                                  .copy_(rows)
-                            : at::Tensor();
             step_ctx = &ctx;
-            const std::vector<int64_t> layout{si, rows.defined() ? rows.numel() : h * w};
             logits = guarded([&] { return graphs->step(si, layout, graph_step, flops); });
+            step_ctx = nullptr;
             res.kv_bytes_peak = std::max(res.kv_bytes_peak, graphs->kv_bytes_after(si));
         } else {
-            step_rows = rows;
             logits = forward(ctx, *eager_cache, hooks, probe, flops);
             res.kv_bytes_peak = std::max(res.kv_bytes_peak, eager_cache->total_bytes());
         }
         if (hooks) hooks->on_logits(ctx, logits);
-        const int64_t l = logits.size(1);
-        auto pairs = logits.reshape({B, l * d, 2});
-        const auto drawn = sample_tokens(pairs, {opt.top_k, opt.top_p}, gen).view({B, l, d});
 
-        // Pruned tokens (scale-level policies) contribute no code: zero bits and a zero mask.
-        at::Tensor bits = drawn, keep;
-        at::Tensor ids = pack_bits(drawn);
-        if (rows.defined()) {
-            bits = at::zeros({B, h * w, d}, drawn.options()).index_copy_(1, rows, drawn);
-            keep = at::zeros({h * w}, kv_options).index_fill_(0, rows, 1.0).view({1, 1, 1, h, w});
-            ids = at::full({B, h * w}, -1, ids.options()).index_copy_(1, rows, ids);
+        std::vector<at::Tensor> fhat_after;  // per scale of the step, for probes that want it
+        for (const auto& seg : ctx.segments) {
+            const int64_t sj = seg.scale, h = s.scales[sj][0], w = s.scales[sj][1];
+            const at::Tensor& rows = seg.rows;
+            const at::Tensor seg_logits =
+                ctx.segments.size() == 1 ? logits : logits.narrow(1, seg.offset, seg.length());
+            const int64_t l = seg_logits.size(1);
+            auto pairs = seg_logits.reshape({B, l * d, 2});
+            const auto drawn = sample_tokens(pairs, {opt.top_k, opt.top_p}, gen).view({B, l, d});
+
+            // Pruned tokens (scale-level policies) contribute no code: zero bits and a zero mask.
+            at::Tensor bits = drawn, keep;
+            at::Tensor ids = pack_bits(drawn);
+            if (rows.defined()) {
+                bits = at::zeros({B, h * w, d}, drawn.options()).index_copy_(1, rows, drawn);
+                keep =
+                    at::zeros({h * w}, kv_options).index_fill_(0, rows, 1.0).view({1, 1, 1, h, w});
+                ids = at::full({B, h * w}, -1, ids.options()).index_copy_(1, rows, ids);
+            }
+            bits = bits.view({B, h, w, d});
+            // (B, dv, 1, up*h, up*w)
+            auto codes = bsq::bits_to_codes(
+                quant_.spatial_patchify ? bsq::unpatchify_bits(bits) : bits, quant_);
+            if (keep.defined()) {
+                if (up > 1) keep = keep.repeat_interleave(up, -2).repeat_interleave(up, -1);
+                codes = codes * keep;
+            }
+            if (sj != S - 1)
+                summed.add_(bsq::interpolate_up(codes, final_size, quant_));
+            else
+                summed.add_(codes);
+            res.bits.push_back(bits.to(at::kByte));
+            res.tokens.push_back(ids);
+            if (hooks) hooks->on_scale_end(ctx, seg, ids, summed.squeeze(2));
+            if (probe && probe->wants_fhat()) fhat_after.push_back(summed.squeeze(2).clone());
         }
-        bits = bits.view({B, h, w, d});
-        // (B, dv, 1, up*h, up*w)
-        auto codes =
-            bsq::bits_to_codes(quant_.spatial_patchify ? bsq::unpatchify_bits(bits) : bits, quant_);
-        if (keep.defined()) {
-            if (up > 1) keep = keep.repeat_interleave(up, -2).repeat_interleave(up, -1);
-            codes = codes * keep;
-        }
-        if (si != S - 1) {
-            summed.add_(bsq::interpolate_up(codes, final_size, quant_));
-            const int64_t nh = s.scales[si + 1][0], nw = s.scales[si + 1][1];
-            // (B, dv, up*nh, up*nw), patchified back to (B, d, nh, nw)
-            auto next = bsq::interpolate_up(summed, vae_size(si + 1), quant_).squeeze(2);
-            if (quant_.spatial_patchify) next = bsq::patchify_codes(next);
-            // Contiguous, as the official codes are (its interpolations keep the codes'
-            // channels-last layout): a bf16 GEMM on a strided input rounds differently.
-            step_codes = next.reshape({B, d, nh * nw}).permute({0, 2, 1}).contiguous();
-        } else {
-            summed.add_(codes);
-        }
-        res.bits.push_back(bits.to(at::kByte));
-        res.tokens.push_back(ids);
         res.attention_flops += flops;
-        ScaleSegment seg = ctx.segments[0];
-        if (hooks) hooks->on_scale_end(ctx, seg, ids, summed.squeeze(2));
+        last_step_scale = si;
         if (opt.time_scales) synchronize_device(device);
         const double ms = millis_since(t0);
-        res.scale_millis.push_back(ms);
-        if (probe) {
-            ScaleRecord r;
-            r.scale = si;
-            r.patch_num = h;
-            r.millis = ms;
-            r.tokens = ids;
-            if (probe->wants_fhat()) r.f_hat = summed.squeeze(2).clone();
-            r.step = si;
-            r.attention_flops = flops;
-            probe->on_scale(std::move(r));
+        for (size_t gi = 0; gi < ctx.segments.size(); ++gi) {
+            const auto& seg = ctx.segments[gi];
+            // A grouped step is one forward pass: its time is booked on its first scale.
+            res.scale_millis.push_back(gi == 0 ? ms : 0.0);
+            if (probe) {
+                ScaleRecord r;
+                r.scale = seg.scale;
+                r.patch_num = seg.patch_num;
+                r.millis = res.scale_millis.back();
+                r.tokens = res.tokens[seg.scale];
+                if (!fhat_after.empty()) r.f_hat = fhat_after[gi];
+                r.step = step;
+                r.attention_flops = gi == 0 ? flops : 0.0;
+                probe->on_scale(std::move(r));
+            }
         }
+        si += static_cast<int64_t>(ctx.segments.size());
     }
     if (probe)
         for (int64_t si = n_run; si < S; ++si) {
             ScaleRecord r;
             r.scale = si;
             r.patch_num = s.scales[si][0];
-            r.step = si;
+            r.step = step;
             r.skipped = true;
             probe->on_scale(std::move(r));
         }
     res.summed_codes = summed.squeeze(2);
-    res.kv_bytes = graphs ? graphs->kv_bytes_after(n_run - 1) : eager_cache->total_bytes();
+    res.kv_bytes = graphs ? graphs->kv_bytes_after(last_step_scale) : eager_cache->total_bytes();
     // The most KV bytes held after any step (a compact cache's counts, the full cache's filled
     // part), as the VAR loop reports it, with graphs or without.
     res.kv_bytes_peak = std::max(res.kv_bytes_peak, res.kv_bytes);

@@ -21,8 +21,10 @@
 // Spatial patchify (Infinity-8B: 4 x 14 bits per token) follows the official unpatchify /
 // patchify around the codes update (checked against the official loop on the tiny fixture).
 // CUDA graphs as in the VAR loop (cuda_graph.h; see InfinitySampleOptions::cuda_graphs) and the
-// official bf16 mode (InfinityTransformerImpl::use_autocast_bf16). Not yet: grouped steps
-// (group_size > 1, LazyVAR's PGD) are refused.
+// official bf16 mode (InfinityTransformerImpl::use_autocast_bf16). Grouped steps (group_size >
+// 1, LazyVAR's PGD) follow the VAR loop's rule (core/sampling/grouped_step.h): the group's
+// scales take their inputs from the same summed codes, each with its own level embedding and
+// RoPE positions, block-causal among them, guidance and tau per scale; graphed too.
 #pragma once
 
 #include <ATen/core/Tensor.h>

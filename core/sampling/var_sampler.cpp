@@ -16,6 +16,7 @@
 #include "core/accel/probe_kinds.h"
 #include "core/sampling/chunked_decode.h"
 #include "core/sampling/cuda_graph.h"
+#include "core/sampling/grouped_step.h"
 #include "core/sampling/kv_cache.h"
 #include "core/sampling/tf32_scope.h"
 #include "core/sampling/token_sampling.h"
@@ -81,14 +82,7 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
     auto [k, v] = ctx.cache.view(ctx.layer);
     if (step_mask.defined()) {
         mark(CostPart::Overhead);
-        TORCH_CHECK(!per_row, "per-row token selection cannot be used in grouped steps");
-        // The step's own keys are the newest entries of the cache; everything before them
-        // (earlier steps) is visible to every query of the step.
-        const at::Tensor sm =
-            rows.defined() ? step_mask.index_select(0, rows).index_select(1, rows) : step_mask;
-        const int64_t earlier = k.size(2) - sm.size(1);
-        TORCH_CHECK(earlier >= 0, "KV cache lost keys of the current grouped step");
-        ctx.mask = at::cat({at::zeros({sm.size(0), earlier}, sm.options()), sm}, 1);
+        ctx.mask = block_group_mask(step_mask, rows, k.size(2));
     }
 
     lap();  // selection, QKV projection, cache append and eviction
@@ -149,19 +143,6 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
                           {"ffn_ms", part_ms[2]},
                           {"rows", static_cast<double>(xs.size(1))}}});
     return out;
-}
-
-// Additive mask (L, L) over a grouped step's packed rows: a row sees the rows of its own and of
-// earlier scales of the group (the training-time block-causal mask restricted to the group).
-at::Tensor group_mask(const std::vector<ScaleSegment>& segs, const at::TensorOptions& options) {
-    std::vector<int64_t> seg_of_row;
-    for (size_t i = 0; i < segs.size(); ++i)
-        seg_of_row.insert(seg_of_row.end(), segs[i].length(), static_cast<int64_t>(i));
-    const auto id = at::tensor(seg_of_row, at::kLong);
-    const auto visible = id.unsqueeze(1) >= id.unsqueeze(0);
-    return at::zeros(visible.sizes(), options)
-        .masked_fill(visible.logical_not().to(options.device()),
-                     -std::numeric_limits<double>::infinity());
 }
 
 // The graph prologue returns tensors: BlockConstants flattened, kConstantTensors per block (an
@@ -454,46 +435,15 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
         ScaleContext sctx{
             c,    si,   c.patch_nums[si], B, c.scale_begin(si), hooks ? f_hat.clone() : f_hat, {},
             step, exec_};
-        const int64_t group =
-            hooks ? std::clamp<int64_t>(hooks->group_size(sctx), 1, S_run - si) : 1;
-        for (int64_t g = 0; g < group; ++g) {
-            ScaleSegment seg;
-            seg.scale = si + g;
-            seg.patch_num = c.patch_nums[si + g];
-            seg.token_begin = c.scale_begin(si + g);
-            sctx.segments.push_back(seg);
-        }
+        plan_step_segments(sctx, hooks, S_run);
         if (hooks) hooks->on_scale_begin(sctx);
         if (graphs && !tail_cache && !sctx.graphable)
             tail_cache.emplace(guarded([&] { return graphs->eager_tail_cache(si); }));
         const bool graphed = graphs && !tail_cache;
         KvCache* eager_kv = tail_cache ? &*tail_cache : eager_cache ? &*eager_cache : nullptr;
-        int64_t offset = 0;
-        std::vector<int64_t> layout;  // scale and row count of each segment
-        for (size_t g = 0; g < sctx.segments.size(); ++g) {
-            auto& seg = sctx.segments[g];
-            if (seg.rows.defined()) {
-                seg.rows = seg.rows.to(at::kLong).to(device);
-                TORCH_CHECK(seg.rows.dim() == 1 && seg.rows.numel() > 0,
-                            "a policy pruned every token of scale ", seg.scale);
-                if (graphed) {
-                    // The graph reads the rows from its own buffer; this call's values go in.
-                    const auto& rows = seg.rows;
-                    auto buffer = graphs->step_input(si, "rows" + std::to_string(g),
-                                                     [&] { return rows.clone(); });
-                    if (buffer.numel() == rows.numel()) buffer.copy_(rows);
-                    seg.rows = buffer.numel() == rows.numel() ? buffer : rows;
-                }
-            }
-            seg.offset = offset;
-            offset += seg.length();
-            layout.insert(layout.end(), {seg.scale, seg.rows.defined() ? seg.rows.numel() : -1});
-        }
-        step_mask = at::Tensor();
-        if (sctx.segments.size() > 1) {
-            auto make_mask = [&] { return group_mask(sctx.segments, act); };
-            step_mask = graphed ? graphs->step_input(si, "mask", make_mask) : make_mask();
-        }
+        const std::vector<int64_t> layout =
+            place_step_segments(sctx, device, graphed ? graphs.get() : nullptr);
+        step_mask = step_group_mask(sctx, act, graphed ? graphs.get() : nullptr);
         at::Tensor raw_logits;
         const double flops_before = res.attention_flops;
         StepCost cost;

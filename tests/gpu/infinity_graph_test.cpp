@@ -1,8 +1,9 @@
 // CUDA graphs for Infinity's sampling loop (core/sampling/infinity_sampler.cpp): replays give
 // exactly the eager loop's bits for a seed, in fp32 and the official bf16 mode, with guidance on
 // the logits and at a layer's output, on the capturing call and on replays, for a new text of
-// another length (its own graphs), and with the accelerators that have a graph signature. Graphs
-// stay off without guidance and on the CPU. Skips without CUDA.
+// another length (its own graphs), and with the accelerators that have a graph signature
+// (LazyVAR's grouped steps included). Graphs stay off without guidance and on the CPU. Skips
+// without CUDA.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
@@ -137,6 +138,12 @@ TEST(InfinityGraph, AcceleratorsGraphedEqualEager) {
         {"fastvar", R"({"fastvar": {"enabled": true, "ratios": [0.4, 0.5]}})"},
         {"lazyvar no group", R"({"lazyvar": {"enabled": true, "start_scale": 4,
                                 "group_size": 1, "ratios": [0.6]}})"},
+        // Grouped steps (grouped_step.h): the last three scales in one pass, pruned with the
+        // cumulative index; and a group of two without pruning.
+        {"lazyvar", R"({"lazyvar": {"enabled": true, "start_scale": 4, "group_size": 3,
+                       "ratios": [0.6, 0.5, 0.4]}})"},
+        {"lazyvar group only", R"({"lazyvar": {"enabled": true, "start_scale": 5,
+                                  "group_size": 2, "ratios": [1]}})"},
         {"sparvar csla", R"({"sparvar": {"enabled": true, "cs4a_fraction": 0,
                            "sparse_scales": 2, "sink_scales": 2, "windows": [1, 3],
                            "middle_window": 1, "block": 64}})"},

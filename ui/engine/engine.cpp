@@ -401,7 +401,8 @@ const std::vector<MethodSpec>& Engine::methods(Family f) {
 }
 
 std::map<std::string, nlohmann::json> Engine::presets(Family f) {
-    return f == Family::Mar ? mar_accel_presets() : accel_presets();
+    if (f == Family::Mar) return mar_accel_presets();
+    return f == Family::Infinity ? infinity_accel_presets() : accel_presets();
 }
 
 std::string Engine::validate_accel(const nlohmann::json& j, Family f) {

@@ -1,0 +1,44 @@
+// The grouping rule of the sampling loops (LazyVAR's parallel group decoding, hooks.h's
+// group_size), written once for the VAR loop (var_sampler.cpp) and the Infinity loop
+// (infinity_sampler.cpp): which scales a step decodes, where their rows go in the step's packed
+// sequence (and in the CUDA graphs' fixed buffers), and the block-causal mask among them.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "core/sampling/hooks.h"
+
+namespace varscope {
+
+class DenseStepGraphs;
+
+// The scales of the step that starts at ctx.scale, as ctx.segments (empty before): the hooks'
+// group size, at least 1 and at most the scales left to run (scales [ctx.scale, scales_run)).
+// Without hooks one scale.
+void plan_step_segments(ScaleContext& ctx, SamplingHooks* hooks, int64_t scales_run);
+
+// After on_scale_begin: each segment's rows (if a policy set them) as int64 on `device`,
+// checked (one-dimensional, not empty), and its offset in the step's packed sequence. With
+// `graphs` (the step is replayed), the rows go into the step's fixed buffers. Returns the
+// step's layout for DenseStepGraphs::step: (scale, row count or -1 = all) per segment.
+std::vector<int64_t> place_step_segments(ScaleContext& ctx, const at::Device& device,
+                                         DenseStepGraphs* graphs);
+
+// Additive mask (L, L) over a grouped step's packed rows: a row sees the rows of its own and of
+// earlier scales of the group (the training-time block-causal mask restricted to the group).
+at::Tensor group_mask(const std::vector<ScaleSegment>& segs, const at::TensorOptions& options);
+
+// The step's group mask (undefined for a step of one scale); with `graphs`, the step's fixed
+// buffer (made once: it follows from the layout).
+at::Tensor step_group_mask(const ScaleContext& ctx, const at::TensorOptions& options,
+                           DenseStepGraphs* graphs);
+
+// A block's additive mask (q rows, kv_len) in a grouped step: the rows the block computes
+// (`rows` from select_tokens, undefined = all; per-row selections are refused) see every key of
+// the earlier steps and, among the step's own keys (the newest kv entries), what the step mask
+// allows.
+at::Tensor block_group_mask(const at::Tensor& step_mask, const at::Tensor& rows, int64_t kv_len);
+
+}  // namespace varscope
