@@ -390,13 +390,8 @@ int run(const E2eArgs& a) {
     opt.decode = a.decode;
     opt.time_steps = !a.no_scale_sync;
     runner->validate(opt);
-    if (a.max_batch == 0) {
-        a.sampling.check_memory(*runner, opt);
-    } else if (!opt.text_features.empty()) {
-        throw std::invalid_argument(
-            "--max-batch needs the text as --prompt (with --t5): a --text-features file fixes "
-            "the batch to its rows");
-    }
+    // --max-batch measures what fits: no estimate refuses its tries.
+    if (a.max_batch == 0) a.sampling.check_memory(*runner, opt);
     const std::vector<std::string> names =
         a.methods.empty() ? default_methods(runner->family()) : a.methods;
     std::cerr << runner->describe() << "\n"
