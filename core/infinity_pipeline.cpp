@@ -4,6 +4,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <chrono>
+#include <stdexcept>
 
 #include "core/io/checkpoint.h"
 
@@ -99,6 +100,28 @@ InfinityText load_text_features(const std::string& path) {
         throw CheckpointError(
             path + ": 'kv_compact' must be (sum(lens) = " + std::to_string(total) + ", channels)");
     return t;
+}
+
+InfinityText repeat_text_rows(const InfinityText& t, int64_t rows) {
+    if (rows < 1 || t.lens.empty())
+        throw std::invalid_argument("Infinity: " + std::to_string(rows) +
+                                    " text rows asked of a text with " +
+                                    std::to_string(t.lens.size()) + " (at least one each)");
+    std::vector<int64_t> starts;
+    int64_t offset = 0;
+    for (int64_t len : t.lens) {
+        starts.push_back(offset);
+        offset += len;
+    }
+    InfinityText out;
+    std::vector<at::Tensor> parts;
+    for (int64_t i = 0; i < rows; ++i) {
+        const size_t k = static_cast<size_t>(i) % t.lens.size();
+        parts.push_back(t.kv_compact.narrow(0, starts[k], t.lens[k]));
+        out.lens.push_back(t.lens[k]);
+    }
+    out.kv_compact = at::cat(parts, 0);
+    return out;
 }
 
 }  // namespace varscope

@@ -47,4 +47,8 @@ struct InfinityPipeline {
 // naming the file and the tensor.
 InfinityText load_text_features(const std::string& path);
 
+// `t`'s rows repeated in order to `rows` rows (fewer than it has: its first ones), for a batch of
+// another size. std::invalid_argument for rows < 1 or a text without rows.
+InfinityText repeat_text_rows(const InfinityText& t, int64_t rows);
+
 }  // namespace varscope

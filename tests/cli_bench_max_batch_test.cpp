@@ -70,6 +70,27 @@ TEST(CliBenchMaxBatch, SearchesEachMethodUpToTheCapAndTimesItThere) {
     EXPECT_DOUBLE_EQ(j["methods"][0]["images_per_s_ratio"].get<double>(), 1.0);
 }
 
+// Infinity: a text features file sets its own rows; each try repeats them to its batch.
+TEST(CliBenchMaxBatch, InfinityTextFeaturesRepeatToEachBatch) {
+    varscope::testing::TempDir dir;
+    const std::string fixtures = varscope::testing::source_dir() + "/tests/fixtures/infinity_tiny/";
+    const std::string json = dir.file("infinity.json");
+    const auto r = cli("bench e2e --infinity " + fixtures + "infinity_tiny.pth --text-features " +
+                       fixtures + "teacher.safetensors --pixels 0.06M --repeat 1 --warmup 0 " +
+                       "--no-cost-model --methods baseline --max-batch 3 --json " + json);
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::ifstream f(json);
+    const auto j = nlohmann::json::parse(f);
+    ASSERT_EQ(j["methods"].size(), 1u);
+    const auto& m = j["methods"][0];
+    ASSERT_FALSE(m.contains("error")) << m.dump();
+    EXPECT_EQ(m["batch"], 3);
+    EXPECT_TRUE(m["max_batch"]["fits_up_to_cap"].get<bool>());
+    ASSERT_EQ(m["max_batch"]["tries"].size(), 3u);  // 1, 2, then the cap 3
+    EXPECT_EQ(m["max_batch"]["tries"][2]["batch"], 3);
+    EXPECT_EQ(m["memory_estimate"]["images"], 3);
+}
+
 TEST(CliBenchMaxBatch, BadCapIsAUsageError) {
     const auto r = cli("bench e2e --random 2 --patch-nums 1,2 --repeat 1 --max-batch 0");
     EXPECT_EQ(r.code, 2) << r.out;

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "core/infinity_pipeline.h"
 #include "core/io/checkpoint.h"
@@ -83,6 +84,34 @@ TEST(InfinityRunner, GeneratesWhatThePipelineGenerates) {
     EXPECT_THROW(r->generate(s), std::invalid_argument);
     s.prompts.clear();
     s.text_features.clear();
+    EXPECT_THROW(r->validate(s), std::invalid_argument);
+}
+
+// A features file's rows repeated to another batch (bench e2e --max-batch sizes its tries so):
+// in order, each row's keys as they were; the runner makes that many images.
+TEST(InfinityRunner, TextRowsRepeatTheFeaturesRows) {
+    const InfinityText t = load_text_features(fixture("teacher.safetensors"));
+    ASSERT_EQ(t.lens, (std::vector<int64_t>{5, 11}));
+    const InfinityText five = repeat_text_rows(t, 5);
+    EXPECT_EQ(five.lens, (std::vector<int64_t>{5, 11, 5, 11, 5}));
+    ASSERT_EQ(five.kv_compact.size(0), 37);
+    EXPECT_TRUE(at::equal(five.kv_compact.narrow(0, 16, 5), t.kv_compact.narrow(0, 0, 5)));
+    EXPECT_TRUE(at::equal(five.kv_compact.narrow(0, 21, 11), t.kv_compact.narrow(0, 5, 11)));
+    EXPECT_EQ(repeat_text_rows(t, 1).lens, (std::vector<int64_t>{5}));
+    EXPECT_THROW(repeat_text_rows(t, 0), std::invalid_argument);
+
+    const auto r = open_tiny();
+    SampleSettings s = r->defaults();
+    s.text_features = fixture("teacher.safetensors");
+    s.pixels = "0.06M";
+    s.decode = false;
+    s.text_rows = 3;
+    const auto three = r->generate(s);
+    ASSERT_FALSE(three.step_tokens.empty());
+    EXPECT_EQ(three.step_tokens[0].size(0), 3);
+    s.text_rows = 0;  // the file's own rows
+    EXPECT_EQ(r->generate(s).step_tokens[0].size(0), 2);
+    s.text_rows = -1;
     EXPECT_THROW(r->validate(s), std::invalid_argument);
 }
 

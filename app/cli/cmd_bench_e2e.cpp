@@ -25,6 +25,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -56,6 +57,7 @@ struct E2eArgs {
 };
 
 constexpr const char* kEagerSuffix = "@eager";
+constexpr const char* kOutOfDeviceMemory = "out of device memory";
 
 // What a bench compares when no --methods are given.
 std::vector<std::string> default_methods(Family f) {
@@ -251,7 +253,7 @@ MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& n
         }
         if (cuda) m.peak_bytes = kernels::cuda_memory(dev).peak_allocated - before;
     } catch (const std::exception& e) {
-        m.error = is_out_of_memory(e) ? "out of device memory" : e.what();
+        m.error = is_out_of_memory(e) ? kOutOfDeviceMemory : e.what();
     }
     if (m.error.empty() && cuda && !a.no_cost_model && !m.last.step_costs.empty()) {
         // The event-timed steps are graphs of their own (another key): the timed runs' set,
@@ -266,7 +268,7 @@ MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& n
             for (int i = 0; i < 2; ++i) m.cost = runner.generate(timed, plan.get());
         } catch (const std::exception& e) {
             m.cost.reset();
-            m.cost_error = is_out_of_memory(e) ? "out of device memory" : e.what();
+            m.cost_error = is_out_of_memory(e) ? kOutOfDeviceMemory : e.what();
         }
     }
     // Each method's graph sets hold a KV cache of their own: free them before the next method.
@@ -304,8 +306,17 @@ MethodResult run_method_at_max_batch(Runner& runner, const SampleSettings& opt,
     std::cerr << " largest " << search.describe() << std::flush;
     MethodResult m;
     if (search.largest > 0) {
-        std::cerr << "; timing at " << search.largest << std::flush;
-        m = run_method(runner, with_images(opt, search.largest), name, a);
+        // The timed runs repeat the try that fit. Should they still run out of memory (the
+        // allocator's state is not exactly the try's), a somewhat smaller batch is timed, twice
+        // at most, rather than none: the report's batch then differs from largest_batch.
+        int64_t b = search.largest;
+        for (int retry = 0;; ++retry) {
+            std::cerr << "; at batch " << b << ":" << std::flush;
+            m = run_method(runner, with_images(opt, b), name, a);
+            if (m.error != kOutOfDeviceMemory || retry == 2 || b == 1) break;
+            std::cerr << " " << kOutOfDeviceMemory << std::flush;
+            b = std::max<int64_t>(1, b - std::max<int64_t>(1, b / 8));
+        }
     } else {
         m.name = name;
         m.estimate = runner.estimate_memory(with_images(opt, 1));
@@ -357,6 +368,9 @@ void print_max_batch_table(const nlohmann::json& methods) {
             std::cout << std::setw(8) << m["images_per_s_ratio"].get<double>() << "x"
                       << std::setw(8) << m["batch_ratio"].get<double>() << "x";
         std::cout << "\n";
+        if (search && (*search)["largest_batch"] != m["batch"])
+            std::cout << "    timed at batch " << m["batch"] << ": the timed runs at "
+                      << (*search)["largest_batch"] << " ran out of memory\n";
         if (search && search->contains("error"))
             std::cout << "    search stopped at batch " << (*search)["error"]["batch"] << ": "
                       << (*search)["error"]["message"].get<std::string>() << "\n";
@@ -390,13 +404,8 @@ int run(const E2eArgs& a) {
     opt.decode = a.decode;
     opt.time_steps = !a.no_scale_sync;
     runner->validate(opt);
-    if (a.max_batch == 0) {
-        a.sampling.check_memory(*runner, opt);
-    } else if (!opt.text_features.empty()) {
-        throw std::invalid_argument(
-            "--max-batch needs the text as --prompt (with --t5): a --text-features file fixes "
-            "the batch to its rows");
-    }
+    // --max-batch measures what fits: no estimate refuses its tries.
+    if (a.max_batch == 0) a.sampling.check_memory(*runner, opt);
     const std::vector<std::string> names =
         a.methods.empty() ? default_methods(runner->family()) : a.methods;
     std::cerr << runner->describe() << "\n"
@@ -495,7 +504,11 @@ int run(const E2eArgs& a) {
         if (base && a.max_batch) {
             // Different batches: throughput and batch are compared, not times or tokens.
             m["images_per_s_ratio"] = r.images_per_s() / base->images_per_s();
-            m["batch_ratio"] = static_cast<double>(r.batch) / base->batch;
+            // The largest batches found (the timed batch is the same unless it had to step down).
+            const auto largest = [](const MethodResult& x) {
+                return x.search ? x.search->largest : x.batch;
+            };
+            m["batch_ratio"] = static_cast<double>(largest(r)) / largest(*base);
             m["peak_device_ratio"] =
                 base->peak_bytes ? static_cast<double>(r.peak_bytes) / base->peak_bytes : 0.0;
         } else if (base) {

@@ -153,6 +153,7 @@ SampleSettings with_images(const SampleSettings& s, int64_t images) {
     };
     if (!out.class_ids.empty()) repeat(out.class_ids);
     if (!out.prompts.empty()) repeat(out.prompts);
+    if (!out.text_features.empty()) out.text_rows = images;  // the file's rows, repeated
     return out;
 }
 

@@ -68,7 +68,8 @@ struct SampleSettings;
 class Runner;
 class AccelPlan;
 
-// `s` for `images` images: the classes (VAR, MAR) or prompts (Infinity) given repeat in order.
+// `s` for `images` images: the classes (VAR, MAR), prompts or text features' rows (Infinity)
+// given repeat in order.
 SampleSettings with_images(const SampleSettings& s, int64_t images);
 
 // One try: a run of `s` at `images` images with `accel` (null = baseline), the graphs it captures

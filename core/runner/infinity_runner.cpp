@@ -129,6 +129,8 @@ class InfinityRunner : public Runner {
         if (s.text_features.empty() && s.prompts.empty())
             throw std::invalid_argument(
                 "Infinity needs a text: text_features (a T5 features file) or prompts");
+        if (s.text_rows < 0)
+            throw std::invalid_argument("Infinity: text_rows must be 0 (the text's rows) or more");
     }
 
     // Per image (2 rows with guidance): the self-attention KV cache of every layer for the whole
@@ -323,6 +325,7 @@ class InfinityRunner : public Runner {
         } else {
             t = load_text_features(s.text_features);
         }
+        if (s.text_rows > 0) t = repeat_text_rows(t, s.text_rows);
         t.kv_compact = t.kv_compact.to(device(), at::kFloat);
         return t;
     }

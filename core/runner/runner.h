@@ -93,6 +93,10 @@ struct SampleSettings {
     std::vector<int64_t> cfg_insertion_layer{0};  // 0 = guidance on the logits (run_infinity.py)
     double h_div_w = 1.0;                         // aspect ratio -> the nearest official template
     std::string pixels = "1M";                    // "0.06M", "0.25M", "0.60M", "1M"
+    // Infinity: the text's rows repeated in order to this many images (0 = the text's own rows):
+    // a features file sets its batch itself, so `bench e2e --max-batch` sizes each try through
+    // this.
+    int64_t text_rows = 0;
 };
 
 // A parsed, validated accelerator config of one family.
