@@ -116,3 +116,70 @@ TEST(PromptFollowing, ScoresFollowsAndClassMatch) {
     EXPECT_NE(csv.find("\"icon heart\""), std::string::npos);
     EXPECT_THROW(score_batch(r, images, {0}, 0, pack, labels), std::invalid_argument);
 }
+
+// The feature judge disagrees with the pixels on purpose: the features put each image beside
+// another row than its pixels do, and the classifier says what the test tells it.
+TEST(PromptFollowing, FeatureJudgeScoresItsOwnNeighboursAndPredictions) {
+    const auto c = three_rows();
+    const at::Tensor labels = at::tensor({7, 7, 3}, at::kLong);
+    const at::Tensor pack = random_pack(3, 5);
+    PromptFollowing r;
+    r.prompts = pick_heldout_prompts(c, labels, 4);
+    auto index_of = [&](const std::string& t) {
+        for (size_t i = 0; i < r.prompts.size(); ++i)
+            if (r.prompts[i].text == t) return static_cast<int64_t>(i);
+        ADD_FAILURE() << t;
+        return int64_t{0};
+    };
+    const at::Tensor img = pack.to(at::kFloat) / 255.0;
+    // Pixels: all three images are row 2 ("dog noto"); features: rows 0, 1, 0.
+    const at::Tensor images = at::stack({img[2], img[2], img[2]});
+    FeatureJudgeBatch judge;
+    judge.dataset_features =
+        at::tensor({0.0, 0.0, 10.0, 0.0, 0.0, 10.0}, at::kDouble).reshape({3, 2});
+    judge.features = at::tensor({0.1, 0.2, 9.0, 1.0, 0.0, 1.0}, at::kDouble).reshape({3, 2});
+    judge.predicted = at::tensor({7, 3, 3}, at::kLong);
+    score_batch(r, images,
+                {index_of("heart noto"), index_of("heart twemoji"), index_of("dog noto")}, 0, pack,
+                labels, &judge);
+    ASSERT_EQ(r.samples.size(), 3u);
+    EXPECT_TRUE(r.judged_by_features);
+    // Pixels say: only "dog noto" follows.
+    EXPECT_FALSE(r.samples[0].follows);
+    EXPECT_TRUE(r.samples[2].follows);
+    // Features: row 0 for "heart noto" (follows), row 1 for "heart twemoji" (follows),
+    // row 0 for "dog noto" (neither).
+    EXPECT_EQ(r.samples[0].feature_row, 0);
+    EXPECT_EQ(r.samples[1].feature_row, 1);
+    EXPECT_EQ(r.samples[2].feature_row, 0);
+    EXPECT_TRUE(r.samples[0].feature_follows);
+    EXPECT_TRUE(r.samples[1].feature_follows);
+    EXPECT_FALSE(r.samples[2].feature_follows);
+    EXPECT_FALSE(r.samples[2].feature_class_match);
+    // Classifier: 7 (right), 3 (wrong: a heart was asked for), 3 (right).
+    EXPECT_TRUE(r.samples[0].classifier_match);
+    EXPECT_FALSE(r.samples[1].classifier_match);
+    EXPECT_TRUE(r.samples[2].classifier_match);
+    EXPECT_DOUBLE_EQ(r.feature_follow_rate(), 2.0 / 3.0);
+    EXPECT_DOUBLE_EQ(r.classifier_rate(), 2.0 / 3.0);
+    const auto j = to_json(r);
+    EXPECT_NEAR(j["feature_judge"]["classifier_rate"].get<double>(), 2.0 / 3.0, 1e-12);
+    EXPECT_EQ(j["samples"][1]["predicted_class"], 3);
+    // A batch without the judge cannot join a judged result.
+    EXPECT_THROW(score_batch(r, images, {0, 1, 2}, 1, pack, labels), std::invalid_argument);
+    // Feature dimensions must agree.
+    FeatureJudgeBatch bad = judge;
+    bad.dataset_features = at::zeros({3, 5}, at::kDouble);
+    EXPECT_THROW(score_batch(r, images, {0, 1, 2}, 1, pack, labels, &bad), std::invalid_argument);
+}
+
+TEST(PromptFollowing, WithoutTheJudgeTheJsonSaysSo) {
+    const auto c = three_rows();
+    const at::Tensor labels = at::tensor({7, 7, 3}, at::kLong);
+    const at::Tensor pack = random_pack(3, 5);
+    PromptFollowing r;
+    r.prompts = pick_heldout_prompts(c, labels, 2);
+    score_batch(r, pack.slice(0, 0, 1).to(at::kFloat) / 255.0, {0}, 0, pack, labels);
+    EXPECT_TRUE(to_json(r)["feature_judge"].is_null());
+    EXPECT_EQ(r.samples[0].feature_row, -1);
+}

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "app/cli/commands.h"
 #include "app/cli/image_io.h"
@@ -15,6 +16,8 @@
 #include "app/cli/run_args.h"
 #include "app/cli/run_report.h"
 #include "core/analysis/prompt_following.h"
+#include "core/metrics/emoji_features.h"
+#include "core/resources.h"
 #include "core/training/train_common.h"
 
 namespace varscope::cli {
@@ -26,6 +29,8 @@ struct EvalPromptsArgs {
     ModelArgs model;
     SampleArgs sampling;
     std::string data, out_dir, accel, phrasings = "heldout";
+    std::string emoji_features =
+        "auto";  // the feature judge: auto (shipped file if any), none, FILE
     int64_t count = 128, chunk = 16, sheet_rows = 16;
     std::vector<uint64_t> seeds{0, 1, 2, 3};
     bool force = false;
@@ -81,6 +86,26 @@ int run(EvalPromptsArgs& a) {
     result.prompts = analysis::pick_prompts(
         a.phrasings == "train" ? captions.train : captions.heldout, ds.labels, a.count);
 
+    // The feature judge: the emoji feature network, loaded before the model (a wrong file fails
+    // first) and run once over the pack.
+    std::optional<EmojiFeatureNetwork> judge_net;
+    at::Tensor dataset_features;
+    {
+        std::string file = a.emoji_features;
+        if (file == "auto") {
+            const auto shipped = fs::path(resource_dir()) / "models" / "emoji-features.safetensors";
+            file = fs::exists(shipped) ? shipped.string() : "none";
+        }
+        if (file != "none") {
+            judge_net.emplace(EmojiFeatureNetwork::load(file));
+            for (int64_t s = 0; s < ds.images.size(0); s += 512)
+                dataset_features = at::cat(
+                    {dataset_features.defined() ? dataset_features : at::empty({0}, at::kFloat),
+                     judge_net->features(ds.images.slice(0, s, s + 512)).features.cpu()});
+            std::cerr << "feature judge: " << file << "\n";
+        }
+    }
+
     const auto runner = a.model.build();
     const bool text = runner->family() == Family::Infinity;
     std::vector<int64_t> class_of;  // class-conditional: the class each prompt's words match
@@ -126,7 +151,14 @@ int run(EvalPromptsArgs& a) {
             if (!res.images.defined())
                 throw std::invalid_argument("the model has no decoder: nothing to compare");
             const at::Tensor images = res.images.to(at::kCPU).to(at::kFloat);
-            analysis::score_batch(result, images, index, seed, ds.images, ds.labels);
+            if (judge_net) {
+                const EmojiFeatures f = judge_net->features(images);
+                const analysis::FeatureJudgeBatch judge{f.features.cpu(), f.logits.argmax(1).cpu(),
+                                                        dataset_features};
+                analysis::score_batch(result, images, index, seed, ds.images, ds.labels, &judge);
+            } else {
+                analysis::score_batch(result, images, index, seed, ds.images, ds.labels);
+            }
             for (int64_t i = s; i < std::min(e, a.sheet_rows); ++i)
                 sheet_images[{i, seed}] = images[i - s];
             std::cerr << "\rseed " << seed << ": " << e << " / " << n << std::flush;
@@ -160,7 +192,20 @@ int run(EvalPromptsArgs& a) {
             std::cout << " " << t << ": " << 100.0 * result.follow_rate_of_template(t) << " %";
     std::cout << "; mean nearest PSNR " << result.mean_psnr() << " dB; every seed "
               << result.prompts_always() << ", no seed " << result.prompts_never()
-              << " phrasings\nwrote " << json_path << ", " << csv_path
+              << " phrasings\n";
+    if (result.judged_by_features) {
+        std::cout << "feature judge: nearest image by emoji features described "
+                  << 100.0 * result.feature_follow_rate() << " %, its class "
+                  << 100.0 * result.feature_class_rate() << " %; classifier names the class "
+                  << 100.0 * result.classifier_rate() << " %; by phrasing template";
+        for (int64_t t = 0; t < result.template_count(); ++t)
+            if (std::any_of(result.prompts.begin(), result.prompts.end(),
+                            [&](const auto& p) { return p.template_index == t; }))
+                std::cout << " " << t << ": " << 100.0 * result.classifier_rate_of_template(t)
+                          << " %";
+        std::cout << "\n";
+    }
+    std::cout << "wrote " << json_path << ", " << csv_path
               << (a.sheet_rows > 0 ? ", " + sheet_path : "") << "\n";
     return 0;
 }
@@ -191,6 +236,9 @@ Command add_eval_prompts(CLI::App& app) {
     cmd->add_option("--sheet-rows", a->sheet_rows,
                     "prompts shown in the sheet image (0 = no sheet)")
         ->check(CLI::Range(int64_t{0}, int64_t{1024}));
+    cmd->add_option("--emoji-features", a->emoji_features,
+                    "the second judge: the emoji feature network (auto: "
+                    "resources/models/emoji-features.safetensors when shipped; none; or a file)");
     cmd->add_option(
         "--accel", a->accel,
         "accelerator (a JSON config file, inline JSON or a preset); default: the baseline");

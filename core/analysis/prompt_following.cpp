@@ -83,13 +83,41 @@ NearestRows nearest_rows(const at::Tensor& images, const at::Tensor& dataset, in
     return {best_row, mse.log10().mul(-10.0)};
 }
 
+at::Tensor nearest_feature_rows(const at::Tensor& features, const at::Tensor& dataset_features) {
+    if (features.dim() != 2 || dataset_features.dim() != 2 ||
+        features.size(1) != dataset_features.size(1))
+        throw std::invalid_argument(
+            "nearest feature rows: features of dimension " +
+            std::to_string(features.dim() == 2 ? features.size(1) : -1) +
+            " against the data set's " +
+            std::to_string(dataset_features.dim() == 2 ? dataset_features.size(1) : -1));
+    const at::Tensor x = features.to(at::kCPU).to(at::kDouble);
+    const at::Tensor y = dataset_features.to(at::kCPU).to(at::kDouble);
+    // argmin returns the first minimum: ties go to the lowest row.
+    return at::cdist(x, y).argmin(1);
+}
+
 void score_batch(PromptFollowing& result, const at::Tensor& images,
                  const std::vector<int64_t>& prompt_index, uint64_t seed, const at::Tensor& dataset,
-                 const at::Tensor& labels) {
-    if (images.size(0) != static_cast<int64_t>(prompt_index.size()))
+                 const at::Tensor& labels, const FeatureJudgeBatch* judge) {
+    const auto b = static_cast<int64_t>(prompt_index.size());
+    if (images.size(0) != b)
         throw std::invalid_argument("prompt following: " + std::to_string(images.size(0)) +
-                                    " images for " + std::to_string(prompt_index.size()) +
-                                    " prompts");
+                                    " images for " + std::to_string(b) + " prompts");
+    // A result is judged by features throughout or not at all (its rates would mix otherwise).
+    if (!result.samples.empty() && result.judged_by_features != (judge != nullptr))
+        throw std::invalid_argument(
+            "prompt following: every batch needs the feature judge, or none does");
+    at::Tensor feature_rows, predicted;
+    if (judge) {
+        if (judge->features.size(0) != b || judge->predicted.numel() != b)
+            throw std::invalid_argument("prompt following: the feature judge has " +
+                                        std::to_string(judge->features.size(0)) +
+                                        " images' features for " + std::to_string(b) + " prompts");
+        feature_rows = nearest_feature_rows(judge->features, judge->dataset_features);
+        predicted = judge->predicted.to(at::kCPU).to(at::kLong).reshape({b});
+        result.judged_by_features = true;
+    }
     const NearestRows nn = nearest_rows(images, dataset);
     const at::Tensor lab = labels.to(at::kCPU).to(at::kLong).contiguous();
     for (size_t i = 0; i < prompt_index.size(); ++i) {
@@ -102,6 +130,15 @@ void score_batch(PromptFollowing& result, const at::Tensor& images,
         s.follows = std::find(p.intended_rows.begin(), p.intended_rows.end(), s.nearest_row) !=
                     p.intended_rows.end();
         s.class_match = lab.data_ptr<int64_t>()[s.nearest_row] == p.label;
+        if (judge) {
+            const auto i64 = static_cast<int64_t>(i);
+            s.feature_row = feature_rows[i64].item<int64_t>();
+            s.predicted_class = predicted[i64].item<int64_t>();
+            s.feature_follows = std::find(p.intended_rows.begin(), p.intended_rows.end(),
+                                          s.feature_row) != p.intended_rows.end();
+            s.feature_class_match = lab.data_ptr<int64_t>()[s.feature_row] == p.label;
+            s.classifier_match = s.predicted_class == p.label;
+        }
         result.samples.push_back(s);
     }
 }
@@ -131,11 +168,29 @@ double PromptFollowing::follow_rate() const {
 double PromptFollowing::class_rate() const {
     return share(samples, [](const PromptSample& s) { return s.class_match; });
 }
-double PromptFollowing::follow_rate_of_template(int64_t t) const {
+double PromptFollowing::feature_follow_rate() const {
+    return share(samples, [](const PromptSample& s) { return s.feature_follows; });
+}
+double PromptFollowing::feature_class_rate() const {
+    return share(samples, [](const PromptSample& s) { return s.feature_class_match; });
+}
+double PromptFollowing::classifier_rate() const {
+    return share(samples, [](const PromptSample& s) { return s.classifier_match; });
+}
+namespace {
+std::vector<PromptSample> samples_of_template(const PromptFollowing& r, int64_t t) {
     std::vector<PromptSample> of;
-    for (const auto& s : samples)
-        if (prompts.at(static_cast<size_t>(s.prompt)).template_index == t) of.push_back(s);
-    return share(of, [](const PromptSample& s) { return s.follows; });
+    for (const auto& s : r.samples)
+        if (r.prompts.at(static_cast<size_t>(s.prompt)).template_index == t) of.push_back(s);
+    return of;
+}
+}  // namespace
+double PromptFollowing::follow_rate_of_template(int64_t t) const {
+    return share(samples_of_template(*this, t), [](const PromptSample& s) { return s.follows; });
+}
+double PromptFollowing::classifier_rate_of_template(int64_t t) const {
+    return share(samples_of_template(*this, t),
+                 [](const PromptSample& s) { return s.classifier_match; });
 }
 int64_t PromptFollowing::template_count() const {
     int64_t n = 0;
@@ -169,16 +224,38 @@ nlohmann::json to_json(const PromptFollowing& r) {
                            {"label", p.label},
                            {"template", p.template_index},
                            {"intended_rows", p.intended_rows}});
-    for (const auto& s : r.samples)
-        samples.push_back({{"prompt", s.prompt},
-                           {"seed", s.seed},
-                           {"nearest_row", s.nearest_row},
-                           {"nearest_psnr", s.nearest_psnr},
-                           {"follows", s.follows},
-                           {"class_match", s.class_match}});
+    for (const auto& s : r.samples) {
+        nlohmann::json j = {{"prompt", s.prompt},           {"seed", s.seed},
+                            {"nearest_row", s.nearest_row}, {"nearest_psnr", s.nearest_psnr},
+                            {"follows", s.follows},         {"class_match", s.class_match}};
+        if (r.judged_by_features) {
+            j["feature_row"] = s.feature_row;
+            j["predicted_class"] = s.predicted_class;
+            j["feature_follows"] = s.feature_follows;
+            j["feature_class_match"] = s.feature_class_match;
+            j["classifier_match"] = s.classifier_match;
+        }
+        samples.push_back(std::move(j));
+    }
+    nlohmann::json features = nullptr;  // null: not judged by the feature network
+    if (r.judged_by_features) {
+        nlohmann::json classifier_by_template = nlohmann::json::array();
+        for (int64_t t = 0; t < r.template_count(); ++t)
+            classifier_by_template.push_back(r.classifier_rate_of_template(t));
+        features = {{"measure",
+                     "the emoji feature network (256-d features, Euclidean): the nearest packed "
+                     "image is one the phrasing describes (follow_rate) / has its class "
+                     "(class_rate); the network's predicted class is the intended one "
+                     "(classifier_rate)"},
+                    {"follow_rate", r.feature_follow_rate()},
+                    {"class_rate", r.feature_class_rate()},
+                    {"classifier_rate", r.classifier_rate()},
+                    {"classifier_rate_by_template", classifier_by_template}};
+    }
     return {{"measure",
              "nearest packed emoji64 image by pixel MSE (RGB, [0, 1]) is one the phrasing "
              "describes"},
+            {"feature_judge", features},
             {"follow_rate", r.follow_rate()},
             {"class_rate", r.class_rate()},
             {"follow_rate_by_template", by_template},
@@ -193,7 +270,8 @@ nlohmann::json to_json(const PromptFollowing& r) {
 
 std::string to_csv(const PromptFollowing& r) {
     std::ostringstream o;
-    o << "prompt,template,seed,text,row,nearest_row,nearest_psnr,follows,class_match\n";
+    o << "prompt,template,seed,text,row,nearest_row,nearest_psnr,follows,class_match,"
+         "feature_row,predicted_class,feature_follows,feature_class_match,classifier_match\n";
     for (const auto& s : r.samples) {
         const auto& p = r.prompts.at(static_cast<size_t>(s.prompt));
         std::string text = p.text;  // quoted, inner quotes doubled
@@ -201,7 +279,8 @@ std::string to_csv(const PromptFollowing& r) {
             text.insert(i, "\"");
         o << s.prompt << ',' << p.template_index << ',' << s.seed << ",\"" << text << "\"," << p.row
           << ',' << s.nearest_row << ',' << s.nearest_psnr << ',' << s.follows << ','
-          << s.class_match << '\n';
+          << s.class_match << ',' << s.feature_row << ',' << s.predicted_class << ','
+          << s.feature_follows << ',' << s.feature_class_match << ',' << s.classifier_match << '\n';
     }
     return o.str();
 }

@@ -11,6 +11,13 @@
 // neighbour's class label equals the intended one: skin tone and style ignored) is reported too.
 // Pixel nearest neighbours suit this data: 7,572 flat-shaded icons at one size, where two
 // different emoji rarely come closer than a redraw of the same one.
+//
+// A second judge, when the emoji feature network (core/metrics/emoji_features.h) is given: the
+// nearest packed image in its 256-d feature space (Euclidean) judged the same two ways
+// (`feature_follows`, `feature_class_match`), and the network's own prediction
+// (`classifier_match`: argmax of its logits = the intended class). Features forgive what pixels
+// punish (a shifted or recoloured drawing of the right emoji) and the reverse (a blurry image
+// can sit nearest a flat-coloured one in pixels whatever it shows).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -54,6 +61,17 @@ struct NearestRows {
 // Computed in chunks of `chunk` dataset rows; ties go to the lowest row.
 NearestRows nearest_rows(const at::Tensor& images, const at::Tensor& dataset, int64_t chunk = 1024);
 
+// Nearest row of each of `features` ((B, D)) among `dataset_features` ((N, D)) by Euclidean
+// distance; ties go to the lowest row. std::invalid_argument when D differs.
+at::Tensor nearest_feature_rows(const at::Tensor& features, const at::Tensor& dataset_features);
+
+// The feature judge's inputs for one batch (see the file comment).
+struct FeatureJudgeBatch {
+    at::Tensor features;          // (B, D) of the generated images
+    at::Tensor predicted;         // (B) int64: the network's class for each image
+    at::Tensor dataset_features;  // (N, D) of the packed images (computed once)
+};
+
 // One sample: a prompt, a seed, its neighbour and whether it follows the prompt.
 struct PromptSample {
     int64_t prompt = 0;  // index into the prompts
@@ -62,13 +80,24 @@ struct PromptSample {
     double nearest_psnr = 0;
     bool follows = false;      // nearest_row is one of the prompt's intended rows
     bool class_match = false;  // the nearest row has the intended class label
+    // The feature judge (all false, feature_row -1, predicted -1 without it).
+    int64_t feature_row = -1;
+    int64_t predicted_class = -1;
+    bool feature_follows = false;
+    bool feature_class_match = false;
+    bool classifier_match = false;
 };
 
 struct PromptFollowing {
     std::vector<HeldOutPrompt> prompts;
     std::vector<PromptSample> samples;
-    double follow_rate() const;                     // share of samples that follow
-    double class_rate() const;                      // share whose class label matches
+    bool judged_by_features = false;     // the feature judge scored the samples
+    double follow_rate() const;          // share of samples that follow
+    double class_rate() const;           // share whose class label matches
+    double feature_follow_rate() const;  // the feature judge's rates
+    double feature_class_rate() const;
+    double classifier_rate() const;
+    double classifier_rate_of_template(int64_t) const;
     double follow_rate_of_template(int64_t) const;  // follow_rate of one phrasing template
     int64_t template_count() const;                 // 1 + the largest template index of prompts
     double mean_psnr() const;
@@ -78,10 +107,11 @@ struct PromptFollowing {
 };
 
 // Adds the samples of one batch: images[i] was generated from prompts[prompt_index[i]] with
-// `seed`. `labels` are the pack's class labels.
+// `seed`. `labels` are the pack's class labels. With `judge`, also the feature judge (every
+// batch of a result must then have one: std::invalid_argument otherwise).
 void score_batch(PromptFollowing& result, const at::Tensor& images,
                  const std::vector<int64_t>& prompt_index, uint64_t seed, const at::Tensor& dataset,
-                 const at::Tensor& labels);
+                 const at::Tensor& labels, const FeatureJudgeBatch* judge = nullptr);
 
 // Summary and every sample (the prompts' texts and intended rows included).
 nlohmann::json to_json(const PromptFollowing& result);
