@@ -192,8 +192,9 @@ TEST(TrainCheckpoint, EachStopPointOfASaveResumesOneCheckpoint) {
                   "state.json to start over");
 }
 
-// Out of disk while saving (RLIMIT_FSIZE in a child) and while logging: the error names the
-// file, the previous checkpoint resumes, no ".tmp" file stays, the log holds whole lines.
+// Out of disk while saving (RLIMIT_FSIZE in a child: in the optimizer state, then in the
+// weights) and while logging: the error names the file, a failed save leaves no ".tmp" file,
+// the previous checkpoint resumes, the log holds whole lines.
 TEST(TrainCheckpoint, FullDiskKeepsThePreviousCheckpoint) {
     TempDir dir;
     const std::string run_dir = dir.file("run");
@@ -205,9 +206,12 @@ TEST(TrainCheckpoint, FullDiskKeepsThePreviousCheckpoint) {
     }
     const auto child = testing::run_in_child([&](std::string& report) {
         RunDirectory run(run_dir);
-        Trainee t(256);  // 256 KB of weights
-        testing::limit_file_size(64 << 10);
+        Trainee t(256);                       // 256 KB of weights, 512 KB of Adam state
+        testing::limit_file_size(400 << 10);  // the weights fit, the optimizer state does not
         report += error_of<FileWriteError>([&] { save_step(run, t, 2); }, "no error") + "\n";
+        report += "after: " + std::to_string(names_in(run_dir).size()) + " files\n";
+        testing::limit_file_size(64 << 10);
+        report += error_of<FileWriteError>([&] { save_step(run, t, 3); }, "no error") + "\n";
         report += error_of<FileWriteError>(
             [&] {
                 run.log({{"note", std::string(128 << 10, 'x')}});
@@ -216,6 +220,10 @@ TEST(TrainCheckpoint, FullDiskKeepsThePreviousCheckpoint) {
         return 0;
     });
     ASSERT_EQ(child.code, 0) << child.report;
+    EXPECT_NE(child.report.find("cannot write '" + run_dir +
+                                "/optimizer.pt.tmp' (write): File too large\nafter: 4 files\n"),
+              std::string::npos)
+        << child.report;
     EXPECT_NE(child.report.find("cannot write '" + run_dir +
                                 "/last.safetensors.tmp' (write): File too large"),
               std::string::npos)

@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <fstream>
 #include <ostream>
-#include <sstream>
 #include <stdexcept>
 
 #include "core/io/atomic_file.h"
@@ -197,7 +196,7 @@ void RunDirectory::settle_checkpoint() {
     std::vector<fs::path> stale;
     for (const auto& e : fs::directory_iterator(dir_, ec)) {
         const std::string name = e.path().filename().string();
-        for (const char* prefix : {"last.safetensors.tmp", "optimizer.pt.tmp", "state.json.tmp-"})
+        for (const char* prefix : {"last.safetensors.tmp", "optimizer.pt.tmp", "state.json.tmp"})
             if (name.rfind(prefix, 0) == 0) stale.push_back(e.path());
     }
     for (const auto& p : stale) fs::remove(p, ec);
@@ -251,18 +250,39 @@ void RunDirectory::save(const torch::nn::Module& model, torch::optim::Optimizer&
     // dropped. Stopped anywhere (SIGKILL, a full disk), resume() sees the previous checkpoint
     // (nothing committed: stray ".tmp" files are removed) or the new one (it finishes the
     // renames) — never a mixture.
-    save_safetensors(
-        module_state_dict(model), path("last.safetensors.tmp"),
-        {{"varscope.config", model_config.dump()}, {"varscope.step", std::to_string(step)}});
-    {
-        torch::serialize::OutputArchive ar;
-        opt.save(ar);
-        std::ostringstream bytes;
-        ar.save_to(bytes);
-        write_file_atomic(path("optimizer.pt.tmp"), bytes.str());
+    try {
+        save_safetensors(
+            module_state_dict(model), path("last.safetensors.tmp"),
+            {{"varscope.config", model_config.dump()}, {"varscope.step", std::to_string(step)}});
+        {
+            torch::serialize::OutputArchive ar;
+            opt.save(ar);
+            // Streamed (a 2B model's Adam state is 16 GB). A write error is kept and thrown after
+            // LibTorch's writer is done: thrown inside its callback, the writer's destructor would
+            // write again and throw a second time (std::terminate).
+            AtomicFileWriter file(path("optimizer.pt.tmp"));
+            std::string failure;
+            ar.save_to([&](const void* data, size_t n) -> size_t {
+                if (failure.empty()) {
+                    try {
+                        file.write(data, n);
+                    } catch (const FileWriteError& e) {
+                        failure = e.what();
+                    }
+                }
+                return n;
+            });
+            if (!failure.empty()) throw FileWriteError(failure);
+            file.commit();
+        }
+        // The commit: once this file is whole, the new checkpoint is the state.
+        write_file_atomic(path("state.json"),
+                          nlohmann::json{{"step", step}, {"pending_renames", true}}.dump() + "\n");
+    } catch (...) {  // a save that fails before its commit (a full disk) leaves no ".tmp" file
+        std::error_code ec;
+        for (const char* n : kCheckpointFiles) fs::remove(path(std::string(n) + ".tmp"), ec);
+        throw;
     }
-    write_file_atomic(path("state.json"),
-                      nlohmann::json{{"step", step}, {"pending_renames", true}}.dump() + "\n");
     settle_checkpoint();
 }
 
