@@ -169,3 +169,33 @@ TEST(CliInput, MisleadingValuesAreErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+// A full disk while generate writes (`ulimit -f 0`: no file may grow, EFBIG; SIGXFSZ ignored,
+// as a full disk sends none): exit 3, the error names the file and the reason, the previous
+// file is whole, no temporary file is left. Each output kind alone: the image, --tokens-out,
+// --timings-json.
+TEST(CliInput, FullDiskKeepsThePreviousOutputs) {
+    TempDir dir;
+    const std::string image = dir.file("x.ppm"), tokens = dir.file("t.safetensors"),
+                      timings = dir.file("t.json");
+    for (const auto& [flag, path] : {std::pair<std::string, std::string>{"-o ", image},
+                                     {"--tokens-out ", tokens},
+                                     {"--timings-json ", timings}}) {
+        write(path, "previous");
+        const CliRun r = varscope::testing::run_cli_after(
+            "trap '' XFSZ; ulimit -f 0",
+            "generate " + kVar + "--class 1 --seed 3 -q --force " + flag + path);
+        EXPECT_EQ(r.code, 3) << flag << r.out;
+        EXPECT_NE(r.out.find("cannot write '" + path + "' (write): File too large"),
+                  std::string::npos)
+            << flag << r.out;
+        EXPECT_EQ(read(path), "previous") << flag;
+        for (const auto& e : fs::directory_iterator(dir.path()))
+            EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos)
+                << flag << ": " << e.path();
+    }
+}
+
+}  // namespace

@@ -1,10 +1,13 @@
 // core/eval/shards.h: the work list's deterministic shards, shard files, atomic writes.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 
 #include "core/eval/shards.h"
@@ -111,6 +114,38 @@ TEST(EvalShards, AtomicWriteReplacesWholeAndNamesTheFileOnFailure) {
                   }).find("cannot write"),
                   std::string::npos);
         ::chmod(ro.c_str(), 0755);
+    }
+}
+
+// Killed while writing a shard (issue #36): a child rewrites a ~2 MB shard file in a loop and is
+// SIGKILLed at random points; the file is always the previous shard or the new one, whole, and
+// a restart uses it (read_shard_result accepts it) instead of finding a damaged file.
+TEST(EvalShards, ShardKilledMidWriteIsTheOldOrTheNewShardWhole) {
+    TempDir dir;
+    std::filesystem::create_directories(dir.path() / "shards");
+    const std::string path = shard_path(dir.path().string(), 3);
+    nlohmann::json big = shard_json(3, "f");
+    const nlohmann::json image = big["images"][0];
+    for (int i = 1; i < 20000; ++i) big["images"].push_back(image);
+    const std::string big_text = big.dump() + "\n";
+    write_file_atomic(path, shard_json(3, "f").dump() + "\n");
+    std::mt19937 rng(36);
+    for (int round = 0; round < 6; ++round) {
+        const pid_t child = ::fork();
+        ASSERT_GE(child, 0);
+        if (child == 0) {
+            for (;;) write_file_atomic(path, big_text);
+        }
+        ::usleep(20000 + rng() % 150000);
+        ASSERT_EQ(::kill(child, SIGKILL), 0);
+        int status = 0;
+        ASSERT_EQ(::waitpid(child, &status, 0), child);
+        ASSERT_TRUE(WIFSIGNALED(status));
+        std::optional<nlohmann::json> got;
+        ASSERT_NO_THROW(got = read_shard_result(path, 3, "f")) << "round " << round;
+        ASSERT_TRUE(got.has_value());
+        const size_t n = got->at("images").size();
+        EXPECT_TRUE(n == 1 || n == big["images"].size()) << "round " << round << ": " << n;
     }
 }
 

@@ -33,6 +33,7 @@
 #include "ui/main_window.h"
 #include "ui/method_panel.h"
 #include "ui/model_panel.h"
+#include "visualization/figure.h"
 
 using varscope::gui::MainWindow;
 
@@ -87,8 +88,9 @@ void take_screenshots(MainWindow& w, const QString& dir, const QStringList& tabs
                     failed |= !show_history_comparison(w);
                     QApplication::processEvents();
                     const QString path = QDir(dir).filePath("window-history.png");
-                    if (!w.grab().save(path)) {
-                        qWarning("--screenshots: could not write %s", qPrintable(path));
+                    QString error;  // through QSaveFile, as every file the app writes
+                    if (!varscope::viz::write_image(w.grab().toImage(), path, {}, &error)) {
+                        qWarning("--screenshots: %s", qPrintable(error));
                         failed = true;
                     }
                     continue;
@@ -122,8 +124,9 @@ void take_screenshots(MainWindow& w, const QString& dir, const QStringList& tabs
                 }
                 QString name = tab.toLower().replace(' ', '-');
                 const QString path = QDir(dir).filePath("window-" + name + ".png");
-                if (!w.grab().save(path)) {
-                    qWarning("--screenshots: could not write %s", qPrintable(path));
+                QString shot_error;
+                if (!varscope::viz::write_image(w.grab().toImage(), path, {}, &shot_error)) {
+                    qWarning("--screenshots: %s", qPrintable(shot_error));
                     failed = true;
                 }
             }

@@ -27,6 +27,7 @@
 #include "app/cli/mar_cli_common.h"  // check_output_file
 #include "app/cli/run_report.h"      // exec_policy
 #include "core/accel/csla_mask.h"
+#include "core/io/atomic_file.h"
 #include "core/io/json_read.h"
 #include "kernels/attention_dispatch.h"
 #include "kernels/cuda_timing.h"
@@ -186,10 +187,7 @@ std::map<std::string, double> read_flex(const std::string& path) {
 
 void write_json(const std::string& path, const json& j) {
     if (path.empty()) return;
-    std::ofstream out(path);
-    out << j.dump(2) << "\n";
-    out.close();
-    if (!out) throw std::runtime_error("--json: could not write '" + path + "'");
+    write_file_atomic(path, j.dump(2) + "\n");
     std::cout << "wrote " << path << "\n";
 }
 

@@ -19,6 +19,7 @@
 #include "app/cli/io_paths.h"
 #include "app/cli/mar_cli_common.h"  // check_distinct_outputs
 #include "core/data/emoji_captions.h"
+#include "core/io/atomic_file.h"
 #include "core/io/checkpoint.h"
 #include "core/io/json_read.h"
 
@@ -92,18 +93,11 @@ void check_writable(const std::string& path, bool force, const std::string& flag
 
 // One class per line so that the committed file diffs well.
 void write_class_list(const ordered_json& classes, const std::string& path) {
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        if (!f) throw std::runtime_error("cannot open '" + tmp + "' for writing");
-        f << "{\"source\": \"emoji64 emoji.json\", \"classes\": [\n";
-        for (size_t i = 0; i < classes.size(); ++i)
-            f << "  " << classes[i].dump() << (i + 1 < classes.size() ? ",\n" : "\n");
-        f << "]}\n";
-        f.flush();
-        if (!f) throw std::runtime_error("could not write '" + tmp + "'");
-    }
-    fs::rename(tmp, path);
+    std::string text = "{\"source\": \"emoji64 emoji.json\", \"classes\": [\n";
+    for (size_t i = 0; i < classes.size(); ++i)
+        text += "  " + classes[i].dump() + (i + 1 < classes.size() ? ",\n" : "\n");
+    text += "]}\n";
+    write_file_atomic(path, text);
 }
 
 int run_pack(const PackOptions& o) {

@@ -13,6 +13,7 @@
 #include "app/cli/io_paths.h"
 #include "app/cli/option_checks.h"
 #include "core/data/emoji_captions.h"
+#include "core/io/atomic_file.h"
 #include "core/io/json_fields.h"
 #include "core/io/json_read.h"
 #include "core/models/sampling_recommendation.h"
@@ -90,8 +91,7 @@ void check_run_folder(const std::string& out) {
 }
 
 void write_report(const TrainArgs& a, const nlohmann::json& report) {
-    std::ofstream f(a.out + "/report.json");
-    f << report.dump(2) << "\n";
+    write_file_atomic(a.out + "/report.json", report.dump(2) + "\n");
     std::cout << report.dump(2) << "\n";
 }
 

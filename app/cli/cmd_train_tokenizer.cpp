@@ -10,6 +10,7 @@
 #include "app/cli/io_paths.h"
 #include "app/cli/option_checks.h"
 #include "core/data/emoji_captions.h"
+#include "core/io/atomic_file.h"
 #include "core/text/caption_tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -22,18 +23,6 @@ struct TokenizerArgs {
     int vocab = 1000;
     bool force = false;
 };
-
-void write_model(const std::string& bytes, const std::string& path) {
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        if (!f) throw std::runtime_error("cannot open '" + tmp + "' for writing");
-        f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        f.flush();
-        if (!f) throw std::runtime_error("could not write '" + tmp + "'");
-    }
-    fs::rename(tmp, path);
-}
 
 int run_train_tokenizer(const TokenizerArgs& a) {
     check_not_an_input(a.out, "--out");
@@ -48,7 +37,7 @@ int run_train_tokenizer(const TokenizerArgs& a) {
     SentencePieceTrainOptions options;
     options.vocab_size = a.vocab;
     const TrainedCaptionTokenizer t = train_caption_tokenizer(captions, options);
-    write_model(t.model, a.out);
+    write_file_atomic(a.out, t.model);
     nlohmann::json report = t.stats.to_json();
     report["model"] = a.out;
     report["model_bytes"] = t.model.size();

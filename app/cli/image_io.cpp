@@ -4,8 +4,10 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
+#include <vector>
+
+#include "core/io/atomic_file.h"
 
 #ifdef VARSCOPE_HAVE_OPENCV
 #include <opencv2/imgcodecs.hpp>
@@ -33,14 +35,15 @@ at::Tensor to_hwc_u8(const at::Tensor& chw) {
         .contiguous();
 }
 
-void write_ppm(const at::Tensor& hwc, const std::string& path) {
-    std::ofstream f(path, std::ios::binary);
-    f << "P6\n" << hwc.size(1) << " " << hwc.size(0) << "\n255\n";
-    f.write(reinterpret_cast<const char*>(hwc.data_ptr<uint8_t>()), hwc.numel());
-    if (!f) throw std::runtime_error("could not write '" + path + "'");
+std::string ppm_bytes(const at::Tensor& hwc) {
+    std::string out =
+        "P6\n" + std::to_string(hwc.size(1)) + " " + std::to_string(hwc.size(0)) + "\n255\n";
+    out.append(reinterpret_cast<const char*>(hwc.data_ptr<uint8_t>()),
+               static_cast<size_t>(hwc.numel()));
+    return out;
 }
 
-void write_npy(const at::Tensor& chw, const std::string& path) {
+std::string npy_bytes(const at::Tensor& chw) {
     auto t = chw.to(at::kFloat).cpu().contiguous();
     std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
                          std::to_string(t.size(0)) + ", " + std::to_string(t.size(1)) + ", " +
@@ -48,13 +51,14 @@ void write_npy(const at::Tensor& chw, const std::string& path) {
     // Pad so that magic (6) + version (2) + length (2) + header + '\n' is a multiple of 64.
     while ((10 + header.size() + 1) % 64) header += ' ';
     header += '\n';
-    std::ofstream f(path, std::ios::binary);
-    f.write("\x93NUMPY\x01\x00", 8);
+    std::string out("\x93NUMPY\x01\x00", 8);
     const uint16_t len = static_cast<uint16_t>(header.size());
-    f.put(static_cast<char>(len & 0xff)).put(static_cast<char>(len >> 8));
-    f << header;
-    f.write(reinterpret_cast<const char*>(t.data_ptr<float>()), t.numel() * 4);
-    if (!f) throw std::runtime_error("could not write '" + path + "'");
+    out += static_cast<char>(len & 0xff);
+    out += static_cast<char>(len >> 8);
+    out += header;
+    out.append(reinterpret_cast<const char*>(t.data_ptr<float>()),
+               static_cast<size_t>(t.numel()) * 4);
+    return out;
 }
 
 }  // namespace
@@ -93,28 +97,28 @@ void write_image(const at::Tensor& image, const std::string& path, bool overwrit
     if (fs::exists(p) && !overwrite)
         throw std::invalid_argument("'" + path + "' exists; pass --force to overwrite it");
     const std::string ext = lower_ext(path);
-    const std::string tmp = (dir / ("." + p.filename().string() + ".tmp" + ext)).string();
+    // Encoded in memory, then written through AtomicFileWriter: a full disk or a killed
+    // process leaves the previous image whole and no temporary file (FileWriteError, exit 3).
+    std::string bytes;
     if (ext == ".ppm") {
-        write_ppm(to_hwc_u8(image), tmp);
+        bytes = ppm_bytes(to_hwc_u8(image));
     } else if (ext == ".npy") {
-        write_npy(image, tmp);
+        bytes = npy_bytes(image);
 #ifdef VARSCOPE_HAVE_OPENCV
     } else if (ext == ".png" || ext == ".jpg" || ext == ".jpeg") {
         auto hwc = to_hwc_u8(image.flip(0));  // OpenCV wants BGR
         cv::Mat m(static_cast<int>(hwc.size(0)), static_cast<int>(hwc.size(1)), CV_8UC3,
                   hwc.data_ptr<uint8_t>());
-        if (!cv::imwrite(tmp, m)) throw std::runtime_error("OpenCV could not write '" + path + "'");
+        std::vector<uchar> encoded;
+        if (!cv::imencode(ext == ".png" ? ".png" : ".jpg", m, encoded))
+            throw std::runtime_error("OpenCV could not encode '" + path + "'");
+        bytes.assign(encoded.begin(), encoded.end());
 #endif
     } else {
         throw std::invalid_argument("unsupported image format '" + ext + "' for '" + path +
                                     "'; supported: " + supported_image_formats());
     }
-    std::error_code ec;
-    fs::rename(tmp, p, ec);
-    if (ec) {
-        fs::remove(tmp);
-        throw std::runtime_error("could not move the image into '" + path + "': " + ec.message());
-    }
+    write_file_atomic(path, bytes);
 }
 
 }  // namespace varscope::cli

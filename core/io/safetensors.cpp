@@ -2,18 +2,13 @@
 // {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}},
 // then the tensors' bytes back to back (offsets are relative to the end of the header).
 #include <ATen/ops/empty.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/io/atomic_file.h"
 #include "core/io/checkpoint.h"
 #include "core/io/checkpoint_internal.h"
 #include "core/io/json_read.h"
@@ -285,45 +280,20 @@ void save_safetensors(const StateDict& tensors, const std::string& path,
     std::string text = header.dump();
     text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
 
-    // Written under a temporary name in the same folder, then renamed over `path`: a process
-    // killed mid-write (or a full disk) leaves the previous file whole, never a truncated one.
-    // Something other than a regular file (/dev/null, a FIFO) is written in place: a rename
-    // would replace it.
-    // Through a symlink, the file it names is replaced, not the link.
-    std::error_code ec;
-    const std::filesystem::path resolved = std::filesystem::weakly_canonical(path, ec);
-    const std::string target = ec ? path : resolved.string();
-    struct stat st {};
-    const bool in_place = ::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
-    const std::string tmp = in_place ? target : target + ".tmp-" + std::to_string(::getpid());
-    struct Cleanup {
-        const std::string& tmp;
-        bool done;
-        ~Cleanup() {
-            if (!done) std::remove(tmp.c_str());
-        }
-    } cleanup{tmp, in_place};
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) detail::checkpoint_fail(path, "cannot open for writing");
-        char len_bytes[8];
-        for (int i = 0; i < 8; ++i)
-            len_bytes[i] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xff);
-        out.write(len_bytes, 8);
-        out.write(text.data(), static_cast<std::streamsize>(text.size()));
-        for (const auto& [name, t] : tensors) {
-            // One tensor at a time, so a GPU model needs only one extra CPU copy at once.
-            const at::Tensor c = t.detach().to(at::kCPU).contiguous();
-            if (c.nbytes() > 0)
-                out.write(static_cast<const char*>(c.data_ptr()),
-                          static_cast<std::streamsize>(c.nbytes()));
-        }
-        out.close();
-        if (!out) detail::checkpoint_fail(path, "write failed");
+    // AtomicFileWriter: a process killed mid-write, a full disk or an unwritable folder leaves
+    // the previous file whole, never a truncated one (FileWriteError naming the path).
+    AtomicFileWriter out(path);
+    char len_bytes[8];
+    for (int i = 0; i < 8; ++i)
+        len_bytes[i] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xff);
+    out.write(len_bytes, 8);
+    out.write(text);
+    for (const auto& [name, t] : tensors) {
+        // One tensor at a time, so a GPU model needs only one extra CPU copy at once.
+        const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+        if (c.nbytes() > 0) out.write(c.data_ptr(), c.nbytes());
     }
-    if (!in_place && std::rename(tmp.c_str(), target.c_str()) != 0)
-        detail::checkpoint_fail(path, std::string("cannot replace: ") + std::strerror(errno));
-    cleanup.done = true;
+    out.commit();
 }
 
 }  // namespace varscope

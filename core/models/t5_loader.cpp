@@ -4,12 +4,12 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <stdexcept>
 
+#include "core/io/atomic_file.h"
 #include "core/io/checkpoint.h"
 #include "core/io/json_read.h"
 #include "core/models/t5_encoder.h"
@@ -185,18 +185,15 @@ void save_t5_encoder_folder(const T5Encoder& encoder, const std::string& folder,
         cfg["torch_dtype"] = dtype == at::kHalf       ? "float16"
                              : dtype == at::kBFloat16 ? "bfloat16"
                                                       : "float32";
-        const fs::path p = dir / "config.json";
-        std::ofstream f(p);
-        f << cfg.dump(2) << "\n";
-        if (!f) throw std::invalid_argument("cannot write '" + p.string() + "'");
+        write_file_atomic((dir / "config.json").string(), cfg.dump(2) + "\n");
     }
     if (!spiece_model_path.empty()) {
+        // Copied through AtomicFileWriter too (fs::copy_file truncates the target first).
         const fs::path dst = dir / "spiece.model";
         if (fs::absolute(spiece_model_path) != fs::absolute(dst))
-            fs::copy_file(spiece_model_path, dst, fs::copy_options::overwrite_existing, ec);
-        if (ec)
-            throw std::invalid_argument("cannot copy the tokenizer '" + spiece_model_path +
-                                        "' to '" + dst.string() + "': " + ec.message());
+            write_file_atomic(
+                dst.string(),
+                read_regular_file(spiece_model_path, "the tokenizer '" + spiece_model_path + "'"));
     }
 }
 

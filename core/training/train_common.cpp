@@ -2,17 +2,23 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <ostream>
 #include <stdexcept>
 
+#include "core/io/atomic_file.h"
 #include "core/io/checkpoint.h"
 #include "core/io/json_fields.h"
 #include "core/io/json_read.h"
@@ -155,8 +161,55 @@ std::string RunDirectory::path(const std::string& name) const {
     return (fs::path(dir_) / name).string();
 }
 
+namespace {
+
+// The files of one checkpoint, written as "<name>.tmp" first (see RunDirectory::save).
+constexpr const char* kCheckpointFiles[] = {"last.safetensors", "optimizer.pt"};
+
+}  // namespace
+
+void RunDirectory::settle_checkpoint() {
+    nlohmann::json st;
+    if (fs::exists(path("state.json"))) st = read_json_file(path("state.json"), path("state.json"));
+    const bool pending = st.is_object() && st.value("pending_renames", false) == true;
+    for (const char* n : kCheckpointFiles) {
+        const std::string tmp = path(std::string(n) + ".tmp");
+        if (!fs::exists(tmp)) continue;
+        std::error_code ec;
+        if (pending) {
+            // The save committed (state.json names its step) but was stopped before this rename.
+            fs::rename(tmp, path(n), ec);
+            if (ec)
+                throw FileWriteError("cannot move '" + tmp + "' to '" + path(n) +
+                                     "': " + ec.message());
+        } else {
+            fs::remove(tmp, ec);  // a save that never committed: its files are not the state
+        }
+    }
+    if (pending) {
+        st.erase("pending_renames");
+        write_file_atomic(path("state.json"), st.dump() + "\n");
+    }
+    // What a killed writer left (AtomicFileWriter's "<name>.tmp-<pid>-<n>"): one process
+    // trains in a run folder, so none of them is being written now.
+    std::error_code ec;
+    std::vector<fs::path> stale;
+    for (const auto& e : fs::directory_iterator(dir_, ec)) {
+        const std::string name = e.path().filename().string();
+        for (const char* prefix : {"last.safetensors.tmp", "optimizer.pt.tmp", "state.json.tmp"})
+            if (name.rfind(prefix, 0) == 0) stale.push_back(e.path());
+    }
+    for (const auto& p : stale) fs::remove(p, ec);
+}
+
 int64_t RunDirectory::resume(torch::nn::Module& model, torch::optim::Optimizer& opt,
                              const std::string& what) {
+    if (fs::exists(path("state.json")) &&
+        !read_json_file(path("state.json"), path("state.json")).is_object())
+        throw std::invalid_argument(path("state.json") +
+                                    " is not a valid training state (needs \"step\": a whole "
+                                    "number >= 0)");
+    settle_checkpoint();
     if (!fs::exists(path("state.json"))) return 0;
     const nlohmann::json st = read_json_file(path("state.json"), path("state.json"));
     // A step below 0 ran the schedule backwards (negative learning rates) and said done.
@@ -165,6 +218,16 @@ int64_t RunDirectory::resume(torch::nn::Module& model, torch::optim::Optimizer& 
         throw std::invalid_argument(path("state.json") +
                                     " is not a valid training state (needs \"step\": a whole "
                                     "number >= 0)");
+    const int64_t step = st["step"].get<int64_t>();
+    // The weights name their step: a folder from a version that renamed the three files one
+    // by one (and was stopped between them) would otherwise mix two checkpoints silently.
+    const auto meta = read_safetensors_metadata(path("last.safetensors"));
+    const auto saved = meta.find("varscope.step");
+    if (saved != meta.end() && saved->second != std::to_string(step))
+        throw CheckpointError(path("last.safetensors") + " holds step " + saved->second + " but " +
+                              path("state.json") + " says step " + std::to_string(step) +
+                              ": the run was stopped while saving; delete state.json to start "
+                              "over");
     BindOptions o;
     o.what = what;
     bind_state_dict(model, load_checkpoint(path("last.safetensors")), o);
@@ -176,30 +239,76 @@ int64_t RunDirectory::resume(torch::nn::Module& model, torch::optim::Optimizer& 
         throw CheckpointError(path("optimizer.pt") + ": cannot resume from it (" +
                               e.what_without_backtrace() + ")");
     }
-    return st["step"].get<int64_t>();
+    return step;
 }
 
 void RunDirectory::save(const torch::nn::Module& model, torch::optim::Optimizer& opt, int64_t step,
                         const nlohmann::json& model_config) {
-    // Write everything under temporary names first, then rename: a crash never leaves a
-    // weights file that does not match the optimizer state.
-    save_safetensors(
-        module_state_dict(model), path("last.safetensors.tmp"),
-        {{"varscope.config", model_config.dump()}, {"varscope.step", std::to_string(step)}});
-    torch::serialize::OutputArchive ar;
-    opt.save(ar);
-    ar.save_to(path("optimizer.pt.tmp"));
-    {
-        std::ofstream f(path("state.json.tmp"));
-        f << nlohmann::json{{"step", step}}.dump() << "\n";
+    // A checkpoint is weights + optimizer state + step, which must agree. Each file is written
+    // whole under "<name>.tmp" (AtomicFileWriter); then state.json, the commit, names the new
+    // step with "pending_renames"; then the ".tmp" files are renamed into place and the flag
+    // dropped. Stopped anywhere (SIGKILL, a full disk), resume() sees the previous checkpoint
+    // (nothing committed: stray ".tmp" files are removed) or the new one (it finishes the
+    // renames) — never a mixture.
+    try {
+        save_safetensors(
+            module_state_dict(model), path("last.safetensors.tmp"),
+            {{"varscope.config", model_config.dump()}, {"varscope.step", std::to_string(step)}});
+        {
+            torch::serialize::OutputArchive ar;
+            opt.save(ar);
+            // Streamed (a 2B model's Adam state is 16 GB). A write error is kept and thrown after
+            // LibTorch's writer is done: thrown inside its callback, the writer's destructor would
+            // write again and throw a second time (std::terminate).
+            AtomicFileWriter file(path("optimizer.pt.tmp"));
+            std::string failure;
+            ar.save_to([&](const void* data, size_t n) -> size_t {
+                if (failure.empty()) {
+                    try {
+                        file.write(data, n);
+                    } catch (const FileWriteError& e) {
+                        failure = e.what();
+                    }
+                }
+                return n;
+            });
+            if (!failure.empty()) throw FileWriteError(failure);
+            file.commit();
+        }
+        // The commit: once this file is whole, the new checkpoint is the state.
+        write_file_atomic(path("state.json"),
+                          nlohmann::json{{"step", step}, {"pending_renames", true}}.dump() + "\n");
+    } catch (...) {  // a save that fails before its commit (a full disk) leaves no ".tmp" file
+        std::error_code ec;
+        for (const char* n : kCheckpointFiles) fs::remove(path(std::string(n) + ".tmp"), ec);
+        throw;
     }
-    for (const char* n : {"last.safetensors", "optimizer.pt", "state.json"})
-        fs::rename(path(std::string(n) + ".tmp"), path(n));
+    settle_checkpoint();
 }
 
 void RunDirectory::log(const nlohmann::json& record) {
-    std::ofstream f(path("log.jsonl"), std::ios::app);
-    f << record.dump() << "\n";
+    // Appended, normally in one write(2) per record: a SIGKILL does not tear a line. A full
+    // disk is an error naming the file, not a silently shorter log; the part of the line that
+    // fitted is cut off again, so the log stays whole lines.
+    const std::string line = record.dump() + "\n", file = path("log.jsonl");
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) throw FileWriteError("cannot append to '" + file + "': " + std::strerror(errno));
+    struct stat before {};
+    const bool sized = ::fstat(fd, &before) == 0;
+    size_t done = 0;
+    int err = 0;
+    while (done < line.size()) {  // a short write is retried: the next one gives the reason
+        const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            err = n < 0 ? errno : ENOSPC;
+            break;
+        }
+        done += static_cast<size_t>(n);
+    }
+    if (err != 0 && done > 0 && sized) (void)!::ftruncate(fd, before.st_size);
+    ::close(fd);
+    if (err != 0) throw FileWriteError("cannot append to '" + file + "': " + std::strerror(err));
 }
 
 void export_half(const torch::nn::Module& model, const std::string& path,

@@ -87,6 +87,8 @@ class RunDirectory {
     std::string path(const std::string& name) const;
 
   private:
+    // Finishes a save that committed (renames its ".tmp" files) or drops one that did not.
+    void settle_checkpoint();
     std::string dir_;
 };
 
