@@ -16,8 +16,10 @@ namespace varscope {
 namespace {
 
 using testing::error_of;
+using testing::small_pipeline;
 using testing::tiny_cpu_mar_config;
 using testing::tiny_pipeline;
+using testing::tiny_var_config;
 
 TEST(MemoryEstimate, MaxImagesAndBytes) {
     MemoryEstimate e;
@@ -117,6 +119,32 @@ TEST(MemoryEstimate, CliRefusesABatchThatCannotFitTheHost) {
     EXPECT_NE(r.out.find("4096 images need about"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("a batch of at most"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("--no-memory-check"), std::string::npos) << r.out;
+}
+
+// AMS-KV's bounded cache is what lets it run larger batches: the estimate the front ends check
+// before a run must count its bound, not the whole schedule (it refused AMS-KV's batch 67 at
+// 1024^2 on the H200: 385 GB estimated, 117 GB used). Other methods keep the baseline's count.
+TEST(MemoryEstimate, AmsKvCountsItsBoundedCache) {
+    const auto runner = var_runner(small_pipeline());  // 130 tokens, largest scale 64
+    SampleSettings s = runner->defaults();
+    s.decode = false;
+    const auto base = runner->estimate_memory(s);
+    EXPECT_EQ(runner->estimate_memory(s, nullptr).bytes(), base.bytes());
+    const auto bounded = runner->parse_accel(
+        {{"ams_kv", {{"enabled", true}, {"c_cds", 2}, {"c_min", 8}, {"c_max", 16}}}});
+    const auto b = runner->estimate_memory(s, bounded.get());
+    EXPECT_LT(b.per_image, base.per_image);
+    // The KV term shrinks from 130 to 16 + 64 tokens per layer (4 layers, both guidance rows,
+    // fp32), nothing else changes.
+    ASSERT_NE(s.attention, AttentionBackend::Eager);  // eager scores would count keys too
+    EXPECT_EQ(base.per_image - b.per_image,
+              kv_cache_bytes(4, 2, 130 - (16 + 64), tiny_var_config().embed_dim, 4));
+    const auto fastvar = runner->parse_accel({{"fastvar", {{"enabled", true}}}});
+    EXPECT_EQ(runner->estimate_memory(s, fastvar.get()).bytes(), base.bytes());
+    // Budgets at least the schedule's length evict nothing: the baseline's count.
+    const auto unbounded = runner->parse_accel(
+        {{"ams_kv", {{"enabled", true}, {"c_cds", 2}, {"c_min", 200}, {"c_max", 300}}}});
+    EXPECT_EQ(runner->estimate_memory(s, unbounded.get()).bytes(), base.bytes());
 }
 
 }  // namespace

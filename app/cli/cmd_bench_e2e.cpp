@@ -229,6 +229,7 @@ MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& n
     std::shared_ptr<const AccelPlan> plan;
     try {
         plan = a.sampling.accel(runner, accel == "baseline" ? "" : accel);
+        m.estimate = runner.estimate_memory(opt, plan.get());  // the method's own KV bound
         m.summary = plan ? plan->describe() : "baseline";
         m.config = plan ? plan->to_json() : nlohmann::json::object();
         if (cuda) kernels::empty_cuda_cache();

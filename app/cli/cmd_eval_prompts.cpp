@@ -145,7 +145,7 @@ int run(EvalPromptsArgs& a) {
                     st.class_ids.push_back(class_of[static_cast<size_t>(i)]);
             }
             st.batch = e - s;
-            a.sampling.check_memory(*runner, st);
+            a.sampling.check_memory(*runner, st, accel.get());
             const RunResult res = report_out_of_memory(
                 *runner, st, [&] { return runner->generate(st, accel.get()); });
             if (!res.images.defined())

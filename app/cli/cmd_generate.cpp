@@ -80,8 +80,8 @@ int run(GenerateArgs& a) {
 
     const auto runner = a.model.build();
     const SampleSettings opt = a.sampling.resolve(*runner);
-    a.sampling.check_memory(*runner, opt);
     const auto accel = a.sampling.accel(*runner, a.accel);
+    a.sampling.check_memory(*runner, opt, accel.get());
     if (!a.out.empty() && !runner->has_decoder())
         throw std::invalid_argument(
             "--out needs a VAE to decode images; use --tokens-out for latents");

@@ -387,8 +387,9 @@ std::string out_of_memory_message(const Runner& runner, const SampleSettings& s,
     return msg + "\n  (" + first_line + ")";
 }
 
-void SampleArgs::check_memory(const Runner& runner, const SampleSettings& s) const {
-    const MemoryEstimate estimate = runner.estimate_memory(s);
+void SampleArgs::check_memory(const Runner& runner, const SampleSettings& s,
+                              const AccelPlan* accel) const {
+    const MemoryEstimate estimate = runner.estimate_memory(s, accel);
     if (no_memory_check) return;
     try {
         check_memory_fits(estimate, available_memory(runner.device()), runner.device().str());

@@ -90,8 +90,10 @@ struct SampleArgs {
     bool given(const std::string& flag) const;
     // Refuses settings whose memory estimate (Runner::estimate_memory) does not fit what the
     // device (or host) has free, naming the largest batch that does; --no-memory-check skips it.
-    // std::invalid_argument.
-    void check_memory(const Runner& runner, const SampleSettings& s) const;
+    // std::invalid_argument. `accel`: the method that will run (AMS-KV's bounded cache needs
+    // less), none = the baseline.
+    void check_memory(const Runner& runner, const SampleSettings& s,
+                      const AccelPlan* accel = nullptr) const;
 
   private:
     std::map<std::string, CLI::Option*> options_;

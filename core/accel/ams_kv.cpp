@@ -102,6 +102,15 @@ class AmsKv : public SamplingHooks {
     }
 
     bool compact_kv_cache(const VarConfig&) override { return b_.bounded; }
+    // A bounded layer keeps at most its budget (C_max for a cache-demanding one) and takes the
+    // step's new tokens on top before it evicts: at most the largest scale's. (A grouped step of
+    // a stack with LazyVAR takes more scales at once: not counted here.)
+    int64_t kv_tokens_bound(const VarConfig& config) override {
+        const int64_t total = config.total_tokens();
+        if (!b_.bounded) return total;
+        const int64_t pn = config.patch_nums.back();
+        return std::min(total, std::max(b_.c_min, b_.c_max) + pn * pn);
+    }
 
     // Graphs for the steps before the first one where a layer may be promoted (the promotion
     // needs S on the host); that step and the rest run eagerly (ScaleContext::graphable). The

@@ -172,7 +172,7 @@ BatchTry try_runner_batch(Runner& runner, const SampleSettings& s, const AccelPl
         synchronize_device(device);
     });
     if (cuda) t.details["peak_device_bytes"] = kernels::cuda_memory(dev).peak_allocated - before;
-    t.details["memory_estimate_bytes"] = runner.estimate_memory(sb).bytes();
+    t.details["memory_estimate_bytes"] = runner.estimate_memory(sb, accel).bytes();
     runner.release_graphs();
     if (cuda) kernels::empty_cuda_cache();
     return t;

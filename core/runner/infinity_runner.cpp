@@ -138,13 +138,18 @@ class InfinityRunner : public Runner {
     // residual and norm copies) and, with eager attention, its fp32 scores; the bit logits are
     // small (2 per bit). Fixed: the BSQ decode of one chunk at full resolution in fp32 (the
     // first level's channels, about six maps live).
-    MemoryEstimate estimate_memory(const SampleSettings& s) const override {
+    MemoryEstimate estimate_memory(const SampleSettings& s, const AccelPlan* accel) const override {
         const auto& c = cfg();
         const InfinitySchedule sch = schedule(s);
         int64_t n = 0;
         for (const auto& hw : sch.scales) n = std::max(n, hw[0] * hw[1]);
         const int64_t eb = pipe_.model->autocast_bf16() ? 2 : 4;  // the KV cache's element
-        const int64_t rows = s.cfg != 1.0 ? 2 : 1, C = c.embed_dim, L = sch.total_tokens();
+        int64_t L = sch.total_tokens();
+        if (accel && config_of(accel).any_enabled())  // a bounded KV cache (AMS-KV) holds less
+            if (const auto view = infinity_hook_view(c, sch))
+                if (const auto hooks = build_accelerators(config_of(accel), *view))
+                    L = std::min(L, hooks->kv_tokens_bound(*view));
+        const int64_t rows = s.cfg != 1.0 ? 2 : 1, C = c.embed_dim;
         MemoryEstimate e;
         e.images = s.images();
         e.per_image =

@@ -149,7 +149,7 @@ class MarRunner : public Runner {
     // on every token of a step (the official 4 noise draws per token, fp32, each residual
     // block's maps). Fixed: the KL-16 decode of one chunk of images at full resolution in fp32
     // (chunked_decode.h; first level 128 channels, about six maps live).
-    MemoryEstimate estimate_memory(const SampleSettings& s) const override {
+    MemoryEstimate estimate_memory(const SampleSettings& s, const AccelPlan*) const override {
         const MarConfig& c = cfg();
         const auto eb = int64_t(element_bytes());
         const int64_t rows = s.cfg != 1.0 ? 2 : 1, T = c.total_len();

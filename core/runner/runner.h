@@ -183,7 +183,9 @@ class Runner {
     virtual void validate(const SampleSettings& s) const = 0;
     // Memory a run with `s` needs beyond the loaded weights (an upper bound from shapes; see
     // memory_estimate.h). Front ends check it against available_memory() before running.
-    virtual MemoryEstimate estimate_memory(const SampleSettings& s) const = 0;
+    // `accel`: a method that bounds the KV cache (AMS-KV) is counted with its bound.
+    virtual MemoryEstimate estimate_memory(const SampleSettings& s,
+                                           const AccelPlan* accel = nullptr) const = 0;
     // The settings this family reads, for reports (cfg, top_k, ... or num_iter, cfg_schedule).
     virtual nlohmann::json settings_json(const SampleSettings& s) const = 0;
     // Fills the settings not named in `given` (flag names without dashes: "cfg", "top_k",

@@ -64,11 +64,13 @@ class VarRunner : public Runner {
     // its fp32 logits with the sampler's softmax and top-k copies. Fixed: the VQVAE decode of
     // one chunk of images at full resolution in fp32 (chunked_decode.h; the first level's
     // channels, about six maps of them live in a residual block with upsampling).
-    MemoryEstimate estimate_memory(const SampleSettings& s) const override {
+    MemoryEstimate estimate_memory(const SampleSettings& s, const AccelPlan* accel) const override {
         const VarConfig& c = cfg();
         const VqvaeConfig& q = pipe_.vae_config();
         const auto eb = int64_t(element_bytes());
-        const int64_t rows = 2, C = c.embed_dim, L = c.total_tokens();
+        const auto hooks = accel ? build_accelerators(var_config_of(accel), c) : nullptr;
+        const int64_t rows = 2, C = c.embed_dim,
+                      L = hooks ? hooks->kv_tokens_bound(c) : c.total_tokens();
         const int64_t pn = c.patch_nums.back(), n = pn * pn;
         const int64_t hidden = int64_t(c.mlp_ratio * double(C));
         MemoryEstimate e;

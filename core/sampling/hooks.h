@@ -142,6 +142,9 @@ class SamplingHooks {
     // policies that bound the cache (AMS-KV); false = one buffer per layer for the whole
     // schedule, the baseline's fast path.
     virtual bool compact_kv_cache(const VarConfig& config) { return false; }
+    // The most tokens one layer's KV cache holds per sequence at any time of a run, for the
+    // memory estimate (Runner::estimate_memory). Default: every token of the schedule.
+    virtual int64_t kv_tokens_bound(const VarConfig& config) { return config.total_tokens(); }
     // Number of scales decoded together starting at ctx.scale (ctx.segments is still empty).
     virtual int64_t group_size(const ScaleContext& ctx) { return 1; }
     virtual void on_scale_begin(ScaleContext& ctx) {}
@@ -192,6 +195,7 @@ class HookChain : public SamplingHooks {
     std::optional<std::string> graph_signature(const VarConfig& config) override;
     int64_t scales_to_run(const VarConfig& config) override;
     bool compact_kv_cache(const VarConfig& config) override;
+    int64_t kv_tokens_bound(const VarConfig& config) override;  // the smallest bound
     int64_t group_size(const ScaleContext& ctx) override;
     void on_scale_begin(ScaleContext& ctx) override;
     at::Tensor select_tokens(const BlockContext& ctx, const at::Tensor& x) override;
