@@ -22,6 +22,14 @@ at::Tensor random_pack(int64_t n, int64_t seed) {
     return at::randint(0, 256, {n, 3, 8, 8}, g, at::kLong).to(at::kByte);
 }
 
+// The index of the prompt with text `t` in r.prompts (a test failure when there is none).
+int64_t prompt_index(const PromptFollowing& r, const std::string& t) {
+    for (size_t i = 0; i < r.prompts.size(); ++i)
+        if (r.prompts[i].text == t) return static_cast<int64_t>(i);
+    ADD_FAILURE() << t;
+    return 0;
+}
+
 }  // namespace
 
 TEST(PromptFollowing, PicksDistinctPhrasingsWithEveryRowTheyDescribe) {
@@ -85,12 +93,7 @@ TEST(PromptFollowing, ScoresFollowsAndClassMatch) {
     PromptFollowing r;
     r.prompts = pick_heldout_prompts(c, labels, 4);
     // Find the prompts by text.
-    auto index_of = [&](const std::string& t) {
-        for (size_t i = 0; i < r.prompts.size(); ++i)
-            if (r.prompts[i].text == t) return static_cast<int64_t>(i);
-        ADD_FAILURE() << t;
-        return int64_t{0};
-    };
+    auto index_of = [&](const std::string& t) { return prompt_index(r, t); };
     const at::Tensor img = pack.to(at::kFloat) / 255.0;
     // "heart noto" drawn as row 1 (the other style): not following, class matches;
     // "icon heart" drawn as row 1: follows; "dog noto" drawn as row 0: neither.
@@ -125,12 +128,7 @@ TEST(PromptFollowing, FeatureJudgeScoresItsOwnNeighboursAndPredictions) {
     const at::Tensor pack = random_pack(3, 5);
     PromptFollowing r;
     r.prompts = pick_heldout_prompts(c, labels, 4);
-    auto index_of = [&](const std::string& t) {
-        for (size_t i = 0; i < r.prompts.size(); ++i)
-            if (r.prompts[i].text == t) return static_cast<int64_t>(i);
-        ADD_FAILURE() << t;
-        return int64_t{0};
-    };
+    auto index_of = [&](const std::string& t) { return prompt_index(r, t); };
     const at::Tensor img = pack.to(at::kFloat) / 255.0;
     // Pixels: all three images are row 2 ("dog noto"); features: rows 0, 1, 0.
     const at::Tensor images = at::stack({img[2], img[2], img[2]});

@@ -198,4 +198,22 @@ TEST(CliInput, FullDiskKeepsThePreviousOutputs) {
     }
 }
 
+// The host running out of memory is an error the user can act on (exit 3, a batch to try), not
+// an abort: with libsentencepiece loaded after LibTorch's libc10 the CPU allocator's failure
+// killed the process (exit 134, "F ... Logging.cpp"), see core/CMakeLists.txt. The address
+// space is capped so that one of the run's tensors cannot be allocated.
+TEST(CliInput, HostOutOfMemoryIsExitThreeNotAnAbort) {
+    TempDir dir;
+    const std::string tokens = dir.file("t.safetensors");
+    const CliRun r =
+        varscope::testing::run_cli_after("ulimit -v 4000000",
+                                         "generate --random 2 --patch-nums 1,2,4,8,16 --device cpu "
+                                         "--batch 4096 --no-memory-check --tokens-out " +
+                                             tokens);
+    EXPECT_EQ(r.code, 3) << r.out;
+    EXPECT_NE(r.out.find("out of cpu memory with 4096 images"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("Logging.cpp"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(tokens));
+}
+
 }  // namespace

@@ -66,7 +66,8 @@ void fill_baseline(SweepResult& r) {
 const nlohmann::json& require(const nlohmann::json& obj, const char* key,
                               const std::string& where) {
     const auto it = obj.find(key);
-    if (it == obj.end()) throw std::invalid_argument(where + ": missing key '" + std::string(key) + "'");
+    if (it == obj.end())
+        throw std::invalid_argument(where + ": missing key '" + std::string(key) + "'");
     return *it;
 }
 
