@@ -17,7 +17,6 @@
 #include "app/cli/run_report.h"
 #include "core/analysis/prompt_following.h"
 #include "core/metrics/emoji_features.h"
-#include "core/resources.h"
 #include "core/training/train_common.h"
 
 namespace varscope::cli {
@@ -93,15 +92,16 @@ int run(EvalPromptsArgs& a) {
     {
         std::string file = a.emoji_features;
         if (file == "auto") {
-            const auto shipped = fs::path(resource_dir()) / "models" / "emoji-features.safetensors";
-            file = fs::exists(shipped) ? shipped.string() : "none";
+            const std::string shipped = shipped_emoji_features_path();
+            file = fs::exists(shipped) ? shipped : "none";
         }
         if (file != "none") {
             judge_net.emplace(EmojiFeatureNetwork::load(file));
+            std::vector<at::Tensor> chunks;  // 512 images at a time: bounded activations
             for (int64_t s = 0; s < ds.images.size(0); s += 512)
-                dataset_features = at::cat(
-                    {dataset_features.defined() ? dataset_features : at::empty({0}, at::kFloat),
-                     judge_net->features(ds.images.slice(0, s, s + 512)).features.cpu()});
+                chunks.push_back(
+                    judge_net->features(ds.images.slice(0, s, s + 512)).features.cpu());
+            dataset_features = at::cat(chunks);
             std::cerr << "feature judge: " << file << "\n";
         }
     }

@@ -5,7 +5,7 @@
 
 #include "core/io/json_fields.h"
 #include "core/io/json_read.h"
-#include "core/resources.h"
+#include "core/metrics/emoji_features.h"
 
 namespace varscope {
 namespace {
@@ -131,8 +131,7 @@ EvalMetricsSpec read_metrics(const Reader& r, const nlohmann::json& j) {
         const auto& e = j["emoji"];
         if (e.is_boolean()) {
             if (e.get<bool>()) {
-                spec.emoji =
-                    (fs::path(resource_dir()) / "models" / "emoji-features.safetensors").string();
+                spec.emoji = shipped_emoji_features_path();
                 if (!fs::exists(spec.emoji))
                     r.fail("metrics.emoji", "the shipped emoji feature network '" + spec.emoji +
                                                 "' is missing (train one with varscope-cli train "

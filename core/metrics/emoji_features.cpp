@@ -3,12 +3,14 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <filesystem>
 #include <stdexcept>
 
 #include "core/io/checkpoint.h"
 #include "core/io/json_fields.h"
 #include "core/io/json_read.h"
 #include "core/io/module_binding.h"
+#include "core/resources.h"
 
 namespace varscope {
 namespace {
@@ -199,6 +201,11 @@ EmojiFeatureNetwork EmojiFeatureNetwork::load(const std::string& path) {
 void EmojiFeatureNetwork::to(const at::Device& device) {
     net_->to(device);
     device_ = device;
+}
+
+std::string shipped_emoji_features_path() {
+    return (std::filesystem::path(resource_dir()) / "models" / "emoji-features.safetensors")
+        .string();
 }
 
 EmojiFeatures EmojiFeatureNetwork::features(const at::Tensor& images) const {

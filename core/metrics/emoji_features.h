@@ -80,6 +80,10 @@ struct EmojiFeatures {
 inline constexpr const char* kEmojiReferenceMu = "reference.mu";
 inline constexpr const char* kEmojiReferenceSigma = "reference.sigma";
 
+// Where the shipped network lives: resources/models/emoji-features.safetensors under
+// resource_dir() (the file need not exist).
+std::string shipped_emoji_features_path();
+
 // A trained network, ready for scoring (eval mode, float32, no gradients).
 class EmojiFeatureNetwork {
   public:
