@@ -382,7 +382,11 @@ def make_check(out_dir, device, layers=24, fp16=False, save_model=False, seed=12
     dtypes = [("fp32", torch.float32)] + ([("fp16", torch.float16)] if fp16 else [])
     for name, dtype in dtypes:
         m = T5EncoderModel(cfg).eval()
-        m.load_state_dict(hf, strict=True)
+        # transformers 5 may leave the tied copy of the embedding out of the state dict.
+        res = m.load_state_dict(hf, strict=False)
+        bad = set(res.missing_keys) | set(res.unexpected_keys)
+        assert bad <= {"encoder.embed_tokens.weight"}, bad
+        assert torch.equal(m.encoder.embed_tokens.weight, hf["shared.weight"])
         if save_model and name == "fp32":
             m.save_pretrained(os.path.join(out_dir, "model"), safe_serialization=True,
                               max_shard_size="2GB")

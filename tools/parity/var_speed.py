@@ -116,6 +116,7 @@ def run_ours(args, var_path, vae_path, labels, precision, tag):
            "--cfg", str(args.cfg), "--top-k", str(args.top_k), "--top-p", str(args.top_p),
            "--methods", "baseline;baseline@eager", "--warmup", str(args.warmup),
            "--repeat", str(args.repeat), "--decode", "--no-scale-sync", "--json", js,
+           *(["--patch-nums", args.patch_nums] if args.patch_nums else []),
            "--tokens-out", tok, "--force"]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -147,6 +148,9 @@ def main() -> int:
     ap.add_argument("--emulate", action="store_true",
                     help="also run the official sampler with autocast's casts written out "
                          "(autocast_emulation.py) and compare tokens with it")
+    ap.add_argument("--patch-nums", default=None,
+                    help="scale schedule for both sides, e.g. 1,2,4,6,8,12,16,20,24,32,40,48,64 "
+                         "(1024², 13 scales); default: the official 256² one")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cfg", type=float, default=4.0)
     ap.add_argument("--top-k", type=int, default=900)
@@ -180,10 +184,14 @@ def main() -> int:
               "timing": "to decoded images, device synchronised, median of repeat runs; ours: "
                         "bench e2e --decode --no-scale-sync, CUDA graph capture excluded",
               "rows": []}
+    patch_nums = tuple(int(x) for x in args.patch_nums.split(",")) if args.patch_nums else None
+    report["patch_nums"] = list(patch_nums) if patch_nums else None
     for depth in map(int, args.depths.split(",")):
         gen = torch.Generator().manual_seed(args.seed)
+        extra = {"patch_nums": patch_nums} if patch_nums else {}
         vae, var = models.build_vae_var(device=dev, depth=depth, shared_aln=False,
-                                        flash_if_available=False, fused_if_available=False)
+                                        flash_if_available=False, fused_if_available=False,
+                                        **extra)
         randomise_(vae, gen)
         randomise_(var, gen)
         vae.eval()
