@@ -53,12 +53,14 @@ void fill_baseline(SweepResult& r) {
                                                    {"quality.precision_recall.recall", 1.0}};
     for (auto& p : r.points) {
         if (p.name != "baseline") continue;
-        for (const auto& [field, value] : perfect) {
+        for (const auto& entry : perfect) {
+            // Not a structured binding: C++17 lambdas cannot capture one (clang refuses).
+            const std::string& field = entry.first;
             if (p.fields.count(field)) continue;
             const bool others = std::any_of(r.points.begin(), r.points.end(), [&](const auto& q) {
                 return q.fields.count(field) > 0;
             });
-            if (others) p.fields[field] = value;
+            if (others) p.fields[field] = entry.second;
         }
     }
 }
