@@ -134,17 +134,25 @@ AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, con
 
 at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t block_q,
                             std::optional<double> scale, KernelPath path,
-                            const KernelPolicy& policy) {
+                            const KernelPolicy& policy, const at::Tensor& lse) {
     check_qkv(q, k, nullptr);
     TORCH_CHECK(block_q > 0, "block_q must be positive");
+    if (lse.defined()) {
+        TORCH_CHECK(lse.dim() == 3 && lse.size(0) == q.size(0) && lse.size(1) == q.size(1) &&
+                        lse.size(2) == q.size(2),
+                    "block_column_sum: lse must be (B, H, Lq) = (", q.size(0), ", ", q.size(1),
+                    ", ", q.size(2), "), got ", lse.sizes());
+        TORCH_CHECK(lse.device() == q.device() && at::isFloatingType(lse.scalar_type()),
+                    "block_column_sum: lse must be a floating tensor on ", q.device());
+    }
 #ifdef VARSCOPE_KERNELS_CUDA
     if (use_cuda(q, block_q, 64, path, policy)) {
-        return cuda::block_column_sum(q, k, block_q, scale_or_default(q, scale));
+        return cuda::block_column_sum(q, k, block_q, scale_or_default(q, scale), lse);
     }
 #else
     use_cuda(q, block_q, 64, path, policy);
 #endif
-    return reference::block_column_sum(q, k, block_q, scale);
+    return reference::block_column_sum(q, k, block_q, scale, lse);
 }
 
 }  // namespace varscope::kernels

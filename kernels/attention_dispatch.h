@@ -51,10 +51,13 @@ AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, con
 
 // Attention mass per key per query block at a decision scale: (B, H, ceil(Lq/block_q), Lk)
 // float32, the softmax probabilities of dense attention summed over each block's query rows,
-// without materialising the probabilities on the CUDA path.
+// without materialising the probabilities on the CUDA path. lse (B, H, Lq), optional: each query
+// row's log(sum_j exp(scale * q.k_j)) (natural log, AttentionResult::lse, sdpa_with_lse); given,
+// the CUDA path makes one QK^T pass (the sums) instead of two (the lse first).
 at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t block_q,
                             std::optional<double> scale = std::nullopt,
-                            KernelPath path = KernelPath::Auto, const KernelPolicy& policy = {});
+                            KernelPath path = KernelPath::Auto, const KernelPolicy& policy = {},
+                            const at::Tensor& lse = {});
 
 // True when this build contains CUDA kernels at all.
 bool cuda_kernels_built();

@@ -94,11 +94,17 @@ AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, con
 }
 
 at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t block_q,
-                            std::optional<double> scale) {
+                            std::optional<double> scale, const at::Tensor& lse) {
     TORCH_CHECK(block_q > 0, "block_q must be positive");
     const auto ct = compute_type(q);
     const auto s = at::matmul(q.to(ct), k.to(ct).transpose(-2, -1)) * default_scale(q, scale);
-    const auto p = at::softmax(s, -1);
+    at::Tensor p;
+    if (lse.defined()) {
+        const auto l = lse.to(ct).unsqueeze(-1);
+        p = (s - l).exp().masked_fill(l.isneginf(), 0.0);
+    } else {
+        p = at::softmax(s, -1);
+    }
     const int64_t len_q = q.size(-2), len_k = k.size(-2);
     const int64_t nqb = ceil_div(len_q, block_q);
     const auto padded = at::constant_pad_nd(p, {0, 0, 0, nqb * block_q - len_q});

@@ -31,7 +31,9 @@ AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, con
                                    const at::Tensor& key_indices, const at::Tensor& key_counts,
                                    int64_t block_q, std::optional<double> scale, bool return_lse);
 
+// lse (B, H, Lq), optional: the rows' normalisers, used instead of a softmax (rows with -inf
+// contribute nothing, as in the CUDA kernel).
 at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t block_q,
-                            std::optional<double> scale);
+                            std::optional<double> scale, const at::Tensor& lse = {});
 
 }  // namespace varscope::kernels::reference

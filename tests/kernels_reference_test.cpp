@@ -10,6 +10,7 @@
 #include "kernels/attention_dispatch.h"
 #include "kernels/attention_reference.h"
 #include "kernels/cuda_path.h"
+#include "kernels/sdpa_lse.h"
 #include "kernels/token_ops.h"
 
 namespace vk = varscope::kernels;
@@ -125,6 +126,102 @@ TEST(KernelsReference, ColumnSumIsProbabilityMassPerQueryBlock) {
     EXPECT_TRUE(at::allclose(cs.select(2, 2), p.select(2, 6), 1e-12, 1e-12));
     EXPECT_TRUE(at::allclose(cs.sum(-1), at::tensor({3.0, 3.0, 1.0}, at::kDouble).expand({2, 2, 3}),
                              1e-12, 1e-12));
+}
+
+// The one-pass form: given each row's log-sum-exp, the sums need no softmax of their own.
+TEST(KernelsReference, ColumnSumFromGivenLseEqualsTwoPass) {
+    c10::InferenceMode guard;
+    at::manual_seed(16);
+    const double scale = 0.3;
+    const auto q = randn64({2, 3, 11, 8}), k = randn64({2, 3, 17, 8});
+    const auto lse = at::logsumexp(at::matmul(q, k.transpose(-2, -1)) * scale, -1);
+    for (const int64_t block_q : {1, 4, 64}) {
+        const auto two_pass = vk::reference::block_column_sum(q, k, block_q, scale);
+        const auto one_pass = vk::reference::block_column_sum(q, k, block_q, scale, lse);
+        ASSERT_EQ(one_pass.sizes(), two_pass.sizes());
+        EXPECT_TRUE(at::allclose(one_pass, two_pass, 1e-12, 1e-12)) << "block_q " << block_q;
+    }
+    // The lse decides the result: a shifted one scales every row's mass by exp(-shift).
+    const auto shifted = vk::reference::block_column_sum(q, k, 11, scale, lse + std::log(2.0));
+    EXPECT_TRUE(at::allclose(shifted.sum(-1), at::full({2, 3, 1}, 5.5, at::kDouble), 1e-12));
+    // A row without keys (lse = -inf) contributes nothing.
+    auto holed = lse.clone();
+    holed.select(2, 0).fill_(-std::numeric_limits<double>::infinity());
+    const auto cs = vk::reference::block_column_sum(q, k, 11, scale, holed);
+    EXPECT_TRUE(cs.isfinite().all().item<bool>());
+    EXPECT_TRUE(at::allclose(cs.sum(-1), at::full({2, 3, 1}, 10.0, at::kDouble), 1e-12));
+}
+
+// The dispatch passes a given lse on (CPU: the reference) and names a wrong one.
+TEST(KernelsReference, ColumnSumDispatchTakesAnLseAndChecksIt) {
+    c10::InferenceMode guard;
+    at::manual_seed(17);
+    const auto q = at::randn({1, 2, 70, 64}), k = at::randn({1, 2, 90, 64});
+    const double scale = 0.125;
+    const auto lse = at::logsumexp(at::matmul(q, k.transpose(-2, -1)) * scale, -1);
+    const auto two_pass = vk::block_column_sum(q, k, 64, scale);
+    const auto one_pass = vk::block_column_sum(q, k, 64, scale, vk::KernelPath::Auto, {}, lse);
+    EXPECT_TRUE(at::allclose(one_pass, two_pass, 1e-5, 1e-6));
+    for (const auto& bad : {lse.narrow(2, 0, 69), lse.unsqueeze(-1), lse.to(at::kInt)}) {
+        try {
+            vk::block_column_sum(q, k, 64, scale, vk::KernelPath::Auto, {}, bad);
+            ADD_FAILURE() << "accepted lse " << bad.sizes();
+        } catch (const c10::Error& e) {
+            EXPECT_NE(std::string(e.what()).find("lse"), std::string::npos) << e.what();
+        }
+    }
+}
+
+// SDPA with its log-sum-exp, on the CPU: the flash backend where SDPA takes it (same output, to
+// the bit), math (no lse) where it is switched off. The lse is log(sum exp(scale * q.k)).
+TEST(KernelsReference, SdpaWithLseIsSdpaPlusItsRowsLogSumExp) {
+    c10::InferenceMode guard;
+    at::manual_seed(18);
+    for (const auto dtype : {at::kFloat, at::kBFloat16, at::kDouble}) {
+        for (const std::optional<double> scale : {std::optional<double>(), std::optional(0.2)}) {
+            // Lq < Lk: the queries of one scale over a prefix of cached keys.
+            const auto q = at::randn({2, 3, 21, 64}).to(dtype);
+            const auto k = at::randn({2, 3, 50, 64}).to(dtype), v = at::randn({2, 3, 50, 64});
+            const auto got = vk::sdpa_with_lse(q, k, v.to(dtype), scale);
+            const auto want = at::scaled_dot_product_attention(q, k, v.to(dtype), std::nullopt, 0.0,
+                                                               false, scale);
+            EXPECT_TRUE(got.out.equal(want)) << c10::toString(dtype);
+            ASSERT_TRUE(got.lse.defined()) << "the CPU flash backend returns its lse";
+            ASSERT_EQ(got.lse.sizes(), (at::IntArrayRef{2, 3, 21}));
+            EXPECT_TRUE(got.lse.is_contiguous());
+            EXPECT_EQ(got.lse.scalar_type(), dtype == at::kDouble ? at::kDouble : at::kFloat);
+            const double s = scale.value_or(1.0 / 8.0);
+            const auto ref = at::logsumexp(
+                at::matmul(q.to(at::kDouble), k.to(at::kDouble).transpose(-2, -1)) * s, -1);
+            EXPECT_LT((got.lse.to(at::kDouble) - ref).abs().max().item<double>(),
+                      dtype == at::kDouble ? 1e-12 : 1e-4)
+                << c10::toString(dtype);
+            // The convention block_column_sum takes: the one-pass sums equal the two-pass ones.
+            const auto one = vk::block_column_sum(q, k, 8, s, vk::KernelPath::Auto, {}, got.lse);
+            const auto two = vk::block_column_sum(q, k, 8, s);
+            EXPECT_TRUE(at::allclose(one, two, 1e-4, 1e-5)) << c10::toString(dtype);
+        }
+    }
+    // Flash switched off: SDPA takes math, which has no lse.
+    struct FlashOff {
+        const bool was = at::globalContext().userEnabledFlashSDP();
+        FlashOff() { at::globalContext().setSDPUseFlash(false); }
+        ~FlashOff() { at::globalContext().setSDPUseFlash(was); }
+    };
+    const auto q = at::randn({1, 2, 9, 64}), k = at::randn({1, 2, 12, 64}),
+               v = at::randn({1, 2, 12, 64});
+    vk::AttentionResult got;
+    at::Tensor want;
+    {
+        const FlashOff off;
+        got = vk::sdpa_with_lse(q, k, v);
+        want = at::scaled_dot_product_attention(q, k, v);
+    }
+    EXPECT_FALSE(got.lse.defined());
+    EXPECT_TRUE(got.out.equal(want));
+    EXPECT_THROW(vk::sdpa_with_lse(q, k.narrow(3, 0, 32), v), c10::Error);
+    EXPECT_THROW(vk::sdpa_with_lse(q, k, v.to(at::kDouble)), c10::Error);
+    EXPECT_THROW(vk::sdpa_with_lse(q[0], k[0], v[0]), c10::Error);
 }
 
 TEST(KernelsReference, DispatchOnCpuUsesTheReference) {

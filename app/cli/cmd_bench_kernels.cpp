@@ -31,6 +31,7 @@
 #include "core/io/json_read.h"
 #include "kernels/attention_dispatch.h"
 #include "kernels/cuda_timing.h"
+#include "kernels/sdpa_lse.h"
 
 namespace varscope::cli {
 namespace {
@@ -453,6 +454,16 @@ int run_cs4a(const BenchOptions& o) {
             o);
         json dec_flash =
             time_backend([&] { at::_scaled_dot_product_flash_attention(qd, kd, vd); }, o);
+        // SparVAR's decision scale takes the lse from SDPA (one QK^T pass): the sums alone.
+        const auto lse_d = vk::sdpa_with_lse(qd, kd, vd).lse;
+        json colsum_from_lse;  // null where SDPA's backend gives no lse
+        if (lse_d.defined())
+            colsum_from_lse = time_backend(
+                [&] {
+                    vk::block_column_sum(qd, kd, o.query_block, std::nullopt, vk::KernelPath::Cuda,
+                                         kernel_policy(true), lse_d);
+                },
+                o);
 
         const double t = ms_of(ours), tf = ms_of(flash), tc = ms_of(cudnn);
         const double ts = ms_of(ours_sm90);
@@ -482,8 +493,11 @@ int run_cs4a(const BenchOptions& o) {
         r["speedup_vs_cudnn"] = tc / t;
         r["ideal_speedup"] = ideal;
         r["percent_of_ideal_vs_flash"] = 100.0 * (tf / t) / ideal;
-        r["decision_scale"] = {
-            {"q_len", dq}, {"kv_len", dk}, {"column_sum", colsum}, {"sdpa_flash", dec_flash}};
+        r["decision_scale"] = {{"q_len", dq},
+                               {"kv_len", dk},
+                               {"column_sum", colsum},
+                               {"column_sum_from_lse", colsum_from_lse},
+                               {"sdpa_flash", dec_flash}};
         results.push_back(r);
         std::printf(
             "%-18s %6.3f %5lld %8s %8s %8s %8s %7s %7s %7s %6.2f %7s %9s %9s  err sm90 %.1e "

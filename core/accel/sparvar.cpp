@@ -12,6 +12,7 @@
 #include "core/accel/sparvar_cs4a.h"
 #include "core/accel/sparvar_csla.h"
 #include "kernels/attention_dispatch.h"
+#include "kernels/sdpa_lse.h"
 
 namespace varscope {
 namespace {
@@ -352,19 +353,26 @@ class SparVar : public SamplingHooks {
         const int64_t C = cfg_.query_block, lq = q.size(2), lk = k.size(2);
         const auto& kp = ctx.scale.exec.kernels;
         const bool use_kernels = cs4a_kernels(q, kp);
-        // Kernels: SDPA for the output and the column-sum kernel (two QK^T passes: log-sum-exp,
-        // then the sums); reference: one eager pass whose probabilities give both.
+        // Kernels: SDPA (the backend attention_sdpa would take, bitwise the same output) with its
+        // rows' log-sum-exp, then the column-sum kernel in one QK^T pass (two, the log-sum-exp
+        // first, where the backend gives none); reference: one eager pass whose probabilities
+        // give both.
         at::Tensor o_dense, sums;
+        // FLOPs per dense pair in units of 4 * d: SDPA 1 (QK^T and PV), each QK^T pass 1/2.
+        double passes = 1.0;
         if (use_kernels) {
-            o_dense = attention_sdpa(q, k, v, softmax_scale);
-            ctx.mark(CostPart::Overhead);  // scoring: the column sums' two QK^T passes
-            sums = kernels::block_column_sum(q, k, C, softmax_scale, kernels::KernelPath::Cuda, kp);
+            auto dense = kernels::sdpa_with_lse(q, k, v, softmax_scale);
+            o_dense = std::move(dense.out);
+            ctx.mark(CostPart::Overhead);  // scoring: the column sums' QK^T pass(es)
+            sums = kernels::block_column_sum(q, k, C, softmax_scale, kernels::KernelPath::Cuda, kp,
+                                             dense.lse);
+            passes = dense.lse.defined() ? 1.5 : 2.0;
         } else {
             at::Tensor probs;
             o_dense = attention_eager(q, k, v, softmax_scale, {}, &probs);
             sums = sparvar::block_column_sums(probs, C);
         }
-        const double pairs = dense_pairs(q, k) * (use_kernels ? 2.0 : 1.0);
+        const double pairs = dense_pairs(q, k) * passes;
         ctx.mark(CostPart::Overhead);  // scoring, Top-K, the residual's sparse pass
         const int64_t top = sparvar::top_k_count(cfg_.top_k, lk);
         const auto inds = sparvar::top_k_indices(sums, top);

@@ -34,8 +34,8 @@
 // BlockContext::attention_flops: 4 * d * (query, key) pairs attended, summed over B and H. The
 // references mask dense products but count the same pairs (the method's cost, as the kernels
 // spend it); the decision scale counts its dense pass, the residual's sparse pass and, on the
-// kernel path, the column-sum kernel's two extra QK^T passes (the reference reuses the eager
-// probabilities).
+// kernel path, the column-sum kernel's extra QK^T pass (two where SDPA's backend returns no
+// log-sum-exp: kernels/sdpa_lse.h; the reference reuses the eager probabilities).
 //
 // Steps with pruned query rows or a KV cache that is not the full prefix (FastVAR, AMS-KV) or
 // grouped steps (LazyVAR) are not supported at sparse or decision scales: attend() throws

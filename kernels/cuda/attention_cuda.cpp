@@ -185,20 +185,26 @@ AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, con
 }
 
 at::Tensor block_column_sum(const at::Tensor& q_in, const at::Tensor& k_in, int64_t block_q,
-                            double scale) {
+                            double scale, const at::Tensor& lse_in) {
     TORCH_CHECK(block_q % kQueryTile == 0, "CUDA column sum needs block_q a multiple of 64, got ",
                 block_q);
     const c10::cuda::CUDAGuard guard(q_in.device());
     const auto q = kernel_layout(q_in), k = kernel_layout(k_in);
     const int64_t nqb = ceil_div(q.size(2), block_q);
-    auto lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
     auto colsum = at::zeros({q.size(0), q.size(1), nqb, k.size(2)}, q.options().dtype(at::kFloat));
     AttentionParams p = base_params(q, k, scale);
     p.block_q = static_cast<int>(block_q);
     p.num_query_blocks = static_cast<int>(nqb);
-    p.lse = lse.data_ptr<float>();
-    launch(p, q, TileMode::Dense, Epilogue::LseOnly);
-    p.lse = nullptr;
+    // The kernel reads lse_in at (b * H + h) * Lq + row: float32, contiguous.
+    at::Tensor lse;
+    if (lse_in.defined()) {
+        lse = lse_in.to(at::kFloat).contiguous();
+    } else {
+        lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
+        p.lse = lse.data_ptr<float>();
+        launch(p, q, TileMode::Dense, Epilogue::LseOnly);
+        p.lse = nullptr;
+    }
     p.lse_in = lse.data_ptr<float>();
     p.colsum = colsum.data_ptr<float>();
     launch(p, q, TileMode::Dense, Epilogue::ColumnSum);

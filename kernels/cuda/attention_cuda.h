@@ -23,8 +23,9 @@ AttentionResult gathered_attention(const at::Tensor& q, const at::Tensor& k, con
                                    int64_t block_q, double scale, bool return_lse, at::Tensor out,
                                    bool sm90);
 
-at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t block_q,
-                            double scale);
+// lse (B, H, Lq), optional: given, only the column-sum pass runs (no LseOnly pass).
+at::Tensor block_column_sum(const at::Tensor& q, const at::Tensor& k, int64_t block_q, double scale,
+                            const at::Tensor& lse);
 
 // Declared in attention_params.h too (the .cu side); here for the dispatch (no CUDA headers).
 int sm90_ws_fallback_count();

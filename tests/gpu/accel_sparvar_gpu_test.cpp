@@ -177,7 +177,7 @@ TEST(GpuSparVar, Bf16TokensAgreeWithTheReference) {
     std::printf("bf16 token agreement kernels vs reference (scales >= %ld): %.4f\n",
                 static_cast<long>(kDecisionScale), agreement);
     EXPECT_GE(agreement, 0.8);
-    // Even with the column-sum kernel's two extra QK^T passes at the decision scale, the run
+    // Even with the column-sum kernel's extra QK^T pass(es) at the decision scale, the run
     // attends to fewer pairs than dense attention does.
     const auto dense = p.generate(greedy());
     ASSERT_GT(dense.attention_flops, 0.0) << kLoopCountsFlops;
