@@ -2,6 +2,8 @@
 // as the condition, the family's own flags, and the errors a user meets first.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/io/checkpoint.h"
@@ -56,6 +58,49 @@ TEST(CliInfinity, FlagsAndTextsAreChecked) {
     r = run_cli("generate " + kModel + "--tokens-out /tmp/x.st");
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find("Infinity needs a text"), std::string::npos) << r.out;
+}
+
+// bench e2e's cost model on Infinity (core/sampling/step_cost.h): per method a step entry per
+// step run with FLOPs per part, the attention over the text among them, and the table with its
+// column. On the CPU nothing is event-timed: no part times, no launches.
+TEST(CliInfinity, BenchE2eReportsTheCostModel) {
+    varscope::testing::TempDir dir;
+    const auto json = dir.file("e2e.json");
+    const auto r = run_cli("bench e2e " + kModel + kText +
+                           "--pixels 0.06M --repeat 1 --warmup 0 --methods "
+                           "'baseline;infinity-fastvar;infinity-sparvar' --json " +
+                           json);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("baseline: per-step cost"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("xattn"), std::string::npos) << r.out;
+    std::ifstream f(json);
+    const auto j = nlohmann::json::parse(f);
+    EXPECT_EQ(j["family"], "infinity");
+    ASSERT_EQ(j["methods"].size(), 3u);
+    for (const auto& m : j["methods"]) {
+        SCOPED_TRACE(m["name"].get<std::string>());
+        ASSERT_TRUE(m.contains("cost_model")) << m.dump();
+        const auto& cm = m["cost_model"];
+        const auto& steps = cm["steps"];
+        // The steps cover the scales run, in order (FastVAR's preset skips the last two).
+        int64_t next = 0;
+        for (const auto& st : steps) {
+            EXPECT_EQ(st["scale"].get<int64_t>(), next);
+            next += st["scales"].get<int64_t>();
+            EXPECT_EQ(st["launches"].get<int64_t>(), -1);
+            EXPECT_FALSE(st.contains("part_ms"));
+            for (const char* part :
+                 {"input", "projection", "attention", "cross_attention", "ffn", "overhead", "head"})
+                EXPECT_TRUE(st["flops"].contains(part)) << part;
+            EXPECT_GT(st["flops"]["cross_attention"].get<double>(), 0.0);
+        }
+        const int64_t run = m["name"] == "infinity-fastvar" ? 5 : 7;
+        EXPECT_EQ(next, run);
+        EXPECT_GT(cm["flops"]["cross_attention"].get<double>(), 0.0);
+        EXPECT_DOUBLE_EQ(cm["flops"]["attention"].get<double>(),
+                         m["attention_flops"].get<double>());
+        EXPECT_FALSE(cm.contains("part_ms"));  // CUDA only
+    }
 }
 
 }  // namespace

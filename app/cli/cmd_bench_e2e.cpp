@@ -8,12 +8,13 @@
 // without them (e.g. "baseline@eager"). Accelerators whose hooks declare a graph signature
 // replay graphs too; with both "X" and "X@eager" the JSON says whether their results agree.
 //
-// Cost model (core/sampling/step_cost.h; VAR; --no-cost-model turns it off): per method and
-// step, the device time and FLOPs of the input, projections, attention, FFN, the method's own
-// overhead and the head, the time outside the transformer forward (sampling, f_hat update,
-// step-level hooks), and the kernels each step's CUDA graph launches. The part times come from
-// two extra runs with CUDA events between the parts (the second is read; the events cost a
-// little, so these runs are not the timed ones: "cost_model.timed_total_ms" says how much).
+// Cost model (core/sampling/step_cost.h; VAR, Infinity; --no-cost-model turns it off): per method
+// and step, the device time and FLOPs of the input, projections, attention, Infinity's attention
+// over the text (cross_attention), FFN, the method's own overhead and the head, the time outside
+// the transformer forward (sampling, f_hat update, step-level hooks), and the kernels each step's
+// CUDA graph launches. The part times come from two extra runs with CUDA events between the parts
+// (the second is read; the events cost a little, so these runs are not the timed ones:
+// "cost_model.timed_total_ms" says how much).
 //
 // --max-batch [CAP] (issue #30: a memory saving shown as throughput): per method, the largest
 // batch that fits is searched in this process first (core/runner/batch_search.h: one run per
@@ -31,6 +32,7 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 #include "app/cli/commands.h"
 #include "app/cli/mar_cli_common.h"  // check_output_file
@@ -97,6 +99,22 @@ struct MethodResult {
     double images_per_s() const { return totals.empty() ? 0.0 : batch / (median(totals) / 1000.0); }
 };
 
+// The cost table's column heads.
+const char* cost_part_label(CostPart p) {
+    switch (p) {
+        case CostPart::Projection:
+            return "proj";
+        case CostPart::Attention:
+            return "attn";
+        case CostPart::CrossAttention:
+            return "xattn";
+        case CostPart::Overhead:
+            return "ovhd";
+        default:
+            return cost_part_name(p);
+    }
+}
+
 nlohmann::json parts_json(const std::array<double, kCostParts>& v) {
     nlohmann::json j = nlohmann::json::object();
     for (int p = 0; p < kCostParts; ++p) j[cost_part_name(static_cast<CostPart>(p))] = v[p];
@@ -156,10 +174,15 @@ nlohmann::json cost_model_json(const MethodResult& r, const std::vector<double>&
     return j;
 }
 
-// The readable cost table of one method: one line per step, then the sums.
+// The readable cost table of one method: one line per step, then the sums. The text's attention
+// (Infinity) gets a column where the model has one.
 void print_cost_table(const nlohmann::json& m) {
     const auto& cm = m["cost_model"];
     const bool timed = cm.contains("part_ms");
+    const bool cross = cm["flops"].value(cost_part_name(CostPart::CrossAttention), 0.0) > 0.0;
+    std::vector<CostPart> columns = {CostPart::Input, CostPart::Projection, CostPart::Attention};
+    if (cross) columns.push_back(CostPart::CrossAttention);
+    for (auto p : {CostPart::Ffn, CostPart::Overhead, CostPart::Head}) columns.push_back(p);
     std::cout << "\n"
               << m["name"].get<std::string>() << ": per-step cost"
               << (timed ? " (ms from the event-timed run; 'clean' = the timed runs' median)"
@@ -167,8 +190,8 @@ void print_cost_table(const nlohmann::json& m) {
               << "\n";
     std::cout << std::right << std::setw(5) << "scale" << std::setw(8) << "clean" << std::setw(7)
               << "launch";
-    for (const char* h : {"input", "proj", "attn", "ffn", "ovhd", "head", "outside"})
-        std::cout << std::setw(8) << h;
+    for (const auto p : columns) std::cout << std::setw(8) << cost_part_label(p);
+    std::cout << std::setw(8) << "outside";
     std::cout << std::setw(9) << "GFLOP" << std::setw(7) << "attn%"
               << "\n";
     auto line = [&](const std::string& label, double clean, int64_t launches,
@@ -177,12 +200,13 @@ void print_cost_table(const nlohmann::json& m) {
         std::cout << std::setw(5) << label << std::fixed << std::setprecision(2) << std::setw(8)
                   << clean << std::setw(7) << (launches >= 0 ? std::to_string(launches) : "-");
         double parts = 0.0, attn = 0.0;
-        for (int p = 0; p < kCostParts; ++p) {
-            const char* name = cost_part_name(static_cast<CostPart>(p));
+        if (part_ms)  // every part, shown or not (a part without a column is 0)
+            for (int p = 0; p < kCostParts; ++p)
+                parts += (*part_ms)[cost_part_name(static_cast<CostPart>(p))].get<double>();
+        for (const auto p : columns) {
             if (part_ms) {
-                const double v = (*part_ms)[name].get<double>();
-                parts += v;
-                if (p == static_cast<int>(CostPart::Attention)) attn = v;
+                const double v = (*part_ms)[cost_part_name(p)].get<double>();
+                if (p == CostPart::Attention) attn = v;
                 std::cout << std::setw(8) << v;
             } else {
                 std::cout << std::setw(8) << "-";

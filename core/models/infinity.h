@@ -82,7 +82,13 @@ class InfinityCrossAttentionImpl : public torch::nn::Module {
     InfinityCrossAttentionImpl(int64_t embed_dim, int64_t kv_dim, int64_t num_heads, bool pool);
     CrossKv keys_values(const at::Tensor& text_BLC) const;  // (B, Lt, kv_dim) -> BHLc each
     // q_BLC (B, Lq, C) (ignored in pool mode: pass undefined); returns (B, Lq, C) after proj.
+    // forward = output(attend(queries(q_BLC, B), kv, mask)): the pieces let the sampling loop's
+    // cost model time the attention kernel apart from the projections.
     at::Tensor forward(const at::Tensor& q_BLC, const CrossKv& kv, const at::Tensor& mask) const;
+    at::Tensor queries(const at::Tensor& q_BLC, const CrossKv& kv) const;  // (B, H, Lq, c)
+    // The attention over the text (bf16 operand values, fp32 arithmetic): (B, H, Lq, c).
+    at::Tensor attend(const at::Tensor& q, const CrossKv& kv, const at::Tensor& mask) const;
+    at::Tensor output(const at::Tensor& o_BHLc) const;  // bf16-rounded, (B, Lq, C) after proj
 
     torch::nn::Linear mat_q_lin{nullptr}, mat_kv{nullptr}, proj{nullptr};
     at::Tensor mat_q_pool, v_bias, zero_k_bias;
@@ -103,6 +109,8 @@ class InfinityBlockImpl : public torch::nn::Module {
     // Queries and keys with the 2-D RoPE applied (rope: (2, L, c/2) cos and sin), values.
     Qkv project_qkv(const at::Tensor& x_in, const at::Tensor& rope) const;
     at::Tensor cross_branch(const at::Tensor& x, const CrossKv& kv, const at::Tensor& mask) const;
+    // cross_branch = ca->forward(cross_input(x), kv, mask) in fp32: ca_norm(x) in fp32.
+    at::Tensor cross_input(const at::Tensor& x) const;
     at::Tensor ffn_branch(const at::Tensor& x, const Modulation& m) const;  // g2 * FFN(adaLN(x))
     at::Tensor sa_output(const at::Tensor& o_BHLc, const Modulation& m) const;  // g1 * proj(o)
     // The whole block; `attend` maps (q, k, v) of this block's tokens to the attention output

@@ -49,20 +49,27 @@ CrossKv InfinityCrossAttentionImpl::keys_values(const at::Tensor& text) const {
 
 at::Tensor InfinityCrossAttentionImpl::forward(const at::Tensor& q_BLC, const CrossKv& kv,
                                                const at::Tensor& mask) const {
+    return output(attend(queries(q_BLC, kv), kv, mask));
+}
+
+at::Tensor InfinityCrossAttentionImpl::queries(const at::Tensor& q_BLC, const CrossKv& kv) const {
     const int64_t B = kv.k.size(0);
-    at::Tensor q;  // (B, H, Lq, c)
-    if (pool_) {
-        q = mat_q_pool.unsqueeze(2).expand({B, heads_, 1, head_dim_}).to(kv.k.scalar_type());
-    } else {
-        q = linear(mat_q_lin, q_BLC).view({B, q_BLC.size(1), heads_, head_dim_}).transpose(1, 2);
-    }
-    const int64_t Lq = q.size(2);
+    if (pool_)
+        return mat_q_pool.unsqueeze(2).expand({B, heads_, 1, head_dim_}).to(kv.k.scalar_type());
+    return linear(mat_q_lin, q_BLC).view({B, q_BLC.size(1), heads_, head_dim_}).transpose(1, 2);
+}
+
+at::Tensor InfinityCrossAttentionImpl::attend(const at::Tensor& q, const CrossKv& kv,
+                                              const at::Tensor& mask) const {
     std::optional<at::Tensor> m;
     if (mask.defined()) m = mask.to(at::kFloat);
-    auto o = at::scaled_dot_product_attention(bf16_values(q), bf16_values(kv.k), bf16_values(kv.v),
-                                              m, 0.0, false, 1.0 / std::sqrt(double(head_dim_)));
-    o = bf16_values(o).transpose(1, 2).reshape({B, Lq, heads_ * head_dim_});
-    return linear(proj, o);
+    return at::scaled_dot_product_attention(bf16_values(q), bf16_values(kv.k), bf16_values(kv.v), m,
+                                            0.0, false, 1.0 / std::sqrt(double(head_dim_)));
+}
+
+at::Tensor InfinityCrossAttentionImpl::output(const at::Tensor& o_BHLc) const {
+    const int64_t B = o_BHLc.size(0), Lq = o_BHLc.size(2);
+    return linear(proj, bf16_values(o_BHLc).transpose(1, 2).reshape({B, Lq, heads_ * head_dim_}));
 }
 
 // ----------------------------------------------------------------------------- block
@@ -114,10 +121,13 @@ at::Tensor InfinityBlockImpl::sa_output(const at::Tensor& o, const Modulation& m
 
 at::Tensor InfinityBlockImpl::cross_branch(const at::Tensor& x, const CrossKv& kv,
                                            const at::Tensor& mask) const {
+    return ca->forward(cross_input(x), kv, mask).to(at::kFloat);
+}
+
+at::Tensor InfinityBlockImpl::cross_input(const at::Tensor& x) const {
     // layer_norm runs in fp32 under autocast (bf16 gains are cast up).
-    auto in = at::layer_norm(x.to(at::kFloat), {dim_}, ca_norm->weight.to(at::kFloat),
-                             ca_norm->bias.to(at::kFloat), eps_);
-    return ca->forward(in, kv, mask).to(at::kFloat);
+    return at::layer_norm(x.to(at::kFloat), {dim_}, ca_norm->weight.to(at::kFloat),
+                          ca_norm->bias.to(at::kFloat), eps_);
 }
 
 at::Tensor InfinityBlockImpl::ffn_branch(const at::Tensor& x, const Modulation& m) const {

@@ -245,6 +245,7 @@ class InfinityRunner : public Runner {
         res.notices = std::move(notices);
         res.graph_capture_millis = r.graph_capture_millis;
         res.attention_flops = r.attention_flops;
+        res.step_costs = r.step_costs;
         res.flops = {{"attention", r.attention_flops}, {"total", r.attention_flops}};
         for (size_t si = 0; si < r.bits.size(); ++si)
             res.tensors["bits." + std::to_string(si)] = r.bits[si].cpu();
@@ -289,6 +290,7 @@ class InfinityRunner : public Runner {
         o.cfg_insertion_layer = s.cfg_insertion_layer;
         o.attention = s.attention;
         o.time_scales = s.time_steps;
+        o.time_parts = s.time_parts;
         o.cuda_graphs = s.cuda_graphs;
         o.tf32 = tf32_;
         o.cancel = s.cancel;

@@ -76,7 +76,7 @@ struct SampleSettings {
     bool decode = true;       // decode images with the VAE
     bool time_steps = true;   // synchronise the device per step to time it
     // Time the parts of each step's forward with CUDA events (RunResult::step_costs; the
-    // events cost a little, so a bench reads these from extra runs). VAR only; others ignore.
+    // events cost a little, so a bench reads these from extra runs). VAR, Infinity; not MAR.
     bool time_parts = false;
     // Count FLOPs beyond attention (MAR: linear layers and the DiffLoss head; their counter
     // keeps the steps eager). VAR always reports its attention FLOPs.

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -18,6 +20,7 @@
 #include "core/sampling/tf32_scope.h"
 #include "core/sampling/token_sampling.h"
 #include "kernels/cuda_graph.h"
+#include "kernels/part_timer.h"
 
 namespace varscope {
 namespace {
@@ -80,11 +83,19 @@ void record_cross_attention(const InfinityBlockImpl& blk, const at::Tensor& h, c
                     {{"text_tokens", static_cast<double>(text_len)}}});
 }
 
-// One block of one scale with the hook points of var_sampler.cpp's run_block.
+// One block of one scale with the hook points of var_sampler.cpp's run_block. `rec` (may be
+// null) takes the block's FLOPs and part marks for the cost model (step_cost.h), at the same
+// points as the VAR loop's, the text's attention kernel as a part of its own.
 at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const Modulation& m,
                      const CrossKv& text_kv, const at::Tensor& text_mask, const at::Tensor& rope,
                      BlockContext& ctx, SamplingHooks* hooks, ProbeSink* probe,
-                     AttentionBackend backend, const at::Tensor& step_mask, double& flops) {
+                     AttentionBackend backend, const at::Tensor& step_mask, double& flops,
+                     const CostRecorder* rec) {
+    auto mark = [&](CostPart part) {
+        if (rec) rec->mark(part);
+    };
+    ctx.cost = rec;
+    if (hooks) mark(CostPart::Overhead);
     const at::Tensor rows = hooks ? hooks->select_tokens(ctx, x_in) : at::Tensor();
     // bf16 mode: a scale's input is bf16 (next_scale_input) and the first block's output fp32;
     // with selected tokens the block works on the fp32 values, so restoring them mixes no dtypes.
@@ -93,21 +104,43 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
     const at::Tensor xs = !rows.defined() ? x
                           : per_row ? x.gather(1, rows.unsqueeze(-1).expand({-1, -1, x.size(2)}))
                                     : x.index_select(1, rows);
+    mark(CostPart::Projection);  // AdaLN, QKV, RoPE, cache append
     auto qkv = blk.project_qkv(blk.sa_input(xs, m), rope_rows(rope, rows));
     ctx.cache.append(ctx.layer, qkv.k, qkv.v);
-    if (hooks) hooks->on_kv_append(ctx);
+    if (hooks) {
+        mark(CostPart::Overhead);
+        hooks->on_kv_append(ctx);
+    }
     auto [k, v] = ctx.cache.view(ctx.layer);
     // Grouped steps: block-causal among the step's scales, earlier steps visible.
-    if (step_mask.defined()) ctx.mask = block_group_mask(step_mask, rows, k.size(2));
+    if (step_mask.defined()) {
+        mark(CostPart::Overhead);
+        ctx.mask = block_group_mask(step_mask, rows, k.size(2));
+    }
     if (probe && probe->wants_attention_inputs(ctx.scale.scale, ctx.layer))
         probe->on_attention_inputs(
             {ctx.scale.scale, ctx.layer, qkv.q[0], k[0], v[0], 1.0, ctx.mask});
+    mark(CostPart::Attention);
     at::Tensor o = hooks ? hooks->attend(ctx, qkv.q, k, v, 1.0) : at::Tensor();
-    flops += o.defined() && ctx.attention_flops >= 0
-                 ? ctx.attention_flops
-                 : 4.0 * static_cast<double>(qkv.q.size(0)) * qkv.q.size(1) * qkv.q.size(2) *
-                       k.size(2) * qkv.q.size(3);
-    if (!o.defined()) {  // every cached key is visible (but later scales of a group)
+    const double attention_flops = o.defined() && ctx.attention_flops >= 0
+                                       ? ctx.attention_flops
+                                       : 4.0 * static_cast<double>(qkv.q.size(0)) * qkv.q.size(1) *
+                                             qkv.q.size(2) * k.size(2) * qkv.q.size(3);
+    flops += attention_flops;
+    if (rec) {
+        // 2 FLOPs per multiply-add: QKV (3C), output (C), the text's query and output (2C)
+        // projections; the FFN's two layers; the attention over the (padded) text.
+        const double n = static_cast<double>(xs.size(0) * xs.size(1));
+        const double width = static_cast<double>(xs.size(2));
+        const double hidden = static_cast<double>(blk.ffn->fc1->weight.size(0));
+        rec->add_flops(CostPart::Projection, 2.0 * n * width * 6.0 * width);
+        rec->add_flops(CostPart::Ffn, 4.0 * n * width * hidden);
+        rec->add_flops(CostPart::Attention, attention_flops);
+        rec->add_flops(CostPart::CrossAttention,
+                       4.0 * n * static_cast<double>(text_kv.k.size(2)) * width);
+    }
+    if (!o.defined()) {             // every cached key is visible (but later scales of a group)
+        mark(CostPart::Attention);  // a hook may have marked its own work and left it to us
         if (probe && probe->wants_attention(ctx.scale.scale, ctx.layer)) {
             at::Tensor probs;  // the inspector's map: the first conditional row
             o = attention_eager(qkv.q, k, v, 1.0, ctx.mask, &probs);
@@ -117,6 +150,7 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
                                                    : attention_sdpa(qkv.q, k, v, 1.0, ctx.mask);
         }
     }
+    mark(CostPart::Projection);
     auto h = xs + blk.sa_output(o, m);
     // Whole single scales only (pruned rows and groups are not one grid); with the attention
     // map of this layer.
@@ -124,9 +158,17 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
         probe->wants_attention(ctx.scale.scale, ctx.layer) &&
         probe->wants_accel("text", "cross_attention"))
         record_cross_attention(blk, h, text_kv, text_mask, ctx, *probe);
-    h = h + blk.cross_branch(h, text_kv, text_mask);
+    // blk.cross_branch in its parts: LayerNorm and query projection, the attention kernel over
+    // the text, the output projection.
+    const at::Tensor text_q = blk.ca->queries(blk.cross_input(h), text_kv);
+    mark(CostPart::CrossAttention);
+    const at::Tensor text_o = blk.ca->attend(text_q, text_kv, text_mask);
+    mark(CostPart::Projection);
+    h = h + blk.ca->output(text_o).to(at::kFloat);
+    mark(CostPart::Ffn);
     h = h + blk.ffn_branch(h, m);
     at::Tensor out = h;
+    if (hooks) mark(CostPart::Overhead);
     if (rows.defined()) {
         out = hooks->restore_tokens(ctx, x, rows, h);
         if (!out.defined())
@@ -249,6 +291,8 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
     const auto kv_options = at::TensorOptions(device).dtype(at::kFloat);
     const auto cache_options = kv_options.dtype(m.compute_dtype());
     const bool compact = hooks && hooks->compact_kv_cache(hook_config);
+    // The cost model's part times (CUDA events; graphs with event nodes are kept apart).
+    const bool time_parts = opt.time_parts && device.is_cuda() && kernels::cuda_graphs_built();
 
     // CUDA graphs (cuda_graph.h): each scale's transformer forward (input embedding, blocks,
     // guidance, head) is captured once per shape and replayed. The graphs own the step inputs
@@ -281,6 +325,7 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
                           hooks ? hooks->instance_id() : 0,
                           settings,
                           exec_.var_chained_graph_pool};
+        key.part_timing = time_parts;  // the event-timed steps are graphs of their own
         graphs = graphs_->get(*view, key, cond.cond_BD);
         graphs_lock = std::unique_lock<std::mutex>(graphs->mutex());
         cond.cond_BD = graphs->condition().copy_(cond.cond_BD);
@@ -368,13 +413,17 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         return at::cat(parts, 1);
     };
     auto forward = [&](const ScaleContext& ctx, KvCache& cache, SamplingHooks* h, ProbeSink* p,
-                       double& flops) {
+                       double& flops, const CostRecorder* rec) {
+        if (rec) rec->mark(CostPart::Input);
         std::vector<at::Tensor> inputs, ropes;
         for (size_t gi = 0; gi < ctx.segments.size(); ++gi) {
             const auto& seg = ctx.segments[gi];
             const int64_t sj = seg.scale, l = s.scales[sj][0] * s.scales[sj][1];
             at::Tensor x = sj == 0 ? m.start_tokens(cond) + m.level_embedding(0)
                                    : m.next_scale_input(step_codes[gi], sj, bs / B);
+            if (rec && sj > 0)  // the word embedding of the B rows' codes (all l, then rows)
+                rec->add_flops(CostPart::Input, 2.0 * static_cast<double>(B * l * d) *
+                                                    static_cast<double>(mc.embed_dim));
             at::Tensor r = rope.narrow(1, s.scale_begin(sj), l);
             if (seg.rows.defined()) {
                 x = x.index_select(1, seg.rows);
@@ -393,7 +442,9 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         for (int64_t layer = 0; layer < mc.depth; ++layer) {
             BlockContext bctx{ctx, layer, cache};
             x = run_block(m.block(layer), x, mods[layer], cond.cross[layer], cond.text_mask,
-                          step_rope, bctx, h, p, opt.attention, step_mask, flops);
+                          step_rope, bctx, h, p, opt.attention, step_mask, flops, rec);
+            if (any_guided && mix_layers.count(layer) && rec)
+                rec->end();  // guidance is outside the parts, as in the VAR loop
             if (any_guided && mix_layers.count(layer))  // guidance at this layer's output
                 x = per_segment(x, ctx, [&](const at::Tensor& part, const ScaleSegment& seg) {
                     const double g = guidance(seg);
@@ -403,9 +454,16 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
                 });
         }
         const bool guide_logits = any_guided && mix_logits;
-        const at::Tensor raw = guide_logits
-                                   ? m.logits(x, cond.cond_BD)
-                                   : m.logits(x.narrow(0, 0, B), cond.cond_BD.narrow(0, 0, B));
+        const at::Tensor head_in = guide_logits ? x : x.narrow(0, 0, B);
+        if (rec) {
+            rec->mark(CostPart::Head);
+            rec->add_flops(CostPart::Head,
+                           2.0 * static_cast<double>(head_in.size(0) * head_in.size(1)) *
+                               static_cast<double>(head_in.size(2) * mc.vocab()));
+        }
+        const at::Tensor raw = guide_logits ? m.logits(x, cond.cond_BD)
+                                            : m.logits(head_in, cond.cond_BD.narrow(0, 0, B));
+        if (rec) rec->end();  // guidance and temperature: outside the parts
         return per_segment(raw, ctx, [&](const at::Tensor& part, const ScaleSegment& seg) {
             const double g = guidance(seg);
             auto logits = part.mul(1.0 / at_scale(opt.tau_list, opt.tau, seg.scale));
@@ -415,13 +473,13 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         });
     };
     const DenseStepGraphs::Forward graph_step = [&](int64_t si, KvCache& cache, double& flops,
-                                                    const CostRecorder*, bool warmup) {
-        if (!warmup) return forward(*step_ctx, cache, hooks, nullptr, flops);
+                                                    const CostRecorder* rec, bool warmup) {
+        if (!warmup) return forward(*step_ctx, cache, hooks, nullptr, flops, rec);
         TORCH_CHECK(si == 0, "CUDA graphs: the warm-up runs the first scale");
         ScaleContext first{hook_config, 0, s.scales[0][0], B, 0, at::Tensor(), {}, 0, exec_};
         first.segments.push_back(ScaleSegment{0, s.scales[0][0], 0, {}, 0});
         const at::Tensor no_mask = std::exchange(step_mask, at::Tensor());
-        auto out = forward(first, cache, nullptr, nullptr, flops);
+        auto out = forward(first, cache, nullptr, nullptr, flops, nullptr);
         step_mask = no_mask;
         return out;
     };
@@ -454,6 +512,7 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
     const double capture_ms_before = graphs ? graphs->capture_millis() : 0.0;
     const auto act = at::TensorOptions(device).dtype(m.compute_dtype());
     int64_t step = 0, last_step_scale = 0;
+    std::map<size_t, std::unique_ptr<kernels::PartTimer>> eager_timers;  // by step
     for (int64_t si = 0; si < n_run; ++step) {
         if (opt.cancel && opt.cancel->load()) throw SamplingCancelled();
         const auto t0 = Clock::now();
@@ -484,15 +543,23 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         }
         double flops = 0.0;
         at::Tensor logits;
+        StepCost cost;
+        cost.scale = si;
+        cost.scales = static_cast<int64_t>(ctx.segments.size());
         if (graphs) {
             step_ctx = &ctx;
-            logits = guarded([&] { return graphs->step(si, layout, graph_step, flops); });
+            logits = guarded([&] { return graphs->step(si, layout, graph_step, flops, &cost); });
             step_ctx = nullptr;
             res.kv_bytes_peak = std::max(res.kv_bytes_peak, graphs->kv_bytes_after(si));
         } else {
-            logits = forward(ctx, *eager_cache, hooks, probe, flops);
+            auto timer =
+                time_parts ? std::make_unique<kernels::PartTimer>(device.index()) : nullptr;
+            const CostRecorder rec{&cost, timer.get()};
+            logits = forward(ctx, *eager_cache, hooks, probe, flops, &rec);
+            if (timer) eager_timers.emplace(res.step_costs.size(), std::move(timer));
             res.kv_bytes_peak = std::max(res.kv_bytes_peak, eager_cache->total_bytes());
         }
+        res.step_costs.push_back(cost);
         if (hooks) hooks->on_logits(ctx, logits);
 
         std::vector<at::Tensor> fhat_after;  // per scale of the step, for probes that want it
@@ -531,6 +598,12 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
             if (hooks) hooks->on_scale_end(ctx, seg, ids, summed.squeeze(2));
             if (probe && probe->wants_fhat()) fhat_after.push_back(summed.squeeze(2).clone());
         }
+        // What a hook counted on the device (SparVAR's CS4A pairs), as the VAR loop adds it.
+        if (hooks) {
+            const double deferred = hooks->take_deferred_attention_flops(ctx);
+            flops += deferred;
+            res.step_costs.back().flops[static_cast<int>(CostPart::Attention)] += deferred;
+        }
         res.attention_flops += flops;
         last_step_scale = si;
         if (opt.time_scales) synchronize_device(device);
@@ -562,6 +635,22 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
             r.skipped = true;
             probe->on_scale(std::move(r));
         }
+    if (time_parts) {
+        // The steps' events are complete once the device is: read the part times.
+        synchronize_device(device);
+        for (size_t i = 0; i < res.step_costs.size(); ++i) {
+            auto& sc = res.step_costs[i];
+            const auto it = eager_timers.find(i);
+            const kernels::PartTimer* timer = it != eager_timers.end() ? it->second.get()
+                                              : graphs ? graphs->part_timer(sc.scale)
+                                                       : nullptr;
+            std::vector<double> ms(kCostParts, 0.0);
+            if (timer && timer->accumulate(ms)) {
+                for (int p = 0; p < kCostParts; ++p) sc.ms[p] = ms[p];
+                sc.timed = true;
+            }
+        }
+    }
     res.summed_codes = summed.squeeze(2);
     res.kv_bytes = graphs ? graphs->kv_bytes_after(last_step_scale) : eager_cache->total_bytes();
     // The most KV bytes held after any step (a compact cache's counts, the full cache's filled

@@ -26,6 +26,9 @@
 // 1, LazyVAR's PGD) follow the VAR loop's rule (core/sampling/grouped_step.h): the group's
 // scales take their inputs from the same summed codes, each with its own level embedding and
 // RoPE positions, block-causal among them, guidance and tau per scale; graphed too.
+// The cost model (step_cost.h, `bench e2e`) marks the same parts as the VAR loop, and the
+// attention over the text as a part of its own (cross_attention); guidance, at the logits or
+// at a layer's output, is left outside the parts like the VAR loop's.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -40,6 +43,7 @@
 #include "core/models/infinity.h"
 #include "core/sampling/hooks.h"
 #include "core/sampling/probes.h"
+#include "core/sampling/step_cost.h"
 #include "core/sampling/var_sampler.h"  // AttentionBackend, SamplingCancelled
 
 namespace varscope {
@@ -62,6 +66,10 @@ struct InfinitySampleOptions {
     std::vector<int64_t> cfg_insertion_layer{0};
     AttentionBackend attention = AttentionBackend::Sdpa;
     bool time_scales = true;
+    // Time the parts of each step with CUDA events (InfinitySampleResult::step_costs[i].ms;
+    // CUDA only, graphed steps get a graph set of their own). Same bits; the events cost a
+    // little device time, so timed runs leave it off.
+    bool time_parts = false;
     // Replay each scale's transformer forward as a CUDA graph (captured on the first call per
     // batch, text length, guidance / temperature list, precision, schedule and hooks object),
     // on CUDA, with guidance, on square schedules, with hooks that have a graph signature and
@@ -84,6 +92,9 @@ struct InfinitySampleResult {
     double graph_capture_millis = 0.0;  // spent capturing in this call (first call per shape)
     double attention_flops = 0.0;
     int64_t kv_bytes = 0, kv_bytes_peak = 0;
+    // The cost model (step_cost.h), one entry per step: FLOPs per part (the text's attention
+    // kernel as cross_attention), kernel launches (graphed steps), part times (time_parts).
+    std::vector<StepCost> step_costs;
 };
 
 // A VarConfig describing an Infinity model for the hooks, or nullopt when the schedule has a

@@ -18,6 +18,8 @@ const char* cost_part_name(CostPart part) {
             return "overhead";
         case CostPart::Head:
             return "head";
+        case CostPart::CrossAttention:
+            return "cross_attention";
     }
     return "?";
 }

@@ -11,14 +11,19 @@
 //   overhead   the method's own work in the blocks: token selection, gathers and scatters,
 //              cache eviction, scoring, Top-K and index maps inside attend()
 //   head       the head's AdaLN and the logits
+//   cross_attention  Infinity: the attention kernel over the text's keys (its LayerNorm, query
+//              and output projections are projection); always 0 in the VAR loop
 // Hooks mark their own stretches inside attend() (BlockContext::mark): what they enqueue before
 // their attention kernel is overhead, the kernel is attention. What runs outside the step's
 // forward (token sampling, guidance, the f_hat update, step-level hooks) is the step's time
-// minus the parts: the bench reports it as "outside".
+// minus the parts: the bench reports it as "outside". The Infinity loop ends the parts before
+// guidance, wherever guidance mixes (logits or a layer's output), so it is outside there too.
 //
 // FLOPs are counted from the shapes (2 per multiply-add): projections 2*N*C*(3C + C), FFN
 // 2*N*C*hidden*2, head 2*N*C*V, input 2*N*Cvae*C (N rows, C width); attention as the loop
-// counts it (4*B*H*Lq*Lk*d or the hook's report).
+// counts it (4*B*H*Lq*Lk*d or the hook's report). Infinity: projections add the cross-attention's
+// query and output projections, 2*N*C*(3C + C + 2C); cross_attention 4*B*H*Lq*Lt*d over the
+// (padded) text; input 2*B*l*d*C, the word embedding of the codes.
 #pragma once
 
 #include <array>
@@ -30,8 +35,9 @@ namespace kernels {
 class PartTimer;
 }
 
-enum class CostPart : int { Input = 0, Projection, Attention, Ffn, Overhead, Head };
-constexpr int kCostParts = 6;
+// Appended parts keep the earlier labels (JSON names come from cost_part_name).
+enum class CostPart : int { Input = 0, Projection, Attention, Ffn, Overhead, Head, CrossAttention };
+constexpr int kCostParts = 7;
 const char* cost_part_name(CostPart part);
 
 struct StepCost {
