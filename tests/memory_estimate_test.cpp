@@ -122,8 +122,11 @@ TEST(MemoryEstimate, CliRefusesABatchThatCannotFitTheHost) {
 }
 
 // AMS-KV's bounded cache is what lets it run larger batches: the estimate the front ends check
-// before a run must count its bound, not the whole schedule (it refused AMS-KV's batch 67 at
-// 1024^2 on the H200: 385 GB estimated, 117 GB used). Other methods keep the baseline's count.
+// before a run must count what it keeps, not the whole schedule (it refused AMS-KV's batch 67 at
+// 1024^2 on the H200: 385 GB estimated, 117 GB used). Its bound at 1024^2 (C_max + the largest
+// scale) is about the whole schedule again (session 29: batch 48 refused at 260.6 GiB), so the
+// check uses the least (no layer promoted, C_min) and reports the most. Other methods keep the
+// baseline's count.
 TEST(MemoryEstimate, AmsKvCountsItsBoundedCache) {
     const auto runner = var_runner(small_pipeline());  // 130 tokens, largest scale 64
     SampleSettings s = runner->defaults();
@@ -134,11 +137,17 @@ TEST(MemoryEstimate, AmsKvCountsItsBoundedCache) {
         {{"ams_kv", {{"enabled", true}, {"c_cds", 2}, {"c_min", 8}, {"c_max", 16}}}});
     const auto b = runner->estimate_memory(s, bounded.get());
     EXPECT_LT(b.per_image, base.per_image);
-    // The KV term shrinks from 130 to 16 + 64 tokens per layer (4 layers, both guidance rows,
-    // fp32), nothing else changes.
+    // The KV term shrinks from 130 to C_min = 8 tokens per layer when no layer is promoted (the
+    // least, which the pre-run check uses) and to C_max + the largest scale = 16 + 64 when all
+    // are (the most); 4 layers, both guidance rows, fp32; nothing else changes.
     ASSERT_NE(s.attention, AttentionBackend::Eager);  // eager scores would count keys too
-    EXPECT_EQ(base.per_image - b.per_image,
-              kv_cache_bytes(4, 2, 130 - (16 + 64), tiny_var_config().embed_dim, 4));
+    const int64_t C = tiny_var_config().embed_dim;
+    EXPECT_EQ(base.per_image - b.per_image, kv_cache_bytes(4, 2, 130 - 8, C, 4));
+    EXPECT_EQ(base.per_image - b.per_image_most, kv_cache_bytes(4, 2, 130 - (16 + 64), C, 4));
+    EXPECT_EQ(b.bytes_most() - b.bytes(), kv_cache_bytes(4, 2, 16 + 64 - 8, C, 4));
+    EXPECT_EQ(b.to_json().at("bytes_most").get<int64_t>(), b.bytes_most());
+    EXPECT_EQ(base.bytes_most(), base.bytes());
+    EXPECT_FALSE(base.to_json().contains("bytes_most"));
     const auto fastvar = runner->parse_accel({{"fastvar", {{"enabled", true}}}});
     EXPECT_EQ(runner->estimate_memory(s, fastvar.get()).bytes(), base.bytes());
     // Budgets at least the schedule's length evict nothing: the baseline's count.

@@ -391,11 +391,20 @@ void SampleArgs::check_memory(const Runner& runner, const SampleSettings& s,
                               const AccelPlan* accel) const {
     const MemoryEstimate estimate = runner.estimate_memory(s, accel);
     if (no_memory_check) return;
+    const int64_t available = available_memory(runner.device());
     try {
-        check_memory_fits(estimate, available_memory(runner.device()), runner.device().str());
+        check_memory_fits(estimate, available, runner.device().str());
     } catch (const std::invalid_argument& e) {
         throw std::invalid_argument(std::string(e.what()) + " (--no-memory-check runs it anyway)");
     }
+    // It fits at the method's least (AMS-KV's unpromoted layers); say when the most would not.
+    if (available >= 0 && estimate.bytes_most() > estimate.bytes() &&
+        double(estimate.bytes_most()) > double(available) * kMemoryHeadroom)
+        std::cerr << "note: the KV cache of this method depends on the image: "
+                  << format_bytes(estimate.bytes())
+                  << " if no layer needs more than its least, up to "
+                  << format_bytes(estimate.bytes_most()) << " (" << format_bytes(available)
+                  << " free); if it runs out, the run stops (exit 3) naming a batch to try\n";
 }
 
 bool SampleArgs::given(const std::string& flag) const {

@@ -111,6 +111,13 @@ class AmsKv : public SamplingHooks {
         const int64_t pn = config.patch_nums.back();
         return std::min(total, std::max(b_.c_min, b_.c_max) + pn * pn);
     }
+    // A layer that is never promoted keeps at most C_min (a scale larger than its budget is
+    // not kept at all): the whole cache when no layer's keys call for more. At 1024² that is
+    // 22 % of the schedule's tokens, the bound above about 100 %.
+    int64_t kv_tokens_least(const VarConfig& config) override {
+        const int64_t total = config.total_tokens();
+        return b_.bounded ? std::min(total, b_.c_min) : total;
+    }
 
     // Graphs for the steps before the first one where a layer may be promoted (the promotion
     // needs S on the host); that step and the rest run eagerly (ScaleContext::graphable). The

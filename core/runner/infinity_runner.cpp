@@ -144,11 +144,13 @@ class InfinityRunner : public Runner {
         int64_t n = 0;
         for (const auto& hw : sch.scales) n = std::max(n, hw[0] * hw[1]);
         const int64_t eb = pipe_.model->autocast_bf16() ? 2 : 4;  // the KV cache's element
-        int64_t L = sch.total_tokens();
+        int64_t L = sch.total_tokens(), L_most = L;
         if (accel && config_of(accel).any_enabled())  // a bounded KV cache (AMS-KV) holds less
             if (const auto view = infinity_hook_view(c, sch))
-                if (const auto hooks = build_accelerators(config_of(accel), *view))
-                    L = std::min(L, hooks->kv_tokens_bound(*view));
+                if (const auto hooks = build_accelerators(config_of(accel), *view)) {
+                    L_most = std::min(L, hooks->kv_tokens_bound(*view));
+                    L = std::min(L_most, hooks->kv_tokens_least(*view));
+                }
         const int64_t rows = s.cfg != 1.0 ? 2 : 1, C = c.embed_dim;
         MemoryEstimate e;
         e.images = s.images();
@@ -158,6 +160,8 @@ class InfinityRunner : public Runner {
             (s.attention == AttentionBackend::Eager ? eager_score_bytes(rows, c.num_heads, n, L)
                                                     : 0) +
             logit_bytes(rows, n, c.vocab());
+        if (L_most > L)
+            e.per_image_most = e.per_image + kv_cache_bytes(c.depth, rows, L_most - L, C, eb);
         if (s.decode && pipe_.vae) {
             const auto& v = pipe_.vae->config();
             const int64_t side =

@@ -18,7 +18,13 @@ int64_t MemoryEstimate::max_images(int64_t available) const {
 }
 
 nlohmann::json MemoryEstimate::to_json() const {
-    return {{"images", images}, {"per_image", per_image}, {"fixed", fixed}, {"bytes", bytes()}};
+    nlohmann::json j = {
+        {"images", images}, {"per_image", per_image}, {"fixed", fixed}, {"bytes", bytes()}};
+    if (per_image_most > per_image) {
+        j["per_image_most"] = per_image_most;
+        j["bytes_most"] = bytes_most();
+    }
+    return j;
 }
 
 namespace {

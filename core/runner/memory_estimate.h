@@ -12,6 +12,7 @@
 
 #include <c10/core/Device.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -22,7 +23,11 @@ struct MemoryEstimate {
     int64_t images = 1;
     int64_t per_image = 0;  // bytes that grow with each image
     int64_t fixed = 0;      // bytes independent of the batch
+    // A method whose memory depends on the image (AMS-KV): per_image is the least it may need,
+    // per_image_most the most; 0 when they are the same.
+    int64_t per_image_most = 0;
     int64_t bytes() const { return fixed + per_image * images; }
+    int64_t bytes_most() const { return fixed + std::max(per_image, per_image_most) * images; }
     // The most images that fit into `available` bytes (0 when not even one does).
     int64_t max_images(int64_t available) const;
     nlohmann::json to_json() const;

@@ -183,7 +183,8 @@ class Runner {
     virtual void validate(const SampleSettings& s) const = 0;
     // Memory a run with `s` needs beyond the loaded weights (an upper bound from shapes; see
     // memory_estimate.h). Front ends check it against available_memory() before running.
-    // `accel`: a method that bounds the KV cache (AMS-KV) is counted with its bound.
+    // `accel`: a method that bounds the KV cache (AMS-KV) is counted with the least it may keep
+    // (per_image) and its bound (per_image_most): what it keeps depends on the image.
     virtual MemoryEstimate estimate_memory(const SampleSettings& s,
                                            const AccelPlan* accel = nullptr) const = 0;
     // The settings this family reads, for reports (cfg, top_k, ... or num_iter, cfg_schedule).

@@ -59,7 +59,8 @@ class VarRunner : public Runner {
     void validate(const SampleSettings& s) const override { options(s).validate(cfg()); }
 
     // Per image (2 rows: the conditional and the guidance row): the KV cache of every layer
-    // for the whole schedule; the largest scale's activations (QKV, attention output, FFN
+    // for the whole schedule (a method that evicts: the least it keeps, and the most in
+    // per_image_most); the largest scale's activations (QKV, attention output, FFN
     // hidden and GELU, residual and norm copies) and, with eager attention, its fp32 scores;
     // its fp32 logits with the sampler's softmax and top-k copies. Fixed: the VQVAE decode of
     // one chunk of images at full resolution in fp32 (chunked_decode.h; the first level's
@@ -70,7 +71,8 @@ class VarRunner : public Runner {
         const auto eb = int64_t(element_bytes());
         const auto hooks = accel ? build_accelerators(var_config_of(accel), c) : nullptr;
         const int64_t rows = 2, C = c.embed_dim,
-                      L = hooks ? hooks->kv_tokens_bound(c) : c.total_tokens();
+                      L = hooks ? hooks->kv_tokens_least(c) : c.total_tokens(),
+                      L_most = hooks ? hooks->kv_tokens_bound(c) : L;
         const int64_t pn = c.patch_nums.back(), n = pn * pn;
         const int64_t hidden = int64_t(c.mlp_ratio * double(C));
         MemoryEstimate e;
@@ -81,6 +83,8 @@ class VarRunner : public Runner {
             (s.attention == AttentionBackend::Eager ? eager_score_bytes(rows, c.num_heads, n, L)
                                                     : 0) +
             logit_bytes(rows, n, c.vocab_size);
+        if (L_most > L)
+            e.per_image_most = e.per_image + kv_cache_bytes(c.depth, rows, L_most - L, C, eb);
         if (s.decode)
             e.fixed = decode_bytes(q.ch * q.ch_mult.front(), pn * q.downsample(), e.images);
         return e;

@@ -44,6 +44,12 @@ int64_t HookChain::kv_tokens_bound(const VarConfig& config) {
     return n;
 }
 
+int64_t HookChain::kv_tokens_least(const VarConfig& config) {
+    int64_t n = config.total_tokens();
+    for (auto& h : hooks_) n = std::min(n, h->kv_tokens_least(config));
+    return n;
+}
+
 int64_t HookChain::group_size(const ScaleContext& ctx) {
     int64_t g = 1;
     for (auto& h : hooks_) g = std::max(g, h->group_size(ctx));

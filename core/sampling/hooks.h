@@ -145,6 +145,10 @@ class SamplingHooks {
     // The most tokens one layer's KV cache holds per sequence at any time of a run, for the
     // memory estimate (Runner::estimate_memory). Default: every token of the schedule.
     virtual int64_t kv_tokens_bound(const VarConfig& config) { return config.total_tokens(); }
+    // The fewest a layer may need: below kv_tokens_bound when what is kept depends on the
+    // image (AMS-KV promotes a layer to a larger budget only where its keys call for it).
+    // The pre-run check refuses a batch only when even this does not fit.
+    virtual int64_t kv_tokens_least(const VarConfig& config) { return kv_tokens_bound(config); }
     // Number of scales decoded together starting at ctx.scale (ctx.segments is still empty).
     virtual int64_t group_size(const ScaleContext& ctx) { return 1; }
     virtual void on_scale_begin(ScaleContext& ctx) {}
@@ -196,6 +200,7 @@ class HookChain : public SamplingHooks {
     int64_t scales_to_run(const VarConfig& config) override;
     bool compact_kv_cache(const VarConfig& config) override;
     int64_t kv_tokens_bound(const VarConfig& config) override;  // the smallest bound
+    int64_t kv_tokens_least(const VarConfig& config) override;  // the smallest least
     int64_t group_size(const ScaleContext& ctx) override;
     void on_scale_begin(ScaleContext& ctx) override;
     at::Tensor select_tokens(const BlockContext& ctx, const at::Tensor& x) override;
