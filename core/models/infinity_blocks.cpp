@@ -99,7 +99,7 @@ at::Tensor InfinityBlockImpl::sa_input(const at::Tensor& x, const Modulation& m)
 }
 
 Qkv InfinityBlockImpl::project_qkv(const at::Tensor& x_in, const at::Tensor& rope,
-                                   const kernels::KernelPolicy& kernels) const {
+                                   const kernels::KernelPolicy& policy) const {
     // bf16-autocast (bf16 weights, fp32 stream): the head scale's exp runs in fp32 (autocast's
     // fp32 list), q and k are normalised and rotated in fp32 and rounded to bf16 afterwards,
     // where the official SDPA call casts them.
@@ -110,9 +110,9 @@ Qkv InfinityBlockImpl::project_qkv(const at::Tensor& x_in, const at::Tensor& rop
     // The fused kernel: one launch for q and k instead of ~9 elementwise kernels each and the
     // casts. Only for fp32 q/k: a bf16 q/k (no autocast) promotes to fp32 in the ATen path.
     const auto out = autocast ? wt : at::kFloat;
-    if (kernels::fused_rope_supported(r.q, rope, out, kernels) && r.k.scalar_type() == at::kFloat &&
+    if (kernels::fused_rope_supported(r.q, rope, out, policy) && r.k.scalar_type() == at::kFloat &&
         r.q.sizes() == r.k.sizes()) {
-        std::tie(r.q, r.k) = kernels::fused_rope2d(r.q, r.k, rope, out, kernels);
+        std::tie(r.q, r.k) = kernels::fused_rope2d(r.q, r.k, rope, out, policy);
         return r;
     }
     r.q = apply_rope2d(r.q, rope);
