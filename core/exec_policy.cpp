@@ -82,6 +82,7 @@ json to_json(const ExecPolicy& p) {
     const auto& k = p.kernels;
     return {{"reference_kernels", k.reference},
             {"sm90_attention", k.sm90_attention},
+            {"fused_rope", k.fused_rope},
             {"diff_pdl", k.diff.pdl},
             {"diff_row_split", k.diff.row_split},
             {"diff_fold_proj", k.diff.fold_proj},
@@ -111,6 +112,8 @@ ExecPolicy exec_policy_from_json(const json& j) {
             k.reference = flag(v, n);
         else if (key == "sm90_attention")
             k.sm90_attention = flag(v, n);
+        else if (key == "fused_rope")
+            k.fused_rope = flag(v, n);
         else if (key == "diff_pdl")
             k.diff.pdl = flag(v, n);
         else if (key == "diff_row_split")

@@ -57,10 +57,14 @@ struct KernelPolicy {
     // kernels (kernels/cuda/csla_attention_sm90.cuh); false: the sm_80 kernels there too (as on
     // every other GPU). No variable: `bench attention` / `bench cs4a` and the tests set it.
     bool sm90_attention = true;
+    // Infinity's q/k RoPE and their cast to bf16 as one kernel (kernels/rope.h) instead of ~18
+    // ATen kernels; same bits. VARSCOPE_FUSED_ROPE.
+    bool fused_rope = true;
     DiffLossPolicy diff;
 
     bool operator==(const KernelPolicy& o) const {
-        return reference == o.reference && sm90_attention == o.sm90_attention && diff == o.diff;
+        return reference == o.reference && sm90_attention == o.sm90_attention &&
+               fused_rope == o.fused_rope && diff == o.diff;
     }
     bool operator!=(const KernelPolicy& o) const { return !(*this == o); }
 };

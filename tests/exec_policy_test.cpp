@@ -56,6 +56,7 @@ TEST(ExecPolicy, DefaultsAreTheBehaviourWithoutVariables) {
     const ExecPolicy p;
     EXPECT_FALSE(p.kernels.reference);
     EXPECT_TRUE(p.kernels.sm90_attention);
+    EXPECT_TRUE(p.kernels.fused_rope);
     EXPECT_TRUE(p.kernels.diff.pdl);
     EXPECT_TRUE(p.kernels.diff.row_split);
     EXPECT_TRUE(p.kernels.diff.fold_proj);
@@ -87,6 +88,7 @@ TEST(ExecPolicy, JsonRoundTripAndStrictReading) {
     ExecPolicy p;
     p.kernels.reference = true;
     p.kernels.sm90_attention = false;
+    p.kernels.fused_rope = false;
     p.kernels.diff = {false, false, false, false, DiffCachedLayout::Rows};
     p.mar_fused_head = false;
     p.mar_fused_max_rows = 256;
@@ -137,6 +139,7 @@ TEST(ExecPolicy, JsonRoundTripAndStrictReading) {
 TEST(ExecEnv, OneRuleForEveryVariable) {
     const ExecPolicy p = exec_env::policy_from(env_of({{"VARSCOPE_REFERENCE_KERNELS", "1"},
                                                        {"VARSCOPE_DIFF_PDL", "0"},
+                                                       {"VARSCOPE_FUSED_ROPE", "0"},
                                                        {"VARSCOPE_DIFF_ROW_SPLIT", "0"},
                                                        {"VARSCOPE_DIFF_FOLD_PROJ", "0"},
                                                        {"VARSCOPE_DIFF_LEAN", "0"},
@@ -151,6 +154,7 @@ TEST(ExecEnv, OneRuleForEveryVariable) {
                                                        {"VARSCOPE_AMS_KV_SIMILARITY", "reference"},
                                                        {"VARSCOPE_PROFILE_AMS_KV", "1"}}));
     EXPECT_TRUE(p.kernels.reference);
+    EXPECT_FALSE(p.kernels.fused_rope);
     EXPECT_FALSE(p.kernels.diff.pdl);
     EXPECT_FALSE(p.kernels.diff.row_split);
     EXPECT_FALSE(p.kernels.diff.fold_proj);

@@ -23,6 +23,10 @@ const std::vector<Entry>& entries() {
           "0: the CUDA kernels where they apply; 1: every kernels/ dispatcher runs its LibTorch "
           "reference (debugging)"},
          Kind::Switch},
+        {{"VARSCOPE_FUSED_ROPE", "fused_rope", "0 or 1",
+          "1: Infinity's q/k RoPE and bf16 cast as one CUDA kernel; 0: the ATen operations "
+          "(same bits)"},
+         Kind::Switch},
         {{"VARSCOPE_DIFF_PDL", "diff_pdl", "0 or 1",
           "1: programmatic dependent launch between the fused DiffLoss kernels; 0: without"},
          Kind::Switch},

@@ -26,6 +26,7 @@
 #include "core/io/state_dict.h"
 #include "core/models/infinity_schedule.h"
 #include "core/models/var.h"  // SelfAttention, FeedForward, AdaLNBeforeHead, AttendFn
+#include "kernels/exec_policy.h"
 
 namespace varscope {
 
@@ -107,7 +108,10 @@ class InfinityBlockImpl : public torch::nn::Module {
         const at::Tensor& gss) const;  // gamma1, gamma2, scale1, scale2, shift1, shift2
     at::Tensor sa_input(const at::Tensor& x, const Modulation& m) const;  // LN(x) * (1 + s1) + t1
     // Queries and keys with the 2-D RoPE applied (rope: (2, L, c/2) cos and sin), values.
-    Qkv project_qkv(const at::Tensor& x_in, const at::Tensor& rope) const;
+    // On CUDA with fp32 q/k the rotation (and the bf16 cast under autocast) is one kernel
+    // (kernels/rope.h) unless `policy` switches it off (fused_rope, reference); same bits.
+    Qkv project_qkv(const at::Tensor& x_in, const at::Tensor& rope,
+                    const kernels::KernelPolicy& policy = {}) const;
     at::Tensor cross_branch(const at::Tensor& x, const CrossKv& kv, const at::Tensor& mask) const;
     // cross_branch = ca->forward(cross_input(x), kv, mask) in fp32: ca_norm(x) in fp32.
     at::Tensor cross_input(const at::Tensor& x) const;

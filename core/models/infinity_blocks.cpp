@@ -3,8 +3,10 @@
 #include <torch/nn/modules/activation.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "core/models/infinity.h"
+#include "kernels/rope.h"
 
 namespace varscope {
 namespace {
@@ -96,7 +98,8 @@ at::Tensor InfinityBlockImpl::sa_input(const at::Tensor& x, const Modulation& m)
         .add_(m.shift1);
 }
 
-Qkv InfinityBlockImpl::project_qkv(const at::Tensor& x_in, const at::Tensor& rope) const {
+Qkv InfinityBlockImpl::project_qkv(const at::Tensor& x_in, const at::Tensor& rope,
+                                   const kernels::KernelPolicy& policy) const {
     // bf16-autocast (bf16 weights, fp32 stream): the head scale's exp runs in fp32 (autocast's
     // fp32 list), q and k are normalised and rotated in fp32 and rounded to bf16 afterwards,
     // where the official SDPA call casts them.
@@ -104,6 +107,14 @@ Qkv InfinityBlockImpl::project_qkv(const at::Tensor& x_in, const at::Tensor& rop
     const bool autocast = x_in.scalar_type() != wt;
     const auto q_mul = sa->scale_mul_1H11.clamp_max(std::log(100.0)).to(at::kFloat).exp();
     auto r = sa->project_qkv(x_in, sa->qkv_bias(), q_mul, /*keep_fp32_qk=*/autocast);
+    // The fused kernel: one launch for q and k instead of ~9 elementwise kernels each and the
+    // casts. Only for fp32 q/k: a bf16 q/k (no autocast) promotes to fp32 in the ATen path.
+    const auto out = autocast ? wt : at::kFloat;
+    if (kernels::fused_rope_supported(r.q, rope, out, policy) && r.k.scalar_type() == at::kFloat &&
+        r.q.sizes() == r.k.sizes()) {
+        std::tie(r.q, r.k) = kernels::fused_rope2d(r.q, r.k, rope, out, policy);
+        return r;
+    }
     r.q = apply_rope2d(r.q, rope);
     r.k = apply_rope2d(r.k, rope);
     if (autocast) {

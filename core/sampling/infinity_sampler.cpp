@@ -105,7 +105,7 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
                           : per_row ? x.gather(1, rows.unsqueeze(-1).expand({-1, -1, x.size(2)}))
                                     : x.index_select(1, rows);
     mark(CostPart::Projection);  // AdaLN, QKV, RoPE, cache append
-    auto qkv = blk.project_qkv(blk.sa_input(xs, m), rope_rows(rope, rows));
+    auto qkv = blk.project_qkv(blk.sa_input(xs, m), rope_rows(rope, rows), ctx.scale.exec.kernels);
     ctx.cache.append(ctx.layer, qkv.k, qkv.v);
     if (hooks) {
         mark(CostPart::Overhead);
@@ -310,6 +310,7 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
                                (cond.text_mask.defined() ? ",ragged" : "") +
                                ",n=" + std::to_string(n_run) + ",insert=";
         for (int64_t l : opt.cfg_insertion_layer) settings += std::to_string(l) + " ";
+        if (!exec_.kernels.fused_rope) settings += ",rope=aten";  // a graph of other kernels
         for (int64_t si = 0; si < S; ++si)
             settings += "|" + std::to_string(at_scale(opt.cfg_list, opt.cfg, si)) + "/" +
                         std::to_string(at_scale(opt.tau_list, opt.tau, si));
