@@ -68,6 +68,12 @@ TEST(EvalOverlapGpu, OverlappedScoringGivesTheInlineShardsOnCuda) {
     ASSERT_EQ(inline1, inline2) << "inline scoring is not deterministic on this device";
     for (int i = 0; i < 3; ++i) EXPECT_EQ(run(ShardScoring::Overlapped), inline1) << "run " << i;
     EXPECT_EQ(inline1["features"]["skip1"]["images"], 12);
+    // PSNR/SSIM ran on the device (core/eval/eval_job.cpp, image_scores): one entry per image.
+    ASSERT_EQ(inline1["images"].size(), 12u);
+    for (const auto& image : inline1["images"]) {
+        EXPECT_LE(image["ssim"].get<double>(), 1.0);
+        EXPECT_GT(image["ssim"].get<double>(), -1.0);
+    }
 
     // The bench on the same job: every mode runs, the overlapped JSON matches.
     EvalThroughputOptions o;
