@@ -70,7 +70,7 @@ Job prepare(const EvalArgs& a) {
     }
     LoadOptions lo = load_options(job.manifest.device, job.manifest.precision);
     lo.exec = exec_policy();
-    job.runner = open_runner(job.manifest.model, lo);
+    job.runner = open_eval_runner(job.manifest, lo);
     if (!a.quiet) std::cerr << job.runner->describe() << "\n";
     job.options.group = job.group.get();
     if (!a.quiet) job.options.progress = print_progress;

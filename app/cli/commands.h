@@ -37,5 +37,6 @@ Command add_bench_attention(CLI::App& bench);  // cmd_bench_kernels.cpp
 Command add_bench_cs4a(CLI::App& bench);       // cmd_bench_kernels.cpp
 Command add_bench_e2e(CLI::App& bench);        // cmd_bench_e2e.cpp
 Command add_bench_mar(CLI::App& bench);        // cmd_bench_mar.cpp
+Command add_bench_eval(CLI::App& bench);       // cmd_bench_eval.cpp: eval scoring overlap (#34)
 
 }  // namespace varscope::cli

@@ -10,8 +10,11 @@
 #include "core/eval/aggregate.h"
 #include "core/eval/emoji_quality.h"
 #include "core/eval/quality.h"
+#include "core/eval/scoring_queue.h"
 #include "core/io/checkpoint.h"
 #include "core/metrics/image_metrics.h"
+#include "core/models/var.h"
+#include "core/models/vqvae_config.h"
 #include "core/resources.h"
 #include "kernels/memory_stats.h"
 
@@ -21,14 +24,35 @@ namespace {
 namespace fs = std::filesystem;
 
 // Latents mapped to [0, 1] through the baseline's range, so PSNR/SSIM read like image ones
-// (a model without a decoder; as `compare` does).
+// (a model without a decoder; as `compare` does). On the images' device (image_scores).
 std::pair<at::Tensor, at::Tensor> comparable_images(const RunResult& base, const RunResult& acc) {
     if (base.images.defined() && acc.images.defined())
-        return {base.images.to(at::kFloat).cpu(), acc.images.to(at::kFloat).cpu()};
-    const auto b = base.latents.to(at::kFloat).cpu(), a = acc.latents.to(at::kFloat).cpu();
+        return {base.images.to(at::kFloat), acc.images.to(at::kFloat)};
+    const auto b = base.latents.to(at::kFloat), a = acc.latents.to(at::kFloat);
     const double lo = b.min().item<double>(), hi = b.max().item<double>();
     const double span = std::max(hi - lo, 1e-12);
     return {(b - lo).div(span).clamp(0, 1), (a - lo).div(span).clamp(0, 1)};
+}
+
+// Per image PSNR and SSIM (double precision). On CUDA where the images are, in chunks that
+// bound SSIM's double temporaries: on the host its depthwise double convolutions took 0.8 s
+// per 256x256 image on 2 threads (measured, torch 2.11), i.e. seconds for the 64 images a
+// VAR-d30 call samples in 0.67 s on an H200: host scoring could not keep up with the sampler,
+// overlapped or not. On the CPU in one piece, as before.
+std::pair<std::vector<double>, std::vector<double>> image_scores(const at::Tensor& base,
+                                                                 const at::Tensor& acc) {
+    if (!base.is_cuda()) return {psnr(base, acc), ssim(base, acc)};
+    const int64_t image_bytes = std::max<int64_t>(1, base[0].numel() * 8);
+    const int64_t chunk = std::max<int64_t>(1, (int64_t{64} << 20) / image_bytes);
+    std::vector<double> p, q;
+    for (int64_t i = 0; i < base.size(0); i += chunk) {
+        const int64_t n = std::min(chunk, base.size(0) - i);
+        const auto b = base.narrow(0, i, n), a = acc.narrow(0, i, n);
+        const auto pc = psnr(b, a), qc = ssim(b, a);
+        p.insert(p.end(), pc.begin(), pc.end());
+        q.insert(q.end(), qc.begin(), qc.end());
+    }
+    return {p, q};
 }
 
 RunResult image_row(const RunResult& r, int64_t i) {
@@ -72,19 +96,19 @@ SampleSettings unit_settings(const EvalManifest& m, const SampleSettings& settin
     return s;
 }
 
-// One untimed call per config on `unit`.
-void warm_up(const EvalManifest& m, Runner& runner, const EvalPlans& plans,
-             const SampleSettings& settings, const EvalUnit& unit) {
-    const SampleSettings s = unit_settings(m, settings, unit);
-    runner.validate(s);
-    for (const auto& plan : plans.plans) runner.generate(s, plan.get());
-}
-
 std::string config_error(const std::string& name, const std::string& what) {
     return "manifest: configs." + name + ": " + what;
 }
 
 }  // namespace
+
+std::unique_ptr<Runner> open_eval_runner(const EvalManifest& m, const LoadOptions& options) {
+    if (m.random_depth <= 0) return open_runner(m.model, options);
+    VarConfig var = VarConfig::for_depth(static_cast<int>(m.random_depth), {});
+    VqvaeConfig vae;  // the official vae_ch160v4096z32 architecture
+    vae.patch_nums = var.patch_nums;
+    return random_var_runner(var, vae, m.init_seed, options);
+}
 
 EvalPlans eval_plans(const EvalManifest& m, const Runner& runner) {
     EvalPlans p;
@@ -138,12 +162,7 @@ void prepare_eval_output(const EvalManifest& m) {
     }
 }
 
-// The networks that score the images (manifest "metrics"); null where off.
-struct Scorers {
-    const FidInception* inception = nullptr;
-    const EmojiFeatureNetwork* emoji = nullptr;
-    std::vector<int64_t> emoji_targets;  // per condition: the class to show, -1 = not counted
-};
+namespace {
 
 // The emoji network for a job, checked against the model before any sampling.
 std::optional<EmojiFeatureNetwork> emoji_scorer(const EvalManifest& m, const Runner& runner,
@@ -174,73 +193,122 @@ std::optional<EmojiFeatureNetwork> emoji_scorer(const EvalManifest& m, const Run
     return net;
 }
 
+}  // namespace
+
+EvalScorers load_eval_scorers(const EvalManifest& m, const Runner& runner) {
+    EvalScorers s;
+    s.emoji = emoji_scorer(m, runner, s.emoji_targets);
+    if (m.metrics.inception_enabled()) {  // bad metric inputs fail before any sampling
+        check_reference_stats(m.metrics);
+        s.inception.emplace(FidInception::load(m.metrics.inception));
+        s.inception->to(runner.device());
+    }
+    return s;
+}
+
+void warm_up_shard(const EvalManifest& m, Runner& runner, const EvalPlans& plans,
+                   const SampleSettings& settings, const EvalShard& shard) {
+    const SampleSettings s = unit_settings(m, settings, shard.units.front());
+    runner.validate(s);
+    for (const auto& plan : plans.plans) runner.generate(s, plan.get());
+    wait_for_current_stream(runner.device());
+}
+
+namespace {
+
+// What the scoring of a shard accumulates. With overlap, only the scoring worker touches it
+// until ScoringQueue::finish returns.
+struct ShardScores {
+    ShardFeatures features;
+    ShardEmojiScores emoji;
+    nlohmann::json images = nlohmann::json::array();
+    std::map<std::string, std::vector<at::Tensor>> saved;
+};
+
+// Scores config k's images of `unit` (k = 0: the baseline, `base` is `r` itself).
+void score_call(const EvalManifest& m, const Runner& runner, const EvalScorers& scorers,
+                const std::string& config, size_t k, const EvalUnit& unit, const RunResult& r,
+                const RunResult& base, ShardScores& out) {
+    if ((scorers.inception || scorers.emoji) && !r.images.defined())
+        throw std::invalid_argument(
+            "manifest: metrics: the model gives no decoded images to score");
+    if (scorers.inception) out.features.add(config, scorers.inception->features(r.images));
+    if (scorers.emoji) {
+        std::vector<int64_t> targets;
+        for (int64_t c : unit.conditions)
+            targets.push_back(scorers.emoji_targets.at(static_cast<size_t>(c)));
+        out.emoji.add(config, scorers.emoji->features(r.images), targets);
+    }
+    if (m.save_images && r.images.defined())
+        out.saved[config].push_back(
+            r.images.to(at::kFloat).mul(255).round().clamp(0, 255).to(at::kByte).cpu());
+    if (k == 0) return;
+    const auto [ib, ia] = comparable_images(base, r);
+    const auto [p, q] = image_scores(ib, ia);
+    for (size_t i = 0; i < unit.conditions.size(); ++i) {
+        out.images.push_back(
+            {{"config", config},
+             {"seed", unit.seed},
+             {"condition", unit.conditions[i]},
+             {"psnr_db", std::isfinite(p[i]) ? nlohmann::json(p[i]) : nlohmann::json()},
+             {"ssim", q[i]},
+             {"token_agreement", token_agreement_of(runner, base, r, static_cast<int64_t>(i))}});
+    }
+}
+
+}  // namespace
+
 nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans& plans,
                          const SampleSettings& settings, const EvalShard& shard,
-                         const std::string& fingerprint, const Scorers& scorers) {
+                         const std::string& fingerprint, const EvalScorers& scorers,
+                         ShardScoring scoring) {
     const at::Device device = runner.device();
-    const FidInception* inception = scorers.inception;
-    ShardFeatures features;
-    ShardEmojiScores emoji_scores;
-    nlohmann::json images = nlohmann::json::array();
     nlohmann::json timing = nlohmann::json::object();
     for (const auto& name : plans.names)
         timing[name] = {{"calls", nlohmann::json::array()}, {"peak_memory_bytes", nullptr}};
-    std::map<std::string, std::vector<at::Tensor>> saved;
-
-    for (const auto& unit : shard.units) {
-        const SampleSettings s = unit_settings(m, settings, unit);
-        runner.validate(s);
-        RunResult base;
-        for (size_t k = 0; k < plans.names.size(); ++k) {
-            if (device.is_cuda()) kernels::reset_cuda_peak_memory(device.index());
-            RunResult r = runner.generate(s, plans.plans[k].get());
-            auto& t = timing[plans.names[k]];
-            t["calls"].push_back({{"images", s.batch}, {"millis", r.model_millis()}});
-            if (device.is_cuda())
-                t["peak_memory_bytes"] = std::max(
-                    t["peak_memory_bytes"].is_null() ? int64_t{0}
-                                                     : t["peak_memory_bytes"].get<int64_t>(),
-                    kernels::cuda_memory(device.index()).peak_allocated);
-            if (inception) {  // after the timed call: scoring stays out of the latencies
-                if (!r.images.defined())
-                    throw std::invalid_argument(
-                        "manifest: metrics: the model gives no decoded images to score");
-                features.add(plans.names[k], inception->features(r.images));
-            }
-            if (scorers.emoji) {
-                if (!r.images.defined())
-                    throw std::invalid_argument(
-                        "manifest: metrics: the model gives no decoded images to score");
-                std::vector<int64_t> targets;
-                for (int64_t c : unit.conditions)
-                    targets.push_back(scorers.emoji_targets.at(static_cast<size_t>(c)));
-                emoji_scores.add(plans.names[k], scorers.emoji->features(r.images), targets);
-            }
-            if (m.save_images && r.images.defined())
-                saved[plans.names[k]].push_back(
-                    r.images.to(at::kFloat).mul(255).round().clamp(0, 255).to(at::kByte).cpu());
-            if (k == 0) {
-                base = std::move(r);
-                continue;
-            }
-            const auto [ib, ia] = comparable_images(base, r);
-            const auto p = psnr(ib, ia);
-            const auto q = ssim(ib, ia);
-            for (size_t i = 0; i < unit.conditions.size(); ++i) {
-                images.push_back(
-                    {{"config", plans.names[k]},
-                     {"seed", unit.seed},
-                     {"condition", unit.conditions[i]},
-                     {"psnr_db", std::isfinite(p[i]) ? nlohmann::json(p[i]) : nlohmann::json()},
-                     {"ssim", q[i]},
-                     {"token_agreement",
-                      token_agreement_of(runner, base, r, static_cast<int64_t>(i))}});
+    ShardScores scores;
+    {
+        // Declared after `scores`: destroyed (its worker stopped) before them on an error.
+        ScoringQueue queue(scoring == ShardScoring::Overlapped, device);
+        for (const auto& unit : shard.units) {
+            const SampleSettings s = unit_settings(m, settings, unit);
+            runner.validate(s);
+            std::shared_ptr<const RunResult> base;
+            for (size_t k = 0; k < plans.names.size(); ++k) {
+                const std::string& name = plans.names[k];
+                if (device.is_cuda()) kernels::reset_cuda_peak_memory(device.index());
+                RunResult generated = runner.generate(s, plans.plans[k].get());
+                // The sampler does not wait for the device when steps are not timed: the call's
+                // time is its host time plus what its stream still had to do (only this stream:
+                // with overlap, not the scorer's).
+                const auto returned = std::chrono::steady_clock::now();
+                wait_for_current_stream(device);
+                const double tail_ms = std::chrono::duration<double, std::milli>(
+                                           std::chrono::steady_clock::now() - returned)
+                                           .count();
+                auto& t = timing[name];
+                t["calls"].push_back(
+                    {{"images", s.batch},
+                     {"millis", generated.model_millis() + (device.is_cuda() ? tail_ms : 0.0)}});
+                if (device.is_cuda())
+                    t["peak_memory_bytes"] = std::max(
+                        t["peak_memory_bytes"].is_null() ? int64_t{0}
+                                                         : t["peak_memory_bytes"].get<int64_t>(),
+                        kernels::cuda_memory(device.index()).peak_allocated);
+                auto r = std::make_shared<const RunResult>(std::move(generated));
+                if (k == 0) base = r;
+                if (scoring == ShardScoring::Off) continue;
+                // After the timed call: scoring stays out of the latencies.
+                queue.push([&m, &runner, &scorers, &scores, &name, k, &unit, r, base] {
+                    score_call(m, runner, scorers, name, k, unit, *r, *base, scores);
+                });
             }
         }
+        queue.finish();
     }
-    if (m.save_images && !saved.empty()) {
+    if (m.save_images && !scores.saved.empty()) {
         StateDict tensors;
-        for (auto& [name, list] : saved) tensors[name] = at::cat(list, 0);
+        for (auto& [name, list] : scores.saved) tensors[name] = at::cat(list, 0);
         fs::create_directories(fs::path(m.output_dir) / "images");
         char file[40];
         std::snprintf(file, sizeof file, "shard-%05lld.safetensors",
@@ -250,10 +318,10 @@ nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans&
     }
     nlohmann::json out = {{"fingerprint", fingerprint},
                           {"shard", shard.index},
-                          {"images", images},
+                          {"images", scores.images},
                           {"timing", timing}};
-    if (inception) out["features"] = features.to_json();
-    if (scorers.emoji) out["emoji_features"] = emoji_scores.to_json();
+    if (scorers.inception) out["features"] = scores.features.to_json();
+    if (scorers.emoji) out["emoji_features"] = scores.emoji.to_json();
     return out;
 }
 
@@ -277,16 +345,9 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
         prepare_eval_output(m);
         const EvalPlans plans = eval_plans(m, runner);
         settings = eval_settings(m, runner);
-        std::optional<FidInception> inception;
-        Scorers scorers;
-        const auto emoji = emoji_scorer(m, runner, scorers.emoji_targets);
-        if (emoji) scorers.emoji = &*emoji;
-        if (m.metrics.inception_enabled()) {  // bad metric inputs fail before any sampling
-            check_reference_stats(m.metrics);
-            inception.emplace(FidInception::load(m.metrics.inception));
-            inception->to(runner.device());
-            scorers.inception = &*inception;
-        }
+        const EvalScorers scorers = load_eval_scorers(m, runner);
+        const ShardScoring scoring =
+            m.overlap_scoring ? ShardScoring::Overlapped : ShardScoring::Inline;
         const auto todo = shards_of_rank(static_cast<int64_t>(shards.size()), rank, world);
         const auto start = Clock::now();
         EvalProgress progress{rank, 0, static_cast<int64_t>(todo.size()), 0, 0, -1};
@@ -298,8 +359,9 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
                 ++progress.resumed;
             } else {
                 if (m.warmup && out.computed == 0)
-                    warm_up(m, runner, plans, settings, shards[index].units.front());
-                done = run_shard(m, runner, plans, settings, shards[index], fingerprint, scorers);
+                    warm_up_shard(m, runner, plans, settings, shards[index]);
+                done = run_shard(m, runner, plans, settings, shards[index], fingerprint, scorers,
+                                 scoring);
                 write_file_atomic(path, done->dump() + "\n");
                 ++out.computed;
             }

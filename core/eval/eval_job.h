@@ -5,18 +5,22 @@
 // images.csv. Quality metrics that need a feature network (FID, ...) plug in at run_shard's
 // per-image loop and at aggregate_shards: with the manifest's "metrics", every image's FID
 // Inception features go into the shard file and the result gets FID, sFID, IS and
-// precision/recall per config (core/eval/quality.h).
+// precision/recall per config (core/eval/quality.h). The scoring runs inline after each call,
+// or with the manifest's "overlap_scoring" on a worker while the next call generates
+// (core/eval/scoring_queue.h): the same shard files either way.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/eval/manifest.h"
 #include "core/eval/process_group.h"
 #include "core/eval/shards.h"
+#include "core/metrics/emoji_features.h"
 #include "core/metrics/fid_inception.h"
 #include "core/runner/runner.h"
 
@@ -59,11 +63,36 @@ SampleSettings eval_settings(const EvalManifest& m, const Runner& runner);
 // std::invalid_argument naming output_dir otherwise.
 void prepare_eval_output(const EvalManifest& m);
 
-// One shard's result (the JSON of its shard file); with `inception`, the features of every
-// image of every config too (std::invalid_argument for a model without decoded images).
+// The networks of the manifest's "metrics" (none when it has none), loaded, on the runner's
+// device, and checked against the model before any sampling (ManifestError naming the field).
+struct EvalScorers {
+    std::optional<FidInception> inception;
+    std::optional<EmojiFeatureNetwork> emoji;
+    std::vector<int64_t> emoji_targets;  // per condition: the class to show, -1 = not counted
+};
+EvalScorers load_eval_scorers(const EvalManifest& m, const Runner& runner);
+
+// How a shard's images are scored: not at all (generation alone, the throughput bench's
+// reference: the shard JSON then has timings only), inline after each generate call (the job
+// with "overlap_scoring": false), or by the scoring worker while the next call generates
+// (core/eval/scoring_queue.h; the same JSON as inline).
+enum class ShardScoring { Off, Inline, Overlapped };
+
+// One shard's result (the JSON of its shard file); with the scorers' networks, the features of
+// every image of every config too (std::invalid_argument for a model without decoded images).
 nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans& plans,
                          const SampleSettings& settings, const EvalShard& shard,
-                         const std::string& fingerprint, const FidInception* inception = nullptr);
+                         const std::string& fingerprint, const EvalScorers& scorers,
+                         ShardScoring scoring);
+
+// One untimed call per config on the shard's first unit (one-time costs: CUDA graph capture,
+// allocator growth).
+void warm_up_shard(const EvalManifest& m, Runner& runner, const EvalPlans& plans,
+                   const SampleSettings& settings, const EvalShard& shard);
+
+// The runner a manifest names: its checkpoint (open_runner), or random weights ("model":
+// {"random": 30}: VAR of that depth, the official init, as --random 30).
+std::unique_ptr<Runner> open_eval_runner(const EvalManifest& m, const LoadOptions& options);
 
 EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobOptions& options);
 

@@ -47,15 +47,40 @@ struct Reader {
     }
 };
 
-ModelSpec read_model(const Reader& r, const nlohmann::json& j) {
+bool is_seed(const nlohmann::json& j) {
+    return j.is_number_unsigned() || (j.is_number_integer() && j.get<int64_t>() >= 0);
+}
+
+void read_model(const Reader& r, const nlohmann::json& j, EvalManifest& m) {
     if (!j.is_object())
-        r.fail("model", "expected an object ({\"embedded\": \"var\"} or {\"path\": ...})");
-    r.known(j, "model", {"embedded", "path", "vae", "text_encoder", "diffusion_steps", "family"});
-    ModelSpec spec;
-    if (j.contains("embedded") == j.contains("path"))
         r.fail("model",
-               "name either \"path\" (a checkpoint) or \"embedded\" (\"t2i\", \"var\" "
-               "or \"mar\")");
+               "expected an object ({\"embedded\": \"var\"}, {\"path\": ...} or "
+               "{\"random\": depth})");
+    r.known(j, "model",
+            {"embedded", "path", "vae", "text_encoder", "diffusion_steps", "family", "random",
+             "init_seed"});
+    ModelSpec& spec = m.model;
+    if (int(j.contains("embedded")) + int(j.contains("path")) + int(j.contains("random")) != 1)
+        r.fail("model",
+               "name one of \"path\" (a checkpoint), \"embedded\" (\"t2i\", \"var\" "
+               "or \"mar\") or \"random\" (a VAR depth: random weights, for timing)");
+    if (j.contains("init_seed") && !j.contains("random"))
+        r.fail("model.init_seed", "seeds random weights: needs \"random\"");
+    if (j.contains("random")) {
+        const auto& d = j["random"];
+        if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > 64)
+            r.fail("model.random", "expected a VAR depth in [1, 64] (e.g. 30), got " + d.dump());
+        for (const char* k : {"vae", "text_encoder", "diffusion_steps", "family"})
+            if (j.contains(k))
+                r.fail(std::string("model.") + k, "random weights bring their own architecture");
+        m.random_depth = d.get<int64_t>();
+        if (j.contains("init_seed")) {
+            if (!is_seed(j["init_seed"]))
+                r.fail("model.init_seed", "expected an integer >= 0, got " + j["init_seed"].dump());
+            m.init_seed = j["init_seed"].get<uint64_t>();
+        }
+        return;
+    }
     if (j.contains("embedded")) {
         const std::string f = r.text(j["embedded"], "model.embedded");
         if (f != "var" && f != "mar" && f != "t2i" && f != "infinity")
@@ -78,11 +103,6 @@ ModelSpec read_model(const Reader& r, const nlohmann::json& j) {
         spec.text_encoder_path = r.path(j["text_encoder"], "model.text_encoder", true);
     if (j.contains("diffusion_steps"))
         spec.diffusion_steps = r.text(j["diffusion_steps"], "model.diffusion_steps");
-    return spec;
-}
-
-bool is_seed(const nlohmann::json& j) {
-    return j.is_number_unsigned() || (j.is_number_integer() && j.get<int64_t>() >= 0);
 }
 
 std::vector<uint64_t> read_seeds(const Reader& r, const nlohmann::json& j) {
@@ -174,6 +194,8 @@ nlohmann::json EvalManifest::work_json() const {
                            {"batches_per_shard", batches_per_shard},
                            {"sampling", sampling},
                            {"configs", configs_json}};
+    if (random_depth > 0)  // absent otherwise: checkpoint manifests keep their fingerprints
+        work["model"]["random"] = {{"depth", random_depth}, {"init_seed", init_seed}};
     // The shards then carry Inception features (the reference enters only the aggregation);
     // manifests without metrics keep their fingerprints.
     if (metrics.inception_enabled()) work["metrics"]["inception"] = metrics.inception;
@@ -188,11 +210,11 @@ EvalManifest parse_manifest(const nlohmann::json& j, const std::string& source,
     r.known(j, "",
             {"model", "device", "precision", "classes", "prompts", "seeds", "batch",
              "batches_per_shard", "sampling", "configs", "output_dir", "save_images", "warmup",
-             "rank_timeout_s", "metrics"});
+             "rank_timeout_s", "metrics", "overlap_scoring"});
     for (const char* required : {"model", "seeds", "configs", "output_dir"})
         if (!j.contains(required)) r.fail(required, "missing (required)");
     EvalManifest m;
-    m.model = read_model(r, j["model"]);
+    read_model(r, j["model"], m);
     if (j.contains("device")) m.device = r.text(j["device"], "device");
     if (j.contains("precision")) m.precision = r.text(j["precision"], "precision");
 
@@ -260,6 +282,10 @@ EvalManifest parse_manifest(const nlohmann::json& j, const std::string& source,
     if (j.contains("warmup")) {
         if (!j["warmup"].is_boolean()) r.fail("warmup", "expected true or false");
         m.warmup = j["warmup"].get<bool>();
+    }
+    if (j.contains("overlap_scoring")) {
+        if (!j["overlap_scoring"].is_boolean()) r.fail("overlap_scoring", "expected true or false");
+        m.overlap_scoring = j["overlap_scoring"].get<bool>();
     }
     if (j.contains("rank_timeout_s")) {
         if (!j["rank_timeout_s"].is_number() || j["rank_timeout_s"].get<double>() <= 0)

@@ -47,6 +47,10 @@ inline constexpr const char* kBaselineConfig = "baseline";
 
 struct EvalManifest {
     ModelSpec model;
+    // "model": {"random": 30}: random (official-init) VAR weights of that depth instead of a
+    // checkpoint, for timing (`--random 30`); `init_seed` seeds them. 0 = a checkpoint.
+    int64_t random_depth = 0;
+    uint64_t init_seed = 0;
     std::string device = "cpu";
     std::string precision = "fp32";
     std::vector<int64_t> classes;      // one image per class and seed (VAR, MAR)
@@ -64,6 +68,10 @@ struct EvalManifest {
     // capture and allocator growth, stay out of the latencies). Not part of the work.
     bool warmup = true;
     double rank_timeout_s = 3600;  // distributed: how long rank 0 waits for the others
+    // Score each generate call's images on a worker (own CUDA stream) while the next call
+    // generates (core/eval/scoring_queue.h); the shard files are the same either way. Not part
+    // of the work.
+    bool overlap_scoring = false;
     EvalMetricsSpec metrics;
 
     int64_t conditions() const {
