@@ -402,6 +402,7 @@ std::unique_ptr<Runner> load_infinity_runner(const StateDict& all, const ModelSp
     const at::Device device = parse_device(options.device);
     auto pipe = InfinityPipeline::from_weights(all, spec.model_path, spec.vae_path, device);
     apply_precision(options, pipe.model);
+    pipe.sampler->set_exec_policy(options.exec);
     auto t5 = open_text_encoder(spec.text_encoder_path, spec.text_encoder_offload, device,
                                 pipe.model->config(), spec.model_path);
     return std::make_unique<InfinityRunner>(
@@ -424,6 +425,10 @@ std::unique_ptr<Runner> random_infinity_runner(const InfinityConfig& config,
     v->to(device);
     v->eval();
     auto pipe = InfinityPipeline::from(model, v);
+    // The execution policy reaches the loop (kernel paths, fused RoPE, graph pools): before
+    // session 29 it was never passed on, so VARSCOPE_REFERENCE_KERNELS / VARSCOPE_FUSED_ROPE
+    // changed nothing for Infinity (seen on the H200: RoPE "off" timed the fused kernel).
+    pipe.sampler->set_exec_policy(options.exec);
     auto t5 = open_text_encoder(text_encoder_path, text_encoder_offload, device, config,
                                 "a random Infinity");
     return std::make_unique<InfinityRunner>(std::move(pipe), "", std::move(t5), options.tf32);
