@@ -14,6 +14,7 @@
 #include <string>
 #include <utility>
 
+#include "core/sampling/block_flops.h"
 #include "core/sampling/cuda_graph.h"
 #include "core/sampling/grouped_step.h"
 #include "core/sampling/kv_cache.h"
@@ -122,20 +123,15 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
             {ctx.scale.scale, ctx.layer, qkv.q[0], k[0], v[0], 1.0, ctx.mask});
     mark(CostPart::Attention);
     at::Tensor o = hooks ? hooks->attend(ctx, qkv.q, k, v, 1.0) : at::Tensor();
-    const double attention_flops = o.defined() && ctx.attention_flops >= 0
-                                       ? ctx.attention_flops
-                                       : 4.0 * static_cast<double>(qkv.q.size(0)) * qkv.q.size(1) *
-                                             qkv.q.size(2) * k.size(2) * qkv.q.size(3);
+    const double attention_flops = block_attention_flops(o, ctx.attention_flops, qkv.q, k);
     flops += attention_flops;
     if (rec) {
-        // 2 FLOPs per multiply-add: QKV (3C), output (C), the text's query and output (2C)
-        // projections; the FFN's two layers; the attention over the (padded) text.
+        // Projections: QKV (3C), output (C), the text's query and output (2C); the attention over
+        // the (padded) text on top.
         const double n = static_cast<double>(xs.size(0) * xs.size(1));
         const double width = static_cast<double>(xs.size(2));
         const double hidden = static_cast<double>(blk.ffn->fc1->weight.size(0));
-        rec->add_flops(CostPart::Projection, 2.0 * n * width * 6.0 * width);
-        rec->add_flops(CostPart::Ffn, 4.0 * n * width * hidden);
-        rec->add_flops(CostPart::Attention, attention_flops);
+        add_block_flops(*rec, n, width, 6.0, hidden, attention_flops);
         rec->add_flops(CostPart::CrossAttention,
                        4.0 * n * static_cast<double>(text_kv.k.size(2)) * width);
     }

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/accel/probe_kinds.h"
+#include "core/sampling/block_flops.h"
 #include "core/sampling/chunked_decode.h"
 #include "core/sampling/cuda_graph.h"
 #include "core/sampling/grouped_step.h"
@@ -91,19 +92,13 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
         probe->on_attention_inputs({ctx.scale.scale, ctx.layer, qkv.q[0], k[0], v[0], s, ctx.mask});
     mark(CostPart::Attention);
     at::Tensor o = hooks ? hooks->attend(ctx, qkv.q, k, v, s) : at::Tensor();
-    const double attention_flops = o.defined() && ctx.attention_flops >= 0
-                                       ? ctx.attention_flops
-                                       : 4.0 * static_cast<double>(qkv.q.size(0)) * qkv.q.size(1) *
-                                             qkv.q.size(2) * k.size(2) * qkv.q.size(3);
+    const double attention_flops = block_attention_flops(o, ctx.attention_flops, qkv.q, k);
     flops += attention_flops;
-    if (rec) {
-        // 2 FLOPs per multiply-add: QKV (3C) and output (C) projections, the FFN's two layers.
+    if (rec) {  // projections: QKV (3C) and output (C)
         const double n = static_cast<double>(xs.size(0) * xs.size(1));
         const double width = static_cast<double>(xs.size(2));
         const double hidden = static_cast<double>(blk.ffn->fc1->weight.size(0));
-        rec->add_flops(CostPart::Projection, 2.0 * n * width * 4.0 * width);
-        rec->add_flops(CostPart::Ffn, 4.0 * n * width * hidden);
-        rec->add_flops(CostPart::Attention, attention_flops);
+        add_block_flops(*rec, n, width, 4.0, hidden, attention_flops);
     }
     if (!o.defined()) {
         mark(CostPart::Attention);  // a hook may have marked its own work and left it to us
