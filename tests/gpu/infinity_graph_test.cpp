@@ -13,7 +13,7 @@
 #include "core/pipeline.h"
 #include "core/sampling/infinity_sampler.h"
 #include "kernels/cuda_graph.h"
-#include "tests/tiny_models.h"
+#include "tests/gpu/tiny_infinity_cuda.h"
 
 using namespace varscope;
 
@@ -23,45 +23,22 @@ using namespace varscope;
 
 namespace {
 
-// Head dim 64 (SparVAR's kernels), six blocks (layer -5 exists), 8 bits per token.
+// Six blocks: layer -5 (a cfg_insertion_layer below) exists.
 InfinityConfig small_config() {
-    InfinityConfig c;
-    c.depth = 6;
-    c.embed_dim = 128;
-    c.num_heads = 2;
-    c.mlp_hidden = 512;
-    c.text_channels = 128;
-    c.text_maxlen = 16;
-    c.pool_heads = 1;
-    c.codebook_dim = 8;
-    return c;
+    return varscope::testing::tiny_infinity_cuda_config(6);
 }
 
 InfinitySampler sampler_on_cuda(bool bf16) {
-    auto m = random_infinity(small_config(), 3);
-    varscope::testing::randomise(*m, 4);
-    m->to(at::kCUDA);
-    m->eval();
-    if (bf16) m->use_autocast_bf16();
-    bsq::BsqQuantConfig q;
-    q.codebook_dim = 8;
-    return InfinitySampler(m, q);
+    return varscope::testing::tiny_infinity_sampler_on_cuda(small_config().depth, bf16);
 }
 
 InfinityText text_of(std::vector<int64_t> lens, uint64_t seed) {
-    int64_t total = 0;
-    for (auto l : lens) total += l;
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-    return {at::randn({total, 128}, gen).to(at::kCUDA), std::move(lens)};
+    return varscope::testing::tiny_infinity_text(std::move(lens), seed);
 }
 
 InfinitySampleOptions options(bool graphs, std::vector<int64_t> insertion = {0}) {
-    InfinitySampleOptions o;
-    o.seed = 9;
-    o.cfg = 3.0;
-    o.tau = 0.8;
+    auto o = varscope::testing::tiny_infinity_options(graphs);
     o.cfg_insertion_layer = std::move(insertion);
-    o.cuda_graphs = graphs;
     return o;
 }
 

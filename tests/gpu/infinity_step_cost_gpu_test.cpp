@@ -14,7 +14,7 @@
 #include "core/pipeline.h"
 #include "core/sampling/infinity_sampler.h"
 #include "kernels/cuda_graph.h"
-#include "tests/tiny_models.h"
+#include "tests/gpu/tiny_infinity_cuda.h"
 
 using namespace varscope;
 
@@ -24,42 +24,20 @@ using namespace varscope;
 
 namespace {
 
-// Head dim 64 (SparVAR's kernels), 8 bits per token.
 InfinityConfig small_config() {
-    InfinityConfig c;
-    c.depth = 4;
-    c.embed_dim = 128;
-    c.num_heads = 2;
-    c.mlp_hidden = 512;
-    c.text_channels = 128;
-    c.text_maxlen = 16;
-    c.pool_heads = 1;
-    c.codebook_dim = 8;
-    return c;
+    return varscope::testing::tiny_infinity_cuda_config(4);
 }
 
 InfinitySampler sampler_on_cuda() {
-    auto m = random_infinity(small_config(), 3);
-    varscope::testing::randomise(*m, 4);
-    m->to(at::kCUDA);
-    m->eval();
-    m->use_autocast_bf16();
-    bsq::BsqQuantConfig q;
-    q.codebook_dim = 8;
-    return InfinitySampler(m, q);
+    return varscope::testing::tiny_infinity_sampler_on_cuda(small_config().depth, true);
 }
 
 InfinityText text() {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
-    return {at::randn({16, 128}, gen).to(at::kCUDA), {5, 11}};
+    return varscope::testing::tiny_infinity_text({5, 11}, 1);
 }
 
 InfinitySampleOptions options(bool graphs, bool time_parts) {
-    InfinitySampleOptions o;
-    o.seed = 9;
-    o.cfg = 3.0;
-    o.tau = 0.8;
-    o.cuda_graphs = graphs;
+    auto o = varscope::testing::tiny_infinity_options(graphs);
     o.time_parts = time_parts;
     return o;
 }
