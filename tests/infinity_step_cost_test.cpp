@@ -17,32 +17,24 @@
 #include "core/runner/runner.h"
 #include "core/sampling/infinity_sampler.h"
 #include "tests/test_util.h"
-#include "tests/tiny_models.h"
+#include "tests/tiny_infinity.h"
 
 using namespace varscope;
 
 namespace {
 
-constexpr int64_t kTextLen = 5;
+constexpr int64_t kTextLen = 5;  // tiny_preset_infinity_text() has 5 tokens
 
 InfinityConfig tiny_config() {
-    auto c = InfinityConfig::infinity_2b();  // 13+ level embeddings: the presets' schedule
-    c.depth = 2, c.embed_dim = 32, c.num_heads = 2, c.mlp_hidden = 64, c.text_channels = 128;
-    c.text_maxlen = 8, c.pool_heads = 1, c.codebook_dim = 4;
-    return c;
+    return varscope::testing::tiny_preset_infinity_config();
 }
 
 InfinitySampler tiny_sampler() {
-    auto m = random_infinity(tiny_config(), 5);
-    varscope::testing::randomise(*m, 6);
-    bsq::BsqQuantConfig q;
-    q.codebook_dim = 4;
-    return InfinitySampler(m, q);
+    return varscope::testing::tiny_preset_infinity_sampler();
 }
 
 InfinityText text() {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
-    return {at::randn({kTextLen, 128}, gen), {kTextLen}};
+    return varscope::testing::tiny_preset_infinity_text();
 }
 
 InfinitySampleOptions options(bool time_parts) {
