@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/io/checkpoint.h"
+#include "core/sampling/autocast_scope.h"
 
 namespace varscope {
 
@@ -39,9 +40,10 @@ InfinityPipeline InfinityPipeline::load(const std::string& model_path, const std
 InfinityPipeline InfinityPipeline::from_weights(const StateDict& dict,
                                                 const std::string& model_path,
                                                 const std::string& vae_path,
-                                                const at::Device& device) {
+                                                const at::Device& device, bool bf16_blocks) {
     InfinityTransformer model(InfinityConfig::infer_from(dict, model_path));
     model->load(dict, model_path);
+    if (bf16_blocks) model->use_autocast_bf16();
     model->to(device);
     model->eval();
     BsqVae vae{nullptr};
@@ -69,7 +71,10 @@ InfinityPipeline::Output InfinityPipeline::generate(const InfinityText& text,
         c10::InferenceMode guard;
         const auto t0 = std::chrono::steady_clock::now();
         BsqVae decoder = vae;  // decode() is not const; the holder shares the module
-        out.images = decoder->decode_01(out.sample.summed_codes);
+        {  // the official bf16 mode decodes under torch.autocast (autocast_scope.h)
+            CudaAutocastScope scope(model->autocast_bf16() && out.sample.summed_codes.is_cuda());
+            out.images = decoder->decode_01(out.sample.summed_codes).to(at::kFloat);
+        }
         synchronize_device(out.images.device());
         out.decode_millis =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)

@@ -26,9 +26,13 @@ struct InfinityPipeline {
     // does not fit the transformer (bits per token).
     static InfinityPipeline load(const std::string& model_path, const std::string& vae_path,
                                  const at::Device& device = at::kCPU);
-    // As load(), with the transformer's tensors already read from model_path.
+    // As load(), with the transformer's tensors already read from model_path. `bf16_blocks`:
+    // the official bf16 mode (InfinityTransformerImpl::use_autocast_bf16), applied on the CPU
+    // before the move, so the device never holds an fp32 copy of the blocks (Infinity-8B: 33 GB
+    // in fp32 against 17 GB in bf16; the caching allocator kept the fp32 copy's memory).
     static InfinityPipeline from_weights(const StateDict& weights, const std::string& model_path,
-                                         const std::string& vae_path, const at::Device& device);
+                                         const std::string& vae_path, const at::Device& device,
+                                         bool bf16_blocks = false);
     // Wraps built modules (tests, random weights); checks that they fit together.
     static InfinityPipeline from(InfinityTransformer model, BsqVae vae);
 

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include "kernels/memory_stats.h"
+
 namespace varscope {
 namespace {
 
@@ -55,6 +57,9 @@ TextCondition T5TextEncoder::encode(const std::vector<std::string>& prompts) {
 
 void T5TextEncoder::offload() {
     encoder_.to(c10::kCPU);
+    // The caching allocator would keep the encoder's blocks reserved (flan-t5-xl: 4.9 GB in
+    // fp32), so the card would not see them free for the transformer's KV cache.
+    kernels::empty_cuda_cache();
 }
 bool T5TextEncoder::offloaded() const {
     return options_.encoder.device != c10::Device(c10::kCPU) && encoder_.device().is_cpu();

@@ -390,8 +390,9 @@ void check_precision(const LoadOptions& options, const std::string& what) {
                                     "official bf16 mode); fp16 is not supported");
 }
 
-void apply_precision(const LoadOptions& options, InfinityTransformer& model) {
-    if (options.precision == Precision::Bf16) model->use_autocast_bf16();
+// Before the model moves to the device (see InfinityPipeline::from_weights).
+bool bf16_blocks(const LoadOptions& options) {
+    return options.precision == Precision::Bf16;
 }
 
 }  // namespace
@@ -400,8 +401,8 @@ std::unique_ptr<Runner> load_infinity_runner(const StateDict& all, const ModelSp
                                              const LoadOptions& options) {
     check_precision(options, spec.model_path);
     const at::Device device = parse_device(options.device);
-    auto pipe = InfinityPipeline::from_weights(all, spec.model_path, spec.vae_path, device);
-    apply_precision(options, pipe.model);
+    auto pipe = InfinityPipeline::from_weights(all, spec.model_path, spec.vae_path, device,
+                                               bf16_blocks(options));
     pipe.sampler->set_exec_policy(options.exec);
     auto t5 = open_text_encoder(spec.text_encoder_path, spec.text_encoder_offload, device,
                                 pipe.model->config(), spec.model_path);
@@ -418,9 +419,9 @@ std::unique_ptr<Runner> random_infinity_runner(const InfinityConfig& config,
     check_precision(options, "--random");
     const at::Device device = parse_device(options.device);
     auto model = random_infinity(config, seed);
+    if (bf16_blocks(options)) model->use_autocast_bf16();
     model->to(device);
     model->eval();
-    apply_precision(options, model);
     BsqVae v(BsqVaeImpl::random(vae, seed + 1));
     v->to(device);
     v->eval();

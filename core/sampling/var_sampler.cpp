@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/accel/probe_kinds.h"
+#include "core/sampling/autocast_scope.h"
 #include "core/sampling/block_flops.h"
 #include "core/sampling/chunked_decode.h"
 #include "core/sampling/cuda_graph.h"
@@ -564,9 +565,14 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     const auto t_dec = Clock::now();
     // In chunks of images (chunked_decode.h): the VQVAE's full-size maps would scale with B.
     const int64_t chunk = decode_chunk_images(vae_->config().downsample() * c.patch_nums.back());
+    // The bf16 modes decode under CUDA autocast, as the official sampler's torch.autocast does
+    // (autocast_scope.h); the images leave as fp32.
+    const bool bf16_decode = f_hat.is_cuda() && (autocast || dtype == at::kBFloat16);
     const auto decode = [&](const at::Tensor& f) {
-        return decode_in_chunks(
-            f, chunk, [&](const at::Tensor& part) { return vae_->decode(part).add(1).mul(0.5); });
+        return decode_in_chunks(f, chunk, [&](const at::Tensor& part) {
+            CudaAutocastScope scope(bf16_decode);
+            return vae_->decode(part).add(1).mul(0.5).to(at::kFloat);
+        });
     };
     if (opt.decode && graphs) {
         // A copy: the graph's output is overwritten by the next call's replay.
