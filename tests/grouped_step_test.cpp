@@ -8,6 +8,8 @@
 
 #include <cmath>
 
+#include "core/models/var.h"
+
 using namespace varscope;
 
 namespace {
@@ -92,4 +94,33 @@ TEST(GroupedStep, MasksAreBlockCausalInsideTheGroupAndOpenToEarlierKeys) {
     EXPECT_EQ(b[1][1].item<float>() + b[1][2].item<float>(), 0.0f);  // row 5 sees both
     EXPECT_THROW(block_group_mask(m, at::zeros({2, 2}, at::kLong), 15), c10::Error);
     EXPECT_THROW(block_group_mask(m, {}, 5), c10::Error);  // fewer keys than the step's rows
+}
+
+// The grouped step's attention without the mask (one SDPA per scale over its visible prefix)
+// is the masked attention: same values within fp32 rounding, and the segment boundaries are
+// where the mask puts them (a key of a later scale changes nothing before it).
+TEST(GroupedStep, PerScaleAttentionIsTheMaskedAttention) {
+    const auto c = config();
+    const ExecPolicy exec;
+    Group hooks;
+    hooks.size = 3;
+    auto ctx = context(c, 2, exec);  // scales 2, 3, 4: 9 + 16 + 36 = 61 rows
+    plan_step_segments(ctx, &hooks, 5);
+    place_step_segments(ctx, at::kCPU, nullptr);
+    const int64_t earlier = 5, rows = 61;
+    at::manual_seed(3);
+    const auto q = at::randn({2, 3, rows, 8});
+    auto k = at::randn({2, 3, earlier + rows, 8});
+    auto v = at::randn({2, 3, earlier + rows, 8});
+    const auto step = step_group_mask(ctx, at::TensorOptions().dtype(at::kFloat), nullptr);
+    const auto masked = attention_sdpa(q, k, v, 0.3, block_group_mask(step, {}, earlier + rows));
+    const auto split = grouped_attention_sdpa(ctx.segments, q, k, v, 0.3);
+    ASSERT_EQ(split.sizes(), masked.sizes());
+    EXPECT_LT((split - masked).abs().max().item<float>(), 1e-5f);
+    // Changing the keys of the last scale moves only the last scale's rows.
+    k.narrow(2, earlier + 25, 36).add_(1.0);
+    const auto moved = grouped_attention_sdpa(ctx.segments, q, k, v, 0.3);
+    EXPECT_TRUE(at::equal(moved.narrow(2, 0, 25), split.narrow(2, 0, 25)));
+    EXPECT_FALSE(at::allclose(moved.narrow(2, 25, 36), split.narrow(2, 25, 36)));
+    EXPECT_THROW(grouped_attention_sdpa(ctx.segments, q.narrow(2, 0, 60), k, v, 0.3), c10::Error);
 }

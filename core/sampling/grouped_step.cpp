@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "core/models/var.h"
 #include "core/sampling/cuda_graph.h"
 
 namespace varscope {
@@ -75,6 +76,24 @@ at::Tensor block_group_mask(const at::Tensor& step_mask, const at::Tensor& rows,
     const int64_t earlier = kv_len - sm.size(1);
     TORCH_CHECK(earlier >= 0, "KV cache lost keys of the current grouped step");
     return at::cat({at::zeros({sm.size(0), earlier}, sm.options()), sm}, 1);
+}
+
+at::Tensor grouped_attention_sdpa(const std::vector<ScaleSegment>& segs, const at::Tensor& q,
+                                  const at::Tensor& k, const at::Tensor& v, double scale) {
+    int64_t rows = 0;
+    for (const auto& seg : segs) rows += seg.length();
+    TORCH_CHECK(q.size(2) == rows, "grouped attention: ", q.size(2), " query rows for segments of ",
+                rows);
+    const int64_t earlier = k.size(2) - rows;
+    TORCH_CHECK(earlier >= 0, "KV cache lost keys of the current grouped step");
+    std::vector<at::Tensor> parts;
+    parts.reserve(segs.size());
+    for (const auto& seg : segs) {
+        const int64_t visible = earlier + seg.offset + seg.length();
+        parts.push_back(attention_sdpa(q.narrow(2, seg.offset, seg.length()),
+                                       k.narrow(2, 0, visible), v.narrow(2, 0, visible), scale));
+    }
+    return at::cat(parts, 2);
 }
 
 }  // namespace varscope

@@ -41,4 +41,14 @@ at::Tensor step_group_mask(const ScaleContext& ctx, const at::TensorOptions& opt
 // allows.
 at::Tensor block_group_mask(const at::Tensor& step_mask, const at::Tensor& rows, int64_t kv_len);
 
+// SDPA over a grouped step's rows without the additive mask: one call per segment, its queries
+// (B, H, length, d) seeing the cached keys up to the segment's own last row - the prefix that
+// block_group_mask leaves visible - so each call may take the fused (flash) kernels, which a
+// mask rules out (LazyVAR's grouped step ran its attention at a third of the dense step's
+// FLOP rate with the mask: bench/results/2026-11-29-h200/session30). The same softmax over the
+// same keys as attention_sdpa(q, k, v, scale, block_group_mask(...)), rounded by another
+// kernel. For a block that computes every row of the step (no block-level token selection).
+at::Tensor grouped_attention_sdpa(const std::vector<ScaleSegment>& segs, const at::Tensor& q,
+                                  const at::Tensor& k, const at::Tensor& v, double scale);
+
 }  // namespace varscope

@@ -143,7 +143,9 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
             probe->on_attention({ctx.scale.scale, ctx.layer, probs[0].to(at::kFloat).cpu()});
         } else {
             o = backend == AttentionBackend::Eager ? attention_eager(qkv.q, k, v, 1.0, ctx.mask)
-                                                   : attention_sdpa(qkv.q, k, v, 1.0, ctx.mask);
+                : step_mask.defined() && !rows.defined()  // a group: per scale, no mask
+                    ? grouped_attention_sdpa(ctx.scale.segments, qkv.q, k, v, 1.0)
+                    : attention_sdpa(qkv.q, k, v, 1.0, ctx.mask);
         }
     }
     mark(CostPart::Projection);
