@@ -112,8 +112,9 @@ int run(AnalyzeArgs& a) {
     opt.measure.query_chunk = a.query_chunk;
     opt.measure.sink_scales = a.sink_scales;
     opt.measure.query_maps = a.query_maps;
-    const auto res = report_out_of_memory(
-        *runner, s, [&] { return analysis::analyze_attention(*runner, s, *accel, opt); });
+    const auto res = report_out_of_memory(*runner, s, accel.get(), [&] {
+        return analysis::analyze_attention(*runner, s, *accel, opt);
+    });
 
     nlohmann::json j = environment_json(runner->device().str());
     j.update({{"date", now_utc()}, {"seed", a.sampling.seed}, {"precision", a.model.precision}});

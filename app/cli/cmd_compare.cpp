@@ -92,7 +92,7 @@ int run(CompareArgs& a) {
 
     // Alternate the two sides so drift of the machine affects both alike.
     Side base, fast;
-    report_out_of_memory(*runner, opt, [&] {
+    report_out_of_memory(*runner, opt, accel.get(), [&] {
         for (int64_t i = 0; i < warmup; ++i) {
             runner->generate(opt);
             runner->generate(opt, accel.get());

@@ -147,7 +147,7 @@ int run(EvalPromptsArgs& a) {
             st.batch = e - s;
             a.sampling.check_memory(*runner, st, accel.get());
             const RunResult res = report_out_of_memory(
-                *runner, st, [&] { return runner->generate(st, accel.get()); });
+                *runner, st, accel.get(), [&] { return runner->generate(st, accel.get()); });
             if (!res.images.defined())
                 throw std::invalid_argument("the model has no decoder: nothing to compare");
             const at::Tensor images = res.images.to(at::kCPU).to(at::kFloat);

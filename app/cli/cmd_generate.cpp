@@ -90,7 +90,7 @@ int run(GenerateArgs& a) {
     if (accel->enabled()) std::cerr << "accelerators: " << accel->summary() << "\n";
     std::cerr << runner->describe() << "\n";
     std::vector<RunResult> runs;
-    report_out_of_memory(*runner, opt, [&] {
+    report_out_of_memory(*runner, opt, accel.get(), [&] {
         for (int64_t i = 0; i < a.warmup; ++i) runner->generate(opt, accel.get());
         for (int64_t r = 0; r < a.repeat; ++r) {
             std::cerr << "run " << r + 1 << "/" << a.repeat << " on " << runner->device() << "\n";

@@ -368,20 +368,30 @@ void SampleArgs::add_to(CLI::App& cmd) {
 }
 
 std::string out_of_memory_message(const Runner& runner, const SampleSettings& s,
-                                  const std::string& what) {
+                                  const std::string& what, const AccelPlan* accel) {
     kernels::empty_cuda_cache();  // what the failed run held is free again
-    const MemoryEstimate estimate = runner.estimate_memory(s);
+    const MemoryEstimate estimate = runner.estimate_memory(s, accel);
+    MemoryEstimate most = estimate;  // every image at the method's most (AMS-KV: all promoted)
+    most.per_image = std::max(estimate.per_image, estimate.per_image_most);
     const int64_t available = available_memory(runner.device());
     std::string msg = "out of " + runner.device().str() + " memory with " +
                       std::to_string(s.images()) + (s.images() == 1 ? " image" : " images") +
                       " (estimate " + format_bytes(estimate.bytes());
+    if (most.bytes() > estimate.bytes()) msg += " to " + format_bytes(most.bytes());
     if (available >= 0) msg += ", " + format_bytes(available) + " free now";
     msg += ")";
     if (available >= 0) {
-        const int64_t fit = std::min(
-            estimate.max_images(int64_t(double(available) * kMemoryHeadroom)), s.images() / 2);
-        msg += fit > 0 ? ": try --batch " + std::to_string(fit)
-                       : ": not even one image fits; try a smaller precision or schedule";
+        const auto fits = [&](const MemoryEstimate& e) {
+            return std::min(e.max_images(int64_t(double(available) * kMemoryHeadroom)),
+                            s.images() / 2);
+        };
+        const int64_t fit = fits(most), fit_least = fits(estimate);
+        msg += fit > 0         ? ": try --batch " + std::to_string(fit)
+               : fit_least > 0 ? ": try --batch " + std::to_string(fit_least) + " (or fewer)"
+                               : ": not even one image fits; try a smaller precision or schedule";
+        if (fit > 0 && fit_least > fit)
+            msg += " (this method's KV cache depends on the image: up to --batch " +
+                   std::to_string(fit_least) + " may fit when no layer needs more than its least)";
     }
     const auto first_line = what.substr(0, what.find('\n'));
     return msg + "\n  (" + first_line + ")";

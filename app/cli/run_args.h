@@ -99,22 +99,25 @@ struct SampleArgs {
     std::map<std::string, CLI::Option*> options_;
 };
 
-// What a user reads when the device ran out of memory mid-run: the batch, the estimate, what is
-// free now and the largest batch the estimate says fits ("try --batch N").
+// What a user reads when the device ran out of memory mid-run: the batch, the estimate of the
+// method that ran (`accel`; null: the baseline), what is free now and the largest batch that
+// fits even at the method's most ("try --batch N"); for a method whose memory depends on the
+// image (AMS-KV), also the batch its least would allow.
 std::string out_of_memory_message(const Runner& runner, const SampleSettings& s,
-                                  const std::string& what);
+                                  const std::string& what, const AccelPlan* accel = nullptr);
 // Runs `f` (a command's sampling): an out-of-memory error (is_out_of_memory, the one classifier
 // the bench's batch search uses too) becomes a std::runtime_error with out_of_memory_message
 // (exit 3). Nothing has been written then: outputs follow the runs.
 template <class F>
-auto report_out_of_memory(const Runner& runner, const SampleSettings& s, F&& f) -> decltype(f()) {
+auto report_out_of_memory(const Runner& runner, const SampleSettings& s, const AccelPlan* accel,
+                          F&& f) -> decltype(f()) {
     try {
         return f();
     } catch (const std::exception& e) {
         if (!is_out_of_memory(e)) throw;
         const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
         throw std::runtime_error(out_of_memory_message(
-            runner, s, c10_error ? c10_error->what_without_backtrace() : e.what()));
+            runner, s, c10_error ? c10_error->what_without_backtrace() : e.what(), accel));
     }
 }
 
