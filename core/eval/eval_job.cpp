@@ -16,6 +16,7 @@
 #include "core/models/var.h"
 #include "core/models/vqvae_config.h"
 #include "core/resources.h"
+#include "core/runner/oom_retry.h"
 #include "kernels/memory_stats.h"
 
 namespace varscope {
@@ -210,7 +211,7 @@ void warm_up_shard(const EvalManifest& m, Runner& runner, const EvalPlans& plans
                    const SampleSettings& settings, const EvalShard& shard) {
     const SampleSettings s = unit_settings(m, settings, shard.units.front());
     runner.validate(s);
-    for (const auto& plan : plans.plans) runner.generate(s, plan.get());
+    for (const auto& plan : plans.plans) generate_releasing_graphs(runner, s, plan.get());
     wait_for_current_stream(runner.device());
 }
 
@@ -277,7 +278,9 @@ nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans&
             for (size_t k = 0; k < plans.names.size(); ++k) {
                 const std::string& name = plans.names[k];
                 if (device.is_cuda()) kernels::reset_cuda_peak_memory(device.index());
-                RunResult generated = runner.generate(s, plans.plans[k].get());
+                // A smaller last shard needs new graph sets: the cached ones give way if the
+                // device cannot hold both (oom_retry.h).
+                RunResult generated = generate_releasing_graphs(runner, s, plans.plans[k].get());
                 // The sampler does not wait for the device when steps are not timed: the call's
                 // time is its host time plus what its stream still had to do (only this stream:
                 // with overlap, not the scorer's).
