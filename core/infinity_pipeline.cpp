@@ -8,6 +8,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/sampling/autocast_scope.h"
+#include "kernels/memory_stats.h"
 
 namespace varscope {
 
@@ -59,7 +60,7 @@ InfinityPipeline::Output InfinityPipeline::generate(const InfinityText& text,
                                                     const InfinitySchedule& schedule,
                                                     const InfinitySampleOptions& options,
                                                     SamplingHooks* hooks, ProbeSink* probe,
-                                                    bool decode) const {
+                                                    bool decode, bool low_memory) const {
     // The pipeline's own sampler keeps its CUDA graphs between calls; a pipeline whose model
     // was swapped after from() samples with a fresh one.
     std::shared_ptr<InfinitySampler> own = sampler;
@@ -69,6 +70,11 @@ InfinityPipeline::Output InfinityPipeline::generate(const InfinityText& text,
     out.sample = own->sample(text, schedule, options, hooks, probe);
     if (decode && vae) {
         c10::InferenceMode guard;
+        if (low_memory && out.sample.summed_codes.is_cuda()) {
+            out.sample.summed_codes = out.sample.summed_codes.clone();  // off the graphs' buffers
+            own->release_graphs();
+            kernels::empty_cuda_cache();
+        }
         const auto t0 = std::chrono::steady_clock::now();
         BsqVae decoder = vae;  // decode() is not const; the holder shares the module
         {  // the official bf16 mode decodes under torch.autocast (autocast_scope.h)

@@ -222,8 +222,8 @@ class InfinityRunner : public Runner {
             hooks = hooks_for(ac, *view, probe);
         }
         std::vector<std::string> notices;
-        const auto out =
-            pipe_.generate(text(s, &notices), sched, options(s), hooks.get(), probe, s.decode);
+        const auto out = pipe_.generate(text(s, &notices), sched, options(s), hooks.get(), probe,
+                                        s.decode, t5_ && t5_->options().offload_after_encode);
         const auto& r = out.sample;
         RunResult res;
         res.images = out.images;
