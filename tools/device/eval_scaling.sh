@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Issue #34's scaling check on a machine with several GPUs: the same eval job on 1 GPU and on N
+# (torchrun, one process per GPU), each from a clean output folder, wall time of the whole job
+# (model set-up included) and whether the results equal (every number but the timings).
+# Call (2-GPU machine; carry the device deps as tools/device/lead_verify.sh says):
+#   BUILD=/tmp/b NGPU=2 bash tools/device/eval_scaling.sh [MANIFEST]
+# MANIFEST defaults to tools/device/configs/eval_scale_d16.json (VAR-d16 random weights, 256^2,
+# bf16, batch 64, 12,000 images per config, baseline + skip2). Session 30 ran it before the eval
+# job's out-of-memory retry: both runs stopped out of memory (bench/results/2026-11-29-h200/session30).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+M=${1:-tools/device/configs/eval_scale_d16.json}
+CLI=${BUILD:-/tmp/b}/app/cli/varscope-cli
+NGPU=${NGPU:-2}
+for n in 1 "$NGPU"; do
+  rm -rf /tmp/scale-$n; S=$(date +%s.%N)
+  timeout "${SCALE_TIMEOUT:-300}" torchrun --no-python --nproc-per-node $n --master-port $((29500 + n)) \
+    "$CLI" eval "$M" --out /tmp/scale-$n > /tmp/scale_$n.txt 2>&1
+  rc=$?; E=$(date +%s.%N)
+  echo "gpus=$n rc=$rc wall_s=$(python3 -c "print(round($E - $S, 2))")"
+  grep -v "shard [0-9]*/" /tmp/scale_$n.txt | tail -6
+  cp /tmp/scale-$n/result.json "$OUT/scale_result_$n.json" 2>/dev/null
+done | tee "$OUT/scale.txt"
+python3 - "$NGPU" <<'PY' | tee -a "$OUT/scale.txt"
+import json, sys
+n = sys.argv[1]
+a, b = (json.load(open(f"/tmp/scale-{k}/result.json")) for k in ("1", n))
+drop = ("images_per_s", "speedup", "latency_ms_per_image", "peak_memory_bytes")
+strip = lambda r: [{k: v for k, v in c.items() if k not in drop} for c in r["configs"]]
+print(f"same metrics 1 vs {n} GPUs:", strip(a) == strip(b))
+PY
