@@ -229,6 +229,48 @@ TEST(InfinityTraining, CaptionNoiseAddsFillersAndDropsWordsButKeepsOne) {
     EXPECT_EQ(at::rand({1}, h1).item<double>(), at::rand({1}, h2).item<double>());
 }
 
+// Pseudo-word fillers look like the held-out wordings' unknown words: random lower-case strings
+// of 3..9 letters, never a held-out template word, deterministic per generator state; with the
+// share at 0 only the word list is used.
+TEST(InfinityTraining, CaptionNoisePseudoWordsAreRandomLetterStrings) {
+    const std::string caption = "red heart, twemoji style";
+    CaptionNoise pseudo;
+    pseudo.prob = 1;
+    pseudo.max_words = 3;
+    pseudo.pseudo_words = 1;
+    auto gen = at::detail::createCPUGenerator(5);
+    std::set<std::string> seen;
+    for (int i = 0; i < 40; ++i) {
+        std::istringstream in(noisy_caption(caption, pseudo, gen));
+        for (std::string w; in >> w;) {
+            if (w == "red" || w == "heart," || w == "twemoji" || w == "style") continue;
+            seen.insert(w);
+            EXPECT_GE(w.size(), 3u) << w;
+            EXPECT_LE(w.size(), 10u) << w;
+            for (char ch : w) EXPECT_TRUE(ch >= 'a' && ch <= 'z') << w;
+            EXPECT_EQ(std::find(kCaptionFillers.begin(), kCaptionFillers.end(), w),
+                      kCaptionFillers.end())
+                << w;
+            EXPECT_EQ(std::find(kHeldOutWords.begin(), kHeldOutWords.end(), w), kHeldOutWords.end())
+                << w;
+        }
+    }
+    EXPECT_GT(seen.size(), 30u);  // 40 captions x 1..3 random strings: nearly all distinct
+    auto g1 = at::detail::createCPUGenerator(8), g2 = at::detail::createCPUGenerator(8);
+    EXPECT_EQ(noisy_caption(caption, pseudo, g1), noisy_caption(caption, pseudo, g2));
+    CaptionNoise words = pseudo;  // share 0: only the word list
+    words.pseudo_words = 0;
+    for (int i = 0; i < 20; ++i) {
+        std::istringstream in(noisy_caption(caption, words, gen));
+        for (std::string w; in >> w;) {
+            if (w == "red" || w == "heart," || w == "twemoji" || w == "style") continue;
+            EXPECT_NE(std::find(kCaptionFillers.begin(), kCaptionFillers.end(), w),
+                      kCaptionFillers.end())
+                << w;
+        }
+    }
+}
+
 TEST(InfinityTraining, T5TrainsAndSavesAHuggingFaceFolder) {
     if (!SentencePieceTokenizer::available()) GTEST_SKIP() << "built without SentencePiece";
     T5Encoder t5(tiny_t5(500));
@@ -432,6 +474,18 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
     EXPECT_EQ(tune.t5.to_json(), job.t5.to_json());
     EXPECT_TRUE(tune.caption_noise.enabled());
     EXPECT_TRUE(tune.reweight_loss_by_scale);
+    // The third phase (prepared, not yet run): the same shapes, pseudo-word fillers.
+    std::ifstream f3(varscope::testing::source_dir() +
+                     "/resources/training/emoji-infinity-phase3.json");
+    ASSERT_TRUE(f3.good());
+    const auto j3 = nlohmann::json::parse(f3);
+    InfinityTrainJob phase3;
+    apply_infinity_config(j3, 1100, phase3);
+    EXPECT_NO_THROW(TrainConfig::from_json(j3.at("train")));
+    EXPECT_EQ(phase3.model.to_json(), job.model.to_json());
+    EXPECT_EQ(phase3.t5.to_json(), job.t5.to_json());
+    EXPECT_DOUBLE_EQ(phase3.caption_noise.pseudo_words, 0.6);
+    EXPECT_EQ(phase3.caption_noise.max_words, 8);
 
     auto error = [&](nlohmann::json c) {
         InfinityTrainJob jb;
@@ -444,6 +498,10 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
         return std::string();
     };
     EXPECT_NE(error({{"model", {{"dept", 3}}}}).find("unknown field 'dept'"), std::string::npos);
+    EXPECT_NE(error({{"caption_noise", {{"prob", 0.5}, {"pseudo_words", 1.5}}}})
+                  .find("pseudo_words in [0, 1]"),
+              std::string::npos);
+
     EXPECT_NE(error({{"model", {{"depth", "x"}}}}).find("'depth' has the wrong type"),
               std::string::npos);
     EXPECT_NE(error({{"t5", {{"d_model", 0}}}}).find("d_model"), std::string::npos);

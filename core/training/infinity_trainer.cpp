@@ -5,6 +5,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/adamw.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -237,17 +238,19 @@ void apply_infinity_config(const nlohmann::json& j, int64_t tokenizer_ids, Infin
         const auto& n = j["caption_noise"];
         if (!n.is_object())
             throw std::invalid_argument(top + ": 'caption_noise' must be an object");
-        require_known_fields(n, {{"prob", 0}, {"max_words", 0}, {"word_dropout", 0}},
-                             top + ": caption_noise");
+        require_known_fields(
+            n, {{"prob", 0}, {"max_words", 0}, {"word_dropout", 0}, {"pseudo_words", 0}},
+            top + ": caption_noise");
         get(n, top + ": caption_noise", "prob", job.caption_noise.prob);
         get(n, top + ": caption_noise", "max_words", job.caption_noise.max_words);
         get(n, top + ": caption_noise", "word_dropout", job.caption_noise.word_dropout);
+        get(n, top + ": caption_noise", "pseudo_words", job.caption_noise.pseudo_words);
         const CaptionNoise& c = job.caption_noise;
         if (!(c.prob >= 0 && c.prob <= 1) || !(c.word_dropout >= 0 && c.word_dropout < 1) ||
-            c.max_words < 0 || c.max_words > 16)
+            c.max_words < 0 || c.max_words > 16 || !(c.pseudo_words >= 0 && c.pseudo_words <= 1))
             throw std::invalid_argument(top +
                                         ": caption_noise: prob in [0, 1], word_dropout in [0, "
-                                        "1), max_words in [0, 16]");
+                                        "1), max_words in [0, 16], pseudo_words in [0, 1]");
     }
     if (!(job.cond_drop >= 0 && job.cond_drop < 1))
         throw std::invalid_argument(top + ": 'cond_drop' must be in [0, 1)");
@@ -268,6 +271,9 @@ const std::vector<std::string> kCaptionFillers = {
     "little", "sticker", "design", "yellow", "cartoon", "vector",     "clean",  "nice",
     "big",    "new",     "my",     "this",   "like",    "illustrated"};
 
+const std::vector<std::string> kHeldOutWords = {"picture", "drawn",    "icon", "showing",
+                                                "from",    "category", "the"};
+
 std::string noisy_caption(const std::string& caption, const CaptionNoise& noise,
                           at::Generator& gen) {
     std::vector<std::string> words;
@@ -287,13 +293,26 @@ std::string noisy_caption(const std::string& caption, const CaptionNoise& noise,
     if (d[words.size()] < noise.prob && noise.max_words > 0) {
         const int64_t n = at::randint(1, noise.max_words + 1, {1}, gen, at::kLong).item<int64_t>();
         for (int64_t k = 0; k < n; ++k) {
-            const auto w =
-                at::randint(0, static_cast<int64_t>(kCaptionFillers.size()), {1}, gen, at::kLong)
-                    .item<int64_t>();
+            std::string filler;
+            if (noise.pseudo_words > 0 &&
+                at::rand({1}, gen, at::kDouble).item<double>() < noise.pseudo_words) {
+                const int64_t len = at::randint(3, 10, {1}, gen, at::kLong).item<int64_t>();
+                const at::Tensor letters = at::randint(0, 26, {len}, gen, at::kLong);
+                for (int64_t i = 0; i < len; ++i)
+                    filler += static_cast<char>('a' + letters[i].item<int64_t>());
+                if (std::find(kHeldOutWords.begin(), kHeldOutWords.end(), filler) !=
+                    kHeldOutWords.end())
+                    filler += 'q';  // (a 1-in-10^5 draw) still a string no template uses
+            } else {
+                const auto w = at::randint(0, static_cast<int64_t>(kCaptionFillers.size()), {1},
+                                           gen, at::kLong)
+                                   .item<int64_t>();
+                filler = kCaptionFillers[static_cast<size_t>(w)];
+            }
             const auto at_pos =
                 at::randint(0, static_cast<int64_t>(kept.size()) + 1, {1}, gen, at::kLong)
                     .item<int64_t>();
-            kept.insert(kept.begin() + at_pos, kCaptionFillers[static_cast<size_t>(w)]);
+            kept.insert(kept.begin() + at_pos, filler);
         }
     }
     std::string out;
@@ -598,7 +617,8 @@ nlohmann::json train_infinity(const InfinityTrainJob& job, std::ostream& out) {
     if (!job.init_t5_path.empty()) report["init_t5"] = job.init_t5_path;
     report["caption_noise"] = {{"prob", job.caption_noise.prob},
                                {"max_words", job.caption_noise.max_words},
-                               {"word_dropout", job.caption_noise.word_dropout}};
+                               {"word_dropout", job.caption_noise.word_dropout},
+                               {"pseudo_words", job.caption_noise.pseudo_words}};
     report["ema_rate"] = job.ema_rate;
     report["bf16_autocast"] = job.bf16_autocast;
     report["export_int8"] = job.export_int8;

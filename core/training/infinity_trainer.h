@@ -31,13 +31,22 @@ namespace varscope {
 // always stays), so the text encoder learns to read the emoji's name among words it does not
 // know. The fillers (kCaptionFillers) avoid every word of the held-out templates ("picture",
 // "drawn", "icon", "showing", "from", "category", "the"), so the evaluation stays unseen wording.
+//
+// `pseudo_words`: the share of fillers that are random lower-case strings of 3..9 letters instead
+// of kCaptionFillers words. A held-out phrasing's words are outside the caption tokenizer's
+// vocabulary and split into single characters (28.6 tokens per held-out phrasing against 9.9 per
+// training one, model card), which the fillers above never look like; such strings do. Never one
+// of kHeldOutWords. 0 draws nothing extra (earlier runs' noise is unchanged).
 struct CaptionNoise {
     double prob = 0;  // 0 = off (captions as written; the random draws of a run are unchanged)
     int64_t max_words = 3;
     double word_dropout = 0;
+    double pseudo_words = 0;
     bool enabled() const { return prob > 0 || word_dropout > 0; }
 };
 extern const std::vector<std::string> kCaptionFillers;
+// The words of the held-out caption templates (core/data/emoji_captions.cpp): no filler is one.
+extern const std::vector<std::string> kHeldOutWords;
 // `caption` with noise from `gen` (a pure function of the caption and the generator's state).
 std::string noisy_caption(const std::string& caption, const CaptionNoise& noise,
                           at::Generator& gen);
