@@ -18,6 +18,7 @@
 #include "core/io/checkpoint.h"
 #include "core/io/module_binding.h"
 #include "tests/test_util.h"
+#include "tests/tiny_bsq_vae.h"
 
 using namespace varscope;
 
@@ -47,14 +48,7 @@ double rel(const at::Tensor& ours, const at::Tensor& theirs) {
 }
 
 BsqVaeConfig tiny_config() {
-    BsqVaeConfig c;
-    c.codebook_dim = 6;
-    c.patch_size = 4;
-    c.base_ch = 24;
-    c.num_res_blocks = 1;
-    c.encoder_ch_mult = {2, 1, 1};
-    c.decoder_ch_mult = {1, 1, 1};
-    return c;
+    return varscope::testing::tiny_bsq_vae_config(6);
 }
 
 int64_t total_numel(const StateDict& d) {

@@ -13,6 +13,7 @@
 
 #include "core/io/checkpoint.h"
 #include "tests/test_util.h"
+#include "tests/tiny_bsq_vae.h"
 
 using namespace varscope;
 
@@ -28,14 +29,7 @@ std::string fixture(const std::string& name) {
 }
 
 BsqVaeConfig tiny_vae(int64_t d) {
-    BsqVaeConfig c;
-    c.codebook_dim = d;
-    c.patch_size = 4;
-    c.base_ch = 24;
-    c.num_res_blocks = 1;
-    c.encoder_ch_mult = {2, 1, 1};
-    c.decoder_ch_mult = {1, 1, 1};
-    return c;
+    return varscope::testing::tiny_bsq_vae_config(d);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "core/io/checkpoint.h"
 #include "core/runner/runner.h"
 #include "tests/test_util.h"
+#include "tests/tiny_bsq_vae.h"
 
 using namespace varscope;
 
@@ -151,13 +152,7 @@ TEST(InfinityRunner, ALongPromptIsCutWithANotice) {
     c.text_channels = 32;
     c.pool_heads = 1;
     c.codebook_dim = 8;
-    BsqVaeConfig v;
-    v.codebook_dim = 8;
-    v.patch_size = 4;
-    v.base_ch = 24;
-    v.num_res_blocks = 1;
-    v.encoder_ch_mult = {1, 1, 1};
-    v.decoder_ch_mult = {1, 1, 1};
+    const BsqVaeConfig v = varscope::testing::tiny_bsq_vae_config(8, {1, 1, 1});
     const auto r = random_infinity_runner(c, v, 1, load_options("cpu", "fp32"), t5.string());
     SampleSettings s = r->defaults();
     s.pixels = "0.06M";

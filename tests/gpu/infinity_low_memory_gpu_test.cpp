@@ -12,6 +12,7 @@
 #include "core/runner/runner.h"
 #include "kernels/memory_stats.h"
 #include "tests/gpu/tiny_infinity_cuda.h"
+#include "tests/tiny_bsq_vae.h"
 
 using namespace varscope;
 
@@ -27,14 +28,7 @@ InfinityConfig wide_config() {
 }
 
 BsqVaeConfig tiny_vae() {
-    BsqVaeConfig v;
-    v.codebook_dim = 8;
-    v.patch_size = 4;
-    v.base_ch = 24;
-    v.num_res_blocks = 1;
-    v.encoder_ch_mult = {1, 1, 1};
-    v.decoder_ch_mult = {1, 1, 1};
-    return v;
+    return varscope::testing::tiny_bsq_vae_config(8, {1, 1, 1});
 }
 
 int64_t fp32_bytes(const InfinityTransformer& m) {
