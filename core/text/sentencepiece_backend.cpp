@@ -4,6 +4,8 @@
 
 #include <sentencepiece_processor.h>
 
+#include <exception>
+
 #include "core/text/sentencepiece_tokenizer.h"
 
 namespace varscope::detail {
@@ -14,8 +16,15 @@ struct SentencePieceModel::Impl {
 
 SentencePieceModel::SentencePieceModel(std::string_view serialized, const std::string& what)
     : impl_(std::make_unique<Impl>()) {
-    const auto status = impl_->processor.LoadFromSerializedProto(
-        absl::string_view(serialized.data(), serialized.size()));
+    sentencepiece::util::Status status;
+    try {
+        status = impl_->processor.LoadFromSerializedProto(
+            absl::string_view(serialized.data(), serialized.size()));
+    } catch (const std::exception& e) {
+        // The library's own parts throw past its Status: darts-clone's trie builder on a model
+        // with an empty piece ("failed to insert key: zero-length key", found by fuzz_t5).
+        throw TokenizerError(what + ": not a valid SentencePiece model (" + e.what() + ")");
+    }
     if (!status.ok())
         throw TokenizerError(what + ": not a valid SentencePiece model (" + status.ToString() +
                              ")");
