@@ -461,29 +461,24 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
     for (const auto& p : InfinityTransformer(job.model)->parameters()) params += p.numel();
     EXPECT_LT(params * (job.export_int8 ? 1 : 2), 16 * 1024 * 1024 - 512 * 1024) << params;
 
-    // The second phase fine-tunes the first's exports: the same shapes, the noise and reweighting
-    // on.
-    std::ifstream f2(varscope::testing::source_dir() +
-                     "/resources/training/emoji-infinity-finetune.json");
-    ASSERT_TRUE(f2.good());
-    const auto j2 = nlohmann::json::parse(f2);
-    InfinityTrainJob tune;
-    apply_infinity_config(j2, 1100, tune);
-    EXPECT_NO_THROW(TrainConfig::from_json(j2.at("train")));
-    EXPECT_EQ(tune.model.to_json(), job.model.to_json());
-    EXPECT_EQ(tune.t5.to_json(), job.t5.to_json());
+    // Later phases fine-tune the first's exports: each shipped file parses, with the same shapes.
+    auto phase = [&](const std::string& file) {
+        std::ifstream f(varscope::testing::source_dir() + "/resources/training/" + file);
+        EXPECT_TRUE(f.good()) << file;
+        const auto jp = nlohmann::json::parse(f);  // throws (fails the test) when unreadable
+        InfinityTrainJob p;
+        apply_infinity_config(jp, 1100, p);
+        EXPECT_NO_THROW(TrainConfig::from_json(jp.at("train"))) << file;
+        EXPECT_EQ(p.model.to_json(), job.model.to_json()) << file;
+        EXPECT_EQ(p.t5.to_json(), job.t5.to_json()) << file;
+        return p;
+    };
+    // The second phase: the noise and reweighting on.
+    const InfinityTrainJob tune = phase("emoji-infinity-finetune.json");
     EXPECT_TRUE(tune.caption_noise.enabled());
     EXPECT_TRUE(tune.reweight_loss_by_scale);
-    // The third phase (prepared, not yet run): the same shapes, pseudo-word fillers.
-    std::ifstream f3(varscope::testing::source_dir() +
-                     "/resources/training/emoji-infinity-phase3.json");
-    ASSERT_TRUE(f3.good());
-    const auto j3 = nlohmann::json::parse(f3);
-    InfinityTrainJob phase3;
-    apply_infinity_config(j3, 1100, phase3);
-    EXPECT_NO_THROW(TrainConfig::from_json(j3.at("train")));
-    EXPECT_EQ(phase3.model.to_json(), job.model.to_json());
-    EXPECT_EQ(phase3.t5.to_json(), job.t5.to_json());
+    // The third phase (prepared, not yet run): pseudo-word fillers.
+    const InfinityTrainJob phase3 = phase("emoji-infinity-phase3.json");
     EXPECT_DOUBLE_EQ(phase3.caption_noise.pseudo_words, 0.6);
     EXPECT_EQ(phase3.caption_noise.max_words, 8);
 

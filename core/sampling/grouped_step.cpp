@@ -96,4 +96,13 @@ at::Tensor grouped_attention_sdpa(const std::vector<ScaleSegment>& segs, const a
     return at::cat(parts, 2);
 }
 
+at::Tensor step_attention_sdpa(const ScaleContext& ctx, const at::Tensor& step_mask,
+                               const at::Tensor& rows, const at::Tensor& block_mask,
+                               const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               double scale) {
+    if (step_mask.defined() && !rows.defined())
+        return grouped_attention_sdpa(ctx.segments, q, k, v, scale);
+    return attention_sdpa(q, k, v, scale, block_mask);
+}
+
 }  // namespace varscope

@@ -51,4 +51,12 @@ at::Tensor block_group_mask(const at::Tensor& step_mask, const at::Tensor& rows,
 at::Tensor grouped_attention_sdpa(const std::vector<ScaleSegment>& segs, const at::Tensor& q,
                                   const at::Tensor& k, const at::Tensor& v, double scale);
 
+// A block's SDPA in the loops (VAR and Infinity): grouped_attention_sdpa for a grouped step
+// (`step_mask` defined) whose block computes every row (`rows` undefined), else attention_sdpa
+// with the block's additive mask `block_mask` (undefined outside groups).
+at::Tensor step_attention_sdpa(const ScaleContext& ctx, const at::Tensor& step_mask,
+                               const at::Tensor& rows, const at::Tensor& block_mask,
+                               const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               double scale);
+
 }  // namespace varscope

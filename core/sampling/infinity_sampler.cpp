@@ -142,10 +142,9 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
             o = attention_eager(qkv.q, k, v, 1.0, ctx.mask, &probs);
             probe->on_attention({ctx.scale.scale, ctx.layer, probs[0].to(at::kFloat).cpu()});
         } else {
-            o = backend == AttentionBackend::Eager ? attention_eager(qkv.q, k, v, 1.0, ctx.mask)
-                : step_mask.defined() && !rows.defined()  // a group: per scale, no mask
-                    ? grouped_attention_sdpa(ctx.scale.segments, qkv.q, k, v, 1.0)
-                    : attention_sdpa(qkv.q, k, v, 1.0, ctx.mask);
+            o = backend == AttentionBackend::Eager
+                    ? attention_eager(qkv.q, k, v, 1.0, ctx.mask)
+                    : step_attention_sdpa(ctx.scale, step_mask, rows, ctx.mask, qkv.q, k, v, 1.0);
         }
     }
     mark(CostPart::Projection);

@@ -109,10 +109,8 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
             probe->on_attention({ctx.scale.scale, ctx.layer, probs[0].to(at::kFloat).cpu()});
         } else if (backend == AttentionBackend::Eager) {
             o = attention_eager(qkv.q, k, v, s, ctx.mask);
-        } else if (step_mask.defined() && !rows.defined()) {  // a group: per scale, no mask
-            o = grouped_attention_sdpa(ctx.scale.segments, qkv.q, k, v, s);
         } else {
-            o = attention_sdpa(qkv.q, k, v, s, ctx.mask);
+            o = step_attention_sdpa(ctx.scale, step_mask, rows, ctx.mask, qkv.q, k, v, s);
         }
     }
     lap();  // attention
