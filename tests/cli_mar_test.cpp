@@ -10,11 +10,13 @@
 #include <sstream>
 #include <string>
 
+#include "tests/cli_image_ext.h"
 #include "tests/cli_run.h"
 #include "tests/test_util.h"
 
 namespace {
 
+using varscope::testing::cli_image_ext;
 using varscope::testing::CliRun;
 
 CliRun cli(const std::string& args) {
@@ -71,7 +73,9 @@ TEST(CliMar, CompareMarUsesTheEmbeddedModelPromptAndHeadCache) {
         r.out, "using the model's recommended cfg 3, linear cfg schedule, temperature 1 ("))
         << r.out;
     EXPECT_TRUE(contains(r.out, "head condition cache every 3 diffusion steps")) << r.out;
-    for (const char* f : {"baseline.png", "accelerated.png", "diff.png", "tokens.safetensors"})
+    const std::string ext = cli_image_ext();
+    for (const std::string f :
+         {"baseline" + ext, "accelerated" + ext, "diff" + ext, std::string("tokens.safetensors")})
         EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f << "\n" << r.out;
     const auto j = read_json(out + "/metrics.json");
     ASSERT_TRUE(j.is_object()) << r.out;
@@ -117,7 +121,7 @@ TEST(CliMar, CompareMarWithLazyMarOffIsIdentical) {
     EXPECT_DOUBLE_EQ(j["latent_relative_l2"].get<double>(), 0.0);
     EXPECT_DOUBLE_EQ(j["flops_ratio"].get<double>(), 1.0);
     EXPECT_EQ(j["head_cfg_cache_period"], 0);
-    EXPECT_TRUE(std::filesystem::exists(out + "/baseline.png")) << r.out;
+    EXPECT_TRUE(std::filesystem::exists(out + "/baseline" + cli_image_ext())) << r.out;
 }
 
 TEST(CliMar, HeadPeriodFromTheAccelConfigAndTheFlag) {
@@ -184,10 +188,12 @@ TEST(CliMar, GenerateReadsTheFamilyFromTheCheckpoint) {
     ASSERT_EQ(alias.code, 0) << alias.out;
     EXPECT_TRUE(contains(alias.out, "generate-mar is an alias of `generate`")) << alias.out;
     // A VAR setting on the MAR model, a MAR setting on the VAR model: refused before sampling.
-    expect_clear_error(cli("generate --family mar --top-k 5 --num-iter 2 -o " + dir.file("x.png")),
-                       "error:", "--top-k is a VAR/Infinity setting; the model is MAR");
-    expect_clear_error(cli("generate --family var --num-iter 4 -o " + dir.file("y.png")),
-                       "error:", "--num-iter is a MAR setting; the model is VAR");
+    expect_clear_error(
+        cli("generate --family mar --top-k 5 --num-iter 2 -o " + dir.file("x" + cli_image_ext())),
+        "error:", "--top-k is a VAR/Infinity setting; the model is MAR");
+    expect_clear_error(
+        cli("generate --family var --num-iter 4 -o " + dir.file("y" + cli_image_ext())),
+        "error:", "--num-iter is a MAR setting; the model is VAR");
     // An accelerator config of the other family fails before the model loads.
     expect_clear_error(cli("compare --family mar --accel fastvar -o " + dir.file("c")),
                        "error:", "--accel");
@@ -235,7 +241,8 @@ static void expect_bad_model_files_rejected(const std::string& cmd) {
 
 TEST(CliMar, GenerateMarRejectsBadModelFiles) {
     varscope::testing::TempDir dir;
-    expect_bad_model_files_rejected("generate-mar --num-iter 2 -o " + dir.file("x.png"));
+    expect_bad_model_files_rejected("generate-mar --num-iter 2 -o " +
+                                    dir.file("x" + cli_image_ext()));
 }
 
 TEST(CliMar, CompareMarRejectsBadModelFiles) {
@@ -247,11 +254,12 @@ TEST(CliMar, CompareMarRejectsBadModelFiles) {
 
 TEST(CliMar, GenerateMarUnwritableOutputsFailBeforeSampling) {
     varscope::testing::TempDir dir;
-    const std::string file = dir.file("plain.png");
+    const std::string file = dir.file("plain" + cli_image_ext());
     std::ofstream(file) << "x";
     const std::string g = "generate-mar --num-iter 2 ";
-    expect_clear_error(cli(g + "-o " + dir.file("missing/x.png")), "error:", "output folder");
-    expect_clear_error(cli(g + "-o " + file + "/x.png"), "error:", "is not a folder");
+    expect_clear_error(cli(g + "-o " + dir.file("missing/x" + cli_image_ext())),
+                       "error:", "output folder");
+    expect_clear_error(cli(g + "-o " + file + "/x" + cli_image_ext()), "error:", "is not a folder");
     expect_clear_error(cli(g + "-o " + dir.file("x.gif")),
                        "error:", "unsupported image format '.gif'");
     expect_clear_error(cli(g + "-o " + file), "error:", "pass --force");

@@ -13,11 +13,13 @@
 #include "core/io/checkpoint.h"
 #include "core/models/sampling_recommendation.h"
 #include "core/resources.h"
+#include "tests/cli_image_ext.h"
 #include "tests/cli_run.h"
 #include "tests/test_util.h"
 
 namespace {
 
+using varscope::testing::cli_image_ext;
 using varscope::testing::CliRun;
 
 CliRun cli_env(const std::string& env, const std::string& args) {
@@ -128,7 +130,7 @@ TEST(Cli, EmbeddedModelRecommendationAppliesOnlyToUnsetFlags) {
 
 TEST(Cli, EmbeddedMarGeneratesFromAPromptWithItsRecommendation) {
     varscope::testing::TempDir dir;
-    const std::string out = dir.file("heart.png");
+    const std::string out = dir.file("heart" + cli_image_ext());
     // Few steps keep it fast; the recommendation fills cfg, schedule and temperature only.
     auto r = cli(
         "generate-mar --prompt \"red heart\" --seed 1 --num-iter 2 --num-sampling-steps 5 -q -o " +

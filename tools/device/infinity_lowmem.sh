@@ -5,6 +5,7 @@
 # must hold: the process's context, caching allocator and graph pools). One run per accelerator
 # argument, in parallel on GPUs 0, 1, ... (one GPU each; fewer GPUs: in turn).
 #   BUILD=/tmp/b bash tools/device/infinity_lowmem.sh "" ams_kv
+# LOWMEM_GPUS: the GPUs to use (default all, e.g. "1" while GPU 0 trains).
 # Session 30 (bench/results/2026-11-29-h200/session30): 36.65 GiB, 26.55 with AMS-KV, before the
 # release of the sampler's graphs ahead of the decode.
 set -uo pipefail
@@ -21,7 +22,8 @@ with torch.device("cuda"):
     T5EncoderModel(c).save_pretrained("/tmp/t5xl", max_shard_size="2GB")
 PY
 cp resources/models/emoji-t2i-t5/spiece.model /tmp/t5xl/
-NG=$(nvidia-smi -L | wc -l)
+read -r -a GPUS <<< "${LOWMEM_GPUS:-$(seq -s ' ' 0 $(( $(nvidia-smi -L | wc -l) - 1 )))}"
+NG=${#GPUS[@]}
 run() {  # gpu accel
   local gpu=$1 accel=$2 tag=${2:-base}
   nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader -i "$gpu" -lms 200 > "$OUT/lowmem_$tag.csv" &
@@ -37,7 +39,7 @@ print('$tag peak MiB', max(v), '=', round(max(v) / 1024, 2), 'GiB')"
 }
 i=0
 for a in "$@"; do
-  run $((i % NG)) "$a" &
+  run "${GPUS[$((i % NG))]}" "$a" &
   i=$((i + 1)); (( i % NG == 0 )) && wait
 done
 wait
