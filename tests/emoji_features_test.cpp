@@ -67,6 +67,14 @@ TEST(EmojiFeatures, ConfigRoundTripsAndRejectsBadFields) {
                   EmojiFeatureConfig::from_json({{"blocks", "two"}});
               }).find("whole numbers"),
               std::string::npos);
+    // Numbers the JSON library would cast (2.5 to 2; 1e40 is undefined behaviour) are refused.
+    for (const nlohmann::json& bad :
+         {nlohmann::json{{"blocks", 2.5}}, nlohmann::json{{"channels", {8, 1e40}}}})
+        EXPECT_NE(error_of<std::invalid_argument>([&] {
+                      EmojiFeatureConfig::from_json(bad);
+                  }).find("whole numbers"),
+                  std::string::npos)
+            << bad;
 }
 
 TEST(EmojiFeatures, InputIsQuantisedAndResizedTo64) {

@@ -77,6 +77,24 @@ TEST(EvalManifest, UnknownKeysAreRefusedEverywhere) {
     EXPECT_NE(parse_error(j).find("seeds: unknown field 'step'"), std::string::npos);
 }
 
+// Each sampling value as it is read: counts whole (2.5 would be cast to 2, 1e40 is undefined
+// behaviour), the switch true/false, the rest numbers (not true/false).
+TEST(EvalManifest, SamplingValuesHaveTheirTypes) {
+    const std::pair<const char*, nlohmann::json> bad[] = {{"top_k", 2.5},     {"top_k", 1e40},
+                                                          {"num_iter", true}, {"more_smooth", 1},
+                                                          {"cfg", true},      {"tau", "1"}};
+    for (const auto& [key, value] : bad) {
+        nlohmann::json j = minimal();
+        j["sampling"] = {{key, value}};
+        const std::string e = parse_error(j);
+        EXPECT_NE(e.find(std::string("sampling.") + key), std::string::npos) << e;
+        EXPECT_NE(e.find(", got " + value.dump()), std::string::npos) << e;
+    }
+    nlohmann::json j = minimal();
+    j["sampling"] = {{"top_k", 5}, {"num_iter", 8}, {"more_smooth", false}, {"cfg", 4}};
+    EXPECT_EQ(parse_error(j), "");
+}
+
 TEST(EvalManifest, MissingOrWrongFieldsAreNamed) {
     for (const char* key : {"model", "seeds", "configs", "output_dir"}) {
         nlohmann::json j = minimal();

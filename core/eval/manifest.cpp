@@ -249,8 +249,18 @@ EvalManifest parse_manifest(const nlohmann::json& j, const std::string& source,
                 for (const auto& k : sampling_keys()) allowed += (allowed.empty() ? "" : ", ") + k;
                 r.fail("sampling", "unknown field '" + item.key() + "' (allowed: " + allowed + ")");
             }
-            if (!item.value().is_number() && !item.value().is_boolean())
-                r.fail("sampling." + item.key(), "expected a number, got " + item.value().dump());
+            // What eval_settings reads each as: a whole number for counts (a fractional or huge
+            // number would be cast), true/false for the switch, any number otherwise.
+            const auto& v = item.value();
+            const std::string& k = item.key();
+            if (k == "more_smooth"                  ? !v.is_boolean()
+                : (k == "top_k" || k == "num_iter") ? !json_value_fits<int64_t>(v)
+                                                    : !json_value_fits<double>(v))
+                r.fail("sampling." + k,
+                       std::string(k == "more_smooth"                  ? "expected true or false"
+                                   : (k == "top_k" || k == "num_iter") ? "expected a whole number"
+                                                                       : "expected a number") +
+                           ", got " + v.dump());
         }
         m.sampling = s;
     }

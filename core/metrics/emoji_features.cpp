@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <stdexcept>
+#include <type_traits>
 
 #include "core/io/checkpoint.h"
 #include "core/io/json_fields.h"
@@ -87,6 +88,9 @@ EmojiFeatureConfig EmojiFeatureConfig::from_json(const nlohmann::json& j) {
     EmojiFeatureConfig c;
     if (!j.is_object()) throw std::invalid_argument("emoji feature config: expected an object");
     require_known_fields(j, c.to_json(), "emoji feature config");
+    static const char* const kNotWhole =
+        "emoji feature config: 'channels' must be a list of whole numbers and 'blocks', "
+        "'groups', 'num_classes' whole numbers";
     try {
         if (j.contains("architecture") && j["architecture"] != kEmojiFeaturesKind)
             throw std::invalid_argument("emoji feature config: 'architecture' must be \"" +
@@ -94,14 +98,19 @@ EmojiFeatureConfig EmojiFeatureConfig::from_json(const nlohmann::json& j) {
                                         j["architecture"].dump());
         if (j.contains("image_size") && j["image_size"] != kEmojiFeatureImageSize)
             throw std::invalid_argument("emoji feature config: 'image_size' must be 64");
-        if (j.contains("channels")) c.channels = j["channels"].get<std::vector<int64_t>>();
-        if (j.contains("blocks")) c.blocks = j["blocks"].get<int64_t>();
-        if (j.contains("groups")) c.groups = j["groups"].get<int64_t>();
-        if (j.contains("num_classes")) c.num_classes = j["num_classes"].get<int64_t>();
+        auto whole = [&](const char* key, auto& v) {
+            if (!j.contains(key)) return;
+            // The library would cast 2.5 to 2 (and 1e40 is undefined behaviour).
+            if (!json_value_fits<std::decay_t<decltype(v)>>(j[key]))
+                throw std::invalid_argument(kNotWhole);
+            j[key].get_to(v);
+        };
+        whole("channels", c.channels);
+        whole("blocks", c.blocks);
+        whole("groups", c.groups);
+        whole("num_classes", c.num_classes);
     } catch (const nlohmann::json::exception&) {
-        throw std::invalid_argument(
-            "emoji feature config: 'channels' must be a list of whole numbers and 'blocks', "
-            "'groups', 'num_classes' whole numbers");
+        throw std::invalid_argument(kNotWhole);
     }
     c.validate();
     return c;

@@ -119,15 +119,7 @@ BsqVaeConfig BsqVaeConfig::from_json(const nlohmann::json& j) {
     if (!j.is_object()) throw std::invalid_argument("BsqVaeConfig: expected a JSON object");
     BsqVaeConfig c;
     require_known_fields(j, c.to_json(), "BsqVaeConfig");
-    auto get = [&](const char* k, auto& v) {
-        if (!j.contains(k)) return;
-        try {
-            j.at(k).get_to(v);
-        } catch (const nlohmann::json::exception&) {
-            throw std::invalid_argument(std::string("BsqVaeConfig: '") + k +
-                                        "' has the wrong type");
-        }
-    };
+    auto get = [&](const char* k, auto& v) { read_json_field(j, k, v, "BsqVaeConfig: "); };
     get("codebook_dim", c.codebook_dim);
     get("base_ch", c.base_ch);
     get("encoder_ch_mult", c.encoder_ch_mult);

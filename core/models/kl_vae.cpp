@@ -312,14 +312,7 @@ KlVaeConfig KlVaeConfig::from_json(const nlohmann::json& j) {
     KlVaeConfig c;
     if (!j.is_object()) throw std::invalid_argument("KlVaeConfig: expected a JSON object");
     require_known_fields(j, KlVaeConfig{}.to_json(), "KlVaeConfig");
-    auto get = [&](const char* k, auto& v) {
-        if (!j.contains(k)) return;
-        try {
-            j.at(k).get_to(v);
-        } catch (const nlohmann::json::exception&) {
-            throw std::invalid_argument(std::string("KlVaeConfig: '") + k + "' has the wrong type");
-        }
-    };
+    auto get = [&](const char* k, auto& v) { read_json_field(j, k, v, "KlVaeConfig: "); };
     get("ch", c.ch);
     get("ch_mult", c.ch_mult);
     get("num_res_blocks", c.num_res_blocks);

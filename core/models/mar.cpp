@@ -182,13 +182,7 @@ MarConfig MarConfig::from_json(const nlohmann::json& j) {
         c = named(j.at("preset").get<std::string>());
     }
     auto get = [&](const char* key, auto& field) {
-        if (!j.contains(key)) return;
-        try {
-            j.at(key).get_to(field);
-        } catch (const nlohmann::json::exception&) {
-            throw std::invalid_argument(std::string("MAR config: field '") + key +
-                                        "' has the wrong type");
-        }
+        read_json_field(j, key, field, "MAR config: field ");
     };
     get("img_size", c.img_size);
     get("vae_stride", c.vae_stride);

@@ -186,13 +186,7 @@ nlohmann::json VarConfig::to_json() const {
 VarConfig VarConfig::from_json(const nlohmann::json& j) {
     VarConfig c;
     auto get = [&](const char* key, auto& field) {
-        if (!j.contains(key)) return;
-        try {
-            j.at(key).get_to(field);
-        } catch (const nlohmann::json::exception&) {
-            throw std::invalid_argument(std::string("VAR config: field '") + key +
-                                        "' has the wrong type");
-        }
+        read_json_field(j, key, field, "VAR config: field ");
     };
     if (!j.is_object()) throw std::invalid_argument("VAR config: expected a JSON object");
     require_known_fields(j, VarConfig{}.to_json(), "VAR config");

@@ -196,12 +196,7 @@ const std::vector<std::string>& infinity_config_keys() {
 void apply_infinity_config(const nlohmann::json& j, int64_t tokenizer_ids, InfinityTrainJob& job) {
     if (!j.is_object()) throw std::invalid_argument("Infinity training config: expected an object");
     auto get = [](const nlohmann::json& o, const std::string& where, const char* key, auto& v) {
-        if (!o.contains(key)) return;
-        try {
-            o.at(key).get_to(v);
-        } catch (const nlohmann::json::exception&) {
-            throw std::invalid_argument(where + ": field '" + key + "' has the wrong type");
-        }
+        read_json_field(o, key, v, where + ": field ");
     };
     if (j.contains("model")) {
         const auto& m = j["model"];

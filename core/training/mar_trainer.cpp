@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "core/io/checkpoint.h"
+#include "core/io/json_fields.h"
 #include "core/io/module_binding.h"
 #include "core/mar_pipeline.h"
 #include "core/models/kl_vae.h"
@@ -139,14 +140,7 @@ nlohmann::json MarRecipe::to_json() const {
 MarRecipe MarRecipe::from_json(const nlohmann::json& j) {
     if (!j.is_object()) throw std::invalid_argument("mar recipe: expected a JSON object");
     MarRecipe r;
-    auto get = [&](const char* k, auto& v) {
-        if (!j.contains(k)) return;
-        try {
-            j.at(k).get_to(v);
-        } catch (const nlohmann::json::exception&) {
-            throw std::invalid_argument(std::string("mar recipe: '") + k + "' has the wrong type");
-        }
-    };
+    auto get = [&](const char* k, auto& v) { read_json_field(j, k, v, "mar recipe: "); };
     get("mask_ratio_min", r.mask_ratio_min);
     get("label_drop_prob", r.label_drop_prob);
     get("diffusion_batch_mul", r.diffusion_batch_mul);

@@ -47,15 +47,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
     TrainConfig c;
     if (!j.is_object()) throw std::invalid_argument("train config: expected a JSON object");
     require_known_fields(j, c.to_json(), "train config");
-    auto get = [&](const char* k, auto& v) {
-        if (!j.contains(k)) return;
-        try {
-            j.at(k).get_to(v);
-        } catch (const nlohmann::json::exception&) {
-            throw std::invalid_argument(std::string("train config: '") + k +
-                                        "' has the wrong type");
-        }
-    };
+    auto get = [&](const char* k, auto& v) { read_json_field(j, k, v, "train config: "); };
     get("steps", c.steps);
     get("batch", c.batch);
     get("lr", c.lr);
