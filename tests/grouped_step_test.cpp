@@ -124,3 +124,14 @@ TEST(GroupedStep, PerScaleAttentionIsTheMaskedAttention) {
     EXPECT_FALSE(at::allclose(moved.narrow(2, 25, 36), split.narrow(2, 25, 36)));
     EXPECT_THROW(grouped_attention_sdpa(ctx.segments, q.narrow(2, 0, 60), k, v, 0.3), c10::Error);
 }
+
+// The block mask is built only where something reads it; per-scale SDPA needs none.
+TEST(GroupedStep, BlockMaskOnlyWhereSomethingReadsIt) {
+    const auto step = at::zeros({4, 4});
+    const auto rows = at::arange(2, at::kLong);
+    EXPECT_FALSE(block_needs_group_mask({}, rows, true, true));     // not a grouped step
+    EXPECT_FALSE(block_needs_group_mask(step, {}, false, false));   // grouped_attention_sdpa
+    EXPECT_TRUE(block_needs_group_mask(step, rows, false, false));  // some rows: masked SDPA
+    EXPECT_TRUE(block_needs_group_mask(step, {}, true, false));     // eager attention
+    EXPECT_TRUE(block_needs_group_mask(step, {}, false, true));     // a probe may read it
+}

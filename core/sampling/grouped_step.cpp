@@ -78,6 +78,11 @@ at::Tensor block_group_mask(const at::Tensor& step_mask, const at::Tensor& rows,
     return at::cat({at::zeros({sm.size(0), earlier}, sm.options()), sm}, 1);
 }
 
+bool block_needs_group_mask(const at::Tensor& step_mask, const at::Tensor& rows, bool eager,
+                            bool probe) {
+    return step_mask.defined() && (rows.defined() || eager || probe);
+}
+
 at::Tensor grouped_attention_sdpa(const std::vector<ScaleSegment>& segs, const at::Tensor& q,
                                   const at::Tensor& k, const at::Tensor& v, double scale) {
     int64_t rows = 0;

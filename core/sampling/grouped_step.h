@@ -41,6 +41,14 @@ at::Tensor step_group_mask(const ScaleContext& ctx, const at::TensorOptions& opt
 // allows.
 at::Tensor block_group_mask(const at::Tensor& step_mask, const at::Tensor& rows, int64_t kv_len);
 
+// Whether a block of a grouped step (`step_mask` defined) builds its additive mask
+// (block_group_mask): only where something reads it - eager attention, a probe (the inspector's
+// attention and its inputs), or a block that computes some rows only (step_attention_sdpa then
+// masks). grouped_attention_sdpa needs none; building it anyway cost two (rows x kv_len) kernels
+// per block, captured into the graphs too.
+bool block_needs_group_mask(const at::Tensor& step_mask, const at::Tensor& rows, bool eager,
+                            bool probe);
+
 // SDPA over a grouped step's rows without the additive mask: one call per segment, its queries
 // (B, H, length, d) seeing the cached keys up to the segment's own last row - the prefix that
 // block_group_mask leaves visible - so each call may take the fused (flash) kernels, which a

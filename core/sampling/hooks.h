@@ -67,8 +67,8 @@ struct BlockContext {
     const ScaleContext& scale;
     int64_t layer;
     KvCache& cache;
-    // Additive attention mask (q_rows, kv_len) for grouped steps (block-causal inside the
-    // group); undefined when every query may see every cached key.
+    // Grouped steps' additive mask (q_rows, kv_len), only where the loop reads it (grouped_step.h's
+    // block_needs_group_mask); else undefined - a hook reads the group from scale.segments.
     at::Tensor mask = {};
     // An attend() override that computes less than dense attention sets the multiply-add
     // FLOPs it spent here (the loop counts 4*B*H*Lq*Lk*d otherwise), for the benchmarks. The

@@ -114,7 +114,8 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
     }
     auto [k, v] = ctx.cache.view(ctx.layer);
     // Grouped steps: block-causal among the step's scales, earlier steps visible.
-    if (step_mask.defined()) {
+    if (block_needs_group_mask(step_mask, rows, backend == AttentionBackend::Eager,
+                               probe != nullptr)) {
         mark(CostPart::Overhead);
         ctx.mask = block_group_mask(step_mask, rows, k.size(2));
     }

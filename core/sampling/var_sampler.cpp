@@ -82,7 +82,8 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
         hooks->on_kv_append(ctx);
     }
     auto [k, v] = ctx.cache.view(ctx.layer);
-    if (step_mask.defined()) {
+    if (block_needs_group_mask(step_mask, rows, backend == AttentionBackend::Eager,
+                               probe != nullptr)) {
         mark(CostPart::Overhead);
         ctx.mask = block_group_mask(step_mask, rows, k.size(2));
     }
