@@ -184,6 +184,20 @@ TEST(EvalShards, ShardFilesAreCheckedBeforeUse) {
                   read_shard_result(path, 3, "f");
               }).find("timing of 'baseline' is malformed"),
               std::string::npos);
+    // The count of runs repeated after releasing CUDA graphs: optional, a whole number.
+    bad = shard_json(3, "f");
+    bad["graph_releases"] = 2;
+    write_file_atomic(path, bad.dump());
+    EXPECT_EQ(read_shard_result(path, 3, "f")->value("graph_releases", 0), 2);
+    for (const nlohmann::json& v : {nlohmann::json(-1), nlohmann::json("2"), nlohmann::json(1.5)}) {
+        bad["graph_releases"] = v;
+        write_file_atomic(path, bad.dump());
+        EXPECT_NE(error_of<ShardFileError>([&] {
+                      read_shard_result(path, 3, "f");
+                  }).find("\"graph_releases\" must be a whole number"),
+                  std::string::npos)
+            << v;
+    }
 }
 
 }  // namespace

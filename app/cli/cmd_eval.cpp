@@ -40,7 +40,12 @@ std::string clock_text(double s) {
 void print_progress(const EvalProgress& p) {
     std::cerr << "[eval] rank " << p.rank << ": shard " << p.done << "/" << p.total
               << (p.resumed ? " (" + std::to_string(p.resumed) + " found finished)" : "")
-              << ", elapsed " << clock_text(p.elapsed_s) << ", ETA " << clock_text(p.eta_s) << "\n";
+              << ", elapsed " << clock_text(p.elapsed_s) << ", ETA " << clock_text(p.eta_s)
+              << (p.graph_releases
+                      ? ", " + std::to_string(p.graph_releases) +
+                            " runs repeated after releasing CUDA graphs (out of memory)"
+                      : "")
+              << "\n";
 }
 
 struct Job {

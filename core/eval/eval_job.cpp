@@ -268,6 +268,7 @@ nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans&
     for (const auto& name : plans.names)
         timing[name] = {{"calls", nlohmann::json::array()}, {"peak_memory_bytes", nullptr}};
     ShardScores scores;
+    int64_t graph_releases = 0;
     {
         // Declared after `scores`: destroyed (its worker stopped) before them on an error.
         ScoringQueue queue(scoring == ShardScoring::Overlapped, device);
@@ -280,7 +281,10 @@ nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans&
                 if (device.is_cuda()) kernels::reset_cuda_peak_memory(device.index());
                 // A smaller last shard needs new graph sets: the cached ones give way if the
                 // device cannot hold both (oom_retry.h).
-                RunResult generated = generate_releasing_graphs(runner, s, plans.plans[k].get());
+                bool retried = false;
+                RunResult generated =
+                    generate_releasing_graphs(runner, s, plans.plans[k].get(), &retried);
+                graph_releases += retried ? 1 : 0;
                 // The sampler does not wait for the device when steps are not timed: the call's
                 // time is its host time plus what its stream still had to do (only this stream:
                 // with overlap, not the scorer's).
@@ -323,6 +327,8 @@ nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans&
                           {"shard", shard.index},
                           {"images", scores.images},
                           {"timing", timing}};
+    if (graph_releases > 0)
+        out["graph_releases"] = graph_releases;  // a run condition, not a metric
     if (scorers.inception) out["features"] = scores.features.to_json();
     if (scorers.emoji) out["emoji_features"] = scores.emoji.to_json();
     return out;
@@ -368,6 +374,7 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
                 write_file_atomic(path, done->dump() + "\n");
                 ++out.computed;
             }
+            progress.graph_releases += done->value("graph_releases", int64_t{0});
             mine[std::to_string(index)] = std::move(*done);
             ++progress.done;
             progress.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();

@@ -33,6 +33,9 @@ struct EvalProgress {
     int64_t resumed = 0;  // of `done`, found finished on disk
     double elapsed_s = 0;
     double eta_s = -1;  // -1 until a shard was computed
+    // Runs made again after releasing the runner's cached CUDA graphs (out of memory beside
+    // them, oom_retry.h); each costs new graph captures, so a count that grows means slow shards.
+    int64_t graph_releases = 0;
 };
 
 struct EvalJobOptions {

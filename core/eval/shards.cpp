@@ -66,6 +66,9 @@ void check_shard_result(const nlohmann::json& j, int64_t index, const std::strin
         throw ShardFileError(source + ": made by another manifest (fingerprint " +
                              j["fingerprint"].dump() + ", this job's \"" + fingerprint +
                              "\"): use another output_dir, or delete the old shards");
+    if (j.contains("graph_releases") &&
+        !(j["graph_releases"].is_number_integer() && j["graph_releases"].get<int64_t>() >= 0))
+        throw ShardFileError(source + ": \"graph_releases\" must be a whole number >= 0" + redo);
     for (const auto& img : j["images"]) {
         const bool ok =
             img.is_object() && img.contains("config") && img["config"].is_string() &&

@@ -6,7 +6,9 @@
 #   BUILD=/tmp/b NGPU=2 bash tools/device/eval_scaling.sh [MANIFEST]
 # MANIFEST defaults to tools/device/configs/eval_scale_d16.json (VAR-d16 random weights, 256^2,
 # bf16, batch 64, 12,000 images per config, baseline + skip2). Session 30 ran it before the eval
-# job's out-of-memory retry: both runs stopped out of memory (bench/results/2026-11-29-h200/session30).
+# job's out-of-memory retry: both runs stopped out of memory (bench/results/2026-11-29-h200/session30);
+# session 31, with the retry: neither finished within 120 s, and only torchrun's traceback was kept
+# (so each run's whole output now goes to $OUT/scale_log_N.txt.gz). Give each run 300 s or more.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 M=${1:-tools/device/configs/eval_scale_d16.json}
@@ -18,7 +20,8 @@ for n in 1 "$NGPU"; do
     "$CLI" eval "$M" --out /tmp/scale-$n > /tmp/scale_$n.txt 2>&1
   rc=$?; E=$(date +%s.%N)
   echo "gpus=$n rc=$rc wall_s=$(python3 -c "print(round($E - $S, 2))")"
-  grep -v "shard [0-9]*/" /tmp/scale_$n.txt | tail -6
+  grep -v "shard [0-9]*/" /tmp/scale_$n.txt | grep -v "^ \|^Traceback\|^  File\|^torch\.\|^=\+$" | tail -12
+  gzip -c /tmp/scale_$n.txt > "$OUT/scale_log_$n.txt.gz"  # the job's own output, kept whole
   cp /tmp/scale-$n/result.json "$OUT/scale_result_$n.json" 2>/dev/null
 done | tee "$OUT/scale.txt"
 python3 - "$NGPU" <<'PY' | tee -a "$OUT/scale.txt"
