@@ -473,14 +473,23 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
         EXPECT_EQ(p.t5.to_json(), job.t5.to_json()) << file;
         return p;
     };
+    auto phase_train = [&](const std::string& file) {
+        std::ifstream f(varscope::testing::source_dir() + "/resources/training/" + file);
+        return TrainConfig::from_json(nlohmann::json::parse(f).at("train"));
+    };
     // The second phase: the noise and reweighting on.
     const InfinityTrainJob tune = phase("emoji-infinity-finetune.json");
     EXPECT_TRUE(tune.caption_noise.enabled());
     EXPECT_TRUE(tune.reweight_loss_by_scale);
-    // The third phase (prepared, not yet run): pseudo-word fillers.
+    // The third phase (run in session 31, not shipped): pseudo-word fillers; 3b (prepared, not
+    // yet run) continues it with milder noise at a third of the learning rate.
     const InfinityTrainJob phase3 = phase("emoji-infinity-phase3.json");
     EXPECT_DOUBLE_EQ(phase3.caption_noise.pseudo_words, 0.6);
     EXPECT_EQ(phase3.caption_noise.max_words, 8);
+    const InfinityTrainJob phase3b = phase("emoji-infinity-phase3b.json");
+    EXPECT_DOUBLE_EQ(phase3b.caption_noise.pseudo_words, 0.6);
+    EXPECT_EQ(phase3b.caption_noise.max_words, 6);
+    EXPECT_DOUBLE_EQ(phase_train("emoji-infinity-phase3b.json").lr, 1e-4);
 
     auto error = [&](nlohmann::json c) {
         InfinityTrainJob jb;

@@ -8,6 +8,10 @@
 #                   a 60-step probe sizes the cosine schedule to MAX_SECONDS
 #   STAGE=mar    -> trains the MAR (resources/training/emoji-mar.json) on the latents of
 #                   resources/models/emoji-klvae.safetensors; same probe without STEPS
+#   STAGE=infinity -> the embedded text-to-image transformer and its T5 on the shipped BSQ VAE and
+#                   tokenizer (INF_CONFIG, default resources/training/emoji-infinity.json; INIT and
+#                   INIT_T5 fine-tune: the later phases), then its prompt following on the held-out
+#                   phrasings (eval-prompts, cfg 4, seeds 0-3); the T5 folder comes back as a tar
 #   STAGE=emoji-features -> the eval metrics' emoji feature network
 #                   (resources/training/emoji-features.json), then its cross-style check
 #                   (emoji-features-google-only.json: trained on google, heldout_accuracy on
@@ -68,6 +72,19 @@ elif [ "$STAGE" = emoji-features ]; then
   cp "$RUN2/export-fp16.safetensors" "$OUT/emoji-emoji-features-google-only.safetensors"
   cp "$RUN2/log.jsonl" "$OUT/log-emoji-features-google-only.jsonl"
   cp "$RUN2/report.json" "$OUT/report-emoji-features-google-only.json"
+elif [ "$STAGE" = infinity ]; then
+  M=resources/models
+  $CLI train infinity --config ${INF_CONFIG:-resources/training/emoji-infinity.json} \
+    --data /tmp/emoji64.safetensors --vae $M/emoji-t2i-bsq-vae.safetensors \
+    --tokenizer $M/emoji-t2i-t5/spiece.model --run-dir "$RUN" --device cuda \
+    ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} ${STEPS:+--steps $STEPS} ${INIT:+--init $INIT} \
+    ${INIT_T5:+--init-t5 $INIT_T5} 2>&1 | grep -v '^ ' | tail -60
+  cp $M/emoji-t2i-t5/spiece.model "$RUN/t5-fp16/" 2>/dev/null
+  tar -C "$RUN" -cf "$OUT/emoji-infinity-t5.tar" t5-fp16
+  $CLI eval-prompts --data /tmp/emoji64.safetensors --infinity "$RUN/export-fp16.safetensors" \
+    --vae $M/emoji-t2i-bsq-vae.safetensors --t5 "$RUN/t5-fp16" --device cuda --prompts-per-batch 64 \
+    -o /tmp/pf 2>&1 | tail -4
+  cp /tmp/pf/prompt_following.json "$OUT/prompt_following-infinity.json"
 else
   $CLI train var --config ${VAR_CONFIG:-resources/training/emoji-var.json} --data /tmp/emoji64.safetensors \
     --vae resources/models/emoji-vqvae.safetensors --out "$RUN" ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} \
