@@ -6,6 +6,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "core/runner/oom_retry.h"
 #include "core/runner/runner.h"
 #include "core/sampling/var_sampler.h"  // synchronize_device
 #include "kernels/memory_stats.h"
@@ -173,8 +174,7 @@ BatchTry try_runner_batch(Runner& runner, const SampleSettings& s, const AccelPl
     });
     if (cuda) t.details["peak_device_bytes"] = kernels::cuda_memory(dev).peak_allocated - before;
     t.details["memory_estimate_bytes"] = runner.estimate_memory(sb, accel).bytes();
-    runner.release_graphs();
-    if (cuda) kernels::empty_cuda_cache();
+    release_graph_memory(runner);
     return t;
 }
 

@@ -29,8 +29,11 @@ auto run_releasing_on_oom(bool graphs, Run&& run, Release&& release, bool* retri
     return run();
 }
 
-// runner.generate(s, accel) under that rule: the release is the runner's graphs and the
-// caching allocator's unused blocks.
+// Gives the runner's cached graph sets (their KV caches and pools) and the caching allocator's
+// unused blocks back to the device (CUDA; on the CPU only the graphs, which it has none of).
+void release_graph_memory(Runner& runner);
+
+// runner.generate(s, accel) under that rule: the release is release_graph_memory.
 RunResult generate_releasing_graphs(Runner& runner, const SampleSettings& s,
                                     const AccelPlan* accel = nullptr, bool* retried = nullptr);
 
