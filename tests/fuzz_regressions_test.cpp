@@ -37,7 +37,7 @@ TEST(FuzzRegressions, EveryInputKeepsItsReadersContract) {
     for (const auto& dir : fs::directory_iterator(regressions())) {
         if (!dir.is_directory()) continue;  // README.md
         const std::string harness = dir.path().filename().string();
-        // Not a reader harness (it needs all of core): JsonFields.TheFuzzFindingIs... names it.
+        // Not a reader harness (it needs all of core): JsonFields.TheFuzzFindingsAre... name them.
         if (harness == "fuzz_config_json") continue;
         const auto& known = fuzz::reader_harnesses();
         const bool t5 = harness == "fuzz_t5";  // its own check (fuzz/t5_contract.h)

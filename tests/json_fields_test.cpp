@@ -11,6 +11,7 @@
 #include "core/io/json_read.h"
 #include "core/models/kl_vae.h"
 #include "core/models/var.h"
+#include "core/models/vqvae_config.h"
 #include "tests/error_of.h"
 #include "tests/test_util.h"
 
@@ -57,14 +58,23 @@ TEST(JsonFields, ReadFieldNamesTheKeyAndLeavesAbsentOnesAlone) {
               "cfg: 'a' has the wrong type");
 }
 
-// fuzz_config_json's finding (tests/fixtures/fuzz/fuzz_config_json/): a KL-VAE config whose
-// "ch_mult" holds 2.7e39 was cast to int64 (undefined behaviour, UBSan's report); now refused.
-TEST(JsonFields, TheFuzzFindingIsRefusedWithTheFieldsName) {
-    const std::string path =
-        testing::source_dir() + "/tests/fixtures/fuzz/fuzz_config_json/klvae-ch-mult-2.7e39.json";
-    const json j = read_json_file(path, "the finding");
-    EXPECT_EQ(error_of<std::invalid_argument>([&] { (void)KlVaeConfig::from_json(j["model"]); }),
+TEST(JsonFields, JsonAsNamesWhatItRead) {
+    EXPECT_EQ(json_as<int64_t>(json(12), "images"), 12);
+    EXPECT_EQ(error_of<std::invalid_argument>([] { (void)json_as<int64_t>(json(1e40), "images"); }),
+              "images: expected a whole number, got 1e+40");
+}
+
+// fuzz_config_json's findings (tests/fixtures/fuzz/fuzz_config_json/): a KL-VAE config whose
+// "ch_mult" holds 2.7e39 and a VQVAE config whose "patch_nums" holds 8.9e80 were cast to int64
+// (undefined behaviour, UBSan's reports); now refused, naming the field.
+TEST(JsonFields, TheFuzzFindingsAreRefusedWithTheFieldsName) {
+    const std::string dir = testing::source_dir() + "/tests/fixtures/fuzz/fuzz_config_json/";
+    const json kl = read_json_file(dir + "klvae-ch-mult-2.7e39.json", "the finding");
+    EXPECT_EQ(error_of<std::invalid_argument>([&] { (void)KlVaeConfig::from_json(kl["model"]); }),
               "KlVaeConfig: 'ch_mult' has the wrong type");
+    const json vq = read_json_file(dir + "vqvae-patch-nums-8.9e80.json", "the finding");
+    EXPECT_EQ(error_of<std::invalid_argument>([&] { (void)VqvaeConfig::from_json(vq); }),
+              "VQVAE config: field 'patch_nums' has the wrong type");
     EXPECT_EQ(error_of<std::invalid_argument>([&] {
                   (void)VarConfig::from_json(json{{"depth", 16.5}});
               }),

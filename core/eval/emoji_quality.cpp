@@ -9,6 +9,7 @@
 
 #include "core/eval/quality.h"  // encode_floats, decode_floats, read_shard_sections
 #include "core/eval/shards.h"
+#include "core/io/json_fields.h"
 #include "core/io/state_dict.h"
 #include "core/metrics/feature_stats.h"
 
@@ -106,8 +107,8 @@ std::map<std::string, EmojiScores> gather_emoji_scores(const std::vector<nlohman
     read_shard_sections(
         shards, "emoji_features", "no emoji features (made without metrics.emoji?)",
         "emoji features of", [&](const std::string& config, const nlohmann::json& f) {
-            const int64_t n = f.at("images").get<int64_t>();
-            const int64_t dim = f.at("dim").get<int64_t>();
+            const int64_t n = json_as<int64_t>(f.at("images"), "images");
+            const int64_t dim = json_as<int64_t>(f.at("dim"), "dim");
             const auto predicted = f.at("predicted").get<std::vector<int64_t>>();
             const auto target = f.at("target").get<std::vector<int64_t>>();
             if (static_cast<int64_t>(predicted.size()) != n ||

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "core/eval/shards.h"
+#include "core/io/json_fields.h"
 #include "core/io/npy.h"
 #include "core/metrics/feature_stats.h"
 
@@ -137,7 +138,7 @@ std::map<std::string, InceptionFeatures> gather_features(
     read_shard_sections(
         shards, "features", "no Inception features (made without \"metrics\"?)", "features of",
         [&](const std::string& config, const nlohmann::json& f) {
-            const int64_t n = f.at("images").get<int64_t>();
+            const int64_t n = json_as<int64_t>(f.at("images"), "images");
             InceptionFeatures part;
             part.pool3 = decode_floats(f.at("pool3").get<std::string>(), n, kInceptionPool3Dim);
             part.spatial =

@@ -198,8 +198,8 @@ nlohmann::json sweep_summary(const nlohmann::json& eval_result,
             row["values"] = p == points.end() ? nlohmann::json() : p->values;
             const auto& m = c.value(metric, nlohmann::json());
             row["quality"] = m.is_object() ? m.value("mean", nlohmann::json()) : nlohmann::json();
-            if (metric == "psnr_db" && m.is_object() && m.value("n", 0) > 0 &&
-                m.value("identical", 0) > 0)
+            if (metric == "psnr_db" && m.is_object() && m.value("n", 0.0) > 0 &&
+                m.value("identical", 0.0) > 0)
                 row["identical_images"] = m["identical"];
             if (metric == "token_agreement" && row["quality"].is_null())
                 throw std::invalid_argument(

@@ -31,7 +31,7 @@ void flatten(const nlohmann::json& j, const std::string& path, std::map<std::str
         const auto& mean = j["mean"];
         if (mean.is_number())
             out[path] = mean.get<double>();
-        else if (mean.is_null() && j.value("identical", 0) > 0 && j.value("n", 0) == 0)
+        else if (mean.is_null() && j.value("identical", 0.0) > 0 && j.value("n", 0.0) == 0)
             out[path] = kInf;  // every image identical to the baseline's: no finite PSNR
         return;
     }

@@ -74,6 +74,17 @@ bool json_value_fits(const nlohmann::json& value) {
     }
 }
 
+// `value` as a T where it fits (json_value_fits), else std::invalid_argument("<what>: expected
+// <kind>, got <value>") - for values read outside a config's fields (e.g. counts in shard files).
+template <class T>
+T json_as(const nlohmann::json& value, const std::string& what) {
+    if (!json_value_fits<T>(value))
+        throw std::invalid_argument(what + ": expected " +
+                                    (std::is_integral_v<T> ? "a whole number" : "another type") +
+                                    ", got " + value.dump());
+    return value.get<T>();
+}
+
 // The config readers' field rule: when the object `j` has `key`, reads it into `v`; a value that
 // does not fit (json_value_fits) or that the library refuses throws
 // std::invalid_argument("<label>'<key>' has the wrong type"), e.g. label "VAR config: field ".

@@ -138,19 +138,20 @@ VqvaeConfig VqvaeConfig::from_json(const nlohmann::json& j) {
 
 VqvaeConfig VqvaeConfig::from_json_fields(const nlohmann::json& j) {
     VqvaeConfig c;
-    c.vocab_size = j.value("vocab_size", c.vocab_size);
-    c.z_channels = j.value("z_channels", c.z_channels);
-    c.ch = j.value("ch", c.ch);
-    c.ch_mult = j.value("ch_mult", c.ch_mult);
-    c.num_res_blocks = j.value("num_res_blocks", c.num_res_blocks);
-    c.using_sa = j.value("using_sa", c.using_sa);
-    c.using_mid_sa = j.value("using_mid_sa", c.using_mid_sa);
-    c.quant_resi = j.value("quant_resi", c.quant_resi);
-    c.share_quant_resi = j.value("share_quant_resi", c.share_quant_resi);
-    c.qresi_counts = j.value("qresi_counts", c.qresi_counts);
-    c.patch_nums = j.value("patch_nums", c.patch_nums);
-    c.quant_conv_ks = j.value("quant_conv_ks", c.quant_conv_ks);
-    c.beta = j.value("beta", c.beta);
+    auto get = [&](const char* k, auto& v) { read_json_field(j, k, v, "VQVAE config: field "); };
+    get("vocab_size", c.vocab_size);
+    get("z_channels", c.z_channels);
+    get("ch", c.ch);
+    get("ch_mult", c.ch_mult);
+    get("num_res_blocks", c.num_res_blocks);
+    get("using_sa", c.using_sa);
+    get("using_mid_sa", c.using_mid_sa);
+    get("quant_resi", c.quant_resi);
+    get("share_quant_resi", c.share_quant_resi);
+    get("qresi_counts", c.qresi_counts);
+    get("patch_nums", c.patch_nums);
+    get("quant_conv_ks", c.quant_conv_ks);
+    get("beta", c.beta);
     return c;
 }
 
