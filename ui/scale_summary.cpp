@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "core/io/json_fields.h"
 #include "ui/metrics_model.h"
 
 namespace varscope::gui {
@@ -65,7 +66,10 @@ nlohmann::json scales_to_json(const std::vector<ScaleSummary>& baseline,
 std::vector<ScaleSummary> scales_from_json(const nlohmann::json& j, const std::string& side,
                                            const std::string& what) {
     auto fail = [&](const std::string& why) { throw std::runtime_error(what + ": " + why); };
-    if (!j.is_object() || !j.contains("varscope_scales") || !j["varscope_scales"].is_number())
+    // Whole numbers are checked before they are read: the JSON library casts a double (2.5 to
+    // 2; 1e40 is undefined behaviour), and a history folder is anyone's to edit.
+    if (!j.is_object() || !j.contains("varscope_scales") ||
+        !json_value_fits<int>(j["varscope_scales"]))
         fail("not a per-scale summary (no \"varscope_scales\" version)");
     const int version = j["varscope_scales"].get<int>();
     if (version < 1 || version > kScaleSummaryVersion)
@@ -83,9 +87,14 @@ std::vector<ScaleSummary> scales_from_json(const nlohmann::json& j, const std::s
                 fail(where + ": \"" + key + "\" missing or not a number");
             return r[key].get<double>();
         };
+        auto whole = [&](const char* key) {
+            if (!r.is_object() || !r.contains(key) || !json_value_fits<int64_t>(r[key]))
+                fail(where + ": \"" + key + "\" missing or not a whole number");
+            return r[key].get<int64_t>();
+        };
         ScaleSummary s;
-        s.scale = int64_t(number("scale"));
-        s.patch_num = int64_t(number("patch_num"));
+        s.scale = whole("scale");
+        s.patch_num = whole("patch_num");
         s.millis = number("ms");
         s.attention_flops = number("attention_flops");
         s.kv_bytes = number("kv_bytes");

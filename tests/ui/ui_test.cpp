@@ -2530,6 +2530,18 @@ class UiTest : public QObject {
         f.close();
         QVERIFY(h.scales(id, Side::Baseline, &note).empty());
         QVERIFY2(note.contains("\"baseline\"[0]: \"ms\""), qPrintable(note));
+        // Numbers that are not whole, or out of range, where whole ones belong (not cast).
+        for (const char* text :
+             {R"({"varscope_scales": 1, "baseline": [{"scale": 1e40, "patch_num": 1, "ms": 1,
+                  "attention_flops": 0, "kv_bytes": 0}]})",
+              R"({"varscope_scales": 1.5, "baseline": []})"}) {
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(text);
+            f.close();
+            QVERIFY(h.scales(id, Side::Baseline, &note).empty());
+            QVERIFY2(note.contains("not a whole number") || note.contains("no \"varscope_scales\""),
+                     qPrintable(note));
+        }
         // An entry of the version before summaries.
         QVERIFY(QFile::remove(dir.filePath(id + "/scales.json")));
         RunHistory old(dir.path());
