@@ -61,14 +61,17 @@ Request Request::from_json(const nlohmann::json& j) {
     r.prompt = QString::fromStdString(j.value("prompt", ""));
     // A text-to-image model's text is its prompt.
     if (r.model.family == Family::Infinity) r.gen.prompt = r.prompt.trimmed().toStdString();
-    r.gen.class_id = j.value("class_id", int64_t{0});
-    r.gen.seed = j.value("seed", uint64_t{0});
-    r.gen.cfg = j.value("cfg", 4.0);
-    r.gen.top_k = j.value("top_k", int64_t{900});
-    r.gen.top_p = j.value("top_p", 0.95);
-    r.gen.num_iter = j.value("num_iter", int64_t{64});
-    r.gen.cfg_schedule = j.value("cfg_schedule", "linear");
-    r.gen.temperature = j.value("temperature", 1.0);
+    // Absent fields keep GenerationSettings' defaults; a count given as 2.5 or 1e40 is refused
+    // rather than cast (a PNG's settings chunk is anyone's to write).
+    auto get = [&](const char* k, auto& v) { read_json_field(j, k, v, "settings: "); };
+    get("class_id", r.gen.class_id);
+    get("seed", r.gen.seed);
+    get("cfg", r.gen.cfg);
+    get("top_k", r.gen.top_k);
+    get("top_p", r.gen.top_p);
+    get("num_iter", r.gen.num_iter);
+    get("cfg_schedule", r.gen.cfg_schedule);
+    get("temperature", r.gen.temperature);
     r.accel = j.value("accel", nlohmann::json::object());
     return r;
 }

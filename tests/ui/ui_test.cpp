@@ -1581,6 +1581,18 @@ class UiTest : public QObject {
             QVERIFY2(QString(e.what()).contains("settings: model: unknown field 'devise'"),
                      e.what());
         }
+        // A count that is not a whole number in range is refused, not cast (2.5 ran 2).
+        for (const nlohmann::json& bad : {nlohmann::json(2.5), nlohmann::json(1e40)}) {
+            j = tiny_request().to_json();
+            j["top_k"] = bad;
+            try {
+                Request::from_json(j);
+                QFAIL("accepted a top_k that is not a whole number");
+            } catch (const std::invalid_argument& e) {
+                QVERIFY2(QString(e.what()).contains("settings: 'top_k' has the wrong type"),
+                         e.what());
+            }
+        }
         QTemporaryDir dir;
         for (const std::string& text :
              {std::string(R"({"varscope": 1, "varscope": 1})"), std::string(100000, '[')}) {
