@@ -74,13 +74,15 @@ TEST(CliEval, TwoProcessesUnderTorchrunGiveTheOneProcessMetricsBitForBit) {
         GTEST_SKIP() << "torchrun not found (VARSCOPE_TORCHRUN_PATH='" << torchrun << "')";
     TempDir dir;
     const std::string manifest = write_manifest(dir, manifest_json(dir.file("unused")));
-    // torchrun gives each worker OMP_NUM_THREADS=1; CPU sums depend on the thread count.
+    // One thread in every process: CPU sums depend on the thread count, and torchrun sets
+    // OMP_NUM_THREADS=1 only where the environment does not set it (the ASan run on the GPU
+    // machine exported 2 and the results differed by ~1e-8).
     auto one = run_cli("eval " + manifest + " --out " + dir.file("one"), "OMP_NUM_THREADS=1", 600);
     ASSERT_EQ(one.code, 0) << one.out;
-    const std::string cmd = "timeout -k 5 600 " + torchrun + " --nproc-per-node 2 --master-port " +
-                            std::to_string(free_port()) + " --no-python " + VARSCOPE_CLI_PATH +
-                            " eval " + manifest + " --out " + dir.file("two") + " > " +
-                            dir.file("two.log") + " 2>&1";
+    const std::string cmd = "OMP_NUM_THREADS=1 timeout -k 5 600 " + torchrun +
+                            " --nproc-per-node 2 --master-port " + std::to_string(free_port()) +
+                            " --no-python " + VARSCOPE_CLI_PATH + " eval " + manifest + " --out " +
+                            dir.file("two") + " > " + dir.file("two.log") + " 2>&1";
     const int status = std::system(cmd.c_str());
     std::ifstream log(dir.file("two.log"));
     const std::string text((std::istreambuf_iterator<char>(log)), {});

@@ -167,9 +167,12 @@ std::string torchrun_path() {
 // Runs the worker as 2 ranks; returns torchrun's exit code.
 int torchrun_workers(const std::string& out, const std::string& env = "") {
     const std::string self = fs::read_symlink("/proc/self/exe").string();
-    const std::string cmd = "env VARSCOPE_EVAL_TEST_OUT=" + out + " " + env + " timeout -k 5 300 " +
-                            torchrun_path() + " --nproc-per-node 2 --master-port " +
-                            std::to_string(free_port()) + " --no-python " + self +
+    // OMP_NUM_THREADS=1 as torchrun sets it only where it is unset: the reference runs on one
+    // thread (OneThread below), whatever the caller's environment says.
+    const std::string cmd = "env OMP_NUM_THREADS=1 VARSCOPE_EVAL_TEST_OUT=" + out + " " + env +
+                            " timeout -k 5 300 " + torchrun_path() +
+                            " --nproc-per-node 2 --master-port " + std::to_string(free_port()) +
+                            " --no-python " + self +
                             " --gtest_also_run_disabled_tests"
                             " --gtest_filter=EvalJobWorker.DISABLED_RunsOneRank > " +
                             out + ".log 2>&1";
@@ -200,9 +203,9 @@ TEST(EvalJobWorker, DISABLED_RunsOneRank) {
         << r.computed << " " << r.resumed << "\n";
 }
 
-// torchrun starts its workers with OMP_NUM_THREADS=1; CPU kernels sum in an order that depends
-// on the thread count, so the 1-process reference runs on one thread too for a bit-for-bit
-// comparison.
+// The workers run with OMP_NUM_THREADS=1 (torchrun_workers); CPU kernels sum in an order that
+// depends on the thread count, so the 1-process reference runs on one thread too for a
+// bit-for-bit comparison.
 struct OneThread {
     int before = at::get_num_threads();
     OneThread() { at::set_num_threads(1); }
