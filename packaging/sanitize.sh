@@ -20,4 +20,6 @@ ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0 \
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_odr_violation=0:abort_on_error=0:allocator_may_return_null=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-ctest --test-dir build-asan -j "$JOBS" --timeout 1800 --output-on-failure "$@"
+# The GPU suite is not built here: ctest's placeholder for its binary is left out, not failed.
+ctest --test-dir build-asan -j "$JOBS" --timeout 1800 --output-on-failure \
+    --exclude-regex '^varscope_gpu_tests_NOT_BUILT$' "$@"

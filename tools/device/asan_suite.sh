@@ -8,8 +8,9 @@
 #                                                 # outlives the call), stage the models it carries
 #   STAGE=stage bash tools/device/asan_suite.sh   # stage the models this call carries
 #   STAGE=test  bash tools/device/asan_suite.sh   # wait for the build, stage, run ctest
-# MKL_ENABLE_INSTRUCTIONS=AVX2 (default here) tests session 31's guess for its 8 numeric failures:
-# the tests' launcher pins ATen's and oneDNN's vector paths to AVX2, not MKL's.
+# MKL_ENABLE_INSTRUCTIONS=AVX2 (default here) tests session 31's guess for its 4 numeric failures
+# (Infinity parity on that CPU): the tests' launcher pins ATen's and oneDNN's vector paths to
+# AVX2, not MKL's.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 JOBS=${JOBS:-24}
@@ -47,7 +48,7 @@ test)
   export LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp"
   export OMP_NUM_THREADS=2 CUDA_VISIBLE_DEVICES= MKL_ENABLE_INSTRUCTIONS=${MKL_ENABLE_INSTRUCTIONS:-AVX2}
   timeout "${ASAN_TEST_TIMEOUT:-480}" ctest --test-dir /tmp/basan -j "$JOBS" --timeout 400 \
-    --output-on-failure > /tmp/asan_ctest.log 2>&1
+    --output-on-failure --exclude-regex '^varscope_gpu_tests_NOT_BUILT$' > /tmp/asan_ctest.log 2>&1
   echo "asan ctest rc=$?"
   grep -E "tests passed|tests failed|Total Test time" /tmp/asan_ctest.log
   grep -E "\(Failed\)|\(Timeout\)|Not Run" /tmp/asan_ctest.log | head -30
