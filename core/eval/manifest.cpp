@@ -253,14 +253,15 @@ EvalManifest parse_manifest(const nlohmann::json& j, const std::string& source,
             // number would be cast), true/false for the switch, any number otherwise.
             const auto& v = item.value();
             const std::string& k = item.key();
-            if (k == "more_smooth"                  ? !v.is_boolean()
-                : (k == "top_k" || k == "num_iter") ? !json_value_fits<int64_t>(v)
-                                                    : !json_value_fits<double>(v))
-                r.fail("sampling." + k,
-                       std::string(k == "more_smooth"                  ? "expected true or false"
-                                   : (k == "top_k" || k == "num_iter") ? "expected a whole number"
-                                                                       : "expected a number") +
-                           ", got " + v.dump());
+            const bool flag = k == "more_smooth", count = k == "top_k" || k == "num_iter";
+            const bool ok = flag    ? v.is_boolean()
+                            : count ? json_value_fits<int64_t>(v)
+                                    : json_value_fits<double>(v);
+            if (!ok)
+                r.fail("sampling." + k, std::string(flag    ? "expected true or false"
+                                                    : count ? "expected a whole number"
+                                                            : "expected a number") +
+                                            ", got " + v.dump());
         }
         m.sampling = s;
     }

@@ -91,27 +91,24 @@ EmojiFeatureConfig EmojiFeatureConfig::from_json(const nlohmann::json& j) {
     static const char* const kNotWhole =
         "emoji feature config: 'channels' must be a list of whole numbers and 'blocks', "
         "'groups', 'num_classes' whole numbers";
-    try {
-        if (j.contains("architecture") && j["architecture"] != kEmojiFeaturesKind)
-            throw std::invalid_argument("emoji feature config: 'architecture' must be \"" +
-                                        std::string(kEmojiFeaturesKind) + "\", got " +
-                                        j["architecture"].dump());
-        if (j.contains("image_size") && j["image_size"] != kEmojiFeatureImageSize)
-            throw std::invalid_argument("emoji feature config: 'image_size' must be 64");
-        auto whole = [&](const char* key, auto& v) {
-            if (!j.contains(key)) return;
-            // The library would cast 2.5 to 2 (and 1e40 is undefined behaviour).
-            if (!json_value_fits<std::decay_t<decltype(v)>>(j[key]))
-                throw std::invalid_argument(kNotWhole);
-            j[key].get_to(v);
-        };
-        whole("channels", c.channels);
-        whole("blocks", c.blocks);
-        whole("groups", c.groups);
-        whole("num_classes", c.num_classes);
-    } catch (const nlohmann::json::exception&) {
-        throw std::invalid_argument(kNotWhole);
-    }
+    if (j.contains("architecture") && j["architecture"] != kEmojiFeaturesKind)
+        throw std::invalid_argument("emoji feature config: 'architecture' must be \"" +
+                                    std::string(kEmojiFeaturesKind) + "\", got " +
+                                    j["architecture"].dump());
+    if (j.contains("image_size") && j["image_size"] != kEmojiFeatureImageSize)
+        throw std::invalid_argument("emoji feature config: 'image_size' must be 64");
+    // Checked before they are read: the library would cast 2.5 to 2 (and 1e40 is undefined
+    // behaviour), and what fits converts without an exception.
+    auto whole = [&](const char* key, auto& v) {
+        if (!j.contains(key)) return;
+        if (!json_value_fits<std::decay_t<decltype(v)>>(j[key]))
+            throw std::invalid_argument(kNotWhole);
+        j[key].get_to(v);
+    };
+    whole("channels", c.channels);
+    whole("blocks", c.blocks);
+    whole("groups", c.groups);
+    whole("num_classes", c.num_classes);
     c.validate();
     return c;
 }
