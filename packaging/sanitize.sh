@@ -2,17 +2,27 @@
 # The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer (issue #36): configures
 # the `asan` preset (build-asan/: core, kernels, CLI, tests; no CUDA kernels, no GUI), builds and
 # runs ctest. Any sanitizer report makes the test that triggered it fail (halt_on_error, UBSan
-# without recovery). Usage: packaging/sanitize.sh [ctest args...]
+# without recovery). Usage: packaging/sanitize.sh [--build-only | --test-only] [ctest args...]
+#   --build-only / --test-only  one half (tools/device/asan_suite.sh builds in the background
+#                               and tests once the model files are in place)
 #   VARSCOPE_SANITIZE_JOBS  build/test parallelism (default: nproc)
 #   extra cmake arguments:  VARSCOPE_SANITIZE_CMAKE_ARGS (e.g. -DCMAKE_PREFIX_PATH=...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${VARSCOPE_SANITIZE_JOBS:-$(nproc)}
-# shellcheck disable=SC2086
-cmake --preset asan ${VARSCOPE_SANITIZE_CMAKE_ARGS:-} >/dev/null
-# The build runs the test binaries to list their tests: no leak check there.
-ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0 \
-    cmake --build build-asan -j "$JOBS" --target varscope-cli varscope_tests
+step=all
+case "${1:-}" in
+--build-only) step=build; shift ;;
+--test-only) step=test; shift ;;
+esac
+if [ "$step" != test ]; then
+    # shellcheck disable=SC2086
+    cmake --preset asan ${VARSCOPE_SANITIZE_CMAKE_ARGS:-} >/dev/null
+    # The build runs the test binaries to list their tests: no leak check there.
+    ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0 \
+        cmake --build build-asan -j "$JOBS" --target varscope-cli varscope_tests
+fi
+[ "$step" != build ] || exit 0
 # LibTorch is not instrumented: its one known leak (a corrupt .pth) is suppressed as in fuzzing;
 # ASan's ODR check trips over symbols both LibTorch and the tests link (not our bug), so it is off.
 # allocator_may_return_null: the host-memory tests ask for more than any machine has and expect
