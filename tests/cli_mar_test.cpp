@@ -74,7 +74,7 @@ TEST(CliMar, CompareMarUsesTheEmbeddedModelPromptAndHeadCache) {
         << r.out;
     EXPECT_TRUE(contains(r.out, "head condition cache every 3 diffusion steps")) << r.out;
     const std::string ext = cli_image_ext();
-    for (const std::string f :
+    for (const std::string& f :
          {"baseline" + ext, "accelerated" + ext, "diff" + ext, std::string("tokens.safetensors")})
         EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f << "\n" << r.out;
     const auto j = read_json(out + "/metrics.json");
