@@ -56,6 +56,11 @@ TEST(EvalJob, RunsEveryShardUnderEveryConfigAndSummarises) {
     EXPECT_EQ(r.computed, 4);
     EXPECT_EQ(r.resumed, 0);
     ASSERT_EQ(seen.size(), 4u);
+    // Shards 0 and 2 (two classes) before 1 and 3 (the third class): one batch size at a time.
+    std::vector<int64_t> order;
+    for (const auto& p : seen) order.push_back(p.shard);
+    EXPECT_EQ(order, (std::vector<int64_t>{0, 2, 1, 3}));
+    for (const auto& p : seen) EXPECT_EQ(p.graph_captures, 0);  // CPU: no graphs
     EXPECT_EQ(seen.back().done, 4);
     EXPECT_EQ(seen.back().total, 4);
     EXPECT_EQ(seen.back().eta_s, 0.0);

@@ -67,6 +67,22 @@ TEST(EvalShards, UnitsAreSeedMajorBatchesAndShardsAreRunsOfThem) {
     EXPECT_EQ(seen.size(), 6u);
 }
 
+TEST(EvalShards, ARankRunsShardsOfOneBatchShapeTogether) {
+    // 5 conditions in batches of 2, 3 seeds, one unit a shard: sizes 2 2 1 | 2 2 1 | 2 2 1.
+    const auto shards = plan_shards(manifest(5, {1, 2, 3}, 2, 1));
+    ASSERT_EQ(shards.size(), 9u);
+    EXPECT_EQ(in_shape_order(shards_of_rank(9, 0, 1), shards),
+              (std::vector<int64_t>{0, 1, 3, 4, 6, 7, 2, 5, 8}));
+    EXPECT_EQ(in_shape_order(shards_of_rank(9, 0, 2), shards),
+              (std::vector<int64_t>{0, 4, 6, 2, 8}));
+    EXPECT_EQ(in_shape_order(shards_of_rank(9, 1, 2), shards), (std::vector<int64_t>{1, 3, 7, 5}));
+    // Shards of several units: by their units' sizes, the whole run first; a shorter last shard
+    // after the longer ones.
+    const auto runs = plan_shards(manifest(5, {1, 2, 3}, 2, 2));  // (2 2) (1 2) (2 1) (2 2) (1)
+    ASSERT_EQ(runs.size(), 5u);
+    EXPECT_EQ(in_shape_order({0, 1, 2, 3, 4}, runs), (std::vector<int64_t>{0, 3, 2, 1, 4}));
+}
+
 TEST(EvalShards, RanksTakeEveryShardOnce) {
     for (int world : {1, 2, 3, 5}) {
         std::vector<int> count(11, 0);
@@ -184,19 +200,23 @@ TEST(EvalShards, ShardFilesAreCheckedBeforeUse) {
                   read_shard_result(path, 3, "f");
               }).find("timing of 'baseline' is malformed"),
               std::string::npos);
-    // The count of runs repeated after releasing CUDA graphs: optional, a whole number.
-    bad = shard_json(3, "f");
-    bad["graph_releases"] = 2;
-    write_file_atomic(path, bad.dump());
-    EXPECT_EQ(read_shard_result(path, 3, "f")->value("graph_releases", 0), 2);
-    for (const nlohmann::json& v : {nlohmann::json(-1), nlohmann::json("2"), nlohmann::json(1.5)}) {
-        bad["graph_releases"] = v;
+    // The counts of runs repeated after releasing CUDA graphs and of runs that captured graphs:
+    // optional, whole numbers.
+    for (const char* count : {"graph_releases", "graph_captures"}) {
+        bad = shard_json(3, "f");
+        bad[count] = 2;
         write_file_atomic(path, bad.dump());
-        EXPECT_NE(error_of<ShardFileError>([&] {
-                      read_shard_result(path, 3, "f");
-                  }).find("\"graph_releases\" must be a whole number"),
-                  std::string::npos)
-            << v;
+        EXPECT_EQ(read_shard_result(path, 3, "f")->value(count, 0), 2);
+        for (const nlohmann::json& v :
+             {nlohmann::json(-1), nlohmann::json("2"), nlohmann::json(1.5)}) {
+            bad[count] = v;
+            write_file_atomic(path, bad.dump());
+            EXPECT_NE(error_of<ShardFileError>([&] {
+                          read_shard_result(path, 3, "f");
+                      }).find("\"" + std::string(count) + "\" must be a whole number"),
+                      std::string::npos)
+                << count << " " << v;
+        }
     }
 }
 

@@ -268,7 +268,7 @@ nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans&
     for (const auto& name : plans.names)
         timing[name] = {{"calls", nlohmann::json::array()}, {"peak_memory_bytes", nullptr}};
     ShardScores scores;
-    int64_t graph_releases = 0;
+    int64_t graph_releases = 0, graph_captures = 0;
     {
         // Declared after `scores`: destroyed (its worker stopped) before them on an error.
         ScoringQueue queue(scoring == ShardScoring::Overlapped, device);
@@ -285,6 +285,7 @@ nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans&
                 RunResult generated =
                     generate_releasing_graphs(runner, s, plans.plans[k].get(), &retried);
                 graph_releases += retried ? 1 : 0;
+                graph_captures += generated.graph_capture_millis > 0 ? 1 : 0;
                 // The sampler does not wait for the device when steps are not timed: the call's
                 // time is its host time plus what its stream still had to do (only this stream:
                 // with overlap, not the scorer's).
@@ -327,8 +328,9 @@ nlohmann::json run_shard(const EvalManifest& m, Runner& runner, const EvalPlans&
                           {"shard", shard.index},
                           {"images", scores.images},
                           {"timing", timing}};
-    if (graph_releases > 0)
-        out["graph_releases"] = graph_releases;  // a run condition, not a metric
+    // Run conditions, not metrics: why a shard was slow.
+    if (graph_releases > 0) out["graph_releases"] = graph_releases;
+    if (graph_captures > 0) out["graph_captures"] = graph_captures;
     if (scorers.inception) out["features"] = scores.features.to_json();
     if (scorers.emoji) out["emoji_features"] = scores.emoji.to_json();
     return out;
@@ -357,9 +359,12 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
         const EvalScorers scorers = load_eval_scorers(m, runner);
         const ShardScoring scoring =
             m.overlap_scoring ? ShardScoring::Overlapped : ShardScoring::Inline;
-        const auto todo = shards_of_rank(static_cast<int64_t>(shards.size()), rank, world);
+        const auto todo = in_shape_order(
+            shards_of_rank(static_cast<int64_t>(shards.size()), rank, world), shards);
         const auto start = Clock::now();
-        EvalProgress progress{rank, 0, static_cast<int64_t>(todo.size()), 0, 0, -1};
+        EvalProgress progress;
+        progress.rank = rank;
+        progress.total = static_cast<int64_t>(todo.size());
         for (int64_t index : todo) {
             const std::string path = shard_path(m.output_dir, index);
             auto done = read_shard_result(path, index, fingerprint);
@@ -375,6 +380,8 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
                 ++out.computed;
             }
             progress.graph_releases += done->value("graph_releases", int64_t{0});
+            progress.graph_captures += done->value("graph_captures", int64_t{0});
+            progress.shard = index;
             mine[std::to_string(index)] = std::move(*done);
             ++progress.done;
             progress.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();

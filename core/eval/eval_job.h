@@ -28,6 +28,7 @@ namespace varscope {
 
 struct EvalProgress {
     int rank = 0;
+    int64_t shard = -1;   // the shard just finished (in_shape_order: not always the next index)
     int64_t done = 0;     // shards of this rank finished (computed or found)
     int64_t total = 0;    // shards of this rank
     int64_t resumed = 0;  // of `done`, found finished on disk
@@ -36,6 +37,9 @@ struct EvalProgress {
     // Runs made again after releasing the runner's cached CUDA graphs (out of memory beside
     // them, oom_retry.h); each costs new graph captures, so a count that grows means slow shards.
     int64_t graph_releases = 0;
+    // Runs that captured CUDA graphs (a batch size or config not seen before; the warm-up's
+    // captures are not counted): a few per job is expected, one per shard is not.
+    int64_t graph_captures = 0;
 };
 
 struct EvalJobOptions {

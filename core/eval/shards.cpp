@@ -1,5 +1,6 @@
 #include "core/eval/shards.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/io/json_read.h"
@@ -38,6 +39,19 @@ std::vector<int64_t> shards_of_rank(int64_t shards, int rank, int world) {
     return mine;
 }
 
+std::vector<int64_t> in_shape_order(std::vector<int64_t> todo,
+                                    const std::vector<EvalShard>& shards) {
+    const auto sizes = [&](int64_t index) {
+        std::vector<size_t> out;
+        for (const auto& u : shards.at(static_cast<size_t>(index)).units)
+            out.push_back(u.conditions.size());
+        return out;
+    };
+    std::stable_sort(todo.begin(), todo.end(),
+                     [&](int64_t a, int64_t b) { return sizes(a) > sizes(b); });
+    return todo;
+}
+
 std::string manifest_fingerprint(const EvalManifest& m) {
     uint64_t h = 1469598103934665603ull;
     for (unsigned char c : m.work_json().dump()) {
@@ -66,9 +80,11 @@ void check_shard_result(const nlohmann::json& j, int64_t index, const std::strin
         throw ShardFileError(source + ": made by another manifest (fingerprint " +
                              j["fingerprint"].dump() + ", this job's \"" + fingerprint +
                              "\"): use another output_dir, or delete the old shards");
-    if (j.contains("graph_releases") &&
-        !(j["graph_releases"].is_number_integer() && j["graph_releases"].get<int64_t>() >= 0))
-        throw ShardFileError(source + ": \"graph_releases\" must be a whole number >= 0" + redo);
+    for (const char* count : {"graph_releases", "graph_captures"})
+        if (j.contains(count) &&
+            !(j[count].is_number_integer() && j[count].get<int64_t>() >= 0))
+            throw ShardFileError(source + ": \"" + count + "\" must be a whole number >= 0" +
+                                 redo);
     for (const auto& img : j["images"]) {
         const bool ok =
             img.is_object() && img.contains("config") && img["config"].is_string() &&

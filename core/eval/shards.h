@@ -36,6 +36,14 @@ struct EvalShard {
 std::vector<EvalShard> plan_shards(const EvalManifest& m);
 // The shard indices rank `rank` of `world` runs: rank, rank + world, ...
 std::vector<int64_t> shards_of_rank(int64_t shards, int rank, int world);
+// The order a rank runs `todo` in: shards whose units have the same batch sizes together, the
+// largest batches first, otherwise by index. Each batch size needs its own CUDA graph sets (one
+// per config), and the seed-major plan ends every seed with a short unit (250 classes in
+// batches of 64: 64, 64, 64, 58): in index order two configs alternated between four sets,
+// more than the graph cache keeps, and nearly every call captured its graphs again. Results do
+// not depend on the order: every unit seeds its own generator.
+std::vector<int64_t> in_shape_order(std::vector<int64_t> todo,
+                                    const std::vector<EvalShard>& shards);
 
 // FNV-1a 64 of the manifest's work_json(), as 16 hex digits: stable across processes and
 // machines (std::hash is not).
