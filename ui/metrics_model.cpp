@@ -17,7 +17,10 @@ const char* kColumns[] = {"scale",
                           "baseline KV bytes",
                           "accelerated KV bytes",
                           "baseline attn GFLOP",
-                          "accelerated attn GFLOP"};
+                          "accelerated attn GFLOP",
+                          "baseline GFLOP",
+                          "accelerated GFLOP",
+                          "work ratio"};
 constexpr int kColumnCount = int(sizeof kColumns / sizeof *kColumns);
 
 double speedup(const ScaleMetrics& m) {
@@ -64,10 +67,12 @@ void MetricsModel::setResults(const SideResultPtr& base, const SideResultPtr& ac
             m.base_ms = bs[i].millis;
             m.base_kv = bs[i].kv_bytes;
             m.base_flops = bs[i].attention_flops;
+            m.base_work = bs[i].work_flops();
             if (i < as.size()) {
                 m.accel_ms = as[i].millis;
                 m.accel_kv = as[i].kv_bytes;
                 m.accel_flops = as[i].attention_flops;
+                m.accel_work = as[i].work_flops();
                 m.pruned = std::max(0.0, as[i].pruned);
                 const bool tokens = i < base->run.scales.size() && i < accel->run.scales.size();
                 const auto* a = tokens ? &accel->run.scales[i].tokens : nullptr;
@@ -132,6 +137,14 @@ QVariant MetricsModel::data(const QModelIndex& index, int role) const {
             return gflop(m.base_flops);
         case 10:
             return gflop(m.accel_flops);
+        case 11:
+            return gflop(m.base_work);
+        case 12:
+            return gflop(m.accel_work);
+        case 13:
+            if (raw) return m.work_ratio();
+            return m.work_ratio() > 0 ? QVariant(QString::number(m.work_ratio(), 'f', 2) + "×")
+                                      : QVariant(QStringLiteral("–"));
     }
     return {};
 }
@@ -148,7 +161,7 @@ QByteArray MetricsModel::toCsv() const {
     for (const char* c : kColumns) header << QString(c).replace(' ', '_');
     lines << header.join(',');
     for (const auto& m : rows_)
-        lines << QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11")
+        lines << QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14")
                      .arg(m.scale)
                      .arg(m.patch_num)
                      .arg(m.base_ms, 0, 'f', 4)
@@ -159,7 +172,10 @@ QByteArray MetricsModel::toCsv() const {
                      .arg(m.base_kv, 0, 'f', 0)
                      .arg(m.accel_kv, 0, 'f', 0)
                      .arg(m.base_flops / 1e9, 0, 'f', 6)
-                     .arg(m.accel_flops / 1e9, 0, 'f', 6);
+                     .arg(m.accel_flops / 1e9, 0, 'f', 6)
+                     .arg(m.base_work / 1e9, 0, 'f', 6)
+                     .arg(m.accel_work / 1e9, 0, 'f', 6)
+                     .arg(m.work_ratio(), 0, 'f', 4);
     return (lines.join('\n') + '\n').toUtf8();
 }
 
@@ -177,7 +193,10 @@ QByteArray MetricsModel::toJson(const nlohmann::json& summary) const {
                           {"baseline_kv_bytes", m.base_kv},
                           {"accelerated_kv_bytes", m.accel_kv},
                           {"baseline_attention_flops", m.base_flops},
-                          {"accelerated_attention_flops", m.accel_flops}});
+                          {"accelerated_attention_flops", m.accel_flops},
+                          {"baseline_flops", m.base_work},
+                          {"accelerated_flops", m.accel_work},
+                          {"work_ratio", m.work_ratio()}});
     return QByteArray::fromStdString(j.dump(2) + "\n");
 }
 

@@ -1,5 +1,6 @@
 // Per-scale comparison table (model/view): timings of both sides, speedup, token agreement,
-// pruned fraction, estimated KV bytes and attention FLOPs; exports CSV and JSON.
+// pruned fraction, estimated KV bytes, attention FLOPs and the whole step's FLOPs (work) with
+// their ratio; exports CSV and JSON.
 #pragma once
 
 #include <QAbstractTableModel>
@@ -20,6 +21,12 @@ struct ScaleMetrics {
     // (SparVAR counts its sparse pairs also where its reference computes every score), so they
     // show the work a method needs, whichever path ran. 0 = not counted.
     double base_flops = 0, accel_flops = 0;
+    // The whole step's FLOPs (every part of the forward: ScaleSummary::work_flops), 0 = not
+    // counted, and base_work / accel_work: how much less work the method does at this scale
+    // (0 where either side has none counted). A speedup below it is work the method saved but
+    // its overhead, launches or memory traffic took back.
+    double base_work = 0, accel_work = 0;
+    double work_ratio() const { return base_work > 0 && accel_work > 0 ? base_work / accel_work : 0; }
 };
 
 // KV bytes after each scale, assuming the cache grows with the tokens appended so far and

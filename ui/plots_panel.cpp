@@ -114,6 +114,14 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     latency_->setObjectName("latencyPlot");
     cumulative_ = make_plot(this, tr("Cumulative time"), tr("scale"), tr("ms"));
     kv_ = make_plot(this, tr("KV cache after each scale"), tr("scale"), tr("MiB"));
+    work_ = make_plot(this, tr("Work and time per scale"), tr("scale"), tr("× baseline"));
+    work_->setObjectName("workPlot");
+    work_->setToolTip(
+        tr("Per scale, baseline ÷ accelerated: FLOPs of the step's forward (the work the method "
+           "saves, its own scoring included) and time (the speedup). Where the speedup is below "
+           "the work line, overhead, kernel launches or memory traffic take the saving back; at "
+           "1 the scale costs what the baseline's does. A grouped step counts on its first "
+           "scale; skipped scales have no point."));
     sweep_plot_ =
         make_plot(this, tr("Sweep: speedup vs PSNR"), tr("PSNR vs baseline (dB)"), tr("speedup ×"));
     sweep_plot_->setObjectName("sweepPlot");
@@ -122,7 +130,7 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     lazymar_->setObjectName("lazymarPlot");
     lazymar_->setVisible(false);
     // Scales and steps are whole numbers: no ticks at 2.5 and 7.5.
-    for (auto* p : {latency_, cumulative_, kv_, lazymar_}) {
+    for (auto* p : {latency_, cumulative_, kv_, lazymar_, work_}) {
         QSharedPointer<QCPAxisTickerFixed> ticker(new QCPAxisTickerFixed);
         ticker->setTickStep(1.0);
         ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
@@ -132,7 +140,8 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     grid->addWidget(cumulative_, 0, 1);
     grid->addWidget(kv_, 0, 2);
     grid->addWidget(lazymar_, 0, 2);
-    grid->addWidget(sweep_plot_, 0, 3);
+    grid->addWidget(work_, 0, 3);
+    grid->addWidget(sweep_plot_, 0, 4);
     v->addLayout(grid, 1);
 
     auto* bar = new QHBoxLayout;
@@ -242,6 +251,7 @@ void PlotsPanel::setFamily(Family f) {
     if (auto* t = qobject_cast<QCPTextElement*>(latency_->plotLayout()->element(0, 0)))
         t->setText(is_mar ? tr("Latency per step") : tr("Latency per scale"));
     kv_->setVisible(!is_mar);  // MAR keeps no KV cache across steps
+    work_->setVisible(!is_mar);  // and has no per-part cost model
     lazymar_->setVisible(is_mar);
     fillMethods();
     fillParams();
@@ -322,7 +332,38 @@ void PlotsPanel::setResults(const SideResultPtr& base, const SideResultPtr& acce
         place_legend(plot);
         plot->replot();
     }
+    setWorkResults(bs, as);
     setLazyMarResults(accel);
+}
+
+void PlotsPanel::setWorkResults(const std::vector<ScaleSummary>& bs,
+                                const std::vector<ScaleSummary>& as) {
+    QVector<double> wx, wy, tx, ty;
+    for (size_t i = 0; i < std::min(bs.size(), as.size()); ++i) {
+        const double bw = bs[i].work_flops(), aw = as[i].work_flops();
+        if (bs[i].work_counted && as[i].work_counted && bw > 0 && aw > 0) {
+            wx << double(i);
+            wy << bw / aw;
+        }
+        if (bs[i].millis > 0 && as[i].millis > 0 && !as[i].skipped &&
+            (!as[i].work_counted || aw > 0)) {
+            tx << double(i);
+            ty << bs[i].millis / as[i].millis;
+        }
+    }
+    work_->clearItems();
+    auto* parity = new QCPItemStraightLine(work_);  // 1: the scale costs the baseline's
+    parity->point1->setCoords(0, 1);
+    parity->point2->setCoords(1, 1);
+    parity->setPen(QPen(Qt::gray, 1, Qt::DashLine));
+    set_series(work_, 0, tr("less work (FLOPs)"), kHead, wx, wy);
+    set_series(work_, 1, tr("speedup (time)"), kAccel, tx, ty);
+    work_->rescaleAxes();
+    work_->xAxis->setRange(-0.5, std::max<double>(1.0, double(bs.size())) - 0.5);
+    work_->yAxis->setRangeLower(0);
+    work_->yAxis->setRangeUpper(std::max(1.5, work_->yAxis->range().upper * 1.1));
+    place_legend(work_);
+    work_->replot();
 }
 
 void PlotsPanel::setLazyMarResults(const SideResultPtr& accel) {

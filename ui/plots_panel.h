@@ -1,6 +1,7 @@
 // Plots (QCustomPlot): latency per scale (MAR: per step) and cumulative time for baseline vs
 // accelerated, KV memory per scale (MAR: LazyMAR's computed fraction and CFG residual drift per
-// step), and the sweep view (one hyperparameter stepped over a range, speedup
+// step), work and time per scale (how much less work the method does against its speedup:
+// where its overhead takes the saving back; VAR, Infinity), and the sweep view (one hyperparameter stepped over a range, speedup
 // against PSNR, run on the worker).
 #pragma once
 
@@ -45,6 +46,7 @@ class PlotsPanel : public QWidget {
     QCustomPlot* latencyPlot() const { return latency_; }
     QCustomPlot* cumulativePlot() const { return cumulative_; }
     QCustomPlot* kvPlot() const { return kv_; }
+    QCustomPlot* workPlot() const { return work_; }
     QCustomPlot* sweepPlot() const { return sweep_plot_; }
     std::vector<double> sweepValues() const;  // from the range controls
     void setFamily(Family f);  // axis names, the family's plots and sweepable methods
@@ -67,6 +69,9 @@ class PlotsPanel : public QWidget {
     QCustomPlot* latency_;
     QCustomPlot* cumulative_;
     QCustomPlot* kv_;
+    QCustomPlot* work_;
+    void setWorkResults(const std::vector<ScaleSummary>& base,
+                        const std::vector<ScaleSummary>& accel);
     QCustomPlot* sweep_plot_;
     QComboBox* sweep_y_;  // what the sweep plots against PSNR: speedup or attention work saved
     void replotSweep();

@@ -11,6 +11,20 @@ QString bytes_text(int64_t b) {
     if (b >= 1024) return QString::number(b / 1024.0, 'f', 1) + " KiB";
     return QString::number(b) + " B";
 }
+QString flops_text(double f) {
+    return f >= 1e12 ? QString::number(f / 1e12, 'f', 2) + " TFLOP"
+                     : QString::number(f / 1e9, 'f', 2) + " GFLOP";
+}
+// A side's work: the sum over its scales, or 0 unless every scale was counted.
+double work_of(const SideResult& r) {
+    double sum = 0;
+    const auto rows = scale_summary_of(r);
+    for (const auto& s : rows) {
+        if (!s.work_counted) return 0;
+        sum += s.work_flops();
+    }
+    return sum;
+}
 }  // namespace
 
 QString ComparisonMetrics::text() const {
@@ -36,6 +50,11 @@ QString ComparisonMetrics::text() const {
                     .arg(speedup, 0, 'f', 2)
                     .arg(base_ms, 0, 'f', 1)
                     .arg(accel_ms, 0, 'f', 1);
+    // Only where the method changed the work (off, it is the baseline's).
+    if (base_work > 0 && accel_work > 0 && std::abs(base_work / accel_work - 1) > 5e-3)
+        t += QObject::tr(" · work %1× less (%2 → %3)")
+                 .arg(base_work / accel_work, 0, 'f', 2)
+                 .arg(flops_text(base_work), flops_text(accel_work));
     // MAR keeps no KV cache (its transformer is bidirectional): no "KV 0 B → 0 B" there.
     if (base_kv > 0 || accel_kv > 0)
         t += QObject::tr(" · KV %1 → %2").arg(bytes_text(base_kv), bytes_text(accel_kv));
@@ -65,6 +84,12 @@ QString ComparisonMetrics::toolTip() const {
                     "graph capture\n(baseline %1 ms, accelerated %2 ms).")
                     .arg(base_overhead_ms, 0, 'f', 1)
                     .arg(accel_overhead_ms, 0, 'f', 1);
+    if (base_work > 0 && accel_work > 0)
+        t += QObject::tr(
+            "\nWork: the FLOPs of every step's forward (projections, attention, FFN, head and the "
+            "method's own scoring), counted from the shapes. Where the speedup is below the work "
+            "ratio, the method's overhead, kernel launches or memory traffic took the rest back: "
+            "the plots' \"Work and time per scale\" shows at which scales.");
     if (sparvar_reference)
         t += QObject::tr(
             "\nSparVAR's sparse attention ran on its exact reference (dense attention with the "
@@ -149,6 +174,8 @@ void ResultsModel::update() {
             accel_->run.total_ms > 0 ? base_->run.total_ms / accel_->run.total_ms : 0;
         metrics_.base_kv = base_->run.kv_bytes;
         metrics_.accel_kv = accel_->run.kv_bytes;
+        metrics_.base_work = work_of(*base_);
+        metrics_.accel_work = work_of(*accel_);
         metrics_.base_overhead_ms = base_->run.overhead_ms;
         metrics_.accel_overhead_ms = accel_->run.overhead_ms;
         metrics_.sparvar_reference = ranSparVarReference(accel_->run);

@@ -18,6 +18,10 @@ struct ComparisonMetrics {
     double base_ms = 0, accel_ms = 0;
     double base_overhead_ms = 0, accel_overhead_ms = 0;  // left out of the times (RunOutput)
     int64_t base_kv = 0, accel_kv = 0;
+    // The FLOPs of every step's forward on each side (ScaleSummary::work_flops), 0 where a side
+    // has no cost model (MAR, older history entries): the work the method saves, which the
+    // speedup shows only where its overhead and launches do not take it back.
+    double base_work = 0, accel_work = 0;
     // SparVAR's CSLA ran on its exact masked reference (the CPU, fp32, ...), which computes every
     // score: its speedup then says nothing about the method, and the line says so.
     bool sparvar_reference = false;

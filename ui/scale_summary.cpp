@@ -10,7 +10,13 @@ namespace varscope::gui {
 bool ScaleSummary::operator==(const ScaleSummary& o) const {
     return scale == o.scale && patch_num == o.patch_num && millis == o.millis &&
            attention_flops == o.attention_flops && kv_bytes == o.kv_bytes && skipped == o.skipped &&
-           pruned == o.pruned;
+           pruned == o.pruned && part_flops == o.part_flops && work_counted == o.work_counted;
+}
+
+double ScaleSummary::work_flops() const {
+    double sum = 0;
+    for (const double f : part_flops) sum += f;
+    return sum;
 }
 
 std::vector<ScaleSummary> summarize_scales(const RunOutput& run) {
@@ -26,6 +32,8 @@ std::vector<ScaleSummary> summarize_scales(const RunOutput& run) {
         r.attention_flops = s.attention_flops;
         r.kv_bytes = i < kv.size() ? kv[i] : 0;
         r.skipped = s.skipped;
+        r.part_flops = s.part_flops;
+        r.work_counted = s.work_counted;
         if (s.skipped) {
             r.pruned = 1.0;
         } else if (!s.tokens.empty()) {
@@ -42,14 +50,22 @@ namespace {
 
 nlohmann::json rows_json(const std::vector<ScaleSummary>& rows) {
     nlohmann::json a = nlohmann::json::array();
-    for (const auto& r : rows)
-        a.push_back({{"scale", r.scale},
-                     {"patch_num", r.patch_num},
-                     {"ms", r.millis},
-                     {"attention_flops", r.attention_flops},
-                     {"kv_bytes", r.kv_bytes},
-                     {"skipped", r.skipped},
-                     {"pruned", r.pruned < 0 ? nlohmann::json() : nlohmann::json(r.pruned)}});
+    for (const auto& r : rows) {
+        nlohmann::json row = {
+            {"scale", r.scale},
+            {"patch_num", r.patch_num},
+            {"ms", r.millis},
+            {"attention_flops", r.attention_flops},
+            {"kv_bytes", r.kv_bytes},
+            {"skipped", r.skipped},
+            {"pruned", r.pruned < 0 ? nlohmann::json() : nlohmann::json(r.pruned)}};
+        if (r.work_counted) {  // optional: entries written before the cost model have none
+            auto& parts = row["part_flops"] = nlohmann::json::object();
+            for (int k = 0; k < kCostParts; ++k)
+                parts[cost_part_name(static_cast<CostPart>(k))] = r.part_flops[size_t(k)];
+        }
+        a.push_back(std::move(row));
+    }
     return a;
 }
 
@@ -102,6 +118,19 @@ std::vector<ScaleSummary> scales_from_json(const nlohmann::json& j, const std::s
             fail(where + ": \"skipped\" is not true or false");
         s.skipped = r.value("skipped", false);
         s.pruned = r.contains("pruned") && r["pruned"].is_number() ? r["pruned"].get<double>() : -1;
+        if (r.contains("part_flops")) {
+            const nlohmann::json& parts = r["part_flops"];
+            if (!parts.is_object()) fail(where + ": \"part_flops\" is not an object");
+            for (const auto& [name, v] : parts.items()) {
+                int k = 0;
+                while (k < kCostParts && name != cost_part_name(static_cast<CostPart>(k))) ++k;
+                if (k == kCostParts) fail(where + ": \"part_flops\" names no part \"" + name + "\"");
+                if (!v.is_number() || !(v.get<double>() >= 0))
+                    fail(where + ": \"part_flops\".\"" + name + "\" is not a number >= 0");
+                s.part_flops[size_t(k)] = v.get<double>();
+            }
+            s.work_counted = true;
+        }
         out.push_back(s);
     }
     return out;

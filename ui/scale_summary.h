@@ -5,6 +5,7 @@
 #pragma once
 
 #include <QString>
+#include <array>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -20,6 +21,11 @@ struct ScaleSummary {
     double kv_bytes = 0;  // held after this scale (kv_bytes_per_scale)
     bool skipped = false;
     double pruned = -1;  // share of the scale's tokens not computed; -1: no tokens recorded
+    // FLOPs per part of the step starting here (ScaleOutput::part_flops); work_counted: the run
+    // had the cost model (older history entries and MAR: not).
+    std::array<double, kCostParts> part_flops{};
+    bool work_counted = false;
+    double work_flops() const;  // the parts' sum
     bool operator==(const ScaleSummary& o) const;
 };
 

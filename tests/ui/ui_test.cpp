@@ -28,6 +28,7 @@
 #include <QVBoxLayout>
 #include <QtTest>
 #include <cmath>
+#include <numeric>
 
 #include "core/analysis/measure_grid.h"
 #include "tests/ui/tiny_engine.h"
@@ -121,6 +122,13 @@ std::shared_ptr<SideResult> scaled_side(Side s, int shade, double scale_ms) {
         o.patch_num = i + 1;
         o.millis = scale_ms * (i + 1) + 0.125 * shade;
         o.attention_flops = 1e6 * (i + 1) * (i + 1) + shade;
+        // The step's work by part: the accelerated side computes 10 of the last scale's 16
+        // tokens' FFN rows.
+        o.work_counted = true;
+        o.part_flops[size_t(varscope::CostPart::Attention)] = o.attention_flops;
+        o.part_flops[size_t(varscope::CostPart::Projection)] = 4e6 * (i + 1) * (i + 1);
+        o.part_flops[size_t(varscope::CostPart::Ffn)] =
+            8e6 * (i + 1) * (i + 1) * (s == Side::Accelerated && i == 3 ? 10.0 / 16.0 : 1.0);
         o.tokens.assign(size_t((i + 1) * (i + 1)), 5);
         if (s == Side::Accelerated && i == 3) std::fill_n(o.tokens.begin(), 6, -1);
         r->run.scales.push_back(o);
@@ -1333,7 +1341,7 @@ class UiTest : public QObject {
         // The per-scale table's attention FLOPs come from the run (columns 9 and 10), in GFLOP.
         {
             auto* mm = w.metricsModel();
-            QCOMPARE(mm->columnCount(), 11);
+            QCOMPARE(mm->columnCount(), 14);
             QCOMPARE(mm->headerData(9, Qt::Horizontal, Qt::DisplayRole).toString(),
                      QString("baseline attn GFLOP"));
             for (int row = 0; row < 3; ++row) {
@@ -1343,9 +1351,22 @@ class UiTest : public QObject {
                 QCOMPARE(mm->data(mm->index(row, 9), Qt::DisplayRole).toString(),
                          QString::number(flops / 1e9, 'f', 3));
             }
+            // The whole step's FLOPs (columns 11-13) from the run's cost model: more than its
+            // attention; the accelerator is off, so the work ratio is 1.
+            for (int row = 0; row < 3; ++row) {
+                const auto& sc = base->run.scales[size_t(row)];
+                QVERIFY(sc.work_counted);
+                QVERIFY(sc.part_flops[size_t(varscope::CostPart::Ffn)] > 0);
+                QCOMPARE(mm->data(mm->index(row, 11), Qt::UserRole).toDouble(),
+                         std::accumulate(sc.part_flops.begin(), sc.part_flops.end(), 0.0));
+                QVERIFY(mm->data(mm->index(row, 11), Qt::UserRole).toDouble() >
+                        sc.attention_flops);
+                QCOMPARE(mm->data(mm->index(row, 13), Qt::UserRole).toDouble(), 1.0);
+            }
             QVERIFY(QString::fromUtf8(mm->toCsv())
                         .section('\n', 0, 0)
-                        .endsWith("baseline_attn_GFLOP,accelerated_attn_GFLOP"));
+                        .endsWith("baseline_attn_GFLOP,accelerated_attn_GFLOP,baseline_GFLOP,"
+                                  "accelerated_GFLOP,work_ratio"));
         }
         QCOMPARE(w.plots()->latencyPlot()->graph(0)->dataCount(), 3);
         QVERIFY(results.count() >= 2);
@@ -2523,6 +2544,8 @@ class UiTest : public QObject {
         QCOMPARE(as[3].pruned, 6.0 / 16.0);
         QCOMPARE(bs[3].pruned, 0.0);
         QCOMPARE(as[3].kv_bytes, double(3104));  // the estimate ends at the run's KV size
+        QVERIFY(as[3].work_counted);
+        QCOMPARE(as[3].part_flops[size_t(varscope::CostPart::Ffn)], 8e6 * 16 * 10.0 / 16.0);
         const SideResultPtr shown = h.sideResult(id, Side::Accelerated, &note);
         QVERIFY(shown && note.isEmpty());
         QVERIFY(shown->stored_scales == as);
@@ -2541,6 +2564,19 @@ class UiTest : public QObject {
         f.close();
         QVERIFY(h.scales(id, Side::Baseline, &note).empty());
         QVERIFY2(note.contains("\"baseline\"[0]: \"ms\""), qPrintable(note));
+        // The work by part: known part names, numbers >= 0.
+        for (const auto& [parts, why] : std::vector<std::pair<const char*, const char*>>{
+                 {R"("part_flops": {"attention": 1, "unknown": 2})", "names no part \"unknown\""},
+                 {R"("part_flops": {"ffn": -1})", "\"ffn\" is not a number >= 0"},
+                 {R"("part_flops": [1, 2])", "\"part_flops\" is not an object"}}) {
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(QByteArray(R"({"varscope_scales": 1, "baseline": [{"scale": 0, "patch_num": 1,
+                  "ms": 1, "attention_flops": 0, "kv_bytes": 0, )") +
+                    parts + "}]}");
+            f.close();
+            QVERIFY(h.scales(id, Side::Baseline, &note).empty());
+            QVERIFY2(note.contains(why), qPrintable(note));
+        }
         // Numbers that are not whole, or out of range, where whole ones belong (not cast).
         for (const char* text :
              {R"({"varscope_scales": 1, "baseline": [{"scale": 1e40, "patch_num": 1, "ms": 1,
@@ -2560,6 +2596,60 @@ class UiTest : public QObject {
         const SideResultPtr back = old.sideResult(id, Side::Baseline, &note);
         QVERIFY(back && back->stored_scales.empty());
         QCOMPARE(note, QString("no per-scale records in this entry (saved by an older version)"));
+    }
+
+    // The work a method saves against the time it saves (#30): the metrics line's total, the
+    // per-scale table's ratio and the plot's two curves; none where a side has no cost model.
+    void workAgainstTimeIsShownPerScale() {
+        using namespace varscope::gui;
+        ResultsModel results;
+        const Request req = tiny_request();
+        auto base = scaled_side(Side::Baseline, 100, 5.0);
+        auto accel = scaled_side(Side::Accelerated, 104, 2.5);
+        results.setSide(base, req);
+        results.setSide(accel, req);
+        const ComparisonMetrics& m = results.metrics();
+        QVERIFY(m.valid);
+        double bw = 0, aw = 0;
+        for (const auto& s : summarize_scales(base->run)) bw += s.work_flops();
+        for (const auto& s : summarize_scales(accel->run)) aw += s.work_flops();
+        QVERIFY(bw > aw && aw > 0);
+        QCOMPARE(m.base_work, bw);
+        QCOMPARE(m.accel_work, aw);
+        QVERIFY2(m.text().contains(QString(" · work %1× less (%2 GFLOP → ")
+                                       .arg(bw / aw, 0, 'f', 2)
+                                       .arg(bw / 1e9, 0, 'f', 2)),
+                 qPrintable(m.text()));
+        QVERIFY(m.toolTip().contains("Work and time per scale"));
+
+        MetricsModel table;
+        table.setResults(base, accel);
+        // Scale 0: the same work but for the sides' shades in the attention FLOPs; scale 3: the
+        // FFN of 10 rows of 16.
+        QVERIFY(std::abs(table.rows()[0].work_ratio() - 1.0) < 1e-6);
+        QVERIFY(table.rows()[3].work_ratio() > 1.1);
+
+        PlotsPanel plots;
+        plots.setResults(base, accel);
+        auto* work = plots.workPlot();
+        QCOMPARE(work->graphCount(), 2);
+        QCOMPARE(work->graph(0)->dataCount(), 4);  // less work per scale
+        QCOMPARE(work->graph(1)->dataCount(), 4);  // speedup per scale
+        QCOMPARE((work->graph(0)->data()->constBegin() + 3)->value, table.rows()[3].work_ratio());
+        QCOMPARE((work->graph(1)->data()->constBegin() + 3)->value,
+                 base->run.scales[3].millis / accel->run.scales[3].millis);
+        plots.setFamily(Family::Mar);  // no cost model there
+        QVERIFY(work->isHidden());
+
+        // A side without the cost model (an entry of an older version): no work anywhere.
+        for (auto& sc : accel->run.scales) sc.work_counted = false;
+        results.setSide(accel, req);
+        QCOMPARE(results.metrics().accel_work, 0.0);
+        QVERIFY2(!results.metrics().text().contains("work"), qPrintable(results.metrics().text()));
+        plots.setFamily(Family::Var);
+        plots.setResults(base, accel);
+        QCOMPARE(work->graph(0)->dataCount(), 0);
+        QCOMPARE(work->graph(1)->dataCount(), 4);  // the times are still there
     }
 
     // The ratio of two runs' times is labelled for what it is, with both times.

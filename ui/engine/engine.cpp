@@ -335,6 +335,9 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
         so.skipped = r.skipped;
         so.tokens = runner.step_map(res, r);
         so.fhat = rec.preview(r.scale);
+        so.work_counted = !res.step_costs.empty();
+        for (const StepCost& c : res.step_costs)
+            if (c.scale == so.scale) so.part_flops = c.flops;
         out.scales.push_back(std::move(so));
     }
     for (auto& a : rec.attention()) out.attention.push_back({a.scale, a.layer, to_array(a.probs)});

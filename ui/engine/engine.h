@@ -5,6 +5,7 @@
 // touches tensors.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -18,6 +19,7 @@
 #include "core/exec_policy.h"
 #include "core/models/sampling_recommendation.h"
 #include "core/runner/family.h"
+#include "core/sampling/step_cost.h"
 
 namespace varscope {
 struct SampleSettings;
@@ -132,6 +134,12 @@ struct ScaleOutput {
     double millis = 0;
     double attention_flops = 0;  // the step's attention FLOPs (a grouped step's on its first scale)
     bool skipped = false;
+    // The work of the step that starts at this scale, FLOPs per part of its forward counted from
+    // the shapes (core/sampling/step_cost.h: projections, attention, FFN, the method's own
+    // overhead, ...); zero for the later scales of a grouped step and a skipped scale.
+    // work_counted: the family has the cost model (VAR, Infinity; not MAR).
+    std::array<double, kCostParts> part_flops{};
+    bool work_counted = false;
     // VAR: first sample's tokens, pn*pn, -1 where pruned. MAR: per grid position the step that
     // decoded it, -1 where still masked after this step.
     std::vector<int64_t> tokens;
