@@ -82,3 +82,31 @@ TEST(EvalOverlapGpu, OverlappedScoringGivesTheInlineShardsOnCuda) {
     EXPECT_TRUE(j["overlapped_identical"].get<bool>());
     EXPECT_GT(j["modes"]["overlapped"]["images_per_s"].get<double>(), 0.0);
 }
+
+// A job whose seeds end with a short unit (3 classes in batches of 2: 2, 1, 2, 1, ...) under two
+// plans: the process runs the shards of one batch size together (in_shape_order), so past the
+// warm-up (batch 2, not counted) only batch 1 captures new graphs, once per plan. In index
+// order the four graph sets (2 plans x 2 batch sizes) outgrew the graph cache's three and
+// nearly every run captured again (the scaling job of sessions 30-31).
+TEST(EvalOverlapGpu, AJobCapturesGraphsOncePerBatchSizeAndPlan) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    varscope::testing::TempDir dir;
+    auto cpu = varscope::testing::small_pipeline(7);
+    auto runner =
+        var_runner(varscope::testing::with_weights_of(cpu, {"cuda", Precision::Fp32, false}));
+    EvalManifest m;
+    m.classes = {1, 2, 3};
+    m.seeds = {5, 6, 7, 8};
+    m.batch = 2;
+    m.batches_per_shard = 1;
+    m.configs = {{"skip1", {{"skip", {{"enabled", true}, {"last_n", 1}}}}}};
+    m.output_dir = dir.file("out");
+    EvalJobOptions o;
+    EvalProgress last;
+    o.progress = [&](const EvalProgress& p) { last = p; };
+    const auto r = run_eval_job(m, *runner, o);
+    EXPECT_EQ(r.computed, 8);
+    EXPECT_EQ(last.done, 8);
+    EXPECT_EQ(last.graph_captures, 2);
+    EXPECT_EQ(last.graph_releases, 0);
+}
