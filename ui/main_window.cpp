@@ -707,8 +707,8 @@ bool MainWindow::exportFigure(const ExportOptions& o, QString* error, bool overw
             {plots_->latencyPlot()->toPixmap(480, 360).toImage(), tr("Latency per scale")});
     if (o.plots && !plots_->workPlot()->isHidden() && plots_->workPlot()->graphCount() > 0 &&
         plots_->workPlot()->graph(0)->dataCount() > 0)
-        f.panels.push_back({plots_->workPlot()->toPixmap(480, 360).toImage(),
-                            tr("Work and time per scale")});
+        f.panels.push_back(
+            {plots_->workPlot()->toPixmap(480, 360).toImage(), tr("Work and time per scale")});
     f.notes = figureNotes();
     f.columns = std::min<int>(3, std::max<int>(1, int(f.panels.size())));
     QMap<QString, QString> text;

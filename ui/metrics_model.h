@@ -26,7 +26,9 @@ struct ScaleMetrics {
     // (0 where either side has none counted). A speedup below it is work the method saved but
     // its overhead, launches or memory traffic took back.
     double base_work = 0, accel_work = 0;
-    double work_ratio() const { return base_work > 0 && accel_work > 0 ? base_work / accel_work : 0; }
+    double work_ratio() const {
+        return base_work > 0 && accel_work > 0 ? base_work / accel_work : 0;
+    }
 };
 
 // KV bytes after each scale, assuming the cache grows with the tokens appended so far and

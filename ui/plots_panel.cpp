@@ -250,7 +250,7 @@ void PlotsPanel::setFamily(Family f) {
     for (auto* p : {latency_, cumulative_}) p->xAxis->setLabel(unit);
     if (auto* t = qobject_cast<QCPTextElement*>(latency_->plotLayout()->element(0, 0)))
         t->setText(is_mar ? tr("Latency per step") : tr("Latency per scale"));
-    kv_->setVisible(!is_mar);  // MAR keeps no KV cache across steps
+    kv_->setVisible(!is_mar);    // MAR keeps no KV cache across steps
     work_->setVisible(!is_mar);  // and has no per-part cost model
     lazymar_->setVisible(is_mar);
     fillMethods();

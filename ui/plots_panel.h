@@ -1,8 +1,8 @@
 // Plots (QCustomPlot): latency per scale (MAR: per step) and cumulative time for baseline vs
 // accelerated, KV memory per scale (MAR: LazyMAR's computed fraction and CFG residual drift per
 // step), work and time per scale (how much less work the method does against its speedup:
-// where its overhead takes the saving back; VAR, Infinity), and the sweep view (one hyperparameter stepped over a range, speedup
-// against PSNR, run on the worker).
+// where its overhead takes the saving back; VAR, Infinity), and the sweep view (one hyperparameter
+// stepped over a range, speedup against PSNR, run on the worker).
 #pragma once
 
 #include <QWidget>

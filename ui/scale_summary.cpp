@@ -124,7 +124,8 @@ std::vector<ScaleSummary> scales_from_json(const nlohmann::json& j, const std::s
             for (const auto& [name, v] : parts.items()) {
                 int k = 0;
                 while (k < kCostParts && name != cost_part_name(static_cast<CostPart>(k))) ++k;
-                if (k == kCostParts) fail(where + ": \"part_flops\" names no part \"" + name + "\"");
+                if (k == kCostParts)
+                    fail(where + ": \"part_flops\" names no part \"" + name + "\"");
                 if (!v.is_number() || !(v.get<double>() >= 0))
                     fail(where + ": \"part_flops\".\"" + name + "\" is not a number >= 0");
                 s.part_flops[size_t(k)] = v.get<double>();

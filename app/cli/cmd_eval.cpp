@@ -45,9 +45,9 @@ void print_progress(const EvalProgress& p) {
                       ? ", " + std::to_string(p.graph_releases) +
                             " runs repeated after releasing CUDA graphs (out of memory)"
                       : "")
-              << (p.graph_captures ? ", " + std::to_string(p.graph_captures) +
-                                         " runs captured CUDA graphs"
-                                   : "")
+              << (p.graph_captures
+                      ? ", " + std::to_string(p.graph_captures) + " runs captured CUDA graphs"
+                      : "")
               << "\n";
 }
 

@@ -81,10 +81,8 @@ void check_shard_result(const nlohmann::json& j, int64_t index, const std::strin
                              j["fingerprint"].dump() + ", this job's \"" + fingerprint +
                              "\"): use another output_dir, or delete the old shards");
     for (const char* count : {"graph_releases", "graph_captures"})
-        if (j.contains(count) &&
-            !(j[count].is_number_integer() && j[count].get<int64_t>() >= 0))
-            throw ShardFileError(source + ": \"" + count + "\" must be a whole number >= 0" +
-                                 redo);
+        if (j.contains(count) && !(j[count].is_number_integer() && j[count].get<int64_t>() >= 0))
+            throw ShardFileError(source + ": \"" + count + "\" must be a whole number >= 0" + redo);
     for (const auto& img : j["images"]) {
         const bool ok =
             img.is_object() && img.contains("config") && img["config"].is_string() &&

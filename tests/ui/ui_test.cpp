@@ -1359,8 +1359,7 @@ class UiTest : public QObject {
                 QVERIFY(sc.part_flops[size_t(varscope::CostPart::Ffn)] > 0);
                 QCOMPARE(mm->data(mm->index(row, 11), Qt::UserRole).toDouble(),
                          std::accumulate(sc.part_flops.begin(), sc.part_flops.end(), 0.0));
-                QVERIFY(mm->data(mm->index(row, 11), Qt::UserRole).toDouble() >
-                        sc.attention_flops);
+                QVERIFY(mm->data(mm->index(row, 11), Qt::UserRole).toDouble() > sc.attention_flops);
                 QCOMPARE(mm->data(mm->index(row, 13), Qt::UserRole).toDouble(), 1.0);
             }
             QVERIFY(QString::fromUtf8(mm->toCsv())
