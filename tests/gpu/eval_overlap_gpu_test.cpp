@@ -36,14 +36,18 @@ nlohmann::json without_timing(nlohmann::json j) {
     return j;
 }
 
+// The tests' small random VAR (the CPU tests' weights) on CUDA in fp32.
+std::unique_ptr<Runner> small_cuda_runner() {
+    auto cpu = varscope::testing::small_pipeline(7);
+    return var_runner(varscope::testing::with_weights_of(cpu, {"cuda", Precision::Fp32, false}));
+}
+
 }  // namespace
 
 TEST(EvalOverlapGpu, OverlappedScoringGivesTheInlineShardsOnCuda) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
     varscope::testing::TempDir dir;
-    auto cpu = varscope::testing::small_pipeline(7);
-    auto runner =
-        var_runner(varscope::testing::with_weights_of(cpu, {"cuda", Precision::Fp32, false}));
+    auto runner = small_cuda_runner();
     save_safetensors(synthetic_inception_weights(), dir.file("inception.safetensors"));
     EvalManifest m;
     m.classes = {1, 2, 3, 4};
@@ -91,9 +95,7 @@ TEST(EvalOverlapGpu, OverlappedScoringGivesTheInlineShardsOnCuda) {
 TEST(EvalOverlapGpu, AJobCapturesGraphsOncePerBatchSizeAndPlan) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
     varscope::testing::TempDir dir;
-    auto cpu = varscope::testing::small_pipeline(7);
-    auto runner =
-        var_runner(varscope::testing::with_weights_of(cpu, {"cuda", Precision::Fp32, false}));
+    auto runner = small_cuda_runner();
     EvalManifest m;
     m.classes = {1, 2, 3};
     m.seeds = {5, 6, 7, 8};
