@@ -83,6 +83,19 @@ TEST(EvalShards, ARankRunsShardsOfOneBatchShapeTogether) {
     EXPECT_EQ(in_shape_order({0, 1, 2, 3, 4}, runs), (std::vector<int64_t>{0, 3, 2, 1, 4}));
 }
 
+TEST(EvalShards, TheOutcomeOfAShardLeavesOutItsTimingAndRunConditions) {
+    nlohmann::json a = shard_json(3, "f"), b = shard_json(3, "f");
+    b["timing"]["baseline"]["calls"][0]["millis"] = 7.0;
+    b["graph_releases"] = 1;
+    b["graph_captures"] = 2;
+    EXPECT_NE(a, b);
+    EXPECT_EQ(shard_outcome(a), shard_outcome(b));
+    EXPECT_FALSE(shard_outcome(b).contains("graph_captures"));
+    EXPECT_EQ(shard_outcome(b)["images"], a["images"]);  // what the images scored stays
+    b["images"][0]["psnr_db"] = 31.0;
+    EXPECT_NE(shard_outcome(a), shard_outcome(b));
+}
+
 TEST(EvalShards, RanksTakeEveryShardOnce) {
     for (int world : {1, 2, 3, 5}) {
         std::vector<int> count(11, 0);

@@ -52,6 +52,10 @@ std::string manifest_fingerprint(const EvalManifest& m);
 // The shard file's path under the output folder: <dir>/shards/shard-00012.json.
 std::string shard_path(const std::string& output_dir, int64_t index);
 
+// A shard result without what differs between two runs of the same work: its timing and the
+// run conditions (graph_releases, graph_captures). Two runs of a shard must agree on the rest.
+nlohmann::json shard_outcome(nlohmann::json shard);
+
 // A shard file that cannot be used: damaged, made by another manifest, or for another shard.
 // The message names the file and says what to do (delete it to recompute that shard).
 class ShardFileError : public std::runtime_error {

@@ -31,11 +31,6 @@ std::string tiny_emoji_network(const varscope::testing::TempDir& dir) {
     return path;
 }
 
-nlohmann::json without_timing(nlohmann::json j) {
-    j.erase("timing");
-    return j;
-}
-
 // The tests' small random VAR (the CPU tests' weights) on CUDA in fp32.
 std::unique_ptr<Runner> small_cuda_runner() {
     auto cpu = varscope::testing::small_pipeline(7);
@@ -65,7 +60,7 @@ TEST(EvalOverlapGpu, OverlappedScoringGivesTheInlineShardsOnCuda) {
     const auto shard = plan_shards(m).front();
     warm_up_shard(m, *runner, plans, settings, shard);
     auto run = [&](ShardScoring mode) {
-        return without_timing(run_shard(m, *runner, plans, settings, shard, "f", scorers, mode));
+        return shard_outcome(run_shard(m, *runner, plans, settings, shard, "f", scorers, mode));
     };
     const auto inline1 = run(ShardScoring::Inline);
     const auto inline2 = run(ShardScoring::Inline);
