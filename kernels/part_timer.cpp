@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <chrono>
+
 #ifdef VARSCOPE_KERNELS_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -10,13 +12,18 @@
 
 namespace varscope::kernels {
 
-#ifdef VARSCOPE_KERNELS_CUDA
 struct PartTimer::Impl {
     int device = 0;
-    std::vector<cudaEvent_t> events;
     std::vector<int> labels;
+    std::vector<std::chrono::steady_clock::time_point> stamps;  // kHost
+#ifdef VARSCOPE_KERNELS_CUDA
+    std::vector<cudaEvent_t> events;
     ~Impl() {
         for (auto e : events) cudaEventDestroy(e);
+    }
+#endif
+    bool host() const {
+        return device == kHost;
     }
 };
 
@@ -28,6 +35,12 @@ PartTimer::~PartTimer() = default;
 void PartTimer::mark(int label) {
     auto& im = *impl_;
     if (!im.labels.empty() && im.labels.back() == label) return;
+    if (im.host()) {
+        im.stamps.push_back(std::chrono::steady_clock::now());
+        im.labels.push_back(label);
+        return;
+    }
+#ifdef VARSCOPE_KERNELS_CUDA
     const auto dev = static_cast<c10::DeviceIndex>(im.device);
     const c10::cuda::CUDAGuard guard(dev);
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev).stream();
@@ -47,22 +60,34 @@ void PartTimer::mark(int label) {
     }
     im.events.push_back(e);
     im.labels.push_back(label);
+#endif
 }
 
 size_t PartTimer::marks() const {
-    return impl_->events.size();
+    return impl_->labels.size();
 }
 
 bool PartTimer::accumulate(std::vector<double>& out) const {
     const auto& im = *impl_;
+#ifndef VARSCOPE_KERNELS_CUDA
+    if (!im.host()) return false;  // a CUDA device without the kernels: nothing was recorded
+#endif
     std::vector<double> add(out.size(), 0.0);
-    for (size_t i = 1; i < im.events.size(); ++i) {
+    for (size_t i = 1; i < im.labels.size(); ++i) {
         const int label = im.labels[i - 1];
         if (label < 0) continue;
-        float ms = 0.0f;
-        if (cudaEventElapsedTime(&ms, im.events[i - 1], im.events[i]) != cudaSuccess) {
-            cudaGetLastError();  // reset the error state so later CUDA calls do not report it
-            return false;
+        double ms = 0.0;
+        if (im.host()) {
+            ms = std::chrono::duration<double, std::milli>(im.stamps[i] - im.stamps[i - 1]).count();
+        } else {
+#ifdef VARSCOPE_KERNELS_CUDA
+            float elapsed = 0.0f;
+            if (cudaEventElapsedTime(&elapsed, im.events[i - 1], im.events[i]) != cudaSuccess) {
+                cudaGetLastError();  // reset the error state so later CUDA calls do not report it
+                return false;
+            }
+            ms = elapsed;
+#endif
         }
         if (add.size() <= static_cast<size_t>(label)) add.resize(label + 1, 0.0);
         add[label] += ms;
@@ -71,17 +96,5 @@ bool PartTimer::accumulate(std::vector<double>& out) const {
     for (size_t i = 0; i < add.size(); ++i) out[i] += add[i];
     return true;
 }
-#else
-struct PartTimer::Impl {};
-PartTimer::PartTimer(int) : impl_(std::make_unique<Impl>()) {}
-PartTimer::~PartTimer() = default;
-void PartTimer::mark(int) {}
-size_t PartTimer::marks() const {
-    return 0;
-}
-bool PartTimer::accumulate(std::vector<double>&) const {
-    return false;
-}
-#endif
 
 }  // namespace varscope::kernels

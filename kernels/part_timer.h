@@ -4,7 +4,9 @@
 // event becomes a node of the graph (cudaEventRecordExternal), so every replay records it
 // again and the same timer reads the replay's times. No profiler is needed; the event nodes
 // cost a little device time, so timed runs are kept apart from the clean ones.
-// Without CUDA kernels (or on a CPU device) the timer records nothing.
+// On the host (device kHost: work on the CPU, which returns only when done) a mark reads the
+// steady clock instead: exact there, and cheap enough to leave on. A CUDA device without the
+// CUDA kernels built records nothing.
 #pragma once
 
 #include <memory>
@@ -14,6 +16,7 @@ namespace varscope::kernels {
 
 class PartTimer {
   public:
+    static constexpr int kHost = -1;  // the CPU: host clock timestamps
     explicit PartTimer(int device);
     ~PartTimer();
     PartTimer(const PartTimer&) = delete;

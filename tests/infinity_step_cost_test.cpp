@@ -3,7 +3,8 @@
 // baseline and each of the papers' Infinity presets), one entry per step covering every scale
 // run, FLOPs per part from the shapes (projections with the text's query and output, FFN, head,
 // the word embedding of the codes, the attention over the text as its own part), the attention
-// FLOPs summing to the run's total, nothing timed and no launches without CUDA graphs. The
+// FLOPs summing to the run's total, the parts timed by the host clock when asked (inside each
+// step's time) and no launches without CUDA graphs. The
 // runner hands the entries on (RunResult::step_costs), which `bench e2e` reads.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -43,7 +44,7 @@ InfinitySampleOptions options(bool time_parts) {
     o.cfg = 3.0;
     o.top_k = 0;
     o.top_p = 0.0;
-    o.time_parts = time_parts;  // no device events on the CPU: what must not change is the bits
+    o.time_parts = time_parts;  // the host clock on the CPU: what must not change is the bits
     return o;
 }
 
@@ -60,7 +61,7 @@ void expect_same_bits(const InfinitySampleResult& a, const InfinitySampleResult&
 
 // The steps follow each other without a gap, cover every scale run, and their attention FLOPs
 // are the run's.
-void expect_steps_cover_the_run(const InfinitySampleResult& r) {
+void expect_steps_cover_the_run(const InfinitySampleResult& r, bool timed) {
     ASSERT_FALSE(r.step_costs.empty());
     int64_t next = 0;
     double attention = 0.0;
@@ -68,8 +69,18 @@ void expect_steps_cover_the_run(const InfinitySampleResult& r) {
         EXPECT_EQ(s.scale, next);
         EXPECT_GE(s.scales, 1);
         next += s.scales;
-        EXPECT_FALSE(s.timed);
+        EXPECT_EQ(s.timed, timed);
         EXPECT_EQ(s.launches, -1);  // eager: no graph counts the kernels
+        if (timed) {  // the parts lie inside the step's time, each part that has work ran
+            double parts = 0.0, step = 0.0;
+            for (const double ms : s.ms) parts += ms;
+            for (int64_t k = s.scale; k < s.scale + s.scales; ++k)
+                step += r.scale_millis.at(static_cast<size_t>(k));
+            EXPECT_LE(parts, step) << "step at scale " << s.scale;
+            for (auto p : {CostPart::Projection, CostPart::Attention, CostPart::Ffn,
+                           CostPart::CrossAttention})
+                EXPECT_GT(s.ms[static_cast<int>(p)], 0.0) << cost_part_name(p);
+        }
         for (auto p : {CostPart::Projection, CostPart::Attention, CostPart::Ffn, CostPart::Head,
                        CostPart::CrossAttention})
             EXPECT_GT(flops(s, p), 0.0) << "step at scale " << s.scale << " " << cost_part_name(p);
@@ -89,7 +100,7 @@ TEST(InfinityStepCost, DenseFlopsFollowTheShapes) {
     const auto r = sampler.sample(text(), s, options(true));
     expect_same_bits(plain, r);
     ASSERT_EQ(r.step_costs.size(), static_cast<size_t>(s.num_scales()));
-    expect_steps_cover_the_run(r);
+    expect_steps_cover_the_run(r, true);
     const auto c = tiny_config();
     const double C = static_cast<double>(c.embed_dim), B = 1.0;
     for (size_t i = 0; i < r.step_costs.size(); ++i) {
@@ -123,7 +134,7 @@ TEST(InfinityStepCost, GuidanceAtALayerLeavesTheHeadTheConditionalRows) {
     o.time_parts = true;
     const auto r = sampler.sample(text(), s, o);
     expect_same_bits(plain, r);
-    expect_steps_cover_the_run(r);
+    expect_steps_cover_the_run(r, true);
     const auto c = tiny_config();
     for (size_t i = 0; i < r.step_costs.size(); ++i) {
         const double l = static_cast<double>(s.tokens(static_cast<int64_t>(i)));
@@ -153,7 +164,7 @@ TEST(InfinityStepCost, PresetsKeepTheirBitsAndCoverEveryScale) {
         const auto r =
             sampler.sample(text(), s, options(true), build_accelerators(config, *view).get());
         expect_same_bits(plain, r);
-        expect_steps_cover_the_run(r);
+        expect_steps_cover_the_run(r, true);
         ASSERT_EQ(r.step_costs.size(), plain.step_costs.size());
         for (size_t i = 0; i < r.step_costs.size(); ++i)
             for (int p = 0; p < kCostParts; ++p)

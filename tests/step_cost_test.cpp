@@ -1,6 +1,7 @@
 // The sampling loop's cost model (core/sampling/step_cost.h) on the CPU: one entry per step,
 // FLOPs per part from the shapes (projections, FFN, head, input), attention FLOPs summing to the
-// run's total, nothing timed and no launches counted without CUDA graphs; pruning rows (FastVAR)
+// run's total, the parts timed by the host clock (within each step's time; the same tokens as
+// untimed) and no launches counted without CUDA graphs; pruning rows (FastVAR)
 // shrinks the dense parts and a skipped scale has no step. SparVAR's CS4A counts its sparse
 // pairs on the device and the loop adds them per step (take_deferred_attention_flops).
 #include <gtest/gtest.h>
@@ -19,7 +20,7 @@ VarSampleOptions options() {
     o.class_ids = {1, 4};
     o.seed = 3;
     o.decode = false;
-    o.time_parts = true;  // ignored on the CPU
+    o.time_parts = true;  // the host clock on the CPU
     return o;
 }
 
@@ -41,8 +42,18 @@ TEST(StepCost, DenseFlopsFollowTheShapes) {
         const auto& s = r.step_costs[i];
         EXPECT_EQ(s.scale, static_cast<int64_t>(i));
         EXPECT_EQ(s.scales, 1);
-        EXPECT_FALSE(s.timed);
+        EXPECT_TRUE(s.timed);
         EXPECT_EQ(s.launches, -1);
+        // The parts lie inside the step (which also samples and updates f_hat) and each runs.
+        double parts = 0.0;
+        for (const double ms : s.ms) {
+            EXPECT_GE(ms, 0.0);
+            parts += ms;
+        }
+        EXPECT_LE(parts, r.scale_millis[i]);
+        for (auto part : {CostPart::Projection, CostPart::Attention, CostPart::Ffn, CostPart::Head})
+            EXPECT_GT(s.ms[static_cast<int>(part)], 0.0) << cost_part_name(part);
+        EXPECT_EQ(s.ms[static_cast<int>(CostPart::Overhead)], 0.0);  // no method
         const double pn = static_cast<double>(c.patch_nums[i]);
         const double rows = 2.0 * 2 * pn * pn;  // 2 images, CFG pairs
         EXPECT_DOUBLE_EQ(flops(s, CostPart::Projection), c.depth * 2.0 * rows * C * 4.0 * C);
@@ -54,6 +65,17 @@ TEST(StepCost, DenseFlopsFollowTheShapes) {
         attention += flops(s, CostPart::Attention);
     }
     EXPECT_DOUBLE_EQ(attention, r.attention_flops);
+}
+
+TEST(StepCost, TimingThePartsChangesNoTokenAndIsOffByDefault) {
+    auto p = varscope::testing::tiny_pipeline();
+    VarSampleOptions plain = options();
+    plain.time_parts = false;
+    const auto a = p.generate(plain);
+    const auto b = p.generate(options());
+    ASSERT_EQ(a.tokens.size(), b.tokens.size());
+    for (size_t i = 0; i < a.tokens.size(); ++i) EXPECT_TRUE(a.tokens[i].equal(b.tokens[i]));
+    for (const auto& s : a.step_costs) EXPECT_FALSE(s.timed);
 }
 
 TEST(StepCost, PrunedAndSkippedScalesCostLess) {

@@ -20,7 +20,8 @@ const char* kColumns[] = {"scale",
                           "accelerated attn GFLOP",
                           "baseline GFLOP",
                           "accelerated GFLOP",
-                          "work ratio"};
+                          "work ratio",
+                          "method ms"};
 constexpr int kColumnCount = int(sizeof kColumns / sizeof *kColumns);
 
 double speedup(const ScaleMetrics& m) {
@@ -73,6 +74,7 @@ void MetricsModel::setResults(const SideResultPtr& base, const SideResultPtr& ac
                 m.accel_kv = as[i].kv_bytes;
                 m.accel_flops = as[i].attention_flops;
                 m.accel_work = as[i].work_flops();
+                m.method_ms = as[i].overhead_ms();
                 m.pruned = std::max(0.0, as[i].pruned);
                 const bool tokens = i < base->run.scales.size() && i < accel->run.scales.size();
                 const auto* a = tokens ? &accel->run.scales[i].tokens : nullptr;
@@ -145,6 +147,10 @@ QVariant MetricsModel::data(const QModelIndex& index, int role) const {
             if (raw) return m.work_ratio();
             return m.work_ratio() > 0 ? QVariant(QString::number(m.work_ratio(), 'f', 2) + "×")
                                       : QVariant(QStringLiteral("–"));
+        case 14:
+            if (raw) return m.method_ms;
+            return m.method_ms >= 0 ? QVariant(QString::number(m.method_ms, 'f', 2))
+                                    : QVariant(QStringLiteral("–"));
     }
     return {};
 }
@@ -161,7 +167,7 @@ QByteArray MetricsModel::toCsv() const {
     for (const char* c : kColumns) header << QString(c).replace(' ', '_');
     lines << header.join(',');
     for (const auto& m : rows_)
-        lines << QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14")
+        lines << QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15")
                      .arg(m.scale)
                      .arg(m.patch_num)
                      .arg(m.base_ms, 0, 'f', 4)
@@ -175,7 +181,8 @@ QByteArray MetricsModel::toCsv() const {
                      .arg(m.accel_flops / 1e9, 0, 'f', 6)
                      .arg(m.base_work / 1e9, 0, 'f', 6)
                      .arg(m.accel_work / 1e9, 0, 'f', 6)
-                     .arg(m.work_ratio(), 0, 'f', 4);
+                     .arg(m.work_ratio(), 0, 'f', 4)
+                     .arg(m.method_ms, 0, 'f', 4);
     return (lines.join('\n') + '\n').toUtf8();
 }
 
@@ -183,20 +190,22 @@ QByteArray MetricsModel::toJson(const nlohmann::json& summary) const {
     nlohmann::json j = summary;
     auto& scales = j["scales"] = nlohmann::json::array();
     for (const auto& m : rows_)
-        scales.push_back({{"scale", m.scale},
-                          {"patch_num", m.patch_num},
-                          {"baseline_ms", m.base_ms},
-                          {"accelerated_ms", m.accel_ms},
-                          {"speedup", speedup(m)},
-                          {"token_agreement", m.agreement},
-                          {"pruned", m.pruned},
-                          {"baseline_kv_bytes", m.base_kv},
-                          {"accelerated_kv_bytes", m.accel_kv},
-                          {"baseline_attention_flops", m.base_flops},
-                          {"accelerated_attention_flops", m.accel_flops},
-                          {"baseline_flops", m.base_work},
-                          {"accelerated_flops", m.accel_work},
-                          {"work_ratio", m.work_ratio()}});
+        scales.push_back(
+            {{"scale", m.scale},
+             {"patch_num", m.patch_num},
+             {"baseline_ms", m.base_ms},
+             {"accelerated_ms", m.accel_ms},
+             {"speedup", speedup(m)},
+             {"token_agreement", m.agreement},
+             {"pruned", m.pruned},
+             {"baseline_kv_bytes", m.base_kv},
+             {"accelerated_kv_bytes", m.accel_kv},
+             {"baseline_attention_flops", m.base_flops},
+             {"accelerated_attention_flops", m.accel_flops},
+             {"baseline_flops", m.base_work},
+             {"accelerated_flops", m.accel_work},
+             {"work_ratio", m.work_ratio()},
+             {"method_ms", m.method_ms < 0 ? nlohmann::json() : nlohmann::json(m.method_ms)}});
     return QByteArray::fromStdString(j.dump(2) + "\n");
 }
 

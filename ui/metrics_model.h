@@ -26,6 +26,9 @@ struct ScaleMetrics {
     // (0 where either side has none counted). A speedup below it is work the method saved but
     // its overhead, launches or memory traffic took back.
     double base_work = 0, accel_work = 0;
+    // The accelerated side's own time at this scale (its scoring, gathers, index maps: the cost
+    // model's overhead part); -1 where its parts were not timed (a GPU run, an older entry).
+    double method_ms = -1;
     double work_ratio() const {
         return base_work > 0 && accel_work > 0 ? base_work / accel_work : 0;
     }

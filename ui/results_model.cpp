@@ -15,6 +15,16 @@ QString flops_text(double f) {
     return f >= 1e12 ? QString::number(f / 1e12, 'f', 2) + " TFLOP"
                      : QString::number(f / 1e9, 'f', 2) + " GFLOP";
 }
+// A side's own overhead time over its scales, or -1 unless every scale was timed.
+double method_ms_of(const SideResult& r) {
+    double sum = 0;
+    const auto rows = scale_summary_of(r);
+    for (const auto& s : rows) {
+        if (!s.parts_timed) return -1;
+        sum += s.overhead_ms();
+    }
+    return rows.empty() ? -1 : sum;
+}
 // A side's work: the sum over its scales, or 0 unless every scale was counted.
 double work_of(const SideResult& r) {
     double sum = 0;
@@ -55,6 +65,8 @@ QString ComparisonMetrics::text() const {
         t += QObject::tr(" · work %1× less (%2 → %3)")
                  .arg(base_work / accel_work, 0, 'f', 2)
                  .arg(flops_text(base_work), flops_text(accel_work));
+    if (accel_method_ms > 0)
+        t += QObject::tr(" · method overhead %1 ms").arg(accel_method_ms, 0, 'f', 1);
     // MAR keeps no KV cache (its transformer is bidirectional): no "KV 0 B → 0 B" there.
     if (base_kv > 0 || accel_kv > 0)
         t += QObject::tr(" · KV %1 → %2").arg(bytes_text(base_kv), bytes_text(accel_kv));
@@ -90,6 +102,12 @@ QString ComparisonMetrics::toolTip() const {
             "method's own scoring), counted from the shapes. Where the speedup is below the work "
             "ratio, the method's overhead, kernel launches or memory traffic took the rest back: "
             "the plots' \"Work and time per scale\" shows at which scales.");
+    if (accel_method_ms > 0)
+        t += QObject::tr(
+            "\nMethod overhead: the accelerated run's own work inside the steps (scoring, Top-K, "
+            "gathers and scatters, index maps, cache eviction), timed per part by the host clock "
+            "on the CPU; the per-scale table's \"method ms\". A GPU run leaves the parts untimed "
+            "(`varscope-cli bench e2e` times them there).");
     if (sparvar_reference)
         t += QObject::tr(
             "\nSparVAR's sparse attention ran on its exact reference (dense attention with the "
@@ -176,6 +194,7 @@ void ResultsModel::update() {
         metrics_.accel_kv = accel_->run.kv_bytes;
         metrics_.base_work = work_of(*base_);
         metrics_.accel_work = work_of(*accel_);
+        metrics_.accel_method_ms = method_ms_of(*accel_);
         metrics_.base_overhead_ms = base_->run.overhead_ms;
         metrics_.accel_overhead_ms = accel_->run.overhead_ms;
         metrics_.sparvar_reference = ranSparVarReference(accel_->run);

@@ -22,6 +22,9 @@ struct ComparisonMetrics {
     // has no cost model (MAR, older history entries): the work the method saves, which the
     // speedup shows only where its overhead and launches do not take it back.
     double base_work = 0, accel_work = 0;
+    // The accelerated side's own time (the cost model's overhead part: scoring, gathers, index
+    // maps) summed over its scales; -1 unless every scale's parts were timed (the CPU).
+    double accel_method_ms = -1;
     // SparVAR's CSLA ran on its exact masked reference (the CPU, fp32, ...), which computes every
     // score: its speedup then says nothing about the method, and the line says so.
     bool sparvar_reference = false;

@@ -10,7 +10,12 @@ namespace varscope::gui {
 bool ScaleSummary::operator==(const ScaleSummary& o) const {
     return scale == o.scale && patch_num == o.patch_num && millis == o.millis &&
            attention_flops == o.attention_flops && kv_bytes == o.kv_bytes && skipped == o.skipped &&
-           pruned == o.pruned && part_flops == o.part_flops && work_counted == o.work_counted;
+           pruned == o.pruned && part_flops == o.part_flops && work_counted == o.work_counted &&
+           part_ms == o.part_ms && parts_timed == o.parts_timed;
+}
+
+double ScaleSummary::overhead_ms() const {
+    return parts_timed ? part_ms[size_t(CostPart::Overhead)] : -1;
 }
 
 double ScaleSummary::work_flops() const {
@@ -34,6 +39,8 @@ std::vector<ScaleSummary> summarize_scales(const RunOutput& run) {
         r.skipped = s.skipped;
         r.part_flops = s.part_flops;
         r.work_counted = s.work_counted;
+        r.part_ms = s.part_ms;
+        r.parts_timed = s.parts_timed;
         if (s.skipped) {
             r.pruned = 1.0;
         } else if (!s.tokens.empty()) {
@@ -59,11 +66,15 @@ nlohmann::json rows_json(const std::vector<ScaleSummary>& rows) {
             {"kv_bytes", r.kv_bytes},
             {"skipped", r.skipped},
             {"pruned", r.pruned < 0 ? nlohmann::json() : nlohmann::json(r.pruned)}};
-        if (r.work_counted) {  // optional: entries written before the cost model have none
-            auto& parts = row["part_flops"] = nlohmann::json::object();
+        // Optional: entries written before the cost model have none; part times only where timed.
+        auto parts_json = [](const std::array<double, kCostParts>& v) {
+            nlohmann::json parts = nlohmann::json::object();
             for (int k = 0; k < kCostParts; ++k)
-                parts[cost_part_name(static_cast<CostPart>(k))] = r.part_flops[size_t(k)];
-        }
+                parts[cost_part_name(static_cast<CostPart>(k))] = v[size_t(k)];
+            return parts;
+        };
+        if (r.work_counted) row["part_flops"] = parts_json(r.part_flops);
+        if (r.parts_timed) row["part_ms"] = parts_json(r.part_ms);
         a.push_back(std::move(row));
     }
     return a;
@@ -118,20 +129,24 @@ std::vector<ScaleSummary> scales_from_json(const nlohmann::json& j, const std::s
             fail(where + ": \"skipped\" is not true or false");
         s.skipped = r.value("skipped", false);
         s.pruned = r.contains("pruned") && r["pruned"].is_number() ? r["pruned"].get<double>() : -1;
-        if (r.contains("part_flops")) {
-            const nlohmann::json& parts = r["part_flops"];
-            if (!parts.is_object()) fail(where + ": \"part_flops\" is not an object");
-            for (const auto& [name, v] : parts.items()) {
+        // Per part, by name: known parts, numbers >= 0 (`key` is "part_flops" or "part_ms").
+        auto parts = [&](const char* key, std::array<double, kCostParts>& out) {
+            if (!r.contains(key)) return false;
+            const nlohmann::json& p = r[key];
+            const std::string field = std::string("\"") + key + "\"";
+            if (!p.is_object()) fail(where + ": " + field + " is not an object");
+            for (const auto& [name, v] : p.items()) {
                 int k = 0;
                 while (k < kCostParts && name != cost_part_name(static_cast<CostPart>(k))) ++k;
-                if (k == kCostParts)
-                    fail(where + ": \"part_flops\" names no part \"" + name + "\"");
+                if (k == kCostParts) fail(where + ": " + field + " names no part \"" + name + "\"");
                 if (!v.is_number() || !(v.get<double>() >= 0))
-                    fail(where + ": \"part_flops\".\"" + name + "\" is not a number >= 0");
-                s.part_flops[size_t(k)] = v.get<double>();
+                    fail(where + ": " + field + ".\"" + name + "\" is not a number >= 0");
+                out[size_t(k)] = v.get<double>();
             }
-            s.work_counted = true;
-        }
+            return true;
+        };
+        s.work_counted = parts("part_flops", s.part_flops);
+        s.parts_timed = parts("part_ms", s.part_ms);
         out.push_back(s);
     }
     return out;

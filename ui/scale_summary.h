@@ -25,7 +25,11 @@ struct ScaleSummary {
     // had the cost model (older history entries and MAR: not).
     std::array<double, kCostParts> part_flops{};
     bool work_counted = false;
+    std::array<double, kCostParts> part_ms{};  // where parts_timed (ScaleOutput::part_ms)
+    bool parts_timed = false;
     double work_flops() const;  // the parts' sum
+    // The method's own time at this scale (the overhead part); -1 where the parts were not timed.
+    double overhead_ms() const;
     bool operator==(const ScaleSummary& o) const;
 };
 

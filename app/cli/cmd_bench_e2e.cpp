@@ -14,7 +14,8 @@
 // the transformer forward (sampling, f_hat update, step-level hooks), and the kernels each step's
 // CUDA graph launches. The part times come from two extra runs with CUDA events between the parts
 // (the second is read; the events cost a little, so these runs are not the timed ones:
-// "cost_model.timed_total_ms" says how much).
+// "cost_model.timed_total_ms" says how much); on the CPU from one extra run timed by the host
+// clock.
 //
 // --max-batch [CAP] (issue #30: a memory saving shown as throughput): per method, the largest
 // batch that fits is searched in this process first (core/runner/batch_search.h: one run per
@@ -280,17 +281,18 @@ MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& n
     } catch (const std::exception& e) {
         m.error = is_out_of_memory(e) ? kOutOfDeviceMemory : e.what();
     }
-    if (m.error.empty() && cuda && !a.no_cost_model && !m.last.step_costs.empty()) {
+    if (m.error.empty() && !a.no_cost_model && !m.last.step_costs.empty()) {
         // The event-timed steps are graphs of their own (another key): the timed runs' set,
         // with its KV cache, goes first, or a batch that fits once would need room for two.
         // Out of memory here costs the breakdown only, never the timings above.
         runner.release_graphs();
-        kernels::empty_cuda_cache();
+        if (cuda) kernels::empty_cuda_cache();
         try {
-            // The first run captures the event-timed graphs (a graph run), the second is read.
+            // CUDA: the first run captures the event-timed graphs (a graph run), the second is
+            // read. The CPU times its parts by the host clock in one run.
             SampleSettings timed = opt;
             timed.time_parts = true;
-            for (int i = 0; i < 2; ++i) m.cost = runner.generate(timed, plan.get());
+            for (int i = 0; i < (cuda ? 2 : 1); ++i) m.cost = runner.generate(timed, plan.get());
         } catch (const std::exception& e) {
             m.cost.reset();
             m.cost_error = is_out_of_memory(e) ? kOutOfDeviceMemory : e.what();
@@ -643,7 +645,8 @@ Command add_bench_e2e(CLI::App& bench) {
     cmd->add_flag("--no-scale-sync", a->no_scale_sync,
                   "no device sync per scale (totals only are device times)");
     cmd->add_flag("--no-cost-model", a->no_cost_model,
-                  "skip the two extra runs per method that time the parts of each step (CUDA)");
+                  "skip the extra runs per method that time the parts of each step (CUDA: two, "
+                  "CPU: one)");
     cmd->add_option("--max-batch", a->max_batch,
                     "per method, find the largest batch that fits (up to CAP, default 256; "
                     "doubling from --batch, then bisection, in this process), then time each "

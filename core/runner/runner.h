@@ -75,8 +75,8 @@ struct SampleSettings {
     bool cuda_graphs = true;  // replay steps as CUDA graphs where the run allows it
     bool decode = true;       // decode images with the VAE
     bool time_steps = true;   // synchronise the device per step to time it
-    // Time the parts of each step's forward with CUDA events (RunResult::step_costs; the
-    // events cost a little, so a bench reads these from extra runs). VAR, Infinity; not MAR.
+    // Time the parts of each step's forward (RunResult::step_costs): CUDA events (a bench reads
+    // them from extra runs), the host clock on the CPU. VAR, Infinity; not MAR.
     bool time_parts = false;
     // Count FLOPs beyond attention (MAR: linear layers and the DiffLoss head; their counter
     // keeps the steps eager). VAR always reports its attention FLOPs.

@@ -289,8 +289,11 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
     const auto kv_options = at::TensorOptions(device).dtype(at::kFloat);
     const auto cache_options = kv_options.dtype(m.compute_dtype());
     const bool compact = hooks && hooks->compact_kv_cache(hook_config);
-    // The cost model's part times (CUDA events; graphs with event nodes are kept apart).
-    const bool time_parts = opt.time_parts && device.is_cuda() && kernels::cuda_graphs_built();
+    // The cost model's part times: CUDA events (graphs with event nodes are kept apart), or on
+    // the CPU, which returns from each op when it is done, host clock marks.
+    const bool time_parts =
+        opt.time_parts && (device.is_cpu() || (device.is_cuda() && kernels::cuda_graphs_built()));
+    const int timer_device = device.is_cpu() ? kernels::PartTimer::kHost : device.index();
 
     // CUDA graphs (cuda_graph.h): each scale's transformer forward (input embedding, blocks,
     // guidance, head) is captured once per shape and replayed. The graphs own the step inputs
@@ -551,8 +554,7 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
             step_ctx = nullptr;
             res.kv_bytes_peak = std::max(res.kv_bytes_peak, graphs->kv_bytes_after(si));
         } else {
-            auto timer =
-                time_parts ? std::make_unique<kernels::PartTimer>(device.index()) : nullptr;
+            auto timer = time_parts ? std::make_unique<kernels::PartTimer>(timer_device) : nullptr;
             const CostRecorder rec{&cost, timer.get()};
             logits = forward(ctx, *eager_cache, hooks, probe, flops, &rec);
             if (timer) eager_timers.emplace(res.step_costs.size(), std::move(timer));

@@ -66,9 +66,9 @@ struct InfinitySampleOptions {
     std::vector<int64_t> cfg_insertion_layer{0};
     AttentionBackend attention = AttentionBackend::Sdpa;
     bool time_scales = true;
-    // Time the parts of each step with CUDA events (InfinitySampleResult::step_costs[i].ms;
-    // CUDA only, graphed steps get a graph set of their own). Same bits; the events cost a
-    // little device time, so timed runs leave it off.
+    // Time the parts of each step (InfinitySampleResult::step_costs[i].ms): CUDA events on a
+    // GPU (graphed steps get a graph set of their own; the events cost a little device time,
+    // so timed runs leave it off), the host clock on the CPU. Same bits.
     bool time_parts = false;
     // Replay each scale's transformer forward as a CUDA graph (captured on the first call per
     // batch, text length, guidance / temperature list, precision, schedule and hooks object),

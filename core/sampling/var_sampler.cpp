@@ -266,8 +266,11 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     const bool autocast = var_->autocast_bf16();
     const int64_t S = c.num_scales();
     auto gen = seeded_generator(device, opt.seed);
-    // The cost model's part times (CUDA events; graphs with event nodes are kept apart).
-    const bool time_parts = opt.time_parts && device.is_cuda() && kernels::cuda_graphs_built();
+    // The cost model's part times: CUDA events (graphs with event nodes are kept apart), or on
+    // the CPU, which returns from each op when it is done, host clock marks.
+    const bool time_parts =
+        opt.time_parts && (device.is_cpu() || (device.is_cuda() && kernels::cuda_graphs_built()));
+    const int timer_device = device.is_cpu() ? kernels::PartTimer::kHost : device.index();
 
     // Labels: given, or drawn uniformly first (the official order of random draws).
     at::Tensor labels;
@@ -452,8 +455,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
                 [&] { return graphs->step(si, layout, graph_step, res.attention_flops, &cost); });
             step_ctx = nullptr;
         } else {
-            auto timer =
-                time_parts ? std::make_unique<kernels::PartTimer>(device.index()) : nullptr;
+            auto timer = time_parts ? std::make_unique<kernels::PartTimer>(timer_device) : nullptr;
             const CostRecorder rec{&cost, timer.get()};
             raw_logits = forward(sctx, *eager_kv, res.attention_flops, hooks, probe, &rec);
             if (timer) eager_timers.emplace(res.step_costs.size(), std::move(timer));

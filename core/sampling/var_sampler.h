@@ -39,9 +39,9 @@ struct VarSampleOptions {
     // batch / precision / schedule), on CUDA without hooks, or with probes that need no
     // per-block data; ignored elsewhere. Same tokens as without.
     bool cuda_graphs = true;
-    // Time the parts of each step with CUDA events (VarSampleResult::step_costs[i].ms; CUDA
-    // only). The events cost a little device time, and graphs with event nodes are captured
-    // apart from the plain ones: time clean runs without it.
+    // Time the parts of each step (VarSampleResult::step_costs[i].ms): CUDA events on a GPU,
+    // which cost a little device time (graphs with event nodes are captured apart from the
+    // plain ones: time clean runs without it); the host clock on the CPU, nearly free.
     bool time_parts = false;
     const std::atomic<bool>* cancel = nullptr;  // checked before every scale
     void validate(const VarConfig& cfg) const;  // std::invalid_argument naming the field

@@ -129,6 +129,10 @@ std::shared_ptr<SideResult> scaled_side(Side s, int shade, double scale_ms) {
         o.part_flops[size_t(varscope::CostPart::Projection)] = 4e6 * (i + 1) * (i + 1);
         o.part_flops[size_t(varscope::CostPart::Ffn)] =
             8e6 * (i + 1) * (i + 1) * (s == Side::Accelerated && i == 3 ? 10.0 / 16.0 : 1.0);
+        // Timed parts (a CPU run): the accelerated side spends 0.5 ms a scale on its own work.
+        o.parts_timed = true;
+        o.part_ms[size_t(varscope::CostPart::Ffn)] = 0.25 * o.millis;
+        o.part_ms[size_t(varscope::CostPart::Overhead)] = s == Side::Accelerated ? 0.5 : 0.0;
         o.tokens.assign(size_t((i + 1) * (i + 1)), 5);
         if (s == Side::Accelerated && i == 3) std::fill_n(o.tokens.begin(), 6, -1);
         r->run.scales.push_back(o);
@@ -1341,7 +1345,7 @@ class UiTest : public QObject {
         // The per-scale table's attention FLOPs come from the run (columns 9 and 10), in GFLOP.
         {
             auto* mm = w.metricsModel();
-            QCOMPARE(mm->columnCount(), 14);
+            QCOMPARE(mm->columnCount(), 15);
             QCOMPARE(mm->headerData(9, Qt::Horizontal, Qt::DisplayRole).toString(),
                      QString("baseline attn GFLOP"));
             for (int row = 0; row < 3; ++row) {
@@ -1361,11 +1365,15 @@ class UiTest : public QObject {
                          std::accumulate(sc.part_flops.begin(), sc.part_flops.end(), 0.0));
                 QVERIFY(mm->data(mm->index(row, 11), Qt::UserRole).toDouble() > sc.attention_flops);
                 QCOMPARE(mm->data(mm->index(row, 13), Qt::UserRole).toDouble(), 1.0);
+                // A CPU run: its parts were timed by the host clock; no method, no overhead.
+                QVERIFY(sc.parts_timed);
+                QVERIFY(sc.part_ms[size_t(varscope::CostPart::Attention)] > 0);
+                QCOMPARE(mm->data(mm->index(row, 14), Qt::UserRole).toDouble(), 0.0);
             }
             QVERIFY(QString::fromUtf8(mm->toCsv())
                         .section('\n', 0, 0)
                         .endsWith("baseline_attn_GFLOP,accelerated_attn_GFLOP,baseline_GFLOP,"
-                                  "accelerated_GFLOP,work_ratio"));
+                                  "accelerated_GFLOP,work_ratio,method_ms"));
         }
         QCOMPARE(w.plots()->latencyPlot()->graph(0)->dataCount(), 3);
         QVERIFY(results.count() >= 2);
@@ -2567,7 +2575,8 @@ class UiTest : public QObject {
         for (const auto& [parts, why] : std::vector<std::pair<const char*, const char*>>{
                  {R"("part_flops": {"attention": 1, "unknown": 2})", "names no part \"unknown\""},
                  {R"("part_flops": {"ffn": -1})", "\"ffn\" is not a number >= 0"},
-                 {R"("part_flops": [1, 2])", "\"part_flops\" is not an object"}}) {
+                 {R"("part_flops": [1, 2])", "\"part_flops\" is not an object"},
+                 {R"("part_ms": {"overhead": "1"})", "\"part_ms\".\"overhead\" is not a number"}}) {
             QVERIFY(f.open(QIODevice::WriteOnly));
             f.write(QByteArray(R"({"varscope_scales": 1, "baseline": [{"scale": 0, "patch_num": 1,
                   "ms": 1, "attention_flops": 0, "kv_bytes": 0, )") +
@@ -2620,6 +2629,10 @@ class UiTest : public QObject {
                                        .arg(bw / 1e9, 0, 'f', 2)),
                  qPrintable(m.text()));
         QVERIFY(m.toolTip().contains("Work and time per scale"));
+        // The method's own time, timed per part (a CPU run): the line's total, the table's column.
+        QCOMPARE(m.accel_method_ms, 4 * 0.5);
+        QVERIFY2(m.text().contains(" · method overhead 2.0 ms"), qPrintable(m.text()));
+        QVERIFY(m.toolTip().contains("Method overhead"));
 
         MetricsModel table;
         table.setResults(base, accel);
@@ -2627,6 +2640,7 @@ class UiTest : public QObject {
         // FFN of 10 rows of 16.
         QVERIFY(std::abs(table.rows()[0].work_ratio() - 1.0) < 1e-6);
         QVERIFY(table.rows()[3].work_ratio() > 1.1);
+        for (const auto& row : table.rows()) QCOMPARE(row.method_ms, 0.5);
 
         PlotsPanel plots;
         plots.setResults(base, accel);
@@ -2641,9 +2655,11 @@ class UiTest : public QObject {
         QVERIFY(work->isHidden());
 
         // A side without the cost model (an entry of an older version): no work anywhere.
-        for (auto& sc : accel->run.scales) sc.work_counted = false;
+        for (auto& sc : accel->run.scales) sc.work_counted = sc.parts_timed = false;
         results.setSide(accel, req);
         QCOMPARE(results.metrics().accel_work, 0.0);
+        QCOMPARE(results.metrics().accel_method_ms, -1.0);
+        QVERIFY(!results.metrics().text().contains("overhead"));
         QVERIFY2(!results.metrics().text().contains("work"), qPrintable(results.metrics().text()));
         plots.setFamily(Family::Var);
         plots.setResults(base, accel);

@@ -285,6 +285,9 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
     if (!runner_) throw std::runtime_error("no model is loaded");
     Runner& runner = *runner_;
     SampleSettings opt = sample_settings(s, cancel);
+    // The parts of each step by the host clock on the CPU (nearly free there); on a GPU they
+    // would need event-timed graphs of their own, so the app leaves them to `bench e2e`.
+    opt.time_parts = runner.device().is_cpu();
     ProbeRecorder::Selection sel;
     if (s.attention_layer >= 0 && s.attention_layer < info_.depth) sel.layers = {s.attention_layer};
     sel.fhat = s.filmstrip && runner.has_decoder();
@@ -337,7 +340,11 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
         so.fhat = rec.preview(r.scale);
         so.work_counted = !res.step_costs.empty();
         for (const StepCost& c : res.step_costs)
-            if (c.scale == so.scale) so.part_flops = c.flops;
+            if (c.scale == so.scale) {
+                so.part_flops = c.flops;
+                so.part_ms = c.ms;
+                so.parts_timed = c.timed;
+            }
         out.scales.push_back(std::move(so));
     }
     for (auto& a : rec.attention()) out.attention.push_back({a.scale, a.layer, to_array(a.probs)});

@@ -140,6 +140,9 @@ struct ScaleOutput {
     // work_counted: the family has the cost model (VAR, Infinity; not MAR).
     std::array<double, kCostParts> part_flops{};
     bool work_counted = false;
+    // The same step's milliseconds per part, where timed (the CPU: host clock; parts_timed).
+    std::array<double, kCostParts> part_ms{};
+    bool parts_timed = false;
     // VAR: first sample's tokens, pn*pn, -1 where pruned. MAR: per grid position the step that
     // decoded it, -1 where still masked after this step.
     std::vector<int64_t> tokens;
