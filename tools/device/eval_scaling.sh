@@ -9,6 +9,9 @@
 # job's out-of-memory retry: both runs stopped out of memory (bench/results/2026-11-29-h200/session30);
 # session 31, with the retry: neither finished within 120 s, and only torchrun's traceback was kept
 # (so each run's whole output now goes to $OUT/scale_log_N.txt.gz). Give each run 300 s or more.
+# Session 32 found why (no GPU): baseline and skip2 alternated between four graph sets (batches of
+# 64 and the seeds' last 58), one more than the graph cache keeps; shards of one shape now run
+# together and the progress lines count the runs that captured graphs.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 M=${1:-tools/device/configs/eval_scale_d16.json}
@@ -21,6 +24,7 @@ for n in 1 "$NGPU"; do
   rc=$?; E=$(date +%s.%N)
   echo "gpus=$n rc=$rc wall_s=$(python3 -c "print(round($E - $S, 2))")"
   grep -v "shard [0-9]*/" /tmp/scale_$n.txt | grep -v "^ \|^Traceback\|^  File\|^torch\.\|^=\+$" | tail -12
+  grep "shard [0-9]*/" /tmp/scale_$n.txt | tail -"$n"  # each rank's last progress line (graph captures)
   gzip -c /tmp/scale_$n.txt > "$OUT/scale_log_$n.txt.gz"  # the job's own output, kept whole
   cp /tmp/scale-$n/result.json "$OUT/scale_result_$n.json" 2>/dev/null
 done | tee "$OUT/scale.txt"
