@@ -25,8 +25,8 @@ fi
 [ "$step" != build ] || exit 0
 # LibTorch is not instrumented: its one known leak (a corrupt .pth) is suppressed as in fuzzing;
 # ASan's ODR check trips over symbols both LibTorch and the tests link (not our bug), so it is off.
-# allocator_may_return_null: the host-memory tests ask for more than any machine has and expect
-# std::bad_alloc (exit 3), as glibc gives; ASan's allocator would abort the process instead.
+# allocator_may_return_null: a too-large allocation returns null (std::bad_alloc, LibTorch's
+# out-of-memory error: exit 3), as glibc gives, instead of aborting the process.
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_odr_violation=0:abort_on_error=0:allocator_may_return_null=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
