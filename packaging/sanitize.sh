@@ -6,7 +6,9 @@
 #   --build-only / --test-only  one half (tools/device/asan_suite.sh builds in the background
 #                               and tests once the model files are in place)
 #   VARSCOPE_SANITIZE_JOBS  build/test parallelism (default: nproc)
-#   extra cmake arguments:  VARSCOPE_SANITIZE_CMAKE_ARGS (e.g. -DCMAKE_PREFIX_PATH=...)
+#   extra cmake arguments:  VARSCOPE_SANITIZE_CMAKE_ARGS (e.g. -DCMAKE_PREFIX_PATH=..., or
+#                           -DVARSCOPE_WITH_OPENCV=ON where OpenCV is installed: the preset
+#                           leaves it out, which skips the 4 pack-emoji tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${VARSCOPE_SANITIZE_JOBS:-$(nproc)}
