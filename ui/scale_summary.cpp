@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "core/io/json_fields.h"
+#include "core/sampling/step_cost_json.h"
 #include "ui/metrics_model.h"
 
 namespace varscope::gui {
@@ -67,14 +68,8 @@ nlohmann::json rows_json(const std::vector<ScaleSummary>& rows) {
             {"skipped", r.skipped},
             {"pruned", r.pruned < 0 ? nlohmann::json() : nlohmann::json(r.pruned)}};
         // Optional: entries written before the cost model have none; part times only where timed.
-        auto parts_json = [](const std::array<double, kCostParts>& v) {
-            nlohmann::json parts = nlohmann::json::object();
-            for (int k = 0; k < kCostParts; ++k)
-                parts[cost_part_name(static_cast<CostPart>(k))] = v[size_t(k)];
-            return parts;
-        };
-        if (r.work_counted) row["part_flops"] = parts_json(r.part_flops);
-        if (r.parts_timed) row["part_ms"] = parts_json(r.part_ms);
+        if (r.work_counted) row["part_flops"] = cost_parts_json(r.part_flops);
+        if (r.parts_timed) row["part_ms"] = cost_parts_json(r.part_ms);
         a.push_back(std::move(row));
     }
     return a;
@@ -136,12 +131,11 @@ std::vector<ScaleSummary> scales_from_json(const nlohmann::json& j, const std::s
             const std::string field = std::string("\"") + key + "\"";
             if (!p.is_object()) fail(where + ": " + field + " is not an object");
             for (const auto& [name, v] : p.items()) {
-                int k = 0;
-                while (k < kCostParts && name != cost_part_name(static_cast<CostPart>(k))) ++k;
-                if (k == kCostParts) fail(where + ": " + field + " names no part \"" + name + "\"");
+                const auto part = cost_part_named(name);
+                if (!part) fail(where + ": " + field + " names no part \"" + name + "\"");
                 if (!v.is_number() || !(v.get<double>() >= 0))
                     fail(where + ": " + field + ".\"" + name + "\" is not a number >= 0");
-                out[size_t(k)] = v.get<double>();
+                out[size_t(*part)] = v.get<double>();
             }
             return true;
         };

@@ -41,6 +41,7 @@
 #include "app/cli/run_report.h"
 #include "core/io/checkpoint.h"
 #include "core/runner/batch_search.h"
+#include "core/sampling/step_cost_json.h"
 #include "kernels/memory_stats.h"
 
 namespace varscope::cli {
@@ -116,12 +117,6 @@ const char* cost_part_label(CostPart p) {
     }
 }
 
-nlohmann::json parts_json(const std::array<double, kCostParts>& v) {
-    nlohmann::json j = nlohmann::json::object();
-    for (int p = 0; p < kCostParts; ++p) j[cost_part_name(static_cast<CostPart>(p))] = v[p];
-    return j;
-}
-
 // The cost model of one method: per step, from the timed runs' median scale times, the FLOPs
 // and launches of the last timed run and the part times of the cost run.
 nlohmann::json cost_model_json(const MethodResult& r, const std::vector<double>& median_scale_ms) {
@@ -136,7 +131,7 @@ nlohmann::json cost_model_json(const MethodResult& r, const std::vector<double>&
                              {"scales", sc.scales},
                              {"ms", median_scale_ms.at(sc.scale)},
                              {"launches", sc.launches},
-                             {"flops", parts_json(sc.flops)}};
+                             {"flops", cost_parts_json(sc.flops)}};
         for (int p = 0; p < kCostParts; ++p) flops_sum[p] += sc.flops[p];
         if (sc.launches >= 0)
             launches += sc.launches;
@@ -155,7 +150,7 @@ nlohmann::json cost_model_json(const MethodResult& r, const std::vector<double>&
             // The step's device-synchronised time in the same run, less its forward's parts.
             const double outside = r.cost->step_millis.at(sc.scale) - parts;
             outside_sum += outside;
-            st["part_ms"] = parts_json(timed->ms);
+            st["part_ms"] = cost_parts_json(timed->ms);
             st["outside_ms"] = outside;
             st["timed_step_ms"] = r.cost->step_millis.at(sc.scale);
         } else {
@@ -163,10 +158,10 @@ nlohmann::json cost_model_json(const MethodResult& r, const std::vector<double>&
         }
         steps.push_back(st);
     }
-    nlohmann::json j = {{"steps", steps}, {"flops", parts_json(flops_sum)}};
+    nlohmann::json j = {{"steps", steps}, {"flops", cost_parts_json(flops_sum)}};
     if (all_graphs) j["launches"] = launches;
     if (all_timed) {
-        j["part_ms"] = parts_json(ms_sum);
+        j["part_ms"] = cost_parts_json(ms_sum);
         j["outside_ms"] = outside_sum;
         double total = 0.0;
         for (double v : r.cost->step_millis) total += v;
