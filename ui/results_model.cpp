@@ -15,25 +15,22 @@ QString flops_text(double f) {
     return f >= 1e12 ? QString::number(f / 1e12, 'f', 2) + " TFLOP"
                      : QString::number(f / 1e9, 'f', 2) + " GFLOP";
 }
-// A side's own overhead time over its scales, or -1 unless every scale was timed.
-double method_ms_of(const SideResult& r) {
-    double sum = 0;
+// A side's totals over its scales, from one summary: its work (0 unless every scale was counted)
+// and its own overhead time (-1 unless every scale was timed).
+struct SideTotals {
+    double work = 0, method_ms = -1;
+};
+SideTotals totals_of(const SideResult& r) {
     const auto rows = scale_summary_of(r);
+    bool counted = true, timed = !rows.empty();
+    double work = 0, ms = 0;
     for (const auto& s : rows) {
-        if (!s.parts_timed) return -1;
-        sum += s.overhead_ms();
+        counted = counted && s.work_counted;
+        timed = timed && s.parts_timed;
+        work += s.work_flops();
+        ms += s.parts_timed ? s.overhead_ms() : 0;
     }
-    return rows.empty() ? -1 : sum;
-}
-// A side's work: the sum over its scales, or 0 unless every scale was counted.
-double work_of(const SideResult& r) {
-    double sum = 0;
-    const auto rows = scale_summary_of(r);
-    for (const auto& s : rows) {
-        if (!s.work_counted) return 0;
-        sum += s.work_flops();
-    }
-    return sum;
+    return {counted ? work : 0, timed ? ms : -1};
 }
 }  // namespace
 
@@ -192,9 +189,10 @@ void ResultsModel::update() {
             accel_->run.total_ms > 0 ? base_->run.total_ms / accel_->run.total_ms : 0;
         metrics_.base_kv = base_->run.kv_bytes;
         metrics_.accel_kv = accel_->run.kv_bytes;
-        metrics_.base_work = work_of(*base_);
-        metrics_.accel_work = work_of(*accel_);
-        metrics_.accel_method_ms = method_ms_of(*accel_);
+        const SideTotals base_totals = totals_of(*base_), accel_totals = totals_of(*accel_);
+        metrics_.base_work = base_totals.work;
+        metrics_.accel_work = accel_totals.work;
+        metrics_.accel_method_ms = accel_totals.method_ms;
         metrics_.base_overhead_ms = base_->run.overhead_ms;
         metrics_.accel_overhead_ms = accel_->run.overhead_ms;
         metrics_.sparvar_reference = ranSparVarReference(accel_->run);
