@@ -87,6 +87,14 @@ TEST(EvalJob, RunsEveryShardUnderEveryConfigAndSummarises) {
     const double agreement = configs[2]["token_agreement"]["mean"].get<double>();
     EXPECT_GT(agreement, 0.0);
     EXPECT_LT(agreement, 1.0);
+    // The job's throughput counts every timed image of every config (3 x 6) once.
+    const auto& job = r.result["job"];
+    EXPECT_EQ(job["processes"], 1);
+    EXPECT_EQ(job["shards_computed"], 4);
+    EXPECT_EQ(job["shards_resumed"], 0);
+    EXPECT_EQ(job["images_generated"], 18);
+    EXPECT_GT(job["wall_s"].get<double>(), 0.0);
+    EXPECT_DOUBLE_EQ(job["images_per_s"].get<double>(), 18 / job["wall_s"].get<double>());
     // The file holds what the call returned.
     EXPECT_EQ(read_json_file((fs::path(out) / "result.json").string(), "result"), r.result);
 }
@@ -103,8 +111,15 @@ TEST(EvalJob, ARestartSkipsFinishedShardsAndCountsEachOnce) {
     EXPECT_EQ(second.resumed, 3);
     EXPECT_EQ(eval_quality(second.result), eval_quality(first.result));
     EXPECT_EQ(second.result["configs"][2]["images"], 6);  // not 6 + 4
+    // Only the recomputed shard (seed 6, classes 1 and 2, under 3 configs) counts as this run's
+    // work.
+    EXPECT_EQ(second.result["job"]["shards_computed"], 1);
+    EXPECT_EQ(second.result["job"]["shards_resumed"], 3);
+    EXPECT_EQ(second.result["job"]["images_generated"], 6);
     const auto third = run_eval_job(manifest(out), *runner, {});
     EXPECT_EQ(third.computed, 0);
+    EXPECT_EQ(third.result["job"]["images_generated"], 0);
+    EXPECT_EQ(third.result["job"]["images_per_s"], 0.0);
     EXPECT_EQ(eval_quality(third.result), eval_quality(first.result));
 }
 
@@ -240,6 +255,9 @@ TEST(EvalJobDistributed, TwoRanksUnderTorchrunGiveTheOneRankResultBitForBit) {
     EXPECT_EQ(computed_by(out, 1), 2);  // shards 1 and 3
     const auto two = read_json_file((fs::path(out) / "result.json").string(), "result");
     EXPECT_EQ(two["world_size"], 2);
+    EXPECT_EQ(two["job"]["processes"], 2);
+    EXPECT_EQ(two["job"]["shards_computed"], 4);  // both ranks' shards, gathered
+    EXPECT_EQ(two["job"]["images_generated"], one.result["job"]["images_generated"]);
     EXPECT_EQ(two["fingerprint"], one.result["fingerprint"]);
     EXPECT_EQ(eval_quality(two), eval_quality(one.result));
     for (int i = 0; i < 4; ++i) {

@@ -142,6 +142,20 @@ nlohmann::json aggregate_shards(const EvalManifest& m, const std::vector<nlohman
     return {{"shards", shards.size()}, {"configs", configs}};
 }
 
+nlohmann::json job_throughput(const std::vector<nlohmann::json>& shards,
+                              const std::vector<int64_t>& computed, int processes, double wall_s) {
+    int64_t images = 0;
+    for (int64_t index : computed)
+        for (const auto& [name, t] : shards.at(static_cast<size_t>(index)).at("timing").items())
+            for (const auto& call : t.at("calls")) images += call.at("images").get<int64_t>();
+    return {{"processes", processes},
+            {"wall_s", wall_s},
+            {"shards_computed", computed.size()},
+            {"shards_resumed", shards.size() - computed.size()},
+            {"images_generated", images},
+            {"images_per_s", wall_s > 0 ? images / wall_s : 0.0}};
+}
+
 std::string summary_csv(const nlohmann::json& result) {
     std::string out =
         "config,images,images_per_s,speedup,latency_p50_ms,latency_p90_ms,latency_p99_ms,"

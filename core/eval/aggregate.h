@@ -23,6 +23,13 @@ double percentile(std::vector<double> values, double p);
 // the baseline, then the manifest's.
 nlohmann::json aggregate_shards(const EvalManifest& m, const std::vector<nlohmann::json>& shards);
 
+// The whole job's throughput (what scales with processes; a config's `images_per_s` is per
+// process): the images of the timed calls of the shards this run computed (`computed`, indices
+// into `shards`; every config; resumed shards cost nothing and are left out) over `wall_s`, rank
+// 0's time from its first shard to every rank's results gathered (model loading not included).
+nlohmann::json job_throughput(const std::vector<nlohmann::json>& shards,
+                              const std::vector<int64_t>& computed, int processes, double wall_s);
+
 // One row per config: the summary's numbers. One row per image: config, seed, condition and its
 // metrics.
 std::string summary_csv(const nlohmann::json& result);

@@ -351,6 +351,8 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
     EvalJobResult out;
     out.root = rank == 0;
     nlohmann::json mine = nlohmann::json::object();
+    nlohmann::json computed_here = nlohmann::json::array();  // shard indices run, not resumed
+    auto start = Clock::now();
     SampleSettings settings;
     try {
         prepare_eval_output(m);
@@ -361,7 +363,7 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
             m.overlap_scoring ? ShardScoring::Overlapped : ShardScoring::Inline;
         const auto todo = in_shape_order(
             shards_of_rank(static_cast<int64_t>(shards.size()), rank, world), shards);
-        const auto start = Clock::now();
+        start = Clock::now();
         EvalProgress progress;
         progress.rank = rank;
         progress.total = static_cast<int64_t>(todo.size());
@@ -378,6 +380,7 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
                                  scoring);
                 write_file_atomic(path, done->dump() + "\n");
                 ++out.computed;
+                computed_here.push_back(index);
             }
             progress.graph_releases += done->value("graph_releases", int64_t{0});
             progress.graph_captures += done->value("graph_captures", int64_t{0});
@@ -395,15 +398,19 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
         throw;
     }
 
-    const auto gathered = group->gather_to_root(tag, mine.dump());
+    const nlohmann::json payload = {{"shards", std::move(mine)}, {"computed", computed_here}};
+    const auto gathered = group->gather_to_root(tag, payload.dump());
     if (rank != 0) return out;
+    const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
     // Every shard from the rank that ran it, checked; written here too where rank 0 does not
     // share the other ranks' disk.
     std::vector<nlohmann::json> results(shards.size());
     std::vector<bool> have(shards.size(), false);
+    std::vector<int64_t> computed;
     for (size_t r = 0; r < gathered.size(); ++r) {
         const auto part = nlohmann::json::parse(gathered[r]);
-        for (const auto& [key, shard] : part.items()) {
+        for (const auto& index : part.at("computed")) computed.push_back(index.get<int64_t>());
+        for (const auto& [key, shard] : part.at("shards").items()) {
             const int64_t index = std::stoll(key);
             const std::string source = "shard " + key + " from rank " + std::to_string(r);
             if (index < 0 || index >= static_cast<int64_t>(shards.size()) ||
@@ -427,6 +434,7 @@ EvalJobResult run_eval_job(const EvalManifest& m, Runner& runner, const EvalJobO
     result["family"] = family_id(runner.family());
     result["model"] = runner.describe();
     result["settings"] = runner.settings_json(settings);
+    result["job"] = job_throughput(results, computed, world, wall_s);
     const fs::path dir = m.output_dir;
     write_file_atomic((dir / "result.json").string(), result.dump(2) + "\n");
     write_file_atomic((dir / "summary.csv").string(), summary_csv(result));

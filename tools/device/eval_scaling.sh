@@ -11,7 +11,9 @@
 # (so each run's whole output now goes to $OUT/scale_log_N.txt.gz). Give each run 300 s or more.
 # Session 32 found why (no GPU): baseline and skip2 alternated between four graph sets (batches of
 # 64 and the seeds' last 58), one more than the graph cache keeps; shards of one shape now run
-# together and the progress lines count the runs that captured graphs.
+# together and the progress lines count the runs that captured graphs. Session 33 (2x H200): 130 s
+# of job time on 1 GPU, 67 s on 2 (1.94x), same metrics, 2 captures per rank past the warm-up;
+# result.json now carries the job's own rate (`job`), compared below.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 M=${1:-tools/device/configs/eval_scale_d16.json}
@@ -35,4 +37,8 @@ a, b = (json.load(open(f"/tmp/scale-{k}/result.json")) for k in ("1", n))
 drop = ("images_per_s", "speedup", "latency_ms_per_image", "peak_memory_bytes")
 strip = lambda r: [{k: v for k, v in c.items() if k not in drop} for c in r["configs"]]
 print(f"same metrics 1 vs {n} GPUs:", strip(a) == strip(b))
+ja, jb = a.get("job"), b.get("job")  # the job's own throughput (results written after session 33)
+if ja and jb:
+    print(f"job images/s: 1 GPU {ja['images_per_s']:.1f}, {n} GPUs {jb['images_per_s']:.1f}:"
+          f" {jb['images_per_s'] / ja['images_per_s']:.3f}x")
 PY
