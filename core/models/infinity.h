@@ -110,12 +110,21 @@ class InfinityBlockImpl : public torch::nn::Module {
     // Queries and keys with the 2-D RoPE applied (rope: (2, L, c/2) cos and sin), values.
     // On CUDA with fp32 q/k the rotation (and the bf16 cast under autocast) is one kernel
     // (kernels/rope.h) unless `policy` switches it off (fused_rope, reference); same bits.
+    // pre_cast: x_in is sa_input already rounded to the bf16 weights (attention_inputs).
     Qkv project_qkv(const at::Tensor& x_in, const at::Tensor& rope,
-                    const kernels::KernelPolicy& policy = {}) const;
+                    const kernels::KernelPolicy& policy = {}, bool pre_cast = false) const;
+    // project_qkv(sa_input(x, m), rope, policy), with the modulation and the bf16 cast of the
+    // QKV product as one kernel where kernels/modulate.h runs (bf16 weights, CUDA, `policy`);
+    // same bits. The sampling loop's path.
+    Qkv attention_inputs(const at::Tensor& x, const Modulation& m, const at::Tensor& rope,
+                         const kernels::KernelPolicy& policy = {}) const;
     at::Tensor cross_branch(const at::Tensor& x, const CrossKv& kv, const at::Tensor& mask) const;
     // cross_branch = ca->forward(cross_input(x), kv, mask) in fp32: ca_norm(x) in fp32.
     at::Tensor cross_input(const at::Tensor& x) const;
-    at::Tensor ffn_branch(const at::Tensor& x, const Modulation& m) const;  // g2 * FFN(adaLN(x))
+    // g2 * FFN(adaLN(x)); with `fuse`, adaLN and fc1's bf16 cast as one kernel where
+    // kernels/modulate.h runs (as attention_inputs; same bits).
+    at::Tensor ffn_branch(const at::Tensor& x, const Modulation& m,
+                          const kernels::KernelPolicy* fuse = nullptr) const;
     at::Tensor sa_output(const at::Tensor& o_BHLc, const Modulation& m) const;  // g1 * proj(o)
     // The whole block; `attend` maps (q, k, v) of this block's tokens to the attention output
     // (the KV cache and the mask are the caller's).

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "core/models/infinity.h"
+#include "kernels/modulate.h"
 #include "kernels/rope.h"
 
 namespace varscope {
@@ -21,6 +22,25 @@ at::Tensor linear(const torch::nn::Linear& l, const at::Tensor& x) {
     const auto& w = l->weight;
     return at::linear(x.to(w.scalar_type()), w,
                       l->bias.defined() ? std::optional<at::Tensor>(l->bias) : std::nullopt);
+}
+
+// AdaLN: LN(x) * (1 + scale) + shift in fp32, or, with `fuse_to_bf16` and the kernel runnable,
+// its bf16 rounding (the cast of the bf16 product that consumes it) in one kernel; same bits.
+at::Tensor adaln(const at::Tensor& x, int64_t dim, double eps, const at::Tensor& scale,
+                 const at::Tensor& shift, const kernels::KernelPolicy* fuse_to_bf16) {
+    auto ln = at::layer_norm(x.to(at::kFloat), {dim}, {}, {}, eps);
+    const auto s = scale.add(1);
+    if (fuse_to_bf16) {
+        const auto sf = s.to(at::kFloat), tf = shift.to(at::kFloat);  // exact: fp32 or bf16
+        if (kernels::fused_modulate_supported(ln, sf, tf, *fuse_to_bf16))
+            return kernels::fused_modulate_bf16(ln, sf, tf, *fuse_to_bf16);
+    }
+    return ln.mul(s).add_(shift);
+}
+
+const kernels::KernelPolicy* fuse_if_bf16(const torch::nn::Linear& consumer,
+                                          const kernels::KernelPolicy* policy) {
+    return consumer->weight.scalar_type() == at::kBFloat16 ? policy : nullptr;
 }
 
 }  // namespace
@@ -93,20 +113,25 @@ Modulation InfinityBlockImpl::modulation(const at::Tensor& gss) const {
 }
 
 at::Tensor InfinityBlockImpl::sa_input(const at::Tensor& x, const Modulation& m) const {
-    return at::layer_norm(x.to(at::kFloat), {dim_}, {}, {}, eps_)
-        .mul(m.scale1.add(1))
-        .add_(m.shift1);
+    return adaln(x, dim_, eps_, m.scale1, m.shift1, nullptr);
+}
+
+Qkv InfinityBlockImpl::attention_inputs(const at::Tensor& x, const Modulation& m,
+                                        const at::Tensor& rope,
+                                        const kernels::KernelPolicy& policy) const {
+    const auto in = adaln(x, dim_, eps_, m.scale1, m.shift1, fuse_if_bf16(sa->mat_qkv, &policy));
+    return project_qkv(in, rope, policy, /*pre_cast=*/in.scalar_type() == at::kBFloat16);
 }
 
 Qkv InfinityBlockImpl::project_qkv(const at::Tensor& x_in, const at::Tensor& rope,
-                                   const kernels::KernelPolicy& policy) const {
+                                   const kernels::KernelPolicy& policy, bool pre_cast) const {
     // bf16-autocast (bf16 weights, fp32 stream): the head scale's exp runs in fp32 (autocast's
     // fp32 list), q and k are normalised and rotated in fp32 and rounded to bf16 afterwards,
     // where the official SDPA call casts them.
     const auto wt = sa->mat_qkv->weight.scalar_type();
-    const bool autocast = x_in.scalar_type() != wt;
+    const bool autocast = pre_cast || x_in.scalar_type() != wt;
     const auto q_mul = sa->scale_mul_1H11.clamp_max(std::log(100.0)).to(at::kFloat).exp();
-    auto r = sa->project_qkv(x_in, sa->qkv_bias(), q_mul, /*keep_fp32_qk=*/autocast);
+    auto r = sa->project_qkv(x_in, sa->qkv_bias(), q_mul, /*keep_fp32_qk=*/autocast, pre_cast);
     // The fused kernel: one launch for q and k instead of ~9 elementwise kernels each and the
     // casts. Only for fp32 q/k: a bf16 q/k (no autocast) promotes to fp32 in the ATen path.
     const auto out = autocast ? wt : at::kFloat;
@@ -141,9 +166,9 @@ at::Tensor InfinityBlockImpl::cross_input(const at::Tensor& x) const {
                           ca_norm->bias.to(at::kFloat), eps_);
 }
 
-at::Tensor InfinityBlockImpl::ffn_branch(const at::Tensor& x, const Modulation& m) const {
-    auto in =
-        at::layer_norm(x.to(at::kFloat), {dim_}, {}, {}, eps_).mul(m.scale2.add(1)).add_(m.shift2);
+at::Tensor InfinityBlockImpl::ffn_branch(const at::Tensor& x, const Modulation& m,
+                                         const kernels::KernelPolicy* fuse) const {
+    const auto in = adaln(x, dim_, eps_, m.scale2, m.shift2, fuse_if_bf16(ffn->fc1, fuse));
     return ffn->forward(in).mul(m.gamma2);
 }
 

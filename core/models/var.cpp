@@ -252,14 +252,14 @@ Qkv SelfAttentionImpl::project_qkv(const at::Tensor& x) const {
 }
 
 Qkv SelfAttentionImpl::project_qkv(const at::Tensor& x, const at::Tensor& bias,
-                                   const at::Tensor& mul, bool keep_fp32_qk) const {
+                                   const at::Tensor& mul, bool keep_fp32_qk, bool pre_cast) const {
     const int64_t B = x.size(0), L = x.size(1);
     const auto& w = mat_qkv->weight;
     auto qkv = at::linear(x.to(w.scalar_type()), w, bias).view({B, L, 3, num_heads_, head_dim_});
     auto parts = qkv.permute({2, 0, 3, 1, 4}).unbind(0);  // 3 x (B, H, L, c)
     Qkv r{parts[0], parts[1], parts[2]};
     if (l2_norm_) {
-        if (x.scalar_type() != w.scalar_type()) {
+        if (pre_cast || x.scalar_type() != w.scalar_type()) {
             // bf16-autocast: normalised and scaled in fp32, rounded to bf16 where autocast's
             // SDPA casts them (keys are cached in bf16: the same values).
             r.q = l2_normalize_autocast(r.q).mul(mul);

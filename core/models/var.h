@@ -64,8 +64,10 @@ class SelfAttentionImpl : public torch::nn::Module {
     // The same with the per-call constants precomputed: qkv_bias() and q_mul().
     // keep_fp32_qk (bf16-autocast only): q and k stay in fp32 after the L2 norm, for a caller
     // that rotates them first (Infinity's RoPE runs in fp32 under autocast) and rounds later.
+    // pre_cast (bf16-autocast only): x_BLC is already the weights' bf16, rounded from the fp32
+    // stream by the caller (a fused kernel); q and k take autocast's fp32 path all the same.
     Qkv project_qkv(const at::Tensor& x_BLC, const at::Tensor& qkv_bias, const at::Tensor& q_mul,
-                    bool keep_fp32_qk = false) const;
+                    bool keep_fp32_qk = false, bool pre_cast = false) const;
     at::Tensor qkv_bias() const;  // q_bias | zero_k_bias | v_bias
     at::Tensor q_mul() const;     // exp(min(scale_mul, log 100)); undefined without L2 norm
     at::Tensor project_out(const at::Tensor& o_BHLc) const;  // merge heads + output projection

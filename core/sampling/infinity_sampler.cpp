@@ -106,7 +106,7 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
                           : per_row ? x.gather(1, rows.unsqueeze(-1).expand({-1, -1, x.size(2)}))
                                     : x.index_select(1, rows);
     mark(CostPart::Projection);  // AdaLN, QKV, RoPE, cache append
-    auto qkv = blk.project_qkv(blk.sa_input(xs, m), rope_rows(rope, rows), ctx.scale.exec.kernels);
+    auto qkv = blk.attention_inputs(xs, m, rope_rows(rope, rows), ctx.scale.exec.kernels);
     ctx.cache.append(ctx.layer, qkv.k, qkv.v);
     if (hooks) {
         mark(CostPart::Overhead);
@@ -164,7 +164,7 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
     mark(CostPart::Projection);
     h = h + blk.ca->output(text_o).to(at::kFloat);
     mark(CostPart::Ffn);
-    h = h + blk.ffn_branch(h, m);
+    h = h + blk.ffn_branch(h, m, &ctx.scale.exec.kernels);
     at::Tensor out = h;
     if (hooks) mark(CostPart::Overhead);
     if (rows.defined()) {

@@ -16,6 +16,7 @@
 
 #include "core/models/infinity.h"
 #include "kernels/rope.h"
+#include "tests/gpu/poison_allocator.h"
 
 namespace vk = varscope::kernels;
 
@@ -37,13 +38,6 @@ bool rope_kernel_runnable(std::string* why) {
         std::string why_;                                       \
         if (!rope_kernel_runnable(&why_)) GTEST_SKIP() << why_; \
     } while (0)
-
-void poison(int64_t elements) {
-    std::vector<at::Tensor> held;
-    for (int i = 0; i < 4; ++i)
-        held.push_back(at::full({elements}, std::numeric_limits<float>::quiet_NaN(), kCuda));
-    torch::cuda::synchronize();
-}
 
 // Same dtype, shape and every bit (NaN payloads and signed zeros included).
 void expect_same_bits(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
@@ -96,7 +90,7 @@ TEST(KernelsRopeGpu, BitwiseEqualToTheAtenComposition) {
                         const auto x = random_x(B, H, L, c, layout, gen);
                         const auto rope = random_rope(B, L, c / 2, per_row, gen);
                         const auto want = varscope::apply_rope2d(x, rope).to(out);
-                        poison(B * H * L * c);
+                        varscope::testing::poison_cuda_allocator(B * H * L * c);
                         expect_same_bits(vk::fused_rope2d(x, rope, out), want, what);
                         ++cases;
                     }
@@ -112,7 +106,7 @@ TEST(KernelsRopeGpu, QueriesAndKeysInOneLaunchMatchOneByOne) {
     const auto q = qkv[0].mul(1.5), k = qkv[1];
     for (bool per_row : {false, true}) {
         const auto rope = random_rope(B, L, c / 2, per_row, gen);
-        poison(B * H * L * c);
+        varscope::testing::poison_cuda_allocator(B * H * L * c);
         const auto [rq, rk] = vk::fused_rope2d(q, k, rope, at::kBFloat16);
         expect_same_bits(rq, varscope::apply_rope2d(q, rope).to(at::kBFloat16), "q");
         expect_same_bits(rk, varscope::apply_rope2d(k, rope).to(at::kBFloat16), "k");

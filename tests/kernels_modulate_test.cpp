@@ -1,0 +1,71 @@
+// The fused AdaLN modulation's dispatch on CPU (kernels/modulate.h): argument checks name what
+// is wrong, CPU tensors never take it (the ATen composition stays the CPU path and the
+// reference), and InfinityBlock::attention_inputs on CPU is project_qkv(sa_input) whatever the
+// policy says. The kernel itself is tested on CUDA (tests/gpu/kernels_modulate_test.cpp).
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/models/infinity.h"
+#include "kernels/modulate.h"
+#include "tests/error_of.h"
+#include "tests/tiny_models.h"
+
+namespace vk = varscope::kernels;
+using namespace varscope;
+
+using varscope::testing::error_of;
+
+TEST(KernelsModulate, ArgumentChecksNameTheProblem) {
+    const auto x = at::zeros({2, 5, 8}), s = at::zeros({2, 1, 8});
+    auto msg = [](const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
+        return error_of<c10::Error>([&] { vk::fused_modulate_bf16(a, b, c); });
+    };
+    EXPECT_NE(msg(at::zeros({5, 8}), s, s).find("x must be (B, L, C)"), std::string::npos);
+    EXPECT_NE(msg(x, at::zeros({2, 1, 7}), s).find("scale must be (B or 1, 1, C)"),
+              std::string::npos);
+    EXPECT_NE(msg(x, s, at::zeros({3, 1, 8})).find("shift must be"), std::string::npos);
+    EXPECT_NE(msg(x, s, at::zeros({2, 2, 8})).find("shift must be"), std::string::npos);
+    EXPECT_NE(msg(x, at::Tensor(), s).find("must be defined"), std::string::npos);
+    // Well-formed CPU tensors: not the kernel's, said so rather than crashing.
+    EXPECT_NE(msg(x, s, s).find("fused modulation requested but"), std::string::npos);
+    EXPECT_NE(msg(x, at::zeros({1, 1, 8}), s).find("requested but"), std::string::npos);
+    std::string why;
+    EXPECT_FALSE(vk::fused_modulate_supported(x, s, s, {}, &why));
+    EXPECT_FALSE(why.empty());
+}
+
+TEST(KernelsModulate, AttentionInputsOnCpuAreTheComposition) {
+    c10::InferenceMode guard;
+    InfinityConfig cfg;
+    cfg.depth = 1;
+    cfg.embed_dim = 64;
+    cfg.num_heads = 2;
+    cfg.mlp_hidden = 128;
+    cfg.text_channels = 32;
+    cfg.text_maxlen = 8;
+    cfg.pool_heads = 1;
+    cfg.codebook_dim = 4;
+    auto model = random_infinity(cfg, 7);
+    varscope::testing::randomise(*model, 8);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+    const int64_t B = 2, L = 5;
+    const auto x = at::randn({B, L, 64}, gen);
+    const auto angles = at::rand({L, 16}, gen).mul(9.0);
+    const auto rope = at::stack({angles.cos(), angles.sin()}, 0);
+    const auto& blk = model->block(0);
+    const auto m = blk.modulation(at::randn({B, 1, 6, 64}, gen).mul(0.2));
+    const auto want = blk.project_qkv(blk.sa_input(x, m), rope);
+    vk::KernelPolicy reference;
+    reference.reference = true;
+    for (const auto& policy : {vk::KernelPolicy{}, reference}) {
+        const auto got = blk.attention_inputs(x, m, rope, policy);
+        EXPECT_TRUE(got.q.equal(want.q));
+        EXPECT_TRUE(got.k.equal(want.k));
+        EXPECT_TRUE(got.v.equal(want.v));
+        EXPECT_TRUE(blk.ffn_branch(x, m, &policy).equal(blk.ffn_branch(x, m)));
+    }
+}
