@@ -12,7 +12,7 @@
 #include "core/models/infinity.h"
 #include "kernels/modulate.h"
 #include "tests/error_of.h"
-#include "tests/tiny_models.h"
+#include "tests/tiny_infinity.h"
 
 namespace vk = varscope::kernels;
 using namespace varscope;
@@ -40,22 +40,11 @@ TEST(KernelsModulate, ArgumentChecksNameTheProblem) {
 
 TEST(KernelsModulate, AttentionInputsOnCpuAreTheComposition) {
     c10::InferenceMode guard;
-    InfinityConfig cfg;
-    cfg.depth = 1;
-    cfg.embed_dim = 64;
-    cfg.num_heads = 2;
-    cfg.mlp_hidden = 128;
-    cfg.text_channels = 32;
-    cfg.text_maxlen = 8;
-    cfg.pool_heads = 1;
-    cfg.codebook_dim = 4;
-    auto model = random_infinity(cfg, 7);
-    varscope::testing::randomise(*model, 8);
+    const auto model = varscope::testing::tiny_block_infinity();
     auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
     const int64_t B = 2, L = 5;
     const auto x = at::randn({B, L, 64}, gen);
-    const auto angles = at::rand({L, 16}, gen).mul(9.0);
-    const auto rope = at::stack({angles.cos(), angles.sin()}, 0);
+    const auto rope = varscope::testing::tiny_block_rope(L, gen);
     const auto& blk = model->block(0);
     const auto m = blk.modulation(at::randn({B, 1, 6, 64}, gen).mul(0.2));
     const auto want = blk.project_qkv(blk.sa_input(x, m), rope);

@@ -12,7 +12,7 @@
 
 #include "core/models/infinity.h"
 #include "kernels/rope.h"
-#include "tests/tiny_models.h"
+#include "tests/tiny_infinity.h"
 
 namespace vk = varscope::kernels;
 using namespace varscope;
@@ -90,22 +90,11 @@ TEST(KernelsRope, ReferenceRotatesAdjacentPairs) {
 // On CPU the block's q and k are the ATen composition, with the fused kernel on or off.
 TEST(KernelsRope, InfinityBlockOnCpuKeepsTheAtenPath) {
     c10::InferenceMode guard;
-    InfinityConfig cfg;
-    cfg.depth = 1;
-    cfg.embed_dim = 64;
-    cfg.num_heads = 2;
-    cfg.mlp_hidden = 128;
-    cfg.text_channels = 32;
-    cfg.text_maxlen = 8;
-    cfg.pool_heads = 1;
-    cfg.codebook_dim = 4;
-    auto m = random_infinity(cfg, 7);
-    varscope::testing::randomise(*m, 8);
+    const auto m = varscope::testing::tiny_block_infinity();
     auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
     const int64_t L = 5;
     const auto x = at::randn({2, L, 64}, gen);
-    const auto angles = at::rand({L, 16}, gen).mul(9.0);
-    const auto rope = at::stack({angles.cos(), angles.sin()}, 0);
+    const auto rope = varscope::testing::tiny_block_rope(L, gen);
     const auto& blk = m->block(0);
     const auto q_mul = blk.sa->scale_mul_1H11.clamp_max(std::log(100.0)).exp();
     const auto raw = blk.sa->project_qkv(x, blk.sa->qkv_bias(), q_mul);

@@ -31,4 +31,26 @@ inline InfinityText tiny_preset_infinity_text() {
     return {at::randn({5, 128}, gen), {5}};
 }
 
+// A random one-block Infinity (width 64, 2 heads of 32) for the block-level kernel dispatch tests
+// on the CPU, and the cos/sin (2, L, 16) of random angles its 2-D RoPE takes.
+inline InfinityTransformer tiny_block_infinity() {
+    InfinityConfig cfg;
+    cfg.depth = 1;
+    cfg.embed_dim = 64;
+    cfg.num_heads = 2;
+    cfg.mlp_hidden = 128;
+    cfg.text_channels = 32;
+    cfg.text_maxlen = 8;
+    cfg.pool_heads = 1;
+    cfg.codebook_dim = 4;
+    auto m = random_infinity(cfg, 7);
+    randomise(*m, 8);
+    return m;
+}
+
+inline at::Tensor tiny_block_rope(int64_t L, at::Generator& gen) {
+    const auto angles = at::rand({L, 16}, gen).mul(9.0);
+    return at::stack({angles.cos(), angles.sin()}, 0);
+}
+
 }  // namespace varscope::testing
