@@ -126,6 +126,13 @@ class InfinityBlockImpl : public torch::nn::Module {
     at::Tensor ffn_branch(const at::Tensor& x, const Modulation& m,
                           const kernels::KernelPolicy* fuse = nullptr) const;
     at::Tensor sa_output(const at::Tensor& o_BHLc, const Modulation& m) const;  // g1 * proj(o)
+    // x + sa_output(o, m) and x + ffn_branch(x, m, fuse): with `fuse`, an fp32 x and bf16
+    // products, the gate and the sum as one kernel (kernels/gated_residual.h; same bits). The
+    // sampling loop's path.
+    at::Tensor sa_residual(const at::Tensor& x, const at::Tensor& o_BHLc, const Modulation& m,
+                           const kernels::KernelPolicy* fuse = nullptr) const;
+    at::Tensor ffn_residual(const at::Tensor& x, const Modulation& m,
+                            const kernels::KernelPolicy* fuse = nullptr) const;
     // The whole block; `attend` maps (q, k, v) of this block's tokens to the attention output
     // (the KV cache and the mask are the caller's).
     at::Tensor forward(const at::Tensor& x, const at::Tensor& gss, const CrossKv& kv,

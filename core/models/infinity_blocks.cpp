@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "core/models/infinity.h"
+#include "kernels/gated_residual.h"
 #include "kernels/modulate.h"
 #include "kernels/rope.h"
 
@@ -36,6 +37,16 @@ at::Tensor adaln(const at::Tensor& x, int64_t dim, double eps, const at::Tensor&
             return kernels::fused_modulate_bf16(ln, sf, tf, *fuse_to_bf16);
     }
     return ln.mul(s).add_(shift);
+}
+
+// x + p(y * gamma) (p: the bf16 rounding when `round`) in one kernel where it runs, else the
+// ATen composition; same bits.
+at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma,
+                          bool round, const kernels::KernelPolicy* fuse) {
+    if (fuse && kernels::fused_gated_residual_supported(x, y, gamma, *fuse))
+        return kernels::fused_gated_residual(x, y, gamma, round, *fuse);
+    const auto prod = y.mul(gamma);
+    return x + (round ? prod.to(y.scalar_type()) : prod);
 }
 
 const kernels::KernelPolicy* fuse_if_bf16(const torch::nn::Linear& consumer,
@@ -153,6 +164,23 @@ at::Tensor InfinityBlockImpl::sa_output(const at::Tensor& o, const Modulation& m
     // The official x_sa.mul_(gamma1) is in place: under autocast the product stays bf16.
     auto a = sa->project_out(o);
     return a.mul(m.gamma1).to(a.scalar_type());
+}
+
+at::Tensor InfinityBlockImpl::sa_residual(const at::Tensor& x, const at::Tensor& o,
+                                          const Modulation& m,
+                                          const kernels::KernelPolicy* fuse) const {
+    // sa_output's product is rounded to the projection's dtype (the official in-place mul_).
+    return gated_residual(x, sa->project_out(o), m.gamma1, /*round=*/true, fuse);
+}
+
+at::Tensor InfinityBlockImpl::ffn_residual(const at::Tensor& x, const Modulation& m,
+                                           const kernels::KernelPolicy* fuse) const {
+    const auto in = adaln(x, dim_, eps_, m.scale2, m.shift2, fuse_if_bf16(ffn->fc1, fuse));
+    const auto y = ffn->forward(in);
+    // ffn_branch's product has the promoted dtype: rounded only where gate and y are both bf16.
+    const bool round =
+        at::promote_types(y.scalar_type(), m.gamma2.scalar_type()) == y.scalar_type();
+    return gated_residual(x, y, m.gamma2, round, fuse);
 }
 
 at::Tensor InfinityBlockImpl::cross_branch(const at::Tensor& x, const CrossKv& kv,

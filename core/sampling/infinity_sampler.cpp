@@ -149,7 +149,7 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
         }
     }
     mark(CostPart::Projection);
-    auto h = xs + blk.sa_output(o, m);
+    auto h = blk.sa_residual(xs, o, m, &ctx.scale.exec.kernels);
     // Whole single scales only (pruned rows and groups are not one grid); with the attention
     // map of this layer.
     if (probe && !rows.defined() && ctx.scale.segments.size() <= 1 &&
@@ -162,9 +162,11 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
     mark(CostPart::CrossAttention);
     const at::Tensor text_o = blk.ca->attend(text_q, text_kv, text_mask);
     mark(CostPart::Projection);
-    h = h + blk.ca->output(text_o).to(at::kFloat);
+    // An fp32 stream adds the bf16 output as it is (the same fp32 sum, one pass fewer).
+    const at::Tensor text_out = blk.ca->output(text_o);
+    h = h.scalar_type() == at::kFloat ? h + text_out : h + text_out.to(at::kFloat);
     mark(CostPart::Ffn);
-    h = h + blk.ffn_branch(h, m, &ctx.scale.exec.kernels);
+    h = blk.ffn_residual(h, m, &ctx.scale.exec.kernels);
     at::Tensor out = h;
     if (hooks) mark(CostPart::Overhead);
     if (rows.defined()) {

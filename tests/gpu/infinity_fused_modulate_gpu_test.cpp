@@ -1,5 +1,6 @@
-// Infinity's AdaLN modulation and the bf16 cast of the product after it as one kernel
-// (kernels/modulate.h, in InfinityBlock::attention_inputs and ffn_branch) change no bit of a
+// Infinity's fused element-wise kernels - AdaLN's modulation with the bf16 cast of the product
+// after it (kernels/modulate.h, InfinityBlock::attention_inputs, ffn_branch) and the gated
+// residual sums (kernels/gated_residual.h, sa_residual, ffn_residual) - change no bit of a
 // sampled image: a random tiny Infinity on CUDA in bf16-autocast (the official mode, the only one
 // the kernel serves), eager and with CUDA graphs, plain and with FastVAR (pruned rows), against
 // the same sampler with every kernel on its LibTorch reference (KernelPolicy::reference). Skips

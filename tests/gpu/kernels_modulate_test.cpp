@@ -16,6 +16,7 @@
 
 #include "kernels/modulate.h"
 #include "tests/gpu/poison_allocator.h"
+#include "tests/gpu/special_values.h"
 
 namespace vk = varscope::kernels;
 
@@ -79,18 +80,7 @@ TEST(KernelsModulateGpu, RoundingTiesAndSpecialValues) {
     c10::InferenceMode guard;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
     const int64_t B = 2, L = 64, C = 64;
-    // Mantissas with the bits just below bf16's cut set: every product rounds.
-    auto x = at::randn({B, L, C}, gen).mul(at::pow(2.0, at::randint(-30, 30, {B, L, C}, gen)));
-    auto flat = x.view(-1);
-    const std::vector<float> special = {0.0f,
-                                        -0.0f,
-                                        std::numeric_limits<float>::infinity(),
-                                        -std::numeric_limits<float>::infinity(),
-                                        1e-40f,
-                                        3.0e38f,
-                                        1.00390625f,
-                                        1.005859375f};
-    for (size_t i = 0; i < special.size(); ++i) flat[static_cast<int64_t>(i * 7)] = special[i];
+    auto x = varscope::testing::special_values_stream(B, L, C, gen);
     x = x.to(at::kCUDA);
     const auto scale = (at::rand({B, 1, C}, gen).add(0.5)).to(at::kCUDA);
     const auto shift = at::randn({B, 1, C}, gen).mul(1e-3).to(at::kCUDA);
