@@ -5,9 +5,8 @@
 #include <cmath>
 #include <tuple>
 
+#include "core/models/block_elementwise.h"
 #include "core/models/infinity.h"
-#include "kernels/gated_residual.h"
-#include "kernels/modulate.h"
 #include "kernels/rope.h"
 
 namespace varscope {
@@ -25,33 +24,12 @@ at::Tensor linear(const torch::nn::Linear& l, const at::Tensor& x) {
                       l->bias.defined() ? std::optional<at::Tensor>(l->bias) : std::nullopt);
 }
 
-// AdaLN: LN(x) * (1 + scale) + shift in fp32, or, with `fuse_to_bf16` and the kernel runnable,
-// its bf16 rounding (the cast of the bf16 product that consumes it) in one kernel; same bits.
+// AdaLN: LN(x) * (1 + scale) + shift, the input of `consumer`'s product (block_elementwise.h).
 at::Tensor adaln(const at::Tensor& x, int64_t dim, double eps, const at::Tensor& scale,
-                 const at::Tensor& shift, const kernels::KernelPolicy* fuse_to_bf16) {
-    auto ln = at::layer_norm(x.to(at::kFloat), {dim}, {}, {}, eps);
-    const auto s = scale.add(1);
-    if (fuse_to_bf16) {
-        const auto sf = s.to(at::kFloat), tf = shift.to(at::kFloat);  // exact: fp32 or bf16
-        if (kernels::fused_modulate_supported(ln, sf, tf, *fuse_to_bf16))
-            return kernels::fused_modulate_bf16(ln, sf, tf, *fuse_to_bf16);
-    }
-    return ln.mul(s).add_(shift);
-}
-
-// x + p(y * gamma) (p: the bf16 rounding when `round`) in one kernel where it runs, else the
-// ATen composition; same bits.
-at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma,
-                          bool round, const kernels::KernelPolicy* fuse) {
-    if (fuse && kernels::fused_gated_residual_supported(x, y, gamma, *fuse))
-        return kernels::fused_gated_residual(x, y, gamma, round, *fuse);
-    const auto prod = y.mul(gamma);
-    return x + (round ? prod.to(y.scalar_type()) : prod);
-}
-
-const kernels::KernelPolicy* fuse_if_bf16(const torch::nn::Linear& consumer,
-                                          const kernels::KernelPolicy* policy) {
-    return consumer->weight.scalar_type() == at::kBFloat16 ? policy : nullptr;
+                 const at::Tensor& shift, const torch::nn::Linear& consumer,
+                 const kernels::KernelPolicy* fuse) {
+    return modulated_input(at::layer_norm(x.to(at::kFloat), {dim}, {}, {}, eps), scale.add(1),
+                           shift, consumer, fuse);
 }
 
 }  // namespace
@@ -124,13 +102,13 @@ Modulation InfinityBlockImpl::modulation(const at::Tensor& gss) const {
 }
 
 at::Tensor InfinityBlockImpl::sa_input(const at::Tensor& x, const Modulation& m) const {
-    return adaln(x, dim_, eps_, m.scale1, m.shift1, nullptr);
+    return adaln(x, dim_, eps_, m.scale1, m.shift1, sa->mat_qkv, nullptr);
 }
 
 Qkv InfinityBlockImpl::attention_inputs(const at::Tensor& x, const Modulation& m,
                                         const at::Tensor& rope,
                                         const kernels::KernelPolicy& policy) const {
-    const auto in = adaln(x, dim_, eps_, m.scale1, m.shift1, fuse_if_bf16(sa->mat_qkv, &policy));
+    const auto in = adaln(x, dim_, eps_, m.scale1, m.shift1, sa->mat_qkv, &policy);
     return project_qkv(in, rope, policy, /*pre_cast=*/in.scalar_type() == at::kBFloat16);
 }
 
@@ -170,17 +148,13 @@ at::Tensor InfinityBlockImpl::sa_residual(const at::Tensor& x, const at::Tensor&
                                           const Modulation& m,
                                           const kernels::KernelPolicy* fuse) const {
     // sa_output's product is rounded to the projection's dtype (the official in-place mul_).
-    return gated_residual(x, sa->project_out(o), m.gamma1, /*round=*/true, fuse);
+    return gated_residual(x, sa->project_out(o), m.gamma1, GateProduct::AsBranch, fuse);
 }
 
 at::Tensor InfinityBlockImpl::ffn_residual(const at::Tensor& x, const Modulation& m,
                                            const kernels::KernelPolicy* fuse) const {
-    const auto in = adaln(x, dim_, eps_, m.scale2, m.shift2, fuse_if_bf16(ffn->fc1, fuse));
-    const auto y = ffn->forward(in);
-    // ffn_branch's product has the promoted dtype: rounded only where gate and y are both bf16.
-    const bool round =
-        at::promote_types(y.scalar_type(), m.gamma2.scalar_type()) == y.scalar_type();
-    return gated_residual(x, y, m.gamma2, round, fuse);
+    const auto in = adaln(x, dim_, eps_, m.scale2, m.shift2, ffn->fc1, fuse);
+    return gated_residual(x, ffn->forward(in), m.gamma2, GateProduct::Promoted, fuse);
 }
 
 at::Tensor InfinityBlockImpl::cross_branch(const at::Tensor& x, const CrossKv& kv,
@@ -196,7 +170,7 @@ at::Tensor InfinityBlockImpl::cross_input(const at::Tensor& x) const {
 
 at::Tensor InfinityBlockImpl::ffn_branch(const at::Tensor& x, const Modulation& m,
                                          const kernels::KernelPolicy* fuse) const {
-    const auto in = adaln(x, dim_, eps_, m.scale2, m.shift2, fuse_if_bf16(ffn->fc1, fuse));
+    const auto in = adaln(x, dim_, eps_, m.scale2, m.shift2, ffn->fc1, fuse);
     return ffn->forward(in).mul(m.gamma2);
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/io/json_fields.h"
 #include "core/io/module_binding.h"
+#include "core/models/block_elementwise.h"
 
 namespace varscope {
 namespace {
@@ -340,6 +341,25 @@ at::Tensor AdaLNSelfAttnImpl::attn_input(const at::Tensor& x, const BlockConstan
 
 at::Tensor AdaLNSelfAttnImpl::ffn_branch(const at::Tensor& x, const BlockConstants& k) const {
     return ffn->forward(norm(x).mul(k.scale2p).add_(k.m.shift2)).mul(k.m.gamma2);
+}
+
+Qkv AdaLNSelfAttnImpl::attention_inputs(const at::Tensor& x, const BlockConstants& k,
+                                        const kernels::KernelPolicy* fuse) const {
+    const auto in = modulated_input(norm(x), k.scale1p, k.m.shift1, attn->mat_qkv, fuse);
+    const bool pre_cast = in.scalar_type() != x.scalar_type();  // the kernel rounded it to bf16
+    return attn->project_qkv(in, k.qkv_bias, k.q_mul, /*keep_fp32_qk=*/false, pre_cast);
+}
+
+at::Tensor AdaLNSelfAttnImpl::attn_residual(const at::Tensor& x, const at::Tensor& o,
+                                            const BlockConstants& k,
+                                            const kernels::KernelPolicy* fuse) const {
+    return gated_residual(x, attn->project_out(o), k.m.gamma1, GateProduct::Promoted, fuse);
+}
+
+at::Tensor AdaLNSelfAttnImpl::ffn_residual(const at::Tensor& x, const BlockConstants& k,
+                                           const kernels::KernelPolicy* fuse) const {
+    const auto in = modulated_input(norm(x), k.scale2p, k.m.shift2, ffn->fc1, fuse);
+    return gated_residual(x, ffn->forward(in), k.m.gamma2, GateProduct::Promoted, fuse);
 }
 
 at::Tensor AdaLNSelfAttnImpl::forward(const at::Tensor& x, const at::Tensor& cond,

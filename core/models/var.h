@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/io/state_dict.h"
+#include "kernels/exec_policy.h"
 
 namespace varscope {
 
@@ -123,6 +124,15 @@ class AdaLNSelfAttnImpl : public torch::nn::Module {
     BlockConstants constants(const at::Tensor& cond) const;
     at::Tensor attn_input(const at::Tensor& x, const BlockConstants& k) const;
     at::Tensor ffn_branch(const at::Tensor& x, const BlockConstants& k) const;
+    // The sampling loop's path, the same values: attn->project_qkv(attn_input(x, k)), x +
+    // gamma1 * attn->project_out(o), x + ffn_branch(x, k); with `fuse` (the kernel policy) the
+    // bf16-autocast mode's element-wise steps run as fused kernels (block_elementwise.h).
+    Qkv attention_inputs(const at::Tensor& x, const BlockConstants& k,
+                         const kernels::KernelPolicy* fuse) const;
+    at::Tensor attn_residual(const at::Tensor& x, const at::Tensor& o_BHLc, const BlockConstants& k,
+                             const kernels::KernelPolicy* fuse) const;
+    at::Tensor ffn_residual(const at::Tensor& x, const BlockConstants& k,
+                            const kernels::KernelPolicy* fuse) const;
     // The standard block: x + gamma1*attn(...) then x + gamma2*ffn(...).
     at::Tensor forward(const at::Tensor& x, const at::Tensor& cond, const AttendFn& attend) const;
 

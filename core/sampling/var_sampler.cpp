@@ -75,7 +75,8 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
                                     : x.index_select(1, rows);
 
     mark(CostPart::Projection);
-    auto qkv = blk.attn->project_qkv(blk.attn_input(xs, bk), bk.qkv_bias, bk.q_mul);
+    const kernels::KernelPolicy* fuse = &ctx.scale.exec.kernels;
+    auto qkv = blk.attention_inputs(xs, bk, fuse);
     ctx.cache.append(ctx.layer, qkv.k, qkv.v);
     if (hooks) {
         mark(CostPart::Overhead);
@@ -116,9 +117,9 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
     }
     lap();  // attention
     mark(CostPart::Projection);
-    auto h = xs + blk.attn->project_out(o).mul(bk.m.gamma1);
+    auto h = blk.attn_residual(xs, o, bk, fuse);
     mark(CostPart::Ffn);
-    h = h + blk.ffn_branch(h, bk);
+    h = blk.ffn_residual(h, bk, fuse);
     at::Tensor out = h;
     if (hooks) mark(CostPart::Overhead);
     if (rows.defined()) {

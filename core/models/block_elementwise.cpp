@@ -1,0 +1,34 @@
+#include "core/models/block_elementwise.h"
+
+#include <ATen/ATen.h>
+
+#include "kernels/gated_residual.h"
+#include "kernels/modulate.h"
+
+namespace varscope {
+
+at::Tensor modulated_input(const at::Tensor& normed, const at::Tensor& scale_plus_one,
+                           const at::Tensor& shift, const torch::nn::Linear& consumer,
+                           const kernels::KernelPolicy* fuse) {
+    if (fuse && consumer->weight.scalar_type() == at::kBFloat16) {
+        // Exact: the factors are fp32 or bf16, and ATen's product promotes them to fp32 too.
+        const auto s = scale_plus_one.to(at::kFloat), t = shift.to(at::kFloat);
+        if (kernels::fused_modulate_supported(normed, s, t, *fuse))
+            return kernels::fused_modulate_bf16(normed, s, t, *fuse);
+    }
+    return normed.mul(scale_plus_one).add_(shift);
+}
+
+at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma,
+                          GateProduct product, const kernels::KernelPolicy* fuse) {
+    // The product is in y's dtype either when asked or when promotion keeps it there.
+    const bool as_branch =
+        product == GateProduct::AsBranch ||
+        at::promote_types(y.scalar_type(), gamma.scalar_type()) == y.scalar_type();
+    if (fuse && kernels::fused_gated_residual_supported(x, y, gamma, *fuse))
+        return kernels::fused_gated_residual(x, y, gamma, /*round_product=*/as_branch, *fuse);
+    const auto prod = y.mul(gamma);
+    return x + (as_branch ? prod.to(y.scalar_type()) : prod);
+}
+
+}  // namespace varscope
