@@ -83,6 +83,7 @@ json to_json(const ExecPolicy& p) {
     return {{"reference_kernels", k.reference},
             {"sm90_attention", k.sm90_attention},
             {"fused_rope", k.fused_rope},
+            {"fused_elementwise", k.fused_elementwise},
             {"diff_pdl", k.diff.pdl},
             {"diff_row_split", k.diff.row_split},
             {"diff_fold_proj", k.diff.fold_proj},
@@ -114,6 +115,8 @@ ExecPolicy exec_policy_from_json(const json& j) {
             k.sm90_attention = flag(v, n);
         else if (key == "fused_rope")
             k.fused_rope = flag(v, n);
+        else if (key == "fused_elementwise")
+            k.fused_elementwise = flag(v, n);
         else if (key == "diff_pdl")
             k.diff.pdl = flag(v, n);
         else if (key == "diff_row_split")

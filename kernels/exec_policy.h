@@ -60,11 +60,17 @@ struct KernelPolicy {
     // Infinity's q/k RoPE and their cast to bf16 as one kernel (kernels/rope.h) instead of ~18
     // ATen kernels; same bits. VARSCOPE_FUSED_ROPE.
     bool fused_rope = true;
+    // The bf16-autocast blocks' element-wise steps (VAR and Infinity) as one kernel each:
+    // AdaLN's modulation with the bf16 cast of the product after it (kernels/modulate.h) and a
+    // gated branch summed into the fp32 stream (kernels/gated_residual.h); false: the ATen
+    // compositions (same bits). VARSCOPE_FUSED_ELEMENTWISE.
+    bool fused_elementwise = true;
     DiffLossPolicy diff;
 
     bool operator==(const KernelPolicy& o) const {
         return reference == o.reference && sm90_attention == o.sm90_attention &&
-               fused_rope == o.fused_rope && diff == o.diff;
+               fused_rope == o.fused_rope && fused_elementwise == o.fused_elementwise &&
+               diff == o.diff;
     }
     bool operator!=(const KernelPolicy& o) const { return !(*this == o); }
 };

@@ -33,6 +33,8 @@ bool fused_gated_residual_supported(const at::Tensor& x, const at::Tensor& y,
                                     std::string* why_not) {
     if (!x.defined() || !y.defined() || !gamma.defined())
         return unsupported(why_not, "an undefined tensor");
+    if (!policy.fused_elementwise)
+        return unsupported(why_not, "the fused element-wise kernels are switched off");
     if (auto why = cuda_path_blocker(policy, {x, y, gamma}); !why.empty())
         return unsupported(why_not, std::move(why));
     if (x.scalar_type() != at::kFloat || y.scalar_type() != at::kBFloat16 ||

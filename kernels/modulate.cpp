@@ -33,6 +33,8 @@ bool fused_modulate_supported(const at::Tensor& x, const at::Tensor& scale, cons
                               const KernelPolicy& policy, std::string* why_not) {
     if (!x.defined() || !scale.defined() || !shift.defined())
         return unsupported(why_not, "an undefined tensor");
+    if (!policy.fused_elementwise)
+        return unsupported(why_not, "the fused element-wise kernels are switched off");
     if (auto why = cuda_path_blocker(policy, {x, scale, shift}); !why.empty())
         return unsupported(why_not, std::move(why));
     if (x.scalar_type() != at::kFloat || scale.scalar_type() != at::kFloat ||

@@ -57,6 +57,7 @@ TEST(ExecPolicy, DefaultsAreTheBehaviourWithoutVariables) {
     EXPECT_FALSE(p.kernels.reference);
     EXPECT_TRUE(p.kernels.sm90_attention);
     EXPECT_TRUE(p.kernels.fused_rope);
+    EXPECT_TRUE(p.kernels.fused_elementwise);
     EXPECT_TRUE(p.kernels.diff.pdl);
     EXPECT_TRUE(p.kernels.diff.row_split);
     EXPECT_TRUE(p.kernels.diff.fold_proj);
@@ -89,6 +90,7 @@ TEST(ExecPolicy, JsonRoundTripAndStrictReading) {
     p.kernels.reference = true;
     p.kernels.sm90_attention = false;
     p.kernels.fused_rope = false;
+    p.kernels.fused_elementwise = false;
     p.kernels.diff = {false, false, false, false, DiffCachedLayout::Rows};
     p.mar_fused_head = false;
     p.mar_fused_max_rows = 256;
@@ -140,6 +142,7 @@ TEST(ExecEnv, OneRuleForEveryVariable) {
     const ExecPolicy p = exec_env::policy_from(env_of({{"VARSCOPE_REFERENCE_KERNELS", "1"},
                                                        {"VARSCOPE_DIFF_PDL", "0"},
                                                        {"VARSCOPE_FUSED_ROPE", "0"},
+                                                       {"VARSCOPE_FUSED_ELEMENTWISE", "0"},
                                                        {"VARSCOPE_DIFF_ROW_SPLIT", "0"},
                                                        {"VARSCOPE_DIFF_FOLD_PROJ", "0"},
                                                        {"VARSCOPE_DIFF_LEAN", "0"},
@@ -155,6 +158,7 @@ TEST(ExecEnv, OneRuleForEveryVariable) {
                                                        {"VARSCOPE_PROFILE_AMS_KV", "1"}}));
     EXPECT_TRUE(p.kernels.reference);
     EXPECT_FALSE(p.kernels.fused_rope);
+    EXPECT_FALSE(p.kernels.fused_elementwise);
     EXPECT_FALSE(p.kernels.diff.pdl);
     EXPECT_FALSE(p.kernels.diff.row_split);
     EXPECT_FALSE(p.kernels.diff.fold_proj);

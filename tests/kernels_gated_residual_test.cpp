@@ -27,4 +27,8 @@ TEST(KernelsGatedResidual, ArgumentChecksNameTheProblem) {
     std::string why;
     EXPECT_FALSE(vk::fused_gated_residual_supported(x, y, g, {}, &why));
     EXPECT_FALSE(why.empty());
+    vk::KernelPolicy off;  // the policy's switch is the first reason given (ExecPolicy)
+    off.fused_elementwise = false;
+    EXPECT_FALSE(vk::fused_gated_residual_supported(x, y, g, off, &why));
+    EXPECT_NE(why.find("switched off"), std::string::npos) << why;
 }

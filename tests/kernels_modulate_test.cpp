@@ -36,6 +36,10 @@ TEST(KernelsModulate, ArgumentChecksNameTheProblem) {
     std::string why;
     EXPECT_FALSE(vk::fused_modulate_supported(x, s, s, {}, &why));
     EXPECT_FALSE(why.empty());
+    vk::KernelPolicy off;  // the policy's switch is the first reason given (ExecPolicy)
+    off.fused_elementwise = false;
+    EXPECT_FALSE(vk::fused_modulate_supported(x, s, s, off, &why));
+    EXPECT_NE(why.find("switched off"), std::string::npos) << why;
 }
 
 TEST(KernelsModulate, AttentionInputsOnCpuAreTheComposition) {

@@ -313,7 +313,9 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
                                (cond.text_mask.defined() ? ",ragged" : "") +
                                ",n=" + std::to_string(n_run) + ",insert=";
         for (int64_t l : opt.cfg_insertion_layer) settings += std::to_string(l) + " ";
-        if (!exec_.kernels.fused_rope) settings += ",rope=aten";  // a graph of other kernels
+        // Graphs of other kernels.
+        if (!exec_.kernels.fused_rope) settings += ",rope=aten";
+        if (!exec_.kernels.fused_elementwise) settings += ",elementwise=aten";
         for (int64_t si = 0; si < S; ++si)
             settings += "|" + std::to_string(at_scale(opt.cfg_list, opt.cfg, si)) + "/" +
                         std::to_string(at_scale(opt.tau_list, opt.tau, si));

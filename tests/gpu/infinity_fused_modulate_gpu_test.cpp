@@ -3,8 +3,8 @@
 // residual sums (kernels/gated_residual.h, sa_residual, ffn_residual) - change no bit of a
 // sampled image: a random tiny Infinity on CUDA in bf16-autocast (the official mode, the only one
 // the kernel serves), eager and with CUDA graphs, plain and with FastVAR (pruned rows), against
-// the same sampler with every kernel on its LibTorch reference (KernelPolicy::reference). Skips
-// without CUDA.
+// the same sampler with only these kernels switched off (KernelPolicy::fused_elementwise) and
+// with every kernel on its LibTorch reference (KernelPolicy::reference). Skips without CUDA.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -36,7 +36,8 @@ TEST(GpuInfinityFusedModulate, SameBitsAsTheReference) {
     ASSERT_TRUE(view.has_value());
     auto sampler = varscope::testing::tiny_infinity_sampler_on_cuda(config.depth, /*bf16=*/true);
     const auto text = varscope::testing::tiny_infinity_text({5, 11}, 1);
-    ExecPolicy reference;
+    ExecPolicy aten, reference;
+    aten.kernels.fused_elementwise = false;
     reference.kernels.reference = true;
     for (const std::string& accel : {std::string(), std::string("fastvar")}) {
         const auto hooks =
@@ -47,13 +48,16 @@ TEST(GpuInfinityFusedModulate, SameBitsAsTheReference) {
             sampler.set_exec_policy(ExecPolicy{});
             const auto fused = sampler.sample(
                 text, s, varscope::testing::tiny_infinity_options(graphs), hooks.get());
-            sampler.set_exec_policy(reference);
-            const auto ref = sampler.sample(
-                text, s, varscope::testing::tiny_infinity_options(graphs), hooks.get());
-            ASSERT_EQ(fused.bits.size(), ref.bits.size());
-            for (size_t si = 0; si < ref.bits.size(); ++si)
-                EXPECT_TRUE(fused.bits[si].equal(ref.bits[si])) << "scale " << si;
-            EXPECT_TRUE(fused.summed_codes.equal(ref.summed_codes));
+            for (const ExecPolicy& other : {aten, reference}) {
+                SCOPED_TRACE(other.kernels.reference ? "reference kernels" : "ATen element-wise");
+                sampler.set_exec_policy(other);
+                const auto ref = sampler.sample(
+                    text, s, varscope::testing::tiny_infinity_options(graphs), hooks.get());
+                ASSERT_EQ(fused.bits.size(), ref.bits.size());
+                for (size_t si = 0; si < ref.bits.size(); ++si)
+                    EXPECT_TRUE(fused.bits[si].equal(ref.bits[si])) << "scale " << si;
+                EXPECT_TRUE(fused.summed_codes.equal(ref.summed_codes));
+            }
         }
     }
 }

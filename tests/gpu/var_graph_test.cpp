@@ -10,6 +10,8 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "core/accel/accel_config.h"
 #include "core/io/module_binding.h"
 #include "core/sampling/cuda_graph.h"
@@ -303,6 +305,31 @@ TEST(VarGraph, AcceleratorsGraphedEqualEager) {
         }
         // Pruning and sparsity differ from the baseline: the graphs were really per method.
         EXPECT_GE(gpu.sampler().cuda_graph_sets(), 1u);
+    }
+}
+
+// The bf16-autocast blocks' element-wise kernels (KernelPolicy::fused_elementwise: AdaLN's
+// modulation with the bf16 cast, the gated residual sums) draw exactly the tokens of the ATen
+// compositions, eager and graphed, dense and with a method that prunes rows.
+TEST(VarGraph, FusedElementwiseKernelsChangeNoToken) {
+    REQUIRE_CUDA_GRAPHS();
+    auto gpu = kernel_sized(Precision::Bf16, /*autocast=*/true);
+    ExecPolicy aten;
+    aten.kernels.fused_elementwise = false;
+    const std::string fastvar = R"({"fastvar": {"enabled": true, "ratios": [0.4, 0.5]}})";
+    for (const std::string& json : {std::string(), fastvar}) {
+        const auto hooks =
+            json.empty() ? nullptr
+                         : build_accelerators(AccelConfig::from_argument(json), gpu.var_config());
+        for (bool graphs : {false, true}) {
+            SCOPED_TRACE((json.empty() ? "baseline" : "fastvar") +
+                         std::string(graphs ? " graphs" : " eager"));
+            gpu.sampler().set_exec_policy(ExecPolicy{});
+            const auto fused = gpu.generate(options({3, 7}, graphs), hooks.get());
+            gpu.sampler().set_exec_policy(aten);
+            const auto plain = gpu.generate(options({3, 7}, graphs), hooks.get());
+            expect_same_tokens(fused, plain, "fused vs ATen element-wise");
+        }
     }
 }
 
