@@ -130,9 +130,9 @@ class SamplingHooks {
     //    for a step on every call (it may depend only on the signature, the scale and the
     //    layout); host-side state the hook advanced in the block-level calls of the graphed
     //    steps is advanced only on the capturing call, so the hook keeps what it needs from
-    //    that call (core/accel/ams_kv.cpp). The Infinity loop does not run eager tails: it
-    //    throws when a graphed step is not graphable.
-    // GPU tests (tests/gpu/var_graph_test.cpp) check graphed == eager tokens per method.
+    //    that call (core/accel/ams_kv.cpp). The Infinity loop runs eager tails the same way.
+    // GPU tests (tests/gpu/var_graph_test.cpp, infinity_graph_test.cpp) check graphed == eager
+    // tokens per method.
     virtual std::optional<std::string> graph_signature(const VarConfig& config) {
         return std::nullopt;
     }

@@ -301,11 +301,12 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
     // guidance, head) is captured once per shape and replayed. The graphs own the step inputs
     // (condition, text, per-scale codes, rows of pruned scales) and the KV cache; the text's
     // block keys/values and the modulations are made by a prologue graph from them. Guided
-    // square schedules without a compact cache only (the graph cache's layout).
+    // square schedules only; a compact cache (AMS-KV) is the graphs' own, and steps a hook
+    // marks not graphable run eagerly after the graphed ones, as in the VAR loop (hooks.h).
     std::shared_ptr<DenseStepGraphs> graphs;
     std::unique_lock<std::mutex> graphs_lock;
     InfinityCondition cond;
-    if (const auto signature = guided && view && !compact
+    if (const auto signature = guided && view
                                    ? graphs_apply(opt.cuda_graphs, *view, device, hooks, probe)
                                    : std::nullopt) {
         cond = m.condition(m.with_unconditional(text, negative), /*block_keys=*/false);
@@ -326,7 +327,7 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
                           view->patch_nums,
                           weights_fingerprint(m),
                           *signature,
-                          false,
+                          compact,
                           false,
                           hooks ? hooks->instance_id() : 0,
                           settings,
@@ -519,6 +520,9 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
     const auto act = at::TensorOptions(device).dtype(m.compute_dtype());
     int64_t step = 0, last_step_scale = 0;
     std::map<size_t, std::unique_ptr<kernels::PartTimer>> eager_timers;  // by step
+    // Steps a hook asked to run eagerly under graphs (ScaleContext::graphable) and all after
+    // them: on a copy of the graphs' cache as the captured steps left it (hooks.h).
+    std::optional<KvCache> tail_cache;
     for (int64_t si = 0; si < n_run; ++step) {
         if (opt.cancel && opt.cancel->load()) throw SamplingCancelled();
         const auto t0 = Clock::now();
@@ -530,19 +534,20 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
             ctx.segments.push_back(ScaleSegment{si, side, begin, {}, 0});
         }
         if (hooks) hooks->on_scale_begin(ctx);
-        if (graphs && !ctx.graphable)  // hooks.h: only the VAR loop runs steps eagerly after graphs
-            throw std::logic_error("Infinity sampler: a hook asked to run step " +
-                                   std::to_string(si) + " eagerly under CUDA graphs");
-        const std::vector<int64_t> layout = place_step_segments(ctx, device, graphs.get());
-        step_mask = step_group_mask(ctx, act, graphs.get());
+        if (graphs && !tail_cache && !ctx.graphable)
+            tail_cache.emplace(guarded([&] { return graphs->eager_tail_cache(si); }));
+        DenseStepGraphs* const graphed = tail_cache ? nullptr : graphs.get();
+        KvCache* const eager_kv = tail_cache ? &*tail_cache : eager_cache ? &*eager_cache : nullptr;
+        const std::vector<int64_t> layout = place_step_segments(ctx, device, graphed);
+        step_mask = step_group_mask(ctx, act, graphed);
         // Every scale of the step reads the summed codes before the step.
         step_codes.assign(ctx.segments.size(), at::Tensor());
         for (size_t gi = 0; gi < ctx.segments.size(); ++gi) {
             const int64_t sj = ctx.segments[gi].scale;
             if (sj == 0) continue;
             step_codes[gi] = input_codes(sj);
-            if (graphs)
-                step_codes[gi] = graphs
+            if (graphed)
+                step_codes[gi] = graphed
                                      ->step_input(si, "codes" + std::to_string(gi),
                                                   [&] { return at::empty_like(step_codes[gi]); })
                                      .copy_(step_codes[gi]);
@@ -552,17 +557,17 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         StepCost cost;
         cost.scale = si;
         cost.scales = static_cast<int64_t>(ctx.segments.size());
-        if (graphs) {
+        if (graphed) {
             step_ctx = &ctx;
-            logits = guarded([&] { return graphs->step(si, layout, graph_step, flops, &cost); });
+            logits = guarded([&] { return graphed->step(si, layout, graph_step, flops, &cost); });
             step_ctx = nullptr;
-            res.kv_bytes_peak = std::max(res.kv_bytes_peak, graphs->kv_bytes_after(si));
+            res.kv_bytes_peak = std::max(res.kv_bytes_peak, graphed->kv_bytes_after(si));
         } else {
             auto timer = time_parts ? std::make_unique<kernels::PartTimer>(timer_device) : nullptr;
             const CostRecorder rec{&cost, timer.get()};
-            logits = forward(ctx, *eager_cache, hooks, probe, flops, &rec);
+            logits = forward(ctx, *eager_kv, hooks, probe, flops, &rec);
             if (timer) eager_timers.emplace(res.step_costs.size(), std::move(timer));
-            res.kv_bytes_peak = std::max(res.kv_bytes_peak, eager_cache->total_bytes());
+            res.kv_bytes_peak = std::max(res.kv_bytes_peak, eager_kv->total_bytes());
         }
         res.step_costs.push_back(cost);
         if (hooks) hooks->on_logits(ctx, logits);
@@ -657,7 +662,9 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         }
     }
     res.summed_codes = summed.squeeze(2);
-    res.kv_bytes = graphs ? graphs->kv_bytes_after(last_step_scale) : eager_cache->total_bytes();
+    res.kv_bytes = tail_cache ? tail_cache->total_bytes()
+                   : graphs   ? graphs->kv_bytes_after(last_step_scale)
+                              : eager_cache->total_bytes();
     // The most KV bytes held after any step (a compact cache's counts, the full cache's filled
     // part), as the VAR loop reports it, with graphs or without.
     res.kv_bytes_peak = std::max(res.kv_bytes_peak, res.kv_bytes);

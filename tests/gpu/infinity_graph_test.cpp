@@ -2,14 +2,18 @@
 // exactly the eager loop's bits for a seed, in fp32 and the official bf16 mode, with guidance on
 // the logits and at a layer's output, on the capturing call and on replays, for a new text of
 // another length (its own graphs), and with the accelerators that have a graph signature
-// (LazyVAR's grouped steps included). Graphs stay off without guidance and on the CPU. Skips
-// without CUDA.
+// (LazyVAR's grouped steps included; AMS-KV's graphed steps with an eager tail). Graphs stay off
+// without guidance and on the CPU. Skips without CUDA.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+#include <string>
+
 #include "core/accel/accel_config.h"
+#include "core/accel/ams_kv.h"
 #include "core/pipeline.h"
 #include "core/sampling/infinity_sampler.h"
 #include "kernels/cuda_graph.h"
@@ -145,6 +149,76 @@ TEST(InfinityGraph, AcceleratorsGraphedEqualEager) {
             expect_same_bits(replayed, eager, "replay");
             EXPECT_EQ(replayed.attention_flops, eager.attention_flops);
             EXPECT_EQ(replayed.kv_bytes_peak, eager.kv_bytes_peak);
+        }
+    }
+}
+
+// AMS-KV's graph form in the Infinity loop (hooks.h): a compact cache owned by the graphs, the
+// steps before the first possible promotion replayed, that step and the rest run eagerly on the
+// graphs' cache. Capturing call, replay and a new text give exactly the eager bits, FLOPs and
+// KV bytes, with promotions (theta 0), without (theta -1), at the paper's theta, with every step
+// a graph (C_max = C_min) and with LazyVAR's grouped steps.
+TEST(InfinityGraph, AmsKvGraphedStepsThenEagerEqualEager) {
+    REQUIRE_CUDA_GRAPHS();
+    const auto view = infinity_hook_view(small_config(), square());
+    ASSERT_TRUE(view.has_value());
+    const auto b = resolve_ams_kv_budgets(AmsKvConfig{}, *view);
+    struct Setting {
+        std::string name;
+        nlohmann::json json;
+        bool all_graphed;
+    };
+    const Setting settings[] = {
+        {"theta 0", {{"ams_kv", {{"enabled", true}, {"theta", 0.0}}}}, false},
+        {"theta -1", {{"ams_kv", {{"enabled", true}, {"theta", -1.0}}}}, false},
+        {"paper", {{"ams_kv", {{"enabled", true}}}}, false},
+        {"c_max = c_min",
+         {{"ams_kv", {{"enabled", true}, {"c_min", b.c_min}, {"c_max", b.c_min}}}},
+         true},
+        {"lazyvar + theta 0",
+         {{"lazyvar",
+           {{"enabled", true}, {"start_scale", 5}, {"group_size", 2}, {"ratios", {1.0}}}},
+          {"ams_kv", {{"enabled", true}, {"theta", 0.0}}}},
+         false},
+    };
+    for (bool bf16 : {false, true}) {
+        auto sampler = sampler_on_cuda(bf16);
+        const auto text = text_of({5, 11}, 1);
+        for (const auto& s : settings) {
+            SCOPED_TRACE(s.name + (bf16 ? " bf16" : " fp32"));
+            const auto hooks = build_accelerators(AccelConfig::from_json(s.json), *view);
+            ASSERT_TRUE(hooks);
+            ASSERT_TRUE(hooks->compact_kv_cache(*view));
+            ASSERT_TRUE(hooks->graph_signature(*view).has_value());
+            const auto eager = sampler.sample(text, square(), options(false), hooks.get());
+            const auto captured = sampler.sample(text, square(), options(true), hooks.get());
+            EXPECT_TRUE(captured.cuda_graphs);
+            expect_same_bits(captured, eager, "capturing call");
+            const auto replayed = sampler.sample(text, square(), options(true), hooks.get());
+            EXPECT_EQ(replayed.graph_capture_millis, 0.0);
+            expect_same_bits(replayed, eager, "replay");
+            EXPECT_EQ(replayed.attention_flops, eager.attention_flops);
+            EXPECT_EQ(replayed.kv_bytes, eager.kv_bytes);
+            EXPECT_EQ(replayed.kv_bytes_peak, eager.kv_bytes_peak);
+            // The graphed steps are a prefix, at least the first step; all of them where no
+            // layer can be promoted.
+            int64_t graphed = 0;
+            bool eager_seen = false;
+            for (const auto& sc : replayed.step_costs) {
+                if (sc.launches >= 0) {
+                    EXPECT_FALSE(eager_seen)
+                        << "graphed step at scale " << sc.scale << " after an eager one";
+                    ++graphed;
+                } else {
+                    eager_seen = true;
+                }
+            }
+            EXPECT_GE(graphed, 1);
+            EXPECT_EQ(!eager_seen, s.all_graphed);
+            const auto other = text_of({5, 11}, 2);
+            expect_same_bits(sampler.sample(other, square(), options(true), hooks.get()),
+                             sampler.sample(other, square(), options(false), hooks.get()),
+                             "new text");
         }
     }
 }
