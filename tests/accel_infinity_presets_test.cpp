@@ -153,7 +153,8 @@ TEST(InfinityPresets, RunOnATinyInfinityAndAreTheBaselineWhenOff) {
 }
 
 // Shorter schedules: FastVAR's ratios, SparVAR's sparse scales and skipping count from the end
-// and build; LazyVAR's start scale 9 is refused (not clipped) with the field named.
+// and build; LazyVAR's start scale 9 is refused (not clipped) with the field named and a
+// setting that fits the schedule suggested.
 TEST(InfinityPresets, ShorterSchedulesRefuseLazyVarsStartScaleByName) {
     for (const char* pixels : {"0.25M", "0.06M"}) {
         SCOPED_TRACE(pixels);
@@ -164,6 +165,16 @@ TEST(InfinityPresets, ShorterSchedulesRefuseLazyVarsStartScaleByName) {
             const auto message = error_of([&] { build_accelerators(cfg, *view); });
             if (name == "infinity-lazyvar") {
                 EXPECT_EQ(message.rfind("lazyvar.", 0), 0u) << message;
+                // It names a setting that fits, and that setting builds.
+                const std::string lead = "with the pruned scales at the end: ";
+                const auto at = message.find(lead);
+                ASSERT_NE(at, std::string::npos) << message;
+                const std::string json =
+                    message.substr(at + lead.size(), message.size() - at - lead.size() - 1);
+                EXPECT_EQ(
+                    error_of([&] { build_accelerators(AccelConfig::from_argument(json), *view); }),
+                    "")
+                    << json;
             } else {
                 EXPECT_EQ(message, "") << name;
             }

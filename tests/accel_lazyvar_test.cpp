@@ -366,3 +366,63 @@ TEST(LazyVar, ConfigRoundTripsAndErrorsNameTheField) {
     EXPECT_TRUE(preset.lazyvar.enabled);
     EXPECT_NE(build_accelerators(preset, VarConfig{}), nullptr);
 }
+
+// A setting written for a longer schedule, moved onto a shorter one (the app does this for
+// presets): the pruned scales stay the last ones, and each change is noted.
+TEST(LazyVar, FitToScheduleKeepsThePrunedScalesAtTheEnd) {
+    std::vector<std::string> notes;
+    // The VAR preset (10 scales) on the 7-scale embedded text-to-image schedule.
+    const auto var_preset = AccelConfig::from_argument("lazyvar").lazyvar;
+    auto f = fit_to_schedule(var_preset, 7, &notes);
+    EXPECT_EQ(f.start_scale, 4);
+    EXPECT_EQ(f.ratios, var_preset.ratios);
+    EXPECT_EQ(f.group_size, var_preset.group_size);
+    EXPECT_EQ(f.cumulative, var_preset.cumulative);
+    ASSERT_EQ(notes.size(), 1u);
+    EXPECT_EQ(notes[0],
+              "lazyvar.start_scale 7 -> 4 (its 3 ratios on the last 3 scales of the model's 7)");
+    // ... and the hooks accept it on such a model (6 scales here: start 3).
+    const auto model = small_pipeline().var_config();
+    notes.clear();
+    EXPECT_NO_THROW(
+        make_lazyvar(fit_to_schedule(var_preset, model.num_scales(), &notes), model, nullptr));
+    EXPECT_EQ(notes.size(), 1u);
+
+    // Infinity's preset (13 scales, group of 4) on 7 scales: start 9 -> 3, the group stays.
+    const auto inf = AccelConfig::from_argument("infinity-lazyvar").lazyvar;
+    notes.clear();
+    f = fit_to_schedule(inf, 7, &notes);
+    EXPECT_EQ(f.start_scale, 3);
+    EXPECT_EQ(f.ratios, inf.ratios);
+    EXPECT_EQ(f.group_size, 4);
+    EXPECT_EQ(notes.size(), 1u);
+
+    // Three scales: only two can be pruned, so the last two ratios stay; the group shrinks.
+    notes.clear();
+    f = fit_to_schedule(lazy(7, 4, {0.5, 0.4, 0.3}), 3, &notes);
+    EXPECT_EQ(f.start_scale, 1);
+    EXPECT_EQ(f.ratios, (std::vector<double>{0.4, 0.3}));
+    EXPECT_EQ(f.group_size, 2);
+    ASSERT_EQ(notes.size(), 3u);
+    EXPECT_EQ(notes[0], "lazyvar.ratios: the last 2 of 3 kept (the model has 3 scales)");
+    EXPECT_EQ(notes[2], "lazyvar.group_size 4 -> 2");
+
+    // What fits, is off, or has no scale to prune is returned as it is, without notes.
+    notes.clear();
+    EXPECT_EQ(fit_to_schedule(var_preset, 10, &notes).to_json(), var_preset.to_json());
+    EXPECT_EQ(fit_to_schedule(inf, 13, &notes).to_json(), inf.to_json());
+    LazyVarConfig off = var_preset;
+    off.enabled = false;
+    EXPECT_EQ(fit_to_schedule(off, 7, &notes).to_json(), off.to_json());
+    EXPECT_EQ(fit_to_schedule(var_preset, 1, &notes).to_json(), var_preset.to_json());
+    EXPECT_TRUE(notes.empty());
+    EXPECT_NO_THROW(fit_to_schedule(var_preset, 7, nullptr));
+
+    // The whole config: only LazyVAR's part moves.
+    auto whole = AccelConfig::from_argument("lazyvar+skip");
+    notes.clear();
+    const auto fitted = fit_to_schedule(whole, 7, &notes);
+    EXPECT_EQ(fitted.lazyvar.start_scale, 4);
+    EXPECT_EQ(fitted.skip.to_json(), whole.skip.to_json());
+    EXPECT_EQ(notes.size(), 1u);
+}

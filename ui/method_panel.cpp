@@ -14,6 +14,8 @@
 #include <QVBoxLayout>
 #include <cmath>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "ui/engine/engine.h"
 
@@ -157,7 +159,7 @@ QWidget* MethodPanel::buildSection(const MethodSpec& m) {
 
 QWidget* MethodPanel::buildEditor(const MethodSpec& m, const ParamSpec& p) {
     const QString name = QString::fromStdString(m.id + "." + p.key);
-    Editor e{m.id, p, {}, {}, {}};
+    Editor e{m.id, p, {}, {}, {}, {}, {}};
     QWidget* w = nullptr;
     switch (p.kind) {
         case ParamKind::Bool: {
@@ -269,6 +271,17 @@ QWidget* MethodPanel::buildEditor(const MethodSpec& m, const ParamSpec& p) {
             };
             // A value above the new top is lowered to it (the spin box clamps), one below it
             // returns to what was asked for.
+            e.wanted = [=] {
+                return integer ? nlohmann::json(int64_t(std::lround(*wanted)))
+                               : nlohmann::json(*wanted);
+            };
+            e.fit = [=](const nlohmann::json& j) {
+                if (!j.is_number()) return;
+                *bounding = true;
+                set_value(j.get<double>());
+                *bounding = false;
+                sync();
+            };
             e.set_top = [=](double top) {
                 *hi = top;
                 {
@@ -319,6 +332,8 @@ QWidget* MethodPanel::buildEditor(const MethodSpec& m, const ParamSpec& p) {
             break;
         }
     }
+    if (!e.wanted) e.wanted = e.get;
+    if (!e.fit) e.fit = e.set;
     editors_.push_back(std::move(e));
     return w;
 }
@@ -350,19 +365,45 @@ void MethodPanel::setConfig(const nlohmann::json& j) {
         const auto m = j.find(e.method);
         if (m != j.end() && m->is_object() && m->contains(e.spec.key)) e.set(m->at(e.spec.key));
     }
+    fitToModel();
     updating_ = false;
+    keep_fit_note_ = true;
     changed();
+    keep_fit_note_ = false;
+}
+
+void MethodPanel::fitToModel() {
+    fit_note_.clear();
+    if (family_ != Family::Var || counts_.scales < 2) return;
+    // The values asked for (before any model bound lowered them), fitted as a whole.
+    nlohmann::json asked = config();
+    for (const auto& e : editors_)
+        if (inFamily(e.method)) asked[e.method][e.spec.key] = e.wanted();
+    std::vector<std::string> notes;
+    const nlohmann::json fitted = Engine::fit_accel(asked, family_, counts_.scales, &notes);
+    if (notes.empty()) return;
+    for (auto& e : editors_) {
+        if (!inFamily(e.method) || !fitted.contains(e.method)) continue;
+        const auto& part = fitted.at(e.method);
+        if (part.contains(e.spec.key) && part.at(e.spec.key) != asked[e.method][e.spec.key])
+            e.fit(part.at(e.spec.key));
+    }
+    QStringList lines;
+    for (const auto& n : notes) lines << QString::fromStdString(n);
+    fit_note_ =
+        tr("Fitted to this model's %1 scales: %2").arg(counts_.scales).arg(lines.join("; "));
 }
 
 QStringList MethodPanel::presetNames() const {
     QStringList names;
-    for (const auto& [name, _] : Engine::presets(family_)) names << QString::fromStdString(name);
+    for (const auto& [name, _] : Engine::presets(model_family_))
+        names << QString::fromStdString(name);
     return names;
 }
 
 bool MethodPanel::applyPreset(const QString& name) {
     // Case-insensitive: the names are lower case, users type "FastVAR".
-    for (const auto& [preset, config] : Engine::presets(family_)) {
+    for (const auto& [preset, config] : Engine::presets(model_family_)) {
         if (QString::fromStdString(preset).compare(name, Qt::CaseInsensitive) != 0) continue;
         setConfig(config);
         return true;
@@ -372,22 +413,30 @@ bool MethodPanel::applyPreset(const QString& name) {
 
 void MethodPanel::setModelCounts(const ModelCounts& counts) {
     updating_ = true;  // one configChanged for all the clamps, not one per editor
+    counts_ = counts;
     const nlohmann::json before = config();
     for (auto& e : editors_)
         if (e.set_top && e.spec.counts != ParamCount::None) e.set_top(model_max(e.spec, counts));
+    fitToModel();
     updating_ = false;
+    keep_fit_note_ = true;
     if (config() != before) changed();
+    keep_fit_note_ = false;
+    showMessages();
 }
 
-void MethodPanel::setFamily(Family f) {
-    f = Engine::accel_family(f);  // Infinity: VAR's accelerators
-    if (f == family_) return;
+void MethodPanel::setFamily(Family model) {
+    const Family f = Engine::accel_family(model);  // Infinity: VAR's accelerators
+    if (f == family_ && model == model_family_) return;
+    const bool same_methods = f == family_;
     family_ = f;
-    methods_ = Engine::methods(f);
-    for (const auto& s : sections_) s.widget->setVisible(s.family == f);
+    model_family_ = model;  // Infinity also offers the papers' Infinity-2B settings
     presets_->clear();
     presets_->addItem(tr("Preset…"));
     for (const QString& n : presetNames()) presets_->addItem(n);
+    if (same_methods) return;
+    methods_ = Engine::methods(f);
+    for (const auto& s : sections_) s.widget->setVisible(s.family == f);
     changed();
 }
 
@@ -398,6 +447,7 @@ void MethodPanel::setRuntimeError(const QString& message) {
 
 void MethodPanel::changed() {
     if (updating_) return;
+    if (!keep_fit_note_) fit_note_.clear();  // the user moved a setting after the fit
     error_ = QString::fromStdString(Engine::validate_accel(config(), family_));
     runtime_error_.clear();
     showMessages();
@@ -405,8 +455,13 @@ void MethodPanel::changed() {
 }
 
 void MethodPanel::showMessages() {
-    const QString text =
-        !error_.isEmpty() ? tr("Invalid settings: %1").arg(error_) : runtime_error_;
+    const QString text = !error_.isEmpty()           ? tr("Invalid settings: %1").arg(error_)
+                         : !runtime_error_.isEmpty() ? runtime_error_
+                                                     : fit_note_;
+    // Errors in red; a fit note is information.
+    message_->setStyleSheet(text == fit_note_ && !text.isEmpty()
+                                ? "QLabel { color: palette(text); }"
+                                : "QLabel { color: #b00020; }");
     message_->setText(text);
     message_->setVisible(!text.isEmpty());
 }

@@ -36,8 +36,12 @@ class MethodPanel : public QWidget {
     const std::vector<MethodSpec>& methods() const { return methods_; }  // of the family
     void setFamily(Family f);  // shows that family's methods and presets
     // Bounds the sliders of settings that count scales, tokens, steps or blocks by the loaded
-    // model (ParamSpec::counts); values above are lowered, with one configChanged.
+    // model (ParamSpec::counts); values above are lowered, with one configChanged. A setting
+    // that is an index into the schedule (LazyVAR's start_scale) is fitted to it as
+    // fit_to_schedule (core/accel/accel_config.h) does, here and in setConfig/applyPreset, with
+    // a note in the panel; a larger model gets the values asked for back.
     void setModelCounts(const ModelCounts& counts);
+    QString fitNote() const { return fit_note_; }
     Family family() const { return family_; }
 
   signals:
@@ -50,11 +54,16 @@ class MethodPanel : public QWidget {
         std::function<nlohmann::json()> get;
         std::function<void(const nlohmann::json&)> set;
         std::function<void(double)> set_top;  // numeric editors: a new upper end
+        // What the user or a preset asked for (numeric editors keep it while a model bound or
+        // a fit lowers the shown value), and a set that keeps it.
+        std::function<nlohmann::json()> wanted;
+        std::function<void(const nlohmann::json&)> fit;
     };
     QWidget* buildSection(const MethodSpec& m);
     QWidget* buildEditor(const MethodSpec& m, const ParamSpec& p);
     void changed();
     void showMessages();
+    void fitToModel();  // editors only (no configChanged): sets fit_note_
     bool inFamily(const std::string& method) const;
 
     struct Section {
@@ -63,15 +72,18 @@ class MethodPanel : public QWidget {
         QWidget* widget;
     };
 
-    Family family_ = Family::Var;
+    Family family_ = Family::Var;        // the accelerators' family (Infinity: Var)
+    Family model_family_ = Family::Var;  // the model's: which presets are offered
     std::vector<MethodSpec> methods_;
     std::vector<Section> sections_;
     std::vector<Editor> editors_;
     std::vector<std::pair<std::string, QCheckBox*>> enables_;
     QComboBox* presets_;
     QLabel* message_;
-    QString error_, runtime_error_;
+    QString error_, runtime_error_, fit_note_;
+    ModelCounts counts_;
     bool updating_ = false;
+    bool keep_fit_note_ = false;  // changed() from a fit: the note stays
 };
 
 }  // namespace varscope::gui

@@ -173,11 +173,32 @@ std::shared_ptr<SamplingHooks> build_accelerators(const AccelConfig& cfg, const 
             "masks address every query token and the full key prefix of each scale)");
     auto chain = std::make_shared<HookChain>();
     if (cfg.skip.enabled) chain->add(make_scale_skip(cfg.skip, model, probe));
-    if (cfg.lazyvar.enabled) chain->add(make_lazyvar(cfg.lazyvar, model, probe));
+    if (cfg.lazyvar.enabled) {
+        try {
+            chain->add(make_lazyvar(cfg.lazyvar, model, probe));
+        } catch (const AccelConfigError& e) {
+            // A setting written for a longer schedule: name one that fits this model (not
+            // applied here: an index is not clipped silently).
+            std::vector<std::string> notes;
+            const auto fitted = fit_to_schedule(cfg.lazyvar, model.num_scales(), &notes);
+            if (notes.empty()) throw;
+            throw AccelConfigError(std::string(e.what()) + " (for the model's " +
+                                   std::to_string(model.num_scales()) +
+                                   " scales, with the pruned scales at the end: " +
+                                   nlohmann::json{{"lazyvar", fitted.to_json()}}.dump() + ")");
+        }
+    }
     if (cfg.fastvar.enabled) chain->add(make_fastvar(cfg.fastvar, model, probe));
     if (cfg.sparvar.enabled) chain->add(make_sparvar(cfg.sparvar, model, probe));
     if (cfg.ams_kv.enabled) chain->add(make_ams_kv(cfg.ams_kv, model, probe));
     return chain;
+}
+
+AccelConfig fit_to_schedule(const AccelConfig& cfg, int64_t scales,
+                            std::vector<std::string>* notes) {
+    AccelConfig out = cfg;
+    out.lazyvar = fit_to_schedule(cfg.lazyvar, scales, notes);
+    return out;
 }
 
 }  // namespace varscope

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/accel/ams_kv.h"
 #include "core/accel/fastvar.h"
@@ -52,6 +53,13 @@ const std::map<std::string, nlohmann::json>& accel_presets();
 // an index (si 9), so on a schedule of fewer than 13 scales that preset is refused with the
 // field's message when its hooks are built (build_accelerators), not clipped.
 const std::map<std::string, nlohmann::json>& infinity_accel_presets();
+
+// `cfg` moved onto a schedule of `scales` scales where a setting counted from the start of the
+// schedule does not fit it (LazyVAR's start_scale and ratios: fit_to_schedule in lazyvar.h);
+// everything else as it is. One note per change. The app applies it to presets and settings
+// written for another model and shows the notes.
+AccelConfig fit_to_schedule(const AccelConfig& cfg, int64_t scales,
+                            std::vector<std::string>* notes);
 
 // The hooks for `cfg` on this model (nullptr when nothing is enabled). Checks what depends on
 // the model (scale counts, layer counts) and which combinations are allowed.

@@ -259,6 +259,39 @@ std::vector<LazyVarSelection> lazyvar_select_rows(const at::Tensor& update_index
     return out;
 }
 
+LazyVarConfig fit_to_schedule(const LazyVarConfig& cfg, int64_t scales,
+                              std::vector<std::string>* notes) {
+    const int64_t S = scales;
+    const auto n_in = static_cast<int64_t>(cfg.ratios.size());
+    const bool fits = cfg.start_scale >= 1 && cfg.start_scale < S && n_in >= 1 &&
+                      n_in <= S - cfg.start_scale && cfg.group_size >= 1 && cfg.group_size <= S - 1;
+    if (!cfg.enabled || fits || S < 2 || n_in < 1) return cfg;
+    auto note = [&](const std::string& s) {
+        if (notes) notes->push_back(std::string(kMethod) + "." + s);
+    };
+    LazyVarConfig out = cfg;
+    const int64_t n = std::min(n_in, S - 1);
+    if (n < n_in) {
+        out.ratios.erase(out.ratios.begin(), out.ratios.begin() + (n_in - n));
+        note("ratios: the last " + std::to_string(n) + " of " + std::to_string(n_in) +
+             " kept (the model has " + std::to_string(S) + " scales)");
+    }
+    if (out.start_scale < 1 || out.start_scale + n > S) {
+        out.start_scale = S - n;
+        note("start_scale " + std::to_string(cfg.start_scale) + " -> " +
+             std::to_string(out.start_scale) + " (its " + std::to_string(n) +
+             (n == 1 ? " ratio on the last scale"
+                     : " ratios on the last " + std::to_string(n) + " scales") +
+             " of the model's " + std::to_string(S) + ")");
+    }
+    if (out.group_size > S - 1 || out.group_size < 1) {
+        out.group_size = std::clamp<int64_t>(out.group_size, 1, S - 1);
+        note("group_size " + std::to_string(cfg.group_size) + " -> " +
+             std::to_string(out.group_size));
+    }
+    return out;
+}
+
 std::shared_ptr<SamplingHooks> make_lazyvar(const LazyVarConfig& cfg, const VarConfig& model,
                                             ProbeSink* probe) {
     const int64_t S = model.num_scales();

@@ -24,6 +24,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/accel/param_spec.h"
@@ -69,6 +70,16 @@ std::vector<LazyVarSelection> lazyvar_select_rows(const at::Tensor& update_index
                                                   bool cumulative);
 
 // Throws AccelConfigError naming the field when the setting does not fit the model.
+// The setting moved onto a schedule of `scales` scales that it does not fit (a preset written for
+// 10 or 13 scales on the 7-scale embedded text-to-image model): its pruned scales keep their
+// place at the end of the schedule - start_scale lowered so that the ratios cover the same last
+// scales, ratios beyond the schedule dropped from the front, group_size at most scales - 1. A
+// setting that fits, is off, or meets fewer than 2 scales is returned as it is. Appends one
+// note per change to `notes` (may be null). For the app, which shows the notes; a config given
+// to make_lazyvar is checked as it is (an index is not clipped silently).
+LazyVarConfig fit_to_schedule(const LazyVarConfig& cfg, int64_t scales,
+                              std::vector<std::string>* notes);
+
 std::shared_ptr<SamplingHooks> make_lazyvar(const LazyVarConfig& cfg, const VarConfig& model,
                                             ProbeSink* probe);
 

@@ -1106,6 +1106,50 @@ class UiTest : public QObject {
         QVERIFY(!values.empty() && values.back() == 15.0);
     }
 
+    // A preset whose start scale is an index for a longer schedule (LazyVAR's, 10 scales) on the
+    // 7-scale embedded text-to-image model: fitted with a note (the pruned scales stay the last
+    // ones), one configChanged, the hooks build; a larger model gets the preset's value back.
+    void presetsFitTheModelsSchedule() {
+        MethodPanel panel;
+        panel.setFamily(Family::Infinity);
+        QVERIFY(panel.presetNames().contains("infinity-lazyvar"));  // the papers' Infinity settings
+        varscope::ModelCounts seven;
+        seven.scales = 7;
+        seven.tokens = 521;
+        panel.setModelCounts(seven);
+        QSignalSpy spy(&panel, &MethodPanel::configChanged);
+        QVERIFY(panel.applyPreset("lazyvar"));
+        QCOMPARE(spy.count(), 1);
+        const nlohmann::json cfg = panel.config();
+        QCOMPARE(cfg["lazyvar"]["start_scale"].get<int64_t>(), int64_t(4));
+        QCOMPARE(cfg["lazyvar"]["ratios"].size(), size_t(3));
+        QVERIFY(panel.valid());
+        QVERIFY2(panel.fitNote().contains("start_scale 7 -> 4"), qPrintable(panel.fitNote()));
+        QCOMPARE(panel.findChild<QLabel*>("methodMessage")->text(), panel.fitNote());
+        // What the accelerated run builds from it (the field's message otherwise): a setting
+        // that fits leaves the fit alone.
+        std::vector<std::string> notes;
+        QCOMPARE(Engine::fit_accel(cfg, Family::Infinity, 7, &notes), cfg);
+        QVERIFY(notes.empty());
+
+        varscope::ModelCounts ten;
+        ten.scales = 10;
+        ten.tokens = 680;
+        panel.setModelCounts(ten);
+        QCOMPARE(panel.config()["lazyvar"]["start_scale"].get<int64_t>(), int64_t(7));
+        QVERIFY(panel.fitNote().isEmpty());
+        // Back on the small model the fit (and its note) return; moving a setting clears the note.
+        panel.setModelCounts(seven);
+        QCOMPARE(panel.config()["lazyvar"]["start_scale"].get<int64_t>(), int64_t(4));
+        QVERIFY(!panel.fitNote().isEmpty());
+        panel.findChild<QSpinBox*>("lazyvar.group_size")->setValue(1);
+        QVERIFY(panel.fitNote().isEmpty());
+        // Infinity-2B's preset (13 scales) on the same model: start 9 -> 3.
+        QVERIFY(panel.applyPreset("infinity-lazyvar"));
+        QCOMPARE(panel.config()["lazyvar"]["start_scale"].get<int64_t>(), int64_t(3));
+        QVERIFY(panel.valid());
+    }
+
     void sliderChangesEmitConfig() {
         MethodPanel panel;
         QSignalSpy spy(&panel, &MethodPanel::configChanged);

@@ -427,6 +427,16 @@ std::string Engine::validate_accel(const nlohmann::json& j, Family f) {
     }
 }
 
+nlohmann::json Engine::fit_accel(const nlohmann::json& j, Family f, int64_t scales,
+                                 std::vector<std::string>* notes) {
+    if (accel_family(f) != Family::Var) return j;
+    try {
+        return fit_to_schedule(AccelConfig::from_json(j), scales, notes).to_json();
+    } catch (const std::exception&) {
+        return j;  // validate_accel names the problem
+    }
+}
+
 std::string Engine::accel_summary(const nlohmann::json& j, Family f) {
     try {
         return f == Family::Mar ? MarAccelConfig::from_json(j).summary()

@@ -257,6 +257,11 @@ class Engine {
     static std::map<std::string, nlohmann::json> presets(Family f = Family::Var);
     // "" when the JSON is a valid accelerator config of the family, else the message.
     static std::string validate_accel(const nlohmann::json& j, Family f = Family::Var);
+    // j moved onto a schedule of `scales` scales where a setting written for another schedule
+    // does not fit (VAR-family accelerators: fit_to_schedule, core/accel/accel_config.h); j as
+    // it is otherwise, or when it does not parse. One note per change.
+    static nlohmann::json fit_accel(const nlohmann::json& j, Family f, int64_t scales,
+                                    std::vector<std::string>* notes);
     static std::string accel_summary(const nlohmann::json& j, Family f = Family::Var);
     static bool cuda_available();
     // PSNR and SSIM of b against a with core/metrics, so the app and `varscope-cli compare`
