@@ -29,4 +29,9 @@ bool unsupported(std::string* why_not, std::string why) {
     return false;
 }
 
+bool per_channel_of(const at::Tensor& x, const at::Tensor& t) {
+    return x.dim() == 3 && t.dim() == 3 && t.size(1) == 1 && t.size(2) == x.size(2) &&
+           (t.size(0) == 1 || t.size(0) == x.size(0));
+}
+
 }  // namespace varscope::kernels

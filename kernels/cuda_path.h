@@ -21,4 +21,8 @@ std::string cuda_path_blocker(
 // Stores `why` in *why_not (when given) and returns false: the exit of the `*_supported` checks.
 bool unsupported(std::string* why_not, std::string why);
 
+// t is a per-channel vector that broadcasts over x's tokens: x (B, L, C), t (B or 1, 1, C) (the
+// AdaLN modulations and gates of the element-wise kernels).
+bool per_channel_of(const at::Tensor& x, const at::Tensor& t);
+
 }  // namespace varscope::kernels

@@ -11,19 +11,15 @@
 namespace varscope::kernels {
 namespace {
 
-bool gamma_fits(const at::Tensor& x, const at::Tensor& g) {
-    return x.dim() == 3 && g.dim() == 3 && g.size(1) == 1 && g.size(2) == x.size(2) &&
-           (g.size(0) == 1 || g.size(0) == x.size(0));
-}
-
 void check_shapes(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma) {
     TORCH_CHECK(x.defined() && y.defined() && gamma.defined(),
                 "fused gated residual: x, y and gamma must be defined");
     TORCH_CHECK(x.dim() == 3, "fused gated residual: x must be (B, L, C), got ", x.sizes());
     TORCH_CHECK(y.sizes() == x.sizes(), "fused gated residual: y ", y.sizes(),
                 " must have x's shape ", x.sizes());
-    TORCH_CHECK(gamma_fits(x, gamma), "fused gated residual: gamma must be (B or 1, 1, C) for x ",
-                x.sizes(), ", got ", gamma.sizes());
+    TORCH_CHECK(per_channel_of(x, gamma),
+                "fused gated residual: gamma must be (B or 1, 1, C) for x ", x.sizes(), ", got ",
+                gamma.sizes());
 }
 
 }  // namespace
@@ -42,7 +38,7 @@ bool fused_gated_residual_supported(const at::Tensor& x, const at::Tensor& y,
         return unsupported(why_not,
                            "the fused gated residual takes float32 x, bfloat16 y and a float32 "
                            "or bfloat16 gamma only");
-    if (y.sizes() != x.sizes() || !gamma_fits(x, gamma))
+    if (y.sizes() != x.sizes() || !per_channel_of(x, gamma))
         return unsupported(why_not,
                            "the fused gated residual takes x and y (B, L, C) and gamma "
                            "(B or 1, 1, C) only");

@@ -11,19 +11,14 @@
 namespace varscope::kernels {
 namespace {
 
-bool fits(const at::Tensor& x, const at::Tensor& t) {
-    return x.dim() == 3 && t.dim() == 3 && t.size(1) == 1 && t.size(2) == x.size(2) &&
-           (t.size(0) == 1 || t.size(0) == x.size(0));
-}
-
 void check_shapes(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift) {
     TORCH_CHECK(x.defined() && scale.defined() && shift.defined(),
                 "fused modulation: x, scale and shift must be defined");
     TORCH_CHECK(x.dim() == 3, "fused modulation: x must be (B, L, C), got ", x.sizes());
     for (const auto* t : {&scale, &shift}) {
         const char* name = t == &scale ? "scale" : "shift";
-        TORCH_CHECK(fits(x, *t), "fused modulation: ", name, " must be (B or 1, 1, C) for x ",
-                    x.sizes(), ", got ", t->sizes());
+        TORCH_CHECK(per_channel_of(x, *t), "fused modulation: ", name,
+                    " must be (B or 1, 1, C) for x ", x.sizes(), ", got ", t->sizes());
     }
 }
 
@@ -40,7 +35,7 @@ bool fused_modulate_supported(const at::Tensor& x, const at::Tensor& scale, cons
     if (x.scalar_type() != at::kFloat || scale.scalar_type() != at::kFloat ||
         shift.scalar_type() != at::kFloat)
         return unsupported(why_not, "the fused modulation takes float32 x, scale and shift only");
-    if (!fits(x, scale) || !fits(x, shift))
+    if (!per_channel_of(x, scale) || !per_channel_of(x, shift))
         return unsupported(why_not,
                            "the fused modulation takes x (B, L, C) and scale, shift "
                            "(B or 1, 1, C) only");

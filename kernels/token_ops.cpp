@@ -30,11 +30,10 @@ bool use_cuda(const at::Tensor& x, KernelPath path, const KernelPolicy& policy) 
     return ok;
 }
 
-// Top-K of every row, ids ascending (the loop gathers rows in order).
-at::Tensor top_rows(const at::Tensor& scores, int64_t keep) {
+void check_top(const at::Tensor& scores, int64_t keep) {
+    TORCH_CHECK(scores.dim() == 2, "top rows expect (R, N) scores, got ", scores.sizes());
     TORCH_CHECK(keep >= 1 && keep <= scores.size(1), "keep must be in [1, ", scores.size(1),
                 "], got ", keep);
-    return std::get<0>(at::sort(std::get<1>(scores.topk(keep, 1)), 1));
 }
 
 }  // namespace
@@ -45,6 +44,13 @@ at::Tensor pivotal_scores(const at::Tensor& x) {
     check_pivotal(x);
     const auto xf = x.to(at::kFloat);
     return (xf - xf.mean(1, /*keepdim=*/true)).pow(2).sum(-1);
+}
+
+at::Tensor top_rows(const at::Tensor& scores, int64_t keep) {
+    check_top(scores, keep);
+    // A stable descending sort: the lower ids first among equal scores, NaN first.
+    const auto order = std::get<1>(at::sort(scores, /*stable=*/true, 1, /*descending=*/true));
+    return std::get<0>(at::sort(order.narrow(1, 0, keep), 1));
 }
 
 PivotalSelection pivotal_token_selection(const at::Tensor& x, int64_t keep) {
@@ -85,11 +91,22 @@ at::Tensor pivotal_scores(const at::Tensor& x, KernelPath path, const KernelPoli
     return reference::pivotal_scores(x);
 }
 
+at::Tensor top_rows(const at::Tensor& scores, int64_t keep, KernelPath path,
+                    const KernelPolicy& policy) {
+    check_top(scores, keep);
+#ifdef VARSCOPE_KERNELS_CUDA
+    if (use_cuda(scores, path, policy)) return cuda::top_rows(scores.to(at::kFloat), keep);
+#else
+    use_cuda(scores, path, policy);
+#endif
+    return reference::top_rows(scores, keep);
+}
+
 PivotalSelection pivotal_token_selection(const at::Tensor& x, int64_t keep, KernelPath path,
                                          const KernelPolicy& policy) {
     PivotalSelection s;
     s.scores = pivotal_scores(x, path, policy);
-    s.kept = top_rows(s.scores, keep);
+    s.kept = top_rows(s.scores, keep, path, policy);
     return s;
 }
 

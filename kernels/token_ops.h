@@ -4,7 +4,7 @@
 // the reference.
 //
 //   FastVAR pivotal token selection (fastvar.txt §3.2): score_n = ||x_n - mean_m x_m||^2 over the
-//   channels, then the K highest-scoring tokens of each row (ascending ids).
+//   channels, then the K highest-scoring tokens of each row (ascending ids; ties to the lower id).
 //   LazyVAR update index (lazyvar.txt): 1 - cos(f_prev, f_next) along the channels, per position.
 //
 // Both compute in float32 whatever the input precision, as the references do.
@@ -27,7 +27,13 @@ struct PivotalSelection {
 at::Tensor pivotal_scores(const at::Tensor& x, KernelPath path = KernelPath::Auto,
                           const KernelPolicy& policy = {});
 
-// Scores and the `keep` (1..N) highest-scoring tokens of each row.
+// The ids of the `keep` (1..N) highest scores of each row of (R, N) scores, ascending; among equal
+// scores the lower ids first, NaN above every number (the reference: a stable descending sort; on
+// CUDA one radix-select kernel, the same ids).
+at::Tensor top_rows(const at::Tensor& scores, int64_t keep, KernelPath path = KernelPath::Auto,
+                    const KernelPolicy& policy = {});
+
+// Scores and the `keep` (1..N) highest-scoring tokens of each row (top_rows of the scores).
 PivotalSelection pivotal_token_selection(const at::Tensor& x, int64_t keep,
                                          KernelPath path = KernelPath::Auto,
                                          const KernelPolicy& policy = {});
@@ -43,6 +49,7 @@ bool cuda_token_ops_supported(const at::Tensor& x, const KernelPolicy& policy = 
 
 namespace reference {
 at::Tensor pivotal_scores(const at::Tensor& x);
+at::Tensor top_rows(const at::Tensor& scores, int64_t keep);
 PivotalSelection pivotal_token_selection(const at::Tensor& x, int64_t keep);
 at::Tensor update_index(const at::Tensor& f_prev, const at::Tensor& f_next);
 }  // namespace reference

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/attention_dispatch.h"
 #include "kernels/attention_reference.h"
@@ -311,6 +312,28 @@ TEST(KernelsReference, PivotalSelectionKeepsTheTopScoresAscending) {
     EXPECT_THROW(vk::reference::pivotal_token_selection(x, 0), c10::Error);
     EXPECT_THROW(vk::reference::pivotal_token_selection(x, 6), c10::Error);
     EXPECT_THROW(vk::reference::pivotal_scores(at::zeros({5, 2})), c10::Error);
+}
+
+// Ties go to the lower ids, NaN is above every number, -0 equals +0; ids ascending.
+TEST(KernelsReference, TopRowsBreakTiesByTheLowerId) {
+    c10::InferenceMode guard;
+    const float nan = std::nanf("");
+    const auto s = at::tensor({1.f, 3.f, 3.f, 0.f, 3.f, -0.f, nan, 2.f}).view({1, 8});
+    auto ids = [&](int64_t k) {
+        const auto t = vk::reference::top_rows(s, k);
+        return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+    };
+    EXPECT_EQ(ids(1), (std::vector<int64_t>{6}));
+    EXPECT_EQ(ids(2), (std::vector<int64_t>{1, 6}));
+    EXPECT_EQ(ids(3), (std::vector<int64_t>{1, 2, 6}));
+    EXPECT_EQ(ids(6), (std::vector<int64_t>{0, 1, 2, 4, 6, 7}));
+    EXPECT_EQ(ids(7), (std::vector<int64_t>{0, 1, 2, 3, 4, 6, 7}));  // +0 at 3 before -0 at 5
+    EXPECT_EQ(ids(8), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+    // On the CPU the dispatcher is the reference.
+    EXPECT_TRUE(vk::top_rows(s, 3).equal(vk::reference::top_rows(s, 3)));
+    EXPECT_THROW(vk::reference::top_rows(s, 0), c10::Error);
+    EXPECT_THROW(vk::reference::top_rows(s, 9), c10::Error);
+    EXPECT_THROW(vk::top_rows(s.view({8}), 1), c10::Error);
 }
 
 TEST(KernelsReference, UpdateIndexIsOneMinusCosineAlongChannels) {

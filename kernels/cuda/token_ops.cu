@@ -1,5 +1,5 @@
-// Token kernels: FastVAR's pivotal scores and LazyVAR's update index. Memory-bound one-pass
-// reductions in float32; see kernels/token_ops.h for the math.
+// Token kernels: FastVAR's pivotal scores and top-K selection, LazyVAR's update index.
+// Memory-bound one-pass reductions in float32; see kernels/token_ops.h for the math.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -89,6 +89,101 @@ __global__ void update_index_kernel(const T* __restrict__ a, const T* __restrict
     out[i] = 1.f - dot / fmaxf(sqrtf(na) * sqrtf(nb), 1e-12f);
 }
 
+constexpr int kTopThreads = 512;
+constexpr int kTopWarps = kTopThreads / 32;
+
+// Exclusive prefix sum of v over the CTA (kTopThreads threads) and the total. `warp_sums` holds
+// kTopWarps + 1 ints of shared memory; every thread must call it (it synchronises the CTA).
+__device__ __forceinline__ int block_exclusive_sum(int v, int* total, int* warp_sums) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int inclusive = v;
+    for (int d = 1; d < 32; d <<= 1) {
+        const int up = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (lane >= d) inclusive += up;
+    }
+    if (lane == 31) warp_sums[warp] = inclusive;
+    __syncthreads();
+    if (warp == 0) {
+        const int w = lane < kTopWarps ? warp_sums[lane] : 0;
+        int scan = w;
+        for (int d = 1; d < 32; d <<= 1) {
+            const int up = __shfl_up_sync(0xffffffffu, scan, d);
+            if (lane >= d) scan += up;
+        }
+        if (lane < kTopWarps) warp_sums[lane] = scan - w;  // exclusive offsets of the warps
+        if (lane == kTopWarps - 1) warp_sums[kTopWarps] = scan;
+    }
+    __syncthreads();
+    const int out = warp_sums[warp] + inclusive - v;
+    *total = warp_sums[kTopWarps];
+    __syncthreads();  // warp_sums is reused by the next call
+    return out;
+}
+
+// An order-preserving key of a score: a larger score has a larger key; NaN is above every
+// number (as ATen's sorts place it) and -0 equals +0.
+__device__ __forceinline__ unsigned score_key(float s) {
+    if (s != s) return 0xffffffffu;
+    if (s == 0.f) return 0x80000000u;
+    const unsigned u = __float_as_uint(s);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// One CTA per row: the key T of the keep-th highest score by a radix select (four 8-bit
+// digits, most significant first, histograms in shared memory; the row is read from L2 each
+// pass), then one pass in id order that writes every id above T and the lowest ids equal to T
+// until `keep` are written: ascending ids with no sort. Replaces ATen's topk and a sort (about
+// ten launches for a FastVAR block).
+__global__ void __launch_bounds__(kTopThreads)
+    top_rows_kernel(const float* __restrict__ scores, int tokens, int keep,
+                    int64_t* __restrict__ out) {
+    __shared__ int warp_sums[kTopWarps + 1];
+    __shared__ unsigned hist[256];
+    __shared__ unsigned s_prefix;
+    __shared__ int s_remaining;
+    const float* row = scores + static_cast<long long>(blockIdx.x) * tokens;
+    int64_t* dst = out + static_cast<long long>(blockIdx.x) * keep;
+    unsigned prefix = 0, mask = 0;
+    int remaining = keep;  // the rank of T among the keys that match `prefix` under `mask`
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = threadIdx.x; b < 256; b += kTopThreads) hist[b] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < tokens; i += kTopThreads) {
+            const unsigned k = score_key(row[i]);
+            if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int r = remaining, b = 255;
+            for (; b > 0; --b) {
+                if (static_cast<int>(hist[b]) >= r) break;
+                r -= static_cast<int>(hist[b]);
+            }
+            s_prefix = prefix | (static_cast<unsigned>(b) << shift);
+            s_remaining = r;
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        remaining = s_remaining;
+        mask |= 255u << shift;
+    }
+    // prefix is T; `remaining` of the keys equal to T are taken, the lowest ids first.
+    int written = 0, equal_seen = 0;
+    for (int start = 0; start < tokens; start += kTopThreads) {
+        const int i = start + threadIdx.x;
+        const unsigned k = i < tokens ? score_key(row[i]) : 0u;
+        const int above = i < tokens && k > prefix ? 1 : 0;
+        const int equal = i < tokens && k == prefix ? 1 : 0;
+        int equal_total, taken;
+        const int equal_rank = block_exclusive_sum(equal, &equal_total, warp_sums);
+        const int take = above | (equal && equal_seen + equal_rank < remaining ? 1 : 0);
+        const int pos = block_exclusive_sum(take, &taken, warp_sums);
+        if (take) dst[written + pos] = i;
+        written += taken;
+        equal_seen += equal_total;
+    }
+}
+
 template <typename T>
 cudaError_t pivotal(const void* x, int rows, int tokens, int channels, float* mean, float* scores,
                     cudaStream_t stream) {
@@ -127,6 +222,13 @@ cudaError_t launch_pivotal_scores(const void* x, TokenElem elem, int rows, int t
             return pivotal<__nv_bfloat16>(x, rows, tokens, channels, mean, scores, stream);
     }
     return cudaErrorNotSupported;
+}
+
+cudaError_t launch_top_rows(const float* scores, int rows, int tokens, int keep, int64_t* out,
+                            cudaStream_t stream) {
+    if (rows == 0 || keep == 0) return cudaSuccess;
+    top_rows_kernel<<<rows, kTopThreads, 0, stream>>>(scores, tokens, keep, out);
+    return cudaGetLastError();
 }
 
 cudaError_t launch_update_index(const void* a, const void* b, TokenElem elem, int batch,

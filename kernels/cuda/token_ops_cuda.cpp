@@ -31,6 +31,17 @@ at::Tensor pivotal_scores(const at::Tensor& x_in) {
     return scores;
 }
 
+at::Tensor top_rows(const at::Tensor& scores_in, int64_t keep) {
+    const c10::cuda::CUDAGuard guard(scores_in.device());
+    const auto s = scores_in.contiguous();
+    const int64_t R = s.size(0), N = s.size(1);
+    auto out = at::empty({R, keep}, s.options().dtype(at::kLong));
+    check_cuda(launch_top_rows(s.data_ptr<float>(), static_cast<int>(R), static_cast<int>(N),
+                               static_cast<int>(keep), out.data_ptr<int64_t>(), stream_of(s)),
+               "top rows kernel");
+    return out;
+}
+
 at::Tensor update_index(const at::Tensor& a_in, const at::Tensor& b_in) {
     const c10::cuda::CUDAGuard guard(a_in.device());
     const auto a = a_in.contiguous(), b = b_in.contiguous();

@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/token_ops.h"
@@ -118,6 +120,44 @@ TEST(KernelsTokenOpsGpu, PivotalSelectionKeepsTheHighestScoresAscending) {
     EXPECT_THROW(
         vk::pivotal_token_selection(at::randn({1, 4, 8}, at::TensorOptions().device(at::kCUDA)), 5),
         c10::Error);
+}
+
+// The top-K kernel gives exactly the reference's ids (a stable descending sort: ties to the lower
+// id, NaN first, -0 = +0): random scores over tails of the 512-thread tiles, scores with many
+// ties, special values, a strided input, keep from 1 to N; the output poisoned before each call.
+TEST(KernelsTokenOpsGpu, TopRowsAreTheReferenceIds) {
+    REQUIRE_TOKEN_KERNELS();
+    c10::InferenceMode guard;
+    const auto cuda = at::TensorOptions().device(at::kCUDA);
+    const float inf = std::numeric_limits<float>::infinity();
+    std::vector<std::pair<std::string, at::Tensor>> cases;
+    for (int64_t n : {1, 7, 511, 512, 513, 1600, 2304, 4096, 5000}) {
+        at::manual_seed(n);
+        cases.push_back({"randn " + std::to_string(n), at::randn({3, n})});
+        cases.push_back({"ties " + std::to_string(n), at::randint(0, 4, {2, n}).to(at::kFloat)});
+    }
+    cases.push_back({"special", at::tensor({0.f, -0.f, inf, -inf, std::nanf(""), -std::nanf(""),
+                                            1e-40f, -1e-40f, 3.f, 3.f, 0.f, inf})
+                                    .view({1, 12})});
+    cases.push_back({"negative", -at::rand({2, 700}) - 1.f});
+    cases.push_back({"strided", at::randn({600, 2}).t()});
+    for (const auto& [what, cpu] : cases) {
+        const int64_t n = cpu.size(1);
+        for (int64_t keep :
+             {int64_t{1}, std::max<int64_t>(1, n / 3), std::max<int64_t>(1, n - 1), n}) {
+            SCOPED_TRACE(what + " keep " + std::to_string(keep));
+            poison({{cpu.size(0), 2 * keep}});  // int64 ids: two floats each
+            const auto got = vk::top_rows(cpu.to(at::kCUDA), keep, vk::KernelPath::Cuda).cpu();
+            const auto want = vk::reference::top_rows(cpu, keep);
+            ASSERT_EQ(got.sizes(), want.sizes());
+            EXPECT_TRUE(got.equal(want));
+        }
+    }
+    // What FastVAR calls: the scores and the selection on the device, ids ascending.
+    const auto x = at::randn({2, 1600, 64}, cuda);
+    const auto sel = vk::pivotal_token_selection(x, 700, vk::KernelPath::Cuda);
+    EXPECT_TRUE(sel.kept.cpu().equal(vk::reference::top_rows(sel.scores.cpu(), 700)));
+    EXPECT_THROW(vk::top_rows(at::zeros({2, 4}, cuda), 5, vk::KernelPath::Cuda), c10::Error);
 }
 
 TEST(KernelsTokenOpsGpu, UpdateIndexMatchesFloat64WithTailsAndZeroVectors) {
