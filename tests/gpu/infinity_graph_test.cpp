@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "core/accel/accel_config.h"
 #include "core/accel/ams_kv.h"
@@ -57,6 +58,22 @@ void expect_same_bits(const InfinitySampleResult& a, const InfinitySampleResult&
 const InfinitySchedule& square() {
     static const auto s = infinity_schedule(1.0, "0.06M");  // 1 .. 16 x 16, 7 scales
     return s;
+}
+
+// An eager, a capturing and a replaying call with the hooks: the same bits, attention FLOPs and
+// KV peak. Returns the eager run and the replay.
+std::pair<InfinitySampleResult, InfinitySampleResult> expect_graphed_equals_eager(
+    InfinitySampler& sampler, const InfinityText& text, SamplingHooks* hooks) {
+    auto eager = sampler.sample(text, square(), options(false), hooks);
+    const auto captured = sampler.sample(text, square(), options(true), hooks);
+    EXPECT_TRUE(captured.cuda_graphs);
+    expect_same_bits(captured, eager, "capturing call");
+    auto replayed = sampler.sample(text, square(), options(true), hooks);
+    EXPECT_EQ(replayed.graph_capture_millis, 0.0);
+    expect_same_bits(replayed, eager, "replay");
+    EXPECT_EQ(replayed.attention_flops, eager.attention_flops);
+    EXPECT_EQ(replayed.kv_bytes_peak, eager.kv_bytes_peak);
+    return {std::move(eager), std::move(replayed)};
 }
 
 }  // namespace
@@ -140,15 +157,7 @@ TEST(InfinityGraph, AcceleratorsGraphedEqualEager) {
                 ADD_FAILURE() << "no graph signature";
                 continue;
             }
-            const auto eager = sampler.sample(text, square(), options(false), hooks.get());
-            const auto captured = sampler.sample(text, square(), options(true), hooks.get());
-            EXPECT_TRUE(captured.cuda_graphs);
-            expect_same_bits(captured, eager, "capturing call");
-            const auto replayed = sampler.sample(text, square(), options(true), hooks.get());
-            EXPECT_EQ(replayed.graph_capture_millis, 0.0);
-            expect_same_bits(replayed, eager, "replay");
-            EXPECT_EQ(replayed.attention_flops, eager.attention_flops);
-            EXPECT_EQ(replayed.kv_bytes_peak, eager.kv_bytes_peak);
+            expect_graphed_equals_eager(sampler, text, hooks.get());
         }
     }
 }
@@ -190,16 +199,8 @@ TEST(InfinityGraph, AmsKvGraphedStepsThenEagerEqualEager) {
             ASSERT_TRUE(hooks);
             ASSERT_TRUE(hooks->compact_kv_cache(*view));
             ASSERT_TRUE(hooks->graph_signature(*view).has_value());
-            const auto eager = sampler.sample(text, square(), options(false), hooks.get());
-            const auto captured = sampler.sample(text, square(), options(true), hooks.get());
-            EXPECT_TRUE(captured.cuda_graphs);
-            expect_same_bits(captured, eager, "capturing call");
-            const auto replayed = sampler.sample(text, square(), options(true), hooks.get());
-            EXPECT_EQ(replayed.graph_capture_millis, 0.0);
-            expect_same_bits(replayed, eager, "replay");
-            EXPECT_EQ(replayed.attention_flops, eager.attention_flops);
+            const auto [eager, replayed] = expect_graphed_equals_eager(sampler, text, hooks.get());
             EXPECT_EQ(replayed.kv_bytes, eager.kv_bytes);
-            EXPECT_EQ(replayed.kv_bytes_peak, eager.kv_bytes_peak);
             // The graphed steps are a prefix, at least the first step; all of them where no
             // layer can be promoted.
             int64_t graphed = 0;
