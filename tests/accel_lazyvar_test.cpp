@@ -426,3 +426,36 @@ TEST(LazyVar, FitToScheduleKeepsThePrunedScalesAtTheEnd) {
     EXPECT_EQ(fitted.skip.to_json(), whole.skip.to_json());
     EXPECT_EQ(notes.size(), 1u);
 }
+
+// Every enabled setting with at least one ratio, fitted to any schedule of 2..16 scales, is one
+// the hooks accept; a setting they accept as it is comes back unchanged and without a note.
+TEST(LazyVar, FitToScheduleAlwaysGivesASettingTheHooksAccept) {
+    int fitted = 0, kept = 0;
+    for (int64_t S = 2; S <= 16; ++S) {
+        VarConfig model;
+        model.patch_nums.clear();
+        for (int64_t s = 1; s <= S; ++s) model.patch_nums.push_back(s);
+        for (int64_t start = 0; start <= 18; start += 3)
+            for (int64_t group = 0; group <= 18; group += 3)
+                for (size_t n : {size_t{1}, size_t{2}, size_t{5}, size_t{17}}) {
+                    const auto cfg = lazy(start, group, std::vector<double>(n, 0.5));
+                    const bool valid = config_error(cfg.to_json(), &model).empty();
+                    std::vector<std::string> notes;
+                    const auto f = fit_to_schedule(cfg, S, &notes);
+                    SCOPED_TRACE("S " + std::to_string(S) + " start " + std::to_string(start) +
+                                 " group " + std::to_string(group) + " ratios " +
+                                 std::to_string(n));
+                    EXPECT_EQ(config_error(f.to_json(), &model), "");
+                    if (valid) {
+                        EXPECT_TRUE(notes.empty());
+                        EXPECT_EQ(f.to_json(), cfg.to_json());
+                        ++kept;
+                    } else {
+                        EXPECT_FALSE(notes.empty());
+                        ++fitted;
+                    }
+                }
+    }
+    EXPECT_GT(fitted, 0);
+    EXPECT_GT(kept, 0);
+}
