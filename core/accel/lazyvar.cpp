@@ -7,6 +7,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "core/accel/probe_kinds.h"
 #include "kernels/token_ops.h"
@@ -259,13 +260,35 @@ std::vector<LazyVarSelection> lazyvar_select_rows(const at::Tensor& update_index
     return out;
 }
 
+namespace {
+
+// The first setting of cfg that does not fit a schedule of S scales, as {field, message}; an
+// empty field when all fit. make_lazyvar refuses with it; fit_to_schedule moves what it names.
+std::pair<std::string, std::string> schedule_misfit(const LazyVarConfig& cfg, int64_t S) {
+    if (cfg.start_scale < 1 || cfg.start_scale >= S)
+        return {"start_scale", "must be in [1, " + std::to_string(S - 1) + "] for the model's " +
+                                   std::to_string(S) + " scales, got " +
+                                   std::to_string(cfg.start_scale)};
+    if (cfg.group_size < 1 || cfg.group_size > S - 1)
+        return {"group_size", "must be in [1, " + std::to_string(S - 1) + "] for the model's " +
+                                  std::to_string(S) +
+                                  " scales (the first scale cannot join a group), got " +
+                                  std::to_string(cfg.group_size)};
+    const auto pruned_scales = static_cast<size_t>(S - cfg.start_scale);
+    if (cfg.ratios.empty() || cfg.ratios.size() > pruned_scales)
+        return {"ratios", "must have 1 to " + std::to_string(pruned_scales) + " entries (scales " +
+                              std::to_string(cfg.start_scale) + ".." + std::to_string(S - 1) +
+                              " of the model), got " + std::to_string(cfg.ratios.size())};
+    return {};
+}
+
+}  // namespace
+
 LazyVarConfig fit_to_schedule(const LazyVarConfig& cfg, int64_t scales,
                               std::vector<std::string>* notes) {
     const int64_t S = scales;
     const auto n_in = static_cast<int64_t>(cfg.ratios.size());
-    const bool fits = cfg.start_scale >= 1 && cfg.start_scale < S && n_in >= 1 &&
-                      n_in <= S - cfg.start_scale && cfg.group_size >= 1 && cfg.group_size <= S - 1;
-    if (!cfg.enabled || fits || S < 2 || n_in < 1) return cfg;
+    if (!cfg.enabled || schedule_misfit(cfg, S).first.empty() || S < 2 || n_in < 1) return cfg;
     auto note = [&](const std::string& s) {
         if (notes) notes->push_back(std::string(kMethod) + "." + s);
     };
@@ -298,20 +321,7 @@ std::shared_ptr<SamplingHooks> make_lazyvar(const LazyVarConfig& cfg, const VarC
     const auto fail = [](const std::string& field, const std::string& msg) {
         throw AccelConfigError(std::string(kMethod) + "." + field + ": " + msg);
     };
-    if (cfg.start_scale < 1 || cfg.start_scale >= S)
-        fail("start_scale", "must be in [1, " + std::to_string(S - 1) + "] for the model's " +
-                                std::to_string(S) + " scales, got " +
-                                std::to_string(cfg.start_scale));
-    if (cfg.group_size < 1 || cfg.group_size > S - 1)
-        fail("group_size", "must be in [1, " + std::to_string(S - 1) + "] for the model's " +
-                               std::to_string(S) +
-                               " scales (the first scale cannot join a group), got " +
-                               std::to_string(cfg.group_size));
-    const auto pruned_scales = static_cast<size_t>(S - cfg.start_scale);
-    if (cfg.ratios.empty() || cfg.ratios.size() > pruned_scales)
-        fail("ratios", "must have 1 to " + std::to_string(pruned_scales) + " entries (scales " +
-                           std::to_string(cfg.start_scale) + ".." + std::to_string(S - 1) +
-                           " of the model), got " + std::to_string(cfg.ratios.size()));
+    if (const auto [field, message] = schedule_misfit(cfg, S); !field.empty()) fail(field, message);
     for (size_t i = 0; i < cfg.ratios.size(); ++i)
         if (!(cfg.ratios[i] >= 0.0 && cfg.ratios[i] <= 1.0))
             fail("ratios[" + std::to_string(i) + "]",

@@ -121,14 +121,11 @@ class InfinityBlockImpl : public torch::nn::Module {
     at::Tensor cross_branch(const at::Tensor& x, const CrossKv& kv, const at::Tensor& mask) const;
     // cross_branch = ca->forward(cross_input(x), kv, mask) in fp32: ca_norm(x) in fp32.
     at::Tensor cross_input(const at::Tensor& x) const;
-    // g2 * FFN(adaLN(x)); with `fuse`, adaLN and fc1's bf16 cast as one kernel where
-    // kernels/modulate.h runs (as attention_inputs; same bits).
-    at::Tensor ffn_branch(const at::Tensor& x, const Modulation& m,
-                          const kernels::KernelPolicy* fuse = nullptr) const;
+    at::Tensor ffn_branch(const at::Tensor& x, const Modulation& m) const;  // g2 * FFN(adaLN(x))
     at::Tensor sa_output(const at::Tensor& o_BHLc, const Modulation& m) const;  // g1 * proj(o)
-    // x + sa_output(o, m) and x + ffn_branch(x, m, fuse): with `fuse`, an fp32 x and bf16
-    // products, the gate and the sum as one kernel (kernels/gated_residual.h; same bits). The
-    // sampling loop's path.
+    // x + sa_output(o, m) and x + ffn_branch(x, m): with `fuse`, adaLN and fc1's bf16 cast as
+    // one kernel (kernels/modulate.h) and, for an fp32 x and bf16 products, the gate and the
+    // sum as one kernel (kernels/gated_residual.h); same bits. The sampling loop's path.
     at::Tensor sa_residual(const at::Tensor& x, const at::Tensor& o_BHLc, const Modulation& m,
                            const kernels::KernelPolicy* fuse = nullptr) const;
     at::Tensor ffn_residual(const at::Tensor& x, const Modulation& m,

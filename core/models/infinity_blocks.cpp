@@ -168,9 +168,8 @@ at::Tensor InfinityBlockImpl::cross_input(const at::Tensor& x) const {
                           ca_norm->bias.to(at::kFloat), eps_);
 }
 
-at::Tensor InfinityBlockImpl::ffn_branch(const at::Tensor& x, const Modulation& m,
-                                         const kernels::KernelPolicy* fuse) const {
-    const auto in = adaln(x, dim_, eps_, m.scale2, m.shift2, ffn->fc1, fuse);
+at::Tensor InfinityBlockImpl::ffn_branch(const at::Tensor& x, const Modulation& m) const {
+    const auto in = adaln(x, dim_, eps_, m.scale2, m.shift2, ffn->fc1, nullptr);
     return ffn->forward(in).mul(m.gamma2);
 }
 

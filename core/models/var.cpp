@@ -336,11 +336,12 @@ BlockConstants AdaLNSelfAttnImpl::constants(const at::Tensor& cond) const {
 }
 
 at::Tensor AdaLNSelfAttnImpl::attn_input(const at::Tensor& x, const BlockConstants& k) const {
-    return norm(x).mul(k.scale1p).add_(k.m.shift1);
+    return modulated_input(norm(x), k.scale1p, k.m.shift1, attn->mat_qkv, nullptr);
 }
 
 at::Tensor AdaLNSelfAttnImpl::ffn_branch(const at::Tensor& x, const BlockConstants& k) const {
-    return ffn->forward(norm(x).mul(k.scale2p).add_(k.m.shift2)).mul(k.m.gamma2);
+    return ffn->forward(modulated_input(norm(x), k.scale2p, k.m.shift2, ffn->fc1, nullptr))
+        .mul(k.m.gamma2);
 }
 
 Qkv AdaLNSelfAttnImpl::attention_inputs(const at::Tensor& x, const BlockConstants& k,
