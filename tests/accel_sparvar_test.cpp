@@ -256,6 +256,27 @@ TEST(SparVarCs4a, TopKKeepsTheLargestColumnsAscending) {
     EXPECT_EQ(sparvar::top_k_count(1.0, 5), 5);
 }
 
+// The loop keeps O_cache as planes (one subtraction writes them) and adds the upsampled view:
+// the same bits as upsample_cache of O_dense - O_sparse, in float32 and from bf16 outputs.
+TEST(SparVarCs4a, CachePlanesEqualTheUpsampledCache) {
+    c10::InferenceMode guard;
+    at::manual_seed(5);
+    for (const auto type : {at::kFloat, at::kBFloat16}) {
+        const auto dense = at::randn({2, 3, 16, 8}).to(type), sparse = at::randn({2, 3, 16, 8});
+        const auto sparse_t = sparse.to(type);
+        const auto planes = sparvar::cache_planes(dense, sparse_t, 4);
+        ASSERT_EQ(planes.sizes(), (at::IntArrayRef{2, 24, 4, 4}));
+        const auto cache = dense.to(at::kFloat) - sparse_t.to(at::kFloat);
+        const auto want = sparvar::upsample_cache(cache, 4, 6);
+        const auto got = sparvar::upsample_planes(planes, 3, 6);
+        ASSERT_EQ(got.sizes(), want.sizes());
+        EXPECT_TRUE(got.equal(want));
+        EXPECT_TRUE(sparvar::upsample_planes(planes, 3, 4).equal(cache));  // same grid: itself
+    }
+    EXPECT_THROW(sparvar::cache_planes(at::zeros({1, 1, 16, 2}), at::zeros({1, 1, 16, 2}), 3),
+                 c10::Error);
+}
+
 TEST(SparVarCs4a, CacheIdentityAtTheDecisionScale) {
     c10::InferenceMode guard;
     auto q = at::randn({2, 2, 16, 8}), k = at::randn({2, 2, 30, 8}), v = at::randn({2, 2, 30, 8});
@@ -599,8 +620,9 @@ TEST(SparVarCs4a, KeyListsEqualTheMasks) {
         for (int64_t K = S + 1; K < static_cast<int64_t>(pns.size()); ++K) {
             SCOPED_TRACE("K " + std::to_string(K));
             const auto map = sparvar::selection_map(pns, S, K, C, G, false);
+            EXPECT_TRUE(map.increasing);  // growing grids: what the CUDA key lists rely on
             const auto want = sparvar::map_selection(mask, map, sinks);
-            const auto got = sparvar::map_key_lists(lists, kv_s, map, sinks);
+            const auto got = sparvar::map_key_lists(lists, map, sinks);
             EXPECT_TRUE(sparvar::selection_from_lists(got, map.kv_len).equal(want));
             EXPECT_TRUE(got.counts.equal(want.sum(-1)));
             EXPECT_TRUE(got.keys.lt(map.kv_len).sum(-1).equal(got.counts));

@@ -6,10 +6,16 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/TensorOptions.h>
 
 namespace varscope {
 
-// Same as at::upsample_bilinear2d(x, {out, out}, align_corners=false) for square maps.
-at::Tensor upsample_bilinear_planes(const at::Tensor& x, int64_t out);
+// Same as at::upsample_bilinear2d(x, {out, out}, align_corners=false) for square maps. `weights`:
+// bilinear_weights(h, out) built once by a caller that resamples often (device ops only then).
+at::Tensor upsample_bilinear_planes(const at::Tensor& x, int64_t out,
+                                    const at::Tensor& weights = {});
+
+// (out, in) weights of 1-D linear interpolation with align_corners = false.
+at::Tensor bilinear_weights(int64_t in, int64_t out, const at::TensorOptions& options);
 
 }  // namespace varscope

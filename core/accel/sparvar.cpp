@@ -9,10 +9,13 @@
 #include <string>
 
 #include "core/accel/probe_kinds.h"
+#include "core/accel/resample.h"
 #include "core/accel/sparvar_cs4a.h"
 #include "core/accel/sparvar_csla.h"
 #include "kernels/attention_dispatch.h"
+#include "kernels/key_lists.h"
 #include "kernels/sdpa_lse.h"
+#include "kernels/token_ops.h"
 
 namespace varscope {
 namespace {
@@ -81,29 +84,24 @@ at::Tensor selected_pairs(const at::Tensor& selection, int64_t query_block, int6
     return pairs_of_counts(selection.sum({-1}, false, at::kDouble), query_block, lq);
 }
 
-// gathered_per_head over key lists (sparvar_cs4a.h KeyLists): each (b, h)'s keys offset into
-// the long sequence, the padding -1 as the kernel's lists are padded. `part`: how the cost model
-// books the kernel (the decision scale's residual pass is the method's overhead).
-at::Tensor gathered_lists(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
-                          const at::Tensor& v, const sparvar::KeyLists& lists, int64_t query_block,
-                          double softmax_scale, CostPart part) {
+// Gathered attention over the lists of kernels::key_lists (each (b, h)'s keys already offset
+// into the long sequence that gathered_per_head describes). `part`: how the cost model books the
+// kernel (the decision scale's residual pass is the method's overhead).
+at::Tensor gathered_on_lists(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
+                             const at::Tensor& v, const kernels::GatheredKeyLists& lists,
+                             int64_t query_block, double softmax_scale, CostPart part) {
     const int64_t B = q.size(0), H = q.size(1), lq = q.size(2), d = q.size(3), lk = k.size(2);
-    const int64_t G = lists.keys.size(2), W = lists.keys.size(3), n = B * H * G;
+    const int64_t G = lists.attn_keys.size(0) / (B * H);
     const auto qf = at::constant_pad_nd(q, {0, 0, 0, G * query_block - lq}, 0)
                         .reshape({1, 1, B * H * G * query_block, d});
     const auto kf = k.reshape({1, 1, B * H * lk, d}), vf = v.reshape({1, 1, B * H * lk, d});
-    const auto offset = at::arange(B * H, lists.keys.options()).mul(lk).view({B, H, 1, 1});
-    const auto keys =
-        at::where(lists.keys.lt(lk), lists.keys + offset, at::full({}, -1, lists.keys.options()))
-            .reshape({n, W})
-            .to(at::kInt);
     kernels::AttentionOptions opt;
     opt.scale = softmax_scale;
     opt.path = kernels::KernelPath::Cuda;
     opt.policy = ctx.scale.exec.kernels;
     ctx.mark(part);
-    const auto out = kernels::gathered_attention(
-                         qf, kf, vf, keys, lists.counts.reshape({n}).to(at::kInt), query_block, opt)
+    const auto out = kernels::gathered_attention(qf, kf, vf, lists.attn_keys, lists.attn_counts,
+                                                 query_block, opt)
                          .out;
     return out.view({B, H, G * query_block, d}).narrow(2, 0, lq);
 }
@@ -143,7 +141,10 @@ class SparVar : public SamplingHooks {
         for (const auto& seg : ctx.segments) {
             if (cs4a_used() && seg.scale >= decision_) {
                 counter(ctx.config, device);
-                if (seg.scale > decision_) cs4a_map(ctx.config, seg.scale, device);
+                if (seg.scale > decision_) {
+                    cs4a_map(ctx.config, seg.scale, device);
+                    if (cfg_.use_cache) upsample_weights(ctx.config, seg.scale, device);
+                }
             }
             if (csla_used_ && seg.scale >= first_sparse_) {
                 auto& e = csla_host_entry(ctx.config, seg.scale);
@@ -183,7 +184,8 @@ class SparVar : public SamplingHooks {
         sparvar::KeyLists lists;
         at::Tensor selection;
         int64_t kv_len = 0;  // N_<=S
-        at::Tensor cache;    // float (2B, H, N_S, d): O_dense - O_sparse at S; or undefined
+        at::Tensor cache;    // float (2B, H * d, pn_S, pn_S) planes of O_dense - O_sparse at S, or
+                             // undefined
         int64_t rows() const {
             return lists.keys.defined()  ? lists.keys.size(0)
                    : selection.defined() ? selection.size(0)
@@ -231,10 +233,33 @@ class SparVar : public SamplingHooks {
         return pairs_;
     }
     void defer_flops(const BlockContext& ctx, const at::Tensor& pairs, int64_t head_dim) {
-        counter(ctx.scale.config, pairs.device())
-            .select(0, ctx.scale.scale)
-            .add_(pairs.mul(4.0 * static_cast<double>(head_dim)));
+        pair_slot(ctx, pairs.device()).add_(pairs.mul(4.0 * static_cast<double>(head_dim)));
+    }
+    // The step's FLOP slot, for the key-list kernel to add to on the device.
+    at::Tensor pair_slot(const BlockContext& ctx, const at::Device& device) {
         deferred_scales_.insert(ctx.scale.scale);
+        return counter(ctx.scale.config, device).select(0, ctx.scale.scale);
+    }
+    kernels::KeyListsSpec list_spec(int64_t query_block, int64_t q_len, int64_t kv_len,
+                                    int64_t stretch, bool increasing_map) const {
+        kernels::KeyListsSpec spec;
+        spec.sinks = sink_tokens_;
+        spec.kv_len = kv_len;
+        spec.query_block = query_block;
+        spec.q_len = q_len;
+        spec.offset_stride = stretch;
+        spec.increasing_map = increasing_map;
+        return spec;
+    }
+    // O_cache's bilinear weights from the decision scale's grid to `scale`'s, on `device`
+    // (staged by on_scale_begin, so a captured step reads them without building them).
+    const at::Tensor& upsample_weights(const VarConfig& config, int64_t scale,
+                                       const at::Device& device) {
+        auto& w = up_weights_[scale];
+        if (!w.defined() || w.device() != device)
+            w = bilinear_weights(config.patch_nums[decision_], config.patch_nums[scale],
+                                 at::TensorOptions(device).dtype(at::kFloat));
+        return w;
     }
 
     // CS4A's index maps from the decision scale to `scale`, on `device`.
@@ -375,7 +400,13 @@ class SparVar : public SamplingHooks {
         const double pairs = dense_pairs(q, k) * passes;
         ctx.mark(CostPart::Overhead);  // scoring, Top-K, the residual's sparse pass
         const int64_t top = sparvar::top_k_count(cfg_.top_k, lk);
-        const auto inds = sparvar::top_k_indices(sums, top);
+        const int64_t B = q.size(0), H = q.size(1), G = sums.size(2);
+        // Kernels: one radix-select launch gives the ascending ids (ties to the lower id; ATen's
+        // topk and a sort otherwise).
+        const auto inds = use_kernels ? kernels::top_rows(sums.reshape({-1, lk}), top,
+                                                          kernels::KernelPath::Cuda, kp)
+                                            .view({B, H, G, top})
+                                      : sparvar::top_k_indices(sums, top);
         if (wants(probe_kinds::kCs4aSelected))
             probe_->on_accel({kMethod,
                               probe_kinds::kCs4aSelected,
@@ -388,9 +419,18 @@ class SparVar : public SamplingHooks {
         auto& st = states_[ctx.layer];
         st.kv_len = lk;
         // Sinks join the set at S too, so O_cache is the residual of the same kind of set that
-        // the later scales attend to.
-        st.lists =
-            use_kernels ? sparvar::decision_key_lists(inds, sink_tokens_, lk) : sparvar::KeyLists{};
+        // the later scales attend to. Kernels: the lists, the attention kernel's copy of them and
+        // the residual pass's pair count in one launch.
+        kernels::GatheredKeyLists lists;
+        st.lists = sparvar::KeyLists{};
+        if (use_kernels) {
+            lists = kernels::key_lists(
+                inds.view({B * H, G, top}), {}, {}, {}, list_spec(C, lq, lk, lk, false),
+                cfg_.use_cache ? pair_slot(ctx, q.device()) : at::Tensor(),
+                4.0 * static_cast<double>(q.size(3)), kernels::KernelPath::Cuda, kp);
+            st.lists = {lists.keys.view({B, H, G, lists.keys.size(2)}),
+                        lists.counts.view({B, H, G})};
+        }
         st.selection = at::Tensor();
         if (!use_kernels || cfg_.patch_mapping) {
             st.selection = sparvar::selection_from_indices(inds, lk);
@@ -398,17 +438,20 @@ class SparVar : public SamplingHooks {
         }
         st.cache = at::Tensor();
         if (cfg_.use_cache) {
-            defer_flops(ctx,
-                        use_kernels ? pairs_of_counts(st.lists.counts, C, lq)
-                                    : selected_pairs(st.selection, C, lq),
-                        q.size(3));
-            const auto o_sparse =
-                use_kernels
-                    ? gathered_lists(ctx, q, k, v, st.lists, C, softmax_scale, CostPart::Overhead)
-                          .to(at::kFloat)
-                    : sparvar::masked_attention(q, k, v, softmax_scale,
-                                                sparvar::expand_query_blocks(st.selection, C, lq));
-            st.cache = o_dense.to(at::kFloat) - o_sparse;
+            const int64_t pn = ctx.scale.config.patch_nums[ctx.scale.scale];
+            if (use_kernels) {
+                st.cache = sparvar::cache_planes(
+                    o_dense,
+                    gathered_on_lists(ctx, q, k, v, lists, C, softmax_scale, CostPart::Overhead),
+                    pn);
+            } else {
+                defer_flops(ctx, selected_pairs(st.selection, C, lq), q.size(3));
+                st.cache = sparvar::cache_planes(
+                    o_dense,
+                    sparvar::masked_attention(q, k, v, softmax_scale,
+                                              sparvar::expand_query_blocks(st.selection, C, lq)),
+                    pn);
+            }
         }
         report_flops(ctx, pairs, q.size(3));
         return o_dense;
@@ -439,14 +482,23 @@ class SparVar : public SamplingHooks {
         };
         at::Tensor o;
         if (use_kernels && !map.patch && st.lists.keys.defined()) {
-            // The kernel path maps the lists themselves: O(kept keys) per block, no masks.
-            const auto lists = sparvar::map_key_lists(st.lists, st.kv_len, map, sink_tokens_);
-            if (wants(probe_kinds::kCs4aMapped))
-                probe_mapped(sparvar::selection_from_lists(lists, map.kv_len));
-            defer_flops(ctx, pairs_of_counts(lists.counts, cfg_.query_block, q.size(2)), q.size(3));
-            o = gathered_lists(ctx, q, k, v, lists, cfg_.query_block, softmax_scale,
-                               CostPart::Attention)
-                    .to(at::kFloat);
+            // The kernel path maps the lists themselves: O(kept keys) per block, no masks; one
+            // launch writes them, the attention kernel's copy and the pair count.
+            const int64_t B = q.size(0), H = q.size(1), Gs = st.lists.keys.size(2);
+            const auto lists = kernels::key_lists(
+                st.lists.keys.view({B * H, Gs, st.lists.keys.size(3)}),
+                st.lists.counts.view({B * H, Gs}), map.blocks, map.keys,
+                list_spec(cfg_.query_block, q.size(2), map.kv_len, k.size(2), map.increasing),
+                pair_slot(ctx, q.device()), 4.0 * static_cast<double>(q.size(3)),
+                kernels::KernelPath::Auto, ctx.scale.exec.kernels);
+            if (wants(probe_kinds::kCs4aMapped)) {
+                const int64_t G = lists.keys.size(1);
+                probe_mapped(sparvar::selection_from_lists(
+                    {lists.keys.view({B, H, G, lists.keys.size(2)}), lists.counts.view({B, H, G})},
+                    map.kv_len));
+            }
+            o = gathered_on_lists(ctx, q, k, v, lists, cfg_.query_block, softmax_scale,
+                                  CostPart::Attention);
         } else {
             const auto sel = sparvar::map_selection(st.mask(), map, sink_tokens_);
             probe_mapped(sel);
@@ -456,15 +508,20 @@ class SparVar : public SamplingHooks {
                 std::min(map.kv_len, decision_width(st.kv_len) * map.fanout + sink_tokens_);
             o = use_kernels
                     ? gathered_per_head(ctx, q, k, v, sel, cfg_.query_block, softmax_scale, width)
-                          .to(at::kFloat)
                     : sparvar::masked_attention(
                           q, k, v, softmax_scale,
                           sparvar::expand_query_blocks(sel, cfg_.query_block, q.size(2)));
         }
         ctx.mark(CostPart::Overhead);  // O_cache upsampled and added
-        if (st.cache.defined())
-            o = o + sparvar::upsample_cache(st.cache, pns[decision_], pns[ctx.scale.scale]);
-        return o.to(q.scalar_type());
+        if (!st.cache.defined()) return o.to(q.scalar_type()).contiguous();
+        // o + upsampled O_cache in float32, rounded once to q's dtype: one add that writes it.
+        auto out = at::empty(o.sizes(), q.options());
+        at::add_out(out,
+                    sparvar::upsample_planes(
+                        st.cache, q.size(1), pns[ctx.scale.scale],
+                        upsample_weights(ctx.scale.config, ctx.scale.scale, q.device())),
+                    o);
+        return out;
     }
 
     SparVarConfig cfg_;
@@ -475,6 +532,7 @@ class SparVar : public SamplingHooks {
     std::vector<Cs4aState> states_;
     std::map<int64_t, CslaEntry> csla_;  // per scale: the same mask for every CSLA layer
     std::map<int64_t, sparvar::SelectionMap> maps_;  // CS4A index maps per sparse scale
+    std::map<int64_t, at::Tensor> up_weights_;       // O_cache's upsampling per sparse scale
     at::Tensor pairs_;                   // double (scales): CS4A's attention FLOPs per scale
     std::set<int64_t> deferred_scales_;  // scales whose FLOPs wait in pairs_
 };

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/accel/resample.h"
+#include "kernels/key_lists.h"
 
 namespace varscope::sparvar {
 namespace {
@@ -96,7 +97,7 @@ at::Tensor patch_alignment(const std::vector<int64_t>& pns, int64_t S, int64_t K
 }
 
 SelectionMap SelectionMap::to(const at::Device& device) const {
-    return {blocks.to(device), keys.to(device), kv_len, patch, fanout};
+    return {blocks.to(device), keys.to(device), kv_len, patch, fanout, increasing};
 }
 
 SelectionMap selection_map(const std::vector<int64_t>& pns, int64_t S, int64_t K,
@@ -109,6 +110,10 @@ SelectionMap selection_map(const std::vector<int64_t>& pns, int64_t S, int64_t K
     m.blocks = at::tensor(query_block_homography(g_k, source_blocks), at::kLong);
     m.kv_len = begin[K + 1];
     m.patch = patch;
+    const int64_t n = m.keys.numel();
+    m.increasing =
+        !patch &&
+        (n < 2 || m.keys.narrow(0, 1, n - 1).gt(m.keys.narrow(0, 0, n - 1)).all().item<bool>());
     if (patch) {
         const auto owners = m.keys.masked_select(m.keys.ge(0));
         m.fanout = owners.numel() > 0 ? at::bincount(owners).max().item<int64_t>() : 1;
@@ -142,42 +147,35 @@ at::Tensor map_selection(const at::Tensor& src, const std::vector<int64_t>& pns,
 }
 
 namespace {
-// Ascending unique entries first: sorts, turns repeats into `pad`, sorts again; counts the
-// entries below pad.
-KeyLists unique_sorted(const at::Tensor& keys, int64_t pad) {
-    auto sorted = std::get<0>(keys.sort(-1));
-    const int64_t w = sorted.size(-1);
-    if (w > 1) {
-        const auto repeat = sorted.narrow(-1, 1, w - 1).eq(sorted.narrow(-1, 0, w - 1));
-        sorted.narrow(-1, 1, w - 1).masked_fill_(repeat, pad);
-        sorted = std::get<0>(sorted.sort(-1));
-    }
-    return {sorted, sorted.lt(pad).sum(-1)};
-}
-// keys with the first `sinks` ids added (ids below sinks already in keys become pad).
-at::Tensor with_sinks(const at::Tensor& keys, int64_t sinks, int64_t pad) {
-    if (sinks <= 0) return keys;
-    auto sizes = keys.sizes().vec();
-    sizes.back() = sinks;
-    const auto sink_ids = at::arange(sinks, keys.options()).expand(sizes);
-    return at::cat({sink_ids, keys.masked_fill(keys.lt(sinks), pad)}, -1);
+// (B * H, G, W) lists as (B, H, G, W).
+KeyLists per_head(const kernels::GatheredKeyLists& r, int64_t B, int64_t H) {
+    const int64_t G = r.keys.size(1);
+    return {r.keys.view({B, H, G, r.keys.size(2)}), r.counts.view({B, H, G})};
 }
 }  // namespace
 
 KeyLists decision_key_lists(const at::Tensor& top, int64_t sink_tokens, int64_t kv_len) {
-    return unique_sorted(with_sinks(top, std::min(sink_tokens, kv_len), kv_len), kv_len);
+    kernels::KeyListsSpec spec;
+    spec.sinks = sink_tokens;
+    spec.kv_len = kv_len;
+    const int64_t B = top.size(0), H = top.size(1), G = top.size(2);
+    spec.q_len = G;  // no pairs counted: any covering value
+    const auto r =
+        kernels::reference::key_lists(top.reshape({B * H, G, top.size(3)}), {}, {}, {}, spec);
+    return per_head(r, B, H);
 }
 
-KeyLists map_key_lists(const KeyLists& src, int64_t source_kv_len, const SelectionMap& map,
-                       int64_t sink_tokens) {
+KeyLists map_key_lists(const KeyLists& src, const SelectionMap& map, int64_t sink_tokens) {
     TORCH_CHECK(!map.patch, "map_key_lists: the point mapping only");
-    const auto keys = src.keys.index_select(2, map.blocks);
-    const auto valid = keys.lt(source_kv_len);
-    const auto mapped = map.keys.index_select(0, keys.clamp_max(source_kv_len - 1).reshape({-1}))
-                            .view(keys.sizes());
-    const auto target = at::where(valid, mapped, at::full({}, map.kv_len, keys.options()));
-    return unique_sorted(with_sinks(target, std::min(sink_tokens, map.kv_len), map.kv_len),
-                         map.kv_len);
+    const int64_t B = src.keys.size(0), H = src.keys.size(1), G = src.keys.size(2);
+    kernels::KeyListsSpec spec;
+    spec.sinks = sink_tokens;
+    spec.kv_len = map.kv_len;
+    spec.q_len = map.blocks.size(0);
+    const auto r =
+        kernels::reference::key_lists(src.keys.reshape({B * H, G, src.keys.size(3)}),
+                                      src.counts.reshape({B * H, G}), map.blocks, map.keys, spec);
+    return per_head(r, B, H);
 }
 
 at::Tensor selection_from_lists(const KeyLists& lists, int64_t kv_len) {
@@ -203,11 +201,30 @@ at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::
     return at::matmul(at::softmax(scores, -1), v.to(at::kFloat));
 }
 
+at::Tensor cache_planes(const at::Tensor& o_dense, const at::Tensor& o_sparse, int64_t pn) {
+    const int64_t B = o_dense.size(0), H = o_dense.size(1), N = o_dense.size(2);
+    const int64_t d = o_dense.size(3);
+    TORCH_CHECK(N == pn * pn && o_sparse.sizes() == o_dense.sizes(), "cache_planes: outputs ",
+                o_dense.sizes(), " and ", o_sparse.sizes(), " for a ", pn, "x", pn, " grid");
+    auto planes = at::empty({B, H * d, pn, pn}, o_dense.options().dtype(at::kFloat));
+    // One float32 subtraction that writes the planes' layout, seen as (B, H, N, d).
+    auto as_outputs = planes.view({B, H, d, N}).transpose(2, 3);
+    at::sub_out(as_outputs, o_dense.to(at::kFloat), o_sparse);
+    return planes;
+}
+
+at::Tensor upsample_planes(const at::Tensor& planes, int64_t heads, int64_t pn_target,
+                           const at::Tensor& weights) {
+    const int64_t B = planes.size(0), d = planes.size(1) / heads;
+    return upsample_bilinear_planes(planes, pn_target, weights)
+        .reshape({B, heads, d, pn_target * pn_target})
+        .transpose(2, 3);
+}
+
 at::Tensor upsample_cache(const at::Tensor& cache, int64_t pn_source, int64_t pn_target) {
     const int64_t B = cache.size(0), H = cache.size(1), d = cache.size(3);
-    auto grid = cache.permute({0, 1, 3, 2}).reshape({B, H * d, pn_source, pn_source});
-    auto up = upsample_bilinear_planes(grid, pn_target);
-    return up.reshape({B, H, d, pn_target * pn_target}).permute({0, 1, 3, 2}).contiguous();
+    const auto planes = cache.permute({0, 1, 3, 2}).reshape({B, H * d, pn_source, pn_source});
+    return upsample_planes(planes, H, pn_target).contiguous();
 }
 
 at::Tensor selection_lists(const at::Tensor& selection) {

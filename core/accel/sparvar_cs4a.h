@@ -65,6 +65,9 @@ struct SelectionMap {
     int64_t kv_len = 0;  // N_<=K
     bool patch = false;
     int64_t fanout = 1;  // most target keys one source key maps to (1 for the point mapping)
+    // The point map is strictly increasing (growing grids: always), so mapped ascending lists
+    // stay ascending and distinct: what the CUDA key lists (kernels/key_lists.h) rely on.
+    bool increasing = false;
     SelectionMap to(const at::Device& device) const;
 };
 SelectionMap selection_map(const std::vector<int64_t>& patch_nums, int64_t decision_scale,
@@ -82,12 +85,12 @@ struct KeyLists {
     at::Tensor counts;
 };
 // Decision scale: the Top-k ids (B, H, G, k) ascending plus the first sink_tokens keys.
-// W = k + min(sink_tokens, kv_len).
+// W = k + min(sink_tokens, kv_len). Both are kernels::reference::key_lists (the kernel path runs
+// kernels::key_lists, which also writes the attention kernel's lists and counts the pairs).
 KeyLists decision_key_lists(const at::Tensor& top_indices, int64_t sink_tokens, int64_t kv_len);
-// The point mapping (map.patch false) of decision lists over source_kv_len keys to the map's
+// The point mapping (map.patch false) of decision lists to the map's
 // target scale, sinks added; the key sets equal map_selection's. W = source W + sinks.
-KeyLists map_key_lists(const KeyLists& source, int64_t source_kv_len, const SelectionMap& map,
-                       int64_t sink_tokens);
+KeyLists map_key_lists(const KeyLists& source, const SelectionMap& map, int64_t sink_tokens);
 // Bool (B, H, G, kv_len) of key lists (tests; the probe's records).
 at::Tensor selection_from_lists(const KeyLists& lists, int64_t kv_len);
 
@@ -101,6 +104,12 @@ at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::
 
 // O_cache (B, H, pn_S^2, d) resampled bilinearly (align_corners = false) to (B, H, pn_K^2, d).
 at::Tensor upsample_cache(const at::Tensor& cache, int64_t pn_source, int64_t pn_target);
+// The same in the layout the sampling loop keeps: O_cache = O_dense - O_sparse (B, H, pn^2, d),
+// computed in float32, as (B, H * d, pn, pn) planes; and planes resampled to pn_target as a
+// (B, H, pn_target^2, d) float32 view (`weights`: bilinear_weights(pn, pn_target), optional).
+at::Tensor cache_planes(const at::Tensor& o_dense, const at::Tensor& o_sparse, int64_t pn);
+at::Tensor upsample_planes(const at::Tensor& planes, int64_t heads, int64_t pn_target,
+                           const at::Tensor& weights = {});
 
 // Index lists of a selection (B, H, G, Lk) for the first row: int64 (H, G, max) ascending, -1
 // padded (the probe layout).
