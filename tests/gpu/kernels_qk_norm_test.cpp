@@ -112,10 +112,9 @@ TEST(KernelsQkNormGpu, PolicyDtypesAndShapesDecide) {
                                              &why));  // fp32 q: not the kernel's
     EXPECT_FALSE(vk::fused_qk_norm_supported(q, q, n, n, mul.to(at::kBFloat16), {}, &why));
     EXPECT_FALSE(vk::fused_qk_norm_supported(q, q, n.narrow(2, 0, 2), n, mul, {}, &why));
-    EXPECT_FALSE(vk::fused_qk_norm_supported(q.transpose(2, 3), q.transpose(2, 3),
-                                             n.transpose(2, 3).narrow(2, 0, 1).expand({1, 2, 8, 1}),
-                                             n.transpose(2, 3).narrow(2, 0, 1).expand({1, 2, 8, 1}),
-                                             mul, {}, &why));  // channels not contiguous
+    const auto n_t = at::ones({1, 2, 8, 1}, kCuda);  // the norms of q.transpose(2, 3)'s rows
+    EXPECT_FALSE(vk::fused_qk_norm_supported(q.transpose(2, 3), q.transpose(2, 3), n_t, n_t, mul,
+                                             {}, &why));  // channels not contiguous
     vk::KernelPolicy reference;
     reference.reference = true;
     EXPECT_FALSE(vk::fused_qk_norm_supported(q, q, n, n, mul, reference, &why));
