@@ -28,8 +28,8 @@ const std::vector<Entry>& entries() {
           "(same bits)"},
          Kind::Switch},
         {{"VARSCOPE_FUSED_ELEMENTWISE", "fused_elementwise", "0 or 1",
-          "1: the bf16-autocast blocks' AdaLN modulation + bf16 cast and gated residual sums as "
-          "one CUDA kernel each; 0: the ATen operations (same bits)"},
+          "1: the bf16-autocast blocks' AdaLN modulation + bf16 cast, gated residual sums and "
+          "VAR's q/k normalisation as one CUDA kernel each; 0: the ATen operations (same bits)"},
          Kind::Switch},
         {{"VARSCOPE_DIFF_PDL", "diff_pdl", "0 or 1",
           "1: programmatic dependent launch between the fused DiffLoss kernels; 0: without"},

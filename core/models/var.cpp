@@ -9,10 +9,12 @@
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "core/io/json_fields.h"
 #include "core/io/module_binding.h"
 #include "core/models/block_elementwise.h"
+#include "kernels/qk_norm.h"
 
 namespace varscope {
 namespace {
@@ -59,9 +61,11 @@ at::Tensor l2_normalize(const at::Tensor& x) {
 
 // F.normalize of a bf16 tensor under torch.autocast: its norm is linalg_vector_norm, which
 // autocast runs with dtype=float, and bf16 / fp32 promotes: an fp32 result.
-at::Tensor l2_normalize_autocast(const at::Tensor& x) {
-    return x / at::linalg_vector_norm(x, 2, at::IntArrayRef{-1}, /*keepdim=*/true, at::kFloat)
-                   .clamp_min(1e-12);
+at::Tensor autocast_norm(const at::Tensor& x) {
+    return at::linalg_vector_norm(x, 2, at::IntArrayRef{-1}, /*keepdim=*/true, at::kFloat);
+}
+at::Tensor l2_normalize_autocast(const at::Tensor& x, const at::Tensor& norm) {
+    return x / norm.clamp_min(1e-12);
 }
 
 // The schedule written in the lvl_1L buffer (level index of each token), which official and
@@ -253,7 +257,8 @@ Qkv SelfAttentionImpl::project_qkv(const at::Tensor& x) const {
 }
 
 Qkv SelfAttentionImpl::project_qkv(const at::Tensor& x, const at::Tensor& bias,
-                                   const at::Tensor& mul, bool keep_fp32_qk, bool pre_cast) const {
+                                   const at::Tensor& mul, bool keep_fp32_qk, bool pre_cast,
+                                   const kernels::KernelPolicy* fuse) const {
     const int64_t B = x.size(0), L = x.size(1);
     const auto& w = mat_qkv->weight;
     auto qkv = at::linear(x.to(w.scalar_type()), w, bias).view({B, L, 3, num_heads_, head_dim_});
@@ -263,8 +268,16 @@ Qkv SelfAttentionImpl::project_qkv(const at::Tensor& x, const at::Tensor& bias,
         if (pre_cast || x.scalar_type() != w.scalar_type()) {
             // bf16-autocast: normalised and scaled in fp32, rounded to bf16 where autocast's
             // SDPA casts them (keys are cached in bf16: the same values).
-            r.q = l2_normalize_autocast(r.q).mul(mul);
-            r.k = l2_normalize_autocast(r.k);
+            const auto norm_q = autocast_norm(r.q), norm_k = autocast_norm(r.k);
+            const auto mul32 = mul.scalar_type() == at::kFloat ? mul : mul.to(at::kFloat);
+            if (!keep_fp32_qk && fuse && w.scalar_type() == at::kBFloat16 &&
+                kernels::fused_qk_norm_supported(r.q, r.k, norm_q, norm_k, mul32, *fuse)) {
+                std::tie(r.q, r.k) =
+                    kernels::fused_qk_norm_bf16(r.q, r.k, norm_q, norm_k, mul32, *fuse);
+                return r;
+            }
+            r.q = l2_normalize_autocast(r.q, norm_q).mul(mul);
+            r.k = l2_normalize_autocast(r.k, norm_k);
             if (!keep_fp32_qk) {
                 r.q = r.q.to(w.scalar_type());
                 r.k = r.k.to(w.scalar_type());
@@ -348,7 +361,7 @@ Qkv AdaLNSelfAttnImpl::attention_inputs(const at::Tensor& x, const BlockConstant
                                         const kernels::KernelPolicy* fuse) const {
     const auto in = modulated_input(norm(x), k.scale1p, k.m.shift1, attn->mat_qkv, fuse);
     const bool pre_cast = in.scalar_type() != x.scalar_type();  // the kernel rounded it to bf16
-    return attn->project_qkv(in, k.qkv_bias, k.q_mul, /*keep_fp32_qk=*/false, pre_cast);
+    return attn->project_qkv(in, k.qkv_bias, k.q_mul, /*keep_fp32_qk=*/false, pre_cast, fuse);
 }
 
 at::Tensor AdaLNSelfAttnImpl::attn_residual(const at::Tensor& x, const at::Tensor& o,

@@ -67,8 +67,11 @@ class SelfAttentionImpl : public torch::nn::Module {
     // that rotates them first (Infinity's RoPE runs in fp32 under autocast) and rounds later.
     // pre_cast (bf16-autocast only): x_BLC is already the weights' bf16, rounded from the fp32
     // stream by the caller (a fused kernel); q and k take autocast's fp32 path all the same.
+    // fuse (bf16-autocast, q and k rounded to bf16): the kernel policy under which their
+    // normalisation after the norms runs as one kernel (kernels/qk_norm.h); the same values.
     Qkv project_qkv(const at::Tensor& x_BLC, const at::Tensor& qkv_bias, const at::Tensor& q_mul,
-                    bool keep_fp32_qk = false, bool pre_cast = false) const;
+                    bool keep_fp32_qk = false, bool pre_cast = false,
+                    const kernels::KernelPolicy* fuse = nullptr) const;
     at::Tensor qkv_bias() const;  // q_bias | zero_k_bias | v_bias
     at::Tensor q_mul() const;     // exp(min(scale_mul, log 100)); undefined without L2 norm
     at::Tensor project_out(const at::Tensor& o_BHLc) const;  // merge heads + output projection
