@@ -84,21 +84,40 @@ at::Tensor selected_pairs(const at::Tensor& selection, int64_t query_block, int6
     return pairs_of_counts(selection.sum({-1}, false, at::kDouble), query_block, lq);
 }
 
-// Gathered attention over the lists of kernels::key_lists (each (b, h)'s keys already offset
-// into the long sequence that gathered_per_head describes). `part`: how the cost model books the
-// kernel (the decision scale's residual pass is the method's overhead).
+// Each (b, h) of a (B, H, L, d) KV view is a stretch of one long row sequence for the gathered
+// kernel. A KV cache narrowed from its capacity (rows contiguous, heads and batch rows evenly
+// spaced, K and V alike) is that sequence already, with stretches of its capacity: no copy. Any
+// other layout is copied (stretch L).
+int64_t kv_stretch(const at::Tensor& k, const at::Tensor& v) {
+    const int64_t H = k.size(1), L = k.size(2), d = k.size(3);
+    const auto s = k.strides();
+    const bool in_place = k.strides() == v.strides() && s[3] == 1 && s[2] == d && d > 0 &&
+                          s[1] % d == 0 && s[1] / d >= L && s[0] == H * s[1];
+    return in_place ? s[1] / d : L;
+}
+at::Tensor as_sequence(const at::Tensor& t, int64_t stretch) {
+    const int64_t B = t.size(0), H = t.size(1), L = t.size(2), d = t.size(3);
+    if (stretch == L) return t.reshape({1, 1, B * H * L, d});
+    const int64_t rows = (B * H - 1) * stretch + L;  // the last stretch ends at its L-th row
+    return t.as_strided({1, 1, rows, d}, {rows * d, rows * d, d, 1});
+}
+
+// Gathered attention over the lists of kernels::key_lists, whose ids were offset by `stretch`
+// (kv_stretch of k and v) per (b, h). `part`: how the cost model books the kernel (the decision
+// scale's residual pass is the method's overhead).
 at::Tensor gathered_on_lists(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
                              const at::Tensor& v, const kernels::GatheredKeyLists& lists,
-                             int64_t query_block, double softmax_scale, CostPart part) {
-    const int64_t B = q.size(0), H = q.size(1), lq = q.size(2), d = q.size(3), lk = k.size(2);
+                             int64_t stretch, int64_t query_block, double softmax_scale,
+                             CostPart part) {
+    const int64_t B = q.size(0), H = q.size(1), lq = q.size(2), d = q.size(3);
     const int64_t G = lists.attn_keys.size(0) / (B * H);
     const auto qf = at::constant_pad_nd(q, {0, 0, 0, G * query_block - lq}, 0)
                         .reshape({1, 1, B * H * G * query_block, d});
-    const auto kf = k.reshape({1, 1, B * H * lk, d}), vf = v.reshape({1, 1, B * H * lk, d});
     kernels::AttentionOptions opt;
     opt.scale = softmax_scale;
     opt.path = kernels::KernelPath::Cuda;
     opt.policy = ctx.scale.exec.kernels;
+    const auto kf = as_sequence(k, stretch), vf = as_sequence(v, stretch);
     ctx.mark(part);
     const auto out = kernels::gathered_attention(qf, kf, vf, lists.attn_keys, lists.attn_counts,
                                                  query_block, opt)
@@ -422,10 +441,11 @@ class SparVar : public SamplingHooks {
         // the later scales attend to. Kernels: the lists, the attention kernel's copy of them and
         // the residual pass's pair count in one launch.
         kernels::GatheredKeyLists lists;
+        const int64_t stretch = kv_stretch(k, v);
         st.lists = sparvar::KeyLists{};
         if (use_kernels) {
             lists = kernels::key_lists(
-                inds.view({B * H, G, top}), {}, {}, {}, list_spec(C, lq, lk, lk, false),
+                inds.view({B * H, G, top}), {}, {}, {}, list_spec(C, lq, lk, stretch, false),
                 cfg_.use_cache ? pair_slot(ctx, q.device()) : at::Tensor(),
                 4.0 * static_cast<double>(q.size(3)), kernels::KernelPath::Cuda, kp);
             st.lists = {lists.keys.view({B, H, G, lists.keys.size(2)}),
@@ -440,10 +460,11 @@ class SparVar : public SamplingHooks {
         if (cfg_.use_cache) {
             const int64_t pn = ctx.scale.config.patch_nums[ctx.scale.scale];
             if (use_kernels) {
-                st.cache = sparvar::cache_planes(
-                    o_dense,
-                    gathered_on_lists(ctx, q, k, v, lists, C, softmax_scale, CostPart::Overhead),
-                    pn);
+                st.cache =
+                    sparvar::cache_planes(o_dense,
+                                          gathered_on_lists(ctx, q, k, v, lists, stretch, C,
+                                                            softmax_scale, CostPart::Overhead),
+                                          pn);
             } else {
                 defer_flops(ctx, selected_pairs(st.selection, C, lq), q.size(3));
                 st.cache = sparvar::cache_planes(
@@ -485,10 +506,11 @@ class SparVar : public SamplingHooks {
             // The kernel path maps the lists themselves: O(kept keys) per block, no masks; one
             // launch writes them, the attention kernel's copy and the pair count.
             const int64_t B = q.size(0), H = q.size(1), Gs = st.lists.keys.size(2);
+            const int64_t stretch = kv_stretch(k, v);
             const auto lists = kernels::key_lists(
                 st.lists.keys.view({B * H, Gs, st.lists.keys.size(3)}),
                 st.lists.counts.view({B * H, Gs}), map.blocks, map.keys,
-                list_spec(cfg_.query_block, q.size(2), map.kv_len, k.size(2), map.increasing),
+                list_spec(cfg_.query_block, q.size(2), map.kv_len, stretch, map.increasing),
                 pair_slot(ctx, q.device()), 4.0 * static_cast<double>(q.size(3)),
                 kernels::KernelPath::Auto, ctx.scale.exec.kernels);
             if (wants(probe_kinds::kCs4aMapped)) {
@@ -497,7 +519,7 @@ class SparVar : public SamplingHooks {
                     {lists.keys.view({B, H, G, lists.keys.size(2)}), lists.counts.view({B, H, G})},
                     map.kv_len));
             }
-            o = gathered_on_lists(ctx, q, k, v, lists, cfg_.query_block, softmax_scale,
+            o = gathered_on_lists(ctx, q, k, v, lists, stretch, cfg_.query_block, softmax_scale,
                                   CostPart::Attention);
         } else {
             const auto sel = sparvar::map_selection(st.mask(), map, sink_tokens_);

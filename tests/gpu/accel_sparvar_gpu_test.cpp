@@ -252,3 +252,42 @@ TEST(GpuSparVar, CslaRecordsSayWhichPathRan) {
     for (const double k : path_of(Precision::Bf16, true)) EXPECT_EQ(k, 0.0);
     for (const double k : path_of(Precision::Fp32, false)) EXPECT_EQ(k, 0.0);
 }
+
+// The CS4A kernel path reads K and V in place where they are a KV cache narrowed from its
+// capacity (the gathered kernel's long sequence is the cache buffer itself) and copies them
+// otherwise: both give the same bits and the same FLOP count.
+TEST(GpuSparVar, CacheViewsAndContiguousKvGiveTheSameBits) {
+    REQUIRE_CUDA();
+    std::string why;
+    if (!kernels_for(at::kBFloat16, &why)) GTEST_SKIP() << why;
+    struct Layouts : SamplingHooks {
+        std::shared_ptr<SamplingHooks> views, copies;
+        int64_t compared = 0, in_place = 0;
+        at::Tensor attend(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& v, double s) override {
+            auto& mctx = const_cast<BlockContext&>(ctx);
+            const auto a = views->attend(ctx, q, k, v, s);
+            const double fa = ctx.attention_flops + views->take_deferred_attention_flops(ctx.scale);
+            const auto b = copies->attend(ctx, q, k.contiguous(), v.contiguous(), s);
+            const double fb =
+                ctx.attention_flops + copies->take_deferred_attention_flops(ctx.scale);
+            mctx.attention_flops = fa;
+            EXPECT_EQ(a.defined(), b.defined());
+            if (a.defined() && b.defined()) {
+                ++compared;
+                in_place += k.is_contiguous() ? 0 : 1;
+                EXPECT_TRUE(a.equal(b)) << "scale " << ctx.scale.scale << " layer " << ctx.layer;
+                EXPECT_DOUBLE_EQ(fa, fb) << "scale " << ctx.scale.scale << " layer " << ctx.layer;
+            }
+            return a;
+        }
+    };
+    auto p = kernel_pipeline(Precision::Bf16);
+    Layouts hooks;
+    hooks.views = make_sparvar(sparvar_config(false), p.var_config(), nullptr);
+    hooks.copies = make_sparvar(sparvar_config(false), p.var_config(), nullptr);
+    p.generate(greedy(), &hooks);
+    EXPECT_EQ(hooks.compared, kCs4aLayers + 2 * 4);
+    EXPECT_GT(hooks.in_place, 0)
+        << "no call saw a narrowed KV cache: the in-place path ran nowhere";
+}
