@@ -13,11 +13,13 @@
 #include "core/accel/accel_config.h"
 #include "core/accel/csla_mask.h"
 #include "core/accel/probe_kinds.h"
+#include "core/accel/resample.h"
 #include "core/accel/sparvar.h"
 #include "core/accel/sparvar_cs4a.h"
 #include "core/accel/sparvar_csla.h"
 #include "core/resources.h"
 #include "kernels/block_list_order.h"
+#include "kernels/upsample_add.h"
 #include "tests/tiny_models.h"
 
 using namespace varscope;
@@ -256,25 +258,33 @@ TEST(SparVarCs4a, TopKKeepsTheLargestColumnsAscending) {
     EXPECT_EQ(sparvar::top_k_count(1.0, 5), 5);
 }
 
-// The loop keeps O_cache as planes (one subtraction writes them) and adds the upsampled view:
-// the same bits as upsample_cache of O_dense - O_sparse, in float32 and from bf16 outputs.
-TEST(SparVarCs4a, CachePlanesEqualTheUpsampledCache) {
+// The loop adds O_cache with kernels::upsample_add over bilinear_taps: o + upsample_cache within
+// float32 rounding (the taps are torch's weights; the GEMMs sum the same two products), rounded
+// once to o's dtype.
+TEST(SparVarCs4a, UpsampleAddIsTheSparseOutputPlusTheUpsampledCache) {
     c10::InferenceMode guard;
     at::manual_seed(5);
-    for (const auto type : {at::kFloat, at::kBFloat16}) {
-        const auto dense = at::randn({2, 3, 16, 8}).to(type), sparse = at::randn({2, 3, 16, 8});
-        const auto sparse_t = sparse.to(type);
-        const auto planes = sparvar::cache_planes(dense, sparse_t, 4);
-        ASSERT_EQ(planes.sizes(), (at::IntArrayRef{2, 24, 4, 4}));
-        const auto cache = dense.to(at::kFloat) - sparse_t.to(at::kFloat);
-        const auto want = sparvar::upsample_cache(cache, 4, 6);
-        const auto got = sparvar::upsample_planes(planes, 3, 6);
+    for (const auto& [g, t] : std::vector<std::pair<int64_t, int64_t>>{{4, 6}, {4, 8}, {5, 5}}) {
+        const auto cache = at::randn({2, 3, g * g, 8}), o = at::randn({2, 3, t * t, 8});
+        const auto taps = bilinear_taps(g, t);
+        const auto got = kernels::upsample_add(o, cache, taps.ids, taps.weights);
+        const auto want = o + sparvar::upsample_cache(cache, g, t);
         ASSERT_EQ(got.sizes(), want.sizes());
-        EXPECT_TRUE(got.equal(want));
-        EXPECT_TRUE(sparvar::upsample_planes(planes, 3, 4).equal(cache));  // same grid: itself
+        EXPECT_TRUE(at::allclose(got, want, 1e-6, 1e-6)) << (got - want).abs().max();
+        const auto b16 = kernels::upsample_add(o.to(at::kBFloat16), cache, taps.ids, taps.weights);
+        EXPECT_EQ(b16.scalar_type(), at::kBFloat16);
+        EXPECT_TRUE(at::allclose(b16.to(at::kFloat), want, 1e-2, 1e-2));
     }
-    EXPECT_THROW(sparvar::cache_planes(at::zeros({1, 1, 16, 2}), at::zeros({1, 1, 16, 2}), 3),
-                 c10::Error);
+    // One tap where the grids agree: the cache itself.
+    const auto same = bilinear_taps(5, 5);
+    EXPECT_TRUE(same.weights.select(1, 1).eq(0).all().item<bool>());
+    EXPECT_TRUE(same.ids.select(1, 0).equal(at::arange(5, at::kLong)));
+    EXPECT_THROW(kernels::upsample_add(at::zeros({1, 1, 9, 2}), at::zeros({1, 1, 4, 2}), same.ids,
+                                       same.weights),
+                 c10::Error);  // taps for 5 rows, o has 3
+    EXPECT_THROW(kernels::upsample_add(at::zeros({1, 1, 8, 2}), at::zeros({1, 1, 4, 2}), same.ids,
+                                       same.weights),
+                 c10::Error);  // 8 rows: no square grid
 }
 
 TEST(SparVarCs4a, CacheIdentityAtTheDecisionScale) {

@@ -6,16 +6,18 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <c10/core/TensorOptions.h>
 
 namespace varscope {
 
-// Same as at::upsample_bilinear2d(x, {out, out}, align_corners=false) for square maps. `weights`:
-// bilinear_weights(h, out) built once by a caller that resamples often (device ops only then).
-at::Tensor upsample_bilinear_planes(const at::Tensor& x, int64_t out,
-                                    const at::Tensor& weights = {});
+// Same as at::upsample_bilinear2d(x, {out, out}, align_corners=false) for square maps.
+at::Tensor upsample_bilinear_planes(const at::Tensor& x, int64_t out);
 
-// (out, in) weights of 1-D linear interpolation with align_corners = false.
-at::Tensor bilinear_weights(int64_t in, int64_t out, const at::TensorOptions& options);
+// The same 1-D interpolation as two taps per output index (kernels/upsample_add.h): ids int64
+// (out, 2) and weights float32 (out, 2), the non-zero entries of torch's weights in id order
+// (one tap: the second repeats its id with weight 0). On the CPU.
+struct BilinearTaps {
+    at::Tensor ids, weights;
+};
+BilinearTaps bilinear_taps(int64_t in, int64_t out);
 
 }  // namespace varscope

@@ -16,6 +16,7 @@
 #include "kernels/key_lists.h"
 #include "kernels/sdpa_lse.h"
 #include "kernels/token_ops.h"
+#include "kernels/upsample_add.h"
 
 namespace varscope {
 namespace {
@@ -162,7 +163,7 @@ class SparVar : public SamplingHooks {
                 counter(ctx.config, device);
                 if (seg.scale > decision_) {
                     cs4a_map(ctx.config, seg.scale, device);
-                    if (cfg_.use_cache) upsample_weights(ctx.config, seg.scale, device);
+                    if (cfg_.use_cache) cache_taps(ctx.config, seg.scale, device);
                 }
             }
             if (csla_used_ && seg.scale >= first_sparse_) {
@@ -203,8 +204,7 @@ class SparVar : public SamplingHooks {
         sparvar::KeyLists lists;
         at::Tensor selection;
         int64_t kv_len = 0;  // N_<=S
-        at::Tensor cache;    // float (2B, H * d, pn_S, pn_S) planes of O_dense - O_sparse at S, or
-                             // undefined
+        at::Tensor cache;    // float (2B, H, N_S, d): O_dense - O_sparse at S; or undefined
         int64_t rows() const {
             return lists.keys.defined()  ? lists.keys.size(0)
                    : selection.defined() ? selection.size(0)
@@ -270,15 +270,16 @@ class SparVar : public SamplingHooks {
         spec.increasing_map = increasing_map;
         return spec;
     }
-    // O_cache's bilinear weights from the decision scale's grid to `scale`'s, on `device`
-    // (staged by on_scale_begin, so a captured step reads them without building them).
-    const at::Tensor& upsample_weights(const VarConfig& config, int64_t scale,
-                                       const at::Device& device) {
-        auto& w = up_weights_[scale];
-        if (!w.defined() || w.device() != device)
-            w = bilinear_weights(config.patch_nums[decision_], config.patch_nums[scale],
-                                 at::TensorOptions(device).dtype(at::kFloat));
-        return w;
+    // O_cache's bilinear taps from the decision scale's grid to `scale`'s, on `device` (staged
+    // by on_scale_begin: a captured step copies nothing from the host).
+    const BilinearTaps& cache_taps(const VarConfig& config, int64_t scale,
+                                   const at::Device& device) {
+        auto& t = taps_[scale];
+        if (!t.ids.defined() || t.ids.device() != device) {
+            const auto host = bilinear_taps(config.patch_nums[decision_], config.patch_nums[scale]);
+            t = {host.ids.to(device), host.weights.to(device)};
+        }
+        return t;
     }
 
     // CS4A's index maps from the decision scale to `scale`, on `device`.
@@ -458,21 +459,17 @@ class SparVar : public SamplingHooks {
         }
         st.cache = at::Tensor();
         if (cfg_.use_cache) {
-            const int64_t pn = ctx.scale.config.patch_nums[ctx.scale.scale];
+            at::Tensor o_sparse;
             if (use_kernels) {
-                st.cache =
-                    sparvar::cache_planes(o_dense,
-                                          gathered_on_lists(ctx, q, k, v, lists, stretch, C,
-                                                            softmax_scale, CostPart::Overhead),
-                                          pn);
+                o_sparse = gathered_on_lists(ctx, q, k, v, lists, stretch, C, softmax_scale,
+                                             CostPart::Overhead);
             } else {
                 defer_flops(ctx, selected_pairs(st.selection, C, lq), q.size(3));
-                st.cache = sparvar::cache_planes(
-                    o_dense,
-                    sparvar::masked_attention(q, k, v, softmax_scale,
-                                              sparvar::expand_query_blocks(st.selection, C, lq)),
-                    pn);
+                o_sparse = sparvar::masked_attention(
+                    q, k, v, softmax_scale, sparvar::expand_query_blocks(st.selection, C, lq));
             }
+            // In float32 (a bf16 o_sparse is widened inside the subtraction).
+            st.cache = at::sub(o_dense.to(at::kFloat), o_sparse);
         }
         report_flops(ctx, pairs, q.size(3));
         return o_dense;
@@ -486,7 +483,6 @@ class SparVar : public SamplingHooks {
             throw std::logic_error("sparvar: layer " + str(ctx.layer) + " reached scale " +
                                    str(ctx.scale.scale) + " without its decision scale " +
                                    str(decision_));
-        const auto& pns = ctx.scale.config.patch_nums;
         ctx.mark(CostPart::Overhead);  // index maps and key lists
         const auto& map = cs4a_map(ctx.scale.config, ctx.scale.scale, q.device());
         report_flops(ctx, 0.0, q.size(3));  // the pairs follow on the device
@@ -536,14 +532,11 @@ class SparVar : public SamplingHooks {
         }
         ctx.mark(CostPart::Overhead);  // O_cache upsampled and added
         if (!st.cache.defined()) return o.to(q.scalar_type()).contiguous();
-        // o + upsampled O_cache in float32, rounded once to q's dtype: one add that writes it.
-        auto out = at::empty(o.sizes(), q.options());
-        at::add_out(out,
-                    sparvar::upsample_planes(
-                        st.cache, q.size(1), pns[ctx.scale.scale],
-                        upsample_weights(ctx.scale.config, ctx.scale.scale, q.device())),
-                    o);
-        return out;
+        // o + upsampled O_cache in float32, rounded once: one kernel on CUDA.
+        const auto& taps = cache_taps(ctx.scale.config, ctx.scale.scale, q.device());
+        return kernels::upsample_add(o, st.cache, taps.ids, taps.weights, kernels::KernelPath::Auto,
+                                     ctx.scale.exec.kernels)
+            .to(q.scalar_type());
     }
 
     SparVarConfig cfg_;
@@ -554,7 +547,7 @@ class SparVar : public SamplingHooks {
     std::vector<Cs4aState> states_;
     std::map<int64_t, CslaEntry> csla_;  // per scale: the same mask for every CSLA layer
     std::map<int64_t, sparvar::SelectionMap> maps_;  // CS4A index maps per sparse scale
-    std::map<int64_t, at::Tensor> up_weights_;       // O_cache's upsampling per sparse scale
+    std::map<int64_t, BilinearTaps> taps_;           // O_cache's upsampling per sparse scale
     at::Tensor pairs_;                   // double (scales): CS4A's attention FLOPs per scale
     std::set<int64_t> deferred_scales_;  // scales whose FLOPs wait in pairs_
 };

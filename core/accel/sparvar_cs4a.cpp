@@ -201,30 +201,11 @@ at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::
     return at::matmul(at::softmax(scores, -1), v.to(at::kFloat));
 }
 
-at::Tensor cache_planes(const at::Tensor& o_dense, const at::Tensor& o_sparse, int64_t pn) {
-    const int64_t B = o_dense.size(0), H = o_dense.size(1), N = o_dense.size(2);
-    const int64_t d = o_dense.size(3);
-    TORCH_CHECK(N == pn * pn && o_sparse.sizes() == o_dense.sizes(), "cache_planes: outputs ",
-                o_dense.sizes(), " and ", o_sparse.sizes(), " for a ", pn, "x", pn, " grid");
-    auto planes = at::empty({B, H * d, pn, pn}, o_dense.options().dtype(at::kFloat));
-    // One float32 subtraction that writes the planes' layout, seen as (B, H, N, d).
-    auto as_outputs = planes.view({B, H, d, N}).transpose(2, 3);
-    at::sub_out(as_outputs, o_dense.to(at::kFloat), o_sparse);
-    return planes;
-}
-
-at::Tensor upsample_planes(const at::Tensor& planes, int64_t heads, int64_t pn_target,
-                           const at::Tensor& weights) {
-    const int64_t B = planes.size(0), d = planes.size(1) / heads;
-    return upsample_bilinear_planes(planes, pn_target, weights)
-        .reshape({B, heads, d, pn_target * pn_target})
-        .transpose(2, 3);
-}
-
 at::Tensor upsample_cache(const at::Tensor& cache, int64_t pn_source, int64_t pn_target) {
     const int64_t B = cache.size(0), H = cache.size(1), d = cache.size(3);
-    const auto planes = cache.permute({0, 1, 3, 2}).reshape({B, H * d, pn_source, pn_source});
-    return upsample_planes(planes, H, pn_target).contiguous();
+    auto grid = cache.permute({0, 1, 3, 2}).reshape({B, H * d, pn_source, pn_source});
+    auto up = upsample_bilinear_planes(grid, pn_target);
+    return up.reshape({B, H, d, pn_target * pn_target}).permute({0, 1, 3, 2}).contiguous();
 }
 
 at::Tensor selection_lists(const at::Tensor& selection) {

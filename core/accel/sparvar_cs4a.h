@@ -104,12 +104,8 @@ at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::
 
 // O_cache (B, H, pn_S^2, d) resampled bilinearly (align_corners = false) to (B, H, pn_K^2, d).
 at::Tensor upsample_cache(const at::Tensor& cache, int64_t pn_source, int64_t pn_target);
-// The same in the layout the sampling loop keeps: O_cache = O_dense - O_sparse (B, H, pn^2, d),
-// computed in float32, as (B, H * d, pn, pn) planes; and planes resampled to pn_target as a
-// (B, H, pn_target^2, d) float32 view (`weights`: bilinear_weights(pn, pn_target), optional).
-at::Tensor cache_planes(const at::Tensor& o_dense, const at::Tensor& o_sparse, int64_t pn);
-at::Tensor upsample_planes(const at::Tensor& planes, int64_t heads, int64_t pn_target,
-                           const at::Tensor& weights = {});
+// The sampling loop adds it to the sparse output with kernels::upsample_add (the same bilinear
+// taps, resample.h bilinear_taps), in one pass.
 
 // Index lists of a selection (B, H, G, Lk) for the first row: int64 (H, G, max) ascending, -1
 // padded (the probe layout).

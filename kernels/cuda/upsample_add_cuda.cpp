@@ -1,0 +1,36 @@
+#include "kernels/cuda/upsample_add_cuda.h"
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <cmath>
+
+#include "kernels/cuda/torch_glue.h"
+#include "kernels/cuda/upsample_add_params.h"
+
+namespace varscope::kernels::cuda {
+
+at::Tensor upsample_add(const at::Tensor& o, const at::Tensor& cache, const at::Tensor& tap_ids,
+                        const at::Tensor& tap_weights) {
+    const c10::cuda::CUDAGuard guard(o.device());
+    auto out = at::empty(o.sizes(), o.options().memory_format(at::MemoryFormat::Contiguous));
+    UpsampleAddParams p;
+    p.o = o.data_ptr();
+    p.elem = token_elem_of(o, "upsample_add");
+    p.o_stride[0] = o.stride(0);
+    p.o_stride[1] = o.stride(1);
+    p.o_stride[2] = o.stride(2);
+    p.cache = cache.data_ptr<float>();
+    p.tap_ids = tap_ids.data_ptr<int64_t>();
+    p.tap_weights = tap_weights.data_ptr<float>();
+    p.out = out.data_ptr();
+    p.batch = static_cast<int>(o.size(0));
+    p.heads = static_cast<int>(o.size(1));
+    p.side = static_cast<int>(tap_ids.size(0));
+    p.grid = static_cast<int>(std::llround(std::sqrt(static_cast<double>(cache.size(2)))));
+    p.channels = static_cast<int>(o.size(3));
+    check_cuda(launch_upsample_add(p, stream_of(o)), "upsample_add kernel");
+    return out;
+}
+
+}  // namespace varscope::kernels::cuda
