@@ -1,5 +1,5 @@
-// out = o + the cache resampled by two taps per row and column (kernels/upsample_add.h). One
-// thread per output element, channels fastest, so the cache's four reads and o's read coalesce;
+// out = o + the cache resampled by two taps per row and column (kernels/upsample_add.h). Threads
+// run over the output with the channels fastest, so the cache's four reads and o's coalesce;
 // every product and sum rounded on its own (__fmul_rn / __fadd_rn: no contraction into FMAs),
 // as the LibTorch reference computes them.
 #include <cuda_bf16.h>
@@ -29,56 +29,80 @@ __device__ __forceinline__ void store(__nv_bfloat16* p, float v) {
     *p = __float2bfloat16_rn(v);
 }
 
-template <typename T>
+// VEC consecutive channels per thread (4 where the channels and o's strides allow: one 16-byte
+// cache load per tap), 32-bit index math (the dispatch keeps every tensor under 2^31 elements).
+template <typename T, int VEC>
 __global__ void upsample_add_kernel(const UpsampleAddParams p) {
-    const long long n = static_cast<long long>(p.batch) * p.heads * p.side * p.side * p.channels;
-    const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int groups = p.channels / VEC;
+    const int n = p.batch * p.heads * p.side * p.side * groups;
+    const int i = static_cast<int>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const int c = static_cast<int>(i % p.channels);
-    long long rest = i / p.channels;
-    const int v = static_cast<int>(rest % p.side);
+    const int c = (i % groups) * VEC;
+    int rest = i / groups;
+    const int v = rest % p.side;
     rest /= p.side;
-    const int u = static_cast<int>(rest % p.side);
-    rest /= p.side;
-    const int h = static_cast<int>(rest % p.heads);
-    const int b = static_cast<int>(rest / p.heads);
-    const float* cache = p.cache +
-                         (static_cast<long long>(b) * p.heads + h) * p.grid * p.grid *
-                             static_cast<long long>(p.channels) +
-                         c;
-    const long long r0 = p.tap_ids[2 * u], r1 = p.tap_ids[2 * u + 1];
-    const long long c0 = p.tap_ids[2 * v], c1 = p.tap_ids[2 * v + 1];
+    const int u = rest % p.side;
+    const int bh = rest / p.side, b = bh / p.heads, h = bh % p.heads;
+    const float* cache = p.cache + static_cast<long long>(bh) * p.grid * p.grid * p.channels + c;
+    const int r0 = static_cast<int>(p.tap_ids[2 * u]), r1 = static_cast<int>(p.tap_ids[2 * u + 1]);
+    const int c0 = static_cast<int>(p.tap_ids[2 * v]), c1 = static_cast<int>(p.tap_ids[2 * v + 1]);
     const float wr0 = p.tap_weights[2 * u], wr1 = p.tap_weights[2 * u + 1];
     const float wc0 = p.tap_weights[2 * v], wc1 = p.tap_weights[2 * v + 1];
-    auto at = [&](long long r, long long col) { return cache[(r * p.grid + col) * p.channels]; };
-    const float a0 = __fadd_rn(__fmul_rn(at(r0, c0), wr0), __fmul_rn(at(r1, c0), wr1));
-    const float a1 = __fadd_rn(__fmul_rn(at(r0, c1), wr0), __fmul_rn(at(r1, c1), wr1));
-    const float up = __fadd_rn(__fmul_rn(a0, wc0), __fmul_rn(a1, wc1));
+    float x[4][VEC];  // (r0, c0), (r1, c0), (r0, c1), (r1, c1)
+    const int cells[4] = {r0 * p.grid + c0, r1 * p.grid + c0, r0 * p.grid + c1, r1 * p.grid + c1};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float* src = cache + static_cast<long long>(cells[k]) * p.channels;
+        if constexpr (VEC == 4) {
+            const float4 q = *reinterpret_cast<const float4*>(src);
+            x[k][0] = q.x;
+            x[k][1] = q.y;
+            x[k][2] = q.z;
+            x[k][3] = q.w;
+        } else {
+            x[k][0] = *src;
+        }
+    }
     const long long row = static_cast<long long>(u) * p.side + v;
     const T* o = static_cast<const T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] +
                  row * p.o_stride[2] + c;
-    T* out = static_cast<T*>(p.out) + i;
-    store(out, __fadd_rn(load(o), up));
+    T* out = static_cast<T*>(p.out) + static_cast<long long>(i) * VEC;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+        const float a0 = __fadd_rn(__fmul_rn(x[0][j], wr0), __fmul_rn(x[1][j], wr1));
+        const float a1 = __fadd_rn(__fmul_rn(x[2][j], wr0), __fmul_rn(x[3][j], wr1));
+        const float up = __fadd_rn(__fmul_rn(a0, wc0), __fmul_rn(a1, wc1));
+        store(out + j, __fadd_rn(load(o + j), up));
+    }
+}
+
+template <typename T>
+cudaError_t launch_for(const UpsampleAddParams& p, cudaStream_t stream) {
+    const bool vec = p.vec4;
+    const long long n = static_cast<long long>(p.batch) * p.heads * p.side * p.side *
+                        (vec ? p.channels / 4 : p.channels);
+    const auto blocks = static_cast<unsigned>((n + 255) / 256);
+    if (vec)
+        upsample_add_kernel<T, 4><<<blocks, 256, 0, stream>>>(p);
+    else
+        upsample_add_kernel<T, 1><<<blocks, 256, 0, stream>>>(p);
+    return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t launch_upsample_add(const UpsampleAddParams& p, cudaStream_t stream) {
-    const long long n = static_cast<long long>(p.batch) * p.heads * p.side * p.side * p.channels;
-    if (n == 0) return cudaSuccess;
-    const auto blocks = static_cast<unsigned>((n + 255) / 256);
+    if (static_cast<long long>(p.batch) * p.heads * p.side * p.side * p.channels == 0)
+        return cudaSuccess;
     switch (p.elem) {
         case TokenElem::Float32:
-            upsample_add_kernel<float><<<blocks, 256, 0, stream>>>(p);
-            break;
+            return launch_for<float>(p, stream);
         case TokenElem::Float16:
-            upsample_add_kernel<__half><<<blocks, 256, 0, stream>>>(p);
-            break;
+            return launch_for<__half>(p, stream);
         case TokenElem::BFloat16:
-            upsample_add_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(p);
-            break;
+            return launch_for<__nv_bfloat16>(p, stream);
     }
-    return cudaGetLastError();
+    return cudaErrorNotSupported;
 }
 
 }  // namespace varscope::kernels::cuda

@@ -19,6 +19,7 @@ struct UpsampleAddParams {
     const float* tap_weights = nullptr;  // (t, 2)
     void* out = nullptr;                 // contiguous (B, H, t*t, d), o's dtype
     int batch = 0, heads = 0, side = 0, grid = 0, channels = 0;
+    bool vec4 = false;  // channels % 4 == 0 and o's strides and both pointers 4-element aligned
 };
 
 cudaError_t launch_upsample_add(const UpsampleAddParams& p, cudaStream_t stream);
