@@ -56,6 +56,16 @@ InfinityPipeline InfinityPipeline::from_weights(const StateDict& dict,
     return from(std::move(model), std::move(vae));
 }
 
+void InfinityPipeline::stream_blocks(int64_t count) {
+    if (!sampler) sampler = std::make_shared<InfinitySampler>(model, quant);
+    if (sampler->block_stream())
+        throw std::logic_error("stream blocks: this pipeline streams its blocks already");
+    if (count == 0) return;
+    sampler->release_graphs();  // they read the weights that move
+    sampler->set_block_stream(std::make_shared<InfinityBlockStream>(model, count));
+    kernels::empty_cuda_cache();  // the moved blocks' device memory back to the device
+}
+
 InfinityPipeline::Output InfinityPipeline::generate(const InfinityText& text,
                                                     const InfinitySchedule& schedule,
                                                     const InfinitySampleOptions& options,

@@ -36,6 +36,12 @@ struct InfinityPipeline {
     // Wraps built modules (tests, random weights); checks that they fit together.
     static InfinityPipeline from(InfinityTransformer model, BsqVae vae);
 
+    // The low-memory mode's block streaming (core/models/infinity_block_stream.h): the last
+    // `count` blocks' weights move to host memory and are copied into one device block before
+    // they run; later samples are exact and eager. Once per pipeline (std::logic_error after
+    // that); std::invalid_argument for a count out of 0..depth. 0 changes nothing.
+    void stream_blocks(int64_t count);
+
     struct Output {
         InfinitySampleResult sample;
         at::Tensor images;  // (B, 3, H, W) in [0, 1]; undefined without a VAE or decode off

@@ -35,6 +35,15 @@ TEST(CliInfinity, GeneratesFromTextFeatures) {
     const auto again = varscope::load_checkpoint(again_path);
     ASSERT_EQ(again.size(), t.size());
     for (const auto& [name, v] : t) EXPECT_TRUE(v.equal(again.at(name))) << name;
+    // The low-memory mode's block streaming draws the same bits.
+    const auto streamed_path = dir.file("streamed.safetensors");
+    const auto s =
+        run_cli("generate " + kModel + kText +
+                "--pixels 0.06M --seed 3 -q --stream-blocks 1 --tokens-out " + streamed_path);
+    ASSERT_EQ(s.code, 0) << s.out;
+    const auto streamed = varscope::load_checkpoint(streamed_path);
+    ASSERT_EQ(streamed.size(), t.size());
+    for (const auto& [name, v] : t) EXPECT_TRUE(v.equal(streamed.at(name))) << name;
 }
 
 TEST(CliInfinity, FlagsAndTextsAreChecked) {
@@ -54,6 +63,13 @@ TEST(CliInfinity, FlagsAndTextsAreChecked) {
     r = run_cli("generate --random 2 --patch-nums 1,2 --tau 0.7 --tokens-out /tmp/x.st");
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find("--tau is an Infinity setting"), std::string::npos) << r.out;
+    // Block streaming is Infinity's, and counts no more blocks than the model has.
+    r = run_cli("generate --random 2 --patch-nums 1,2 --stream-blocks 1 --tokens-out /tmp/x.st");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("--stream-blocks is an Infinity setting"), std::string::npos) << r.out;
+    r = run_cli("generate " + kModel + kText + "--stream-blocks 99 --tokens-out /tmp/x.st");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("is not a block count"), std::string::npos) << r.out;
     // No text at all.
     r = run_cli("generate " + kModel + "--tokens-out /tmp/x.st");
     EXPECT_EQ(r.code, 2) << r.out;

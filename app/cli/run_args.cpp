@@ -45,7 +45,7 @@ void refuse_foreign(const std::map<std::string, CLI::Option*>& options,
 
 const std::vector<std::string> kVarModelFlags = {"--patch-nums"};
 const std::vector<std::string> kMarModelFlags = {"--raw-weights", "--num-sampling-steps"};
-const std::vector<std::string> kInfinityModelFlags = {"--t5", "--t5-offload"};
+const std::vector<std::string> kInfinityModelFlags = {"--t5", "--t5-offload", "--stream-blocks"};
 const std::vector<std::string> kTopFlags = {"--top-k", "--top-p"};  // VAR and Infinity
 const std::vector<std::string> kVarSampleFlags = {"--more-smooth"};
 const std::vector<std::string> kMarSampleFlags = {"--num-iter", "--cfg-schedule", "--temperature",
@@ -100,6 +100,13 @@ void ModelArgs::add_to(CLI::App& cmd, Family default_family) {
     o["--t5-offload"] = cmd.add_flag("--t5-offload", t5_offload,
                                      "Infinity on CUDA: move the T5 encoder off the GPU after "
                                      "encoding (low-memory mode)");
+    o["--stream-blocks"] =
+        cmd.add_option("--stream-blocks", stream_blocks,
+                       "Infinity, low-memory mode: keep the last N transformer blocks in host "
+                       "memory and copy each onto the device right before it runs (same "
+                       "images; each forward pass moves their weights over the host link, and "
+                       "the steps run without CUDA graphs)")
+            ->check(CLI::Range(int64_t{0}, int64_t{1024}));
     o["--mar"] = cmd.add_option("--mar", mar_path,
                                 "MAR checkpoint (checkpoint-last.pth, a state dict or "
                                 ".safetensors)")
@@ -204,7 +211,7 @@ std::unique_ptr<Runner> ModelArgs::build() const {
             runner = random_infinity_runner(
                 big ? InfinityConfig::infinity_8b() : InfinityConfig::infinity_2b(),
                 big ? BsqVaeConfig::d56_f8_14_patchify() : BsqVaeConfig::d32reg(), init_seed, lo,
-                t5_path, t5_offload);
+                t5_path, t5_offload, stream_blocks);
         } else if (is_depth(random)) {
             const int depth = std::stoi(random);
             if (depth < 1 || depth > 64)
@@ -230,6 +237,7 @@ std::unique_ptr<Runner> ModelArgs::build() const {
         spec.vae_path = vae_path;
         spec.text_encoder_path = t5_path;
         spec.text_encoder_offload = t5_offload;
+        spec.stream_blocks = stream_blocks;
         if (!var_path.empty()) spec.named_as = Family::Var;
         if (!mar_path.empty()) spec.named_as = Family::Mar;
         if (!infinity_path.empty()) spec.named_as = Family::Infinity;

@@ -404,6 +404,7 @@ std::unique_ptr<Runner> load_infinity_runner(const StateDict& all, const ModelSp
     auto pipe = InfinityPipeline::from_weights(all, spec.model_path, spec.vae_path, device,
                                                bf16_blocks(options));
     pipe.sampler->set_exec_policy(options.exec);
+    pipe.stream_blocks(spec.stream_blocks);
     auto t5 = open_text_encoder(spec.text_encoder_path, spec.text_encoder_offload, device,
                                 pipe.model->config(), spec.model_path);
     return std::make_unique<InfinityRunner>(
@@ -415,7 +416,7 @@ std::unique_ptr<Runner> random_infinity_runner(const InfinityConfig& config,
                                                const BsqVaeConfig& vae, uint64_t seed,
                                                const LoadOptions& options,
                                                const std::string& text_encoder_path,
-                                               bool text_encoder_offload) {
+                                               bool text_encoder_offload, int64_t stream_blocks) {
     check_precision(options, "--random");
     const at::Device device = parse_device(options.device);
     auto model = random_infinity(config, seed);
@@ -430,6 +431,7 @@ std::unique_ptr<Runner> random_infinity_runner(const InfinityConfig& config,
     // session 29 it was never passed on, so VARSCOPE_REFERENCE_KERNELS / VARSCOPE_FUSED_ROPE
     // changed nothing for Infinity (seen on the H200: RoPE "off" timed the fused kernel).
     pipe.sampler->set_exec_policy(options.exec);
+    pipe.stream_blocks(stream_blocks);
     auto t5 = open_text_encoder(text_encoder_path, text_encoder_offload, device, config,
                                 "a random Infinity");
     return std::make_unique<InfinityRunner>(std::move(pipe), "", std::move(t5), options.tf32);

@@ -46,6 +46,9 @@ struct ModelSpec {
     // the encoder leaves the GPU after each encoding (the transformer keeps the memory).
     std::string text_encoder_path;
     bool text_encoder_offload = false;
+    // Infinity, low-memory mode: the last N transformer blocks stream from host memory
+    // (InfinityPipeline::stream_blocks; exact, eager, slower); 0 = none.
+    int64_t stream_blocks = 0;
     // The family the user named the file as (--var / --mar), if any: a file of no known family
     // is then reported in that family's terms. The file's tensors decide the family.
     std::optional<Family> named_as;
@@ -255,7 +258,8 @@ std::unique_ptr<Runner> random_infinity_runner(const InfinityConfig& config,
                                                const BsqVaeConfig& vae, uint64_t seed,
                                                const LoadOptions& options,
                                                const std::string& text_encoder_path = {},
-                                               bool text_encoder_offload = false);
+                                               bool text_encoder_offload = false,
+                                               int64_t stream_blocks = 0);
 // Wraps pipelines built elsewhere (tests: tiny models).
 std::unique_ptr<Runner> var_runner(VarPipeline pipeline, std::string model_path = {});
 std::unique_ptr<Runner> mar_runner(MarPipeline pipeline, std::string model_path = {});

@@ -263,6 +263,11 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
     const auto t_start = Clock::now();
     const auto& m = *model_;
     const at::Device device = m.pos_start.device();
+    // Block streaming (low-memory mode): the streamed blocks run from the slot, eagerly.
+    const bool streaming = stream_ && stream_->count() > 0;
+    auto block_for = [&](int64_t i) -> const InfinityBlockImpl& {
+        return streaming ? stream_->acquire(i) : m.block(i);
+    };
     const Tf32Scope tf32(opt.tf32 && device.is_cuda());
     const int64_t B = text.batch(), S = s.num_scales(), d = mc.codebook_dim;
     const auto view = infinity_hook_view(mc, s);
@@ -306,9 +311,9 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
     std::shared_ptr<DenseStepGraphs> graphs;
     std::unique_lock<std::mutex> graphs_lock;
     InfinityCondition cond;
-    if (const auto signature = guided && view
-                                   ? graphs_apply(opt.cuda_graphs, *view, device, hooks, probe)
-                                   : std::nullopt) {
+    if (const auto signature = guided && view ? graphs_apply(opt.cuda_graphs && !streaming, *view,
+                                                             device, hooks, probe)
+                                              : std::nullopt) {
         cond = m.condition(m.with_unconditional(text, negative), /*block_keys=*/false);
         std::string settings = "Lt=" + std::to_string(cond.text.size(1)) +
                                (cond.text_mask.defined() ? ",ragged" : "") +
@@ -343,7 +348,12 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         cond.text = fixed("text", cond.text);
         if (cond.text_mask.defined()) cond.text_mask = fixed("text_mask", cond.text_mask);
     } else {
-        cond = m.condition(guided ? m.with_unconditional(text, negative) : text);
+        cond = m.condition(guided ? m.with_unconditional(text, negative) : text,
+                           /*block_keys=*/!streaming);
+        // Streamed blocks give their text keys/values through the slot, one block at a time.
+        if (streaming)
+            for (int64_t i = 0; i < mc.depth; ++i)
+                cond.cross.push_back(block_for(i).ca->keys_values(cond.text));
     }
     // A failed capture leaves the set half-built: drop it (rebuilt next time).
     auto guarded = [&](const auto& fn) {
@@ -448,7 +458,7 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         for (const auto& seg : ctx.segments) any_guided = any_guided || guidance(seg) != 1.0;
         for (int64_t layer = 0; layer < mc.depth; ++layer) {
             BlockContext bctx{ctx, layer, cache};
-            x = run_block(m.block(layer), x, mods[layer], cond.cross[layer], cond.text_mask,
+            x = run_block(block_for(layer), x, mods[layer], cond.cross[layer], cond.text_mask,
                           step_rope, bctx, h, p, opt.attention, step_mask, flops, rec);
             if (any_guided && mix_layers.count(layer) && rec)
                 rec->end();  // guidance is outside the parts, as in the VAR loop

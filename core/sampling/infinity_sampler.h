@@ -41,6 +41,7 @@
 #include "core/exec_policy.h"
 #include "core/models/bsq_quant.h"
 #include "core/models/infinity.h"
+#include "core/models/infinity_block_stream.h"
 #include "core/sampling/hooks.h"
 #include "core/sampling/probes.h"
 #include "core/sampling/step_cost.h"
@@ -113,6 +114,12 @@ class InfinitySampler {
     void set_exec_policy(const ExecPolicy& exec) { exec_ = exec; }
     // Frees the captured graphs and their buffers (a few shapes are kept: cuda_graph.h).
     void release_graphs();
+    // The low-memory mode's block streaming (infinity_block_stream.h) for every later call, or
+    // none; copies of the sampler share it. Its calls run eagerly (no CUDA graphs).
+    void set_block_stream(std::shared_ptr<InfinityBlockStream> stream) {
+        stream_ = std::move(stream);
+    }
+    const InfinityBlockStream* block_stream() const { return stream_.get(); }
     size_t cuda_graph_sets() const;
 
   private:
@@ -120,6 +127,7 @@ class InfinitySampler {
     bsq::BsqQuantConfig quant_;
     ExecPolicy exec_;
     std::shared_ptr<DenseGraphCache> graphs_;  // shared by copies of the sampler
+    std::shared_ptr<InfinityBlockStream> stream_;
 };
 
 }  // namespace varscope

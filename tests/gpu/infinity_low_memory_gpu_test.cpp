@@ -7,7 +7,9 @@
 
 #include <cstdint>
 
+#include "core/infinity_pipeline.h"
 #include "core/models/bsq_vae_config.h"
+#include "core/models/infinity_schedule.h"
 #include "core/pipeline.h"
 #include "core/runner/runner.h"
 #include "kernels/memory_stats.h"
@@ -60,4 +62,44 @@ TEST(InfinityLowMemoryGpu, Bf16BlocksAreNeverHeldInFp32OnTheDevice) {
     auto fp32_runner =
         random_infinity_runner(wide_config(), tiny_vae(), 1, load_options("cuda", "fp32"));
     EXPECT_GE(kernels::cuda_memory(0).allocated - before, fp32 * 9 / 10);
+}
+
+// Block streaming (the exact low-memory mode's weights, core/models/infinity_block_stream.h): on
+// CUDA the streamed blocks leave the device (pinned host copies, one device slot) and the samples
+// keep the resident model's bits, in the official bf16 mode; later calls reuse the stream.
+TEST(InfinityLowMemoryGpu, StreamedBlocksLeaveTheDeviceAndKeepTheBits) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    auto make = [] {
+        auto m = random_infinity(wide_config(), 1);
+        m->use_autocast_bf16();  // on the CPU, as the runner does
+        m->to(at::kCUDA);
+        m->eval();
+        return m;
+    };
+    bsq::BsqQuantConfig q;
+    q.codebook_dim = 8;
+    const auto text = varscope::testing::tiny_infinity_text({5}, 2);
+    const auto schedule = infinity_schedule(1.0, "0.06M").first(5);
+    auto opt = varscope::testing::tiny_infinity_options(/*graphs=*/true);
+    InfinitySampler resident(make(), q);
+    const auto want = resident.sample(text, schedule, opt);
+    EXPECT_TRUE(want.cuda_graphs);
+
+    auto m = make();
+    auto pipe = InfinityPipeline::from(m, BsqVae(nullptr));
+    kernels::empty_cuda_cache();
+    const int64_t before = kernels::cuda_memory(0).allocated;
+    pipe.stream_blocks(3);  // of 4
+    const int64_t freed = before - kernels::cuda_memory(0).allocated;
+    const auto* stream = pipe.sampler->block_stream();
+    ASSERT_NE(stream, nullptr);
+    // Three blocks' bytes leave the device and one slot's come in: about two blocks net.
+    EXPECT_GT(freed, stream->host_bytes() * 6 / 10) << "host bytes " << stream->host_bytes();
+    for (int run = 0; run < 2; ++run) {
+        const auto got = pipe.sampler->sample(text, schedule, opt);
+        EXPECT_FALSE(got.cuda_graphs);  // streamed steps run eagerly
+        ASSERT_EQ(got.bits.size(), want.bits.size());
+        for (size_t si = 0; si < want.bits.size(); ++si)
+            EXPECT_TRUE(at::equal(got.bits[si], want.bits[si])) << "run " << run << " scale " << si;
+    }
 }
