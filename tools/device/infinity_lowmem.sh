@@ -6,6 +6,9 @@
 # argument, in parallel on GPUs 0, 1, ... (one GPU each; fewer GPUs: in turn).
 #   BUILD=/tmp/b bash tools/device/infinity_lowmem.sh "" ams_kv
 # LOWMEM_GPUS: the GPUs to use (default all, e.g. "1" while GPU 0 trains).
+# LOWMEM_EXTRA: more generate flags for every run, e.g. "--stream-blocks 21" (the exact run's
+# block streaming: 21 of 40 blocks, ~0.39 GB each in bf16, cover its ~7.3 GB over 24 GiB);
+# LOWMEM_TAG: a suffix of the runs' file names.
 # Session 30 (bench/results/2026-11-29-h200/session30): 36.65 GiB, 26.55 with AMS-KV, before the
 # release of the sampler's graphs ahead of the decode.
 set -uo pipefail
@@ -25,11 +28,11 @@ cp resources/models/emoji-t2i-t5/spiece.model /tmp/t5xl/
 read -r -a GPUS <<< "${LOWMEM_GPUS:-$(seq -s ' ' 0 $(( $(nvidia-smi -L | wc -l) - 1 )))}"
 NG=${#GPUS[@]}
 run() {  # gpu accel
-  local gpu=$1 accel=$2 tag=${2:-base}
+  local gpu=$1 accel=$2 tag=${2:-base}${LOWMEM_TAG:-}
   nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader -i "$gpu" -lms 200 > "$OUT/lowmem_$tag.csv" &
   local sp=$!
   CUDA_VISIBLE_DEVICES=$gpu timeout "${LOWMEM_TIMEOUT:-240}" "$CLI" generate --random 8b --t5 /tmp/t5xl --t5-offload \
-    --device cuda --precision bf16 --prompt "a red fox in the snow" --seed 0 ${accel:+--accel $accel} \
+    --device cuda --precision bf16 --prompt "a red fox in the snow" --seed 0 ${accel:+--accel $accel} ${LOWMEM_EXTRA:-} \
     -o /tmp/fox_$tag.ppm --force > /tmp/gen_$tag.txt 2>&1
   echo "$tag rc=$?"; kill $sp
   python3 -c "
