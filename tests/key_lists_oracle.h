@@ -44,37 +44,29 @@ inline at::Tensor increasing_map(int64_t kv_source, int64_t kv_target) {
 
 inline std::vector<KeyListCase> key_list_cases() {
     std::vector<KeyListCase> out;
-    auto spec = [](int64_t sinks, int64_t kv, int64_t C, int64_t q, int64_t stride, bool inc) {
-        kernels::KeyListsSpec s;
-        s.sinks = sinks;
-        s.kv_len = kv;
-        s.query_block = C;
-        s.q_len = q;
-        s.offset_stride = stride;
-        s.increasing_map = inc;
-        return s;
-    };
+    // Fields in order: sinks, kv_len, query_block, q_len, offset_stride, increasing_map.
+    using Spec = kernels::KeyListsSpec;
     {  // decision scale: Top-k ids, every entry valid, sinks in and out of the list
         auto [ids, counts] = ascending_rows(4, 3, 9, 40, true);
-        out.push_back({"decision", ids, {}, {}, {}, spec(6, 40, 5, 13, 40, false)});
-        out.push_back({"decision no sinks", ids, {}, {}, {}, spec(0, 40, 5, 11, 40, false)});
-        out.push_back({"sinks beyond kv", ids, {}, {}, {}, spec(55, 40, 5, 15, 40, false)});
+        out.push_back({"decision", ids, {}, {}, {}, Spec{6, 40, 5, 13, 40, false}});
+        out.push_back({"decision no sinks", ids, {}, {}, {}, Spec{0, 40, 5, 11, 40, false}});
+        out.push_back({"sinks beyond kv", ids, {}, {}, {}, Spec{55, 40, 5, 15, 40, false}});
     }
     {  // a later scale: counts, the block homography, an increasing point map
         auto [ids, counts] = ascending_rows(3, 4, 12, 50, false);
         const auto blocks = at::tensor({0, 0, 1, 2, 2, 3, 3}, at::kLong);
         const auto map = increasing_map(50, 130);
-        out.push_back({"mapped", ids, counts, blocks, map, spec(7, 130, 6, 40, 130, true)});
+        out.push_back({"mapped", ids, counts, blocks, map, Spec{7, 130, 6, 40, 130, true}});
         out.push_back(
-            {"mapped, wide stride", ids, counts, blocks, map, spec(1, 130, 64, 400, 1000, true)});
+            {"mapped, wide stride", ids, counts, blocks, map, Spec{1, 130, 64, 400, 1000, true}});
         out.push_back({"empty rows", ids.narrow(2, 0, 1).contiguous() * 0,
-                       at::zeros({3, 4}, at::kLong), blocks, map, spec(3, 130, 6, 42, 130, true)});
+                       at::zeros({3, 4}, at::kLong), blocks, map, Spec{3, 130, 6, 42, 130, true}});
     }
     {  // the size SparVAR meets at 1024^2: 2 x 16 heads, 9 blocks from 6
         auto [ids, counts] = ascending_rows(32, 6, 626, 2521, false);
         const auto blocks = at::tensor({0, 1, 1, 2, 3, 3, 4, 5, 5}, at::kLong);
         out.push_back({"large", ids, counts, blocks, increasing_map(2521, 4121),
-                       spec(121, 4121, 192, 1600, 4121, true)});
+                       Spec{121, 4121, 192, 1600, 4121, true}});
     }
     return out;
 }

@@ -261,14 +261,7 @@ class SparVar : public SamplingHooks {
     }
     kernels::KeyListsSpec list_spec(int64_t query_block, int64_t q_len, int64_t kv_len,
                                     int64_t stretch, bool increasing_map) const {
-        kernels::KeyListsSpec spec;
-        spec.sinks = sink_tokens_;
-        spec.kv_len = kv_len;
-        spec.query_block = query_block;
-        spec.q_len = q_len;
-        spec.offset_stride = stretch;
-        spec.increasing_map = increasing_map;
-        return spec;
+        return {sink_tokens_, kv_len, query_block, q_len, stretch, increasing_map};
     }
     // O_cache's bilinear taps from the decision scale's grid to `scale`'s, on `device` (staged
     // by on_scale_begin: a captured step copies nothing from the host).
