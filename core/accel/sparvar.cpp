@@ -37,41 +37,6 @@ double dense_pairs(const at::Tensor& q, const at::Tensor& k) {
            static_cast<double>(k.size(2));
 }
 
-// Gathered attention with its own key set per (batch row, head, query block): selection bool
-// (B, H, G, Lk). The kernel shares its lists across batch rows and heads, so each (b, h) becomes
-// its own stretch of one long sequence: queries padded to whole blocks, key ids offset by
-// (b * H + h) * Lk. Output (B, H, Lq, d) in q's dtype. `width`: the lists' width, a bound on
-// every block's count known from the settings (the kernel reads `counts` entries of each list),
-// so nothing here waits for the device and a CUDA graph can capture it; eager runs use the same
-// width, so both launch the same kernel on the same lists.
-at::Tensor gathered_per_head(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
-                             const at::Tensor& v, const at::Tensor& selection, int64_t query_block,
-                             double softmax_scale, int64_t width) {
-    const int64_t B = q.size(0), H = q.size(1), lq = q.size(2), d = q.size(3), lk = k.size(2);
-    const int64_t G = selection.size(2), n = B * H * G;
-    const auto qf = at::constant_pad_nd(q, {0, 0, 0, G * query_block - lq}, 0)
-                        .reshape({1, 1, B * H * G * query_block, d});
-    const auto kf = k.reshape({1, 1, B * H * lk, d}), vf = v.reshape({1, 1, B * H * lk, d});
-    const auto sel = selection.reshape({n, lk});
-    const auto counts = sel.sum(-1);
-    const auto lopt = counts.options().dtype(at::kLong);
-    const auto keys = at::arange(lk, lopt).unsqueeze(0) +
-                      at::arange(n, lopt).div(G, "floor").mul(lk).unsqueeze(1);
-    // Selected key j goes to slot (number of selected keys before it); the rest to a dropped slot.
-    const auto slot = at::where(sel, sel.to(at::kLong).cumsum(-1) - 1, width);
-    const auto lists =
-        at::full({n, width + 1}, -1, lopt).scatter_(1, slot, keys).narrow(1, 0, width);
-    kernels::AttentionOptions opt;
-    opt.scale = softmax_scale;
-    opt.path = kernels::KernelPath::Cuda;
-    ctx.mark(CostPart::Attention);
-    opt.policy = ctx.scale.exec.kernels;
-    const auto out = kernels::gathered_attention(qf, kf, vf, lists.to(at::kInt),
-                                                 counts.to(at::kInt), query_block, opt)
-                         .out;
-    return out.view({B, H, G * query_block, d}).narrow(2, 0, lq);
-}
-
 // (query, key) pairs of per-query-block key counts (B, H, G) over lq query rows: a double
 // scalar on the counts' device (read later: take_deferred_attention_flops).
 at::Tensor pairs_of_counts(const at::Tensor& counts, int64_t query_block, int64_t lq) {
@@ -103,15 +68,16 @@ at::Tensor as_sequence(const at::Tensor& t, int64_t stretch) {
     return t.as_strided({1, 1, rows, d}, {rows * d, rows * d, d, 1});
 }
 
-// Gathered attention over the lists of kernels::key_lists, whose ids were offset by `stretch`
-// (kv_stretch of k and v) per (b, h). `part`: how the cost model books the kernel (the decision
-// scale's residual pass is the method's overhead).
+// The gathered kernel over per-(b, h, query block) key lists `keys` (n, W) and `counts` (n),
+// whose ids were offset by `stretch` (kv_stretch of k and v, or Lk for a copy) per (b, h); cast
+// to int32 here (the key-list kernel writes int32 already). `part`: how the cost model books the
+// kernel (the decision scale's residual pass is the method's overhead).
 at::Tensor gathered_on_lists(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
-                             const at::Tensor& v, const kernels::GatheredKeyLists& lists,
+                             const at::Tensor& v, const at::Tensor& keys, const at::Tensor& counts,
                              int64_t stretch, int64_t query_block, double softmax_scale,
                              CostPart part) {
     const int64_t B = q.size(0), H = q.size(1), lq = q.size(2), d = q.size(3);
-    const int64_t G = lists.attn_keys.size(0) / (B * H);
+    const int64_t G = keys.size(0) / (B * H);
     const auto qf = at::constant_pad_nd(q, {0, 0, 0, G * query_block - lq}, 0)
                         .reshape({1, 1, B * H * G * query_block, d});
     kernels::AttentionOptions opt;
@@ -120,10 +86,35 @@ at::Tensor gathered_on_lists(const BlockContext& ctx, const at::Tensor& q, const
     opt.policy = ctx.scale.exec.kernels;
     const auto kf = as_sequence(k, stretch), vf = as_sequence(v, stretch);
     ctx.mark(part);
-    const auto out = kernels::gathered_attention(qf, kf, vf, lists.attn_keys, lists.attn_counts,
+    const auto out = kernels::gathered_attention(qf, kf, vf, keys.to(at::kInt), counts.to(at::kInt),
                                                  query_block, opt)
                          .out;
     return out.view({B, H, G * query_block, d}).narrow(2, 0, lq);
+}
+
+// Gathered attention with its own key set per (batch row, head, query block): selection bool
+// (B, H, G, Lk). The kernel shares its lists across batch rows and heads, so each (b, h) becomes
+// its own stretch of one long sequence: queries padded to whole blocks, key ids offset by
+// (b * H + h) * Lk. Output (B, H, Lq, d) in q's dtype. `width`: the lists' width, a bound on
+// every block's count known from the settings (the kernel reads `counts` entries of each list),
+// so nothing here waits for the device and a CUDA graph can capture it; eager runs use the same
+// width, so both launch the same kernel on the same lists.
+at::Tensor gathered_per_head(const BlockContext& ctx, const at::Tensor& q, const at::Tensor& k,
+                             const at::Tensor& v, const at::Tensor& selection, int64_t query_block,
+                             double softmax_scale, int64_t width) {
+    const int64_t B = q.size(0), H = q.size(1), lk = k.size(2);
+    const int64_t G = selection.size(2), n = B * H * G;
+    const auto sel = selection.reshape({n, lk});
+    const auto counts = sel.sum(-1);
+    const auto lopt = counts.options().dtype(at::kLong);
+    const auto keys = at::arange(lk, lopt).unsqueeze(0) +
+                      at::arange(n, lopt).div(G, "floor").mul(lk).unsqueeze(1);
+    // Selected key j goes to slot (number of selected keys before it); the rest to a dropped slot.
+    const auto slot = at::where(sel, sel.to(at::kLong).cumsum(-1) - 1, width);
+    const auto lists =
+        at::full({n, width + 1}, -1, lopt).scatter_(1, slot, keys).narrow(1, 0, width);
+    return gathered_on_lists(ctx, q, k, v, lists, counts, /*stretch=*/lk, query_block,
+                             softmax_scale, CostPart::Attention);
 }
 
 class SparVar : public SamplingHooks {
@@ -442,8 +433,7 @@ class SparVar : public SamplingHooks {
                 inds.view({B * H, G, top}), {}, {}, {}, list_spec(C, lq, lk, stretch, false),
                 cfg_.use_cache ? pair_slot(ctx, q.device()) : at::Tensor(),
                 4.0 * static_cast<double>(q.size(3)), kernels::KernelPath::Cuda, kp);
-            st.lists = {lists.keys.view({B, H, G, lists.keys.size(2)}),
-                        lists.counts.view({B, H, G})};
+            st.lists = sparvar::per_head(lists, B, H);
         }
         st.selection = at::Tensor();
         if (!use_kernels || cfg_.patch_mapping) {
@@ -454,8 +444,8 @@ class SparVar : public SamplingHooks {
         if (cfg_.use_cache) {
             at::Tensor o_sparse;
             if (use_kernels) {
-                o_sparse = gathered_on_lists(ctx, q, k, v, lists, stretch, C, softmax_scale,
-                                             CostPart::Overhead);
+                o_sparse = gathered_on_lists(ctx, q, k, v, lists.attn_keys, lists.attn_counts,
+                                             stretch, C, softmax_scale, CostPart::Overhead);
             } else {
                 defer_flops(ctx, selected_pairs(st.selection, C, lq), q.size(3));
                 o_sparse = sparvar::masked_attention(
@@ -502,14 +492,11 @@ class SparVar : public SamplingHooks {
                 list_spec(cfg_.query_block, q.size(2), map.kv_len, stretch, map.increasing),
                 pair_slot(ctx, q.device()), 4.0 * static_cast<double>(q.size(3)),
                 kernels::KernelPath::Auto, ctx.scale.exec.kernels);
-            if (wants(probe_kinds::kCs4aMapped)) {
-                const int64_t G = lists.keys.size(1);
-                probe_mapped(sparvar::selection_from_lists(
-                    {lists.keys.view({B, H, G, lists.keys.size(2)}), lists.counts.view({B, H, G})},
-                    map.kv_len));
-            }
-            o = gathered_on_lists(ctx, q, k, v, lists, stretch, cfg_.query_block, softmax_scale,
-                                  CostPart::Attention);
+            if (wants(probe_kinds::kCs4aMapped))
+                probe_mapped(
+                    sparvar::selection_from_lists(sparvar::per_head(lists, B, H), map.kv_len));
+            o = gathered_on_lists(ctx, q, k, v, lists.attn_keys, lists.attn_counts, stretch,
+                                  cfg_.query_block, softmax_scale, CostPart::Attention);
         } else {
             const auto sel = sparvar::map_selection(st.mask(), map, sink_tokens_);
             probe_mapped(sel);

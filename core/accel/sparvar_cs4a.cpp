@@ -146,13 +146,10 @@ at::Tensor map_selection(const at::Tensor& src, const std::vector<int64_t>& pns,
     return map_selection(src, map, sink_tokens);
 }
 
-namespace {
-// (B * H, G, W) lists as (B, H, G, W).
 KeyLists per_head(const kernels::GatheredKeyLists& r, int64_t B, int64_t H) {
     const int64_t G = r.keys.size(1);
     return {r.keys.view({B, H, G, r.keys.size(2)}), r.counts.view({B, H, G})};
 }
-}  // namespace
 
 KeyLists decision_key_lists(const at::Tensor& top, int64_t sink_tokens, int64_t kv_len) {
     kernels::KeyListsSpec spec;

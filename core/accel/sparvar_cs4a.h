@@ -21,6 +21,8 @@
 
 #include <vector>
 
+#include "kernels/key_lists.h"
+
 namespace varscope::sparvar {
 
 // Column sums D (B, H, ceil(Lq/C), Lk) float32 of probabilities (B, H, Lq, Lk).
@@ -91,6 +93,8 @@ KeyLists decision_key_lists(const at::Tensor& top_indices, int64_t sink_tokens, 
 // The point mapping (map.patch false) of decision lists to the map's
 // target scale, sinks added; the key sets equal map_selection's. W = source W + sinks.
 KeyLists map_key_lists(const KeyLists& source, const SelectionMap& map, int64_t sink_tokens);
+// kernels::key_lists' (B * H, G, W) lists and counts seen as (B, H, G, W) and (B, H, G).
+KeyLists per_head(const kernels::GatheredKeyLists& lists, int64_t B, int64_t H);
 // Bool (B, H, G, kv_len) of key lists (tests; the probe's records).
 at::Tensor selection_from_lists(const KeyLists& lists, int64_t kv_len);
 
