@@ -82,6 +82,9 @@ cudaError_t launch_attention_d64_bf16(const AttentionParams&, TileMode, Epilogue
 cudaError_t launch_attention_d64_fp16(const AttentionParams&, TileMode, Epilogue, cudaStream_t);
 cudaError_t launch_attention_d128_bf16(const AttentionParams&, TileMode, Epilogue, cudaStream_t);
 cudaError_t launch_attention_d128_fp16(const AttentionParams&, TileMode, Epilogue, cudaStream_t);
+// The decision-scale column sums, keys-major (column_sum_keys.cuh): p.colsum (batch, heads,
+// num_query_blocks, len_k) written whole from p.lse_in; head dim 64 or 128.
+cudaError_t launch_column_sum_keys(const AttentionParams&, int head_dim, bool bf16, cudaStream_t);
 
 // How many CSLA launches on the sm90 kernels ran schedule 6 instead of their warp-specialised
 // kernel because no TMA tensor map could be made (csla_attention_sm90_d128.cu); tests check it
