@@ -21,15 +21,18 @@ int64_t side_of(int64_t n) {
     return s * s == n ? s : -1;
 }
 
+// `float_cache`: the residual must be float32 (upsample_add); else any dtype (the difference's
+// halves, checked by their caller).
 void check_inputs(const at::Tensor& o, const at::Tensor& cache, const at::Tensor& ids,
-                  const at::Tensor& w) {
+                  const at::Tensor& w, bool float_cache = true) {
     TORCH_CHECK(o.defined() && cache.defined() && ids.defined() && w.defined(),
                 "upsample_add: every input must be defined");
     TORCH_CHECK(o.dim() == 4 && cache.dim() == 4 && o.size(0) == cache.size(0) &&
                     o.size(1) == cache.size(1) && o.size(3) == cache.size(3),
                 "upsample_add: o (B, H, t*t, d) and cache (B, H, g*g, d) must agree, got ",
                 o.sizes(), " and ", cache.sizes());
-    TORCH_CHECK(cache.scalar_type() == at::kFloat, "upsample_add: the cache must be float32");
+    TORCH_CHECK(!float_cache || cache.scalar_type() == at::kFloat,
+                "upsample_add: the cache must be float32");
     const auto t = o.scalar_type();
     TORCH_CHECK(t == at::kFloat || t == at::kHalf || t == at::kBFloat16,
                 "upsample_add: o must be float32, float16 or bfloat16");
@@ -72,6 +75,14 @@ at::Tensor upsample_add(const at::Tensor& o, const at::Tensor& cache, const at::
     return (o.to(at::kFloat) + up.view({B, H, t * t, d})).to(o.scalar_type());
 }
 
+at::Tensor upsample_add_difference(const at::Tensor& o, const at::Tensor& dense,
+                                   const at::Tensor& sparse, const at::Tensor& ids,
+                                   const at::Tensor& w) {
+    TORCH_CHECK(dense.defined() && sparse.defined() && dense.sizes() == sparse.sizes(),
+                "upsample_add_difference: dense and sparse must be defined and of one shape");
+    return upsample_add(o, at::sub(dense.to(at::kFloat), sparse), ids, w);
+}
+
 }  // namespace reference
 
 bool cuda_upsample_add_supported(const at::Tensor& o, const at::Tensor& cache,
@@ -83,6 +94,36 @@ bool cuda_upsample_add_supported(const at::Tensor& o, const at::Tensor& cache,
     if (o.numel() > INT32_MAX || cache.numel() > INT32_MAX)
         return unsupported(why_not, "too many elements for 32-bit indexing");
     return true;
+}
+
+at::Tensor upsample_add_difference(const at::Tensor& o, const at::Tensor& dense,
+                                   const at::Tensor& sparse, const at::Tensor& ids,
+                                   const at::Tensor& w, KernelPath path,
+                                   const KernelPolicy& policy) {
+    TORCH_CHECK(dense.defined() && sparse.defined() && dense.sizes() == sparse.sizes(),
+                "upsample_add_difference: dense and sparse must be defined and of one shape");
+    if (path != KernelPath::Reference) {
+        std::string why;
+        // The kernel reads both in o's dtype with contiguous channels; the float32 cache's check
+        // stands in for the rest (device, policy, sizes).
+        bool ok = o.defined() && o.dim() == 4 && dense.dim() == 4 &&
+                  cuda_upsample_add_supported(o, dense, policy, &why);
+        if (ok &&
+            (dense.scalar_type() != o.scalar_type() || sparse.scalar_type() != o.scalar_type() ||
+             dense.stride(3) != 1 || sparse.stride(3) != 1 || sparse.device() != o.device()))
+            ok = unsupported(&why,
+                             "dense and sparse must have o's dtype, device and contiguous "
+                             "channels");
+        TORCH_CHECK(ok || path != KernelPath::Cuda, "CUDA upsample_add requested but ", why);
+#ifdef VARSCOPE_KERNELS_CUDA
+        if (ok) {
+            check_inputs(o, dense, ids, w, /*float_cache=*/false);
+            return cuda::upsample_add_difference(o, dense, sparse, ids.contiguous(),
+                                                 w.contiguous());
+        }
+#endif
+    }
+    return reference::upsample_add_difference(o, dense, sparse, ids, w);
 }
 
 at::Tensor upsample_add(const at::Tensor& o, const at::Tensor& cache, const at::Tensor& ids,

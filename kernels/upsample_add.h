@@ -25,12 +25,24 @@ at::Tensor upsample_add(const at::Tensor& o, const at::Tensor& cache, const at::
                         const at::Tensor& tap_weights, KernelPath path = KernelPath::Auto,
                         const KernelPolicy& policy = {});
 
+// The same with the residual given as dense - sparse (both of o's dtype and shape (B, H, g*g, d),
+// channels contiguous), formed per cell in float32 exactly as at::sub(dense.to(float), sparse):
+// SparVAR keeps the decision scale's two outputs instead of writing their float32 difference.
+at::Tensor upsample_add_difference(const at::Tensor& o, const at::Tensor& dense,
+                                   const at::Tensor& sparse, const at::Tensor& tap_ids,
+                                   const at::Tensor& tap_weights,
+                                   KernelPath path = KernelPath::Auto,
+                                   const KernelPolicy& policy = {});
+
 bool cuda_upsample_add_supported(const at::Tensor& o, const at::Tensor& cache,
                                  const KernelPolicy& policy = {}, std::string* why_not = nullptr);
 
 namespace reference {
 at::Tensor upsample_add(const at::Tensor& o, const at::Tensor& cache, const at::Tensor& tap_ids,
                         const at::Tensor& tap_weights);
+at::Tensor upsample_add_difference(const at::Tensor& o, const at::Tensor& dense,
+                                   const at::Tensor& sparse, const at::Tensor& tap_ids,
+                                   const at::Tensor& tap_weights);
 }  // namespace reference
 
 }  // namespace varscope::kernels

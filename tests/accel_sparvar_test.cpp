@@ -275,6 +275,20 @@ TEST(SparVarCs4a, UpsampleAddIsTheSparseOutputPlusTheUpsampledCache) {
         EXPECT_EQ(b16.scalar_type(), at::kBFloat16);
         EXPECT_TRUE(at::allclose(b16.to(at::kFloat), want, 1e-2, 1e-2));
     }
+    // The residual as two outputs (SparVAR's kernel path keeps O_dense and O_sparse): the float32
+    // cache their subtraction gives.
+    {
+        const auto dense = at::randn({2, 3, 16, 8}).to(at::kBFloat16);
+        const auto sparse = at::randn({2, 3, 16, 8}).to(at::kBFloat16);
+        const auto o = at::randn({2, 3, 36, 8}).to(at::kBFloat16);
+        const auto taps = bilinear_taps(4, 6);
+        EXPECT_TRUE(kernels::upsample_add_difference(o, dense, sparse, taps.ids, taps.weights)
+                        .equal(kernels::upsample_add(o, at::sub(dense.to(at::kFloat), sparse),
+                                                     taps.ids, taps.weights)));
+        EXPECT_THROW(kernels::upsample_add_difference(o, dense, sparse.narrow(2, 0, 9), taps.ids,
+                                                      taps.weights),
+                     c10::Error);
+    }
     // One tap where the grids agree: the cache itself.
     const auto same = bilinear_taps(5, 5);
     EXPECT_TRUE(same.weights.select(1, 1).eq(0).all().item<bool>());

@@ -195,7 +195,10 @@ class SparVar : public SamplingHooks {
         sparvar::KeyLists lists;
         at::Tensor selection;
         int64_t kv_len = 0;  // N_<=S
-        at::Tensor cache;    // float (2B, H, N_S, d): O_dense - O_sparse at S; or undefined
+        // O_cache = O_dense - O_sparse at S (2B, H, N_S, d): float32 in `cache`, or on the kernel
+        // path both outputs kept (cache = O_dense, cache_sparse = O_sparse) and subtracted per
+        // cell by the upsampling kernel, as the float32 subtraction would; or undefined.
+        at::Tensor cache, cache_sparse;
         int64_t rows() const {
             return lists.keys.defined()  ? lists.keys.size(0)
                    : selection.defined() ? selection.size(0)
@@ -440,7 +443,7 @@ class SparVar : public SamplingHooks {
             st.selection = sparvar::selection_from_indices(inds, lk);
             if (sink_tokens_ > 0) st.selection.narrow(3, 0, std::min(sink_tokens_, lk)).fill_(true);
         }
-        st.cache = at::Tensor();
+        st.cache = st.cache_sparse = at::Tensor();
         if (cfg_.use_cache) {
             at::Tensor o_sparse;
             if (use_kernels) {
@@ -451,8 +454,13 @@ class SparVar : public SamplingHooks {
                 o_sparse = sparvar::masked_attention(
                     q, k, v, softmax_scale, sparvar::expand_query_blocks(st.selection, C, lq));
             }
-            // In float32 (a bf16 o_sparse is widened inside the subtraction).
-            st.cache = at::sub(o_dense.to(at::kFloat), o_sparse);
+            if (use_kernels && o_sparse.scalar_type() == o_dense.scalar_type()) {
+                st.cache = o_dense;  // the difference is formed where it is upsampled
+                st.cache_sparse = o_sparse;
+            } else {
+                // In float32 (a bf16 o_sparse is widened inside the subtraction).
+                st.cache = at::sub(o_dense.to(at::kFloat), o_sparse);
+            }
         }
         report_flops(ctx, pairs, q.size(3));
         return o_dense;
@@ -514,8 +522,12 @@ class SparVar : public SamplingHooks {
         if (!st.cache.defined()) return o.to(q.scalar_type()).contiguous();
         // o + upsampled O_cache in float32, rounded once: one kernel on CUDA.
         const auto& taps = cache_taps(ctx.scale.config, ctx.scale.scale, q.device());
-        return kernels::upsample_add(o, st.cache, taps.ids, taps.weights, kernels::KernelPath::Auto,
-                                     ctx.scale.exec.kernels)
+        const auto& kp = ctx.scale.exec.kernels;
+        return (st.cache_sparse.defined()
+                    ? kernels::upsample_add_difference(o, st.cache, st.cache_sparse, taps.ids,
+                                                       taps.weights, kernels::KernelPath::Auto, kp)
+                    : kernels::upsample_add(o, st.cache, taps.ids, taps.weights,
+                                            kernels::KernelPath::Auto, kp))
             .to(q.scalar_type());
     }
 

@@ -31,7 +31,7 @@ __device__ __forceinline__ void store(__nv_bfloat16* p, float v) {
 
 // VEC consecutive channels per thread (4 where the channels and o's strides allow: one 16-byte
 // cache load per tap), 32-bit index math (the dispatch keeps every tensor under 2^31 elements).
-template <typename T, int VEC>
+template <typename T, int VEC, bool kDiff>
 __global__ void upsample_add_kernel(const UpsampleAddParams p) {
     const int groups = p.channels / VEC;
     const int n = p.batch * p.heads * p.side * p.side * groups;
@@ -43,7 +43,8 @@ __global__ void upsample_add_kernel(const UpsampleAddParams p) {
     rest /= p.side;
     const int u = rest % p.side;
     const int bh = rest / p.side, b = bh / p.heads, h = bh % p.heads;
-    const float* cache = p.cache + static_cast<long long>(bh) * p.grid * p.grid * p.channels + c;
+    const float* cache =
+        kDiff ? nullptr : p.cache + static_cast<long long>(bh) * p.grid * p.grid * p.channels + c;
     const int r0 = static_cast<int>(p.tap_ids[2 * u]), r1 = static_cast<int>(p.tap_ids[2 * u + 1]);
     const int c0 = static_cast<int>(p.tap_ids[2 * v]), c1 = static_cast<int>(p.tap_ids[2 * v + 1]);
     const float wr0 = p.tap_weights[2 * u], wr1 = p.tap_weights[2 * u + 1];
@@ -52,15 +53,23 @@ __global__ void upsample_add_kernel(const UpsampleAddParams p) {
     const int cells[4] = {r0 * p.grid + c0, r1 * p.grid + c0, r0 * p.grid + c1, r1 * p.grid + c1};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-        const float* src = cache + static_cast<long long>(cells[k]) * p.channels;
-        if constexpr (VEC == 4) {
+        if constexpr (kDiff) {
+            // The residual's cell as at::sub(dense.to(float), sparse) forms it.
+            const T* d = static_cast<const T*>(p.dense) + b * p.dense_stride[0] +
+                         h * p.dense_stride[1] + cells[k] * p.dense_stride[2] + c;
+            const T* s = static_cast<const T*>(p.sparse) + b * p.sparse_stride[0] +
+                         h * p.sparse_stride[1] + cells[k] * p.sparse_stride[2] + c;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) x[k][j] = __fsub_rn(load(d + j), load(s + j));
+        } else if constexpr (VEC == 4) {
+            const float* src = cache + static_cast<long long>(cells[k]) * p.channels;
             const float4 q = *reinterpret_cast<const float4*>(src);
             x[k][0] = q.x;
             x[k][1] = q.y;
             x[k][2] = q.z;
             x[k][3] = q.w;
         } else {
-            x[k][0] = *src;
+            x[k][0] = cache[static_cast<long long>(cells[k]) * p.channels];
         }
     }
     const long long row = static_cast<long long>(u) * p.side + v;
@@ -82,10 +91,15 @@ cudaError_t launch_for(const UpsampleAddParams& p, cudaStream_t stream) {
     const long long n = static_cast<long long>(p.batch) * p.heads * p.side * p.side *
                         (vec ? p.channels / 4 : p.channels);
     const auto blocks = static_cast<unsigned>((n + 255) / 256);
-    if (vec)
-        upsample_add_kernel<T, 4><<<blocks, 256, 0, stream>>>(p);
+    const bool diff = p.dense != nullptr;
+    if (vec && diff)
+        upsample_add_kernel<T, 4, true><<<blocks, 256, 0, stream>>>(p);
+    else if (vec)
+        upsample_add_kernel<T, 4, false><<<blocks, 256, 0, stream>>>(p);
+    else if (diff)
+        upsample_add_kernel<T, 1, true><<<blocks, 256, 0, stream>>>(p);
     else
-        upsample_add_kernel<T, 1><<<blocks, 256, 0, stream>>>(p);
+        upsample_add_kernel<T, 1, false><<<blocks, 256, 0, stream>>>(p);
     return cudaGetLastError();
 }
 

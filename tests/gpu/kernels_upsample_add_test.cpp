@@ -60,3 +60,36 @@ TEST(KernelsUpsampleAddGpu, BitwiseTheReference) {
     EXPECT_FALSE(vk::cuda_upsample_add_supported(at::zeros({1, 1, 4, 8}, cuda),
                                                  at::zeros({1, 1, 1, 8}, cuda), forced, &why));
 }
+
+// The residual given as the decision scale's two outputs (SparVAR's kernel path): the same bits
+// as the float32 cache their subtraction writes, with the outputs' own layouts (SDPA's transposed
+// one, the gathered kernel's narrowed one).
+TEST(KernelsUpsampleAddGpu, DifferenceFormIsTheFloatCache) {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+    const auto cuda = at::TensorOptions().device(at::kCUDA);
+    std::string why;
+    if (!vk::cuda_upsample_add_supported(at::zeros({1, 1, 4, 8}, cuda),
+                                         at::zeros({1, 1, 1, 8}, cuda), {}, &why))
+        GTEST_SKIP() << why;
+    c10::InferenceMode guard;
+    at::manual_seed(17);
+    for (const auto type : {at::kBFloat16, at::kHalf})
+        for (const auto& [g, t] : std::vector<std::pair<int64_t, int64_t>>{{32, 40}, {5, 7}}) {
+            SCOPED_TRACE(std::string(c10::toString(type)) + " " + std::to_string(g) + "->" +
+                         std::to_string(t));
+            const int64_t B = 2, H = 3, d = g > 8 ? 128 : 6;
+            // dense as SDPA returns it: (B, H, N, d) viewed from (B, N, H, d) memory.
+            const auto dense = at::randn({B, g * g, H, d}, cuda).to(type).transpose(1, 2);
+            // sparse as the gathered kernel leaves it: a narrowed view of padded blocks.
+            const auto sparse = at::randn({B, H, g * g + 5, d}, cuda).to(type).narrow(2, 0, g * g);
+            const auto o = at::randn({B, H, t * t, d}, cuda).to(type);
+            const auto taps = varscope::bilinear_taps(g, t);
+            const auto ids = taps.ids.to(at::kCUDA), w = taps.weights.to(at::kCUDA);
+            const auto got =
+                vk::upsample_add_difference(o, dense, sparse, ids, w, vk::KernelPath::Cuda);
+            const auto cache = at::sub(dense.to(at::kFloat), sparse);
+            EXPECT_TRUE(got.equal(vk::upsample_add(o, cache, ids, w, vk::KernelPath::Cuda)));
+            EXPECT_TRUE(
+                got.equal(vk::reference::upsample_add_difference(o, dense, sparse, ids, w)));
+        }
+}
