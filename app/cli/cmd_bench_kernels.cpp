@@ -60,6 +60,9 @@ const std::vector<LastScaleConfig> kConfigs = {
     {"infinity-8b-1024", {1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64}, 1, 24, 128},
     {"var-d30-256", {1, 2, 3, 4, 5, 6, 8, 10, 13, 16}, 2, 30, 64},
     {"var-d30-512", {1, 2, 3, 4, 6, 9, 13, 18, 24, 32}, 2, 30, 64},
+    // Issue #30/#32's end-to-end settings: 1024^2, 13 scales, batch 1 with its CFG pair.
+    {"var-d30-1024", {1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64}, 2, 30, 64},
+    {"infinity-2b-1024", {1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64}, 2, 16, 128},
 };
 
 struct BenchOptions {
@@ -200,7 +203,9 @@ std::string fmt(double v, const char* f = "%.3f") {
 }
 
 void add_common(CLI::App* cmd, BenchOptions& o) {
-    cmd->add_option("--configs", o.configs, "configs: infinity-8b-1024 var-d30-256 var-d30-512");
+    cmd->add_option("--configs", o.configs,
+                    "configs: infinity-8b-1024 var-d30-256 var-d30-512 var-d30-1024 "
+                    "infinity-2b-1024");
     cmd->add_option("--warmup", o.warmup, "warm-up calls per backend")->check(CLI::Range(0, 1000));
     cmd->add_option("--iters", o.iters, "timed calls per backend (median reported)")
         ->check(CLI::Range(1, 100000));

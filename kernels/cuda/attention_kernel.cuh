@@ -34,7 +34,7 @@ struct AttentionTraits {
 
     static constexpr size_t smem_bytes(bool with_v) {
         return sizeof(Elem_) * (kQElems + 2 * kTileElems * (with_v ? 2 : 1)) +
-               sizeof(int) * 2 * kBlockN + sizeof(float) * kWarps * kBlockN;
+               sizeof(int) * 2 * kBlockN;
     }
 };
 
@@ -159,7 +159,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
     Elem* s_k = s_q + Tr::kQElems;         // 2 stages
     Elem* s_v = s_k + 2 * Tr::kTileElems;  // 2 stages when kWithV
     int* s_valid = reinterpret_cast<int*>(s_v + (kWithV ? 2 * Tr::kTileElems : 0));  // [2][kBN]
-    float* s_col = reinterpret_cast<float*>(s_valid + 2 * kBN);  // [kWarps][kBN]
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int h = blockIdx.y, b = blockIdx.z;
@@ -236,15 +235,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
     }
     float row_max[2] = {-INFINITY, -INFINITY};  // running max of scaled logits (log2 units)
     float row_sum[2] = {0.f, 0.f};              // thread-partial running sums
-    float lse_log2[2] = {0.f, 0.f};
-    if constexpr (kEpi == Epilogue::ColumnSum) {
-        const float* lse_bh = p.lse_in + (static_cast<int64_t>(b) * p.heads + h) * p.len_q;
-        lse_log2[0] = row0 < p.len_q ? lse_bh[row0] * 1.4426950408889634f : INFINITY;
-        lse_log2[1] = row1 < p.len_q ? lse_bh[row1] * 1.4426950408889634f : INFINITY;
-        // Rows without keys (lse = -inf) or past the end contribute nothing.
-        if (!(lse_log2[0] > -INFINITY)) lse_log2[0] = INFINITY;
-        if (!(lse_log2[1] > -INFINITY)) lse_log2[1] = INFINITY;
-    }
 
     for (int t = 0; t < n_tiles; ++t) {
         const int stage = t & 1;
@@ -299,99 +289,60 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
             }
         }
 
-        if constexpr (kEpi == Epilogue::ColumnSum) {
-            // Normalised probabilities from the known log-sum-exp, summed over the CTA's rows.
-            float col_part[Tr::kNTiles][2];
+        // Online softmax update.
+        float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int nt = 0; nt < Tr::kNTiles; ++nt) {
+        for (int nt = 0; nt < Tr::kNTiles; ++nt) {
+            tile_max[0] = fmaxf(tile_max[0], fmaxf(s[nt][0], s[nt][1]));
+            tile_max[1] = fmaxf(tile_max[1], fmaxf(s[nt][2], s[nt][3]));
+        }
+        float alpha[2], base[2];
 #pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    const float p0 = exp2f(s[nt][j] - lse_log2[0]);
-                    const float p1 = exp2f(s[nt][2 + j] - lse_log2[1]);
-                    float v = p0 + p1;
-                    v += __shfl_xor_sync(0xffffffffu, v, 4);
-                    v += __shfl_xor_sync(0xffffffffu, v, 8);
-                    v += __shfl_xor_sync(0xffffffffu, v, 16);
-                    col_part[nt][j] = v;
-                }
-            }
-            if (lane < 4) {
+        for (int r = 0; r < 2; ++r) {
+            tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+            tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+            const float m_new = fmaxf(row_max[r], tile_max[r]);
+            base[r] = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: avoid inf - inf
+            alpha[r] = exp2f(row_max[r] - base[r]);
+            row_max[r] = m_new;
+        }
+        float tile_sum[2] = {0.f, 0.f};
 #pragma unroll
-                for (int nt = 0; nt < Tr::kNTiles; ++nt) {
-                    s_col[warp * kBN + nt * 8 + col_base] = col_part[nt][0];
-                    s_col[warp * kBN + nt * 8 + col_base + 1] = col_part[nt][1];
-                }
-            }
-            __syncthreads();
-            if (tid < kBN) {
-                float total = 0.f;
-#pragma unroll
-                for (int w = 0; w < Tr::kWarps; ++w) total += s_col[w * kBN + tid];
-                const int key = tile_start(t) + tid;
-                if (key < p.len_k) {
-                    float* dst =
-                        p.colsum +
-                        ((static_cast<int64_t>(b) * p.heads + h) * p.num_query_blocks + qb) *
-                            p.len_k;
-                    atomicAdd(dst + key, total);
-                }
-            }
-        } else {
-            // Online softmax update.
-            float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int nt = 0; nt < Tr::kNTiles; ++nt) {
-                tile_max[0] = fmaxf(tile_max[0], fmaxf(s[nt][0], s[nt][1]));
-                tile_max[1] = fmaxf(tile_max[1], fmaxf(s[nt][2], s[nt][3]));
-            }
-            float alpha[2], base[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-                tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-                const float m_new = fmaxf(row_max[r], tile_max[r]);
-                base[r] = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: avoid inf - inf
-                alpha[r] = exp2f(row_max[r] - base[r]);
-                row_max[r] = m_new;
-            }
-            float tile_sum[2] = {0.f, 0.f};
-#pragma unroll
-            for (int nt = 0; nt < Tr::kNTiles; ++nt) {
-                s[nt][0] = exp2f(s[nt][0] - base[0]);
-                s[nt][1] = exp2f(s[nt][1] - base[0]);
-                s[nt][2] = exp2f(s[nt][2] - base[1]);
-                s[nt][3] = exp2f(s[nt][3] - base[1]);
-                tile_sum[0] += s[nt][0] + s[nt][1];
-                tile_sum[1] += s[nt][2] + s[nt][3];
-            }
-            row_sum[0] = row_sum[0] * alpha[0] + tile_sum[0];
-            row_sum[1] = row_sum[1] * alpha[1] + tile_sum[1];
+        for (int nt = 0; nt < Tr::kNTiles; ++nt) {
+            s[nt][0] = exp2f(s[nt][0] - base[0]);
+            s[nt][1] = exp2f(s[nt][1] - base[0]);
+            s[nt][2] = exp2f(s[nt][2] - base[1]);
+            s[nt][3] = exp2f(s[nt][3] - base[1]);
+            tile_sum[0] += s[nt][0] + s[nt][1];
+            tile_sum[1] += s[nt][2] + s[nt][3];
+        }
+        row_sum[0] = row_sum[0] * alpha[0] + tile_sum[0];
+        row_sum[1] = row_sum[1] * alpha[1] + tile_sum[1];
 
-            if constexpr (kWithV) {
+        if constexpr (kWithV) {
 #pragma unroll
-                for (int dt = 0; dt < Tr::kDTiles; ++dt) {
-                    o_acc[dt][0] *= alpha[0];
-                    o_acc[dt][1] *= alpha[0];
-                    o_acc[dt][2] *= alpha[1];
-                    o_acc[dt][3] *= alpha[1];
-                }
-                const Elem* v_s = s_v + stage * Tr::kTileElems;
+            for (int dt = 0; dt < Tr::kDTiles; ++dt) {
+                o_acc[dt][0] *= alpha[0];
+                o_acc[dt][1] *= alpha[0];
+                o_acc[dt][2] *= alpha[1];
+                o_acc[dt][3] *= alpha[1];
+            }
+            const Elem* v_s = s_v + stage * Tr::kTileElems;
 #pragma unroll
-                for (int kk = 0; kk < kBN / 16; ++kk) {
-                    const uint32_t a[4] = {M::pack(s[2 * kk][0], s[2 * kk][1]),
-                                           M::pack(s[2 * kk][2], s[2 * kk][3]),
-                                           M::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                           M::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            for (int kk = 0; kk < kBN / 16; ++kk) {
+                const uint32_t a[4] = {M::pack(s[2 * kk][0], s[2 * kk][1]),
+                                       M::pack(s[2 * kk][2], s[2 * kk][3]),
+                                       M::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                       M::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-                    for (int dp = 0; dp < Tr::kD / 16; ++dp) {
-                        uint32_t bf[4];
-                        detail::ldmatrix_x4_trans(
-                            bf, v_s + detail::swizzle<kCh>(
-                                          kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                          dp * 2 + (lane >> 4)));
-                        M::run(o_acc[2 * dp], a, bf[0], bf[1]);
-                        M::run(o_acc[2 * dp + 1], a, bf[2], bf[3]);
-                    }
+                for (int dp = 0; dp < Tr::kD / 16; ++dp) {
+                    uint32_t bf[4];
+                    detail::ldmatrix_x4_trans(
+                        bf,
+                        v_s + detail::swizzle<kCh>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                                   dp * 2 + (lane >> 4)));
+                    M::run(o_acc[2 * dp], a, bf[0], bf[1]);
+                    M::run(o_acc[2 * dp + 1], a, bf[2], bf[3]);
                 }
             }
         }
@@ -399,43 +350,39 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
     }
     detail::cp_async_wait<0>();
 
-    if constexpr (kEpi == Epilogue::ColumnSum) {
-        return;
-    } else {
-        float inv[2];
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+        inv[r] = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;  // no keys: output 0
+    }
+    if (p.lse != nullptr && (lane & 3) == 0) {
+        float* lse_bh = p.lse + (static_cast<int64_t>(b) * p.heads + h) * p.len_q;
+        const int rows[2] = {row0, row1};
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-            row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-            inv[r] = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;  // no keys: output 0
-        }
-        if (p.lse != nullptr && (lane & 3) == 0) {
-            float* lse_bh = p.lse + (static_cast<int64_t>(b) * p.heads + h) * p.len_q;
-            const int rows[2] = {row0, row1};
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                if (rows[r] < p.len_q) {
-                    lse_bh[rows[r]] = row_sum[r] > 0.f
-                                          ? (row_max[r] + log2f(row_sum[r])) * 0.6931471805599453f
-                                          : -INFINITY;
-                }
+            if (rows[r] < p.len_q) {
+                lse_bh[rows[r]] = row_sum[r] > 0.f
+                                      ? (row_max[r] + log2f(row_sum[r])) * 0.6931471805599453f
+                                      : -INFINITY;
             }
         }
-        if constexpr (kWithV) {
-            Elem* o_g = static_cast<Elem*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+    }
+    if constexpr (kWithV) {
+        Elem* o_g = static_cast<Elem*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
 #pragma unroll
-            for (int dt = 0; dt < Tr::kDTiles; ++dt) {
-                const int col = dt * 8 + col_base;
-                if (row0 < p.len_q) {
-                    *reinterpret_cast<uint32_t*>(o_g + static_cast<int64_t>(row0) * p.o_stride[2] +
-                                                 col) =
-                        M::pack(o_acc[dt][0] * inv[0], o_acc[dt][1] * inv[0]);
-                }
-                if (row1 < p.len_q) {
-                    *reinterpret_cast<uint32_t*>(o_g + static_cast<int64_t>(row1) * p.o_stride[2] +
-                                                 col) =
-                        M::pack(o_acc[dt][2] * inv[1], o_acc[dt][3] * inv[1]);
-                }
+        for (int dt = 0; dt < Tr::kDTiles; ++dt) {
+            const int col = dt * 8 + col_base;
+            if (row0 < p.len_q) {
+                *reinterpret_cast<uint32_t*>(o_g + static_cast<int64_t>(row0) * p.o_stride[2] +
+                                             col) =
+                    M::pack(o_acc[dt][0] * inv[0], o_acc[dt][1] * inv[0]);
+            }
+            if (row1 < p.len_q) {
+                *reinterpret_cast<uint32_t*>(o_g + static_cast<int64_t>(row1) * p.o_stride[2] +
+                                             col) =
+                    M::pack(o_acc[dt][2] * inv[1], o_acc[dt][3] * inv[1]);
             }
         }
     }
@@ -472,8 +419,6 @@ cudaError_t launch_attention_for(const AttentionParams& p, TileMode mode, Epilog
                 return launch_tiles<Tr, TileMode::Dense, Epilogue::Output>(p, stream);
             if (epi == Epilogue::LseOnly)
                 return launch_tiles<Tr, TileMode::Dense, Epilogue::LseOnly>(p, stream);
-            if (epi == Epilogue::ColumnSum)
-                return launch_tiles<Tr, TileMode::Dense, Epilogue::ColumnSum>(p, stream);
             break;
     }
     return cudaErrorNotSupported;

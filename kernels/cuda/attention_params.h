@@ -17,9 +17,8 @@ enum class TileMode : int {
 
 // What a kernel produces.
 enum class Epilogue : int {
-    Output = 0,     // attention output (+ log-sum-exp when lse != nullptr)
-    LseOnly = 1,    // only the log-sum-exp per query row (no V)
-    ColumnSum = 2,  // sum of probabilities per key over each query block (needs lse_in)
+    Output = 0,   // attention output (+ log-sum-exp when lse != nullptr)
+    LseOnly = 1,  // only the log-sum-exp per query row (no V)
 };
 
 enum class ElemType : int { BFloat16 = 0, Float16 = 1 };
@@ -30,8 +29,8 @@ struct AttentionParams {
     const void* v = nullptr;
     void* o = nullptr;
     float* lse = nullptr;           // (batch, heads, len_q), natural log; optional
-    const float* lse_in = nullptr;  // ColumnSum: log-sum-exp of each query row
-    float* colsum = nullptr;        // ColumnSum: (batch, heads, num_query_blocks, len_k), zeroed
+    const float* lse_in = nullptr;  // column sums: log-sum-exp of each query row
+    float* colsum = nullptr;        // column sums: (batch, heads, num_query_blocks, len_k)
     // Strides in elements: batch, head, row. The last dimension is contiguous.
     int64_t q_stride[3] = {0, 0, 0};
     int64_t k_stride[3] = {0, 0, 0};
