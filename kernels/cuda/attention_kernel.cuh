@@ -113,6 +113,40 @@ __host__ __device__ __forceinline__ int ceil_div(int a, int b) {
     return (a + b - 1) / b;
 }
 
+// One warp's 16 rows of a swizzled shared tile as mma A fragments, one per 16-wide k step.
+template <class Tr>
+__device__ __forceinline__ void load_a_fragments(uint32_t (&a)[Tr::kD / 16][4],
+                                                 const typename Tr::Elem* tile, int warp,
+                                                 int lane) {
+#pragma unroll
+    for (int kk = 0; kk < Tr::kD / 16; ++kk)
+        ldmatrix_x4(a[kk],
+                    tile + swizzle<Tr::kChunks>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+}
+
+// One warp's 16 x kBlockN scores S = A B^T of a tile: `a` the warp's 16 rows as mma A fragments
+// (loaded once), `b_tile` kBlockN rows of the swizzled shared tile. The attention kernel passes
+// queries and keys, the keys-major column sums keys and queries.
+template <class Tr>
+__device__ __forceinline__ void tile_scores(float (&s)[Tr::kNTiles][4],
+                                            const uint32_t (&a)[Tr::kD / 16][4],
+                                            const typename Tr::Elem* b_tile, int lane) {
+    using M = Mma<typename Tr::Elem>;
+#pragma unroll
+    for (int i = 0; i < Tr::kNTiles; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < Tr::kD / 16; ++kk) {
+#pragma unroll
+        for (int np = 0; np < Tr::kNTiles / 2; ++np) {
+            uint32_t bf[4];
+            ldmatrix_x4(bf, b_tile + swizzle<Tr::kChunks>(np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                                          kk * 2 + ((lane >> 3) & 1)));
+            M::run(s[2 * np], a[kk], bf[0], bf[1]);
+            M::run(s[2 * np + 1], a[kk], bf[2], bf[3]);
+        }
+    }
+}
+
 // The key tiles of kBN keys a query tile visits: every tile (Dense), the tiles of the active key
 // blocks on its list (BlockSparse), or kBN-entry chunks of its index list (Gathered).
 template <TileMode kMode, int kBN>
@@ -216,11 +250,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
     __syncthreads();
 
     uint32_t q_frag[Tr::kD / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < Tr::kD / 16; ++kk) {
-        detail::ldmatrix_x4(
-            q_frag[kk], s_q + detail::swizzle<kCh>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
-    }
+    detail::load_a_fragments<Tr>(q_frag, s_q, warp, lane);
 
     // Rows of this thread in the mma C layout: r0 = lane/4, r1 = r0 + 8 (within the warp's 16).
     const int row0 = q0 + warp * 16 + (lane >> 2);
@@ -243,23 +273,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) attention_tiles_kernel(const 
         detail::cp_async_wait<1>();
         __syncthreads();
 
-        const Elem* k_s = s_k + stage * Tr::kTileElems;
         // S = Q K^T for this warp's 16 rows x kBN keys.
         float s[Tr::kNTiles][4];
-#pragma unroll
-        for (int i = 0; i < Tr::kNTiles; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < Tr::kD / 16; ++kk) {
-#pragma unroll
-            for (int np = 0; np < Tr::kNTiles / 2; ++np) {
-                uint32_t bf[4];
-                detail::ldmatrix_x4(
-                    bf, k_s + detail::swizzle<kCh>(np * 16 + (lane & 7) + ((lane >> 4) << 3),
-                                                   kk * 2 + ((lane >> 3) & 1)));
-                M::run(s[2 * np], q_frag[kk], bf[0], bf[1]);
-                M::run(s[2 * np + 1], q_frag[kk], bf[2], bf[3]);
-            }
-        }
+        detail::tile_scores<Tr>(s, q_frag, s_k + stage * Tr::kTileElems, lane);
 
         // Scale into log2 units and mask keys that are past the end / padding / invalid.
         bool full_tile;

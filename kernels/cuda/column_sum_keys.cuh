@@ -18,7 +18,6 @@ namespace varscope::kernels::cuda {
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads) column_sum_keys_kernel(const AttentionParams p) {
     using Elem = typename Tr::Elem;
-    using M = detail::Mma<Elem>;
     constexpr int kBN = Tr::kBlockN;  // query rows per tile
     constexpr int kCh = Tr::kChunks;
 
@@ -68,10 +67,7 @@ __global__ void __launch_bounds__(Tr::kThreads) column_sum_keys_kernel(const Att
     __syncthreads();
 
     uint32_t k_frag[Tr::kD / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < Tr::kD / 16; ++kk)
-        detail::ldmatrix_x4(
-            k_frag[kk], s_k + detail::swizzle<kCh>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+    detail::load_a_fragments<Tr>(k_frag, s_k, warp, lane);
 
     // This thread's keys in the mma C layout: k0 + warp*16 + lane/4 and 8 rows below it.
     float acc[2] = {0.f, 0.f};
@@ -83,22 +79,9 @@ __global__ void __launch_bounds__(Tr::kThreads) column_sum_keys_kernel(const Att
         detail::cp_async_wait<1>();
         __syncthreads();
 
-        const Elem* q_s = s_q + stage * Tr::kTileElems;
+        // S^T = K Q^T: this warp's 16 keys x kBN query rows.
         float s[Tr::kNTiles][4];
-#pragma unroll
-        for (int i = 0; i < Tr::kNTiles; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < Tr::kD / 16; ++kk) {
-#pragma unroll
-            for (int np = 0; np < Tr::kNTiles / 2; ++np) {
-                uint32_t bf[4];
-                detail::ldmatrix_x4(
-                    bf, q_s + detail::swizzle<kCh>(np * 16 + (lane & 7) + ((lane >> 4) << 3),
-                                                   kk * 2 + ((lane >> 3) & 1)));
-                M::run(s[2 * np], k_frag[kk], bf[0], bf[1]);
-                M::run(s[2 * np + 1], k_frag[kk], bf[2], bf[3]);
-            }
-        }
+        detail::tile_scores<Tr>(s, k_frag, s_q + stage * Tr::kTileElems, lane);
         const float* lse_s = s_lse + stage * kBN;
 #pragma unroll
         for (int nt = 0; nt < Tr::kNTiles; ++nt) {
