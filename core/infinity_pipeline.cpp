@@ -3,8 +3,10 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
+#include <string>
 
 #include "core/io/checkpoint.h"
 #include "core/sampling/autocast_scope.h"
@@ -58,12 +60,46 @@ InfinityPipeline InfinityPipeline::from_weights(const StateDict& dict,
 
 void InfinityPipeline::stream_blocks(int64_t count) {
     if (!sampler) sampler = std::make_shared<InfinitySampler>(model, quant);
-    if (sampler->block_stream())
-        throw std::logic_error("stream blocks: this pipeline streams its blocks already");
-    if (count == 0) return;
+    const int64_t depth = model->config().depth;
+    if (count < 0 || count > depth)
+        throw std::invalid_argument("stream blocks: " + std::to_string(count) +
+                                    " is not a block count of this " + std::to_string(depth) +
+                                    "-block model (0.." + std::to_string(depth) + ")");
+    if (count <= streamed_blocks()) return;
     sampler->release_graphs();  // they read the weights that move
-    sampler->set_block_stream(std::make_shared<InfinityBlockStream>(model, count));
+    if (auto* stream = sampler->block_stream())
+        stream->grow(count);
+    else
+        sampler->set_block_stream(std::make_shared<InfinityBlockStream>(model, count));
     kernels::empty_cuda_cache();  // the moved blocks' device memory back to the device
+}
+
+int64_t InfinityPipeline::streamed_blocks() const {
+    const InfinityBlockStream* stream = sampler ? sampler->block_stream() : nullptr;
+    return stream ? stream->count() : 0;
+}
+
+namespace {
+
+// Device bytes of one block's streamable weights (all blocks have the same shapes).
+int64_t one_block_bytes(const InfinityTransformer& model, const InfinityBlockStream* stream) {
+    if (stream && stream->count() > 0) return stream->host_bytes() / stream->count();
+    return InfinityBlockStream::block_bytes(model->block(model->config().depth - 1));
+}
+
+}  // namespace
+
+int64_t InfinityPipeline::stream_to_fit(int64_t need, int64_t usable) {
+    const int64_t depth = model->config().depth, now = streamed_blocks();
+    const int64_t block = one_block_bytes(model, sampler ? sampler->block_stream() : nullptr);
+    stream_blocks(blocks_to_stream(need, usable, block, now, depth));
+    return streamed_blocks();
+}
+
+int64_t InfinityPipeline::reclaimable_bytes() const {
+    const int64_t depth = model->config().depth, now = streamed_blocks();
+    const int64_t block = one_block_bytes(model, sampler ? sampler->block_stream() : nullptr);
+    return std::max<int64_t>(0, (depth - now) * block - (now == 0 ? block : 0));
 }
 
 InfinityPipeline::Output InfinityPipeline::generate(const InfinityText& text,

@@ -38,9 +38,18 @@ struct InfinityPipeline {
 
     // The low-memory mode's block streaming (core/models/infinity_block_stream.h): the last
     // `count` blocks' weights move to host memory and are copied into one device block before
-    // they run; later samples are exact and eager. Once per pipeline (std::logic_error after
-    // that); std::invalid_argument for a count out of 0..depth. 0 changes nothing.
+    // they run; later samples are exact and eager. A count at or below streamed_blocks() changes
+    // nothing (blocks never move back); std::invalid_argument for a count above the depth.
     void stream_blocks(int64_t count);
+    int64_t streamed_blocks() const;
+    // The automatic form: streams as many more blocks as a run that needs `need` bytes beyond
+    // the resident weights takes to fit into `usable` bytes (blocks_to_stream: each gives its
+    // weights back, the first costs the slot) and returns streamed_blocks() after it (every
+    // block when even that does not fit: the memory check then says so).
+    int64_t stream_to_fit(int64_t need, int64_t usable);
+    // Device bytes streaming every block would give back now (the slot paid): what a run may
+    // count on beyond the free memory when the runner streams automatically.
+    int64_t reclaimable_bytes() const;
 
     struct Output {
         InfinitySampleResult sample;

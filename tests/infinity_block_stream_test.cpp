@@ -1,7 +1,9 @@
 // Infinity's block streaming (core/models/infinity_block_stream.h, the low-memory mode): the
 // sampler with the last N blocks streamed through the slot gives the resident model's bits, for
 // N from one block to all of them, in fp32 and in the official bf16 mode, with guidance mixed at
-// a layer; the streamed blocks leave the model; bad counts and a second call are refused.
+// a layer; the streamed blocks leave the model; a stream grows block by block with the same bits;
+// the automatic count pays the slot once and streams no more than the shortfall needs; bad counts
+// are refused.
 #include "core/models/infinity_block_stream.h"
 
 #include <ATen/ATen.h>
@@ -11,6 +13,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/infinity_pipeline.h"
 #include "core/models/infinity_schedule.h"
@@ -74,7 +77,7 @@ TEST(InfinityBlockStream, StreamedBlocksGiveTheResidentBits) {
     }
 }
 
-TEST(InfinityBlockStream, RefusesCountsOutsideTheModelAndASecondCall) {
+TEST(InfinityBlockStream, RefusesCountsOutsideTheModel) {
     auto m = model(false);
     try {
         InfinityBlockStream bad(m, 4);
@@ -86,6 +89,71 @@ TEST(InfinityBlockStream, RefusesCountsOutsideTheModelAndASecondCall) {
     EXPECT_NO_THROW(InfinityBlockStream(m, 0));  // nothing moves
     EXPECT_GT(m->block(2).ffn->fc1->weight.numel(), 0);
     auto pipe = InfinityPipeline::from(m, BsqVae(nullptr));
-    pipe.stream_blocks(1);
-    EXPECT_THROW(pipe.stream_blocks(1), std::logic_error);
+    pipe.stream_blocks(2);
+    pipe.stream_blocks(1);  // fewer than streamed: blocks never move back
+    EXPECT_EQ(pipe.streamed_blocks(), 2);
+    EXPECT_THROW(pipe.stream_blocks(4), std::invalid_argument);
+    EXPECT_THROW(pipe.stream_blocks(-1), std::invalid_argument);
+    EXPECT_EQ(pipe.streamed_blocks(), 2);
+}
+
+// A pipeline that streams one block, then two more, samples the resident model's bits at every
+// stage (the host copies of the first streamed block stay where they are).
+TEST(InfinityBlockStream, AGrowingStreamKeepsTheBits) {
+    for (const bool bf16 : {false, true}) {
+        SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+        InfinitySampler resident(model(bf16), quant());
+        const auto want = sample(resident);
+        auto pipe = InfinityPipeline::from(model(bf16), BsqVae(nullptr));
+        pipe.sampler = std::make_shared<InfinitySampler>(pipe.model, quant());
+        for (const int64_t n : {1, 3}) {
+            pipe.stream_blocks(n);
+            ASSERT_EQ(pipe.streamed_blocks(), n);
+            EXPECT_EQ(pipe.model->block(0).ffn->fc1->weight.numel() > 0, n < 3);
+            const auto got = sample(*pipe.sampler);
+            for (size_t si = 0; si < want.bits.size(); ++si)
+                EXPECT_TRUE(at::equal(got.bits[si], want.bits[si]))
+                    << n << " streamed, scale " << si;
+        }
+        EXPECT_EQ(pipe.sampler->block_stream()->host_bytes(),
+                  3 * InfinityBlockStream::block_bytes(model(bf16)->block(0)));
+    }
+}
+
+// The automatic count: nothing while the run fits; the first block streamed pays for the slot;
+// then one block per block's worth of shortfall; every block when even that is not enough.
+TEST(InfinityBlockStream, BlocksToStreamPaysTheSlotOnce) {
+    const int64_t b = 100, depth = 40;
+    struct Case {
+        int64_t need, usable, streamed, want;
+    };
+    for (const auto& c : std::vector<Case>{{500, 500, 0, 0},
+                                           {501, 500, 0, 2},  // the slot + one block
+                                           {600, 500, 0, 2},
+                                           {601, 500, 0, 3},
+                                           {501, 500, 5, 6},  // the slot is paid already
+                                           {600, 500, 5, 6},
+                                           {601, 500, 5, 7},
+                                           {100, 500, 5, 5},  // fits: no change, none back
+                                           {100000, 500, 0, depth},
+                                           {501, 500, depth, depth}}) {
+        EXPECT_EQ(blocks_to_stream(c.need, c.usable, b, c.streamed, depth), c.want)
+            << c.need << " " << c.usable << " " << c.streamed;
+    }
+}
+
+// The pipeline's automatic form streams what blocks_to_stream says, with the model's own block
+// size, and what is left to give back shrinks as blocks go.
+TEST(InfinityBlockStream, StreamToFitAndReclaimableBytesFollowTheBlocks) {
+    auto pipe = InfinityPipeline::from(model(false), BsqVae(nullptr));
+    const int64_t b = InfinityBlockStream::block_bytes(pipe.model->block(0));
+    ASSERT_GT(b, 0);
+    EXPECT_EQ(pipe.reclaimable_bytes(), 2 * b);  // 3 blocks, minus the slot
+    EXPECT_EQ(pipe.stream_to_fit(1000, 1000), 0);
+    EXPECT_EQ(pipe.stream_to_fit(1000 + b / 2, 1000), 2);
+    EXPECT_EQ(pipe.reclaimable_bytes(), b);
+    EXPECT_EQ(pipe.stream_to_fit(1000, 1000), 2);  // fits now: nothing more moves
+    EXPECT_EQ(pipe.stream_to_fit(1000 + b, 1000), 3);
+    EXPECT_EQ(pipe.reclaimable_bytes(), 0);
+    EXPECT_EQ(pipe.stream_to_fit(1000 + 5 * b, 1000), 3);  // all of them: the check says the rest
 }

@@ -54,6 +54,23 @@ TEST(MemoryEstimate, CheckNamesTheBatchThatFits) {
     EXPECT_EQ(error_of<std::invalid_argument>([&] { check_memory_fits(e, -1, "cpu"); }), "");
 }
 
+// What the runner can give back by itself (Infinity's automatic block streaming) counts as free,
+// and the refusal says how much it was.
+TEST(MemoryEstimate, ReclaimableBytesCountAsFree) {
+    MemoryEstimate e;
+    e.images = 1;
+    e.per_image = int64_t(12) << 30;
+    const int64_t free = int64_t(10) << 30;  // 9 GiB usable
+    EXPECT_NE(error_of<std::invalid_argument>([&] { check_memory_fits(e, free, "cuda:0"); }), "");
+    e.reclaimable = int64_t(3) << 30;
+    EXPECT_EQ(error_of<std::invalid_argument>([&] { check_memory_fits(e, free, "cuda:0"); }), "");
+    EXPECT_EQ(e.to_json().value("reclaimable", int64_t{0}), e.reclaimable);
+    e.per_image = int64_t(13) << 30;
+    const auto msg = error_of<std::invalid_argument>([&] { check_memory_fits(e, free, "cuda:0"); });
+    EXPECT_NE(msg.find("10.0 GiB is free (+ 3.0 GiB by streaming every block)"), std::string::npos)
+        << msg;
+}
+
 TEST(MemoryEstimate, HostMemoryIsReadOnLinux) {
     EXPECT_GT(available_memory(c10::Device(c10::kCPU)), 0);
 }

@@ -318,6 +318,11 @@ MainWindow::MainWindow(GenerationWorker::Loader loader, QWidget* parent) : QMain
         if (sweeping_ && r->side == Side::Accelerated) return;
         if (r->side == Side::Accelerated) method_panel_->setRuntimeError({});
         results_->setSide(r, job_request_);
+        if (!r->run.notices.empty()) {
+            QStringList notes;
+            for (const auto& n : r->run.notices) notes << QString::fromStdString(n);
+            statusBar()->showMessage(notes.join(" · "), 10000);
+        }
         if (r->side == Side::Accelerated) job_complete_ = true;  // both sides of this job shown
     });
     connect(worker_, &GenerationWorker::sideFailed, this,

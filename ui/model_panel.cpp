@@ -1,5 +1,6 @@
 #include "ui/model_panel.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDialog>
 #include <QDialogButtonBox>
@@ -32,7 +33,8 @@ namespace {
 QString source_data(const ModelSource& s) {
     if (s.kind == ModelSource::Kind::Files)  // a T5 folder makes a text-to-image triple
         return QString::fromStdString("files\n" + s.var_path + "\n" + s.vae_path +
-                                      (s.t5_path.empty() ? "" : "\n" + s.t5_path));
+                                      (s.t5_path.empty() ? "" : "\n" + s.t5_path) +
+                                      (s.low_memory ? "\nlow-memory" : ""));
     if (s.kind == ModelSource::Kind::Custom)
         return QString::fromStdString("custom\n" + s.custom_name);
     return s.family == Family::Mar        ? QStringLiteral("embedded\nmar")
@@ -48,6 +50,7 @@ ModelSource source_from_data(const QString& d) {
         s.var_path = parts.value(1).toStdString();
         s.vae_path = parts.value(2).toStdString();
         s.t5_path = parts.value(3).toStdString();
+        s.low_memory = parts.value(4) == "low-memory";
     } else if (parts.value(0) == "custom") {
         s.kind = ModelSource::Kind::Custom;
         s.custom_name = parts.value(1).toStdString();
@@ -99,6 +102,13 @@ class CheckpointDialog : public QDialog {
         t5_row->addWidget(t5_, 1);
         t5_row->addWidget(browse_t5);
         form->addRow(tr("T5"), t5_row);
+        low_memory_ = new QCheckBox(tr("Low-memory mode"), this);
+        low_memory_->setObjectName("lowMemory");
+        low_memory_->setToolTip(
+            tr("Text-to-image on a GPU: the T5 encoder leaves the GPU after encoding, and "
+               "before a run that would not fit the free memory the last transformer blocks "
+               "move to host memory and are copied in as they run (same images, slower)."));
+        form->addRow(QString(), low_memory_);
         auto* note = new QLabel(tr("Official pairs: a VAR with its VQVAE (var_d16.pth + "
                                    "vae_ch160v4096z32.pth) or a MAR with its KL VAE "
                                    "(checkpoint-last.pth + kl16.ckpt); the family is read from "
@@ -130,6 +140,7 @@ class CheckpointDialog : public QDialog {
     QLineEdit* var_;
     QLineEdit* vae_;
     QLineEdit* t5_;
+    QCheckBox* low_memory_;
 };
 
 }  // namespace
@@ -389,15 +400,17 @@ void ModelPanel::rebuildModelCombo(const ModelSource& select) {
             tr("resources/models/emoji-t2i-{infinity,bsq-vae}.safetensors or emoji-t2i-t5/ not "
                "found"));
     }
-    for (const QString& entry : recent_) {  // "model\nvae" or "model\nvae\nt5"
+    for (const QString& entry : recent_) {  // "model\nvae", "model\nvae\nt5[\nlow-memory]"
         const QStringList p = entry.split('\n');
         ModelSource s;
         s.kind = ModelSource::Kind::Files;
         s.var_path = p.value(0).toStdString();
         s.vae_path = p.value(1).toStdString();
         s.t5_path = p.value(2).toStdString();
+        s.low_memory = p.value(3) == "low-memory";
         QString name = QFileInfo(p.value(0)).fileName() + " + " + QFileInfo(p.value(1)).fileName();
         if (!s.t5_path.empty()) name += " + " + QFileInfo(p.value(2)).fileName();
+        if (s.low_memory) name += tr(" (low memory)");
         model_->addItem(name, source_data(s));
         model_->setItemData(model_->count() - 1, entry, Qt::ToolTipRole);
     }
@@ -487,8 +500,10 @@ void ModelPanel::setLoadedMarRecommendation(const MarSamplingRecommendation& r) 
     emit settingsChanged();
 }
 
-void ModelPanel::addRecent(const QString& var, const QString& vae, const QString& t5) {
-    const QString pair = var + "\n" + vae + (t5.isEmpty() ? QString() : "\n" + t5);
+void ModelPanel::addRecent(const QString& var, const QString& vae, const QString& t5,
+                           bool low_memory) {
+    const QString pair = var + "\n" + vae + (t5.isEmpty() ? QString() : "\n" + t5) +
+                         (low_memory && !t5.isEmpty() ? "\nlow-memory" : "");
     recent_.removeAll(pair);
     recent_.prepend(pair);
     while (recent_.size() > 8) recent_.removeLast();
@@ -504,7 +519,7 @@ void ModelPanel::setRecentFiles(const QStringList& pairs) {
 void ModelPanel::setModelSource(const ModelSource& src) {
     if (src.kind == ModelSource::Kind::Files)
         addRecent(QString::fromStdString(src.var_path), QString::fromStdString(src.vae_path),
-                  QString::fromStdString(src.t5_path));
+                  QString::fromStdString(src.t5_path), src.low_memory);
     updating_ = true;
     const int d =
         device_->findData(QString::fromStdString(src.device).startsWith("cuda") ? "cuda" : "cpu");
@@ -533,6 +548,7 @@ void ModelPanel::openCheckpoints() {
     s.var_path = dlg.var_->text().toStdString();
     s.vae_path = dlg.vae_->text().toStdString();
     s.t5_path = dlg.t5_->text().toStdString();
+    s.low_memory = !s.t5_path.empty() && dlg.low_memory_->isChecked();
     s.device = device_->currentData().toString().toStdString();
     s.precision = precision_->currentData().toString().toStdString();
     setModelSource(s);

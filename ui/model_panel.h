@@ -94,7 +94,8 @@ class ModelPanel : public QWidget {
     // The class the prompt picked becomes a setting (settingsChanged) if it is a new one.
     void commitPrompt();
     void rebuildModelCombo(const ModelSource& select);
-    void addRecent(const QString& var, const QString& vae, const QString& t5 = {});
+    void addRecent(const QString& var, const QString& vae, const QString& t5 = {},
+                   bool low_memory = false);
     void updateRecommendationButton();
 
     void updatePrecisionEnabled();

@@ -15,6 +15,7 @@ nlohmann::json Request::to_json() const {
         m["var"] = model.var_path;
         m["vae"] = model.vae_path;
         if (!model.t5_path.empty()) m["t5"] = model.t5_path;
+        if (model.low_memory) m["low_memory"] = true;
     }
     if (model.kind == ModelSource::Kind::Custom) m["name"] = model.custom_name;
     return {{"varscope", 1},
@@ -41,7 +42,7 @@ Request Request::from_json(const nlohmann::json& j) {
     require_known_fields(j, known, "settings");
     const auto& m = j.at("model");
     require_known_fields(m, known["model"], "settings: model",
-                         {"diffusion_steps", "var", "vae", "t5", "name"});
+                         {"diffusion_steps", "var", "vae", "t5", "low_memory", "name"});
     Request r;
     const std::string kind = m.value("kind", "embedded");
     r.model.kind = kind == "files"    ? ModelSource::Kind::Files
@@ -57,6 +58,7 @@ Request Request::from_json(const nlohmann::json& j) {
     r.model.var_path = m.value("var", "");
     r.model.vae_path = m.value("vae", "");
     r.model.t5_path = m.value("t5", "");
+    r.model.low_memory = m.value("low_memory", false);
     r.model.custom_name = m.value("name", "");
     r.prompt = QString::fromStdString(j.value("prompt", ""));
     // A text-to-image model's text is its prompt.

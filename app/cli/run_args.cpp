@@ -101,12 +101,18 @@ void ModelArgs::add_to(CLI::App& cmd, Family default_family) {
                                      "Infinity on CUDA: move the T5 encoder off the GPU after "
                                      "encoding (low-memory mode)");
     o["--stream-blocks"] =
-        cmd.add_option("--stream-blocks", stream_blocks,
-                       "Infinity, low-memory mode: keep the last N transformer blocks in host "
-                       "memory and copy each onto the device right before it runs (same "
-                       "images; each forward pass moves their weights over the host link, and "
-                       "the steps run without CUDA graphs)")
-            ->check(CLI::Range(int64_t{0}, int64_t{1024}));
+        cmd.add_option_function<std::string>(
+               "--stream-blocks",
+               [this](const std::string& v) {
+                   stream_blocks = v == "auto" ? ModelSpec::kStreamBlocksAuto : std::stoll(v);
+               },
+               "Infinity, low-memory mode: keep the last N transformer blocks in host memory "
+               "and copy each onto the device right before it runs (same images; each forward "
+               "pass moves their weights over the host link, and the steps run without CUDA "
+               "graphs); auto: on CUDA, as many as a run needs to fit the free memory, none "
+               "while it fits")
+            ->type_name("N|auto")
+            ->check(CLI::IsMember({"auto"}) | CLI::Range(int64_t{0}, int64_t{1024}));
     o["--mar"] = cmd.add_option("--mar", mar_path,
                                 "MAR checkpoint (checkpoint-last.pth, a state dict or "
                                 ".safetensors)")

@@ -23,7 +23,7 @@ struct ModelArgs {
     std::string var_path, mar_path, infinity_path, vae_path;
     std::string t5_path;  // Infinity: the T5 encoder folder
     bool t5_offload = false;
-    int64_t stream_blocks = 0;
+    int64_t stream_blocks = 0;  // ModelSpec::kStreamBlocksAuto for "auto"
     std::string random;  // a VAR depth ("16"), a MAR config (mar_base | JSON), Infinity 2b | 8b
     // The embedded model when no checkpoint is given: "t2i" (or "infinity"), "var" | "mar";
     // "" = embedded_family()'s rule.

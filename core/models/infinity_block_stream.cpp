@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -20,29 +22,41 @@ std::vector<at::Tensor> streamed_tensors(const InfinityBlockImpl& b) {
 }  // namespace
 
 InfinityBlockStream::InfinityBlockStream(InfinityTransformer model, int64_t count)
-    : model_(std::move(model)), count_(count) {
+    : model_(std::move(model)), first_(model_->config().depth) {
+    grow(count);
+}
+
+void InfinityBlockStream::grow(int64_t count) {
     const int64_t depth = model_->config().depth;
-    if (count < 0 || count > depth)
+    if (count < count_ || count > depth)
         throw std::invalid_argument("stream blocks: " + std::to_string(count) +
                                     " is not a block count of this " + std::to_string(depth) +
-                                    "-block model (0.." + std::to_string(depth) + ")");
-    first_ = depth - count;
-    if (count == 0) return;
+                                    "-block model (" + std::to_string(count_) + ".." +
+                                    std::to_string(depth) + ")");
+    if (count == count_) return;
     at::NoGradGuard no_grad;
-    const auto& last = model_->block(depth - 1);
-    const at::Device device = last.ada_gss.device();
-    const bool pin = device.is_cuda();
-    // The slot: a block of the same config whose streamed tensors take the model's dtypes on its
-    // device (the official bf16 mode makes the blocks bf16).
-    slot_ = InfinityBlock(model_->config());
-    slot_tensors_ = streamed_tensors(*slot_);
-    const auto model_tensors = streamed_tensors(last);
-    if (slot_tensors_.size() != model_tensors.size())
-        throw std::logic_error("stream blocks: the slot and the model's blocks differ");
-    for (size_t k = 0; k < slot_tensors_.size(); ++k)
-        slot_tensors_[k].set_data(at::empty_like(model_tensors[k]));
-    slot_->ada_gss.set_data(at::empty_like(last.ada_gss));
-    for (int64_t i = first_; i < depth; ++i) {
+    if (!slot_) {
+        // The slot: a block of the same config whose streamed tensors take the model's dtypes
+        // on its device (the official bf16 mode makes the blocks bf16).
+        const auto& last = model_->block(depth - 1);
+        slot_ = InfinityBlock(model_->config());
+        slot_tensors_ = streamed_tensors(*slot_);
+        const auto model_tensors = streamed_tensors(last);
+        if (slot_tensors_.size() != model_tensors.size())
+            throw std::logic_error("stream blocks: the slot and the model's blocks differ");
+        for (size_t k = 0; k < slot_tensors_.size(); ++k)
+            slot_tensors_[k].set_data(at::empty_like(model_tensors[k]));
+        slot_->ada_gss.set_data(at::empty_like(last.ada_gss));
+    }
+    move_to_host(depth - count, first_);
+    first_ = depth - count;
+    count_ = count;
+}
+
+void InfinityBlockStream::move_to_host(int64_t first, int64_t end) {
+    const bool pin = model_->block(first).ada_gss.device().is_cuda();
+    std::vector<std::vector<at::Tensor>> moved;
+    for (int64_t i = first; i < end; ++i) {
         std::vector<at::Tensor> host;
         for (auto& t : streamed_tensors(model_->block(i))) {
             // A copy even where the model is on the CPU (to() would return the same tensor).
@@ -54,8 +68,28 @@ InfinityBlockStream::InfinityBlockStream(InfinityTransformer model, int64_t coun
             // anywhere but through acquire() fails loudly instead of reading stale weights.
             t.set_data(at::empty({0}, t.options()));
         }
-        host_.push_back(std::move(host));
+        moved.push_back(std::move(host));
     }
+    // host_[i] holds layer first_ + i: the newly streamed blocks go in front.
+    host_.insert(host_.begin(), std::make_move_iterator(moved.begin()),
+                 std::make_move_iterator(moved.end()));
+}
+
+int64_t InfinityBlockStream::block_bytes(const InfinityBlockImpl& block) {
+    int64_t bytes = 0;
+    for (const auto& t : streamed_tensors(block)) bytes += static_cast<int64_t>(t.nbytes());
+    return bytes;
+}
+
+int64_t blocks_to_stream(int64_t need, int64_t usable, int64_t block_bytes, int64_t streamed,
+                         int64_t depth) {
+    const int64_t short_by = need - usable;
+    if (short_by <= 0 || streamed >= depth) return std::min(streamed, depth);
+    if (block_bytes <= 0) return depth;
+    // The slot is one block's worth, paid by the first block streamed.
+    const int64_t owed = short_by + (streamed == 0 ? block_bytes : 0);
+    const int64_t more = (owed + block_bytes - 1) / block_bytes;
+    return std::min(depth, streamed + more);
 }
 
 const InfinityBlockImpl& InfinityBlockStream::acquire(int64_t layer) {

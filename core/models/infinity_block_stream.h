@@ -22,6 +22,9 @@ class InfinityBlockStream {
     // `model` on its device; its last `count` (0..depth) blocks move to host memory here.
     // std::invalid_argument for a count out of range.
     InfinityBlockStream(InfinityTransformer model, int64_t count);
+    // Streams the last `count` blocks from now on (count() .. depth): the blocks before the
+    // streamed ones move to host memory too; the ones already there stay as they are.
+    void grow(int64_t count);
     InfinityBlockStream(const InfinityBlockStream&) = delete;
     InfinityBlockStream& operator=(const InfinityBlockStream&) = delete;
 
@@ -30,13 +33,25 @@ class InfinityBlockStream {
     const InfinityBlockImpl& acquire(int64_t layer);
     // Bytes of the streamed weights in host memory (what a forward pass copies in).
     int64_t host_bytes() const { return host_bytes_; }
+    // Device bytes a block gives back when it streams (its weights but ada_gss); the slot takes
+    // as much once.
+    static int64_t block_bytes(const InfinityBlockImpl& block);
 
   private:
+    void move_to_host(int64_t first, int64_t end);  // blocks [first, end), before the others
+
     InfinityTransformer model_;
     int64_t count_ = 0, first_ = 0, loaded_ = -1, host_bytes_ = 0;
     InfinityBlock slot_{nullptr};
     std::vector<at::Tensor> slot_tensors_;       // the slot's streamed tensors, in order
     std::vector<std::vector<at::Tensor>> host_;  // per streamed block: its tensors, same order
 };
+
+// How many of a model's `depth` blocks must stream (at least `streamed`, already streaming) for
+// a run that needs `need` bytes beyond the resident weights to fit into `usable` bytes: every
+// further block gives back `block_bytes`, and the first one streamed costs the slot (as much
+// again). `depth` when even that does not make it fit.
+int64_t blocks_to_stream(int64_t need, int64_t usable, int64_t block_bytes, int64_t streamed,
+                         int64_t depth);
 
 }  // namespace varscope

@@ -139,6 +139,17 @@ class InfinityRunner : public Runner {
     // small (2 per bit). Fixed: the BSQ decode of one chunk at full resolution in fp32 (the
     // first level's channels, about six maps live).
     MemoryEstimate estimate_memory(const SampleSettings& s, const AccelPlan* accel) const override {
+        MemoryEstimate e = run_estimate(s, accel);
+        if (auto_stream_ && device().is_cuda()) e.reclaimable = pipe_.reclaimable_bytes();
+        return e;
+    }
+
+    // ModelSpec::kStreamBlocksAuto: before each run on CUDA, stream as many blocks as the run
+    // needs to fit the free memory (none while it fits).
+    void set_auto_stream(bool on) { auto_stream_ = on; }
+
+    // What a run needs beyond the resident weights (the weights streaming can give back aside).
+    MemoryEstimate run_estimate(const SampleSettings& s, const AccelPlan* accel) const {
         const auto& c = cfg();
         const InfinitySchedule sch = schedule(s);
         int64_t n = 0;
@@ -222,6 +233,7 @@ class InfinityRunner : public Runner {
             hooks = hooks_for(ac, *view, probe);
         }
         std::vector<std::string> notices;
+        if (auto_stream_ && device().is_cuda()) stream_to_fit(s, accel, notices);
         const auto out = pipe_.generate(text(s, &notices), sched, options(s), hooks.get(), probe,
                                         s.decode, t5_ && t5_->options().offload_after_encode);
         const auto& r = out.sample;
@@ -281,6 +293,20 @@ class InfinityRunner : public Runner {
 
   private:
     const InfinityConfig& cfg() const { return pipe_.model->config(); }
+    void stream_to_fit(const SampleSettings& s, const AccelPlan* accel,
+                       std::vector<std::string>& notices) {
+        const int64_t available = available_memory(device());
+        if (available < 0) return;
+        const int64_t before = pipe_.streamed_blocks();
+        const auto usable = static_cast<int64_t>(static_cast<double>(available) * kMemoryHeadroom);
+        const int64_t now = pipe_.stream_to_fit(run_estimate(s, accel).bytes(), usable);
+        if (now > before)
+            notices.push_back("low-memory mode: the last " + std::to_string(now) + " of " +
+                              std::to_string(cfg().depth) +
+                              " transformer blocks stream from host memory from now on, to fit "
+                              "the free device memory (same images, slower)");
+    }
+
     static InfinitySchedule schedule(const SampleSettings& s) {
         return infinity_schedule(s.h_div_w, s.pixels);
     }
@@ -347,6 +373,7 @@ class InfinityRunner : public Runner {
     bool tf32_ = false;
     InfinityImageSize size_;  // the defaults' pixels and aspect ratio
     std::map<std::string, std::shared_ptr<SamplingHooks>> hooks_;
+    bool auto_stream_ = false;
 };
 
 }  // namespace
@@ -404,12 +431,15 @@ std::unique_ptr<Runner> load_infinity_runner(const StateDict& all, const ModelSp
     auto pipe = InfinityPipeline::from_weights(all, spec.model_path, spec.vae_path, device,
                                                bf16_blocks(options));
     pipe.sampler->set_exec_policy(options.exec);
-    pipe.stream_blocks(spec.stream_blocks);
+    const bool auto_stream = spec.stream_blocks == ModelSpec::kStreamBlocksAuto;
+    pipe.stream_blocks(auto_stream ? 0 : spec.stream_blocks);
     auto t5 = open_text_encoder(spec.text_encoder_path, spec.text_encoder_offload, device,
                                 pipe.model->config(), spec.model_path);
-    return std::make_unique<InfinityRunner>(
+    auto runner = std::make_unique<InfinityRunner>(
         std::move(pipe), spec.model_path, std::move(t5), options.tf32,
         read_infinity_image_size(spec.model_path, spec.vae_path));
+    runner->set_auto_stream(auto_stream);
+    return runner;
 }
 
 std::unique_ptr<Runner> random_infinity_runner(const InfinityConfig& config,
@@ -431,10 +461,14 @@ std::unique_ptr<Runner> random_infinity_runner(const InfinityConfig& config,
     // session 29 it was never passed on, so VARSCOPE_REFERENCE_KERNELS / VARSCOPE_FUSED_ROPE
     // changed nothing for Infinity (seen on the H200: RoPE "off" timed the fused kernel).
     pipe.sampler->set_exec_policy(options.exec);
-    pipe.stream_blocks(stream_blocks);
+    const bool auto_stream = stream_blocks == ModelSpec::kStreamBlocksAuto;
+    pipe.stream_blocks(auto_stream ? 0 : stream_blocks);
     auto t5 = open_text_encoder(text_encoder_path, text_encoder_offload, device, config,
                                 "a random Infinity");
-    return std::make_unique<InfinityRunner>(std::move(pipe), "", std::move(t5), options.tf32);
+    auto runner =
+        std::make_unique<InfinityRunner>(std::move(pipe), "", std::move(t5), options.tf32);
+    runner->set_auto_stream(auto_stream);
+    return runner;
 }
 
 }  // namespace varscope

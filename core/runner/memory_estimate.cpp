@@ -24,6 +24,7 @@ nlohmann::json MemoryEstimate::to_json() const {
         j["per_image_most"] = per_image_most;
         j["bytes_most"] = bytes_most();
     }
+    if (reclaimable > 0) j["reclaimable"] = reclaimable;
     return j;
 }
 
@@ -90,7 +91,8 @@ int64_t decode_bytes(int64_t channels, int64_t side, int64_t images) {
 void check_memory_fits(const MemoryEstimate& estimate, int64_t available,
                        const std::string& device_name) {
     if (available < 0) return;
-    const auto usable = static_cast<int64_t>(static_cast<double>(available) * kMemoryHeadroom);
+    const auto usable = static_cast<int64_t>(static_cast<double>(available) * kMemoryHeadroom) +
+                        estimate.reclaimable;
     if (estimate.bytes() <= usable) return;
     std::ostringstream msg;
     msg << estimate.images << (estimate.images == 1 ? " image needs" : " images need") << " about "
@@ -98,6 +100,8 @@ void check_memory_fits(const MemoryEstimate& estimate, int64_t available,
         << format_bytes(estimate.per_image) << " per image";
     if (estimate.fixed > 0) msg << " + " << format_bytes(estimate.fixed);
     msg << "); " << format_bytes(available) << " is free";
+    if (estimate.reclaimable > 0)
+        msg << " (+ " << format_bytes(estimate.reclaimable) << " by streaming every block)";
     const int64_t fit = estimate.max_images(usable);
     if (fit > 0)
         msg << ": a batch of at most " << fit << " fits";

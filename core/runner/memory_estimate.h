@@ -26,6 +26,10 @@ struct MemoryEstimate {
     // A method whose memory depends on the image (AMS-KV): per_image is the least it may need,
     // per_image_most the most; 0 when they are the same.
     int64_t per_image_most = 0;
+    // Device bytes the runner gives back by itself before a run that would not fit otherwise
+    // (Infinity's automatic block streaming: the weights of blocks it moves to host memory);
+    // the check counts them as available.
+    int64_t reclaimable = 0;
     int64_t bytes() const { return fixed + per_image * images; }
     int64_t bytes_most() const { return fixed + std::max(per_image, per_image_most) * images; }
     // The most images that fit into `available` bytes (0 when not even one does).

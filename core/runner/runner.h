@@ -47,8 +47,10 @@ struct ModelSpec {
     std::string text_encoder_path;
     bool text_encoder_offload = false;
     // Infinity, low-memory mode: the last N transformer blocks stream from host memory
-    // (InfinityPipeline::stream_blocks; exact, eager, slower); 0 = none.
+    // (InfinityPipeline::stream_blocks; exact, eager, slower); 0 = none; kStreamBlocksAuto: on
+    // CUDA, before each run, as many as the run needs to fit the free memory (none when it fits).
     int64_t stream_blocks = 0;
+    static constexpr int64_t kStreamBlocksAuto = -1;
     // The family the user named the file as (--var / --mar), if any: a file of no known family
     // is then reported in that family's terms. The file's tensors decide the family.
     std::optional<Family> named_as;

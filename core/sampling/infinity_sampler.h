@@ -120,6 +120,7 @@ class InfinitySampler {
         stream_ = std::move(stream);
     }
     const InfinityBlockStream* block_stream() const { return stream_.get(); }
+    InfinityBlockStream* block_stream() { return stream_.get(); }
     size_t cuda_graph_sets() const;
 
   private:

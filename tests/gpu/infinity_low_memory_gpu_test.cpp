@@ -1,19 +1,24 @@
 // Infinity's official bf16 mode on a CUDA device never holds the blocks in fp32 there: the
 // runner casts them on the CPU before the move (Infinity-8B: 33 GB in fp32 against 17 GB in
 // bf16; before session 30 the fp32 copy went to the device first and its 33 GB stayed reserved
-// by the caching allocator through the whole run). Skips without CUDA.
+// by the caching allocator through the whole run); block streaming, fixed and automatic. Skips
+// without CUDA.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 
 #include "core/infinity_pipeline.h"
+#include "core/io/checkpoint.h"
 #include "core/models/bsq_vae_config.h"
 #include "core/models/infinity_schedule.h"
 #include "core/pipeline.h"
+#include "core/runner/memory_estimate.h"
 #include "core/runner/runner.h"
 #include "kernels/memory_stats.h"
 #include "tests/gpu/tiny_infinity_cuda.h"
+#include "tests/test_util.h"
 #include "tests/tiny_bsq_vae.h"
 
 using namespace varscope;
@@ -102,4 +107,53 @@ TEST(InfinityLowMemoryGpu, StreamedBlocksLeaveTheDeviceAndKeepTheBits) {
         for (size_t si = 0; si < want.bits.size(); ++si)
             EXPECT_TRUE(at::equal(got.bits[si], want.bits[si])) << "run " << run << " scale " << si;
     }
+}
+
+// --stream-blocks auto (ModelSpec::kStreamBlocksAuto): with the device nearly full (a ballast
+// tensor leaves less free memory than the run's estimate), the runner streams blocks before the
+// run, says so in a notice, counts the blocks it could give back in its estimate, and draws the
+// resident runner's tokens; with the ballast gone nothing more moves.
+TEST(InfinityLowMemoryGpu, AutoStreamingFitsTheFreeMemoryAndKeepsTheTokens) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    varscope::testing::TempDir dir;
+    const auto text = varscope::testing::tiny_infinity_text({5}, 2);
+    const auto features = dir.file("text.safetensors");
+    save_safetensors({{"kv_compact", text.kv_compact.cpu()}, {"lens", at::tensor({int64_t{5}})}},
+                     features);
+    auto settings = [&](const Runner& r) {
+        SampleSettings s = r.defaults();
+        s.text_features = features;
+        s.pixels = "0.06M";
+        s.seed = 3;
+        return s;
+    };
+    auto resident =
+        random_infinity_runner(wide_config(), tiny_vae(), 1, load_options("cuda", "bf16"));
+    const auto want = resident->generate(settings(*resident));
+    resident.reset();
+    kernels::empty_cuda_cache();
+
+    auto r = random_infinity_runner(wide_config(), tiny_vae(), 1, load_options("cuda", "bf16"), "",
+                                    false, ModelSpec::kStreamBlocksAuto);
+    const SampleSettings s = settings(*r);
+    const MemoryEstimate e = r->estimate_memory(s);
+    ASSERT_GT(e.reclaimable, 0);
+    // Leave free about the estimate minus half the reclaimable bytes: some blocks must go.
+    kernels::empty_cuda_cache();
+    const int64_t free = available_memory(r->device());
+    const int64_t target =
+        static_cast<int64_t>(static_cast<double>(e.bytes() - e.reclaimable / 2) / kMemoryHeadroom);
+    ASSERT_GT(free, target);
+    auto ballast =
+        at::empty({free - target}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+    const auto got = r->generate(s);
+    ASSERT_EQ(got.notices.size(), 1u);
+    EXPECT_NE(got.notices[0].find("stream from host memory"), std::string::npos) << got.notices[0];
+    EXPECT_LT(r->estimate_memory(s).reclaimable, e.reclaimable);
+    ASSERT_EQ(got.step_tokens.size(), want.step_tokens.size());
+    for (size_t si = 0; si < want.step_tokens.size(); ++si)
+        EXPECT_TRUE(at::equal(got.step_tokens[si], want.step_tokens[si])) << "scale " << si;
+    ballast = at::Tensor();
+    kernels::empty_cuda_cache();
+    EXPECT_TRUE(r->generate(s).notices.empty());
 }

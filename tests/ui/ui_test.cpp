@@ -1270,6 +1270,12 @@ class UiTest : public QObject {
         ModelSource no_t5 = r.model;
         no_t5.t5_path.clear();
         QVERIFY(no_t5.key() != r.model.key());
+        // The low-memory mode travels too, and loads other weights (another key).
+        QVERIFY(!back.model.low_memory);
+        Request low = r;
+        low.model.low_memory = true;
+        QVERIFY(Request::from_json(low.to_json()).model.low_memory);
+        QVERIFY(low.model.key() != r.model.key());
     }
 
     // An Infinity transformer opened without its T5 folder: said when it loads, not at the run.
@@ -1346,8 +1352,16 @@ class UiTest : public QObject {
         QCOMPARE(a.image.width, 64);
         QVERIFY(a.image.rgb == b.image.rgb);
         QVERIFY(a.image.rgb == std::vector<uint8_t>(base->run.image.rgb));
+        QVERIFY(a.notices.empty());
         g.prompt = "red apple";
         QVERIFY(e.run(g, false).image.rgb != a.image.rgb);
+        // A prompt past the encoder's limit runs cut, and the run says so (the status bar
+        // shows RunOutput::notices).
+        g.prompt.clear();
+        for (int i = 0; i < 200; ++i) g.prompt += "red apple ";
+        const RunOutput cut = e.run(g, false);
+        QVERIFY(!cut.notices.empty());
+        QVERIFY2(cut.notices[0].find("cut to fit") != std::string::npos, cut.notices[0].c_str());
         g.prompt.clear();
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument, e.run(g, false));
         // Back to the class-conditional VAR: the class picker returns.

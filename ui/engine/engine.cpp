@@ -121,7 +121,7 @@ std::string ModelSource::key() const {
             return std::string("embedded|") + family_id(family) + steps + where;
         case Kind::Files:
             return "files|" + var_path + "|" + vae_path + (t5_path.empty() ? "" : "|" + t5_path) +
-                   steps + where;
+                   (low_memory ? "|low-memory" : "") + steps + where;
         case Kind::Custom:
             return "custom|" + custom_name + where;
     }
@@ -184,6 +184,8 @@ void Engine::load(const ModelSource& source) {
         spec.model_path = source.var_path;
         spec.vae_path = source.vae_path;
         spec.text_encoder_path = source.t5_path;
+        spec.text_encoder_offload = source.low_memory;
+        spec.stream_blocks = source.low_memory ? ModelSpec::kStreamBlocksAuto : 0;
         if (spec.vae_path.empty() && detect_runner_family(spec.model_path) == Family::Mar)
             throw std::invalid_argument(source.var_path +
                                         " is a MAR model: it needs its KL VAE (e.g. kl16.ckpt) "
@@ -326,6 +328,7 @@ RunOutput Engine::run(const GenerationSettings& s, bool accelerated,
     out.kv_bytes = res.kv_bytes;
     out.cuda = runner.device().is_cuda();
     out.cuda_graphs = res.cuda_graphs;
+    out.notices = res.notices;
 
     const int64_t side = info_.patch_nums.empty() ? 0 : info_.patch_nums.back();
     for (const auto& r : rec.scales()) {

@@ -71,7 +71,10 @@ struct ModelSource {
     Family family = Family::Var;
     std::string var_path, vae_path;  // Files: the transformer (VAR, MAR or Infinity) and its VAE
     std::string t5_path;             // Files, Infinity: the T5 encoder folder that reads prompts
-    std::string custom_name;         // Custom (tests, random weights)
+    // Files, Infinity on CUDA: the low-memory mode (the T5 encoder off the GPU after encoding,
+    // transformer blocks streamed from host memory when a run would not fit otherwise).
+    bool low_memory = false;
+    std::string custom_name;  // Custom (tests, random weights)
     std::string device = "cpu";
     // Transformer weights: "fp32", "bf16" or "fp16" (core's load_options). On CUDA, bf16/fp16
     // run on tensor cores and SparVAR's CUDA kernels, which take bf16/fp16 only.
@@ -210,6 +213,9 @@ struct RunOutput {
     // Text-to-image: the prompt's tokens as the model read them (SentencePiece pieces, then
     // "</s>"): the first axis of the "text/cross_attention" records.
     std::vector<std::string> text_tokens;
+    // What the user should know about the run that is not an error (RunResult::notices: a prompt
+    // cut to the encoder's limit, blocks the low-memory mode began to stream).
+    std::vector<std::string> notices;
 };
 
 // Thrown when a run was cancelled through the cancel flag.
