@@ -4,6 +4,7 @@
 #include <qcustomplot.h>
 
 #include <QCheckBox>
+#include <QDialog>
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFile>
@@ -1276,6 +1277,35 @@ class UiTest : public QObject {
         low.model.low_memory = true;
         QVERIFY(Request::from_json(low.to_json()).model.low_memory);
         QVERIFY(low.model.key() != r.model.key());
+    }
+
+    // The Open-checkpoints dialog's Low-memory mode box reaches the model source (and only with
+    // a T5 folder: it is the text-to-image models' mode).
+    void openCheckpointsCarriesTheLowMemoryMode() {
+        const QString fixtures =
+            QString::fromStdString(varscope_source_dir() + "/tests/fixtures/infinity_tiny/");
+        for (const bool with_t5 : {true, false}) {
+            ModelPanel panel;
+            QSignalSpy changed(&panel, &ModelPanel::modelChanged);
+            bool shown = false;
+            QTimer::singleShot(0, &panel, [&] {
+                auto* d = qobject_cast<QDialog*>(QApplication::activeModalWidget());
+                if (!d) return;
+                auto* box = d->findChild<QCheckBox*>("lowMemory");
+                auto edits = d->findChildren<QLineEdit*>();
+                if (!box || edits.size() != 3) return d->reject();
+                shown = true;
+                edits[0]->setText(fixtures + "infinity_tiny.pth");
+                edits[1]->setText(fixtures + "infinity_tiny.pth");  // a file; not loaded here
+                edits[2]->setText(with_t5 ? fixtures : QString());
+                box->setChecked(true);
+                d->accept();
+            });
+            panel.openCheckpoints();
+            QVERIFY(shown);
+            QCOMPARE(changed.size(), 1);
+            QCOMPARE(panel.modelSource().low_memory, with_t5);
+        }
     }
 
     // An Infinity transformer opened without its T5 folder: said when it loads, not at the run.
