@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
-#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -60,11 +59,7 @@ InfinityPipeline InfinityPipeline::from_weights(const StateDict& dict,
 
 void InfinityPipeline::stream_blocks(int64_t count) {
     if (!sampler) sampler = std::make_shared<InfinitySampler>(model, quant);
-    const int64_t depth = model->config().depth;
-    if (count < 0 || count > depth)
-        throw std::invalid_argument("stream blocks: " + std::to_string(count) +
-                                    " is not a block count of this " + std::to_string(depth) +
-                                    "-block model (0.." + std::to_string(depth) + ")");
+    check_stream_count(count, 0, model->config().depth);
     if (count <= streamed_blocks()) return;
     sampler->release_graphs();  // they read the weights that move
     if (auto* stream = sampler->block_stream())
@@ -99,7 +94,7 @@ int64_t InfinityPipeline::stream_to_fit(int64_t need, int64_t usable) {
 int64_t InfinityPipeline::reclaimable_bytes() const {
     const int64_t depth = model->config().depth, now = streamed_blocks();
     const int64_t block = one_block_bytes(model, sampler ? sampler->block_stream() : nullptr);
-    return std::max<int64_t>(0, (depth - now) * block - (now == 0 ? block : 0));
+    return (blocks_freed(depth) - blocks_freed(now)) * block;
 }
 
 InfinityPipeline::Output InfinityPipeline::generate(const InfinityText& text,

@@ -26,13 +26,17 @@ InfinityBlockStream::InfinityBlockStream(InfinityTransformer model, int64_t coun
     grow(count);
 }
 
-void InfinityBlockStream::grow(int64_t count) {
-    const int64_t depth = model_->config().depth;
-    if (count < count_ || count > depth)
+void check_stream_count(int64_t count, int64_t least, int64_t depth) {
+    if (count < least || count > depth)
         throw std::invalid_argument("stream blocks: " + std::to_string(count) +
                                     " is not a block count of this " + std::to_string(depth) +
-                                    "-block model (" + std::to_string(count_) + ".." +
+                                    "-block model (" + std::to_string(least) + ".." +
                                     std::to_string(depth) + ")");
+}
+
+void InfinityBlockStream::grow(int64_t count) {
+    const int64_t depth = model_->config().depth;
+    check_stream_count(count, count_, depth);
     if (count == count_) return;
     at::NoGradGuard no_grad;
     if (!slot_) {
@@ -86,10 +90,11 @@ int64_t blocks_to_stream(int64_t need, int64_t usable, int64_t block_bytes, int6
     const int64_t short_by = need - usable;
     if (short_by <= 0 || streamed >= depth) return std::min(streamed, depth);
     if (block_bytes <= 0) return depth;
-    // The slot is one block's worth, paid by the first block streamed.
-    const int64_t owed = short_by + (streamed == 0 ? block_bytes : 0);
-    const int64_t more = (owed + block_bytes - 1) / block_bytes;
-    return std::min(depth, streamed + more);
+    // The least count that frees ceil(short_by / block) more blocks than `streamed` does.
+    const int64_t more = (short_by + block_bytes - 1) / block_bytes;
+    int64_t n = streamed + 1;
+    while (n < depth && blocks_freed(n) - blocks_freed(streamed) < more) ++n;
+    return n;
 }
 
 const InfinityBlockImpl& InfinityBlockStream::acquire(int64_t layer) {

@@ -47,10 +47,19 @@ class InfinityBlockStream {
     std::vector<std::vector<at::Tensor>> host_;  // per streamed block: its tensors, same order
 };
 
+// std::invalid_argument naming the range unless least <= count <= depth (a stream of `least`
+// blocks can grow to `count`).
+void check_stream_count(int64_t count, int64_t least, int64_t depth);
+
+// Device blocks that streaming `count` blocks gives back, net of the slot (which takes one).
+inline int64_t blocks_freed(int64_t count) {
+    return count > 0 ? count - 1 : 0;
+}
+
 // How many of a model's `depth` blocks must stream (at least `streamed`, already streaming) for
 // a run that needs `need` bytes beyond the resident weights to fit into `usable` bytes: every
-// further block gives back `block_bytes`, and the first one streamed costs the slot (as much
-// again). `depth` when even that does not make it fit.
+// further block gives back `block_bytes`, and the first one streamed costs the slot
+// (blocks_freed). `depth` when even that does not make it fit.
 int64_t blocks_to_stream(int64_t need, int64_t usable, int64_t block_bytes, int64_t streamed,
                          int64_t depth);
 

@@ -18,13 +18,21 @@
 
 namespace vk = varscope::kernels;
 
+// Skips without a CUDA device or where the kernel does not run (a build without CUDA kernels).
+#define REQUIRE_UPSAMPLE_KERNEL()                                                             \
+    do {                                                                                      \
+        if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";                   \
+        const auto on_cuda = at::TensorOptions().device(at::kCUDA);                           \
+        std::string why_not;                                                                  \
+        if (!vk::cuda_upsample_add_supported(at::zeros({1, 1, 4, 8}, on_cuda),                \
+                                             at::zeros({1, 1, 1, 8}, on_cuda), {}, &why_not)) \
+            GTEST_SKIP() << why_not;                                                          \
+    } while (0)
+
 TEST(KernelsUpsampleAddGpu, BitwiseTheReference) {
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+    REQUIRE_UPSAMPLE_KERNEL();
     const auto cuda = at::TensorOptions().device(at::kCUDA);
     std::string why;
-    if (!vk::cuda_upsample_add_supported(at::zeros({1, 1, 4, 8}, cuda),
-                                         at::zeros({1, 1, 1, 8}, cuda), {}, &why))
-        GTEST_SKIP() << why;
     c10::InferenceMode guard;
     at::manual_seed(13);
     const std::vector<std::pair<int64_t, int64_t>> grids{{32, 40}, {40, 48}, {48, 64}, {4, 6},
@@ -65,12 +73,8 @@ TEST(KernelsUpsampleAddGpu, BitwiseTheReference) {
 // as the float32 cache their subtraction writes, with the outputs' own layouts (SDPA's transposed
 // one, the gathered kernel's narrowed one).
 TEST(KernelsUpsampleAddGpu, DifferenceFormIsTheFloatCache) {
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+    REQUIRE_UPSAMPLE_KERNEL();
     const auto cuda = at::TensorOptions().device(at::kCUDA);
-    std::string why;
-    if (!vk::cuda_upsample_add_supported(at::zeros({1, 1, 4, 8}, cuda),
-                                         at::zeros({1, 1, 1, 8}, cuda), {}, &why))
-        GTEST_SKIP() << why;
     c10::InferenceMode guard;
     at::manual_seed(17);
     for (const auto type : {at::kBFloat16, at::kHalf})
