@@ -70,7 +70,8 @@ TEST(InfinityLowMemoryGpu, Bf16BlocksAreNeverHeldInFp32OnTheDevice) {
 }
 
 // Block streaming (the exact low-memory mode's weights, core/models/infinity_block_stream.h): on
-// CUDA the streamed blocks leave the device (pinned host copies, one device slot) and the samples
+// CUDA the streamed blocks leave the device (pinned host copies, two device slots, the next block
+// copied on a side stream while one computes) and the samples
 // keep the resident model's bits, in the official bf16 mode; later calls reuse the stream.
 TEST(InfinityLowMemoryGpu, StreamedBlocksLeaveTheDeviceAndKeepTheBits) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
@@ -98,8 +99,8 @@ TEST(InfinityLowMemoryGpu, StreamedBlocksLeaveTheDeviceAndKeepTheBits) {
     const int64_t freed = before - kernels::cuda_memory(0).allocated;
     const auto* stream = pipe.sampler->block_stream();
     ASSERT_NE(stream, nullptr);
-    // Three blocks' bytes leave the device and one slot's come in: about two blocks net.
-    EXPECT_GT(freed, stream->host_bytes() * 6 / 10) << "host bytes " << stream->host_bytes();
+    // Three blocks' bytes leave the device and two slots' come in: about one block net.
+    EXPECT_GT(freed, stream->host_bytes() / 5) << "host bytes " << stream->host_bytes();
     for (int run = 0; run < 2; ++run) {
         const auto got = pipe.sampler->sample(text, schedule, opt);
         EXPECT_FALSE(got.cuda_graphs);  // streamed steps run eagerly
