@@ -88,15 +88,17 @@ int64_t blocks_to_stream(int64_t need, int64_t usable, int64_t block_bytes, int6
 
 void InfinityBlockStream::make_slot(Slot& slot) const {
     // A block of the same config whose streamed tensors take the model's dtypes on its device
-    // (the official bf16 mode makes the blocks bf16).
+    // (the official bf16 mode makes the blocks bf16): shaped as the first slot's, or, for the
+    // first, as the last block's, which is still resident then.
     const auto& last = model_->block(model_->config().depth - 1);
+    const auto like =
+        &slot != &slots_[0] && slots_[0].block ? slots_[0].tensors : streamed_tensors(last);
     slot.block = InfinityBlock(model_->config());
     slot.tensors = streamed_tensors(*slot.block);
-    const auto model_tensors = streamed_tensors(last);
-    if (slot.tensors.size() != model_tensors.size())
+    if (slot.tensors.size() != like.size())
         throw std::logic_error("stream blocks: the slot and the model's blocks differ");
     for (size_t k = 0; k < slot.tensors.size(); ++k)
-        slot.tensors[k].set_data(at::empty_like(model_tensors[k]));
+        slot.tensors[k].set_data(at::empty_like(like[k]));
     slot.block->ada_gss.set_data(at::empty_like(last.ada_gss));
 }
 
