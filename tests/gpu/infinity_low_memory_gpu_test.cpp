@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -154,6 +155,10 @@ TEST(InfinityLowMemoryGpu, AutoStreamingFitsTheFreeMemoryAndKeepsTheTokens) {
     ASSERT_GT(target, cached + (64ll << 20)) << "the run is too small for this test";
     const int64_t free = kernels::cuda_free_memory(0);
     ASSERT_GT(free, target - cached);
+    // Whatever happens below, the device's memory goes back to the driver for the next tests.
+    struct EmptyCacheAtExit {
+        ~EmptyCacheAtExit() { kernels::empty_cuda_cache(); }
+    } empty_at_exit;
     auto ballast = at::empty({free - (target - cached)},
                              at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
     ASSERT_LT(std::abs(available_memory(r->device()) - target), 4ll << 20);
@@ -167,4 +172,37 @@ TEST(InfinityLowMemoryGpu, AutoStreamingFitsTheFreeMemoryAndKeepsTheTokens) {
     ballast = at::Tensor();
     kernels::empty_cuda_cache();
     EXPECT_TRUE(r->generate(s).notices.empty());
+}
+
+// The estimate the automatic streaming and the memory check rely on bounds what a run
+// allocates beyond the resident weights, with CUDA graphs (their pools) and eagerly.
+TEST(InfinityLowMemoryGpu, EstimateBoundsTheRunsPeakAllocation) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    varscope::testing::TempDir dir;
+    const auto text = varscope::testing::tiny_infinity_text({5}, 2);
+    const auto features = dir.file("text.safetensors");
+    save_safetensors({{"kv_compact", text.kv_compact.cpu()}, {"lens", at::tensor({int64_t{5}})}},
+                     features);
+    for (const bool graphs : {true, false}) {
+        auto r = random_infinity_runner(wide_config(), tiny_vae(), 1, load_options("cuda", "bf16"));
+        SampleSettings s = r->defaults();
+        s.text_features = features;
+        s.pixels = "1M";
+        s.decode = false;
+        s.seed = 3;
+        s.cuda_graphs = graphs;
+        const MemoryEstimate e = r->estimate_memory(s);
+        kernels::empty_cuda_cache();
+        const int64_t before = kernels::cuda_memory(0).allocated;
+        kernels::reset_cuda_peak_memory(0);
+        r->generate(s);
+        const auto m = kernels::cuda_memory(0);
+        const int64_t grew = m.peak_allocated - before;
+        std::printf("graphs %d: estimate %lld, peak growth %lld (%.2fx), held after %lld\n",
+                    graphs ? 1 : 0, static_cast<long long>(e.bytes()), static_cast<long long>(grew),
+                    static_cast<double>(grew) / static_cast<double>(e.bytes()),
+                    static_cast<long long>(m.allocated - before));
+        EXPECT_LE(grew, static_cast<int64_t>(static_cast<double>(e.bytes()) / kMemoryHeadroom))
+            << (graphs ? "graphs" : "eager");
+    }
 }
