@@ -202,7 +202,9 @@ TEST(InfinityLowMemoryGpu, EstimateBoundsTheRunsPeakAllocation) {
                     graphs ? 1 : 0, static_cast<long long>(e.bytes()), static_cast<long long>(grew),
                     static_cast<double>(grew) / static_cast<double>(e.bytes()),
                     static_cast<long long>(m.allocated - before));
-        EXPECT_LE(grew, static_cast<int64_t>(static_cast<double>(e.bytes()) / kMemoryHeadroom))
-            << (graphs ? "graphs" : "eager");
+        // An upper bound, and not a loose one (the automatic streaming would give back blocks
+        // a run does not need).
+        EXPECT_LE(grew, e.bytes()) << (graphs ? "graphs" : "eager");
+        EXPECT_GE(grew, e.bytes() / 2) << (graphs ? "graphs" : "eager");
     }
 }
