@@ -44,10 +44,10 @@ struct InfinityPipeline {
     int64_t streamed_blocks() const;
     // The automatic form: streams as many more blocks as a run that needs `need` bytes beyond
     // the resident weights takes to fit into `usable` bytes (blocks_to_stream: each gives its
-    // weights back, the first costs the slot) and returns streamed_blocks() after it (every
+    // weights back, the first two pay for the slots) and returns streamed_blocks() after it (every
     // block when even that does not fit: the memory check then says so).
     int64_t stream_to_fit(int64_t need, int64_t usable);
-    // Device bytes streaming every block would give back now (the slot paid): what a run may
+    // Device bytes streaming every block would give back now (the slots paid): what a run may
     // count on beyond the free memory when the runner streams automatically.
     int64_t reclaimable_bytes() const;
 

@@ -3,6 +3,7 @@
 #ifdef VARSCOPE_KERNELS_CUDA
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
@@ -29,9 +30,18 @@ bool memory_info(int device, size_t& free, size_t& total) {
     (void)cudaGetLastError();  // clear the sticky-free error state for later calls
     return false;
 }
+
+// The caching allocator sizes its per-device state when ATen initialises CUDA (the first CUDA
+// tensor); reading or resetting its statistics before that throws "Invalid device argument"
+// (session 37: a test whose first CUDA call was cuda_memory).
+// Nothing to do (and nothing to read) without a device.
+void init_allocator() {
+    if (c10::cuda::device_count() > 0) at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+}
 }  // namespace
 
 DeviceMemory cuda_memory(int device) {
+    init_allocator();
     const auto stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(device));
     const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     DeviceMemory m;
@@ -78,10 +88,12 @@ void set_cuda_memory_fraction(int device, double fraction) {
 }
 
 void reset_cuda_peak_memory(int device) {
+    init_allocator();
     alloc::resetPeakStats(static_cast<c10::DeviceIndex>(device));
 }
 
 void empty_cuda_cache() {
+    init_allocator();
     alloc::emptyCache();
 }
 #else

@@ -1,9 +1,9 @@
 // Infinity's block streaming (core/models/infinity_block_stream.h, the low-memory mode): the
-// sampler with the last N blocks streamed through the slot gives the resident model's bits, for
-// N from one block to all of them, in fp32 and in the official bf16 mode, with guidance mixed at
-// a layer; the streamed blocks leave the model; a stream grows block by block with the same bits;
-// the automatic count pays the slot once and streams no more than the shortfall needs; bad counts
-// are refused.
+// sampler with the last N blocks streamed through the two slots gives the resident model's bits,
+// for N from one block to all of them, in fp32 and in the official bf16 mode, with guidance mixed
+// at a layer; the streamed blocks leave the model; a stream grows block by block with the same
+// bits; the automatic count pays for the slots and streams no more than the shortfall needs; bad
+// counts are refused.
 #include "core/models/infinity_block_stream.h"
 
 #include <ATen/ATen.h>
@@ -120,18 +120,19 @@ TEST(InfinityBlockStream, AGrowingStreamKeepsTheBits) {
     }
 }
 
-// The automatic count: nothing while the run fits; the first block streamed pays for the slot;
-// then one block per block's worth of shortfall; every block when even that is not enough.
-TEST(InfinityBlockStream, BlocksToStreamPaysTheSlotOnce) {
+// The automatic count: nothing while the run fits; the first two blocks streamed pay for the two
+// slots; then one block per block's worth of shortfall; every block when even that is not enough.
+TEST(InfinityBlockStream, BlocksToStreamPaysForTheSlots) {
     const int64_t b = 100, depth = 40;
     struct Case {
         int64_t need, usable, streamed, want;
     };
     for (const auto& c : std::vector<Case>{{500, 500, 0, 0},
-                                           {501, 500, 0, 2},  // the slot + one block
-                                           {600, 500, 0, 2},
-                                           {601, 500, 0, 3},
-                                           {501, 500, 5, 6},  // the slot is paid already
+                                           {501, 500, 0, 3},  // two slots + one block
+                                           {600, 500, 0, 3},
+                                           {601, 500, 0, 4},
+                                           {501, 500, 1, 3},  // one slot paid already
+                                           {501, 500, 5, 6},  // both paid already
                                            {600, 500, 5, 6},
                                            {601, 500, 5, 7},
                                            {100, 500, 5, 5},  // fits: no change, none back
@@ -148,12 +149,10 @@ TEST(InfinityBlockStream, StreamToFitAndReclaimableBytesFollowTheBlocks) {
     auto pipe = InfinityPipeline::from(model(false), BsqVae(nullptr));
     const int64_t b = InfinityBlockStream::block_bytes(pipe.model->block(0));
     ASSERT_GT(b, 0);
-    EXPECT_EQ(pipe.reclaimable_bytes(), 2 * b);  // 3 blocks, minus the slot
+    EXPECT_EQ(pipe.reclaimable_bytes(), b);  // 3 blocks, minus the two slots
     EXPECT_EQ(pipe.stream_to_fit(1000, 1000), 0);
-    EXPECT_EQ(pipe.stream_to_fit(1000 + b / 2, 1000), 2);
-    EXPECT_EQ(pipe.reclaimable_bytes(), b);
-    EXPECT_EQ(pipe.stream_to_fit(1000, 1000), 2);  // fits now: nothing more moves
-    EXPECT_EQ(pipe.stream_to_fit(1000 + b, 1000), 3);
+    EXPECT_EQ(pipe.stream_to_fit(1000 + b / 2, 1000), 3);
     EXPECT_EQ(pipe.reclaimable_bytes(), 0);
+    EXPECT_EQ(pipe.stream_to_fit(1000, 1000), 3);          // fits now: nothing more moves
     EXPECT_EQ(pipe.stream_to_fit(1000 + 5 * b, 1000), 3);  // all of them: the check says the rest
 }

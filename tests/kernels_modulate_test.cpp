@@ -50,15 +50,28 @@ TEST(KernelsModulate, AttentionInputsOnCpuAreTheComposition) {
     const auto x = at::randn({B, L, 64}, gen);
     const auto rope = varscope::testing::tiny_block_rope(L, gen);
     const auto& blk = model->block(0);
-    const auto m = blk.modulation(at::randn({B, 1, 6, 64}, gen).mul(0.2));
+    const auto gss = at::randn({B, 1, 6, 64}, gen).mul(0.2);
+    const auto m = blk.modulation(gss);
+    // The per-call constants (InfinityBlockConstants) give the per-step expressions' bits.
+    const auto text = blk.ca->keys_values(at::randn({B, 3, 64}, gen));
+    const auto k = blk.constants(m, text);
     const auto want = blk.project_qkv(blk.sa_input(x, m), rope);
     vk::KernelPolicy reference;
     reference.reference = true;
     for (const auto& policy : {vk::KernelPolicy{}, reference}) {
-        const auto got = blk.attention_inputs(x, m, rope, policy);
+        const auto got = blk.attention_inputs(x, k, rope, policy);
         EXPECT_TRUE(got.q.equal(want.q));
         EXPECT_TRUE(got.k.equal(want.k));
         EXPECT_TRUE(got.v.equal(want.v));
-        EXPECT_TRUE(blk.ffn_residual(x, m, &policy).equal(x + blk.ffn_branch(x, m)));
+        EXPECT_TRUE(blk.ffn_residual(x, k, &policy).equal(x + blk.ffn_branch(x, m)));
     }
+    EXPECT_TRUE(blk.cross_input(x, k).equal(blk.cross_input(x)));
+    const auto q = blk.ca->queries(blk.cross_input(x), text);
+    EXPECT_TRUE(blk.ca->attend_values(q, k.text_values, {}).equal(blk.ca->attend(q, text, {})));
+    // Round trip through the graph prologue's tensor list.
+    const auto t = k.tensors();
+    ASSERT_EQ(t.size(), varscope::InfinityBlockConstants::kTensors);
+    const auto back = varscope::InfinityBlockConstants::from_tensors(t.data());
+    EXPECT_TRUE(back.tensors()[15].equal(t[15]));
+    EXPECT_TRUE(blk.attention_inputs(x, back, rope).q.equal(want.q));
 }

@@ -175,3 +175,12 @@ TEST(MemoryEstimate, AmsKvCountsItsBoundedCache) {
 
 }  // namespace
 }  // namespace varscope
+
+// The terms count what they say: element counts times bytes (the fp32 stream at 4 bytes
+// whatever the activations' dtype).
+TEST(MemoryEstimate, TermsAreElementsTimesBytes) {
+    using namespace varscope;
+    EXPECT_EQ(fp32_stream_bytes(2, 10, 8, 6), 2 * 10 * 8 * 6 * 4);
+    EXPECT_EQ(kv_cache_bytes(3, 2, 10, 8, 2), 3 * 2 * 2 * 10 * 8 * 2);
+    EXPECT_EQ(step_activation_bytes(2, 10, 8, 32, 2), 2 * 10 * (8 * 8 + 2 * 32) * 2);
+}

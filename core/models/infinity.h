@@ -89,6 +89,10 @@ class InfinityCrossAttentionImpl : public torch::nn::Module {
     at::Tensor queries(const at::Tensor& q_BLC, const CrossKv& kv) const;  // (B, H, Lq, c)
     // The attention over the text (bf16 operand values, fp32 arithmetic): (B, H, Lq, c).
     at::Tensor attend(const at::Tensor& q, const CrossKv& kv, const at::Tensor& mask) const;
+    // The same with the keys and values given as those values already (bf16_values of kv).
+    at::Tensor attend_values(const at::Tensor& q, const CrossKv& values,
+                             const at::Tensor& mask) const;
+    static CrossKv values_of(const CrossKv& kv);        // kv's bf16 values in fp32
     at::Tensor output(const at::Tensor& o_BHLc) const;  // bf16-rounded, (B, Lq, C) after proj
 
     torch::nn::Linear mat_q_lin{nullptr}, mat_kv{nullptr}, proj{nullptr};
@@ -101,9 +105,30 @@ class InfinityCrossAttentionImpl : public torch::nn::Module {
 TORCH_MODULE(InfinityCrossAttention);
 
 // One CrossAttnBlock: x + g1 * SA(adaLN(x)); x + CA(LN(x), text); x + g2 * FFN(adaLN(x)).
+// What a block's step needs that depends only on the text and the weights: made once per
+// sampling call (the CUDA-graph prologue, or eagerly) instead of in every block of every step,
+// as VAR's BlockConstants are. At Infinity-2B b1 the small scales are bound by launches (~43 per
+// block and step); these are about ten of them.
+struct InfinityBlockConstants {
+    Modulation m;
+    at::Tensor scale1p, scale2p;    // 1 + scale
+    at::Tensor qkv_bias, q_mul;     // the QKV bias; exp(min(scale_mul, log 100)) in fp32
+    at::Tensor ca_weight, ca_bias;  // ca_norm's affine in fp32 (own copies)
+    CrossKv text;                   // the text's keys and values (the product's dtype)
+    CrossKv text_values;            // the same as the fp32 values the text attention reads
+    // The tensors in a fixed order (the graph prologue's outputs) and back.
+    std::vector<at::Tensor> tensors() const;
+    static InfinityBlockConstants from_tensors(const at::Tensor* t);
+    static constexpr size_t kTensors = 16;
+};
+
 class InfinityBlockImpl : public torch::nn::Module {
   public:
     explicit InfinityBlockImpl(const InfinityConfig& cfg);
+    // This block's constants for its modulation `m` (modulation(gss) of the model's own block:
+    // a streaming slot holds no ada_gss) and the text keys/values `text` (its own
+    // ca->keys_values); computed from the weights now (a streamed block's slot changes later).
+    InfinityBlockConstants constants(Modulation m, CrossKv text) const;
     Modulation modulation(
         const at::Tensor& gss) const;  // gamma1, gamma2, scale1, scale2, shift1, shift2
     at::Tensor sa_input(const at::Tensor& x, const Modulation& m) const;  // LN(x) * (1 + s1) + t1
@@ -116,11 +141,13 @@ class InfinityBlockImpl : public torch::nn::Module {
     // project_qkv(sa_input(x, m), rope, policy), with the modulation and the bf16 cast of the
     // QKV product as one kernel where kernels/modulate.h runs (bf16 weights, CUDA, `policy`);
     // same bits. The sampling loop's path.
-    Qkv attention_inputs(const at::Tensor& x, const Modulation& m, const at::Tensor& rope,
-                         const kernels::KernelPolicy& policy = {}) const;
+    Qkv attention_inputs(const at::Tensor& x, const InfinityBlockConstants& k,
+                         const at::Tensor& rope, const kernels::KernelPolicy& policy = {}) const;
     at::Tensor cross_branch(const at::Tensor& x, const CrossKv& kv, const at::Tensor& mask) const;
     // cross_branch = ca->forward(cross_input(x), kv, mask) in fp32: ca_norm(x) in fp32.
     at::Tensor cross_input(const at::Tensor& x) const;
+    // The same with ca_norm's fp32 affine from the constants (no casts per step).
+    at::Tensor cross_input(const at::Tensor& x, const InfinityBlockConstants& k) const;
     at::Tensor ffn_branch(const at::Tensor& x, const Modulation& m) const;  // g2 * FFN(adaLN(x))
     at::Tensor sa_output(const at::Tensor& o_BHLc, const Modulation& m) const;  // g1 * proj(o)
     // x + sa_output(o, m) and x + ffn_branch(x, m): with `fuse`, adaLN and fc1's bf16 cast as
@@ -128,7 +155,7 @@ class InfinityBlockImpl : public torch::nn::Module {
     // sum as one kernel (kernels/gated_residual.h); same bits. The sampling loop's path.
     at::Tensor sa_residual(const at::Tensor& x, const at::Tensor& o_BHLc, const Modulation& m,
                            const kernels::KernelPolicy* fuse = nullptr) const;
-    at::Tensor ffn_residual(const at::Tensor& x, const Modulation& m,
+    at::Tensor ffn_residual(const at::Tensor& x, const InfinityBlockConstants& k,
                             const kernels::KernelPolicy* fuse = nullptr) const;
     // The whole block; `attend` maps (q, k, v) of this block's tokens to the attention output
     // (the KV cache and the mask are the caller's).
@@ -143,6 +170,12 @@ class InfinityBlockImpl : public torch::nn::Module {
     at::Tensor ada_gss;
 
   private:
+    // project_qkv with the QKV bias and the head scales given.
+    Qkv rotated_qkv(const at::Tensor& x_in, const at::Tensor& qkv_bias, const at::Tensor& q_mul,
+                    const at::Tensor& rope, const kernels::KernelPolicy& policy,
+                    bool pre_cast) const;
+    at::Tensor q_mul() const;  // exp(min(scale_mul, log 100)) in fp32
+
     int64_t dim_;
     double eps_;
 };

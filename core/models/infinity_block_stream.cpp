@@ -39,19 +39,8 @@ void InfinityBlockStream::grow(int64_t count) {
     check_stream_count(count, count_, depth);
     if (count == count_) return;
     at::NoGradGuard no_grad;
-    if (!slot_) {
-        // The slot: a block of the same config whose streamed tensors take the model's dtypes
-        // on its device (the official bf16 mode makes the blocks bf16).
-        const auto& last = model_->block(depth - 1);
-        slot_ = InfinityBlock(model_->config());
-        slot_tensors_ = streamed_tensors(*slot_);
-        const auto model_tensors = streamed_tensors(last);
-        if (slot_tensors_.size() != model_tensors.size())
-            throw std::logic_error("stream blocks: the slot and the model's blocks differ");
-        for (size_t k = 0; k < slot_tensors_.size(); ++k)
-            slot_tensors_[k].set_data(at::empty_like(model_tensors[k]));
-        slot_->ada_gss.set_data(at::empty_like(last.ada_gss));
-    }
+    for (int64_t k = 0; k < std::min(count, kSlots); ++k)
+        if (!slots_[k].block) make_slot(slots_[k]);
     move_to_host(depth - count, first_);
     first_ = depth - count;
     count_ = count;
@@ -97,16 +86,47 @@ int64_t blocks_to_stream(int64_t need, int64_t usable, int64_t block_bytes, int6
     return n;
 }
 
+void InfinityBlockStream::make_slot(Slot& slot) const {
+    // A block of the same config whose streamed tensors take the model's dtypes on its device
+    // (the official bf16 mode makes the blocks bf16): shaped as the first slot's, or, for the
+    // first, as the last block's, which is still resident then.
+    const auto& last = model_->block(model_->config().depth - 1);
+    const auto like =
+        &slot != &slots_[0] && slots_[0].block ? slots_[0].tensors : streamed_tensors(last);
+    slot.block = InfinityBlock(model_->config());
+    slot.tensors = streamed_tensors(*slot.block);
+    if (slot.tensors.size() != like.size())
+        throw std::logic_error("stream blocks: the slot and the model's blocks differ");
+    for (size_t k = 0; k < slot.tensors.size(); ++k)
+        slot.tensors[k].set_data(at::empty_like(like[k]));
+    slot.block->ada_gss.set_data(at::empty_like(last.ada_gss));
+}
+
+void InfinityBlockStream::fill(Slot& slot, int64_t layer) {
+    slot.copy.start(slot.tensors, host_.at(static_cast<size_t>(layer - first_)));
+    slot.layer = layer;
+}
+
 const InfinityBlockImpl& InfinityBlockStream::acquire(int64_t layer) {
     if (layer < first_) return model_->block(layer);
-    if (layer != loaded_) {
-        at::NoGradGuard no_grad;
-        const auto& host = host_.at(static_cast<size_t>(layer - first_));
-        for (size_t k = 0; k < slot_tensors_.size(); ++k)
-            slot_tensors_[k].copy_(host[k], /*non_blocking=*/true);
-        loaded_ = layer;
+    at::NoGradGuard no_grad;
+    const int64_t depth = model_->config().depth;
+    const int64_t next = layer + 1 < depth ? layer + 1 : first_;  // the next pass starts there
+    const bool two = static_cast<bool>(slots_[1].block);
+    int hit = slots_[0].layer == layer ? 0 : two && slots_[1].layer == layer ? 1 : -1;
+    if (hit < 0) {  // not prefetched: the first streamed layer, or after a pass ended early
+        hit = two && slots_[0].layer == next ? 1 : 0;
+        fill(slots_[hit], layer);
     }
-    return *slot_;
+    Slot& slot = slots_[hit];
+    slot.copy.wait();
+    if (two) {
+        // The other slot's last reader (an earlier layer) is queued already: the copy runs
+        // after it, beside this layer's compute.
+        Slot& other = slots_[1 - hit];
+        if (other.layer != next) fill(other, next);
+    }
+    return *slot.block;
 }
 
 }  // namespace varscope

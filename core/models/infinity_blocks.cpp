@@ -25,11 +25,18 @@ at::Tensor linear(const torch::nn::Linear& l, const at::Tensor& x) {
 }
 
 // AdaLN: LN(x) * (1 + scale) + shift, the input of `consumer`'s product (block_elementwise.h).
+// scale1p: 1 + scale, made by the caller (once per call where it can).
+at::Tensor adaln_p(const at::Tensor& x, int64_t dim, double eps, const at::Tensor& scale1p,
+                   const at::Tensor& shift, const torch::nn::Linear& consumer,
+                   const kernels::KernelPolicy* fuse) {
+    return modulated_input(at::layer_norm(x.to(at::kFloat), {dim}, {}, {}, eps), scale1p, shift,
+                           consumer, fuse);
+}
+
 at::Tensor adaln(const at::Tensor& x, int64_t dim, double eps, const at::Tensor& scale,
                  const at::Tensor& shift, const torch::nn::Linear& consumer,
                  const kernels::KernelPolicy* fuse) {
-    return modulated_input(at::layer_norm(x.to(at::kFloat), {dim}, {}, {}, eps), scale.add(1),
-                           shift, consumer, fuse);
+    return adaln_p(x, dim, eps, scale.add(1), shift, consumer, fuse);
 }
 
 }  // namespace
@@ -72,10 +79,19 @@ at::Tensor InfinityCrossAttentionImpl::queries(const at::Tensor& q_BLC, const Cr
 
 at::Tensor InfinityCrossAttentionImpl::attend(const at::Tensor& q, const CrossKv& kv,
                                               const at::Tensor& mask) const {
+    return attend_values(q, values_of(kv), mask);
+}
+
+CrossKv InfinityCrossAttentionImpl::values_of(const CrossKv& kv) {
+    return {bf16_values(kv.k), bf16_values(kv.v)};
+}
+
+at::Tensor InfinityCrossAttentionImpl::attend_values(const at::Tensor& q, const CrossKv& values,
+                                                     const at::Tensor& mask) const {
     std::optional<at::Tensor> m;
     if (mask.defined()) m = mask.to(at::kFloat);
-    return at::scaled_dot_product_attention(bf16_values(q), bf16_values(kv.k), bf16_values(kv.v), m,
-                                            0.0, false, 1.0 / std::sqrt(double(head_dim_)));
+    return at::scaled_dot_product_attention(bf16_values(q), values.k, values.v, m, 0.0, false,
+                                            1.0 / std::sqrt(double(head_dim_)));
 }
 
 at::Tensor InfinityCrossAttentionImpl::output(const at::Tensor& o_BHLc) const {
@@ -101,26 +117,71 @@ Modulation InfinityBlockImpl::modulation(const at::Tensor& gss) const {
     return {p[0], p[1], p[2], p[3], p[4], p[5]};
 }
 
+InfinityBlockConstants InfinityBlockImpl::constants(Modulation m, CrossKv text) const {
+    InfinityBlockConstants k;
+    k.m = std::move(m);
+    k.scale1p = k.m.scale1.add(1);  // adaln's own expression
+    k.scale2p = k.m.scale2.add(1);
+    k.qkv_bias = sa->qkv_bias();
+    k.q_mul = q_mul();
+    // Copies: the block may be a streaming slot whose weights change with the next layer.
+    k.ca_weight = ca_norm->weight.to(at::kFloat, false, /*copy=*/true);
+    k.ca_bias = ca_norm->bias.to(at::kFloat, false, /*copy=*/true);
+    k.text_values = InfinityCrossAttentionImpl::values_of(text);
+    k.text = std::move(text);
+    return k;
+}
+
+std::vector<at::Tensor> InfinityBlockConstants::tensors() const {
+    return {m.gamma1, m.gamma2, m.scale1,      m.scale2,     m.shift1,  m.shift2,
+            scale1p,  scale2p,  qkv_bias,      q_mul,        ca_weight, ca_bias,
+            text.k,   text.v,   text_values.k, text_values.v};
+}
+
+InfinityBlockConstants InfinityBlockConstants::from_tensors(const at::Tensor* t) {
+    InfinityBlockConstants k;
+    k.m = {t[0], t[1], t[2], t[3], t[4], t[5]};
+    k.scale1p = t[6];
+    k.scale2p = t[7];
+    k.qkv_bias = t[8];
+    k.q_mul = t[9];
+    k.ca_weight = t[10];
+    k.ca_bias = t[11];
+    k.text = {t[12], t[13]};
+    k.text_values = {t[14], t[15]};
+    return k;
+}
+
 at::Tensor InfinityBlockImpl::sa_input(const at::Tensor& x, const Modulation& m) const {
     return adaln(x, dim_, eps_, m.scale1, m.shift1, sa->mat_qkv, nullptr);
 }
 
-Qkv InfinityBlockImpl::attention_inputs(const at::Tensor& x, const Modulation& m,
+Qkv InfinityBlockImpl::attention_inputs(const at::Tensor& x, const InfinityBlockConstants& k,
                                         const at::Tensor& rope,
                                         const kernels::KernelPolicy& policy) const {
-    const auto in = adaln(x, dim_, eps_, m.scale1, m.shift1, sa->mat_qkv, &policy);
-    return project_qkv(in, rope, policy, /*pre_cast=*/in.scalar_type() == at::kBFloat16);
+    const auto in = adaln_p(x, dim_, eps_, k.scale1p, k.m.shift1, sa->mat_qkv, &policy);
+    return rotated_qkv(in, k.qkv_bias, k.q_mul, rope, policy,
+                       /*pre_cast=*/in.scalar_type() == at::kBFloat16);
+}
+
+at::Tensor InfinityBlockImpl::q_mul() const {
+    // bf16-autocast: the head scale's exp runs in fp32 (autocast's fp32 list).
+    return sa->scale_mul_1H11.clamp_max(std::log(100.0)).to(at::kFloat).exp();
 }
 
 Qkv InfinityBlockImpl::project_qkv(const at::Tensor& x_in, const at::Tensor& rope,
                                    const kernels::KernelPolicy& policy, bool pre_cast) const {
-    // bf16-autocast (bf16 weights, fp32 stream): the head scale's exp runs in fp32 (autocast's
-    // fp32 list), q and k are normalised and rotated in fp32 and rounded to bf16 afterwards,
-    // where the official SDPA call casts them.
+    return rotated_qkv(x_in, sa->qkv_bias(), q_mul(), rope, policy, pre_cast);
+}
+
+Qkv InfinityBlockImpl::rotated_qkv(const at::Tensor& x_in, const at::Tensor& qkv_bias,
+                                   const at::Tensor& q_mul, const at::Tensor& rope,
+                                   const kernels::KernelPolicy& policy, bool pre_cast) const {
+    // bf16-autocast (bf16 weights, fp32 stream): q and k are normalised and rotated in fp32 and
+    // rounded to bf16 afterwards, where the official SDPA call casts them.
     const auto wt = sa->mat_qkv->weight.scalar_type();
     const bool autocast = pre_cast || x_in.scalar_type() != wt;
-    const auto q_mul = sa->scale_mul_1H11.clamp_max(std::log(100.0)).to(at::kFloat).exp();
-    auto r = sa->project_qkv(x_in, sa->qkv_bias(), q_mul, /*keep_fp32_qk=*/autocast, pre_cast);
+    auto r = sa->project_qkv(x_in, qkv_bias, q_mul, /*keep_fp32_qk=*/autocast, pre_cast);
     // The fused kernel: one launch for q and k instead of ~9 elementwise kernels each and the
     // casts. Only for fp32 q/k: a bf16 q/k (no autocast) promotes to fp32 in the ATen path.
     const auto out = autocast ? wt : at::kFloat;
@@ -151,10 +212,10 @@ at::Tensor InfinityBlockImpl::sa_residual(const at::Tensor& x, const at::Tensor&
     return gated_residual(x, sa->project_out(o), m.gamma1, GateProduct::AsBranch, fuse);
 }
 
-at::Tensor InfinityBlockImpl::ffn_residual(const at::Tensor& x, const Modulation& m,
+at::Tensor InfinityBlockImpl::ffn_residual(const at::Tensor& x, const InfinityBlockConstants& k,
                                            const kernels::KernelPolicy* fuse) const {
-    const auto in = adaln(x, dim_, eps_, m.scale2, m.shift2, ffn->fc1, fuse);
-    return gated_residual(x, ffn->forward(in), m.gamma2, GateProduct::Promoted, fuse);
+    const auto in = adaln_p(x, dim_, eps_, k.scale2p, k.m.shift2, ffn->fc1, fuse);
+    return gated_residual(x, ffn->forward(in), k.m.gamma2, GateProduct::Promoted, fuse);
 }
 
 at::Tensor InfinityBlockImpl::cross_branch(const at::Tensor& x, const CrossKv& kv,
@@ -166,6 +227,11 @@ at::Tensor InfinityBlockImpl::cross_input(const at::Tensor& x) const {
     // layer_norm runs in fp32 under autocast (bf16 gains are cast up).
     return at::layer_norm(x.to(at::kFloat), {dim_}, ca_norm->weight.to(at::kFloat),
                           ca_norm->bias.to(at::kFloat), eps_);
+}
+
+at::Tensor InfinityBlockImpl::cross_input(const at::Tensor& x,
+                                          const InfinityBlockConstants& k) const {
+    return at::layer_norm(x.to(at::kFloat), {dim_}, k.ca_weight, k.ca_bias, eps_);
 }
 
 at::Tensor InfinityBlockImpl::ffn_branch(const at::Tensor& x, const Modulation& m) const {

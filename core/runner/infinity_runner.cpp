@@ -135,9 +135,10 @@ class InfinityRunner : public Runner {
 
     // Per image (2 rows with guidance): the self-attention KV cache of every layer for the whole
     // schedule; the largest scale's activations (QKV, attention output, FFN hidden and GELU,
-    // residual and norm copies) and, with eager attention, its fp32 scores; the bit logits are
-    // small (2 per bit). Fixed: the BSQ decode of one chunk at full resolution in fp32 (the
-    // first level's channels, about six maps live).
+    // residual and norm copies), its fp32 residual stream and, with eager attention, its fp32
+    // scores; the bit logits are small (2 per bit). Fixed: the BSQ decode of one chunk at full
+    // resolution in fp32 (the first level's channels, about six maps live) and, on CUDA, the
+    // matrix products' workspaces.
     MemoryEstimate estimate_memory(const SampleSettings& s, const AccelPlan* accel) const override {
         MemoryEstimate e = run_estimate(s, accel);
         if (auto_stream_ && device().is_cuda()) e.reclaimable = pipe_.reclaimable_bytes();
@@ -168,6 +169,7 @@ class InfinityRunner : public Runner {
         e.per_image =
             kv_cache_bytes(c.depth, rows, L, C, eb) +
             step_activation_bytes(rows, n, C, c.mlp_hidden, eb) +
+            fp32_stream_bytes(rows, n, C, kStreamCopies) +
             (s.attention == AttentionBackend::Eager ? eager_score_bytes(rows, c.num_heads, n, L)
                                                     : 0) +
             logit_bytes(rows, n, c.vocab());
@@ -179,8 +181,12 @@ class InfinityRunner : public Runner {
                 sch.scales.back()[0] * (pipe_.quant.spatial_patchify ? 2 : 1) * v.patch_size;
             e.fixed = decode_bytes(v.base_ch * v.decoder_ch_mult.front(), side, e.images);
         }
+        if (device().is_cuda()) e.fixed += kMatmulWorkspaceBytes;
         return e;
     }
+
+    // fp32 width-wide rows per token of the residual stream live at once (fp32_stream_bytes).
+    static constexpr int64_t kStreamCopies = 6;
 
     void release_graphs() override {
         if (pipe_.sampler) pipe_.sampler->release_graphs();

@@ -76,6 +76,10 @@ int64_t step_activation_bytes(int64_t rows, int64_t tokens, int64_t width, int64
     return rows * tokens * (8 * width + 2 * hidden) * eb;
 }
 
+int64_t fp32_stream_bytes(int64_t rows, int64_t tokens, int64_t width, int64_t copies) {
+    return rows * tokens * width * copies * 4;
+}
+
 int64_t eager_score_bytes(int64_t rows, int64_t heads, int64_t queries, int64_t keys) {
     return rows * heads * queries * keys * 4 * 2;
 }

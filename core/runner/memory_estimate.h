@@ -62,6 +62,15 @@ int64_t kv_cache_bytes(int64_t layers, int64_t rows, int64_t keys, int64_t width
 // hidden), residual and norm copies (4 width).
 int64_t step_activation_bytes(int64_t rows, int64_t tokens, int64_t width, int64_t hidden,
                               int64_t eb);
+// The fp32 residual stream beside those activations in Infinity's loop (fp32 in both of its
+// modes): the residual, the norm outputs, the gated sums and the cross-attention output,
+// `copies` width-wide fp32 rows per token. Calibrated on one measurement (session 37, a 4-block
+// width-1024 Infinity at 1024^2 in the official bf16 mode, CUDA: the run's peak allocation grew
+// 776 MB against 615 MB estimated without this term and the workspaces below).
+int64_t fp32_stream_bytes(int64_t rows, int64_t tokens, int64_t width, int64_t copies);
+// The matrix-product library's workspace on CUDA, one per stream (the graphs capture on a side
+// stream, eager steps run on the default one): cuBLAS's default 32 MiB each.
+constexpr int64_t kMatmulWorkspaceBytes = 2 * (32ll << 20);
 // Eager attention's fp32 scores and their softmax.
 int64_t eager_score_bytes(int64_t rows, int64_t heads, int64_t queries, int64_t keys);
 // fp32 logits with the sampler's softmax and top-k copies.

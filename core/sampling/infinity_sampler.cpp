@@ -87,11 +87,11 @@ void record_cross_attention(const InfinityBlockImpl& blk, const at::Tensor& h, c
 // One block of one scale with the hook points of var_sampler.cpp's run_block. `rec` (may be
 // null) takes the block's FLOPs and part marks for the cost model (step_cost.h), at the same
 // points as the VAR loop's, the text's attention kernel as a part of its own.
-at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const Modulation& m,
-                     const CrossKv& text_kv, const at::Tensor& text_mask, const at::Tensor& rope,
-                     BlockContext& ctx, SamplingHooks* hooks, ProbeSink* probe,
-                     AttentionBackend backend, const at::Tensor& step_mask, double& flops,
-                     const CostRecorder* rec) {
+at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in,
+                     const InfinityBlockConstants& bk, const at::Tensor& text_mask,
+                     const at::Tensor& rope, BlockContext& ctx, SamplingHooks* hooks,
+                     ProbeSink* probe, AttentionBackend backend, const at::Tensor& step_mask,
+                     double& flops, const CostRecorder* rec) {
     auto mark = [&](CostPart part) {
         if (rec) rec->mark(part);
     };
@@ -106,7 +106,7 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
                           : per_row ? x.gather(1, rows.unsqueeze(-1).expand({-1, -1, x.size(2)}))
                                     : x.index_select(1, rows);
     mark(CostPart::Projection);  // AdaLN, QKV, RoPE, cache append
-    auto qkv = blk.attention_inputs(xs, m, rope_rows(rope, rows), ctx.scale.exec.kernels);
+    auto qkv = blk.attention_inputs(xs, bk, rope_rows(rope, rows), ctx.scale.exec.kernels);
     ctx.cache.append(ctx.layer, qkv.k, qkv.v);
     if (hooks) {
         mark(CostPart::Overhead);
@@ -134,7 +134,7 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
         const double hidden = static_cast<double>(blk.ffn->fc1->weight.size(0));
         add_block_flops(*rec, n, width, 6.0, hidden, attention_flops);
         rec->add_flops(CostPart::CrossAttention,
-                       4.0 * n * static_cast<double>(text_kv.k.size(2)) * width);
+                       4.0 * n * static_cast<double>(bk.text.k.size(2)) * width);
     }
     if (!o.defined()) {             // every cached key is visible (but later scales of a group)
         mark(CostPart::Attention);  // a hook may have marked its own work and left it to us
@@ -149,24 +149,24 @@ at::Tensor run_block(const InfinityBlockImpl& blk, const at::Tensor& x_in, const
         }
     }
     mark(CostPart::Projection);
-    auto h = blk.sa_residual(xs, o, m, &ctx.scale.exec.kernels);
+    auto h = blk.sa_residual(xs, o, bk.m, &ctx.scale.exec.kernels);
     // Whole single scales only (pruned rows and groups are not one grid); with the attention
     // map of this layer.
     if (probe && !rows.defined() && ctx.scale.segments.size() <= 1 &&
         probe->wants_attention(ctx.scale.scale, ctx.layer) &&
         probe->wants_accel("text", "cross_attention"))
-        record_cross_attention(blk, h, text_kv, text_mask, ctx, *probe);
+        record_cross_attention(blk, h, bk.text, text_mask, ctx, *probe);
     // blk.cross_branch in its parts: LayerNorm and query projection, the attention kernel over
-    // the text, the output projection.
-    const at::Tensor text_q = blk.ca->queries(blk.cross_input(h), text_kv);
+    // the text, the output projection (the per-call casts in the constants).
+    const at::Tensor text_q = blk.ca->queries(blk.cross_input(h, bk), bk.text);
     mark(CostPart::CrossAttention);
-    const at::Tensor text_o = blk.ca->attend(text_q, text_kv, text_mask);
+    const at::Tensor text_o = blk.ca->attend_values(text_q, bk.text_values, text_mask);
     mark(CostPart::Projection);
     // An fp32 stream adds the bf16 output as it is (the same fp32 sum, one pass fewer).
     const at::Tensor text_out = blk.ca->output(text_o);
     h = h.scalar_type() == at::kFloat ? h + text_out : h + text_out.to(at::kFloat);
     mark(CostPart::Ffn);
-    h = blk.ffn_residual(h, m, &ctx.scale.exec.kernels);
+    h = blk.ffn_residual(h, bk, &ctx.scale.exec.kernels);
     at::Tensor out = h;
     if (hooks) mark(CostPart::Overhead);
     if (rows.defined()) {
@@ -367,28 +367,30 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
             throw;
         }
     };
-    std::vector<Modulation> mods;
+    // Per block, what its steps read that depends only on the text (InfinityBlockConstants).
+    std::vector<InfinityBlockConstants> consts;
     if (graphs) {
         const std::vector<at::Tensor> out = guarded([&]() -> const std::vector<at::Tensor>& {
             return graphs->run("prologue", [&] {
                 std::vector<at::Tensor> t;
                 for (int64_t i = 0; i < mc.depth; ++i) {
-                    const auto md = m.block(i).modulation(cond.gss);
-                    const auto kv = m.block(i).ca->keys_values(cond.text);
-                    for (const auto& x : {md.gamma1, md.gamma2, md.scale1, md.scale2, md.shift1,
-                                          md.shift2, kv.k, kv.v})
+                    const auto& b = m.block(i);
+                    for (const auto& x :
+                         b.constants(b.modulation(cond.gss), b.ca->keys_values(cond.text))
+                             .tensors())
                         t.push_back(x);
                 }
                 return t;
             });
         });
-        for (int64_t i = 0; i < mc.depth; ++i) {
-            const auto* t = &out[static_cast<size_t>(8 * i)];
-            mods.push_back({t[0], t[1], t[2], t[3], t[4], t[5]});
-            cond.cross.push_back({t[6], t[7]});
-        }
+        for (int64_t i = 0; i < mc.depth; ++i)
+            consts.push_back(InfinityBlockConstants::from_tensors(
+                &out[static_cast<size_t>(i) * InfinityBlockConstants::kTensors]));
     } else {
-        for (int64_t i = 0; i < mc.depth; ++i) mods.push_back(m.block(i).modulation(cond.gss));
+        // Streamed blocks: each one's constants from its weights in the slot, in turn.
+        for (int64_t i = 0; i < mc.depth; ++i)
+            consts.push_back(block_for(i).constants(m.block(i).modulation(cond.gss),
+                                                    cond.cross[static_cast<size_t>(i)]));
     }
 
     std::optional<KvCache> eager_cache;
@@ -458,8 +460,8 @@ InfinitySampleResult InfinitySampler::sample(const InfinityText& text, const Inf
         for (const auto& seg : ctx.segments) any_guided = any_guided || guidance(seg) != 1.0;
         for (int64_t layer = 0; layer < mc.depth; ++layer) {
             BlockContext bctx{ctx, layer, cache};
-            x = run_block(block_for(layer), x, mods[layer], cond.cross[layer], cond.text_mask,
-                          step_rope, bctx, h, p, opt.attention, step_mask, flops, rec);
+            x = run_block(block_for(layer), x, consts[layer], cond.text_mask, step_rope, bctx, h, p,
+                          opt.attention, step_mask, flops, rec);
             if (any_guided && mix_layers.count(layer) && rec)
                 rec->end();  // guidance is outside the parts, as in the VAR loop
             if (any_guided && mix_layers.count(layer))  // guidance at this layer's output

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "core/infinity_pipeline.h"
@@ -70,7 +72,8 @@ TEST(InfinityLowMemoryGpu, Bf16BlocksAreNeverHeldInFp32OnTheDevice) {
 }
 
 // Block streaming (the exact low-memory mode's weights, core/models/infinity_block_stream.h): on
-// CUDA the streamed blocks leave the device (pinned host copies, one device slot) and the samples
+// CUDA the streamed blocks leave the device (pinned host copies, two device slots, the next block
+// copied on a side stream while one computes) and the samples
 // keep the resident model's bits, in the official bf16 mode; later calls reuse the stream.
 TEST(InfinityLowMemoryGpu, StreamedBlocksLeaveTheDeviceAndKeepTheBits) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
@@ -98,8 +101,8 @@ TEST(InfinityLowMemoryGpu, StreamedBlocksLeaveTheDeviceAndKeepTheBits) {
     const int64_t freed = before - kernels::cuda_memory(0).allocated;
     const auto* stream = pipe.sampler->block_stream();
     ASSERT_NE(stream, nullptr);
-    // Three blocks' bytes leave the device and one slot's come in: about two blocks net.
-    EXPECT_GT(freed, stream->host_bytes() * 6 / 10) << "host bytes " << stream->host_bytes();
+    // Three blocks' bytes leave the device and two slots' come in: about one block net.
+    EXPECT_GT(freed, stream->host_bytes() / 5) << "host bytes " << stream->host_bytes();
     for (int run = 0; run < 2; ++run) {
         const auto got = pipe.sampler->sample(text, schedule, opt);
         EXPECT_FALSE(got.cuda_graphs);  // streamed steps run eagerly
@@ -123,7 +126,10 @@ TEST(InfinityLowMemoryGpu, AutoStreamingFitsTheFreeMemoryAndKeepsTheTokens) {
     auto settings = [&](const Runner& r) {
         SampleSettings s = r.defaults();
         s.text_features = features;
-        s.pixels = "0.06M";
+        // 1024^2 (13 scales): a need of several hundred MB, far above the allocator's cached
+        // slack; at 0.06M it was a few MB and the ballast could not leave it free (session 37).
+        s.pixels = "1M";
+        s.decode = false;
         s.seed = 3;
         return s;
     };
@@ -138,14 +144,24 @@ TEST(InfinityLowMemoryGpu, AutoStreamingFitsTheFreeMemoryAndKeepsTheTokens) {
     const SampleSettings s = settings(*r);
     const MemoryEstimate e = r->estimate_memory(s);
     ASSERT_GT(e.reclaimable, 0);
-    // Leave free about the estimate minus half the reclaimable bytes: some blocks must go.
+    // Leave available about the estimate minus half the reclaimable bytes: some blocks must go.
+    // The available bytes count what the caching allocator holds unused in partly used
+    // segments; the ballast, one block, can only take the driver's free memory.
     kernels::empty_cuda_cache();
-    const int64_t free = available_memory(r->device());
+    const auto mem = kernels::cuda_memory(0);
+    const int64_t cached = mem.reserved - mem.allocated;
     const int64_t target =
         static_cast<int64_t>(static_cast<double>(e.bytes() - e.reclaimable / 2) / kMemoryHeadroom);
-    ASSERT_GT(free, target);
-    auto ballast =
-        at::empty({free - target}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+    ASSERT_GT(target, cached + (64ll << 20)) << "the run is too small for this test";
+    const int64_t free = kernels::cuda_free_memory(0);
+    ASSERT_GT(free, target - cached);
+    // Whatever happens below, the device's memory goes back to the driver for the next tests.
+    struct EmptyCacheAtExit {
+        ~EmptyCacheAtExit() { kernels::empty_cuda_cache(); }
+    } empty_at_exit;
+    auto ballast = at::empty({free - (target - cached)},
+                             at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+    ASSERT_LT(std::abs(available_memory(r->device()) - target), 4ll << 20);
     const auto got = r->generate(s);
     ASSERT_EQ(got.notices.size(), 1u);
     EXPECT_NE(got.notices[0].find("stream from host memory"), std::string::npos) << got.notices[0];
@@ -156,4 +172,39 @@ TEST(InfinityLowMemoryGpu, AutoStreamingFitsTheFreeMemoryAndKeepsTheTokens) {
     ballast = at::Tensor();
     kernels::empty_cuda_cache();
     EXPECT_TRUE(r->generate(s).notices.empty());
+}
+
+// The estimate the automatic streaming and the memory check rely on bounds what a run
+// allocates beyond the resident weights, with CUDA graphs (their pools) and eagerly.
+TEST(InfinityLowMemoryGpu, EstimateBoundsTheRunsPeakAllocation) {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    varscope::testing::TempDir dir;
+    const auto text = varscope::testing::tiny_infinity_text({5}, 2);
+    const auto features = dir.file("text.safetensors");
+    save_safetensors({{"kv_compact", text.kv_compact.cpu()}, {"lens", at::tensor({int64_t{5}})}},
+                     features);
+    for (const bool graphs : {true, false}) {
+        auto r = random_infinity_runner(wide_config(), tiny_vae(), 1, load_options("cuda", "bf16"));
+        SampleSettings s = r->defaults();
+        s.text_features = features;
+        s.pixels = "1M";
+        s.decode = false;
+        s.seed = 3;
+        s.cuda_graphs = graphs;
+        const MemoryEstimate e = r->estimate_memory(s);
+        kernels::empty_cuda_cache();
+        const int64_t before = kernels::cuda_memory(0).allocated;
+        kernels::reset_cuda_peak_memory(0);
+        r->generate(s);
+        const auto m = kernels::cuda_memory(0);
+        const int64_t grew = m.peak_allocated - before;
+        std::printf("graphs %d: estimate %lld, peak growth %lld (%.2fx), held after %lld\n",
+                    graphs ? 1 : 0, static_cast<long long>(e.bytes()), static_cast<long long>(grew),
+                    static_cast<double>(grew) / static_cast<double>(e.bytes()),
+                    static_cast<long long>(m.allocated - before));
+        // An upper bound, and not a loose one (the automatic streaming would give back blocks
+        // a run does not need).
+        EXPECT_LE(grew, e.bytes()) << (graphs ? "graphs" : "eager");
+        EXPECT_GE(grew, e.bytes() / 2) << (graphs ? "graphs" : "eager");
+    }
 }
