@@ -229,6 +229,33 @@ TEST(InfinityTraining, CaptionNoiseAddsFillersAndDropsWordsButKeepsOne) {
     EXPECT_EQ(at::rand({1}, h1).item<double>(), at::rand({1}, h2).item<double>());
 }
 
+// Joined captions: two different phrasings of the row, joined by ", " (every ordered pair comes
+// up); a row with one phrasing keeps it; the same generator state gives the same captions.
+TEST(InfinityTraining, CaptionJoinAddsAnotherPhrasingOfTheSameRow) {
+    const std::vector<std::vector<std::string>> caps = {{"a b", "c d", "e f"}, {"g"}};
+    CaptionNoise join;
+    join.join = 1;
+    auto gen = at::detail::createCPUGenerator(4);
+    std::set<std::string> pairs;
+    for (int i = 0; i < 60; ++i) {
+        const auto p = pick_captions(caps, at::tensor({0, 1}, at::kLong), gen, join);
+        ASSERT_EQ(p.size(), 2u);
+        EXPECT_EQ(p[1], "g");
+        const auto comma = p[0].find(", ");
+        ASSERT_NE(comma, std::string::npos) << p[0];
+        const std::string x = p[0].substr(0, comma), y = p[0].substr(comma + 2);
+        EXPECT_NE(x, y);
+        for (const auto& part : {x, y})
+            EXPECT_NE(std::find(caps[0].begin(), caps[0].end(), part), caps[0].end()) << p[0];
+        pairs.insert(p[0]);
+    }
+    EXPECT_EQ(pairs.size(), 6u);  // 3 x 2 ordered pairs
+    auto g1 = at::detail::createCPUGenerator(7), g2 = at::detail::createCPUGenerator(7);
+    join.join = 0.5;
+    EXPECT_EQ(pick_captions(caps, at::tensor({0, 0, 0, 0}, at::kLong), g1, join),
+              pick_captions(caps, at::tensor({0, 0, 0, 0}, at::kLong), g2, join));
+}
+
 // Pseudo-word fillers look like the held-out wordings' unknown words: random lower-case strings
 // of 3..9 letters, never a held-out template word, deterministic per generator state; with the
 // share at 0 only the word list is used.
@@ -490,6 +517,11 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
     EXPECT_DOUBLE_EQ(phase3b.caption_noise.pseudo_words, 0.6);
     EXPECT_EQ(phase3b.caption_noise.max_words, 6);
     EXPECT_DOUBLE_EQ(phase_train("emoji-infinity-phase3b.json").lr, 1e-4);
+    // Phase 4 (prepared in session 37): phase 3b's noise with joined captions.
+    const InfinityTrainJob phase4 = phase("emoji-infinity-phase4.json");
+    EXPECT_DOUBLE_EQ(phase4.caption_noise.join, 0.5);
+    EXPECT_DOUBLE_EQ(phase4.caption_noise.pseudo_words, 0.6);
+    EXPECT_DOUBLE_EQ(phase3b.caption_noise.join, 0);
 
     auto error = [&](nlohmann::json c) {
         InfinityTrainJob jb;
@@ -514,6 +546,8 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
     EXPECT_NE(error({{"caption_noise", {{"prb", 0.5}}}}).find("unknown field 'prb'"),
               std::string::npos);
     EXPECT_NE(error({{"caption_noise", {{"prob", 2}}}}).find("caption_noise"), std::string::npos);
+    EXPECT_NE(error({{"caption_noise", {{"join", 1.5}}}}).find("join in [0, 1]"),
+              std::string::npos);
     InfinityTrainJob noisy;
     nlohmann::json c = j;
     c["caption_noise"] = {{"prob", 0.5}, {"max_words", 4}, {"word_dropout", 0.1}};

@@ -234,18 +234,22 @@ void apply_infinity_config(const nlohmann::json& j, int64_t tokenizer_ids, Infin
         if (!n.is_object())
             throw std::invalid_argument(top + ": 'caption_noise' must be an object");
         require_known_fields(
-            n, {{"prob", 0}, {"max_words", 0}, {"word_dropout", 0}, {"pseudo_words", 0}},
+            n,
+            {{"prob", 0}, {"max_words", 0}, {"word_dropout", 0}, {"pseudo_words", 0}, {"join", 0}},
             top + ": caption_noise");
         get(n, top + ": caption_noise", "prob", job.caption_noise.prob);
         get(n, top + ": caption_noise", "max_words", job.caption_noise.max_words);
         get(n, top + ": caption_noise", "word_dropout", job.caption_noise.word_dropout);
         get(n, top + ": caption_noise", "pseudo_words", job.caption_noise.pseudo_words);
+        get(n, top + ": caption_noise", "join", job.caption_noise.join);
         const CaptionNoise& c = job.caption_noise;
         if (!(c.prob >= 0 && c.prob <= 1) || !(c.word_dropout >= 0 && c.word_dropout < 1) ||
-            c.max_words < 0 || c.max_words > 16 || !(c.pseudo_words >= 0 && c.pseudo_words <= 1))
-            throw std::invalid_argument(top +
-                                        ": caption_noise: prob in [0, 1], word_dropout in [0, "
-                                        "1), max_words in [0, 16], pseudo_words in [0, 1]");
+            c.max_words < 0 || c.max_words > 16 || !(c.pseudo_words >= 0 && c.pseudo_words <= 1) ||
+            !(c.join >= 0 && c.join <= 1))
+            throw std::invalid_argument(
+                top +
+                ": caption_noise: prob in [0, 1], word_dropout in [0, 1), max_words in [0, 16], "
+                "pseudo_words in [0, 1], join in [0, 1]");
     }
     if (!(job.cond_drop >= 0 && job.cond_drop < 1))
         throw std::invalid_argument(top + ": 'cond_drop' must be in [0, 1)");
@@ -331,6 +335,20 @@ std::vector<std::string> pick_captions(const std::vector<std::vector<std::string
         const auto k = std::min(c.size() - 1, static_cast<size_t>(u.data_ptr<double>()[i] *
                                                                   static_cast<double>(c.size())));
         out.push_back(c[k]);
+    }
+    if (noise.join > 0) {
+        // Per row: the join decision, then the other phrasing (uniform over the rest).
+        const at::Tensor v = at::rand({r.numel(), 2}, gen, at::kDouble);
+        const double* d = v.data_ptr<double>();
+        for (int64_t i = 0; i < r.numel(); ++i) {
+            const auto& c = captions[size_t(r.data_ptr<int64_t>()[i])];
+            if (c.size() < 2 || d[2 * i] >= noise.join) continue;
+            const auto first = std::find(c.begin(), c.end(), out[size_t(i)]) - c.begin();
+            auto k = std::min(c.size() - 2, static_cast<size_t>(d[2 * i + 1] *
+                                                                static_cast<double>(c.size() - 1)));
+            if (static_cast<std::ptrdiff_t>(k) >= first) ++k;  // skip the one already drawn
+            out[size_t(i)] += ", " + c[k];
+        }
     }
     if (noise.enabled())
         for (auto& caption : out) caption = noisy_caption(caption, noise, gen);

@@ -37,11 +37,18 @@ namespace varscope {
 // vocabulary and split into single characters (28.6 tokens per held-out phrasing against 9.9 per
 // training one, model card), which the fillers above never look like; such strings do. Never one
 // of kHeldOutWords. 0 draws nothing extra (earlier runs' noise is unchanged).
+//
+// `join`: the share of captions that become two different training phrasings of their row,
+// joined by ", " (before any fillers). The training templates name an emoji's short name and its
+// category in different phrasings, and are about a third as long as the held-out ones; joined,
+// a short name meets its category and a caption gets as long, with training words only. 0 draws
+// nothing extra.
 struct CaptionNoise {
     double prob = 0;  // 0 = off (captions as written; the random draws of a run are unchanged)
     int64_t max_words = 3;
     double word_dropout = 0;
     double pseudo_words = 0;
+    double join = 0;
     bool enabled() const { return prob > 0 || word_dropout > 0; }
 };
 extern const std::vector<std::string> kCaptionFillers;
@@ -93,7 +100,8 @@ void apply_infinity_config(const nlohmann::json& config, int64_t tokenizer_ids,
 const std::vector<std::string>& infinity_config_keys();
 
 // The caption of each row for one step: uniform over the row's captions, from `gen`, then
-// `noise` (when enabled; its draws come after the picks, so an off setting draws nothing more).
+// `noise`'s join (when > 0) and fillers/dropout (when enabled); their draws come after the picks,
+// so an off setting draws nothing more.
 std::vector<std::string> pick_captions(const std::vector<std::vector<std::string>>& captions,
                                        const at::Tensor& rows, at::Generator& gen,
                                        const CaptionNoise& noise = {});

@@ -40,6 +40,22 @@ BsqVaeConfig tiny_vae() {
     return varscope::testing::tiny_bsq_vae_config(8, {1, 1, 1});
 }
 
+// A 1024^2 run (13 scales) of the wide model on a random 5-token text saved in `dir`: a need of
+// several hundred MB, far above the allocator's cached slack (at 0.06M it was a few MB, and a
+// ballast could not leave exactly that free: session 37).
+SampleSettings large_run(const Runner& r, const varscope::testing::TempDir& dir) {
+    const auto features = dir.file("text.safetensors");
+    const auto text = varscope::testing::tiny_infinity_text({5}, 2);
+    save_safetensors({{"kv_compact", text.kv_compact.cpu()}, {"lens", at::tensor({int64_t{5}})}},
+                     features);
+    SampleSettings s = r.defaults();
+    s.text_features = features;
+    s.pixels = "1M";
+    s.decode = false;
+    s.seed = 3;
+    return s;
+}
+
 int64_t fp32_bytes(const InfinityTransformer& m) {
     int64_t n = 0;
     for (const auto& p : m->parameters()) n += p.numel();
@@ -119,29 +135,15 @@ TEST(InfinityLowMemoryGpu, StreamedBlocksLeaveTheDeviceAndKeepTheBits) {
 TEST(InfinityLowMemoryGpu, AutoStreamingFitsTheFreeMemoryAndKeepsTheTokens) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
     varscope::testing::TempDir dir;
-    const auto text = varscope::testing::tiny_infinity_text({5}, 2);
-    const auto features = dir.file("text.safetensors");
-    save_safetensors({{"kv_compact", text.kv_compact.cpu()}, {"lens", at::tensor({int64_t{5}})}},
-                     features);
-    auto settings = [&](const Runner& r) {
-        SampleSettings s = r.defaults();
-        s.text_features = features;
-        // 1024^2 (13 scales): a need of several hundred MB, far above the allocator's cached
-        // slack; at 0.06M it was a few MB and the ballast could not leave it free (session 37).
-        s.pixels = "1M";
-        s.decode = false;
-        s.seed = 3;
-        return s;
-    };
     auto resident =
         random_infinity_runner(wide_config(), tiny_vae(), 1, load_options("cuda", "bf16"));
-    const auto want = resident->generate(settings(*resident));
+    const auto want = resident->generate(large_run(*resident, dir));
     resident.reset();
     kernels::empty_cuda_cache();
 
     auto r = random_infinity_runner(wide_config(), tiny_vae(), 1, load_options("cuda", "bf16"), "",
                                     false, ModelSpec::kStreamBlocksAuto);
-    const SampleSettings s = settings(*r);
+    const SampleSettings s = large_run(*r, dir);
     const MemoryEstimate e = r->estimate_memory(s);
     ASSERT_GT(e.reclaimable, 0);
     // Leave available about the estimate minus half the reclaimable bytes: some blocks must go.
@@ -179,17 +181,9 @@ TEST(InfinityLowMemoryGpu, AutoStreamingFitsTheFreeMemoryAndKeepsTheTokens) {
 TEST(InfinityLowMemoryGpu, EstimateBoundsTheRunsPeakAllocation) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
     varscope::testing::TempDir dir;
-    const auto text = varscope::testing::tiny_infinity_text({5}, 2);
-    const auto features = dir.file("text.safetensors");
-    save_safetensors({{"kv_compact", text.kv_compact.cpu()}, {"lens", at::tensor({int64_t{5}})}},
-                     features);
     for (const bool graphs : {true, false}) {
         auto r = random_infinity_runner(wide_config(), tiny_vae(), 1, load_options("cuda", "bf16"));
-        SampleSettings s = r->defaults();
-        s.text_features = features;
-        s.pixels = "1M";
-        s.decode = false;
-        s.seed = 3;
+        SampleSettings s = large_run(*r, dir);
         s.cuda_graphs = graphs;
         const MemoryEstimate e = r->estimate_memory(s);
         kernels::empty_cuda_cache();
