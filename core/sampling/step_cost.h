@@ -27,7 +27,12 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
 
 namespace varscope {
 
@@ -63,5 +68,12 @@ struct CostRecorder {
         if (cost) cost->flops[static_cast<int>(part)] += flops;
     }
 };
+
+// After the steps (the device synchronised: their events are complete), each step's part times
+// from its eager timer (`eager`, by step index) or else from its scale's graph timer
+// (`graph_timer`, null where none); a step with neither stays untimed.
+void read_part_times(std::vector<StepCost>& costs,
+                     const std::map<size_t, std::unique_ptr<kernels::PartTimer>>& eager,
+                     const std::function<const kernels::PartTimer*(int64_t scale)>& graph_timer);
 
 }  // namespace varscope

@@ -549,18 +549,10 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
     if (time_parts) {
         // The steps' events are complete once the device is: read the part times.
         synchronize_device(device);
-        for (size_t i = 0; i < res.step_costs.size(); ++i) {
-            auto& sc = res.step_costs[i];
-            const auto it = eager_timers.find(i);
-            const kernels::PartTimer* timer = it != eager_timers.end() ? it->second.get()
-                                              : graphs ? graphs->part_timer(sc.scale)
-                                                       : nullptr;
-            std::vector<double> ms(kCostParts, 0.0);
-            if (timer && timer->accumulate(ms)) {
-                for (int p = 0; p < kCostParts; ++p) sc.ms[p] = ms[p];
-                sc.timed = true;
-            }
-        }
+        read_part_times(res.step_costs, eager_timers,
+                        [&](int64_t scale) -> const kernels::PartTimer* {
+                            return graphs ? graphs->part_timer(scale) : nullptr;
+                        });
     }
     res.kv_bytes = tail_cache ? tail_cache->total_bytes()
                    : graphs   ? graphs->kv_bytes()
