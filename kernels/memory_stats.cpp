@@ -33,8 +33,7 @@ bool memory_info(int device, size_t& free, size_t& total) {
 
 // The caching allocator sizes its per-device state when ATen initialises CUDA (the first CUDA
 // tensor); reading or resetting its statistics before that throws "Invalid device argument"
-// (session 37: a test whose first CUDA call was cuda_memory).
-// Nothing to do (and nothing to read) without a device.
+// (session 37: a test whose first CUDA call was cuda_memory). Nothing to do without a device.
 void init_allocator() {
     if (c10::cuda::device_count() > 0) at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
 }
@@ -93,8 +92,7 @@ void reset_cuda_peak_memory(int device) {
 }
 
 void empty_cuda_cache() {
-    init_allocator();
-    alloc::emptyCache();
+    alloc::emptyCache();  // before CUDA's initialisation: nothing cached, nothing to do
 }
 #else
 DeviceMemory cuda_memory(int) {

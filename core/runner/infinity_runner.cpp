@@ -428,6 +428,14 @@ bool bf16_blocks(const LoadOptions& options) {
     return options.precision == Precision::Bf16;
 }
 
+// ModelSpec::stream_blocks on a new pipeline, before the T5 takes device memory: a count streams
+// now; kStreamBlocksAuto streams nothing yet and returns true (the runner streams before each run).
+bool apply_stream_blocks(InfinityPipeline& pipe, int64_t stream_blocks) {
+    if (stream_blocks == ModelSpec::kStreamBlocksAuto) return true;
+    pipe.stream_blocks(stream_blocks);
+    return false;
+}
+
 }  // namespace
 
 std::unique_ptr<Runner> load_infinity_runner(const StateDict& all, const ModelSpec& spec,
@@ -437,8 +445,7 @@ std::unique_ptr<Runner> load_infinity_runner(const StateDict& all, const ModelSp
     auto pipe = InfinityPipeline::from_weights(all, spec.model_path, spec.vae_path, device,
                                                bf16_blocks(options));
     pipe.sampler->set_exec_policy(options.exec);
-    const bool auto_stream = spec.stream_blocks == ModelSpec::kStreamBlocksAuto;
-    pipe.stream_blocks(auto_stream ? 0 : spec.stream_blocks);
+    const bool auto_stream = apply_stream_blocks(pipe, spec.stream_blocks);
     auto t5 = open_text_encoder(spec.text_encoder_path, spec.text_encoder_offload, device,
                                 pipe.model->config(), spec.model_path);
     auto runner = std::make_unique<InfinityRunner>(
@@ -467,8 +474,7 @@ std::unique_ptr<Runner> random_infinity_runner(const InfinityConfig& config,
     // session 29 it was never passed on, so VARSCOPE_REFERENCE_KERNELS / VARSCOPE_FUSED_ROPE
     // changed nothing for Infinity (seen on the H200: RoPE "off" timed the fused kernel).
     pipe.sampler->set_exec_policy(options.exec);
-    const bool auto_stream = stream_blocks == ModelSpec::kStreamBlocksAuto;
-    pipe.stream_blocks(auto_stream ? 0 : stream_blocks);
+    const bool auto_stream = apply_stream_blocks(pipe, stream_blocks);
     auto t5 = open_text_encoder(text_encoder_path, text_encoder_offload, device, config,
                                 "a random Infinity");
     auto runner =
