@@ -42,9 +42,14 @@ TEST(KernelsModulate, ArgumentChecksNameTheProblem) {
     EXPECT_NE(why.find("switched off"), std::string::npos) << why;
 }
 
-TEST(KernelsModulate, AttentionInputsOnCpuAreTheComposition) {
+namespace {
+
+// The block's sampling-loop path (per-call constants, kernel policies) against its per-step
+// expressions, in fp32 or the official bf16 mode (bf16 modulation, fp32 LayerNorm output).
+void attention_inputs_are_the_composition(bool bf16) {
+    auto model = varscope::testing::tiny_block_infinity();
+    if (bf16) model->use_autocast_bf16();
     c10::InferenceMode guard;
-    const auto model = varscope::testing::tiny_block_infinity();
     auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
     const int64_t B = 2, L = 5;
     const auto x = at::randn({B, L, 64}, gen);
@@ -72,6 +77,19 @@ TEST(KernelsModulate, AttentionInputsOnCpuAreTheComposition) {
     const auto t = k.tensors();
     ASSERT_EQ(t.size(), varscope::InfinityBlockConstants::kTensors);
     const auto back = varscope::InfinityBlockConstants::from_tensors(t.data());
-    EXPECT_TRUE(back.tensors()[15].equal(t[15]));
+    for (size_t i = 0; i < t.size(); ++i) EXPECT_TRUE(back.tensors()[i].equal(t[i])) << i;
+    // The modulation is fp32 in both modes (the shared gss is fp32, the bf16 ada_gss is
+    // promoted): the fused kernel reads 1 + scale and the shift without a cast per step.
+    for (const auto& f : {k.scale1p, k.scale2p, k.m.shift1, k.m.shift2})
+        EXPECT_EQ(f.scalar_type(), at::kFloat);
     EXPECT_TRUE(blk.attention_inputs(x, back, rope).q.equal(want.q));
+}
+
+}  // namespace
+
+TEST(KernelsModulate, AttentionInputsOnCpuAreTheComposition) {
+    for (const bool bf16 : {false, true}) {
+        SCOPED_TRACE(bf16 ? "official bf16 mode" : "fp32");
+        attention_inputs_are_the_composition(bf16);
+    }
 }

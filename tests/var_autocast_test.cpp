@@ -124,6 +124,19 @@ TEST(VarAutocast, Fp32StreamBf16Products) {
     EXPECT_TRUE(at::allclose(qkv.k.to(at::kFloat), expect_k.to(at::kFloat), 0, 0.0079));
     const auto h = x + blk.ffn_branch(x, k);
     EXPECT_EQ(h.scalar_type(), at::kFloat);  // fp32 residual stream
+    // The sampler's constants for the fp32 stream: the factors in fp32, the same values, so the
+    // same modulated inputs to the bit (the product promoted them before).
+    const auto k32 = blk.constants(cond, /*fp32_stream=*/true);
+    for (const auto& [a32, a16] : {std::pair{k32.scale1p, k.scale1p},
+                                   {k32.scale2p, k.scale2p},
+                                   {k32.shift1, k.shift1},
+                                   {k32.shift2, k.shift2}}) {
+        EXPECT_EQ(a32.scalar_type(), at::kFloat);
+        EXPECT_TRUE(a32.equal(a16.to(at::kFloat)));
+    }
+    EXPECT_TRUE(blk.attn_input(x, k32).equal(a));
+    EXPECT_TRUE(blk.ffn_branch(x, k32).equal(blk.ffn_branch(x, k)));
+    EXPECT_TRUE(blk.ffn_residual(x, k32, nullptr).equal(blk.ffn_residual(x, k, nullptr)));
     const auto logits = var.logits(x, cond);
     EXPECT_EQ(logits.scalar_type(), at::kFloat);
 }

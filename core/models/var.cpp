@@ -338,28 +338,32 @@ at::Tensor AdaLNSelfAttnImpl::ffn_branch(const at::Tensor& x, const Modulation& 
     return ffn->forward(norm(x).mul(m.scale2.add(1)).add_(m.shift2)).mul(m.gamma2);
 }
 
-BlockConstants AdaLNSelfAttnImpl::constants(const at::Tensor& cond) const {
+BlockConstants AdaLNSelfAttnImpl::constants(const at::Tensor& cond, bool fp32_stream) const {
     BlockConstants k;
     k.m = modulation(cond);
     k.scale1p = k.m.scale1.add(1);
     k.scale2p = k.m.scale2.add(1);
+    k.shift1 = k.m.shift1;
+    k.shift2 = k.m.shift2;
+    if (fp32_stream)
+        for (auto* t : {&k.scale1p, &k.scale2p, &k.shift1, &k.shift2}) *t = t->to(at::kFloat);
     k.qkv_bias = attn->qkv_bias();
     k.q_mul = attn->q_mul();
     return k;
 }
 
 at::Tensor AdaLNSelfAttnImpl::attn_input(const at::Tensor& x, const BlockConstants& k) const {
-    return modulated_input(norm(x), k.scale1p, k.m.shift1, attn->mat_qkv, nullptr);
+    return modulated_input(norm(x), k.scale1p, k.shift1, attn->mat_qkv, nullptr);
 }
 
 at::Tensor AdaLNSelfAttnImpl::ffn_branch(const at::Tensor& x, const BlockConstants& k) const {
-    return ffn->forward(modulated_input(norm(x), k.scale2p, k.m.shift2, ffn->fc1, nullptr))
+    return ffn->forward(modulated_input(norm(x), k.scale2p, k.shift2, ffn->fc1, nullptr))
         .mul(k.m.gamma2);
 }
 
 Qkv AdaLNSelfAttnImpl::attention_inputs(const at::Tensor& x, const BlockConstants& k,
                                         const kernels::KernelPolicy* fuse) const {
-    const auto in = modulated_input(norm(x), k.scale1p, k.m.shift1, attn->mat_qkv, fuse);
+    const auto in = modulated_input(norm(x), k.scale1p, k.shift1, attn->mat_qkv, fuse);
     const bool pre_cast = in.scalar_type() != x.scalar_type();  // the kernel rounded it to bf16
     return attn->project_qkv(in, k.qkv_bias, k.q_mul, /*keep_fp32_qk=*/false, pre_cast, fuse);
 }
@@ -372,7 +376,7 @@ at::Tensor AdaLNSelfAttnImpl::attn_residual(const at::Tensor& x, const at::Tenso
 
 at::Tensor AdaLNSelfAttnImpl::ffn_residual(const at::Tensor& x, const BlockConstants& k,
                                            const kernels::KernelPolicy* fuse) const {
-    const auto in = modulated_input(norm(x), k.scale2p, k.m.shift2, ffn->fc1, fuse);
+    const auto in = modulated_input(norm(x), k.scale2p, k.shift2, ffn->fc1, fuse);
     return gated_residual(x, ffn->forward(in), k.m.gamma2, GateProduct::Promoted, fuse);
 }
 

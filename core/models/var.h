@@ -106,9 +106,13 @@ struct Modulation {
 // sampling call (the CUDA-graph prologue, or eagerly) instead of in every block of every step.
 struct BlockConstants {
     Modulation m;
-    at::Tensor scale1p, scale2p;  // 1 + scale, in the modulation's dtype (as autocast rounds it)
-    at::Tensor qkv_bias;          // SelfAttentionImpl::qkv_bias()
-    at::Tensor q_mul;             // SelfAttentionImpl::q_mul()
+    // The modulated inputs' factors: 1 + scale (rounded in the modulation's dtype, as autocast
+    // rounds it) and the shift. In fp32 where the residual stream is fp32 (bf16-autocast): the
+    // product promotes them to fp32 all the same, so the values are unchanged, and the fused
+    // modulation kernel reads them without two casts per block and step.
+    at::Tensor scale1p, scale2p, shift1, shift2;
+    at::Tensor qkv_bias;  // SelfAttentionImpl::qkv_bias()
+    at::Tensor q_mul;     // SelfAttentionImpl::q_mul()
 };
 
 // Attention callback used by blocks: q, k, v in BHLc, returns BHLc.
@@ -124,7 +128,8 @@ class AdaLNSelfAttnImpl : public torch::nn::Module {
     at::Tensor attn_input(const at::Tensor& x, const Modulation& m) const;
     at::Tensor ffn_branch(const at::Tensor& x, const Modulation& m) const;  // gamma2 * ffn(...)
     // The same operations with the per-call constants precomputed (same values).
-    BlockConstants constants(const at::Tensor& cond) const;
+    // fp32_stream: the residual stream is fp32 (bf16-autocast): the factors in fp32.
+    BlockConstants constants(const at::Tensor& cond, bool fp32_stream = false) const;
     at::Tensor attn_input(const at::Tensor& x, const BlockConstants& k) const;
     at::Tensor ffn_branch(const at::Tensor& x, const BlockConstants& k) const;
     // The sampling loop's path, the same values: attn->project_qkv(attn_input(x, k)), x +

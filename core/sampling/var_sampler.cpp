@@ -145,11 +145,11 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
 
 // The graph prologue returns tensors: BlockConstants flattened, kConstantTensors per block (an
 // undefined q_mul stays undefined).
-constexpr size_t kConstantTensors = 10;
+constexpr size_t kConstantTensors = 12;
 void append_constants(const BlockConstants& k, std::vector<at::Tensor>& out) {
     const auto& m = k.m;
     out.insert(out.end(), {m.gamma1, m.gamma2, m.scale1, m.scale2, m.shift1, m.shift2, k.scale1p,
-                           k.scale2p, k.qkv_bias, k.q_mul});
+                           k.scale2p, k.shift1, k.shift2, k.qkv_bias, k.q_mul});
 }
 BlockConstants constants_at(const std::vector<at::Tensor>& t, size_t layer) {
     const size_t i = layer * kConstantTensors;
@@ -157,7 +157,9 @@ BlockConstants constants_at(const std::vector<at::Tensor>& t, size_t layer) {
             t[i + 6],
             t[i + 7],
             t[i + 8],
-            t[i + 9]};
+            t[i + 9],
+            t[i + 10],
+            t[i + 11]};
 }
 
 // torch.autocast(bf16) around the official sampler also runs the VQVAE's Phi convolution in
@@ -369,7 +371,7 @@ VarSampleResult VarSampler::sample(const VarSampleOptions& opt, SamplingHooks* h
             const at::Tensor block_cond = var_->block_condition(cond_BD);
             std::vector<at::Tensor> out;
             for (int64_t layer = 0; layer < c.depth; ++layer)
-                append_constants(var_->block(layer).constants(block_cond), out);
+                append_constants(var_->block(layer).constants(block_cond, autocast), out);
             return out;
         };
         const auto t = graphs ? guarded([&] { return graphs->run("prologue", all_constants); })
