@@ -517,11 +517,17 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
     EXPECT_DOUBLE_EQ(phase3b.caption_noise.pseudo_words, 0.6);
     EXPECT_EQ(phase3b.caption_noise.max_words, 6);
     EXPECT_DOUBLE_EQ(phase_train("emoji-infinity-phase3b.json").lr, 1e-4);
-    // Phase 4 (prepared in session 37): phase 3b's noise with joined captions.
+    // Phase 4 (run in session 38): phase 3b's noise with joined captions; phase 5 continues it
+    // with half as many joins.
     const InfinityTrainJob phase4 = phase("emoji-infinity-phase4.json");
     EXPECT_DOUBLE_EQ(phase4.caption_noise.join, 0.5);
     EXPECT_DOUBLE_EQ(phase4.caption_noise.pseudo_words, 0.6);
     EXPECT_DOUBLE_EQ(phase3b.caption_noise.join, 0);
+    const InfinityTrainJob phase5 = phase("emoji-infinity-phase5.json");
+    EXPECT_DOUBLE_EQ(phase5.caption_noise.join, 0.25);
+    EXPECT_DOUBLE_EQ(phase5.caption_noise.pseudo_words, phase4.caption_noise.pseudo_words);
+    EXPECT_EQ(phase_train("emoji-infinity-phase5.json").seed,
+              phase_train("emoji-infinity-phase4.json").seed + 1);
 
     auto error = [&](nlohmann::json c) {
         InfinityTrainJob jb;
