@@ -61,9 +61,10 @@ struct KernelPolicy {
     // ATen kernels; same bits. VARSCOPE_FUSED_ROPE.
     bool fused_rope = true;
     // The bf16-autocast blocks' element-wise steps (VAR and Infinity) as one kernel each:
-    // AdaLN's modulation with the bf16 cast of the product after it (kernels/modulate.h) and a
-    // gated branch summed into the fp32 stream (kernels/gated_residual.h); false: the ATen
-    // compositions (same bits). VARSCOPE_FUSED_ELEMENTWISE.
+    // AdaLN's LayerNorm and modulation with the bf16 cast of the product after it
+    // (kernels/modulate.h), a gated branch summed into the fp32 stream (kernels/gated_residual.h)
+    // and VAR's q/k normalisation writing the keys and values into the KV cache
+    // (kernels/qk_norm.h); false: the ATen compositions (same bits). VARSCOPE_FUSED_ELEMENTWISE.
     bool fused_elementwise = true;
     DiffLossPolicy diff;
 

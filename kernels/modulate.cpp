@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
+
 #include "kernels/cuda_path.h"
 
 #ifdef VARSCOPE_KERNELS_CUDA
@@ -56,6 +58,51 @@ at::Tensor fused_modulate_bf16(const at::Tensor& x, const at::Tensor& scale,
     return cuda::modulate_bf16(x.contiguous(), rows(scale), rows(shift));
 #else
     TORCH_CHECK(false, "fused modulation: built without CUDA kernels");
+    return {};
+#endif
+}
+
+namespace {
+
+bool aligned16(const at::Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+
+// scale / shift rows the kernel reads as float4: aligned, contiguous, batch stride of whole
+// vectors.
+bool vector_rows(const at::Tensor& t) {
+    return aligned16(t) && t.stride(2) == 1 && (t.size(0) == 1 || t.stride(0) % 4 == 0);
+}
+
+}  // namespace
+
+bool fused_norm_modulate_supported(const at::Tensor& x, const at::Tensor& scale,
+                                   const at::Tensor& shift, const KernelPolicy& policy,
+                                   std::string* why_not) {
+    if (!fused_modulate_supported(x, scale, shift, policy, why_not)) return false;
+    const int64_t C = x.size(2);
+    if (!x.is_contiguous() || C % 4 != 0 || C > (int64_t{1} << 24) || !aligned16(x))
+        return unsupported(why_not,
+                           "the fused LayerNorm takes a contiguous x of 16-byte aligned rows of a "
+                           "multiple of 4 values (where ATen runs its vectorized LayerNorm)");
+    if (!vector_rows(scale) || !vector_rows(shift))
+        return unsupported(why_not,
+                           "the fused LayerNorm reads scale and shift as 16-byte aligned rows");
+    return true;
+}
+
+at::Tensor fused_norm_modulate_bf16(const at::Tensor& x, const at::Tensor& scale,
+                                    const at::Tensor& shift, double eps,
+                                    const KernelPolicy& policy) {
+    check_shapes(x, scale, shift);
+    std::string why;
+    TORCH_CHECK(fused_norm_modulate_supported(x, scale, shift, policy, &why),
+                "fused LayerNorm and modulation requested but ", why);
+#ifdef VARSCOPE_KERNELS_CUDA
+    return cuda::norm_modulate_bf16(x, scale, shift, eps);
+#else
+    (void)eps;
+    TORCH_CHECK(false, "fused LayerNorm and modulation: built without CUDA kernels");
     return {};
 #endif
 }

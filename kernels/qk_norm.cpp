@@ -33,11 +33,25 @@ void check_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& no
                 "fused q/k norm: mul must be (1, H or 1, 1, 1), got ", mul.sizes());
 }
 
+// Why `slots` cannot take k's keys and values, or "" where they can.
+std::string slots_blocker(const at::Tensor& k, const QkCacheSlots& s) {
+    for (const auto* t : {&s.k_out, &s.v, &s.v_out}) {
+        if (!t->defined()) return "an undefined cache slot tensor";
+        if (t->scalar_type() != at::kBFloat16 || t->sizes() != k.sizes() || t->stride(3) != 1 ||
+            t->device() != k.device())
+            return "the cache slots must be bfloat16 of k's shape with contiguous channels on k's "
+                   "device";
+        if (t->requires_grad()) return "the fused q/k norm has no backward";
+    }
+    return "";
+}
+
 }  // namespace
 
 bool fused_qk_norm_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& norm_q,
                              const at::Tensor& norm_k, const at::Tensor& mul,
-                             const KernelPolicy& policy, std::string* why_not) {
+                             const KernelPolicy& policy, std::string* why_not,
+                             const QkCacheSlots* slots) {
     if (!q.defined() || !k.defined() || !norm_q.defined() || !norm_k.defined() || !mul.defined())
         return unsupported(why_not, "an undefined tensor");
     if (!policy.fused_elementwise)
@@ -60,19 +74,22 @@ bool fused_qk_norm_supported(const at::Tensor& q, const at::Tensor& k, const at:
     if (q.requires_grad() || k.requires_grad() || norm_q.requires_grad() ||
         norm_k.requires_grad() || mul.requires_grad())
         return unsupported(why_not, "the fused q/k norm has no backward");
+    if (slots)
+        if (auto why = slots_blocker(k, *slots); !why.empty())
+            return unsupported(why_not, std::move(why));
     return true;
 }
 
-std::pair<at::Tensor, at::Tensor> fused_qk_norm_bf16(const at::Tensor& q, const at::Tensor& k,
-                                                     const at::Tensor& norm_q,
-                                                     const at::Tensor& norm_k,
-                                                     const at::Tensor& mul,
-                                                     const KernelPolicy& policy) {
+std::pair<at::Tensor, at::Tensor> fused_qk_norm_bf16(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& norm_q, const at::Tensor& norm_k,
+    const at::Tensor& mul, const KernelPolicy& policy, const QkCacheSlots* slots) {
     check_shapes(q, k, norm_q, norm_k, mul);
     std::string why;
-    TORCH_CHECK(fused_qk_norm_supported(q, k, norm_q, norm_k, mul, policy, &why),
+    TORCH_CHECK(fused_qk_norm_supported(q, k, norm_q, norm_k, mul, policy, &why, slots),
                 "fused q/k norm requested but ", why);
 #ifdef VARSCOPE_KERNELS_CUDA
+    if (slots)
+        return cuda::qk_norm_bf16(q, k, norm_q, norm_k, mul, slots->k_out, slots->v, slots->v_out);
     return cuda::qk_norm_bf16(q, k, norm_q, norm_k, mul);
 #else
     TORCH_CHECK(false, "fused q/k norm: built without CUDA kernels");

@@ -142,6 +142,38 @@ TEST(KvCache, PreallocatedModeIsBoundedByItsCapacity) {
     EXPECT_THROW(cache.append(5, k, v), std::out_of_range);
 }
 
+TEST(KvCache, NextSlotsWrittenInPlaceAreAppendedWithoutACopy) {
+    auto cache = make(false, 2, 8);
+    auto [k0, v0] = tokens(0, 3);
+    cache.append(1, k0, v0);
+    auto [sk, sv] = cache.next_slots(1, 4);
+    ASSERT_TRUE(sk.defined() && sv.defined());
+    EXPECT_EQ(sk.sizes(), (std::vector<int64_t>{kB, kH, 4, kC}));
+    const auto base = cache.view(1).first;
+    EXPECT_EQ(sk.data_ptr(), static_cast<char*>(base.data_ptr()) + 3 * base.stride(2) * 4)
+        << "the slots follow the layer's tokens";
+    auto [k1, v1] = tokens(3, 4);
+    sk.copy_(k1);  // what the fused q/k norm kernel does on the device
+    sv.copy_(v1);
+    EXPECT_EQ(cache.length(1), 3) << "next_slots changes nothing";
+    cache.append(1, sk, sv);
+    EXPECT_EQ(cache.length(1), 7);
+    auto [k, v] = cache.view(1);
+    EXPECT_TRUE(at::equal(k, at::cat({k0, k1}, 2)));
+    EXPECT_TRUE(at::equal(v, at::cat({v0, v1}, 2)));
+    // Other tensors of the slots' shape are copied as before, also into a slot's place.
+    auto [k2, v2] = tokens(7, 1);
+    cache.append(1, k2, v2);
+    EXPECT_EQ(ids_of(cache.view(1).first), range_ids(0, 8));
+    EXPECT_TRUE(at::equal(cache.view(1).second.narrow(2, 7, 1), v2));
+    // No room, a layer out of range, compact mode: no slots.
+    EXPECT_FALSE(cache.next_slots(1, 1).first.defined());
+    EXPECT_TRUE(cache.next_slots(0, 8).first.defined());
+    EXPECT_FALSE(cache.next_slots(0, 9).first.defined());
+    EXPECT_THROW(cache.next_slots(2, 1), std::out_of_range);
+    EXPECT_FALSE(make(true).next_slots(0, 1).first.defined());
+}
+
 // ---- compact layers: reserve, rolling windows (AMS-KV's CLRU without moving kept tokens) ----
 
 namespace {

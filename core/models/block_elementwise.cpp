@@ -19,6 +19,18 @@ at::Tensor modulated_input(const at::Tensor& normed, const at::Tensor& scale_plu
     return normed.mul(scale_plus_one).add_(shift);
 }
 
+at::Tensor modulated_norm_input(const at::Tensor& x, double eps, const at::Tensor& scale_plus_one,
+                                const at::Tensor& shift, const torch::nn::Linear& consumer,
+                                const kernels::KernelPolicy* fuse) {
+    if (fuse && consumer->weight.scalar_type() == at::kBFloat16) {
+        const auto s = scale_plus_one.to(at::kFloat), t = shift.to(at::kFloat);
+        if (kernels::fused_norm_modulate_supported(x, s, t, *fuse))
+            return kernels::fused_norm_modulate_bf16(x, s, t, eps, *fuse);
+    }
+    const auto normed = at::layer_norm(x, {x.size(-1)}, {}, {}, eps);
+    return modulated_input(normed, scale_plus_one, shift, consumer, fuse);
+}
+
 at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma,
                           GateProduct product, const kernels::KernelPolicy* fuse) {
     // The product is in y's dtype either when asked or when promotion keeps it there.

@@ -19,6 +19,13 @@ at::Tensor modulated_input(const at::Tensor& normed, const at::Tensor& scale_plu
                            const at::Tensor& shift, const torch::nn::Linear& consumer,
                            const kernels::KernelPolicy* fuse);
 
+// modulated_input of layer_norm(x) over its last dimension (no affine, `eps`), x fp32: where the
+// fused kernel runs under `fuse`, the LayerNorm is in the same kernel (kernels/modulate.h: the
+// same bits as at::layer_norm, one launch and one pass over the stream fewer).
+at::Tensor modulated_norm_input(const at::Tensor& x, double eps, const at::Tensor& scale_plus_one,
+                                const at::Tensor& shift, const torch::nn::Linear& consumer,
+                                const kernels::KernelPolicy* fuse);
+
 // How a gated branch's product is formed before the sum: in ATen's promoted dtype (y.mul(gamma))
 // or rounded back to y's dtype (y.mul(gamma).to(y.dtype): the official in-place mul_).
 enum class GateProduct { Promoted, AsBranch };

@@ -29,8 +29,8 @@ at::Tensor linear(const torch::nn::Linear& l, const at::Tensor& x) {
 at::Tensor adaln_p(const at::Tensor& x, int64_t dim, double eps, const at::Tensor& scale1p,
                    const at::Tensor& shift, const torch::nn::Linear& consumer,
                    const kernels::KernelPolicy* fuse) {
-    return modulated_input(at::layer_norm(x.to(at::kFloat), {dim}, {}, {}, eps), scale1p, shift,
-                           consumer, fuse);
+    TORCH_CHECK(x.size(-1) == dim, "Infinity block: input width ", x.size(-1), ", expected ", dim);
+    return modulated_norm_input(x.to(at::kFloat), eps, scale1p, shift, consumer, fuse);
 }
 
 at::Tensor adaln(const at::Tensor& x, int64_t dim, double eps, const at::Tensor& scale,

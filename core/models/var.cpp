@@ -258,7 +258,7 @@ Qkv SelfAttentionImpl::project_qkv(const at::Tensor& x) const {
 
 Qkv SelfAttentionImpl::project_qkv(const at::Tensor& x, const at::Tensor& bias,
                                    const at::Tensor& mul, bool keep_fp32_qk, bool pre_cast,
-                                   const kernels::KernelPolicy* fuse) const {
+                                   const kernels::KernelPolicy* fuse, const KvSlots* slots) const {
     const int64_t B = x.size(0), L = x.size(1);
     const auto& w = mat_qkv->weight;
     auto qkv = at::linear(x.to(w.scalar_type()), w, bias).view({B, L, 3, num_heads_, head_dim_});
@@ -270,11 +270,18 @@ Qkv SelfAttentionImpl::project_qkv(const at::Tensor& x, const at::Tensor& bias,
             // SDPA casts them (keys are cached in bf16: the same values).
             const auto norm_q = autocast_norm(r.q), norm_k = autocast_norm(r.k);
             const auto mul32 = mul.scalar_type() == at::kFloat ? mul : mul.to(at::kFloat);
-            if (!keep_fp32_qk && fuse && w.scalar_type() == at::kBFloat16 &&
-                kernels::fused_qk_norm_supported(r.q, r.k, norm_q, norm_k, mul32, *fuse)) {
-                std::tie(r.q, r.k) =
-                    kernels::fused_qk_norm_bf16(r.q, r.k, norm_q, norm_k, mul32, *fuse);
-                return r;
+            if (!keep_fp32_qk && fuse && w.scalar_type() == at::kBFloat16) {
+                const kernels::QkCacheSlots cache =
+                    slots ? kernels::QkCacheSlots{slots->k, r.v, slots->v}
+                          : kernels::QkCacheSlots{};
+                const auto* into = slots ? &cache : nullptr;
+                if (kernels::fused_qk_norm_supported(r.q, r.k, norm_q, norm_k, mul32, *fuse,
+                                                     nullptr, into)) {
+                    std::tie(r.q, r.k) =
+                        kernels::fused_qk_norm_bf16(r.q, r.k, norm_q, norm_k, mul32, *fuse, into);
+                    if (into) r.v = slots->v;
+                    return r;
+                }
             }
             r.q = l2_normalize_autocast(r.q, norm_q).mul(mul);
             r.k = l2_normalize_autocast(r.k, norm_k);
@@ -362,10 +369,12 @@ at::Tensor AdaLNSelfAttnImpl::ffn_branch(const at::Tensor& x, const BlockConstan
 }
 
 Qkv AdaLNSelfAttnImpl::attention_inputs(const at::Tensor& x, const BlockConstants& k,
-                                        const kernels::KernelPolicy* fuse) const {
-    const auto in = modulated_input(norm(x), k.scale1p, k.shift1, attn->mat_qkv, fuse);
+                                        const kernels::KernelPolicy* fuse,
+                                        const KvSlots* slots) const {
+    const auto in = modulated_norm_input(x, eps_, k.scale1p, k.shift1, attn->mat_qkv, fuse);
     const bool pre_cast = in.scalar_type() != x.scalar_type();  // the kernel rounded it to bf16
-    return attn->project_qkv(in, k.qkv_bias, k.q_mul, /*keep_fp32_qk=*/false, pre_cast, fuse);
+    return attn->project_qkv(in, k.qkv_bias, k.q_mul, /*keep_fp32_qk=*/false, pre_cast, fuse,
+                             slots);
 }
 
 at::Tensor AdaLNSelfAttnImpl::attn_residual(const at::Tensor& x, const at::Tensor& o,
@@ -376,7 +385,7 @@ at::Tensor AdaLNSelfAttnImpl::attn_residual(const at::Tensor& x, const at::Tenso
 
 at::Tensor AdaLNSelfAttnImpl::ffn_residual(const at::Tensor& x, const BlockConstants& k,
                                            const kernels::KernelPolicy* fuse) const {
-    const auto in = modulated_input(norm(x), k.scale2p, k.shift2, ffn->fc1, fuse);
+    const auto in = modulated_norm_input(x, eps_, k.scale2p, k.shift2, ffn->fc1, fuse);
     return gated_residual(x, ffn->forward(in), k.m.gamma2, GateProduct::Promoted, fuse);
 }
 

@@ -58,6 +58,13 @@ struct Qkv {
     at::Tensor q, k, v;
 };
 
+// A KV cache's slots for one step's keys and values, (B, H, L, c) (KvCache::next_slots). Where
+// the fused q/k normalisation runs, it writes them there in the same pass, and Qkv's k and v are
+// those slots (the cache's append then copies nothing).
+struct KvSlots {
+    at::Tensor k, v;
+};
+
 class SelfAttentionImpl : public torch::nn::Module {
   public:
     SelfAttentionImpl(int64_t embed_dim, int64_t num_heads, bool attn_l2_norm);
@@ -69,9 +76,11 @@ class SelfAttentionImpl : public torch::nn::Module {
     // stream by the caller (a fused kernel); q and k take autocast's fp32 path all the same.
     // fuse (bf16-autocast, q and k rounded to bf16): the kernel policy under which their
     // normalisation after the norms runs as one kernel (kernels/qk_norm.h); the same values.
+    // slots (may be null): where that kernel runs, k and v are written there (see KvSlots).
     Qkv project_qkv(const at::Tensor& x_BLC, const at::Tensor& qkv_bias, const at::Tensor& q_mul,
                     bool keep_fp32_qk = false, bool pre_cast = false,
-                    const kernels::KernelPolicy* fuse = nullptr) const;
+                    const kernels::KernelPolicy* fuse = nullptr,
+                    const KvSlots* slots = nullptr) const;
     at::Tensor qkv_bias() const;  // q_bias | zero_k_bias | v_bias
     at::Tensor q_mul() const;     // exp(min(scale_mul, log 100)); undefined without L2 norm
     at::Tensor project_out(const at::Tensor& o_BHLc) const;  // merge heads + output projection
@@ -134,9 +143,10 @@ class AdaLNSelfAttnImpl : public torch::nn::Module {
     at::Tensor ffn_branch(const at::Tensor& x, const BlockConstants& k) const;
     // The sampling loop's path, the same values: attn->project_qkv(attn_input(x, k)), x +
     // gamma1 * attn->project_out(o), x + ffn_branch(x, k); with `fuse` (the kernel policy) the
-    // bf16-autocast mode's element-wise steps run as fused kernels (block_elementwise.h).
+    // bf16-autocast mode's element-wise steps run as fused kernels (block_elementwise.h), and
+    // the keys and values may land in the KV cache's `slots` directly (project_qkv).
     Qkv attention_inputs(const at::Tensor& x, const BlockConstants& k,
-                         const kernels::KernelPolicy* fuse) const;
+                         const kernels::KernelPolicy* fuse, const KvSlots* slots = nullptr) const;
     at::Tensor attn_residual(const at::Tensor& x, const at::Tensor& o_BHLc, const BlockConstants& k,
                              const kernels::KernelPolicy* fuse) const;
     at::Tensor ffn_residual(const at::Tensor& x, const BlockConstants& k,

@@ -13,6 +13,11 @@ int64_t nbytes(const at::Tensor& t) {
     return t.defined() ? t.numel() * t.element_size() : 0;
 }
 
+bool same_view(const at::Tensor& a, const at::Tensor& b) {
+    return a.data_ptr() == b.data_ptr() && a.sizes() == b.sizes() && a.strides() == b.strides() &&
+           a.scalar_type() == b.scalar_type();
+}
+
 int64_t total_tokens(const std::vector<at::Tensor>& parts) {
     int64_t n = 0;
     for (const auto& p : parts) n += p.size(2);
@@ -73,10 +78,18 @@ void KvCache::append(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
             throw std::length_error("KvCache: appending " + std::to_string(add) + " tokens to " +
                                     std::to_string(n) + " exceeds capacity " +
                                     std::to_string(l.k.size(2)));
-        l.k.narrow(2, n, add).copy_(k);
-        l.v.narrow(2, n, add).copy_(v);
+        auto k_slots = l.k.narrow(2, n, add), v_slots = l.v.narrow(2, n, add);
+        if (!same_view(k_slots, k)) k_slots.copy_(k);
+        if (!same_view(v_slots, v)) v_slots.copy_(v);
     }
     l.length = n + add;
+}
+
+std::pair<at::Tensor, at::Tensor> KvCache::next_slots(int64_t layer, int64_t n) const {
+    check_layer(layer);
+    const Layer& l = layers_[layer];
+    if (compact_ || n < 0 || l.length + n > capacity(l)) return {};
+    return {l.k.narrow(2, l.length, n), l.v.narrow(2, l.length, n)};
 }
 
 std::vector<at::Tensor> KvCache::pieces(const Layer& l, bool values) const {

@@ -40,8 +40,13 @@ class KvCache {
     static KvCache compact(int64_t layers, int64_t batch, int64_t heads, int64_t head_dim,
                            const at::TensorOptions& options);
 
-    // Appends k, v (B, H, l, c) to `layer`. Read the result with view().
+    // Appends k, v (B, H, l, c) to `layer`. Read the result with view(). Where k and v are the
+    // next_slots() of this append (a kernel wrote them in place), nothing is copied.
     void append(int64_t layer, const at::Tensor& k, const at::Tensor& v);
+    // Preallocated mode: the (B, H, n, c) slots the next append of n tokens to `layer` fills, for
+    // a kernel that writes the keys and values there itself (kernels/qk_norm.h); append() must
+    // follow. Undefined tensors in compact mode or where n tokens do not fit (append() throws).
+    std::pair<at::Tensor, at::Tensor> next_slots(int64_t layer, int64_t n) const;
     // Replaces a layer's cache with the given keys and values (copied; compact mode holds a
     // buffer of exactly that size, or of the reserve() hint).
     void assign(int64_t layer, const at::Tensor& k, const at::Tensor& v);

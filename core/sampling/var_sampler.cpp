@@ -76,7 +76,11 @@ at::Tensor run_block(const AdaLNSelfAttnImpl& blk, const at::Tensor& x, const Bl
 
     mark(CostPart::Projection);
     const kernels::KernelPolicy* fuse = &ctx.scale.exec.kernels;
-    auto qkv = blk.attention_inputs(xs, bk, fuse);
+    // Where the fused q/k norm runs it writes the keys and values into the cache's slots itself
+    // and the append copies nothing (two launches fewer per block).
+    const auto [slot_k, slot_v] = ctx.cache.next_slots(ctx.layer, xs.size(1));
+    const KvSlots slots{slot_k, slot_v};
+    auto qkv = blk.attention_inputs(xs, bk, fuse, slot_k.defined() ? &slots : nullptr);
     ctx.cache.append(ctx.layer, qkv.k, qkv.v);
     if (hooks) {
         mark(CostPart::Overhead);

@@ -8,9 +8,10 @@
 
 namespace varscope::kernels::cuda {
 
-at::Tensor modulate_bf16(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift) {
-    const c10::cuda::CUDAGuard guard(x.device());
-    auto out = at::empty(x.sizes(), x.options().dtype(at::kBFloat16));
+namespace {
+
+ModulateParams params_of(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift,
+                         const at::Tensor& out) {
     ModulateParams p;
     p.x = x.data_ptr<float>();
     p.scale = scale.data_ptr<float>();
@@ -22,7 +23,27 @@ at::Tensor modulate_bf16(const at::Tensor& x, const at::Tensor& scale, const at:
     p.batch = x.size(0);
     p.tokens = x.size(1);
     p.channels = x.size(2);
-    check_cuda(launch_modulate_bf16(p, stream_of(x)), "fused modulation kernel");
+    return p;
+}
+
+}  // namespace
+
+at::Tensor modulate_bf16(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    auto out = at::empty(x.sizes(), x.options().dtype(at::kBFloat16));
+    check_cuda(launch_modulate_bf16(params_of(x, scale, shift, out), stream_of(x)),
+               "fused modulation kernel");
+    return out;
+}
+
+at::Tensor norm_modulate_bf16(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift,
+                              double eps) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    auto out = at::empty(x.sizes(), x.options().dtype(at::kBFloat16));
+    // ATen hands the LayerNorm kernel its eps as the accumulation type (float).
+    check_cuda(launch_norm_modulate_bf16(params_of(x, scale, shift, out), static_cast<float>(eps),
+                                         stream_of(x)),
+               "fused LayerNorm and modulation kernel");
     return out;
 }
 

@@ -21,4 +21,11 @@ struct ModulateParams {
 
 cudaError_t launch_modulate_bf16(const ModulateParams& p, cudaStream_t stream);
 
+// out = bf16(layer_norm(x) * scale + shift), the LayerNorm over C without affine and `eps`
+// (norm_modulate.cu). Needs norm_modulate_fits: C a multiple of 4 up to 2^24, x, scale and shift
+// 16-byte aligned, out 8-byte aligned (where ATen runs its vectorized LayerNorm, whose bits the
+// kernel reproduces); returns cudaErrorInvalidValue otherwise.
+bool norm_modulate_fits(const ModulateParams& p);
+cudaError_t launch_norm_modulate_bf16(const ModulateParams& p, float eps, cudaStream_t stream);
+
 }  // namespace varscope::kernels::cuda

@@ -2,7 +2,9 @@
 // q_out = bf16((q / max(|q|, 1e-12)) * mul), k_out = bf16(k / max(|k|, 1e-12)). Bitwise what ATen
 // does: the clamp keeps NaN (ATen's clamp_min propagates it), the division and the product are
 // IEEE fp32 operations (the intrinsics keep nvcc from contracting or approximating them) and the
-// casts round to nearest even, as c10::BFloat16 does on the device.
+// casts round to nearest even, as c10::BFloat16 does on the device. Where the caller gives the
+// KV cache's slots, k_out is that slot and v is copied beside it: the cache append costs no
+// launches of its own (two per block and step otherwise).
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/qk_norm_params.h"
@@ -58,6 +60,13 @@ __global__ void __launch_bounds__(kThreads) qk_norm_kernel(QkNormParams p) {
         qo[0] = qv[0];
         ko[0] = kv[0];
     }
+    if (p.v == nullptr) return;
+    const auto* v = static_cast<const __nv_bfloat16*>(p.v) + at3(p.v_stride, b, h, l) + c;
+    auto* vo = static_cast<__nv_bfloat16*>(p.v_out) + at3(p.vo_stride, b, h, l) + c;
+    if constexpr (kVec == 4)
+        *reinterpret_cast<uint2*>(vo) = *reinterpret_cast<const uint2*>(v);
+    else
+        vo[0] = v[0];
 }
 
 bool aligned8(const void* ptr, const int64_t* stride) {
@@ -79,9 +88,10 @@ cudaError_t launch(const QkNormParams& p, cudaStream_t stream) {
 
 cudaError_t launch_qk_norm_bf16(const QkNormParams& p, cudaStream_t stream) {
     if (p.batch * p.heads * p.tokens * p.channels == 0) return cudaSuccess;
-    const bool vec4 = p.channels % 4 == 0 && aligned8(p.q, p.q_stride) &&
-                      aligned8(p.k, p.k_stride) && aligned8(p.q_out, p.qo_stride) &&
-                      aligned8(p.k_out, p.ko_stride);
+    const bool vec4 =
+        p.channels % 4 == 0 && aligned8(p.q, p.q_stride) && aligned8(p.k, p.k_stride) &&
+        aligned8(p.q_out, p.qo_stride) && aligned8(p.k_out, p.ko_stride) &&
+        (p.v == nullptr || (aligned8(p.v, p.v_stride) && aligned8(p.v_out, p.vo_stride)));
     return vec4 ? launch<4>(p, stream) : launch<1>(p, stream);
 }
 

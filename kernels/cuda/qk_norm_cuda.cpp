@@ -17,11 +17,13 @@ void strides_of(const at::Tensor& t, int64_t* s) {
 
 std::pair<at::Tensor, at::Tensor> qk_norm_bf16(const at::Tensor& q, const at::Tensor& k,
                                                const at::Tensor& norm_q, const at::Tensor& norm_k,
-                                               const at::Tensor& mul) {
+                                               const at::Tensor& mul, const at::Tensor& k_out_in,
+                                               const at::Tensor& v, const at::Tensor& v_out) {
     const c10::cuda::CUDAGuard guard(q.device());
     // The layout ATen gives the element-wise result of a strided q (the same dense permutation).
     auto q_out = at::empty_like(q, q.options().dtype(at::kBFloat16));
-    auto k_out = at::empty_like(k, k.options().dtype(at::kBFloat16));
+    auto k_out =
+        k_out_in.defined() ? k_out_in : at::empty_like(k, k.options().dtype(at::kBFloat16));
     QkNormParams p;
     p.q = q.data_ptr();
     p.k = k.data_ptr();
@@ -37,6 +39,12 @@ std::pair<at::Tensor, at::Tensor> qk_norm_bf16(const at::Tensor& q, const at::Te
     strides_of(norm_k, p.nk_stride);
     strides_of(q_out, p.qo_stride);
     strides_of(k_out, p.ko_stride);
+    if (v.defined()) {
+        p.v = v.data_ptr();
+        p.v_out = v_out.data_ptr();
+        strides_of(v, p.v_stride);
+        strides_of(v_out, p.vo_stride);
+    }
     p.batch = q.size(0);
     p.heads = q.size(1);
     p.tokens = q.size(2);

@@ -17,8 +17,10 @@ struct QkNormParams {
     const float* mul = nullptr;  // mul[h * mul_stride_head]
     void* q_out = nullptr;       // bfloat16
     void* k_out = nullptr;
+    const void* v = nullptr;  // optional: copied to v_out in the same pass (a KV cache's slots)
+    void* v_out = nullptr;
     int64_t q_stride[3] = {}, k_stride[3] = {}, nq_stride[3] = {}, nk_stride[3] = {};
-    int64_t qo_stride[3] = {}, ko_stride[3] = {};
+    int64_t qo_stride[3] = {}, ko_stride[3] = {}, v_stride[3] = {}, vo_stride[3] = {};
     int64_t mul_stride_head = 0;
     int64_t batch = 0, heads = 0, tokens = 0, channels = 0;
 };
