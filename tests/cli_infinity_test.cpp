@@ -78,8 +78,9 @@ TEST(CliInfinity, FlagsAndTextsAreChecked) {
 }
 
 // bench e2e's cost model on Infinity (core/sampling/step_cost.h): per method a step entry per
-// step run with FLOPs per part, the attention over the text among them, and the table with its
-// column. On the CPU the parts are timed by the host clock in one extra run; no launches.
+// step run with FLOPs per part, the attention over the text among them, the table with its
+// column, and each method's work ceiling. On the CPU the parts are timed by the host clock in one
+// extra run; no launches.
 TEST(CliInfinity, BenchE2eReportsTheCostModel) {
     varscope::testing::TempDir dir;
     const auto json = dir.file("e2e.json");
@@ -119,7 +120,18 @@ TEST(CliInfinity, BenchE2eReportsTheCostModel) {
         EXPECT_DOUBLE_EQ(cm["flops"]["attention"].get<double>(),
                          m["attention_flops"].get<double>());
         EXPECT_TRUE(cm.contains("part_ms"));
+        // The work ceiling over the dense run (work_ceiling.h): the dense run is its own; FastVAR
+        // runs two scales fewer.
+        ASSERT_TRUE(m.contains("work_ceiling")) << m.dump();
+        const double ceiling = m["work_ceiling"]["speedup"].get<double>();
+        if (m["name"] == "baseline") {
+            EXPECT_NEAR(ceiling, 1.0, 1e-9);
+        } else if (m["name"] == "infinity-fastvar") {
+            EXPECT_GT(ceiling, 1.0);
+        }
+        EXPECT_GT(ceiling, 0.0);
     }
+    EXPECT_NE(r.out.find("ceiling"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -15,7 +15,9 @@
 // CUDA graph launches. The part times come from two extra runs with CUDA events between the parts
 // (the second is read; the events cost a little, so these runs are not the timed ones:
 // "cost_model.timed_total_ms" says how much); on the CPU from one extra run timed by the host
-// clock.
+// clock. From them each method's work ceiling (core/sampling/work_ceiling.h: its FLOPs at the
+// dense run's rates, its overhead free) and the most it can gain over the dense run, the short
+// table's "ceiling" column: a speed target above it is bounded by the method's arithmetic.
 //
 // --max-batch [CAP] (issue #30: a memory saving shown as throughput): per method, the largest
 // batch that fits is searched in this process first (core/runner/batch_search.h: one run per
@@ -42,6 +44,7 @@
 #include "core/io/checkpoint.h"
 #include "core/runner/batch_search.h"
 #include "core/sampling/step_cost_json.h"
+#include "core/sampling/work_ceiling.h"
 #include "kernels/memory_stats.h"
 
 namespace varscope::cli {
@@ -546,6 +549,12 @@ int run(const E2eArgs& a) {
                  {"peak_device_ratio",
                   base->peak_bytes ? static_cast<double>(r.peak_bytes) / base->peak_bytes : 0.0},
                  {"vs_baseline", runner->compare_summary(base->last, r.last)}});
+            // The most the method's arithmetic can gain over this dense run (work_ceiling.h).
+            if (r.cost && base->cost)
+                if (const auto wc = work_ceiling(r.cost->step_costs, base->cost->step_costs,
+                                                 base->cost->step_millis))
+                    m["work_ceiling"] = {
+                        {"ms", wc->ms}, {"dense_ms", wc->dense_ms}, {"speedup", wc->speedup()}};
             std::vector<double> fr;
             if (const auto same = identical_share(*runner, base->last, r.last, &fr)) {
                 m["identical_tokens_per_step"] = fr;
@@ -575,9 +584,9 @@ int run(const E2eArgs& a) {
     // The short table, last.
     std::cout << "\n"
               << std::left << std::setw(18) << "method" << std::right << std::setw(11) << "total ms"
-              << std::setw(9) << "speedup" << std::setw(11) << "attn FLOPs" << std::setw(10)
-              << "KV peak" << std::setw(12) << "device MB" << std::setw(11) << "same tok"
-              << std::setw(8) << "graphs"
+              << std::setw(9) << "speedup" << std::setw(9) << "ceiling" << std::setw(11)
+              << "attn FLOPs" << std::setw(10) << "KV peak" << std::setw(12) << "device MB"
+              << std::setw(11) << "same tok" << std::setw(8) << "graphs"
               << "\n";
     for (const auto& m : methods) {
         std::cout << std::left << std::setw(18) << m["name"].get<std::string>() << std::right;
@@ -588,11 +597,15 @@ int run(const E2eArgs& a) {
         std::cout << std::fixed << std::setprecision(2) << std::setw(11)
                   << m["median_total_ms"].get<double>();
         if (m.contains("speedup")) {
-            std::cout << std::setw(8) << m["speedup"].get<double>() << "x" << std::setw(10)
-                      << 100 * m["attention_flops_ratio"].get<double>() << "%" << std::setw(9)
-                      << 100 * m["kv_bytes_ratio"].get<double>() << "%";
+            std::cout << std::setw(8) << m["speedup"].get<double>() << "x";
+            if (m.contains("work_ceiling"))
+                std::cout << std::setw(8) << m["work_ceiling"]["speedup"].get<double>() << "x";
+            else
+                std::cout << std::setw(9) << "-";
+            std::cout << std::setw(10) << 100 * m["attention_flops_ratio"].get<double>() << "%"
+                      << std::setw(9) << 100 * m["kv_bytes_ratio"].get<double>() << "%";
         } else {
-            std::cout << std::setw(30) << "";
+            std::cout << std::setw(39) << "";
         }
         std::cout << std::setw(12) << std::setprecision(0)
                   << m["peak_device_bytes"].get<int64_t>() / 1048576.0;

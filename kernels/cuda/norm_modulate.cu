@@ -51,8 +51,8 @@ __device__ __forceinline__ float norm_modulate(float x, float mean, float rstd, 
     return __fadd_rn(__fmul_rn(__fmul_rn(rstd, __fsub_rn(x, mean)), s), t);
 }
 
-__global__ void __launch_bounds__(kWarp* kWarps) norm_modulate_bf16_kernel(ModulateParams p,
-                                                                           float eps) {
+__global__ void __launch_bounds__(kWarp* kWarps)
+    norm_modulate_bf16_kernel(ModulateParams p, float eps) {
     __shared__ float merge_buf[kWarps * 3 / 2];  // ATen's shared buffer: means, m2s, counts
     __shared__ float stats[2];
     const int64_t row = blockIdx.x;
@@ -128,8 +128,8 @@ cudaError_t launch_norm_modulate_bf16(const ModulateParams& p, float eps, cudaSt
     const int64_t rows = p.batch * p.tokens;
     if (rows == 0 || p.channels == 0) return cudaSuccess;
     if (rows > 0x7fffffff) return cudaErrorInvalidConfiguration;
-    norm_modulate_bf16_kernel<<<static_cast<unsigned>(rows), dim3(kWarp, kWarps), 0, stream>>>(
-        p, eps);
+    norm_modulate_bf16_kernel<<<static_cast<unsigned>(rows), dim3(kWarp, kWarps), 0, stream>>>(p,
+                                                                                               eps);
     return cudaGetLastError();
 }
 
