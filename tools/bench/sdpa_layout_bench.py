@@ -16,6 +16,25 @@ def t(fn, n=10):
         a.record(); fn(); b.record(); torch.cuda.synchronize(); ts.append(a.elapsed_time(b))
     ts.sort(); return ts[len(ts) // 2]
 q = torch.randn(B, H, LQ, D, device='cuda', dtype=torch.bfloat16)
+# The loop's queries: a (B, H, L, c) view of the (B, L, 3, H, c) projection (token-major, every
+# third head-row), as project_qkv's permute leaves them where no fused kernel copies them.
+qkv = torch.randn(B, LQ, 3, H, D, device='cuda', dtype=torch.bfloat16)
+q_tok = (qkv.permute(2, 0, 3, 1, 4)[0] * 1.0)  # an elementwise op keeps the permuted strides
+print("q token-major strides", q_tok.stride(), "contiguous", q_tok.is_contiguous(), flush=True)
+for LK in (10521, 6405, 2309):
+    kh = torch.randn(B, H, LK, D, device='cuda', dtype=torch.bfloat16); vh = torch.randn_like(kh)
+    kt = kh.transpose(1, 2).contiguous().transpose(1, 2); vt = vh.transpose(1, 2).contiguous().transpose(1, 2)
+    # the baseline's cache: head-major with the whole schedule's capacity, narrowed
+    kc = torch.randn(B, H, 10521, D, device='cuda', dtype=torch.bfloat16)[:, :, :LK]
+    vc = torch.randn(B, H, 10521, D, device='cuda', dtype=torch.bfloat16)[:, :, :LK]
+    flops = 4 * B * H * LQ * LK * D
+    for ql, qq in (("q contiguous", q), ("q token-major", q_tok)):
+        row = []
+        for lay, k, v in (("kv capacity view", kc, vc), ("kv token-major", kt, vt)):
+            ms = t(lambda: F.scaled_dot_product_attention(qq, k, v, scale=0.125))
+            row.append(f"{lay} {ms:7.2f} ms {flops/ms/1e9:6.0f} TF/s")
+        print(f"LK {LK:5d} default {ql:13s} | " + " | ".join(row), flush=True)
+    del kc, vc
 for LK in (10521, 6405, 2309, 1600):
     kh = torch.randn(B, H, LK, D, device='cuda', dtype=torch.bfloat16); vh = torch.randn_like(kh)
     kt = kh.transpose(1, 2).contiguous().transpose(1, 2); vt = vh.transpose(1, 2).contiguous().transpose(1, 2)
