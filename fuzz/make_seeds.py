@@ -105,7 +105,8 @@ def main(out):
     for h in ("fuzz_accel_json", "fuzz_config_json"):
         seeds["fuzz_json"].update({h + "." + k: v for k, v in seeds[h].items()})
 
-    # fuzz_t5: role byte (0 spiece.model, 1 config.json, 2 shard index) + content.
+    # fuzz_t5: role byte (0 spiece.model, 1 config.json, 2 shard index, 3 prompt vocabulary,
+    # 4 a prompt for a fixed vocabulary's filter) + content.
     t5 = ROOT / "tests/fixtures/t5_tiny"
     seeds["fuzz_t5"] = {
         "spiece.model": b"\x00" + (t5 / "spiece.model").read_bytes(),
@@ -113,6 +114,9 @@ def main(out):
         "config.json": b"\x01" + (t5 / "model/config.json").read_bytes(),
         "config_relu.json": b"\x01" + (t5 / "model_relu/config.json").read_bytes(),
         "index.json": b"\x02" + (t5 / "model_sharded/model.safetensors.index.json").read_bytes(),
+        "prompt_vocabulary.json":
+            b'\x03{"format": "varscope-prompt-vocabulary", "version": 1, "words": ["a", "moon", "&"]}',
+        "prompt.txt": b"\x04an icon showing thumbs up, from the a & b category",
     }
     for harness, files in seeds.items():
         d = out / harness

@@ -13,6 +13,10 @@ namespace varscope::fuzz {
 //   1: config.json -> T5EncoderConfig::from_json: std::invalid_argument only
 //   2: model.safetensors.index.json written into `folder` (no shards beside it) ->
 //      load_t5_encoder_tensors: CheckpointError / std::invalid_argument only
+//   3: prompt_vocabulary.json -> PromptVocabulary::from_json (then a few filters):
+//      std::invalid_argument only
+//   4: a prompt (any bytes) -> a fixed vocabulary's filter: nothing may escape, and the result
+//      must hold only known words (or be the prompt as given)
 // Throws ContractBroken (reader_contracts.h) when anything else escapes.
 void check_t5(const std::string& input, const std::string& folder);
 

@@ -67,3 +67,38 @@ TEST(EmbeddedT2i, APromptGivesTheSame64x64ImageForTheSameSeed) {
     s.prompts = {"red apple"};
     EXPECT_FALSE(runner->generate(s).images.equal(a.images));  // the text matters
 }
+
+// The shipped T5 folder lists its words (prompt_vocabulary.json): a word it never saw is left
+// out with a notice naming it, the image is the one of the filtered prompt, and
+// keep_unknown_words hands the prompt on as typed.
+TEST(EmbeddedT2i, UnknownWordsAreLeftOutWithANotice) {
+    if (!embedded_t2i_available())
+        GTEST_SKIP() << "no embedded text-to-image model in " << resource_dir() << "/models";
+    const auto vocabulary_file =
+        std::filesystem::path(embedded_t2i_files().text_encoder_path) / "prompt_vocabulary.json";
+    ASSERT_TRUE(std::filesystem::exists(vocabulary_file)) << vocabulary_file;
+    ModelSpec spec;
+    spec.embedded = Family::Infinity;
+    const auto runner = open_runner(spec, {});
+    SampleSettings s = runner->defaults();
+    s.seed = 3;
+    s.prompts = {"red apple"};
+    const RunResult known = runner->generate(s);
+    EXPECT_TRUE(known.notices.empty());
+    s.prompts = {"a zorblat picture of red apple"};
+    const RunResult filtered = runner->generate(s);
+    ASSERT_EQ(filtered.notices.size(), 1u);
+    EXPECT_NE(filtered.notices[0].find("(zorblat)"), std::string::npos) << filtered.notices[0];
+    s.prompts = {"a picture of red apple"};  // the same text after the filter
+    EXPECT_TRUE(runner->generate(s).images.equal(filtered.images));
+    s.prompts = {"a zorblat picture of red apple"};
+    s.keep_unknown_words = true;
+    const RunResult kept = runner->generate(s);
+    EXPECT_TRUE(kept.notices.empty());
+    EXPECT_FALSE(kept.images.equal(filtered.images));
+    s.prompts = {"zorblat quux"};
+    s.keep_unknown_words = false;
+    const RunResult none = runner->generate(s);
+    ASSERT_EQ(none.notices.size(), 1u);
+    EXPECT_NE(none.notices[0].find("no word"), std::string::npos) << none.notices[0];
+}

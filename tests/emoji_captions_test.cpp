@@ -14,6 +14,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/resources.h"
+#include "core/text/prompt_vocabulary.h"
 #include "core/text/sentencepiece_tokenizer.h"
 #include "tests/cli_run.h"
 #include "tests/error_of.h"
@@ -393,6 +394,23 @@ TEST(EmojiCaptions, TrainTokenizerCommand) {
     EXPECT_NE(r.out.find("--force"), std::string::npos) << r.out;
     ASSERT_EQ(varscope::testing::run_cli(args + " --force").code, 0);
     EXPECT_TRUE(slurp(model) == first) << "two trainings gave different models";
+
+    // The words of the same phrasings, alone: every training word in, a held-out-only word out.
+    const std::string words = dir.file("prompt_vocabulary.json");
+    r = varscope::testing::run_cli("train tokenizer --data " + packed + " --vocabulary-out " +
+                                   words);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("\"vocabulary_words\""), std::string::npos) << r.out;
+    const auto vocabulary = varscope::PromptVocabulary::load(words);
+    for (const auto& row : c.train)
+        for (const auto& p : row)
+            for (const auto& w : varscope::prompt_words(p))
+                EXPECT_TRUE(vocabulary.contains(w)) << w;
+    EXPECT_FALSE(vocabulary.contains("showing"));  // held-out wording only
+    EXPECT_EQ(slurp(model), first);                // --out not given: the model is untouched
+    r = varscope::testing::run_cli("train tokenizer --data " + packed);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("nothing to write"), std::string::npos) << r.out;
 
     // Input errors are exit 2 with the file named.
     r = varscope::testing::run_cli("train tokenizer --data " + dir.file("c.json") + " --out " +

@@ -429,10 +429,26 @@ int run(const E2eArgs& a) {
     opt.decode = a.decode;
     opt.time_steps = !a.no_scale_sync;
     runner->validate(opt);
-    // --max-batch measures what fits: no estimate refuses its tries.
-    if (a.max_batch == 0) a.sampling.check_memory(*runner, opt);
     const std::vector<std::string> names =
         a.methods.empty() ? default_methods(runner->family()) : a.methods;
+    // Each method against its own estimate (AMS-KV's bounded cache fits batches the baseline's
+    // would not). --max-batch measures what fits: no estimate refuses its tries.
+    if (a.max_batch == 0)
+        for (const auto& name : names) {
+            SampleSettings own = opt;  // "X@eager" turns graphs off in it
+            std::shared_ptr<const AccelPlan> plan;
+            try {
+                const std::string accel = method_accel(name, own);
+                plan = a.sampling.accel(*runner, accel == "baseline" ? "" : accel);
+            } catch (const std::exception&) {
+                continue;  // run_method reports a method it cannot parse
+            }
+            try {
+                a.sampling.check_memory(*runner, own, plan.get());
+            } catch (const std::invalid_argument& e) {
+                throw std::invalid_argument(name + ": " + e.what());
+            }
+        }
     std::cerr << runner->describe() << "\n"
               << "device " << runner->device() << ", "
               << (a.max_batch ? "largest batch up to " + std::to_string(a.max_batch) + " from " +

@@ -1,5 +1,7 @@
 // `varscope-cli train tokenizer`: a SentencePiece model (T5 layout) trained on the training
 // phrasings of a packed emoji file's captions; reports how it covers the held-out phrasings.
+// --vocabulary-out writes the words of the same phrasings (prompt_vocabulary.json, read by the
+// T5 text encoder beside spiece.model: core/text/prompt_vocabulary.h), with or without --out.
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -12,6 +14,7 @@
 #include "core/data/emoji_captions.h"
 #include "core/io/atomic_file.h"
 #include "core/text/caption_tokenizer.h"
+#include "core/text/prompt_vocabulary.h"
 
 namespace fs = std::filesystem;
 
@@ -19,26 +22,47 @@ namespace varscope::cli {
 namespace {
 
 struct TokenizerArgs {
-    std::string data, out;
+    std::string data, out, vocabulary_out;
     int vocab = 1000;
     bool force = false;
 };
 
-int run_train_tokenizer(const TokenizerArgs& a) {
-    check_not_an_input(a.out, "--out");
-    const fs::path out(a.out);
+void check_output(const std::string& file, const char* flag, bool force) {
+    check_not_an_input(file, flag);
+    const fs::path out(file);
     const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
     if (!fs::is_directory(dir))
-        throw std::invalid_argument("--out: folder '" + dir.string() + "' does not exist");
-    if (fs::exists(out) && !a.force)
-        throw std::invalid_argument("'" + a.out + "' exists; pass --force to overwrite it");
+        throw std::invalid_argument(std::string(flag) + ": folder '" + dir.string() +
+                                    "' does not exist");
+    if (fs::exists(out) && !force)
+        throw std::invalid_argument("'" + file + "' exists; pass --force to overwrite it");
+}
+
+int run_train_tokenizer(const TokenizerArgs& a) {
+    if (a.out.empty() && a.vocabulary_out.empty())
+        throw std::invalid_argument("nothing to write: give --out, --vocabulary-out or both");
+    if (!a.out.empty()) check_output(a.out, "--out", a.force);
+    if (!a.vocabulary_out.empty()) check_output(a.vocabulary_out, "--vocabulary-out", a.force);
+    if (!a.out.empty() && fs::weakly_canonical(a.out) == fs::weakly_canonical(a.vocabulary_out))
+        throw std::invalid_argument("--out and --vocabulary-out name the same file");
 
     const EmojiCaptions captions = load_emoji_captions(a.data);
+    nlohmann::json report;
+    if (!a.vocabulary_out.empty()) {
+        const auto vocabulary = PromptVocabulary::from_phrasings(training_sentences(captions));
+        write_file_atomic(a.vocabulary_out, vocabulary.to_json().dump(1) + "\n");
+        report["vocabulary"] = a.vocabulary_out;
+        report["vocabulary_words"] = vocabulary.size();
+    }
+    if (a.out.empty()) {
+        std::cout << report.dump(2) << "\n";
+        return 0;
+    }
     SentencePieceTrainOptions options;
     options.vocab_size = a.vocab;
     const TrainedCaptionTokenizer t = train_caption_tokenizer(captions, options);
     write_file_atomic(a.out, t.model);
-    nlohmann::json report = t.stats.to_json();
+    report.update(t.stats.to_json());
     report["model"] = a.out;
     report["model_bytes"] = t.model.size();
     report["vocab"] = a.vocab;
@@ -56,7 +80,10 @@ TrainSubcommand add_train_tokenizer(CLI::App& train) {
     cmd->add_option("--data", a->data, "packed data set with captions (varscope-cli pack-emoji)")
         ->required()
         ->check(CLI::ExistingFile);
-    cmd->add_option("--out", a->out, "output spiece.model")->required();
+    cmd->add_option("--out", a->out, "output spiece.model");
+    cmd->add_option("--vocabulary-out", a->vocabulary_out,
+                    "also (or only) write the training phrasings' words: prompt_vocabulary.json, "
+                    "beside spiece.model in a T5 folder");
     cmd->add_option("--vocab", a->vocab, "pieces in the model, <pad> </s> <unk> included")
         ->check(whole_number_at_least(4))
         ->capture_default_str();

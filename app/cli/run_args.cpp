@@ -51,7 +51,7 @@ const std::vector<std::string> kVarSampleFlags = {"--more-smooth"};
 const std::vector<std::string> kMarSampleFlags = {"--num-iter", "--cfg-schedule", "--temperature",
                                                   "--head-cfg-period"};
 const std::vector<std::string> kInfinitySampleFlags = {"--text-features", "--tau", "--h-div-w",
-                                                       "--pixels"};
+                                                       "--pixels", "--keep-unknown-words"};
 // Class-conditional models only (a text-conditional one reads --prompt as its text).
 const std::vector<std::string> kClassFlags = {"--class"};
 
@@ -376,6 +376,11 @@ void SampleArgs::add_to(CLI::App& cmd) {
                                    "Infinity: image size class (default: the model's own, from "
                                    "its file's metadata; official models 1M)")
                         ->check(CLI::IsMember({"0.06M", "0.25M", "0.60M", "1M"}));
+    o["--keep-unknown-words"] =
+        cmd.add_flag("--keep-unknown-words", keep_unknown_words,
+                     "Infinity: hand the prompt to the text encoder as typed; by default a model "
+                     "whose T5 folder lists its words (prompt_vocabulary.json: the embedded one) "
+                     "leaves out the words it was never trained on, with a note naming them");
     o["--no-memory-check"] =
         cmd.add_flag("--no-memory-check", no_memory_check,
                      "run even when the memory estimate says the batch does not fit");
@@ -486,6 +491,7 @@ SampleSettings SampleArgs::resolve(const Runner& runner) const {
         if (given("--tau")) s.tau = tau;
         if (given("--h-div-w")) s.h_div_w = h_div_w;
         if (given("--pixels")) s.pixels = pixels;  // else the size the model file says
+        s.keep_unknown_words = keep_unknown_words;
         if (s.prompts.empty() && s.text_features.empty())
             throw std::invalid_argument(
                 "Infinity needs a text: --prompt \"...\" (free text, e.g. \"thumbs up, twemoji "

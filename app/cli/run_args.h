@@ -79,6 +79,7 @@ struct SampleArgs {
     double tau = 0.5;
     double h_div_w = 1.0;
     std::string pixels;  // "" = the model's own size (Runner::defaults)
+    bool keep_unknown_words = false;
 
     void add_to(CLI::App& cmd);
     // Settings for `runner`: its family's defaults, the flags given, the model file's

@@ -18,9 +18,8 @@ bool is_alnum(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 
-// Lower case (ASCII and the Latin-1 capitals of the flag names: "Åland", "São Tomé"), the
-// typographic apostrophe as typed on a keyboard, single spaces. The tokenizer folds case too;
-// lower-case captions keep encode -> decode an identity.
+}  // namespace
+
 std::string caption_text(const std::string& s) {
     std::string out;
     out.reserve(s.size());
@@ -45,6 +44,8 @@ std::string caption_text(const std::string& s) {
     while (!out.empty() && out.back() == ' ') out.pop_back();
     return out;
 }
+
+namespace {
 
 // Identifier-like words ("thumbs_up", "flag-gb", "face-smiling") as words; a hyphen stays where
 // it is not between two letters or digits ("-1").

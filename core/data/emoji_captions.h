@@ -48,6 +48,12 @@ EmojiCaptionSource emoji_caption_source(const nlohmann::json& entry,
 // Throws std::invalid_argument for an empty name or an unknown skin tone.
 EmojiPhrasings emoji_phrasings(const EmojiCaptionSource& source);
 
+// The captions' text normal form: lower case (ASCII and the Latin-1 capitals of the flag names:
+// "Åland", "São Tomé"), the typographic apostrophe as typed on a keyboard, single spaces, no
+// space at either end. The tokenizer folds case too; lower-case captions keep encode -> decode an
+// identity. Prompts are matched against the captions' words in this form.
+std::string caption_text(const std::string& s);
+
 // "light skin tone", "light and dark skin tones", ...; throws std::invalid_argument for a code
 // that is not a Fitzpatrick modifier (1F3FB..1F3FF) or a pair of them.
 std::string skin_tone_words(const std::string& code);

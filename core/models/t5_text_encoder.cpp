@@ -28,12 +28,21 @@ std::string spiece_path(const std::string& folder, const T5TextEncoderOptions& o
                                     : o.tokenizer_path;
 }
 
+std::optional<PromptVocabulary> load_vocabulary(const std::string& folder,
+                                                const T5TextEncoderOptions& o) {
+    if (!o.vocabulary_path.empty()) return PromptVocabulary::load(o.vocabulary_path);
+    const auto path = std::filesystem::path(folder) / "prompt_vocabulary.json";
+    if (!std::filesystem::exists(path)) return std::nullopt;
+    return PromptVocabulary::load(path.string());
+}
+
 }  // namespace
 
 T5TextEncoder::T5TextEncoder(const std::string& folder, T5TextEncoderOptions options)
     : options_(options),
       tokenizer_(spiece_path(folder, options), options.tokenizer),
-      encoder_(load_encoder(folder, options.encoder)) {
+      encoder_(load_encoder(folder, options.encoder)),
+      vocabulary_(load_vocabulary(folder, options)) {
     // A tokenizer with more pieces than the embedding has rows would index past it.
     if (tokenizer_.piece_size() > encoder_.config().vocab_size)
         throw std::invalid_argument(spiece_path(folder, options) + ": " +
@@ -42,15 +51,28 @@ T5TextEncoder::T5TextEncoder(const std::string& folder, T5TextEncoderOptions opt
                                     std::to_string(encoder_.config().vocab_size));
 }
 
-TextCondition T5TextEncoder::encode(const std::vector<std::string>& prompts) {
+TextCondition T5TextEncoder::encode(const std::vector<std::string>& prompts,
+                                    bool keep_unknown_words) {
     if (prompts.empty()) throw std::invalid_argument("T5 text encoder: no prompts");
-    const TokenBatch batch = tokenizer_.encode_batch(prompts, options_.padding);
+    std::vector<std::string> texts = prompts;
+    std::vector<std::vector<std::string>> dropped(prompts.size());
+    std::vector<bool> no_known(prompts.size(), false);
+    if (vocabulary_ && !keep_unknown_words)
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            FilteredPrompt f = vocabulary_->filter(prompts[i]);
+            texts[i] = std::move(f.text);
+            dropped[i] = std::move(f.dropped);
+            no_known[i] = f.no_known_word;
+        }
+    const TokenBatch batch = tokenizer_.encode_batch(texts, options_.padding);
     const auto opts = at::TensorOptions().dtype(at::kLong);
     const at::Tensor ids = at::tensor(batch.input_ids, opts).view({batch.rows, batch.length});
     const at::Tensor mask = at::tensor(batch.attention_mask, opts).view({batch.rows, batch.length});
     if (encoder_.device() != options_.encoder.device) encoder_.to(options_.encoder.device);
     TextCondition out = compact_text_features(encoder_.forward(ids, mask), mask);
     out.truncated = batch.truncated;
+    out.dropped_words = std::move(dropped);
+    out.no_known_word = std::move(no_known);
     if (options_.offload_after_encode) offload();
     return out;
 }

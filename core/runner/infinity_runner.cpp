@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -39,6 +40,32 @@ InfinitySchedule schedule_of(const at::Tensor& hw, const std::string& source) {
         }
     throw std::invalid_argument(source +
                                 ": 'scales' is not one of the official Infinity schedules");
+}
+
+// One line per distinct prompt that lost words to the text encoder's vocabulary or had none it
+// knows (a batch repeats one prompt: one line, not one per image).
+void prompt_vocabulary_notices(const std::vector<std::string>& prompts, const TextCondition& c,
+                               std::vector<std::string>& notices) {
+    std::vector<std::string> seen;
+    const bool one = std::all_of(prompts.begin(), prompts.end(),
+                                 [&](const std::string& p) { return p == prompts.front(); });
+    for (size_t i = 0; i < prompts.size() && i < c.dropped_words.size(); ++i) {
+        const bool none = i < c.no_known_word.size() && c.no_known_word[i];
+        if (c.dropped_words[i].empty() && !none) continue;
+        if (std::find(seen.begin(), seen.end(), prompts[i]) != seen.end()) continue;
+        seen.push_back(prompts[i]);
+        const std::string which = one ? "the prompt" : "prompt " + std::to_string(i + 1);
+        if (none) {
+            notices.push_back(which +
+                              " has no word the text encoder was trained on; it is encoded as "
+                              "typed (expect an image unrelated to it)");
+            continue;
+        }
+        std::string words;
+        for (const auto& w : c.dropped_words[i]) words += (words.empty() ? "" : ", ") + w;
+        notices.push_back(which + ": left out the words the text encoder was never trained on (" +
+                          words + ")");
+    }
 }
 
 class InfinityRunner : public Runner {
@@ -200,7 +227,12 @@ class InfinityRunner : public Runner {
                 {"top_p", s.top_p},
                 {"h_div_w", s.h_div_w},
                 {"pixels", s.pixels},
-                {"cfg_insertion_layer", s.cfg_insertion_layer}};
+                {"cfg_insertion_layer", s.cfg_insertion_layer},
+                // Whether prompts lose the words the text encoder never saw ("none": its
+                // folder lists no words, so they pass unchanged either way).
+                {"unknown_words", !t5_ || !t5_->vocabulary() ? "none"
+                                  : s.keep_unknown_words     ? "kept"
+                                                             : "left out"}};
     }
     std::string apply_recommendation(SampleSettings&, const std::set<std::string>&) const override {
         return {};
@@ -356,13 +388,14 @@ class InfinityRunner : public Runner {
                     "Infinity: prompts need the T5 text encoder (its Hugging Face folder: --t5 "
                     "DIR), or pass precomputed text features");
             c10::InferenceMode guard;
-            TextCondition c = t5_->encode(s.prompts);
+            TextCondition c = t5_->encode(s.prompts, s.keep_unknown_words);
             for (size_t i = 0; notices && i < c.truncated.size(); ++i)
                 if (c.truncated[i])
                     notices->push_back("prompt " + std::to_string(i + 1) +
                                        " is longer than the text encoder's limit of " +
                                        std::to_string(t5_->options().tokenizer.max_length) +
                                        " tokens: cut to fit, as the official encode_prompt does");
+            if (notices) prompt_vocabulary_notices(s.prompts, c, *notices);
             t.kv_compact = c.kv_compact;
             t.lens = c.lens;
         } else {

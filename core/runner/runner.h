@@ -94,6 +94,9 @@ struct SampleSettings {
     // core/infinity_pipeline.h).
     std::string text_features;
     std::vector<std::string> prompts;
+    // A T5 folder with prompt_vocabulary.json (the embedded model's) drops prompt words outside
+    // it before tokenizing (core/text/prompt_vocabulary.h); true hands the prompts on unchanged.
+    bool keep_unknown_words = false;
     double tau = 0.5;                             // scripts/infer.sh's setting
     std::vector<int64_t> cfg_insertion_layer{0};  // 0 = guidance on the logits (run_infinity.py)
     double h_div_w = 1.0;                         // aspect ratio -> the nearest official template
