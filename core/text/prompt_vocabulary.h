@@ -38,7 +38,7 @@ class PromptVocabulary {
     // std::invalid_argument naming `what` for another format, version or a non-string word.
     static PromptVocabulary from_json(const nlohmann::json& j, const std::string& what);
     // Reads and parses `path`; throws std::invalid_argument naming the file when it is missing,
-    // unreadable, not JSON or not that format. A word may hold any bytes but a space.
+    // unreadable, not JSON or not that format.
     static PromptVocabulary load(const std::string& path);
     nlohmann::json to_json() const;  // words sorted: the same vocabulary, the same bytes
 
@@ -46,12 +46,12 @@ class PromptVocabulary {
     int64_t size() const { return static_cast<int64_t>(words_.size()); }
 
     // `prompt` without its unknown words. Each space-separated part is kept whole when its word
-    // is known or it has none ("&", "-"); an unknown one is dropped, except for the punctuation
-    // at its end where that still separates what is kept ("an icon showing moon, from the
-    // travel & places category" -> "moon, the travel & places"); the result is in caption_text's
-    // form. Nothing to drop: the prompt exactly as given (the tokens do not change). No known
-    // word at all: the prompt as given too, no_known_word set (the model sees what was typed
-    // rather than nothing; the caller says so).
+    // is known or it is punctuation alone (",", "!"); an unknown one is dropped, except for the
+    // punctuation at its end where that still separates what is kept ("an icon showing moon, from
+    // the travel & places category" -> "moon, the travel & places"); the result is in
+    // caption_text's form. Nothing to drop: the prompt exactly as given (the tokens do not change).
+    // No known word at all: the prompt as given too, no_known_word set (the model sees what was
+    // typed rather than nothing; the caller says so).
     FilteredPrompt filter(std::string_view prompt) const;
 
   private:
