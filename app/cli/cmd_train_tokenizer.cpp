@@ -2,21 +2,18 @@
 // phrasings of a packed emoji file's captions; reports how it covers the held-out phrasings.
 // --vocabulary-out writes the words of the same phrasings (prompt_vocabulary.json, read by the
 // T5 text encoder beside spiece.model: core/text/prompt_vocabulary.h), with or without --out.
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
 
 #include "app/cli/commands.h"
-#include "app/cli/io_paths.h"
+#include "app/cli/mar_cli_common.h"  // check_output_file, check_distinct_outputs
 #include "app/cli/option_checks.h"
 #include "core/data/emoji_captions.h"
 #include "core/io/atomic_file.h"
 #include "core/text/caption_tokenizer.h"
 #include "core/text/prompt_vocabulary.h"
-
-namespace fs = std::filesystem;
 
 namespace varscope::cli {
 namespace {
@@ -27,24 +24,12 @@ struct TokenizerArgs {
     bool force = false;
 };
 
-void check_output(const std::string& file, const char* flag, bool force) {
-    check_not_an_input(file, flag);
-    const fs::path out(file);
-    const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
-    if (!fs::is_directory(dir))
-        throw std::invalid_argument(std::string(flag) + ": folder '" + dir.string() +
-                                    "' does not exist");
-    if (fs::exists(out) && !force)
-        throw std::invalid_argument("'" + file + "' exists; pass --force to overwrite it");
-}
-
 int run_train_tokenizer(const TokenizerArgs& a) {
     if (a.out.empty() && a.vocabulary_out.empty())
         throw std::invalid_argument("nothing to write: give --out, --vocabulary-out or both");
-    if (!a.out.empty()) check_output(a.out, "--out", a.force);
-    if (!a.vocabulary_out.empty()) check_output(a.vocabulary_out, "--vocabulary-out", a.force);
-    if (!a.out.empty() && fs::weakly_canonical(a.out) == fs::weakly_canonical(a.vocabulary_out))
-        throw std::invalid_argument("--out and --vocabulary-out name the same file");
+    check_output_file(a.out, a.force, "--out");  // each skips an empty path
+    check_output_file(a.vocabulary_out, a.force, "--vocabulary-out");
+    check_distinct_outputs({{"--out", a.out}, {"--vocabulary-out", a.vocabulary_out}});
 
     const EmojiCaptions captions = load_emoji_captions(a.data);
     nlohmann::json report;
