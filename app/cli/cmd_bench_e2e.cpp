@@ -231,12 +231,16 @@ void print_cost_table(const nlohmann::json& m) {
          timed ? &cm["part_ms"] : nullptr, timed ? &cm["outside_ms"] : nullptr, cm["flops"]);
 }
 
-// The accelerator a method name runs ("baseline" for none); "X@eager" is X with CUDA graphs off
-// in `opt`.
-std::string method_accel(const std::string& name, SampleSettings& opt) {
-    if (!ends_with(name, kEagerSuffix)) return name;
-    opt.cuda_graphs = false;
-    return name.substr(0, name.size() - std::string(kEagerSuffix).size());
+// The accelerator a method name runs (null for "baseline"); "X@eager" is X with CUDA graphs off
+// in `opt`. Throws what the --accel parser throws for a name it cannot read.
+std::shared_ptr<const AccelPlan> method_plan(const Runner& runner, const std::string& name,
+                                             SampleSettings& opt, const E2eArgs& a) {
+    std::string accel = name;
+    if (ends_with(name, kEagerSuffix)) {
+        opt.cuda_graphs = false;
+        accel = name.substr(0, name.size() - std::string(kEagerSuffix).size());
+    }
+    return a.sampling.accel(runner, accel == "baseline" ? "" : accel);
 }
 
 MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& name,
@@ -245,13 +249,12 @@ MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& n
     m.name = name;
     m.batch = opt.images();
     m.estimate = runner.estimate_memory(opt);
-    const std::string accel = method_accel(name, opt);
     const at::Device device = runner.device();
     const bool cuda = device.is_cuda();
     const int dev = cuda ? device.index() < 0 ? 0 : device.index() : 0;
     std::shared_ptr<const AccelPlan> plan;
     try {
-        plan = a.sampling.accel(runner, accel == "baseline" ? "" : accel);
+        plan = method_plan(runner, name, opt, a);
         m.estimate = runner.estimate_memory(opt, plan.get());  // the method's own KV bound
         m.summary = plan ? plan->describe() : "baseline";
         m.config = plan ? plan->to_json() : nlohmann::json::object();
@@ -308,10 +311,9 @@ MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& n
 MethodResult run_method_at_max_batch(Runner& runner, const SampleSettings& opt,
                                      const std::string& name, const E2eArgs& a) {
     SampleSettings s = opt;
-    const std::string accel = method_accel(name, s);
     std::shared_ptr<const AccelPlan> plan;
     try {
-        plan = a.sampling.accel(runner, accel == "baseline" ? "" : accel);
+        plan = method_plan(runner, name, s, a);
     } catch (const std::exception& e) {
         MethodResult m;
         m.name = name;
@@ -438,8 +440,7 @@ int run(const E2eArgs& a) {
             SampleSettings own = opt;  // "X@eager" turns graphs off in it
             std::shared_ptr<const AccelPlan> plan;
             try {
-                const std::string accel = method_accel(name, own);
-                plan = a.sampling.accel(*runner, accel == "baseline" ? "" : accel);
+                plan = method_plan(*runner, name, own, a);
             } catch (const std::exception&) {
                 continue;  // run_method reports a method it cannot parse
             }
