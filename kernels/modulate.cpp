@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/alignment.h"
 #include "kernels/cuda_path.h"
 
 #ifdef VARSCOPE_KERNELS_CUDA
@@ -64,14 +65,11 @@ at::Tensor fused_modulate_bf16(const at::Tensor& x, const at::Tensor& scale,
 
 namespace {
 
-bool aligned16(const at::Tensor& t) {
-    return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-}
-
 // scale / shift rows the kernel reads as float4: aligned, contiguous, batch stride of whole
 // vectors.
 bool vector_rows(const at::Tensor& t) {
-    return aligned16(t) && t.stride(2) == 1 && (t.size(0) == 1 || t.stride(0) % 4 == 0);
+    return aligned(t.data_ptr(), 16) && t.stride(2) == 1 &&
+           (t.size(0) == 1 || t.stride(0) % 4 == 0);
 }
 
 }  // namespace
@@ -81,7 +79,7 @@ bool fused_norm_modulate_supported(const at::Tensor& x, const at::Tensor& scale,
                                    std::string* why_not) {
     if (!fused_modulate_supported(x, scale, shift, policy, why_not)) return false;
     const int64_t C = x.size(2);
-    if (!x.is_contiguous() || C % 4 != 0 || C > (int64_t{1} << 24) || !aligned16(x))
+    if (!x.is_contiguous() || C % 4 != 0 || C > (int64_t{1} << 24) || !aligned(x.data_ptr(), 16))
         return unsupported(why_not,
                            "the fused LayerNorm takes a contiguous x of 16-byte aligned rows of a "
                            "multiple of 4 values (where ATen runs its vectorized LayerNorm)");

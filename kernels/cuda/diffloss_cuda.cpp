@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/alignment.h"
 #include "kernels/cuda/diffloss_params.h"
 #include "kernels/cuda/torch_glue.h"
 
@@ -18,16 +19,13 @@ static_assert(int(DiffCfgMode::None) == int(DiffCfg::None) &&
                   int(DiffCfgMode::Cached) == int(DiffCfg::Cached),
               "DiffCfgMode and DiffCfg must list the modes in one order");
 
-bool aligned16(const at::Tensor& t) {
-    return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-}
-
 // The kernels read rows in 16-byte chunks: contiguous rows, aligned starts and row strides.
 at::Tensor rows_layout(const at::Tensor& t, at::ScalarType type) {
     TORCH_CHECK(t.scalar_type() == type, "fused DiffLoss kernels: mixed dtypes (", t.scalar_type(),
                 " vs ", type, ")");
     TORCH_CHECK(t.dim() <= 2, "fused DiffLoss kernels: 1-D or 2-D tensors expected");
-    const bool ok = t.stride(-1) == 1 && (t.dim() == 1 || t.stride(0) % 8 == 0) && aligned16(t);
+    const bool ok =
+        t.stride(-1) == 1 && (t.dim() == 1 || t.stride(0) % 8 == 0) && aligned(t.data_ptr(), 16);
     return ok ? t : t.contiguous();
 }
 
@@ -203,7 +201,7 @@ DiffKeptList kept_list(const std::vector<DiffKeptBlock>& blocks, at::ScalarType 
     DiffKeptList l;
     for (const auto& b : blocks) {
         DiffKeptTerm& k = l.block[l.count++];
-        TORCH_CHECK(aligned16(b.term),
+        TORCH_CHECK(aligned(b.term.data_ptr(), 16),
                     "fused DiffLoss kernels: a kept term is not 16-byte aligned");
         k.term = b.term.data_ptr();
         k.term_rows = static_cast<int>(b.term.size(0));
@@ -222,7 +220,8 @@ at::Tensor diff_apply_kept(const at::Tensor& h, const std::vector<DiffKeptBlock>
                            const DiffLossPolicy& policy) {
     const c10::cuda::CUDAGuard guard(h.device());
     // Updated in place: h must be contiguous and aligned.
-    TORCH_CHECK(h.is_contiguous() && aligned16(h), "diff_apply_kept: h must be contiguous");
+    TORCH_CHECK(h.is_contiguous() && aligned(h.data_ptr(), 16),
+                "diff_apply_kept: h must be contiguous");
     std::vector<at::Tensor> hold;
     DiffApplyParams p;
     p.h = h.data_ptr();
@@ -254,8 +253,8 @@ DiffFinalParams final_params(int64_t M, int64_t K, const at::Tensor& shift_in,
     check_rows(shift, M, K, "final shift");
     check_rows(scale1, M, K, "final scale1");
     TORCH_CHECK(w.size(0) == 2 * C && w.size(1) == K, "diff_final_step: weight ", w.sizes());
-    TORCH_CHECK(x_in.is_contiguous() && aligned16(x_in), "diff_final_step: x must be a contiguous ",
-                type, " tensor");
+    TORCH_CHECK(x_in.is_contiguous() && aligned(x_in.data_ptr(), 16),
+                "diff_final_step: x must be a contiguous ", type, " tensor");
     DiffFinalParams p;
     p.rows = static_cast<int>(M);
     p.K = static_cast<int>(K);

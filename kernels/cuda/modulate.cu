@@ -7,6 +7,7 @@
 // bf16 write.
 #include <cuda_bf16.h>
 
+#include "kernels/alignment.h"
 #include "kernels/cuda/modulate_params.h"
 
 namespace varscope::kernels::cuda {
@@ -48,10 +49,6 @@ __global__ void __launch_bounds__(kThreads) modulate_bf16_kernel(ModulateParams 
     } else {
         out[0] = __float2bfloat16_rn(modulate(x[0], s[0], t[0]));
     }
-}
-
-bool aligned(const void* ptr, unsigned bytes) {
-    return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
 template <int kVec>

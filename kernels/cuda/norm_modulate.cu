@@ -11,6 +11,7 @@
 // the LayerNorm's launch and its fp32 write and read of the whole stream, twice per block.
 #include <cuda_bf16.h>
 
+#include "kernels/alignment.h"
 #include "kernels/cuda/modulate_params.h"
 
 namespace varscope::kernels::cuda {
@@ -109,10 +110,6 @@ __global__ void __launch_bounds__(kWarp* kWarps)
                             bf16_pair(norm_modulate(v.z, mean, rstd, sv.z, tv.z),
                                       norm_modulate(v.w, mean, rstd, sv.w, tv.w)));
     }
-}
-
-bool aligned(const void* ptr, unsigned bytes) {
-    return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
 }  // namespace

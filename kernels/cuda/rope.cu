@@ -6,6 +6,7 @@
 // c10::BFloat16 is on the device.
 #include <cuda_bf16.h>
 
+#include "kernels/alignment.h"
 #include "kernels/cuda/rope_params.h"
 
 namespace varscope::kernels::cuda {
@@ -81,10 +82,6 @@ __global__ void __launch_bounds__(kThreads) rope2d_kernel(RopeParams p) {
         else
             *reinterpret_cast<unsigned*>(out) = bf16_pair(r[0], r[1]);
     }
-}
-
-bool aligned(const void* ptr, unsigned bytes) {
-    return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
 // Two pairs a thread where every x row starts on 16 bytes and every cos/sin row on 8.

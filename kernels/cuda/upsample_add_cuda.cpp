@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/alignment.h"
 #include "kernels/cuda/torch_glue.h"
 #include "kernels/cuda/upsample_add_params.h"
 
@@ -43,9 +44,6 @@ at::Tensor run(const at::Tensor& o, const at::Tensor& cache, const at::Tensor& d
     p.side = static_cast<int>(tap_ids.size(0));
     p.grid = static_cast<int>(std::llround(std::sqrt(static_cast<double>(residual.size(2)))));
     p.channels = static_cast<int>(o.size(3));
-    const auto aligned = [](const void* ptr, size_t bytes) {
-        return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
-    };
     p.vec4 = p.channels % 4 == 0 && o.stride(0) % 4 == 0 && o.stride(1) % 4 == 0 &&
              o.stride(2) % 4 == 0 && aligned(p.o, 4 * o.element_size()) &&
              (!cache.defined() || aligned(p.cache, 16)) && aligned(p.out, 4 * o.element_size());
