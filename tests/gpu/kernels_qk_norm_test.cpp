@@ -14,6 +14,7 @@
 
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "kernels/qk_norm.h"
 #include "tests/gpu/poison_allocator.h"
@@ -72,6 +73,15 @@ QkvViews qkv_views(int64_t B, int64_t H, int64_t L, int64_t c, bool misaligned,
     return {parts[0], parts[1], parts[2]};
 }
 
+// The autocast composition the kernel reproduces: q / max(|q|, 1e-12) * mul and
+// k / max(|k|, 1e-12), each rounded to bf16 (norm_q, norm_k: the fp32 norms).
+std::pair<at::Tensor, at::Tensor> composition(const at::Tensor& q, const at::Tensor& k,
+                                              const at::Tensor& norm_q, const at::Tensor& norm_k,
+                                              const at::Tensor& mul) {
+    return {(q / norm_q.clamp_min(1e-12)).mul(mul).to(at::kBFloat16),
+            (k / norm_k.clamp_min(1e-12)).to(at::kBFloat16)};
+}
+
 }  // namespace
 
 TEST(KernelsQkNormGpu, BitwiseEqualToTheAutocastComposition) {
@@ -92,8 +102,7 @@ TEST(KernelsQkNormGpu, BitwiseEqualToTheAutocastComposition) {
                     const auto mul =
                         at::rand({1, one_mul ? 1 : H, 1, 1}, gen).mul(9.0).add(1.0).to(at::kCUDA);
                     const auto nq = norm_of(q), nk = norm_of(k);
-                    const auto want_q = (q / nq.clamp_min(1e-12)).mul(mul).to(at::kBFloat16);
-                    const auto want_k = (k / nk.clamp_min(1e-12)).to(at::kBFloat16);
+                    const auto [want_q, want_k] = composition(q, k, nq, nk, mul);
                     varscope::testing::poison_cuda_allocator(2 * q.numel());
                     ASSERT_TRUE(vk::fused_qk_norm_supported(q, k, nq, nk, mul, {}, &why))
                         << what << ": " << why;
@@ -123,8 +132,7 @@ TEST(KernelsQkNormGpu, KeysAndValuesLandInTheCacheSlots) {
                 const auto [q, k, v] = qkv_views(B, H, L, c, misaligned, gen);
                 const auto mul = at::rand({1, H, 1, 1}, gen).mul(9.0).add(1.0).to(at::kCUDA);
                 const auto nq = norm_of(q), nk = norm_of(k);
-                const auto want_q = (q / nq.clamp_min(1e-12)).mul(mul).to(at::kBFloat16);
-                const auto want_k = (k / nk.clamp_min(1e-12)).to(at::kBFloat16);
+                const auto [want_q, want_k] = composition(q, k, nq, nk, mul);
                 // Cache buffers (B, H, capacity, c) full of distinct bits.
                 auto fill = [&] {
                     return at::arange(B * H * capacity * c, kCuda.dtype(at::kInt))
