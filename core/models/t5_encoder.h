@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/io/state_dict.h"
+#include "core/text/prompt_vocabulary.h"  // FilteredPrompt
 
 namespace torch::nn {
 class Module;
@@ -126,10 +127,9 @@ struct TextCondition {
     at::Tensor cu_seqlens;  // (B + 1) int32
     int64_t max_len = 0;
     std::vector<bool> truncated;  // per prompt, when made from text (T5TextEncoder)
-    // Per prompt, when made from text with a prompt vocabulary: the words left out, and whether
-    // it had no known word at all (then it was encoded as given).
-    std::vector<std::vector<std::string>> dropped_words;
-    std::vector<bool> no_known_word;
+    // Per prompt, when made from text with a prompt vocabulary (else empty): what the filter
+    // did (the text encoded, the words left out, whether it had no known word at all).
+    std::vector<FilteredPrompt> filtered;
 };
 
 // Rows [0, lens[b]) of each hidden[b], lens = attention_mask.sum(-1), as Infinity slices them.

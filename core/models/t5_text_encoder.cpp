@@ -55,14 +55,11 @@ TextCondition T5TextEncoder::encode(const std::vector<std::string>& prompts,
                                     bool keep_unknown_words) {
     if (prompts.empty()) throw std::invalid_argument("T5 text encoder: no prompts");
     std::vector<std::string> texts = prompts;
-    std::vector<std::vector<std::string>> dropped(prompts.size());
-    std::vector<bool> no_known(prompts.size(), false);
+    std::vector<FilteredPrompt> filtered;
     if (vocabulary_ && !keep_unknown_words)
         for (size_t i = 0; i < prompts.size(); ++i) {
-            FilteredPrompt f = vocabulary_->filter(prompts[i]);
-            texts[i] = std::move(f.text);
-            dropped[i] = std::move(f.dropped);
-            no_known[i] = f.no_known_word;
+            filtered.push_back(vocabulary_->filter(prompts[i]));
+            texts[i] = filtered.back().text;
         }
     const TokenBatch batch = tokenizer_.encode_batch(texts, options_.padding);
     const auto opts = at::TensorOptions().dtype(at::kLong);
@@ -71,8 +68,7 @@ TextCondition T5TextEncoder::encode(const std::vector<std::string>& prompts,
     if (encoder_.device() != options_.encoder.device) encoder_.to(options_.encoder.device);
     TextCondition out = compact_text_features(encoder_.forward(ids, mask), mask);
     out.truncated = batch.truncated;
-    out.dropped_words = std::move(dropped);
-    out.no_known_word = std::move(no_known);
+    out.filtered = std::move(filtered);
     if (options_.offload_after_encode) offload();
     return out;
 }

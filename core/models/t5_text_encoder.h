@@ -35,7 +35,7 @@ class T5TextEncoder {
     // Tokenizes, encodes on options.encoder.device (moving the weights back there when they
     // were offloaded) and compacts. TextCondition::truncated says which prompts were cut. With a
     // prompt vocabulary and !keep_unknown_words, each prompt loses the words outside it first
-    // (TextCondition::dropped_words, no_known_word say what happened).
+    // (TextCondition::filtered says what happened).
     TextCondition encode(const std::vector<std::string>& prompts, bool keep_unknown_words = false);
 
     void offload();  // weights to the CPU; the next encode() brings them back

@@ -49,20 +49,20 @@ void prompt_vocabulary_notices(const std::vector<std::string>& prompts, const Te
     std::vector<std::string> seen;
     const bool one = std::all_of(prompts.begin(), prompts.end(),
                                  [&](const std::string& p) { return p == prompts.front(); });
-    for (size_t i = 0; i < prompts.size() && i < c.dropped_words.size(); ++i) {
-        const bool none = i < c.no_known_word.size() && c.no_known_word[i];
-        if (c.dropped_words[i].empty() && !none) continue;
+    for (size_t i = 0; i < prompts.size() && i < c.filtered.size(); ++i) {
+        const FilteredPrompt& f = c.filtered[i];
+        if (!f.changed() && !f.no_known_word) continue;
         if (std::find(seen.begin(), seen.end(), prompts[i]) != seen.end()) continue;
         seen.push_back(prompts[i]);
         const std::string which = one ? "the prompt" : "prompt " + std::to_string(i + 1);
-        if (none) {
+        if (f.no_known_word) {
             notices.push_back(which +
                               " has no word the text encoder was trained on; it is encoded as "
                               "typed (expect an image unrelated to it)");
             continue;
         }
         std::string words;
-        for (const auto& w : c.dropped_words[i]) words += (words.empty() ? "" : ", ") + w;
+        for (const auto& w : f.dropped) words += (words.empty() ? "" : ", ") + w;
         notices.push_back(which + ": left out the words the text encoder was never trained on (" +
                           words + ")");
     }
