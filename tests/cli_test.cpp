@@ -317,6 +317,41 @@ TEST(Cli, BenchE2eServesEveryFamily) {
     EXPECT_NE(foreign.out.find("--num-iter is a MAR setting"), std::string::npos) << foreign.out;
 }
 
+// --trace writes one profiler trace per method (Chrome trace JSON with the run's operators) and
+// names it in --json; an unwritable folder is refused before any run.
+TEST(Cli, BenchE2eTraceWritesAProfilerTracePerMethod) {
+    varscope::testing::TempDir dir;
+    const std::string traces = dir.file("traces");
+    auto r =
+        cli("bench e2e --random 2 --patch-nums 1,2 --class 1 --repeat 1 --warmup 0 "
+            "--no-cost-model --methods 'baseline;skip' --trace " +
+            traces + " --json " + dir.file("e2e.json"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::ifstream f(dir.file("e2e.json"));
+    const auto j = nlohmann::json::parse(f);
+    ASSERT_EQ(j["methods"].size(), 2u);
+    const std::vector<std::string> want = {traces + "/00-baseline.trace.json",
+                                           traces + "/01-skip.trace.json"};
+    for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(j["methods"][i]["trace"], want[i]);
+        std::ifstream t(want[i]);
+        ASSERT_TRUE(t) << want[i];
+        const auto trace = nlohmann::json::parse(t);
+        size_t attention_ops = 0;  // the sampling loop's own operators were recorded
+        for (const auto& e : trace["traceEvents"])
+            if (e.value("cat", "") == "cpu_op" &&
+                e.value("name", "").find("scaled_dot_product") != std::string::npos)
+                ++attention_ops;
+        EXPECT_GT(attention_ops, 0u) << want[i];
+    }
+    std::ofstream(dir.file("a-file")) << "x";  // a folder cannot be made under a file
+    auto bad = cli("bench e2e --random 2 --patch-nums 1,2 --repeat 1 --warmup 0 --trace " +
+                   dir.file("a-file") + "/traces");
+    EXPECT_EQ(bad.code, 2) << bad.out;
+    EXPECT_NE(bad.out.find("--trace: cannot create the folder"), std::string::npos) << bad.out;
+    EXPECT_EQ(bad.out.find("baseline ..."), std::string::npos) << "ran first: " << bad.out;
+}
+
 TEST(Cli, BadAcceleratorConfigNamesTheField) {
     auto r = cli(
         "generate --random 2 --patch-nums 1,2 -q -o x.ppm --accel '{\"skip\": {\"last_n\": -3}}'");

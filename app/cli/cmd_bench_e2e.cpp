@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -41,6 +42,7 @@
 #include "app/cli/mar_cli_common.h"  // check_output_file
 #include "app/cli/run_args.h"
 #include "app/cli/run_report.h"
+#include "app/cli/torch_trace.h"
 #include "core/io/checkpoint.h"
 #include "core/runner/batch_search.h"
 #include "core/sampling/step_cost_json.h"
@@ -61,6 +63,7 @@ struct E2eArgs {
     bool no_scale_sync = false;  // no device sync per scale (per-scale times are then host times)
     bool no_cost_model = false;  // no extra runs with part times
     int64_t max_batch = 0;       // --max-batch's cap; 0 = off (time at --batch)
+    std::string trace_dir;       // --trace: one more run per method under the profiler
 };
 
 constexpr const char* kEagerSuffix = "@eager";
@@ -101,6 +104,7 @@ struct MethodResult {
     int64_t batch = 0;                  // the images of each run
     std::optional<BatchSearch> search;  // --max-batch: how the batch was found
     MemoryEstimate estimate;            // the estimate for this method's batch
+    std::string trace;                  // --trace: the profiled run's file
     double images_per_s() const { return totals.empty() ? 0.0 : batch / (median(totals) / 1000.0); }
 };
 
@@ -244,7 +248,7 @@ std::shared_ptr<const AccelPlan> method_plan(const Runner& runner, const std::st
 }
 
 MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& name,
-                        const E2eArgs& a) {
+                        const E2eArgs& a, int index) {
     MethodResult m;
     m.name = name;
     m.batch = opt.images();
@@ -279,6 +283,18 @@ MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& n
             m.scale_ms.push_back(m.last.step_millis);
         }
         if (cuda) m.peak_bytes = kernels::cuda_memory(dev).peak_allocated - before;
+        if (!a.trace_dir.empty()) {  // after the timed runs: the graphs are captured by now
+            const auto path = std::filesystem::path(a.trace_dir) / trace_file_name(index, name);
+            try {  // a trace that fails costs the trace only, never the timings above
+                run_traced(path.string(), cuda, [&] {
+                    runner.generate(opt, plan.get());
+                    synchronize_device(device);
+                });
+                m.trace = path.string();
+            } catch (const std::exception& e) {
+                std::cerr << " (trace failed: " << e.what() << ")" << std::flush;
+            }
+        }
     } catch (const std::exception& e) {
         m.error = is_out_of_memory(e) ? kOutOfDeviceMemory : e.what();
     }
@@ -309,7 +325,7 @@ MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& n
 // captures included, everything it held released after it); then the method timed at that batch
 // as run_method times it.
 MethodResult run_method_at_max_batch(Runner& runner, const SampleSettings& opt,
-                                     const std::string& name, const E2eArgs& a) {
+                                     const std::string& name, const E2eArgs& a, int index) {
     SampleSettings s = opt;
     std::shared_ptr<const AccelPlan> plan;
     try {
@@ -339,7 +355,7 @@ MethodResult run_method_at_max_batch(Runner& runner, const SampleSettings& opt,
         int64_t b = search.largest;
         for (int retry = 0;; ++retry) {
             std::cerr << "; at batch " << b << ":" << std::flush;
-            m = run_method(runner, with_images(opt, b), name, a);
+            m = run_method(runner, with_images(opt, b), name, a, index);
             if (m.error != kOutOfDeviceMemory || retry == 2 || b == 1) break;
             std::cerr << " " << kOutOfDeviceMemory << std::flush;
             b = std::max<int64_t>(1, b - std::max<int64_t>(1, b / 8));
@@ -426,6 +442,7 @@ int run(const E2eArgs& a) {
     check_output_file(a.json, a.force, "--json");  // a bad path fails now, not after the runs
     check_output_file(a.tokens_out, a.force, "--tokens-out");
     check_distinct_outputs({{"--json", a.json}, {"--tokens-out", a.tokens_out}});
+    if (!a.trace_dir.empty()) prepare_output_dir(a.trace_dir, "--trace");
     auto runner = a.model.build();
     SampleSettings opt = a.sampling.resolve(*runner);
     opt.decode = a.decode;
@@ -460,8 +477,9 @@ int run(const E2eArgs& a) {
     std::vector<MethodResult> results;
     for (const auto& name : names) {
         std::cerr << "  " << name << " ..." << std::flush;
-        results.push_back(a.max_batch ? run_method_at_max_batch(*runner, opt, name, a)
-                                      : run_method(*runner, opt, name, a));
+        const int index = static_cast<int>(results.size());
+        results.push_back(a.max_batch ? run_method_at_max_batch(*runner, opt, name, a, index)
+                                      : run_method(*runner, opt, name, a, index));
         const auto& r = results.back();
         std::cerr << (r.error.empty() ? " " + std::to_string(median(r.totals)) + " ms"
                                       : " failed: " + r.error)
@@ -507,6 +525,7 @@ int run(const E2eArgs& a) {
                             {"batch", r.batch},
                             {"memory_estimate", r.estimate.to_json()}};
         if (r.search) m["max_batch"] = r.search->to_json();
+        if (!r.trace.empty()) m["trace"] = r.trace;
         if (!r.error.empty()) {
             m["error"] = r.error;
             methods.push_back(m);
@@ -680,6 +699,10 @@ Command add_bench_e2e(CLI::App& bench) {
         ->default_str("256")
         ->type_name("[CAP]")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+    cmd->add_option("--trace", a->trace_dir,
+                    "after each method's timed runs, one more run under the PyTorch profiler, "
+                    "written to DIR as a Chrome trace (NN-<method>.trace.json)")
+        ->type_name("DIR");
     return [a]() { return run(*a); };
 }
 

@@ -27,8 +27,9 @@ std::vector<Input>& inputs() {
 }  // namespace
 
 bool is_output_option(const CLI::Option& opt) {
-    static const std::set<std::string> outputs = {
-        "out", "output", "json", "tokens-out", "timings-json", "forward-out", "classes-out"};
+    static const std::set<std::string> outputs = {"out",         "output",       "json",
+                                                  "tokens-out",  "timings-json", "forward-out",
+                                                  "classes-out", "trace"};
     for (const auto& name : opt.get_lnames())
         if (outputs.count(name)) return true;
     return false;

@@ -9,7 +9,7 @@
 namespace varscope::cli {
 
 // Whether an option of the command names a file it writes (--out, -o, --output, --json,
-// --tokens-out, --timings-json, --forward-out, --classes-out).
+// --tokens-out, --timings-json, --forward-out, --classes-out, --trace).
 bool is_output_option(const CLI::Option& opt);
 
 // Records as inputs the values of the parsed command's options (and its parsed subcommands')
