@@ -16,17 +16,27 @@
 namespace varscope::kernels {
 namespace {
 
-void check_keys(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
-                int64_t pn_cur) {
-    TORCH_CHECK(k_prev.dim() == 4 && k_cur.dim() == 4,
-                "scale similarity expects (R, H, tokens, c) keys, got ", k_prev.sizes(), " and ",
-                k_cur.sizes());
+// The previous keys in pieces along the tokens (one piece: a whole map).
+void check_keys(at::TensorList k_prev, int64_t pn_prev, const at::Tensor& k_cur, int64_t pn_cur) {
+    TORCH_CHECK(!k_prev.empty(), "scale similarity: no previous keys");
+    const at::Tensor& p0 = k_prev[0];
+    int64_t tokens = 0;
+    for (const auto& p : k_prev) {
+        TORCH_CHECK(p.dim() == 4 && k_cur.dim() == 4,
+                    "scale similarity expects (R, H, tokens, c) keys, got ", p.sizes(), " and ",
+                    k_cur.sizes());
+        TORCH_CHECK(p.size(0) == p0.size(0) && p.size(1) == p0.size(1) && p.size(3) == p0.size(3) &&
+                        p.scalar_type() == p0.scalar_type() && p.device() == p0.device(),
+                    "scale similarity: the pieces of the previous keys do not join: ", p.sizes(),
+                    " after ", p0.sizes());
+        tokens += p.size(2);
+    }
     TORCH_CHECK(pn_prev >= 1 && pn_cur >= 1, "scale similarity: map sides must be positive");
-    TORCH_CHECK(k_prev.size(2) == pn_prev * pn_prev && k_cur.size(2) == pn_cur * pn_cur &&
-                    k_prev.size(0) == k_cur.size(0) && k_prev.size(1) == k_cur.size(1) &&
-                    k_prev.size(3) == k_cur.size(3),
+    TORCH_CHECK(tokens == pn_prev * pn_prev && k_cur.size(2) == pn_cur * pn_cur &&
+                    p0.size(0) == k_cur.size(0) && p0.size(1) == k_cur.size(1) &&
+                    p0.size(3) == k_cur.size(3),
                 "ams_kv::similarity: key maps do not match their scales");
-    TORCH_CHECK(k_prev.device() == k_cur.device(), "scale similarity: keys on two devices");
+    TORCH_CHECK(p0.device() == k_cur.device(), "scale similarity: keys on two devices");
 }
 
 // W and W^T W in float on `device`, built once per thread and scale pair (a handful of tiny
@@ -127,11 +137,18 @@ bool cuda_scale_similarity_supported(const at::Tensor& k_prev, int64_t pn_prev,
 double scale_sq_distance(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
                          int64_t pn_cur, bool normalize, KernelPath path,
                          const KernelPolicy& policy) {
+    return scale_sq_distance(at::TensorList(k_prev), pn_prev, k_cur, pn_cur, normalize, path,
+                             policy);
+}
+
+double scale_sq_distance(at::TensorList k_prev, int64_t pn_prev, const at::Tensor& k_cur,
+                         int64_t pn_cur, bool normalize, KernelPath path,
+                         const KernelPolicy& policy) {
     check_keys(k_prev, pn_prev, k_cur, pn_cur);
     if (path != KernelPath::Reference) {
         std::string why;
-        const bool ok = cuda_scale_similarity_supported(k_prev, pn_prev, k_cur, pn_cur, normalize,
-                                                        policy, &why);
+        const bool ok = cuda_scale_similarity_supported(k_prev[0], pn_prev, k_cur, pn_cur,
+                                                        normalize, policy, &why);
         TORCH_CHECK(ok || path != KernelPath::Cuda, "CUDA similarity kernel requested but ", why);
 #ifdef VARSCOPE_KERNELS_CUDA
         if (ok)
@@ -139,7 +156,8 @@ double scale_sq_distance(const at::Tensor& k_prev, int64_t pn_prev, const at::Te
                 .item<double>();
 #endif
     }
-    return reference::scale_sq_distance(k_prev, pn_prev, k_cur, pn_cur, normalize);
+    const at::Tensor joined = k_prev.size() == 1 ? k_prev[0] : at::cat(k_prev, 2);
+    return reference::scale_sq_distance(joined, pn_prev, k_cur, pn_cur, normalize);
 }
 
 }  // namespace varscope::kernels

@@ -32,6 +32,12 @@ namespace varscope::kernels {
 double scale_sq_distance(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
                          int64_t pn_cur, bool normalize, KernelPath path = KernelPath::Auto,
                          const KernelPolicy& policy = {});
+// The same with the previous keys in pieces along the tokens, in order, e.g. the two pieces of a
+// KV cache's ring buffer that wrapped (KvCache::key_pieces): the CUDA kernel reads two pieces of
+// equal strides where they lie; anything else is joined first (a copy).
+double scale_sq_distance(at::TensorList k_prev, int64_t pn_prev, const at::Tensor& k_cur,
+                         int64_t pn_cur, bool normalize, KernelPath path = KernelPath::Auto,
+                         const KernelPolicy& policy = {});
 
 // Whether the CUDA kernel would run for these keys (build, policy, device, dtype, shared memory
 // for two rows of the previous map). why_not receives the reason when it would not.

@@ -68,3 +68,24 @@ TEST(ScaleSimilarity, AmsKvPathSwitch) {
     EXPECT_DOUBLE_EQ(ams_kv::similarity(kp, 2, kc, 3, true, vk::KernelPath::Auto, forced), r);
     EXPECT_NEAR(r, -truth(kp, 2, kc, 3, true) / kc.numel(), 1e-7);
 }
+
+TEST(ScaleSimilarity, PreviousKeysInPiecesAreOneMap) {
+    auto kp = at::randn({2, 3, 25, 8}), kc = at::randn({2, 3, 36, 8});
+    const double whole = vk::scale_sq_distance(kp, 5, kc, 6, true);
+    const std::vector<at::Tensor> two = {kp.narrow(2, 0, 11), kp.narrow(2, 11, 14)};
+    EXPECT_DOUBLE_EQ(vk::scale_sq_distance(two, 5, kc, 6, true), whole);
+    const std::vector<at::Tensor> three = {kp.narrow(2, 0, 1), kp.narrow(2, 1, 20),
+                                           kp.narrow(2, 21, 4)};
+    EXPECT_DOUBLE_EQ(vk::scale_sq_distance(three, 5, kc, 6, true), whole);
+    EXPECT_DOUBLE_EQ(ams_kv::similarity(two, 5, kc, 6), ams_kv::similarity(kp, 5, kc, 6));
+    // Pieces that do not add up to the map, or do not join, are refused.
+    EXPECT_THROW(
+        vk::scale_sq_distance(std::vector<at::Tensor>{kp.narrow(2, 0, 24)}, 5, kc, 6, true),
+        c10::Error);
+    EXPECT_THROW(
+        vk::scale_sq_distance(
+            std::vector<at::Tensor>{kp.narrow(2, 0, 11), kp.narrow(2, 11, 14).narrow(3, 0, 4)}, 5,
+            kc, 6, true),
+        c10::Error);
+    EXPECT_THROW(vk::scale_sq_distance(std::vector<at::Tensor>{}, 5, kc, 6, true), c10::Error);
+}

@@ -44,6 +44,17 @@ KvCache make(bool compact, int64_t layers = 2, int64_t capacity = 64) {
                    : KvCache(layers, kB, kH, kC, capacity, opt);
 }
 
+// A one-layer compact cache that took tokens 0..n-1 and was then made rolling.
+KvCache rolling_cache(int64_t n, int64_t pinned, int64_t window) {
+    auto cache = make(true, 1);
+    cache.reserve(0, pinned + window);
+    auto [k, v] = tokens(0, n);
+    cache.append(0, k, v);
+    cache.view(0);
+    cache.set_window(0, pinned, window);
+    return cache;
+}
+
 }  // namespace
 
 TEST(KvCache, BothModesHoldTheAppendedTokens) {
@@ -260,12 +271,7 @@ TEST(KvCache, RollingLayerKeepsPinnedAndMostRecentTokens) {
 }
 
 TEST(KvCache, WideningTheWindowCopiesInSequenceOrderOnce) {
-    auto cache = make(true, 1);
-    cache.reserve(0, 8);
-    auto [k0, v0] = tokens(0, 8);
-    cache.append(0, k0, v0);
-    cache.view(0);
-    cache.set_window(0, 1, 7);
+    auto cache = rolling_cache(8, 1, 7);
     auto [k1, v1] = tokens(8, 3);
     cache.append(0, k1, v1);
     cache.view(0);  // wrapped: {0, 4..10}
@@ -367,4 +373,29 @@ TEST(KvCache, RetainingMoreThanTheRingHoldsMakesTheLayerLinear) {
     small.retain(0, {{0, 6}});
     EXPECT_TRUE(small.is_rolling(0));
     EXPECT_EQ(ids_of(small.view(0).first), range_ids(0, 6));
+}
+
+TEST(KvCache, KeyPiecesOfAWrappedRingAreViewsInSequenceOrder) {
+    auto cache = rolling_cache(10, 2, 10);
+    auto [k1, v1] = tokens(10, 5);  // slots: 0 1 12 13 14 5 6 7 8 9 10 11 (see above)
+    cache.append(0, k1, v1);
+    const auto buffer = cache.view(0).first;
+    // Tokens 9..14 in sequence order: slots 9..11 (9, 10, 11), then 2..4 (12, 13, 14).
+    const auto pieces = cache.key_pieces(0, 6, 6);  // sequence index 6 is token id 9
+    ASSERT_EQ(pieces.size(), 2u);
+    EXPECT_EQ(ids_of(pieces[0]), range_ids(9, 12));
+    EXPECT_EQ(ids_of(pieces[1]), range_ids(12, 15));
+    for (const auto& p : pieces) {  // views of the ring, not copies
+        const auto* lo = static_cast<const char*>(buffer.data_ptr());
+        const auto* at = static_cast<const char*>(p.data_ptr());
+        EXPECT_TRUE(at >= lo && at < lo + buffer.storage().nbytes());
+        EXPECT_EQ(p.strides(), buffer.strides());
+    }
+    EXPECT_TRUE(at::equal(at::cat(pieces, 2), cache.keys(0, 6, 6)));
+    // A range in one piece is one view; an empty range has no piece.
+    const auto one = cache.key_pieces(0, 2, 4);
+    ASSERT_EQ(one.size(), 1u);
+    EXPECT_EQ(ids_of(one[0]), range_ids(5, 9));
+    EXPECT_TRUE(cache.key_pieces(0, 3, 0).empty());
+    EXPECT_THROW(cache.key_pieces(0, 10, 3), std::out_of_range);
 }

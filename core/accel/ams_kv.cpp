@@ -342,12 +342,13 @@ class AmsKv : public SamplingHooks {
         if (scale == 0) return kNoSimilarity;
         const int64_t cur_start = complete_run_start(st.runs, scale, tokens_of(scale));
         if (cur_start < 0) return kNoSimilarity;
-        at::Tensor prev;
+        // A ring that wrapped holds the previous scale in two pieces: read in place, no copy.
+        std::vector<at::Tensor> prev;
         const int64_t prev_start = complete_run_start(st.runs, scale - 1, tokens_of(scale - 1));
         if (prev_start >= 0)
-            prev = cache.keys(layer, prev_start, tokens_of(scale - 1));
+            prev = cache.key_pieces(layer, prev_start, tokens_of(scale - 1));
         else if (st.stash_scale == scale - 1 && st.stash.defined())
-            prev = st.stash;
+            prev = {st.stash};
         else
             return kNoSimilarity;
         const auto cur = cache.keys(layer, cur_start, tokens_of(scale));
@@ -448,6 +449,11 @@ at::Tensor upsample_weights(int64_t pn_prev, int64_t pn_cur, const at::TensorOpt
 double similarity(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
                   int64_t pn_cur, bool normalize, kernels::KernelPath path,
                   const kernels::KernelPolicy& policy) {
+    return similarity(at::TensorList(k_prev), pn_prev, k_cur, pn_cur, normalize, path, policy);
+}
+
+double similarity(at::TensorList k_prev, int64_t pn_prev, const at::Tensor& k_cur, int64_t pn_cur,
+                  bool normalize, kernels::KernelPath path, const kernels::KernelPolicy& policy) {
     // The fused CUDA kernel on CUDA devices (one pass over the keys, no GEMM; measured in
     // ams_kv_v3.md), the Gram-matrix reference elsewhere (kernels/scale_similarity.h).
     const double sq =

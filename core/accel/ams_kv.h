@@ -43,8 +43,11 @@
 //     written in place; at its first eviction it becomes a ring (KvCache::set_window): the
 //     condensed tokens stay, new tokens overwrite the oldest others, which is CLRU without
 //     copying any kept token. A promotion to C_max widens the ring (one copy of the kept
-//     tokens). The decision to promote needs S on the host: one device sync per layer and step
-//     while the layer is still cache-efficient and over C_min (scales 7-9 of the 256px schedule).
+//     tokens). The similarity reads the previous scale's keys where they lie, in two pieces where
+//     the ring wrapped inside them (KvCache::key_pieces; a copy that cost 10 ms per image batch
+//     of 16 at 1024², bench/results/2026-12-01-h200/session40/). The decision to promote needs S on
+//     the host: one device sync per layer and step while the layer is still cache-efficient and
+//     over C_min (scales 7-9 of the 256px schedule).
 //   - Memory accounting (App. D, Eq. 4): what each layer retains after the last scale, against
 //     every scale in every layer for the baseline (res.kv_bytes); res.kv_bytes_peak is the most
 //     held after any step. With the paper's budgets both are C_min / total for cache-efficient
@@ -134,6 +137,11 @@ std::vector<std::pair<int64_t, int64_t>> clru_ranges(int64_t length, int64_t con
 double similarity(const at::Tensor& k_prev, int64_t pn_prev, const at::Tensor& k_cur,
                   int64_t pn_cur, bool normalize = true,
                   kernels::KernelPath path = kernels::KernelPath::Auto,
+                  const kernels::KernelPolicy& policy = {});
+// The same with k_prev in pieces along the tokens (a rolling cache's ring that wrapped), read
+// where they lie on CUDA (KvCache::key_pieces).
+double similarity(at::TensorList k_prev, int64_t pn_prev, const at::Tensor& k_cur, int64_t pn_cur,
+                  bool normalize = true, kernels::KernelPath path = kernels::KernelPath::Auto,
                   const kernels::KernelPolicy& policy = {});
 // The (pc^2, pp^2) bilinear upsampling matrix of a pp x pp map to pc x pc (row-major tokens).
 at::Tensor upsample_weights(int64_t pn_prev, int64_t pn_cur, const at::TensorOptions& options);

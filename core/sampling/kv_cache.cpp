@@ -311,10 +311,16 @@ std::pair<at::Tensor, at::Tensor> KvCache::view(int64_t layer) {
 }
 
 at::Tensor KvCache::keys(int64_t layer, int64_t start, int64_t length) const {
+    const auto parts = key_pieces(layer, start, length);
+    if (parts.empty()) return at::empty({batch_, heads_, 0, head_dim_}, options_);
+    return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
+}
+
+std::vector<at::Tensor> KvCache::key_pieces(int64_t layer, int64_t start, int64_t length) const {
     check_layer(layer);
     const Layer& l = layers_[layer];
     if (start < 0 || length < 0 || start + length > l.length)
-        throw std::out_of_range("KvCache::keys: tokens [" + std::to_string(start) + ", " +
+        throw std::out_of_range("KvCache::key_pieces: tokens [" + std::to_string(start) + ", " +
                                 std::to_string(start + length) + ") of " +
                                 std::to_string(l.length));
     std::vector<at::Tensor> parts;
@@ -325,8 +331,7 @@ at::Tensor KvCache::keys(int64_t layer, int64_t start, int64_t length) const {
         if (lo < hi) parts.push_back(p.narrow(2, lo - offset, hi - lo));
         offset += p.size(2);
     }
-    if (parts.empty()) return at::empty({batch_, heads_, 0, head_dim_}, options_);
-    return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
+    return parts;
 }
 
 int64_t KvCache::token_bytes() const {

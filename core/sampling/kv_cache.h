@@ -60,6 +60,9 @@ class KvCache {
     // Keys of tokens [start, start + length) of `layer` in sequence order, without writing staged
     // appends (a view where the range lies in one piece).
     at::Tensor keys(int64_t layer, int64_t start, int64_t length) const;
+    // The same as views of the pieces it lies in, in order, never a copy: a rolling layer's
+    // range that crosses the ring's end is two pieces (kernels/scale_similarity.h reads them so).
+    std::vector<at::Tensor> key_pieces(int64_t layer, int64_t start, int64_t length) const;
 
     // Compact mode: the layer's buffer holds at least `tokens` slots from now on (grows it now if
     // needed); later growth allocates at least this much. No-op in preallocated mode.

@@ -114,6 +114,11 @@ __global__ void __launch_bounds__(kThreads)
     T* stage = reinterpret_cast<T*>(smem);
     float* inv_prev = reinterpret_cast<float*>(smem + stage_bytes(stage_rows, pp, c, sizeof(T)));
     const T* pbase = static_cast<const T*>(prev.data) + r * prev.stride_r + h * prev.stride_h;
+    // The second piece of a wrapped map (never read when there is none: split is past the end).
+    const T* pbase2 =
+        prev.data2 ? static_cast<const T*>(prev.data2) + r * prev.stride_r + h * prev.stride_h
+                   : pbase;
+    const int split = static_cast<int>(min(prev.split, static_cast<int64_t>(pp) * pp));
     const T* cbase = static_cast<const T*>(cur.data) + r * cur.stride_r + h * cur.stride_h;
 
     // Stage the previous map's rows [py_lo, py_hi] (consecutive tokens), dense (tokens, c).
@@ -121,7 +126,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll 4
     for (int i = threadIdx.x; i < staged * chunks; i += kThreads) {
         const int t = i / chunks, ch = i - t * chunks;
-        const C v = *reinterpret_cast<const C*>(pbase + (first + t) * prev.stride_t + ch * V);
+        const int tok = first + t;
+        const T* src = tok < split ? pbase + tok * prev.stride_t
+                                   : pbase2 + static_cast<long long>(tok - split) * prev.stride_t;
+        const C v = *reinterpret_cast<const C*>(src + ch * V);
         *reinterpret_cast<C*>(stage + t * c + ch * V) = v;
     }
     __syncthreads();

@@ -10,10 +10,14 @@
 
 namespace varscope::kernels::cuda {
 
-// Keys (R, H, tokens, c) with element strides {R, H, tokens}; the channel stride is 1.
+// Keys (R, H, tokens, c) with element strides {R, H, tokens}; the channel stride is 1. The
+// tokens may lie in two pieces with the same strides (a ring buffer that wrapped): tokens from
+// `split` on are read at data2 + (t - split) * stride_t.
 struct SimilarityKeys {
     const void* data = nullptr;
     int64_t stride_r = 0, stride_h = 0, stride_t = 0;
+    const void* data2 = nullptr;
+    int64_t split = INT64_MAX;
 };
 
 // How the kernel splits the current map: one thread block per (row, head, band of `band_rows`

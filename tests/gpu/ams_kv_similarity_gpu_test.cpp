@@ -286,3 +286,38 @@ TEST(GpuAmsKvSimilarity, TimingAtVarD30Batch128) {
         "reference %.1f ms\n",
         per_batch[0], per_batch[1]);
 }
+
+TEST(GpuAmsKvSimilarity, PreviousKeysAcrossARingsEndAreReadInPlace) {
+    REQUIRE_CUDA();
+    ASSERT_TRUE(vk::cuda_kernels_built()) << "this build has no CUDA kernels";
+    at::manual_seed(13);
+    for (const auto& s :
+         std::vector<Shape>{{4, 30, 64, 32, 40}, {2, 3, 24, 5, 9}, {2, 2, 8, 2, 3}}) {
+        const int64_t T = s.pp * s.pp, gap = 7;
+        auto [prev, cur] = related_keys(s.R, s.H, s.c, s.pp, s.pc, 0.3, true);
+        const auto p = prev.to(at::kCUDA, at::kBFloat16), q = cur.to(at::kCUDA, at::kBFloat16);
+        const double whole = vk::scale_sq_distance(p, s.pp, q, s.pc, false, vk::KernelPath::Cuda);
+        for (const int64_t split : {int64_t(1), T / 3, T - 1}) {
+            // A token-major ring of T + gap slots: tokens [0, split) in its last slots, the rest
+            // from slot 0 on, as KvCache lays out a scale that wrapped.
+            auto ring = at::zeros({s.R, T + gap, s.H, s.c}, p.options());
+            auto slots = [&](int64_t start, int64_t n) {
+                return ring.narrow(1, start, n).permute({0, 2, 1, 3});
+            };
+            slots(T + gap - split, split).copy_(p.narrow(2, 0, split));
+            slots(0, T - split).copy_(p.narrow(2, split, T - split));
+            const std::vector<at::Tensor> pieces = {slots(T + gap - split, split),
+                                                    slots(0, T - split)};
+            SCOPED_TRACE(::testing::Message() << s.pp << "->" << s.pc << " split " << split);
+            // The same keys staged the same way: the same bits as the whole map.
+            EXPECT_EQ(vk::scale_sq_distance(pieces, s.pp, q, s.pc, false, vk::KernelPath::Cuda),
+                      whole);
+            // Pieces of unlike strides are joined first: the same value.
+            const std::vector<at::Tensor> unlike = {p.narrow(2, 0, split).contiguous(),
+                                                    slots(0, T - split)};
+            EXPECT_EQ(vk::scale_sq_distance(unlike, s.pp, q, s.pc, false, vk::KernelPath::Cuda),
+                      whole);
+        }
+        EXPECT_NEAR(whole, truth(p, s.pp, q, s.pc, false), 2e-5 * whole);
+    }
+}
