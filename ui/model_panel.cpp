@@ -249,6 +249,17 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     top_p_->setValue(0.95);
     top_p_->setToolTip(tr("Top-p (nucleus) filter; 0 = off"));
     form->addRow(tr("Top-p"), top_p_);
+    keep_words_ = new QCheckBox(tr("Keep words the text encoder never saw"), this);
+    keep_words_->setObjectName("keepUnknownWords");
+    keep_words_->setToolTip(
+        tr("Off (default): words outside the text encoder's training captions are left out of "
+           "the prompt before it is read, and the status bar names them. On: the prompt is read "
+           "as typed, every word split into the pieces its tokenizer knows"));
+    form->addRow(QString(), keep_words_);
+    form->setRowVisible(keep_words_, false);
+    connect(keep_words_, &QCheckBox::toggled, this, [this] {
+        if (!updating_) emit settingsChanged();
+    });
     mar_ = new MarSettings(this);
     form->addRow(mar_);
     form->setRowVisible(mar_, false);
@@ -443,6 +454,7 @@ void ModelPanel::setFamily(Family f) {
     // Text-to-image: the prompt is the model's text; no classes to pick or suggest.
     form_->setRowVisible(class_row_, !t2i);
     form_->setRowVisible(suggestions_, !t2i);
+    form_->setRowVisible(keep_words_, t2i);
     prompt_->setEnabled(t2i || matcher_ != nullptr);
     prompt_->setPlaceholderText(
         t2i        ? tr("describe the emoji, e.g. thumbs up, dark skin tone, twemoji style")
@@ -570,7 +582,10 @@ GenerationSettings ModelPanel::sampling() const {
     g.cfg = cfg_->value();
     g.top_k = top_k_->value();
     g.top_p = top_p_->value();
-    if (family_ == Family::Infinity) g.prompt = prompt_->text().trimmed().toStdString();
+    if (family_ == Family::Infinity) {
+        g.prompt = prompt_->text().trimmed().toStdString();
+        g.keep_unknown_words = keep_words_->isChecked();
+    }
     mar_->read(g);
     return g;
 }
@@ -589,6 +604,7 @@ void ModelPanel::applyRequest(const Request& r) {
     cfg_->setValue(r.gen.cfg);
     top_k_->setValue(int(r.gen.top_k));
     top_p_->setValue(r.gen.top_p);
+    keep_words_->setChecked(r.gen.keep_unknown_words);
     updating_ = false;
     committed_class_ = class_id_->value();
     committed_prompt_ = prompt_->text().trimmed();

@@ -10,6 +10,7 @@
 
 #include "ui/run_types.h"
 
+class QCheckBox;
 class QComboBox;
 class QFormLayout;
 class QDoubleSpinBox;
@@ -120,6 +121,7 @@ class ModelPanel : public QWidget {
     QDoubleSpinBox* cfg_;
     QSpinBox* top_k_;
     QDoubleSpinBox* top_p_;
+    QCheckBox* keep_words_;  // text-to-image: GenerationSettings::keep_unknown_words
     QStringList recent_;
     std::unique_ptr<ClassMatcher> matcher_;
     bool updating_ = false;

@@ -29,6 +29,7 @@ nlohmann::json Request::to_json() const {
             {"num_iter", gen.num_iter},
             {"cfg_schedule", gen.cfg_schedule},
             {"temperature", gen.temperature},
+            {"keep_unknown_words", gen.keep_unknown_words},
             {"accel", accel}};
 }
 
@@ -74,6 +75,7 @@ Request Request::from_json(const nlohmann::json& j) {
     get("num_iter", r.gen.num_iter);
     get("cfg_schedule", r.gen.cfg_schedule);
     get("temperature", r.gen.temperature);
+    get("keep_unknown_words", r.gen.keep_unknown_words);
     r.accel = j.value("accel", nlohmann::json::object());
     return r;
 }

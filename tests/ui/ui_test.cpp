@@ -1247,11 +1247,35 @@ class UiTest : public QObject {
         QCOMPARE(run.count(), 1);
         QCOMPARE(changed.count(), 2);
         QCOMPARE(panel.sampling().prompt, std::string("red apple"));
+        // The text encoder's unknown words: left out unless the box says keep them; a setting
+        // of its own (another baseline key), saved and restored with the request.
+        auto* keep = panel.findChild<QCheckBox*>("keepUnknownWords");
+        QVERIFY(keep);
+        QVERIFY(keep->isVisibleTo(&panel));
+        QVERIFY(!keep->isChecked());
+        QVERIFY(!panel.sampling().keep_unknown_words);
+        keep->setChecked(true);
+        QCOMPARE(changed.count(), 3);
+        QVERIFY(panel.sampling().keep_unknown_words);
+        GenerationSettings filtered = panel.sampling();
+        filtered.keep_unknown_words = false;
+        QVERIFY(panel.sampling().baseline_key("m") != filtered.baseline_key("m"));
+        Request saved;
+        saved.model.family = Family::Infinity;
+        saved.prompt = "red apple";
+        saved.gen = panel.sampling();
+        const Request restored = Request::from_json(saved.to_json());
+        QVERIFY(restored.gen.keep_unknown_words);
+        keep->setChecked(false);
+        panel.applyRequest(restored);
+        QVERIFY(keep->isChecked());
         // Back on a class-conditional model: the class picker, and no text in the settings.
         panel.setFamily(Family::Var);
         QVERIFY(panel.classBox()->isVisibleTo(&panel));
         QVERIFY(panel.suggestions()->isVisibleTo(&panel));
+        QVERIFY(!keep->isVisibleTo(&panel));
         QVERIFY(panel.sampling().prompt.empty());
+        QVERIFY(!panel.sampling().keep_unknown_words);
     }
 
     // The open dialog's T5 folder travels with the model in saved settings (and the prompt is the
@@ -1384,7 +1408,21 @@ class UiTest : public QObject {
         QVERIFY(a.image.rgb == std::vector<uint8_t>(base->run.image.rgb));
         QVERIFY(a.notices.empty());
         g.prompt = "red apple";
-        QVERIFY(e.run(g, false).image.rgb != a.image.rgb);
+        const RunOutput apple = e.run(g, false);
+        QVERIFY(apple.image.rgb != a.image.rgb);
+        // A word the text encoder never saw is left out, and the run says so; with
+        // keep_unknown_words (the panel's box) the prompt is read as typed, without a notice.
+        g.prompt = "zorblat red apple";
+        const RunOutput left_out = e.run(g, false);
+        QCOMPARE(left_out.notices.size(), size_t(1));
+        QVERIFY2(left_out.notices[0].find("zorblat") != std::string::npos,
+                 left_out.notices[0].c_str());
+        QVERIFY(left_out.image.rgb == apple.image.rgb);  // the filtered text is "red apple"
+        g.keep_unknown_words = true;
+        const RunOutput kept = e.run(g, false);
+        QVERIFY(kept.notices.empty());
+        QVERIFY(kept.image.rgb != left_out.image.rgb);
+        g.keep_unknown_words = false;
         // A prompt past the encoder's limit runs cut, and the run says so (the status bar
         // shows RunOutput::notices).
         g.prompt.clear();

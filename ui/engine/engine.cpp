@@ -145,9 +145,9 @@ std::string ModelSource::display_name() const {
 std::string GenerationSettings::baseline_key(const std::string& model_key) const {
     // Every field by name, bound at once: a field added to GenerationSettings breaks this
     // binding until it is placed here, in the key or (accelerated side only) out of it.
-    const auto& [class_id_, prompt_, seed_, cfg_, top_k_, top_p_, num_iter_, cfg_schedule_,
-                 temperature_, accel_json_, attention_layer_, filmstrip_, accel_records_,
-                 cuda_graphs_] = *this;
+    const auto& [class_id_, prompt_, keep_unknown_words_, seed_, cfg_, top_k_, top_p_, num_iter_,
+                 cfg_schedule_, temperature_, accel_json_, attention_layer_, filmstrip_,
+                 accel_records_, cuda_graphs_] = *this;
     // The accelerated side's part: its config and whether its hooks record.
     (void)accel_json_;
     (void)accel_records_;
@@ -155,6 +155,7 @@ std::string GenerationSettings::baseline_key(const std::string& model_key) const
     // key of 4.0) and names each value, so no two fields can run together.
     const nlohmann::json key = {{"class_id", class_id_},
                                 {"prompt", prompt_},
+                                {"keep_unknown_words", keep_unknown_words_},
                                 {"seed", seed_},
                                 {"cfg", cfg_},
                                 {"top_k", top_k_},
@@ -263,6 +264,7 @@ SampleSettings Engine::sample_settings(const GenerationSettings& s,
     if (info_.text_to_image()) {
         if (s.prompt.empty()) throw std::invalid_argument("type a prompt: this model draws text");
         opt.prompts = {s.prompt};
+        opt.keep_unknown_words = s.keep_unknown_words;
     } else {
         opt.class_ids = {s.class_id};
     }

@@ -112,6 +112,9 @@ struct ModelInfo {
 struct GenerationSettings {
     int64_t class_id = 0;  // class-conditional models (VAR, MAR)
     std::string prompt;    // text-to-image models (Infinity): the text, read by its T5
+    // Text-to-image: hand the prompt to the T5 as typed. Off (the default), a T5 folder with a
+    // prompt vocabulary leaves out the words it was never trained on (RunResult::notices).
+    bool keep_unknown_words = false;
     uint64_t seed = 0;
     double cfg = 4.0;
     int64_t top_k = 900;                  // VAR
