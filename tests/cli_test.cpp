@@ -344,6 +344,16 @@ TEST(Cli, BenchE2eTraceWritesAProfilerTracePerMethod) {
                 ++attention_ops;
         EXPECT_GT(attention_ops, 0u) << want[i];
     }
+    // The same folder again: the traces of the first run are kept unless --force.
+    const std::string again =
+        "bench e2e --random 2 --patch-nums 1,2 --class 1 --repeat 1 "
+        "--warmup 0 --no-cost-model --methods 'baseline;skip' --trace " +
+        traces;
+    auto kept = cli(again);
+    EXPECT_EQ(kept.code, 2) << kept.out;
+    EXPECT_NE(kept.out.find("--trace: '" + want[0] + "' exists; pass --force"), std::string::npos)
+        << kept.out;
+    EXPECT_EQ(cli(again + " --force").code, 0);
     std::ofstream(dir.file("a-file")) << "x";  // a folder cannot be made under a file
     auto bad = cli("bench e2e --random 2 --patch-nums 1,2 --repeat 1 --warmup 0 --trace " +
                    dir.file("a-file") + "/traces");

@@ -247,6 +247,12 @@ std::shared_ptr<const AccelPlan> method_plan(const Runner& runner, const std::st
     return a.sampling.accel(runner, accel == "baseline" ? "" : accel);
 }
 
+// --trace: the file of the method at `index` (NN-<method>.trace.json in the folder).
+std::string trace_path(const E2eArgs& a, size_t index, const std::string& name) {
+    return (std::filesystem::path(a.trace_dir) / trace_file_name(static_cast<int>(index), name))
+        .string();
+}
+
 MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& name,
                         const E2eArgs& a, int index) {
     MethodResult m;
@@ -284,13 +290,13 @@ MethodResult run_method(Runner& runner, SampleSettings opt, const std::string& n
         }
         if (cuda) m.peak_bytes = kernels::cuda_memory(dev).peak_allocated - before;
         if (!a.trace_dir.empty()) {  // after the timed runs: the graphs are captured by now
-            const auto path = std::filesystem::path(a.trace_dir) / trace_file_name(index, name);
+            const std::string path = trace_path(a, static_cast<size_t>(index), name);
             try {  // a trace that fails costs the trace only, never the timings above
-                run_traced(path.string(), cuda, [&] {
+                run_traced(path, cuda, [&] {
                     runner.generate(opt, plan.get());
                     synchronize_device(device);
                 });
-                m.trace = path.string();
+                m.trace = path;
             } catch (const std::exception& e) {
                 std::cerr << " (trace failed: " << e.what() << ")" << std::flush;
             }
@@ -450,6 +456,15 @@ int run(const E2eArgs& a) {
     runner->validate(opt);
     const std::vector<std::string> names =
         a.methods.empty() ? default_methods(runner->family()) : a.methods;
+    // The trace files too, before any run: an earlier run's are kept unless --force.
+    std::vector<std::pair<std::string, std::string>> outputs = {{"--json", a.json},
+                                                                {"--tokens-out", a.tokens_out}};
+    if (!a.trace_dir.empty())
+        for (size_t i = 0; i < names.size(); ++i) {
+            outputs.push_back({"--trace", trace_path(a, i, names[i])});
+            check_output_file(outputs.back().second, a.force, "--trace");
+        }
+    check_distinct_outputs(outputs);
     // Each method against its own estimate (AMS-KV's bounded cache fits batches the baseline's
     // would not). --max-batch measures what fits: no estimate refuses its tries.
     if (a.max_batch == 0)
@@ -681,7 +696,7 @@ Command add_bench_e2e(CLI::App& bench) {
         ->capture_default_str();
     cmd->add_option("--json", a->json,
                     "write the results (with device, date, torch version) as JSON");
-    cmd->add_flag("--force", a->force, "overwrite --json and --tokens-out");
+    cmd->add_flag("--force", a->force, "overwrite --json, --tokens-out and --trace's files");
     cmd->add_option("--tokens-out", a->tokens_out,
                     "write the first method's tokens (last run, the family's layout) as "
                     ".safetensors");

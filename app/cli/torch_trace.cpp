@@ -28,6 +28,7 @@ void run_traced(const std::string& path, bool cuda, const std::function<void()>&
         prof::prepareProfiler(config, activities);
         prof::enableProfiler(config, activities);
     } catch (const std::exception& e) {
+        std::remove(path.c_str());  // the empty file of the check above
         throw std::runtime_error(std::string("--trace: the profiler did not start: ") + e.what());
     }
     std::unique_ptr<prof::ProfilerResult> result;
