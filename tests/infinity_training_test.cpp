@@ -528,6 +528,13 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
     EXPECT_DOUBLE_EQ(phase5.caption_noise.pseudo_words, phase4.caption_noise.pseudo_words);
     EXPECT_EQ(phase_train("emoji-infinity-phase5.json").seed,
               phase_train("emoji-infinity-phase4.json").seed + 1);
+    // Phase 6 (prepared in session 40): phase 3b's recipe with recombined captions, no joins.
+    const InfinityTrainJob phase6 = phase("emoji-infinity-phase6.json");
+    EXPECT_DOUBLE_EQ(phase6.caption_noise.mix, 0.3);
+    EXPECT_DOUBLE_EQ(phase6.caption_noise.join, 0);
+    EXPECT_DOUBLE_EQ(phase6.caption_noise.prob, phase3b.caption_noise.prob);
+    EXPECT_DOUBLE_EQ(phase_train("emoji-infinity-phase6.json").lr,
+                     phase_train("emoji-infinity-phase3b.json").lr);
 
     auto error = [&](nlohmann::json c) {
         InfinityTrainJob jb;
@@ -562,4 +569,74 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
     EXPECT_EQ(noisy.caption_noise.max_words, 4);
     EXPECT_DOUBLE_EQ(noisy.caption_noise.word_dropout, 0.1);
     EXPECT_FALSE(job.caption_noise.enabled());  // the shipped model's recipe: no noise
+}
+
+// Mixed captions: the drawn phrasing's first segment (its name), then any of the later segments
+// of it and of another phrasing of the row, each once; a short name meets the category although
+// no training template puts them together. Deterministic per generator state; join and mix
+// together are refused by the config.
+TEST(InfinityTraining, CaptionMixRecombinesTheSegmentsOfARow) {
+    const std::vector<std::vector<std::string>> caps = {
+        {"moon emoji", "crescent moon, sky & weather, travel & places",
+         "crescent moon, noto style"},
+        {"g"}};
+    std::set<std::string> firsts, later;
+    for (const auto& c : caps[0]) {
+        const auto comma = c.find(", ");
+        firsts.insert(c.substr(0, comma));
+        for (size_t i = comma; i != std::string::npos;) {
+            const size_t j = c.find(", ", i + 2);
+            later.insert(c.substr(i + 2, j == std::string::npos ? j : j - i - 2));
+            i = j;
+        }
+    }
+    CaptionNoise mix;
+    mix.mix = 1;
+    auto gen = at::detail::createCPUGenerator(6);
+    std::set<std::string> seen;
+    for (int i = 0; i < 200; ++i) {
+        const auto p = pick_captions(caps, at::tensor({0, 1}, at::kLong), gen, mix);
+        ASSERT_EQ(p.size(), 2u);
+        EXPECT_EQ(p[1], "g");
+        std::vector<std::string> segs;
+        for (size_t a = 0;;) {
+            const size_t b = p[0].find(", ", a);
+            segs.push_back(p[0].substr(a, b == std::string::npos ? b : b - a));
+            if (b == std::string::npos) break;
+            a = b + 2;
+        }
+        EXPECT_TRUE(firsts.count(segs[0])) << p[0];
+        for (size_t s = 1; s < segs.size(); ++s) {
+            EXPECT_TRUE(later.count(segs[s])) << p[0];
+            EXPECT_EQ(std::count(segs.begin(), segs.end(), segs[s]), 1) << p[0];
+        }
+        seen.insert(p[0]);
+    }
+    EXPECT_TRUE(seen.count("moon emoji, travel & places")) << "no short name with its category";
+    EXPECT_TRUE(seen.count("crescent moon")) << "every later segment can be left out";
+    EXPECT_GT(seen.size(), 10u);
+    // A skin tone is never left out: the image has it.
+    const std::vector<std::vector<std::string>> toned = {
+        {"santa emoji, light skin tone", "father christmas, person fantasy, people & body"}};
+    std::set<std::string> with_tone;
+    for (int i = 0; i < 100; ++i) {
+        const auto p = pick_captions(toned, at::tensor({0}, at::kLong), gen, mix)[0];
+        EXPECT_NE(p.find("light skin tone"), std::string::npos) << p;
+        with_tone.insert(p);
+    }
+    EXPECT_TRUE(with_tone.count("santa emoji, light skin tone, people & body"));
+    auto g1 = at::detail::createCPUGenerator(8), g2 = at::detail::createCPUGenerator(8);
+    mix.mix = 0.5;
+    EXPECT_EQ(pick_captions(caps, at::tensor({0, 0, 0, 0}, at::kLong), g1, mix),
+              pick_captions(caps, at::tensor({0, 0, 0, 0}, at::kLong), g2, mix));
+    std::ifstream f(varscope::testing::source_dir() + "/resources/training/emoji-infinity.json");
+    auto config = nlohmann::json::parse(f);
+    config["caption_noise"] = {{"join", 0.2}, {"mix", 0.2}};
+    InfinityTrainJob both, over, ok;
+    EXPECT_THROW(apply_infinity_config(config, 1100, both), std::invalid_argument);
+    config["caption_noise"] = {{"mix", 1.5}};
+    EXPECT_THROW(apply_infinity_config(config, 1100, over), std::invalid_argument);
+    config["caption_noise"] = {{"mix", 0.3}};
+    apply_infinity_config(config, 1100, ok);
+    EXPECT_DOUBLE_EQ(ok.caption_noise.mix, 0.3);
 }

@@ -233,23 +233,30 @@ void apply_infinity_config(const nlohmann::json& j, int64_t tokenizer_ids, Infin
         const auto& n = j["caption_noise"];
         if (!n.is_object())
             throw std::invalid_argument(top + ": 'caption_noise' must be an object");
-        require_known_fields(
-            n,
-            {{"prob", 0}, {"max_words", 0}, {"word_dropout", 0}, {"pseudo_words", 0}, {"join", 0}},
-            top + ": caption_noise");
+        require_known_fields(n,
+                             {{"prob", 0},
+                              {"max_words", 0},
+                              {"word_dropout", 0},
+                              {"pseudo_words", 0},
+                              {"join", 0},
+                              {"mix", 0}},
+                             top + ": caption_noise");
         get(n, top + ": caption_noise", "prob", job.caption_noise.prob);
         get(n, top + ": caption_noise", "max_words", job.caption_noise.max_words);
         get(n, top + ": caption_noise", "word_dropout", job.caption_noise.word_dropout);
         get(n, top + ": caption_noise", "pseudo_words", job.caption_noise.pseudo_words);
         get(n, top + ": caption_noise", "join", job.caption_noise.join);
+        get(n, top + ": caption_noise", "mix", job.caption_noise.mix);
         const CaptionNoise& c = job.caption_noise;
         if (!(c.prob >= 0 && c.prob <= 1) || !(c.word_dropout >= 0 && c.word_dropout < 1) ||
             c.max_words < 0 || c.max_words > 16 || !(c.pseudo_words >= 0 && c.pseudo_words <= 1) ||
-            !(c.join >= 0 && c.join <= 1))
+            !(c.join >= 0 && c.join <= 1) || !(c.mix >= 0 && c.mix <= 1))
             throw std::invalid_argument(
                 top +
                 ": caption_noise: prob in [0, 1], word_dropout in [0, 1), max_words in [0, 16], "
-                "pseudo_words in [0, 1], join in [0, 1]");
+                "pseudo_words in [0, 1], join in [0, 1], mix in [0, 1]");
+        if (c.join > 0 && c.mix > 0)
+            throw std::invalid_argument(top + ": caption_noise: join and mix exclude each other");
     }
     if (!(job.cond_drop >= 0 && job.cond_drop < 1))
         throw std::invalid_argument(top + ": 'cond_drop' must be in [0, 1)");
@@ -319,6 +326,39 @@ std::string noisy_caption(const std::string& caption, const CaptionNoise& noise,
     return out;
 }
 
+namespace {
+// A phrasing's ", "-separated segments (at least one; empty ones dropped).
+std::vector<std::string> split_segments(const std::string& phrasing) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i <= phrasing.size();) {
+        const size_t j = std::min(phrasing.find(", ", i), phrasing.size());
+        if (j > i) out.push_back(phrasing.substr(i, j - i));
+        i = j + 2;
+    }
+    if (out.empty()) out.push_back(phrasing);
+    return out;
+}
+
+// A phrasing of the row other than `drawn`, uniform over the rest by the draw u in [0, 1) (the row
+// has at least two).
+const std::string& other_phrasing(const std::vector<std::string>& row, const std::string& drawn,
+                                  double u) {
+    const auto first = std::find(row.begin(), row.end(), drawn) - row.begin();
+    auto k = std::min(row.size() - 2, static_cast<size_t>(u * static_cast<double>(row.size() - 1)));
+    if (static_cast<std::ptrdiff_t>(k) >= first) ++k;  // skip the one already drawn
+    return row[k];
+}
+
+// A skin-tone segment ("light skin tone", "light and dark skin tones"): a mix always keeps it.
+bool is_skin_tone(const std::string& segment) {
+    for (const std::string end : {" skin tone", " skin tones"})
+        if (segment.size() > end.size() &&
+            segment.compare(segment.size() - end.size(), end.size(), end) == 0)
+            return true;
+    return false;
+}
+}  // namespace
+
 std::vector<std::string> pick_captions(const std::vector<std::vector<std::string>>& captions,
                                        const at::Tensor& rows, at::Generator& gen,
                                        const CaptionNoise& noise) {
@@ -343,11 +383,34 @@ std::vector<std::string> pick_captions(const std::vector<std::vector<std::string
         for (int64_t i = 0; i < r.numel(); ++i) {
             const auto& c = captions[size_t(r.data_ptr<int64_t>()[i])];
             if (c.size() < 2 || d[2 * i] >= noise.join) continue;
-            const auto first = std::find(c.begin(), c.end(), out[size_t(i)]) - c.begin();
-            auto k = std::min(c.size() - 2, static_cast<size_t>(d[2 * i + 1] *
-                                                                static_cast<double>(c.size() - 1)));
-            if (static_cast<std::ptrdiff_t>(k) >= first) ++k;  // skip the one already drawn
-            out[size_t(i)] += ", " + c[k];
+            out[size_t(i)] += ", " + other_phrasing(c, out[size_t(i)], d[2 * i + 1]);
+        }
+    }
+    if (noise.mix > 0) {
+        // Per row: the mix decision, the other phrasing (uniform over the rest), then one keep
+        // draw per later segment (at most kMixSegments of them), a fixed count per row.
+        constexpr int64_t kMixSegments = 8;
+        const at::Tensor v = at::rand({r.numel(), 2 + kMixSegments}, gen, at::kDouble);
+        for (int64_t i = 0; i < r.numel(); ++i) {
+            const double* d = v.data_ptr<double>() + i * (2 + kMixSegments);
+            const auto& c = captions[size_t(r.data_ptr<int64_t>()[i])];
+            if (d[0] >= noise.mix) continue;
+            const auto own = split_segments(out[size_t(i)]);
+            std::vector<std::string> later(own.begin() + 1, own.end());
+            if (c.size() >= 2) {
+                const auto other = split_segments(other_phrasing(c, out[size_t(i)], d[1]));
+                later.insert(later.end(), other.begin() + 1, other.end());
+            }
+            std::string mixed = own.front();
+            std::vector<std::string> used = {own.front()};
+            for (size_t s = 0; s < later.size() && s < static_cast<size_t>(kMixSegments); ++s) {
+                if ((d[2 + s] >= 0.5 && !is_skin_tone(later[s])) ||
+                    std::find(used.begin(), used.end(), later[s]) != used.end())
+                    continue;
+                used.push_back(later[s]);
+                mixed += ", " + later[s];
+            }
+            out[size_t(i)] = mixed;
         }
     }
     if (noise.enabled())

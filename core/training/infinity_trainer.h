@@ -49,6 +49,13 @@ struct CaptionNoise {
     double word_dropout = 0;
     double pseudo_words = 0;
     double join = 0;
+    // Share of captions recombined from the row's phrasings (pick_captions): the drawn
+    // phrasing's first ", "-segment (the one naming the emoji in every training template), then
+    // each later segment of it and of another phrasing of the row kept with probability 1/2 (a
+    // skin tone always: the image has it).
+    // "moon emoji" + "crescent moon, sky & weather, travel & places" can give "moon emoji,
+    // travel & places". Not together with join.
+    double mix = 0;
     bool enabled() const { return prob > 0 || word_dropout > 0; }
 };
 extern const std::vector<std::string> kCaptionFillers;
@@ -91,7 +98,7 @@ struct InfinityTrainJob {
 // (InfinityConfig fields), "t5" (HF config.json fields; vocab_size defaults to `tokenizer_ids`,
 // the tokenizer's pieces + extra ids), and the top-level keys cond_drop, ema_rate,
 // bf16_autocast, export_int8, grad_clip, reweight_loss_by_scale, pixels, h_div_w and
-// caption_noise ({"prob", "max_words", "word_dropout"}). "train" and
+// caption_noise ({"prob", "max_words", "word_dropout", "pseudo_words", "join", "mix"}). "train" and
 // "comment" are left to the caller. Unknown keys, wrong types and bad ranges throw
 // std::invalid_argument naming the key.
 void apply_infinity_config(const nlohmann::json& config, int64_t tokenizer_ids,
@@ -100,8 +107,8 @@ void apply_infinity_config(const nlohmann::json& config, int64_t tokenizer_ids,
 const std::vector<std::string>& infinity_config_keys();
 
 // The caption of each row for one step: uniform over the row's captions, from `gen`, then
-// `noise`'s join (when > 0) and fillers/dropout (when enabled); their draws come after the picks,
-// so an off setting draws nothing more.
+// `noise`'s join or mix (when > 0) and fillers/dropout (when enabled); their draws come after the
+// picks, so an off setting draws nothing more.
 std::vector<std::string> pick_captions(const std::vector<std::vector<std::string>>& captions,
                                        const at::Tensor& rows, at::Generator& gen,
                                        const CaptionNoise& noise = {});
