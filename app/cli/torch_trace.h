@@ -10,9 +10,10 @@
 namespace varscope::cli {
 
 // Runs `fn` with the profiler recording host operators and (with `cuda`) device kernels and
-// runtime calls, then writes the trace to `path`. Throws std::runtime_error when the profiler
-// cannot start (e.g. another one is active) or the file cannot be written; what `fn` throws
-// passes through after the profiler is stopped.
+// runtime calls, then writes the trace to `path` (the caller checks the path before the run, as
+// bench e2e does with check_output_file). Throws std::runtime_error when the profiler cannot
+// start (e.g. another one is active) or nothing was written; what `fn` throws passes through
+// after the profiler is stopped.
 void run_traced(const std::string& path, bool cuda, const std::function<void()>& fn);
 
 // A method name as a file name: letters, digits, '-', '_', '.', '+' and '@' kept, the rest '_'.

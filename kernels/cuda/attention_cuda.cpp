@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/alignment.h"
 #include "kernels/cuda/attention_params.h"
 #include "kernels/cuda/torch_glue.h"
 
@@ -31,7 +32,7 @@ int64_t ceil_div(int64_t a, int64_t b) {
 // 16-byte aligned. Anything else is copied once.
 at::Tensor kernel_layout(const at::Tensor& t) {
     const bool ok = t.stride(3) == 1 && t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0 &&
-                    t.stride(2) % 8 == 0 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+                    t.stride(2) % 8 == 0 && aligned(t.data_ptr(), 16);
     return ok ? t : t.contiguous();
 }
 

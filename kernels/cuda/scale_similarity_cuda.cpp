@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/alignment.h"
 #include "kernels/cuda/scale_similarity_params.h"
 #include "kernels/cuda/torch_glue.h"
 
@@ -69,7 +70,7 @@ int aligned_elems(const std::vector<at::Tensor>& keys) {
         for (const auto& t : keys) {
             all = all && ok(t.stride(0)) && ok(t.stride(1)) &&
                   (t.size(2) <= 1 || ok(t.stride(2))) &&
-                  reinterpret_cast<std::uintptr_t>(t.data_ptr()) % (v * eb) == 0;
+                  aligned(t.data_ptr(), static_cast<std::size_t>(v * eb));
         }
         if (all) break;
         v /= 2;
