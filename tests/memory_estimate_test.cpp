@@ -95,6 +95,33 @@ TEST(MemoryEstimate, VarGrowsWithBatchDecodeAndEagerAttention) {
     EXPECT_GT(runner->estimate_memory(s).per_image, one.per_image);
 }
 
+// bf16-autocast keeps fp32 weights but caches keys and values and runs its products in bf16
+// beside an fp32 stream: the estimate counts 2-byte elements for those (session 41: counting the
+// first parameter's 4 bytes doubled VAR-d30's estimate at 1024^2, 10.3 GiB per image against a
+// measured 5.2, and refused batches that fit).
+TEST(MemoryEstimate, VarBf16AutocastCountsBf16CacheAndAnFp32Stream) {
+    SampleSettings s;
+    MemoryEstimate fp32, autocast;
+    {
+        const auto runner = var_runner(tiny_pipeline());
+        s = runner->defaults();
+        s.batch = 1;
+        fp32 = runner->estimate_memory(s);
+    }
+    auto pipe = tiny_pipeline();
+    pipe.sampler().transformer()->use_autocast_bf16();
+    const auto runner = var_runner(std::move(pipe));
+    autocast = runner->estimate_memory(s);
+    const auto c = tiny_var_config();
+    const int64_t rows = 2, n = c.patch_nums.back() * c.patch_nums.back(), C = c.embed_dim,
+                  hidden = int64_t(c.mlp_ratio * double(C));
+    EXPECT_EQ(autocast.per_image, fp32.per_image -
+                                      kv_cache_bytes(c.depth, rows, c.total_tokens(), C, 2) -
+                                      step_activation_bytes(rows, n, C, hidden, 2) +
+                                      fp32_stream_bytes(rows, n, C, kFp32StreamCopies));
+    EXPECT_EQ(autocast.fixed, fp32.fixed);
+}
+
 TEST(MemoryEstimate, MarGuidanceDoublesTheRows) {
     const auto runner = random_mar_runner(tiny_cpu_mar_config(), 1, LoadOptions{});
     SampleSettings s = runner->defaults();

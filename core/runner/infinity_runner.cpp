@@ -196,7 +196,7 @@ class InfinityRunner : public Runner {
         e.per_image =
             kv_cache_bytes(c.depth, rows, L, C, eb) +
             step_activation_bytes(rows, n, C, c.mlp_hidden, eb) +
-            fp32_stream_bytes(rows, n, C, kStreamCopies) +
+            fp32_stream_bytes(rows, n, C, kFp32StreamCopies) +
             (s.attention == AttentionBackend::Eager ? eager_score_bytes(rows, c.num_heads, n, L)
                                                     : 0) +
             logit_bytes(rows, n, c.vocab());
@@ -211,9 +211,6 @@ class InfinityRunner : public Runner {
         if (device().is_cuda()) e.fixed += kMatmulWorkspaceBytes;
         return e;
     }
-
-    // fp32 width-wide rows per token of the residual stream live at once (fp32_stream_bytes).
-    static constexpr int64_t kStreamCopies = 6;
 
     void release_graphs() override {
         if (pipe_.sampler) pipe_.sampler->release_graphs();

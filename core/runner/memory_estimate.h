@@ -63,11 +63,13 @@ int64_t kv_cache_bytes(int64_t layers, int64_t rows, int64_t keys, int64_t width
 int64_t step_activation_bytes(int64_t rows, int64_t tokens, int64_t width, int64_t hidden,
                               int64_t eb);
 // The fp32 residual stream beside those activations in Infinity's loop (fp32 in both of its
-// modes): the residual, the norm outputs, the gated sums and the cross-attention output,
-// `copies` width-wide fp32 rows per token. Calibrated on one measurement (session 37, a 4-block
-// width-1024 Infinity at 1024^2 in the official bf16 mode, CUDA: the run's peak allocation grew
-// 776 MB against 615 MB estimated without this term and the workspaces below).
+// modes) and VAR's bf16-autocast one: the residual, the norm outputs, the gated sums and the
+// cross-attention output, `copies` width-wide fp32 rows per token. Calibrated on one measurement
+// (session 37, a 4-block width-1024 Infinity at 1024^2 in the official bf16 mode, CUDA: the run's
+// peak allocation grew 776 MB against 615 MB estimated without this term and the workspaces below).
 int64_t fp32_stream_bytes(int64_t rows, int64_t tokens, int64_t width, int64_t copies);
+// The copies both loops count (Infinity always, VAR under bf16-autocast).
+constexpr int64_t kFp32StreamCopies = 6;
 // The matrix-product library's workspace on CUDA, one per stream (the graphs capture on a side
 // stream, eager steps run on the default one): cuBLAS's default 32 MiB each.
 constexpr int64_t kMatmulWorkspaceBytes = 2 * (32ll << 20);

@@ -62,7 +62,9 @@ class VarRunner : public Runner {
     // for the whole schedule (a method that evicts: the least it keeps, and the most in
     // per_image_most); the largest scale's activations (QKV, attention output, FFN
     // hidden and GELU, residual and norm copies) and, with eager attention, its fp32 scores;
-    // its fp32 logits with the sampler's softmax and top-k copies. Fixed: the VQVAE decode of
+    // its fp32 logits with the sampler's softmax and top-k copies. Under bf16-autocast the cache
+    // and the products are bf16 (the compute dtype, not the fp32 weights') beside an fp32
+    // residual stream, as in Infinity's loop. Fixed: the VQVAE decode of
     // one chunk of images at full resolution in fp32 (chunked_decode.h; the first level's
     // channels, about six maps of them live in a residual block with upsampling).
     MemoryEstimate estimate_memory(const SampleSettings& s, const AccelPlan* accel) const override {
@@ -82,7 +84,10 @@ class VarRunner : public Runner {
             step_activation_bytes(rows, n, C, hidden, eb) +
             (s.attention == AttentionBackend::Eager ? eager_score_bytes(rows, c.num_heads, n, L)
                                                     : 0) +
-            logit_bytes(rows, n, c.vocab_size);
+            logit_bytes(rows, n, c.vocab_size) +
+            (pipe_.sampler().transformer()->autocast_bf16()
+                 ? fp32_stream_bytes(rows, n, C, kFp32StreamCopies)
+                 : 0);
         if (L_most > L)
             e.per_image_most = e.per_image + kv_cache_bytes(c.depth, rows, L_most - L, C, eb);
         if (s.decode)
@@ -187,9 +192,11 @@ class VarRunner : public Runner {
         if (it == hooks_.end()) it = hooks_.emplace(key, build_accelerators(config, cfg())).first;
         return it->second;
     }
+    // The KV cache's and the activations' element: the matrix products' dtype (bf16 under
+    // bf16-autocast, whose stream and first parameters stay fp32: counting those doubled the
+    // estimate, session 41).
     size_t element_bytes() const {
-        for (const auto& p : pipe_.sampler().transformer()->parameters()) return p.element_size();
-        return 4;
+        return c10::elementSize(pipe_.sampler().transformer()->compute_dtype());
     }
     VarSampleOptions options(const SampleSettings& s) const {
         VarSampleOptions o;
