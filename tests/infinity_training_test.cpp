@@ -528,13 +528,22 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
     EXPECT_DOUBLE_EQ(phase5.caption_noise.pseudo_words, phase4.caption_noise.pseudo_words);
     EXPECT_EQ(phase_train("emoji-infinity-phase5.json").seed,
               phase_train("emoji-infinity-phase4.json").seed + 1);
-    // Phase 6 (prepared in session 40): phase 3b's recipe with recombined captions, no joins.
+    // Phase 6 (run in session 41): phase 3b's recipe with recombined captions, no joins; 6b
+    // (shipped) continues it with the same captions at a lower learning rate and the next seed.
     const InfinityTrainJob phase6 = phase("emoji-infinity-phase6.json");
     EXPECT_DOUBLE_EQ(phase6.caption_noise.mix, 0.3);
     EXPECT_DOUBLE_EQ(phase6.caption_noise.join, 0);
     EXPECT_DOUBLE_EQ(phase6.caption_noise.prob, phase3b.caption_noise.prob);
     EXPECT_DOUBLE_EQ(phase_train("emoji-infinity-phase6.json").lr,
                      phase_train("emoji-infinity-phase3b.json").lr);
+    const InfinityTrainJob phase6b = phase("emoji-infinity-phase6b.json");
+    EXPECT_DOUBLE_EQ(phase6b.caption_noise.mix, phase6.caption_noise.mix);
+    EXPECT_DOUBLE_EQ(phase6b.caption_noise.prob, phase6.caption_noise.prob);
+    EXPECT_DOUBLE_EQ(phase6b.caption_noise.pseudo_words, phase6.caption_noise.pseudo_words);
+    EXPECT_EQ(phase6b.caption_noise.max_words, phase6.caption_noise.max_words);
+    EXPECT_DOUBLE_EQ(phase_train("emoji-infinity-phase6b.json").lr, 3e-5);
+    EXPECT_EQ(phase_train("emoji-infinity-phase6b.json").seed,
+              phase_train("emoji-infinity-phase6.json").seed + 1);
 
     auto error = [&](nlohmann::json c) {
         InfinityTrainJob jb;
