@@ -589,15 +589,20 @@ TEST(InfinityTraining, CaptionMixRecombinesTheSegmentsOfARow) {
         {"moon emoji", "crescent moon, sky & weather, travel & places",
          "crescent moon, noto style"},
         {"g"}};
+    auto segments = [](const std::string& c) {  // its ", "-separated parts, in order
+        std::vector<std::string> out;
+        for (size_t a = 0;;) {
+            const size_t b = c.find(", ", a);
+            out.push_back(c.substr(a, b == std::string::npos ? b : b - a));
+            if (b == std::string::npos) return out;
+            a = b + 2;
+        }
+    };
     std::set<std::string> firsts, later;
     for (const auto& c : caps[0]) {
-        const auto comma = c.find(", ");
-        firsts.insert(c.substr(0, comma));
-        for (size_t i = comma; i != std::string::npos;) {
-            const size_t j = c.find(", ", i + 2);
-            later.insert(c.substr(i + 2, j == std::string::npos ? j : j - i - 2));
-            i = j;
-        }
+        const auto parts = segments(c);
+        firsts.insert(parts.front());
+        later.insert(parts.begin() + 1, parts.end());
     }
     CaptionNoise mix;
     mix.mix = 1;
@@ -607,13 +612,7 @@ TEST(InfinityTraining, CaptionMixRecombinesTheSegmentsOfARow) {
         const auto p = pick_captions(caps, at::tensor({0, 1}, at::kLong), gen, mix);
         ASSERT_EQ(p.size(), 2u);
         EXPECT_EQ(p[1], "g");
-        std::vector<std::string> segs;
-        for (size_t a = 0;;) {
-            const size_t b = p[0].find(", ", a);
-            segs.push_back(p[0].substr(a, b == std::string::npos ? b : b - a));
-            if (b == std::string::npos) break;
-            a = b + 2;
-        }
+        const auto segs = segments(p[0]);
         EXPECT_TRUE(firsts.count(segs[0])) << p[0];
         for (size_t s = 1; s < segs.size(); ++s) {
             EXPECT_TRUE(later.count(segs[s])) << p[0];
