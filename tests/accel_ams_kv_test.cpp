@@ -326,13 +326,51 @@ TEST(AmsKv, ConfigJsonRoundTripAndDefaults) {
     EXPECT_EQ(d.c_cds, 2);
     EXPECT_DOUBLE_EQ(d.theta, -0.008);
     for (const auto& p : AmsKvConfig::spec().params) {
-        EXPECT_FALSE(p.symbol.empty()) << p.key;
+        if (p.key != "key_tile") {  // ours, not the paper's: it has no symbol
+            EXPECT_FALSE(p.symbol.empty()) << p.key;
+        }
         EXPECT_FALSE(p.help.empty()) << p.key;
     }
     // On the official 256px schedule the paper's budgets are 174 and 430 tokens.
     const auto b = resolve_ams_kv_budgets(on(), VarConfig::for_depth(16));
     EXPECT_EQ(b.c_min, 174);
     EXPECT_EQ(b.c_max, 430);
+}
+
+TEST(AmsKv, KeyTileRoundsBothBudgetsUpAndZeroOrOneKeepsThem) {
+    // VAR-d30's 13-scale 1024^2 schedule: the paper's budgets 2,309 and 6,405 tokens.
+    VarConfig model = VarConfig::for_depth(30, {1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64});
+    auto cfg = on();
+    for (int64_t tile : {0, 1}) {
+        cfg.key_tile = tile;
+        const auto b = resolve_ams_kv_budgets(cfg, model);
+        EXPECT_EQ(b.c_min, 2309) << tile;
+        EXPECT_EQ(b.c_max, 6405) << tile;
+    }
+    cfg.key_tile = 128;
+    auto b = resolve_ams_kv_budgets(cfg, model);
+    EXPECT_EQ(b.c_min, 2432);  // 19 x 128
+    EXPECT_EQ(b.c_max, 6528);  // 51 x 128
+    EXPECT_TRUE(b.bounded);
+    cfg.c_min = 2304;  // a given budget already on the tile stays
+    b = resolve_ams_kv_budgets(cfg, model);
+    EXPECT_EQ(b.c_min, 2304);
+    // A tile past the schedule's 10,521 tokens leaves nothing to evict: the baseline's cache.
+    cfg.key_tile = 4096;
+    b = resolve_ams_kv_budgets(cfg, model);
+    EXPECT_EQ(b.c_min, 4096);
+    EXPECT_EQ(b.c_max, 8192);
+    EXPECT_TRUE(b.bounded);
+    cfg.c_max = 9000;
+    EXPECT_FALSE(resolve_ams_kv_budgets(cfg, model).bounded);  // 12,288 >= 10,521
+    // The setting travels through JSON, and the preset carries it.
+    EXPECT_EQ(AmsKvConfig::from_json({{"key_tile", 128}}).key_tile, 128);
+    EXPECT_EQ(AccelConfig::from_argument("ams_kv-tile128").ams_kv.key_tile, 128);
+    EXPECT_EQ(AccelConfig::from_argument("ams_kv").ams_kv.key_tile, 0);
+    EXPECT_EQ(config_error([] {
+                  AmsKvConfig::from_json({{"key_tile", -128}});
+              }),
+              "ams_kv.key_tile: must be in [0, 4096], got -128");
 }
 
 TEST(AmsKv, ConfigErrorsNameTheField) {

@@ -105,6 +105,12 @@ const std::map<std::string, nlohmann::json>& accel_presets() {
         p["sparvar+skip"] = {{"sparvar", sparvar_skip}, {"skip", skip2}};
         p["fastvar+ams_kv"] = {{"fastvar", on(FastVarConfig::spec())},
                                {"ams_kv", on(AmsKvConfig::spec())}};
+        // AMS-KV with its budgets on cuDNN's 128-key tile (ams_kv.h, key_tile): at VAR-d30
+        // 1024^2, 13 scales, bf16-autocast on an H200, 1.318x the baseline's best images/s where
+        // the paper's budgets give 1.296x (bench/results/2026-12-01-h200/session42).
+        auto ams_kv_tiled = on(AmsKvConfig::spec());
+        ams_kv_tiled["key_tile"] = 128;
+        p["ams_kv-tile128"] = {{"ams_kv", ams_kv_tiled}};
         // The stacking search of issue #30 (bench/results/2026-11-29-h200/session26): of the
         // stacks within the quality of the papers' own SparVAR + skip-2 on the embedded VAR, the
         // fastest at 1024^2 (3.12x our graphed dense on VAR-d30, 13 scales, bf16, batch 1).

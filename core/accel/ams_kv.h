@@ -33,6 +33,12 @@
 //   - Defaults (0 = auto) follow the paper's experiments: C_max = the last two scales plus the
 //     condensed scales, C_min = the penultimate scale plus the condensed scales (430 and 174
 //     tokens on the 10-scale 256px schedule).
+//   - key_tile (not in the paper; 0 = off, the paper's budgets): rounds both budgets up to a
+//     multiple of the attention kernel's key tile. cuDNN's SDPA on Hopper takes a ~15-18 %
+//     slower path when the key count is not a multiple of 128: at VAR-d30 1024^2 every
+//     cache-efficient layer attends to the paper's C_min = 2,309 keys from scale 9 on, which
+//     costs more than 2,432 keys (bench/results/2026-12-01-h200/session42/). Keeping 123 more
+//     recent tokens is the faster setting (preset "ams_kv-tile128").
 //   - Grouped steps (LazyVAR) append several scales at once; they are handled as one unit and
 //     its keys are always kept (the grouped step's attention mask needs them); only older
 //     tokens are evicted.
@@ -100,6 +106,7 @@ struct AmsKvConfig {
     int64_t c_min = 0;      // C_min: budget of cache-efficient layers in tokens; 0 = paper default
     int64_t c_max = 0;      // C_max: budget of cache-demanding layers in tokens; 0 = paper default
     double theta = -0.008;  // θ: similarity below which a layer is cache-demanding
+    int64_t key_tile = 0;   // both budgets rounded up to a multiple of this (0, 1 = as given)
 
     static const MethodSpec& spec();
     static AmsKvConfig from_json(const nlohmann::json& j);
