@@ -81,7 +81,10 @@ MarModelFiles embedded_mar_files() {
 
 namespace {
 T2iModelFiles t2i_files_in(const fs::path& m) {
-    return {(m / "emoji-t2i-infinity.safetensors").string(),
+    // One file, or shards under an index once the transformer outgrows the 16 MiB file cap.
+    const fs::path one = m / "emoji-t2i-infinity.safetensors";
+    const fs::path index = m / "emoji-t2i-infinity.safetensors.index.json";
+    return {(fs::exists(one) || !fs::exists(index) ? one : index).string(),
             (m / "emoji-t2i-bsq-vae.safetensors").string(), (m / "emoji-t2i-t5").string()};
 }
 // Every file the model needs: the T5 folder counts only with its three files.

@@ -4,6 +4,7 @@
 // model's files are not in resources/models.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -86,3 +87,47 @@ TEST_F(CliT2i, ClassRequestsPickTheVarAndTextIsRequired) {
 }
 
 }  // namespace
+
+// `shard` splits the shipped transformer under an index; the index then draws the same image as
+// the file, given by path and as the embedded model of a resources folder that holds only shards.
+TEST_F(CliT2i, ShardedTransformerDrawsTheSameImage) {
+    namespace fs = std::filesystem;
+    varscope::testing::TempDir dir;
+    const auto files = varscope::embedded_t2i_files();
+    const fs::path models = fs::path(dir.file("res")) / "models";
+    fs::create_directories(models);
+    const std::string out = (models / "emoji-t2i-infinity.safetensors").string();
+    const auto s = run_cli("shard " + files.model_path + " -o " + out + " --max-mib 4");
+    ASSERT_EQ(s.code, 0) << s.out;
+    const std::string index = out + ".index.json";
+    EXPECT_TRUE(contains(s.out, "wrote " + index)) << s.out;
+    int shards = 0;
+    for (const auto& e : fs::directory_iterator(models)) {
+        if (e.path().extension() != ".safetensors") continue;
+        ++shards;
+        EXPECT_LE(fs::file_size(e.path()), 4u << 20) << e.path();
+    }
+    EXPECT_GE(shards, 4);  // 15 MB in 4 MiB files
+    // Refuses to overwrite without --force.
+    const auto again = run_cli("shard " + files.model_path + " -o " + out + " --max-mib 4");
+    EXPECT_EQ(again.code, 2) << again.out;
+
+    const std::string args = "--prompt \"red heart\" --seed 3 --batch 1 --device cpu -q ";
+    const std::string given = "--vae " + files.vae_path + " --t5 " + files.text_encoder_path + " ";
+    const auto a = run_cli("generate --infinity " + files.model_path + " " + given + args + "-o " +
+                           dir.file("a.ppm"));
+    ASSERT_EQ(a.code, 0) << a.out;
+    const auto b =
+        run_cli("generate --infinity " + index + " " + given + args + "-o " + dir.file("b.ppm"));
+    ASSERT_EQ(b.code, 0) << b.out;
+    EXPECT_EQ(read_bytes(dir.file("a.ppm")), read_bytes(dir.file("b.ppm")));
+
+    // The embedded lookup opens the index where the single file is absent.
+    fs::copy_file(files.vae_path, models / "emoji-t2i-bsq-vae.safetensors");
+    fs::copy(files.text_encoder_path, models / "emoji-t2i-t5", fs::copy_options::recursive);
+    const auto e = run_cli("generate " + args + "-o " + dir.file("e.ppm"),
+                           "VARSCOPE_RESOURCES=" + dir.file("res"));
+    ASSERT_EQ(e.code, 0) << e.out;
+    EXPECT_TRUE(contains(e.out, index)) << e.out;
+    EXPECT_EQ(read_bytes(dir.file("a.ppm")), read_bytes(dir.file("e.ppm")));
+}

@@ -434,6 +434,23 @@ TEST(InfinityTraining, FineTuningStartsFromTheExportsAndRefusesOtherShapes) {
     deeper.model.depth += 1;
     deeper.init_path = tune.init_path;
     expect_job_error(deeper, "--init " + tune.init_path + ": a transformer of");
+    // grow_depth: the deeper model starts as the shallower one's function (its new block adds
+    // nothing), so it evaluates as the exports did.
+    deeper.grow_depth = true;
+    deeper.train.lr = 1e-30;
+    deeper.init_t5_path = tune.init_t5_path;
+    std::ostringstream grown_out;
+    const auto grown = train_infinity(deeper, grown_out);
+    EXPECT_NE(grown_out.str().find("grown from 2 to 3 blocks"), std::string::npos)
+        << grown_out.str();
+    EXPECT_NEAR(grown["eval_model"]["loss"].get<double>(),
+                trained["eval_export"]["loss"].get<double>(), 1e-5);
+    InfinityTrainJob wider = tiny_job(data, dir.file("wider_grown"), 1);
+    wider.model.depth += 1;
+    wider.model.mlp_hidden *= 2;
+    wider.grow_depth = true;
+    wider.init_path = tune.init_path;
+    expect_job_error(wider, "grow_depth: only the depth may differ");
     InfinityTrainJob wider_t5 = tiny_job(data, dir.file("wider"), 1);
     wider_t5.t5.d_ff *= 2;
     wider_t5.init_t5_path = tune.init_t5_path;

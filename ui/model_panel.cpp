@@ -74,12 +74,14 @@ class CheckpointDialog : public QDialog {
         auto* form = new QFormLayout(this);
         auto row = [&](QLineEdit*& edit, const QString& what) {
             edit = new QLineEdit(this);
-            edit->setPlaceholderText(tr("%1 checkpoint (.pth or .safetensors)").arg(what));
+            edit->setPlaceholderText(
+                tr("%1 checkpoint (.pth, .safetensors or a shard index)").arg(what));
             auto* browse = new QPushButton(tr("Browse…"), this);
             connect(browse, &QPushButton::clicked, this, [this, edit, what] {
                 const QString f = QFileDialog::getOpenFileName(
                     this, tr("%1 checkpoint").arg(what), QFileInfo(edit->text()).path(),
-                    tr("Checkpoints (*.pth *.safetensors *.pt);;All files (*)"));
+                    tr("Checkpoints (*.pth *.safetensors *.pt *.safetensors.index.json);;All "
+                       "files (*)"));
                 if (!f.isEmpty()) edit->setText(f);
             });
             auto* h = new QHBoxLayout;

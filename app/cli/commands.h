@@ -14,6 +14,7 @@ Command add_generate(CLI::App& app);
 Command add_generate_mar(CLI::App& app);  // cmd_generate.cpp (alias of generate)
 Command add_teacher_forward(CLI::App& app);
 Command add_pack_emoji(CLI::App& app);
+Command add_shard(CLI::App& app);  // cmd_shard.cpp: split a file under the 16 MiB cap
 Command add_train(CLI::App& app);
 Command add_compare(CLI::App& app);
 Command add_compare_mar(CLI::App& app);  // cmd_compare.cpp (alias of compare)

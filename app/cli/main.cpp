@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
     add(varscope::cli::add_generate_mar, "generate-mar");
     add(varscope::cli::add_teacher_forward, "teacher-forward");
     add(varscope::cli::add_pack_emoji, "pack-emoji");
+    add(varscope::cli::add_shard, "shard");
     add(varscope::cli::add_train, "train");
     add(varscope::cli::add_compare, "compare");
     add(varscope::cli::add_compare_mar, "compare-mar");

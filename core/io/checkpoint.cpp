@@ -56,6 +56,7 @@ void reject_raw_pickle(const std::string& path, const std::string& head) {
 
 StateDict load_checkpoint(const std::string& path) {
     detail::checked_file_size(path);
+    if (is_safetensors_index(path)) return load_safetensors_index(path);
     const std::string head = detail::read_head(path, 16);
     if (head.rfind("PK\x03\x04", 0) == 0 || head.rfind("PK\x05\x06", 0) == 0) return load_pth(path);
     detail::reject_raw_pickle(path, head);

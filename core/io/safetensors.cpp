@@ -212,7 +212,8 @@ void read_tensor(std::ifstream& in, const std::string& path, const Header& h, co
 
 }  // namespace
 
-StateDict load_safetensors(const std::string& path) {
+namespace {
+StateDict read_all(const std::string& path, std::map<std::string, std::string>& metadata) {
     uint64_t file_size = 0;
     std::ifstream in = open_input(path, file_size);
     const Header h = read_header(in, path, file_size);
@@ -222,9 +223,25 @@ StateDict load_safetensors(const std::string& path) {
         read_tensor(in, path, h, e, t);
         out.emplace(e.name, std::move(t));
     }
+    metadata = h.metadata;
+    return out;
+}
+}  // namespace
+
+StateDict load_safetensors(const std::string& path) {
+    std::map<std::string, std::string> metadata;
+    StateDict out = read_all(path, metadata);
     // Weight-only int8 files (quant_int8.h) are expanded here, the one place every reader
     // goes through, so models and tools see float tensors under their official names.
-    dequantize_state_dict_in_place(out, h.metadata, path);
+    dequantize_state_dict_in_place(out, metadata, path);
+    return out;
+}
+
+StateDict load_safetensors_stored(const std::string& path,
+                                  std::map<std::string, std::string>* metadata) {
+    std::map<std::string, std::string> m;
+    StateDict out = read_all(path, m);
+    if (metadata) *metadata = std::move(m);
     return out;
 }
 
@@ -251,9 +268,18 @@ StateDict load_safetensors_selected(const std::string& path,
 }
 
 std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
+    if (is_safetensors_index(path)) return read_safetensors_index_metadata(path);
     uint64_t file_size = 0;
     std::ifstream in = open_input(path, file_size);
     return read_header(in, path, file_size).metadata;
+}
+
+std::vector<std::string> read_safetensors_names(const std::string& path) {
+    uint64_t file_size = 0;
+    std::ifstream in = open_input(path, file_size);
+    std::vector<std::string> names;
+    for (const Entry& e : read_header(in, path, file_size).entries) names.push_back(e.name);
+    return names;
 }
 
 void save_safetensors(const StateDict& tensors, const std::string& path,

@@ -210,37 +210,10 @@ StateDict load_t5_encoder_tensors(const std::string& folder, std::string* what) 
     const fs::path index = dir / "model.safetensors.index.json";
     if (fs::exists(index)) {
         const std::string index_path = index.string();
-        json j;
-        try {
-            j = read_json_file(index_path, "shard index '" + index_path + "'");
-        } catch (const JsonReadError& e) {
-            throw CheckpointError(e.what());
-        }
-        const auto map = j.is_object() ? j.find("weight_map") : j.end();
-        if (map == j.end() || !map->is_object())
-            throw CheckpointError(index_path + ": no \"weight_map\" object");
-        std::map<std::string, std::set<std::string>> wanted;  // shard -> encoder tensors
-        for (const auto& [name, file] : map->items()) {
-            if (!file.is_string())
-                throw CheckpointError(index_path + ": shard of '" + name + "' is not a string");
-            const std::string f = file.get<std::string>();
-            // Shards are files beside the index, never paths elsewhere.
-            if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
-                throw CheckpointError(index_path + ": shard '" + f + "' of '" + name +
-                                      "' is not a file name in the folder");
-            if (is_encoder_name(name)) wanted[f].insert(name);
-        }
-        if (wanted.empty()) throw CheckpointError(index_path + ": lists no encoder tensors");
-        for (const auto& [file, names] : wanted) {
-            const std::string shard = (dir / file).string();
-            // Names the shard when missing / corrupt; its decoder tensors are not read.
-            StateDict all = load_safetensors_selected(shard, is_encoder_name);
-            for (const std::string& n : names)
-                if (!all.count(n))
-                    throw CheckpointError(shard + ": lacks tensor '" + n + "' that " + index_path +
-                                          " places there");
-            take_encoder_tensors(all, out);
-        }
+        // Shards holding only decoder tensors are not opened.
+        StateDict all = load_safetensors_index(index_path, is_encoder_name);
+        take_encoder_tensors(all, out);
+        if (out.empty()) throw CheckpointError(index_path + ": lists no encoder tensors");
         if (what) *what = index_path;
         return out;
     }

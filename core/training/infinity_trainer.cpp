@@ -18,6 +18,7 @@
 #include "core/models/bsq_quant.h"
 #include "core/models/bsq_vae.h"
 #include "core/text/sentencepiece_tokenizer.h"
+#include "core/training/grow_depth.h"
 #include "core/training/mar_trainer.h"  // clip_gradients
 #include "core/training/var_train_utils.h"
 
@@ -186,10 +187,18 @@ nlohmann::json evaluate(const InfinityTransformerImpl& model, const T5Encoder& t
 }  // namespace
 
 const std::vector<std::string>& infinity_config_keys() {
-    static const std::vector<std::string> k = {
-        "model",         "t5",          "cond_drop",    "ema_rate",
-        "bf16_autocast", "export_int8", "grad_clip",    "reweight_loss_by_scale",
-        "pixels",        "h_div_w",     "caption_noise"};
+    static const std::vector<std::string> k = {"model",
+                                               "t5",
+                                               "cond_drop",
+                                               "ema_rate",
+                                               "bf16_autocast",
+                                               "export_int8",
+                                               "grow_depth",
+                                               "grad_clip",
+                                               "reweight_loss_by_scale",
+                                               "pixels",
+                                               "h_div_w",
+                                               "caption_noise"};
     return k;
 }
 
@@ -225,6 +234,7 @@ void apply_infinity_config(const nlohmann::json& j, int64_t tokenizer_ids, Infin
     get(j, top, "ema_rate", job.ema_rate);
     get(j, top, "bf16_autocast", job.bf16_autocast);
     get(j, top, "export_int8", job.export_int8);
+    get(j, top, "grow_depth", job.grow_depth);
     get(j, top, "grad_clip", job.grad_clip);
     get(j, top, "reweight_loss_by_scale", job.reweight_loss_by_scale);
     get(j, top, "pixels", job.pixels);
@@ -490,13 +500,28 @@ void init_from(const InfinityTrainJob& job, InfinityTransformer& model, T5Encode
     if (!job.init_path.empty()) {
         const StateDict dict = load_checkpoint(job.init_path);
         const InfinityConfig found = InfinityConfig::infer_from(dict, job.init_path);
-        if (found.to_json() != job.model.to_json())
-            throw std::invalid_argument("--init " + job.init_path + ": a transformer of " +
-                                        found.to_json().dump() + ", the config asks for " +
-                                        job.model.to_json().dump());
+        InfinityConfig same_depth = found;
+        same_depth.depth = job.model.depth;
+        const bool grow = job.grow_depth && found.depth < job.model.depth &&
+                          same_depth.to_json() == job.model.to_json();
+        if (!grow && found.to_json() != job.model.to_json())
+            throw std::invalid_argument(
+                "--init " + job.init_path + ": a transformer of " + found.to_json().dump() +
+                ", the config asks for " + job.model.to_json().dump() +
+                (job.grow_depth ? " (grow_depth: only the depth may differ, "
+                                  "and be smaller)"
+                                : ""));
         at::NoGradGuard g;
-        model->load(dict, job.init_path);
-        out << "transformer initialised from " << job.init_path << "\n";
+        if (grow) {
+            model->load(grown_state_dict(module_state_dict(*model), job.model.depth, dict,
+                                         infinity_grow_spec(), job.init_path),
+                        job.init_path);
+            out << "transformer initialised from " << job.init_path << ", grown from "
+                << found.depth << " to " << job.model.depth << " blocks\n";
+        } else {
+            model->load(dict, job.init_path);
+            out << "transformer initialised from " << job.init_path << "\n";
+        }
     }
     if (!job.init_t5_path.empty()) {
         const std::string cfg = job.init_t5_path + "/config.json";

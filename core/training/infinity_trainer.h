@@ -91,13 +91,16 @@ struct InfinityTrainJob {
     double ema_rate = 0;                  // 0 = off; when on, the exports hold the EMA
     bool bf16_autocast = false;           // CUDA only; fp32 weights
     bool export_int8 = false;             // the transformer's large 2-D weights as int8
-    CaptionNoise caption_noise;           // off unless the config's "caption_noise" sets it
+    // --init with fewer blocks (otherwise the job's config): grown to the job's depth
+    // (core/training/grow_depth.h), the new blocks adding nothing at the start.
+    bool grow_depth = false;
+    CaptionNoise caption_noise;  // off unless the config's "caption_noise" sets it
 };
 
 // The job's settings from a training config (resources/training/emoji-infinity.json): "model"
 // (InfinityConfig fields), "t5" (HF config.json fields; vocab_size defaults to `tokenizer_ids`,
 // the tokenizer's pieces + extra ids), and the top-level keys cond_drop, ema_rate,
-// bf16_autocast, export_int8, grad_clip, reweight_loss_by_scale, pixels, h_div_w and
+// bf16_autocast, export_int8, grow_depth, grad_clip, reweight_loss_by_scale, pixels, h_div_w and
 // caption_noise ({"prob", "max_words", "word_dropout", "pseudo_words", "join", "mix"}). "train" and
 // "comment" are left to the caller. Unknown keys, wrong types and bad ranges throw
 // std::invalid_argument naming the key.

@@ -4,10 +4,10 @@
 #include <ATen/autocast_mode.h>
 #include <c10/core/InferenceMode.h>
 
-#include <set>
 #include <stdexcept>
 
 #include "core/io/module_binding.h"
+#include "core/training/grow_depth.h"
 
 namespace varscope {
 
@@ -60,39 +60,8 @@ nlohmann::json evaluate_var_teacher(const VarTransformerImpl& var, const at::Ten
 int64_t grow_var_from(VarTransformerImpl& model, const StateDict& small, const std::string& what) {
     const int64_t D = model.config().depth;
     int64_t d = 0;
-    while (small.count("blocks." + std::to_string(d) + ".attn.mat_qkv.weight")) ++d;
-    if (d == 0) throw std::invalid_argument(what + ": no VAR blocks to grow from");
-    if (d > D)
-        throw std::invalid_argument(what + " has " + std::to_string(d) +
-                                    " blocks, more than the model's " + std::to_string(D));
-    std::vector<int64_t> target(d);
-    for (int64_t i = 0; i < d; ++i) target[i] = i * D / d;
-    std::set<int64_t> kept(target.begin(), target.end());
-
-    StateDict merged;
-    for (auto& [name, t] : module_state_dict(model)) {
-        if (name.rfind("blocks.", 0) != 0) continue;
-        const auto dot = name.find('.', 7);
-        const int64_t j = std::stoll(name.substr(7, dot - 7));
-        if (kept.count(j)) continue;
-        const std::string rest = name.substr(dot + 1);
-        at::Tensor v = t.detach().clone();
-        if (rest == "attn.proj.weight" || rest == "attn.proj.bias" || rest == "ffn.fc2.weight" ||
-            rest == "ffn.fc2.bias")
-            v.zero_();
-        merged[name] = v;
-    }
-    for (auto& [name, t] : small) {
-        if (name.rfind("blocks.", 0) != 0) {
-            merged[name] = t;
-            continue;
-        }
-        const auto dot = name.find('.', 7);
-        const int64_t i = std::stoll(name.substr(7, dot - 7));
-        if (i >= d)
-            throw std::invalid_argument(what + ": block numbering has gaps ('" + name + "')");
-        merged["blocks." + std::to_string(target[i]) + name.substr(dot)] = t;
-    }
+    const StateDict merged =
+        grown_state_dict(module_state_dict(model), D, small, var_grow_spec(), what, &d);
     BindOptions o;
     o.what = what;
     o.optional_buffers = {"attn_bias_for_masking", "lvl_1L"};
