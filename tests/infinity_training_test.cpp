@@ -561,6 +561,26 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
     EXPECT_DOUBLE_EQ(phase_train("emoji-infinity-phase6b.json").lr, 3e-5);
     EXPECT_EQ(phase_train("emoji-infinity-phase6b.json").seed,
               phase_train("emoji-infinity-phase6.json").seed + 1);
+    // Phase 7 (prepared in session 42): 6b grown to twice the depth, only the depth differs.
+    {
+        std::ifstream f(varscope::testing::source_dir() +
+                        "/resources/training/emoji-infinity-phase7.json");
+        ASSERT_TRUE(f.good());
+        InfinityTrainJob p7;
+        apply_infinity_config(nlohmann::json::parse(f), 1100, p7);
+        EXPECT_TRUE(p7.grow_depth);
+        EXPECT_EQ(p7.model.depth, 2 * job.model.depth);
+        InfinityConfig same = p7.model;
+        same.depth = job.model.depth;
+        EXPECT_EQ(same.to_json(), job.model.to_json());
+        EXPECT_EQ(p7.t5.to_json(), job.t5.to_json());
+        EXPECT_DOUBLE_EQ(p7.caption_noise.mix, phase6b.caption_noise.mix);
+        // Its int8 export needs two files of at most 16 MiB (varscope-cli shard).
+        int64_t params7 = 0;
+        for (const auto& q : InfinityTransformer(p7.model)->parameters()) params7 += q.numel();
+        EXPECT_GT(params7, 16 * 1024 * 1024);
+        EXPECT_LT(params7, 2 * (16 * 1024 * 1024 - 512 * 1024));
+    }
 
     auto error = [&](nlohmann::json c) {
         InfinityTrainJob jb;
