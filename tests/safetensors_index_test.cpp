@@ -82,10 +82,15 @@ TEST(SafetensorsIndex, ShardsLoadAsTheOneFileDoesAndKeepScalesWithTheirWeights) 
     EXPECT_TRUE(equal_dicts(load_checkpoint(index), load_checkpoint(dir.file("one.safetensors"))));
     EXPECT_EQ(load_checkpoint(index).at("proj.weight").scalar_type(), at::kFloat);  // expanded
     EXPECT_EQ(read_safetensors_metadata(index), meta);
-    // Under the cap: one plain file.
-    EXPECT_EQ(save_safetensors_sharded(stored, dir.file("small.safetensors"), meta, 1 << 20),
-              dir.file("small.safetensors"));
-    EXPECT_FALSE(fs::exists(dir.file("small.safetensors.index.json")));
+    // Under the cap: one plain file, and the index of an earlier save of that path is gone
+    // (the loaders would open the single file first; the reverse holds too).
+    EXPECT_EQ(save_safetensors_sharded(stored, dir.file("m.safetensors"), meta, 1 << 20),
+              dir.file("m.safetensors"));
+    EXPECT_FALSE(fs::exists(index));
+    EXPECT_TRUE(equal_dicts(load_checkpoint(dir.file("m.safetensors")),
+                            load_checkpoint(dir.file("one.safetensors"))));
+    EXPECT_EQ(save_safetensors_sharded(stored, dir.file("m.safetensors"), meta, 10 * 1024), index);
+    EXPECT_FALSE(fs::exists(dir.file("m.safetensors")));
     EXPECT_NE(error_of([&] {
                   save_safetensors_sharded(stored, dir.file("x.bin"), meta, 1024);
               }).find("must end in .safetensors"),

@@ -48,7 +48,8 @@ std::map<std::string, std::string> read_safetensors_index_metadata(const std::st
 // `max_file_bytes`, otherwise as shards "<stem>-0000i-of-0000n.safetensors" of at most that size
 // each (a tensor larger than it gets a shard of its own) and "<path>.index.json"; every shard
 // carries `metadata`, so each reads alone. A tensor named "<x>.<suffix>" stays in the shard of
-// "<x>" (an int8 weight's ".qscale"). Returns the path to open: `path` or the index.
+// "<x>" (an int8 weight's ".qscale"). Returns the path to open: `path` or the index; the other
+// of the two is removed if it exists (shards of an older index are left).
 std::string save_safetensors_sharded(const StateDict& tensors, const std::string& path,
                                      const std::map<std::string, std::string>& metadata,
                                      uint64_t max_file_bytes);

@@ -151,8 +151,13 @@ std::string save_safetensors_sharded(const StateDict& tensors, const std::string
         for (const auto& name : g) shards.back()[name] = tensors.at(name);
         used += n;
     }
+    // The loaders prefer `path` to its index (resources.cpp): the form not written is removed
+    // once the new one is complete, so a re-export never leaves the older model in front.
+    const std::string index = path + ".index.json";
+    std::error_code ignored;
     if (shards.size() == 1) {
         save_safetensors(tensors, path, metadata);
+        fs::remove(index, ignored);
         return path;
     }
     const fs::path base(path);
@@ -173,8 +178,8 @@ std::string save_safetensors_sharded(const StateDict& tensors, const std::string
     }
     json meta = meta_json;
     meta["total_size"] = total;
-    const std::string index = path + ".index.json";
     write_file_atomic(index, json{{"metadata", meta}, {"weight_map", weight_map}}.dump(1) + "\n");
+    fs::remove(path, ignored);
     return index;
 }
 
