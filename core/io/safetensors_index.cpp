@@ -20,6 +20,12 @@ namespace {
 
 constexpr const char* kIndexSuffix = ".safetensors.index.json";
 
+// `s` ends with `suffix` and has something before it.
+bool has_suffix(const std::string& s, const std::string& suffix) {
+    return s.size() > suffix.size() &&
+           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 json read_index(const std::string& index_path) {
     try {
         json j = read_json_file(index_path, "shard index '" + index_path + "'");
@@ -76,8 +82,7 @@ std::map<std::string, std::string> metadata_for_shard(
 }  // namespace
 
 bool is_safetensors_index(const std::string& path) {
-    const std::string s(kIndexSuffix);
-    return path.size() > s.size() && path.compare(path.size() - s.size(), s.size(), s) == 0;
+    return has_suffix(path, kIndexSuffix);
 }
 
 std::map<std::string, std::string> read_safetensors_index_metadata(const std::string& index_path) {
@@ -119,7 +124,7 @@ std::string save_safetensors_sharded(const StateDict& tensors, const std::string
                                      const std::map<std::string, std::string>& metadata,
                                      uint64_t max_file_bytes) {
     const std::string ext = ".safetensors";
-    if (path.size() <= ext.size() || path.compare(path.size() - ext.size(), ext.size(), ext) != 0)
+    if (!has_suffix(path, ext))
         detail::checkpoint_fail(path, "a sharded checkpoint's path must end in .safetensors");
     // Groups: a name and the names that extend it with a '.' (sorted, they follow it).
     std::vector<std::vector<std::string>> groups;
