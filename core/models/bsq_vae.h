@@ -52,6 +52,7 @@ class BsqVaeImpl : public torch::nn::Module {
     // outside encoder./decoder. (quantizer.lfq.mask, training state) or the unused mid
     // attention; other unexpected encoder./decoder. tensors are errors.
     void load(const StateDict& dict, const std::string& what);
+    using torch::nn::Module::load;  // keeps the archive overload visible
 
     at::Tensor encode_h(const at::Tensor& img) { return encoder_(img); }
     // Official AutoEncoder.encode: encoder, then the residual multi-scale BSQ over `schedule`

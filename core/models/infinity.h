@@ -200,6 +200,7 @@ class InfinityTransformerImpl : public torch::nn::Module {
 
     // Binds an official-layout state dict; CheckpointError names `what` and every bad tensor.
     void load(const StateDict& dict, const std::string& what);
+    using torch::nn::Module::load;  // keeps the archive overload visible
     // Random weights in the official init's spirit (truncated normals, zero biases, the
     // official cfg_uncond), for benchmarks and tests.
     void init_weights(uint64_t seed);

@@ -97,6 +97,7 @@ class KlVaeImpl : public torch::nn::Module {
     // tensor at once (CheckpointError mentioning `what`). Tensors of the training loss
     // ("loss.*", LPIPS/discriminator) are ignored like the official strict=False load does.
     void load(const StateDict& dict, const std::string& what);
+    using torch::nn::Module::load;  // keeps the archive overload visible
 
     DiagonalGaussian encode(const at::Tensor& img);    // img in [-1,1]
     at::Tensor decode(const at::Tensor& z);            // unscaled z -> img clamped to [-1,1]

@@ -108,6 +108,7 @@ class MarTransformerImpl : public torch::nn::Module {
 
     // Binds an official-layout state dict (errors name every bad tensor).
     void load(const StateDict& dict, const std::string& what);
+    using torch::nn::Module::load;  // keeps the archive overload visible
     // The official initialisation (normal 0.02 embeddings, xavier-uniform linears, DiffLoss
     // zero-init of the modulation/output layers unless `nonzero_head`, which gives those layers
     // small random values so that tests and parity runs see a non-trivial head).

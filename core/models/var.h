@@ -191,6 +191,7 @@ class VarTransformerImpl : public torch::nn::Module {
 
     // Binds an official-layout state dict (errors name every bad tensor).
     void load(const StateDict& dict, const std::string& what);
+    using torch::nn::Module::load;  // keeps the archive overload visible
     // The official init recipe (truncated normal, scaled AdaLN/head) for random-weight runs.
     void init_weights(uint64_t seed);
     // "bf16-autocast" precision: the model then computes what the official model computes under

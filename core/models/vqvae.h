@@ -40,6 +40,7 @@ class VqvaeImpl : public torch::nn::Module {
     // at once (CheckpointError mentioning `what`). Like the official load_state_dict, an
     // ema_vocab_hit_SV recorded for a different number of scales is ignored, as is its absence.
     void load(const StateDict& dict, const std::string& what);
+    using torch::nn::Module::load;  // keeps the archive overload visible
 
     at::Tensor encode(const at::Tensor& img);    // quant_conv(encoder(img))
     at::Tensor decode(const at::Tensor& f_hat);  // decoder(post_quant_conv(f_hat)) in [-1,1]
