@@ -11,7 +11,8 @@
 #   STAGE=infinity -> the embedded text-to-image transformer and its T5 on the shipped BSQ VAE and
 #                   tokenizer (INF_CONFIG, default resources/training/emoji-infinity.json; INIT and
 #                   INIT_T5 fine-tune: the later phases), then its prompt following on the held-out
-#                   phrasings (eval-prompts, cfg 4, seeds 0-3); the T5 folder comes back as a tar
+#                   phrasings (eval-prompts, cfg 4, seeds 0-3; EVAL_TRAIN=1: the 128 training
+#                   phrasings too); the T5 folder comes back as a tar, an export over 16 MiB as shards
 #   STAGE=emoji-features -> the eval metrics' emoji feature network
 #                   (resources/training/emoji-features.json), then its cross-style check
 #                   (emoji-features-google-only.json: trained on google, heldout_accuracy on
@@ -47,7 +48,9 @@ if [ -n "${CALL_SECONDS:-}" ]; then
   echo "build took ${SECONDS} s; MAX_SECONDS=$MAX_SECONDS"
   [ "$MAX_SECONDS" -gt 30 ] || { echo "no time left to train"; exit 1; }
 fi
-RUN=/tmp/runs/$STAGE
+# RUN_DIR: a run folder that outlives the call while the machine stays warm (a git-ignored path
+# in the repo, e.g. build-dev/runs/p7): the next call resumes there (phase 7 spans three calls).
+RUN=${RUN_DIR:-/tmp/runs/$STAGE}
 if [ "$STAGE" = vqvae ]; then
   $CLI train vqvae --config resources/training/emoji-vqvae.json --data /tmp/emoji64.safetensors \
     --out "$RUN" ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} 2>&1 | grep -v '^ ' | tail -40
@@ -85,13 +88,25 @@ elif [ "$STAGE" = infinity ]; then
     --vae $M/emoji-t2i-bsq-vae.safetensors --t5 "$RUN/t5-fp16" --device cuda --prompts-per-batch 64 \
     -o /tmp/pf 2>&1 | tail -4
   cp /tmp/pf/prompt_following.json "$OUT/prompt_following-infinity.json"
+  if [ -n "${EVAL_TRAIN:-}" ]; then  # the 128 training phrasings too (session 41's pair)
+    $CLI eval-prompts --data /tmp/emoji64.safetensors --infinity "$RUN/export-fp16.safetensors" \
+      --vae $M/emoji-t2i-bsq-vae.safetensors --t5 "$RUN/t5-fp16" --device cuda --prompts-per-batch 64 \
+      --phrasings train -o /tmp/pf-train 2>&1 | tail -4
+    cp /tmp/pf-train/prompt_following.json "$OUT/prompt_following-infinity-train.json"
+  fi
 else
   $CLI train var --config ${VAR_CONFIG:-resources/training/emoji-var.json} --data /tmp/emoji64.safetensors \
     --vae resources/models/emoji-vqvae.safetensors --out "$RUN" ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} \
     ${INIT:+--init $INIT} ${LR:+--lr $LR} ${STEPS:+--steps $STEPS} \
     2>&1 | grep -v '^ ' | tail -60
 fi
-cp "$RUN/export-fp16.safetensors" "$OUT/emoji-$STAGE.safetensors"
+# A file comes back only up to 16 MiB: a larger export (a deeper transformer) comes back as the
+# shards it ships as (varscope-cli shard: an index and numbered shards).
+if [ "$(stat -c %s "$RUN/export-fp16.safetensors")" -gt $((16 * 1024 * 1024)) ]; then
+  $CLI shard "$RUN/export-fp16.safetensors" -o "$OUT/emoji-$STAGE.safetensors" --max-mib 16
+else
+  cp "$RUN/export-fp16.safetensors" "$OUT/emoji-$STAGE.safetensors"
+fi
 [ -f "$RUN/export-raw-fp16.safetensors" ] && cp "$RUN/export-raw-fp16.safetensors" "$OUT/emoji-$STAGE-raw.safetensors"
 cp "$RUN/log.jsonl" "$OUT/log-$STAGE.jsonl"
 cp "$RUN/report.json" "$OUT/report-$STAGE.json"
