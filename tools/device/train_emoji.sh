@@ -12,7 +12,8 @@
 #                   tokenizer (INF_CONFIG, default resources/training/emoji-infinity.json; INIT and
 #                   INIT_T5 fine-tune: the later phases), then its prompt following on the held-out
 #                   phrasings (eval-prompts, cfg 4, seeds 0-3; EVAL_TRAIN=1: the 128 training
-#                   phrasings too); the T5 folder comes back as a tar, an export over 16 MiB as shards
+#                   phrasings too); the T5 folder and those results come back as one tar
+#                   (emoji-infinity-run.tar), an export over 16 MiB as shards
 #   STAGE=emoji-features -> the eval metrics' emoji feature network
 #                   (resources/training/emoji-features.json), then its cross-style check
 #                   (emoji-features-google-only.json: trained on google, heldout_accuracy on
@@ -83,30 +84,25 @@ elif [ "$STAGE" = infinity ]; then
     ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} ${STEPS:+--steps $STEPS} ${INIT:+--init $INIT} \
     ${INIT_T5:+--init-t5 $INIT_T5} 2>&1 | grep -v '^ ' | tail -60
   cp $M/emoji-t2i-t5/spiece.model "$RUN/t5-fp16/" 2>/dev/null
-  tar -C "$RUN" -cf "$OUT/emoji-infinity-t5.tar" t5-fp16
-  $CLI eval-prompts --data /tmp/emoji64.safetensors --infinity "$RUN/export-fp16.safetensors" \
-    --vae $M/emoji-t2i-bsq-vae.safetensors --t5 "$RUN/t5-fp16" --device cuda --prompts-per-batch 64 \
-    -o /tmp/pf 2>&1 | tail -4
-  cp /tmp/pf/prompt_following.json "$OUT/prompt_following-infinity.json"
-  if [ -n "${EVAL_TRAIN:-}" ]; then  # the 128 training phrasings too (session 41's pair)
+  for SET in heldout ${EVAL_TRAIN:+train}; do  # EVAL_TRAIN: session 41's pair of phrasing sets
     $CLI eval-prompts --data /tmp/emoji64.safetensors --infinity "$RUN/export-fp16.safetensors" \
       --vae $M/emoji-t2i-bsq-vae.safetensors --t5 "$RUN/t5-fp16" --device cuda --prompts-per-batch 64 \
-      --phrasings train -o /tmp/pf-train 2>&1 | tail -4
-    cp /tmp/pf-train/prompt_following.json "$OUT/prompt_following-infinity-train.json"
-  fi
+      --phrasings $SET -o /tmp/pf-$SET 2>&1 | tail -4
+    cp /tmp/pf-$SET/prompt_following.json "$RUN/prompt_following-$SET.json"
+  done
+  # One tar for the T5 folder and the judgements: with a sharded export, separate files would
+  # pass the 8 files that come back.
+  tar -C "$RUN" -cf "$OUT/emoji-infinity-run.tar" t5-fp16 prompt_following-heldout.json \
+    ${EVAL_TRAIN:+prompt_following-train.json}
 else
   $CLI train var --config ${VAR_CONFIG:-resources/training/emoji-var.json} --data /tmp/emoji64.safetensors \
     --vae resources/models/emoji-vqvae.safetensors --out "$RUN" ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} \
     ${INIT:+--init $INIT} ${LR:+--lr $LR} ${STEPS:+--steps $STEPS} \
     2>&1 | grep -v '^ ' | tail -60
 fi
-# A file comes back only up to 16 MiB: a larger export (a deeper transformer) comes back as the
-# shards it ships as (varscope-cli shard: an index and numbered shards).
-if [ "$(stat -c %s "$RUN/export-fp16.safetensors")" -gt $((16 * 1024 * 1024)) ]; then
-  $CLI shard "$RUN/export-fp16.safetensors" -o "$OUT/emoji-$STAGE.safetensors" --max-mib 16
-else
-  cp "$RUN/export-fp16.safetensors" "$OUT/emoji-$STAGE.safetensors"
-fi
+# A file comes back only up to 16 MiB: shard writes an export that fits as one file, a larger one
+# (a deeper transformer) as the index and shards it ships as.
+$CLI shard "$RUN/export-fp16.safetensors" -o "$OUT/emoji-$STAGE.safetensors" --max-mib 16
 [ -f "$RUN/export-raw-fp16.safetensors" ] && cp "$RUN/export-raw-fp16.safetensors" "$OUT/emoji-$STAGE-raw.safetensors"
 cp "$RUN/log.jsonl" "$OUT/log-$STAGE.jsonl"
 cp "$RUN/report.json" "$OUT/report-$STAGE.json"
