@@ -13,7 +13,8 @@
 #                   INIT_T5 fine-tune: the later phases), then its prompt following on the held-out
 #                   phrasings (eval-prompts, cfg 4, seeds 0-3; EVAL_TRAIN=1: the 128 training
 #                   phrasings too); the T5 folder and those results come back as one tar
-#                   (emoji-infinity-run.tar), an export over 16 MiB as shards
+#                   (emoji-infinity-run.tar), an export over 16 MiB as shards; EVAL=0 skips the
+#                   judging (the first calls of a run that spans several)
 #   STAGE=emoji-features -> the eval metrics' emoji feature network
 #                   (resources/training/emoji-features.json), then its cross-style check
 #                   (emoji-features-google-only.json: trained on google, heldout_accuracy on
@@ -84,7 +85,9 @@ elif [ "$STAGE" = infinity ]; then
     ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} ${STEPS:+--steps $STEPS} ${INIT:+--init $INIT} \
     ${INIT_T5:+--init-t5 $INIT_T5} 2>&1 | grep -v '^ ' | tail -60
   cp $M/emoji-t2i-t5/spiece.model "$RUN/t5-fp16/" 2>/dev/null
-  for SET in heldout ${EVAL_TRAIN:+train}; do  # EVAL_TRAIN: session 41's pair of phrasing sets
+  # EVAL=0: a call in the middle of a run spanning several calls judges nothing (its time trains).
+  [ "${EVAL:-1}" = 0 ] && SETS= || SETS="heldout ${EVAL_TRAIN:+train}"
+  for SET in $SETS; do  # EVAL_TRAIN: session 41's pair of phrasing sets
     $CLI eval-prompts --data /tmp/emoji64.safetensors --infinity "$RUN/export-fp16.safetensors" \
       --vae $M/emoji-t2i-bsq-vae.safetensors --t5 "$RUN/t5-fp16" --device cuda --prompts-per-batch 64 \
       --phrasings $SET -o /tmp/pf-$SET 2>&1 | tail -4
@@ -92,8 +95,7 @@ elif [ "$STAGE" = infinity ]; then
   done
   # One tar for the T5 folder and the judgements: with a sharded export, separate files would
   # pass the 8 files that come back.
-  tar -C "$RUN" -cf "$OUT/emoji-infinity-run.tar" t5-fp16 prompt_following-heldout.json \
-    ${EVAL_TRAIN:+prompt_following-train.json}
+  tar -C "$RUN" -cf "$OUT/emoji-infinity-run.tar" t5-fp16 $(for SET in $SETS; do echo prompt_following-$SET.json; done)
 else
   $CLI train var --config ${VAR_CONFIG:-resources/training/emoji-var.json} --data /tmp/emoji64.safetensors \
     --vae resources/models/emoji-vqvae.safetensors --out "$RUN" ${MAX_SECONDS:+--max-seconds $MAX_SECONDS} \
