@@ -407,6 +407,76 @@ TEST(InfinityTraining, RunLearnsResumesAndExportsWhatTheRunnerOpens) {
     EXPECT_EQ(r.step_tokens.size(), 7u);
 }
 
+// The text-identity loss (phase 8): the pooled caption feature is each row's mean over its
+// tokens; a run with the head learns the rows' classes from their captions, logs it beside the
+// unchanged bitwise loss, checkpoints the head (resume as an unbroken run) and exports no head.
+TEST(InfinityTraining, TextIdentityLossTeachesTheCaptionsTheirClass) {
+    const InfinityText packed{at::arange(10, at::kFloat).view({5, 2}), {2, 3}};
+    const at::Tensor m = mean_text_features(packed);
+    ASSERT_EQ(m.sizes(), at::IntArrayRef({2, 2}));
+    EXPECT_TRUE(at::allclose(m, at::tensor({1.0f, 2.0f, 6.0f, 7.0f}).view({2, 2})));
+    EXPECT_THROW(mean_text_features({packed.kv_compact, {2, 2}}), std::invalid_argument);
+    EXPECT_THROW(mean_text_features({packed.kv_compact, {2, 4}}), std::invalid_argument);
+    EXPECT_THROW(mean_text_features({packed.kv_compact, {0, 5}}), std::invalid_argument);
+
+    if (!SentencePieceTokenizer::available()) GTEST_SKIP() << "built without SentencePiece";
+    varscope::testing::TempDir dir;
+    const TinyData data = tiny_data(dir);
+    InfinityTrainJob job = tiny_job(data, dir.file("whole"), 8);
+    job.text_identity = 1.0;
+    std::ostringstream out;
+    const auto report = train_infinity(job, out);
+    EXPECT_DOUBLE_EQ(report["text_identity"].get<double>(), 1.0);
+    const auto recs = step_records(dir.file("whole/log.jsonl"));
+    ASSERT_EQ(recs.size(), 8u);
+    ASSERT_TRUE(recs.front().contains("text_identity_loss")) << recs.front().dump();
+    // Eight classes: the head starts near ln 8 and learns them from the captions.
+    EXPECT_NEAR(recs.front()["text_identity_loss"].get<double>(), std::log(8.0), 1.0);
+    EXPECT_LT(recs.back()["text_identity_loss"].get<double>(),
+              recs.front()["text_identity_loss"].get<double>() - 0.3)
+        << out.str();
+    EXPECT_GE(recs.back()["text_identity_acc"].get<double>(), 0.0);
+    EXPECT_LE(recs.back()["text_identity_acc"].get<double>(), 1.0);
+    // "loss" is the bitwise loss alone: the first step's equals a run without the head (same
+    // weights, captions and drops before any update).
+    InfinityTrainJob plain = tiny_job(data, dir.file("plain"), 1);
+    std::ostringstream sink;
+    train_infinity(plain, sink);
+    const auto plain_recs = step_records(dir.file("plain/log.jsonl"));
+    ASSERT_EQ(plain_recs.size(), 1u);
+    EXPECT_FALSE(plain_recs.front().contains("text_identity_loss"));
+    EXPECT_NEAR(recs.front()["loss"].get<double>(), plain_recs.front()["loss"].get<double>(), 1e-6);
+    // The head is in the checkpoint, not in what ships.
+    EXPECT_EQ(
+        load_checkpoint(dir.file("whole/last.safetensors")).count("text_identity_head.weight"), 1u);
+    for (const auto& [name, t] : load_checkpoint(dir.file("whole/export-fp16.safetensors")))
+        EXPECT_EQ(name.find("text_identity"), std::string::npos) << name;
+    // Four steps, then four more in the same folder == eight at once (the head resumes too).
+    InfinityTrainJob split = tiny_job(data, dir.file("split"), 4);
+    split.text_identity = 1.0;
+    train_infinity(split, sink);
+    split.train.steps = 8;
+    train_infinity(split, sink);
+    const auto split_recs = step_records(dir.file("split/log.jsonl"));
+    ASSERT_EQ(split_recs.size(), 8u);
+    EXPECT_NEAR(split_recs.back()["text_identity_loss"].get<double>(),
+                recs.back()["text_identity_loss"].get<double>(), 1e-6);
+    EXPECT_NEAR(split_recs.back()["loss"].get<double>(), recs.back()["loss"].get<double>(), 1e-6);
+
+    // Labels of one class cannot teach an identity: refused by name.
+    const std::string one_class = dir.file("one_class.safetensors");
+    save_safetensors({{"images", load_checkpoint(data.pack).at("images")},
+                      {"labels", at::zeros({8}, at::kLong)}},
+                     one_class);
+    InfinityTrainJob bad = tiny_job(data, dir.file("bad"), 1);
+    bad.data_path = one_class;
+    bad.text_identity = 0.5;
+    expect_job_error(bad, "text_identity needs class labels");
+    bad = tiny_job(data, dir.file("bad"), 1);
+    bad.text_identity = -1;
+    expect_job_error(bad, "text_identity must be in [0, 100]");
+}
+
 TEST(InfinityTraining, FineTuningStartsFromTheExportsAndRefusesOtherShapes) {
     if (!SentencePieceTokenizer::available()) GTEST_SKIP() << "built without SentencePiece";
     varscope::testing::TempDir dir;
@@ -561,7 +631,8 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
     EXPECT_DOUBLE_EQ(phase_train("emoji-infinity-phase6b.json").lr, 3e-5);
     EXPECT_EQ(phase_train("emoji-infinity-phase6b.json").seed,
               phase_train("emoji-infinity-phase6.json").seed + 1);
-    // Phase 7 (prepared in session 42): 6b grown to twice the depth, only the depth differs.
+    // Phase 7 (prepared in session 42, run in session 46, not shipped): 6b grown to twice the
+    // depth, only the depth differs.
     {
         std::ifstream f(varscope::testing::source_dir() +
                         "/resources/training/emoji-infinity-phase7.json");
@@ -580,6 +651,16 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
         for (const auto& q : InfinityTransformer(p7.model)->parameters()) params7 += q.numel();
         EXPECT_GT(params7, 16 * 1024 * 1024);
         EXPECT_LT(params7, 2 * (16 * 1024 * 1024 - 512 * 1024));
+    }
+    // Phase 8 (prepared in session 46): 6b's shapes and captions, plus the text-identity loss.
+    {
+        const InfinityTrainJob p8 = phase("emoji-infinity-phase8.json");
+        EXPECT_DOUBLE_EQ(p8.text_identity, 0.05);
+        EXPECT_DOUBLE_EQ(p8.caption_noise.mix, phase6b.caption_noise.mix);
+        EXPECT_DOUBLE_EQ(p8.caption_noise.pseudo_words, phase6b.caption_noise.pseudo_words);
+        EXPECT_EQ(p8.export_int8, job.export_int8);
+        EXPECT_DOUBLE_EQ(job.text_identity, 0.0);  // the earlier phases: off
+        EXPECT_DOUBLE_EQ(phase6b.text_identity, 0.0);
     }
 
     auto error = [&](nlohmann::json c) {
@@ -606,6 +687,10 @@ TEST(InfinityTraining, ShippedConfigReadsAndFitsTheSizeCap) {
               std::string::npos);
     EXPECT_NE(error({{"caption_noise", {{"prob", 2}}}}).find("caption_noise"), std::string::npos);
     EXPECT_NE(error({{"caption_noise", {{"join", 1.5}}}}).find("join in [0, 1]"),
+              std::string::npos);
+    EXPECT_NE(error({{"text_identity", -0.1}}).find("'text_identity' must be in [0, 100]"),
+              std::string::npos);
+    EXPECT_NE(error({{"text_identity", "x"}}).find("'text_identity' has the wrong type"),
               std::string::npos);
     InfinityTrainJob noisy;
     nlohmann::json c = j;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
@@ -28,12 +29,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Both trained modules under one root ("transformer.*", "t5.*"), so one optimizer, one
-// checkpoint and one EMA cover them.
+// checkpoint and one EMA cover them; with the text-identity loss also its head
+// ("text_identity_head.*", classes > 0), which only the checkpoint keeps.
 struct JointModule : torch::nn::Module {
-    JointModule(const InfinityTransformer& transformer, const T5Encoder& t5) {
+    JointModule(const InfinityTransformer& transformer, const T5Encoder& t5, int64_t classes,
+                int64_t width, uint64_t seed) {
         register_module("transformer", transformer.ptr());
         register_module("t5", t5.module_ptr());
+        if (classes > 0) {
+            head = register_module("text_identity_head", torch::nn::Linear(width, classes));
+            // From the run's seed, not the global generator, so a run is the same whatever ran
+            // before it in the process (torch's Linear bound 1/sqrt(width), zero bias).
+            at::NoGradGuard g;
+            auto gen = at::detail::createCPUGenerator(seed);
+            const double b = 1.0 / std::sqrt(static_cast<double>(width));
+            head->weight.copy_(at::rand({classes, width}, gen, at::kFloat) * (2 * b) - b);
+            head->bias.zero_();
+        }
     }
+    torch::nn::Linear head{nullptr};
 };
 
 std::vector<bsq::Size3> vae_schedule_of(const InfinitySchedule& s) {
@@ -147,6 +161,12 @@ void check_job(const InfinityTrainJob& job, const ImageDataset& data,
         throw std::invalid_argument("train infinity: ema_rate must be in [0, 1)");
     if (!(job.grad_clip >= 0))
         throw std::invalid_argument("train infinity: grad_clip must be >= 0");
+    if (!(job.text_identity >= 0 && job.text_identity <= 100))
+        throw std::invalid_argument("train infinity: text_identity must be in [0, 100]");
+    if (job.text_identity > 0 && data.num_classes < 2)
+        throw std::invalid_argument("train infinity: text_identity needs class labels in " +
+                                    job.data_path + " (it has " + std::to_string(data.num_classes) +
+                                    " class)");
 }
 
 // Teacher-forced loss and bit accuracy on the first `count` rows, first caption, no drop.
@@ -198,6 +218,7 @@ const std::vector<std::string>& infinity_config_keys() {
                                                "reweight_loss_by_scale",
                                                "pixels",
                                                "h_div_w",
+                                               "text_identity",
                                                "caption_noise"};
     return k;
 }
@@ -239,6 +260,9 @@ void apply_infinity_config(const nlohmann::json& j, int64_t tokenizer_ids, Infin
     get(j, top, "reweight_loss_by_scale", job.reweight_loss_by_scale);
     get(j, top, "pixels", job.pixels);
     get(j, top, "h_div_w", job.h_div_w);
+    get(j, top, "text_identity", job.text_identity);
+    if (!(job.text_identity >= 0 && job.text_identity <= 100))
+        throw std::invalid_argument(top + ": 'text_identity' must be in [0, 100]");
     if (j.contains("caption_noise")) {
         const auto& n = j["caption_noise"];
         if (!n.is_object())
@@ -447,6 +471,20 @@ InfinityText drop_conditions(const InfinityText& text, const at::Tensor& cfg_unc
     return {at::cat(parts, 0), text.lens};
 }
 
+at::Tensor mean_text_features(const InfinityText& text) {
+    std::vector<at::Tensor> means;
+    int64_t off = 0;
+    for (const int64_t len : text.lens) {
+        if (len < 1 || off + len > text.kv_compact.size(0))
+            throw std::invalid_argument("mean_text_features: lengths do not fit the packed text");
+        means.push_back(text.kv_compact.narrow(0, off, len).to(at::kFloat).mean(0));
+        off += len;
+    }
+    if (off != text.kv_compact.size(0))
+        throw std::invalid_argument("mean_text_features: lengths do not fit the packed text");
+    return at::stack(means, 0);
+}
+
 at::Tensor bitwise_loss(const at::Tensor& logits, const at::Tensor& bits, const InfinitySchedule& s,
                         bool reweight) {
     const int64_t B = logits.size(0), L = logits.size(1), d = bits.size(-1);
@@ -586,14 +624,17 @@ nlohmann::json train_infinity(const InfinityTrainJob& job, std::ostream& out) {
     model->to(dev);
     t5.to(dev);
     model->train();
-    JointModule joint(model, t5);
+    const int64_t id_classes = job.text_identity > 0 ? data.num_classes : 0;
+    JointModule joint(model, t5, id_classes, job.t5.d_model, job.train.seed + 2);
+    if (joint.head) joint.head->to(dev);
     torch::optim::AdamW opt(param_groups(joint, job.train.weight_decay),
                             torch::optim::AdamWOptions(job.train.lr).betas({0.9, 0.97}));
     InfinityTransformer ema_model(job.model);
     T5Encoder ema_t5(job.t5);
     ema_model->to(dev);
     ema_t5.to(dev);
-    JointModule ema(ema_model, ema_t5);
+    JointModule ema(ema_model, ema_t5, id_classes, job.t5.d_model, job.train.seed + 2);
+    if (ema.head) ema.head->to(dev);
     for (auto& p : ema.parameters()) p.set_requires_grad(false);
 
     const nlohmann::json cfg_json = job.model.to_json();
@@ -642,16 +683,24 @@ nlohmann::json train_infinity(const InfinityTrainJob& job, std::ostream& out) {
         const TeacherBatch tb =
             teacher_batch(features.index_select(0, rows.to(dev)), vsched, quant);
         const TokenTensors tokens = tokenize(tok, prompts, dev);
-        at::Tensor logits, loss;
+        at::Tensor logits, loss, total, id_loss, id_logits, id_labels;
         {
             AutocastBf16 ac(dev, job.bf16_autocast);
-            const InfinityText text =
-                drop_conditions(encode_text(t5, tokens), model->cfg_uncond, drop);
+            const InfinityText encoded = encode_text(t5, tokens);
+            const InfinityText text = drop_conditions(encoded, model->cfg_uncond, drop);
             logits = model->forward_teacher(text, tb.inputs, sched);
             loss = bitwise_loss(logits, tb.bits, sched, job.reweight_loss_by_scale);
+            if (joint.head) {
+                // Every caption, dropped or not: its wording should name its emoji either way.
+                id_logits = joint.head->forward(mean_text_features(encoded)).to(at::kFloat);
+                id_labels = data.labels.index_select(0, rows.to(data.labels.device()))
+                                .to(id_logits.device(), at::kLong);
+                id_loss = at::cross_entropy_loss(id_logits, id_labels);
+            }
+            total = id_loss.defined() ? loss + job.text_identity * id_loss : loss;
         }
         opt.zero_grad();
-        loss.backward();
+        total.backward();
         const at::Tensor grad_norm =
             job.grad_clip > 0 ? clip_gradients(joint, job.grad_clip) : at::Tensor();
         opt.step();
@@ -668,6 +717,12 @@ nlohmann::json train_infinity(const InfinityTrainJob& job, std::ostream& out) {
                                   {"epoch", sampler.epoch()},
                                   {"seconds", budget.elapsed()}};
             if (grad_norm.defined()) rec["grad_norm"] = grad_norm.item<double>();
+            if (id_loss.defined()) {
+                // "loss" stays the bitwise loss alone, comparable with the runs before.
+                rec["text_identity_loss"] = id_loss.item<double>();
+                rec["text_identity_acc"] =
+                    id_logits.argmax(-1).eq(id_labels).to(at::kDouble).mean().item<double>();
+            }
             run.log(rec);
             out << rec.dump() << std::endl;
         }
@@ -721,6 +776,7 @@ nlohmann::json train_infinity(const InfinityTrainJob& job, std::ostream& out) {
                                {"word_dropout", job.caption_noise.word_dropout},
                                {"pseudo_words", job.caption_noise.pseudo_words}};
     report["ema_rate"] = job.ema_rate;
+    if (job.text_identity > 0) report["text_identity"] = job.text_identity;
     report["bf16_autocast"] = job.bf16_autocast;
     report["export_int8"] = job.export_int8;
     run.log({{"final", report}});

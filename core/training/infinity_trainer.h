@@ -95,15 +95,26 @@ struct InfinityTrainJob {
     // (core/training/grow_depth.h), the new blocks adding nothing at the start.
     bool grow_depth = false;
     CaptionNoise caption_noise;  // off unless the config's "caption_noise" sets it
+    // Weight of the text-identity loss (0 = off): a linear head on each caption's mean T5 feature
+    // is asked the class label of its row (cross-entropy), added to the bitwise loss. Why: the
+    // embedded model reads its own wordings and misses unseen ones of the same emoji, although a
+    // bag-of-words reader finds the class in 98 % of them (bench/results/2026-12-02-h200/
+    // session46); this asks the text encoder for every wording of one emoji to carry its identity.
+    // Training only: the head is checkpointed for resuming, never exported.
+    double text_identity = 0;
 };
+
+// Each caption's mean feature over its tokens, (B, C), from packed text (kv_compact rows in
+// caption order, lens[b] each).
+at::Tensor mean_text_features(const InfinityText& text);
 
 // The job's settings from a training config (resources/training/emoji-infinity.json): "model"
 // (InfinityConfig fields), "t5" (HF config.json fields; vocab_size defaults to `tokenizer_ids`,
 // the tokenizer's pieces + extra ids), and the top-level keys cond_drop, ema_rate,
-// bf16_autocast, export_int8, grow_depth, grad_clip, reweight_loss_by_scale, pixels, h_div_w and
-// caption_noise ({"prob", "max_words", "word_dropout", "pseudo_words", "join", "mix"}). "train" and
-// "comment" are left to the caller. Unknown keys, wrong types and bad ranges throw
-// std::invalid_argument naming the key.
+// bf16_autocast, export_int8, grow_depth, grad_clip, reweight_loss_by_scale, pixels, h_div_w,
+// text_identity and caption_noise ({"prob", "max_words", "word_dropout", "pseudo_words", "join",
+// "mix"}). "train" and "comment" are left to the caller. Unknown keys, wrong types and bad ranges
+// throw std::invalid_argument naming the key.
 void apply_infinity_config(const nlohmann::json& config, int64_t tokenizer_ids,
                            InfinityTrainJob& job);
 // The config's top-level keys apply_infinity_config reads.
