@@ -472,17 +472,20 @@ InfinityText drop_conditions(const InfinityText& text, const at::Tensor& cfg_unc
 }
 
 at::Tensor mean_text_features(const InfinityText& text) {
-    std::vector<at::Tensor> means;
-    int64_t off = 0;
+    int64_t total = 0;
     for (const int64_t len : text.lens) {
-        if (len < 1 || off + len > text.kv_compact.size(0))
-            throw std::invalid_argument("mean_text_features: lengths do not fit the packed text");
-        means.push_back(text.kv_compact.narrow(0, off, len).to(at::kFloat).mean(0));
-        off += len;
+        if (len < 1) throw std::invalid_argument("mean_text_features: a caption of no tokens");
+        total += len;
     }
-    if (off != text.kv_compact.size(0))
+    if (total != text.kv_compact.size(0))
         throw std::invalid_argument("mean_text_features: lengths do not fit the packed text");
-    return at::stack(means, 0);
+    // One segment sum over the packed rows (a few kernels per step, not a few per caption); the
+    // row index of each token is built on the CPU, where the lengths are.
+    const at::Tensor lens = at::tensor(text.lens, at::kLong);
+    const at::Tensor x = text.kv_compact.to(at::kFloat);
+    return at::zeros({text.batch(), x.size(1)}, x.options())
+               .index_add(0, at::repeat_interleave(lens).to(x.device()), x) /
+           lens.to(x.device(), at::kFloat).unsqueeze(1);
 }
 
 at::Tensor bitwise_loss(const at::Tensor& logits, const at::Tensor& bits, const InfinitySchedule& s,
